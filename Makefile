@@ -19,7 +19,7 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 
-CFLAGS   := -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare \
+CFLAGS   := -std=gnu11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare \
             -fno-strict-aliasing -pthread $(SAN) $(PKG_CFLAGS) -I. -I$(BUILD)/gen $(EXTRA_CFLAGS)
 LDLIBS   := $(PKG_LIBS) -lm -lpthread -ldl
 LDFLAGS  := $(SAN) -pthread

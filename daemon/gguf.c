@@ -15,6 +15,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,7 @@
 #define GGUF_MAGIC 0x46554747u          /* "GGUF" little-endian */
 #define MAX_COUNT  (1ull << 24)         /* tensors / keys: far above any model */
 #define MAX_NAME   4096                 /* key and tensor-name length */
+#define SHOW_NAME  96                   /* name bytes quoted in a message: room for the reason */
 
 struct cursor {
     const uint8_t *p;
@@ -57,7 +60,11 @@ static enum smol_err rd_str(struct cursor *c, struct smol_gguf_str *s)
 {
     uint64_t len = 0;
     RD(c, len);
-    if (!need(c, len)) return fail(c, "string length %s runs past end of file", "");
+    if (!need(c, len)) {
+        char num[32];
+        snprintf(num, sizeof num, "%llu", (unsigned long long)len);
+        return fail(c, "string length %s runs past end of file", num);
+    }
     s->ptr = (const char *)c->p + c->off;
     s->len = len;
     c->off += len;
@@ -189,7 +196,8 @@ static enum smol_err check_unique(const struct smol_gguf *g, char *err)
         qsort(v, m, sizeof *v, cmp_str);
         for (uint64_t i = 1; i < m && !e; i++)
             if (!strcmp(v[i - 1], v[i]))
-                e = smol_errf(err, SMOL_EFORMAT, "gguf: duplicate %s '%s'", pass ? "tensor" : "key", v[i]);
+                e = smol_errf(err, SMOL_EFORMAT, "gguf: duplicate %s '%.*s%s'", pass ? "tensor" : "key",
+                              SHOW_NAME, v[i], strlen(v[i]) > SHOW_NAME ? "..." : "");
     }
     free(v);
     return e;
@@ -236,7 +244,7 @@ static enum smol_err parse(struct smol_gguf *g, char *err)
         struct smol_gguf_kv *kv = &g->kv[g->n_kv++];
         if (!(kv->key = dup_name(key))) return smol_errf(err, SMOL_ENOMEM, "gguf: out of memory");
         if (strlen(kv->key) != key.len) return fail(&c, "%s", "key contains a NUL byte");
-        snprintf(what, sizeof what, "key '%s'", kv->key);
+        snprintf(what, sizeof what, "key '%.*s%s'", SHOW_NAME, kv->key, key.len > SHOW_NAME ? "..." : "");
         if ((e = read_value(&c, kv))) return e;
         if (!strcmp(kv->key, "general.alignment")) {
             if (kv->type != SMOL_GGUF_U32) return fail(&c, "%s", "general.alignment must be u32");
@@ -255,7 +263,7 @@ static enum smol_err parse(struct smol_gguf *g, char *err)
         struct smol_gguf_tensor *t = &g->tensors[g->n_tensors++];
         if (!(t->name = dup_name(name))) return smol_errf(err, SMOL_ENOMEM, "gguf: out of memory");
         if (strlen(t->name) != name.len) return fail(&c, "%s", "tensor name contains a NUL byte");
-        snprintf(what, sizeof what, "tensor '%s'", t->name);
+        snprintf(what, sizeof what, "tensor '%.*s%s'", SHOW_NAME, t->name, name.len > SHOW_NAME ? "..." : "");
         RD(&c, t->n_dims);
         if (t->n_dims == 0 || t->n_dims > SMOL_GGUF_MAX_DIMS) return fail(&c, "%s", "n_dims must be 1..4");
         uint64_t nel = 1;
@@ -287,7 +295,8 @@ static enum smol_err parse(struct smol_gguf *g, char *err)
     uint64_t avail = g->size >= data ? g->size - data : 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         struct smol_gguf_tensor *t = &g->tensors[i];
-        snprintf(what, sizeof what, "tensor '%s'", t->name);
+        snprintf(what, sizeof what, "tensor '%.*s%s'", SHOW_NAME, t->name,
+                 strlen(t->name) > SHOW_NAME ? "..." : "");
         c.what = what;
         if (t->offset % g->alignment) return fail(&c, "%s", "data offset is not aligned");
         if (t->offset > avail || t->size > avail - t->offset)
@@ -317,7 +326,8 @@ enum smol_err smol_gguf_open_mem(struct smol_gguf **out, const void *data, size_
 enum smol_err smol_gguf_open(struct smol_gguf **out, const char *path, char *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO or device path must not hang the open; it is refused below */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return smol_errf(err, SMOL_EIO, "gguf: cannot open '%s': %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
@@ -329,8 +339,9 @@ enum smol_err smol_gguf_open(struct smol_gguf **out, const char *path, char *err
         return smol_errf(err, SMOL_EFORMAT, "gguf: '%s' is empty", path);
     }
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    int mmap_errno = errno;             /* close() may overwrite it */
     close(fd);
-    if (m == MAP_FAILED) return smol_errf(err, SMOL_EIO, "gguf: cannot mmap '%s': %s", path, strerror(errno));
+    if (m == MAP_FAILED) return smol_errf(err, SMOL_EIO, "gguf: cannot mmap '%s': %s", path, strerror(mmap_errno));
     char inner[SMOL_ERRLEN];
     enum smol_err e = smol_gguf_open_mem(out, m, (size_t)st.st_size, inner);
     if (e) {
@@ -413,6 +424,9 @@ enum smol_err smol_gguf_get_f32(const struct smol_gguf *g, const char *key, floa
     enum smol_err e = lookup(g, key, required, err, &kv);
     if (e || !kv) return e;
     if (kv->type != SMOL_GGUF_F32 && kv->type != SMOL_GGUF_F64) return wrong_type(kv, "f32", err);
+    /* an f64 beyond float range would become inf (and is UB in C): refuse it */
+    if (isfinite(kv->v.f) && (kv->v.f > FLT_MAX || kv->v.f < -FLT_MAX))
+        return smol_errf(err, SMOL_EFORMAT, "gguf: key '%s' value %g out of f32 range", key, kv->v.f);
     *out = (float)kv->v.f;
     return SMOL_OK;
 }
@@ -457,8 +471,13 @@ int64_t smol_gguf_arr_int(const struct smol_gguf_kv *kv, uint64_t i)
 {
     struct smol_gguf_kv tmp = {0};
     widen(&tmp, kv->arr_type, kv->arr_data + i * scalar_size(kv->arr_type));
-    return is_unsigned(kv->arr_type) || kv->arr_type == SMOL_GGUF_BOOL ? (int64_t)tmp.v.u
-         : is_signed(kv->arr_type) ? tmp.v.i : (int64_t)tmp.v.f;
+    if (is_unsigned(kv->arr_type) || kv->arr_type == SMOL_GGUF_BOOL) return (int64_t)tmp.v.u;
+    if (is_signed(kv->arr_type)) return tmp.v.i;
+    /* float element: converting NaN or an out-of-range value to an integer is UB; saturate */
+    if (isnan(tmp.v.f)) return 0;
+    if (tmp.v.f >= 9223372036854775807.0) return INT64_MAX;
+    if (tmp.v.f <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)tmp.v.f;
 }
 
 double smol_gguf_arr_float(const struct smol_gguf_kv *kv, uint64_t i)

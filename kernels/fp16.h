@@ -26,8 +26,8 @@ static inline float smol_half_to_f32(smol_half h)
     const uint32_t em = h & 0x7fff;
     if (em >= 0x7c00) /* inf or NaN */
         return smol_bits_to_f32(sign | 0x7f800000u | ((uint32_t)(em & 0x03ff) << 13));
-    /* 2^-112 moves the 5-bit exponent bias (15) to the 8-bit one (127). */
-    float f = smol_bits_to_f32(em << 13) * smol_bits_to_f32(0x07800000u);
+    /* 2^112 moves the 5-bit exponent bias (15) to the 8-bit one (127). */
+    float f = smol_bits_to_f32(em << 13) * smol_bits_to_f32(0x77800000u);
     return smol_bits_to_f32(sign | smol_f32_to_bits(f));
 }
 

@@ -1,0 +1,345 @@
+/*
+ * backend_cpu.c - the CPU backend: ops of backend.h over host memory, split
+ * across a thread pool.
+ *
+ * Matmul quantizes the activations once per call into the weight type's
+ * vec_dot_type (q8_K for the K-quants, as llama.cpp does), then hands out
+ * chunks of weight rows to threads; each chunk is dotted against every
+ * token of the step while its rows are hot in cache.  The per-format dot
+ * products come from the kernel table (kernels/cpu_kernels.h): scalar _ref
+ * twins, or SIMD versions picked at startup.
+ *
+ * Attention streams one sequence's pages once per (token, kv head) task and
+ * serves all query heads of the GQA group from it.  No allocation happens
+ * after reserve().
+ */
+#include "backend.h"
+#include "threadpool.h"
+#include "../kernels/quant_ref.h"
+#include "../kernels/cpu_kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROWS_PER_TASK 16
+
+struct cpu {
+    struct smol_pool *pool;
+    const struct smol_cpu_kernels *k;
+    uint8_t *xq;            /* quantized activations [max_tokens][max_row_bytes] */
+    size_t xq_row;          /* bytes per row of xq */
+    float *att;             /* per-thread scores: [n_threads][att_stride] */
+    size_t att_stride;
+    int max_tokens, max_cols, max_ctx;
+};
+
+static struct cpu *C(struct smol_backend *be) { return be->impl; }
+
+/* ---- memory ------------------------------------------------------------ */
+
+static void *cpu_alloc(struct smol_backend *be, size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 64)) return NULL;
+    memset(p, 0, n);
+    return p;
+}
+
+static void cpu_free(struct smol_backend *be, void *p) { free(p); }
+static void cpu_to_host(struct smol_backend *be, void *dst, const void *src, size_t n) { if (dst != src) memcpy(dst, src, n); }
+static enum smol_err cpu_upload(struct smol_backend *be, struct smol_weight *w, char *err) { return SMOL_OK; }
+
+static enum smol_err cpu_reserve(struct smol_backend *be, int max_tokens, int max_cols, int max_ctx, char *err)
+{
+    struct cpu *c = C(be);
+    if (max_tokens <= c->max_tokens && max_cols <= c->max_cols && max_ctx <= c->max_ctx) return SMOL_OK;
+    if (max_tokens < c->max_tokens) max_tokens = c->max_tokens;
+    if (max_cols < c->max_cols) max_cols = c->max_cols;
+    if (max_ctx < c->max_ctx) max_ctx = c->max_ctx;
+    free(c->xq);
+    free(c->att);
+    /* widest activation format is f32 (4 B/elt); q8_K needs 292 B per 256 */
+    c->xq_row = ((size_t)max_cols * 4 + 63) / 64 * 64;
+    c->att_stride = ((size_t)max_ctx * 16 + 15) / 16 * 16;  /* up to 16 query heads per kv head */
+    c->xq = cpu_alloc(be, c->xq_row * (size_t)max_tokens);
+    c->att = cpu_alloc(be, c->att_stride * sizeof(float) * (size_t)be->n_threads);
+    if (!c->xq || !c->att) return smol_errf(err, SMOL_ENOMEM, "cpu backend: cannot allocate scratch");
+    c->max_tokens = max_tokens;
+    c->max_cols = max_cols;
+    c->max_ctx = max_ctx;
+    return SMOL_OK;
+}
+
+/* ---- row-wise ops ------------------------------------------------------- */
+
+struct rows_job {
+    const struct smol_backend *be;
+    float *out;
+    const float *x, *y;
+    const struct smol_weight *w;
+    const int32_t *ids;
+    int n, dim;
+    float eps;
+};
+
+static void get_rows_task(void *a, int t, int th)
+{
+    struct rows_job *j = a;
+    const struct smol_type_traits *tr = smol_type_traits(j->w->type);
+    tr->dequant((const uint8_t *)j->w->data + (size_t)j->ids[t] * j->w->row_bytes, j->out + (size_t)t * j->dim,
+                j->dim);
+}
+
+static void cpu_get_rows(struct smol_backend *be, float *out, const struct smol_weight *w, const int32_t *ids, int n)
+{
+    struct rows_job j = {.out = out, .w = w, .ids = ids, .n = n, .dim = w->cols};
+    smol_pool_run(C(be)->pool, n, get_rows_task, &j);
+}
+
+static void rmsnorm_task(void *a, int t, int th)
+{
+    struct rows_job *j = a;
+    smol_rmsnorm_ref(j->out + (size_t)t * j->dim, j->x + (size_t)t * j->dim, j->w->data, j->dim, j->eps);
+}
+
+static void cpu_rmsnorm(struct smol_backend *be, float *out, const float *x, const struct smol_weight *w, int n,
+                        int dim, float eps)
+{
+    struct rows_job j = {.out = out, .x = x, .w = w, .n = n, .dim = dim, .eps = eps};
+    smol_pool_run(C(be)->pool, n, rmsnorm_task, &j);
+}
+
+#define ELT_CHUNK 16384
+
+static void silu_task(void *a, int t, int th)
+{
+    struct rows_job *j = a;
+    size_t off = (size_t)t * ELT_CHUNK;
+    int len = j->n - (int)off < ELT_CHUNK ? j->n - (int)off : ELT_CHUNK;
+    smol_silu_mul_ref(j->out + off, j->x + off, len);
+}
+
+static void cpu_silu_mul(struct smol_backend *be, float *gate, const float *up, int n)
+{
+    struct rows_job j = {.out = gate, .x = up, .n = n};
+    smol_pool_run(C(be)->pool, (n + ELT_CHUNK - 1) / ELT_CHUNK, silu_task, &j);
+}
+
+static void cpu_add(struct smol_backend *be, float *x, const float *y, int n) { smol_add_ref(x, y, n); }
+
+static void cpu_gather_rows(struct smol_backend *be, float *out, const float *x, const int32_t *idx, int n, int dim)
+{
+    for (int i = 0; i < n; i++)
+        if (out + (size_t)i * dim != x + (size_t)idx[i] * dim)
+            memmove(out + (size_t)i * dim, x + (size_t)idx[i] * dim, (size_t)dim * sizeof *out);
+}
+
+/* ---- matmul -------------------------------------------------------------- */
+
+struct mm_job {
+    struct cpu *c;
+    float *out;
+    const struct smol_weight *w;
+    const float *x;
+    const uint8_t *xq;
+    size_t xq_row;
+    int n;
+    smol_vec_dot_fn dot;
+    smol_quantize_fn quant;
+};
+
+static void quant_task(void *a, int t, int th)
+{
+    struct mm_job *j = a;
+    j->quant(j->x + (size_t)t * j->w->cols, j->c->xq + (size_t)t * j->xq_row, j->w->cols);
+}
+
+static void mm_task(void *a, int task, int th)
+{
+    struct mm_job *j = a;
+    const struct smol_weight *w = j->w;
+    int r0 = task * ROWS_PER_TASK, r1 = r0 + ROWS_PER_TASK < w->rows ? r0 + ROWS_PER_TASK : w->rows;
+    const uint8_t *wd = w->data;
+    for (int t = 0; t < j->n; t++) {
+        const void *xt = j->xq + (size_t)t * j->xq_row;
+        float *o = j->out + (size_t)t * w->rows;
+        for (int r = r0; r < r1; r++) o[r] = j->dot(w->cols, wd + (size_t)r * w->row_bytes, xt);
+    }
+}
+
+static void cpu_matmul(struct smol_backend *be, float *out, const struct smol_weight *w, const float *x, int n)
+{
+    struct cpu *c = C(be);
+    const struct smol_type_traits *tr = smol_type_traits(w->type);
+    SMOL_ASSERT(tr && tr->supported && n <= c->max_tokens && w->cols <= c->max_cols);
+    struct mm_job j = {.c = c, .out = out, .w = w, .x = x, .n = n, .dot = c->k->vec_dot[w->type]};
+    if (tr->vec_dot_type == SMOL_TYPE_F32) {
+        j.xq = (const uint8_t *)x;
+        j.xq_row = (size_t)w->cols * sizeof(float);
+    } else {
+        j.xq = c->xq;
+        j.xq_row = smol_row_size(tr->vec_dot_type, w->cols);
+        j.quant = c->k->quantize[tr->vec_dot_type];
+        smol_pool_run(c->pool, n, quant_task, &j);
+    }
+    smol_pool_run(c->pool, (w->rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK, mm_task, &j);
+}
+
+/* ---- rope ---------------------------------------------------------------- */
+
+struct rope_job {
+    float *x;
+    const int32_t *pos;
+    int n_heads, head_dim;
+    const struct smol_rope_params *rp;
+};
+
+static void rope_task(void *a, int t, int th)
+{
+    struct rope_job *j = a;
+    float cs[512];
+    SMOL_ASSERT(j->rp->n_dims <= 512);
+    smol_rope_cache_ref(cs, j->pos[t], j->rp);
+    smol_rope_apply_ref(j->x + (size_t)t * j->n_heads * j->head_dim, j->n_heads, j->head_dim, j->rp->n_dims, cs);
+}
+
+static void cpu_rope(struct smol_backend *be, float *x, const int32_t *pos, int n, int n_heads, int head_dim,
+                     const struct smol_rope_params *rp)
+{
+    struct rope_job j = {x, pos, n_heads, head_dim, rp};
+    smol_pool_run(C(be)->pool, n, rope_task, &j);
+}
+
+/* ---- KV cache -------------------------------------------------------------- */
+
+static inline uint8_t *kv_at(const struct smol_kv *kv, void *base, int layer, int page, int head, int slot)
+{
+    return (uint8_t *)base + layer * kv->layer_bytes + (size_t)page * kv->page_bytes +
+           ((size_t)head * SMOL_KV_PAGE + slot) * kv->head_dim * kv->elt_size;
+}
+
+static void store_row(const struct smol_kv *kv, uint8_t *dst, const float *src)
+{
+    if (kv->type == SMOL_TYPE_F32) memcpy(dst, src, (size_t)kv->head_dim * 4);
+    else {
+        smol_half *h = (smol_half *)dst;
+        for (int i = 0; i < kv->head_dim; i++) h[i] = smol_f32_to_half(src[i]);
+    }
+}
+
+static void cpu_kv_store(struct smol_backend *be, struct smol_kv *kv, int layer, const float *k, const float *v,
+                         const struct smol_batch *b)
+{
+    const int kv_dim = kv->n_kv_heads * kv->head_dim;
+    for (int t = 0; t < b->n_tokens; t++) {
+        const struct smol_kv_seq *s = b->seq[t];
+        int pos = b->pos[t], page = s->pages[pos / SMOL_KV_PAGE], slot = pos % SMOL_KV_PAGE;
+        for (int h = 0; h < kv->n_kv_heads; h++) {
+            store_row(kv, kv_at(kv, kv->k, layer, page, h, slot), k + (size_t)t * kv_dim + h * kv->head_dim);
+            store_row(kv, kv_at(kv, kv->v, layer, page, h, slot), v + (size_t)t * kv_dim + h * kv->head_dim);
+        }
+    }
+}
+
+static void cpu_kv_copy_page(struct smol_backend *be, struct smol_kv *kv, int dst, int src)
+{
+    for (int l = 0; l < kv->n_layers; l++) {
+        memcpy(kv_at(kv, kv->k, l, dst, 0, 0), kv_at(kv, kv->k, l, src, 0, 0), kv->page_bytes);
+        memcpy(kv_at(kv, kv->v, l, dst, 0, 0), kv_at(kv, kv->v, l, src, 0, 0), kv->page_bytes);
+    }
+}
+
+/* ---- attention ------------------------------------------------------------- */
+
+struct att_job {
+    struct cpu *c;
+    float *out;
+    const float *q;
+    const struct smol_kv *kv;
+    const struct smol_batch *b;
+    int layer, n_heads, group;
+    float scale;
+};
+
+static void att_task(void *a, int task, int th)
+{
+    struct att_job *j = a;
+    const struct smol_kv *kv = j->kv;
+    const int hd = kv->head_dim, kvh = task % kv->n_kv_heads, t = task / kv->n_kv_heads;
+    const int n_pos = j->b->pos[t] + 1, G = j->group;
+    const struct smol_kv_seq *s = j->b->seq[t];
+    const float *q = j->q + (size_t)t * j->n_heads * hd + (size_t)kvh * G * hd;
+    float *out = j->out + (size_t)t * j->n_heads * hd + (size_t)kvh * G * hd;
+    float *sc = j->c->att + (size_t)th * j->c->att_stride;   /* [G][n_pos] */
+    const smol_vec_dot_fn kdot = j->c->k->kv_dot[kv->type];
+
+    for (int p = 0; p < n_pos; p++) {
+        const uint8_t *kr = kv_at(kv, kv->k, j->layer, s->pages[p / SMOL_KV_PAGE], kvh, p % SMOL_KV_PAGE);
+        for (int g = 0; g < G; g++) sc[(size_t)g * n_pos + p] = kdot(hd, kr, q + g * hd) * j->scale;
+    }
+    for (int g = 0; g < G; g++) smol_softmax_ref(sc + (size_t)g * n_pos, n_pos);
+    memset(out, 0, (size_t)G * hd * sizeof *out);
+    for (int p = 0; p < n_pos; p++) {
+        const uint8_t *vr = kv_at(kv, kv->v, j->layer, s->pages[p / SMOL_KV_PAGE], kvh, p % SMOL_KV_PAGE);
+        for (int g = 0; g < G; g++) j->c->k->kv_axpy[kv->type](hd, sc[(size_t)g * n_pos + p], vr, out + g * hd);
+    }
+}
+
+static void cpu_attention(struct smol_backend *be, float *out, const float *q, const struct smol_kv *kv, int layer,
+                          const struct smol_batch *b, int n_heads, float scale)
+{
+    struct cpu *c = C(be);
+    struct att_job j = {c, out, q, kv, b, layer, n_heads, n_heads / kv->n_kv_heads, scale};
+    SMOL_ASSERT(j.group <= 16);
+    for (int t = 0; t < b->n_tokens; t++) SMOL_ASSERT(b->pos[t] < c->max_ctx);
+    smol_pool_run(c->pool, b->n_tokens * kv->n_kv_heads, att_task, &j);
+}
+
+/* ---- lifecycle --------------------------------------------------------------- */
+
+static void cpu_destroy(struct smol_backend *be)
+{
+    struct cpu *c = C(be);
+    smol_pool_free(&c->pool);
+    free(c->xq);
+    free(c->att);
+    free(c);
+    free(be);
+}
+
+enum smol_err smol_backend_cpu_new(struct smol_backend **out, int n_threads, char *err)
+{
+    *out = NULL;
+    struct smol_backend *be = calloc(1, sizeof *be);
+    struct cpu *c = calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return smol_errf(err, SMOL_ENOMEM, "cpu backend: out of memory");
+    }
+    enum smol_err e = smol_pool_new(&c->pool, n_threads, err);
+    if (e) {
+        free(be);
+        free(c);
+        return e;
+    }
+    c->k = smol_cpu_kernels();
+    *be = (struct smol_backend){
+        .name = c->k->name, .impl = c, .n_threads = smol_pool_threads(c->pool),
+        .destroy = cpu_destroy, .reserve = cpu_reserve, .alloc = cpu_alloc, .free = cpu_free,
+        .to_host = cpu_to_host, .upload_weight = cpu_upload, .get_rows = cpu_get_rows,
+        .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul, .rope = cpu_rope, .kv_store = cpu_kv_store,
+        .attention = cpu_attention, .silu_mul = cpu_silu_mul, .add = cpu_add,
+        .gather_rows = cpu_gather_rows, .kv_copy_page = cpu_kv_copy_page,
+    };
+    *out = be;
+    return SMOL_OK;
+}
+
+void smol_backend_free(struct smol_backend **be)
+{
+    if (!be || !*be) return;
+    (*be)->destroy(*be);
+    *be = NULL;
+}

