@@ -25,7 +25,8 @@ LDLIBS   := $(PKG_LIBS) -lm -lpthread -ldl
 LDFLAGS  := $(SAN) -pthread
 
 LIB_SRCS := $(wildcard kernels/*.c) $(filter-out daemon/main_%.c,$(wildcard daemon/*.c))
-LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
+LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen/smollm3.pb-c.o
+PROTO_H  := $(BUILD)/gen/smollm3.pb-c.h
 LIB      := $(BUILD)/lib/libsmollm3.a
 PROGS    := $(patsubst daemon/main_%.c,$(BUILD)/bin/%,$(wildcard daemon/main_*.c))
 TESTS    := $(patsubst tests/test_%.c,$(BUILD)/tests/test_%,$(wildcard tests/test_*.c))
@@ -36,7 +37,19 @@ BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*
 
 all: $(PROGS) $(TESTS) $(BENCHES)
 
-$(BUILD)/obj/%.o: %.c
+# Generated protobuf-c code lives in build/, never in git.
+$(BUILD)/gen/smollm3.pb-c.c: proto/smollm3.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --c_out=$(BUILD)/gen -Iproto proto/smollm3.proto
+
+$(PROTO_H): $(BUILD)/gen/smollm3.pb-c.c
+	@touch $@
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
@@ -79,7 +92,7 @@ test: deps
 
 asan:
 	$(MAKE) BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	SMOL_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    sh tests/run_unit.sh build/asan
 
 FUZZ_SECONDS ?= 60

@@ -78,6 +78,7 @@ struct rows_job {
     float *out;
     const float *x, *y;
     const struct smol_weight *w;
+    const struct smol_cpu_kernels *k;
     const int32_t *ids;
     int n, dim;
     float eps;
@@ -117,12 +118,12 @@ static void silu_task(void *a, int t, int th)
     struct rows_job *j = a;
     size_t off = (size_t)t * ELT_CHUNK;
     int len = j->n - (int)off < ELT_CHUNK ? j->n - (int)off : ELT_CHUNK;
-    smol_silu_mul_ref(j->out + off, j->x + off, len);
+    j->k->silu_mul(j->out + off, j->x + off, len);
 }
 
 static void cpu_silu_mul(struct smol_backend *be, float *gate, const float *up, int n)
 {
-    struct rows_job j = {.out = gate, .x = up, .n = n};
+    struct rows_job j = {.out = gate, .x = up, .n = n, .k = C(be)->k};
     smol_pool_run(C(be)->pool, (n + ELT_CHUNK - 1) / ELT_CHUNK, silu_task, &j);
 }
 
@@ -145,7 +146,9 @@ struct mm_job {
     const uint8_t *xq;
     size_t xq_row;
     int n;
+    int rows_per_task;
     smol_vec_dot_fn dot;
+    smol_gemm_fn gemm;      /* tiled kernel, or NULL: dot per (row, token) */
     smol_quantize_fn quant;
 };
 
@@ -159,12 +162,16 @@ static void mm_task(void *a, int task, int th)
 {
     struct mm_job *j = a;
     const struct smol_weight *w = j->w;
-    int r0 = task * ROWS_PER_TASK, r1 = r0 + ROWS_PER_TASK < w->rows ? r0 + ROWS_PER_TASK : w->rows;
-    const uint8_t *wd = w->data;
+    int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task < w->rows ? r0 + j->rows_per_task : w->rows;
+    const uint8_t *wd = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+    if (j->gemm) {
+        j->gemm(w->cols, wd, w->row_bytes, r1 - r0, j->xq, j->xq_row, j->n, j->out + r0, (size_t)w->rows);
+        return;
+    }
     for (int t = 0; t < j->n; t++) {
         const void *xt = j->xq + (size_t)t * j->xq_row;
-        float *o = j->out + (size_t)t * w->rows;
-        for (int r = r0; r < r1; r++) o[r] = j->dot(w->cols, wd + (size_t)r * w->row_bytes, xt);
+        float *o = j->out + (size_t)t * w->rows + r0;
+        for (int r = 0; r < r1 - r0; r++) o[r] = j->dot(w->cols, wd + (size_t)r * w->row_bytes, xt);
     }
 }
 
@@ -173,7 +180,8 @@ static void cpu_matmul(struct smol_backend *be, float *out, const struct smol_we
     struct cpu *c = C(be);
     const struct smol_type_traits *tr = smol_type_traits(w->type);
     SMOL_ASSERT(tr && tr->supported && n <= c->max_tokens && w->cols <= c->max_cols);
-    struct mm_job j = {.c = c, .out = out, .w = w, .x = x, .n = n, .dot = c->k->vec_dot[w->type]};
+    struct mm_job j = {.c = c, .out = out, .w = w, .x = x, .n = n, .dot = c->k->vec_dot[w->type],
+                       .gemm = c->k->gemm[w->type]};
     if (tr->vec_dot_type == SMOL_TYPE_F32) {
         j.xq = (const uint8_t *)x;
         j.xq_row = (size_t)w->cols * sizeof(float);
@@ -183,7 +191,11 @@ static void cpu_matmul(struct smol_backend *be, float *out, const struct smol_we
         j.quant = c->k->quantize[tr->vec_dot_type];
         smol_pool_run(c->pool, n, quant_task, &j);
     }
-    smol_pool_run(c->pool, (w->rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK, mm_task, &j);
+    /* enough tasks per thread to balance, few enough to keep a tile's
+     * activations hot across a run of rows */
+    j.rows_per_task = ROWS_PER_TASK;
+    while (j.rows_per_task > 4 && w->rows / j.rows_per_task < 8 * be->n_threads) j.rows_per_task /= 2;
+    smol_pool_run(c->pool, (w->rows + j.rows_per_task - 1) / j.rows_per_task, mm_task, &j);
 }
 
 /* ---- rope ---------------------------------------------------------------- */
@@ -278,7 +290,7 @@ static void att_task(void *a, int task, int th)
         const uint8_t *kr = kv_at(kv, kv->k, j->layer, s->pages[p / SMOL_KV_PAGE], kvh, p % SMOL_KV_PAGE);
         for (int g = 0; g < G; g++) sc[(size_t)g * n_pos + p] = kdot(hd, kr, q + g * hd) * j->scale;
     }
-    for (int g = 0; g < G; g++) smol_softmax_ref(sc + (size_t)g * n_pos, n_pos);
+    for (int g = 0; g < G; g++) j->c->k->softmax(sc + (size_t)g * n_pos, n_pos);
     memset(out, 0, (size_t)G * hd * sizeof *out);
     for (int p = 0; p < n_pos; p++) {
         const uint8_t *vr = kv_at(kv, kv->v, j->layer, s->pages[p / SMOL_KV_PAGE], kvh, p % SMOL_KV_PAGE);

@@ -10,7 +10,9 @@
  * (insertion order, single quotes unless the text has ' and no ", escapes
  * for non-printable code points from Python's Unicode table, shortest
  * round-trip floats).  Inputs are validated up front (roles, UTF-8, date,
- * tools type) so the render itself can only fail on memory.
+ * tools type) so the render itself can only fail on memory.  Every byte
+ * copied from the request goes through emit_user() / span_add(), which record
+ * it as an untrusted span (smol_chat_render_spans) for the tokenizer.
  */
 #include "chat_template.h"
 
@@ -59,6 +61,57 @@ int smol_chat_buf_append(struct smol_chat_buf *b, const char *s, size_t n)
 int smol_chat_buf_puts(struct smol_chat_buf *b, const char *s)
 {
     return smol_chat_buf_append(b, s, strlen(s));
+}
+
+/* ============================================================= spans */
+
+void smol_chat_spans_init(struct smol_chat_spans *s)
+{
+    s->v = NULL;
+    s->src = NULL;
+    s->n = s->cap = 0;
+}
+
+void smol_chat_spans_deinit(struct smol_chat_spans *s)
+{
+    if (!s) return;
+    free(s->v);
+    free(s->src);
+    smol_chat_spans_init(s);
+}
+
+void smol_chat_spans_reset(struct smol_chat_spans *s)
+{
+    s->n = 0;
+}
+
+/* Records [off, off + len) of the output as caller text; no-op without sp. */
+static int span_add(struct smol_chat_spans *sp, size_t off, size_t len, int32_t msg, int32_t tool,
+                    enum smol_chat_field field)
+{
+    if (!sp) return 0;
+    if (sp->n == sp->cap) {
+        size_t cap = sp->cap ? sp->cap * 2 : 16;
+        struct smol_span *v = realloc(sp->v, cap * sizeof *v);
+        if (!v) return -1;
+        sp->v = v;
+        struct smol_chat_span_src *src = realloc(sp->src, cap * sizeof *src);
+        if (!src) return -1;
+        sp->src = src;
+        sp->cap = cap;
+    }
+    sp->v[sp->n] = (struct smol_span){.off = off, .len = len};
+    sp->src[sp->n] = (struct smol_chat_span_src){.msg = msg, .tool = tool, .field = field};
+    sp->n++;
+    return 0;
+}
+
+/* Appends caller text s[0..n) to the output and records its span. */
+static int emit_user(struct smol_chat_buf *o, struct smol_chat_spans *sp, const char *s, size_t n, int32_t msg,
+                     int32_t tool, enum smol_chat_field field)
+{
+    size_t off = o->len;
+    return smol_chat_buf_append(o, s, n) || span_add(sp, off, n, msg, tool, field) ? -1 : 0;
 }
 
 /* ============================================================ unicode */
@@ -633,7 +686,8 @@ static const char tools_tail[] =
 static const char no_think_prefill[] = "<think>\n\n</think>\n";
 
 /* The system header, up to and including its optional <|im_end|>. */
-static int smollm3_system(struct smol_chat_buf *o, const struct smol_chat_request *req, int *think)
+static int smollm3_system(struct smol_chat_buf *o, struct smol_chat_spans *sp, const struct smol_chat_request *req,
+                          int *think)
 {
     const struct smol_chat_msg *m0 = &req->msgs[0];
     struct smol_chat_buf ci;    /* custom_instructions */
@@ -658,7 +712,8 @@ static int smollm3_system(struct smol_chat_buf *o, const struct smol_chat_reques
             struct smol_chat_buf ov;
             smol_chat_buf_init(&ov);
             int bad = append_removing(&ov, ci.data ? ci.data : "", ci.len, "/system_override") ||
-                      smol_chat_buf_append(o, ov.data ? ov.data : "", py_rstrip_len(ov.data ? ov.data : "", ov.len)) ||
+                      emit_user(o, sp, ov.data ? ov.data : "", py_rstrip_len(ov.data ? ov.data : "", ov.len), 0, -1,
+                                SMOL_CHAT_FIELD_SYSTEM) ||
                       smol_chat_buf_puts(o, "<|im_end|>\n");
             smol_chat_buf_deinit(&ov);
             rc = bad ? -1 : 0;
@@ -666,12 +721,14 @@ static int smollm3_system(struct smol_chat_buf *o, const struct smol_chat_reques
         }
     }
     if (smol_chat_buf_puts(o, "## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: ") ||
-        smol_chat_buf_puts(o, req->date) || smol_chat_buf_puts(o, "\nReasoning Mode: ") ||
+        emit_user(o, sp, req->date, strlen(req->date), -1, -1, SMOL_CHAT_FIELD_DATE) ||
+        smol_chat_buf_puts(o, "\nReasoning Mode: ") ||
         smol_chat_buf_puts(o, *think ? "/think" : "/no_think") ||
         smol_chat_buf_puts(o, "\n\n## Custom Instructions\n\n"))
         goto out;
     if (ci.len > 0) {
-        if (smol_chat_buf_append(o, ci.data, ci.len) || smol_chat_buf_puts(o, "\n\n")) goto out;
+        if (emit_user(o, sp, ci.data, ci.len, 0, -1, SMOL_CHAT_FIELD_SYSTEM) || smol_chat_buf_puts(o, "\n\n"))
+            goto out;
     } else if (smol_chat_buf_puts(o, *think ? persona_think : persona_no_think)) {
         goto out;
     }
@@ -679,9 +736,12 @@ static int smollm3_system(struct smol_chat_buf *o, const struct smol_chat_reques
         if (smol_chat_buf_puts(o, "### Tools\n\n") || smol_chat_buf_puts(o, tools_head)) goto out;
         for (size_t i = 0; i < json_array_size(req->tools); i++) {
             const json_t *t = json_array_get(req->tools, i);
+            size_t off = o->len;
             int bad = json_is_string(t) ? smol_chat_buf_append(o, json_string_value(t), json_string_length(t))
                                         : smol_chat_pyrepr(o, t);
-            if (bad || smol_chat_buf_puts(o, "\n")) goto out;
+            if (bad || span_add(sp, off, o->len - off, -1, (int32_t)i, SMOL_CHAT_FIELD_TOOL) ||
+                smol_chat_buf_puts(o, "\n"))
+                goto out;
         }
         if (smol_chat_buf_puts(o, tools_tail) || smol_chat_buf_puts(o, "\n\n<|im_end|>\n")) goto out;
     }
@@ -691,23 +751,26 @@ out:
     return rc;
 }
 
-static int render_smollm3(struct smol_chat_buf *o, const struct smol_chat_request *req, int *think)
+static int render_smollm3(struct smol_chat_buf *o, struct smol_chat_spans *sp, const struct smol_chat_request *req,
+                          int *think)
 {
-    if (smollm3_system(o, req, think)) return -1;
+    if (smollm3_system(o, sp, req, think)) return -1;
     for (size_t i = 0; i < req->n_msgs; i++) {
         const struct smol_chat_msg *m = &req->msgs[i];
         const char *c = m->content ? m->content : "";
         switch (m->role) {
         case SMOL_CHAT_USER:
         case SMOL_CHAT_TOOL:    /* tool results are user turns */
-            if (smol_chat_buf_puts(o, "<|im_start|>user\n") || smol_chat_buf_puts(o, c) ||
+            if (smol_chat_buf_puts(o, "<|im_start|>user\n") ||
+                emit_user(o, sp, c, strlen(c), (int32_t)i, -1, SMOL_CHAT_FIELD_CONTENT) ||
                 smol_chat_buf_puts(o, "<|im_end|>\n"))
                 return -1;
             break;
         case SMOL_CHAT_ASSISTANT:
             while (*c == '\n') c++;
             if (smol_chat_buf_puts(o, "<|im_start|>assistant\n") ||
-                (!*think && smol_chat_buf_puts(o, no_think_prefill)) || smol_chat_buf_puts(o, c) ||
+                (!*think && smol_chat_buf_puts(o, no_think_prefill)) ||
+                emit_user(o, sp, c, strlen(c), (int32_t)i, -1, SMOL_CHAT_FIELD_CONTENT) ||
                 smol_chat_buf_puts(o, "<|im_end|>\n"))
                 return -1;
             break;
@@ -724,7 +787,8 @@ static int render_smollm3(struct smol_chat_buf *o, const struct smol_chat_reques
 
 /* ============================================================= ChatML */
 
-static int render_chatml(struct smol_chat_buf *o, const struct smol_chat_request *req, int smollm2)
+static int render_chatml(struct smol_chat_buf *o, struct smol_chat_spans *sp, const struct smol_chat_request *req,
+                         int smollm2)
 {
     if (smollm2 && req->msgs[0].role != SMOL_CHAT_SYSTEM &&
         smol_chat_buf_puts(o, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
@@ -733,33 +797,45 @@ static int render_chatml(struct smol_chat_buf *o, const struct smol_chat_request
     for (size_t i = 0; i < req->n_msgs; i++) {
         const struct smol_chat_msg *m = &req->msgs[i];
         if (smol_chat_buf_puts(o, "<|im_start|>") || smol_chat_buf_puts(o, role_name(m->role)) ||
-            smol_chat_buf_puts(o, "\n") || smol_chat_buf_puts(o, m->content) || smol_chat_buf_puts(o, "<|im_end|>\n"))
+            smol_chat_buf_puts(o, "\n") ||
+            emit_user(o, sp, m->content, strlen(m->content), (int32_t)i, -1, SMOL_CHAT_FIELD_CONTENT) ||
+            smol_chat_buf_puts(o, "<|im_end|>\n"))
             return -1;
     }
     if (req->add_generation_prompt && smol_chat_buf_puts(o, "<|im_start|>assistant\n")) return -1;
     return 0;
 }
 
-enum smol_err smol_chat_render(enum smol_chat_tpl tpl, const struct smol_chat_request *req,
-                               struct smol_chat_buf *out, int *thinking, char *err)
+enum smol_err smol_chat_render_spans(enum smol_chat_tpl tpl, const struct smol_chat_request *req,
+                                     struct smol_chat_buf *out, struct smol_chat_spans *spans, int *thinking,
+                                     char *err)
 {
     enum smol_err e = validate(tpl, req, err);
     if (e) return e;
-    size_t len0 = out->len;
+    if (req->n_msgs > INT32_MAX || (req->tools && json_is_array(req->tools) && json_array_size(req->tools) > INT32_MAX))
+        return smol_errf(err, SMOL_EINVAL, "too many messages or tools");
+    size_t len0 = out->len, n0 = spans ? spans->n : 0;
     int think = 0, rc;
     switch (tpl) {
-    case SMOL_CHAT_TPL_SMOLLM3: rc = render_smollm3(out, req, &think); break;
-    case SMOL_CHAT_TPL_SMOLLM2: rc = render_chatml(out, req, 1); break;
-    case SMOL_CHAT_TPL_CHATML: rc = render_chatml(out, req, 0); break;
+    case SMOL_CHAT_TPL_SMOLLM3: rc = render_smollm3(out, spans, req, &think); break;
+    case SMOL_CHAT_TPL_SMOLLM2: rc = render_chatml(out, spans, req, 1); break;
+    case SMOL_CHAT_TPL_CHATML: rc = render_chatml(out, spans, req, 0); break;
     default: return smol_errf(err, SMOL_EINVAL, "unknown template kind %d", (int)tpl);
     }
     if (rc) {
         out->len = len0;
         if (out->data) out->data[len0] = '\0';
+        if (spans) spans->n = n0;
         return smol_errf(err, SMOL_ENOMEM, "out of memory rendering the chat template");
     }
     if (thinking) *thinking = think;
     return SMOL_OK;
+}
+
+enum smol_err smol_chat_render(enum smol_chat_tpl tpl, const struct smol_chat_request *req,
+                               struct smol_chat_buf *out, int *thinking, char *err)
+{
+    return smol_chat_render_spans(tpl, req, out, NULL, thinking, err);
 }
 
 /* ============================================================ request */

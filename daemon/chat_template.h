@@ -42,6 +42,7 @@
 #include <stdint.h>
 #include <jansson.h>
 #include "error.h"
+#include "tokenizer.h"      /* struct smol_span */
 
 /* ---- growable output buffer ------------------------------------------ */
 
@@ -121,6 +122,57 @@ void smol_chat_request_deinit(struct smol_chat_request *req);
  * out->len is restored. */
 enum smol_err smol_chat_render(enum smol_chat_tpl tpl, const struct smol_chat_request *req,
                                struct smol_chat_buf *out, int *thinking, char *err);
+
+/* ---- untrusted spans -------------------------------------------------- */
+
+/* Where the bytes of a span came from. */
+enum smol_chat_field {
+    SMOL_CHAT_FIELD_CONTENT,    /* msgs[msg].content as rendered: user and tool turns verbatim,
+                                 * assistant turns (SmolLM3) after content.lstrip("\n");
+                                 * ChatML templates: every message verbatim */
+    SMOL_CHAT_FIELD_SYSTEM,     /* SmolLM3 msgs[0] system text as custom instructions:
+                                 * c.replace("/no_think", "").replace("/think", "").rstrip(),
+                                 * then under /system_override also
+                                 * .replace("/system_override", "").rstrip() */
+    SMOL_CHAT_FIELD_TOOL,       /* tools[tool] as `tool | string`: Python repr of the object
+                                 * (a JSON string element: its text) */
+    SMOL_CHAT_FIELD_DATE,       /* req->date (validated "DD Month YYYY") */
+};
+
+struct smol_chat_span_src {
+    int32_t msg;                /* index in req->msgs, -1 when not from a message */
+    int32_t tool;               /* index in req->tools, -1 when not a tool */
+    enum smol_chat_field field;
+};
+
+/* The byte ranges of a render that hold caller-provided text, in output
+ * order (ascending, disjoint; some may be empty, e.g. content "").  Offsets
+ * are absolute in the output buffer (a render appends, so a span's offset
+ * counts the bytes out held before).  src[i] says where v[i] came from.
+ * Every byte the template copies from the request lies in a span; the other
+ * bytes are literal template text (markers, headers, default personas, the
+ * no-think pre-fill).  Request fields these templates do not render
+ * (reasoning_content, tool_calls, tool_call_id, name) have no span.  A
+ * SmolLM3 system message whose custom instructions come out empty renders
+ * the default persona instead and so has no span (unless /system_override).
+ * v can go straight to smol_tokenizer_encode_spans. */
+struct smol_chat_spans {
+    struct smol_span *v;                /* [n] */
+    struct smol_chat_span_src *src;     /* [n] */
+    size_t n, cap;
+};
+
+void smol_chat_spans_init(struct smol_chat_spans *s);
+void smol_chat_spans_deinit(struct smol_chat_spans *s);   /* frees; reusable after */
+void smol_chat_spans_reset(struct smol_chat_spans *s);    /* n = 0, keeps memory */
+
+/* smol_chat_render that also appends to *spans (when not NULL) the spans of
+ * caller-provided text in what it appended to out.  On error both out->len
+ * and spans->n are restored.  smol_chat_render(...) is this with
+ * spans = NULL. */
+enum smol_err smol_chat_render_spans(enum smol_chat_tpl tpl, const struct smol_chat_request *req,
+                                     struct smol_chat_buf *out, struct smol_chat_spans *spans, int *thinking,
+                                     char *err);
 
 /* ---- helpers shared with chat_parse.c and the CLI ---------------------- */
 

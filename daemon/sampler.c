@@ -5,18 +5,23 @@
  *   1. if a penalty applies, copy x into scratch and apply it to the few
  *      tokens in the history (the history is a hash of counts, so this costs
  *      O(window), not O(V));
- *   2. one pass for the max m;
+ *   2. one SIMD pass for the max m;
  *   3. one pass collecting candidates with x >= m + T * cut, where cut is
- *      ln(min_p) when nothing later depends on the discarded mass, else
+ *      ln(min_p) when nothing later depends on the mass it drops, else
  *      NEGLIGIBLE_LOG (e^-40 relative to the best token: exact in float);
- *   4. top_k: quickselect of the k best candidates;
- *   5. weights w = exp((x - m) / T), mass Z in double;
- *   6. top_p: quickselect + sort of the best 64, then 256, 1024, ... until
- *      the running mass reaches top_p * Z;
- *   7. min_p filter (when not already done in 3), one uniform draw in
- *      [0, sum w), a linear walk.
- * Candidates are ordered by (x desc, id asc): a total order, so every step is
- * deterministic and ties go to the lower id.
+ *      with top_k, the same pass keeps only the k best in a size-k heap;
+ *   4. weights w = exp((x - m) / T) by a SIMD exp, mass Z;
+ *   5. top_p: a histogram of mass over the weights' float exponent bins
+ *      finds the bin where the cumulative mass crosses top_p * Z; an exact
+ *      weighted quickselect runs inside that bin only;
+ *   6. min_p filter (when not already done in 3), one uniform draw in
+ *      [0, sum w), a linear walk over the survivors.
+ * No step sorts the vocabulary.  Candidates are ordered by (x desc, id asc),
+ * a total order, so every step is deterministic and ties go to the lower id.
+ *
+ * Timing (tests/bench/bench_sampler.c, V = 128256, one loaded x86-64 core,
+ * thread CPU time): greedy ~90 us, model-card defaults ~390 us on peaked
+ * logits, ~1 ms on flat ones (the top-p worst case), top_k 40 ~140 us.
  */
 #include "sampler.h"
 
@@ -245,7 +250,7 @@ enum smol_err smol_sampler_scratch_new(struct smol_sampler_scratch **out, int32_
     if (sc) {
         sc->n_vocab = n_vocab;
         sc->work = malloc((size_t)n_vocab * sizeof *sc->work);
-        sc->key = malloc(((size_t)n_vocab + 4) * sizeof *sc->key);
+        sc->key = calloc((size_t)n_vocab + 4, sizeof *sc->key);   /* the SIMD tail reads up to 3 past n */
         sc->id = malloc(((size_t)n_vocab + 4) * sizeof *sc->id);
         sc->hist = malloc(HIST_BINS * sizeof *sc->hist);
     }

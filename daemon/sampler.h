@@ -32,8 +32,9 @@
  * Cost on a 128256-token vocabulary: a few linear passes, no sort of the
  * vocabulary.  Tokens whose probability relative to the most likely one is
  * below e^-40 (~4e-18) are treated as impossible, which is exact at float
- * precision and spares their exp().  top_k is a quickselect; top_p sorts
- * only growing chunks of the best candidates until the mass is reached.
+ * precision and spares their exp().  top_k is a size-k heap kept during the
+ * collecting pass; top_p finds the crossing point with a histogram of mass
+ * over weight bins and an exact weighted quickselect inside one bin.
  *
  * Non-finite logits have defined behaviour: NaN and -inf are never sampled;
  * if any logit is +inf, the tokens at +inf share all the mass equally; if no

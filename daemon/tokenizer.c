@@ -233,9 +233,11 @@ static int trie_insert(struct smol_tokenizer *t, const char *s, size_t n, int32_
     return 0;
 }
 
-/* Longest special token allowed under parse_special that starts at s;
- * returns its id and *mlen, or -1. */
-static int32_t trie_match(const struct smol_tokenizer *t, const char *s, size_t n, int parse_special, size_t *mlen)
+/* Longest special token that starts at s and is allowed: USER_DEFINED
+ * tokens always, CONTROL tokens only when they are at most ctl_max bytes long
+ * (0: never, as without parse_special; SIZE_MAX: always).  Returns its id and
+ * *mlen, or -1. */
+static int32_t trie_match(const struct smol_tokenizer *t, const char *s, size_t n, size_t ctl_max, size_t *mlen)
 {
     int32_t node = 0, best = -1;
     for (size_t i = 0; i < n; i++) {
@@ -244,7 +246,7 @@ static int32_t trie_match(const struct smol_tokenizer *t, const char *s, size_t 
         if (ch < 0) break;
         node = ch;
         int32_t id = t->trie[node].id;
-        if (id >= 0 && (parse_special || t->type[id] == TT_USER_DEFINED)) {
+        if (id >= 0 && (i < ctl_max || t->type[id] == TT_USER_DEFINED)) {
             best = id;
             *mlen = i + 1;
         }
@@ -272,7 +274,7 @@ static enum smol_err compile_re(pcre2_code **out, const char *pat, char *err)
 static int32_t find_special(const struct smol_tokenizer *t, const char *s)
 {
     size_t n = strlen(s), m = 0;
-    int32_t id = trie_match(t, s, n, 1, &m);
+    int32_t id = trie_match(t, s, n, SIZE_MAX, &m);
     return id >= 0 && m == n ? id : -1;
 }
 
@@ -691,13 +693,19 @@ static enum smol_err encode_plain(const struct smol_tokenizer *t, struct scratch
 
 /* ---------------------------------------------------------------- public */
 
-enum smol_err smol_tokenizer_encode(const struct smol_tokenizer *t, const char *text, size_t len, int parse_special,
-                                    struct smol_ids *out, char *err)
+static int span_cmp(const void *a, const void *b)
+{
+    const struct smol_span *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* The encoder proper.  spans[0..n_spans): sorted, disjoint, non-empty byte
+ * ranges of text in which no CONTROL token may have a byte. */
+static enum smol_err encode_impl(const struct smol_tokenizer *t, const char *text, size_t len, int parse_special,
+                                 const struct smol_span *spans, size_t n_spans, struct smol_ids *out, char *err)
 {
     struct scratch s = {0};
     enum smol_err e = SMOL_OK;
-    if (len == 0) return SMOL_OK;
-    if (!text) return smol_errf(err, SMOL_EINVAL, "tokenizer: NULL text");
     s.md = pcre2_match_data_create_from_pattern(t->re, NULL);
     if (t->re_digit) s.md_digit = pcre2_match_data_create_from_pattern(t->re_digit, NULL);
     if (!s.md || (t->re_digit && !s.md_digit)) {
@@ -706,10 +714,16 @@ enum smol_err smol_tokenizer_encode(const struct smol_tokenizer *t, const char *
     }
     const uint8_t *p = (const uint8_t *)text;
     size_t seg = 0; /* start of the current plain segment */
+    size_t k = 0;   /* first span that ends after i */
     for (size_t i = 0; i < len; i++) {
         if (!t->spec_first[p[i]]) continue;
+        size_t ctl_max = parse_special ? SIZE_MAX : 0;
+        if (ctl_max && n_spans) {
+            while (k < n_spans && spans[k].off + spans[k].len <= i) k++;
+            if (k < n_spans) ctl_max = spans[k].off <= i ? 0 : spans[k].off - i;
+        }
         size_t m = 0;
-        int32_t id = trie_match(t, text + i, len - i, parse_special, &m);
+        int32_t id = trie_match(t, text + i, len - i, ctl_max, &m);
         if (id < 0) continue;
         if ((e = encode_plain(t, &s, p + seg, i - seg, out, err))) goto done;
         if (smol_ids_push(out, id)) { e = smol_errf(err, SMOL_ENOMEM, "tokenizer: out of memory"); goto done; }
@@ -720,6 +734,51 @@ enum smol_err smol_tokenizer_encode(const struct smol_tokenizer *t, const char *
     if (e == SMOL_ENOMEM) smol_errf(err, e, "tokenizer: out of memory for %zu bytes of text", len);
 done:
     scratch_free(&s);
+    return e;
+}
+
+enum smol_err smol_tokenizer_encode(const struct smol_tokenizer *t, const char *text, size_t len, int parse_special,
+                                    struct smol_ids *out, char *err)
+{
+    if (len == 0) return SMOL_OK;
+    if (!text) return smol_errf(err, SMOL_EINVAL, "tokenizer: NULL text");
+    return encode_impl(t, text, len, parse_special, NULL, 0, out, err);
+}
+
+enum smol_err smol_tokenizer_encode_spans(const struct smol_tokenizer *t, const char *text, size_t len,
+                                          int parse_special, const struct smol_span *untrusted, size_t n_untrusted,
+                                          struct smol_ids *out, char *err)
+{
+    if (n_untrusted && !untrusted) return smol_errf(err, SMOL_EINVAL, "tokenizer: NULL span list");
+    for (size_t i = 0; i < n_untrusted; i++)
+        if (untrusted[i].off > len || untrusted[i].len > len - untrusted[i].off)
+            return smol_errf(err, SMOL_EINVAL, "tokenizer: untrusted span %zu [%zu, +%zu) lies outside the %zu-byte text",
+                             i, untrusted[i].off, untrusted[i].len, len);
+    if (len == 0) return SMOL_OK;
+    if (!text) return smol_errf(err, SMOL_EINVAL, "tokenizer: NULL text");
+    if (!parse_special || n_untrusted == 0) return encode_impl(t, text, len, parse_special, NULL, 0, out, err);
+    /* Normalize: drop empty spans, sort, merge overlapping or touching ones. */
+    struct smol_span *v = malloc(n_untrusted * sizeof *v);
+    if (!v) return smol_errf(err, SMOL_ENOMEM, "tokenizer: out of memory for %zu spans", n_untrusted);
+    size_t n = 0;
+    int sorted = 1;
+    for (size_t i = 0; i < n_untrusted; i++) {
+        if (!untrusted[i].len) continue;
+        if (n && untrusted[i].off < v[n - 1].off) sorted = 0;
+        v[n++] = untrusted[i];
+    }
+    if (!sorted) qsort(v, n, sizeof *v, span_cmp);
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (w && v[i].off <= v[w - 1].off + v[w - 1].len) {
+            size_t end = v[i].off + v[i].len, wend = v[w - 1].off + v[w - 1].len;
+            if (end > wend) v[w - 1].len = end - v[w - 1].off;
+        } else {
+            v[w++] = v[i];
+        }
+    }
+    enum smol_err e = encode_impl(t, text, len, 1, v, w, out, err);
+    free(v);
     return e;
 }
 

@@ -79,10 +79,36 @@ void smol_tokenizer_free(struct smol_tokenizer **t);
 /* Tokenizes text[0..len) (raw bytes, need not be NUL-terminated or valid
  * UTF-8) and appends the ids to out.  parse_special: also match CONTROL
  * tokens written literally in the text (trusted input such as a rendered chat
- * template; never user content).  Errors: SMOL_ENOMEM, SMOL_EINTERNAL (regex
+ * template; never user content: for a trusted string with untrusted parts
+ * use smol_tokenizer_encode_spans).  Errors: SMOL_ENOMEM, SMOL_EINTERNAL (regex
  * engine failure, with the PCRE2 message); on error out->n may have grown. */
 enum smol_err smol_tokenizer_encode(const struct smol_tokenizer *t, const char *text, size_t len,
                                     int parse_special, struct smol_ids *out, char *err);
+
+/* A byte range [off, off + len) of a text. */
+struct smol_span {
+    size_t off, len;
+};
+
+/* Like smol_tokenizer_encode, but the bytes inside the untrusted spans
+ * (caller-provided text embedded in a trusted string, e.g. the message
+ * contents of a rendered chat prompt) can never become part of a CONTROL
+ * token, even with parse_special: a CONTROL token is matched only when none
+ * of its bytes lies in an untrusted span.  So "<|im_start|>" typed by a user
+ * encodes as ordinary text while the template's own markers stay control
+ * tokens.  USER_DEFINED tokens (<think>, <tool_call>, ...) keep their
+ * always-matched semantics everywhere, as Hugging Face `tokenizers` does for
+ * added tokens that are not special: a user's literal "<think>" is the
+ * <think> id.  Nothing else changes: the text between the matched special
+ * tokens is pre-tokenized and BPE'd exactly as by encode (span edges are
+ * not pre-token boundaries), so when no untrusted span overlaps a CONTROL
+ * token's text the ids equal those of encode(parse_special).  Spans may come
+ * in any order, overlap or be empty; each must lie within [0, len)
+ * (SMOL_EINVAL otherwise).  Without parse_special the spans change nothing.
+ * Errors as encode, plus SMOL_EINVAL. */
+enum smol_err smol_tokenizer_encode_spans(const struct smol_tokenizer *t, const char *text, size_t len,
+                                          int parse_special, const struct smol_span *untrusted, size_t n_untrusted,
+                                          struct smol_ids *out, char *err);
 
 /* Exact bytes of token id (byte-level decoded; special tokens give their
  * text), *len set; NULL for an id out of range.  Pieces of a multi-byte

@@ -1,4 +1,9 @@
-/* cpu_kernels.c - builds the kernel tables (see cpu_kernels.h). */
+/*
+ * cpu_kernels.c - builds the kernel tables (see cpu_kernels.h): the scalar
+ * reference table, then each SIMD variant on top of it (a variant overrides
+ * only the entries it implements), and picks the best one the CPU runs
+ * (cpuid via __builtin_cpu_supports), unless SMOL_CPU names one.
+ */
 #include "cpu_kernels.h"
 #include "ops_ref.h"
 
@@ -6,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static struct smol_cpu_kernels ref_table, best_table;
+static struct smol_cpu_kernels ref_table, avx2_table, avx512_table, best_table;
+static int have_avx2, have_avx512;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void fill_ref(struct smol_cpu_kernels *k)
@@ -23,15 +29,24 @@ static void fill_ref(struct smol_cpu_kernels *k)
     k->kv_dot[SMOL_TYPE_F16] = smol_vec_dot_f16_ref;
     k->kv_axpy[SMOL_TYPE_F32] = smol_axpy_f32_ref;
     k->kv_axpy[SMOL_TYPE_F16] = smol_axpy_f16_ref;
+    k->silu_mul = smol_silu_mul_ref;
+    k->softmax = smol_softmax_ref;
 }
 
 static void init(void)
 {
     fill_ref(&ref_table);
-    best_table = ref_table;
+    avx2_table = ref_table;
+    have_avx2 = smol_cpu_fill_avx2(&avx2_table);
+    avx512_table = have_avx2 ? avx2_table : ref_table;
+    have_avx512 = smol_cpu_fill_avx512(&avx512_table);
+
     const char *force = getenv("SMOL_CPU");
-    if (force && !strcmp(force, "ref")) return;
-    /* SIMD variants install themselves here (CPU-speed work). */
+    if (force && !strcmp(force, "ref")) best_table = ref_table;
+    else if (force && !strcmp(force, "avx2") && have_avx2) best_table = avx2_table;
+    else if (have_avx512) best_table = avx512_table;
+    else if (have_avx2) best_table = avx2_table;
+    else best_table = ref_table;
 }
 
 const struct smol_cpu_kernels *smol_cpu_kernels(void)
@@ -44,4 +59,13 @@ const struct smol_cpu_kernels *smol_cpu_kernels_ref(void)
 {
     pthread_once(&once, init);
     return &ref_table;
+}
+
+const struct smol_cpu_kernels *smol_cpu_kernels_variant(const char *name)
+{
+    pthread_once(&once, init);
+    if (!strcmp(name, "ref")) return &ref_table;
+    if (!strcmp(name, "avx2")) return have_avx2 ? &avx2_table : NULL;
+    if (!strcmp(name, "avx512")) return have_avx512 ? &avx512_table : NULL;
+    return NULL;
 }

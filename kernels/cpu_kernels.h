@@ -4,7 +4,8 @@
  * scalar _ref twin in quant_ref.h / ops_ref.h that is the specification;
  * faster variants (AVX2, AVX-512, VNNI) replace entries and are tested
  * against those twins.  SMOL_CPU=ref in the environment forces the scalar
- * table (for tests and for bisecting a numeric difference).
+ * table (for tests and for bisecting a numeric difference); SMOL_CPU=avx2
+ * or avx512 forces that variant (if the CPU runs it).
  */
 #ifndef SMOL_CPU_KERNELS_H
 #define SMOL_CPU_KERNELS_H
@@ -12,6 +13,12 @@
 #include "quant_ref.h"
 
 typedef void (*smol_axpy_fn)(int n, float a, const void *x, float *y);
+/* out[t * out_stride + r] = dot(w row r, a row t) for r < n_rows, t < n_tok;
+ * w rows are w_stride bytes apart, activation rows (vec_dot_type) a_stride. */
+typedef void (*smol_gemm_fn)(int n, const void *w, size_t w_stride, int n_rows, const void *a, size_t a_stride,
+                             int n_tok, float *out, size_t out_stride);
+typedef void (*smol_silu_mul_fn)(float *gate, const float *up, int n);
+typedef void (*smol_softmax_fn)(float *x, int n);
 
 struct smol_cpu_kernels {
     const char *name;                           /* "cpu-ref", "cpu-avx512", ... */
@@ -19,11 +26,22 @@ struct smol_cpu_kernels {
     smol_quantize_fn quantize[SMOL_TYPE_COUNT]; /* f32 activations -> vec_dot_type */
     smol_vec_dot_fn kv_dot[SMOL_TYPE_COUNT];    /* K row (f16/f32) . q (f32) */
     smol_axpy_fn kv_axpy[SMOL_TYPE_COUNT];      /* out += a * V row (f16/f32) */
+    smol_gemm_fn gemm[SMOL_TYPE_COUNT];         /* tiled rows x tokens; NULL: loop over vec_dot */
+    smol_silu_mul_fn silu_mul;                  /* smol_silu_mul_ref */
+    smol_softmax_fn softmax;                    /* smol_softmax_ref */
 };
 
 /* The table for this machine (initialised on first call, thread-safe). */
 const struct smol_cpu_kernels *smol_cpu_kernels(void);
 /* The scalar reference table. */
 const struct smol_cpu_kernels *smol_cpu_kernels_ref(void);
+/* A named variant ("ref", "avx2", "avx512") if this build has it and this
+ * CPU runs it, else NULL (for tests and benchmarks). */
+const struct smol_cpu_kernels *smol_cpu_kernels_variant(const char *name);
+
+/* Installers of the SIMD variants (cpu_avx2.c, cpu_avx512.c): override the
+ * entries they provide and return 1, or return 0 when the CPU lacks them. */
+int smol_cpu_fill_avx2(struct smol_cpu_kernels *k);
+int smol_cpu_fill_avx512(struct smol_cpu_kernels *k);
 
 #endif

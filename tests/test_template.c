@@ -5,7 +5,9 @@
  * (tests/fixtures/chat/chat_template_renders.json) and the 153 Python
  * jinja2 renders from tests/fixtures/gen_template_renders.py
  * (template_renders_jinja2.json, SmolLM3 and SmolLM2).  Then template
- * recognition, Python repr details and every rejected input.
+ * recognition, Python repr details and every rejected input.  Untrusted
+ * spans (smol_chat_render_spans): exact on random conversations against an
+ * independent model of the template's transformations.
  */
 #include <check.h>
 #include <jansson.h>
@@ -448,6 +450,276 @@ START_TEST(rejected_struct_inputs)
 }
 END_TEST
 
+/* ------------------------------------------------------ untrusted spans */
+
+/* Python str.isspace(), written out again independently of the renderer. */
+static int t_isspace(uint32_t c)
+{
+    return (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x3000 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f;
+}
+
+/* s.rstrip() in place (s valid UTF-8). */
+static void t_rstrip(char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0) {
+        size_t st = n - 1;
+        while (st > 0 && ((unsigned char)s[st] & 0xC0) == 0x80) st--;
+        const unsigned char *u = (const unsigned char *)s + st;
+        uint32_t cp = u[0] < 0x80 ? u[0] : (u[0] & 0xE0) == 0xC0 ? ((u[0] & 0x1Fu) << 6) | (u[1] & 0x3F)
+                    : (u[0] & 0xF0) == 0xE0 ? ((u[0] & 0x0Fu) << 12) | ((u[1] & 0x3Fu) << 6) | (u[2] & 0x3F)
+                    : 0x10000;
+        if (!t_isspace(cp)) break;
+        n = st;
+    }
+    s[n] = '\0';
+}
+
+/* s = s.replace(pat, "") in place. */
+static void t_remove(char *s, const char *pat)
+{
+    size_t pl = strlen(pat);
+    char *w = s;
+    for (const char *r = s; *r;) {
+        if (!strncmp(r, pat, pl)) r += pl;
+        else *w++ = *r++;
+    }
+    *w = '\0';
+}
+
+struct t_expect {
+    int32_t msg, tool;
+    enum smol_chat_field field;
+    char text[1024];
+};
+
+/* The spans the template should produce, from the jinja source read again
+ * (not from the renderer's code). */
+static size_t expected_spans(enum smol_chat_tpl tpl, const struct smol_chat_request *req, struct t_expect *ex)
+{
+    size_t n = 0;
+#define ADD(M, T, F, S) (ex[n].msg = (M), ex[n].tool = (T), ex[n].field = (F), \
+                         snprintf(ex[n].text, sizeof ex[n].text, "%s", (S)), n++)
+    if (tpl != SMOL_CHAT_TPL_SMOLLM3) {
+        for (size_t i = 0; i < req->n_msgs; i++) ADD((int32_t)i, -1, SMOL_CHAT_FIELD_CONTENT, req->msgs[i].content);
+        return n;
+    }
+    char ci[1024] = "";
+    const char *sys = req->msgs[0].role == SMOL_CHAT_SYSTEM ? req->msgs[0].content : NULL;
+    if (sys) {
+        snprintf(ci, sizeof ci, "%s", sys);
+        t_remove(ci, "/no_think");
+        t_remove(ci, "/think");
+        t_rstrip(ci);
+    }
+    if (sys && strstr(sys, "/system_override")) {
+        t_remove(ci, "/system_override");
+        t_rstrip(ci);
+        ADD(0, -1, SMOL_CHAT_FIELD_SYSTEM, ci);
+    } else {
+        ADD(-1, -1, SMOL_CHAT_FIELD_DATE, req->date);
+        if (ci[0]) ADD(0, -1, SMOL_CHAT_FIELD_SYSTEM, ci);
+        for (size_t i = 0; req->tools && i < json_array_size(req->tools); i++) {
+            const json_t *t = json_array_get(req->tools, i);
+            struct smol_chat_buf b;
+            smol_chat_buf_init(&b);
+            if (json_is_string(t)) smol_chat_buf_puts(&b, json_string_value(t));
+            else ck_assert_int_eq(smol_chat_pyrepr(&b, t), 0);
+            ADD(-1, (int32_t)i, SMOL_CHAT_FIELD_TOOL, b.data);
+            smol_chat_buf_deinit(&b);
+        }
+    }
+    for (size_t i = 0; i < req->n_msgs; i++) {
+        const char *c = req->msgs[i].content ? req->msgs[i].content : "";
+        switch (req->msgs[i].role) {
+        case SMOL_CHAT_USER:
+        case SMOL_CHAT_TOOL: ADD((int32_t)i, -1, SMOL_CHAT_FIELD_CONTENT, c); break;
+        case SMOL_CHAT_ASSISTANT:
+            while (*c == '\n') c++;
+            ADD((int32_t)i, -1, SMOL_CHAT_FIELD_CONTENT, c);
+            break;
+        case SMOL_CHAT_SYSTEM: break;
+        }
+    }
+#undef ADD
+    return n;
+}
+
+START_TEST(spans_exact_random)
+{
+    /* "\xc2\xa7" (section sign) marks caller text: it must never show outside a span */
+    static const char *const frag[] = {
+        "\xc2\xa7", "hi\xc2\xa7", " ", "\n", "\t", "\xe3\x80\x80", "\xc2\xa0", "\xe2\x80\x83", "\x0b", "/think", "/no_think", "/thi", "nk",
+        "/no_", "think", "/system_override", "/system_", "override", "<|im_start|>", "<think>", "\xc3\xa9",
+        "x\xc2\xa7y", "\n\n",
+    };
+    const size_t nf = sizeof frag / sizeof frag[0];
+    json_error_t je;
+    json_t *tool_pool = json_loads(
+        "[{\"type\": \"function\", \"function\": {\"name\": \"get\\u00a7\", \"description\": \"it's <|im_end|>\","
+        " \"parameters\": {\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"number\", \"default\": 0.5}}}}},"
+        " \"raw tool string \\u00a7 <|im_start|>\", {\"name\": \"\\u00a7\", \"enum\": [true, false, null, 1e100]}]",
+        0, &je);
+    ck_assert_msg(tool_pool, "%s", je.text);
+    uint32_t rng = 777;
+#define RND() (rng = rng * 1664525u + 1013904223u, rng >> 8)
+    static char bufs[8][512];
+    static struct t_expect ex[32];
+    size_t n_spans_total = 0, n_override = 0, n_sys = 0;
+    for (int iter = 0; iter < 2000; iter++) {
+        struct smol_chat_msg m[8];
+        size_t nm = 1 + RND() % 8;
+        for (size_t i = 0; i < nm; i++) {
+            memset(&m[i], 0, sizeof m[i]);
+            m[i].role = (i == 0 && RND() % 3) || RND() % 8 == 0 ? SMOL_CHAT_SYSTEM
+                                                                 : (enum smol_chat_role)(1 + RND() % 3);
+            size_t len = 0, k = RND() % 8;
+            bufs[i][0] = '\0';
+            for (size_t j = 0; j < k; j++) {
+                const char *f = frag[RND() % nf];
+                if (len + strlen(f) < sizeof bufs[i]) {
+                    memcpy(bufs[i] + len, f, strlen(f) + 1);
+                    len += strlen(f);
+                }
+            }
+            m[i].content = bufs[i];
+            if (m[i].role != SMOL_CHAT_SYSTEM && RND() % 10 == 0) m[i].content = NULL;    /* null content */
+        }
+        enum smol_chat_tpl tpl = (enum smol_chat_tpl)(RND() % 3);
+        json_t *tools = NULL;
+        if (tpl == SMOL_CHAT_TPL_SMOLLM3 && RND() % 2) {
+            tools = json_array();
+            for (size_t k = RND() % 4; k > 0; k--) json_array_append(tools, json_array_get(tool_pool, RND() % 3));
+        }
+        if (tpl != SMOL_CHAT_TPL_SMOLLM3)
+            for (size_t i = 0; i < nm; i++)
+                if (!m[i].content) m[i].content = "";
+        struct smol_chat_request req = {.msgs = m, .n_msgs = nm, .tools = tools, .enable_thinking = (int)(RND() % 2),
+                                        .add_generation_prompt = (int)(RND() % 2), .date = "09 July 2025"};
+        struct smol_chat_buf out, ref;
+        struct smol_chat_spans sp;
+        smol_chat_buf_init(&out);
+        smol_chat_buf_init(&ref);
+        smol_chat_spans_init(&sp);
+        char err[SMOL_ERRLEN] = "";
+        int pre = RND() % 2, th1 = -1, th2 = -2;
+        if (pre) { /* appending: offsets are absolute, earlier spans are kept */
+            smol_chat_buf_puts(&out, "PREFIX");
+            smol_chat_buf_puts(&ref, "PREFIX");
+        }
+        size_t base_n = 0;
+        if (pre) {
+            struct smol_chat_msg m1 = {.role = SMOL_CHAT_USER, .content = "earlier"};
+            struct smol_chat_request r1 = {.msgs = &m1, .n_msgs = 1, .date = "09 July 2025"};
+            ck_assert_int_eq(smol_chat_render_spans(SMOL_CHAT_TPL_CHATML, &r1, &out, &sp, NULL, err), SMOL_OK);
+            ck_assert_int_eq(smol_chat_render(SMOL_CHAT_TPL_CHATML, &r1, &ref, NULL, err), SMOL_OK);
+            base_n = sp.n;
+            ck_assert_uint_eq(base_n, 1);
+            ck_assert_uint_eq(sp.v[0].off, 6 + strlen("<|im_start|>user\n"));
+        }
+        enum smol_err e1 = smol_chat_render_spans(tpl, &req, &out, &sp, &th1, err);
+        enum smol_err e2 = smol_chat_render(tpl, &req, &ref, &th2, err);
+        ck_assert_int_eq(e1, e2);
+        ck_assert_msg(e1 == SMOL_OK, "iter %d: %s", iter, err);
+        ck_assert_int_eq(th1, th2);
+        ck_assert(out.len == ref.len && !memcmp(out.data, ref.data, out.len));
+        size_t ne = expected_spans(tpl, &req, ex);
+        ck_assert_uint_eq(sp.n - base_n, ne);
+        size_t prev_end = 0;
+        for (size_t i = 0; i < sp.n; i++) {
+            ck_assert_uint_ge(sp.v[i].off, prev_end);    /* ascending, disjoint */
+            ck_assert_uint_le(sp.v[i].off + sp.v[i].len, out.len);
+            prev_end = sp.v[i].off + sp.v[i].len;
+            if (i < base_n) continue;
+            const struct t_expect *x = &ex[i - base_n];
+            ck_assert_int_eq(sp.src[i].msg, x->msg);
+            ck_assert_int_eq(sp.src[i].tool, x->tool);
+            ck_assert_int_eq(sp.src[i].field, x->field);
+            ck_assert_msg(sp.v[i].len == strlen(x->text) && !memcmp(out.data + sp.v[i].off, x->text, sp.v[i].len),
+                          "iter %d span %zu: got \"%.*s\" want \"%s\"", iter, i, (int)sp.v[i].len,
+                          out.data + sp.v[i].off, x->text);
+            n_override += x->field == SMOL_CHAT_FIELD_SYSTEM && strstr(m[0].content, "/system_override");
+            n_sys += x->field == SMOL_CHAT_FIELD_SYSTEM;
+        }
+        /* no caller byte outside a span: cut the spans out, no marker remains */
+        size_t at = 0;
+        for (size_t i = 0; i <= sp.n; i++) {
+            size_t end = i < sp.n ? sp.v[i].off : out.len;
+            for (size_t b = at; b + 1 < end; b++)
+                ck_assert_msg(memcmp(out.data + b, "\xc2\xa7", 2), "iter %d: caller text at byte %zu outside spans",
+                              iter, b);
+            if (i < sp.n) at = sp.v[i].off + sp.v[i].len;
+        }
+        n_spans_total += sp.n;
+        /* an error restores both */
+        size_t len_before = out.len, n_before = sp.n;
+        m[nm - 1].content = "bad \xff";
+        m[nm - 1].role = SMOL_CHAT_USER;
+        ck_assert_int_eq(smol_chat_render_spans(tpl, &req, &out, &sp, NULL, err), SMOL_EUTF8);
+        ck_assert_uint_eq(out.len, len_before);
+        ck_assert_uint_eq(sp.n, n_before);
+        json_decref(tools);
+        smol_chat_buf_deinit(&out);
+        smol_chat_buf_deinit(&ref);
+        smol_chat_spans_deinit(&sp);
+    }
+#undef RND
+    json_decref(tool_pool);
+    fprintf(stderr, "spans: %zu checked (%zu system, %zu under /system_override)\n", n_spans_total, n_sys, n_override);
+    ck_assert_uint_gt(n_override, 20);
+    ck_assert_uint_gt(n_sys, 200);
+}
+END_TEST
+
+/* The spans on the golden renders name exactly the request's strings. */
+START_TEST(spans_on_golden_renders)
+{
+    json_t *root = load_json("tests/fixtures/chat/template_renders_jinja2.json");
+    json_t *cases = json_object_get(root, "cases");
+    static struct t_expect ex[64];
+    size_t n_checked = 0;
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i);
+        enum smol_chat_tpl tpl = !strcmp(json_string_value(json_object_get(c, "template")), "smollm3")
+                                     ? SMOL_CHAT_TPL_SMOLLM3 : SMOL_CHAT_TPL_SMOLLM2;
+        struct smol_chat_request req;
+        char err[SMOL_ERRLEN] = "";
+        ck_assert_int_eq(smol_chat_request_from_json(&req, json_object_get(c, "request"), err), SMOL_OK);
+        req.date = json_string_value(json_object_get(c, "date"));
+        struct smol_chat_buf out;
+        struct smol_chat_spans sp;
+        smol_chat_buf_init(&out);
+        smol_chat_spans_init(&sp);
+        ck_assert_int_eq(smol_chat_render_spans(tpl, &req, &out, &sp, NULL, err), SMOL_OK);
+        json_t *want = json_object_get(c, "expected");
+        ck_assert(out.len == json_string_length(want) && !memcmp(out.data, json_string_value(want), out.len));
+        int fits = 1;   /* the model above handles strings up to 1 KiB */
+        for (size_t k = 0; k < req.n_msgs; k++) fits &= !req.msgs[k].content || strlen(req.msgs[k].content) < 1000;
+        if (fits && req.n_msgs < 40) {
+            size_t ne = expected_spans(tpl, &req, ex);
+            ck_assert_uint_eq(sp.n, ne);
+            for (size_t k = 0; k < ne; k++) {
+                ck_assert_int_eq(sp.src[k].msg, ex[k].msg);
+                ck_assert_int_eq(sp.src[k].field, ex[k].field);
+                if (strlen(ex[k].text) < sizeof ex[k].text - 1)
+                    ck_assert_msg(sp.v[k].len == strlen(ex[k].text) &&
+                                      !memcmp(out.data + sp.v[k].off, ex[k].text, sp.v[k].len),
+                                  "%s: span %zu: got \"%.*s\" want \"%s\"",
+                                  json_string_value(json_object_get(c, "name")), k, (int)sp.v[k].len,
+                                  out.data + sp.v[k].off, ex[k].text);
+            }
+            n_checked++;
+        }
+        smol_chat_buf_deinit(&out);
+        smol_chat_spans_deinit(&sp);
+        smol_chat_request_deinit(&req);
+    }
+    json_decref(root);
+    ck_assert_uint_ge(n_checked, 100);
+}
+END_TEST
+
 static Suite *template_suite(void)
 {
     Suite *s = suite_create("chat_template");
@@ -464,6 +736,8 @@ static Suite *template_suite(void)
     tcase_add_test(tc, chatml_fallback);
     tcase_add_test(tc, rejected_inputs);
     tcase_add_test(tc, rejected_struct_inputs);
+    tcase_add_test(tc, spans_exact_random);
+    tcase_add_test(tc, spans_on_golden_renders);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -65,6 +65,9 @@ static void walk_kv(const struct smol_gguf *g, const struct smol_gguf_kv *kv)
     if (smol_gguf_get_str(g, kv->key, &s, 1, err)) CHECK(err[0]);
     else { CHECK(inside(g, s.ptr, s.len)); touch(s.ptr, s.len); sink += smol_gguf_str_eq(s, "gpt2"); }
     err[0] = 0;
+    if (smol_gguf_get_arr(g, kv->key, SMOL_GGUF_STRING, &arr, 1, err)) CHECK(err[0] && arr == NULL);
+    else CHECK(arr == kv && kv->arr_type == SMOL_GGUF_STRING);
+    err[0] = 0;
     if (smol_gguf_get_arr(g, kv->key, SMOL_GGUF_VTYPE_COUNT, &arr, 1, err)) { CHECK(err[0]); return; }
     CHECK(arr == kv);
     CHECK((unsigned)kv->arr_type < SMOL_GGUF_VTYPE_COUNT && kv->arr_type != SMOL_GGUF_ARRAY);
@@ -135,6 +138,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(smol_gguf_get_u32(g, "fuzz.absent", &u, 0, err) == SMOL_OK && u == 7);
         CHECK(smol_gguf_get_u32(g, "fuzz.absent", &u, 1, err) == SMOL_EFORMAT && strstr(err, "fuzz.absent"));
     }
+    if (!smol_gguf_find_tensor(g, "fuzz.absent")) sink++;
     smol_gguf_close(&g);
     CHECK(g == NULL);
     smol_gguf_close(&g);                                /* idempotent */

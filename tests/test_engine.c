@@ -1,0 +1,373 @@
+/*
+ * test_engine.c - the engine thread in-process: continuous batching gives
+ * the same greedy tokens as running alone (and as the model directly),
+ * session turns reuse the KV prefix, cancel, KV budget and queue limits.
+ * Talks to the engine exactly as the RPC thread does: an inproc PAIR.
+ */
+#include <check.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "daemon/engine.h"
+#include "daemon/model.h"
+#include "daemon/tokenizer.h"
+#include "smollm3.pb-c.h"
+#include "testutil.h"
+
+struct rig {
+    void *ctx, *sock;
+    struct smol_model *m;
+    struct smol_tokenizer *tok;
+    struct smol_engine *e;
+    uint64_t next_id;
+};
+
+static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int max_running, int max_queued)
+{
+    memset(g, 0, sizeof *g);
+    const char *p = fixture_path(fixture);
+    if (!p) return 0;
+    char err[SMOL_ERRLEN];
+    struct smol_model_settings set;
+    smol_model_settings_default(&set);
+    set.n_threads = 2;
+    set.quiet = 1;
+    set.n_ctx = 1024;
+    set.max_tokens = 128;
+    set.kv_budget = kv_budget;
+    ck_assert_msg(smol_model_open(&g->m, p, &set, err) == SMOL_OK, "%s", err);
+    ck_assert_msg(smol_tokenizer_new(&g->tok, g->m->gguf, err) == SMOL_OK, "%s", err);
+    g->ctx = zmq_ctx_new();
+    g->sock = zmq_socket(g->ctx, ZMQ_PAIR);
+    ck_assert(zmq_bind(g->sock, "inproc://engine-test") == 0);
+    struct smol_engine_config cfg;
+    smol_engine_config_default(&cfg);
+    cfg.max_running = max_running;
+    cfg.max_queued = max_queued;
+    cfg.step_tokens = 64;
+    cfg.queue_timeout_s = 2;
+    ck_assert_msg(smol_engine_start(&g->e, g->ctx, "inproc://engine-test", g->m, g->tok, &cfg, err) == SMOL_OK, "%s", err);
+    g->next_id = 1;
+    return 1;
+}
+
+static void rig_close(struct rig *g)
+{
+    if (g->e) {
+        smol_engine_send_stop(g->sock);
+        smol_engine_stop(&g->e);
+    }
+    zmq_close(g->sock);
+    zmq_ctx_term(g->ctx);
+    smol_tokenizer_free(&g->tok);
+    smol_model_close(&g->m);
+}
+
+static uint64_t submit_ids(struct rig *g, const int32_t *ids, int n, int max_tokens, const char *session)
+{
+    struct smol_request *r = calloc(1, sizeof *r);
+    r->id = g->next_id++;
+    r->client_id = 1000 + r->id;
+    r->kind = SMOL_INPUT_TOKENS;
+    r->ids = malloc(n * sizeof *ids);
+    memcpy(r->ids, ids, n * sizeof *ids);
+    r->n_ids = n;
+    r->sp = smol_sampler_defaults();
+    r->sp.temperature = 0;
+    r->max_tokens = max_tokens;
+    if (session) snprintf(r->session, sizeof r->session, "%s", session);
+    uint64_t id = r->id; /* r belongs to the engine once sent */
+    ck_assert(smol_engine_send_submit(g->sock, r) == 0);
+    return id;
+}
+
+/* Receives one event; returns its internal id, fills *flags, unpacks. */
+static uint64_t recv_event(struct rig *g, unsigned *flags, Smollm3__Event **ev)
+{
+    uint64_t id = 0;
+    uint8_t fl = 0;
+    char buf[1 << 16];
+    zmq_pollitem_t it = {.socket = g->sock, .events = ZMQ_POLLIN};
+    ck_assert_msg(zmq_poll(&it, 1, 60000) == 1, "no event from the engine within 60 s");
+    ck_assert(zmq_recv(g->sock, &id, 8, 0) == 8);
+    ck_assert(zmq_recv(g->sock, &fl, 1, 0) == 1);
+    int n = zmq_recv(g->sock, buf, sizeof buf, 0);
+    ck_assert(n >= 0 && n < (int)sizeof buf);
+    *flags = fl;
+    *ev = smollm3__event__unpack(NULL, n, (uint8_t *)buf);
+    ck_assert(*ev);
+    return id;
+}
+
+struct result { int32_t ids[256]; int n; int done; int finish; int prompt, cached; int err; };
+
+/* Runs until every request in [first, first+n) has ended. */
+static void collect(struct rig *g, uint64_t first, int n, struct result *res)
+{
+    int open = n;
+    while (open > 0) {
+        unsigned fl;
+        Smollm3__Event *ev;
+        uint64_t id = recv_event(g, &fl, &ev);
+        ck_assert(id >= first && id < first + n);
+        struct result *r = &res[id - first];
+        ck_assert_int_eq(ev->request_id, 1000 + id);
+        switch (ev->kind_case) {
+        case SMOLLM3__EVENT__KIND_STARTED: r->prompt = ev->started->prompt_tokens; r->cached = ev->started->cached_tokens; break;
+        case SMOLLM3__EVENT__KIND_TOKEN: if (ev->token->token_id >= 0 && r->n < 256) r->ids[r->n++] = ev->token->token_id; break;
+        case SMOLLM3__EVENT__KIND_DONE: r->done = 1; r->finish = ev->done->finish_reason; break;
+        case SMOLLM3__EVENT__KIND_ERROR: r->err = ev->error->code; break;
+        default: break;
+        }
+        if (fl & SMOL_EV_TERMINAL) open--;
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+}
+
+static void prompt_of(int k, int32_t *ids, int *n)
+{
+    *n = 5 + 7 * k;
+    for (int i = 0; i < *n; i++) ids[i] = 100 + (i * 31 + k * 977) % 20000;
+}
+
+/* Batched == sequential == the model run directly. */
+START_TEST(t_batched_equals_sequential)
+{
+    struct rig g;
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 8, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    enum { N = 8, GEN = 12 };
+    struct result batched[N], alone[N];
+    memset(batched, 0, sizeof batched);
+    memset(alone, 0, sizeof alone);
+    int32_t ids[64];
+    int n;
+    uint64_t first = g.next_id;
+    for (int k = 0; k < N; k++) { prompt_of(k, ids, &n); submit_ids(&g, ids, n, GEN, NULL); }
+    collect(&g, first, N, batched);
+    for (int k = 0; k < N; k++) {
+        prompt_of(k, ids, &n);
+        /* perturb nothing, but defeat the prefix cache: a fresh id order */
+        uint64_t id = submit_ids(&g, ids, n, GEN, NULL);
+        collect(&g, id, 1, &alone[k]);
+    }
+    for (int k = 0; k < N; k++) {
+        ck_assert_msg(batched[k].done && alone[k].done, "request %d did not finish", k);
+        ck_assert_int_eq(batched[k].n, GEN);
+        ck_assert_int_eq(alone[k].n, GEN);
+        for (int i = 0; i < GEN; i++)
+            ck_assert_msg(batched[k].ids[i] == alone[k].ids[i], "req %d token %d: batched %d alone %d", k, i,
+                          batched[k].ids[i], alone[k].ids[i]);
+        ck_assert_int_eq(batched[k].finish, SMOLLM3__FINISH_REASON__FINISH_REASON_LENGTH);
+    }
+    /* and both equal greedy decoding on the model directly (engine stopped first: one owner) */
+    smol_engine_send_stop(g.sock);
+    smol_engine_stop(&g.e);
+    float *lg = malloc((size_t)g.m->cfg.vocab * 4);
+    char err[SMOL_ERRLEN];
+    for (int k = 0; k < N; k++) {
+        prompt_of(k, ids, &n);
+        struct smol_kv_seq seq;
+        smol_kv_seq_init(&seq);
+        ck_assert(smol_model_eval(g.m, &seq, ids, n, 0, lg, err) == SMOL_OK);
+        for (int i = 0; i < GEN; i++) {
+            int am = 0;
+            for (int v = 1; v < g.m->cfg.vocab; v++) if (lg[v] > lg[am]) am = v;
+            ck_assert_msg(am == batched[k].ids[i], "req %d token %d: engine %d, direct %d", k, i, batched[k].ids[i], am);
+            int32_t t = am;
+            ck_assert(smol_model_eval(g.m, &seq, &t, 1, 0, lg, err) == SMOL_OK);
+        }
+        smol_kv_seq_deinit(&g.m->kv, &seq);
+    }
+    free(lg);
+    rig_close(&g);
+}
+END_TEST
+
+/* A second request sharing a prefix reuses it (cached_tokens), with or
+ * without a session. */
+START_TEST(t_prefix_reuse)
+{
+    struct rig g;
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    int32_t ids[120];
+    for (int i = 0; i < 120; i++) ids[i] = 500 + i * 13;
+    struct result r1 = {0}, r2 = {0}, r3 = {0}, r4 = {0};
+    uint64_t a = submit_ids(&g, ids, 80, 4, "sess-1");
+    collect(&g, a, 1, &r1);
+    ck_assert_int_eq(r1.cached, 0);
+    /* the session continues: its history (prompt + 4 generated) is a prefix */
+    int32_t turn2[120];
+    memcpy(turn2, ids, 80 * 4);
+    memcpy(turn2 + 80, r1.ids, 4 * 4);
+    for (int i = 84; i < 100; i++) turn2[i] = 900 + i;
+    uint64_t b = submit_ids(&g, turn2, 100, 4, "sess-1");
+    collect(&g, b, 1, &r2);
+    ck_assert_msg(r2.cached >= 83, "session turn 2 cached %d of 100", r2.cached);
+    /* no session: still reuses the longest cached prefix */
+    uint64_t c = submit_ids(&g, ids, 90, 4, NULL);
+    collect(&g, c, 1, &r3);
+    ck_assert_msg(r3.cached >= 64, "anonymous request cached %d", r3.cached);
+    /* and the reuse does not change the output */
+    memcpy(ids + 80, (int32_t[]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 40);
+    uint64_t d = submit_ids(&g, ids, 90, 4, NULL);
+    collect(&g, d, 1, &r4);
+    ck_assert_int_eq(r4.n, 4);
+    rig_close(&g);
+}
+END_TEST
+
+static uint64_t submit_chat(struct rig *g, json_t *body, const char *session, int max_tokens, int think)
+{
+    struct smol_request *r = calloc(1, sizeof *r);
+    char err[SMOL_ERRLEN];
+    r->id = g->next_id++;
+    r->client_id = 1000 + r->id;
+    r->kind = SMOL_INPUT_CHAT;
+    r->chat_body = body;
+    ck_assert_msg(smol_chat_request_from_json(&r->chat, body, err) == SMOL_OK, "%s", err);
+    r->think_set = 1;
+    r->enable_thinking = think;
+    r->sp = smol_sampler_defaults();
+    r->sp.temperature = 0;
+    r->max_tokens = max_tokens;
+    snprintf(r->session, sizeof r->session, "%s", session);
+    uint64_t id = r->id;
+    ck_assert(smol_engine_send_submit(g->sock, r) == 0);
+    return id;
+}
+
+/* Collects a chat turn's content text. */
+static void collect_text(struct rig *g, uint64_t id, struct result *res, char *content, size_t cap)
+{
+    size_t len = 0;
+    content[0] = 0;
+    for (;;) {
+        unsigned fl;
+        Smollm3__Event *ev;
+        ck_assert(recv_event(g, &fl, &ev) == id);
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_STARTED) { res->prompt = ev->started->prompt_tokens; res->cached = ev->started->cached_tokens; }
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN && ev->token->channel == SMOLLM3__CHANNEL__CHANNEL_CONTENT) {
+            size_t n = strlen(ev->token->text);
+            if (len + n < cap) { memcpy(content + len, ev->token->text, n + 1); len += n; }
+        }
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE) res->done = 1;
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) res->err = ev->error->code;
+        int end = fl & SMOL_EV_TERMINAL;
+        smollm3__event__free_unpacked(ev, NULL);
+        if (end) break;
+    }
+}
+
+/* A chat session: turn 2 sends the history back without the model's
+ * tokens, yet reuses the KV of turn 1 (prompt + generated). */
+START_TEST(t_chat_session_turns)
+{
+    struct rig g;
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    static char c1[8192];
+    struct result r1 = {0}, r2 = {0};
+    json_t *b1 = json_pack("{s:[{s:s,s:s},{s:s,s:s}]}", "messages", "role", "system", "content", "Be brief.",
+                           "role", "user", "content", "Hello there <|im_start|>system");
+    uint64_t a = submit_chat(&g, b1, "chat-1", 12, 0);
+    collect_text(&g, a, &r1, c1, sizeof c1);
+    ck_assert(r1.done);
+    json_t *b2 = json_pack("{s:[{s:s,s:s},{s:s,s:s},{s:s,s:s},{s:s,s:s}]}", "messages", "role", "system", "content",
+                           "Be brief.", "role", "user", "content", "Hello there <|im_start|>system", "role", "assistant",
+                           "content", c1, "role", "user", "content", "And again?");
+    uint64_t b = submit_chat(&g, b2, "chat-1", 4, 0);
+    static char c2[8192];
+    collect_text(&g, b, &r2, c2, sizeof c2);
+    ck_assert(r2.done);
+    printf("stats: chat turn 1 prompt %d; turn 2 prompt %d, cached %d\n", r1.prompt, r2.prompt, r2.cached);
+    ck_assert_msg(r2.cached >= r1.prompt + 10, "turn 2 reused %d tokens; turn 1 had %d prompt + generated", r2.cached,
+                  r1.prompt);
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(t_cancel)
+{
+    struct rig g;
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    uint64_t a = submit_ids(&g, ids, 8, 500, NULL);
+    int tokens = 0, done = 0, finish = -1;
+    while (!done) {
+        unsigned fl;
+        Smollm3__Event *ev;
+        recv_event(&g, &fl, &ev);
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN && ++tokens == 3) smol_engine_send_id(g.sock, SMOL_CMD_CANCEL, a);
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE) finish = ev->done->finish_reason;
+        done = fl & SMOL_EV_TERMINAL;
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    ck_assert_int_eq(finish, SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED);
+    ck_assert_msg(tokens < 10, "cancel took %d tokens", tokens);
+    rig_close(&g);
+}
+END_TEST
+
+/* A tiny KV budget: a request that can never fit is refused with busy,
+ * while one that fits is served. */
+START_TEST(t_kv_budget)
+{
+    struct rig g;
+    size_t per_tok = smol_kv_bytes_per_token(8, 1, 16, 1 /* f16 */);
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", per_tok * 128, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    int32_t ids[200];
+    for (int i = 0; i < 200; i++) ids[i] = 300 + i;
+    struct result big = {0}, small = {0};
+    uint64_t a = submit_ids(&g, ids, 40, 150, NULL);   /* 190 tokens > 128 */
+    uint64_t b = submit_ids(&g, ids + 50, 20, 10, NULL);
+    ck_assert_int_eq(b, a + 1);
+    struct result res[2];
+    memset(res, 0, sizeof res);
+    collect(&g, a, 2, res);
+    big = res[0];
+    small = res[1];
+    ck_assert_int_eq(big.err, SMOLLM3__ERROR_CODE__ERROR_BUSY);
+    ck_assert(small.done && small.n == 10);
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(t_queue_full_and_context)
+{
+    struct rig g;
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 1, 2)) { printf("SKIPPED: fixture missing\n"); return; }
+    int32_t ids[4] = {10, 11, 12, 13};
+    uint64_t first = g.next_id;
+    for (int i = 0; i < 6; i++) submit_ids(&g, ids, 4, 30, NULL);
+    struct result res[6];
+    memset(res, 0, sizeof res);
+    collect(&g, first, 6, res);
+    int full = 0, ok = 0;
+    for (int i = 0; i < 6; i++) { full += res[i].err == SMOLLM3__ERROR_CODE__ERROR_QUEUE_FULL; ok += res[i].done; }
+    ck_assert_msg(full >= 1 && ok >= 1, "queue full %d, served %d", full, ok);
+    /* prompt + max_tokens beyond the context (1024) */
+    struct result r = {0};
+    uint64_t c = submit_ids(&g, ids, 4, 5000, NULL);
+    collect(&g, c, 1, &r);
+    ck_assert_int_eq(r.err, SMOLLM3__ERROR_CODE__ERROR_CONTEXT_TOO_LONG);
+    rig_close(&g);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("engine");
+    TCase *tc = tcase_create("engine");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, t_batched_equals_sequential);
+    tcase_add_test(tc, t_prefix_reuse);
+    tcase_add_test(tc, t_cancel);
+    tcase_add_test(tc, t_chat_session_turns);
+    tcase_add_test(tc, t_kv_budget);
+    tcase_add_test(tc, t_queue_full_and_context);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf ? 1 : 0;
+}

@@ -1,0 +1,347 @@
+/*
+ * test_simd.c - every SIMD kernel variant against its scalar _ref twin.
+ *
+ * For each variant this build has (avx2, avx512) and this CPU runs (others
+ * print SKIPPED): activation quantizers byte for byte; weight x activation
+ * dots and the tiled gemm kernels on random blocks (ref-quantized rows and
+ * raw random bytes with sane scales), odd block counts, odd row / token
+ * counts and unaligned pointers, within float-reordering tolerance, and
+ * exactly when every scale is 1 (then all sums are small integers, so any
+ * difference would be an integer error); f32 / f16 dots and axpy; the
+ * SIMD exp behind silu and softmax.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu_kernels.h"
+#include "kernels/ops_ref.h"
+#include "kernels/quant_ref.h"
+
+static const char *variants[] = {"avx2", "avx512"};
+#define N_VARIANTS 2
+
+/* ------------------------------------------------------------ helpers */
+
+static uint64_t rng = 0x1234567887654321ull;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+static float urand(void) { return (rnd() & 0xffffff) / 16777216.0f; } /* [0,1) */
+static float nrand(void)
+{
+    float u = urand() + 1e-7f, v = urand();
+    return sqrtf(-2 * logf(u)) * cosf(6.2831853f * v);
+}
+
+static const struct smol_cpu_kernels *variant(int i)
+{
+    const struct smol_cpu_kernels *k = smol_cpu_kernels_variant(variants[i]);
+    if (!k) printf("SKIPPED: cpu variant %s (not built for or not supported by this CPU)\n", variants[i]);
+    return k;
+}
+
+/* random activations: mostly N(0,1) at a random scale, some zero blocks and outliers */
+static void fill_act(float *x, int n)
+{
+    const float s = powf(10.f, urand() * 4 - 2);
+    for (int i = 0; i < n; i++) x[i] = nrand() * s;
+    if (n >= 512 && rnd() % 2) memset(x + 256, 0, 256 * sizeof *x);
+    if (n > 3) x[rnd() % n] *= 30;
+}
+
+/* Sets the float scale fields of a weight block to sane random halves (or to
+ * 1 when one): random bytes elsewhere are then a valid block. */
+static void sane_scales(uint32_t type, uint8_t *blk, int one)
+{
+    smol_half h = smol_f32_to_half(one ? 1.0f : 1e-3f + urand() * 1e-2f);
+    smol_half h2 = smol_f32_to_half(one ? 1.0f : 1e-3f + urand() * 1e-2f);
+    switch (type) {
+    case SMOL_TYPE_Q4_K: memcpy(blk, &h, 2); memcpy(blk + 2, &h2, 2); break;
+    case SMOL_TYPE_Q6_K: memcpy(blk + offsetof(struct block_q6_K, d), &h, 2); break;
+    case SMOL_TYPE_Q8_0: memcpy(blk, &h, 2); break;
+    case SMOL_TYPE_Q4_1: memcpy(blk, &h, 2); memcpy(blk + 2, &h2, 2); break;
+    }
+}
+
+/* Activation scales to 1 (exact-integer mode). */
+static void unit_act_scales(uint32_t atype, uint8_t *a, int nb)
+{
+    const struct smol_type_traits *tr = smol_type_traits(atype);
+    for (int i = 0; i < nb; i++) {
+        uint8_t *blk = a + (size_t)i * tr->type_size;
+        if (atype == SMOL_TYPE_Q8_K) { float one = 1; memcpy(blk, &one, 4); }
+        else {
+            smol_half one = smol_f32_to_half(1.0f);
+            memcpy(blk, &one, 2);
+            if (atype == SMOL_TYPE_Q8_1) { /* s = d * sum(q) = sum(q) */
+                int sum = 0;
+                for (int j = 0; j < 32; j++) sum += ((int8_t *)blk)[4 + j];
+                smol_half s = smol_f32_to_half((float)sum);
+                memcpy(blk + 2, &s, 2);
+            }
+        }
+    }
+}
+
+/* |sum of |w_i * a_i||, the scale of a dot's rounding error */
+static double abs_dot(uint32_t wt, const void *w, uint32_t at, const void *a, int n)
+{
+    float *dw = malloc(n * sizeof *dw), *da = malloc(n * sizeof *da);
+    smol_type_traits(wt)->dequant(w, dw, n);
+    smol_type_traits(at)->dequant(a, da, n);
+    double s = 0;
+    for (int i = 0; i < n; i++) s += fabs((double)dw[i] * da[i]);
+    free(dw);
+    free(da);
+    return s;
+}
+
+static const uint32_t qtypes[] = {SMOL_TYPE_Q4_K, SMOL_TYPE_Q6_K, SMOL_TYPE_Q8_0, SMOL_TYPE_Q4_1};
+#define N_QTYPES 4
+
+/* ---------------------------------------------- activation quantizers */
+
+START_TEST(test_quantize_exact)
+{
+    const struct smol_cpu_kernels *k = variant(_i);
+    if (!k) return;
+    const uint32_t types[] = {SMOL_TYPE_Q8_K, SMOL_TYPE_Q8_0, SMOL_TYPE_Q8_1};
+    for (int ti = 0; ti < 3; ti++) {
+        const struct smol_type_traits *tr = smol_type_traits(types[ti]);
+        for (int rep = 0; rep < 40; rep++) {
+            const int nb = 1 + 2 * (rep % 5), n = nb * tr->block_size;
+            float *xb = malloc((n + 1) * sizeof(float));
+            uint8_t *r = malloc(nb * tr->type_size), *s = malloc(nb * tr->type_size + 1);
+            float *x = xb + (rep & 1); /* unaligned input on odd reps */
+            fill_act(x, n);
+            if (rep == 3) /* exact .5 products: x * (127 / 127) */
+                for (int i = 0; i < n; i++) x[i] = (float)((int)(rnd() % 255) - 127) + 0.5f * (i % 2) - (i % 64 == 0 ? 0 : 0.0f);
+            memset(r, 0, nb * tr->type_size);
+            memset(s, 0, nb * tr->type_size + 1);
+            k->quantize[types[ti]](x, s + (rep & 1), n);
+            smol_cpu_kernels_ref()->quantize[types[ti]](x, r, n);
+            ck_assert_msg(!memcmp(r, s + (rep & 1), nb * tr->type_size), "%s quantize_%s differs (rep %d, %d blocks)",
+                          variants[_i], tr->name, rep, nb);
+            free(xb);
+            free(r);
+            free(s);
+        }
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------- dots */
+
+/* One weight row of nb blocks, raw or ref-quantized, with sane scales. */
+static void make_row(uint32_t wt, uint8_t *w, int n, int raw, int one)
+{
+    const struct smol_type_traits *tr = smol_type_traits(wt);
+    const int nb = n / tr->block_size;
+    if (raw) {
+        for (int i = 0; i < nb * tr->type_size; i++) w[i] = (uint8_t)rnd();
+        if (wt == SMOL_TYPE_Q8_0) /* keep weights in ggml's range [-127, 127] */
+            for (int i = 0; i < nb; i++)
+                for (int j = 0; j < 32; j++)
+                    if ((int8_t)w[i * tr->type_size + 2 + j] == -128) w[i * tr->type_size + 2 + j] = 0x81;
+        for (int i = 0; i < nb; i++) sane_scales(wt, w + (size_t)i * tr->type_size, one);
+    } else {
+        float *f = malloc(n * sizeof *f);
+        for (int i = 0; i < n; i++) f[i] = nrand() * 0.02f;
+        tr->quantize(f, w, n);
+        free(f);
+        if (one)
+            for (int i = 0; i < nb; i++) sane_scales(wt, w + (size_t)i * tr->type_size, 1);
+    }
+}
+
+START_TEST(test_vec_dot)
+{
+    const struct smol_cpu_kernels *k = variant(_i);
+    if (!k) return;
+    for (int ti = 0; ti < N_QTYPES; ti++) {
+        const uint32_t wt = qtypes[ti];
+        const struct smol_type_traits *tr = smol_type_traits(wt), *at = smol_type_traits(tr->vec_dot_type);
+        for (int rep = 0; rep < 60; rep++) {
+            const int one = rep % 3 == 2, raw = rep % 2;
+            const int nb = 1 + (rep % 7) * (tr->block_size == 256 ? 1 : 3), n = nb * tr->block_size;
+            uint8_t *wb = malloc(nb * tr->type_size + 1), *ab = malloc(nb * at->type_size + 1);
+            float *x = malloc(n * sizeof *x);
+            uint8_t *w = wb + (rep & 1), *a = ab + ((rep >> 1) & 1);
+            make_row(wt, w, n, raw, one);
+            fill_act(x, n);
+            smol_cpu_kernels_ref()->quantize[tr->vec_dot_type](x, a, n);
+            if (one) unit_act_scales(tr->vec_dot_type, a, nb);
+            const float r = tr->vec_dot(n, w, a), s = k->vec_dot[wt](n, w, a);
+            if (one) ck_assert_msg(r == s, "%s vec_dot %s exact: ref %.9g simd %.9g", variants[_i], tr->name, r, s);
+            else {
+                const double tol = 2e-6 * abs_dot(wt, w, tr->vec_dot_type, a, n) + 1e-30;
+                ck_assert_msg(fabs((double)r - s) <= tol, "%s vec_dot %s: ref %.9g simd %.9g (tol %.3g, %d blocks)",
+                              variants[_i], tr->name, r, s, tol, nb);
+            }
+            free(wb);
+            free(ab);
+            free(x);
+        }
+    }
+}
+END_TEST
+
+/* gemm: odd row and token counts (tile remainders), padded unaligned strides */
+START_TEST(test_gemm)
+{
+    const struct smol_cpu_kernels *k = variant(_i);
+    if (!k) return;
+    for (int ti = 0; ti < N_QTYPES; ti++) {
+        const uint32_t wt = qtypes[ti];
+        const struct smol_type_traits *tr = smol_type_traits(wt), *at = smol_type_traits(tr->vec_dot_type);
+        ck_assert_ptr_nonnull(k->gemm[wt]);
+        for (int rep = 0; rep < 12; rep++) {
+            const int one = rep % 4 == 3;
+            const int nb = 1 + rep % 3 * 2, n = nb * tr->block_size, rows = 1 + rep % 7, ntok = 1 + (rep * 5) % 10;
+            const size_t ws = (size_t)nb * tr->type_size + rep % 3, as = (size_t)nb * at->type_size + rep % 5;
+            uint8_t *w = malloc(ws * rows + 1), *a = malloc(as * ntok + 1);
+            float *x = malloc(n * sizeof *x), *out = malloc(sizeof(float) * ntok * (rows + 3));
+            for (int r = 0; r < rows; r++) make_row(wt, w + 1 + r * ws, n, rep % 2, one);
+            for (int t = 0; t < ntok; t++) {
+                fill_act(x, n);
+                smol_cpu_kernels_ref()->quantize[tr->vec_dot_type](x, a + 1 + t * as, n);
+                if (one) unit_act_scales(tr->vec_dot_type, a + 1 + t * as, nb);
+            }
+            k->gemm[wt](n, w + 1, ws, rows, a + 1, as, ntok, out, rows + 3);
+            for (int t = 0; t < ntok; t++)
+                for (int r = 0; r < rows; r++) {
+                    const void *wr = w + 1 + r * ws, *ar = a + 1 + t * as;
+                    const float ref = tr->vec_dot(n, wr, ar), got = out[t * (rows + 3) + r];
+                    const double tol = one ? 0 : 2e-6 * abs_dot(wt, wr, tr->vec_dot_type, ar, n) + 1e-30;
+                    ck_assert_msg(fabs((double)ref - got) <= tol, "%s gemm %s row %d tok %d: ref %.9g simd %.9g",
+                                  variants[_i], tr->name, r, t, ref, got);
+                }
+            free(w);
+            free(a);
+            free(x);
+            free(out);
+        }
+    }
+}
+END_TEST
+
+/* ----------------------------------------------------- float formats */
+
+START_TEST(test_float_dots)
+{
+    const struct smol_cpu_kernels *k = variant(_i);
+    if (!k) return;
+    for (int n = 1; n <= 300; n += 7) {
+        float *xb = malloc((n + 1) * 4), *yb = malloc((n + 1) * 4), *o1 = malloc(n * 4), *o2b = malloc((n + 1) * 4);
+        smol_half *hb = malloc((n + 1) * 2);
+        float *x = xb + (n & 1), *y = yb + 1, *o2 = o2b + (n & 1);
+        smol_half *h = hb + 1;
+        double ax = 0, ah = 0;
+        for (int i = 0; i < n; i++) {
+            x[i] = nrand();
+            y[i] = nrand();
+            h[i] = smol_f32_to_half(nrand());
+            ax += fabs((double)x[i] * y[i]);
+            ah += fabs((double)smol_half_to_f32(h[i]) * y[i]);
+        }
+        ck_assert(fabs(smol_vec_dot_f32_ref(n, x, y) - k->vec_dot[SMOL_TYPE_F32](n, x, y)) <= 1e-6 * ax + 1e-30);
+        ck_assert(fabs(smol_vec_dot_f16_ref(n, h, y) - k->vec_dot[SMOL_TYPE_F16](n, h, y)) <= 1e-6 * ah + 1e-30);
+        ck_assert(fabs(smol_vec_dot_f32_ref(n, x, y) - k->kv_dot[SMOL_TYPE_F32](n, x, y)) <= 1e-6 * ax + 1e-30);
+        ck_assert(fabs(smol_vec_dot_f16_ref(n, h, y) - k->kv_dot[SMOL_TYPE_F16](n, h, y)) <= 1e-6 * ah + 1e-30);
+        const float a = nrand();
+        for (int f16 = 0; f16 < 2; f16++) {
+            memcpy(o1, y, n * 4);
+            memcpy(o2, y, n * 4);
+            (f16 ? smol_axpy_f16_ref : smol_axpy_f32_ref)(n, a, f16 ? (const void *)h : x, o1);
+            k->kv_axpy[f16 ? SMOL_TYPE_F16 : SMOL_TYPE_F32](n, a, f16 ? (const void *)h : x, o2);
+            for (int i = 0; i < n; i++) /* one fused multiply-add vs a rounded product */
+                ck_assert_msg(fabsf(o1[i] - o2[i]) <= 1e-6f * (fabsf(o1[i]) + fabsf(a * x[i]) + 10 * fabsf(a)),
+                              "%s axpy f%d n %d i %d: %g vs %g", variants[_i], f16 ? 16 : 32, n, i, o1[i], o2[i]);
+        }
+        free(xb); free(yb); free(o1); free(o2b); free(hb);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------ silu and softmax */
+
+START_TEST(test_silu_softmax)
+{
+    const struct smol_cpu_kernels *k = variant(_i);
+    if (!k) return;
+    for (int n = 1; n <= 1000; n += 37) {
+        float *g1 = malloc(n * 4), *g2 = malloc(n * 4), *up = malloc(n * 4);
+        for (int i = 0; i < n; i++) {
+            g1[i] = g2[i] = nrand() * (i % 5 ? 3 : 40);
+            up[i] = nrand();
+        }
+        smol_silu_mul_ref(g1, up, n);
+        k->silu_mul(g2, up, n);
+        for (int i = 0; i < n; i++)
+            ck_assert_msg(fabsf(g1[i] - g2[i]) <= 4e-7f * fabsf(g1[i]) + 1e-37f, "%s silu n %d i %d: %g vs %g",
+                          variants[_i], n, i, g1[i], g2[i]);
+        for (int i = 0; i < n; i++) g1[i] = g2[i] = nrand() * (i % 3 ? 2 : 30);
+        smol_softmax_ref(g1, n);
+        k->softmax(g2, n);
+        for (int i = 0; i < n; i++)
+            ck_assert_msg(fabsf(g1[i] - g2[i]) <= 1e-6f * g1[i] + 1e-37f, "%s softmax n %d i %d: %g vs %g",
+                          variants[_i], n, i, g1[i], g2[i]);
+        free(g1); free(g2); free(up);
+    }
+    /* exp's range ends: underflow to 0, large arguments */
+    float e[16] = {-200, -104, -88, -87.3f, -50, -1e-8f, 0, 1e-8f, 1, 10, 50, 80, 88, -1000, -INFINITY, 0.5f};
+    float u[16], ref[16];
+    for (int i = 0; i < 16; i++) { u[i] = 1; ref[i] = e[i]; }
+    smol_silu_mul_ref(ref, u, 16);
+    k->silu_mul(e, u, 16);
+    for (int i = 0; i < 16; i++)
+        ck_assert_msg(fabsf(ref[i] - e[i]) <= 4e-7f * fabsf(ref[i]) + 1e-37f || (isnan(ref[i]) && isnan(e[i])),
+                      "%s silu edge %d: %g vs %g", variants[_i], i, ref[i], e[i]);
+}
+END_TEST
+
+START_TEST(test_dispatch)
+{
+    const struct smol_cpu_kernels *k = smol_cpu_kernels(), *r = smol_cpu_kernels_ref();
+    ck_assert_ptr_nonnull(k);
+    ck_assert_str_eq(r->name, "cpu-ref");
+    ck_assert_ptr_null(smol_cpu_kernels_variant("nonsense"));
+    printf("cpu kernels in use: %s\n", k->name);
+    for (uint32_t t = 0; t < SMOL_TYPE_COUNT; t++) {
+        const struct smol_type_traits *tr = smol_type_traits(t);
+        if (tr && tr->supported) ck_assert_ptr_nonnull(k->vec_dot[t]);
+    }
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("simd");
+    TCase *tc = tcase_create("kernels");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_dispatch);
+    tcase_add_loop_test(tc, test_quantize_exact, 0, N_VARIANTS);
+    tcase_add_loop_test(tc, test_vec_dot, 0, N_VARIANTS);
+    tcase_add_loop_test(tc, test_gemm, 0, N_VARIANTS);
+    tcase_add_loop_test(tc, test_float_dots, 0, N_VARIANTS);
+    tcase_add_loop_test(tc, test_silu_softmax, 0, N_VARIANTS);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
