@@ -87,8 +87,17 @@ unit: all
 
 test: deps
 	$(MAKE) all
+	@sh tests/get_smollm2.sh || [ $$? = 3 ]
 	@sh tests/run_unit.sh $(BUILD)
 	@sh tests/run_cli.sh $(BUILD)
+	@sh tests/test_chat_cli.sh $(BUILD)
+
+# run: the daemon in the foreground on MODEL (else build/models/SmolLM3-3B-Q4_K_M.gguf,
+# else SmolLM2-135M-Instruct from PyPI), socket build/run/smollm3d.sock.
+MODEL ?=
+run: deps
+	$(MAKE) all
+	@sh deploy/run.sh $(BUILD) "$(MODEL)"
 
 asan:
 	$(MAKE) BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
@@ -103,6 +112,10 @@ fuzz:
 check-headers:
 	@for h in kernels/*.h daemon/*.h; do \
 	    echo "#include \"$$h\"" | $(CC) $(CFLAGS) -x c -fsyntax-only - || exit 1; done; echo "headers ok"
+
+# bench: smollm3d vs llama.cpp on a synthetic full-size SmolLM3-3B (tests/bench.sh; not part of test).
+bench: all
+	@sh tests/bench.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

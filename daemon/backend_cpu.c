@@ -4,10 +4,13 @@
  *
  * Matmul quantizes the activations once per call into the weight type's
  * vec_dot_type (q8_K for the K-quants, as llama.cpp does), then hands out
- * chunks of weight rows to threads; each chunk is dotted against every
- * token of the step while its rows are hot in cache.  The per-format dot
- * products come from the kernel table (kernels/cpu_kernels.h): scalar _ref
- * twins, or SIMD versions picked at startup.
+ * chunks of weight rows to threads; each chunk goes to the kernel table's
+ * tiled gemm (kernels/cpu_kernels.h), which decodes a weight block once per
+ * tile of 4 tokens while the chunk's rows stay hot in L1/L2 (decode: one
+ * token, a streaming dot with prefetch).  Formats without a gemm fall back
+ * to one vec_dot per (row, token).  Chunks shrink for small matrices so
+ * every thread gets several.  SiLU and softmax come from the table too
+ * (SIMD exp).
  *
  * Attention streams one sequence's pages once per (token, kv head) task and
  * serves all query heads of the GQA group from it.  No allocation happens

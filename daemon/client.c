@@ -638,7 +638,11 @@ Smollm3__GenerateRequest *smol_client_chat_build(struct smol_client_chat *p)
 
     p->gen.input_case = SMOLLM3__GENERATE_REQUEST__INPUT_CHAT;
     p->gen.chat = &p->chat;
-    if (p->session_id && *p->session_id) p->gen.session_id = (char *)p->session_id;
+    if (p->session_id && *p->session_id) {
+        /* one new turn of a conversation the daemon keeps (server-side history) */
+        p->gen.session_id = (char *)p->session_id;
+        p->chat.append_to_session = 1;
+    }
     if (p->thinking >= 0) {
         p->gen.enable_thinking_opt_case =
             SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;

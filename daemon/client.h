@@ -157,7 +157,8 @@ enum smol_err smol_client_stream(struct smol_client *c, Smollm3__GenerateRequest
  * to get a GenerateRequest that points into p (valid while p lives and is
  * unchanged; no allocation). */
 struct smol_client_chat {
-    const char *session_id;     /* NULL/"" = no session */
+    const char *session_id;     /* NULL/"" = no session; else the turn is appended to the
+                                   conversation the daemon keeps for it */
     const char *system;         /* NULL = no system message */
     const char *user;           /* the user message (required) */
     int thinking;               /* -1 = daemon default, 0 = /no_think, 1 = think */

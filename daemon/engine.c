@@ -324,6 +324,13 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
                 struct smol_chat_buf txt;
                 smol_chat_buf_init(&txt);
                 if (smol_chat_render(e->tpl, &cr, &txt, NULL, NULL) == SMOL_OK) smol_session_set_text(s, txt.data, txt.len);
+                /* and as messages, for clients that send only the new turn */
+                json_t *all = json_deep_copy(json_object_get(q->r->chat_body, "messages"));
+                if (all && !json_array_append_new(all, json_pack("{s:s,s:s%}", "role", "assistant", "content",
+                                                                  content.data ? content.data : "", content.len))) {
+                    if (s->msgs) json_decref(s->msgs);
+                    s->msgs = all;
+                } else if (all) json_decref(all);
                 smol_chat_buf_deinit(&txt);
                 smol_chat_buf_deinit(&content);
                 free(msgs);
@@ -407,6 +414,24 @@ static enum smol_err build_prompt(struct smol_engine *e, struct req *q, struct s
         break;
     }
     if (!e->have_tpl) return smol_errf(err, SMOL_ETEMPLATE, "the model has no chat template this daemon recognises");
+    if (r->append && s && s->msgs && json_array_size(s->msgs)) {
+        /* server-side history: stored conversation + this turn's messages */
+        json_t *body = json_deep_copy(r->chat_body), *all = json_deep_copy(s->msgs);
+        if (!body || !all || json_array_extend(all, json_object_get(r->chat_body, "messages")) ||
+            json_object_set_new(body, "messages", all)) {
+            json_decref(body);
+            return smol_errf(err, SMOL_ENOMEM, "out of memory");
+        }
+        struct smol_chat_request cr;
+        enum smol_err rc = smol_chat_request_from_json(&cr, body, err);
+        if (rc) { json_decref(body); return rc; }
+        cr.date = r->chat.date;
+        smol_chat_request_deinit(&r->chat);
+        json_decref(r->chat_body);
+        r->chat_body = body;
+        r->chat = cr;
+        r->append = 0;
+    }
     char date[32];
     if (r->chat.date) snprintf(date, sizeof date, "%s", r->chat.date);
     else if (s && s->date[0]) snprintf(date, sizeof date, "%s", s->date);
@@ -958,6 +983,11 @@ enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const c
         rc = smol_errf(err, SMOL_ENOMEM, "engine: out of memory");
     if (!rc) {
         e->sock = zmq_socket(zmq_ctx, ZMQ_PAIR);
+        int unlimited = 0; /* never block or drop between the two threads */
+        if (e->sock) {
+            zmq_setsockopt(e->sock, ZMQ_SNDHWM, &unlimited, sizeof unlimited);
+            zmq_setsockopt(e->sock, ZMQ_RCVHWM, &unlimited, sizeof unlimited);
+        }
         if (!e->sock || zmq_connect(e->sock, endpoint))
             rc = smol_errf(err, SMOL_EINTERNAL, "engine: cannot connect %s: %s", endpoint, zmq_strerror(zmq_errno()));
     }

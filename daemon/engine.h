@@ -71,6 +71,7 @@ struct smol_request {
      * "DD Month YYYY" string owned by this struct (date_buf). */
     json_t *chat_body;
     struct smol_chat_request chat;
+    int append;                         /* chat + session: messages extend the session's stored conversation */
     char date_buf[32];
     char *text;                         /* kind == TEXT, NUL-terminated */
     size_t text_len;

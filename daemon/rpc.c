@@ -183,6 +183,7 @@ static enum smol_err build_chat(struct smol_request *r, const Smollm3__ChatInput
         goto fail;
     }
     r->chat_body = body;
+    r->append = ci->append_to_session != 0;
     if (*date) {
         snprintf(r->date_buf, sizeof r->date_buf, "%s", date);
         r->chat.date = r->date_buf;

@@ -34,6 +34,7 @@ void smol_sessions_remove(struct smol_sessions *s, struct smol_session *x)
     smol_kv_seq_deinit(s->kv, &x->seq);
     free(x->tokens);
     free(x->hist_text);
+    if (x->msgs) json_decref(x->msgs);
     free(x);
 }
 

@@ -12,6 +12,7 @@
 #ifndef SMOL_SESSIONS_H
 #define SMOL_SESSIONS_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "engine.h"
@@ -25,6 +26,7 @@ struct smol_session {
     char *hist_text;                    /* rendered conversation so far, or NULL */
     size_t hist_len;
     char date[32];                      /* frozen "DD Month YYYY" */
+    json_t *msgs;                       /* the conversation as chat messages (JSON array), or NULL */
     int think_set, enable_thinking;     /* mode of the last turn */
     double last_used;                   /* CLOCK_MONOTONIC seconds */
     int busy;                           /* a request runs on it */

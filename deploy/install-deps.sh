@@ -4,7 +4,7 @@
 set -e
 PKGS="build-essential pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
 libmicrohttpd-dev libjansson-dev libpcre2-dev libsystemd-dev libinih-dev libxxhash-dev uuid-dev \
-check libsubunit-dev nginx curl clang libclang-rt-14-dev python3 python3-pip systemd"
+check libsubunit-dev nginx curl clang libclang-rt-14-dev python3 python3-pip systemd protobuf-compiler"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

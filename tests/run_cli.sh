@@ -98,10 +98,10 @@ if [ $grc = 3 ]; then
     echo "SKIPPED: SmolLM2 greedy test: $(grep SKIPPED "$TMP/get")"
 elif [ $grc != 0 ]; then
     bad "get_smollm2.sh failed: $(tail -3 "$TMP/get")"
-elif [ -f $FX/smollm2/refs.json ]; then
-    python3 tests/check_smollm2.py "$S" "$M2" "$FX/smollm2/refs.json" && ok || bad "SmolLM2 greedy vs reference"
+elif [ -f $FX/smollm2/smollm2.refs.json ]; then
+    python3 tests/check_smollm2.py "$S" "$M2" "$FX/smollm2/smollm2.refs.json" && ok || bad "SmolLM2 greedy vs reference"
 else
-    bad "tests/fixtures/smollm2/refs.json missing"
+    bad "tests/fixtures/smollm2/smollm2.refs.json missing"
 fi
 
 echo "cli: $pass passed, $fail failed"

@@ -341,7 +341,9 @@ def t_cancel_mid_stream(d):
     lines = []
     while len(lines) < 3:
         line = p.stdout.readline()
-        check(line, "ctl stream ended early: %s" % p.stderr.read()[-500:])
+        if not line:
+            p.wait(10)
+            raise AssertionError("ctl stream ended early: %s" % p.stderr.read()[-500:])
         lines.append(json.loads(line))
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=15)

@@ -10,14 +10,14 @@
 # undefined; the rest of the library (linked, never called) from a plain
 # `make BUILD=build/fuzz/lib` (clang 14 cannot compile the kernels'
 # __builtin_cpu_supports("f16c")).  Outputs in build/fuzz/.
-# Working corpus: tests/fuzz/corpus-request/ (gitignore it); crashes land in
+# Working corpus: build/fuzz/corpus-request/ (kept between runs); crashes land in
 # build/fuzz/ as crash-*.
 set -eu
 SECONDS_TO_RUN=${1:-60}
 case $SECONDS_TO_RUN in *[!0-9]*|'') echo "usage: $0 [SECONDS]"; exit 2;; esac
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=$ROOT/build/fuzz
-CORPUS=$ROOT/tests/fuzz/corpus-request
+CORPUS=$OUT/corpus-request
 SEEDS=$OUT/seeds-request
 CC=${FUZZ_CC:-clang}
 mkdir -p "$OUT/gen" "$CORPUS" "$SEEDS"

@@ -1,0 +1,99 @@
+#!/bin/sh
+# bench.sh BUILD - `make bench`: our CPU engine against llama.cpp on a
+# synthetic full-size SmolLM3-3B Q4_K_M (random weights, the real file's
+# shapes and tensor types), same machine, same run, same threads.
+#
+#   1. builds (make all has run), writes build/models/smollm3-3b-synth.Q4_K_M.gguf
+#      with `smollm3 synth` if absent;
+#   2. measures read bandwidth with the same threads (bench_membw);
+#   3. runs `smollm3 bench -p 512 -n 128` and llama.cpp (llama-cpp-python's
+#      low-level API, tests/bench/llama_cpp_bench.py; its wheel is built
+#      from PyPI source once, niced, and cached in build/wheels and
+#      /tmp/wheels) under /usr/bin/time for peak RSS, best of BENCH_REPS;
+#   4. prints one table.
+# Environment: BENCH_THREADS (2), BENCH_REPS (2), BENCH_P (512), BENCH_N (128),
+# BENCH_MODEL (path), BENCH_NO_LLAMA=1 to skip llama.cpp.
+set -u
+BUILD=${1:-build}
+T=${BENCH_THREADS:-2}
+REPS=${BENCH_REPS:-2}
+P=${BENCH_P:-512}
+N=${BENCH_N:-128}
+MODEL=${BENCH_MODEL:-build/models/smollm3-3b-synth.Q4_K_M.gguf}
+WHEELS=build/wheels
+VENV=build/venv-llama
+OUT=$BUILD/bench-out
+mkdir -p "$OUT" "$(dirname "$MODEL")" "$WHEELS"
+
+if [ ! -f "$MODEL" ]; then
+    echo "bench: writing $MODEL"
+    nice "$BUILD/bin/smollm3" synth -o "$MODEL" --preset smollm3-3b || exit 1
+fi
+MODEL_BYTES=$(stat -c %s "$MODEL")
+
+# ---- llama.cpp (optional: the table says n/a when it cannot be had)
+PY=""
+if [ "${BENCH_NO_LLAMA:-0}" != 1 ]; then
+    if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import llama_cpp' 2>/dev/null; then
+        PY=$VENV/bin/python
+    else
+        WHL=$(ls "$WHEELS"/llama_cpp_python-*.whl /tmp/wheels/llama_cpp_python-*.whl 2>/dev/null | head -1)
+        if [ -z "$WHL" ]; then
+            echo "bench: building llama-cpp-python from source (once; niced, 2 jobs; cached in $WHEELS)"
+            CMAKE_BUILD_PARALLEL_LEVEL=2 nice -n 15 pip wheel --no-deps -w "$WHEELS" llama-cpp-python \
+                > "$OUT/llama-wheel.log" 2>&1 || echo "bench: llama-cpp-python build failed (see $OUT/llama-wheel.log)"
+            WHL=$(ls "$WHEELS"/llama_cpp_python-*.whl 2>/dev/null | head -1)
+            [ -n "$WHL" ] && mkdir -p /tmp/wheels && cp "$WHL" /tmp/wheels/ 2>/dev/null
+        fi
+        [ -n "$WHL" ] && [ ! -f "$WHEELS/$(basename "$WHL")" ] && cp "$WHL" "$WHEELS/"
+        if [ -n "$WHL" ]; then
+            python3 -m venv "$VENV" && "$VENV/bin/pip" install -q "$WHL" > "$OUT/llama-venv.log" 2>&1 &&
+                PY=$VENV/bin/python
+        fi
+    fi
+fi
+
+# ---- runs
+json_field() { sed -n 's/.*"'"$2"'": *\([0-9.]*\).*/\1/p' "$1" | tail -1; }
+rss_kb() { sed -n 's/.*Maximum resident set size (kbytes): *//p' "$1" | tail -1; }
+best() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == "" || a + 0 > b + 0) print a; else print b }'; }
+
+nice "$BUILD/bench/bench_membw" -t "$T" --json > "$OUT/membw.txt" || exit 1
+BW=$(json_field "$OUT/membw.txt" read_gbs)
+
+OUR_PP=""; OUR_TG=""; OUR_RSS=""; LL_PP=""; LL_TG=""; LL_RSS=""
+i=0
+while [ $i -lt "$REPS" ]; do
+    i=$((i + 1))
+    echo "bench: run $i/$REPS: smollm3 bench -p $P -n $N -t $T"
+    nice /usr/bin/time -v "$BUILD/bin/smollm3" bench -m "$MODEL" -p "$P" -n "$N" -t "$T" --json \
+        > "$OUT/ours.$i.txt" 2> "$OUT/ours.$i.time" || { cat "$OUT/ours.$i.time"; exit 1; }
+    OUR_PP=$(best "$(json_field "$OUT/ours.$i.txt" pp_tps)" "$OUR_PP")
+    OUR_TG=$(best "$(json_field "$OUT/ours.$i.txt" tg_tps)" "$OUR_TG")
+    OUR_RSS=$(best "$(rss_kb "$OUT/ours.$i.time")" "$OUR_RSS")
+    if [ -n "$PY" ]; then
+        echo "bench: run $i/$REPS: llama.cpp pp$P tg$N -t $T"
+        nice /usr/bin/time -v "$PY" tests/bench/llama_cpp_bench.py "$MODEL" -p "$P" -n "$N" -t "$T" \
+            > "$OUT/llama.$i.txt" 2> "$OUT/llama.$i.time" || { tail -5 "$OUT/llama.$i.time"; PY=""; }
+        LL_PP=$(best "$(json_field "$OUT/llama.$i.txt" pp_tps)" "$LL_PP")
+        LL_TG=$(best "$(json_field "$OUT/llama.$i.txt" tg_tps)" "$LL_TG")
+        LL_RSS=$(best "$(rss_kb "$OUT/llama.$i.time")" "$LL_RSS")
+    fi
+done
+
+awk -v bw="$BW" -v mb="$MODEL_BYTES" -v t="$T" -v p="$P" -v n="$N" -v reps="$REPS" \
+    -v opp="$OUR_PP" -v otg="$OUR_TG" -v orss="$OUR_RSS" -v lpp="$LL_PP" -v ltg="$LL_TG" -v lrss="$LL_RSS" \
+    -v load="$(cut -d' ' -f1-3 /proc/loadavg)" 'BEGIN {
+    lim = bw * 1e9 / mb
+    printf "\nsynthetic SmolLM3-3B Q4_K_M (%.3f GB), %d threads, best of %d, load average %s\n", mb / 1e9, t, reps, load
+    printf "read bandwidth %.2f GB/s -> decode limit %.2f tokens/s\n\n", bw, lim
+    printf "%-22s %12s %12s %14s\n", "", "smollm3d", "llama.cpp", "ratio"
+    r = (lpp > 0) ? sprintf("%.2fx", opp / lpp) : "n/a"
+    printf "%-22s %12.2f %12s %14s\n", "pp" p " tokens/s", opp, (lpp > 0 ? sprintf("%.2f", lpp) : "n/a"), r
+    r = (ltg > 0) ? sprintf("%.2fx", otg / ltg) : "n/a"
+    printf "%-22s %12.2f %12s %14s\n", "tg" n " tokens/s", otg, (ltg > 0 ? sprintf("%.2f", ltg) : "n/a"), r
+    printf "%-22s %12.0f %12s %14s\n", "peak RSS MiB", orss / 1024, (lrss > 0 ? sprintf("%.0f", lrss / 1024) : "n/a"),
+           (lrss > 0 ? sprintf("%.2fx", orss / lrss) : "n/a")
+    printf "%-22s %11.0f%% %11s %14s\n", "tg / bandwidth limit", 100 * otg / lim,
+           (ltg > 0 ? sprintf("%.0f%%", 100 * ltg / lim) : "n/a"), ""
+}'

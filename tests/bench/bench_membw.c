@@ -1,0 +1,107 @@
+/*
+ * bench_membw.c - read bandwidth of this machine with N threads, the
+ * ceiling for decoding (every weight byte is read once per token).
+ *
+ *   bench_membw [-t THREADS] [-m MIB]     default 2 threads, 1024 MiB
+ *
+ * Each thread streams its own part of a buffer much larger than the caches
+ * with 256-bit loads (when the CPU has AVX2; 128-bit otherwise); the best of
+ * several passes is printed as "read bandwidth: X GB/s", and with --json as
+ * {"read_gbs": X} on the last line.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint8_t *p, size_t n)
+{
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    a0 = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+    return (uint64_t)_mm256_extract_epi64(a0, 0) ^ (uint64_t)_mm256_extract_epi64(a0, 3);
+}
+#endif
+
+static uint64_t sum_plain(const uint8_t *p, size_t n)
+{
+    const uint64_t *q = (const uint64_t *)p;
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (size_t i = 0; i + 4 <= n / 8; i += 4) { a0 ^= q[i]; a1 ^= q[i + 1]; a2 ^= q[i + 2]; a3 ^= q[i + 3]; }
+    return a0 ^ a1 ^ a2 ^ a3;
+}
+
+struct arg { const uint8_t *p; size_t n; uint64_t out; pthread_barrier_t *bar; };
+static int use_avx2;
+
+static void *reader(void *v)
+{
+    struct arg *a = v;
+    pthread_barrier_wait(a->bar);
+#if defined(__x86_64__)
+    if (use_avx2) { a->out = sum_avx2(a->p, a->n); return NULL; }
+#endif
+    a->out = sum_plain(a->p, a->n);
+    return NULL;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+    int threads = 2, json = 0;
+    size_t mib = 1024;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-m") && i + 1 < argc) mib = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--json")) json = 1;
+        else { fprintf(stderr, "usage: bench_membw [-t THREADS] [-m MIB] [--json]\n"); return 2; }
+    }
+    if (threads < 1 || threads > 256 || mib < 64) { fprintf(stderr, "bench_membw: bad arguments\n"); return 2; }
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    use_avx2 = __builtin_cpu_supports("avx2");
+#endif
+    const size_t n = mib << 20, part = n / threads / 128 * 128;
+    uint8_t *buf = NULL;
+    if (posix_memalign((void **)&buf, 64, n)) { fprintf(stderr, "bench_membw: out of memory\n"); return 1; }
+    for (size_t i = 0; i < n; i += 4096) buf[i] = (uint8_t)i; /* fault every page in */
+    memset(buf, 1, n);
+    double best = 0;
+    uint64_t sink = 0;
+    for (int pass = 0; pass < 6; pass++) {
+        pthread_barrier_t bar;
+        pthread_barrier_init(&bar, NULL, (unsigned)threads + 1);
+        pthread_t th[256];
+        struct arg args[256];
+        for (int t = 0; t < threads; t++) {
+            args[t] = (struct arg){buf + (size_t)t * part, part, 0, &bar};
+            pthread_create(&th[t], NULL, reader, &args[t]);
+        }
+        pthread_barrier_wait(&bar);
+        double t0 = now();
+        for (int t = 0; t < threads; t++) { pthread_join(th[t], NULL); sink ^= args[t].out; }
+        double gbs = part * (double)threads / (now() - t0) / 1e9;
+        if (gbs > best) best = gbs;
+        pthread_barrier_destroy(&bar);
+    }
+    printf("read bandwidth: %.2f GB/s (%d threads, %zu MiB, best of 6; checksum %llx)\n", best, threads, mib,
+           (unsigned long long)(sink & 0xff));
+    if (json) printf("{\"read_gbs\": %.3f}\n", best);
+    free(buf);
+    return 0;
+}
