@@ -91,6 +91,7 @@ test: deps
 	@sh tests/run_unit.sh $(BUILD)
 	@sh tests/run_cli.sh $(BUILD)
 	@sh tests/test_chat_cli.sh $(BUILD)
+	@sh tests/daemon/run.sh $(BUILD)
 
 # run: the daemon in the foreground on MODEL (else build/models/SmolLM3-3B-Q4_K_M.gguf,
 # else SmolLM2-135M-Instruct from PyPI), socket build/run/smollm3d.sock.

@@ -259,6 +259,14 @@ int smol_client_connected(struct smol_client *c)
     return c->connected;
 }
 
+int smol_client_fd(struct smol_client *c)
+{
+    int fd = -1;
+    size_t n = sizeof fd;
+    if (zmq_getsockopt(c->sock, ZMQ_FD, &fd, &n)) return -1;
+    return fd;
+}
+
 uint64_t smol_client_next_id(struct smol_client *c)
 {
     uint64_t id = c->next_id++;

@@ -71,6 +71,11 @@ int smol_client_endpoint_exists(const char *endpoint);
 /* 1 while the socket monitor reports a live connection to the daemon. */
 int smol_client_connected(struct smol_client *c);
 
+/* For event loops (the gateway): the file descriptor to watch (ZMQ_FD,
+ * edge-triggered: after it fires, call smol_client_recv(c, 0, …) until it
+ * returns "timed out"), or -1.  The socket itself stays the client's. */
+int smol_client_fd(struct smol_client *c);
+
 /* A fresh request id (never 0, never repeated on this client). */
 uint64_t smol_client_next_id(struct smol_client *c);
 

@@ -767,8 +767,10 @@ static void handle_query(struct smol_engine *e, uint64_t id, const uint8_t *data
             send_error(e, id, rq->request_id, SMOL_ENOSESSION, msg);
             break;
         }
+        /* declared here: ev points at them until send_event below */
+        Smollm3__SessionInfo si = SMOLLM3__SESSION_INFO__INIT;
+        Smollm3__Ack ack = SMOLLM3__ACK__INIT;
         if (get) {
-            Smollm3__SessionInfo si = SMOLLM3__SESSION_INFO__INIT;
             si.session_id = x->id;
             si.tokens = (uint32_t)x->n_tokens;
             si.idle_s = x->busy ? 0 : now_s() - x->last_used;
@@ -780,7 +782,6 @@ static void handle_query(struct smol_engine *e, uint64_t id, const uint8_t *data
                 for (struct req *q = e->running; q; q = q->next)
                     if (q->sess == x) { q->cancelled = 1; q->sess = NULL; q->anon = x; x->id[0] = 0; e->sessions.n_named--; e->sessions.n_anon++; }
             } else smol_sessions_remove(&e->sessions, x);
-            Smollm3__Ack ack = SMOLLM3__ACK__INIT;
             ev.kind_case = SMOLLM3__EVENT__KIND_ACK;
             ev.ack = &ack;
         }

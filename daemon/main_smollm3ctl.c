@@ -316,9 +316,35 @@ static char *read_stdin(void)
     return buf;
 }
 
-static int cmd_generate(struct smol_client *c, int argc, char **argv, int timeout_set,
+/* Opens a client to endpoint, or reports why not (as an error line with
+ * --json) and returns NULL.  A missing ipc:// socket file fails at once
+ * instead of waiting out the send timeout. */
+static struct smol_client *connect_daemon(const char *endpoint, int timeout_ms, int json)
+{
+    struct smol_client_opts o;
+    struct smol_client *c = NULL;
+    char err[SMOL_ERRLEN];
+    if (!smol_client_endpoint_exists(endpoint)) {
+        char msg[4200];
+        snprintf(msg, sizeof msg, "no daemon at %s (socket file missing)", endpoint);
+        if (json) jprint(jerror("io_error", msg));
+        else fprintf(stderr, "smollm3ctl: %s\n", msg);
+        return NULL;
+    }
+    smol_client_opts_default(&o);
+    o.send_timeout_ms = timeout_ms;
+    if (smol_client_open(&c, endpoint, &o, err)) {
+        if (json) jprint(jerror(smol_err_name(SMOL_EIO), err));
+        else fprintf(stderr, "smollm3ctl: %s\n", err);
+        return NULL;
+    }
+    return c;
+}
+
+static int cmd_generate(const char *endpoint, int argc, char **argv, int timeout_set,
                         int timeout_ms, int json)
 {
+    struct smol_client *c = NULL;
     struct smol_client_chat p;
     const char *stops[MAX_STOPS];
     struct gen_state st = { .json = json, .channel = -1, .at_line_start = 1 };
@@ -385,6 +411,10 @@ static int cmd_generate(struct smol_client *c, int argc, char **argv, int timeou
         goto usage;
     }
     p.user = message;
+    if (!(c = connect_daemon(endpoint, timeout_ms, st.json))) {
+        free(message);
+        return 1;
+    }
     st.tty = isatty(STDOUT_FILENO);
 
     struct sigaction sa;
@@ -409,6 +439,7 @@ static int cmd_generate(struct smol_client *c, int argc, char **argv, int timeou
         rc = 1;
     }
     if (st.failed_output && rc == 0) rc = 1;
+    smol_client_close(&c);
     free(message);
     return rc;
 oom:
@@ -425,8 +456,7 @@ usage:
 /* Reports a failed call (error event or library error); returns 1. */
 static int call_failed(const char *what, enum smol_err r, const char *err, int json)
 {
-    if (json) jprint(json_pack("{s:s, s:s, s:o}", "error", what, "code", smol_err_name(r),
-                               "message", jstr(err)));
+    if (json) jprint(jerror(smol_err_name(r), err));
     else fprintf(stderr, "smollm3ctl: %s: %s\n", what, err);
     return 1;
 }
@@ -633,42 +663,23 @@ int main(int argc, char **argv)
         }
     }
 
-    if (!smol_client_endpoint_exists(endpoint)) {
-        char msg[4200];
-        snprintf(msg, sizeof msg, "no daemon at %s (socket file missing)", endpoint);
-        if (json || (is_generate && nrest > 0)) {
-            /* generate --json prints its failure as an error event line */
-            int gj = json;
-            for (int i = 0; is_generate && i < nrest; i++) gj |= !strcmp(rest[i], "--json");
-            if (gj) {
-                jprint(jerror("io_error", msg));
-                return 1;
-            }
-        }
-        fprintf(stderr, "smollm3ctl: %s\n", msg);
-        return 1;
-    }
-
-    struct smol_client_opts o;
-    smol_client_opts_default(&o);
-    o.send_timeout_ms = timeout_ms;
-    struct smol_client *c;
-    char err[SMOL_ERRLEN];
-    if (smol_client_open(&c, endpoint, &o, err)) {
-        fprintf(stderr, "smollm3ctl: %s\n", err);
-        return 1;
-    }
     int rc;
-    if (is_generate) rc = cmd_generate(c, nrest, rest, timeout_set, timeout_ms, json);
-    else if (!strcmp(cmd, "stats")) rc = cmd_stats(c, timeout_ms, json);
+    if (is_generate) {
+        rc = cmd_generate(endpoint, nrest, rest, timeout_set, timeout_ms, json);
+        if (rc == EXIT_USAGE) fprintf(stderr, "try 'smollm3ctl --help'\n");
+        return rc;
+    }
+    struct smol_client *c = connect_daemon(endpoint, timeout_ms, json);
+    if (!c) return 1;
+    if (!strcmp(cmd, "stats")) rc = cmd_stats(c, timeout_ms, json);
     else if (!strcmp(cmd, "health")) rc = cmd_health(c, timeout_ms, json);
     else if (!strcmp(cmd, "sessions")) rc = cmd_sessions(c, timeout_ms, json);
     else if (!strcmp(cmd, "session")) rc = cmd_session(c, pos[0], timeout_ms, json);
     else rc = cmd_delete(c, pos[0], timeout_ms, json);
     smol_client_close(&c);
-    if (rc == EXIT_USAGE) usage(stderr);
     return rc;
 usage:
-    usage(stderr);
+    if (cmd) fprintf(stderr, "try 'smollm3ctl --help'\n");
+    else usage(stderr);
     return EXIT_USAGE;
 }

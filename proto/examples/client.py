@@ -298,6 +298,11 @@ def main(argv=None):
         except TimeoutError as e:
             print("error: %s" % e, file=sys.stderr)
             return 1
+        except KeyboardInterrupt:
+            # closing the socket is enough: the daemon cancels the requests of a
+            # client that goes away within one engine step
+            print("\ninterrupted", file=sys.stderr)
+            return 130
     return 0
 
 

@@ -44,6 +44,7 @@ if pkg-config --exists check 2>/dev/null; then
     fi
 fi
 
+export PYTHONDONTWRITEBYTECODE=1
 PB2=$(mktemp -d)
 trap 'rm -rf "$PB2"' EXIT INT TERM
 exec_args="--build $BUILD --pb2-dir $PB2"
