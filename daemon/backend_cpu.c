@@ -25,7 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef ROWS_PER_TASK
 #define ROWS_PER_TASK 16
+#endif
 
 struct cpu {
     struct smol_pool *pool;
@@ -194,9 +196,13 @@ static void cpu_matmul(struct smol_backend *be, float *out, const struct smol_we
         j.quant = c->k->quantize[tr->vec_dot_type];
         smol_pool_run(c->pool, n, quant_task, &j);
     }
-    /* enough tasks per thread to balance, few enough to keep a tile's
-     * activations hot across a run of rows */
+    /* Prompt: chunks of ROWS_PER_TASK rows (a token tile's activations stay
+     * in L1 across them), halved for small matrices so every thread gets
+     * several.  Decode streams the weights once: 8 long contiguous runs per
+     * thread keep the prefetchers on one stream (tg 13.5 -> 16-22 tokens/s
+     * on the 3B model against 16-row chunks). */
     j.rows_per_task = ROWS_PER_TASK;
+    if (n == 1 && w->rows / (8 * be->n_threads) > ROWS_PER_TASK) j.rows_per_task = w->rows / (8 * be->n_threads);
     while (j.rows_per_task > 4 && w->rows / j.rows_per_task < 8 * be->n_threads) j.rows_per_task /= 2;
     smol_pool_run(c->pool, (w->rows + j.rows_per_task - 1) / j.rows_per_task, mm_task, &j);
 }

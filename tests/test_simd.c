@@ -91,6 +91,11 @@ static void unit_act_scales(uint32_t atype, uint8_t *a, int nb)
     }
 }
 
+/* Misalignment used for a format's buffers: the natural alignment of its
+ * widest scalar field (float d of q8_K, half elsewhere), never 16 or 32, so
+ * every vector load is unaligned while struct field access stays defined. */
+static size_t skew(uint32_t type) { return type == SMOL_TYPE_Q8_K ? 4 : 2; }
+
 /* |sum of |w_i * a_i||, the scale of a dot's rounding error */
 static double abs_dot(uint32_t wt, const void *w, uint32_t at, const void *a, int n)
 {
@@ -119,16 +124,17 @@ START_TEST(test_quantize_exact)
         for (int rep = 0; rep < 40; rep++) {
             const int nb = 1 + 2 * (rep % 5), n = nb * tr->block_size;
             float *xb = malloc((n + 1) * sizeof(float));
-            uint8_t *r = malloc(nb * tr->type_size), *s = malloc(nb * tr->type_size + 1);
+            const size_t off = (rep & 1) * skew(types[ti]);
+            uint8_t *r = malloc(nb * tr->type_size), *s = malloc(nb * tr->type_size + 4);
             float *x = xb + (rep & 1); /* unaligned input on odd reps */
             fill_act(x, n);
             if (rep == 3) /* exact .5 products: x * (127 / 127) */
                 for (int i = 0; i < n; i++) x[i] = (float)((int)(rnd() % 255) - 127) + 0.5f * (i % 2) - (i % 64 == 0 ? 0 : 0.0f);
             memset(r, 0, nb * tr->type_size);
-            memset(s, 0, nb * tr->type_size + 1);
-            k->quantize[types[ti]](x, s + (rep & 1), n);
+            memset(s, 0, nb * tr->type_size + 4);
+            k->quantize[types[ti]](x, s + off, n);
             smol_cpu_kernels_ref()->quantize[types[ti]](x, r, n);
-            ck_assert_msg(!memcmp(r, s + (rep & 1), nb * tr->type_size), "%s quantize_%s differs (rep %d, %d blocks)",
+            ck_assert_msg(!memcmp(r, s + off, nb * tr->type_size), "%s quantize_%s differs (rep %d, %d blocks)",
                           variants[_i], tr->name, rep, nb);
             free(xb);
             free(r);
@@ -172,9 +178,9 @@ START_TEST(test_vec_dot)
         for (int rep = 0; rep < 60; rep++) {
             const int one = rep % 3 == 2, raw = rep % 2;
             const int nb = 1 + (rep % 7) * (tr->block_size == 256 ? 1 : 3), n = nb * tr->block_size;
-            uint8_t *wb = malloc(nb * tr->type_size + 1), *ab = malloc(nb * at->type_size + 1);
+            uint8_t *wb = malloc(nb * tr->type_size + 4), *ab = malloc(nb * at->type_size + 4);
             float *x = malloc(n * sizeof *x);
-            uint8_t *w = wb + (rep & 1), *a = ab + ((rep >> 1) & 1);
+            uint8_t *w = wb + (rep & 1) * skew(wt), *a = ab + ((rep >> 1) & 1) * skew(tr->vec_dot_type);
             make_row(wt, w, n, raw, one);
             fill_act(x, n);
             smol_cpu_kernels_ref()->quantize[tr->vec_dot_type](x, a, n);
@@ -206,8 +212,10 @@ START_TEST(test_gemm)
         for (int rep = 0; rep < 12; rep++) {
             const int one = rep % 4 == 3;
             const int nb = 1 + rep % 3 * 2, n = nb * tr->block_size, rows = 1 + rep % 7, ntok = 1 + (rep * 5) % 10;
-            const size_t ws = (size_t)nb * tr->type_size + rep % 3, as = (size_t)nb * at->type_size + rep % 5;
-            uint8_t *w = malloc(ws * rows + 1), *a = malloc(as * ntok + 1);
+            const size_t sw = skew(wt), sa = skew(tr->vec_dot_type);
+            const size_t ws = (size_t)nb * tr->type_size + sw * (rep % 3), as = (size_t)nb * at->type_size + sa * (rep % 5);
+            uint8_t *wbuf = malloc(ws * rows + sw), *abuf = malloc(as * ntok + sa);
+            uint8_t *w = wbuf + sw - 1, *a = abuf + sa - 1; /* w + 1, a + 1: skewed starts */
             float *x = malloc(n * sizeof *x), *out = malloc(sizeof(float) * ntok * (rows + 3));
             for (int r = 0; r < rows; r++) make_row(wt, w + 1 + r * ws, n, rep % 2, one);
             for (int t = 0; t < ntok; t++) {
@@ -224,8 +232,8 @@ START_TEST(test_gemm)
                     ck_assert_msg(fabs((double)ref - got) <= tol, "%s gemm %s row %d tok %d: ref %.9g simd %.9g",
                                   variants[_i], tr->name, r, t, ref, got);
                 }
-            free(w);
-            free(a);
+            free(wbuf);
+            free(abuf);
             free(x);
             free(out);
         }
