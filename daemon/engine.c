@@ -29,64 +29,9 @@
 #include <time.h>
 #include <zmq.h>
 
-enum req_state { RS_QUEUED, RS_PREFILL, RS_DECODE, RS_DONE };
+#include "engine_internal.h"
 
-struct req {
-    struct smol_request *r;
-    struct smol_engine *e;
-    enum req_state state;
-    struct smol_session *sess;      /* named session, or NULL */
-    struct smol_session *anon;      /* session-less: our own entry (becomes a cached prefix) */
-    struct smol_kv_seq *seq;        /* where we write: sess->seq or anon->seq */
-    int32_t *tok;                   /* prompt, then generated tokens appended */
-    int n_tok, cap;
-    int n_prompt, n_cached, max_gen, n_gen, n_reasoning;
-    int thinking, cancelled, paused, finished;
-    enum smol_chat_tpl tpl;
-    struct smol_sampler *smp;
-    struct smol_detok detok;
-    struct smol_chat_parser parser;
-    struct smol_chat_buf content;   /* content text, for the session's history */
-    struct smol_chat_buf rendered;  /* rendered prompt text (chat) */
-    int cur_token, seg_in_token;    /* token being parsed; segments emitted for it */
-    int tok_reasoning;              /* the current token emitted reasoning text */
-    float cur_logprob;
-    int finish_reason;              /* Smollm3__FinishReason */
-    int stop_index;
-    int kv_promise;                 /* pages this request may still allocate */
-    double t_admit, t_first_step, t_prefill_done, t_first_token;
-    struct req *next;               /* queue / running list */
-};
-
-struct smol_engine {
-    pthread_t thread;
-    void *sock;                     /* PAIR, engine side */
-    struct smol_model *m;
-    struct smol_tokenizer *tok;
-    enum smol_chat_tpl tpl;
-    int have_tpl;
-    struct smol_engine_config cfg;
-    struct smol_sessions sessions;
-    struct smol_sampler_scratch *sc;
-    struct req *queue, *running;    /* singly linked, FIFO order */
-    int n_queued, n_running;
-    int draining;
-    volatile int stop;
-    double drain_deadline;
-    /* step scratch, sized once */
-    int32_t *b_tok, *b_pos, *b_out;
-    struct smol_kv_seq **b_seq;
-    struct req **b_req;             /* request of each out row */
-    float *logits;                  /* [max_running + prefill rows][vocab] */
-    int max_out;
-    uint8_t *pack;                  /* protobuf packing buffer */
-    size_t pack_cap;
-    /* counters for stats */
-    uint64_t n_requests, n_prompt_tokens, n_cached_tokens, n_generated, n_prefix_hits, n_rejected, n_cancelled;
-    double t_start;
-};
-
-static double now_s(void)
+double smol_engine_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -107,22 +52,9 @@ void smol_engine_config_default(struct smol_engine_config *c)
     c->queue_timeout_s = 30;
 }
 
-void smol_request_free(struct smol_request **rp)
-{
-    if (!rp || !*rp) return;
-    struct smol_request *r = *rp;
-    smol_chat_request_deinit(&r->chat);
-    if (r->chat_body) json_decref(r->chat_body);
-    free(r->text);
-    free(r->ids);
-    for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
-    free(r);
-    *rp = NULL;
-}
-
 /* ---- messages to the RPC thread --------------------------------------------- */
 
-static void send_event(struct smol_engine *e, uint64_t id, unsigned flags, const Smollm3__Event *ev)
+void smol_engine_send_event(struct smol_engine *e, uint64_t id, unsigned flags, const Smollm3__Event *ev)
 {
     size_t n = smollm3__event__get_packed_size(ev);
     if (n > e->pack_cap) {
@@ -138,7 +70,7 @@ static void send_event(struct smol_engine *e, uint64_t id, unsigned flags, const
     zmq_send(e->sock, e->pack, n, 0);
 }
 
-static void send_error(struct smol_engine *e, uint64_t id, uint64_t client_id, enum smol_err code, const char *msg)
+void smol_engine_send_error(struct smol_engine *e, uint64_t id, uint64_t client_id, enum smol_err code, const char *msg)
 {
     Smollm3__Event ev = SMOLLM3__EVENT__INIT;
     Smollm3__Error er = SMOLLM3__ERROR__INIT;
@@ -147,7 +79,7 @@ static void send_error(struct smol_engine *e, uint64_t id, uint64_t client_id, e
     ev.request_id = client_id;
     ev.kind_case = SMOLLM3__EVENT__KIND_ERROR;
     ev.error = &er;
-    send_event(e, id, SMOL_EV_TERMINAL, &ev);
+    smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
 }
 
 /* ---- request lifecycle ------------------------------------------------------ */
@@ -210,7 +142,7 @@ static void emit_text(struct req *q, const char *text, size_t len, int channel)
     ev.request_id = q->r->client_id;
     ev.kind_case = SMOLLM3__EVENT__KIND_TOKEN;
     ev.token = &tk;
-    send_event(q->e, q->r->id, 0, &ev);
+    smol_engine_send_event(q->e, q->r->id, 0, &ev);
     free(s);
 }
 
@@ -229,7 +161,7 @@ static void on_parse(void *ud, const struct smol_chat_event *pe)
         ev.request_id = q->r->client_id;
         ev.kind_case = SMOLLM3__EVENT__KIND_TOOL_CALL;
         ev.tool_call = &tc;
-        send_event(q->e, q->r->id, 0, &ev);
+        smol_engine_send_event(q->e, q->r->id, 0, &ev);
         q->seg_in_token++;
         return;
     }
@@ -241,7 +173,7 @@ static void on_parse(void *ud, const struct smol_chat_event *pe)
 
 static void send_done(struct smol_engine *e, struct req *q)
 {
-    double t = now_s();
+    double t = smol_engine_now();
     Smollm3__Event ev = SMOLLM3__EVENT__INIT;
     Smollm3__Done dn = SMOLLM3__DONE__INIT;
     Smollm3__Usage us = SMOLLM3__USAGE__INIT;
@@ -265,7 +197,7 @@ static void send_done(struct smol_engine *e, struct req *q)
     ev.request_id = q->r->client_id;
     ev.kind_case = SMOLLM3__EVENT__KIND_DONE;
     ev.done = &dn;
-    send_event(e, q->r->id, SMOL_EV_TERMINAL, &ev);
+    smol_engine_send_event(e, q->r->id, SMOL_EV_TERMINAL, &ev);
 }
 
 /* Ends a running (or queued) request: flushes text, sends Done, leaves its
@@ -302,7 +234,7 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
         if (q->seq->n_tokens > q->n_tok) smol_kv_seq_truncate(&e->m->kv, q->seq, q->n_tok);
         smol_session_set_tokens(s, q->tok, q->n_tok);
         s->busy = 0;
-        smol_sessions_touch(&e->sessions, s, now_s());
+        smol_sessions_touch(&e->sessions, s, smol_engine_now());
         /* the conversation as a client will send it back: the prompt plus
          * this answer's content (reasoning is not sent back) */
         smol_session_set_text(s, NULL, 0);
@@ -350,7 +282,7 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
 static void reject(struct smol_engine *e, struct req *q, enum smol_err code, const char *msg)
 {
     e->n_rejected++;
-    send_error(e, q->r->id, q->r->client_id, code, msg);
+    smol_engine_send_error(e, q->r->id, q->r->client_id, code, msg);
     if (q->sess) q->sess->busy = 0;
     if (q->anon) smol_sessions_remove(&e->sessions, q->anon);
     if (q->state == RS_QUEUED) { list_remove(&e->queue, q); e->n_queued--; }
@@ -597,7 +529,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
     ev.request_id = r->client_id;
     ev.kind_case = SMOLLM3__EVENT__KIND_STARTED;
     ev.started = &st;
-    send_event(e, r->id, 0, &ev);
+    smol_engine_send_event(e, r->id, 0, &ev);
     return 1;
 }
 
@@ -654,7 +586,7 @@ static void sample_and_emit(struct smol_engine *e, struct req *q, const float *l
 
 static void step(struct smol_engine *e)
 {
-    const double now = now_s();
+    const double now = smol_engine_now();
     struct smol_kv *kv = &e->m->kv;
     char err[SMOL_ERRLEN];
 
@@ -712,7 +644,7 @@ static void step(struct smol_engine *e)
         for (int i = 0; i < n_out; i++) fail_request(e, e->b_req[i], SMOL_EINTERNAL, err);
         return;
     }
-    const double t1 = now_s();
+    const double t1 = smol_engine_now();
     for (int i = 0; i < n_out; i++) {
         struct req *q = e->b_req[i];
         if (q->state == RS_PREFILL) {
@@ -723,112 +655,6 @@ static void step(struct smol_engine *e)
     }
     for (struct req *q = e->running; q; q = q->next)
         q->kv_promise = smol_kv_seq_pages_needed(kv, q->seq, q->seq->n_tokens, q->n_prompt + q->max_gen);
-}
-
-/* ---- queries (stats, sessions) ---------------------------------------------------- */
-
-static void handle_query(struct smol_engine *e, uint64_t id, const uint8_t *data, size_t len)
-{
-    Smollm3__Request *rq = smollm3__request__unpack(NULL, len, data);
-    if (!rq) { send_error(e, id, 0, SMOL_EFORMAT, "malformed query"); return; }
-    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
-    ev.request_id = rq->request_id;
-    struct smol_kv *kv = &e->m->kv;
-    switch (rq->kind_case) {
-    case SMOLLM3__REQUEST__KIND_STATS: {
-        Smollm3__StatsReply st = SMOLLM3__STATS_REPLY__INIT;
-        st.requests_active = (uint32_t)e->n_running;
-        st.requests_queued = (uint32_t)e->n_queued;
-        st.sessions = (uint32_t)e->sessions.n_named;
-        st.kv_tokens_total = (uint64_t)kv->n_pages * SMOL_KV_PAGE;
-        st.kv_tokens_used = (uint64_t)(kv->n_pages - kv->n_free) * SMOL_KV_PAGE;
-        st.requests_total = e->n_requests;
-        st.prompt_tokens_total = e->n_prompt_tokens;
-        st.cached_tokens_total = e->n_cached_tokens;
-        st.generated_tokens_total = e->n_generated;
-        st.prefix_cache_hits = e->n_prefix_hits;
-        st.requests_rejected = e->n_rejected;
-        st.requests_cancelled = e->n_cancelled;
-        st.uptime_s = now_s() - e->t_start;
-        st.context_length = (uint32_t)e->m->cfg.n_ctx;
-        ev.kind_case = SMOLLM3__EVENT__KIND_STATS;
-        ev.stats = &st;
-        send_event(e, id, SMOL_EV_TERMINAL, &ev);
-        break;
-    }
-    case SMOLLM3__REQUEST__KIND_SESSION_GET:
-    case SMOLLM3__REQUEST__KIND_SESSION_DELETE: {
-        int get = rq->kind_case == SMOLLM3__REQUEST__KIND_SESSION_GET;
-        const char *sid = get ? rq->session_get->session_id : rq->session_delete->session_id;
-        struct smol_session *x = sid && sid[0] ? smol_sessions_find(&e->sessions, sid) : NULL;
-        if (!x) {
-            char msg[SMOL_SESSION_ID_MAX + 64];
-            snprintf(msg, sizeof msg, "unknown session '%.128s'", sid ? sid : "");
-            send_error(e, id, rq->request_id, SMOL_ENOSESSION, msg);
-            break;
-        }
-        /* declared here: ev points at them until send_event below */
-        Smollm3__SessionInfo si = SMOLLM3__SESSION_INFO__INIT;
-        Smollm3__Ack ack = SMOLLM3__ACK__INIT;
-        if (get) {
-            si.session_id = x->id;
-            si.tokens = (uint32_t)x->n_tokens;
-            si.idle_s = x->busy ? 0 : now_s() - x->last_used;
-            si.busy = x->busy;
-            ev.kind_case = SMOLLM3__EVENT__KIND_SESSION;
-            ev.session = &si;
-        } else {
-            if (x->busy) { /* cancel its request; the session goes when it ends */
-                for (struct req *q = e->running; q; q = q->next)
-                    if (q->sess == x) { q->cancelled = 1; q->sess = NULL; q->anon = x; x->id[0] = 0; e->sessions.n_named--; e->sessions.n_anon++; }
-            } else smol_sessions_remove(&e->sessions, x);
-            ev.kind_case = SMOLLM3__EVENT__KIND_ACK;
-            ev.ack = &ack;
-        }
-        send_event(e, id, SMOL_EV_TERMINAL, &ev);
-        break;
-    }
-    case SMOLLM3__REQUEST__KIND_SESSION_LIST: {
-        int n = e->sessions.n_named, k = 0;
-        Smollm3__SessionInfo *si = calloc(n ? n : 1, sizeof *si);
-        Smollm3__SessionInfo **sp = calloc(n ? n : 1, sizeof *sp);
-        Smollm3__SessionList sl = SMOLLM3__SESSION_LIST__INIT;
-        if (!si || !sp) { free(si); free(sp); send_error(e, id, rq->request_id, SMOL_ENOMEM, "out of memory"); break; }
-        double t = now_s();
-        for (struct smol_session *x = e->sessions.head; x && k < n; x = x->next) {
-            if (!x->id[0]) continue;
-            smollm3__session_info__init(&si[k]);
-            si[k].session_id = x->id;
-            si[k].tokens = (uint32_t)x->n_tokens;
-            si[k].idle_s = x->busy ? 0 : t - x->last_used;
-            si[k].busy = x->busy;
-            sp[k] = &si[k];
-            k++;
-        }
-        sl.n_sessions = (size_t)k;
-        sl.sessions = sp;
-        ev.kind_case = SMOLLM3__EVENT__KIND_SESSIONS;
-        ev.sessions = &sl;
-        send_event(e, id, SMOL_EV_TERMINAL, &ev);
-        free(si);
-        free(sp);
-        break;
-    }
-    case SMOLLM3__REQUEST__KIND_HEALTH: {
-        Smollm3__HealthReply h = SMOLLM3__HEALTH_REPLY__INIT;
-        h.ready = !e->draining;
-        h.model = (char *)(e->cfg.model_name ? e->cfg.model_name : "");
-        h.status = e->draining ? "draining" : "serving";
-        h.protocol_version = SMOLLM3__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
-        ev.kind_case = SMOLLM3__EVENT__KIND_HEALTH;
-        ev.health = &h;
-        send_event(e, id, SMOL_EV_TERMINAL, &ev);
-        break;
-    }
-    default:
-        send_error(e, id, rq->request_id, SMOL_EINVAL, "not a query");
-    }
-    smollm3__request__free_unpacked(rq, NULL);
 }
 
 /* ---- commands --------------------------------------------------------------------- */
@@ -865,15 +691,15 @@ static int handle_cmd(struct smol_engine *e)
         struct smol_request *r = NULL;
         if (n > 1 && zmq_msg_size(&part[1]) == sizeof r) memcpy(&r, zmq_msg_data(&part[1]), sizeof r);
         if (!r) break;
-        if (e->draining) { send_error(e, r->id, r->client_id, SMOL_ESHUTDOWN, "the daemon is shutting down"); smol_request_free(&r); break; }
+        if (e->draining) { smol_engine_send_error(e, r->id, r->client_id, SMOL_ESHUTDOWN, "the daemon is shutting down"); smol_request_free(&r); break; }
         if (e->n_queued >= e->cfg.max_queued) {
             e->n_rejected++;
-            send_error(e, r->id, r->client_id, SMOL_EQUEUE_FULL, "admission queue is full; retry later");
+            smol_engine_send_error(e, r->id, r->client_id, SMOL_EQUEUE_FULL, "admission queue is full; retry later");
             smol_request_free(&r);
             break;
         }
         struct req *q = calloc(1, sizeof *q);
-        if (!q) { send_error(e, r->id, r->client_id, SMOL_ENOMEM, "out of memory"); smol_request_free(&r); break; }
+        if (!q) { smol_engine_send_error(e, r->id, r->client_id, SMOL_ENOMEM, "out of memory"); smol_request_free(&r); break; }
         q->r = r;
         q->e = e;
         q->state = RS_QUEUED;
@@ -887,13 +713,13 @@ static int handle_cmd(struct smol_engine *e)
     case SMOL_CMD_PAUSE: { struct req *q = find_req(e, id); if (q) q->paused = 1; break; }
     case SMOL_CMD_RESUME: { struct req *q = find_req(e, id); if (q) q->paused = 0; break; }
     case SMOL_CMD_QUERY:
-        if (n > 2) handle_query(e, id, zmq_msg_data(&part[2]), zmq_msg_size(&part[2]));
+        if (n > 2) smol_engine_handle_query(e, id, zmq_msg_data(&part[2]), zmq_msg_size(&part[2]));
         break;
     case SMOL_CMD_DRAIN: {
         uint32_t ms = 0;
         if (n > 1 && zmq_msg_size(&part[1]) == 4) memcpy(&ms, zmq_msg_data(&part[1]), 4);
         e->draining = 1;
-        e->drain_deadline = now_s() + ms / 1e3;
+        e->drain_deadline = smol_engine_now() + ms / 1e3;
         while (e->queue) {
             struct req *q = e->queue;
             reject(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down");
@@ -911,7 +737,7 @@ static void *engine_main(void *arg)
 {
     struct smol_engine *e = arg;
     int drained_sent = 0;
-    double last_expire = now_s();
+    double last_expire = smol_engine_now();
     while (!e->stop) {
         int runnable = e->n_queued > 0;
         for (struct req *q = e->running; q && !runnable; q = q->next) runnable = !q->paused || q->cancelled;
@@ -919,7 +745,7 @@ static void *engine_main(void *arg)
         long timeout = runnable ? 0 : e->n_running ? 10 : 1000;
         if (zmq_poll(&it, 1, timeout) < 0 && zmq_errno() == ETERM) break;
         while (handle_cmd(e)) {}
-        double now = now_s();
+        double now = smol_engine_now();
         if (e->draining && now > e->drain_deadline)
             for (struct req *q = e->running; q; q = q->next) q->cancelled = 1;
         if (now - last_expire > 1.0) {
@@ -965,7 +791,7 @@ enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const c
     if (e->cfg.max_running > e->cfg.step_tokens) e->cfg.max_running = e->cfg.step_tokens;
     e->m = m;
     e->tok = tok;
-    e->t_start = now_s();
+    e->t_start = smol_engine_now();
     smol_sessions_init(&e->sessions, &m->kv);
     struct smol_gguf_str tpl;
     if (smol_gguf_get_str(m->gguf, "tokenizer.chat_template", &tpl, 0, NULL) == SMOL_OK && tpl.ptr &&
@@ -1023,25 +849,4 @@ enum smol_err smol_engine_warmup(struct smol_model *m, char *err)
     smol_kv_seq_deinit(&m->kv, &seq);
     free(lg);
     return rc;
-}
-
-/* ---- command senders (RPC side) ------------------------------------------------------ */
-
-static int send2(void *sock, uint8_t cmd, const void *p, size_t n)
-{
-    if (zmq_send(sock, &cmd, 1, n || p ? ZMQ_SNDMORE : 0) < 0) return -1;
-    if ((n || p) && zmq_send(sock, p, n, 0) < 0) return -1;
-    return 0;
-}
-
-int smol_engine_send_submit(void *sock, struct smol_request *r) { return send2(sock, SMOL_CMD_SUBMIT, &r, sizeof r); }
-int smol_engine_send_id(void *sock, enum smol_engine_cmd cmd, uint64_t id) { return send2(sock, (uint8_t)cmd, &id, sizeof id); }
-int smol_engine_send_drain(void *sock, uint32_t grace_ms) { return send2(sock, SMOL_CMD_DRAIN, &grace_ms, sizeof grace_ms); }
-int smol_engine_send_stop(void *sock) { return send2(sock, SMOL_CMD_STOP, NULL, 0); }
-
-int smol_engine_send_query(void *sock, uint64_t id, const void *packed, size_t len)
-{
-    uint8_t cmd = SMOL_CMD_QUERY;
-    if (zmq_send(sock, &cmd, 1, ZMQ_SNDMORE) < 0 || zmq_send(sock, &id, sizeof id, ZMQ_SNDMORE) < 0) return -1;
-    return zmq_send(sock, packed, len, 0) < 0 ? -1 : 0;
 }

@@ -8,17 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Weak while subcommands land one by one: a missing one is reported, not a link error. */
-#pragma weak smol_cli_inspect
-#pragma weak smol_cli_logits
-#pragma weak smol_cli_generate
-#pragma weak smol_cli_bench
-#pragma weak smol_cli_synth
-#pragma weak smol_cli_tokenize
-#pragma weak smol_cli_detokenize
-#pragma weak smol_cli_template
-#pragma weak smol_cli_chat
-
 struct command {
     const char *name;
     int (*fn)(int argc, char **argv);
