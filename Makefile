@@ -75,6 +75,29 @@ $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
+# ---- cuda: the CUDA backend plugin ------------------------------------------------------
+# Built when nvcc is found (CUDA=0 skips it) into $(BUILD)/lib/libsmollm3_cuda.so, which
+# daemon/backend_cuda_loader.c dlopens at run time: the main binaries never link CUDA.
+CUDA      ?= auto
+NVCC      := $(if $(filter 0,$(CUDA)),,$(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null)))
+NVCCFLAGS := -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Wno-unused-parameter,-Wno-unused-function \
+             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a \
+             -gencode arch=compute_90,code=compute_90 -I.
+CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
+CUDA_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRCS))
+CUDA_LIB  := $(if $(NVCC),$(BUILD)/lib/libsmollm3_cuda.so)
+
+all: $(CUDA_LIB)
+
+$(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.cuh) kernels/quant.h kernels/fp16.h \
+        kernels/ops_ref.h daemon/backend.h daemon/backend_cuda_loader.h daemon/kv.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/lib/libsmollm3_cuda.so: $(CUDA_OBJS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -shared -Xcompiler -fPIC $^ -o $@ -L/usr/local/cuda/lib64 -Xlinker -rpath,/usr/local/cuda/lib64 -lcudart
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # deps: system packages (apt).  Skipped when not root or all present.

@@ -35,6 +35,8 @@ struct smol_daemon_config {
     int kv_budget_mb;           /* KV pool, MiB, allocated up front; 0 = one full-context sequence */
     int kv_f32;                 /* bool: KV in f32 instead of f16 */
     int yarn;                   /* bool: YaRN rope scaling */
+    char backend[SMOL_CONFIG_PATH_MAX]; /* "auto" | "cpu" | "cuda" */
+    int cuda_device;            /* CUDA device index */
     int step_tokens;            /* tokens per engine step (decode + prefill chunks) */
     int max_running;            /* requests decoding together */
     int max_queued;             /* admission queue length */

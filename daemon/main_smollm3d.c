@@ -135,6 +135,8 @@ int main(int argc, char **argv)
     ms.kv_f32 = cfg.kv_f32;
     ms.kv_budget = (size_t)cfg.kv_budget_mb << 20;
     ms.yarn = cfg.yarn;
+    ms.backend = cfg.backend;
+    ms.cuda_device = cfg.cuda_device;
     ms.quiet = 1;
     if (smol_model_open(&m, cfg.model, &ms, err)) { smol_log_err("model %s: %s", cfg.model, err); goto out; }
     if (smol_tokenizer_new(&tok, m->gguf, err)) { smol_log_err("tokenizer: %s", err); goto out; }

@@ -17,6 +17,7 @@
  * this equals Hugging Face's half-split rotation on the original weights.
  */
 #include "model.h"
+#include "backend_cuda_loader.h"
 #include "../kernels/quant_ref.h"
 
 #include <math.h>
@@ -302,7 +303,23 @@ enum smol_err smol_model_open(struct smol_model **out, const char *path, const s
     }
     c->n_ctx = set.n_ctx && set.n_ctx < ctx ? set.n_ctx : ctx;
 
-    if ((e = smol_backend_cpu_new(&m->be, set.n_threads, err))) goto fail;
+    const char *bk = set.backend && *set.backend ? set.backend : "cpu";
+    if (strcmp(bk, "cpu") && strcmp(bk, "cuda") && strcmp(bk, "auto")) {
+        e = smol_errf(err, SMOL_EINVAL, "backend must be cpu, cuda or auto (got '%s')", bk);
+        goto fail;
+    }
+    if (strcmp(bk, "cpu")) {
+        char why[SMOL_ERRLEN];
+        if ((e = smol_backend_cuda_new(&m->be, set.cuda_device, why))) {
+            if (!strcmp(bk, "cuda")) {
+                memcpy(err, why, SMOL_ERRLEN);
+                goto fail;
+            }
+            fprintf(stderr, "<5>%s; using the CPU backend\n", why); /* even when quiet: operators need it */
+            e = SMOL_OK;
+        }
+    }
+    if (!m->be && (e = smol_backend_cpu_new(&m->be, set.n_threads, err))) goto fail;
     if ((e = upload_all(m, err))) goto fail;
     int max_tokens = set.max_tokens < c->n_ctx ? set.max_tokens : c->n_ctx;
     if ((e = alloc_state(m, max_tokens, err))) goto fail;

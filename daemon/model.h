@@ -92,6 +92,9 @@ struct smol_model_settings {
     int yarn;               /* 1: YaRN rope scaling (RoPE layers only) */
     float yarn_factor;      /* 0 = 2 */
     int quiet;              /* no load log */
+    const char *backend;    /* "cpu" | "cuda" | "auto"; NULL = "cpu".  auto: CUDA when the
+                               plugin finds a usable device, else a log line and the CPU */
+    int cuda_device;        /* CUDA device index for "cuda" / "auto" */
 };
 
 struct smol_model;

@@ -1,0 +1,192 @@
+/*
+ * attention.cu - causal GQA attention over the paged KV cache, split-K
+ * "flash decoding".
+ *
+ * Grid (n_split, n_kv_heads, n_tokens), 128 threads.  A block serves the G
+ * query heads that share one KV head, so each K/V row of its pages is read
+ * once for all of them (the CPU backend's grouping).  Per page (32 slots):
+ * the 4 warps score 8 slots each (lanes across head_dim, warp-reduced), one
+ * thread per query head folds the 32 scores into its online softmax (max m,
+ * sum l, rescale alpha), then every thread accumulates its head_dim / 128
+ * output elements of every head from the page's V rows.  With one split the
+ * block normalises and writes out; otherwise it writes (o, m, l) and
+ * merge_kernel combines the splits.  Prefill uses the same kernel (one
+ * block per token and KV head); a tiled prefill kernel that shares K/V
+ * tiles across a sequence's query tokens is the next variant (NOTES.md).
+ */
+#include "common.cuh"
+#include "ops_cuda.cuh"
+
+#define ATT_THREADS 128
+#define ATT_MAX_G 16    /* query heads per KV head (model.c refuses more) */
+#define ATT_MAX_D 4     /* head_dim <= 512 = 4 * ATT_THREADS */
+
+static __device__ __forceinline__ float kv_ld(const void *base, size_t i, int f16)
+{
+    return f16 ? __half2float(((const __half *)base)[i]) : ((const float *)base)[i];
+}
+
+static __global__ void __launch_bounds__(ATT_THREADS)
+attention_kernel(float *out, const float *q, const void *kc, const void *vc, const int32_t *tok,
+                 const int32_t *pages, int n_heads, int n_kv_heads, int head_dim, int kv_f16, float scale,
+                 int pages_per_split, float *part)
+{
+    extern __shared__ float sm[];
+    const int G = n_heads / n_kv_heads, hd = head_dim;
+    const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, n_split = gridDim.x;
+    const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+    float *qs = sm;                          /* [G][hd] */
+    float *sc = qs + G * hd;                 /* [G][32] scores, then probabilities */
+    float *st = sc + G * SMOL_KV_PAGE_CUDA;  /* [G][3]: m, l, alpha */
+
+    const int n_pos = tok[2 * t];
+    const int32_t *pt = pages + tok[2 * t + 1];
+    const int n_pages = (n_pos + SMOL_KV_PAGE_CUDA - 1) / SMOL_KV_PAGE_CUDA;
+    const int p0 = split * pages_per_split;
+    const int p1 = min(n_pages, p0 + pages_per_split);
+
+    const float *qt = q + (size_t)t * n_heads * hd + (size_t)h * G * hd;
+    for (int i = tid; i < G * hd; i += ATT_THREADS) qs[i] = qt[i] * scale;
+    if (tid < G) {
+        st[3 * tid] = -INFINITY;
+        st[3 * tid + 1] = 0.0f;
+    }
+    float o[ATT_MAX_G][ATT_MAX_D];
+#pragma unroll
+    for (int g = 0; g < ATT_MAX_G; g++)
+#pragma unroll
+        for (int i = 0; i < ATT_MAX_D; i++) o[g][i] = 0.0f;
+    __syncthreads();
+
+    const size_t page_elts = (size_t)n_kv_heads * SMOL_KV_PAGE_CUDA * hd;
+    for (int p = p0; p < p1; p++) {
+        const size_t base = (size_t)pt[p] * page_elts + (size_t)h * SMOL_KV_PAGE_CUDA * hd;
+        /* scores: warp wid takes slots wid, wid + 4, ... */
+        for (int s = wid; s < SMOL_KV_PAGE_CUDA; s += ATT_THREADS / 32) {
+            const int pos = p * SMOL_KV_PAGE_CUDA + s;
+            float acc[ATT_MAX_G];
+#pragma unroll
+            for (int g = 0; g < ATT_MAX_G; g++) acc[g] = 0.0f;
+            if (pos < n_pos) {
+                for (int d = lane; d < hd; d += 32) {
+                    const float kx = kv_ld(kc, base + (size_t)s * hd + d, kv_f16);
+#pragma unroll
+                    for (int g = 0; g < ATT_MAX_G; g++)
+                        if (g < G) acc[g] += qs[g * hd + d] * kx;
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < ATT_MAX_G; g++) {
+                if (g < G) {
+                    const float v = warp_sum(acc[g]);
+                    if (lane == 0) sc[g * SMOL_KV_PAGE_CUDA + s] = pos < n_pos ? v : -INFINITY;
+                }
+            }
+        }
+        __syncthreads();
+        /* online softmax: one thread per query head */
+        if (tid < G) {
+            float *r = sc + tid * SMOL_KV_PAGE_CUDA;
+            float mx = st[3 * tid];
+            for (int s = 0; s < SMOL_KV_PAGE_CUDA; s++) mx = fmaxf(mx, r[s]);
+            const float alpha = st[3 * tid] == -INFINITY ? 0.0f : expf(st[3 * tid] - mx);
+            float l = st[3 * tid + 1] * alpha;
+            for (int s = 0; s < SMOL_KV_PAGE_CUDA; s++) {
+                const float e = r[s] == -INFINITY ? 0.0f : expf(r[s] - mx);
+                r[s] = e;
+                l += e;
+            }
+            st[3 * tid] = mx;
+            st[3 * tid + 1] = l;
+            st[3 * tid + 2] = alpha;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int g = 0; g < ATT_MAX_G; g++)
+            if (g < G) {
+                const float a = st[3 * g + 2];
+#pragma unroll
+                for (int i = 0; i < ATT_MAX_D; i++) o[g][i] *= a;
+            }
+        const int valid = min(SMOL_KV_PAGE_CUDA, n_pos - p * SMOL_KV_PAGE_CUDA);
+        for (int s = 0; s < valid; s++) {
+#pragma unroll
+            for (int i = 0; i < ATT_MAX_D; i++) {
+                const int d = tid + i * ATT_THREADS;
+                if (d < hd) {
+                    const float vx = kv_ld(vc, base + (size_t)s * hd + d, kv_f16);
+#pragma unroll
+                    for (int g = 0; g < ATT_MAX_G; g++)
+                        if (g < G) o[g][i] += sc[g * SMOL_KV_PAGE_CUDA + s] * vx;
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    for (int g = 0; g < G; g++) {
+        const int head = h * G + g;
+        const float m = st[3 * g], l = st[3 * g + 1];
+        if (n_split == 1) {
+            float *ot = out + (size_t)t * n_heads * hd + (size_t)head * hd;
+            const float il = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+            for (int i = 0; i < ATT_MAX_D; i++)
+                if (tid + i * ATT_THREADS < hd) ot[tid + i * ATT_THREADS] = o[g][i] * il;
+        } else {
+            float *pp = part + (((size_t)t * n_heads + head) * n_split + split) * (hd + 2);
+#pragma unroll
+            for (int i = 0; i < ATT_MAX_D; i++)
+                if (tid + i * ATT_THREADS < hd) pp[tid + i * ATT_THREADS] = o[g][i];
+            if (tid == 0) {
+                pp[hd] = m;
+                pp[hd + 1] = l;
+            }
+        }
+    }
+}
+
+/* One block per (head, token): out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s. */
+static __global__ void merge_kernel(float *out, const float *part, int n_heads, int head_dim, int n_split)
+{
+    const int head = blockIdx.x, t = blockIdx.y, hd = head_dim;
+    const float *pp = part + ((size_t)t * n_heads + head) * n_split * (hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < n_split; s++) M = fmaxf(M, pp[s * (hd + 2) + hd]);
+    float L = 0.0f;
+    for (int s = 0; s < n_split; s++) {
+        const float m = pp[s * (hd + 2) + hd];
+        if (m != -INFINITY) L += expf(m - M) * pp[s * (hd + 2) + hd + 1];
+    }
+    const float il = L > 0.0f ? 1.0f / L : 0.0f;
+    float *ot = out + (size_t)t * n_heads * hd + (size_t)head * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < n_split; s++) {
+            const float m = pp[s * (hd + 2) + hd];
+            if (m != -INFINITY) acc += expf(m - M) * pp[s * (hd + 2) + d];
+        }
+        ot[d] = acc * il;
+    }
+}
+
+cudaError_t smol_attention_cuda(float *out, const float *q, const void *k_layer, const void *v_layer, int n_tokens,
+                                const int32_t *tok, const int32_t *pages, int n_heads, int n_kv_heads,
+                                int head_dim, int kv_f16, float scale, int n_split, int pages_per_split,
+                                float *part, cudaStream_t st)
+{
+    if (n_tokens <= 0) return cudaSuccess;
+    const int G = n_heads / n_kv_heads;
+    if (G > ATT_MAX_G || head_dim > ATT_MAX_D * ATT_THREADS || n_split < 1 || pages_per_split < 1)
+        return cudaErrorInvalidValue;
+    const size_t smem = ((size_t)G * head_dim + (size_t)G * SMOL_KV_PAGE_CUDA + 3 * G) * sizeof(float);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    dim3 grid(n_split, n_kv_heads, n_tokens);
+    attention_kernel<<<grid, ATT_THREADS, smem, st>>>(out, q, k_layer, v_layer, tok, pages, n_heads, n_kv_heads,
+                                                       head_dim, kv_f16, scale, pages_per_split, part);
+    if (n_split > 1) merge_kernel<<<dim3(n_heads, n_tokens), 128, 0, st>>>(out, part, n_heads, head_dim, n_split);
+    return cudaGetLastError();
+}

@@ -1,0 +1,218 @@
+/*
+ * ops.cu - the row-wise and element-wise ops of the forward pass on CUDA:
+ * embedding lookup, RMSNorm, RoPE, SiLU*mul, residual add, row gather and
+ * the KV-cache store.  Each is memory-bound and simple: one pass, coalesced,
+ * float4 where the shapes allow.  Twins: kernels/ops_ref.c, backend_cpu.c.
+ */
+#include "common.cuh"
+#include "ops_cuda.cuh"
+
+/* ---- get_rows ------------------------------------------------------------- */
+
+template <int T>
+static __global__ void get_rows_kernel(float *out, const uint8_t *w, size_t row_bytes, int cols, const int32_t *ids)
+{
+    const int t = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x, nc = (cols + 31) / 32;
+    if (c >= nc) return;
+    float y[32];
+    dq32<T>(w + (size_t)ids[t] * row_bytes, c, cols, y);
+    float *o = out + (size_t)t * cols + 32 * c;
+#pragma unroll
+    for (int l = 0; l < 32; l++)
+        if (32 * c + l < cols) o[l] = y[l];
+}
+
+cudaError_t smol_get_rows_cuda(float *out, uint32_t type, const void *w, size_t row_bytes, int cols,
+                               const int32_t *ids, int n, cudaStream_t st)
+{
+    if (n <= 0) return cudaSuccess;
+    const int nc = (cols + 31) / 32;
+    dim3 grid((nc + 63) / 64, n);
+    switch (type) {
+#define X(T) case T: get_rows_kernel<T><<<grid, 64, 0, st>>>(out, (const uint8_t *)w, row_bytes, cols, ids); break;
+        SMOL_CUDA_TYPES(X)
+#undef X
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+/* ---- rmsnorm ------------------------------------------------------------------ */
+
+/* One block per row; the sum of squares is kept in double, as the reference. */
+static __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps)
+{
+    __shared__ double sh[32];
+    const float *xr = x + (size_t)blockIdx.x * dim;
+    float *o = out + (size_t)blockIdx.x * dim;
+    double ss = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, k);
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        ss = threadIdx.x < blockDim.x / 32 ? sh[threadIdx.x] : 0.0;
+#pragma unroll
+        for (int k = 16; k > 0; k >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, k);
+        if (threadIdx.x == 0) sh[0] = ss;
+    }
+    __syncthreads();
+    const float inv = (float)(1.0 / sqrt(sh[0] / dim + eps));
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = xr[i] * inv * w[i];
+}
+
+cudaError_t smol_rmsnorm_cuda(float *out, const float *x, const float *w, int dim, float eps, int n,
+                              cudaStream_t st)
+{
+    if (n <= 0) return cudaSuccess;
+    rmsnorm_kernel<<<n, 256, 0, st>>>(out, x, w, dim, eps);
+    return cudaGetLastError();
+}
+
+/* ---- rope ------------------------------------------------------------------------ */
+
+/* One block per token; thread i computes the angle of pair i in double (as smol_rope_cache_ref)
+ * and rotates that pair in every head. */
+static __global__ void rope_kernel(float *x, const int32_t *pos, int n_heads, int head_dim,
+                                   struct smol_rope_params rp)
+{
+    const int t = blockIdx.x, p = pos[t];
+    float *xt = x + (size_t)t * n_heads * head_dim;
+    for (int i = threadIdx.x; i < rp.n_dims / 2; i += blockDim.x) {
+        const double theta_extrap = p * pow((double)rp.freq_base, -2.0 * i / rp.n_dims);
+        double theta = rp.freq_scale * theta_extrap, mscale = rp.attn_factor;
+        if (rp.ext_factor != 0.0f) {
+            const double y = (i - rp.corr_dims[0]) / fmax(0.001, (double)rp.corr_dims[1] - rp.corr_dims[0]);
+            const double ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * rp.ext_factor;
+            theta = theta * (1 - ramp) + theta_extrap * ramp;
+            mscale *= 1.0 + 0.1 * log(1.0 / rp.freq_scale);
+        }
+        double sd, cd;
+        sincos(theta, &sd, &cd);
+        const float c = (float)(cd * mscale), s = (float)(sd * mscale);
+        for (int h = 0; h < n_heads; h++) {
+            float2 *v = (float2 *)(xt + (size_t)h * head_dim) + i;
+            const float2 a = *v;
+            *v = make_float2(a.x * c - a.y * s, a.x * s + a.y * c);
+        }
+    }
+}
+
+cudaError_t smol_rope_cuda(float *x, const int32_t *pos, int n, int n_heads, int head_dim,
+                           const struct smol_rope_params *rp, cudaStream_t st)
+{
+    if (n <= 0 || rp->n_dims <= 0) return cudaSuccess;
+    const int th = rp->n_dims / 2 < 128 ? (rp->n_dims / 2 + 31) / 32 * 32 : 128;
+    rope_kernel<<<n, th, 0, st>>>(x, pos, n_heads, head_dim, *rp);
+    return cudaGetLastError();
+}
+
+/* ---- element-wise ------------------------------------------------------------------- */
+
+static __global__ void silu_mul_kernel(float *g, const float *u, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const float a = g[i];
+        g[i] = a / (1.0f + expf(-a)) * u[i];
+    }
+}
+
+static __global__ void silu_mul4_kernel(float4 *g, const float4 *u, int n4)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += gridDim.x * blockDim.x) {
+        float4 a = g[i];
+        const float4 b = u[i];
+        a.x = a.x / (1.0f + expf(-a.x)) * b.x;
+        a.y = a.y / (1.0f + expf(-a.y)) * b.y;
+        a.z = a.z / (1.0f + expf(-a.z)) * b.z;
+        a.w = a.w / (1.0f + expf(-a.w)) * b.w;
+        g[i] = a;
+    }
+}
+
+static __global__ void add_kernel(float *x, const float *y, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] += y[i];
+}
+
+static __global__ void add4_kernel(float4 *x, const float4 *y, int n4)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += gridDim.x * blockDim.x) {
+        float4 a = x[i];
+        const float4 b = y[i];
+        a.x += b.x; a.y += b.y; a.z += b.z; a.w += b.w;
+        x[i] = a;
+    }
+}
+
+static int grid_for(long n) { long g = (n + 255) / 256; return (int)(g < 4096 ? (g > 0 ? g : 1) : 4096); }
+static int aligned16(const void *a, const void *b) { return (((uintptr_t)a | (uintptr_t)b) & 15) == 0; }
+
+cudaError_t smol_silu_mul_cuda(float *gate, const float *up, int n, cudaStream_t st)
+{
+    if (n <= 0) return cudaSuccess;
+    if (n % 4 == 0 && aligned16(gate, up))
+        silu_mul4_kernel<<<grid_for(n / 4), 256, 0, st>>>((float4 *)gate, (const float4 *)up, n / 4);
+    else
+        silu_mul_kernel<<<grid_for(n), 256, 0, st>>>(gate, up, n);
+    return cudaGetLastError();
+}
+
+cudaError_t smol_add_cuda(float *x, const float *y, int n, cudaStream_t st)
+{
+    if (n <= 0) return cudaSuccess;
+    if (n % 4 == 0 && aligned16(x, y))
+        add4_kernel<<<grid_for(n / 4), 256, 0, st>>>((float4 *)x, (const float4 *)y, n / 4);
+    else
+        add_kernel<<<grid_for(n), 256, 0, st>>>(x, y, n);
+    return cudaGetLastError();
+}
+
+static __global__ void gather_kernel(float *out, const float *x, const int32_t *idx, int dim)
+{
+    const float *src = x + (size_t)idx[blockIdx.y] * dim;
+    float *dst = out + (size_t)blockIdx.y * dim;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < dim; i += gridDim.x * blockDim.x) dst[i] = src[i];
+}
+
+cudaError_t smol_gather_rows_cuda(float *out, const float *x, const int32_t *idx, int n, int dim, cudaStream_t st)
+{
+    if (n <= 0) return cudaSuccess;
+    dim3 grid((dim + 255) / 256 < 64 ? (dim + 255) / 256 : 64, n);
+    gather_kernel<<<grid, 256, 0, st>>>(out, x, idx, dim);
+    return cudaGetLastError();
+}
+
+/* ---- KV store --------------------------------------------------------------------------- */
+
+/* Thread per element of k[t] (and the same element of v[t]); f16 rounds to nearest even, the
+ * bits smol_f32_to_half writes. */
+static __global__ void kv_store_kernel(void *kc, void *vc, const float *k, const float *v, const int32_t *tok,
+                                       const int32_t *pages, int n_kv_heads, int head_dim, int kv_f16)
+{
+    const int t = blockIdx.y, kv_dim = n_kv_heads * head_dim;
+    const int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= kv_dim) return;
+    const int pos = tok[2 * t] - 1, page = pages[tok[2 * t + 1] + pos / SMOL_KV_PAGE_CUDA], slot = pos % SMOL_KV_PAGE_CUDA;
+    const int h = e / head_dim, d = e % head_dim;
+    const size_t at = (((size_t)page * n_kv_heads + h) * SMOL_KV_PAGE_CUDA + slot) * head_dim + d;
+    const float kx = k[(size_t)t * kv_dim + e], vx = v[(size_t)t * kv_dim + e];
+    if (kv_f16) {
+        ((__half *)kc)[at] = __float2half_rn(kx);
+        ((__half *)vc)[at] = __float2half_rn(vx);
+    } else {
+        ((float *)kc)[at] = kx;
+        ((float *)vc)[at] = vx;
+    }
+}
+
+cudaError_t smol_kv_store_cuda(void *k_layer, void *v_layer, const float *k, const float *v, int n_tokens,
+                               const int32_t *tok, const int32_t *pages, int n_kv_heads, int head_dim, int kv_f16,
+                               cudaStream_t st)
+{
+    if (n_tokens <= 0) return cudaSuccess;
+    dim3 grid((n_kv_heads * head_dim + 127) / 128, n_tokens);
+    kv_store_kernel<<<grid, 128, 0, st>>>(k_layer, v_layer, k, v, tok, pages, n_kv_heads, head_dim, kv_f16);
+    return cudaGetLastError();
+}

@@ -1,0 +1,77 @@
+/*
+ * ops_cuda.cuh - the CUDA twins of the forward-pass ops (host launchers).
+ *
+ * Each function mirrors its CPU/_ref twin's name with _cuda, the same
+ * leading arguments in the same order, and trailing launch context (row
+ * count where the _ref works on one row, device descriptors, the stream).
+ * All pointers are device memory unless marked "host".  Launchers only
+ * enqueue work on the stream: no allocation, no synchronisation, no
+ * logging.  They return the launch status (cudaGetLastError) so callers can
+ * keep a sticky error.
+ *
+ * KV layout (daemon/kv.h): cache[layer][page][kv_head][slot][head_dim],
+ * f16 or f32; the launchers get one layer's base.  Batch descriptors are
+ * device int32 arrays built by the backend:
+ *     tok[2t] = n_pos of token t (its position + 1), tok[2t+1] = offset of
+ *     its sequence's page table in pages[].
+ */
+#ifndef SMOL_OPS_CUDA_CUH
+#define SMOL_OPS_CUDA_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stddef.h>
+#include "../ops_ref.h"
+
+/* out[i] = dequant(row ids[i]) of a (rows x cols) weight of `type`, i < n (smol_dequant_*_ref per row). */
+cudaError_t smol_get_rows_cuda(float *out, uint32_t type, const void *w, size_t row_bytes, int cols,
+                               const int32_t *ids, int n, cudaStream_t st);
+
+/* out[t][r] = dot(w row r, x[t]), t < n, r < rows.  n <= 8: one pass over the weights decoding
+ * blocks to registers (decode); n > 8: tiles decoded to f16 in shared memory, tensor-core mma
+ * with f32 accumulation (prefill). */
+cudaError_t smol_matmul_cuda(float *out, uint32_t type, const void *w, size_t row_bytes, int rows, int cols,
+                             const float *x, int n, cudaStream_t st);
+/* Numbered variants, kept callable for the test harness and benchmarks. */
+cudaError_t smol_matmul_cuda_1(float *out, uint32_t type, const void *w, size_t row_bytes, int rows, int cols,
+                               const float *x, int n, cudaStream_t st);  /* register decode, any n */
+cudaError_t smol_matmul_cuda_2(float *out, uint32_t type, const void *w, size_t row_bytes, int rows, int cols,
+                               const float *x, int n, cudaStream_t st);  /* f16 wmma tiles, any n */
+
+/* smol_rmsnorm_ref over n rows of dim; out may equal x. */
+cudaError_t smol_rmsnorm_cuda(float *out, const float *x, const float *w, int dim, float eps, int n,
+                              cudaStream_t st);
+
+/* smol_rope_cache_ref + smol_rope_apply_ref for n tokens of n_heads x head_dim at pos[t] (device). */
+cudaError_t smol_rope_cuda(float *x, const int32_t *pos, int n, int n_heads, int head_dim,
+                           const struct smol_rope_params *rp /* host */, cudaStream_t st);
+
+cudaError_t smol_silu_mul_cuda(float *gate, const float *up, int n, cudaStream_t st);
+cudaError_t smol_add_cuda(float *x, const float *y, int n, cudaStream_t st);
+
+/* out[i] = x[idx[i]], rows of dim; out must not overlap x (the backend handles in-place). */
+cudaError_t smol_gather_rows_cuda(float *out, const float *x, const int32_t *idx, int n, int dim, cudaStream_t st);
+
+/* Writes k[t], v[t] (n_kv_heads x head_dim) at position tok[2t] - 1 of their sequences. */
+cudaError_t smol_kv_store_cuda(void *k_layer, void *v_layer, const float *k, const float *v, int n_tokens,
+                               const int32_t *tok, const int32_t *pages, int n_kv_heads, int head_dim, int kv_f16,
+                               cudaStream_t st);
+
+/* out[t] = causal GQA attention of q[t] over positions [0, tok[2t]) of its sequence.
+ * Split-K over pages ("flash decoding"): n_split blocks per (token, kv head) each keep an online
+ * softmax over pages_per_split pages; a second kernel merges them.  part holds
+ * n_tokens * n_heads * n_split * (head_dim + 2) floats when n_split > 1. */
+cudaError_t smol_attention_cuda(float *out, const float *q, const void *k_layer, const void *v_layer, int n_tokens,
+                                const int32_t *tok, const int32_t *pages, int n_heads, int n_kv_heads,
+                                int head_dim, int kv_f16, float scale, int n_split, int pages_per_split,
+                                float *part, cudaStream_t st);
+
+/* Sampling on the device, one block per row of logits [n_rows][vocab].
+ * argmax: ties keep the lower id, NaN never wins (as sampler.c).
+ * top_p: softmax(logits / temp[r]) restricted to the nucleus of mass top_p[r] (found by bisection
+ * on the probability threshold), sampled with the uniform u[r] in [0, 1); temp[r] <= 0 = argmax. */
+cudaError_t smol_sample_argmax_cuda(const float *logits, int vocab, int n_rows, int32_t *out, cudaStream_t st);
+cudaError_t smol_sample_top_p_cuda(const float *logits, int vocab, int n_rows, const float *temp,
+                                   const float *top_p, const float *u, int32_t *out, cudaStream_t st);
+
+#endif
