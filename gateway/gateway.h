@@ -1,0 +1,186 @@
+/*
+ * gateway.h - the shared state of smollm3-gateway (the .c files of gateway/).
+ *
+ * One thread runs everything: libmicrohttpd in external-epoll mode and the
+ * ZeroMQ DEALER to the daemon (daemon/client.h) share one epoll loop
+ * (main.c).  An HTTP request that generates text owns a struct gw_stream:
+ * the daemon request id, the pending output bytes of the response and the
+ * accumulators of a non-streaming answer.  Daemon events are routed to
+ * their stream by request id (daemon.c); the stream formats them for its
+ * flavour (openai.c: OpenAI SSE or JSON; ui.c: the web UI's named SSE
+ * events) and resumes the suspended HTTP connection (http.c).
+ *
+ * Lifetimes: a gw_req lives as long as one HTTP request (MHD req_cls); a
+ * gw_stream lives from its creation until its terminal event has been
+ * written or its client went away (then it is freed at once; later daemon
+ * events for its id are dropped).  UI streams exist before any connection
+ * claims them (POST /ui/chat creates, GET /ui/stream/SID claims).
+ */
+#ifndef GW_GATEWAY_H
+#define GW_GATEWAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <microhttpd.h>
+#include <jansson.h>
+#include "daemon/client.h"
+#include "gateway/util.h"
+
+enum gw_kind {
+    GW_OPENAI_SSE,              /* POST /v1/chat/completions, stream=true */
+    GW_OPENAI_JSON,             /* POST /v1/chat/completions, stream=false */
+    GW_UI,                      /* GET /ui/stream/SID */
+};
+
+enum gw_endpoint {
+    GW_EP_CHAT, GW_EP_MODELS, GW_EP_HEALTH, GW_EP_METRICS, GW_EP_UI_CHAT, GW_EP_UI_STREAM,
+    GW_EP_UI_STOP, GW_EP_UI_CONFIG, GW_EP_OTHER, GW_EP_COUNT
+};
+
+struct gw_conn;
+struct gw_req;
+
+struct gw_stream {
+    struct gw_stream *next, *prev;  /* gw.streams list */
+    enum gw_kind kind;
+    uint64_t rid;               /* daemon request id (assigned at creation) */
+    int sent;                   /* the Generate went to the daemon */
+    int started;                /* `started` seen */
+    int terminal;               /* terminal event seen (or forced): no more daemon events */
+    int ended;                  /* the last bytes are in `out`: end after draining it */
+    struct gw_req *req;         /* the HTTP request serving it; NULL while unclaimed (UI) */
+    uint8_t *packed;            /* packed Request (UI: sent when claimed) */
+    size_t packed_len;
+    /* response */
+    struct gw_buf out;          /* SSE bytes not yet handed to MHD */
+    double last_write;          /* monotonic s of the last bytes queued (pings) */
+    int err_status;             /* daemon refused before start: HTTP status, message below */
+    char err_code[32];
+    char err_msg[256];
+    /* OpenAI */
+    char id[40];                /* chatcmpl-… */
+    long long created;
+    int include_usage;
+    struct gw_buf content, reasoning;   /* non-streaming accumulators */
+    json_t *tool_calls;         /* non-streaming: array */
+    int n_tool_calls;
+    /* UI */
+    char sid[33];
+    double born;                /* monotonic s of creation (unclaimed expiry) */
+    /* accounting */
+    double t_sent, t_first;     /* monotonic s */
+    uint32_t n_tokens;
+    uint32_t prompt_tokens, cached_tokens, completion_tokens, reasoning_tokens;
+    const char *finish;         /* "stop", "length", "tool_calls", "cancelled" */
+};
+
+/* One HTTP request (MHD's req_cls). */
+struct gw_req {
+    struct gw_conn *conn;
+    struct MHD_Connection *mc;
+    enum gw_endpoint ep;
+    int status;                 /* HTTP status queued (metrics) */
+    struct gw_buf body;
+    int too_large;
+    int suspended;              /* suspended by us */
+    int waiting;                /* suspended in the handler waiting for the daemon's first event */
+    int responded;              /* a response was queued */
+    struct gw_stream *stream;
+};
+
+/* One TCP / Unix connection (MHD socket_context). */
+struct gw_conn {
+    struct MHD_Connection *mc;
+    int fd;
+    int watched;                /* fd in our epoll for EPOLLRDHUP */
+    struct gw_req *req;         /* current request */
+};
+
+struct gw_config {
+    const char *listen;
+    const char *daemon;
+    const char *model_name;     /* NULL = from health */
+    size_t max_body;
+    unsigned max_connections;
+    unsigned request_timeout;   /* s */
+    unsigned max_inflight;
+    unsigned ping_interval;     /* s of silence before ': ping' on a stream */
+};
+
+struct gw_metrics;
+
+struct gw {
+    struct gw_config cfg;
+    struct MHD_Daemon *mhd;
+    int epfd;
+    struct smol_client *cli;
+    int daemon_connected;       /* the monitor says connected */
+    int daemon_ready;           /* health replied ready */
+    char model[256];
+    uint64_t health_rid, stats_rid;
+    double next_health, next_stats;
+    Smollm3__StatsReply stats;  /* last stats (scalars only) */
+    int have_stats;
+    struct gw_stream *streams;  /* all live streams */
+    unsigned n_inflight;        /* streams sent to the daemon, not terminal */
+    unsigned n_conns;
+    int stopping;
+    struct gw_metrics *metrics;
+};
+
+extern struct gw G;
+
+/* http.c */
+void gw_req_resume(struct gw_req *r);
+enum MHD_Result gw_req_answer(struct gw_req *r);
+enum MHD_Result gw_req_wait(struct gw_req *r);
+void gw_conn_rdhup(struct gw_conn *c);
+struct MHD_Daemon *gw_http_start(int listen_fd);
+void gw_http_resume_all(void);
+enum MHD_Result gw_queue_json(struct gw_req *r, int status, json_t *body);
+enum MHD_Result gw_queue_error(struct gw_req *r, int status, const char *type, const char *code,
+                               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+enum MHD_Result gw_queue_text(struct gw_req *r, int status, const char *ctype, const char *text,
+                              size_t len);
+enum MHD_Result gw_queue_sse(struct gw_req *r, struct gw_stream *s);
+
+/* daemon.c */
+void gw_daemon_open(void);
+void gw_daemon_drain(void);
+void gw_daemon_tick(double now);
+int gw_daemon_send_stream(struct gw_stream *s);
+void gw_daemon_cancel(struct gw_stream *s);
+int gw_http_status_of(int smol_code, const char **type);
+struct gw_stream *gw_stream_new(enum gw_kind kind);
+void gw_stream_free(struct gw_stream *s);
+struct gw_stream *gw_stream_by_rid(uint64_t rid);
+void gw_stream_push(struct gw_stream *s);
+void gw_stream_fail(struct gw_stream *s, int status, const char *code, const char *msg);
+void gw_streams_fail_all(int status, const char *code, const char *msg);
+
+/* openai.c */
+enum MHD_Result gw_openai_chat(struct gw_req *r);
+enum MHD_Result gw_openai_models(struct gw_req *r);
+void gw_openai_event(struct gw_stream *s, const Smollm3__Event *ev);
+void gw_openai_error(struct gw_stream *s, const char *code, const char *msg);
+enum MHD_Result gw_openai_finish_json(struct gw_req *r, struct gw_stream *s);
+int gw_pack_generate(struct gw_stream *s, Smollm3__GenerateRequest *g);
+
+/* ui.c */
+enum MHD_Result gw_ui_chat(struct gw_req *r);
+enum MHD_Result gw_ui_stream(struct gw_req *r, const char *sid);
+enum MHD_Result gw_ui_stop(struct gw_req *r, const char *sid);
+enum MHD_Result gw_ui_config(struct gw_req *r);
+void gw_ui_event(struct gw_stream *s, const Smollm3__Event *ev);
+void gw_ui_error(struct gw_stream *s, const char *msg);
+struct gw_stream *gw_ui_find(const char *sid);
+void gw_ui_expire(double now);
+
+/* metrics.c */
+void gw_metrics_init(void);
+void gw_metrics_request(enum gw_endpoint ep, int status);
+void gw_metrics_stream_done(const struct gw_stream *s);
+void gw_metrics_first_token(double ttft_s);
+enum MHD_Result gw_metrics_serve(struct gw_req *r);
+
+#endif

@@ -1,0 +1,351 @@
+/*
+ * http.c - libmicrohttpd side of the gateway: daemon setup, routing, body
+ * limits, suspend/resume, SSE responses and client-disconnect detection.
+ *
+ * Requests that need the daemon are answered asynchronously: the handler
+ * sends the Generate, suspends the connection (r->waiting) and returns;
+ * when the daemon's first event arrives (started or error) the connection is
+ * resumed, MHD calls the handler again and it queues either the SSE response
+ * (status 200) or the error with its mapped status.  A non-streaming request
+ * waits the same way for its terminal event.
+ *
+ * SSE bodies come from a content-reader callback over the stream's `out`
+ * buffer; with nothing pending it suspends the connection and returns 0, and
+ * gw_stream_push() resumes it when bytes arrive.  MHD does not notice a
+ * client closing a suspended connection, so every connection's fd is also
+ * in our epoll set for EPOLLRDHUP (gw_conn_rdhup): the daemon request is
+ * cancelled at once and the connection resumed so MHD closes it.
+ */
+#include "gateway/gateway.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+/* ---- queueing responses ------------------------------------------------- */
+
+static enum MHD_Result queue(struct gw_req *r, int status, struct MHD_Response *resp)
+{
+    if (!resp) return MHD_NO;
+    r->status = status;
+    r->responded = 1;
+    enum MHD_Result ret = MHD_queue_response(r->mc, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+enum MHD_Result gw_queue_text(struct gw_req *r, int status, const char *ctype, const char *text,
+                              size_t len)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", ctype);
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    return queue(r, status, resp);
+}
+
+enum MHD_Result gw_queue_json(struct gw_req *r, int status, json_t *body)
+{
+    char *s = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    json_decref(body);
+    if (!s) return MHD_NO;
+    size_t n = strlen(s);
+    s[n] = 0;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(n, s, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    return queue(r, status, resp);
+}
+
+enum MHD_Result gw_queue_error(struct gw_req *r, int status, const char *type, const char *code,
+                               const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *e = json_pack("{s:{s:s,s:s,s:s}}", "error", "message", msg, "type", type, "code", code);
+    return gw_queue_json(r, status, e);
+}
+
+/* ---- SSE ---------------------------------------------------------------- */
+
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct gw_req *r = cls;
+    struct gw_stream *s = r->stream;
+    if (!s) return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t n = gw_buf_pending(&s->out);
+    if (n) {
+        if (n > max) n = max;
+        memcpy(buf, s->out.p + s->out.off, n);
+        s->out.off += n;
+        return (ssize_t)n;
+    }
+    if (s->ended) {
+        r->stream = NULL;
+        s->req = NULL;
+        gw_stream_free(s);
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    MHD_suspend_connection(r->mc);
+    r->suspended = 1;
+    return 0;
+}
+
+enum MHD_Result gw_queue_sse(struct gw_req *r, struct gw_stream *s)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_reader, r, NULL);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    return queue(r, 200, resp);
+}
+
+void gw_req_resume(struct gw_req *r)
+{
+    if (r && r->suspended) {
+        r->suspended = 0;
+        MHD_resume_connection(r->mc);
+    }
+}
+
+void gw_http_resume_all(void)
+{
+    for (struct gw_stream *s = G.streams; s; s = s->next)
+        if (s->req) gw_req_resume(s->req);
+}
+
+/* ---- disconnects -------------------------------------------------------- */
+
+static void unwatch(struct gw_conn *c)
+{
+    if (c->watched) {
+        epoll_ctl(G.epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        c->watched = 0;
+    }
+}
+
+void gw_conn_rdhup(struct gw_conn *c)
+{
+    unwatch(c);                 /* level-triggered: once is enough */
+    struct gw_req *r = c->req;
+    if (!r || !r->stream) return;
+    struct gw_stream *s = r->stream;
+    gw_log(6, "client went away: cancelling request %llu", (unsigned long long)s->rid);
+    gw_daemon_cancel(s);
+    s->ended = 1;
+    s->terminal = 1;
+    gw_req_resume(r);
+}
+
+static void notify_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                              enum MHD_ConnectionNotificationCode code)
+{
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct gw_conn *c = calloc(1, sizeof *c);
+        *socket_context = c;
+        G.n_conns++;
+        if (!c) return;
+        c->mc = mc;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        c->fd = ci ? ci->connect_fd : -1;
+        if (c->fd >= 0) {
+            struct epoll_event ev = { .events = EPOLLRDHUP, .data.ptr = c };
+            c->watched = epoll_ctl(G.epfd, EPOLL_CTL_ADD, c->fd, &ev) == 0;
+        }
+    } else {
+        struct gw_conn *c = *socket_context;
+        G.n_conns--;
+        if (!c) return;
+        unwatch(c);
+        if (c->req) c->req->conn = NULL;
+        free(c);
+        *socket_context = NULL;
+    }
+}
+
+/* Called when MHD is done with a request (sent, failed or client gone). */
+static void request_completed(void *cls, struct MHD_Connection *mc, void **req_cls,
+                              enum MHD_RequestTerminationCode toe)
+{
+    struct gw_req *r = *req_cls;
+    if (!r) return;
+    struct gw_stream *s = r->stream;
+    if (s) {
+        if (s->sent && !s->terminal) gw_daemon_cancel(s);
+        s->req = NULL;
+        gw_stream_free(s);
+    }
+    if (r->conn && r->conn->req == r) r->conn->req = NULL;
+    gw_metrics_request(r->ep, r->responded ? r->status : 499);
+    gw_buf_deinit(&r->body);
+    free(r);
+    *req_cls = NULL;
+}
+
+/* The daemon answered a request that waited for it: queue the response. */
+enum MHD_Result gw_req_answer(struct gw_req *r)
+{
+    r->waiting = 0;
+    struct gw_stream *s = r->stream;
+    if (!s) return gw_queue_error(r, 500, "server_error", "internal", "stream lost");
+    if (s->err_status) {
+        int st = s->err_status;
+        char code[sizeof s->err_code], msg[sizeof s->err_msg];
+        memcpy(code, s->err_code, sizeof code);
+        memcpy(msg, s->err_msg, sizeof msg);
+        r->stream = NULL;
+        s->req = NULL;
+        gw_stream_free(s);
+        const char *type = st == 429 ? "rate_limit_error"
+                           : st >= 500 ? "server_error" : "invalid_request_error";
+        return gw_queue_error(r, st, type, code, "%s", msg);
+    }
+    if (s->kind == GW_OPENAI_JSON) return gw_openai_finish_json(r, s);
+    return gw_queue_sse(r, s);
+}
+
+/* After sending: answer now if the daemon already replied, else suspend. */
+enum MHD_Result gw_req_wait(struct gw_req *r)
+{
+    struct gw_stream *s = r->stream;
+    if (s && (s->err_status || s->terminal || (s->kind != GW_OPENAI_JSON && s->started)))
+        return gw_req_answer(r);
+    r->suspended = 1;
+    MHD_suspend_connection(r->mc);
+    return MHD_YES;
+}
+
+/* ---- routing ------------------------------------------------------------ */
+
+static enum gw_endpoint route_of(const char *url, const char **arg)
+{
+    *arg = NULL;
+    if (!strcmp(url, "/v1/chat/completions")) return GW_EP_CHAT;
+    if (!strcmp(url, "/v1/models")) return GW_EP_MODELS;
+    if (!strcmp(url, "/health")) return GW_EP_HEALTH;
+    if (!strcmp(url, "/metrics")) return GW_EP_METRICS;
+    if (!strcmp(url, "/ui/chat")) return GW_EP_UI_CHAT;
+    if (!strcmp(url, "/ui/config")) return GW_EP_UI_CONFIG;
+    if (!strncmp(url, "/ui/stream/", 11)) {
+        *arg = url + 11;
+        return GW_EP_UI_STREAM;
+    }
+    if (!strncmp(url, "/ui/stop/", 9)) {
+        *arg = url + 9;
+        return GW_EP_UI_STOP;
+    }
+    return GW_EP_OTHER;
+}
+
+static const char *method_of(enum gw_endpoint ep)
+{
+    switch (ep) {
+    case GW_EP_CHAT: case GW_EP_UI_CHAT: case GW_EP_UI_STOP: return "POST";
+    default: return "GET";
+    }
+}
+
+static enum MHD_Result health(struct gw_req *r)
+{
+    json_t *b = json_pack("{s:s,s:b,s:b,s:s}", "status", G.daemon_ready ? "ok" : "unavailable",
+                          "daemon_connected", G.daemon_connected, "ready", G.daemon_ready,
+                          "model", G.model);
+    return gw_queue_json(r, G.daemon_ready ? 200 : 503, b);
+}
+
+static enum MHD_Result dispatch(struct gw_req *r, const char *arg)
+{
+    switch (r->ep) {
+    case GW_EP_CHAT: return gw_openai_chat(r);
+    case GW_EP_MODELS: return gw_openai_models(r);
+    case GW_EP_HEALTH: return health(r);
+    case GW_EP_METRICS: return gw_metrics_serve(r);
+    case GW_EP_UI_CHAT: return gw_ui_chat(r);
+    case GW_EP_UI_STREAM: return gw_ui_stream(r, arg);
+    case GW_EP_UI_STOP: return gw_ui_stop(r, arg);
+    case GW_EP_UI_CONFIG: return gw_ui_config(r);
+    default: return gw_queue_error(r, 404, "not_found_error", "not_found", "unknown route");
+    }
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char *url,
+                               const char *method, const char *version, const char *upload,
+                               size_t *upload_size, void **req_cls)
+{
+    struct gw_req *r = *req_cls;
+    if (!r) {                   /* first call: headers only */
+        r = calloc(1, sizeof *r);
+        if (!r) return MHD_NO;
+        *req_cls = r;
+        r->mc = mc;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        r->conn = ci ? ci->socket_context : NULL;
+        if (r->conn) r->conn->req = r;
+        const char *arg;
+        r->ep = route_of(url, &arg);
+        const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
+        /* far over the limit: refuse before reading (the connection closes);
+         * a little over: read and drop the body, then 413 (clients see it) */
+        if (cl && strtoull(cl, NULL, 10) / 16 > G.cfg.max_body)
+            return gw_queue_error(r, 413, "invalid_request_error", "request_too_large",
+                                  "request body over %zu bytes", G.cfg.max_body);
+        return MHD_YES;
+    }
+    if (*upload_size) {         /* body bytes */
+        if (!r->too_large && r->body.len + *upload_size > G.cfg.max_body) {
+            r->too_large = 1;
+            gw_buf_deinit(&r->body);
+        }
+        if (!r->too_large && gw_buf_add(&r->body, upload, *upload_size)) return MHD_NO;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->responded) return MHD_YES;
+    if (r->waiting) return gw_req_answer(r);  /* resumed after the daemon answered */
+    if (G.stopping)
+        return gw_queue_error(r, 503, "server_error", "shutting_down", "gateway shutting down");
+    if (r->too_large)
+        return gw_queue_error(r, 413, "invalid_request_error", "request_too_large",
+                              "request body over %zu bytes", G.cfg.max_body);
+    if (r->ep != GW_EP_OTHER && strcmp(method, method_of(r->ep))) {
+        if (!(r->ep != GW_EP_CHAT && !strcmp(method, "HEAD") && !strcmp(method_of(r->ep), "GET")))
+            return gw_queue_error(r, 405, "invalid_request_error", "method_not_allowed",
+                                  "method %s not allowed on %s", method, url);
+    }
+    if (G.n_conns > G.cfg.max_connections)
+        return gw_queue_error(r, 503, "server_error", "too_many_connections",
+                              "too many connections (limit %u)", G.cfg.max_connections);
+    const char *arg;
+    route_of(url, &arg);
+    return dispatch(r, arg);
+}
+
+struct MHD_Daemon *gw_http_start(int listen_fd)
+{
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    return MHD_start_daemon(
+        flags, 0, NULL, NULL, handler, NULL,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
+        /* a few over the limit so the excess gets a JSON 503, not a reset */
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(G.cfg.max_connections + 64),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)G.cfg.request_timeout,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+        MHD_OPTION_NOTIFY_CONNECTION, notify_connection, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, request_completed, NULL,
+        MHD_OPTION_END);
+}

@@ -1,0 +1,299 @@
+/*
+ * main.c - smollm3-gateway: flags, the listening socket, the one epoll loop
+ * and shutdown.
+ *
+ *   smollm3-gateway --listen unix:PATH | 127.0.0.1:PORT --daemon ipc://PATH
+ *                   [--model-name NAME] [--max-body-bytes N] [--max-connections N]
+ *                   [--request-timeout S] [--max-inflight N] [--ping-interval S]
+ *
+ * The loop watches MHD's epoll fd, the daemon socket's ZMQ_FD (edge-
+ * triggered: drained after every wake-up and every send), a signalfd for
+ * SIGTERM/SIGINT and each connection's fd for EPOLLRDHUP (http.c).  It
+ * wakes at least every 100 ms for timers: daemon health/stats probes and
+ * liveness, `: ping` on idle streams (15 s), unclaimed UI streams (30 s).
+ *
+ * SIGTERM/SIGINT: stop accepting (MHD_quiesce_daemon, the socket closed and
+ * a Unix socket unlinked), end every stream with an error event, give the
+ * connections up to 5 s to drain, resume all, MHD_stop_daemon, exit 0.
+ */
+#include "gateway/gateway.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+struct gw G;
+
+static char unix_path[108];
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: smollm3-gateway --listen unix:PATH|127.0.0.1:PORT --daemon ipc://PATH [options]\n"
+        "  --model-name NAME        name reported by /v1/models (default: the daemon's)\n"
+        "  --max-body-bytes N       request body limit (default 1048576)\n"
+        "  --max-connections N      open connections before 503 (default 512)\n"
+        "  --request-timeout S      idle connection timeout in seconds (default 60)\n"
+        "  --max-inflight N         generations in flight before 429 (default 256)\n"
+        "  --ping-interval S        ': ping' on streams idle this long (default 15)\n");
+}
+
+static int parse_uint(const char *s, unsigned long long lo, unsigned long long hi,
+                      unsigned long long *out)
+{
+    char *e;
+    errno = 0;
+    unsigned long long v = strtoull(s, &e, 10);
+    if (errno || *e || !*s || v < lo || v > hi || *s == '-') return -1;
+    *out = v;
+    return 0;
+}
+
+/* Creates, binds and listens; returns the fd or -1. */
+static int open_listen(const char *spec)
+{
+    int fd;
+    if (!strncmp(spec, "unix:", 5)) {
+        const char *path = spec + 5;
+        struct sockaddr_un a = { .sun_family = AF_UNIX };
+        if (!*path || strlen(path) >= sizeof a.sun_path) {
+            gw_log(3, "--listen: bad unix socket path '%s'", path);
+            return -1;
+        }
+        strcpy(a.sun_path, path);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) return -1;
+        unlink(path);
+        mode_t old = umask(0117);
+        int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+        umask(old);
+        if (rc) {
+            gw_log(3, "bind %s: %s", path, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        chmod(path, 0660);
+        struct group *g = getgrnam("www-data");
+        if (g && chown(path, (uid_t)-1, g->gr_gid))
+            gw_log(4, "chown %s to group www-data: %s", path, strerror(errno));
+        snprintf(unix_path, sizeof unix_path, "%s", path);
+    } else {
+        char host[64];
+        const char *colon = strrchr(spec, ':');
+        unsigned long long port;
+        if (!colon || (size_t)(colon - spec) >= sizeof host || parse_uint(colon + 1, 0, 65535, &port)) {
+            gw_log(3, "--listen: expected unix:PATH or HOST:PORT, got '%s'", spec);
+            return -1;
+        }
+        memcpy(host, spec, (size_t)(colon - spec));
+        host[colon - spec] = 0;
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+        if (inet_pton(AF_INET, host, &a.sin_addr) != 1) {
+            gw_log(3, "--listen: '%s' is not an IPv4 address", host);
+            return -1;
+        }
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) return -1;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, (struct sockaddr *)&a, sizeof a)) {
+            gw_log(3, "bind %s: %s", spec, strerror(errno));
+            close(fd);
+            return -1;
+        }
+    }
+    if (listen(fd, 4096)) {
+        gw_log(3, "listen %s: %s", spec, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int parse_args(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "listen", required_argument, 0, 'l' },
+        { "daemon", required_argument, 0, 'd' },
+        { "model-name", required_argument, 0, 'm' },
+        { "max-body-bytes", required_argument, 0, 'b' },
+        { "max-connections", required_argument, 0, 'c' },
+        { "request-timeout", required_argument, 0, 't' },
+        { "max-inflight", required_argument, 0, 'i' },
+        { "ping-interval", required_argument, 0, 'p' },
+        { "help", no_argument, 0, 'h' },
+        { 0, 0, 0, 0 },
+    };
+    struct gw_config *c = &G.cfg;
+    c->max_body = 1 << 20;
+    c->max_connections = 512;
+    c->request_timeout = 60;
+    c->max_inflight = 256;
+    c->ping_interval = 15;
+    int o;
+    unsigned long long v;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'l': c->listen = optarg; break;
+        case 'd': c->daemon = optarg; break;
+        case 'm': c->model_name = optarg; break;
+        case 'b':
+            if (parse_uint(optarg, 1024, 1ull << 30, &v)) goto bad;
+            c->max_body = (size_t)v;
+            break;
+        case 'c':
+            if (parse_uint(optarg, 1, 100000, &v)) goto bad;
+            c->max_connections = (unsigned)v;
+            break;
+        case 't':
+            if (parse_uint(optarg, 1, 86400, &v)) goto bad;
+            c->request_timeout = (unsigned)v;
+            break;
+        case 'i':
+            if (parse_uint(optarg, 1, 100000, &v)) goto bad;
+            c->max_inflight = (unsigned)v;
+            break;
+        case 'p':
+            if (parse_uint(optarg, 1, 3600, &v)) goto bad;
+            c->ping_interval = (unsigned)v;
+            break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "smollm3-gateway: bad value '%s' for --%s\n", optarg,
+                opts[o == 'b' ? 3 : o == 'c' ? 4 : o == 't' ? 5 : o == 'i' ? 6 : 7].name);
+        return -1;
+    }
+    if (optind < argc || !c->listen || !c->daemon) {
+        usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- timers ------------------------------------------------------------- */
+
+static void ping_idle(double now)
+{
+    for (struct gw_stream *s = G.streams; s; s = s->next) {
+        if (!s->req || s->req->waiting || !s->req->responded || s->ended) continue;
+        if (now - s->last_write >= (double)G.cfg.ping_interval) {
+            gw_buf_str(&s->out, ": ping\n\n");
+            gw_stream_push(s);
+        }
+    }
+}
+
+/* ---- shutdown ----------------------------------------------------------- */
+
+static void begin_stop(void)
+{
+    G.stopping = 1;
+    gw_log(6, "stopping: no new connections, ending streams");
+    MHD_socket lfd = MHD_quiesce_daemon(G.mhd);
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    if (unix_path[0]) unlink(unix_path);
+    struct gw_stream *s = G.streams, *next;
+    for (; s; s = next) {
+        next = s->next;
+        if (!s->req) {          /* unclaimed UI stream */
+            gw_stream_free(s);
+            continue;
+        }
+        gw_daemon_cancel(s);    /* marks it terminal: later daemon events are dropped */
+        gw_stream_fail(s, 503, "shutting_down", "the gateway is shutting down");
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (parse_args(argc, argv)) return 2;
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(G.model, sizeof G.model, "%s", G.cfg.model_name ? G.cfg.model_name : "smollm3");
+    gw_metrics_init();
+
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+
+    G.epfd = epoll_create1(EPOLL_CLOEXEC);
+    int lfd = open_listen(G.cfg.listen);
+    if (lfd < 0 || G.epfd < 0 || sfd < 0) return 1;
+    gw_daemon_open();
+    G.mhd = gw_http_start(lfd);
+    if (!G.mhd) {
+        gw_log(3, "cannot start the HTTP server");
+        return 1;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(G.mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    int mfd = di ? di->epoll_fd : -1;
+    int zfd = smol_client_fd(G.cli);
+    static int tag_mhd, tag_zmq, tag_sig;
+    struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &tag_mhd };
+    epoll_ctl(G.epfd, EPOLL_CTL_ADD, mfd, &ev);
+    ev = (struct epoll_event){ .events = EPOLLIN | EPOLLET, .data.ptr = &tag_zmq };
+    epoll_ctl(G.epfd, EPOLL_CTL_ADD, zfd, &ev);
+    ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &tag_sig };
+    epoll_ctl(G.epfd, EPOLL_CTL_ADD, sfd, &ev);
+    gw_log(6, "listening on %s, daemon %s", G.cfg.listen, G.cfg.daemon);
+
+    double stop_deadline = 0;
+    for (;;) {
+        int timeout = 100;
+        MHD_UNSIGNED_LONG_LONG mt;
+        if (MHD_get_timeout(G.mhd, &mt) == MHD_YES && mt < (MHD_UNSIGNED_LONG_LONG)timeout)
+            timeout = (int)mt;
+        struct epoll_event evs[64];
+        int n = epoll_wait(G.epfd, evs, 64, timeout);
+        for (int i = 0; i < n; i++) {
+            void *p = evs[i].data.ptr;
+            if (p == &tag_sig) {
+                struct signalfd_siginfo si;
+                while (read(sfd, &si, sizeof si) == sizeof si) {
+                    if (!G.stopping) {
+                        begin_stop();
+                        stop_deadline = gw_now() + 5.0;
+                    }
+                }
+            } else if (p != &tag_mhd && p != &tag_zmq) {
+                gw_conn_rdhup(p);
+            }
+        }
+        double now = gw_now();
+        gw_daemon_drain();
+        if (!G.stopping) {
+            gw_daemon_tick(now);
+            ping_idle(now);
+            gw_ui_expire(now);
+        }
+        MHD_run(G.mhd);
+        gw_daemon_drain();
+        if (G.stopping && (G.n_conns == 0 || now > stop_deadline)) break;
+    }
+    gw_http_resume_all();
+    MHD_run(G.mhd);
+    MHD_stop_daemon(G.mhd);
+    while (G.streams) gw_stream_free(G.streams);
+    smol_client_close(&G.cli);
+    close(G.epfd);
+    close(sfd);
+    gw_log(6, "stopped");
+    return 0;
+}

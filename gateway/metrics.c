@@ -1,0 +1,148 @@
+/*
+ * metrics.c - GET /metrics in the Prometheus text format (0.0.4), written
+ * by hand: requests by endpoint and status, tokens, time-to-first-token and
+ * time-per-output-token histograms, in-flight streams, and the daemon's
+ * own numbers (queue depth, KV use, prefix-cache hits) from the stats reply
+ * polled every 2 s.  Checked with `promtool check metrics` in the tests.
+ */
+#include "gateway/gateway.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define N_STATUS 600
+#define N_BUCKETS 12
+
+static const double ttft_le[N_BUCKETS] = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 };
+static const double tpot_le[N_BUCKETS] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                           0.5, 1, 2.5, 5 };
+
+struct hist {
+    uint64_t b[N_BUCKETS];
+    uint64_t count;
+    double sum;
+};
+
+struct gw_metrics {
+    uint64_t req[GW_EP_COUNT][N_STATUS];
+    uint64_t prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens;
+    uint64_t streams_done;
+    struct hist ttft, tpot;
+};
+
+static struct gw_metrics M;
+
+static const char *ep_name[GW_EP_COUNT] = {
+    [GW_EP_CHAT] = "/v1/chat/completions", [GW_EP_MODELS] = "/v1/models",
+    [GW_EP_HEALTH] = "/health", [GW_EP_METRICS] = "/metrics", [GW_EP_UI_CHAT] = "/ui/chat",
+    [GW_EP_UI_STREAM] = "/ui/stream", [GW_EP_UI_STOP] = "/ui/stop",
+    [GW_EP_UI_CONFIG] = "/ui/config", [GW_EP_OTHER] = "other",
+};
+
+void gw_metrics_init(void)
+{
+    memset(&M, 0, sizeof M);
+    G.metrics = &M;
+}
+
+static void observe(struct hist *h, const double *le, double v)
+{
+    for (int i = 0; i < N_BUCKETS; i++)
+        if (v <= le[i]) h->b[i]++;
+    h->count++;
+    h->sum += v;
+}
+
+void gw_metrics_request(enum gw_endpoint ep, int status)
+{
+    if (ep >= 0 && ep < GW_EP_COUNT && status >= 100 && status < N_STATUS) M.req[ep][status]++;
+}
+
+void gw_metrics_first_token(double ttft_s)
+{
+    observe(&M.ttft, ttft_le, ttft_s);
+}
+
+void gw_metrics_stream_done(const struct gw_stream *s)
+{
+    M.streams_done++;
+    M.prompt_tokens += s->prompt_tokens;
+    M.completion_tokens += s->completion_tokens;
+    M.cached_tokens += s->cached_tokens;
+    M.reasoning_tokens += s->reasoning_tokens;
+    if (s->t_first && s->n_tokens > 1) {
+        double per = (gw_now() - s->t_first) / (double)(s->n_tokens - 1);
+        observe(&M.tpot, tpot_le, per);
+    }
+}
+
+static void hist_out(struct gw_buf *b, const char *name, const char *help, const struct hist *h,
+                     const double *le)
+{
+    gw_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int i = 0; i < N_BUCKETS; i++)
+        gw_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i], (unsigned long long)h->b[i]);
+    gw_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+                  (unsigned long long)h->count, name, h->sum, name, (unsigned long long)h->count);
+}
+
+static void one(struct gw_buf *b, const char *name, const char *type, const char *help, double v)
+{
+    gw_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+}
+
+enum MHD_Result gw_metrics_serve(struct gw_req *r)
+{
+    struct gw_buf b = { 0 };
+    gw_buf_str(&b, "# HELP smollm3_gateway_requests_total HTTP requests answered, by endpoint "
+                   "and status.\n# TYPE smollm3_gateway_requests_total counter\n");
+    for (int e = 0; e < GW_EP_COUNT; e++)
+        for (int s = 100; s < N_STATUS; s++)
+            if (M.req[e][s])
+                gw_buf_printf(&b, "smollm3_gateway_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
+                              ep_name[e], s, (unsigned long long)M.req[e][s]);
+    one(&b, "smollm3_gateway_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+        (double)M.prompt_tokens);
+    one(&b, "smollm3_gateway_completion_tokens_total", "counter",
+        "Generated tokens of finished requests.", (double)M.completion_tokens);
+    one(&b, "smollm3_gateway_cached_tokens_total", "counter",
+        "Prompt tokens reused from the KV cache.", (double)M.cached_tokens);
+    one(&b, "smollm3_gateway_reasoning_tokens_total", "counter",
+        "Generated tokens spent thinking.", (double)M.reasoning_tokens);
+    hist_out(&b, "smollm3_gateway_time_to_first_token_seconds",
+             "Time from sending a request to the daemon to its first token.", &M.ttft, ttft_le);
+    hist_out(&b, "smollm3_gateway_time_per_output_token_seconds",
+             "Mean time between output tokens of a finished request.", &M.tpot, tpot_le);
+    one(&b, "smollm3_gateway_inflight_streams", "gauge", "Generation requests in flight.",
+        (double)G.n_inflight);
+    one(&b, "smollm3_gateway_connections", "gauge", "Open HTTP connections.", (double)G.n_conns);
+    one(&b, "smollm3_daemon_up", "gauge", "1 when the daemon is connected and ready.",
+        (double)(G.daemon_connected && G.daemon_ready));
+    if (G.have_stats) {
+        const Smollm3__StatsReply *s = &G.stats;
+        one(&b, "smollm3_daemon_requests_active", "gauge", "Requests the daemon is running.",
+            s->requests_active);
+        one(&b, "smollm3_daemon_queue_depth", "gauge", "Requests waiting in the daemon's queue.",
+            s->requests_queued);
+        one(&b, "smollm3_daemon_sessions", "gauge", "Sessions the daemon keeps.", s->sessions);
+        one(&b, "smollm3_daemon_kv_tokens_used", "gauge", "KV cache tokens in use.",
+            (double)s->kv_tokens_used);
+        one(&b, "smollm3_daemon_kv_tokens_capacity", "gauge", "KV cache capacity in tokens.",
+            (double)s->kv_tokens_total);
+        one(&b, "smollm3_daemon_kv_usage_ratio", "gauge", "Fraction of the KV cache in use.",
+            s->kv_tokens_total ? (double)s->kv_tokens_used / (double)s->kv_tokens_total : 0.0);
+        one(&b, "smollm3_daemon_prefix_cache_hits_total", "counter",
+            "Requests that reused a cached prefix.", (double)s->prefix_cache_hits);
+        one(&b, "smollm3_daemon_requests_total", "counter", "Requests the daemon accepted.",
+            (double)s->requests_total);
+        one(&b, "smollm3_daemon_requests_rejected_total", "counter", "Requests the daemon refused.",
+            (double)s->requests_rejected);
+        one(&b, "smollm3_daemon_requests_cancelled_total", "counter",
+            "Requests cancelled in the daemon.", (double)s->requests_cancelled);
+        one(&b, "smollm3_daemon_uptime_seconds", "gauge", "Daemon uptime.", s->uptime_s);
+    }
+    enum MHD_Result ret =
+        gw_queue_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.len);
+    gw_buf_deinit(&b);
+    return ret;
+}

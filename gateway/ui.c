@@ -1,0 +1,374 @@
+/*
+ * ui.c - the web UI's endpoints (gateway/UI_API.md): POST /ui/chat returns
+ * an HTMX fragment naming a stream id; GET /ui/stream/SID claims the stream,
+ * sends the Generate and relays named SSE events (reasoning, content, error,
+ * done); POST /ui/stop/SID cancels; GET /ui/config.
+ *
+ * Every text that came from a user or the model is HTML-escaped before it
+ * leaves here.  A stream id can be claimed once: a second GET (an
+ * EventSource reconnect) is 404, so a generation never restarts.  Streams
+ * nobody claims within 30 s are dropped (gw_ui_expire).
+ */
+#include "gateway/gateway.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define UI_MAX_MESSAGE (64 * 1024)
+#define UI_UNCLAIMED_S 30.0
+
+/* ---- form parsing ------------------------------------------------------- */
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Decodes application/x-www-form-urlencoded in place; returns the length. */
+static size_t url_decode(char *s, size_t n)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '+') s[o++] = ' ';
+        else if (s[i] == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
+            s[o++] = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+            i += 2;
+        } else s[o++] = s[i];
+    }
+    s[o] = 0;
+    return o;
+}
+
+static int utf8_valid(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t k;
+        unsigned min;
+        if (c < 0x80) { i++; continue; }
+        else if ((c & 0xE0) == 0xC0) { k = 1; min = 0x80; c &= 0x1F; }
+        else if ((c & 0xF0) == 0xE0) { k = 2; min = 0x800; c &= 0x0F; }
+        else if ((c & 0xF8) == 0xF0) { k = 3; min = 0x10000; c &= 0x07; }
+        else return 0;
+        if (i + k >= n) return 0;
+        for (size_t j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xC0) != 0x80) return 0;
+            c = (c << 6) | (s[i + j] & 0x3F);
+        }
+        if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
+struct form {
+    char *conversation, *history, *message, *think, *temperature, *system;
+    size_t message_len, system_len;
+};
+
+static void form_parse(struct form *f, char *body, size_t n)
+{
+    char *p = body, *end = body + n;
+    while (p < end) {
+        char *amp = memchr(p, '&', (size_t)(end - p));
+        if (!amp) amp = end;
+        *amp = 0;
+        char *eq = strchr(p, '=');
+        if (eq) {
+            *eq = 0;
+            char *v = eq + 1;
+            size_t vl = url_decode(v, (size_t)(amp - v));
+            url_decode(p, strlen(p));
+            if (!strcmp(p, "conversation")) f->conversation = v;
+            else if (!strcmp(p, "history")) f->history = v;
+            else if (!strcmp(p, "message")) { f->message = v; f->message_len = vl; }
+            else if (!strcmp(p, "think")) f->think = v;
+            else if (!strcmp(p, "temperature")) f->temperature = v;
+            else if (!strcmp(p, "system")) { f->system = v; f->system_len = vl; }
+        }
+        p = amp + 1;
+    }
+}
+
+static enum MHD_Result html_error(struct gw_req *r, int status, const char *msg)
+{
+    struct gw_buf b = { 0 };
+    gw_buf_str(&b, "<div class=\"msg error\">");
+    gw_buf_html(&b, msg, strlen(msg));
+    gw_buf_str(&b, "</div>\n");
+    enum MHD_Result ret = gw_queue_text(r, status, "text/html; charset=utf-8", b.p, b.len);
+    gw_buf_deinit(&b);
+    return ret;
+}
+
+static int valid_id(const char *s, size_t lo, size_t hi, int allow_punct)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n < lo || n > hi) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              (allow_punct && (c == '_' || c == '-'))))
+            return 0;
+    }
+    return 1;
+}
+
+/* ---- POST /ui/chat ------------------------------------------------------ */
+
+enum MHD_Result gw_ui_chat(struct gw_req *r)
+{
+    struct form f = { 0 };
+    if (!r->body.p) gw_buf_add(&r->body, "", 0);
+    form_parse(&f, r->body.p, r->body.len);
+    if (!valid_id(f.conversation, 1, 64, 1))
+        return html_error(r, 400, "invalid conversation id");
+    if (!f.message || !f.message_len || !utf8_valid((unsigned char *)f.message, f.message_len) ||
+        strlen(f.message) != f.message_len)
+        return html_error(r, 400, "the message must be non-empty UTF-8 text");
+    if (f.message_len > UI_MAX_MESSAGE) return html_error(r, 413, "the message is too long");
+    if (f.system && (!utf8_valid((unsigned char *)f.system, f.system_len) ||
+                     strlen(f.system) != f.system_len))
+        return html_error(r, 400, "the system prompt must be UTF-8 text");
+    int think = 1;
+    if (f.think) {
+        if (!strcmp(f.think, "1")) think = 1;
+        else if (!strcmp(f.think, "0")) think = 0;
+        else return html_error(r, 400, "think must be 1 or 0");
+    }
+    double temp = 0.6;
+    if (f.temperature && *f.temperature) {
+        char *e;
+        temp = strtod(f.temperature, &e);
+        if (*e || !(temp >= 0 && temp <= 2)) return html_error(r, 400, "temperature must be in [0, 2]");
+    }
+    json_error_t je;
+    json_t *hist = json_loads(f.history && *f.history ? f.history : "[]", JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_array(hist)) {
+        json_decref(hist);
+        return html_error(r, 400, "history must be a JSON array");
+    }
+    size_t nh = json_array_size(hist), nm = nh + 2, k = 0;
+    Smollm3__ChatMessage *msgs = calloc(nm, sizeof *msgs);
+    Smollm3__ChatMessage **msgp = calloc(nm, sizeof *msgp);
+    if (!msgs || !msgp) goto oom;
+    if (f.system && *f.system) {
+        smollm3__chat_message__init(&msgs[k]);
+        msgs[k].role = "system";
+        msgs[k].content = f.system;
+        k++;
+    }
+    for (size_t i = 0; i < nh; i++) {
+        json_t *m = json_array_get(hist, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        const char *content = json_string_value(json_object_get(m, "content"));
+        if (!role || !content || (strcmp(role, "user") && strcmp(role, "assistant"))) {
+            free(msgs);
+            free(msgp);
+            json_decref(hist);
+            return html_error(r, 400, "history entries must be {role: user|assistant, content}");
+        }
+        smollm3__chat_message__init(&msgs[k]);
+        msgs[k].role = (char *)role;
+        msgs[k].content = (char *)content;
+        k++;
+    }
+    smollm3__chat_message__init(&msgs[k]);
+    msgs[k].role = "user";
+    msgs[k].content = f.message;
+    k++;
+    for (size_t i = 0; i < k; i++) msgp[i] = &msgs[i];
+
+    if (!G.daemon_connected || !G.daemon_ready) {
+        free(msgs);
+        free(msgp);
+        json_decref(hist);
+        return html_error(r, 503, "the model is not available right now");
+    }
+    if (G.n_inflight >= G.cfg.max_inflight) {
+        free(msgs);
+        free(msgp);
+        json_decref(hist);
+        return html_error(r, 429, "too many requests: try again shortly");
+    }
+    char session[80];
+    snprintf(session, sizeof session, "ui-%s", f.conversation);
+    Smollm3__ChatInput chat = SMOLLM3__CHAT_INPUT__INIT;
+    chat.n_messages = k;
+    chat.messages = msgp;
+    Smollm3__SamplingParams sp = SMOLLM3__SAMPLING_PARAMS__INIT;
+    sp.temperature_opt_case = SMOLLM3__SAMPLING_PARAMS__TEMPERATURE_OPT_TEMPERATURE;
+    sp.temperature = (float)temp;
+    Smollm3__GenerateRequest g = SMOLLM3__GENERATE_REQUEST__INIT;
+    g.session_id = session;
+    g.input_case = SMOLLM3__GENERATE_REQUEST__INPUT_CHAT;
+    g.chat = &chat;
+    g.sampling = &sp;
+    g.enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;
+    g.enable_thinking = think;
+    struct gw_stream *s = gw_stream_new(GW_UI);
+    if (!s || gw_pack_generate(s, &g)) {
+        gw_stream_free(s);
+        goto oom;
+    }
+    free(msgs);
+    free(msgp);
+    json_decref(hist);
+    gw_random_alnum(s->sid, 24);
+
+    struct gw_buf b = { 0 };
+    gw_buf_str(&b, "<div class=\"msg user\" data-role=\"user\">");
+    gw_buf_html(&b, f.message, f.message_len);
+    gw_buf_printf(&b,
+        "</div>\n"
+        "<div class=\"msg assistant\" data-role=\"assistant\" data-stream=\"%s\"\n"
+        "     hx-ext=\"sse\" sse-connect=\"/ui/stream/%s\" sse-close=\"done\">\n"
+        "  <details class=\"thinking\"><summary>Thinking</summary>\n"
+        "    <div class=\"reasoning\" sse-swap=\"reasoning\" hx-swap=\"beforeend\"></div></details>\n"
+        "  <div class=\"content\" sse-swap=\"content\" hx-swap=\"beforeend\"></div>\n"
+        "  <div class=\"error\" sse-swap=\"error\" hx-swap=\"innerHTML\"></div>\n"
+        "  <button class=\"stop\" hx-post=\"/ui/stop/%s\" hx-swap=\"none\">Stop</button>\n"
+        "</div>\n", s->sid, s->sid, s->sid);
+    enum MHD_Result ret = gw_queue_text(r, 200, "text/html; charset=utf-8", b.p, b.len);
+    gw_buf_deinit(&b);
+    return ret;
+oom:
+    free(msgs);
+    free(msgp);
+    json_decref(hist);
+    return html_error(r, 500, "out of memory");
+}
+
+/* ---- streams ------------------------------------------------------------ */
+
+struct gw_stream *gw_ui_find(const char *sid)
+{
+    if (!sid || !*sid) return NULL;
+    for (struct gw_stream *s = G.streams; s; s = s->next)
+        if (s->kind == GW_UI && !strcmp(s->sid, sid)) return s;
+    return NULL;
+}
+
+/* One named event; a payload with newlines becomes several data: lines. */
+static void ui_emit(struct gw_stream *s, const char *name, const char *data, size_t n)
+{
+    gw_buf_printf(&s->out, "event: %s\n", name);
+    const char *p = data, *end = data + n;
+    do {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *le = nl ? nl : end;
+        gw_buf_str(&s->out, "data: ");
+        gw_buf_add(&s->out, p, (size_t)(le - p));
+        gw_buf_str(&s->out, "\n");
+        p = nl ? nl + 1 : end;
+        if (!nl) break;
+    } while (1);
+    gw_buf_str(&s->out, "\n");
+}
+
+static void ui_emit_html(struct gw_stream *s, const char *name, const char *text)
+{
+    struct gw_buf b = { 0 };
+    gw_buf_html(&b, text, strlen(text));
+    ui_emit(s, name, b.p ? b.p : "", b.len);
+    gw_buf_deinit(&b);
+}
+
+static void ui_done(struct gw_stream *s, const char *finish)
+{
+    json_t *d = json_pack("{s:s,s:{s:i,s:i,s:i,s:i,s:i}}", "finish_reason", finish, "usage",
+                          "prompt_tokens", (int)s->prompt_tokens, "completion_tokens",
+                          (int)s->completion_tokens, "total_tokens",
+                          (int)(s->prompt_tokens + s->completion_tokens), "cached_tokens",
+                          (int)s->cached_tokens, "reasoning_tokens", (int)s->reasoning_tokens);
+    char *txt = json_dumps(d, JSON_COMPACT);
+    json_decref(d);
+    ui_emit(s, "done", txt ? txt : "{}", txt ? strlen(txt) : 2);
+    free(txt);
+    s->ended = 1;
+}
+
+void gw_ui_event(struct gw_stream *s, const Smollm3__Event *ev)
+{
+    switch (ev->kind_case) {
+    case SMOLLM3__EVENT__KIND_TOKEN:
+        if (ev->token->text && *ev->token->text)
+            ui_emit_html(s, ev->token->channel == SMOLLM3__CHANNEL__CHANNEL_REASONING
+                                ? "reasoning" : "content", ev->token->text);
+        break;
+    case SMOLLM3__EVENT__KIND_TOOL_CALL: {
+        struct gw_buf b = { 0 };
+        gw_buf_printf(&b, "\n[tool call %s(%s)]\n", ev->tool_call->name ? ev->tool_call->name : "",
+                      ev->tool_call->arguments_json ? ev->tool_call->arguments_json : "");
+        ui_emit_html(s, "content", b.p);
+        gw_buf_deinit(&b);
+        break;
+    }
+    case SMOLLM3__EVENT__KIND_DONE:
+        ui_done(s, s->finish ? s->finish : "stop");
+        break;
+    default:
+        break;
+    }
+}
+
+void gw_ui_error(struct gw_stream *s, const char *msg)
+{
+    ui_emit_html(s, "error", msg);
+    ui_done(s, "error");
+}
+
+enum MHD_Result gw_ui_stream(struct gw_req *r, const char *sid)
+{
+    struct gw_stream *s = gw_ui_find(sid);
+    if (!s || s->req || s->sent || s->ended)
+        return gw_queue_error(r, 404, "not_found_error", "unknown_stream",
+                              "unknown or already claimed stream");
+    s->req = r;
+    r->stream = s;
+    s->last_write = gw_now();
+    if (!G.daemon_connected || !G.daemon_ready) {
+        s->terminal = 1;
+        gw_ui_error(s, "the model is not available right now");
+    } else if (gw_daemon_send_stream(s)) {
+        s->terminal = 1;
+        gw_ui_error(s, "the inference daemon is not reachable");
+    }
+    return gw_queue_sse(r, s);
+}
+
+enum MHD_Result gw_ui_stop(struct gw_req *r, const char *sid)
+{
+    struct gw_stream *s = gw_ui_find(sid);
+    if (!s) return gw_queue_error(r, 404, "not_found_error", "unknown_stream", "unknown stream");
+    if (!s->sent && !s->req) {
+        gw_stream_free(s);      /* never claimed: nothing runs */
+    } else if (s->sent && !s->terminal) {
+        char err[SMOL_ERRLEN];
+        /* not terminal yet: the daemon's done(cancelled) ends the stream */
+        if (smol_client_send_cancel(G.cli, s->rid, NULL, err) != SMOL_OK)
+            gw_stream_fail(s, 503, "daemon_unavailable", "the inference daemon is not reachable");
+        gw_daemon_drain();
+    }
+    return gw_queue_text(r, 204, "text/plain", "", 0);
+}
+
+enum MHD_Result gw_ui_config(struct gw_req *r)
+{
+    return gw_queue_json(r, 200, json_pack("{s:s,s:b,s:f}", "model", G.model,
+                                           "thinking_supported", 1, "default_temperature", 0.6));
+}
+
+void gw_ui_expire(double now)
+{
+    struct gw_stream *s = G.streams, *next;
+    for (; s; s = next) {
+        next = s->next;
+        if (s->kind == GW_UI && !s->req && !s->sent && now - s->born > UI_UNCLAIMED_S)
+            gw_stream_free(s);
+    }
+}

@@ -1,0 +1,127 @@
+/*
+ * util.c - buffer, clock, ids, HTML escaping and logging for the gateway.
+ */
+#include "gateway/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+int gw_buf_add(struct gw_buf *b, const void *data, size_t n)
+{
+    if (b->off > 0 && b->off == b->len) b->off = b->len = 0;
+    if (b->len + n + 1 > b->cap) {
+        if (b->off > 0 && b->off >= b->len / 2) {   /* compact before growing */
+            memmove(b->p, b->p + b->off, b->len - b->off);
+            b->len -= b->off;
+            b->off = 0;
+        }
+        if (b->len + n + 1 > b->cap) {
+            size_t cap = b->cap ? b->cap : 256;
+            while (cap < b->len + n + 1) cap *= 2;
+            char *p = realloc(b->p, cap);
+            if (!p) return -1;
+            b->p = p;
+            b->cap = cap;
+        }
+    }
+    if (n) memcpy(b->p + b->len, data, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return 0;
+}
+
+int gw_buf_str(struct gw_buf *b, const char *s)
+{
+    return gw_buf_add(b, s, strlen(s));
+}
+
+int gw_buf_printf(struct gw_buf *b, const char *fmt, ...)
+{
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) return -1;
+    if ((size_t)n < sizeof small) return gw_buf_add(b, small, (size_t)n);
+    char *big = malloc((size_t)n + 1);
+    if (!big) return -1;
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    int r = gw_buf_add(b, big, (size_t)n);
+    free(big);
+    return r;
+}
+
+int gw_buf_html(struct gw_buf *b, const char *s, size_t n)
+{
+    size_t start = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *rep = NULL;
+        switch (s[i]) {
+        case '&': rep = "&amp;"; break;
+        case '<': rep = "&lt;"; break;
+        case '>': rep = "&gt;"; break;
+        case '"': rep = "&quot;"; break;
+        case '\'': rep = "&#39;"; break;
+        default: continue;
+        }
+        if (gw_buf_add(b, s + start, i - start) || gw_buf_str(b, rep)) return -1;
+        start = i + 1;
+    }
+    return gw_buf_add(b, s + start, n - start);
+}
+
+size_t gw_buf_pending(const struct gw_buf *b)
+{
+    return b->len - b->off;
+}
+
+void gw_buf_reset(struct gw_buf *b)
+{
+    b->len = b->off = 0;
+    if (b->p) b->p[0] = 0;
+}
+
+void gw_buf_deinit(struct gw_buf *b)
+{
+    free(b->p);
+    b->p = NULL;
+    b->len = b->off = b->cap = 0;
+}
+
+double gw_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void gw_random_alnum(char *out, size_t n)
+{
+    static const char set[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char r[64];
+    size_t i = 0;
+    while (i < n) {
+        size_t k = n - i < sizeof r ? n - i : sizeof r;
+        if (getrandom(r, k, 0) != (ssize_t)k) {
+            for (size_t j = 0; j < k; j++) r[j] = (unsigned char)rand();
+        }
+        for (size_t j = 0; j < k; j++) out[i++] = set[r[j] % 62];
+    }
+    out[n] = 0;
+}
+
+void gw_log(int prio, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "<%d>smollm3-gateway: %s\n", prio, line);
+}

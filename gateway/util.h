@@ -1,0 +1,35 @@
+/*
+ * util.h - small helpers of smollm3-gateway: a growable byte buffer, the
+ * monotonic clock, random ids, HTML escaping and stderr logging with
+ * systemd <N> priority prefixes (journald reads them from stderr).
+ */
+#ifndef GW_UTIL_H
+#define GW_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+struct gw_buf {
+    char *p;                    /* bytes [off, len) are pending; NUL-terminated when len > 0 */
+    size_t len, off, cap;
+};
+
+/* Appends n bytes; returns 0, or -1 when out of memory (the buffer is unchanged). */
+int gw_buf_add(struct gw_buf *b, const void *data, size_t n);
+int gw_buf_str(struct gw_buf *b, const char *s);
+int gw_buf_printf(struct gw_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends s[0..n) with & < > " ' escaped as HTML entities. */
+int gw_buf_html(struct gw_buf *b, const char *s, size_t n);
+/* Bytes pending (len - off). */
+size_t gw_buf_pending(const struct gw_buf *b);
+void gw_buf_reset(struct gw_buf *b);
+void gw_buf_deinit(struct gw_buf *b);
+
+double gw_now(void);            /* CLOCK_MONOTONIC seconds */
+/* n random characters of [A-Za-z0-9] into out (n + 1 bytes). */
+void gw_random_alnum(char *out, size_t n);
+
+/* Logs one line on stderr: prio is a syslog level (3 err, 4 warning, 6 info, 7 debug). */
+void gw_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

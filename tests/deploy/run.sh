@@ -1,0 +1,418 @@
+#!/bin/sh
+# tests/deploy/run.sh BUILD - deployment tests (part of `make test`):
+#
+#   install    `make install DESTDIR=tmp` lays out the expected tree (PREFIX
+#              /usr/local and /usr), paths in units/site follow PREFIX, an
+#              existing /etc/smollm3d/smollm3d.conf is kept
+#   verify     `systemd-analyze verify` on both installed units (--root at the
+#              DESTDIR tree): exit 0 and nothing on stderr; a broken copy must
+#              produce stderr (the check is live)
+#   security   `systemd-analyze security --offline=yes`: exposure <= 3.0 each
+#   nginx      `nginx -t` clean (no warnings) on the site and on scale-out.conf
+#   affinity   scale-out.conf in front of two stub HTTP nodes: one session key
+#              (header, ?session=, cookie) -> one node; many keys -> both nodes;
+#              /ui/ without a key sticks per client; /v1/ without one spreads
+#   two-nodes  two smollm3d (fixture-t.Q8_0, --threads 1) + two gateways on
+#              loopback ports behind scale-out.conf: every request of a session
+#              lands on one node (nginx log + the daemons' session lists via
+#              smollm3ctl), sessions spread over both; the UI's POST + stream
+#              GET meet on one node (cookie, or client address); a node
+#              stopped -> its sessions are served by the other [needs gateway]
+#   make-run   `make run MODEL=fixture PORT=free` in the background: /health 200
+#              through nginx, the UI page, one chat completion, one streamed
+#              (SSE, data: [DONE]); SIGTERM to deploy/run.sh -> all
+#              three processes gone, exit status 0              [needs gateway]
+#
+# Prints "N passed, N failed" and exits 1 on any failure; a part whose
+# prerequisites are missing prints "SKIPPED: reason".
+set -u
+BUILD=${1:-build}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+FIXTURE=$ROOT/tests/fixtures/models/fixture-t.Q8_0.gguf
+GATEWAY=$BUILD/bin/smollm3-gateway
+TMP=$(mktemp -d /tmp/smollm3-deploy.XXXXXX)
+PASS=0 FAIL=0 PIDS=
+
+ok()   { PASS=$((PASS + 1)); echo "ok   - $*"; }
+bad()  { FAIL=$((FAIL + 1)); echo "FAIL - $*"; }
+skip() { echo "SKIPPED: $*"; }
+check() { if eval "$1"; then ok "$2"; else bad "$2"; fi; }   # check 'shell test' 'name'
+
+cleanup() {
+    for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
+    sleep 0.3
+    for p in $PIDS; do kill -KILL "$p" 2>/dev/null; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+http_code() { curl -s -o /dev/null -m 5 -w '%{http_code}' "$@" 2>/dev/null; }
+wait_http_200() {   # wait_http_200 URL SECONDS
+    n=0
+    while [ $n -lt $(($2 * 5)) ]; do
+        [ "$(http_code "$1")" = 200 ] && return 0
+        sleep 0.2; n=$((n + 1))
+    done
+    return 1
+}
+# A minimal nginx main config around an http{}-context file, in prefix $1.
+nginx_main() {   # nginx_main DIR INCLUDE_FILE
+    mkdir -p "$1/logs" "$1/tmp"
+    cat > "$1/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $1/nginx.pid;
+error_log $1/logs/error.log;
+events { worker_connections 256; }
+http {
+    include /etc/nginx/mime.types;
+    access_log $1/logs/access.log;
+    client_body_temp_path $1/tmp/body;
+    proxy_temp_path $1/tmp/proxy;
+    fastcgi_temp_path $1/tmp/fastcgi;
+    uwsgi_temp_path $1/tmp/uwsgi;
+    scgi_temp_path $1/tmp/scgi;
+    include $2;
+}
+EOF
+}
+# scale-out.conf with a node list, a log file and a loopback port.
+lb_conf() {   # lb_conf OUT NODES_FILE LOG PORT
+    sed -e "s|/etc/nginx/smollm3-nodes.conf|$2|" -e "s|/var/log/nginx/smollm3-lb.access.log|$3|" \
+        -e "s|^\( *\)listen 80;|\1listen 127.0.0.1:$4;|" -e '/listen \[::\]:80;/d' \
+        deploy/nginx/scale-out.conf > "$1"
+}
+
+have_gateway=0
+if [ -x "$GATEWAY" ]; then have_gateway=1; fi
+
+# ---------------------------------------------------------------- install
+echo "# make install DESTDIR"
+D=$TMP/dest
+if make -s --no-print-directory install BUILD="$BUILD" DESTDIR="$D" > "$TMP/install.log" 2>&1; then
+    ok "make install DESTDIR=... (PREFIX=/usr/local)"
+else
+    bad "make install DESTDIR=... (PREFIX=/usr/local)"; sed 's/^/    /' "$TMP/install.log"
+fi
+missing=
+for f in usr/local/bin/smollm3 usr/local/bin/smollm3d usr/local/bin/smollm3ctl \
+         usr/local/lib/systemd/system/smollm3d.service usr/local/lib/systemd/system/smollm3-gateway.service \
+         usr/local/lib/sysusers.d/smollm3d.conf usr/local/lib/tmpfiles.d/smollm3d.conf \
+         etc/smollm3d/smollm3d.conf etc/nginx/sites-available/smollm3 \
+         usr/local/share/smollm3d/web/index.html usr/local/share/doc/smollm3d/README.md \
+         usr/local/share/doc/smollm3d/scale-out.conf; do
+    [ -f "$D/$f" ] || missing="$missing $f"
+done
+[ "$have_gateway" = 1 ] && { [ -x "$D/usr/local/bin/smollm3-gateway" ] || missing="$missing usr/local/bin/smollm3-gateway"; }
+check '[ -z "$missing" ]' "installed tree complete${missing:+ (missing:$missing)}"
+if [ -d web/node_modules/htmx.org ]; then
+    check '[ -f "$D/usr/local/share/smollm3d/web/node_modules/htmx.org/package.json" ] &&
+           [ ! -e "$D/usr/local/share/smollm3d/web/node_modules/@types" ] &&
+           [ ! -e "$D/usr/local/share/smollm3d/web/package.json" ]' \
+          "web: runtime npm packages installed, dev packages and package.json not"
+else
+    skip "web/node_modules absent (npm ci in web/): npm assets not checked"
+fi
+check 'grep -q "^ExecStart=/usr/local/bin/smollm3d --config /etc/smollm3d/smollm3d.conf" "$D/usr/local/lib/systemd/system/smollm3d.service" &&
+       grep -q "root /usr/local/share/smollm3d/web;" "$D/etc/nginx/sites-available/smollm3" &&
+       grep -q "^model = /var/lib/smollm3d/models/" "$D/etc/smollm3d/smollm3d.conf"' \
+      "units, site and config carry the PREFIX paths and a model path"
+grep -v '^#\{0,1\}model =' deploy/smollm3d.conf > "$TMP/conf.want"
+grep -v '^#\{0,1\}model =' "$D/etc/smollm3d/smollm3d.conf" > "$TMP/conf.got" 2>/dev/null
+check 'cmp -s "$TMP/conf.want" "$TMP/conf.got"' "installed config = deploy/smollm3d.conf but for the model line"
+echo "# local edit" >> "$D/etc/smollm3d/smollm3d.conf"
+make -s --no-print-directory install BUILD="$BUILD" DESTDIR="$D" > "$TMP/install2.log" 2>&1
+check 'tail -n1 "$D/etc/smollm3d/smollm3d.conf" | grep -q "local edit" && [ -f "$D/etc/smollm3d/smollm3d.conf.dist" ]' \
+      "reinstall keeps an existing /etc/smollm3d/smollm3d.conf (new one as .dist)"
+D2=$TMP/dest-usr
+make -s --no-print-directory install BUILD="$BUILD" DESTDIR="$D2" PREFIX=/usr > "$TMP/install3.log" 2>&1
+check 'grep -q "^ExecStart=/usr/bin/smollm3d " "$D2/usr/lib/systemd/system/smollm3d.service" &&
+       [ -x "$D2/usr/bin/smollm3d" ] && grep -q "root /usr/share/smollm3d/web;" "$D2/etc/nginx/sites-available/smollm3"' \
+      "PREFIX=/usr: binaries, units and site follow"
+
+# ---------------------------------------------------------------- systemd
+echo "# systemd units"
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+    skip "systemd-analyze not installed: unit verify/security not run"
+elif [ ! -f "$D/usr/local/lib/systemd/system/smollm3d.service" ]; then
+    bad "no installed units to verify"
+else
+    # The DESTDIR tree as a root: the host's unit files (sysinit.target & co.)
+    # and /bin/kill (ExecReload) are needed; binaries are the installed ones.
+    mkdir -p "$D/usr/lib/systemd" "$D/usr/bin"
+    cp -a /lib/systemd/system "$D/usr/lib/systemd/" 2>/dev/null || cp -a /usr/lib/systemd/system "$D/usr/lib/systemd/"
+    ln -sfn usr/bin "$D/bin"; ln -sfn usr/lib "$D/lib"
+    for k in /usr/bin/kill /bin/kill; do [ -x "$k" ] && { cp "$k" "$D/usr/bin/kill"; break; }; done
+    if [ ! -x "$D/usr/local/bin/smollm3-gateway" ]; then
+        printf '#!/bin/sh\nexit 0\n' > "$D/usr/local/bin/smollm3-gateway"; chmod 0755 "$D/usr/local/bin/smollm3-gateway"
+        echo "  (smollm3-gateway not built: a stub stands in for its ExecStart)"
+    fi
+    U=/usr/local/lib/systemd/system
+    systemd-analyze verify --root="$D" "$U/smollm3d.service" "$U/smollm3-gateway.service" > "$TMP/verify.out" 2> "$TMP/verify.err"
+    rc=$?
+    check '[ $rc = 0 ] && [ ! -s "$TMP/verify.err" ]' "systemd-analyze verify: exit $rc, no stderr"
+    [ -s "$TMP/verify.err" ] && sed 's/^/    /' "$TMP/verify.err"
+    sed -e 's/^WatchdogSec=30/WatchdogSec=30\nNoSuchKey=1/' "$D$U/smollm3d.service" > "$D$U/smollm3d-broken.service"
+    systemd-analyze verify --root="$D" "$U/smollm3d-broken.service" > /dev/null 2> "$TMP/verify-bad.err"
+    check '[ -s "$TMP/verify-bad.err" ]' "systemd-analyze verify reports an unknown key in a broken copy (control)"
+    rm -f "$D$U/smollm3d-broken.service"
+    for u in smollm3d smollm3-gateway; do
+        systemd-analyze security --offline=yes --root="$D" "$U/$u.service" > "$TMP/sec.out" 2>&1
+        line=$(grep 'Overall exposure level' "$TMP/sec.out")
+        score=$(echo "$line" | sed -n 's/.*: \([0-9.]*\) .*/\1/p')
+        echo "  $line"
+        grep '✗' "$TMP/sec.out" | sed 's/  */ /g; s/^/    /'
+        check '[ -n "$score" ] && awk "BEGIN{exit !($score <= 3.0)}"' "$u.service exposure ${score:-?} <= 3.0"
+    done
+fi
+
+# ---------------------------------------------------------------- nginx -t
+echo "# nginx"
+if ! command -v nginx >/dev/null 2>&1; then
+    skip "nginx not installed: nginx tests not run"
+    have_nginx=0
+else
+    have_nginx=1
+    N=$TMP/ngx-site
+    nginx_main "$N" "$D/etc/nginx/sites-available/smollm3"
+    nginx -t -p "$N" -c "$N/nginx.conf" -e "$N/logs/error.log" > "$TMP/ngt.out" 2>&1
+    rc=$?
+    check '[ $rc = 0 ] && [ "$(grep -cv "syntax is ok\|test is successful" "$TMP/ngt.out")" = 0 ]' \
+          "nginx -t on the installed site: clean (exit $rc)"
+    [ $rc = 0 ] || sed 's/^/    /' "$TMP/ngt.out"
+    N=$TMP/ngx-lb
+    mkdir -p "$N"
+    lb_conf "$N/lb.conf" "$ROOT/deploy/nginx/smollm3-nodes.conf.example" "$N/logs/lb.log" 80
+    nginx_main "$N" "$N/lb.conf"
+    nginx -t -p "$N" -c "$N/nginx.conf" -e "$N/logs/error.log" > "$TMP/ngt.out" 2>&1
+    rc=$?
+    check '[ $rc = 0 ] && [ "$(grep -cv "syntax is ok\|test is successful" "$TMP/ngt.out")" = 0 ]' \
+          "nginx -t on scale-out.conf (+ smollm3-nodes.conf.example): clean (exit $rc)"
+    [ $rc = 0 ] || sed 's/^/    /' "$TMP/ngt.out"
+fi
+
+# ---------------------------------------------------------------- affinity (stub nodes)
+# Send requests through the balancer, print the node of each (from the log).
+lb_nodes() {   # lb_nodes LOG -> node of each logged request, in order
+    sed -n 's/.* node=\([^ ]*\) .*/\1/p' "$1"
+}
+echo "# session affinity, stub nodes"
+if [ "$have_nginx" = 0 ] || ! command -v python3 >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then
+    skip "nginx, python3 or curl missing: affinity test not run"
+else
+    N=$TMP/lb-stub
+    mkdir -p "$N"
+    SP1=$(free_port); SP2=$(free_port)
+    for p in $SP1 $SP2; do
+        python3 -c '
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def reply(self):
+        n = int(self.headers.get("Content-Length") or 0); self.rfile.read(n)
+        b = b"node %d\n" % self.server.server_port
+        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
+    do_GET = do_POST = reply
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()' "$p" &
+        PIDS="$PIDS $!"
+    done
+    printf 'server 127.0.0.1:%s;\nserver 127.0.0.1:%s;\n' "$SP1" "$SP2" > "$N/nodes.conf"
+    LP=$(free_port)
+    lb_conf "$N/lb.conf" "$N/nodes.conf" "$N/lb.log" "$LP"
+    nginx_main "$N" "$N/lb.conf"
+    LB=http://127.0.0.1:$LP
+    # The nodes first: nginx would mark a node that refuses as failed for 10 s.
+    if ! wait_http_200 "http://127.0.0.1:$SP1/" 10 || ! wait_http_200 "http://127.0.0.1:$SP2/" 10; then
+        bad "stub nodes did not come up"
+    elif ! { nginx -p "$N" -c "$N/nginx.conf" -e "$N/logs/error.log" & PIDS="$PIDS $!"; wait_http_200 "$LB/health" 10; }; then
+        bad "balancer did not come up"; tail -n 5 "$N/logs/error.log" | sed 's/^/    /'
+    else
+        : > "$N/lb.log"; kill -USR1 "$(cat "$N/nginx.pid")"; sleep 0.3   # reopen: count from here
+        seen_all=
+        for s in alpha beta gamma; do
+            : > "$N/got"
+            for i in 1 2 3 4 5 6; do
+                curl -s -m 5 -H "X-Session-Id: $s" -d '{}' "$LB/v1/chat/completions" >> "$N/got"
+            done
+            curl -s -m 5 "$LB/v1/models?session=$s" >> "$N/got"
+            curl -s -m 5 -b "smollm3_session=$s" "$LB/ui/stream/x" >> "$N/got"
+            curl -s -m 5 -b "smollm3_session=other" -H "X-Session-Id: $s" -d '{}' "$LB/ui/chat" >> "$N/got"
+            n=$(sort -u "$N/got" | wc -l); c=$(wc -l < "$N/got")
+            check '[ "$n" = 1 ] && [ "$c" = 9 ]' "session '$s': $c requests (header, ?session=, cookie, header over cookie) on one node: $(sort -u "$N/got" | tr '\n' ' ')"
+        done
+        : > "$N/got"
+        for i in $(seq 1 24); do curl -s -m 5 -H "X-Session-Id: conv-$i" -d '{}' "$LB/v1/chat/completions" >> "$N/got"; done
+        n=$(sort -u "$N/got" | wc -l)
+        check '[ "$n" = 2 ]' "24 sessions spread over both nodes: $(sort "$N/got" | uniq -c | tr -s ' \n' ' ')"
+        : > "$N/got"
+        for i in 1 2 3 4 5 6; do curl -s -m 5 -d 'x' "$LB/ui/chat" >> "$N/got"; curl -s -m 5 "$LB/ui/stream/abc" >> "$N/got"; done
+        check '[ "$(sort -u "$N/got" | wc -l)" = 1 ]' "/ui/ without a session key sticks to one node per client"
+        : > "$N/got"
+        for i in 1 2 3 4 5 6; do curl -s -m 5 "$LB/v1/models" >> "$N/got"; done
+        check '[ "$(sort -u "$N/got" | wc -l)" = 2 ]' "/v1/ without a session key spreads round-robin"
+        check 'grep -q "key=\"alpha\" node=127.0.0.1:" "$N/lb.log"' "balancer log records key and node"
+    fi
+fi
+
+# ---------------------------------------------------------------- two real nodes
+echo "# two nodes: smollm3d + gateway x2 behind scale-out.conf"
+chat_body() {   # chat_body SESSION
+    printf '{"model":"smollm3","messages":[{"role":"user","content":"Hello %s"}],"max_tokens":4,"temperature":0,"session_id":"%s"}' "$1" "$1"
+}
+if [ "$have_gateway" = 0 ]; then
+    skip "$GATEWAY not built: two-node test not run"
+elif [ "$have_nginx" = 0 ] || [ ! -f "$FIXTURE" ]; then
+    skip "nginx or $FIXTURE missing: two-node test not run"
+else
+    N=$TMP/two
+    mkdir -p "$N"
+    GP1=$(free_port); GP2=$(free_port)
+    for i in 1 2; do
+        "$BUILD/bin/smollm3d" --model "$FIXTURE" --threads 1 --kv-budget-mb 64 \
+            --listen "ipc://$N/d$i.sock" > "$N/d$i.log" 2>&1 & PIDS="$PIDS $!"
+    done
+    "$GATEWAY" --listen "127.0.0.1:$GP1" --daemon "ipc://$N/d1.sock" > "$N/g1.log" 2>&1 & PIDS="$PIDS $!"
+    "$GATEWAY" --listen "127.0.0.1:$GP2" --daemon "ipc://$N/d2.sock" > "$N/g2.log" 2>&1 & G2PID=$!; PIDS="$PIDS $!"
+    printf 'server 127.0.0.1:%s max_fails=3 fail_timeout=10s;\nserver 127.0.0.1:%s max_fails=3 fail_timeout=10s;\n' \
+        "$GP1" "$GP2" > "$N/nodes.conf"
+    LP=$(free_port)
+    lb_conf "$N/lb.conf" "$N/nodes.conf" "$N/lb.log" "$LP"
+    nginx_main "$N" "$N/lb.conf"
+    nginx -p "$N" -c "$N/nginx.conf" -e "$N/logs/error.log" & PIDS="$PIDS $!"
+    LB=http://127.0.0.1:$LP
+    r=
+    if ! wait_http_200 "http://127.0.0.1:$GP1/health" 60 || ! wait_http_200 "http://127.0.0.1:$GP2/health" 60 ||
+       ! wait_http_200 "$LB/health" 10; then
+        bad "two nodes did not become healthy"
+        tail -n 5 "$N/d1.log" "$N/g1.log" "$N/d2.log" "$N/g2.log" "$N/logs/error.log" 2>/dev/null | sed 's/^/    /'
+    else
+        : > "$N/lb.log"; kill -USR1 "$(cat "$N/nginx.pid")"; sleep 0.3
+        errs=0
+        for s in s1 s2 s3 s4 s5 s6 s7 s8; do
+            for t in 1 2 3; do
+                code=$(curl -s -o "$N/resp" -m 60 -w '%{http_code}' -H 'Content-Type: application/json' \
+                       -H "X-Session-Id: $s" -d "$(chat_body "$s")" "$LB/v1/chat/completions")
+                if [ "$code" != 200 ] || ! grep -q '"choices"' "$N/resp"; then
+                    errs=$((errs + 1)); echo "    $s turn $t: HTTP $code $(head -c 200 "$N/resp")"
+                fi
+            done
+        done
+        check '[ $errs = 0 ]' "24 chat completions (8 sessions x 3 turns) through the balancer: $errs errors"
+        sticky=1
+        for s in s1 s2 s3 s4 s5 s6 s7 s8; do
+            k=$(grep "key=\"$s\" " "$N/lb.log" | sed -n 's/.* node=\([^ ]*\) .*/\1/p' | sort -u | wc -l)
+            [ "$k" = 1 ] || { sticky=0; echo "    $s on $k nodes"; }
+        done
+        check '[ $sticky = 1 ]' "each session's 3 turns hit one node (balancer log)"
+        for i in 1 2; do
+            "$BUILD/bin/smollm3ctl" --connect "ipc://$N/d$i.sock" sessions --json > "$N/sess$i.json" 2>&1
+            "$BUILD/bin/smollm3ctl" --connect "ipc://$N/d$i.sock" stats --json > "$N/stats$i.json" 2>&1
+        done
+        python3 - "$N" > "$N/verdict" 2>&1 <<'EOF'
+import json, sys
+d = sys.argv[1]
+sess = [[s["session_id"] for s in json.load(open(f"{d}/sess{i}.json"))["sessions"]] for i in (1, 2)]
+stats = [json.load(open(f"{d}/stats{i}.json")) for i in (1, 2)]
+place = {}
+for s in ["s%d" % k for k in range(1, 9)]:
+    on = [i for i in (0, 1) if any(x == s or x.endswith(s) or s in x for x in sess[i])]
+    place[s] = on
+ok_one = all(len(v) == 1 for v in place.values())
+both = {v[0] for v in place.values() if len(v) == 1} == {0, 1}
+req = [st["requests_total"] for st in stats]
+print("placement", {k: [i + 1 for i in v] for k, v in place.items()}, "requests_total", req)
+# each node's request count = 3 x its sessions
+ok_req = all(req[i] == 3 * sum(1 for v in place.values() if v == [i]) for i in (0, 1))
+print("RESULT", int(ok_one), int(both), int(ok_req))
+EOF
+        sed 's/^/    /' "$N/verdict"
+        r=$(sed -n 's/^RESULT //p' "$N/verdict")
+        check '[ "${r%% *}" = 1 ]' "every session lives in exactly one daemon (smollm3ctl sessions)"
+        check '[ "$(echo "$r" | cut -d" " -f2)" = 1 ]' "sessions spread over both daemons"
+        check '[ "${r##* }" = 1 ]' "each daemon's requests_total = 3 x its sessions (no turn went astray)"
+    fi
+    if [ -n "${r:-}" ]; then
+        # The web UI: POST /ui/chat, then the EventSource GET of the stream it
+        # names must reach the same gateway (a stream id lives on one node).
+        ui_ok=0
+        for c in c1 c2 c3 c4; do
+            frag=$(curl -s -m 30 -b "smollm3_session=ui-$c" --data-urlencode "conversation=$c" \
+                   --data-urlencode 'history=[]' --data-urlencode "message=Hi $c" -d think=0 "$LB/ui/chat")
+            sid=$(printf '%s' "$frag" | sed -n 's|.*sse-connect="/ui/stream/\([A-Za-z0-9]*\)".*|\1|p' | head -n1)
+            if [ -n "$sid" ] && curl -sN -m 60 -b "smollm3_session=ui-$c" "$LB/ui/stream/$sid" | grep -q '^event: done'; then
+                ui_ok=$((ui_ok + 1))
+            else
+                echo "    ui conversation $c: sid '$sid' $(printf '%s' "$frag" | head -c 200)"
+            fi
+        done
+        check '[ $ui_ok = 4 ]' "UI: POST /ui/chat + GET /ui/stream/SID with the session cookie: $ui_ok/4 streams done"
+        ui_ok=0
+        for c in c5 c6 c7; do
+            frag=$(curl -s -m 30 --data-urlencode "conversation=$c" --data-urlencode 'history=[]' \
+                   --data-urlencode "message=Hi" -d think=0 "$LB/ui/chat")
+            sid=$(printf '%s' "$frag" | sed -n 's|.*sse-connect="/ui/stream/\([A-Za-z0-9]*\)".*|\1|p' | head -n1)
+            [ -n "$sid" ] && curl -sN -m 60 "$LB/ui/stream/$sid" | grep -q '^event: done' && ui_ok=$((ui_ok + 1))
+        done
+        check '[ $ui_ok = 3 ]' "UI without cookie (client-address fallback): $ui_ok/3 streams done"
+        # A node goes down: its sessions move to the other node, nothing fails.
+        kill -TERM $G2PID 2>/dev/null; sleep 0.5
+        errs=0
+        for s in s1 s2 s3 s4 s5 s6 s7 s8; do
+            code=$(curl -s -o "$N/resp" -m 60 -w '%{http_code}' -H 'Content-Type: application/json' \
+                   -H "X-Session-Id: $s" -d "$(chat_body "$s")" "$LB/v1/chat/completions")
+            [ "$code" = 200 ] || { errs=$((errs + 1)); echo "    $s: HTTP $code $(head -c 160 "$N/resp")"; }
+        done
+        check '[ $errs = 0 ]' "gateway 2 stopped: all 8 sessions still served (moved to node 1): $errs errors"
+    fi
+    for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
+    sleep 0.5
+fi
+
+# ---------------------------------------------------------------- make run
+echo "# make run"
+if [ "$have_gateway" = 0 ]; then
+    skip "$GATEWAY not built: make run test not run"
+elif [ "$have_nginx" = 0 ] || [ ! -f "$FIXTURE" ]; then
+    skip "nginx or $FIXTURE missing: make run test not run"
+else
+    P=$(free_port)
+    R=$TMP/run
+    RUN_DIR=$R THREADS=1 KV_BUDGET_MB=64 make -s --no-print-directory run BUILD="$BUILD" MODEL="$FIXTURE" PORT="$P" \
+        > "$TMP/make-run.log" 2>&1 &
+    MP=$!; PIDS="$PIDS $MP"
+    U=http://127.0.0.1:$P
+    if wait_http_200 "$U/health" 120; then
+        ok "make run: /health 200 through nginx on 127.0.0.1:$P"
+        check '[ "$(http_code "$U/")" = 200 ]' "make run: the UI page (/) is served"
+        code=$(curl -s -o "$TMP/resp" -m 60 -w '%{http_code}' -H 'Content-Type: application/json' \
+               -d '{"model":"x","messages":[{"role":"user","content":"Hi"}],"max_tokens":4}' "$U/v1/chat/completions")
+        check '[ "$code" = 200 ] && grep -q "\"choices\"" "$TMP/resp"' "make run: one chat completion (HTTP $code)"
+        curl -sN -o "$TMP/sse" -m 60 -H 'Content-Type: application/json' \
+            -d '{"model":"x","messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"stream":true}' "$U/v1/chat/completions"
+        check 'grep -q "^data: {" "$TMP/sse" && tail -n 2 "$TMP/sse" | grep -q "^data: \[DONE\]"' \
+              "make run: a streamed chat completion through nginx ends with data: [DONE]"
+        n=0; while ! grep -q "ready: http://127.0.0.1:$P/" "$TMP/make-run.log" && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+        check 'grep -q "ready: http://127.0.0.1:$P/" "$TMP/make-run.log"' "make run printed the URL"
+        three=$(cat "$R/pids" 2>/dev/null)
+        SH=$(pgrep -f "^sh deploy/run.sh .* $P\$" | head -n1)   # the script, under make (and maybe sh -c)
+        kill -TERM "${SH:-$MP}"
+        n=0; while kill -0 "$MP" 2>/dev/null && [ $n -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+        wait "$MP"; rc=$?
+        left=
+        for p in $three; do kill -0 "$p" 2>/dev/null && left="$left $p"; done
+        check '[ -n "$three" ] && [ -z "$left" ] && [ $rc = 0 ]' \
+              "SIGTERM: daemon, gateway and nginx gone (pids $three${left:+; left:$left}), exit status $rc"
+        check '[ ! -e "$R/smollm3d.sock" ]' "make run: sockets removed"
+    else
+        bad "make run: /health never 200 on 127.0.0.1:$P"
+        tail -n 20 "$TMP/make-run.log" | sed 's/^/    /'
+    fi
+fi
+
+echo "$PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Browser test of the chat UI through the real stack:
+#   daemon (fixture model) <- gateway <- nginx (serves web/, proxies /ui/ and /v1/) <- headless Chromium
+#
+#   tests/web/run.sh [BUILD]        (BUILD defaults to build)
+#
+# Needs node + npm, nginx, /usr/bin/chromium (apt-get install -y chromium) and the
+# built binaries BUILD/bin/smollm3d and BUILD/bin/smollm3-gateway; prints
+# "SKIPPED: reason" and exits 0 when one is missing.  Saves build/web-screenshot.png
+# (override with SCREENSHOT=path).  Prints "N passed, N failed"; exits 1 on failure.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${1:-build}
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
+MODEL=${MODEL:-$ROOT/tests/fixtures/models/fixture-t.Q8_0.gguf}
+SCREENSHOT=${SCREENSHOT:-$ROOT/build/web-screenshot.png}
+
+skip() { echo "SKIPPED: $*"; exit 0; }
+command -v node >/dev/null 2>&1 || skip "node not installed"
+command -v npm >/dev/null 2>&1 || skip "npm not installed"
+NGINX=$(command -v nginx 2>/dev/null || { [ -x /usr/sbin/nginx ] && echo /usr/sbin/nginx; })
+[ -n "$NGINX" ] || skip "nginx not installed"
+[ -x "$CHROMIUM" ] || skip "$CHROMIUM missing (apt-get install -y chromium)"
+[ -x "$BUILD/bin/smollm3d" ] || skip "$BUILD/bin/smollm3d not built"
+[ -x "$BUILD/bin/smollm3-gateway" ] || skip "$BUILD/bin/smollm3-gateway not built yet"
+[ -f "$MODEL" ] || skip "model $MODEL missing"
+
+# npm ci: exact versions from the lock files, no audit/fund chatter
+npm_ci() {
+    (cd "$1" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || { echo "npm ci failed in $1"; exit 1; }
+}
+if [ ! -d "$ROOT/web/node_modules/htmx.org" ] || [ "$ROOT/web/package-lock.json" -nt "$ROOT/web/node_modules/.package-lock.json" ]; then
+    npm_ci "$ROOT/web"
+fi
+if [ ! -d "$ROOT/tests/web/node_modules/playwright-core" ] || [ "$ROOT/tests/web/package-lock.json" -nt "$ROOT/tests/web/node_modules/.package-lock.json" ]; then
+    npm_ci "$ROOT/tests/web"
+fi
+
+TMP=$(mktemp -d /tmp/smollm3-webtest.XXXXXX)
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${PIDS[@]}"; do
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$p" 2>/dev/null
+    done
+    wait 2>/dev/null
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
+        echo $((20000 + RANDOM % 20000))
+}
+dump_logs() {
+    local f
+    for f in "$TMP"/*.log; do [ -f "$f" ] && { echo "--- $(basename "$f") (tail)"; tail -n 20 "$f"; }; done
+}
+fail() { echo "setup failed: $*"; dump_logs; echo "0 passed, 1 failed"; exit 1; }
+
+# 1. daemon
+"$BUILD/bin/smollm3d" --threads 1 --model "$MODEL" --listen "ipc://$TMP/d.sock" >"$TMP/daemon.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 300); do [ -S "$TMP/d.sock" ] && break; kill -0 "${PIDS[0]}" 2>/dev/null || break; sleep 0.1; done
+[ -S "$TMP/d.sock" ] || fail "daemon did not create $TMP/d.sock"
+
+# 2. gateway on a loopback port
+GW_PORT=$(free_port)
+"$BUILD/bin/smollm3-gateway" --listen "127.0.0.1:$GW_PORT" --daemon "ipc://$TMP/d.sock" >"$TMP/gateway.log" 2>&1 &
+PIDS+=($!)
+ok=
+for _ in $(seq 300); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$GW_PORT/health" 2>/dev/null)
+    [ "$code" = 200 ] && { ok=1; break; }
+    kill -0 "${PIDS[1]}" 2>/dev/null || break
+    sleep 0.1
+done
+[ -n "$ok" ] || fail "gateway /health never returned 200"
+
+# 3. nginx in the foreground: web/ as the root, /ui/ and /v1/ proxied unbuffered
+NG_PORT=$(free_port)
+mkdir -p "$TMP/nginx/logs" "$TMP/nginx/tmp"
+USER_LINE=
+[ "$(id -u)" = 0 ] && USER_LINE="user $(id -un) $(id -gn);"
+cat >"$TMP/nginx/nginx.conf" <<EOF
+$USER_LINE
+daemon off;
+worker_processes 1;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx.log warn;
+events { worker_connections 256; }
+http {
+    include /etc/nginx/mime.types;
+    default_type application/octet-stream;
+    access_log off;
+    client_body_temp_path $TMP/nginx/tmp/body;
+    proxy_temp_path $TMP/nginx/tmp/proxy;
+    fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
+    uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
+    scgi_temp_path $TMP/nginx/tmp/scgi;
+    upstream gateway { server 127.0.0.1:$GW_PORT; keepalive 8; }
+    server {
+        listen 127.0.0.1:$NG_PORT;
+        root $ROOT/web;
+        index index.html;
+        client_max_body_size 1m;
+        client_body_buffer_size 256k;
+        location /node_modules/ { try_files \$uri =404; }
+        location ~ ^/(ui|v1)/ {
+            proxy_pass http://gateway;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host \$host;
+            proxy_buffering off;
+            proxy_cache off;
+            proxy_read_timeout 3600s;
+            proxy_send_timeout 3600s;
+        }
+        location = /health { proxy_pass http://gateway; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    }
+}
+EOF
+"$NGINX" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx.log" >"$TMP/nginx-stdout.log" 2>&1 &
+PIDS+=($!)
+ok=
+for _ in $(seq 100); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$NG_PORT/" 2>/dev/null)
+    [ "$code" = 200 ] && { ok=1; break; }
+    kill -0 "${PIDS[2]}" 2>/dev/null || break
+    sleep 0.1
+done
+[ -n "$ok" ] || fail "nginx did not serve web/index.html"
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$NG_PORT/node_modules/htmx.org/dist/htmx.min.js")
+[ "$code" = 200 ] || fail "nginx does not serve web/node_modules (got $code)"
+
+# 4. the browser test
+mkdir -p "$(dirname "$SCREENSHOT")"
+CHROMIUM="$CHROMIUM" timeout 300 node "$ROOT/tests/web/ui.test.mjs" "http://127.0.0.1:$NG_PORT" "$SCREENSHOT"
+rc=$?
+if [ $rc -ne 0 ]; then
+    dump_logs
+    [ $rc -eq 124 ] && echo "0 passed, 1 failed (browser test timed out)"
+    exit 1
+fi
+echo "screenshot: $SCREENSHOT"
+exit 0

@@ -1,0 +1,322 @@
+// Headless Chromium test of the chat UI (web/) through nginx + gateway + daemon.
+//   node tests/web/ui.test.mjs URL SCREENSHOT.png
+// Uses playwright-core with Debian's /usr/bin/chromium (never downloads a browser).
+// Prints "N passed, N failed"; exits 1 on any failure.
+import { chromium } from 'playwright-core';
+import { mkdtempSync, rmSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
+
+const BASE = (process.argv[2] || process.env.UI_URL || 'http://127.0.0.1:8080').replace(/\/$/, '');
+const SHOT = process.argv[3] || 'build/web-screenshot.png';
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const STEP_TIMEOUT = +(process.env.UI_TEST_TIMEOUT_MS || 60000);
+
+let passed = 0, failed = 0;
+const failures = [];
+async function test(name, fn) {
+  const t0 = Date.now();
+  try {
+    await fn();
+    passed++;
+    console.log(`ok   - ${name} (${Date.now() - t0} ms)`);
+  } catch (e) {
+    failed++;
+    failures.push(name);
+    console.log(`FAIL - ${name}: ${e && e.stack ? e.stack.split('\n').slice(0, 3).join(' | ') : e}`);
+    if (process.env.UI_TEST_DEBUG) {
+      const html = await page.locator('#messages').innerHTML().catch(() => '?');
+      console.log('  #messages: ' + html.slice(-1500));
+      console.log('  state: ' + JSON.stringify(await page.evaluate(() => window.SmolUI.state()).catch(() => '?')).slice(0, 800));
+    }
+  }
+}
+function assert(cond, msg) { if (!cond) throw new Error(msg || 'assertion failed'); }
+
+const profile = mkdtempSync(join(tmpdir(), 'smollm3-ui-'));
+const ctx = await chromium.launchPersistentContext(profile, {
+  executablePath: CHROMIUM,
+  headless: true,
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  viewport: { width: 1280, height: 800 },
+  colorScheme: 'light',
+});
+const page = ctx.pages()[0] || await ctx.newPage();
+page.setDefaultTimeout(STEP_TIMEOUT);
+
+const dialogs = [];
+page.on('dialog', async (d) => { dialogs.push(d.message()); await d.dismiss().catch(() => {}); });
+const pageErrors = [];
+page.on('pageerror', (e) => pageErrors.push(String(e)));
+page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') console.log(`  [browser ${m.type()}] ${m.text()}`); });
+const chatPosts = [];
+page.on('request', (r) => {
+  if (r.method() === 'POST' && new URL(r.url()).pathname === '/ui/chat') chatPosts.push(r.postData() || '');
+});
+
+// Instrumentation: every SSE message and every `done`, with whether the bubble was still streaming.
+await page.addInitScript(() => {
+  window.__sse = [];
+  window.__closed = 0;
+  document.addEventListener('htmx:sseMessage', (e) => {
+    const b = e.target.closest && e.target.closest('.msg.assistant');
+    window.__sse.push({
+      type: e.detail && e.detail.type, t: performance.now(),
+      sid: b && b.getAttribute('data-stream'), streaming: !!(b && b.classList.contains('streaming')),
+      textLen: b ? (b.querySelector('.content').textContent.length + b.querySelector('.reasoning').textContent.length) : 0,
+      mdLen: b && b.querySelector('.md') ? b.querySelector('.md').textContent.length : 0,
+    });
+  });
+  document.addEventListener('htmx:sseClose', () => { window.__closed++; });
+});
+
+const lastAssistant = () => page.locator('#messages .msg.assistant').last();
+async function waitIdle() {
+  await page.waitForFunction(() => window.SmolUI && !window.SmolUI.state().busy &&
+    !document.querySelector('#messages .msg.assistant.streaming'), null, { timeout: STEP_TIMEOUT });
+}
+async function setThink(on) {
+  const cb = page.locator('#think');
+  if ((await cb.isChecked()) !== on) await page.locator('label.switch').click();
+  assert((await cb.isChecked()) === on, 'think switch did not toggle');
+}
+async function setTemperature(v) {
+  await page.locator('#temperature').fill(String(v));   // range inputs accept fill()
+  const shown = await page.locator('#temperature-value').textContent();
+  assert(Math.abs(parseFloat(shown) - v) < 1e-6, `temperature shows ${shown}`);
+}
+async function sendMessage(text) {
+  const box = page.locator('#message');
+  await box.click();
+  await box.fill(text);
+  await box.press('Enter');
+}
+const state = () => page.evaluate(() => JSON.parse(JSON.stringify(window.SmolUI.state())));
+
+try {
+  await test('page loads with assets from node_modules and no script errors', async () => {
+    const resp = await page.goto(BASE + '/', { waitUntil: 'load' });
+    assert(resp && resp.ok(), `GET / -> ${resp && resp.status()}`);
+    await page.waitForFunction(() => document.documentElement.classList.contains('ready'));
+    const libs = await page.evaluate(() => ({
+      htmx: !!window.htmx && htmx.version, marked: !!window.marked, purify: !!window.DOMPurify,
+      sse: !!(window.htmx && htmx.createEventSource),
+    }));
+    assert(libs.htmx && String(libs.htmx).startsWith('2.'), 'htmx 2 not loaded: ' + JSON.stringify(libs));
+    assert(libs.marked && libs.purify && libs.sse, 'libraries missing: ' + JSON.stringify(libs));
+    assert(await page.locator('#message').evaluate((e) => e === document.activeElement), 'message box not focused');
+    await page.waitForFunction(() => document.getElementById('model-name').textContent !== '—', null, { timeout: 10000 });
+    assert(!pageErrors.length, 'page errors: ' + pageErrors.join('; '));
+  });
+
+  const xssUser = 'Hi <img src=x onerror=alert(1)> & <script>alert(2)</script>';
+  await test('chat one turn: streamed tokens appear before done; user text escaped', async () => {
+    await setThink(false);
+    await setTemperature(0.8);
+    await sendMessage(xssUser);
+    await page.locator('#messages .msg.assistant').first().waitFor();
+    await waitIdle();
+    const ev = await page.evaluate(() => window.__sse);
+    const early = ev.filter((e) => (e.type === 'content' || e.type === 'reasoning') && e.streaming && e.textLen > 0);
+    assert(early.length >= 2, `expected streamed deltas before done, got ${early.length} (events ${ev.length})`);
+    const user = page.locator('#messages .msg.user').first();
+    assert((await user.textContent()) === xssUser, 'user message not shown verbatim: ' + await user.textContent());
+    assert((await page.locator('#messages img, #messages script').count()) === 0, 'an <img>/<script> element was created');
+    const a = lastAssistant();
+    assert(((await a.locator('.md').textContent()) || '').trim().length > 0, 'assistant answer is empty');
+    assert(!(await a.getAttribute('sse-connect')), 'stream still attached after done');
+    assert((await page.locator('#message').inputValue()) === '', 'message box not cleared');
+    const s = await state();
+    const conv = s.conversations.find((c) => c.id === s.currentId);
+    assert(conv.messages.length === 2 && conv.messages[1].role === 'assistant', 'turn not stored');
+    assert(conv.title.startsWith('Hi <img'), 'title not taken from first message: ' + conv.title);
+    assert(dialogs.length === 0, 'a dialog fired: ' + dialogs.join(','));
+  });
+
+  await test('second turn sends history (user + assistant content, no reasoning)', async () => {
+    await sendMessage('And a follow-up?');
+    await page.waitForFunction(() => document.querySelectorAll('#messages .msg.assistant').length === 2);
+    await waitIdle();
+    const body = new URLSearchParams(chatPosts[chatPosts.length - 1]);
+    const hist = JSON.parse(body.get('history'));
+    assert(Array.isArray(hist) && hist.length === 2, 'history length ' + (hist && hist.length));
+    assert(hist[0].role === 'user' && hist[0].content === xssUser, 'history[0] wrong');
+    assert(hist[1].role === 'assistant' && typeof hist[1].content === 'string' && !('reasoning' in hist[1]), 'history[1] wrong');
+    assert(body.get('message') === 'And a follow-up?', 'message field wrong');
+    assert(body.get('think') === '0', 'think should be 0, got ' + body.get('think'));
+    assert(body.get('temperature') === '0.80', 'temperature field ' + body.get('temperature'));
+    assert(/^[A-Za-z0-9_-]{1,64}$/.test(body.get('conversation') || ''), 'conversation id');
+  });
+
+  let firstId, stopId, thirdId;
+  await test('stop a generation mid-stream (Stop button); the stream closes', async () => {
+    // a fresh conversation: the fixture model's random answers are long, and two
+    // full ones as history would not fit its 4096-token context
+    firstId = (await state()).currentId;
+    await page.locator('#new-chat').click();
+    await page.waitForFunction((id) => window.SmolUI.state().currentId !== id, firstId);
+    stopId = (await state()).currentId;
+    await setThink(true);
+    await setTemperature(2);
+    const n0 = (await page.evaluate(() => window.__sse.length));
+    const closed0 = await page.evaluate(() => window.__closed);
+    await sendMessage('Write a very long story about a lighthouse keeper, with many chapters.');
+    await page.waitForFunction((n) => window.__sse.length >= n + 4, n0);
+    assert(await page.locator('#stop').isVisible(), 'stop button not visible while streaming');
+    await page.locator('#stop').click();
+    await waitIdle();
+    const s = await state();
+    const conv = s.conversations.find((c) => c.id === s.currentId);
+    const last = conv.messages[conv.messages.length - 1];
+    assert(last.role === 'assistant' && last.finish === 'cancelled', 'finish_reason ' + last.finish);
+    assert(/stopped/.test(await lastAssistant().locator('.meta').textContent()), 'no "stopped" note');
+    const sid = await lastAssistant().getAttribute('data-stream');
+    const nAfter = await page.evaluate((sid) => window.__sse.filter((e) => e.sid === sid).length, sid);
+    await page.waitForTimeout(600);
+    const nLater = await page.evaluate((sid) => window.__sse.filter((e) => e.sid === sid).length, sid);
+    assert(nLater === nAfter, 'events kept arriving after stop');
+    assert((await page.evaluate(() => window.__closed)) > closed0, 'EventSource not closed');
+    assert(await page.locator('#send').isVisible(), 'send button not back');
+    // thinking is shown apart from the answer, in a collapsible block
+    const det = lastAssistant().locator('details.thinking');
+    if (await det.isVisible()) assert(((await det.locator('.reasoning').textContent()) || '').length > 0, 'empty thinking block');
+  });
+
+  await test('Esc stops a generation', async () => {
+    const n0 = await page.evaluate(() => window.__sse.length);
+    await sendMessage('Another long story please, in great detail.');
+    await page.waitForFunction((n) => window.__sse.length >= n + 3, n0);
+    await page.keyboard.press('Escape');
+    await waitIdle();
+    const s = await state();
+    const conv = s.conversations.find((c) => c.id === s.currentId);
+    assert(conv.messages[conv.messages.length - 1].finish === 'cancelled', 'not cancelled');
+  });
+
+  await test('new conversation (Ctrl+Shift+O), switch back, reload keeps all', async () => {
+    await setThink(false);
+    await setTemperature(0.6);
+    await page.locator(`#conv-list .conv[data-id="${firstId}"] .conv-open`).click();
+    assert((await state()).currentId === firstId, 'did not switch to the first conversation');
+    const firstCount = await page.locator('#messages .msg').count();
+    await page.keyboard.press('Control+Shift+O');
+    await page.waitForFunction((id) => window.SmolUI.state().currentId !== id, firstId);
+    assert((await page.locator('#messages .msg').count()) === 0, 'new chat not empty');
+    assert(await page.locator('#message').evaluate((e) => e === document.activeElement), 'focus not in message box');
+    await sendMessage('Second conversation here');
+    await page.locator('#messages .msg.assistant').first().waitFor();
+    await waitIdle();
+    const secondId = (await state()).currentId;
+    assert((await page.locator('#conv-list .conv').count()) === 3, 'expected 3 conversations in the list');
+    await page.locator(`#conv-list .conv[data-id="${firstId}"] .conv-open`).click();
+    assert((await state()).currentId === firstId, 'did not switch back');
+    assert((await page.locator('#messages .msg').count()) === firstCount, 'messages of the first conversation not restored');
+    assert((await page.locator('#messages .msg.user').first().textContent()) === xssUser, 'first user message changed');
+    await page.reload({ waitUntil: 'load' });
+    await page.waitForFunction(() => document.documentElement.classList.contains('ready'));
+    assert((await page.locator('#conv-list .conv').count()) === 3, 'conversations lost on reload');
+    assert((await state()).currentId === firstId, 'current conversation lost on reload');
+    assert((await page.locator('#messages .msg').count()) === firstCount, 'messages lost on reload');
+    assert((await page.locator('#messages img, #messages script').count()) === 0, 'markup injected on reload');
+    assert(await page.locator(`#conv-list .conv[data-id="${secondId}"]`).count() === 1, 'second conversation missing');
+    thirdId = secondId;
+  });
+
+  await test('rename (survives reload) and delete (with undo)', async () => {
+    const li = page.locator(`#conv-list .conv[data-id="${firstId}"]`);
+    await li.hover();
+    await li.locator('.rename').click();
+    const input = li.locator('input.conv-rename');
+    await input.fill('Lighthouse stories');
+    await input.press('Enter');
+    assert((await li.locator('.conv-open').textContent()) === 'Lighthouse stories', 'not renamed');
+    assert((await page.locator('#conv-title').textContent()) === 'Lighthouse stories', 'header title not updated');
+    await page.reload({ waitUntil: 'load' });
+    await page.waitForFunction(() => document.documentElement.classList.contains('ready'));
+    assert((await page.locator(`#conv-list .conv[data-id="${firstId}"] .conv-open`).textContent()) === 'Lighthouse stories', 'rename lost on reload');
+    // delete the conversation made by Ctrl+Shift+O
+    const row = page.locator(`#conv-list .conv[data-id="${thirdId}"]`);
+    await row.hover();
+    await row.locator('.delete').click();
+    assert((await page.locator('#conv-list .conv').count()) === 2, 'not deleted');
+    assert(await page.locator('#toast').isVisible(), 'no undo toast');
+    await page.locator('#toast-undo').click();
+    assert((await page.locator('#conv-list .conv').count()) === 3, 'undo did not restore');
+    await row.hover();
+    await row.locator('.delete').click();
+    assert((await page.locator('#conv-list .conv').count()) === 2, 'not deleted (2nd time)');
+    const stored = await page.evaluate(() => JSON.parse(localStorage.getItem('smollm3.conversations.v1')).map((c) => c.id));
+    assert(stored.length === 2 && !stored.includes(thirdId), 'storage not updated: ' + stored);
+  });
+
+  await test('regenerate the last answer', async () => {
+    await page.locator(`#conv-list .conv[data-id="${stopId}"] .conv-open`).click();
+    const before = await page.locator('#messages .msg').count();
+    const posts0 = chatPosts.length;
+    const n0 = await page.evaluate(() => window.__sse.length);
+    await page.locator('#regenerate').click();
+    await page.waitForFunction((n) => window.__sse.length > n, n0);
+    await waitIdle();
+    assert(chatPosts.length === posts0 + 1, 'no new POST');
+    const body = new URLSearchParams(chatPosts[chatPosts.length - 1]);
+    assert(body.get('message') === 'Another long story please, in great detail.', 'regenerated the wrong message: ' + body.get('message'));
+    assert(JSON.parse(body.get('history')).length === 2, 'history for regenerate should hold the earlier turn only');
+    assert((await page.locator('#messages .msg').count()) === before, 'message count changed');
+    const s = await state();
+    const conv = s.conversations.find((c) => c.id === s.currentId);
+    assert(conv.messages.length === before && conv.messages[before - 1].role === 'assistant', 'store not updated');
+  });
+
+  await test('XSS: markdown render of malicious model text shows it as text, nothing executes', async () => {
+    const evil = 'Look: <img src=x onerror=alert(1)> and <script>alert(2)</script>\n\n' +
+      '<a href="javascript:alert(3)">click</a> [link](javascript:alert(4)) <svg onload=alert(5)>\n\n' +
+      '```html\n<img src=x onerror=alert(6)>\n```\n\n**bold** `<b>code</b>`';
+    const out = await page.evaluate((evil) => {
+      const html = window.SmolUI.renderMarkdown(evil);
+      const div = document.createElement('div');
+      div.className = 'md';
+      div.innerHTML = html;
+      document.getElementById('messages').appendChild(div);
+      return {
+        html, text: div.textContent,
+        dangerous: div.querySelectorAll('img, script, svg, iframe, [onerror], [onload], a[href^="javascript"]').length,
+        strong: div.querySelectorAll('strong').length, pre: div.querySelectorAll('pre code').length,
+      };
+    }, evil);
+    await page.waitForTimeout(500);
+    assert(out.dangerous === 0, 'dangerous elements created: ' + out.html);
+    assert(out.text.includes('<img src=x onerror=alert(1)>'), 'payload not shown as text: ' + out.text);
+    assert(out.text.includes('<script>alert(2)</script>'), 'script not shown as text');
+    assert(out.strong === 1 && out.pre === 1, 'markdown not rendered: ' + out.html);
+    assert(!/javascript:/i.test(out.html.replace(/&[a-z]+;|&#\d+;/g, '').replace(/[^\x20-\x7e]/g, '').replace(/>[^<]*</g, '><')),
+      'javascript: URL survived in an attribute: ' + out.html);
+    assert(dialogs.length === 0, 'a dialog fired: ' + dialogs.join(','));
+    await page.evaluate(() => document.querySelectorAll('#messages > div.md').forEach((d) => d.remove()));
+  });
+
+  await test('no dialogs and no page errors overall; screenshot', async () => {
+    assert(dialogs.length === 0, 'dialogs: ' + dialogs.join(','));
+    assert(!pageErrors.length, 'page errors: ' + pageErrors.join('; '));
+    // a final turn with thinking on, so the screenshot shows the thinking block
+    await setThink(true);
+    await setTemperature(0.6);
+    const n0 = await page.evaluate(() => window.__sse.length);
+    await sendMessage('Summarize our chat in **markdown**, please.');
+    await page.waitForFunction((n) => window.__sse.length >= n + 12, n0);
+    await page.keyboard.press('Escape');
+    await waitIdle();
+    await page.evaluate(() => { const d = document.querySelector('#messages .msg.assistant:last-of-type details.thinking'); if (d) d.open = true; });
+    await page.locator('#message').fill('Ask me anything…');
+    mkdirSync(dirname(SHOT), { recursive: true });
+    await page.screenshot({ path: SHOT });
+    await page.locator('#message').fill('');
+  });
+} finally {
+  await ctx.close().catch(() => {});
+  rmSync(profile, { recursive: true, force: true });
+}
+
+console.log(`${passed} passed, ${failed} failed`);
+if (failed) console.log('failed: ' + failures.join('; '));
+process.exit(failed ? 1 : 0);

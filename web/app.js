@@ -1,0 +1,928 @@
+/* SmolLM3 chat UI — no build step.  Talks to the gateway per gateway/UI_API.md:
+ * POST /ui/chat (HTMX form) returns a fragment whose assistant bubble opens an
+ * SSE stream (htmx-ext-sse) with named events reasoning/content/done/error.
+ * Conversations live in localStorage; each POST carries the conversation's
+ * earlier turns as `history` (user + assistant content, never the reasoning).
+ *
+ * Security: model output is never executed.  Streaming deltas arrive
+ * HTML-escaped from the gateway (inserted by htmx as text); the markdown view is
+ * marked output with raw HTML escaped, then sanitized by DOMPurify. */
+(function () {
+  'use strict';
+
+  var LS_CONVS = 'smollm3.conversations.v1';
+  var LS_CURRENT = 'smollm3.current.v1';
+  var LS_SETTINGS = 'smollm3.settings.v1';
+  var STOP_GRACE_MS = 4000;
+
+  function $(sel, root) { return (root || document).querySelector(sel); }
+  function $all(sel, root) { return Array.prototype.slice.call((root || document).querySelectorAll(sel)); }
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text != null) e.textContent = text;
+    return e;
+  }
+
+  /* ------------------------------------------------------------ markdown */
+
+  function escapeHtml(s) {
+    return String(s).replace(/[&<>"']/g, function (c) {
+      return { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[c];
+    });
+  }
+
+  var markedReady = false;
+  function setupMarkdown() {
+    if (markedReady || !window.marked || !window.DOMPurify) return markedReady;
+    window.marked.use({
+      gfm: true,
+      breaks: true,
+      renderer: {
+        // Raw HTML in model output is shown as text, never interpreted.
+        html: function (token) { return escapeHtml(token && typeof token === 'object' ? token.text : token); }
+      }
+    });
+    window.DOMPurify.addHook('uponSanitizeAttribute', function (node, data) {
+      // keep `class` only for a code block's language (language-xyz)
+      if (data.attrName === 'class' && !(node.nodeName === 'CODE' && /^language-[\w+#.-]{1,32}$/.test(data.attrValue))) {
+        data.keepAttr = false;
+      }
+    });
+    window.DOMPurify.addHook('afterSanitizeAttributes', function (node) {
+      if (node.tagName === 'A') {
+        node.setAttribute('target', '_blank');
+        node.setAttribute('rel', 'noopener noreferrer nofollow');
+      }
+    });
+    markedReady = true;
+    return true;
+  }
+
+  var PURIFY_CONFIG = {
+    USE_PROFILES: { html: true },
+    FORBID_TAGS: ['style', 'img', 'svg', 'math', 'form', 'input', 'button', 'textarea', 'select',
+      'iframe', 'object', 'embed', 'video', 'audio', 'source', 'link', 'meta', 'base'],
+    FORBID_ATTR: ['style', 'id', 'srcset'],
+    ALLOW_DATA_ATTR: false
+  };
+
+  /** Markdown text -> sanitized HTML string (safe to assign to innerHTML). */
+  function renderMarkdown(text) {
+    text = String(text == null ? '' : text);
+    if (!setupMarkdown()) return escapeHtml(text).replace(/\n/g, '<br>');
+    var html = window.marked.parse(text, { async: false });
+    return window.DOMPurify.sanitize(html, PURIFY_CONFIG);
+  }
+
+  /** Adds a language label and a copy button to code blocks inside root. */
+  function decorateCode(root) {
+    $all('pre > code', root).forEach(function (code) {
+      var pre = code.parentNode;
+      if (pre.parentNode && pre.parentNode.classList && pre.parentNode.classList.contains('codeblock')) return;
+      var wrap = el('div', 'codeblock');
+      var head = el('div', 'codehead');
+      var m = /(?:^|\s)language-([\w+#.-]+)/.exec(code.getAttribute('class') || '');
+      head.appendChild(el('span', 'lang', m ? m[1] : 'code'));
+      var copy = el('button', 'btn tiny copy', 'Copy');
+      copy.type = 'button';
+      copy.setAttribute('aria-label', 'Copy code');
+      head.appendChild(copy);
+      pre.parentNode.insertBefore(wrap, pre);
+      wrap.appendChild(head);
+      wrap.appendChild(pre);
+    });
+  }
+
+  function setMarkdown(target, text) {
+    target.innerHTML = renderMarkdown(text);
+    decorateCode(target);
+  }
+
+  /* ------------------------------------------------------------- storage */
+
+  function loadJSON(key, fallback) {
+    try {
+      var v = JSON.parse(localStorage.getItem(key));
+      return v == null ? fallback : v;
+    } catch (e) { return fallback; }
+  }
+  function saveJSON(key, value) {
+    try { localStorage.setItem(key, JSON.stringify(value)); return true; } catch (e) {
+      announce('Could not save to browser storage (full?)');
+      return false;
+    }
+  }
+
+  var convs = [];
+  function loadConvs() {
+    var v = loadJSON(LS_CONVS, []);
+    convs = Array.isArray(v) ? v.filter(function (c) {
+      return c && typeof c.id === 'string' && /^[A-Za-z0-9_-]{1,64}$/.test(c.id) && Array.isArray(c.messages);
+    }) : [];
+  }
+  function saveConvs() { saveJSON(LS_CONVS, convs); }
+
+  function newId() {
+    var r = '';
+    if (window.crypto && crypto.getRandomValues) {
+      var a = new Uint8Array(9);
+      crypto.getRandomValues(a);
+      for (var i = 0; i < a.length; i++) r += ('0' + a[i].toString(16)).slice(-2);
+    } else {
+      r = Math.random().toString(36).slice(2, 14);
+    }
+    return 'c' + Date.now().toString(36) + r;
+  }
+
+  function findConv(id) {
+    for (var i = 0; i < convs.length; i++) if (convs[i].id === id) return convs[i];
+    return null;
+  }
+
+  var currentId = null;
+  function current() { return findConv(currentId); }
+
+  function createConv() {
+    var c = { id: newId(), title: 'New chat', titleSet: false, created: Date.now(), updated: Date.now(), messages: [] };
+    convs.push(c);
+    saveConvs();
+    return c;
+  }
+
+  /** Earlier turns for the `history` field: complete user/assistant pairs only,
+   *  assistant content without reasoning. */
+  function historyOf(conv) {
+    var out = [];
+    var msgs = conv ? conv.messages : [];
+    for (var i = 0; i < msgs.length; i++) {
+      var m = msgs[i];
+      if (m.role !== 'user') continue;
+      var a = msgs[i + 1];
+      if (!a || a.role !== 'assistant' || !a.content || !a.content.trim()) continue;
+      out.push({ role: 'user', content: m.content });
+      out.push({ role: 'assistant', content: a.content });
+      i++;
+    }
+    return out;
+  }
+
+  function titleFrom(text) {
+    var t = String(text).replace(/\s+/g, ' ').trim();
+    return t.length > 48 ? t.slice(0, 47) + '…' : (t || 'New chat');
+  }
+
+  /* ------------------------------------------------------------ settings */
+
+  var settings = { think: true, temperature: null, system: '' };
+  var serverConfig = { model: '', thinking_supported: true, default_temperature: 0.6 };
+
+  function loadSettings() {
+    var s = loadJSON(LS_SETTINGS, {});
+    if (s && typeof s === 'object') {
+      if (typeof s.think === 'boolean') settings.think = s.think;
+      if (typeof s.temperature === 'number' && s.temperature >= 0 && s.temperature <= 2) settings.temperature = s.temperature;
+      if (typeof s.system === 'string') settings.system = s.system;
+    }
+  }
+  function saveSettings() { saveJSON(LS_SETTINGS, settings); }
+
+  function temperature() {
+    var t = settings.temperature;
+    if (t == null) t = serverConfig.default_temperature;
+    if (typeof t !== 'number' || !(t >= 0 && t <= 2)) t = 0.6;
+    return t;
+  }
+
+  function applySettingsToControls() {
+    var think = $('#think');
+    think.checked = settings.think && serverConfig.thinking_supported !== false;
+    think.disabled = serverConfig.thinking_supported === false;
+    var t = temperature();
+    $('#temperature').value = String(t);
+    $('#temperature-value').textContent = t.toFixed(2);
+    $('#system').value = settings.system;
+  }
+
+  /* ------------------------------------------------------------- UI refs */
+
+  var ui = {};
+  function bindRefs() {
+    ['app', 'sidebar', 'conv-list', 'new-chat', 'conv-title', 'messages', 'empty-hint', 'status', 'composer',
+      'message', 'send', 'stop', 'regenerate', 'think', 'temperature', 'system', 'system-box', 'toast',
+      'toast-text', 'toast-undo', 'model-name', 'sidebar-toggle'].forEach(function (id) {
+      ui[id.replace(/-(\w)/g, function (_, c) { return c.toUpperCase(); })] = document.getElementById(id);
+    });
+  }
+
+  var announceTimer = 0;
+  function announce(text) {
+    if (!ui.status) return;
+    ui.status.textContent = text;
+    clearTimeout(announceTimer);
+    if (text) announceTimer = setTimeout(function () { ui.status.textContent = ''; }, 6000);
+  }
+
+  /* ------------------------------------------------------ sidebar / list */
+
+  var SVG_OPEN = '<svg aria-hidden="true" width="15" height="15" viewBox="0 0 24 24" fill="none" stroke="currentColor" ' +
+    'stroke-width="2" stroke-linecap="round" stroke-linejoin="round">';
+  var ICON_EDIT = SVG_OPEN + '<path d="M12 20h9"/><path d="M16.5 3.5a2.1 2.1 0 0 1 3 3L7 19l-4 1 1-4z"/></svg>';
+  var ICON_TRASH = SVG_OPEN + '<path d="M3 6h18"/><path d="M8 6V4h8v2"/><path d="M19 6l-1 14H6L5 6"/>' +
+    '<path d="M10 11v6M14 11v6"/></svg>';
+
+  function renderList() {
+    var list = ui.convList;
+    var focusedId = document.activeElement && document.activeElement.closest &&
+      document.activeElement.closest('.conv') ? document.activeElement.closest('.conv').dataset.id : null;
+    list.textContent = '';
+    var sorted = convs.slice().sort(function (a, b) { return b.updated - a.updated; });
+    sorted.forEach(function (c) {
+      var li = el('li', 'conv' + (c.id === currentId ? ' active' : ''));
+      li.dataset.id = c.id;
+      var open = el('button', 'conv-open', c.title || 'New chat');
+      open.type = 'button';
+      open.title = c.title || 'New chat';
+      if (c.id === currentId) open.setAttribute('aria-current', 'page');
+      if (active && active.convId === c.id) li.classList.add('busy');
+      li.appendChild(open);
+      var acts = el('span', 'conv-actions');
+      var ren = el('button', 'btn icon tiny rename');
+      ren.innerHTML = ICON_EDIT;   // static markup, no user data
+      ren.type = 'button';
+      ren.title = 'Rename (F2)';
+      ren.setAttribute('aria-label', 'Rename conversation: ' + (c.title || 'New chat'));
+      var del = el('button', 'btn icon tiny delete');
+      del.innerHTML = ICON_TRASH;  // static markup, no user data
+      del.type = 'button';
+      del.title = 'Delete (Delete key)';
+      del.setAttribute('aria-label', 'Delete conversation: ' + (c.title || 'New chat'));
+      acts.appendChild(ren);
+      acts.appendChild(del);
+      li.appendChild(acts);
+      list.appendChild(li);
+    });
+    if (focusedId) {
+      var f = $('.conv[data-id="' + focusedId + '"] .conv-open', list);
+      if (f) f.focus();
+    }
+    var c = current();
+    ui.convTitle.textContent = c ? (c.title || 'New chat') : 'New chat';
+    document.title = (c && c.titleSet !== undefined && c.messages.length ? c.title + ' — ' : '') + 'SmolLM3 Chat';
+  }
+
+  function startRename(id) {
+    var li = $('.conv[data-id="' + id + '"]', ui.convList);
+    var c = findConv(id);
+    if (!li || !c) return;
+    var open = $('.conv-open', li);
+    var input = el('input', 'conv-rename');
+    input.type = 'text';
+    input.value = c.title || '';
+    input.maxLength = 120;
+    input.setAttribute('aria-label', 'New name for the conversation');
+    li.replaceChild(input, open);
+    li.classList.add('editing');
+    input.focus();
+    input.select();
+    var done = false;
+    function finish(commit) {
+      if (done) return;
+      done = true;
+      if (commit) {
+        var t = input.value.replace(/\s+/g, ' ').trim();
+        if (t) { c.title = t.slice(0, 120); c.titleSet = true; saveConvs(); }
+      }
+      renderList();
+      var b = $('.conv[data-id="' + id + '"] .conv-open', ui.convList);
+      if (b) b.focus();
+    }
+    input.addEventListener('keydown', function (e) {
+      if (e.key === 'Enter') { e.preventDefault(); finish(true); }
+      else if (e.key === 'Escape') { e.preventDefault(); e.stopPropagation(); finish(false); }
+    });
+    input.addEventListener('blur', function () { finish(true); });
+  }
+
+  var undoState = null;
+  function deleteConv(id) {
+    var idx = -1;
+    for (var i = 0; i < convs.length; i++) if (convs[i].id === id) idx = i;
+    if (idx < 0) return;
+    if (active && active.convId === id) stopActive('deleted');
+    var sortedBefore = convs.slice().sort(function (a, b) { return b.updated - a.updated; });
+    var pos = sortedBefore.findIndex(function (c) { return c.id === id; });
+    var removed = convs.splice(idx, 1)[0];
+    saveConvs();
+    undoState = { conv: removed, wasCurrent: id === currentId };
+    if (id === currentId) {
+      var rest = convs.slice().sort(function (a, b) { return b.updated - a.updated; });
+      if (rest.length) switchTo(rest[Math.min(pos, rest.length - 1)].id, { focus: false });
+      else switchTo(createConv().id, { focus: false });
+    } else {
+      renderList();
+    }
+    showToast('Deleted “' + (removed.title || 'New chat') + '”');
+    var next = $all('.conv .conv-open', ui.convList)[Math.max(0, pos - (pos >= convs.length ? 1 : 0))];
+    (next || ui.message).focus();
+  }
+
+  var toastTimer = 0;
+  function showToast(text) {
+    ui.toastText.textContent = text;
+    ui.toast.hidden = false;
+    clearTimeout(toastTimer);
+    toastTimer = setTimeout(hideToast, 7000);
+  }
+  function hideToast() { ui.toast.hidden = true; undoState = null; }
+  function undoDelete() {
+    if (!undoState) return;
+    var u = undoState;
+    hideToast();
+    // drop an untouched empty chat created only to replace the deleted one
+    var cur = current();
+    if (u.wasCurrent && cur && !cur.messages.length && !cur.titleSet) convs.splice(convs.indexOf(cur), 1);
+    convs.push(u.conv);
+    saveConvs();
+    if (u.wasCurrent) switchTo(u.conv.id);
+    else renderList();
+  }
+
+  /* -------------------------------------------------------- message view */
+
+  function atBottom() {
+    var m = ui.messages;
+    return m.scrollHeight - m.scrollTop - m.clientHeight < 80;
+  }
+  function scrollToBottom(force) {
+    if (force || stickToBottom) ui.messages.scrollTop = ui.messages.scrollHeight;
+  }
+  var stickToBottom = true;
+
+  function userBubble(text) {
+    var d = el('div', 'msg user', text);
+    d.dataset.role = 'user';
+    return d;
+  }
+
+  function assistantBubble(m) {
+    var d = el('div', 'msg assistant js-md');
+    d.dataset.role = 'assistant';
+    var det = el('details', 'thinking');
+    var sum = el('summary', null, m.thinkMs ? 'Thought for ' + fmtSecs(m.thinkMs) : 'Thinking');
+    det.appendChild(sum);
+    det.appendChild(el('div', 'reasoning', m.reasoning || ''));
+    if (!m.reasoning) det.hidden = true;
+    d.appendChild(det);
+    d.appendChild(el('div', 'content', m.content || ''));
+    var md = el('div', 'md');
+    setMarkdown(md, m.content || '');
+    d.appendChild(md);
+    var err = el('div', 'error', m.error || '');
+    d.appendChild(err);
+    d.appendChild(metaLine(m));
+    return d;
+  }
+
+  function fmtSecs(ms) { return (ms / 1000).toFixed(ms < 10000 ? 1 : 0) + ' s'; }
+
+  function metaLine(m) {
+    var meta = el('div', 'meta');
+    var bits = [];
+    if (m.finish === 'cancelled') bits.push('stopped');
+    else if (m.finish === 'length') bits.push('cut off at the token limit');
+    if (m.usage && m.usage.completion_tokens) {
+      var s = m.usage.completion_tokens + ' tokens';
+      if (m.ms > 0) s += ' · ' + (m.usage.completion_tokens / (m.ms / 1000)).toFixed(1) + ' tok/s';
+      bits.push(s);
+    }
+    meta.appendChild(el('span', 'meta-text', bits.join(' · ')));
+    if (m.content) {
+      var copy = el('button', 'btn tiny ghost copy-msg', 'Copy');
+      copy.type = 'button';
+      copy.setAttribute('aria-label', 'Copy answer');
+      meta.appendChild(copy);
+    }
+    return meta;
+  }
+
+  function renderConversation() {
+    var c = current();
+    ui.messages.textContent = '';
+    if (c) {
+      c.messages.forEach(function (m) {
+        ui.messages.appendChild(m.role === 'user' ? userBubble(m.content) : assistantBubble(m));
+      });
+    }
+    updateEmpty();
+    stickToBottom = true;
+    scrollToBottom(true);
+    updateButtons();
+  }
+
+  function updateEmpty() {
+    var c = current();
+    var empty = !ui.messages.querySelector('.msg');
+    ui.emptyHint.hidden = !empty;
+    ui.app.classList.toggle('is-empty', empty && !(c && c.messages.length));
+  }
+
+  function updateButtons() {
+    var streaming = !!active;
+    ui.stop.hidden = !streaming;
+    ui.send.hidden = streaming;
+    var c = current();
+    ui.regenerate.disabled = streaming || inFlight || !c || !c.messages.length;
+    ui.send.disabled = inFlight;
+    ui.app.classList.toggle('streaming', streaming);
+  }
+
+  /* ---------------------------------------------------------- switching */
+
+  function switchTo(id, opts) {
+    opts = opts || {};
+    if (active && active.convId !== id) stopActive('switched');
+    if (!findConv(id)) return;
+    currentId = id;
+    try { localStorage.setItem(LS_CURRENT, id); } catch (e) { /* ignore */ }
+    renderList();
+    renderConversation();
+    if (window.matchMedia && window.matchMedia('(max-width: 760px)').matches) setSidebar(false);
+    if (opts.focus !== false) ui.message.focus();
+  }
+
+  function newChat() {
+    var c = current();
+    if (c && !c.messages.length && !active) {
+      ui.message.focus();
+      return;
+    }
+    // reuse an untouched empty chat instead of piling them up
+    var empty = convs.filter(function (x) { return !x.messages.length && !x.titleSet; })[0];
+    switchTo((empty || createConv()).id);
+    if (empty) { empty.updated = Date.now(); saveConvs(); renderList(); }
+  }
+
+  function setSidebar(open) {
+    ui.app.classList.toggle('sidebar-closed', !open);
+    ui.sidebarToggle.setAttribute('aria-expanded', String(open));
+  }
+
+  /* ----------------------------------------------------------- streaming */
+
+  var active = null;     // {convId, sid, bubble, source, userText, t0, tFirstContent, stopTimer}
+  var inFlight = false;  // POST /ui/chat pending
+  var outgoing = null;   // {message, convId, fromComposer}: the POST being prepared
+  var lastRequest = null; // the POST whose fragment (and stream) is awaited
+  var renderQueued = false;
+
+  function onStreamOpened(url, source) {
+    var bubble = null;
+    $all('[sse-connect]', ui.messages).forEach(function (b) { if (b.getAttribute('sse-connect') === url) bubble = b; });
+    if (!bubble) return;
+    var req = lastRequest;
+    lastRequest = null;
+    var c = findConv(req && req.convId) || current();
+    var userText = req ? req.message : '';
+    active = {
+      convId: c ? c.id : currentId, sid: bubble.getAttribute('data-stream') || '', bubble: bubble,
+      source: source, userText: userText, t0: Date.now(), tThinkEnd: 0, finished: false
+    };
+    bubble.classList.add('js-md', 'streaming');
+    bubble.setAttribute('aria-busy', 'true');
+    var content = $('.content', bubble);
+    if (content && !$('.md', bubble)) {
+      var md = el('div', 'md');
+      content.parentNode.insertBefore(md, content.nextSibling);
+    }
+    var det = $('details.thinking', bubble);
+    if (det) { det.hidden = true; $('summary', det).textContent = 'Thinking…'; }
+    // the user's turn is part of the conversation from now on
+    if (c) {
+      c.messages.push({ role: 'user', content: userText });
+      if (!c.titleSet && c.messages.filter(function (m) { return m.role === 'user'; }).length === 1) c.title = titleFrom(userText);
+      c.updated = Date.now();
+      saveConvs();
+    }
+    source.addEventListener('done', function (ev) {
+      var info = {};
+      try { info = JSON.parse(ev.data) || {}; } catch (e) { info = {}; }
+      finishStream(bubble, info.finish_reason || 'stop', info.usage || null, null);
+    });
+    renderList();
+    updateButtons();
+    announce('Generating…');
+  }
+
+  /** Open/close a <details> without it counting as the user's choice. */
+  function setOpen(det, open) {
+    if (det.open === open) return;
+    det.dataset.autoToggle = '1';
+    det.open = open;
+  }
+
+  function scheduleRender() {
+    if (renderQueued) return;
+    renderQueued = true;
+    requestAnimationFrame(function () {
+      renderQueued = false;
+      if (!active) return;
+      var content = $('.content', active.bubble);
+      var md = $('.md', active.bubble);
+      if (content && md) setMarkdown(md, content.textContent);
+      scrollToBottom();
+    });
+  }
+
+  function finishStream(bubble, finish, usage, errorText) {
+    if (!active || active.bubble !== bubble || active.finished) return;
+    var a = active;
+    a.finished = true;
+    clearTimeout(a.stopTimer);
+    try { a.source && a.source.close(); } catch (e) { /* ignore */ }
+    bubble.removeAttribute('sse-connect');   // never let the extension reconnect
+    bubble.classList.remove('streaming');
+    bubble.removeAttribute('aria-busy');
+    var stopBtn = $('button.stop', bubble);
+    if (stopBtn) stopBtn.remove();
+    var content = $('.content', bubble);
+    var reasoning = $('.reasoning', bubble);
+    var errDiv = $('.error', bubble);
+    if (errorText && errDiv && !errDiv.textContent.trim()) errDiv.textContent = errorText;
+    var msg = {
+      role: 'assistant',
+      content: content ? content.textContent : '',
+      reasoning: reasoning ? reasoning.textContent : '',
+      finish: finish,
+      usage: usage,
+      ms: Date.now() - a.t0
+    };
+    if (a.tThinkEnd) msg.thinkMs = a.tThinkEnd - a.t0;
+    else if (msg.reasoning) msg.thinkMs = msg.ms;
+    if (errDiv && errDiv.textContent.trim()) msg.error = errDiv.textContent.trim();
+    var md = $('.md', bubble);
+    if (md) setMarkdown(md, msg.content);
+    var det = $('details.thinking', bubble);
+    if (det) {
+      det.hidden = !msg.reasoning;
+      $('summary', det).textContent = msg.thinkMs ? 'Thought for ' + fmtSecs(msg.thinkMs) : 'Thinking';
+    }
+    var oldMeta = $('.meta', bubble);
+    if (oldMeta) oldMeta.remove();
+    bubble.appendChild(metaLine(msg));
+    var c = findConv(a.convId);
+    if (c) {
+      c.messages.push(msg);
+      c.updated = Date.now();
+      saveConvs();
+    }
+    active = null;
+    renderList();
+    updateButtons();
+    announce(finish === 'cancelled' ? 'Stopped' : (msg.error ? 'Error: ' + msg.error : 'Answer complete'));
+    scrollToBottom();
+    if (document.activeElement === document.body || !document.activeElement ||
+        (document.activeElement.closest && document.activeElement.closest('.msg'))) ui.message.focus();
+  }
+
+  /** Stop the running generation.  reason: 'user' (Stop button/Esc) waits for the
+   *  gateway's `done`; 'switched'/'deleted' end it locally right away. */
+  function stopActive(reason) {
+    if (!active) return;
+    var a = active;
+    var btn = $('button.stop', a.bubble);
+    if (btn && window.htmx) {
+      htmx.trigger(btn, 'click');           // hx-post /ui/stop/SID per the contract
+      btn.disabled = true;
+    } else if (a.sid) {
+      fetch('/ui/stop/' + encodeURIComponent(a.sid), { method: 'POST' }).catch(function () {});
+    }
+    if (reason === 'user') {
+      announce('Stopping…');
+      a.stopTimer = setTimeout(function () { finishStream(a.bubble, 'cancelled', null, null); }, STOP_GRACE_MS);
+    } else {
+      finishStream(a.bubble, 'cancelled', null, null);
+    }
+  }
+
+  function send(text, fromComposer) {
+    text = String(text || '');
+    if (!text.trim() || active || inFlight) return false;
+    if (!current()) switchTo(createConv().id, { focus: false });
+    outgoing = { message: text, convId: currentId, fromComposer: !!fromComposer };
+    stickToBottom = true;
+    if (fromComposer) {
+      ui.composer.requestSubmit ? ui.composer.requestSubmit() : htmx.trigger(ui.composer, 'submit');
+    } else {
+      htmx.ajax('POST', '/ui/chat', {
+        // not the form as source: its `required` box may be empty (validation would abort)
+        source: ui.messages, target: '#messages', swap: 'beforeend', values: { message: text }
+      });
+    }
+    return true;
+  }
+
+  function regenerate() {
+    var c = current();
+    if (!c || active || inFlight || !c.messages.length) return;
+    var msgs = c.messages;
+    if (msgs[msgs.length - 1].role === 'assistant') msgs.pop();
+    var last = msgs[msgs.length - 1];
+    if (!last || last.role !== 'user') { saveConvs(); renderConversation(); return; }
+    msgs.pop();
+    saveConvs();
+    renderConversation();
+    send(last.content, false);
+  }
+
+  /* -------------------------------------------------------- htmx wiring */
+
+  function wireHtmx() {
+    // Open streams through our factory so we can see `done` (with its data).
+    htmx.createEventSource = function (url) {
+      var es = new EventSource(url);
+      // called from htmx:afterProcessNode: the bubble is already in the DOM
+      onStreamOpened(url, es);
+      return es;
+    };
+
+    var body = document.body;
+
+    body.addEventListener('htmx:configRequest', function (e) {
+      if (e.detail.path !== '/ui/chat') return;
+      var c = findConv(outgoing && outgoing.convId) || current();
+      var p = e.detail.parameters;
+      var msg = outgoing ? outgoing.message : ui.message.value;
+      p.message = msg;
+      p.conversation = c ? c.id : newId();
+      p.history = JSON.stringify(historyOf(c));
+      p.think = ui.think.checked ? '1' : '0';
+      p.temperature = temperature().toFixed(2);
+      var sys = settings.system.trim();
+      if (sys) p.system = sys;
+      else if (typeof p.delete === 'function') p.delete('system');
+    });
+
+    body.addEventListener('htmx:beforeRequest', function (e) {
+      if (e.detail.requestConfig && e.detail.requestConfig.path === '/ui/chat' || (e.detail.pathInfo && e.detail.pathInfo.requestPath === '/ui/chat')) {
+        if (active || inFlight) { e.preventDefault(); return; }
+        if (!outgoing) {
+          var v = ui.message.value;
+          if (!v.trim()) { e.preventDefault(); return; }
+          outgoing = { message: v, convId: currentId, fromComposer: true };
+        }
+        inFlight = true;
+        lastRequest = outgoing;
+        ui.emptyHint.hidden = true;
+        ui.app.classList.remove('is-empty');
+        updateButtons();
+      }
+    });
+
+    body.addEventListener('htmx:beforeSwap', function (e) {
+      var path = e.detail.pathInfo && e.detail.pathInfo.requestPath;
+      if (path === '/ui/chat' && e.detail.xhr && e.detail.xhr.status >= 400) {
+        // the gateway answers errors with a small `<div class="msg error">` fragment
+        e.detail.shouldSwap = true;
+        e.detail.isError = false;
+        if (!/class="msg error"/.test(e.detail.serverResponse || '')) {
+          e.detail.serverResponse = '<div class="msg error">' +
+            escapeHtml('Request failed (' + e.detail.xhr.status + ')') + '</div>';
+        }
+      }
+    });
+
+    body.addEventListener('htmx:afterRequest', function (e) {
+      var path = e.detail.pathInfo && e.detail.pathInfo.requestPath;
+      if (path !== '/ui/chat') return;
+      var o = outgoing;
+      inFlight = false;
+      var ok = e.detail.successful && e.detail.xhr && e.detail.xhr.status < 300;
+      if (ok && o && o.fromComposer) {
+        if (ui.message.value === o.message) ui.message.value = '';
+        autosize();
+      }
+      if (!ok && !(e.detail.xhr && e.detail.xhr.status)) {
+        announce('Could not reach the server');
+        var d = el('div', 'msg error', 'Could not reach the server. Is the gateway running?');
+        ui.messages.appendChild(d);
+      }
+      outgoing = null;
+      // no stream to wait for: forget the request (else onStreamOpened claims it)
+      if (!ok || !/sse-connect/.test((e.detail.xhr && e.detail.xhr.responseText) || '')) lastRequest = null;
+      updateEmpty();
+      updateButtons();
+      scrollToBottom(true);
+    });
+
+    body.addEventListener('htmx:sseBeforeMessage', function (e) {
+      // A network error also reaches `error` listeners: only swap real messages.
+      if (typeof e.detail.data !== 'string') { e.preventDefault(); return; }
+      var bubble = e.target.closest && e.target.closest('.msg.assistant');
+      if (!active || bubble !== active.bubble || active.finished) { e.preventDefault(); }
+    });
+
+    body.addEventListener('htmx:sseMessage', function (e) {
+      if (!active) return;
+      var t = e.target;
+      if (!t.classList) return;
+      if (t.classList.contains('reasoning')) {
+        var det = t.closest('details.thinking');
+        if (det && det.hidden) { det.hidden = false; if (!det.dataset.userToggled) setOpen(det, true); }
+      } else if (t.classList.contains('content')) {
+        if (!active.tThinkEnd) {
+          active.tThinkEnd = Date.now();
+          var d2 = $('details.thinking', active.bubble);
+          if (d2 && !d2.hidden) {
+            $('summary', d2).textContent = 'Thought for ' + fmtSecs(active.tThinkEnd - active.t0);
+            if (!d2.dataset.userToggled) setOpen(d2, false);
+          }
+        }
+        scheduleRender();
+      }
+      scrollToBottom();
+    });
+
+    body.addEventListener('htmx:sseError', function (e) {
+      var bubble = e.target && e.target.closest ? e.target.closest('.msg.assistant') : null;
+      var src = e.detail && e.detail.source;
+      // the gateway's named `error` event also reaches EventSource.onerror: it is a
+      // message (shown by sse-swap="error"; `done` follows), not a broken connection
+      if (e.detail && e.detail.error && typeof e.detail.error.data === 'string') return;
+      if (src) try { src.close(); } catch (x) { /* ignore */ }
+      if (bubble) bubble.removeAttribute('sse-connect');
+      if (active && bubble === active.bubble && !active.finished) {
+        finishStream(bubble, 'error', null, 'Connection to the server was lost.');
+      }
+    });
+
+    body.addEventListener('htmx:sendError', function () { inFlight = false; updateButtons(); });
+  }
+
+  /* ------------------------------------------------------------ events */
+
+  function autosize() {
+    var t = ui.message;
+    t.style.height = 'auto';
+    t.style.height = Math.min(t.scrollHeight, Math.round(window.innerHeight * 0.4)) + 'px';
+  }
+
+  function copyText(text, btn) {
+    function ok() { var o = btn.textContent; btn.textContent = 'Copied'; setTimeout(function () { btn.textContent = o; }, 1200); }
+    if (navigator.clipboard && navigator.clipboard.writeText) navigator.clipboard.writeText(text).then(ok, function () {});
+  }
+
+  function wireUi() {
+    ui.newChat.addEventListener('click', newChat);
+    ui.sidebarToggle.addEventListener('click', function () {
+      setSidebar(ui.app.classList.contains('sidebar-closed'));
+    });
+
+    ui.convList.addEventListener('click', function (e) {
+      var li = e.target.closest('.conv');
+      if (!li) return;
+      var id = li.dataset.id;
+      if (e.target.closest('.rename')) startRename(id);
+      else if (e.target.closest('.delete')) deleteConv(id);
+      else if (e.target.closest('.conv-open')) switchTo(id);
+    });
+    ui.convList.addEventListener('dblclick', function (e) {
+      var li = e.target.closest('.conv');
+      if (li && e.target.closest('.conv-open')) startRename(li.dataset.id);
+    });
+    ui.convList.addEventListener('keydown', function (e) {
+      var li = e.target.closest('.conv');
+      if (!li || e.target.tagName === 'INPUT') return;
+      var items = $all('.conv .conv-open', ui.convList);
+      var i = items.indexOf($('.conv-open', li));
+      if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
+        e.preventDefault();
+        var n = items[Math.max(0, Math.min(items.length - 1, i + (e.key === 'ArrowDown' ? 1 : -1)))];
+        if (n) n.focus();
+      } else if (e.key === 'F2') {
+        e.preventDefault(); startRename(li.dataset.id);
+      } else if (e.key === 'Delete' && e.target.classList.contains('conv-open')) {
+        e.preventDefault(); deleteConv(li.dataset.id);
+      }
+    });
+
+    ui.message.addEventListener('keydown', function (e) {
+      if (e.key === 'Enter' && !e.shiftKey && !e.isComposing && e.keyCode !== 229) {
+        e.preventDefault();
+        if (!active && !inFlight && ui.message.value.trim()) send(ui.message.value, true);
+      }
+    });
+    ui.message.addEventListener('input', autosize);
+
+    ui.composer.addEventListener('submit', function (e) {
+      // htmx handles the POST; we only make sure our bookkeeping runs first.
+      if (active || inFlight || !ui.message.value.trim()) { e.preventDefault(); return; }
+      if (!outgoing) outgoing = { message: ui.message.value, convId: currentId, fromComposer: true };
+    }, true);
+
+    ui.stop.addEventListener('click', function () { stopActive('user'); ui.message.focus(); });
+    ui.regenerate.addEventListener('click', regenerate);
+
+    ui.think.addEventListener('change', function () { settings.think = ui.think.checked; saveSettings(); });
+    ui.temperature.addEventListener('input', function () {
+      var v = parseFloat(ui.temperature.value);
+      settings.temperature = v;
+      ui['temperatureValue'] = ui['temperatureValue'] || $('#temperature-value');
+      ui.temperatureValue.textContent = v.toFixed(2);
+      saveSettings();
+    });
+    ui.system.addEventListener('input', function () { settings.system = ui.system.value; saveSettings(); });
+
+    ui.toastUndo.addEventListener('click', undoDelete);
+
+    ui.messages.addEventListener('click', function (e) {
+      var b = e.target.closest('button');
+      if (!b) return;
+      if (b.classList.contains('copy')) {
+        var code = b.closest('.codeblock') && $('code', b.closest('.codeblock'));
+        if (code) copyText(code.textContent, b);
+      } else if (b.classList.contains('copy-msg')) {
+        var msg = b.closest('.msg.assistant');
+        if (msg) copyText($('.content', msg).textContent, b);
+      }
+    });
+    ui.messages.addEventListener('toggle', function (e) {
+      if (e.target.dataset && e.target.dataset.autoToggle) { delete e.target.dataset.autoToggle; return; }
+      if (e.target.classList && e.target.classList.contains('thinking') && active &&
+          e.target.closest('.msg') === active.bubble) e.target.dataset.userToggled = '1';
+    }, true);
+    ui.messages.addEventListener('scroll', function () { stickToBottom = atBottom(); }, { passive: true });
+
+    document.addEventListener('keydown', function (e) {
+      var mod = e.ctrlKey || e.metaKey;
+      if (mod && e.shiftKey && (e.key === 'O' || e.key === 'o' || e.code === 'KeyO')) {
+        e.preventDefault();
+        newChat();
+      } else if (e.key === 'Escape') {
+        if (active) { e.preventDefault(); stopActive('user'); }
+        else if (ui.systemBox.open) { ui.systemBox.open = false; $('summary', ui.systemBox).focus(); }
+        else if (!ui.toast.hidden) hideToast();
+      }
+    });
+
+    window.addEventListener('storage', function (e) {
+      if (e.key !== LS_CONVS || active) return;
+      loadConvs();
+      if (!current()) { currentId = (convs[0] || createConv()).id; }
+      renderList();
+      renderConversation();
+    });
+    window.addEventListener('beforeunload', function () {
+      if (active && active.source) try { active.source.close(); } catch (e) { /* ignore */ }
+    });
+  }
+
+  function loadConfig() {
+    fetch('/ui/config', { headers: { Accept: 'application/json' } }).then(function (r) {
+      return r.ok ? r.json() : null;
+    }).then(function (cfg) {
+      if (!cfg || typeof cfg !== 'object') return;
+      if (typeof cfg.model === 'string') serverConfig.model = cfg.model;
+      if (typeof cfg.thinking_supported === 'boolean') serverConfig.thinking_supported = cfg.thinking_supported;
+      if (typeof cfg.default_temperature === 'number') serverConfig.default_temperature = cfg.default_temperature;
+      ui.modelName.textContent = serverConfig.model || '—';
+      ui.modelName.title = 'Model: ' + (serverConfig.model || 'unknown');
+      applySettingsToControls();
+    }).catch(function () { ui.modelName.textContent = 'offline?'; });
+  }
+
+  function init() {
+    bindRefs();
+    setupMarkdown();
+    loadSettings();
+    applySettingsToControls();
+    loadConvs();
+    var saved = null;
+    try { saved = localStorage.getItem(LS_CURRENT); } catch (e) { /* ignore */ }
+    currentId = findConv(saved) ? saved : null;
+    if (!currentId) {
+      var sorted = convs.slice().sort(function (a, b) { return b.updated - a.updated; });
+      currentId = (sorted[0] || createConv()).id;
+    }
+    if (window.htmx) wireHtmx();
+    wireUi();
+    renderList();
+    renderConversation();
+    if (window.matchMedia && window.matchMedia('(max-width: 760px)').matches) setSidebar(false);
+    autosize();
+    loadConfig();
+    ui.message.focus();
+    document.documentElement.classList.add('ready');
+  }
+
+  // Exposed for tests and debugging.
+  window.SmolUI = {
+    renderMarkdown: renderMarkdown,
+    escapeHtml: escapeHtml,
+    historyOf: historyOf,
+    state: function () { return { currentId: currentId, conversations: convs, streaming: !!active, busy: !!active || inFlight || !!lastRequest }; }
+  };
+
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', init);
+  else init();
+})();
