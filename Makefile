@@ -123,8 +123,8 @@ test: deps
 	@sh tests/test_chat_cli.sh $(BUILD)
 	@sh tests/daemon/run.sh $(BUILD)
 	@sh tests/gateway/run.sh $(BUILD)
-	@sh tests/deploy/run.sh $(BUILD)
 	@bash tests/web/run.sh $(BUILD)
+	@sh tests/deploy/run.sh $(BUILD)
 
 # run: daemon + gateway + nginx in the foreground (deploy/run.sh) on MODEL (else
 # build/models/SmolLM3-3B-Q4_K_M.gguf, else SmolLM2-135M-Instruct from PyPI);
