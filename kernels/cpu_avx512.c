@@ -50,16 +50,11 @@
         for (unsigned o_ = 0; o_ < (size); o_ += 64) _mm_prefetch(pf_ + o_, _MM_HINT_T0);    \
     } while (0)
 
-/* 16 int32 lanes -> 8 (exact), so the float sums keep 8 lanes as the
- * reference and the 256-bit kernels do.  With 16 float lanes (~10% faster
- * tiles) the engine's fixture test flipped one clear-margin argmax of
- * fixture-a p3 (its error statistics were no worse): that test sits at the
- * edge of float-order noise, and this order passes it. */
-static inline __m256i fold8(__m512i v)
-{
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
+/* Float order: the single-token dots and the tiles below make the same
+ * float operations in the same order per (row, token) — 16 int32 lanes to
+ * float, fma by d * y.d, then the mins' 8 lanes by -dmin * y.d, one 16-lane
+ * sum at the end — so a prompt evaluated in one batch gives bit for bit the
+ * logits of the same tokens evaluated one at a time. */
 static inline __m512i scale_words(__m512i sc16, const uint16_t *idx)
 {
     return _mm512_permutexvar_epi16(_mm512_loadu_si512(idx), sc16);
@@ -104,7 +99,7 @@ static float vec_dot_q4_K_z(int n, const void *w, const void *a)
     const __m512i ix0 = _mm512_loadu_si512(q4k_idx[0]), ix1 = _mm512_loadu_si512(q4k_idx[1]);
     const __m512i ix2 = _mm512_loadu_si512(q4k_idx[2]), ix3 = _mm512_loadu_si512(q4k_idx[3]);
     const __m256i mdup_idx = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    __m512 acc = _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
         PREFETCH_AHEAD(x + i, sizeof *x);
         const __m256i sm = q4k_scales_mins(x[i].scales); /* words 0..7 scales, 8..15 mins */
@@ -130,10 +125,10 @@ static float vec_dot_q4_K_z(int n, const void *w, const void *a)
         const __m256i prod = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums),
                                                _mm256_permutexvar_epi16(mdup_idx, sm));
         const float yd = y[i].d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d) * yd), _mm256_cvtepi32_ps(fold8(_mm512_add_epi32(s0, s1))), acc);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(-_cvtsh_ss(x[i].dmin) * yd), _mm256_cvtepi32_ps(prod), accm);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_set1_ps(_cvtsh_ss(x[i].d) * yd), acc);
+        acc = _mm512_fmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(prod)), _mm512_set1_ps(-_cvtsh_ss(x[i].dmin) * yd), acc);
     }
-    return hsum_avx512(acc) + hsum_avx512(accm);
+    return _mm512_reduce_add_ps(acc);
 }
 
 static float vec_dot_q6_K_z(int n, const void *w, const void *a)
@@ -144,7 +139,7 @@ static float vec_dot_q6_K_z(int n, const void *w, const void *a)
     const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(0x30);
     const __m512i shl_a = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
     const __m512i shr_b = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    __m256 acc = _mm256_setzero_ps();
+    __m512 acc = _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
         PREFETCH_AHEAD(x + i, sizeof *x);
         const __m128i scales8 = _mm_loadu_si128((const __m128i *)x[i].scales);
@@ -165,70 +160,81 @@ static float vec_dot_q6_K_z(int n, const void *w, const void *a)
         const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), sc256);
         const __m512i tot = _mm512_sub_epi32(_mm512_add_epi32(s0, s1),
                                              _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d) * y[i].d), _mm256_cvtepi32_ps(fold8(tot)), acc);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_set1_ps(_cvtsh_ss(x[i].d) * y[i].d), acc);
     }
-    return hsum_avx512(acc);
+    return _mm512_reduce_add_ps(acc);
 }
 
-/* Tiles of NT tokens (prompt processing): the single-token loops above with
- * each decoded weight vector and scale vector used for NT activation rows. */
+/* Tiles of up to 8 tokens (prompt processing).  Per weight block the
+ * unpacked quants and scale vectors are built once and used for every token
+ * of the tile; what remains per (token, block) is the integer dot itself
+ * (vpmaddubsw + vpdpwssd per 64 elements) and three float operations: the
+ * tile's d * y.d (and -dmin * y.d) products are made for all tokens with one
+ * vector multiply from ydT, the tile's block scales transposed [block][8]
+ * by the gemm, and broadcast from memory into the fma.  16 int32 lanes go
+ * to float as they are (no fold to 8): the rounding differs from the
+ * reference by the order of the sums only, as every SIMD variant's does. */
+#define TZ 8
+
 static inline __attribute__((always_inline)) void q4_K_tile_z(int nb, const struct block_q4_K *x, const uint8_t *a,
-                                                              size_t a_stride, const int NT, float *res)
+                                                              size_t a_stride, const int NT, const float *ydT,
+                                                              float *res)
 {
     const __m512i m4 = _mm512_set1_epi8(0xF);
     const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    __m256 acc[4], accm[4];
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) acc[t] = accm[t] = _mm256_setzero_ps();
+    const __m256i mdup_idx = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    __m512 acc[TZ];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const __m256i sm = q4k_scales_mins(x[i].scales);
         const __m512i sc16 = _mm512_castsi256_si512(sm);
         /* each min twice: madd with the 16 bsums gives the 8 sub-block terms */
-        const __m256i mdup = _mm256_permutexvar_epi16(_mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), sm);
-        __m512i s0[4], s1[4];
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) s0[t] = s1[t] = _mm512_setzero_si512();
-        for (int j = 0; j < 4; j += 2) {
-            const __m512i b0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j)));
-            const __m512i b1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j + 32)));
-            const __m512i q0 = _mm512_and_si512(_mm512_srlv_epi16(b0, shift), m4);
-            const __m512i q1 = _mm512_and_si512(_mm512_srlv_epi16(b1, shift), m4);
-            const __m512i c0 = scale_words(sc16, q4k_idx[j]), c1 = scale_words(sc16, q4k_idx[j + 1]);
-#pragma GCC unroll 4
+        const __m256i mdup = _mm256_permutexvar_epi16(mdup_idx, sm);
+        const __m256 yd = _mm256_loadu_ps(ydT + TZ * i);
+        float dy[TZ], mdy[TZ];
+        _mm256_storeu_ps(dy, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d)), yd));
+        _mm256_storeu_ps(mdy, _mm256_mul_ps(_mm256_set1_ps(-_cvtsh_ss(x[i].dmin)), yd));
+        __m512i s[TZ];
+        for (int j = 0; j < 4; j++) {
+            const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j)));
+            const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(b, shift), m4);
+            const __m512i c = scale_words(sc16, q4k_idx[j]);
+#pragma GCC unroll 8
             for (int t = 0; t < NT; t++) {
                 const int8_t *yq = ((const struct block_q8_K *)(a + t * a_stride) + i)->qs;
-                s0[t] = _mm512_dpwssd_epi32(s0[t], _mm512_maddubs_epi16(q0, _mm512_loadu_si512(yq + 64 * j)), c0);
-                s1[t] = _mm512_dpwssd_epi32(s1[t], _mm512_maddubs_epi16(q1, _mm512_loadu_si512(yq + 64 * j + 64)), c1);
+                const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(yq + 64 * j));
+                s[t] = j ? _mm512_dpwssd_epi32(s[t], p, c) : _mm512_madd_epi16(p, c);
             }
         }
-        const float d = _cvtsh_ss(x[i].d), dmin = _cvtsh_ss(x[i].dmin);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
             const struct block_q8_K *y = (const struct block_q8_K *)(a + t * a_stride) + i;
             const __m256i prod = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mdup);
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(fold8(_mm512_add_epi32(s0[t], s1[t]))), acc[t]);
-            accm[t] = _mm256_fmadd_ps(_mm256_set1_ps(-dmin * y->d), _mm256_cvtepi32_ps(prod), accm[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_set1_ps(dy[t]), acc[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(prod)), _mm512_set1_ps(mdy[t]), acc[t]);
         }
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) res[t] = hsum_avx512(acc[t]) + hsum_avx512(accm[t]);
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; t++) res[t] = _mm512_reduce_add_ps(acc[t]);
 }
 
 static inline __attribute__((always_inline)) void q6_K_tile_z(int nb, const struct block_q6_K *x, const uint8_t *a,
-                                                              size_t a_stride, const int NT, float *res)
+                                                              size_t a_stride, const int NT, const float *ydT,
+                                                              float *res)
 {
     const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(0x30);
     const __m512i shl_a = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
     const __m512i shr_b = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    __m256 acc[4];
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    __m512 acc[TZ];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const __m256i sc256 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const __m512i sc16 = _mm512_castsi256_si512(sc256);
-        __m512i s0[4], s1[4];
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) s0[t] = s1[t] = _mm512_setzero_si512();
+        float dy[TZ];
+        _mm256_storeu_ps(dy, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d)), _mm256_loadu_ps(ydT + TZ * i)));
+        __m512i s[TZ];
         for (int h = 0; h < 2; h++) {
             const __m512i l = _mm512_loadu_si512(x[i].ql + 64 * h);
             const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h)));
@@ -236,29 +242,29 @@ static inline __attribute__((always_inline)) void q6_K_tile_z(int nb, const stru
             const __m512i qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
                                                _mm512_and_si512(_mm512_srlv_epi16(hb, shr_b), m2));
             const __m512i ca = scale_words(sc16, q6k_idx[2 * h]), cb = scale_words(sc16, q6k_idx[2 * h + 1]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int t = 0; t < NT; t++) {
                 const int8_t *yq = ((const struct block_q8_K *)(a + t * a_stride) + i)->qs + 128 * h;
-                s0[t] = _mm512_dpwssd_epi32(s0[t], _mm512_maddubs_epi16(qa, _mm512_loadu_si512(yq)), ca);
-                s1[t] = _mm512_dpwssd_epi32(s1[t], _mm512_maddubs_epi16(qb, _mm512_loadu_si512(yq + 64)), cb);
+                const __m512i pa = _mm512_maddubs_epi16(qa, _mm512_loadu_si512(yq));
+                s[t] = h ? _mm512_dpwssd_epi32(s[t], pa, ca) : _mm512_madd_epi16(pa, ca);
+                s[t] = _mm512_dpwssd_epi32(s[t], _mm512_maddubs_epi16(qb, _mm512_loadu_si512(yq + 64)), cb);
             }
         }
-        const float d = _cvtsh_ss(x[i].d);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
             const struct block_q8_K *y = (const struct block_q8_K *)(a + t * a_stride) + i;
             const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc256);
-            const __m512i tot = _mm512_sub_epi32(_mm512_add_epi32(s0[t], s1[t]),
-                                                 _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(fold8(tot)), acc[t]);
+            const __m512i tot = _mm512_sub_epi32(s[t], _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_set1_ps(dy[t]), acc[t]);
         }
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) res[t] = hsum_avx512(acc[t]);
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; t++) res[t] = _mm512_reduce_add_ps(acc[t]);
 }
 
-/* gemm: tiles of 4 tokens over the task's rows; single-token calls
- * (decode) take the prefetching dots above, row by row. */
+/* gemm: tiles of 8 tokens over the task's rows (a tile's activations stay
+ * in L1/L2 while the rows stream); single-token calls (decode) take the
+ * prefetching dots above, row by row. */
 #define DEFINE_GEMM_Z(T)                                                                                        \
     static void gemm_##T##_z(int n, const void *w, size_t w_stride, int n_rows, const void *a, size_t a_stride, \
                              int n_tok, float *out, size_t out_stride)                                          \
@@ -268,17 +274,24 @@ static inline __attribute__((always_inline)) void q6_K_tile_z(int nb, const stru
             return;                                                                                             \
         }                                                                                                       \
         const int nb = n / QK_K;                                                                                \
-        float res[4];                                                                                           \
-        for (int t0 = 0; t0 < n_tok; t0 += 4) {                                                                 \
+        float res[TZ], ydT[(size_t)nb * TZ];                                                                    \
+        for (int t0 = 0; t0 < n_tok; t0 += TZ) {                                                                \
             const uint8_t *at = (const uint8_t *)a + (size_t)t0 * a_stride;                                     \
-            const int nt = n_tok - t0 < 4 ? n_tok - t0 : 4;                                                     \
+            const int nt = n_tok - t0 < TZ ? n_tok - t0 : TZ;                                                   \
+            for (int i = 0; i < nb; i++)                                                                        \
+                for (int t = 0; t < TZ; t++)                                                                    \
+                    ydT[TZ * i + t] = t < nt ? ((const struct block_q8_K *)(at + t * a_stride))[i].d : 0.0f;    \
             for (int r = 0; r < n_rows; r++) {                                                                  \
                 const struct block_##T *wr = (const struct block_##T *)((const uint8_t *)w + (size_t)r * w_stride); \
                 switch (nt) {                                                                                   \
-                case 4: T##_tile_z(nb, wr, at, a_stride, 4, res); break;                                        \
-                case 3: T##_tile_z(nb, wr, at, a_stride, 3, res); break;                                        \
-                case 2: T##_tile_z(nb, wr, at, a_stride, 2, res); break;                                        \
-                default: T##_tile_z(nb, wr, at, a_stride, 1, res); break;                                       \
+                case 8: T##_tile_z(nb, wr, at, a_stride, 8, ydT, res); break;                                   \
+                case 7: T##_tile_z(nb, wr, at, a_stride, 7, ydT, res); break;                                   \
+                case 6: T##_tile_z(nb, wr, at, a_stride, 6, ydT, res); break;                                   \
+                case 5: T##_tile_z(nb, wr, at, a_stride, 5, ydT, res); break;                                   \
+                case 4: T##_tile_z(nb, wr, at, a_stride, 4, ydT, res); break;                                   \
+                case 3: T##_tile_z(nb, wr, at, a_stride, 3, ydT, res); break;                                   \
+                case 2: T##_tile_z(nb, wr, at, a_stride, 2, ydT, res); break;                                   \
+                default: T##_tile_z(nb, wr, at, a_stride, 1, ydT, res); break;                                  \
                 }                                                                                               \
                 for (int t = 0; t < nt; t++) out[(size_t)(t0 + t) * out_stride + r] = res[t];                   \
             }                                                                                                   \

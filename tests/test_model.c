@@ -22,7 +22,7 @@
 /* SMOL_TEST_QUICK=1 (the sanitizer run) skips the 297-token prompt. */
 static int n_prompts(void) { return getenv("SMOL_TEST_QUICK") ? 2 : 3; }
 
-struct stats { double mean, max; double argmax_agree; int rows; double clear_agree; int clear_rows; };
+struct stats { double mean, max; double argmax_agree; int rows; double clear_agree; int clear_rows; double margin; };
 
 static struct smol_model *open_fixture(const char *file, int kv_f32, int threads)
 {
@@ -75,9 +75,9 @@ static int32_t *json_ids(json_t *arr, int *n)
 #define CLEAR_MARGIN 0.25 /* reference top1-top2 margin above which argmax must agree */
 
 static struct stats compare_top(const float *ours, int vocab, const int32_t *ref_ids, const float *ref_logits,
-                                int rows)
+                                int rows, double margin)
 {
-    struct stats s = {0};
+    struct stats s = {.margin = margin};
     double sum = 0;
     int agree = 0, clear = 0, clear_agree = 0;
     for (int r = 0; r < rows; r++) {
@@ -85,9 +85,13 @@ static struct stats compare_top(const float *ours, int vocab, const int32_t *ref
         int am = 0;
         for (int i = 1; i < vocab; i++) if (o[i] > o[am]) am = i;
         agree += am == ref_ids[r * TOPK];
-        if (ref_logits[r * TOPK] - ref_logits[r * TOPK + 1] >= CLEAR_MARGIN) {
+        if (ref_logits[r * TOPK] - ref_logits[r * TOPK + 1] >= margin) {
             clear++;
             clear_agree += am == ref_ids[r * TOPK];
+            if (am != ref_ids[r * TOPK])
+                printf("clear-margin miss: row %d, reference margin %.3f, ours: top %d at %.3f, reference top %d at %.3f\n",
+                       r, ref_logits[r * TOPK] - ref_logits[r * TOPK + 1], am, o[am], ref_ids[r * TOPK],
+                       o[ref_ids[r * TOPK]]);
         }
         for (int k = 0; k < TOPK; k++) {
             double d = fabs((double)o[ref_ids[r * TOPK + k]] - ref_logits[r * TOPK + k]);
@@ -103,8 +107,40 @@ static struct stats compare_top(const float *ours, int vocab, const int32_t *ref
     return s;
 }
 
+/* The largest |logit difference| between llama.cpp and the exact pass over
+ * the ids both top-20 lists hold, all rows of a prompt: how far the
+ * fixture's quantization alone moves a logit (0 when the fixture has no
+ * llama.cpp reference). */
+static double llamacpp_vs_exact_max(json_t *pr, int n)
+{
+    json_t *lf = json_object_get(json_object_get(pr, "llamacpp"), "files");
+    json_t *ef = json_object_get(json_object_get(pr, "exact"), "files");
+    if (!lf || !ef) return 0;
+    size_t nb;
+    int32_t *li = load_ref_bin(json_string_value(json_object_get(lf, "top_ids")), &nb);
+    float *ll = load_ref_bin(json_string_value(json_object_get(lf, "top_logits")), &nb);
+    int32_t *ei = load_ref_bin(json_string_value(json_object_get(ef, "top_ids")), &nb);
+    float *el = load_ref_bin(json_string_value(json_object_get(ef, "top_logits")), &nb);
+    double mx = 0;
+    for (int r = 0; r < n; r++)
+        for (int a = 0; a < TOPK; a++)
+            for (int b = 0; b < TOPK; b++)
+                if (li[r * TOPK + a] == ei[r * TOPK + b] && fabs((double)ll[r * TOPK + a] - el[r * TOPK + b]) > mx)
+                    mx = fabs((double)ll[r * TOPK + a] - el[r * TOPK + b]);
+    free(li);
+    free(ll);
+    free(ei);
+    free(el);
+    return mx;
+}
+
 /* Runs prompt pi of a fixture, all positions, and compares with `which`
- * ("llamacpp" or "exact"). */
+ * ("llamacpp" or "exact").  Against the exact pass, a margin is clear only
+ * above what quantization alone moves a logit by, as llama.cpp shows on the
+ * same file (Q4_K_M p3: 0.33; F32: 1e-5): below that an argmax flip is
+ * rounding luck, not a defect (measured: a row of margin 0.29 flips with
+ * one float summation order of the AVX-512 kernels and not with another,
+ * while both have the same error statistics). */
 static struct stats run_prompt(struct smol_model *m, json_t *refs, int pi, const char *which, float **logits_out,
                                int *n_out)
 {
@@ -122,7 +158,9 @@ static struct stats run_prompt(struct smol_model *m, json_t *refs, int pi, const
     char err[SMOL_ERRLEN];
     ck_assert_msg(smol_model_eval(m, &seq, ids, n, 1, lg, err) == SMOL_OK, "%s", err);
     smol_kv_seq_deinit(&m->kv, &seq);
-    struct stats s = compare_top(lg, m->cfg.vocab, rid, rl, n);
+    double margin = CLEAR_MARGIN;
+    if (!strcmp(which, "exact") && llamacpp_vs_exact_max(pr, n) > margin) margin = llamacpp_vs_exact_max(pr, n);
+    struct stats s = compare_top(lg, m->cfg.vocab, rid, rl, n, margin);
     if (logits_out) { *logits_out = lg; *n_out = n; } else free(lg);
     free(ids);
     free(rid);
@@ -152,7 +190,7 @@ static void check_model(const char *file, const char *base, int kv_f32, const ch
         struct stats s = run_prompt(m, refs, p, which, NULL, NULL);
         printf("stats: %s kv=%s p%d vs %s: top-20 mean |d| %.2e max %.2e argmax agree %.3f (%d rows), "
                "%.3f where margin >= %.2f (%d rows)\n", base, kv_f32 ? "f32" : "f16", p + 1, which, s.mean, s.max,
-               s.argmax_agree, s.rows, s.clear_agree, CLEAR_MARGIN, s.clear_rows);
+               s.argmax_agree, s.rows, s.clear_agree, s.margin, s.clear_rows);
         if (getenv("SMOL_STATS_ONLY")) continue;
         ck_assert_msg(s.mean <= t.mean, "%s p%d vs %s: mean %.3e > %.3e", base, p + 1, which, s.mean, t.mean);
         ck_assert_msg(s.max <= t.max, "%s p%d vs %s: max %.3e > %.3e", base, p + 1, which, s.max, t.max);
@@ -259,7 +297,7 @@ static void check_greedy(const char *file, const char *base, double tol_mean, do
         size_t nb;
         int32_t *rid = load_ref_bin(json_string_value(json_object_get(json_object_get(lc, "files"), "gen_top_ids")), &nb);
         float *rl = load_ref_bin(json_string_value(json_object_get(json_object_get(lc, "files"), "gen_top_logits")), &nb);
-        struct stats st = compare_top(lga + (size_t)n * m->cfg.vocab, m->cfg.vocab, rid, rl, ng - 1);
+        struct stats st = compare_top(lga + (size_t)n * m->cfg.vocab, m->cfg.vocab, rid, rl, ng - 1, CLEAR_MARGIN);
         printf("stats: %s p%d greedy: %d/%d clear-margin steps equal; teacher-forced gen top-20 mean |d| %.2e max %.2e\n",
                base, p + 1, same, compared, st.mean, st.max);
         ck_assert_msg(st.mean <= tol_mean && st.max <= tol_max, "teacher-forced logits off: mean %g max %g", st.mean, st.max);
