@@ -27,7 +27,8 @@ struct smol_weight {
     int rows, cols;             /* n_out, n_in */
     size_t row_bytes;           /* bytes per row in its format */
     const void *data;           /* host pointer (into the mmap, or owned f32 copy) */
-    void *dev;                  /* backend copy (NULL on CPU) */
+    void *dev;                  /* backend copy: device memory, or the CPU's repacked rows (NULL: use data) */
+    int file_backed;            /* data lies in a read-only file mapping: its pages may be dropped after a copy */
 };
 
 /* One engine step: tokens of one or more sequences, each at its position. */

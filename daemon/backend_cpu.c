@@ -24,6 +24,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #ifndef ROWS_PER_TASK
 #define ROWS_PER_TASK 64
@@ -36,6 +38,8 @@ struct cpu {
     size_t xq_row;          /* bytes per row of xq */
     float *att;             /* per-thread scores: [n_threads][att_stride] */
     size_t att_stride;
+    void **packed;          /* repacked weight copies, freed with the backend */
+    int n_packed, cap_packed;
     int max_tokens, max_cols, max_ctx;
 };
 
@@ -53,7 +57,38 @@ static void *cpu_alloc(struct smol_backend *be, size_t n)
 
 static void cpu_free(struct smol_backend *be, void *p) { free(p); }
 static void cpu_to_host(struct smol_backend *be, void *dst, const void *src, size_t n) { if (dst != src) memcpy(dst, src, n); }
-static enum smol_err cpu_upload(struct smol_backend *be, struct smol_weight *w, char *err) { return SMOL_OK; }
+/* Weights of a type the kernel table can repack (AVX-512: q4_K, rows in
+ * vector lanes) are copied once into that layout, and their pages of the
+ * file mapping are dropped from the process (they stay in the page cache):
+ * the copy replaces them, so resident memory stays about the file's size,
+ * and peak RSS is that plus one tensor.  A weight shared by two names (tied
+ * embeddings) is repacked once. */
+static enum smol_err cpu_upload(struct smol_backend *be, struct smol_weight *w, char *err)
+{
+    struct cpu *c = C(be);
+    const uint32_t t = w->type;
+    if (w->dev || t >= SMOL_TYPE_COUNT || !c->k->pack[t] || w->rows % c->k->pack_rows[t]) return SMOL_OK;
+    const size_t bytes = (size_t)w->rows * w->row_bytes;
+    if (c->n_packed == c->cap_packed) {
+        int cap = c->cap_packed ? 2 * c->cap_packed : 64;
+        void **p = realloc(c->packed, (size_t)cap * sizeof *p);
+        if (!p) return smol_errf(err, SMOL_ENOMEM, "cpu backend: out of memory repacking '%s'", w->name);
+        c->packed = p;
+        c->cap_packed = cap;
+    }
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes))
+        return smol_errf(err, SMOL_ENOMEM, "cpu backend: cannot allocate %zu bytes to repack '%s'", bytes, w->name);
+    c->k->pack[t](w->cols, w->data, w->row_bytes, w->rows, p);
+    c->packed[c->n_packed++] = p;
+    w->dev = p;
+    if (w->file_backed) {
+        const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+        const uintptr_t lo = ((uintptr_t)w->data + pg - 1) / pg * pg, hi = ((uintptr_t)w->data + bytes) / pg * pg;
+        if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
+    return SMOL_OK;
+}
 
 static enum smol_err cpu_reserve(struct smol_backend *be, int max_tokens, int max_cols, int max_ctx, char *err)
 {
@@ -93,13 +128,19 @@ static void get_rows_task(void *a, int t, int th)
 {
     struct rows_job *j = a;
     const struct smol_type_traits *tr = smol_type_traits(j->w->type);
+    if (j->w->dev) { /* repacked: the row back in its own format first */
+        uint8_t row[j->w->row_bytes];
+        j->k->unpack_row[j->w->type](j->w->cols, j->w->dev, j->ids[t], row);
+        tr->dequant(row, j->out + (size_t)t * j->dim, j->dim);
+        return;
+    }
     tr->dequant((const uint8_t *)j->w->data + (size_t)j->ids[t] * j->w->row_bytes, j->out + (size_t)t * j->dim,
                 j->dim);
 }
 
 static void cpu_get_rows(struct smol_backend *be, float *out, const struct smol_weight *w, const int32_t *ids, int n)
 {
-    struct rows_job j = {.out = out, .w = w, .ids = ids, .n = n, .dim = w->cols};
+    struct rows_job j = {.out = out, .w = w, .ids = ids, .n = n, .dim = w->cols, .k = C(be)->k};
     smol_pool_run(C(be)->pool, n, get_rows_task, &j);
 }
 
@@ -168,6 +209,11 @@ static void mm_task(void *a, int task, int th)
     struct mm_job *j = a;
     const struct smol_weight *w = j->w;
     int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task < w->rows ? r0 + j->rows_per_task : w->rows;
+    if (w->dev) { /* repacked: r0 and r1 - r0 are whole groups (cpu_matmul) */
+        j->c->k->gemm_packed[w->type](w->cols, (const uint8_t *)w->dev + (size_t)r0 * w->row_bytes, r1 - r0, j->xq,
+                                      j->xq_row, j->n, j->out + r0, (size_t)w->rows);
+        return;
+    }
     const uint8_t *wd = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
     if (j->gemm) {
         j->gemm(w->cols, wd, w->row_bytes, r1 - r0, j->xq, j->xq_row, j->n, j->out + r0, (size_t)w->rows);
@@ -205,7 +251,10 @@ static void cpu_matmul(struct smol_backend *be, float *out, const struct smol_we
      * on the 3B model against 16-row chunks). */
     j.rows_per_task = ROWS_PER_TASK;
     if (n == 1 && w->rows / (8 * be->n_threads) > ROWS_PER_TASK) j.rows_per_task = w->rows / (8 * be->n_threads);
-    while (j.rows_per_task > 4 && w->rows / j.rows_per_task < 8 * be->n_threads) j.rows_per_task /= 2;
+    const int unit = w->dev ? c->k->pack_rows[w->type] : 4; /* repacked: whole groups of rows per task */
+    while (j.rows_per_task > unit && w->rows / j.rows_per_task < 8 * be->n_threads) j.rows_per_task /= 2;
+    j.rows_per_task = j.rows_per_task / unit * unit;
+    if (j.rows_per_task < unit) j.rows_per_task = unit;
     smol_pool_run(c->pool, (w->rows + j.rows_per_task - 1) / j.rows_per_task, mm_task, &j);
 }
 
@@ -327,6 +376,8 @@ static void cpu_destroy(struct smol_backend *be)
     smol_pool_free(&c->pool);
     free(c->xq);
     free(c->att);
+    for (int i = 0; i < c->n_packed; i++) free(c->packed[i]);
+    free(c->packed);
     free(c);
     free(be);
 }

@@ -137,6 +137,7 @@ static enum smol_err bind(struct smol_weight *w, const struct smol_gguf *g, cons
     w->cols = cols;
     w->row_bytes = smol_row_size(t->type, cols);
     w->data = t->data;
+    w->file_backed = g->mapped;
     return SMOL_OK;
 }
 

@@ -17,6 +17,11 @@ typedef void (*smol_axpy_fn)(int n, float a, const void *x, float *y);
  * w rows are w_stride bytes apart, activation rows (vec_dot_type) a_stride. */
 typedef void (*smol_gemm_fn)(int n, const void *w, size_t w_stride, int n_rows, const void *a, size_t a_stride,
                              int n_tok, float *out, size_t out_stride);
+/* Repacked weights (optional, per type, see struct smol_cpu_kernels). */
+typedef void (*smol_pack_fn)(int n, const void *w, size_t w_stride, int n_rows, void *out);
+typedef void (*smol_unpack_row_fn)(int n, const void *packed, int row, void *out);
+typedef void (*smol_gemm_packed_fn)(int n, const void *packed, int n_rows, const void *a, size_t a_stride, int n_tok,
+                                    float *out, size_t out_stride);
 typedef void (*smol_silu_mul_fn)(float *gate, const float *up, int n);
 typedef void (*smol_softmax_fn)(float *x, int n);
 
@@ -27,6 +32,18 @@ struct smol_cpu_kernels {
     smol_vec_dot_fn kv_dot[SMOL_TYPE_COUNT];    /* K row (f16/f32) . q (f32) */
     smol_axpy_fn kv_axpy[SMOL_TYPE_COUNT];      /* out += a * V row (f16/f32) */
     smol_gemm_fn gemm[SMOL_TYPE_COUNT];         /* tiled rows x tokens; NULL: loop over vec_dot */
+    /* Repacked weights: a weight of a type with pack[] and rows a multiple of
+     * pack_rows[] may be repacked once (pack: n_rows rows, w_stride apart,
+     * into as many bytes as they had; rows r0 % pack_rows == 0 start at byte
+     * r0 * row_bytes of the copy) and multiplied with gemm_packed (n_rows a
+     * multiple of pack_rows, from such a row) instead of gemm; unpack_row
+     * gives a row back in its original format.  gemm_packed's results do
+     * not depend on n_tok or on the other rows: a batch equals its tokens
+     * one by one, bit for bit.  Twin: the type's vec_dot_ref per row. */
+    int pack_rows[SMOL_TYPE_COUNT];
+    smol_pack_fn pack[SMOL_TYPE_COUNT];
+    smol_unpack_row_fn unpack_row[SMOL_TYPE_COUNT];
+    smol_gemm_packed_fn gemm_packed[SMOL_TYPE_COUNT];
     smol_silu_mul_fn silu_mul;                  /* smol_silu_mul_ref */
     smol_softmax_fn softmax;                    /* smol_softmax_ref */
 };

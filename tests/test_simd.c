@@ -241,6 +241,77 @@ START_TEST(test_gemm)
 }
 END_TEST
 
+/* repacked weights (where a variant has them): unpack_row(pack(rows)) gives
+ * the rows back byte for byte; gemm_packed equals the reference dot within
+ * float-reordering tolerance (exactly with unit scales), and a token's
+ * results are the same bits alone, in any batch, and from any group of rows */
+START_TEST(test_packed)
+{
+    const struct smol_cpu_kernels *k = variant(_i);
+    if (!k) return;
+    int tested = 0;
+    for (int ti = 0; ti < N_QTYPES; ti++) {
+        const uint32_t wt = qtypes[ti];
+        if (!k->pack[wt]) continue;
+        tested++;
+        const struct smol_type_traits *tr = smol_type_traits(wt), *at = smol_type_traits(tr->vec_dot_type);
+        const int pr = k->pack_rows[wt];
+        ck_assert_int_gt(pr, 0);
+        ck_assert_ptr_nonnull(k->unpack_row[wt]);
+        ck_assert_ptr_nonnull(k->gemm_packed[wt]);
+        static const int ntoks[] = {1, 5, 8, 9, 17};
+        for (int rep = 0; rep < 15; rep++) {
+            const int one = rep % 5 == 4;
+            const int nb = (int[]){1, 3, 8}[rep % 3], n = nb * tr->block_size, rows = pr * (1 + rep % 3);
+            const int ntok = ntoks[rep % 5];
+            const size_t sw = skew(wt), ws = (size_t)nb * tr->type_size + sw * (rep % 2);
+            const size_t sa = skew(tr->vec_dot_type), as = (size_t)nb * at->type_size + sa * (rep % 2);
+            uint8_t *wbuf = malloc(ws * rows + sw), *abuf = malloc(as * ntok + sa), *packed = NULL;
+            uint8_t *w = wbuf + sw, *a = abuf + sa;
+            ck_assert_int_eq(posix_memalign((void **)&packed, 64, (size_t)rows * tr->type_size * nb), 0);
+            uint8_t *row = malloc((size_t)nb * tr->type_size);
+            float *x = malloc(n * sizeof *x), *out = malloc(sizeof(float) * ntok * (rows + 3)), one_out[64];
+            for (int r = 0; r < rows; r++) make_row(wt, w + r * ws, n, rep % 2, one);
+            for (int t = 0; t < ntok; t++) {
+                fill_act(x, n);
+                smol_cpu_kernels_ref()->quantize[tr->vec_dot_type](x, a + t * as, n);
+                if (one) unit_act_scales(tr->vec_dot_type, a + t * as, nb);
+            }
+            k->pack[wt](n, w, ws, rows, packed);
+            for (int r = 0; r < rows; r++) {
+                k->unpack_row[wt](n, packed, r, row);
+                ck_assert_msg(!memcmp(row, w + r * ws, (size_t)nb * tr->type_size), "%s %s row %d/%d: unpack(pack) differs",
+                              variants[_i], tr->name, r, rows);
+            }
+            k->gemm_packed[wt](n, packed, rows, a, as, ntok, out, rows + 3);
+            for (int t = 0; t < ntok; t++) {
+                for (int r = 0; r < rows; r++) {
+                    const void *wr = w + r * ws, *ar = a + t * as;
+                    const float ref = tr->vec_dot(n, wr, ar), got = out[t * (rows + 3) + r];
+                    const double tol = one ? 0 : 2e-6 * abs_dot(wt, wr, tr->vec_dot_type, ar, n) + 1e-30;
+                    ck_assert_msg(fabs((double)ref - got) <= tol, "%s packed %s row %d tok %d/%d: ref %.9g simd %.9g",
+                                  variants[_i], tr->name, r, t, ntok, ref, got);
+                }
+                /* alone, and from the last group only */
+                k->gemm_packed[wt](n, packed, rows, a + t * as, as, 1, one_out, 0);
+                ck_assert_msg(!memcmp(one_out, out + t * (rows + 3), rows * sizeof(float)),
+                              "%s packed %s tok %d/%d: batch and alone differ", variants[_i], tr->name, t, ntok);
+                k->gemm_packed[wt](n, packed + (size_t)(rows - pr) * nb * tr->type_size, pr, a + t * as, as, 1, one_out, 0);
+                ck_assert_msg(!memcmp(one_out, out + t * (rows + 3) + rows - pr, pr * sizeof(float)),
+                              "%s packed %s tok %d: last group alone differs", variants[_i], tr->name, t);
+            }
+            free(wbuf);
+            free(abuf);
+            free(packed);
+            free(row);
+            free(x);
+            free(out);
+        }
+    }
+    if (!tested) printf("SKIPPED: %s has no repacked weight formats\n", variants[_i]);
+}
+END_TEST
+
 /* ----------------------------------------------------- float formats */
 
 START_TEST(test_float_dots)
@@ -339,6 +410,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_quantize_exact, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_vec_dot, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_gemm, 0, N_VARIANTS);
+    tcase_add_loop_test(tc, test_packed, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_float_dots, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_silu_softmax, 0, N_VARIANTS);
     suite_add_tcase(s, tc);
