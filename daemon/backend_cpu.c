@@ -77,8 +77,13 @@ static enum smol_err cpu_upload(struct smol_backend *be, struct smol_weight *w, 
         c->cap_packed = cap;
     }
     void *p = NULL;
-    if (posix_memalign(&p, 64, bytes))
+    const size_t huge = 2u << 20; /* transparent huge pages where the system allows them (madvise mode): a
+                                   * fault per 2 MiB when the copy is written, fewer TLB misses when read */
+    if (posix_memalign(&p, bytes >= huge ? huge : 64, bytes))
         return smol_errf(err, SMOL_ENOMEM, "cpu backend: cannot allocate %zu bytes to repack '%s'", bytes, w->name);
+#ifdef MADV_HUGEPAGE
+    if (bytes >= huge) madvise(p, bytes / huge * huge, MADV_HUGEPAGE);
+#endif
     c->k->pack[t](w->cols, w->data, w->row_bytes, w->rows, p);
     c->packed[c->n_packed++] = p;
     w->dev = p;

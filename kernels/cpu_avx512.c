@@ -327,33 +327,188 @@ static inline __attribute__((always_inline)) void q4_K_x16_tile(int nb, const st
     for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
 }
 
+/* ------------------------------------------- q6_K repacked: rows in lanes
+ *
+ * As q4_K_x16, for q6_K: value vector v (k = 4v..4v+3 of 16 rows, one dword
+ * per row) is the low nibbles of lo[v / 2] (nibble v % 2) and bits 2(v % 4)
+ * of hi[v / 4], so a 16-element sub-block j is vectors 4j..4j+3: four
+ * vpdpbusd and one vpmulld by its 16 signed scales.  The quants' offset of
+ * 32 comes off once per block: I = sum_j sc_j (q . y)_j - 32 sum_j sc_j
+ * bsum_j, then acc = fma(I, d * y.d, acc), in the row's lane.
+ *
+ * Bytes: 32 x 64 (low nibbles) + 16 x 64 (high bits) + 256 (scales, as
+ * pairs (sc[2i], sc[2i+1]) per row) + 32 (d) = 16 block_q6_K = 3360, so
+ * every other group block is only 32-byte aligned: unaligned loads. */
+struct q6_K_x16 {
+    uint8_t lo[32][64];     /* [v / 2][lane r: 4 bytes], nibble v % 2 */
+    uint8_t hi[16][64];     /* [v / 4][lane r: 4 bytes], bits 2 (v % 4) */
+    int8_t sc[8][16][2];    /* [pair i][row r]: scales 2i, 2i+1 */
+    smol_half d[16];
+};
+_Static_assert(sizeof(struct q6_K_x16) == 16 * sizeof(struct block_q6_K), "q6_K_x16 keeps the bytes of 16 rows");
+
+/* the 256 quants (0..63) of a q6_K block in k order (smol_dequant_q6_K_ref) */
+static void q6_K_values(const struct block_q6_K *x, uint8_t *q)
+{
+    const uint8_t *ql = x->ql, *qh = x->qh;
+    for (int h = 0; h < QK_K; h += 128, q += 128, ql += 64, qh += 32)
+        for (int l = 0; l < 32; l++) {
+            q[l] = (uint8_t)((ql[l] & 0xF) | ((qh[l] & 3) << 4));
+            q[l + 32] = (uint8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+            q[l + 64] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+            q[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+        }
+}
+
+static inline uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
+static void pack_q6_K_x16(int n, const void *w, size_t w_stride, int n_rows, void *out)
+{
+    const int nb = n / QK_K;
+    for (int g = 0; g < n_rows / 16; g++)
+        for (int r = 0; r < 16; r++) {
+            const struct block_q6_K *x = (const struct block_q6_K *)((const uint8_t *)w + (size_t)(16 * g + r) * w_stride);
+            struct q6_K_x16 *o = (struct q6_K_x16 *)out + (size_t)g * nb;
+            for (int i = 0; i < nb; i++, o++) {
+                uint8_t q[QK_K];
+                q6_K_values(&x[i], q);
+                for (int u = 0; u < 32; u++) {
+                    const uint32_t v = (ld32(q + 8 * u) & 0x0F0F0F0Fu) | ((ld32(q + 8 * u + 4) & 0x0F0F0F0Fu) << 4);
+                    memcpy(o->lo[u] + 4 * r, &v, 4);
+                }
+                for (int h = 0; h < 16; h++) {
+                    const uint8_t *c = q + 16 * h;
+                    const uint32_t v = ((ld32(c) >> 4) & 0x03030303u) | ((ld32(c + 4) >> 2) & 0x0C0C0C0Cu) |
+                                       (ld32(c + 8) & 0x30303030u) | ((ld32(c + 12) << 2) & 0xC0C0C0C0u);
+                    memcpy(o->hi[h] + 4 * r, &v, 4);
+                }
+                for (int k = 0; k < 8; k++) {
+                    o->sc[k][r][0] = x[i].scales[2 * k];
+                    o->sc[k][r][1] = x[i].scales[2 * k + 1];
+                }
+                o->d[r] = x[i].d;
+            }
+        }
+}
+
+static void unpack_row_q6_K_x16(int n, const void *packed, int row, void *out)
+{
+    const int nb = n / QK_K, r = row % 16;
+    const struct q6_K_x16 *x = (const struct q6_K_x16 *)packed + (size_t)(row / 16) * nb;
+    struct block_q6_K *y = out;
+    for (int i = 0; i < nb; i++) {
+        uint8_t q[QK_K];
+        for (int k = 0; k < QK_K; k++) {
+            const int v = k / 4, b = k % 4;
+            q[k] = (uint8_t)(((x[i].lo[v / 2][4 * r + b] >> (4 * (v % 2))) & 0xF) |
+                             (((x[i].hi[v / 4][4 * r + b] >> (2 * (v % 4))) & 3) << 4));
+        }
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t *c = q + 128 * h;
+                y[i].ql[64 * h + l] = (uint8_t)((c[l] & 0xF) | (c[l + 64] & 0xF) << 4);
+                y[i].ql[64 * h + l + 32] = (uint8_t)((c[l + 32] & 0xF) | (c[l + 96] & 0xF) << 4);
+                y[i].qh[32 * h + l] = (uint8_t)((c[l] >> 4) | (c[l + 32] >> 4) << 2 | (c[l + 64] >> 4) << 4 |
+                                                (c[l + 96] >> 4) << 6);
+            }
+        for (int k = 0; k < 8; k++) {
+            y[i].scales[2 * k] = x[i].sc[k][r][0];
+            y[i].scales[2 * k + 1] = x[i].sc[k][r][1];
+        }
+        y[i].d = x[i].d[r];
+    }
+}
+
+static inline __attribute__((always_inline)) void q6_K_x16_tile(int nb, const struct q6_K_x16 *x, const uint8_t *a,
+                                                                size_t a_stride, const int NT, float *out,
+                                                                size_t out_stride)
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const struct q6_K_x16 *b = x + i;
+        if (NT == 1) PREFETCH_AHEAD(b, sizeof *b);
+        __m512i I[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) I[t] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int j = 0; j < 16; j++) {
+            const __m512i P = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)b->sc[j / 2]));
+            const __m512i sc = j % 2 ? _mm512_srai_epi32(P, 16) : _mm512_srai_epi32(_mm512_slli_epi32(P, 16), 16);
+            const __m512i L0 = _mm512_loadu_si512(b->lo[2 * j]), L1 = _mm512_loadu_si512(b->lo[2 * j + 1]);
+            const __m512i H = _mm512_loadu_si512(b->hi[j]);
+            const __m512i V0 = _mm512_or_si512(_mm512_and_si512(L0, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m30));
+            const __m512i V1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L0, 4), m4),
+                                               _mm512_and_si512(_mm512_slli_epi16(H, 2), m30));
+            const __m512i V2 = _mm512_or_si512(_mm512_and_si512(L1, m4), _mm512_and_si512(H, m30));
+            const __m512i V3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L1, 4), m4),
+                                               _mm512_and_si512(_mm512_srli_epi16(H, 2), m30));
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) {
+                const int32_t *yq = (const int32_t *)(((const struct block_q8_K *)(a + t * a_stride) + i)->qs + 16 * j);
+                __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), V0, _mm512_set1_epi32(yq[0]));
+                __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), V1, _mm512_set1_epi32(yq[1]));
+                s0 = _mm512_dpbusd_epi32(s0, V2, _mm512_set1_epi32(yq[2]));
+                s1 = _mm512_dpbusd_epi32(s1, V3, _mm512_set1_epi32(yq[3]));
+                I[t] = _mm512_add_epi32(I[t], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc));
+            }
+        }
+        /* S = sum_j sc_j bsum_j: scale pairs against the bsums dword pairs */
+        __m512i S[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m512i P = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)b->sc[k]));
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) {
+                const int32_t *bs = (const int32_t *)((const struct block_q8_K *)(a + t * a_stride) + i)->bsums;
+                S[t] = k ? _mm512_dpwssd_epi32(S[t], P, _mm512_set1_epi32(bs[k])) : _mm512_madd_epi16(P, _mm512_set1_epi32(bs[0]));
+            }
+        }
+        const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)b->d));
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            const __m512 yd = _mm512_set1_ps(((const struct block_q8_K *)(a + t * a_stride) + i)->d);
+            const __m512i tot = _mm512_sub_epi32(I[t], _mm512_slli_epi32(S[t], 5));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(dv, yd), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
+}
+
 /* out[t * out_stride + r] for the n_rows (a multiple of 16) packed rows
  * starting at `packed` (a group boundary) and n_tok q8_K rows: tiles of 8
  * tokens outside, groups inside (a task's groups stay in L2). */
-static void gemm_packed_q4_K_x16(int n, const void *packed, int n_rows, const void *a, size_t a_stride, int n_tok,
-                                 float *out, size_t out_stride)
-{
-    const int nb = n / QK_K, ng = n_rows / 16;
-    const struct q4_K_x16 *x = packed;
-    for (int t0 = 0; t0 < n_tok; t0 += 8) {
-        const uint8_t *at = (const uint8_t *)a + (size_t)t0 * a_stride;
-        const int nt = n_tok - t0 < 8 ? n_tok - t0 : 8;
-        for (int g = 0; g < ng; g++) {
-            const struct q4_K_x16 *xg = x + (size_t)g * nb;
-            float *o = out + (size_t)t0 * out_stride + 16 * g;
-            switch (nt) {
-            case 8: q4_K_x16_tile(nb, xg, at, a_stride, 8, o, out_stride); break;
-            case 7: q4_K_x16_tile(nb, xg, at, a_stride, 7, o, out_stride); break;
-            case 6: q4_K_x16_tile(nb, xg, at, a_stride, 6, o, out_stride); break;
-            case 5: q4_K_x16_tile(nb, xg, at, a_stride, 5, o, out_stride); break;
-            case 4: q4_K_x16_tile(nb, xg, at, a_stride, 4, o, out_stride); break;
-            case 3: q4_K_x16_tile(nb, xg, at, a_stride, 3, o, out_stride); break;
-            case 2: q4_K_x16_tile(nb, xg, at, a_stride, 2, o, out_stride); break;
-            default: q4_K_x16_tile(nb, xg, at, a_stride, 1, o, out_stride); break;
-            }
-        }
+#define DEFINE_GEMM_PACKED(T)                                                                                   \
+    static void gemm_packed_##T##_x16(int n, const void *packed, int n_rows, const void *a, size_t a_stride,    \
+                                      int n_tok, float *out, size_t out_stride)                                 \
+    {                                                                                                           \
+        const int nb = n / QK_K, ng = n_rows / 16;                                                              \
+        const struct T##_x16 *x = packed;                                                                       \
+        for (int t0 = 0; t0 < n_tok; t0 += 8) {                                                                 \
+            const uint8_t *at = (const uint8_t *)a + (size_t)t0 * a_stride;                                     \
+            const int nt = n_tok - t0 < 8 ? n_tok - t0 : 8;                                                     \
+            for (int g = 0; g < ng; g++) {                                                                      \
+                const struct T##_x16 *xg = x + (size_t)g * nb;                                                  \
+                float *o = out + (size_t)t0 * out_stride + 16 * g;                                              \
+                switch (nt) {                                                                                   \
+                case 8: T##_x16_tile(nb, xg, at, a_stride, 8, o, out_stride); break;                            \
+                case 7: T##_x16_tile(nb, xg, at, a_stride, 7, o, out_stride); break;                            \
+                case 6: T##_x16_tile(nb, xg, at, a_stride, 6, o, out_stride); break;                            \
+                case 5: T##_x16_tile(nb, xg, at, a_stride, 5, o, out_stride); break;                            \
+                case 4: T##_x16_tile(nb, xg, at, a_stride, 4, o, out_stride); break;                            \
+                case 3: T##_x16_tile(nb, xg, at, a_stride, 3, o, out_stride); break;                            \
+                case 2: T##_x16_tile(nb, xg, at, a_stride, 2, o, out_stride); break;                            \
+                default: T##_x16_tile(nb, xg, at, a_stride, 1, o, out_stride); break;                           \
+                }                                                                                               \
+            }                                                                                                   \
+        }                                                                                                       \
     }
-}
+
+DEFINE_GEMM_PACKED(q4_K)
+DEFINE_GEMM_PACKED(q6_K)
 
 /* Row-major tiles of up to 8 tokens (q6_K prompt processing, and q4_K
  * weights that are not repacked).  Per weight block the unpacked quants and scale vectors are built once and used for every token
@@ -515,6 +670,10 @@ int smol_cpu_fill_avx512(struct smol_cpu_kernels *k)
     k->pack[SMOL_TYPE_Q4_K] = pack_q4_K_x16;
     k->unpack_row[SMOL_TYPE_Q4_K] = unpack_row_q4_K_x16;
     k->gemm_packed[SMOL_TYPE_Q4_K] = gemm_packed_q4_K_x16;
+    k->pack_rows[SMOL_TYPE_Q6_K] = 16;
+    k->pack[SMOL_TYPE_Q6_K] = pack_q6_K_x16;
+    k->unpack_row[SMOL_TYPE_Q6_K] = unpack_row_q6_K_x16;
+    k->gemm_packed[SMOL_TYPE_Q6_K] = gemm_packed_q6_K_x16;
     k->name = "cpu-avx512";
     return 1;
 }
