@@ -61,6 +61,10 @@ struct smol_backend {
                     int dim, float eps);
     /* out[t][r] = dot(w row r, x[t]), t < n, r < w->rows */
     void (*matmul)(struct smol_backend *be, float *out, const struct smol_weight *w, const float *x, int n);
+    /* optional (NULL: matmul each): outs[i] = x ws[i]^T, i < n_w <= 4, weights of one input width; a
+     * backend may share the quantized input and the threads' meeting among them */
+    void (*matmul_n)(struct smol_backend *be, float *const *outs, const struct smol_weight *const *ws, int n_w,
+                     const float *x, int n);
     /* rotate x[t] (n_heads x head_dim) at position pos[t] */
     void (*rope)(struct smol_backend *be, float *x, const int32_t *pos, int n, int n_heads, int head_dim,
                  const struct smol_rope_params *rp);

@@ -38,6 +38,7 @@ struct cpu {
     size_t xq_row;          /* bytes per row of xq */
     float *att;             /* per-thread scores: [n_threads][att_stride] */
     size_t att_stride;
+    struct mm_part *parts;  /* a matmul's plan: [MAX_MM_PARTS] */
     void **packed;          /* repacked weight copies, freed with the backend */
     int n_packed, cap_packed;
     int max_tokens, max_cols, max_ctx;
@@ -189,78 +190,139 @@ static void cpu_gather_rows(struct smol_backend *be, float *out, const float *x,
 
 /* ---- matmul -------------------------------------------------------------- */
 
+/* A matmul call is cut into parts (a weight, a range of its rows) that the
+ * pool hands out in order.  One call may carry several weights that read the
+ * same input (Q, K, V; gate, up): the activations are quantized once and the
+ * threads meet once instead of after each weight. */
+struct mm_part { int w, r0, r1; };
+
+#define MAX_MM_WEIGHTS 4
+#define MAX_MM_PARTS 4096
+
 struct mm_job {
     struct cpu *c;
-    float *out;
-    const struct smol_weight *w;
+    float *const *out;
+    const struct smol_weight *const *w;
     const float *x;
     const uint8_t *xq;
     size_t xq_row;
     int n;
-    int rows_per_task;
-    smol_vec_dot_fn dot;
-    smol_gemm_fn gemm;      /* tiled kernel, or NULL: dot per (row, token) */
     smol_quantize_fn quant;
 };
 
 static void quant_task(void *a, int t, int th)
 {
     struct mm_job *j = a;
-    j->quant(j->x + (size_t)t * j->w->cols, j->c->xq + (size_t)t * j->xq_row, j->w->cols);
+    j->quant(j->x + (size_t)t * j->w[0]->cols, j->c->xq + (size_t)t * j->xq_row, j->w[0]->cols);
 }
 
 static void mm_task(void *a, int task, int th)
 {
     struct mm_job *j = a;
-    const struct smol_weight *w = j->w;
-    int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task < w->rows ? r0 + j->rows_per_task : w->rows;
-    if (w->dev) { /* repacked: r0 and r1 - r0 are whole groups (cpu_matmul) */
-        j->c->k->gemm_packed[w->type](w->cols, (const uint8_t *)w->dev + (size_t)r0 * w->row_bytes, r1 - r0, j->xq,
-                                      j->xq_row, j->n, j->out + r0, (size_t)w->rows);
+    const struct mm_part *pt = &j->c->parts[task];
+    const struct smol_weight *w = j->w[pt->w];
+    const int r0 = pt->r0, nr = pt->r1 - pt->r0;
+    float *out = j->out[pt->w] + r0;
+    const smol_vec_dot_fn dot = j->c->k->vec_dot[w->type];
+    const smol_gemm_fn gemm = j->c->k->gemm[w->type];
+    if (w->dev) { /* repacked: r0 and nr are whole groups (plan_parts) */
+        j->c->k->gemm_packed[w->type](w->cols, (const uint8_t *)w->dev + (size_t)r0 * w->row_bytes, nr, j->xq,
+                                      j->xq_row, j->n, out, (size_t)w->rows);
         return;
     }
     const uint8_t *wd = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
-    if (j->gemm) {
-        j->gemm(w->cols, wd, w->row_bytes, r1 - r0, j->xq, j->xq_row, j->n, j->out + r0, (size_t)w->rows);
+    if (gemm) {
+        gemm(w->cols, wd, w->row_bytes, nr, j->xq, j->xq_row, j->n, out, (size_t)w->rows);
         return;
     }
     for (int t = 0; t < j->n; t++) {
         const void *xt = j->xq + (size_t)t * j->xq_row;
-        float *o = j->out + (size_t)t * w->rows + r0;
-        for (int r = 0; r < r1 - r0; r++) o[r] = j->dot(w->cols, wd + (size_t)r * w->row_bytes, xt);
+        float *o = out + (size_t)t * w->rows;
+        for (int r = 0; r < nr; r++) o[r] = dot(w->cols, wd + (size_t)r * w->row_bytes, xt);
     }
+}
+
+/* rows a part is made of: a repacked weight's groups, else 4 */
+static int row_unit(const struct cpu *c, const struct smol_weight *w)
+{
+    return w->dev ? c->k->pack_rows[w->type] : 4;
+}
+
+/* Prompt: parts of ROWS_PER_TASK rows (a token tile's activations stay in L1
+ * across them; 64 rows of 2048 q4_K are 72 KiB of L2, and every part reads
+ * all tokens' activations once: pp512 66 -> 70 tokens/s against 16 rows),
+ * halved for small matrices so every thread gets several.
+ *
+ * Decode streams the weights once, and what costs is a thread left waiting
+ * at the end of a call, or a prefetch stream broken: parts are guided, each
+ * a 1/(2 threads) share of the rows still unplanned (the first ones long and
+ * contiguous, the last ones ~32 KiB), so the threads finish within a
+ * microsecond or so of each other. */
+static int plan_parts(struct cpu *c, const struct smol_weight *const *ws, int n_w, int n, int n_threads)
+{
+    struct mm_part *p = c->parts;
+    int np = 0;
+    if (n == 1) {
+        long left = 0;
+        for (int i = 0; i < n_w; i++) left += ws[i]->rows;
+        for (int i = 0; i < n_w; i++) {
+            const struct smol_weight *w = ws[i];
+            const int unit = row_unit(c, w);
+            int min_rows = (int)((32768 + w->row_bytes - 1) / w->row_bytes);
+            min_rows = (min_rows + unit - 1) / unit * unit;
+            const int last = np + (MAX_MM_PARTS - np) / (n_w - i) - 1; /* never reached for real shapes */
+            for (int r = 0; r < w->rows;) {
+                long want = (left + 2 * n_threads - 1) / (2 * n_threads);
+                int rows = want < min_rows ? min_rows : (int)((want + unit - 1) / unit * unit);
+                if (rows > w->rows - r || np == last) rows = w->rows - r;
+                p[np++] = (struct mm_part){i, r, r + rows};
+                r += rows;
+                left -= rows;
+            }
+        }
+        return np;
+    }
+    for (int i = 0; i < n_w; i++) {
+        const struct smol_weight *w = ws[i];
+        const int unit = row_unit(c, w);
+        int rpt = ROWS_PER_TASK;
+        while (rpt > unit && w->rows / rpt < 8 * n_threads) rpt /= 2;
+        rpt = rpt / unit * unit;
+        if (rpt < unit) rpt = unit;
+        while ((w->rows + rpt - 1) / rpt > (MAX_MM_PARTS - np) / (n_w - i)) rpt *= 2; /* never for real shapes */
+        for (int r = 0; r < w->rows; r += rpt) p[np++] = (struct mm_part){i, r, r + rpt < w->rows ? r + rpt : w->rows};
+    }
+    return np;
+}
+
+static void cpu_matmul_n(struct smol_backend *be, float *const *outs, const struct smol_weight *const *ws, int n_w,
+                         const float *x, int n)
+{
+    struct cpu *c = C(be);
+    const struct smol_type_traits *tr = smol_type_traits(ws[0]->type);
+    SMOL_ASSERT(n_w >= 1 && n_w <= MAX_MM_WEIGHTS && tr && tr->supported && n <= c->max_tokens &&
+                ws[0]->cols <= c->max_cols);
+    for (int i = 1; i < n_w; i++)
+        if (ws[i]->cols != ws[0]->cols || smol_type_traits(ws[i]->type)->vec_dot_type != tr->vec_dot_type) {
+            for (int k = 0; k < n_w; k++) cpu_matmul_n(be, outs + k, ws + k, 1, x, n); /* inputs differ */
+            return;
+        }
+    struct mm_job j = {.c = c, .out = outs, .w = ws, .x = x, .n = n};
+    if (tr->vec_dot_type == SMOL_TYPE_F32) {
+        j.xq = (const uint8_t *)x;
+        j.xq_row = (size_t)ws[0]->cols * sizeof(float);
+    } else {
+        j.xq = c->xq;
+        j.xq_row = smol_row_size(tr->vec_dot_type, ws[0]->cols);
+        j.quant = c->k->quantize[tr->vec_dot_type];
+        smol_pool_run(c->pool, n, quant_task, &j);
+    }
+    smol_pool_run(c->pool, plan_parts(c, ws, n_w, n, be->n_threads), mm_task, &j);
 }
 
 static void cpu_matmul(struct smol_backend *be, float *out, const struct smol_weight *w, const float *x, int n)
 {
-    struct cpu *c = C(be);
-    const struct smol_type_traits *tr = smol_type_traits(w->type);
-    SMOL_ASSERT(tr && tr->supported && n <= c->max_tokens && w->cols <= c->max_cols);
-    struct mm_job j = {.c = c, .out = out, .w = w, .x = x, .n = n, .dot = c->k->vec_dot[w->type],
-                       .gemm = c->k->gemm[w->type]};
-    if (tr->vec_dot_type == SMOL_TYPE_F32) {
-        j.xq = (const uint8_t *)x;
-        j.xq_row = (size_t)w->cols * sizeof(float);
-    } else {
-        j.xq = c->xq;
-        j.xq_row = smol_row_size(tr->vec_dot_type, w->cols);
-        j.quant = c->k->quantize[tr->vec_dot_type];
-        smol_pool_run(c->pool, n, quant_task, &j);
-    }
-    /* Prompt: chunks of ROWS_PER_TASK rows (a token tile's activations stay
-     * in L1 across them; 64 rows of 2048 q4_K are 72 KiB of L2, and every
-     * task reads all tokens' activations once: pp512 66 -> 70 tokens/s
-     * against 16 rows), halved for small matrices so every thread gets
-     * several.  Decode streams the weights once: 8 long contiguous runs per
-     * thread keep the prefetchers on one stream (tg 13.5 -> 16-22 tokens/s
-     * on the 3B model against 16-row chunks). */
-    j.rows_per_task = ROWS_PER_TASK;
-    if (n == 1 && w->rows / (8 * be->n_threads) > ROWS_PER_TASK) j.rows_per_task = w->rows / (8 * be->n_threads);
-    const int unit = w->dev ? c->k->pack_rows[w->type] : 4; /* repacked: whole groups of rows per task */
-    while (j.rows_per_task > unit && w->rows / j.rows_per_task < 8 * be->n_threads) j.rows_per_task /= 2;
-    j.rows_per_task = j.rows_per_task / unit * unit;
-    if (j.rows_per_task < unit) j.rows_per_task = unit;
-    smol_pool_run(c->pool, (w->rows + j.rows_per_task - 1) / j.rows_per_task, mm_task, &j);
+    cpu_matmul_n(be, &out, &w, 1, x, n);
 }
 
 /* ---- rope ---------------------------------------------------------------- */
@@ -349,17 +411,21 @@ static void att_task(void *a, int task, int th)
     const float *q = j->q + (size_t)t * j->n_heads * hd + (size_t)kvh * G * hd;
     float *out = j->out + (size_t)t * j->n_heads * hd + (size_t)kvh * G * hd;
     float *sc = j->c->att + (size_t)th * j->c->att_stride;   /* [G][n_pos] */
-    const smol_vec_dot_fn kdot = j->c->k->kv_dot[kv->type];
+    const struct smol_cpu_kernels *k = j->c->k;
 
-    for (int p = 0; p < n_pos; p++) {
-        const uint8_t *kr = kv_at(kv, kv->k, j->layer, s->pages[p / SMOL_KV_PAGE], kvh, p % SMOL_KV_PAGE);
-        for (int g = 0; g < G; g++) sc[(size_t)g * n_pos + p] = kdot(hd, kr, q + g * hd) * j->scale;
+    /* a page holds SMOL_KV_PAGE consecutive rows of each head: one kernel
+     * call per page serves the G query heads */
+    for (int p = 0; p < n_pos; p += SMOL_KV_PAGE) {
+        const int rows = n_pos - p < SMOL_KV_PAGE ? n_pos - p : SMOL_KV_PAGE;
+        const uint8_t *kr = kv_at(kv, kv->k, j->layer, s->pages[p / SMOL_KV_PAGE], kvh, 0);
+        k->kv_scores[kv->type](hd, kr, rows, q, G, j->scale, sc + p, (size_t)n_pos);
     }
-    for (int g = 0; g < G; g++) j->c->k->softmax(sc + (size_t)g * n_pos, n_pos);
+    for (int g = 0; g < G; g++) k->softmax(sc + (size_t)g * n_pos, n_pos);
     memset(out, 0, (size_t)G * hd * sizeof *out);
-    for (int p = 0; p < n_pos; p++) {
-        const uint8_t *vr = kv_at(kv, kv->v, j->layer, s->pages[p / SMOL_KV_PAGE], kvh, p % SMOL_KV_PAGE);
-        for (int g = 0; g < G; g++) j->c->k->kv_axpy[kv->type](hd, sc[(size_t)g * n_pos + p], vr, out + g * hd);
+    for (int p = 0; p < n_pos; p += SMOL_KV_PAGE) {
+        const int rows = n_pos - p < SMOL_KV_PAGE ? n_pos - p : SMOL_KV_PAGE;
+        const uint8_t *vr = kv_at(kv, kv->v, j->layer, s->pages[p / SMOL_KV_PAGE], kvh, 0);
+        k->kv_accum[kv->type](hd, vr, rows, sc + p, (size_t)n_pos, G, out);
     }
 }
 
@@ -383,6 +449,7 @@ static void cpu_destroy(struct smol_backend *be)
     free(c->att);
     for (int i = 0; i < c->n_packed; i++) free(c->packed[i]);
     free(c->packed);
+    free(c->parts);
     free(c);
     free(be);
 }
@@ -403,12 +470,19 @@ enum smol_err smol_backend_cpu_new(struct smol_backend **out, int n_threads, cha
         free(c);
         return e;
     }
+    c->parts = calloc(MAX_MM_PARTS, sizeof *c->parts);
+    if (!c->parts) {
+        smol_pool_free(&c->pool);
+        free(be);
+        free(c);
+        return smol_errf(err, SMOL_ENOMEM, "cpu backend: out of memory");
+    }
     c->k = smol_cpu_kernels();
     *be = (struct smol_backend){
         .name = c->k->name, .impl = c, .n_threads = smol_pool_threads(c->pool),
         .destroy = cpu_destroy, .reserve = cpu_reserve, .alloc = cpu_alloc, .free = cpu_free,
         .to_host = cpu_to_host, .upload_weight = cpu_upload, .get_rows = cpu_get_rows,
-        .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul, .rope = cpu_rope, .kv_store = cpu_kv_store,
+        .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul, .matmul_n = cpu_matmul_n, .rope = cpu_rope, .kv_store = cpu_kv_store,
         .attention = cpu_attention, .silu_mul = cpu_silu_mul, .add = cpu_add,
         .gather_rows = cpu_gather_rows, .kv_copy_page = cpu_kv_copy_page,
     };

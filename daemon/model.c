@@ -405,6 +405,17 @@ static enum smol_err check_batch(const struct smol_model *m, const struct smol_b
     return SMOL_OK;
 }
 
+/* weights that read the same input, in one backend call where it has one */
+static void matmuls(struct smol_backend *be, float *const *outs, const struct smol_weight *const *ws, int n_w,
+                    const float *x, int n)
+{
+    if (be->matmul_n) {
+        be->matmul_n(be, outs, ws, n_w, x, n);
+        return;
+    }
+    for (int i = 0; i < n_w; i++) be->matmul(be, outs[i], ws[i], x, n);
+}
+
 enum smol_err smol_model_forward(struct smol_model *m, const struct smol_batch *b, float *logits, char *err)
 {
     enum smol_err e = check_batch(m, b, err);
@@ -422,9 +433,8 @@ enum smol_err smol_model_forward(struct smol_model *m, const struct smol_batch *
         const struct smol_layer *L = &w->layers[l];
         be->rmsnorm(be, s->xb, s->x, &L->attn_norm, n, c->dim, c->norm_eps);
         trace(m, "attn_norm", l, s->xb, n, c->dim);
-        be->matmul(be, s->q, &L->wq, s->xb, n);
-        be->matmul(be, s->k, &L->wk, s->xb, n);
-        be->matmul(be, s->v, &L->wv, s->xb, n);
+        matmuls(be, (float *const[]){s->q, s->k, s->v}, (const struct smol_weight *const[]){&L->wq, &L->wk, &L->wv},
+                3, s->xb, n);
         if (smol_layer_has_rope(c, l)) {
             be->rope(be, s->q, b->pos, n, c->n_heads, c->head_dim, &m->rope);
             be->rope(be, s->k, b->pos, n, c->n_kv_heads, c->head_dim, &m->rope);
@@ -441,8 +451,8 @@ enum smol_err smol_model_forward(struct smol_model *m, const struct smol_batch *
         trace(m, "ffn_inp", l, s->x, n, c->dim);
         be->rmsnorm(be, s->xb, s->x, &L->ffn_norm, n, c->dim, c->norm_eps);
         trace(m, "ffn_norm", l, s->xb, n, c->dim);
-        be->matmul(be, s->hb, &L->w_gate, s->xb, n);
-        be->matmul(be, s->hb2, &L->w_up, s->xb, n);
+        matmuls(be, (float *const[]){s->hb, s->hb2}, (const struct smol_weight *const[]){&L->w_gate, &L->w_up}, 2,
+                s->xb, n);
         be->silu_mul(be, s->hb, s->hb2, n * c->ffn_dim);
         be->matmul(be, s->xb, &L->w_down, s->hb, n);
         trace(m, "ffn_out", l, s->xb, n, c->dim);

@@ -29,6 +29,10 @@ static void fill_ref(struct smol_cpu_kernels *k)
     k->kv_dot[SMOL_TYPE_F16] = smol_vec_dot_f16_ref;
     k->kv_axpy[SMOL_TYPE_F32] = smol_axpy_f32_ref;
     k->kv_axpy[SMOL_TYPE_F16] = smol_axpy_f16_ref;
+    k->kv_scores[SMOL_TYPE_F32] = smol_kv_scores_f32_ref;
+    k->kv_scores[SMOL_TYPE_F16] = smol_kv_scores_f16_ref;
+    k->kv_accum[SMOL_TYPE_F32] = smol_kv_accum_f32_ref;
+    k->kv_accum[SMOL_TYPE_F16] = smol_kv_accum_f16_ref;
     k->silu_mul = smol_silu_mul_ref;
     k->softmax = smol_softmax_ref;
 }

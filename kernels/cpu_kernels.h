@@ -11,6 +11,7 @@
 #define SMOL_CPU_KERNELS_H
 
 #include "quant_ref.h"
+#include "ops_ref.h"
 
 typedef void (*smol_axpy_fn)(int n, float a, const void *x, float *y);
 /* out[t * out_stride + r] = dot(w row r, a row t) for r < n_rows, t < n_tok;
@@ -22,6 +23,10 @@ typedef void (*smol_pack_fn)(int n, const void *w, size_t w_stride, int n_rows, 
 typedef void (*smol_unpack_row_fn)(int n, const void *packed, int row, void *out);
 typedef void (*smol_gemm_packed_fn)(int n, const void *packed, int n_rows, const void *a, size_t a_stride, int n_tok,
                                     float *out, size_t out_stride);
+typedef void (*smol_kv_scores_fn)(int hd, const void *k, int n_rows, const float *q, int G, float scale, float *sc,
+                                  size_t sc_stride);
+typedef void (*smol_kv_accum_fn)(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G,
+                                 float *out);
 typedef void (*smol_silu_mul_fn)(float *gate, const float *up, int n);
 typedef void (*smol_softmax_fn)(float *x, int n);
 
@@ -31,6 +36,8 @@ struct smol_cpu_kernels {
     smol_quantize_fn quantize[SMOL_TYPE_COUNT]; /* f32 activations -> vec_dot_type */
     smol_vec_dot_fn kv_dot[SMOL_TYPE_COUNT];    /* K row (f16/f32) . q (f32) */
     smol_axpy_fn kv_axpy[SMOL_TYPE_COUNT];      /* out += a * V row (f16/f32) */
+    smol_kv_scores_fn kv_scores[SMOL_TYPE_COUNT]; /* K rows . G query heads (smol_kv_scores_*_ref) */
+    smol_kv_accum_fn kv_accum[SMOL_TYPE_COUNT];   /* G heads += p . V rows (smol_kv_accum_*_ref) */
     smol_gemm_fn gemm[SMOL_TYPE_COUNT];         /* tiled rows x tokens; NULL: loop over vec_dot */
     /* Repacked weights: a weight of a type with pack[] and rows a multiple of
      * pack_rows[] may be repacked once (pack: n_rows rows, w_stride apart,

@@ -1,6 +1,7 @@
 /* ops_ref.c - scalar reference ops (see ops_ref.h). */
 #include "ops_ref.h"
 #include "fp16.h"
+#include "quant_ref.h"
 
 #include <math.h>
 
@@ -89,4 +90,36 @@ void smol_axpy_f16_ref(int n, float a, const void *x, float *y)
 {
     const smol_half *v = x;
     for (int i = 0; i < n; i++) y[i] += a * smol_half_to_f32(v[i]);
+}
+
+void smol_kv_scores_f32_ref(int hd, const void *k, int n_rows, const float *q, int G, float scale, float *sc,
+                            size_t sc_stride)
+{
+    for (int r = 0; r < n_rows; r++)
+        for (int g = 0; g < G; g++)
+            sc[(size_t)g * sc_stride + r] = scale * smol_vec_dot_f32_ref(hd, (const float *)k + (size_t)r * hd, q + (size_t)g * hd);
+}
+
+void smol_kv_scores_f16_ref(int hd, const void *k, int n_rows, const float *q, int G, float scale, float *sc,
+                            size_t sc_stride)
+{
+    for (int r = 0; r < n_rows; r++)
+        for (int g = 0; g < G; g++)
+            sc[(size_t)g * sc_stride + r] =
+                scale * smol_vec_dot_f16_ref(hd, (const smol_half *)k + (size_t)r * hd, q + (size_t)g * hd);
+}
+
+void smol_kv_accum_f32_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out)
+{
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < n_rows; r++)
+            smol_axpy_f32_ref(hd, p[(size_t)g * p_stride + r], (const float *)v + (size_t)r * hd, out + (size_t)g * hd);
+}
+
+void smol_kv_accum_f16_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out)
+{
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < n_rows; r++)
+            smol_axpy_f16_ref(hd, p[(size_t)g * p_stride + r], (const smol_half *)v + (size_t)r * hd,
+                              out + (size_t)g * hd);
 }

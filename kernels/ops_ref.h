@@ -6,6 +6,7 @@
 #ifndef SMOL_OPS_REF_H
 #define SMOL_OPS_REF_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* RoPE parameters, fixed per model (and per setting: YaRN is opt-in). */
@@ -47,5 +48,17 @@ void smol_softmax_ref(float *x, int n);
 /* y[i] += a * x[i] for x stored as f32 / f16 (attention's weighted sum of V). */
 void smol_axpy_f32_ref(int n, float a, const void *x, float *y);
 void smol_axpy_f16_ref(int n, float a, const void *x, float *y);
+
+/* Attention over n_rows consecutive rows of one KV head (hd elements each,
+ * f32 / f16) for the G query heads that share it (q: G rows of hd floats):
+ *   scores: sc[g * sc_stride + r] = scale * dot(k row r, q row g)
+ *   accum:  out[g * hd + i] += sum over r, in order, of p[g * p_stride + r] * v row r [i]
+ * The result for one query head does not depend on G or on the others. */
+void smol_kv_scores_f32_ref(int hd, const void *k, int n_rows, const float *q, int G, float scale, float *sc,
+                            size_t sc_stride);
+void smol_kv_scores_f16_ref(int hd, const void *k, int n_rows, const float *q, int G, float scale, float *sc,
+                            size_t sc_stride);
+void smol_kv_accum_f32_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out);
+void smol_kv_accum_f16_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out);
 
 #endif

@@ -8,7 +8,8 @@
  * counts and unaligned pointers, within float-reordering tolerance, and
  * exactly when every scale is 1 (then all sums are small integers, so any
  * difference would be an integer error); f32 / f16 dots and axpy; the
- * SIMD exp behind silu and softmax.
+ * attention kernels (K rows x G query heads, weighted V sums); the SIMD exp
+ * behind silu and softmax.
  */
 #include <check.h>
 #include <math.h>
@@ -350,6 +351,79 @@ START_TEST(test_float_dots)
 }
 END_TEST
 
+/* ------------------------------------------------------------ attention */
+
+/* kv_scores / kv_accum against their _ref twins: f32 and f16 rows, head
+ * sizes with and without a SIMD path (128, 64, 96, 40, 12), G of 1..8
+ * including groups that are not a multiple of 4, 1..33 rows; and a head's
+ * results computed with G heads equal, bit for bit, those computed alone
+ * (prefill and decode group heads the same way, but the kernels promise it). */
+START_TEST(test_attention)
+{
+    const struct smol_cpu_kernels *k = variant(_i);
+    if (!k) return;
+    const int hds[] = {128, 64, 96, 40, 12}, Gs[] = {1, 3, 4, 5, 8}, rows_[] = {1, 7, 32, 33};
+    for (int hi = 0; hi < 5; hi++)
+        for (int gi = 0; gi < 5; gi++)
+            for (int ri = 0; ri < 4; ri++)
+                for (int f16 = 0; f16 < 2; f16++) {
+                    const int hd = hds[hi], G = Gs[gi], R = rows_[ri];
+                    const uint32_t t = f16 ? SMOL_TYPE_F16 : SMOL_TYPE_F32;
+                    const size_t esz = f16 ? 2 : 4, stride = (size_t)R + 3;
+                    uint8_t *kv = malloc((size_t)R * hd * esz + 2);
+                    void *rows = kv + 2 * (R & 1); /* unaligned when R is odd */
+                    float *q = malloc(sizeof(float) * G * hd), *sc1 = malloc(sizeof(float) * G * stride),
+                          *sc2 = malloc(sizeof(float) * G * stride), *sc3 = malloc(sizeof(float) * stride),
+                          *o1 = malloc(sizeof(float) * G * hd), *o2 = malloc(sizeof(float) * G * hd),
+                          *o3 = malloc(sizeof(float) * hd);
+                    double *mag = calloc((size_t)G * hd, sizeof(double));
+                    for (int i = 0; i < R * hd; i++) {
+                        if (f16) ((smol_half *)rows)[i] = smol_f32_to_half(nrand());
+                        else ((float *)rows)[i] = nrand();
+                    }
+                    for (int i = 0; i < G * hd; i++) q[i] = nrand();
+                    const float scale = 0.088f;
+                    (f16 ? smol_kv_scores_f16_ref : smol_kv_scores_f32_ref)(hd, rows, R, q, G, scale, sc1, stride);
+                    k->kv_scores[t](hd, rows, R, q, G, scale, sc2, stride);
+                    for (int g = 0; g < G; g++)
+                        for (int r = 0; r < R; r++) {
+                            double a = 0;
+                            for (int i = 0; i < hd; i++)
+                                a += fabs((f16 ? smol_half_to_f32(((smol_half *)rows)[(size_t)r * hd + i])
+                                               : ((float *)rows)[(size_t)r * hd + i]) * q[g * hd + i]);
+                            ck_assert_msg(fabs(sc1[g * stride + r] - sc2[g * stride + r]) <= 1e-6 * a * scale + 1e-30,
+                                          "%s kv_scores f%d hd %d G %d rows %d (%d, %d): %g vs %g", variants[_i],
+                                          f16 ? 16 : 32, hd, G, R, g, r, sc1[g * stride + r], sc2[g * stride + r]);
+                        }
+                    for (int g = 0; g < G; g++) { /* alone */
+                        k->kv_scores[t](hd, rows, R, q + g * hd, 1, scale, sc3, stride);
+                        ck_assert(!memcmp(sc3, sc2 + g * stride, (size_t)R * sizeof(float)));
+                    }
+                    /* weights as a softmax would give; out starts non-zero (accumulation across pages) */
+                    for (int i = 0; i < G * (int)stride; i++) sc1[i] = urand();
+                    for (int i = 0; i < G * hd; i++) o1[i] = o2[i] = nrand();
+                    for (int g = 0; g < G; g++)
+                        for (int i = 0; i < hd; i++) {
+                            mag[g * hd + i] = fabs(o1[g * hd + i]);
+                            for (int r = 0; r < R; r++)
+                                mag[g * hd + i] += fabs(sc1[g * stride + r] *
+                                                        (f16 ? smol_half_to_f32(((smol_half *)rows)[(size_t)r * hd + i])
+                                                             : ((float *)rows)[(size_t)r * hd + i]));
+                        }
+                    (f16 ? smol_kv_accum_f16_ref : smol_kv_accum_f32_ref)(hd, rows, R, sc1, stride, G, o1);
+                    memcpy(o3, o2, sizeof(float) * hd); /* head 0's start, for the alone check */
+                    k->kv_accum[t](hd, rows, R, sc1, stride, G, o2);
+                    for (int i = 0; i < G * hd; i++) /* per term: a fused multiply-add vs a rounded product */
+                        ck_assert_msg(fabs(o1[i] - o2[i]) <= 2e-7 * R * mag[i] + 1e-30,
+                                      "%s kv_accum f%d hd %d G %d rows %d i %d: %g vs %g", variants[_i], f16 ? 16 : 32,
+                                      hd, G, R, i, o1[i], o2[i]);
+                    k->kv_accum[t](hd, rows, R, sc1, stride, 1, o3);
+                    ck_assert(!memcmp(o3, o2, sizeof(float) * hd));
+                    free(kv); free(q); free(sc1); free(sc2); free(sc3); free(o1); free(o2); free(o3); free(mag);
+                }
+}
+END_TEST
+
 /* ------------------------------------------------ silu and softmax */
 
 START_TEST(test_silu_softmax)
@@ -412,6 +486,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_gemm, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_packed, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_float_dots, 0, N_VARIANTS);
+    tcase_add_loop_test(tc, test_attention, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_silu_softmax, 0, N_VARIANTS);
     suite_add_tcase(s, tc);
     return s;

@@ -9,9 +9,11 @@
  *            greedy at --temp 0; stops early at an end-of-generation token.
  *            --json prints {"ids":[...]} with the generated ids only; otherwise
  *            the generated text is streamed to stdout.
- *   bench    -m MODEL -p 512 -n 128 [-t THREADS] [--json]
- *            prompt processing and generation tokens/s; with --json the last
- *            line is {"pp_tps": ..., "tg_tps": ...}.
+ *   bench    -m MODEL -p 512 -n 128 [-d DEPTH] [-t THREADS] [--json]
+ *            prompt processing and generation tokens/s; generation follows
+ *            DEPTH tokens of context (0: an empty one, as llama-bench's tg;
+ *            the line reads "tg128 @ d4096:"); with --json the last line is
+ *            {"pp_tps": ..., "tg_tps": ...}.
  */
 #include "cli.h"
 #include "../model.h"
@@ -27,7 +29,7 @@
 struct opts {
     const char *model, *ids, *out, *prompt;
     int all, json, kv_f32, yarn, n_ctx;
-    long n, threads, p;
+    long n, threads, p, d;
     struct smol_sampler_params sp;
     int have_temp;
 };
@@ -65,6 +67,8 @@ static int parse(const char *cmd, int argc, char **argv, struct opts *o)
             NEED(); if (smol_cli_parse_int(cmd, a, v, 1, 256, &o->threads)) return 2;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             NEED(); if (smol_cli_parse_int(cmd, a, v, 0, 1 << 20, &o->n)) return 2;
+        } else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) {
+            NEED(); if (smol_cli_parse_int(cmd, a, v, 0, 1 << 20, &o->d)) return 2;
         } else if (!strcmp(a, "-p")) {
             NEED(); if (smol_cli_parse_int(cmd, a, v, 1, 1 << 20, &o->p)) return 2;
         } else if (!strcmp(a, "--ctx")) {
@@ -278,22 +282,24 @@ int smol_cli_bench(int argc, char **argv)
     if (o.p < 0) o.p = 512;
     if (o.n < 0) o.n = 128;
     if (o.n < 1) { fprintf(stderr, "smollm3 bench: -n must be >= 1\n"); return 2; }
-    struct smol_model *m = open_model("bench", &o, ctx_for(o.p + o.n + 1));
+    struct smol_model *m = open_model("bench", &o, ctx_for((o.p > o.d ? o.p : o.d) + o.n + 1));
     if (!m) return 1;
     rc = 1;
     char err[SMOL_ERRLEN];
     struct smol_kv_seq seq;
     smol_kv_seq_init(&seq);
-    int32_t *ids = malloc((size_t)(o.p + 1) * sizeof *ids);
+    const long n_ids = (o.p > o.d ? o.p : o.d) + 1;
+    int32_t *ids = malloc((size_t)n_ids * sizeof *ids);
     float *logits = malloc((size_t)m->cfg.vocab * sizeof *logits);
     if (!ids || !logits) goto out;
-    if (o.p + o.n > m->cfg.n_ctx) {
-        fprintf(stderr, "smollm3 bench: -p + -n (%ld) exceed the model context (%d)\n", o.p + o.n, m->cfg.n_ctx);
+    if (o.p + o.n > m->cfg.n_ctx || o.d + o.n > m->cfg.n_ctx) {
+        fprintf(stderr, "smollm3 bench: -p + -n or -d + -n (%ld) exceed the model context (%d)\n",
+                (o.p > o.d ? o.p : o.d) + o.n, m->cfg.n_ctx);
         goto out;
     }
     /* deterministic pseudo-random ids: benchmark numbers must not depend on text */
     uint64_t x = 0x9e3779b97f4a7c15ull;
-    for (long i = 0; i <= o.p; i++) {
+    for (long i = 0; i < n_ids; i++) {
         x ^= x << 13; x ^= x >> 7; x ^= x << 17;
         ids[i] = (int32_t)(x % (uint64_t)m->cfg.vocab);
     }
@@ -305,10 +311,13 @@ int smol_cli_bench(int argc, char **argv)
     if (smol_model_eval(m, &seq, ids, (int)o.p, 0, logits, err)) goto fail;
     double t_pp = now_s() - t0;
     smol_kv_seq_truncate(&m->kv, &seq, 0);
-    /* generation at a short context, as llama-bench's tg */
+    /* generation after -d tokens of context (untimed, in prompt-sized
+     * steps), by default at an empty one as llama-bench's tg */
+    for (long i = 0; i < o.d; i += o.p)
+        if (smol_model_eval(m, &seq, ids + i, (int)(o.d - i < o.p ? o.d - i : o.p), 0, logits, err)) goto fail;
     t0 = now_s();
     for (long i = 0; i < o.n; i++) {
-        int32_t t = ids[i % o.p];
+        int32_t t = ids[i % n_ids];
         if (smol_model_eval(m, &seq, &t, 1, 0, logits, err)) goto fail;
     }
     double t_tg = now_s() - t0;
@@ -317,7 +326,8 @@ int smol_cli_bench(int argc, char **argv)
            m->cfg.vocab);
     printf("backend: %s, threads: %d\n", m->be->name, m->be->n_threads);
     printf("pp%ld: %.2f tokens/s (%.3f s)\n", o.p, pp, t_pp);
-    printf("tg%ld: %.2f tokens/s (%.3f s)\n", o.n, tg, t_tg);
+    if (o.d) printf("tg%ld @ d%ld: %.2f tokens/s (%.3f s)\n", o.n, o.d, tg, t_tg);
+    else printf("tg%ld: %.2f tokens/s (%.3f s)\n", o.n, tg, t_tg);
     if (o.json) printf("{\"pp_tps\": %.3f, \"tg_tps\": %.3f}\n", pp, tg);
     rc = 0;
     goto out;

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""llama_cpp_bench.py MODEL [-p 512] [-n 128] [-t 2] [--reps N]
+"""llama_cpp_bench.py MODEL [-p 512] [-n 128] [-d 0] [-t 2] [--reps N]
 
 llama.cpp's pp/tg figures on a GGUF through llama-cpp-python's low-level
 API, measured as llama-bench does: pp = one batch of P tokens (logits of the
-last only), tg = N single-token decodes from an empty context.  Token ids
+last only), tg = N single-token decodes after D tokens of context (-d, as
+llama-bench's; 0: an empty one).  Token ids
 are pseudo-random (the numbers must not depend on text).  Best of --reps
 runs.  Last line: {"pp_tps": ..., "tg_tps": ..., "maxrss_kb": ...}.
 """
@@ -34,6 +35,7 @@ def main():
     ap.add_argument("model")
     ap.add_argument("-p", type=int, default=512)
     ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("-d", type=int, default=0)
     ap.add_argument("-t", type=int, default=2)
     ap.add_argument("--reps", type=int, default=1)
     a = ap.parse_args()
@@ -48,7 +50,7 @@ def main():
     if not model:
         sys.exit("cannot load model")
     cp = L.llama_context_default_params()
-    cp.n_ctx = a.p + a.n + 16
+    cp.n_ctx = max(a.p, a.d) + a.n + 16
     cp.n_batch = a.p
     cp.n_ubatch = a.p
     cp.n_threads = a.t
@@ -57,22 +59,25 @@ def main():
     ctx = new_ctx(model, cp)
     vocab = L.llama_n_vocab(L.llama_model_get_vocab(model)) if hasattr(L, "llama_model_get_vocab") else 128256
     rng = random.Random(1)
-    ids = [rng.randrange(vocab) for _ in range(a.p)]
+    ids = [rng.randrange(vocab) for _ in range(max(a.p, a.d))]
     decode(ctx, ids[:1])  # warm-up: page in the weights
     clear(ctx)
     pp = tg = 0.0
     for _ in range(a.reps):
         clear(ctx)
         t0 = time.perf_counter()
-        decode(ctx, ids)
+        decode(ctx, ids[:a.p])
         pp = max(pp, a.p / (time.perf_counter() - t0))
         clear(ctx)
+        for i in range(0, a.d, a.p):
+            decode(ctx, ids[i:min(a.d, i + a.p)])
         t0 = time.perf_counter()
         for i in range(a.n):
-            decode(ctx, [ids[i % a.p]])
+            decode(ctx, [ids[i % len(ids)]])
         tg = max(tg, a.n / (time.perf_counter() - t0))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(f"llama.cpp {getattr(L, '__version__', '?')}: pp{a.p} {pp:.2f} tokens/s, tg{a.n} {tg:.2f} tokens/s")
+    at = f" @ d{a.d}" if a.d else ""
+    print(f"llama.cpp {getattr(L, '__version__', '?')}: pp{a.p} {pp:.2f} tokens/s, tg{a.n}{at} {tg:.2f} tokens/s")
     print(json.dumps({"pp_tps": round(pp, 3), "tg_tps": round(tg, 3), "maxrss_kb": rss}))
 
 
