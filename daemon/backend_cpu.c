@@ -418,14 +418,18 @@ static void att_task(void *a, int task, int th)
     for (int p = 0; p < n_pos; p += SMOL_KV_PAGE) {
         const int rows = n_pos - p < SMOL_KV_PAGE ? n_pos - p : SMOL_KV_PAGE;
         const uint8_t *kr = kv_at(kv, kv->k, j->layer, s->pages[p / SMOL_KV_PAGE], kvh, 0);
-        k->kv_scores[kv->type](hd, kr, rows, q, G, j->scale, sc + p, (size_t)n_pos);
+        const void *next = p + SMOL_KV_PAGE < n_pos
+                               ? kv_at(kv, kv->k, j->layer, s->pages[p / SMOL_KV_PAGE + 1], kvh, 0) : NULL;
+        k->kv_scores[kv->type](hd, kr, rows, q, G, j->scale, sc + p, (size_t)n_pos, next);
     }
     for (int g = 0; g < G; g++) k->softmax(sc + (size_t)g * n_pos, n_pos);
     memset(out, 0, (size_t)G * hd * sizeof *out);
     for (int p = 0; p < n_pos; p += SMOL_KV_PAGE) {
         const int rows = n_pos - p < SMOL_KV_PAGE ? n_pos - p : SMOL_KV_PAGE;
         const uint8_t *vr = kv_at(kv, kv->v, j->layer, s->pages[p / SMOL_KV_PAGE], kvh, 0);
-        k->kv_accum[kv->type](hd, vr, rows, sc + p, (size_t)n_pos, G, out);
+        const void *next = p + SMOL_KV_PAGE < n_pos
+                               ? kv_at(kv, kv->v, j->layer, s->pages[p / SMOL_KV_PAGE + 1], kvh, 0) : NULL;
+        k->kv_accum[kv->type](hd, vr, rows, sc + p, (size_t)n_pos, G, out, next);
     }
 }
 

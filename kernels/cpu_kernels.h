@@ -23,10 +23,12 @@ typedef void (*smol_pack_fn)(int n, const void *w, size_t w_stride, int n_rows, 
 typedef void (*smol_unpack_row_fn)(int n, const void *packed, int row, void *out);
 typedef void (*smol_gemm_packed_fn)(int n, const void *packed, int n_rows, const void *a, size_t a_stride, int n_tok,
                                     float *out, size_t out_stride);
+/* attention over one KV head's rows (see smol_kv_scores_f16_ref); next: the
+ * rows the caller reads after these (prefetched meanwhile), or NULL */
 typedef void (*smol_kv_scores_fn)(int hd, const void *k, int n_rows, const float *q, int G, float scale, float *sc,
-                                  size_t sc_stride);
+                                  size_t sc_stride, const void *next);
 typedef void (*smol_kv_accum_fn)(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G,
-                                 float *out);
+                                 float *out, const void *next);
 typedef void (*smol_silu_mul_fn)(float *gate, const float *up, int n);
 typedef void (*smol_softmax_fn)(float *x, int n);
 

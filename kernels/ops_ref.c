@@ -93,7 +93,7 @@ void smol_axpy_f16_ref(int n, float a, const void *x, float *y)
 }
 
 void smol_kv_scores_f32_ref(int hd, const void *k, int n_rows, const float *q, int G, float scale, float *sc,
-                            size_t sc_stride)
+                            size_t sc_stride, const void *next)
 {
     for (int r = 0; r < n_rows; r++)
         for (int g = 0; g < G; g++)
@@ -101,7 +101,7 @@ void smol_kv_scores_f32_ref(int hd, const void *k, int n_rows, const float *q, i
 }
 
 void smol_kv_scores_f16_ref(int hd, const void *k, int n_rows, const float *q, int G, float scale, float *sc,
-                            size_t sc_stride)
+                            size_t sc_stride, const void *next)
 {
     for (int r = 0; r < n_rows; r++)
         for (int g = 0; g < G; g++)
@@ -109,14 +109,16 @@ void smol_kv_scores_f16_ref(int hd, const void *k, int n_rows, const float *q, i
                 scale * smol_vec_dot_f16_ref(hd, (const smol_half *)k + (size_t)r * hd, q + (size_t)g * hd);
 }
 
-void smol_kv_accum_f32_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out)
+void smol_kv_accum_f32_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out,
+                           const void *next)
 {
     for (int g = 0; g < G; g++)
         for (int r = 0; r < n_rows; r++)
             smol_axpy_f32_ref(hd, p[(size_t)g * p_stride + r], (const float *)v + (size_t)r * hd, out + (size_t)g * hd);
 }
 
-void smol_kv_accum_f16_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out)
+void smol_kv_accum_f16_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out,
+                           const void *next)
 {
     for (int g = 0; g < G; g++)
         for (int r = 0; r < n_rows; r++)

@@ -53,12 +53,15 @@ void smol_axpy_f16_ref(int n, float a, const void *x, float *y);
  * f32 / f16) for the G query heads that share it (q: G rows of hd floats):
  *   scores: sc[g * sc_stride + r] = scale * dot(k row r, q row g)
  *   accum:  out[g * hd + i] += sum over r, in order, of p[g * p_stride + r] * v row r [i]
- * The result for one query head does not depend on G or on the others. */
+ * The result for one query head does not depend on G or on the others.
+ * next (rows read after these, for SIMD versions to prefetch) is ignored. */
 void smol_kv_scores_f32_ref(int hd, const void *k, int n_rows, const float *q, int G, float scale, float *sc,
-                            size_t sc_stride);
+                            size_t sc_stride, const void *next);
 void smol_kv_scores_f16_ref(int hd, const void *k, int n_rows, const float *q, int G, float scale, float *sc,
-                            size_t sc_stride);
-void smol_kv_accum_f32_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out);
-void smol_kv_accum_f16_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out);
+                            size_t sc_stride, const void *next);
+void smol_kv_accum_f32_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out,
+                           const void *next);
+void smol_kv_accum_f16_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out,
+                           const void *next);
 
 #endif

@@ -383,8 +383,8 @@ START_TEST(test_attention)
                     }
                     for (int i = 0; i < G * hd; i++) q[i] = nrand();
                     const float scale = 0.088f;
-                    (f16 ? smol_kv_scores_f16_ref : smol_kv_scores_f32_ref)(hd, rows, R, q, G, scale, sc1, stride);
-                    k->kv_scores[t](hd, rows, R, q, G, scale, sc2, stride);
+                    (f16 ? smol_kv_scores_f16_ref : smol_kv_scores_f32_ref)(hd, rows, R, q, G, scale, sc1, stride, NULL);
+                    k->kv_scores[t](hd, rows, R, q, G, scale, sc2, stride, rows);
                     for (int g = 0; g < G; g++)
                         for (int r = 0; r < R; r++) {
                             double a = 0;
@@ -396,7 +396,7 @@ START_TEST(test_attention)
                                           f16 ? 16 : 32, hd, G, R, g, r, sc1[g * stride + r], sc2[g * stride + r]);
                         }
                     for (int g = 0; g < G; g++) { /* alone */
-                        k->kv_scores[t](hd, rows, R, q + g * hd, 1, scale, sc3, stride);
+                        k->kv_scores[t](hd, rows, R, q + g * hd, 1, scale, sc3, stride, NULL);
                         ck_assert(!memcmp(sc3, sc2 + g * stride, (size_t)R * sizeof(float)));
                     }
                     /* weights as a softmax would give; out starts non-zero (accumulation across pages) */
@@ -410,14 +410,14 @@ START_TEST(test_attention)
                                                         (f16 ? smol_half_to_f32(((smol_half *)rows)[(size_t)r * hd + i])
                                                              : ((float *)rows)[(size_t)r * hd + i]));
                         }
-                    (f16 ? smol_kv_accum_f16_ref : smol_kv_accum_f32_ref)(hd, rows, R, sc1, stride, G, o1);
+                    (f16 ? smol_kv_accum_f16_ref : smol_kv_accum_f32_ref)(hd, rows, R, sc1, stride, G, o1, NULL);
                     memcpy(o3, o2, sizeof(float) * hd); /* head 0's start, for the alone check */
-                    k->kv_accum[t](hd, rows, R, sc1, stride, G, o2);
+                    k->kv_accum[t](hd, rows, R, sc1, stride, G, o2, rows);
                     for (int i = 0; i < G * hd; i++) /* per term: a fused multiply-add vs a rounded product */
                         ck_assert_msg(fabs(o1[i] - o2[i]) <= 2e-7 * R * mag[i] + 1e-30,
                                       "%s kv_accum f%d hd %d G %d rows %d i %d: %g vs %g", variants[_i], f16 ? 16 : 32,
                                       hd, G, R, i, o1[i], o2[i]);
-                    k->kv_accum[t](hd, rows, R, sc1, stride, 1, o3);
+                    k->kv_accum[t](hd, rows, R, sc1, stride, 1, o3, NULL);
                     ck_assert(!memcmp(o3, o2, sizeof(float) * hd));
                     free(kv); free(q); free(sc1); free(sc2); free(sc3); free(o1); free(o2); free(o3); free(mag);
                 }
