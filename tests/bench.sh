@@ -10,15 +10,18 @@
 #      low-level API, tests/bench/llama_cpp_bench.py; its wheel is built
 #      from PyPI source once, niced, and cached in build/wheels and
 #      /tmp/wheels) under /usr/bin/time for peak RSS, best of BENCH_REPS;
-#   4. prints one table.
-# Environment: BENCH_THREADS (2), BENCH_REPS (2), BENCH_P (512), BENCH_N (128),
-# BENCH_MODEL (path), BENCH_NO_LLAMA=1 to skip llama.cpp.
+#   4. with BENCH_D set, generation after that many tokens of context too
+#      (both engines, -d as llama-bench's: attention over a long cache);
+#   5. prints one table.
+# Environment: BENCH_THREADS (2), BENCH_REPS (3), BENCH_P (512), BENCH_N (128),
+# BENCH_D (0: no depth row), BENCH_MODEL (path), BENCH_NO_LLAMA=1 to skip llama.cpp.
 set -u
 BUILD=${1:-build}
 T=${BENCH_THREADS:-2}
-REPS=${BENCH_REPS:-2}
+REPS=${BENCH_REPS:-3}
 P=${BENCH_P:-512}
 N=${BENCH_N:-128}
+D=${BENCH_D:-0}
 MODEL=${BENCH_MODEL:-build/models/smollm3-3b-synth.Q4_K_M.gguf}
 WHEELS=build/wheels
 VENV=build/venv-llama
@@ -81,8 +84,27 @@ while [ $i -lt "$REPS" ]; do
     fi
 done
 
+OUR_TGD=""; LL_TGD=""
+if [ "$D" -gt 0 ]; then
+    i=0
+    while [ $i -lt "$REPS" ]; do
+        i=$((i + 1))
+        echo "bench: run $i/$REPS: smollm3 bench -p $P -n $N -d $D -t $T"
+        nice "$BUILD/bin/smollm3" bench -m "$MODEL" -p "$P" -n "$N" -d "$D" -t "$T" --json > "$OUT/ours-d.$i.txt" ||
+            { cat "$OUT/ours-d.$i.txt"; exit 1; }
+        OUR_TGD=$(best "$(json_field "$OUT/ours-d.$i.txt" tg_tps)" "$OUR_TGD")
+        if [ -n "$PY" ]; then
+            echo "bench: run $i/$REPS: llama.cpp tg$N @ d$D -t $T"
+            nice "$PY" tests/bench/llama_cpp_bench.py "$MODEL" -p "$P" -n "$N" -d "$D" -t "$T" \
+                > "$OUT/llama-d.$i.txt" 2>&1 || tail -5 "$OUT/llama-d.$i.txt"
+            LL_TGD=$(best "$(json_field "$OUT/llama-d.$i.txt" tg_tps)" "$LL_TGD")
+        fi
+    done
+fi
+
 awk -v bw="$BW" -v mb="$MODEL_BYTES" -v t="$T" -v p="$P" -v n="$N" -v reps="$REPS" \
     -v opp="$OUR_PP" -v otg="$OUR_TG" -v orss="$OUR_RSS" -v lpp="$LL_PP" -v ltg="$LL_TG" -v lrss="$LL_RSS" \
+    -v d="$D" -v otgd="$OUR_TGD" -v ltgd="$LL_TGD" \
     -v load="$(cut -d' ' -f1-3 /proc/loadavg)" 'BEGIN {
     lim = bw * 1e9 / mb
     printf "\nsynthetic SmolLM3-3B Q4_K_M (%.3f GB), %d threads, best of %d, load average %s\n", mb / 1e9, t, reps, load
@@ -92,6 +114,10 @@ awk -v bw="$BW" -v mb="$MODEL_BYTES" -v t="$T" -v p="$P" -v n="$N" -v reps="$REP
     printf "%-22s %12.2f %12s %14s\n", "pp" p " tokens/s", opp, (lpp > 0 ? sprintf("%.2f", lpp) : "n/a"), r
     r = (ltg > 0) ? sprintf("%.2fx", otg / ltg) : "n/a"
     printf "%-22s %12.2f %12s %14s\n", "tg" n " tokens/s", otg, (ltg > 0 ? sprintf("%.2f", ltg) : "n/a"), r
+    if (d > 0) {
+        r = (ltgd > 0) ? sprintf("%.2fx", otgd / ltgd) : "n/a"
+        printf "%-22s %12.2f %12s %14s\n", "tg" n " @ d" d " tok/s", otgd, (ltgd > 0 ? sprintf("%.2f", ltgd) : "n/a"), r
+    }
     printf "%-22s %12.0f %12s %14s\n", "peak RSS MiB", orss / 1024, (lrss > 0 ? sprintf("%.0f", lrss / 1024) : "n/a"),
            (lrss > 0 ? sprintf("%.2fx", orss / lrss) : "n/a")
     printf "%-22s %11.0f%% %11s %14s\n", "tg / bandwidth limit", 100 * otg / lim,
