@@ -10,7 +10,8 @@
  * the CPU has AVX-512) with software prefetch 1 KiB and 4 KiB ahead, as the
  * decode kernels do; 64-bit loads without AVX2.  The best pass of any method
  * is the machine's read bandwidth, printed as "read bandwidth: X GB/s", and
- * with --json as {"read_gbs": X} on the last line.
+ * with --json as {"read_gbs": X} on the last line.  MEMBW_VERBOSE=1 in the
+ * environment prints every pass (on a shared machine they spread widely).
  */
 #include <pthread.h>
 #include <sys/mman.h>
