@@ -27,6 +27,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#define DECODE_TOKENS 8 /* up to one kernel tile: weights streamed once per call */
+
 #ifndef ROWS_PER_TASK
 #define ROWS_PER_TASK 64
 #endif
@@ -262,7 +264,7 @@ static int plan_parts(struct cpu *c, const struct smol_weight *const *ws, int n_
 {
     struct mm_part *p = c->parts;
     int np = 0;
-    if (n == 1) {
+    if (n <= DECODE_TOKENS) {
         long left = 0;
         for (int i = 0; i < n_w; i++) left += ws[i]->rows;
         for (int i = 0; i < n_w; i++) {

@@ -256,7 +256,7 @@ static void unpack_row_q4_K_x16(int n, const void *packed, int row, void *out)
 /* 16 rows (the group's blocks x[nb]) x NT tokens -> out[t * out_stride + r] */
 static inline __attribute__((always_inline)) void q4_K_x16_tile(int nb, const struct q4_K_x16 *x, const uint8_t *a,
                                                                 size_t a_stride, const int NT, float *out,
-                                                                size_t out_stride)
+                                                                size_t out_stride, const int pf)
 {
     const __m512i m4 = _mm512_set1_epi8(0xF), m6 = _mm512_set1_epi32(63), m4d = _mm512_set1_epi32(0xF);
     const __m512i m30 = _mm512_set1_epi32(0x30);
@@ -265,7 +265,7 @@ static inline __attribute__((always_inline)) void q4_K_x16_tile(int nb, const st
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const struct q4_K_x16 *b = x + i;
-        if (NT == 1) PREFETCH_AHEAD(b, sizeof *b);
+        if (pf) PREFETCH_AHEAD(b, sizeof *b);
         const __m512i D0 = _mm512_load_si512(b->sd[0]), D1 = _mm512_load_si512(b->sd[1]);
         const __m512i D2 = _mm512_load_si512(b->sd[2]);
         __m512i I[8];
@@ -421,7 +421,7 @@ static void unpack_row_q6_K_x16(int n, const void *packed, int row, void *out)
 
 static inline __attribute__((always_inline)) void q6_K_x16_tile(int nb, const struct q6_K_x16 *x, const uint8_t *a,
                                                                 size_t a_stride, const int NT, float *out,
-                                                                size_t out_stride)
+                                                                size_t out_stride, const int pf)
 {
     const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
     __m512 acc[8];
@@ -429,7 +429,7 @@ static inline __attribute__((always_inline)) void q6_K_x16_tile(int nb, const st
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const struct q6_K_x16 *b = x + i;
-        if (NT == 1) PREFETCH_AHEAD(b, sizeof *b);
+        if (pf) PREFETCH_AHEAD(b, sizeof *b);
         __m512i I[8];
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) I[t] = _mm512_setzero_si512();
@@ -486,6 +486,7 @@ static inline __attribute__((always_inline)) void q6_K_x16_tile(int nb, const st
                                       int n_tok, float *out, size_t out_stride)                                 \
     {                                                                                                           \
         const int nb = n / QK_K, ng = n_rows / 16;                                                              \
+        const int pf = n_tok <= 8; /* one tile: the rows stream from memory once, ask for them ahead */         \
         const struct T##_x16 *x = packed;                                                                       \
         for (int t0 = 0; t0 < n_tok; t0 += 8) {                                                                 \
             const uint8_t *at = (const uint8_t *)a + (size_t)t0 * a_stride;                                     \
@@ -494,14 +495,14 @@ static inline __attribute__((always_inline)) void q6_K_x16_tile(int nb, const st
                 const struct T##_x16 *xg = x + (size_t)g * nb;                                                  \
                 float *o = out + (size_t)t0 * out_stride + 16 * g;                                              \
                 switch (nt) {                                                                                   \
-                case 8: T##_x16_tile(nb, xg, at, a_stride, 8, o, out_stride); break;                            \
-                case 7: T##_x16_tile(nb, xg, at, a_stride, 7, o, out_stride); break;                            \
-                case 6: T##_x16_tile(nb, xg, at, a_stride, 6, o, out_stride); break;                            \
-                case 5: T##_x16_tile(nb, xg, at, a_stride, 5, o, out_stride); break;                            \
-                case 4: T##_x16_tile(nb, xg, at, a_stride, 4, o, out_stride); break;                            \
-                case 3: T##_x16_tile(nb, xg, at, a_stride, 3, o, out_stride); break;                            \
-                case 2: T##_x16_tile(nb, xg, at, a_stride, 2, o, out_stride); break;                            \
-                default: T##_x16_tile(nb, xg, at, a_stride, 1, o, out_stride); break;                           \
+                case 8: T##_x16_tile(nb, xg, at, a_stride, 8, o, out_stride, pf); break;                            \
+                case 7: T##_x16_tile(nb, xg, at, a_stride, 7, o, out_stride, pf); break;                            \
+                case 6: T##_x16_tile(nb, xg, at, a_stride, 6, o, out_stride, pf); break;                            \
+                case 5: T##_x16_tile(nb, xg, at, a_stride, 5, o, out_stride, pf); break;                            \
+                case 4: T##_x16_tile(nb, xg, at, a_stride, 4, o, out_stride, pf); break;                            \
+                case 3: T##_x16_tile(nb, xg, at, a_stride, 3, o, out_stride, pf); break;                            \
+                case 2: T##_x16_tile(nb, xg, at, a_stride, 2, o, out_stride, pf); break;                            \
+                default: T##_x16_tile(nb, xg, at, a_stride, 1, o, out_stride, pf); break;                           \
                 }                                                                                               \
             }                                                                                                   \
         }                                                                                                       \

@@ -10,11 +10,15 @@
 #      low-level API, tests/bench/llama_cpp_bench.py; its wheel is built
 #      from PyPI source once, niced, and cached in build/wheels and
 #      /tmp/wheels) under /usr/bin/time for peak RSS, best of BENCH_REPS;
+#      With BENCH_B > 1 (default 4) both also generate with that many
+#      sequences at once (one batch per step, as the daemon's continuous
+#      batching does): all tokens per second;
 #   4. with BENCH_D set, generation after that many tokens of context too
 #      (both engines, -d as llama-bench's: attention over a long cache);
 #   5. prints one table.
 # Environment: BENCH_THREADS (2), BENCH_REPS (3), BENCH_P (512), BENCH_N (128),
-# BENCH_D (0: no depth row), BENCH_MODEL (path), BENCH_NO_LLAMA=1 to skip llama.cpp.
+# BENCH_B (4; 1: no batch row), BENCH_D (0: no depth row), BENCH_MODEL (path),
+# BENCH_NO_LLAMA=1 to skip llama.cpp.
 set -u
 BUILD=${1:-build}
 T=${BENCH_THREADS:-2}
@@ -22,6 +26,7 @@ REPS=${BENCH_REPS:-3}
 P=${BENCH_P:-512}
 N=${BENCH_N:-128}
 D=${BENCH_D:-0}
+B=${BENCH_B:-4}
 MODEL=${BENCH_MODEL:-build/models/smollm3-3b-synth.Q4_K_M.gguf}
 WHEELS=build/wheels
 VENV=build/venv-llama
@@ -64,7 +69,7 @@ best() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == "" || a + 0 > b + 0) print a;
 nice "$BUILD/bench/bench_membw" -t "$T" --json > "$OUT/membw.txt" || exit 1
 BW=$(json_field "$OUT/membw.txt" read_gbs)
 
-OUR_PP=""; OUR_TG=""; OUR_RSS=""; LL_PP=""; LL_TG=""; LL_RSS=""
+OUR_PP=""; OUR_TG=""; OUR_RSS=""; LL_PP=""; LL_TG=""; LL_RSS=""; OUR_TGB=""; LL_TGB=""
 i=0
 while [ $i -lt "$REPS" ]; do
     i=$((i + 1))
@@ -83,6 +88,24 @@ while [ $i -lt "$REPS" ]; do
         LL_RSS=$(best "$(rss_kb "$OUT/llama.$i.time")" "$LL_RSS")
     fi
 done
+
+# batched generation: a separate run (its KV pool for B sequences would count in the RSS above)
+if [ "$B" -gt 1 ]; then
+    i=0
+    while [ $i -lt "$REPS" ]; do
+        i=$((i + 1))
+        echo "bench: run $i/$REPS: smollm3 bench -p 64 -n $N -b $B -t $T"
+        nice "$BUILD/bin/smollm3" bench -m "$MODEL" -p 64 -n "$N" -b "$B" -t "$T" --json > "$OUT/ours-b.$i.txt" ||
+            { cat "$OUT/ours-b.$i.txt"; exit 1; }
+        OUR_TGB=$(best "$(json_field "$OUT/ours-b.$i.txt" tg_batch_tps)" "$OUR_TGB")
+        if [ -n "$PY" ]; then
+            echo "bench: run $i/$REPS: llama.cpp tg$N x b$B -t $T"
+            nice "$PY" tests/bench/llama_cpp_bench.py "$MODEL" -p 64 -n "$N" -b "$B" -t "$T" \
+                > "$OUT/llama-b.$i.txt" 2>&1 || tail -5 "$OUT/llama-b.$i.txt"
+            LL_TGB=$(best "$(json_field "$OUT/llama-b.$i.txt" tg_batch_tps)" "$LL_TGB")
+        fi
+    done
+fi
 
 OUR_TGD=""; LL_TGD=""
 if [ "$D" -gt 0 ]; then
@@ -104,7 +127,7 @@ fi
 
 awk -v bw="$BW" -v mb="$MODEL_BYTES" -v t="$T" -v p="$P" -v n="$N" -v reps="$REPS" \
     -v opp="$OUR_PP" -v otg="$OUR_TG" -v orss="$OUR_RSS" -v lpp="$LL_PP" -v ltg="$LL_TG" -v lrss="$LL_RSS" \
-    -v d="$D" -v otgd="$OUR_TGD" -v ltgd="$LL_TGD" \
+    -v d="$D" -v otgd="$OUR_TGD" -v ltgd="$LL_TGD" -v b="$B" -v otgb="$OUR_TGB" -v ltgb="$LL_TGB" \
     -v load="$(cut -d' ' -f1-3 /proc/loadavg)" 'BEGIN {
     lim = bw * 1e9 / mb
     printf "\nsynthetic SmolLM3-3B Q4_K_M (%.3f GB), %d threads, best of %d, load average %s\n", mb / 1e9, t, reps, load
@@ -114,6 +137,10 @@ awk -v bw="$BW" -v mb="$MODEL_BYTES" -v t="$T" -v p="$P" -v n="$N" -v reps="$REP
     printf "%-22s %12.2f %12s %14s\n", "pp" p " tokens/s", opp, (lpp > 0 ? sprintf("%.2f", lpp) : "n/a"), r
     r = (ltg > 0) ? sprintf("%.2fx", otg / ltg) : "n/a"
     printf "%-22s %12.2f %12s %14s\n", "tg" n " tokens/s", otg, (ltg > 0 ? sprintf("%.2f", ltg) : "n/a"), r
+    if (b > 1) {
+        r = (ltgb > 0) ? sprintf("%.2fx", otgb / ltgb) : "n/a"
+        printf "%-22s %12.2f %12s %14s\n", "tg" n " x b" b " tok/s", otgb, (ltgb > 0 ? sprintf("%.2f", ltgb) : "n/a"), r
+    }
     if (d > 0) {
         r = (ltgd > 0) ? sprintf("%.2fx", otgd / ltgd) : "n/a"
         printf "%-22s %12.2f %12s %14s\n", "tg" n " @ d" d " tok/s", otgd, (ltgd > 0 ? sprintf("%.2f", ltgd) : "n/a"), r

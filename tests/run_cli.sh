@@ -68,6 +68,12 @@ cmp -s "$TMP/out" "$TMP/s1" && ok || bad "same seed -> same tokens"
 expect 0 "bench --json" $S bench -m $T -p 16 -n 4 -t 2 --json
 tail -n 1 "$TMP/out" | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); assert d['pp_tps']>0 and d['tg_tps']>0" \
     && ok || bad "bench --json last line"
+expect 0 "bench -d -b" $S bench -m $T -p 16 -n 4 -d 40 -b 3 -t 2 --json
+grep -q "^tg4 @ d40: " "$TMP/out" && grep -q "^tg4 x b3: .* tokens/s in all" "$TMP/out" && ok || bad "bench -d -b lines"
+tail -n 1 "$TMP/out" | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); assert d['tg_batch_tps']>0" \
+    && ok || bad "bench -b --json has tg_batch_tps"
+expect 2 "bench -b 0" $S bench -m $T -b 0
+expect 2 "bench -b 65" $S bench -m $T -b 65
 
 # ---- bad input: clear error, non-zero exit, no crash
 expect 1 "missing model" $S logits -m /nonexistent.gguf --ids 1 -o "$TMP/x"

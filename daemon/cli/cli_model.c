@@ -9,11 +9,14 @@
  *            greedy at --temp 0; stops early at an end-of-generation token.
  *            --json prints {"ids":[...]} with the generated ids only; otherwise
  *            the generated text is streamed to stdout.
- *   bench    -m MODEL -p 512 -n 128 [-d DEPTH] [-t THREADS] [--json]
+ *   bench    -m MODEL -p 512 -n 128 [-d DEPTH] [-b BATCH] [-t THREADS] [--json]
  *            prompt processing and generation tokens/s; generation follows
  *            DEPTH tokens of context (0: an empty one, as llama-bench's tg;
  *            the line reads "tg128 @ d4096:"); with --json the last line is
- *            {"pp_tps": ..., "tg_tps": ...}.
+ *            {"pp_tps": ..., "tg_tps": ...}.  -b B > 1 adds generation by B
+ *            sequences at once, a token of each per step with B rows of
+ *            logits (the daemon's continuous batching): "tg128 x b4: T
+ *            tokens/s in all" and "tg_batch_tps" in the JSON.
  */
 #include "cli.h"
 #include "../model.h"
@@ -29,7 +32,7 @@
 struct opts {
     const char *model, *ids, *out, *prompt;
     int all, json, kv_f32, yarn, n_ctx;
-    long n, threads, p, d;
+    long n, threads, p, d, b;
     struct smol_sampler_params sp;
     int have_temp;
 };
@@ -67,6 +70,8 @@ static int parse(const char *cmd, int argc, char **argv, struct opts *o)
             NEED(); if (smol_cli_parse_int(cmd, a, v, 1, 256, &o->threads)) return 2;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             NEED(); if (smol_cli_parse_int(cmd, a, v, 0, 1 << 20, &o->n)) return 2;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {
+            NEED(); if (smol_cli_parse_int(cmd, a, v, 1, 64, &o->b)) return 2;
         } else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) {
             NEED(); if (smol_cli_parse_int(cmd, a, v, 0, 1 << 20, &o->d)) return 2;
         } else if (!strcmp(a, "-p")) {
@@ -274,6 +279,43 @@ out:
     return rc;
 }
 
+/* -b: o->b sequences, each after o->d tokens of context, generate o->n
+ * tokens together, one batch per step with every row's logits. */
+static int bench_batch(struct smol_model *m, const struct opts *o, const int32_t *ids, double *tps, char *err)
+{
+    const int B = (int)o->b;
+    struct smol_kv_seq seqs[64];
+    struct smol_kv_seq *sp[64];
+    int32_t tok[64], pos[64], idx[64];
+    float *logits = malloc((size_t)B * m->cfg.vocab * sizeof *logits);
+    int rc = -1;
+    for (int i = 0; i < B; i++) {
+        smol_kv_seq_init(&seqs[i]);
+        sp[i] = &seqs[i];
+        idx[i] = i;
+    }
+    if (!logits) { smol_errf(err, SMOL_ENOMEM, "bench: out of memory"); goto out; }
+    for (int i = 0; i < B && o->d > 0; i++)
+        for (long k = 0; k < o->d; k += o->p)
+            if (smol_model_eval(m, &seqs[i], ids + k, (int)(o->d - k < o->p ? o->d - k : o->p), 0, NULL, err)) goto out;
+    double t0 = now_s();
+    for (long s = 0; s < o->n; s++) {
+        for (int i = 0; i < B; i++) {
+            pos[i] = seqs[i].n_tokens;
+            tok[i] = ids[(s * B + i) % (o->p + 1)];
+            if (smol_kv_seq_reserve(&m->kv, &seqs[i], pos[i], pos[i] + 1, err)) goto out;
+        }
+        const struct smol_batch b = {.n_tokens = B, .tokens = tok, .pos = pos, .seq = sp, .n_out = B, .out_idx = idx};
+        if (smol_model_forward(m, &b, logits, err)) goto out;
+    }
+    *tps = (double)o->n * B / (now_s() - t0);
+    rc = 0;
+out:
+    for (int i = 0; i < B; i++) smol_kv_seq_deinit(&m->kv, &seqs[i]);
+    free(logits);
+    return rc;
+}
+
 int smol_cli_bench(int argc, char **argv)
 {
     struct opts o;
@@ -282,7 +324,10 @@ int smol_cli_bench(int argc, char **argv)
     if (o.p < 0) o.p = 512;
     if (o.n < 0) o.n = 128;
     if (o.n < 1) { fprintf(stderr, "smollm3 bench: -n must be >= 1\n"); return 2; }
-    struct smol_model *m = open_model("bench", &o, ctx_for((o.p > o.d ? o.p : o.d) + o.n + 1));
+    if (o.b < 1) o.b = 1;
+    /* the KV pool holds one full context: with -b, room for the B sequences too */
+    const long per_seq = (o.p > o.d ? o.p : o.d) + o.n + 1;
+    struct smol_model *m = open_model("bench", &o, ctx_for(o.b > 1 ? (o.b + 1) * (per_seq + SMOL_KV_PAGE) : per_seq));
     if (!m) return 1;
     rc = 1;
     char err[SMOL_ERRLEN];
@@ -321,14 +366,18 @@ int smol_cli_bench(int argc, char **argv)
         if (smol_model_eval(m, &seq, &t, 1, 0, logits, err)) goto fail;
     }
     double t_tg = now_s() - t0;
-    double pp = o.p / t_pp, tg = o.n / t_tg;
+    double pp = o.p / t_pp, tg = o.n / t_tg, tgb = 0;
+    if (o.b > 1 && bench_batch(m, &o, ids, &tgb, err)) goto fail;
     printf("model: %s (%s, %d layers, dim %d, vocab %d)\n", o.model, m->cfg.arch_name, m->cfg.n_layers, m->cfg.dim,
            m->cfg.vocab);
     printf("backend: %s, threads: %d\n", m->be->name, m->be->n_threads);
     printf("pp%ld: %.2f tokens/s (%.3f s)\n", o.p, pp, t_pp);
     if (o.d) printf("tg%ld @ d%ld: %.2f tokens/s (%.3f s)\n", o.n, o.d, tg, t_tg);
     else printf("tg%ld: %.2f tokens/s (%.3f s)\n", o.n, tg, t_tg);
-    if (o.json) printf("{\"pp_tps\": %.3f, \"tg_tps\": %.3f}\n", pp, tg);
+    if (o.b > 1) printf("tg%ld x b%ld: %.2f tokens/s in all (%.2f per sequence)\n", o.n, o.b, tgb, tgb / o.b);
+    if (o.json && o.b > 1)
+        printf("{\"pp_tps\": %.3f, \"tg_tps\": %.3f, \"tg_batch_tps\": %.3f}\n", pp, tg, tgb);
+    else if (o.json) printf("{\"pp_tps\": %.3f, \"tg_tps\": %.3f}\n", pp, tg);
     rc = 0;
     goto out;
 fail:
