@@ -647,6 +647,98 @@ static inline __attribute__((always_inline)) void q6_K_tile_z(int nb, const stru
 DEFINE_GEMM_Z(q4_K)
 DEFINE_GEMM_Z(q6_K)
 
+/* Attention with 512-bit registers (the shared body's kernels are 256-bit):
+ * the same loops as kv_scores / kv_accum there, 16 floats per step.  A
+ * head's score: one 16-lane accumulator over the row in order, folded to 8
+ * lanes and summed by the 4 heads' hadd tree; its weighted sum: every
+ * output element adds its rows' terms in row order.  hd a multiple of 16
+ * (scores) or 64 (accum), else the shared 256-bit kernel. */
+static inline __attribute__((always_inline)) __m512 load16_f32(const float *p) { return _mm512_loadu_ps(p); }
+static inline __attribute__((always_inline)) __m512 load16_f16(const smol_half *p)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline __attribute__((always_inline)) __m256 fold8(__m512 a)
+{
+    return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+}
+
+#define DEFINE_KV_SCORES_Z(T, ELT)                                                                                \
+    static void kv_scores_##T##_z(int hd, const void *k, int n_rows, const float *q, int G, float scale,      \
+                                  float *sc, size_t sc_stride, const void *next)                              \
+    {                                                                                                         \
+        if (hd % 16) { kv_scores_##T##_avx512(hd, k, n_rows, q, G, scale, sc, sc_stride, next); return; }    \
+        for (int g0 = 0; g0 < G; g0 += 4) {                                                                   \
+            const int ng = G - g0 < 4 ? G - g0 : 4;                                                           \
+            const float *q0 = q + (size_t)g0 * hd, *q1 = q0 + (size_t)(ng > 1) * hd,                          \
+                        *q2 = q0 + (size_t)(ng > 2 ? 2 : ng - 1) * hd, *q3 = q0 + (size_t)(ng - 1) * hd;      \
+            for (int r = 0; r < n_rows; r++) {                                                                \
+                const ELT *kr = (const ELT *)k + (size_t)r * hd;                                              \
+                if (next && g0 == 0) {                                                                        \
+                    const char *pf = (const char *)((const ELT *)next + (size_t)r * hd);                      \
+                    for (size_t o = 0; o < hd * sizeof(ELT); o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);      \
+                }                                                                                             \
+                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                   \
+                for (int i = 0; i < hd; i += 16) {                                                            \
+                    const __m512 kv = load16_##T(kr + i);                                                     \
+                    a0 = _mm512_fmadd_ps(kv, _mm512_loadu_ps(q0 + i), a0);                                    \
+                    a1 = _mm512_fmadd_ps(kv, _mm512_loadu_ps(q1 + i), a1);                                    \
+                    a2 = _mm512_fmadd_ps(kv, _mm512_loadu_ps(q2 + i), a2);                                    \
+                    a3 = _mm512_fmadd_ps(kv, _mm512_loadu_ps(q3 + i), a3);                                    \
+                }                                                                                             \
+                const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(fold8(a0), fold8(a1)),                         \
+                                                _mm256_hadd_ps(fold8(a2), fold8(a3)));                        \
+                float o[4];                                                                                   \
+                _mm_storeu_ps(o, _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)), \
+                                            _mm_set1_ps(scale)));                                             \
+                for (int g = 0; g < ng; g++) sc[(size_t)(g0 + g) * sc_stride + r] = o[g];                     \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+
+#define DEFINE_KV_ACCUM_Z(T, ELT)                                                                                 \
+    static void kv_accum_##T##_z(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G,   \
+                                 float *out, const void *next)                                                \
+    {                                                                                                         \
+        if (hd % 64) { kv_accum_##T##_avx512(hd, v, n_rows, p, p_stride, G, out, next); return; }            \
+        float junk[4][64]; /* a missing head's block: fixed trip counts keep acc in registers */              \
+        for (int g0 = 0; g0 < G; g0 += 4) {                                                                   \
+            const int ng = G - g0 < 4 ? G - g0 : 4;                                                           \
+            const float *pg[4];                                                                               \
+            for (int g = 0; g < 4; g++) pg[g] = p + (size_t)(g0 + (g < ng ? g : ng - 1)) * p_stride;         \
+            for (int i = 0; i < hd; i += 64) {                                                                \
+                float *og[4];                                                                                 \
+                for (int g = 0; g < 4; g++) og[g] = g < ng ? out + (size_t)(g0 + g) * hd + i : junk[g];      \
+                __m512 acc[4][4];                                                                             \
+                _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++)                                           \
+                    _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)                                       \
+                        acc[g][c] = g < ng ? _mm512_loadu_ps(og[g] + 16 * c) : _mm512_setzero_ps();           \
+                for (int r = 0; r < n_rows; r++) {                                                            \
+                    const ELT *vr = (const ELT *)v + (size_t)r * hd + i;                                      \
+                    if (next && g0 == 0 && i == 0) {                                                          \
+                        const char *pf = (const char *)((const ELT *)next + (size_t)r * hd);                  \
+                        for (size_t o = 0; o < hd * sizeof(ELT); o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);  \
+                    }                                                                                         \
+                    __m512 w[4];                                                                              \
+                    _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) w[g] = _mm512_set1_ps(pg[g][r]);      \
+                    _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {                                     \
+                        const __m512 x = load16_##T(vr + 16 * c);                                             \
+                        _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++)                                   \
+                            acc[g][c] = _mm512_fmadd_ps(w[g], x, acc[g][c]);                                  \
+                    }                                                                                         \
+                }                                                                                             \
+                _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++)                                           \
+                    _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)                                       \
+                        _mm512_storeu_ps(og[g] + 16 * c, acc[g][c]);                                          \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+
+DEFINE_KV_SCORES_Z(f32, float)
+DEFINE_KV_SCORES_Z(f16, smol_half)
+DEFINE_KV_ACCUM_Z(f32, float)
+DEFINE_KV_ACCUM_Z(f16, smol_half)
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -675,6 +767,10 @@ int smol_cpu_fill_avx512(struct smol_cpu_kernels *k)
     k->pack[SMOL_TYPE_Q6_K] = pack_q6_K_x16;
     k->unpack_row[SMOL_TYPE_Q6_K] = unpack_row_q6_K_x16;
     k->gemm_packed[SMOL_TYPE_Q6_K] = gemm_packed_q6_K_x16;
+    k->kv_scores[SMOL_TYPE_F32] = kv_scores_f32_z;
+    k->kv_scores[SMOL_TYPE_F16] = kv_scores_f16_z;
+    k->kv_accum[SMOL_TYPE_F32] = kv_accum_f32_z;
+    k->kv_accum[SMOL_TYPE_F16] = kv_accum_f16_z;
     k->name = "cpu-avx512";
     return 1;
 }
