@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 void smol_model_settings_default(struct smol_model_settings *s)
 {
@@ -141,14 +143,17 @@ static enum smol_err bind(struct smol_weight *w, const struct smol_gguf *g, cons
     return SMOL_OK;
 }
 
-/* Norm vectors are used as plain f32 arrays: convert others once. */
+/* Norm vectors are used as plain f32 arrays, copied (converted) once: read
+ * from the mapping at every step they would keep its pages resident (see
+ * drop_norm_pages). */
 static enum smol_err bind_norm(struct smol_weight *w, const struct smol_gguf *g, const char *name, int dim,
                                float **owned, char *err)
 {
     enum smol_err e = bind(w, g, name, 1, dim, 0, err);
-    if (e || w->type == SMOL_TYPE_F32) return e;
+    if (e) return e;
     smol_type_traits(w->type)->dequant(w->data, *owned, dim);
     w->data = *owned;
+    w->file_backed = 0;
     w->type = SMOL_TYPE_F32;
     w->row_bytes = (size_t)dim * 4;
     *owned += dim;
@@ -212,6 +217,33 @@ static enum smol_err load_weights(struct smol_model *m, char *err)
             return smol_errf(err, SMOL_EUNSUPPORTED, "model: tensor '%s': attention biases are not supported", name);
     }
     return SMOL_OK;
+}
+
+/* The file's page cache comes in 2 MiB folios, mapped whole: the few KiB
+ * of a norm vector read at load keep 2 MiB of the mapping resident each
+ * (~75 MiB for SmolLM3-3B) after the weights around them were copied and
+ * dropped.  With the norms copied, those regions are dropped too (a
+ * read-only file mapping: whatever is read there again comes back from the
+ * page cache). */
+static void drop_norm_pages(const struct smol_model *m)
+{
+    const struct smol_gguf *g = m->gguf;
+    if (!g->mapped) return;
+    const uintptr_t huge = 2u << 20, lo_map = (uintptr_t)g->base, hi_map = lo_map + g->size;
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    char name[96];
+    for (int l = -1; l < m->cfg.n_layers; l++)
+        for (int k = 0; k < 2; k++) {
+            if (l < 0 && k) break;
+            if (l < 0) snprintf(name, sizeof name, "output_norm.weight");
+            else snprintf(name, sizeof name, "blk.%d.%s.weight", l, k ? "ffn_norm" : "attn_norm");
+            const struct smol_gguf_tensor *t = smol_gguf_find_tensor(g, name);
+            if (!t) continue;
+            uintptr_t lo = (uintptr_t)t->data / huge * huge, hi = ((uintptr_t)t->data + t->size + huge - 1) / huge * huge;
+            if (lo < lo_map) lo = (lo_map + pg - 1) / pg * pg;
+            if (hi > hi_map) hi = hi_map / pg * pg;
+            if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        }
 }
 
 static enum smol_err upload_all(struct smol_model *m, char *err)
@@ -322,6 +354,7 @@ enum smol_err smol_model_open(struct smol_model **out, const char *path, const s
     }
     if (!m->be && (e = smol_backend_cpu_new(&m->be, set.n_threads, err))) goto fail;
     if ((e = upload_all(m, err))) goto fail;
+    drop_norm_pages(m);
     int max_tokens = set.max_tokens < c->n_ctx ? set.max_tokens : c->n_ctx;
     if ((e = alloc_state(m, max_tokens, err))) goto fail;
 
