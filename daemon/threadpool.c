@@ -13,7 +13,7 @@
  * until none is left, and the run is over when all its tasks are done: the
  * caller does not wait for a worker that has not woken up (descheduled by
  * a busy machine: waiting for every worker to check in made 2-thread
- * decode 1.5x slower than 1 thread beside one niced compile).
+ * decode 1.5x slower than 1 thread beside a niced 2-job compile).
  */
 #include "threadpool.h"
 
@@ -68,7 +68,7 @@ struct smol_pool {
 struct worker_arg { struct smol_pool *p; int id; };
 
 /* take tasks of run gen until none is left (or the run is another one) */
-static int take_tasks(struct smol_pool *p, unsigned gen, int id)
+static void take_tasks(struct smol_pool *p, unsigned gen, int id)
 {
     const int n = atomic_load_explicit(&p->n_tasks, memory_order_relaxed);
     const smol_task_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
@@ -86,7 +86,6 @@ static int take_tasks(struct smol_pool *p, unsigned gen, int id)
         v++;
     }
     if (done) atomic_fetch_add_explicit(&p->done_tasks, done, memory_order_release);
-    return done;
 }
 
 static void *worker(void *a)
