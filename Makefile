@@ -6,9 +6,11 @@
 #   make fuzz       build the libFuzzer harnesses (clang) and run each for FUZZ_SECONDS
 #   make deps       install the system packages (apt, as root)
 #
-# Layout: kernels/*.c and daemon/*.c (except daemon/main_*.c) form
-# build/lib/libsmollm3.a; each daemon/main_NAME.c is a program build/bin/NAME;
-# each tests/test_NAME.c is a Check suite build/tests/test_NAME.
+# Layout: kernels/*.c and daemon/{model,text,server,client}/*.c (except main_*.c)
+# form build/lib/libsmollm3.a; each daemon/*/main_NAME.c is a program
+# build/bin/NAME (daemon/cli/*.c go into smollm3 only); each tests/test_NAME.c
+# is a Check suite build/tests/test_NAME, linked with the shared runner
+# tests/check_main.c.
 
 BUILD    ?= build
 CC       ?= cc
@@ -24,11 +26,13 @@ CFLAGS   := -std=gnu11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wno-unused-paramet
 LDLIBS   := $(PKG_LIBS) -lm -lpthread -ldl
 LDFLAGS  := $(SAN) -pthread
 
-LIB_SRCS := $(wildcard kernels/*.c) $(filter-out daemon/main_%.c,$(wildcard daemon/*.c))
+LAYERS   := model text server client
+LIB_SRCS := $(wildcard kernels/*.c) $(filter-out %/main_smollm3d.c %/main_smollm3ctl.c,$(foreach l,$(LAYERS),$(wildcard daemon/$(l)/*.c)))
 LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen/smollm3.pb-c.o
 PROTO_H  := $(BUILD)/gen/smollm3.pb-c.h
 LIB      := $(BUILD)/lib/libsmollm3.a
-PROGS    := $(patsubst daemon/main_%.c,$(BUILD)/bin/%,$(wildcard daemon/main_*.c))
+MAINS    := $(wildcard daemon/*/main_*.c)
+PROGS    := $(patsubst main_%.c,$(BUILD)/bin/%,$(notdir $(MAINS)))
 TESTS    := $(patsubst tests/test_%.c,$(BUILD)/tests/test_%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 
@@ -57,9 +61,9 @@ $(LIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-CLI_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard daemon/cli/*.c))
+CLI_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %/main_smollm3.c,$(wildcard daemon/cli/*.c)))
 
-$(BUILD)/bin/smollm3: $(BUILD)/obj/daemon/main_smollm3.o $(CLI_OBJS) $(LIB)
+$(BUILD)/bin/smollm3: $(BUILD)/obj/daemon/cli/main_smollm3.o $(CLI_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< $(CLI_OBJS) $(LIB) $(LDLIBS) -o $@
 
@@ -70,13 +74,17 @@ $(BUILD)/bin/smollm3-gateway: $(GW_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $(GW_OBJS) $(LIB) $(shell pkg-config --libs libmicrohttpd 2>/dev/null) $(LDLIBS) -o $@
 
-$(BUILD)/bin/%: $(BUILD)/obj/daemon/main_%.o $(LIB)
+$(BUILD)/bin/smollm3d: $(BUILD)/obj/daemon/server/main_smollm3d.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
-$(BUILD)/tests/test_%: $(BUILD)/obj/tests/test_%.o $(LIB)
+$(BUILD)/bin/smollm3ctl: $(BUILD)/obj/daemon/client/main_smollm3ctl.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $< $(LIB) $(CHECK_LIBS) $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/tests/test_%: $(BUILD)/obj/tests/test_%.o $(BUILD)/obj/tests/check_main.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $< $(BUILD)/obj/tests/check_main.o $(LIB) $(CHECK_LIBS) $(LDLIBS) -o $@
 
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIB)
 	@mkdir -p $(dir $@)
@@ -84,7 +92,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIB)
 
 # ---- cuda: the CUDA backend plugin ------------------------------------------------------
 # Built when nvcc is found (CUDA=0 skips it) into $(BUILD)/lib/libsmollm3_cuda.so, which
-# daemon/backend_cuda_loader.c dlopens at run time: the main binaries never link CUDA.
+# daemon/model/backend_cuda_loader.c dlopens at run time: the main binaries never link CUDA.
 CUDA      ?= auto
 NVCC      := $(if $(filter 0,$(CUDA)),,$(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null)))
 NVCCFLAGS := -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Wno-unused-parameter,-Wno-unused-function \
@@ -97,7 +105,7 @@ CUDA_LIB  := $(if $(NVCC),$(BUILD)/lib/libsmollm3_cuda.so)
 all: $(CUDA_LIB)
 
 $(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.cuh) kernels/quant.h kernels/fp16.h \
-        kernels/ops_ref.h daemon/backend.h daemon/backend_cuda_loader.h daemon/kv.h
+        kernels/ops_ref.h daemon/model/backend.h daemon/model/backend_cuda_loader.h daemon/model/kv.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -117,6 +125,7 @@ unit: all
 
 test: deps
 	$(MAKE) all
+	@$(MAKE) -s --no-print-directory check-headers
 	@sh tests/get_smollm2.sh || [ $$? = 3 ]
 	@sh tests/run_unit.sh $(BUILD)
 	@sh tests/run_cli.sh $(BUILD)
@@ -159,10 +168,12 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@sh tests/fuzz/run.sh $(FUZZ_SECONDS)
 
-# Every header compiles on its own (no hidden include-order dependencies).
+# Every header compiles on its own (no hidden include-order dependencies), and
+# includes follow the layers (tests/check_layers.sh).
 check-headers:
-	@for h in kernels/*.h daemon/*.h; do \
+	@for h in kernels/*.h daemon/*/*.h; do \
 	    echo "#include \"$$h\"" | $(CC) $(CFLAGS) -x c -fsyntax-only - || exit 1; done; echo "headers ok"
+	@sh tests/check_layers.sh
 
 # bench: smollm3d vs llama.cpp on a synthetic full-size SmolLM3-3B (tests/bench.sh; not part of test).
 bench: all

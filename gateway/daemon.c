@@ -1,5 +1,5 @@
 /*
- * daemon.c - the gateway's link to smollm3d: one DEALER (daemon/client.h)
+ * daemon.c - the gateway's link to smollm3d: one DEALER (daemon/client/client.h)
  * polled from the main epoll loop, stream bookkeeping and routing of
  * daemon events to their streams.
  *

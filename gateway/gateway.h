@@ -2,7 +2,7 @@
  * gateway.h - the shared state of smollm3-gateway (the .c files of gateway/).
  *
  * One thread runs everything: libmicrohttpd in external-epoll mode and the
- * ZeroMQ DEALER to the daemon (daemon/client.h) share one epoll loop
+ * ZeroMQ DEALER to the daemon (daemon/client/client.h) share one epoll loop
  * (main.c).  An HTTP request that generates text owns a struct gw_stream:
  * the daemon request id, the pending output bytes of the response and the
  * accumulators of a non-streaming answer.  Daemon events are routed to
@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <microhttpd.h>
 #include <jansson.h>
-#include "daemon/client.h"
+#include "daemon/client/client.h"
 #include "gateway/util.h"
 
 enum gw_kind {

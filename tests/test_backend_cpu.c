@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/backend.h"
-#include "daemon/kv.h"
+#include "daemon/model/backend.h"
+#include "daemon/model/kv.h"
 #include "kernels/fp16.h"
 #include "kernels/quant_ref.h"
 
@@ -218,7 +218,7 @@ START_TEST(t_attention)
 }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
     Suite *s = suite_create("backend_cpu");
     TCase *tc = tcase_create("ops");
@@ -227,9 +227,5 @@ int main(void)
     tcase_add_test(tc, t_matmul_parts);
     tcase_add_test(tc, t_attention);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
 }

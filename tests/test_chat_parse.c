@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/chat_parse.h"
+#include "daemon/text/chat_parse.h"
 
 struct result {
     struct smol_chat_buf reasoning, content, calls;
@@ -329,11 +329,7 @@ static Suite *parse_suite(void)
     return s;
 }
 
-int main(void)
+Suite *test_suite(void)
 {
-    SRunner *sr = srunner_create(parse_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return parse_suite();
 }

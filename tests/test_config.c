@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/config.h"
-#include "daemon/log.h"
+#include "daemon/server/config.h"
+#include "daemon/server/log.h"
 #include "tests/testutil.h"
 
 static enum smol_err parse(struct smol_daemon_config *c, enum smol_config_action *a, char *err, ...)
@@ -198,7 +198,7 @@ START_TEST(conf_file_matches_table)
 }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("config");
@@ -210,9 +210,5 @@ int main(void)
     tcase_add_test(tc, default_listen);
     tcase_add_test(tc, conf_file_matches_table);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? 1 : 0;
+    return s;
 }

@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/backend.h"
-#include "daemon/backend_cuda_loader.h"
-#include "daemon/model.h"
+#include "daemon/model/backend.h"
+#include "daemon/model/backend_cuda_loader.h"
+#include "daemon/model/model.h"
 #include "kernels/ops_ref.h"
 #include "kernels/quant_ref.h"
 #include "testutil.h"
@@ -450,7 +450,7 @@ END_TEST
 START_TEST(t_model_q4km) { model_case("models/fixture-a.Q4_K_M.gguf"); }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
     Suite *s = suite_create("cuda");
     TCase *tc = tcase_create("cuda");
@@ -465,10 +465,10 @@ int main(void)
     tcase_add_test(tc, t_model_q8);
     tcase_add_test(tc, t_model_q4km);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
+    return s;
+}
+
+void test_init(SRunner *sr)
+{
     srunner_set_fork_status(sr, CK_NOFORK);  /* one CUDA context per process */
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
 }

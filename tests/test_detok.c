@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/detok.h"
+#include "daemon/text/detok.h"
 
 #define FFFD "\xEF\xBF\xBD"
 
@@ -463,11 +463,7 @@ static Suite *detok_suite(void)
     return s;
 }
 
-int main(void)
+Suite *test_suite(void)
 {
-    SRunner *sr = srunner_create(detok_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return detok_suite();
 }

@@ -8,9 +8,9 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "daemon/engine.h"
-#include "daemon/model.h"
-#include "daemon/tokenizer.h"
+#include "daemon/server/engine.h"
+#include "daemon/model/model.h"
+#include "daemon/text/tokenizer.h"
 #include "smollm3.pb-c.h"
 #include "testutil.h"
 
@@ -378,7 +378,7 @@ START_TEST(t_queue_full_and_context)
 }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
     Suite *s = suite_create("engine");
     TCase *tc = tcase_create("engine");
@@ -390,9 +390,5 @@ int main(void)
     tcase_add_test(tc, t_kv_budget);
     tcase_add_test(tc, t_queue_full_and_context);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? 1 : 0;
+    return s;
 }

@@ -15,7 +15,7 @@
  * under CK_FORK, so a crash is a failure, and under ASan/UBSan via
  * `make asan`.
  */
-#include "daemon/gguf.h"
+#include "daemon/model/gguf.h"
 #include "kernels/quant_ref.h"
 
 #include <check.h>
@@ -960,11 +960,7 @@ static Suite *gguf_suite(void)
     return s;
 }
 
-int main(void)
+Suite *test_suite(void)
 {
-    SRunner *sr = srunner_create(gguf_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return gguf_suite();
 }

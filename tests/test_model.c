@@ -13,7 +13,7 @@
 #include <jansson.h>
 #include <math.h>
 
-#include "daemon/model.h"
+#include "daemon/model/model.h"
 #include "kernels/quant.h"
 #include "testutil.h"
 
@@ -584,7 +584,7 @@ START_TEST(t_bad_models)
 }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
     Suite *s = suite_create("model");
     TCase *tc = tcase_create("fixtures");
@@ -608,9 +608,5 @@ int main(void)
     tcase_add_test(tc, t_bad_input);
     tcase_add_test(tc, t_bad_models);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? 1 : 0;
+    return s;
 }

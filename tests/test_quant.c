@@ -25,7 +25,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "daemon/gguf.h"
+#include "daemon/model/gguf.h"
 #include "kernels/quant_ref.h"
 
 /* ============================================================== helpers */
@@ -610,11 +610,7 @@ static Suite *quant_suite(void)
     return s;
 }
 
-int main(void)
+Suite *test_suite(void)
 {
-    SRunner *sr = srunner_create(quant_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    const int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return quant_suite();
 }

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "daemon/engine.h"
-#include "daemon/log.h"
-#include "daemon/rpc.h"
+#include "daemon/server/engine.h"
+#include "daemon/server/log.h"
+#include "daemon/server/rpc.h"
 
 static const struct smol_rpc_limits LIM = {4096, 1000, 512};
 
@@ -690,9 +690,8 @@ START_TEST(loop_drain)
 }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
-    smol_log_init("test_rpc", SMOL_LOG_ERR);
     Suite *s = suite_create("rpc");
     TCase *tv = tcase_create("validation");
     tcase_add_test(tv, decode_malformed_and_oversized);
@@ -711,9 +710,10 @@ int main(void)
     tcase_add_test(tl, loop_peer_gone);
     tcase_add_test(tl, loop_drain);
     suite_add_tcase(s, tl);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? 1 : 0;
+    return s;
+}
+
+void test_init(SRunner *sr)
+{
+    smol_log_init("test_rpc", SMOL_LOG_ERR);
 }

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon/sampler.h"
+#include "daemon/text/sampler.h"
 
 /* ------------------------------------------------------------- helpers --- */
 
@@ -717,11 +717,7 @@ static Suite *sampler_suite(void)
     return s;
 }
 
-int main(void)
+Suite *test_suite(void)
 {
-    SRunner *sr = srunner_create(sampler_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return sampler_suite();
 }

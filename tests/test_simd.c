@@ -492,11 +492,7 @@ static Suite *suite(void)
     return s;
 }
 
-int main(void)
+Suite *test_suite(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return suite();
 }

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/chat_template.h"
-#include "daemon/gguf.h"
+#include "daemon/text/chat_template.h"
+#include "daemon/model/gguf.h"
 
 /* ------------------------------------------------------------ helpers */
 
@@ -742,11 +742,7 @@ static Suite *template_suite(void)
     return s;
 }
 
-int main(void)
+Suite *test_suite(void)
 {
-    SRunner *sr = srunner_create(template_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return template_suite();
 }

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../daemon/threadpool.h"
+#include "daemon/model/threadpool.h"
 
 #define MAX_TASKS 97
 
@@ -170,7 +170,7 @@ START_TEST(bad_sizes)
 }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
     Suite *s = suite_create("threadpool");
     TCase *tc = tcase_create("threadpool");
@@ -183,9 +183,5 @@ int main(void)
     tcase_set_timeout(tc_held, 15);
     tcase_add_test(tc_held, run_does_not_wait_for_absent_worker);
     suite_add_tcase(s, tc_held);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? 1 : 0;
+    return s;
 }

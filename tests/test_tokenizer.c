@@ -20,10 +20,10 @@
  * build/models/SmolLM2-135M-Instruct.Q4_1.gguf (tests/get_smollm2.sh) and
  * print "SKIPPED: ..." without it.
  */
-#include "daemon/chat_template.h"
-#include "daemon/chat_tokenize.h"
-#include "daemon/gguf.h"
-#include "daemon/tokenizer.h"
+#include "daemon/text/chat_template.h"
+#include "daemon/text/chat_tokenize.h"
+#include "daemon/model/gguf.h"
+#include "daemon/text/tokenizer.h"
 
 #include <check.h>
 #include <jansson.h>
@@ -937,7 +937,7 @@ START_TEST(spans_random_conversations)
 }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
     Suite *s = suite_create("tokenizer");
     TCase *tc = tcase_create("smollm3");
@@ -959,9 +959,5 @@ int main(void)
     tcase_add_test(tc, spans_equal_plain_on_fixture_renders);
     tcase_add_test(tc, spans_random_conversations);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
 }

@@ -47,7 +47,7 @@
  * ids: tokens(B) must start with tokens(A) (A ends with "<|im_end|>\n" and B
  * continues with a control token, so this holds; it is checked anyway).
  */
-#include "cli.h"
+#include "daemon/cli/cli.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -57,13 +57,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/chat_parse.h"
-#include "daemon/chat_template.h"
-#include "daemon/chat_tokenize.h"
-#include "daemon/detok.h"
-#include "daemon/model.h"
-#include "daemon/sampler.h"
-#include "daemon/tokenizer.h"
+#include "daemon/text/text.h"
+#include "daemon/model/model.h"
 
 #define CMD "chat"
 #define PREFILL_CHUNK 64        /* tokens per eval during prefill: Ctrl-C is checked between chunks */

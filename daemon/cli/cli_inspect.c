@@ -17,9 +17,9 @@
  *
  * Exit: 0 ok, 1 bad or missing file (message on stderr), 2 usage error.
  */
-#include "cli.h"
-#include "../gguf.h"
-#include "../../kernels/quant_ref.h"
+#include "daemon/cli/cli.h"
+#include "daemon/model/model.h"
+#include "kernels/quant_ref.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -18,10 +18,9 @@
  *            logits (the daemon's continuous batching): "tg128 x b4: T
  *            tokens/s in all" and "tg_batch_tps" in the JSON.
  */
-#include "cli.h"
-#include "../model.h"
-#include "../sampler.h"
-#include "../tokenizer.h"
+#include "daemon/cli/cli.h"
+#include "daemon/model/model.h"
+#include "daemon/text/text.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -20,10 +20,10 @@
  * The file is written streaming: header first, then each tensor in 1 MiB
  * pieces.
  */
-#include "cli.h"
-#include "../gguf.h"
-#include "../../kernels/quant.h"
-#include "../../kernels/quant_ref.h"
+#include "daemon/cli/cli.h"
+#include "daemon/model/model.h"
+#include "kernels/quant.h"
+#include "kernels/quant_ref.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -9,15 +9,15 @@
  * --date, today's local date is used (the renderer itself never reads the
  * clock: this is the one place that does).
  */
-#include "cli.h"
+#include "daemon/cli/cli.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-#include "daemon/chat_template.h"
-#include "daemon/gguf.h"
+#include "daemon/text/text.h"
+#include "daemon/model/model.h"
 
 #define CMD "template"
 

@@ -15,9 +15,9 @@
  *
  * Exit status: 0 ok, 1 runtime error (model, id out of range, I/O), 2 usage.
  */
-#include "cli.h"
-#include "daemon/gguf.h"
-#include "daemon/tokenizer.h"
+#include "daemon/cli/cli.h"
+#include "daemon/model/model.h"
+#include "daemon/text/text.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* cli_util.c - strict parsing of command-line values shared by the subcommands. */
-#include "cli.h"
+#include "daemon/cli/cli.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /*
  * backend_cuda.cu - struct smol_backend on one CUDA device: the plugin that
- * daemon/backend_cuda_loader.c dlopens (entry symbol smol_cuda_plugin_v1).
+ * daemon/model/backend_cuda_loader.c dlopens (entry symbol smol_cuda_plugin_v1).
  *
  * Memory: weights are uploaded once in their GGUF block format
  * (upload_weight sets w->dev) and freed with the backend; activations and
@@ -32,8 +32,8 @@
 #include "common.cuh"
 #include "ops_cuda.cuh"
 extern "C" {
-#include "../../daemon/backend.h"
-#include "../../daemon/backend_cuda_loader.h"
+#include "daemon/model/backend.h"
+#include "daemon/model/backend_cuda_loader.h"
 }
 
 static_assert(SMOL_KV_PAGE == SMOL_KV_PAGE_CUDA, "kv page size");

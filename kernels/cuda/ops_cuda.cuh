@@ -9,7 +9,7 @@
  * logging.  They return the launch status (cudaGetLastError) so callers can
  * keep a sticky error.
  *
- * KV layout (daemon/kv.h): cache[layer][page][kv_head][slot][head_dim],
+ * KV layout (daemon/model/kv.h): cache[layer][page][kv_head][slot][head_dim],
  * f16 or f32; the launchers get one layer's base.  Batch descriptors are
  * device int32 arrays built by the backend:
  *     tok[2t] = n_pos of token t (its position + 1), tok[2t+1] = offset of

@@ -8,8 +8,8 @@
  *
  *   bench_attention [-t THREADS] [-d DEPTH] [-l LAYERS]    default 2, 4096, 36
  */
-#include "daemon/backend.h"
-#include "daemon/kv.h"
+#include "daemon/model/backend.h"
+#include "daemon/model/kv.h"
 #include "kernels/fp16.h"
 #include "kernels/quant_ref.h"
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "daemon/sampler.h"
+#include "daemon/text/sampler.h"
 
 #define V 128256
 

@@ -11,8 +11,8 @@
  * plain English prose and for a pathological 1 MB run of spaces (one
  * pre-token: the O(n log n) BPE worst case).
  */
-#include "daemon/gguf.h"
-#include "daemon/tokenizer.h"
+#include "daemon/model/gguf.h"
+#include "daemon/text/tokenizer.h"
 
 #include <jansson.h>
 #include <stdio.h>

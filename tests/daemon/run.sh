@@ -30,12 +30,12 @@ PKGS="libzmq libprotobuf-c libsystemd libpcre2-8 jansson inih libxxhash"
 if pkg-config --exists check 2>/dev/null; then
     mkdir -p "$BUILD/tests/daemon"
     CTEST=$BUILD/tests/daemon/test_client
-    if [ ! -x "$CTEST" ] || [ tests/daemon/test_client.c -nt "$CTEST" ] || \
+    if [ ! -x "$CTEST" ] || [ tests/daemon/test_client.c -nt "$CTEST" ] || [ tests/check_main.c -nt "$CTEST" ] || \
        [ "$BUILD/lib/libsmollm3.a" -nt "$CTEST" ]; then
         # shellcheck disable=SC2046
         ${CC:-cc} -std=gnu11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Wno-unused-parameter \
             -Wno-sign-compare -pthread -I. -I"$BUILD/gen" $(pkg-config --cflags $PKGS check) \
-            tests/daemon/test_client.c "$BUILD/lib/libsmollm3.a" \
+            tests/daemon/test_client.c tests/check_main.c "$BUILD/lib/libsmollm3.a" \
             $(pkg-config --libs check $PKGS) -lm -lpthread -ldl -o "$CTEST" || {
             echo "FAIL: tests/daemon/test_client.c does not build"
             echo "0 passed, 1 failed"

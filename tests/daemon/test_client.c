@@ -1,5 +1,5 @@
 /*
- * test_client.c - Check suite for daemon/client.h, run against a real
+ * test_client.c - Check suite for daemon/client/client.h, run against a real
  * smollm3d by tests/daemon/test_daemon.py (which passes the endpoint in
  * $SMOLLM3D_TEST_ENDPOINT).  The first tests need no daemon; the others
  * print SKIPPED and pass when no endpoint is given.
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon/client.h"
+#include "daemon/client/client.h"
 
 static const char *endpoint(void)
 {
@@ -357,7 +357,7 @@ START_TEST(t_bad_frames_and_unknowns)
 }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
     Suite *s = suite_create("client");
     TCase *tc = tcase_create("offline");
@@ -376,9 +376,5 @@ int main(void)
     tcase_add_test(tc, t_interleaved);
     tcase_add_test(tc, t_bad_frames_and_unknowns);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
 }

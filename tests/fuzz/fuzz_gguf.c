@@ -1,5 +1,5 @@
 /*
- * fuzz_gguf.c - libFuzzer harness for the GGUF reader (daemon/gguf.c).
+ * fuzz_gguf.c - libFuzzer harness for the GGUF reader (daemon/model/gguf.c).
  *
  * Every input is parsed from memory.  A rejected input must come back with
  * a bad-format/unsupported/out-of-memory code and a non-empty message; an
@@ -12,7 +12,7 @@
  * libFuzzer hands us a heap copy of exactly `size` bytes, so a read one past
  * the end is an ASan report.  Built and run by tests/fuzz/run.sh.
  */
-#include "daemon/gguf.h"
+#include "daemon/model/gguf.h"
 #include "kernels/quant_ref.h"
 
 #include <math.h>

@@ -16,9 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/engine.h"
-#include "daemon/log.h"
-#include "daemon/rpc.h"
+#include "daemon/server/engine.h"
+#include "daemon/server/log.h"
+#include "daemon/server/rpc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

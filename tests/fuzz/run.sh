@@ -2,7 +2,7 @@
 # run.sh [SECONDS] - builds the libFuzzer harness for the GGUF reader and runs
 # it from tests/fuzz/seeds for SECONDS (default 60), one worker, niced.
 # run.sh --coverage - replays seeds + working corpus once through a
-# source-coverage build and prints llvm-cov's report for daemon/gguf.c.
+# source-coverage build and prints llvm-cov's report for daemon/model/gguf.c.
 #
 # Build: clang -fsanitize=fuzzer,address,undefined over the few sources the
 # reader needs, into build/fuzz/.  kernels/types.c refers to the scalar
@@ -39,12 +39,12 @@ if [ ! -f "$REF" ] || ! $CC $CFLAGS -c "$REF" -o "$OUT/quant_ref.o" 2>"$OUT/quan
     } >"$OUT/quant_ref_stub.c"
     $CC $CFLAGS -c "$OUT/quant_ref_stub.c" -o "$OUT/quant_ref.o"
 fi
-$CC $CFLAGS tests/fuzz/fuzz_gguf.c daemon/gguf.c daemon/error.c kernels/types.c "$OUT/quant_ref.o" \
+$CC $CFLAGS tests/fuzz/fuzz_gguf.c daemon/model/gguf.c daemon/model/error.c kernels/types.c "$OUT/quant_ref.o" \
     -lm -o "$OUT/fuzz_gguf"
 
 if [ $MODE = coverage ]; then
     COV="-fprofile-instr-generate -fcoverage-mapping"
-    $CC $CFLAGS $COV tests/fuzz/fuzz_gguf.c daemon/gguf.c daemon/error.c kernels/types.c "$OUT/quant_ref.o" \
+    $CC $CFLAGS $COV tests/fuzz/fuzz_gguf.c daemon/model/gguf.c daemon/model/error.c kernels/types.c "$OUT/quant_ref.o" \
         -lm -o "$OUT/fuzz_gguf_cov"
     rm -f "$OUT"/cov-*.profraw
     LLVM_PROFILE_FILE="$OUT/cov-%p.profraw" nice -n 10 "$OUT/fuzz_gguf_cov" -runs=0 "$CORPUS" "$SEEDS" \
@@ -52,9 +52,9 @@ if [ $MODE = coverage ]; then
     PROFDATA=$(command -v llvm-profdata || command -v llvm-profdata-14)
     LLVMCOV=$(command -v llvm-cov || command -v llvm-cov-14)
     "$PROFDATA" merge -sparse "$OUT"/cov-*.profraw -o "$OUT/cov.profdata"
-    echo "fuzz: coverage of daemon/gguf.c over $(ls "$CORPUS" "$SEEDS" | wc -l) inputs:"
-    "$LLVMCOV" report "$OUT/fuzz_gguf_cov" -instr-profile="$OUT/cov.profdata" daemon/gguf.c
-    "$LLVMCOV" show "$OUT/fuzz_gguf_cov" -instr-profile="$OUT/cov.profdata" daemon/gguf.c \
+    echo "fuzz: coverage of daemon/model/gguf.c over $(ls "$CORPUS" "$SEEDS" | wc -l) inputs:"
+    "$LLVMCOV" report "$OUT/fuzz_gguf_cov" -instr-profile="$OUT/cov.profdata" daemon/model/gguf.c
+    "$LLVMCOV" show "$OUT/fuzz_gguf_cov" -instr-profile="$OUT/cov.profdata" daemon/model/gguf.c \
         -show-line-counts-or-regions >"$OUT/gguf.c.cov.txt"
     echo "fuzz: annotated source in $OUT/gguf.c.cov.txt"
     exit 0

@@ -1,0 +1,72 @@
+/*
+ * kv.h - the paged KV cache: a fixed pool of pages allocated once against a
+ * memory budget, and per-sequence page tables.
+ *
+ * A page holds SMOL_KV_PAGE consecutive positions of one sequence, for every
+ * layer, K and V.  Storage layout (owned by the backend, host or device):
+ *     k[layer][page][kv_head][slot][head_dim]    (same for v)
+ * so one head's keys within a page are contiguous for attention.
+ * Pages are reference counted: a new sequence can share the full pages of a
+ * cached prefix (prefix reuse); a shared page is copied before it is
+ * written (copy-on-write in smol_kv_seq_reserve).  All bookkeeping is host
+ * side and backend-agnostic; the backend does the page copies.
+ *
+ * Owned by the engine thread; not thread-safe.
+ */
+#ifndef SMOL_KV_H
+#define SMOL_KV_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "daemon/model/error.h"
+
+#define SMOL_KV_PAGE 32 /* positions per page */
+
+struct smol_backend;
+
+struct smol_kv {
+    int n_layers, n_kv_heads, head_dim;
+    uint32_t type;              /* SMOL_TYPE_F16 (default) or SMOL_TYPE_F32 */
+    int elt_size;               /* bytes per element: 2 or 4 */
+    int n_pages;                /* pool size */
+    size_t page_bytes;          /* one layer's K (or V) page: n_kv_heads * PAGE * head_dim * elt */
+    size_t layer_bytes;         /* n_pages * page_bytes */
+    void *k, *v;                /* backend storage, n_layers * layer_bytes each */
+    int32_t *refcount;          /* [n_pages]; 0 = free */
+    int32_t *free_list;         /* [n_pages] stack of free page ids */
+    int n_free;
+    struct smol_backend *be;    /* allocates storage, copies pages */
+};
+
+struct smol_kv_seq {
+    int32_t n_tokens;           /* positions [0, n_tokens) hold valid K/V */
+    int32_t n_pages;            /* pages in the table */
+    int32_t cap_pages;          /* allocated table length */
+    int32_t *pages;             /* [cap_pages] page ids */
+};
+
+/* Bytes of KV storage per token for this geometry (K and V, all layers). */
+size_t smol_kv_bytes_per_token(int n_layers, int n_kv_heads, int head_dim, uint32_t type);
+
+/* Allocates a pool of n_pages through the backend. */
+enum smol_err smol_kv_init(struct smol_kv *kv, struct smol_backend *be, int n_layers, int n_kv_heads,
+                           int head_dim, uint32_t type, int n_pages, char *err);
+void smol_kv_deinit(struct smol_kv *kv);
+
+static inline int smol_kv_pages_for(int n_tokens) { return (n_tokens + SMOL_KV_PAGE - 1) / SMOL_KV_PAGE; }
+
+void smol_kv_seq_init(struct smol_kv_seq *s);
+/* Releases all pages and the table. */
+void smol_kv_seq_deinit(struct smol_kv *kv, struct smol_kv_seq *s);
+/* Makes positions [from, to) writable: allocates missing pages and copies
+ * shared ones.  SMOL_EBUSY if the pool runs out (nothing changed then). */
+enum smol_err smol_kv_seq_reserve(struct smol_kv *kv, struct smol_kv_seq *s, int from, int to, char *err);
+/* Forgets positions >= n (n <= n_tokens), releasing pages no longer needed. */
+void smol_kv_seq_truncate(struct smol_kv *kv, struct smol_kv_seq *s, int n);
+/* dst (empty) takes the first n positions of src, sharing pages. */
+enum smol_err smol_kv_seq_share(struct smol_kv *kv, struct smol_kv_seq *dst, const struct smol_kv_seq *src,
+                                int n, char *err);
+/* Pages that reserving [from, to) of s would take from the pool. */
+int smol_kv_seq_pages_needed(const struct smol_kv *kv, const struct smol_kv_seq *s, int from, int to);
+
+#endif

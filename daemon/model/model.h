@@ -1,0 +1,141 @@
+/*
+ * model.h - a SmolLM3 (or Llama-architecture) transformer loaded from GGUF,
+ * and its forward pass.
+ *
+ * Three structs, as llama2.c: the config (hyperparameters, all read from the
+ * GGUF), the weights (views into the mmapped file; never copied except small
+ * norm vectors that are not f32), and the run state (activation buffers in
+ * backend memory, sized once for the largest step).  The model also owns its
+ * backend and the paged KV pool; sequences (struct smol_kv_seq) belong to
+ * the caller.
+ *
+ * Legend: dim = hidden size, head_dim = per-head width, q_dim = n_heads *
+ * head_dim, kv_dim = n_kv_heads * head_dim, ffn_dim = SwiGLU width,
+ * vocab = rows of the (tied) LM head, n = tokens in the step.
+ */
+#ifndef SMOL_MODEL_H
+#define SMOL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "daemon/model/backend.h"
+#include "daemon/model/error.h"
+#include "daemon/model/gguf.h"
+#include "daemon/model/kv.h"
+
+/* SmolLM3 "NoPE": layer il (0-based) applies no rotary embedding when
+ * (il + 1) % 4 == 0, i.e. layers 3, 7, ..., 35 (HF no_rope_layers =
+ * [1,1,1,0] x 9).  This is the model's definition; the GGUF has no key for
+ * it.  Getting it wrong moves logits by ~0.25 on average. */
+#define SMOL_SMOLLM3_NOPE_INTERVAL 4
+
+enum smol_arch { SMOL_ARCH_LLAMA = 0, SMOL_ARCH_SMOLLM3 = 1 };
+
+struct smol_config {
+    enum smol_arch arch;
+    char arch_name[32];         /* general.architecture */
+    int dim;                    /* hidden size (embedding_length) */
+    int n_layers;               /* block_count */
+    int n_heads, n_kv_heads;    /* attention.head_count(_kv) */
+    int head_dim;               /* key_length, else dim / n_heads */
+    int q_dim, kv_dim;          /* n_heads * head_dim, n_kv_heads * head_dim */
+    int ffn_dim;                /* feed_forward_length */
+    int vocab;                  /* token_embd rows */
+    int ctx_train;              /* context_length from metadata */
+    int n_ctx;                  /* usable context: ctx_train (x YaRN factor), capped by settings */
+    float rope_base;            /* rope.freq_base (theta) */
+    int rope_dims;              /* rope.dimension_count (<= head_dim) */
+    float norm_eps;             /* attention.layer_norm_rms_epsilon */
+    int nope_interval;          /* 0: RoPE on every layer; 4: SmolLM3 NoPE rule */
+    int tied;                   /* 1: LM head = token_embd (no output.weight) */
+};
+
+struct smol_layer {
+    struct smol_weight attn_norm;   /* [dim] f32 */
+    struct smol_weight wq;          /* (q_dim, dim) */
+    struct smol_weight wk;          /* (kv_dim, dim) */
+    struct smol_weight wv;          /* (kv_dim, dim) */
+    struct smol_weight wo;          /* (dim, q_dim) */
+    struct smol_weight ffn_norm;    /* [dim] f32 */
+    struct smol_weight w_gate;      /* (ffn_dim, dim) */
+    struct smol_weight w_up;        /* (ffn_dim, dim) */
+    struct smol_weight w_down;      /* (dim, ffn_dim) */
+};
+
+struct smol_weights {
+    struct smol_weight tok_embd;    /* (vocab, dim) */
+    struct smol_weight output_norm; /* [dim] f32 */
+    struct smol_weight output;      /* (vocab, dim): token_embd when tied */
+    struct smol_layer *layers;      /* [n_layers] */
+    float *owned;                   /* f32 copies of non-f32 norm vectors */
+};
+
+/* Activations in backend memory, for up to max_tokens tokens per step. */
+struct smol_state {
+    int max_tokens;
+    float *x;       /* [max_tokens][dim] residual stream */
+    float *xb;      /* [max_tokens][max(dim, q_dim)] normed input / projections */
+    float *q;       /* [max_tokens][q_dim] */
+    float *k, *v;   /* [max_tokens][kv_dim] */
+    float *att;     /* [max_tokens][q_dim] attention output */
+    float *hb, *hb2;/* [max_tokens][ffn_dim] gate / up */
+    float *logits;  /* [SMOL_LOGIT_ROWS][vocab] */
+};
+#define SMOL_LOGIT_ROWS 32
+
+struct smol_model_settings {
+    int n_threads;          /* 0 = all CPUs */
+    int n_ctx;              /* cap on the context; 0 = metadata */
+    int max_tokens;         /* tokens per forward step; 0 = 512 */
+    int kv_f32;             /* 1: KV cache in f32 instead of f16 */
+    size_t kv_budget;       /* bytes for the KV pool; 0 = one full-context sequence */
+    int yarn;               /* 1: YaRN rope scaling (RoPE layers only) */
+    float yarn_factor;      /* 0 = 2 */
+    int quiet;              /* no load log */
+    const char *backend;    /* "cpu" | "cuda" | "auto"; NULL = "cpu".  auto: CUDA when the
+                               plugin finds a usable device, else a log line and the CPU */
+    int cuda_device;        /* CUDA device index for "cuda" / "auto" */
+};
+
+struct smol_model;
+/* Called after each traced stage (debugging test): name as llama.cpp's
+ * callback names ("Qcur-3", "l_out-7", ...), data [n][width] host floats. */
+typedef void (*smol_trace_fn)(void *ctx, const char *name, const float *data, int n, int width);
+
+struct smol_model {
+    struct smol_config cfg;
+    struct smol_weights w;
+    struct smol_state s;
+    struct smol_rope_params rope;
+    struct smol_gguf *gguf;
+    struct smol_backend *be;
+    struct smol_kv kv;
+    smol_trace_fn trace;
+    void *trace_ctx;
+    float *trace_buf;
+};
+
+void smol_model_settings_default(struct smol_model_settings *s);
+enum smol_err smol_model_open(struct smol_model **out, const char *path, const struct smol_model_settings *set,
+                              char *err);
+void smol_model_close(struct smol_model **m);
+
+/* One step.  Every token's sequence must have positions up to pos reserved
+ * (smol_kv_seq_reserve) and the positions of a sequence must continue its
+ * n_tokens in order.  Writes logits rows [b->n_out][vocab] (host) for the
+ * tokens in b->out_idx, and advances each sequence's n_tokens. */
+enum smol_err smol_model_forward(struct smol_model *m, const struct smol_batch *b, float *logits, char *err);
+
+/* Convenience for one sequence: appends ids[0..n) at seq->n_tokens, in
+ * chunks of max_tokens; writes logits of every position ([n][vocab]) if
+ * all, else of the last position only ([vocab]); logits may be NULL. */
+enum smol_err smol_model_eval(struct smol_model *m, struct smol_kv_seq *seq, const int32_t *ids, int n, int all,
+                              float *logits, char *err);
+
+/* 1 if layer il applies RoPE. */
+static inline int smol_layer_has_rope(const struct smol_config *c, int il)
+{
+    return c->nope_interval == 0 || (il + 1) % c->nope_interval != 0;
+}
+
+#endif

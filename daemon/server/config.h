@@ -1,0 +1,110 @@
+/*
+ * config.h - smollm3d's configuration: one table of options (name, type,
+ * default, help), read from an INI file (libinih, section [smollm3d]) and
+ * from command-line flags of the same names; flags override the file.
+ *
+ * Keys and flags: "kv_budget_mb", "kv-budget-mb" and "--kv-budget-mb" name
+ * the same option.  Flags take "--name VALUE" or "--name=VALUE"; a boolean
+ * flag alone ("--kv-f32") means true.  Booleans accept 1/0, true/false,
+ * yes/no, on/off.  Unknown keys, sections other than [smollm3d], and values
+ * out of range are errors naming the file line or flag (Redis config.c: a
+ * typo in a config file must not be silently ignored).
+ *
+ * The table is the one source: the usage text, deploy/smollm3d.conf
+ * (`smollm3d --print-default-config`, checked byte for byte by
+ * tests/test_config.c) and the parsers are all generated from it.
+ *
+ * inih is built with lines of at most 200 bytes: keep values (paths) shorter.
+ */
+#ifndef SMOL_CONFIG_H
+#define SMOL_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include "daemon/model/error.h"
+
+#define SMOL_CONFIG_PATH_MAX 1024
+
+struct smol_daemon_config {
+    char model[SMOL_CONFIG_PATH_MAX];    /* GGUF path; required */
+    char listen[SMOL_CONFIG_PATH_MAX];   /* ZeroMQ endpoint; "" = runtime-dir default */
+    char log_file[SMOL_CONFIG_PATH_MAX]; /* "" = stderr */
+    int log_level;              /* enum smol_log_level */
+    int threads;                /* compute threads; 0 = all CPUs */
+    int ctx;                    /* context cap, tokens; 0 = the model's */
+    int kv_budget_mb;           /* KV pool, MiB, allocated up front; 0 = one full-context sequence */
+    int kv_f32;                 /* bool: KV in f32 instead of f16 */
+    int yarn;                   /* bool: YaRN rope scaling */
+    char backend[SMOL_CONFIG_PATH_MAX]; /* "auto" | "cpu" | "cuda" */
+    int cuda_device;            /* CUDA device index */
+    int step_tokens;            /* tokens per engine step (decode + prefill chunks) */
+    int max_running;            /* requests decoding together */
+    int max_queued;             /* admission queue length */
+    int default_max_tokens;     /* generation cap when a request gives none */
+    int max_sessions;           /* sessions kept */
+    int session_ttl;            /* seconds an idle session is kept */
+    int max_cached_prefixes;    /* anonymous finished sequences kept for prefix reuse */
+    int queue_timeout;          /* seconds a request may wait for KV before ERROR_BUSY */
+    int max_request_bytes;      /* cap on a Request frame */
+    int drain_grace_ms;         /* SIGTERM: time in-flight requests get to finish */
+    int socket_mode;            /* ipc socket file permissions (octal in files/flags) */
+    int sndhwm;                 /* ZeroMQ send high-water mark per client, messages */
+    int rcvhwm;                 /* ZeroMQ receive high-water mark per client, messages */
+    int pause_frames;           /* per-request queued events before the engine pauses it */
+    int heartbeat_ivl_ms;       /* ZeroMQ heartbeat interval; 0 = off */
+    int heartbeat_timeout_ms;   /* peer silent this long = gone */
+};
+
+enum smol_opt_type { SMOL_OPT_STR, SMOL_OPT_INT, SMOL_OPT_BOOL, SMOL_OPT_MODE, SMOL_OPT_LEVEL };
+
+struct smol_option {
+    const char *name;           /* key with '_' (the flag uses '-') */
+    enum smol_opt_type type;
+    size_t offset;              /* into struct smol_daemon_config */
+    long min, max;              /* INT range (inclusive) */
+    const char *def;            /* default, as written in the conf file */
+    const char *help;           /* one line */
+};
+
+/* The table; *n receives its length. */
+const struct smol_option *smol_config_options(size_t *n);
+
+/* Sets every option to its default. */
+void smol_config_defaults(struct smol_daemon_config *c);
+
+/* Sets option name ('_' or '-' spelling) from text.  SMOL_EINVAL naming the
+ * option (unknown, bad value, out of range), SMOL_ETOOLARGE for a string too long. */
+enum smol_err smol_config_set(struct smol_daemon_config *c, const char *name, const char *value, char *err);
+
+/* Reads an INI file.  SMOL_EIO if it cannot be opened, SMOL_EINVAL naming
+ * path:line and the problem. */
+enum smol_err smol_config_load_file(struct smol_daemon_config *c, const char *path, char *err);
+/* Same from a string (tests). */
+enum smol_err smol_config_load_string(struct smol_daemon_config *c, const char *text, char *err);
+
+enum smol_config_action {
+    SMOL_CONFIG_RUN = 0,
+    SMOL_CONFIG_HELP,                   /* --help */
+    SMOL_CONFIG_PRINT_DEFAULT,          /* --print-default-config */
+    SMOL_CONFIG_PRINT,                  /* --print-config: effective values, then exit */
+    SMOL_CONFIG_VERSION,                /* --version */
+};
+
+/* Defaults, then --config FILE (if given), then the other flags.  Checks
+ * that model is set when the action is RUN. */
+enum smol_err smol_config_parse_args(struct smol_daemon_config *c, int argc, char **argv,
+                                     enum smol_config_action *action, char *err);
+
+/* ipc://$RUNTIME_DIRECTORY/smollm3d.sock, else ipc://$XDG_RUNTIME_DIR/...,
+ * else ipc:///run/smollm3d/smollm3d.sock.  ($RUNTIME_DIRECTORY may list
+ * several directories separated by ':'; the first is used.) */
+void smol_config_default_listen(char *out, size_t cap);
+
+/* The documented default conf file (deploy/smollm3d.conf). */
+void smol_config_write_default(FILE *f);
+/* The effective configuration as an INI file. */
+void smol_config_write(FILE *f, const struct smol_daemon_config *c);
+/* Usage text for --help. */
+void smol_config_usage(FILE *f, const char *prog);
+
+#endif

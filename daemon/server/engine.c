@@ -1,0 +1,814 @@
+/*
+ * engine.c - the engine thread: admission, continuous batching with chunked
+ * prefill, sampling, streaming events (see engine.h for the protocol).
+ *
+ * One loop iteration:
+ *   1. read every pending command (blocking only when there is no work);
+ *   2. drop cancelled requests (their Done goes out now);
+ *   3. admit queued requests FIFO while a slot is free and their KV fits;
+ *   4. build one batch: a decode token for every running request, then
+ *      prompt chunks of prefilling requests up to step_tokens;
+ *   5. forward, then sample, detokenize and parse for each request whose
+ *      row of logits came back, emitting events as text becomes final.
+ * Requests own their memory; nothing in the decode path allocates except
+ * protobuf packing into a reused buffer and growth of reused arrays.
+ */
+#include "daemon/server/engine.h"
+#include "daemon/text/text.h"
+#include "daemon/model/model.h"
+#include "daemon/server/sessions.h"
+#include "smollm3.pb-c.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "daemon/server/engine_internal.h"
+#include "daemon/server/engine_wire.h"
+
+void smol_engine_config_default(struct smol_engine_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->max_running = 16;
+    c->max_queued = 64;
+    c->step_tokens = 256;
+    c->default_max_tokens = 2048;
+    c->max_sessions = 1024;
+    c->session_ttl_s = 3600;
+    c->max_cached_prefixes = 16;
+    c->model_name = "smollm3";
+    c->queue_timeout_s = 30;
+}
+
+/* ---- request lifecycle ------------------------------------------------------ */
+
+static void req_free(struct req *q)
+{
+    if (!q) return;
+    smol_sampler_free(&q->smp);
+    smol_detok_deinit(&q->detok);
+    smol_chat_parser_deinit(&q->parser);
+    smol_chat_buf_deinit(&q->content);
+    smol_chat_buf_deinit(&q->rendered);
+    free(q->tok);
+    smol_request_free(&q->r);
+    free(q);
+}
+
+static int tok_push(struct req *q, int32_t t)
+{
+    if (q->n_tok == q->cap) {
+        int cap = q->cap ? q->cap * 2 : 256;
+        int32_t *p = realloc(q->tok, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        q->tok = p;
+        q->cap = cap;
+    }
+    q->tok[q->n_tok++] = t;
+    return 0;
+}
+
+static void list_remove(struct req **head, struct req *q)
+{
+    for (struct req **p = head; *p; p = &(*p)->next)
+        if (*p == q) { *p = q->next; q->next = NULL; return; }
+}
+
+static void list_append(struct req **head, struct req *q)
+{
+    q->next = NULL;
+    struct req **p = head;
+    while (*p) p = &(*p)->next;
+    *p = q;
+}
+
+static void emit_text(struct req *q, const char *text, size_t len, int channel)
+{
+    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
+    Smollm3__Token tk = SMOLLM3__TOKEN__INIT;
+    char *s = malloc(len + 1);
+    if (!s) return;
+    memcpy(s, text, len);
+    s[len] = 0;
+    tk.text = s;
+    tk.token_id = q->seg_in_token++ ? -1 : q->cur_token;
+    tk.channel = channel;
+    if (q->r->logprobs && tk.token_id >= 0) {
+        tk.logprob_opt_case = SMOLLM3__TOKEN__LOGPROB_OPT_LOGPROB;
+        tk.logprob = q->cur_logprob;
+    }
+    ev.request_id = q->r->client_id;
+    ev.kind_case = SMOLLM3__EVENT__KIND_TOKEN;
+    ev.token = &tk;
+    smol_engine_send_event(q->e, q->r->id, 0, &ev);
+    free(s);
+}
+
+static void on_parse(void *ud, const struct smol_chat_event *pe)
+{
+    struct req *q = ud;
+    if (pe->kind == SMOL_CHAT_EV_TOOL_CALL) {
+        Smollm3__Event ev = SMOLLM3__EVENT__INIT;
+        Smollm3__ToolCall tc = SMOLLM3__TOOL_CALL__INIT;
+        char id[64];
+        snprintf(id, sizeof id, "call_%llu_%d", (unsigned long long)q->r->id, pe->index);
+        tc.index = (uint32_t)pe->index;
+        tc.id = id;
+        tc.name = (char *)pe->name;
+        tc.arguments_json = (char *)pe->arguments;
+        ev.request_id = q->r->client_id;
+        ev.kind_case = SMOLLM3__EVENT__KIND_TOOL_CALL;
+        ev.tool_call = &tc;
+        smol_engine_send_event(q->e, q->r->id, 0, &ev);
+        q->seg_in_token++;
+        return;
+    }
+    int reasoning = pe->kind == SMOL_CHAT_EV_REASONING;
+    q->tok_reasoning |= reasoning;
+    if (!reasoning) smol_chat_buf_append(&q->content, pe->text, pe->len);
+    emit_text(q, pe->text, pe->len, reasoning ? SMOLLM3__CHANNEL__CHANNEL_REASONING : SMOLLM3__CHANNEL__CHANNEL_CONTENT);
+}
+
+static void send_done(struct smol_engine *e, struct req *q)
+{
+    double t = smol_engine_now();
+    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
+    Smollm3__Done dn = SMOLLM3__DONE__INIT;
+    Smollm3__Usage us = SMOLLM3__USAGE__INIT;
+    Smollm3__Timings tm = SMOLLM3__TIMINGS__INIT;
+    us.prompt_tokens = (uint32_t)q->n_prompt;
+    us.cached_tokens = (uint32_t)q->n_cached;
+    us.completion_tokens = (uint32_t)q->n_gen;
+    us.reasoning_tokens = (uint32_t)q->n_reasoning;
+    double t0 = q->r->t_received;
+    tm.queue_ms = q->t_first_step > 0 ? (q->t_first_step - t0) * 1e3 : 0;
+    tm.prompt_ms = q->t_prefill_done > 0 ? (q->t_prefill_done - q->t_first_step) * 1e3 : 0;
+    tm.generation_ms = q->t_prefill_done > 0 ? (t - q->t_prefill_done) * 1e3 : 0;
+    tm.ttft_ms = q->t_first_token > 0 ? (q->t_first_token - t0) * 1e3 : 0;
+    int computed = q->n_prompt - q->n_cached;
+    tm.prompt_tokens_per_s = tm.prompt_ms > 0 ? computed / (tm.prompt_ms / 1e3) : 0;
+    tm.generation_tokens_per_s = tm.generation_ms > 0 && q->n_gen > 1 ? (q->n_gen - 1) / (tm.generation_ms / 1e3) : 0;
+    dn.finish_reason = q->finish_reason;
+    dn.usage = &us;
+    dn.timings = &tm;
+    dn.stop_string = q->stop_index >= 0 ? q->r->stops[q->stop_index] : "";
+    ev.request_id = q->r->client_id;
+    ev.kind_case = SMOLLM3__EVENT__KIND_DONE;
+    ev.done = &dn;
+    smol_engine_send_event(e, q->r->id, SMOL_EV_TERMINAL, &ev);
+}
+
+/* Ends a running (or queued) request: flushes text, sends Done, leaves its
+ * KV to its session or as a cached prefix, frees it. */
+static void finish(struct smol_engine *e, struct req *q, int reason)
+{
+    if (q->state != RS_QUEUED) {
+        struct smol_detok_out out;
+        if (smol_detok_flush(&q->detok, &out) == SMOL_OK && out.len && !q->cancelled)
+            smol_chat_parser_feed(&q->parser, out.text, out.len, 0);
+        smol_chat_parser_finish(&q->parser);
+        if (reason == SMOLLM3__FINISH_REASON__FINISH_REASON_STOP && q->parser.n_tool_calls > 0)
+            reason = SMOLLM3__FINISH_REASON__FINISH_REASON_TOOL_CALLS;
+    }
+    q->finish_reason = reason;
+    if (reason == SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED) e->n_cancelled++;
+    send_done(e, q);
+    e->n_generated += (uint64_t)q->n_gen;
+
+    struct smol_session *s = q->sess ? q->sess : q->anon;
+    if (s && q->state != RS_QUEUED) {
+        /* history = what the KV holds plus the turn's end as the template
+         * renders it: <|im_end|> (also when the answer was cut short or
+         * ended on another end-of-generation token) and "\n" */
+        const int32_t im_end = smol_tokenizer_special(e->tok)->im_end;
+        if (q->r->kind == SMOL_INPUT_CHAT && e->have_tpl && im_end >= 0 && q->n_gen > 0) {
+            int32_t last = q->tok[q->n_tok - 1];
+            if (last != im_end && smol_tokenizer_is_eog(e->tok, last)) q->tok[q->n_tok - 1] = im_end;
+            else if (last != im_end) tok_push(q, im_end);
+            struct smol_ids ids = {0};
+            if (smol_tokenizer_encode(e->tok, "\n", 1, 0, &ids, NULL) == SMOL_OK && ids.n == 1) tok_push(q, ids.v[0]);
+            smol_ids_free(&ids);
+        }
+        if (q->seq->n_tokens > q->n_tok) smol_kv_seq_truncate(&e->m->kv, q->seq, q->n_tok);
+        smol_session_set_tokens(s, q->tok, q->n_tok);
+        s->busy = 0;
+        smol_sessions_touch(&e->sessions, s, smol_engine_now());
+        /* the conversation as a client will send it back: the prompt plus
+         * this answer's content (reasoning is not sent back) */
+        smol_session_set_text(s, NULL, 0);
+        if (q->r->kind == SMOL_INPUT_CHAT && reason != SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED && e->have_tpl) {
+            struct smol_chat_request cr = q->r->chat;
+            struct smol_chat_msg *msgs = calloc(cr.n_msgs + 1, sizeof *msgs);
+            if (msgs) {
+                memcpy(msgs, cr.msgs, cr.n_msgs * sizeof *msgs);
+                struct smol_chat_buf content;
+                smol_chat_buf_init(&content);
+                smol_chat_buf_append(&content, q->content.data ? q->content.data : "", q->content.len);
+                msgs[cr.n_msgs] = (struct smol_chat_msg){.role = SMOL_CHAT_ASSISTANT, .content = content.data ? content.data : ""};
+                cr.msgs = msgs;
+                cr.n_msgs++;
+                cr.add_generation_prompt = 0;
+                cr.msgs_owned = 0;
+                if (q->r->think_set) cr.enable_thinking = q->r->enable_thinking;
+                cr.date = s->date;
+                struct smol_chat_buf txt;
+                smol_chat_buf_init(&txt);
+                if (smol_chat_render(e->tpl, &cr, &txt, NULL, NULL) == SMOL_OK) smol_session_set_text(s, txt.data, txt.len);
+                /* and as messages, for clients that send only the new turn */
+                json_t *all = json_deep_copy(json_object_get(q->r->chat_body, "messages"));
+                if (all && !json_array_append_new(all, json_pack("{s:s,s:s%}", "role", "assistant", "content",
+                                                                  content.data ? content.data : "", content.len))) {
+                    if (s->msgs) json_decref(s->msgs);
+                    s->msgs = all;
+                } else if (all) json_decref(all);
+                smol_chat_buf_deinit(&txt);
+                smol_chat_buf_deinit(&content);
+                free(msgs);
+            }
+        }
+        if (!s->id[0] && e->sessions.n_anon > e->cfg.max_cached_prefixes) smol_sessions_evict_one(&e->sessions, 1);
+    } else if (s) {
+        s->busy = 0;
+        if (!s->id[0]) smol_sessions_remove(&e->sessions, s);
+    }
+    if (q->state == RS_QUEUED) { list_remove(&e->queue, q); e->n_queued--; }
+    else { list_remove(&e->running, q); e->n_running--; }
+    q->state = RS_DONE;
+    req_free(q);
+}
+
+static void reject(struct smol_engine *e, struct req *q, enum smol_err code, const char *msg)
+{
+    e->n_rejected++;
+    smol_engine_send_error(e, q->r->id, q->r->client_id, code, msg);
+    if (q->sess) q->sess->busy = 0;
+    if (q->anon) smol_sessions_remove(&e->sessions, q->anon);
+    if (q->state == RS_QUEUED) { list_remove(&e->queue, q); e->n_queued--; }
+    else if (q->state != RS_DONE) { list_remove(&e->running, q); e->n_running--; }
+    req_free(q);
+}
+
+/* ---- admission ------------------------------------------------------------------- */
+
+static void today(char out[32])
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    smol_chat_date_format(tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, out, 32);
+}
+
+/* Tokenizes text[0, len) with special tokens parsed, except CONTROL tokens
+ * inside the untrusted spans (caller-provided text: message contents,
+ * tools), whose offsets are relative to text + base.  Raw text requests
+ * (no spans) are trusted caller input, as llama.cpp's /completion. */
+static enum smol_err encode_rendered(struct smol_engine *e, struct req *q, const char *text, size_t len,
+                                     const struct smol_chat_spans *sp, size_t base, char *err)
+{
+    struct smol_ids ids = {0};
+    struct smol_span *v = NULL;
+    size_t nv = 0;
+    enum smol_err rc = SMOL_OK;
+    if (sp && sp->n) {
+        if (!(v = malloc(sp->n * sizeof *v))) return smol_errf(err, SMOL_ENOMEM, "out of memory");
+        for (size_t i = 0; i < sp->n; i++) {
+            size_t a = sp->v[i].off, b = a + sp->v[i].len;
+            if (b <= base) continue;
+            if (a < base) a = base;
+            v[nv++] = (struct smol_span){a - base, b - a};
+        }
+    }
+    rc = smol_tokenizer_encode_spans(e->tok, text, len, 1, v, nv, &ids, err);
+    for (size_t i = 0; !rc && i < ids.n; i++)
+        if (tok_push(q, ids.v[i])) rc = smol_errf(err, SMOL_ENOMEM, "out of memory");
+    smol_ids_free(&ids);
+    free(v);
+    return rc;
+}
+
+/* Fills q->tok with the prompt.  A chat turn on a session whose recorded
+ * conversation text is a prefix of this render continues from the
+ * session's actual tokens (which hold the reasoning the client dropped). */
+static enum smol_err build_prompt(struct smol_engine *e, struct req *q, struct smol_session *s, char *err)
+{
+    struct smol_request *r = q->r;
+    q->n_tok = 0;
+    switch (r->kind) {
+    case SMOL_INPUT_TOKENS:
+        for (int i = 0; i < r->n_ids; i++)
+            if (tok_push(q, r->ids[i])) return smol_errf(err, SMOL_ENOMEM, "out of memory");
+        return SMOL_OK;
+    case SMOL_INPUT_TEXT:
+        return encode_rendered(e, q, r->text, r->text_len, NULL, 0, err);
+    case SMOL_INPUT_CHAT:
+        break;
+    }
+    if (!e->have_tpl) return smol_errf(err, SMOL_ETEMPLATE, "the model has no chat template this daemon recognises");
+    if (r->append && s && s->msgs && json_array_size(s->msgs)) {
+        /* server-side history: stored conversation + this turn's messages */
+        json_t *body = json_deep_copy(r->chat_body), *all = json_deep_copy(s->msgs);
+        if (!body || !all || json_array_extend(all, json_object_get(r->chat_body, "messages")) ||
+            json_object_set_new(body, "messages", all)) {
+            json_decref(body);
+            return smol_errf(err, SMOL_ENOMEM, "out of memory");
+        }
+        struct smol_chat_request cr;
+        enum smol_err rc = smol_chat_request_from_json(&cr, body, err);
+        if (rc) { json_decref(body); return rc; }
+        cr.date = r->chat.date;
+        smol_chat_request_deinit(&r->chat);
+        json_decref(r->chat_body);
+        r->chat_body = body;
+        r->chat = cr;
+        r->append = 0;
+    }
+    char date[32];
+    if (r->chat.date) snprintf(date, sizeof date, "%s", r->chat.date);
+    else if (s && s->date[0]) snprintf(date, sizeof date, "%s", s->date);
+    else today(date);
+    if (s && !s->date[0]) snprintf(s->date, sizeof s->date, "%s", date);
+    struct smol_chat_request cr = r->chat;
+    cr.date = date;
+    if (r->think_set) cr.enable_thinking = r->enable_thinking;
+    struct smol_chat_spans spans;
+    smol_chat_spans_init(&spans);
+    enum smol_err rc = smol_chat_render_spans(e->tpl, &cr, &q->rendered, &spans, &q->thinking, err);
+    if (!rc && s && s->hist_text && s->hist_len <= q->rendered.len && s->seq.n_tokens > 0 &&
+        !memcmp(s->hist_text, q->rendered.data, s->hist_len)) {
+        for (int i = 0; i < s->n_tokens && !rc; i++)
+            if (tok_push(q, s->tokens[i])) rc = smol_errf(err, SMOL_ENOMEM, "out of memory");
+        if (!rc)
+            rc = encode_rendered(e, q, q->rendered.data + s->hist_len, q->rendered.len - s->hist_len, &spans,
+                                 s->hist_len, err);
+    } else if (!rc) {
+        rc = encode_rendered(e, q, q->rendered.data, q->rendered.len, &spans, 0, err);
+    }
+    smol_chat_spans_deinit(&spans);
+    return rc;
+}
+
+static int outstanding_pages(struct smol_engine *e)
+{
+    int n = 0;
+    for (struct req *q = e->running; q; q = q->next) n += q->kv_promise;
+    return n;
+}
+
+/* 1 admitted, 0 must wait, -1 refused (error sent, q freed). */
+static int try_admit(struct smol_engine *e, struct req *q, double now)
+{
+    struct smol_request *r = q->r;
+    struct smol_kv *kv = &e->m->kv;
+    const int n_ctx = e->m->cfg.n_ctx, budget = kv->n_pages * SMOL_KV_PAGE;
+    char err[SMOL_ERRLEN], msg[SMOL_ERRLEN + 64];
+    struct smol_session *s = NULL;
+
+    if (r->session[0]) {
+        s = smol_sessions_find(&e->sessions, r->session);
+        if (s && s->busy) {
+            snprintf(msg, sizeof msg, "session '%s' already has a request in progress", r->session);
+            reject(e, q, SMOL_EBUSY, msg);
+            return -1;
+        }
+    }
+    enum smol_err rc = build_prompt(e, q, s, err);
+    if (rc) { reject(e, q, rc, err); return -1; }
+    const int n_prompt = q->n_tok;
+    if (n_prompt == 0) { reject(e, q, SMOL_EINVAL, "empty prompt"); return -1; }
+    if (n_prompt >= n_ctx) {
+        snprintf(msg, sizeof msg, "prompt of %d tokens does not fit the context of %d tokens", n_prompt, n_ctx);
+        reject(e, q, SMOL_ECONTEXT, msg);
+        return -1;
+    }
+    if (r->max_tokens && n_prompt + r->max_tokens > n_ctx) {
+        snprintf(msg, sizeof msg, "prompt of %d tokens + max_tokens %d exceed the context of %d tokens", n_prompt,
+                 r->max_tokens, n_ctx);
+        reject(e, q, SMOL_ECONTEXT, msg);
+        return -1;
+    }
+    if (n_prompt + (r->max_tokens ? r->max_tokens : 1) > budget) {
+        snprintf(msg, sizeof msg, "request needs %d tokens of KV cache; the budget holds %d", n_prompt +
+                 (r->max_tokens ? r->max_tokens : 1), budget);
+        reject(e, q, SMOL_EBUSY, msg);
+        return -1;
+    }
+    int max_gen = r->max_tokens ? r->max_tokens : e->cfg.default_max_tokens;
+    if (max_gen > n_ctx - n_prompt) max_gen = n_ctx - n_prompt;
+    if (max_gen > budget - n_prompt) max_gen = budget - n_prompt;
+
+    /* prefix to reuse (computed before anything changes, to be able to wait) */
+    struct smol_session *src = NULL;
+    int lcp = 0;
+    if (s) {
+        int have = s->seq.n_tokens < s->n_tokens ? s->seq.n_tokens : s->n_tokens;
+        lcp = smol_lcp(s->tokens, have, q->tok, n_prompt);
+    } else {
+        src = smol_sessions_best_prefix(&e->sessions, q->tok, n_prompt, &lcp);
+    }
+    if (lcp > n_prompt - 1) lcp = n_prompt - 1; /* the last prompt token is computed for its logits */
+    int need = smol_kv_pages_for(n_prompt + max_gen) - lcp / SMOL_KV_PAGE;
+    int want = need + outstanding_pages(e);
+    if (s) s->busy = 1;                     /* protect what we reuse from eviction */
+    if (src) src->busy = 1;
+    while (kv->n_free < want && smol_sessions_evict_one(&e->sessions, 1)) {}
+    if (s) s->busy = 0;
+    if (src) src->busy = 0;
+    if (kv->n_free < want) {
+        if (e->n_running == 0 || now - r->t_received > e->cfg.queue_timeout_s) {
+            snprintf(msg, sizeof msg, "KV cache busy: request needs %d pages of %d tokens, %d free of %d", need,
+                     SMOL_KV_PAGE, kv->n_free - (want - need), kv->n_pages);
+            reject(e, q, SMOL_EBUSY, msg);
+            return -1;
+        }
+        q->n_tok = 0;                       /* rebuilt when retried */
+        smol_chat_buf_reset(&q->rendered);
+        return 0;
+    }
+
+    /* commit */
+    if (r->session[0] && !s) {
+        if (e->sessions.n_named >= e->cfg.max_sessions) {
+            for (struct smol_session *x = e->sessions.tail; x; x = x->prev)
+                if (x->id[0] && !x->busy) { smol_sessions_remove(&e->sessions, x); break; }
+        }
+        if (e->sessions.n_named >= e->cfg.max_sessions) { reject(e, q, SMOL_EBUSY, "too many sessions"); return -1; }
+        if (!(s = smol_sessions_add(&e->sessions, r->session))) { reject(e, q, SMOL_ENOMEM, "out of memory"); return -1; }
+        char date[32];
+        if (r->chat.date) snprintf(s->date, sizeof s->date, "%s", r->chat.date);
+        else { today(date); snprintf(s->date, sizeof s->date, "%s", date); }
+    }
+    if (s) {
+        smol_kv_seq_truncate(kv, &s->seq, lcp);
+        s->busy = 1;
+        q->sess = s;
+        q->seq = &s->seq;
+    } else {
+        struct smol_session *a = smol_sessions_add(&e->sessions, "");
+        if (!a) { reject(e, q, SMOL_ENOMEM, "out of memory"); return -1; }
+        a->busy = 1;
+        if (src && lcp > 0 && smol_kv_seq_share(kv, &a->seq, &src->seq, lcp, err)) lcp = 0;
+        if (src && lcp > 0) smol_sessions_touch(&e->sessions, src, now);
+        q->anon = a;
+        q->seq = &a->seq;
+    }
+    q->n_prompt = n_prompt;
+    q->n_cached = lcp;
+    q->max_gen = max_gen;
+    q->kv_promise = smol_kv_seq_pages_needed(kv, q->seq, lcp, n_prompt + max_gen);
+    q->tpl = e->tpl;
+    q->stop_index = -1;
+    q->t_admit = now;
+    e->n_requests++;
+    e->n_prompt_tokens += (uint64_t)n_prompt;
+    e->n_cached_tokens += (uint64_t)lcp;
+    if (lcp > 0) e->n_prefix_hits++;
+
+    if ((rc = smol_sampler_new(&q->smp, &r->sp, e->m->cfg.vocab, err)) ||
+        (rc = smol_sampler_accept(q->smp, q->tok, (size_t)n_prompt, false, err)) ||
+        (rc = smol_detok_init(&q->detok, (const char *const *)r->stops, (size_t)r->n_stops, err))) {
+        reject(e, q, rc, err);
+        return -1;
+    }
+    enum smol_chat_start start = e->have_tpl && e->tpl == SMOL_CHAT_TPL_SMOLLM3 ? SMOL_CHAT_START_CONTENT
+                                                                                 : SMOL_CHAT_START_PLAIN;
+    smol_chat_parser_init(&q->parser, start, on_parse, q);
+    list_remove(&e->queue, q);
+    e->n_queued--;
+    list_append(&e->running, q);
+    e->n_running++;
+    q->state = RS_PREFILL;
+
+    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
+    Smollm3__Started st = SMOLLM3__STARTED__INIT;
+    st.prompt_tokens = (uint32_t)n_prompt;
+    st.cached_tokens = (uint32_t)lcp;
+    st.session_id = r->session;
+    st.thinking = q->thinking;
+    ev.request_id = r->client_id;
+    ev.kind_case = SMOLLM3__EVENT__KIND_STARTED;
+    ev.started = &st;
+    smol_engine_send_event(e, r->id, 0, &ev);
+    return 1;
+}
+
+/* ---- one step ---------------------------------------------------------------------- */
+
+static void fail_request(struct smol_engine *e, struct req *q, enum smol_err code, const char *msg)
+{
+    /* an error after Started: the error event is the terminal one */
+    if (q->sess) { q->sess->busy = 0; smol_kv_seq_truncate(&e->m->kv, q->seq, 0); q->sess->n_tokens = 0; smol_session_set_text(q->sess, NULL, 0); }
+    q->state = RS_PREFILL; /* so reject() takes it off the running list */
+    reject(e, q, code, msg);
+}
+
+/* Samples the next token of q from its logits row and streams what it
+ * makes final.  May finish (and free) q. */
+static void sample_and_emit(struct smol_engine *e, struct req *q, const float *logits, double now)
+{
+    char err[SMOL_ERRLEN];
+    int32_t t;
+    float lp = 0;
+    enum smol_err rc = smol_sampler_sample(q->smp, e->sc, logits, &t, q->r->logprobs ? &lp : NULL, err);
+    if (rc || tok_push(q, t)) { fail_request(e, q, rc ? rc : SMOL_ENOMEM, rc ? err : "out of memory"); return; }
+    q->n_gen++;
+    if (!q->t_first_token) q->t_first_token = now;
+    q->cur_token = t;
+    q->cur_logprob = lp;
+    q->seg_in_token = 0;
+    if (smol_tokenizer_is_eog(e->tok, t)) {
+        finish(e, q, SMOLLM3__FINISH_REASON__FINISH_REASON_STOP);
+        return;
+    }
+    size_t len = 0;
+    const char *piece = smol_tokenizer_piece(e->tok, t, &len);
+    struct smol_detok_out out;
+    q->tok_reasoning = 0;
+    if (smol_tokenizer_is_special(e->tok, t)) {
+        if (smol_detok_flush(&q->detok, &out) == SMOL_OK && out.len) smol_chat_parser_feed(&q->parser, out.text, out.len, 0);
+        smol_chat_parser_feed(&q->parser, piece ? piece : "", len, 1);
+    } else {
+        if ((rc = smol_detok_push(&q->detok, piece ? piece : "", len, &out))) { fail_request(e, q, rc, "detokenizer error"); return; }
+        if (out.len) smol_chat_parser_feed(&q->parser, out.text, out.len, 0);
+        if (out.stopped) {
+            q->stop_index = out.stop_index;
+            finish(e, q, SMOLLM3__FINISH_REASON__FINISH_REASON_STOP);
+            return;
+        }
+    }
+    if (q->seg_in_token == 0) emit_text(q, "", 0, SMOLLM3__CHANNEL__CHANNEL_CONTENT);
+    const struct smol_special_ids *sp = smol_tokenizer_special(e->tok);
+    if (q->tok_reasoning || t == sp->think || t == sp->think_end) q->n_reasoning++;
+    if (q->n_gen >= q->max_gen || q->seq->n_tokens + 1 >= e->m->cfg.n_ctx)
+        finish(e, q, SMOLLM3__FINISH_REASON__FINISH_REASON_LENGTH);
+}
+
+static void step(struct smol_engine *e)
+{
+    const double now = smol_engine_now();
+    struct smol_kv *kv = &e->m->kv;
+    char err[SMOL_ERRLEN];
+
+    for (struct req *q = e->running, *nx; q; q = nx) {
+        nx = q->next;
+        if (q->cancelled) finish(e, q, SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED);
+    }
+    for (struct req *q = e->queue, *nx; q; q = nx) {
+        nx = q->next;
+        if (q->cancelled) finish(e, q, SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED);
+    }
+    /* FIFO admission: the head waits for KV, the others wait behind it */
+    while (e->queue && e->n_running < e->cfg.max_running && !e->draining)
+        if (try_admit(e, e->queue, now) == 0) break;
+
+    const int V = e->m->cfg.vocab;
+    int budget = e->cfg.step_tokens < e->m->s.max_tokens ? e->cfg.step_tokens : e->m->s.max_tokens;
+    int n = 0, n_out = 0;
+    for (struct req *q = e->running, *nx; q && n < budget; q = nx) {
+        nx = q->next;
+        if (q->state != RS_DECODE || q->paused) continue;
+        int pos = q->seq->n_tokens;
+        if (smol_kv_seq_reserve(kv, q->seq, pos, pos + 1, err)) { fail_request(e, q, SMOL_EBUSY, err); continue; }
+        e->b_tok[n] = q->tok[q->n_tok - 1];
+        e->b_pos[n] = pos;
+        e->b_seq[n] = q->seq;
+        e->b_out[n_out] = n;
+        e->b_req[n_out++] = q;
+        n++;
+    }
+    for (struct req *q = e->running, *nx; q && n < budget; q = nx) {
+        nx = q->next;
+        if (q->state != RS_PREFILL || q->paused) continue;
+        int pos0 = q->seq->n_tokens, chunk = q->n_prompt - pos0;
+        if (chunk > budget - n) chunk = budget - n;
+        if (smol_kv_seq_reserve(kv, q->seq, pos0, pos0 + chunk, err)) { fail_request(e, q, SMOL_EBUSY, err); continue; }
+        if (!q->t_first_step) q->t_first_step = now;
+        for (int i = 0; i < chunk; i++) {
+            e->b_tok[n] = q->tok[pos0 + i];
+            e->b_pos[n] = pos0 + i;
+            e->b_seq[n] = q->seq;
+            n++;
+        }
+        if (pos0 + chunk == q->n_prompt) {
+            e->b_out[n_out] = n - 1;
+            e->b_req[n_out++] = q;
+        }
+    }
+    if (n == 0) return;
+    struct smol_batch b = {.n_tokens = n, .tokens = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .n_out = n_out,
+                           .out_idx = e->b_out};
+    /* out_idx must ascend: decode rows come first, prefill rows after */
+    enum smol_err rc = smol_model_forward(e->m, &b, e->logits, err);
+    if (rc) {
+        for (int i = 0; i < n_out; i++) fail_request(e, e->b_req[i], SMOL_EINTERNAL, err);
+        return;
+    }
+    const double t1 = smol_engine_now();
+    for (int i = 0; i < n_out; i++) {
+        struct req *q = e->b_req[i];
+        if (q->state == RS_PREFILL) {
+            q->state = RS_DECODE;
+            q->t_prefill_done = t1;
+        }
+        sample_and_emit(e, q, e->logits + (size_t)i * V, t1);
+    }
+    for (struct req *q = e->running; q; q = q->next)
+        q->kv_promise = smol_kv_seq_pages_needed(kv, q->seq, q->seq->n_tokens, q->n_prompt + q->max_gen);
+}
+
+/* ---- commands --------------------------------------------------------------------- */
+
+static struct req *find_req(struct smol_engine *e, uint64_t id)
+{
+    for (struct req *q = e->running; q; q = q->next) if (q->r->id == id) return q;
+    for (struct req *q = e->queue; q; q = q->next) if (q->r->id == id) return q;
+    return NULL;
+}
+
+/* Reads one multipart command; 0 when none was pending. */
+static int handle_cmd(struct smol_engine *e)
+{
+    zmq_msg_t part[3];
+    int n = 0, more = 1;
+    while (more) {
+        if (n < 3) zmq_msg_init(&part[n]);
+        zmq_msg_t *m = n < 3 ? &part[n] : &part[2];
+        if (zmq_msg_recv(m, e->sock, ZMQ_DONTWAIT) < 0) {
+            for (int i = 0; i < n && i < 3; i++) zmq_msg_close(&part[i]);
+            if (n < 3) zmq_msg_close(&part[n]);
+            return 0;
+        }
+        more = zmq_msg_more(m);
+        if (n < 3) n++;
+    }
+    const uint8_t *c = zmq_msg_data(&part[0]);
+    uint8_t cmd = zmq_msg_size(&part[0]) ? c[0] : 0;
+    uint64_t id = 0;
+    if (n > 1 && zmq_msg_size(&part[1]) == 8) memcpy(&id, zmq_msg_data(&part[1]), 8);
+    switch (cmd) {
+    case SMOL_CMD_SUBMIT: {
+        struct smol_request *r = NULL;
+        if (n > 1 && zmq_msg_size(&part[1]) == sizeof r) memcpy(&r, zmq_msg_data(&part[1]), sizeof r);
+        if (!r) break;
+        if (e->draining) { smol_engine_send_error(e, r->id, r->client_id, SMOL_ESHUTDOWN, "the daemon is shutting down"); smol_request_free(&r); break; }
+        if (e->n_queued >= e->cfg.max_queued) {
+            e->n_rejected++;
+            smol_engine_send_error(e, r->id, r->client_id, SMOL_EQUEUE_FULL, "admission queue is full; retry later");
+            smol_request_free(&r);
+            break;
+        }
+        struct req *q = calloc(1, sizeof *q);
+        if (!q) { smol_engine_send_error(e, r->id, r->client_id, SMOL_ENOMEM, "out of memory"); smol_request_free(&r); break; }
+        q->r = r;
+        q->e = e;
+        q->state = RS_QUEUED;
+        smol_chat_buf_init(&q->content);
+        smol_chat_buf_init(&q->rendered);
+        list_append(&e->queue, q);
+        e->n_queued++;
+        break;
+    }
+    case SMOL_CMD_CANCEL: { struct req *q = find_req(e, id); if (q) q->cancelled = 1; break; }
+    case SMOL_CMD_PAUSE: { struct req *q = find_req(e, id); if (q) q->paused = 1; break; }
+    case SMOL_CMD_RESUME: { struct req *q = find_req(e, id); if (q) q->paused = 0; break; }
+    case SMOL_CMD_QUERY:
+        if (n > 2) smol_engine_handle_query(e, id, zmq_msg_data(&part[2]), zmq_msg_size(&part[2]));
+        break;
+    case SMOL_CMD_DRAIN: {
+        uint32_t ms = 0;
+        if (n > 1 && zmq_msg_size(&part[1]) == 4) memcpy(&ms, zmq_msg_data(&part[1]), 4);
+        e->draining = 1;
+        e->drain_deadline = smol_engine_now() + ms / 1e3;
+        while (e->queue) {
+            struct req *q = e->queue;
+            reject(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down");
+        }
+        break;
+    }
+    case SMOL_CMD_STOP: e->stop = 1; break;
+    default: break;
+    }
+    for (int i = 0; i < n; i++) zmq_msg_close(&part[i]);
+    return 1;
+}
+
+static void *engine_main(void *arg)
+{
+    struct smol_engine *e = arg;
+    int drained_sent = 0;
+    double last_expire = smol_engine_now();
+    while (!e->stop) {
+        int runnable = e->n_queued > 0;
+        for (struct req *q = e->running; q && !runnable; q = q->next) runnable = !q->paused || q->cancelled;
+        zmq_pollitem_t it = {.socket = e->sock, .events = ZMQ_POLLIN};
+        long timeout = runnable ? 0 : e->n_running ? 10 : 1000;
+        if (zmq_poll(&it, 1, timeout) < 0 && zmq_errno() == ETERM) break;
+        while (handle_cmd(e)) {}
+        double now = smol_engine_now();
+        if (e->draining && now > e->drain_deadline)
+            for (struct req *q = e->running; q; q = q->next) q->cancelled = 1;
+        if (now - last_expire > 1.0) {
+            smol_sessions_expire(&e->sessions, now, e->cfg.session_ttl_s);
+            last_expire = now;
+        }
+        step(e);
+        if (e->draining && !drained_sent && !e->n_running && !e->n_queued) {
+            uint64_t z = 0;
+            uint8_t fl = SMOL_EV_DRAINED;
+            zmq_send(e->sock, &z, sizeof z, ZMQ_SNDMORE);
+            zmq_send(e->sock, &fl, 1, ZMQ_SNDMORE);
+            zmq_send(e->sock, "", 0, 0);
+            drained_sent = 1;
+        }
+    }
+    return NULL;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------- */
+
+static void engine_free(struct smol_engine *e)
+{
+    while (e->running) { struct req *q = e->running; e->running = q->next; req_free(q); }
+    while (e->queue) { struct req *q = e->queue; e->queue = q->next; req_free(q); }
+    smol_sessions_deinit(&e->sessions);
+    smol_sampler_scratch_free(&e->sc);
+    if (e->sock) zmq_close(e->sock);
+    free(e->b_tok); free(e->b_pos); free(e->b_out); free(e->b_seq); free(e->b_req); free(e->logits); free(e->pack);
+    free(e);
+}
+
+enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const char *endpoint, struct smol_model *m,
+                                struct smol_tokenizer *tok, const struct smol_engine_config *cfg, char *err)
+{
+    *out = NULL;
+    struct smol_engine *e = calloc(1, sizeof *e);
+    if (!e) return smol_errf(err, SMOL_ENOMEM, "engine: out of memory");
+    if (cfg) e->cfg = *cfg; else smol_engine_config_default(&e->cfg);
+    if (e->cfg.max_running < 1) e->cfg.max_running = 1;
+    if (e->cfg.step_tokens < e->cfg.max_running) e->cfg.step_tokens = e->cfg.max_running;
+    if (e->cfg.step_tokens > m->s.max_tokens) e->cfg.step_tokens = m->s.max_tokens;
+    if (e->cfg.max_running > e->cfg.step_tokens) e->cfg.max_running = e->cfg.step_tokens;
+    e->m = m;
+    e->tok = tok;
+    e->t_start = smol_engine_now();
+    smol_sessions_init(&e->sessions, &m->kv);
+    struct smol_gguf_str tpl;
+    if (smol_gguf_get_str(m->gguf, "tokenizer.chat_template", &tpl, 0, NULL) == SMOL_OK && tpl.ptr &&
+        smol_chat_tpl_detect(tpl.ptr, tpl.len, 0, &e->tpl, NULL) == SMOL_OK)
+        e->have_tpl = 1;
+    const int T = m->s.max_tokens, R = e->cfg.max_running;
+    e->max_out = R;
+    e->b_tok = malloc((size_t)T * sizeof *e->b_tok);
+    e->b_pos = malloc((size_t)T * sizeof *e->b_pos);
+    e->b_out = malloc((size_t)T * sizeof *e->b_out);
+    e->b_seq = malloc((size_t)T * sizeof *e->b_seq);
+    e->b_req = malloc((size_t)T * sizeof *e->b_req);
+    e->logits = malloc((size_t)R * m->cfg.vocab * sizeof *e->logits);
+    enum smol_err rc = smol_sampler_scratch_new(&e->sc, m->cfg.vocab, err);
+    if (!rc && (!e->b_tok || !e->b_pos || !e->b_out || !e->b_seq || !e->b_req || !e->logits))
+        rc = smol_errf(err, SMOL_ENOMEM, "engine: out of memory");
+    if (!rc) {
+        e->sock = zmq_socket(zmq_ctx, ZMQ_PAIR);
+        int unlimited = 0; /* never block or drop between the two threads */
+        if (e->sock) {
+            zmq_setsockopt(e->sock, ZMQ_SNDHWM, &unlimited, sizeof unlimited);
+            zmq_setsockopt(e->sock, ZMQ_RCVHWM, &unlimited, sizeof unlimited);
+        }
+        if (!e->sock || zmq_connect(e->sock, endpoint))
+            rc = smol_errf(err, SMOL_EINTERNAL, "engine: cannot connect %s: %s", endpoint, zmq_strerror(zmq_errno()));
+    }
+    if (!rc && pthread_create(&e->thread, NULL, engine_main, e))
+        rc = smol_errf(err, SMOL_EINTERNAL, "engine: cannot start thread");
+    if (rc) { engine_free(e); return rc; }
+    *out = e;
+    return SMOL_OK;
+}
+
+void smol_engine_stop(struct smol_engine **ep)
+{
+    if (!ep || !*ep) return;
+    struct smol_engine *e = *ep;
+    e->stop = 1; /* the thread polls at least every second */
+    pthread_join(e->thread, NULL);
+    engine_free(e);
+    *ep = NULL;
+}
+
+enum smol_err smol_engine_warmup(struct smol_model *m, char *err)
+{
+    struct smol_kv_seq seq;
+    smol_kv_seq_init(&seq);
+    int32_t ids[2] = {0, 1};
+    float *lg = malloc((size_t)m->cfg.vocab * sizeof *lg);
+    if (!lg) return smol_errf(err, SMOL_ENOMEM, "warm-up: out of memory");
+    enum smol_err rc = smol_model_eval(m, &seq, ids, 2, 0, lg, err);
+    if (!rc)
+        for (int i = 0; i < m->cfg.vocab; i++)
+            if (!isfinite(lg[i])) { rc = smol_errf(err, SMOL_EINTERNAL, "warm-up: non-finite logits"); break; }
+    smol_kv_seq_deinit(&m->kv, &seq);
+    free(lg);
+    return rc;
+}

@@ -1,0 +1,87 @@
+/*
+ * engine.h - the engine thread of smollm3d: it owns the model, the KV pool,
+ * the sessions and the scheduler, and nothing else touches them.
+ *
+ * The RPC thread talks to it over a ZeroMQ inproc PAIR socket (zguide
+ * style: no shared state).  Messages RPC -> engine, multipart:
+ *     [u8 cmd][payload...]
+ *       SUBMIT  [ptr: struct smol_request *]      ownership passes to the engine
+ *       CANCEL  [u64 id]                          internal request id
+ *       PAUSE   [u64 id] / RESUME [u64 id]        backpressure: skip / resume decoding
+ *       QUERY   [u64 id][packed smollm3 Request]  stats, session get/list/delete
+ *       DRAIN   [u32 grace_ms]                    stop admitting; cancel leftovers after grace
+ *       STOP    []                                exit the thread now
+ * Messages engine -> RPC, multipart:
+ *     [u64 id][u8 flags][packed smollm3 Event]    flags & SMOL_EV_TERMINAL: last event of id
+ *     [u64 0][u8 SMOL_EV_DRAINED][]               the drain finished (nothing running)
+ * The Event's request_id is already the client's id (struct smol_request
+ * .client_id); the RPC thread routes by the internal id.
+ *
+ * Scheduling: every step advances all running requests together: one decode
+ * token per running request plus chunks of waiting prompts (chunked
+ * prefill), at most step_tokens tokens.  Admission is FIFO from a bounded
+ * queue; a request is admitted when a slot is free and its worst-case KV
+ * (prompt + max_tokens) fits in the budget after evicting idle sessions and
+ * cached prefixes, least recently used first.  A request that can never fit
+ * gets SMOL_EBUSY / SMOL_ECONTEXT at once.  Cancellation marks the request;
+ * it is removed before the next step is built.
+ */
+#ifndef SMOL_ENGINE_H
+#define SMOL_ENGINE_H
+
+#include <stdint.h>
+#include "daemon/model/error.h"
+#include "daemon/server/request.h"
+
+struct smol_model;
+struct smol_tokenizer;
+
+enum smol_engine_cmd {
+    SMOL_CMD_SUBMIT = 1,
+    SMOL_CMD_CANCEL = 2,
+    SMOL_CMD_PAUSE = 3,
+    SMOL_CMD_RESUME = 4,
+    SMOL_CMD_QUERY = 5,
+    SMOL_CMD_DRAIN = 6,
+    SMOL_CMD_STOP = 7,
+};
+
+#define SMOL_EV_TERMINAL 1u
+#define SMOL_EV_DRAINED 2u
+
+struct smol_engine_config {
+    int max_running;        /* requests decoding at once (batch slots); default 16 */
+    int max_queued;         /* admission queue; beyond it SMOL_EQUEUE_FULL; default 64 */
+    int step_tokens;        /* tokens per step (decode + prefill chunks); default 256 */
+    int default_max_tokens; /* when a request gives none; default 2048 (capped by context) */
+    int max_sessions;       /* default 1024 */
+    double session_ttl_s;   /* idle sessions expire; default 3600 */
+    int max_cached_prefixes;/* anonymous finished sequences kept for prefix reuse; default 16 */
+    double queue_timeout_s; /* a request waiting for KV longer than this gets SMOL_EBUSY; default 30 */
+    const char *model_name; /* reported by health */
+};
+
+void smol_engine_config_default(struct smol_engine_config *c);
+
+struct smol_engine;
+
+/* Starts the engine thread; it connects a PAIR socket to `endpoint` (an
+ * inproc:// address the caller has bound in zmq_ctx).  The model and the
+ * tokenizer are borrowed (the caller frees them after smol_engine_stop). */
+enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const char *endpoint,
+                                struct smol_model *m, struct smol_tokenizer *tok,
+                                const struct smol_engine_config *cfg, char *err);
+/* Sends STOP (if not yet), joins the thread, frees everything; accepts NULL. */
+void smol_engine_stop(struct smol_engine **e);
+
+/* Thread-safe helpers for the RPC side to build command messages. */
+int smol_engine_send_submit(void *sock, struct smol_request *r);     /* 0 or -1 (then r is still the caller's) */
+int smol_engine_send_id(void *sock, enum smol_engine_cmd cmd, uint64_t id);
+int smol_engine_send_query(void *sock, uint64_t id, const void *packed_request, size_t len);
+int smol_engine_send_drain(void *sock, uint32_t grace_ms);
+int smol_engine_send_stop(void *sock);
+
+/* Runs one synchronous warm-up forward (before serving); SMOL_OK or why not. */
+enum smol_err smol_engine_warmup(struct smol_model *m, char *err);
+
+#endif

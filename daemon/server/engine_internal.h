@@ -1,0 +1,79 @@
+/*
+ * engine_internal.h - state shared by engine.c (scheduler, steps),
+ * engine_query.c (queries) and engine_wire.c (event senders).  Not a public header: only the
+ * engine's own files include it; everything here belongs to the engine
+ * thread.
+ */
+#ifndef SMOL_ENGINE_INTERNAL_H
+#define SMOL_ENGINE_INTERNAL_H
+
+#include <stdint.h>
+#include "daemon/text/text.h"
+#include "daemon/server/engine.h"
+#include "daemon/server/sessions.h"
+#include "smollm3.pb-c.h"
+
+struct smol_model;
+struct smol_tokenizer;
+
+enum req_state { RS_QUEUED, RS_PREFILL, RS_DECODE, RS_DONE };
+
+struct req {
+    struct smol_request *r;
+    struct smol_engine *e;
+    enum req_state state;
+    struct smol_session *sess;      /* named session, or NULL */
+    struct smol_session *anon;      /* session-less: our own entry (becomes a cached prefix) */
+    struct smol_kv_seq *seq;        /* where we write: sess->seq or anon->seq */
+    int32_t *tok;                   /* prompt, then generated tokens appended */
+    int n_tok, cap;
+    int n_prompt, n_cached, max_gen, n_gen, n_reasoning;
+    int thinking, cancelled, paused, finished;
+    enum smol_chat_tpl tpl;
+    struct smol_sampler *smp;
+    struct smol_detok detok;
+    struct smol_chat_parser parser;
+    struct smol_chat_buf content;   /* content text, for the session's history */
+    struct smol_chat_buf rendered;  /* rendered prompt text (chat) */
+    int cur_token, seg_in_token;    /* token being parsed; segments emitted for it */
+    int tok_reasoning;              /* the current token emitted reasoning text */
+    float cur_logprob;
+    int finish_reason;              /* Smollm3__FinishReason */
+    int stop_index;
+    int kv_promise;                 /* pages this request may still allocate */
+    double t_admit, t_first_step, t_prefill_done, t_first_token;
+    struct req *next;               /* queue / running list */
+};
+
+struct smol_engine {
+    pthread_t thread;
+    void *sock;                     /* PAIR, engine side */
+    struct smol_model *m;
+    struct smol_tokenizer *tok;
+    enum smol_chat_tpl tpl;
+    int have_tpl;
+    struct smol_engine_config cfg;
+    struct smol_sessions sessions;
+    struct smol_sampler_scratch *sc;
+    struct req *queue, *running;    /* singly linked, FIFO order */
+    int n_queued, n_running;
+    int draining;
+    volatile int stop;
+    double drain_deadline;
+    /* step scratch, sized once */
+    int32_t *b_tok, *b_pos, *b_out;
+    struct smol_kv_seq **b_seq;
+    struct req **b_req;             /* request of each out row */
+    float *logits;                  /* [max_running + prefill rows][vocab] */
+    int max_out;
+    uint8_t *pack;                  /* protobuf packing buffer */
+    size_t pack_cap;
+    /* counters for stats */
+    uint64_t n_requests, n_prompt_tokens, n_cached_tokens, n_generated, n_prefix_hits, n_rejected, n_cancelled;
+    double t_start;
+};
+
+/* Answers a stats / session / health query (engine_query.c). */
+void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t *data, size_t len);
+
+#endif

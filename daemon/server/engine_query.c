@@ -1,0 +1,119 @@
+/*
+ * engine_query.c - the engine's answers to queries (stats, sessions,
+ * health): read-only views of the engine's state, sent back with
+ * engine_wire.c's senders between steps.  See engine.h for the protocol.
+ */
+#include "daemon/server/engine_internal.h"
+#include "daemon/server/engine_wire.h"
+#include "daemon/model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+/* ---- queries (stats, sessions) ---------------------------------------------------- */
+
+void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t *data, size_t len)
+{
+    Smollm3__Request *rq = smollm3__request__unpack(NULL, len, data);
+    if (!rq) { smol_engine_send_error(e, id, 0, SMOL_EFORMAT, "malformed query"); return; }
+    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
+    ev.request_id = rq->request_id;
+    struct smol_kv *kv = &e->m->kv;
+    switch (rq->kind_case) {
+    case SMOLLM3__REQUEST__KIND_STATS: {
+        Smollm3__StatsReply st = SMOLLM3__STATS_REPLY__INIT;
+        st.requests_active = (uint32_t)e->n_running;
+        st.requests_queued = (uint32_t)e->n_queued;
+        st.sessions = (uint32_t)e->sessions.n_named;
+        st.kv_tokens_total = (uint64_t)kv->n_pages * SMOL_KV_PAGE;
+        st.kv_tokens_used = (uint64_t)(kv->n_pages - kv->n_free) * SMOL_KV_PAGE;
+        st.requests_total = e->n_requests;
+        st.prompt_tokens_total = e->n_prompt_tokens;
+        st.cached_tokens_total = e->n_cached_tokens;
+        st.generated_tokens_total = e->n_generated;
+        st.prefix_cache_hits = e->n_prefix_hits;
+        st.requests_rejected = e->n_rejected;
+        st.requests_cancelled = e->n_cancelled;
+        st.uptime_s = smol_engine_now() - e->t_start;
+        st.context_length = (uint32_t)e->m->cfg.n_ctx;
+        ev.kind_case = SMOLLM3__EVENT__KIND_STATS;
+        ev.stats = &st;
+        smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
+        break;
+    }
+    case SMOLLM3__REQUEST__KIND_SESSION_GET:
+    case SMOLLM3__REQUEST__KIND_SESSION_DELETE: {
+        int get = rq->kind_case == SMOLLM3__REQUEST__KIND_SESSION_GET;
+        const char *sid = get ? rq->session_get->session_id : rq->session_delete->session_id;
+        struct smol_session *x = sid && sid[0] ? smol_sessions_find(&e->sessions, sid) : NULL;
+        if (!x) {
+            char msg[SMOL_SESSION_ID_MAX + 64];
+            snprintf(msg, sizeof msg, "unknown session '%.128s'", sid ? sid : "");
+            smol_engine_send_error(e, id, rq->request_id, SMOL_ENOSESSION, msg);
+            break;
+        }
+        /* declared here: ev points at them until send_event below */
+        Smollm3__SessionInfo si = SMOLLM3__SESSION_INFO__INIT;
+        Smollm3__Ack ack = SMOLLM3__ACK__INIT;
+        if (get) {
+            si.session_id = x->id;
+            si.tokens = (uint32_t)x->n_tokens;
+            si.idle_s = x->busy ? 0 : smol_engine_now() - x->last_used;
+            si.busy = x->busy;
+            ev.kind_case = SMOLLM3__EVENT__KIND_SESSION;
+            ev.session = &si;
+        } else {
+            if (x->busy) { /* cancel its request; the session goes when it ends */
+                for (struct req *q = e->running; q; q = q->next)
+                    if (q->sess == x) { q->cancelled = 1; q->sess = NULL; q->anon = x; x->id[0] = 0; e->sessions.n_named--; e->sessions.n_anon++; }
+            } else smol_sessions_remove(&e->sessions, x);
+            ev.kind_case = SMOLLM3__EVENT__KIND_ACK;
+            ev.ack = &ack;
+        }
+        smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
+        break;
+    }
+    case SMOLLM3__REQUEST__KIND_SESSION_LIST: {
+        int n = e->sessions.n_named, k = 0;
+        Smollm3__SessionInfo *si = calloc(n ? n : 1, sizeof *si);
+        Smollm3__SessionInfo **sp = calloc(n ? n : 1, sizeof *sp);
+        Smollm3__SessionList sl = SMOLLM3__SESSION_LIST__INIT;
+        if (!si || !sp) { free(si); free(sp); smol_engine_send_error(e, id, rq->request_id, SMOL_ENOMEM, "out of memory"); break; }
+        double t = smol_engine_now();
+        for (struct smol_session *x = e->sessions.head; x && k < n; x = x->next) {
+            if (!x->id[0]) continue;
+            smollm3__session_info__init(&si[k]);
+            si[k].session_id = x->id;
+            si[k].tokens = (uint32_t)x->n_tokens;
+            si[k].idle_s = x->busy ? 0 : t - x->last_used;
+            si[k].busy = x->busy;
+            sp[k] = &si[k];
+            k++;
+        }
+        sl.n_sessions = (size_t)k;
+        sl.sessions = sp;
+        ev.kind_case = SMOLLM3__EVENT__KIND_SESSIONS;
+        ev.sessions = &sl;
+        smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
+        free(si);
+        free(sp);
+        break;
+    }
+    case SMOLLM3__REQUEST__KIND_HEALTH: {
+        Smollm3__HealthReply h = SMOLLM3__HEALTH_REPLY__INIT;
+        h.ready = !e->draining;
+        h.model = (char *)(e->cfg.model_name ? e->cfg.model_name : "");
+        h.status = e->draining ? "draining" : "serving";
+        h.protocol_version = SMOLLM3__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
+        ev.kind_case = SMOLLM3__EVENT__KIND_HEALTH;
+        ev.health = &h;
+        smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
+        break;
+    }
+    default:
+        smol_engine_send_error(e, id, rq->request_id, SMOL_EINVAL, "not a query");
+    }
+    smollm3__request__free_unpacked(rq, NULL);
+}

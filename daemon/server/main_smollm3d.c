@@ -1,0 +1,210 @@
+/*
+ * main_smollm3d.c - the smollm3d daemon: configuration, startup, signals,
+ * systemd notifications, shutdown.  The RPC loop runs on this (main) thread
+ * (daemon/server/rpc.c); the engine runs on its own thread (daemon/server/engine.c).
+ *
+ * Startup order (READY=1 only when the daemon can serve):
+ *   config -> log -> load model (mmap) -> tokenizer -> warm-up forward ->
+ *   bind the engine PAIR and the client ROUTER -> start the engine thread ->
+ *   sd_notify READY=1.
+ * Each phase is announced with STATUS=.  Any failure logs one line naming
+ * what failed and exits 1 (2 for usage errors).
+ *
+ * Signals are blocked in every thread (masked before any thread exists) and
+ * read from a signalfd polled by the RPC loop: no work runs in a handler.
+ *   SIGTERM, SIGINT: STOPPING=1, drain (new requests refused with
+ *     ERROR_SHUTTING_DOWN, in-flight ones get drain_grace_ms, then are
+ *     cancelled), wait for the engine's DRAINED, flush, STOP, exit 0.
+ *     A second SIGTERM/SIGINT ends the wait at once (still exit 0).
+ *   SIGHUP: reopen the log file.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "daemon/server/config.h"
+#include "daemon/server/engine.h"
+#include "daemon/model/model.h"
+#include "daemon/server/log.h"
+#include "daemon/server/rpc.h"
+#include "daemon/text/text.h"
+
+#define ENGINE_ENDPOINT "inproc://smollm3d-engine"
+#define SMOLLM3D_VERSION "0.1"
+
+struct sigctx {
+    int fd;
+    int terms;              /* SIGTERM/SIGINT seen */
+};
+
+static void on_signal(struct smol_rpc *rpc, void *user)
+{
+    struct sigctx *sc = user;
+    struct signalfd_siginfo si;
+    while (read(sc->fd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGHUP) {
+            char err[SMOL_ERRLEN];
+            if (smol_log_reopen(err)) smol_log_err("%s", err);
+            else smol_log_info("SIGHUP: log reopened");
+            continue;
+        }
+        if (sc->terms++ == 0) {
+            smol_log_notice("%s: draining", strsignal((int)si.ssi_signo));
+            sd_notify(0, "STOPPING=1\nSTATUS=draining: finishing in-flight requests");
+            smol_rpc_drain(rpc);
+        } else {
+            smol_log_notice("%s again: stopping now", strsignal((int)si.ssi_signo));
+            smol_rpc_quit(rpc);
+        }
+    }
+}
+
+/* general.name from the GGUF, else the file's base name. */
+static void model_name(const struct smol_model *m, const char *path, char *out, size_t cap)
+{
+    struct smol_gguf_str s;
+    if (smol_gguf_get_str(m->gguf, "general.name", &s, 0, NULL) == SMOL_OK && s.ptr && s.len) {
+        snprintf(out, cap, "%.*s", (int)(s.len < cap ? s.len : cap - 1), s.ptr);
+        return;
+    }
+    const char *b = strrchr(path, '/');
+    snprintf(out, cap, "%.255s", b ? b + 1 : path);
+}
+
+int main(int argc, char **argv)
+{
+    struct smol_daemon_config cfg;
+    enum smol_config_action action;
+    char err[SMOL_ERRLEN];
+    int rc = 1;
+
+    smol_log_init("smollm3d", SMOL_LOG_INFO);
+    if (smol_config_parse_args(&cfg, argc, argv, &action, err)) {
+        smol_log_err("%s", err);
+        return 2;
+    }
+    switch (action) {
+    case SMOL_CONFIG_HELP: smol_config_usage(stdout, "smollm3d"); return 0;
+    case SMOL_CONFIG_VERSION: printf("smollm3d %s (protocol %d)\n", SMOLLM3D_VERSION, SMOL_PROTOCOL_VERSION); return 0;
+    case SMOL_CONFIG_PRINT_DEFAULT: smol_config_write_default(stdout); return 0;
+    case SMOL_CONFIG_PRINT: smol_config_write(stdout, &cfg); return 0;
+    case SMOL_CONFIG_RUN: break;
+    }
+    smol_log_set_level(cfg.log_level);
+    if (cfg.log_file[0] && smol_log_open_file(cfg.log_file, err)) {
+        smol_log_err("%s", err);
+        return 1;
+    }
+    if (!cfg.listen[0]) smol_config_default_listen(cfg.listen, sizeof cfg.listen);
+
+    /* signals: blocked before any thread exists, so every thread inherits the mask */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    struct sigctx sc = {signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC), 0};
+    if (sc.fd < 0) {
+        smol_log_err("signalfd: %s", strerror(errno));
+        return 1;
+    }
+
+    struct smol_model *m = NULL;
+    struct smol_tokenizer *tok = NULL;
+    struct smol_rpc *rpc = NULL;
+    struct smol_engine *eng = NULL;
+    void *zctx = NULL;
+    char name[256];
+
+    sd_notifyf(0, "STATUS=loading model %s", cfg.model);
+    smol_log_info("loading model %s", cfg.model);
+    struct smol_model_settings ms;
+    smol_model_settings_default(&ms);
+    ms.n_threads = cfg.threads;
+    ms.n_ctx = cfg.ctx;
+    ms.max_tokens = cfg.step_tokens;
+    ms.kv_f32 = cfg.kv_f32;
+    ms.kv_budget = (size_t)cfg.kv_budget_mb << 20;
+    ms.yarn = cfg.yarn;
+    ms.backend = cfg.backend;
+    ms.cuda_device = cfg.cuda_device;
+    ms.quiet = 1;
+    if (smol_model_open(&m, cfg.model, &ms, err)) { smol_log_err("model %s: %s", cfg.model, err); goto out; }
+    if (smol_tokenizer_new(&tok, m->gguf, err)) { smol_log_err("tokenizer: %s", err); goto out; }
+    model_name(m, cfg.model, name, sizeof name);
+    smol_log_info("model \"%s\": %d layers, dim %d, vocab %d, context %d, KV budget %d MiB (%s)", name,
+                  m->cfg.n_layers, m->cfg.dim, m->cfg.vocab, m->cfg.n_ctx, cfg.kv_budget_mb,
+                  cfg.kv_f32 ? "f32" : "f16");
+
+    sd_notify(0, "STATUS=warming up");
+    if (smol_engine_warmup(m, err)) { smol_log_err("warm-up failed: %s", err); goto out; }
+
+    sd_notifyf(0, "STATUS=binding %s", cfg.listen);
+    uint64_t wd_usec = 0;
+    if (sd_watchdog_enabled(0, &wd_usec) <= 0) wd_usec = 0;
+    int32_t n_vocab = smol_tokenizer_n_vocab(tok);
+    if (m->cfg.vocab < n_vocab) n_vocab = m->cfg.vocab;
+    struct smol_rpc_config rc_cfg = {
+        .lim = {.max_request_bytes = (size_t)cfg.max_request_bytes, .n_vocab = n_vocab, .n_ctx = m->cfg.n_ctx},
+        .sndhwm = cfg.sndhwm,
+        .rcvhwm = cfg.rcvhwm,
+        .pause_frames = cfg.pause_frames,
+        .heartbeat_ivl_ms = cfg.heartbeat_ivl_ms,
+        .heartbeat_timeout_ms = cfg.heartbeat_timeout_ms,
+        .socket_mode = cfg.socket_mode,
+        .drain_grace_ms = (uint32_t)cfg.drain_grace_ms,
+        .max_routes = 4 * (cfg.max_running + cfg.max_queued) + 1024,
+        .watchdog_usec = wd_usec,
+        .model_name = name,
+    };
+    if (!(zctx = zmq_ctx_new())) { smol_log_err("zmq_ctx_new: %s", zmq_strerror(errno)); goto out; }
+    if (smol_rpc_new(&rpc, zctx, &rc_cfg, err) || smol_rpc_bind_engine(rpc, ENGINE_ENDPOINT, err) ||
+        smol_rpc_bind(rpc, cfg.listen, err)) {
+        smol_log_err("%s", err);
+        goto out;
+    }
+
+    struct smol_engine_config ec;
+    smol_engine_config_default(&ec);
+    ec.max_running = cfg.max_running;
+    ec.max_queued = cfg.max_queued;
+    ec.step_tokens = cfg.step_tokens;
+    ec.default_max_tokens = cfg.default_max_tokens;
+    ec.max_sessions = cfg.max_sessions;
+    ec.session_ttl_s = cfg.session_ttl;
+    ec.max_cached_prefixes = cfg.max_cached_prefixes;
+    ec.queue_timeout_s = cfg.queue_timeout;
+    ec.model_name = name;
+    if (smol_engine_start(&eng, zctx, ENGINE_ENDPOINT, m, tok, &ec, err)) {
+        smol_log_err("engine: %s", err);
+        goto out;
+    }
+    smol_rpc_set_ready(rpc, 1);
+    sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", name, cfg.listen);
+    smol_log_notice("serving %s on %s (max_running %d, max_queued %d%s)", name, cfg.listen, cfg.max_running,
+                    cfg.max_queued, wd_usec ? ", watchdog on" : "");
+
+    smol_rpc_run(rpc, sc.fd, on_signal, &sc);
+
+    sd_notify(0, "STATUS=stopping");
+    smol_log_info("stopping the engine");
+    rc = 0;
+out:
+    smol_engine_stop(&eng);     /* STOP + join, before the sockets and the model go */
+    smol_rpc_free(&rpc);
+    if (zctx) zmq_ctx_term(zctx);
+    smol_tokenizer_free(&tok);
+    smol_model_close(&m);
+    close(sc.fd);
+    if (rc == 0) smol_log_notice("stopped");
+    smol_log_close();
+    return rc;
+}

@@ -1,0 +1,336 @@
+/*
+ * request.c - what the RPC thread checks before a request reaches the
+ * engine: frame size, unpacking, protocol version, the fields of every
+ * request kind, and the struct smol_request built from a GenerateRequest
+ * (see request.h).  Pure functions of their input, driven by the fuzzer
+ * (tests/fuzz/fuzz_request.c) and by test_rpc's validation cases.
+ */
+#include "daemon/server/request.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "daemon/text/text.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ============================================================ validation */
+
+static int utf8_ok(const char *s) { return smol_chat_utf8_valid(s, strlen(s)); }
+
+enum smol_err smol_rpc_session_id_check(const char *s, const char *field, char *err)
+{
+    size_t n = strlen(s);
+    if (n == 0) return smol_errf(err, SMOL_EINVAL, "%s must not be empty", field);
+    if (n > SMOL_SESSION_ID_MAX)
+        return smol_errf(err, SMOL_EINVAL, "%s is longer than %d bytes", field, SMOL_SESSION_ID_MAX);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+              c == ':' || c == '-'))
+            return smol_errf(err, SMOL_EINVAL, "%s: byte %zu (0x%02x) is not one of [A-Za-z0-9._:-]", field, i, c);
+    }
+    return SMOL_OK;
+}
+
+enum smol_err smol_rpc_decode(const void *buf, size_t len, const struct smol_rpc_limits *lim,
+                              Smollm3__Request **out, uint64_t *request_id, char *err)
+{
+    enum smol_err e;
+    *out = NULL;
+    *request_id = 0;
+    if (len > lim->max_request_bytes)
+        return smol_errf(err, SMOL_ETOOLARGE, "request of %zu bytes exceeds max_request_bytes (%zu)", len,
+                         lim->max_request_bytes);
+    Smollm3__Request *rq = smollm3__request__unpack(NULL, len, buf);
+    if (!rq) return smol_errf(err, SMOL_EFORMAT, "malformed Request (protobuf decoding failed)");
+    *request_id = rq->request_id;
+    if (rq->protocol_version > SMOL_PROTOCOL_VERSION) {
+        e = smol_errf(err, SMOL_EUNSUPPORTED, "protocol_version %u is not supported (this daemon speaks %d)",
+                      rq->protocol_version, SMOL_PROTOCOL_VERSION);
+        goto fail;
+    }
+    switch (rq->kind_case) {
+    case SMOLLM3__REQUEST__KIND_GENERATE:
+    case SMOLLM3__REQUEST__KIND_CANCEL:
+    case SMOLLM3__REQUEST__KIND_SESSION_LIST:
+    case SMOLLM3__REQUEST__KIND_HEALTH:
+    case SMOLLM3__REQUEST__KIND_STATS:
+        break;
+    case SMOLLM3__REQUEST__KIND_SESSION_GET:
+        if (!utf8_ok(rq->session_get->session_id)) {
+            e = smol_errf(err, SMOL_EUTF8, "session_get.session_id is not valid UTF-8");
+            goto fail;
+        }
+        if ((e = smol_rpc_session_id_check(rq->session_get->session_id, "session_get.session_id", err))) goto fail;
+        break;
+    case SMOLLM3__REQUEST__KIND_SESSION_DELETE:
+        if (!utf8_ok(rq->session_delete->session_id)) {
+            e = smol_errf(err, SMOL_EUTF8, "session_delete.session_id is not valid UTF-8");
+            goto fail;
+        }
+        if ((e = smol_rpc_session_id_check(rq->session_delete->session_id, "session_delete.session_id", err)))
+            goto fail;
+        break;
+    default:
+        e = smol_errf(err, SMOL_EINVAL, "request kind missing or unknown (field %d)", (int)rq->kind_case);
+        goto fail;
+    }
+    *out = rq;
+    return SMOL_OK;
+fail:
+    smollm3__request__free_unpacked(rq, NULL);
+    return e;
+}
+
+/* Parses JSON text that must be an array; SMOL_OK with *out NULL for "". */
+static enum smol_err parse_json_array(const char *text, const char *field, json_t **out, char *err)
+{
+    *out = NULL;
+    if (!*text) return SMOL_OK;
+    json_error_t je;
+    json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+    if (!j) return smol_errf(err, SMOL_EINVAL, "%s: invalid JSON at %d:%d: %s", field, je.line, je.column, je.text);
+    if (!json_is_array(j)) {
+        json_decref(j);
+        return smol_errf(err, SMOL_EINVAL, "%s must be a JSON array", field);
+    }
+    *out = j;
+    return SMOL_OK;
+}
+
+static int known_role(const char *s)
+{
+    return !strcmp(s, "system") || !strcmp(s, "user") || !strcmp(s, "assistant") || !strcmp(s, "tool");
+}
+
+/* Sets obj[key] = string s (skipped when s is "" and skip_empty).  -1 on OOM. */
+static int put_str(json_t *obj, const char *key, const char *s, int skip_empty)
+{
+    if (skip_empty && !*s) return 0;
+    return json_object_set_new(obj, key, json_string(s));
+}
+
+/* The chat input as the OpenAI-style body engine.h specifies, then parsed by
+ * smol_chat_request_from_json (the gateway's path too, so both front ends
+ * accept exactly the same messages). */
+static enum smol_err build_chat(struct smol_request *r, const Smollm3__ChatInput *ci, const char *date, char *err)
+{
+    enum smol_err e;
+    if (ci->n_messages == 0) return smol_errf(err, SMOL_EINVAL, "chat.messages must not be empty");
+    json_t *body = json_object(), *msgs = json_array(), *tools = NULL;
+    if (!body || !msgs || json_object_set_new(body, "messages", msgs)) goto oom;
+    for (size_t i = 0; i < ci->n_messages; i++) {
+        const Smollm3__ChatMessage *m = ci->messages[i];
+        const char *fields[] = {m->role, m->content, m->reasoning_content, m->tool_calls_json, m->tool_call_id,
+                                m->name};
+        static const char *const names[] = {"role", "content", "reasoning_content", "tool_calls_json",
+                                            "tool_call_id", "name"};
+        for (int k = 0; k < 6; k++)
+            if (!utf8_ok(fields[k])) {
+                e = smol_errf(err, SMOL_EUTF8, "chat.messages[%zu].%s is not valid UTF-8", i, names[k]);
+                goto fail;
+            }
+        if (!known_role(m->role)) {
+            e = smol_errf(err, SMOL_EINVAL,
+                          "chat.messages[%zu].role: unknown role \"%.32s\" (system, user, assistant, tool)", i,
+                          m->role);
+            goto fail;
+        }
+        json_t *o = json_object(), *tc = NULL;
+        if (!o || json_array_append_new(msgs, o)) goto oom;
+        char what[64];
+        snprintf(what, sizeof what, "chat.messages[%zu].tool_calls_json", i);
+        if ((e = parse_json_array(m->tool_calls_json, what, &tc, err))) goto fail;
+        /* proto3 cannot tell "" from absent: content is always a string */
+        if (put_str(o, "role", m->role, 0) || put_str(o, "content", m->content, 0) ||
+            put_str(o, "reasoning_content", m->reasoning_content, 1) ||
+            put_str(o, "tool_call_id", m->tool_call_id, 1) || put_str(o, "name", m->name, 1) ||
+            (tc && json_object_set_new(o, "tool_calls", tc)))
+            goto oom;
+    }
+    if (!utf8_ok(ci->tools_json)) { e = smol_errf(err, SMOL_EUTF8, "chat.tools_json is not valid UTF-8"); goto fail; }
+    if ((e = parse_json_array(ci->tools_json, "chat.tools_json", &tools, err))) goto fail;
+    for (size_t i = 0; tools && i < json_array_size(tools); i++)
+        if (!json_is_object(json_array_get(tools, i))) {
+            json_decref(tools);
+            e = smol_errf(err, SMOL_EINVAL, "chat.tools_json[%zu] must be a JSON object", i);
+            goto fail;
+        }
+    if (tools && json_object_set_new(body, "tools", tools)) goto oom;
+    int agp = ci->add_generation_prompt_opt_case ==
+                      SMOLLM3__CHAT_INPUT__ADD_GENERATION_PROMPT_OPT_ADD_GENERATION_PROMPT
+                  ? ci->add_generation_prompt != 0 : 1;
+    if (json_object_set_new(body, "add_generation_prompt", json_boolean(agp))) goto oom;
+    json_t *kw = json_pack("{s:b}", "enable_thinking", r->enable_thinking);
+    if (!kw || json_object_set_new(body, "chat_template_kwargs", kw)) goto oom;
+    char e2[SMOL_ERRLEN];
+    if ((e = smol_chat_request_from_json(&r->chat, body, e2))) {
+        smol_errf(err, e, "chat: %s", e2);
+        goto fail;
+    }
+    r->chat_body = body;
+    r->append = ci->append_to_session != 0;
+    if (*date) {
+        snprintf(r->date_buf, sizeof r->date_buf, "%s", date);
+        r->chat.date = r->date_buf;
+    } else {
+        r->chat.date = NULL;    /* the session's frozen date */
+    }
+    return SMOL_OK;
+oom:
+    e = smol_errf(err, SMOL_ENOMEM, "out of memory building the chat request");
+fail:
+    json_decref(body);
+    return e;
+}
+
+static uint64_t random_seed(void)
+{
+    uint64_t s;
+    if (getrandom(&s, sizeof s, GRND_NONBLOCK) == (ssize_t)sizeof s) return s;
+    static uint64_t fallback = 0x9e3779b97f4a7c15ull;  /* getrandom unavailable: time-mixed counter */
+    fallback += (uint64_t)(now_s() * 1e9) | 1;
+    s = fallback;
+    s ^= s >> 33; s *= 0xff51afd7ed558ccdull; s ^= s >> 33;
+    return s;
+}
+
+static enum smol_err build_sampling(struct smol_request *r, const Smollm3__SamplingParams *s, char *err)
+{
+    struct smol_sampler_params p = smol_sampler_defaults();
+    if (s) {
+        if (s->temperature_opt_case) p.temperature = s->temperature;
+        if (s->top_p_opt_case) p.top_p = s->top_p;
+        if (s->top_k_opt_case) p.top_k = s->top_k;
+        if (s->min_p_opt_case) p.min_p = s->min_p;
+        if (s->repetition_penalty_opt_case) p.repetition_penalty = s->repetition_penalty;
+        if (s->presence_penalty_opt_case) p.presence_penalty = s->presence_penalty;
+        if (s->frequency_penalty_opt_case) p.frequency_penalty = s->frequency_penalty;
+    }
+    p.seed = (s && s->seed_opt_case) ? s->seed : random_seed();
+    char e2[SMOL_ERRLEN];
+    enum smol_err e = smol_sampler_params_check(&p, e2);
+    if (e) return smol_errf(err, e, "sampling: %s", e2);
+    r->sp = p;
+    return SMOL_OK;
+}
+
+enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t client_id,
+                                     const struct smol_rpc_limits *lim, struct smol_request **out, char *err)
+{
+    enum smol_err e;
+    *out = NULL;
+    struct smol_request *r = calloc(1, sizeof *r);
+    if (!r) return smol_errf(err, SMOL_ENOMEM, "out of memory");
+    r->client_id = client_id;
+    r->t_received = now_s();
+
+    if (!utf8_ok(g->session_id)) { e = smol_errf(err, SMOL_EUTF8, "session_id is not valid UTF-8"); goto fail; }
+    if (g->session_id[0]) {
+        if ((e = smol_rpc_session_id_check(g->session_id, "session_id", err))) goto fail;
+        strcpy(r->session, g->session_id);
+    }
+    if (!utf8_ok(g->date)) { e = smol_errf(err, SMOL_EUTF8, "date is not valid UTF-8"); goto fail; }
+    if (g->date[0] && (strlen(g->date) >= sizeof r->date_buf || smol_chat_date_check(g->date))) {
+        e = smol_errf(err, SMOL_EINVAL, "date must read \"DD Month YYYY\" (e.g. \"09 July 2025\"), got \"%.40s\"",
+                      g->date);
+        goto fail;
+    }
+    if (g->enable_thinking_opt_case == SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING) {
+        r->think_set = 1;
+        r->enable_thinking = g->enable_thinking != 0;
+    } else {
+        r->enable_thinking = 1;
+    }
+    if ((e = build_sampling(r, g->sampling, err))) goto fail;
+
+    if (g->n_stop > SMOL_MAX_STOPS) {
+        e = smol_errf(err, SMOL_ETOOLARGE, "%zu stop strings (at most %d)", g->n_stop, SMOL_MAX_STOPS);
+        goto fail;
+    }
+    for (size_t i = 0; i < g->n_stop; i++) {
+        size_t n = strlen(g->stop[i]);
+        if (n == 0) { e = smol_errf(err, SMOL_EINVAL, "stop[%zu] is empty", i); goto fail; }
+        if (n > SMOL_STOP_MAX_LEN) {
+            e = smol_errf(err, SMOL_ETOOLARGE, "stop[%zu] is %zu bytes (at most %d)", i, n, SMOL_STOP_MAX_LEN);
+            goto fail;
+        }
+        if (!smol_chat_utf8_valid(g->stop[i], n)) {
+            e = smol_errf(err, SMOL_EUTF8, "stop[%zu] is not valid UTF-8", i);
+            goto fail;
+        }
+        if (!(r->stops[r->n_stops] = strdup(g->stop[i]))) { e = smol_errf(err, SMOL_ENOMEM, "out of memory"); goto fail; }
+        r->n_stops++;
+    }
+    r->max_tokens = g->max_tokens > (uint32_t)lim->n_ctx && lim->n_ctx > 0 ? lim->n_ctx
+                  : g->max_tokens > (uint32_t)INT32_MAX ? INT32_MAX : (int)g->max_tokens;
+    r->logprobs = g->logprobs != 0;
+
+    switch (g->input_case) {
+    case SMOLLM3__GENERATE_REQUEST__INPUT_CHAT:
+        r->kind = SMOL_INPUT_CHAT;
+        if ((e = build_chat(r, g->chat, g->date, err))) goto fail;
+        break;
+    case SMOLLM3__GENERATE_REQUEST__INPUT_TEXT:
+        r->kind = SMOL_INPUT_TEXT;
+        r->text_len = strlen(g->text);
+        if (r->text_len == 0) { e = smol_errf(err, SMOL_EINVAL, "text must not be empty"); goto fail; }
+        if (!smol_chat_utf8_valid(g->text, r->text_len)) {
+            e = smol_errf(err, SMOL_EUTF8, "text is not valid UTF-8");
+            goto fail;
+        }
+        if (!(r->text = strdup(g->text))) { e = smol_errf(err, SMOL_ENOMEM, "out of memory"); goto fail; }
+        break;
+    case SMOLLM3__GENERATE_REQUEST__INPUT_TOKENS: {
+        r->kind = SMOL_INPUT_TOKENS;
+        size_t n = g->tokens->n_ids;
+        if (n == 0) { e = smol_errf(err, SMOL_EINVAL, "tokens.ids must not be empty"); goto fail; }
+        if (lim->n_ctx > 0 && n >= (size_t)lim->n_ctx) {
+            e = smol_errf(err, SMOL_ECONTEXT, "%zu prompt tokens do not fit the context of %d", n, lim->n_ctx);
+            goto fail;
+        }
+        for (size_t i = 0; i < n; i++)
+            if (g->tokens->ids[i] < 0 || g->tokens->ids[i] >= lim->n_vocab) {
+                e = smol_errf(err, SMOL_EINVAL, "tokens.ids[%zu] = %d is outside [0, %d)", i, g->tokens->ids[i],
+                              lim->n_vocab);
+                goto fail;
+            }
+        if (!(r->ids = malloc(n * sizeof *r->ids))) { e = smol_errf(err, SMOL_ENOMEM, "out of memory"); goto fail; }
+        memcpy(r->ids, g->tokens->ids, n * sizeof *r->ids);
+        r->n_ids = (int)n;
+        break;
+    }
+    default:
+        e = smol_errf(err, SMOL_EINVAL, "generate: input missing or unknown (chat, text or tokens)");
+        goto fail;
+    }
+    *out = r;
+    return SMOL_OK;
+fail:
+    smol_request_free(&r);
+    return e;
+}
+
+/* ================================================================ freeing */
+
+void smol_request_free(struct smol_request **rp)
+{
+    if (!rp || !*rp) return;
+    struct smol_request *r = *rp;
+    smol_chat_request_deinit(&r->chat);
+    if (r->chat_body) json_decref(r->chat_body);
+    free(r->text);
+    free(r->ids);
+    for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    free(r);
+    *rp = NULL;
+}

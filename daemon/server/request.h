@@ -1,0 +1,97 @@
+/*
+ * request.h - a generate request as the engine receives it, and the checks
+ * the RPC thread makes before building one.
+ *
+ * The RPC thread decodes every client frame with smol_rpc_decode, builds a
+ * struct smol_request from a GenerateRequest with smol_rpc_build_request,
+ * and hands it to the engine thread (ownership passes with SUBMIT, see
+ * engine.h).  Nothing here touches a socket: the functions are pure, which
+ * is what lets the fuzzer drive them.
+ */
+#ifndef SMOL_REQUEST_H
+#define SMOL_REQUEST_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "daemon/model/error.h"
+#include "daemon/text/text.h"
+#include "smollm3.pb-c.h"     /* generated into $(BUILD)/gen */
+
+#define SMOL_PROTOCOL_VERSION 1
+
+#define SMOL_SESSION_ID_MAX 128   /* bytes, printable ASCII [A-Za-z0-9._:-] */
+#define SMOL_MAX_STOPS 8
+#define SMOL_STOP_MAX_LEN 256
+
+enum smol_input_kind { SMOL_INPUT_CHAT = 0, SMOL_INPUT_TEXT = 1, SMOL_INPUT_TOKENS = 2 };
+
+/* A validated generate request, built by the RPC thread. */
+struct smol_request {
+    uint64_t id;                        /* internal, unique for the daemon's lifetime */
+    uint64_t client_id;                 /* the client's request_id, echoed in events */
+    char session[SMOL_SESSION_ID_MAX + 1]; /* "" = no session */
+    enum smol_input_kind kind;
+    /* kind == CHAT: the request as an OpenAI-style JSON body ({"messages":
+     * [...], "tools": [...], "add_generation_prompt": bool}) owned by this
+     * struct, and `chat` parsed from it by smol_chat_request_from_json
+     * (its strings point into chat_body).  chat.date: NULL = the session's
+     * frozen date (or today's, frozen, without a session); else a checked
+     * "DD Month YYYY" string owned by this struct (date_buf). */
+    json_t *chat_body;
+    struct smol_chat_request chat;
+    int append;                         /* chat + session: messages extend the session's stored conversation */
+    char date_buf[32];
+    char *text;                         /* kind == TEXT, NUL-terminated */
+    size_t text_len;
+    int32_t *ids;                       /* kind == TOKENS */
+    int n_ids;
+    int think_set, enable_thinking;     /* chat: explicit thinking flag */
+    struct smol_sampler_params sp;
+    int max_tokens;                     /* 0 = engine default */
+    char *stops[SMOL_MAX_STOPS];
+    int n_stops;
+    int logprobs;
+    double t_received;                  /* CLOCK_MONOTONIC seconds */
+};
+
+/* Frees everything the request owns (chat_body, chat, text, ids, stops)
+ * and the struct; accepts NULL and *r == NULL. */
+void smol_request_free(struct smol_request **r);
+
+/* ------------------------------------------------ decoding and validation */
+
+struct smol_rpc_limits {
+    size_t max_request_bytes;   /* frames above are refused unparsed */
+    int32_t n_vocab;            /* token ids must be < n_vocab */
+    int n_ctx;                  /* max_tokens is capped to it; token inputs must fit */
+};
+
+/* Size check, unpack, protocol version, request kind, and the fields of the
+ * non-generate kinds (session ids).  *request_id gets the request's id once
+ * it parsed (0 before).  On success *out is the unpacked request (free with
+ * smollm3__request__free_unpacked(*out, NULL)); on error *out is NULL.
+ * Errors: SMOL_ETOOLARGE, SMOL_EFORMAT, SMOL_EUNSUPPORTED (protocol version),
+ * SMOL_EINVAL, SMOL_EUTF8. */
+enum smol_err smol_rpc_decode(const void *buf, size_t len, const struct smol_rpc_limits *lim,
+                              Smollm3__Request **out, uint64_t *request_id, char *err);
+
+/* Validates a GenerateRequest and builds the engine's struct smol_request
+ * (client_id set, id 0: the caller assigns it).  Checks UTF-8 of every
+ * string, the session id, chat roles, tools_json / tool_calls_json (JSON
+ * arrays, parsed with jansson), the date, sampling ranges
+ * (smol_sampler_params_check), stop strings (at most SMOL_MAX_STOPS, each
+ * 1..SMOL_STOP_MAX_LEN bytes), token ids (< n_vocab), max_tokens (capped to
+ * n_ctx).  A missing seed is drawn with getrandom().
+ * The chat input becomes the JSON body engine.h describes (chat_body) and is
+ * parsed with smol_chat_request_from_json, as the gateway's JSON is.
+ * Free the result with smol_request_free (request.c).
+ * Errors: SMOL_EINVAL, SMOL_EUTF8, SMOL_ETOOLARGE, SMOL_ECONTEXT, SMOL_ENOMEM. */
+enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t client_id,
+                                     const struct smol_rpc_limits *lim, struct smol_request **out,
+                                     char *err);
+/* SMOL_OK if s is a valid non-empty session id (<= SMOL_SESSION_ID_MAX bytes
+ * of [A-Za-z0-9._:-]), else SMOL_EINVAL naming field. */
+enum smol_err smol_rpc_session_id_check(const char *s, const char *field, char *err);
+
+#endif

@@ -1,0 +1,141 @@
+/* sessions.c - session / cached-prefix store (see sessions.h). */
+#include "daemon/server/sessions.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void smol_sessions_init(struct smol_sessions *s, struct smol_kv *kv)
+{
+    memset(s, 0, sizeof *s);
+    s->kv = kv;
+}
+
+static void unlink_lru(struct smol_sessions *s, struct smol_session *x)
+{
+    if (x->prev) x->prev->next = x->next; else s->head = x->next;
+    if (x->next) x->next->prev = x->prev; else s->tail = x->prev;
+    x->prev = x->next = NULL;
+}
+
+static void push_head(struct smol_sessions *s, struct smol_session *x)
+{
+    x->prev = NULL;
+    x->next = s->head;
+    if (s->head) s->head->prev = x; else s->tail = x;
+    s->head = x;
+}
+
+void smol_sessions_remove(struct smol_sessions *s, struct smol_session *x)
+{
+    if (!x) return;
+    unlink_lru(s, x);
+    if (x->id[0]) s->n_named--; else s->n_anon--;
+    smol_kv_seq_deinit(s->kv, &x->seq);
+    free(x->tokens);
+    free(x->hist_text);
+    if (x->msgs) json_decref(x->msgs);
+    free(x);
+}
+
+void smol_sessions_deinit(struct smol_sessions *s)
+{
+    while (s->head) smol_sessions_remove(s, s->head);
+}
+
+struct smol_session *smol_sessions_find(struct smol_sessions *s, const char *id)
+{
+    for (struct smol_session *x = s->head; x; x = x->next)
+        if (x->id[0] && !strcmp(x->id, id)) return x;
+    return NULL;
+}
+
+struct smol_session *smol_sessions_add(struct smol_sessions *s, const char *id)
+{
+    struct smol_session *x = calloc(1, sizeof *x);
+    if (!x) return NULL;
+    snprintf(x->id, sizeof x->id, "%s", id);
+    smol_kv_seq_init(&x->seq);
+    push_head(s, x);
+    if (id[0]) s->n_named++; else s->n_anon++;
+    return x;
+}
+
+void smol_sessions_touch(struct smol_sessions *s, struct smol_session *x, double now)
+{
+    x->last_used = now;
+    unlink_lru(s, x);
+    push_head(s, x);
+}
+
+int smol_sessions_evict_one(struct smol_sessions *s, int prefer_anon)
+{
+    for (int pass = prefer_anon ? 0 : 1; pass < 2; pass++)
+        for (struct smol_session *x = s->tail; x; x = x->prev)
+            if (!x->busy && (pass == 1 || !x->id[0])) {
+                smol_sessions_remove(s, x);
+                return 1;
+            }
+    return 0;
+}
+
+int smol_sessions_expire(struct smol_sessions *s, double now, double ttl)
+{
+    int n = 0;
+    for (struct smol_session *x = s->tail, *p; x; x = p) {
+        p = x->prev;
+        if (!x->busy && now - x->last_used > ttl) {
+            smol_sessions_remove(s, x);
+            n++;
+        }
+    }
+    return n;
+}
+
+int smol_lcp(const int32_t *a, int na, const int32_t *b, int nb)
+{
+    int n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+struct smol_session *smol_sessions_best_prefix(struct smol_sessions *s, const int32_t *ids, int n, int *lcp)
+{
+    struct smol_session *best = NULL;
+    int best_len = 0;
+    for (struct smol_session *x = s->head; x; x = x->next) {
+        if (x->busy) continue;
+        int l = smol_lcp(x->tokens, x->seq.n_tokens < x->n_tokens ? x->seq.n_tokens : x->n_tokens, ids, n);
+        if (l > best_len) { best_len = l; best = x; }
+    }
+    *lcp = best_len;
+    return best;
+}
+
+int smol_session_set_tokens(struct smol_session *x, const int32_t *ids, int n)
+{
+    if (n > x->cap) {
+        int cap = n + 256;
+        int32_t *t = realloc(x->tokens, (size_t)cap * sizeof *t);
+        if (!t) return -1;
+        x->tokens = t;
+        x->cap = cap;
+    }
+    if (n) memmove(x->tokens, ids, (size_t)n * sizeof *ids);
+    x->n_tokens = n;
+    return 0;
+}
+
+int smol_session_set_text(struct smol_session *x, const char *text, size_t len)
+{
+    char *t = NULL;
+    if (text) {
+        if (!(t = malloc(len + 1))) return -1;
+        memcpy(t, text, len);
+        t[len] = 0;
+    }
+    free(x->hist_text);
+    x->hist_text = t;
+    x->hist_len = text ? len : 0;
+    return 0;
+}

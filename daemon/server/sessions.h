@@ -1,0 +1,65 @@
+/*
+ * sessions.h - the engine's store of KV sequences that outlive a request:
+ * named chat sessions and anonymous cached prefixes, on one LRU list.
+ *
+ * A session keeps the token history that produced its KV (prompt tokens
+ * plus what the model generated, reasoning included, plus the "\n" the
+ * template puts after <|im_end|>), the rendered text of the conversation
+ * as a client will send it back (for continuing a turn without
+ * re-tokenizing reasoning the client dropped), and the date frozen at its
+ * creation.  Owned by the engine thread only.
+ */
+#ifndef SMOL_SESSIONS_H
+#define SMOL_SESSIONS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "daemon/server/engine.h"
+#include "daemon/model/model.h"
+
+struct smol_session {
+    char id[SMOL_SESSION_ID_MAX + 1];   /* "" for an anonymous cached prefix */
+    struct smol_kv_seq seq;             /* KV of tokens[0, seq.n_tokens) */
+    int32_t *tokens;                    /* [n_tokens] history (may run 1 past the KV) */
+    int n_tokens, cap;
+    char *hist_text;                    /* rendered conversation so far, or NULL */
+    size_t hist_len;
+    char date[32];                      /* frozen "DD Month YYYY" */
+    json_t *msgs;                       /* the conversation as chat messages (JSON array), or NULL */
+    int think_set, enable_thinking;     /* mode of the last turn */
+    double last_used;                   /* CLOCK_MONOTONIC seconds */
+    int busy;                           /* a request runs on it */
+    struct smol_session *prev, *next;   /* LRU: head = most recent */
+};
+
+struct smol_sessions {
+    struct smol_session *head, *tail;
+    int n_named, n_anon;
+    struct smol_kv *kv;
+};
+
+void smol_sessions_init(struct smol_sessions *s, struct smol_kv *kv);
+void smol_sessions_deinit(struct smol_sessions *s);
+
+struct smol_session *smol_sessions_find(struct smol_sessions *s, const char *id);
+/* New empty session (id "" = anonymous), most recently used; NULL on OOM. */
+struct smol_session *smol_sessions_add(struct smol_sessions *s, const char *id);
+void smol_sessions_remove(struct smol_sessions *s, struct smol_session *x);
+void smol_sessions_touch(struct smol_sessions *s, struct smol_session *x, double now);
+/* Evicts the least recently used idle entry (anonymous ones first when
+ * prefer_anon); 1 if one was evicted. */
+int smol_sessions_evict_one(struct smol_sessions *s, int prefer_anon);
+/* Evicts idle sessions unused for more than ttl seconds; returns how many. */
+int smol_sessions_expire(struct smol_sessions *s, double now, double ttl);
+/* The idle entry whose KV shares the longest prefix with ids[0, n): its
+ * length in *lcp (<= its KV length).  NULL if none shares a token. */
+struct smol_session *smol_sessions_best_prefix(struct smol_sessions *s, const int32_t *ids, int n, int *lcp);
+/* Replaces the history with ids[0, n); 0 or -1 on OOM. */
+int smol_session_set_tokens(struct smol_session *x, const int32_t *ids, int n);
+int smol_session_set_text(struct smol_session *x, const char *text, size_t len);
+
+/* Length of the common prefix of a[0, na) and b[0, nb). */
+int smol_lcp(const int32_t *a, int na, const int32_t *b, int nb);
+
+#endif
