@@ -172,9 +172,10 @@ static int on_event_json(const Smollm3__Event *ev, struct gen_state *st)
     switch (ev->kind_case) {
     case SMOLLM3__EVENT__KIND_STARTED: {
         const Smollm3__Started *s = ev->started;
-        o = json_pack("{s:s, s:I, s:I, s:o, s:b}", "event", "started",
+        o = json_pack("{s:s, s:I, s:I, s:I, s:o, s:b}", "event", "started",
                       "prompt_tokens", (json_int_t)s->prompt_tokens,
                       "cached_tokens", (json_int_t)s->cached_tokens,
+                      "restored_tokens", (json_int_t)s->restored_tokens,
                       "session_id", jstr(s->session_id), "thinking", (int)s->thinking);
         break;
     }
@@ -510,6 +511,13 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         { "requests_rejected", s->requests_rejected },
         { "requests_cancelled", s->requests_cancelled },
         { "context_length", s->context_length },
+        { "kv_bytes_per_token", s->kv_bytes_per_token },
+        { "spill_sessions_written", s->spill_sessions_written },
+        { "spill_sessions_restored", s->spill_sessions_restored },
+        { "spill_tokens_restored", s->spill_tokens_restored },
+        { "spill_files_rejected", s->spill_files_rejected },
+        { "spill_files", s->spill_files },
+        { "spill_bytes", s->spill_bytes },
     };
     size_t n = sizeof rows / sizeof rows[0];
     if (json) {
@@ -517,10 +525,12 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         for (size_t i = 0; i < n; i++)
             json_object_set_new(o, rows[i].name, json_integer((json_int_t)rows[i].v));
         json_object_set_new(o, "uptime_s", json_real(s->uptime_s));
+        json_object_set_new(o, "kv_type", json_string(s->kv_type ? s->kv_type : ""));
         jprint(o);
     } else {
         for (size_t i = 0; i < n; i++) printf("%-24s %llu\n", rows[i].name, rows[i].v);
         printf("%-24s %.1f\n", "uptime_s", s->uptime_s);
+        printf("%-24s %s\n", "kv_type", s->kv_type ? s->kv_type : "");
     }
     smol_client_event_free(&ev);
     return 0;
@@ -528,8 +538,9 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
 
 static json_t *session_json(const Smollm3__SessionInfo *s)
 {
-    return json_pack("{s:o, s:I, s:f, s:b}", "session_id", jstr(s->session_id),
-                     "tokens", (json_int_t)s->tokens, "idle_s", s->idle_s, "busy", (int)s->busy);
+    return json_pack("{s:o, s:I, s:f, s:b, s:b}", "session_id", jstr(s->session_id),
+                     "tokens", (json_int_t)s->tokens, "idle_s", s->idle_s, "busy", (int)s->busy,
+                     "on_disk", (int)s->on_disk);
 }
 
 static void session_row(const Smollm3__SessionInfo *s)

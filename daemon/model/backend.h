@@ -52,6 +52,8 @@ struct smol_backend {
     void *(*alloc)(struct smol_backend *be, size_t bytes);  /* zeroed; NULL on failure */
     void (*free)(struct smol_backend *be, void *p);
     void (*to_host)(struct smol_backend *be, void *dst, const void *src, size_t bytes);
+    /* host -> backend memory (KV pages read back from disk); NULL: not supported */
+    void (*from_host)(struct smol_backend *be, void *dst, const void *src, size_t bytes);
     enum smol_err (*upload_weight)(struct smol_backend *be, struct smol_weight *w, char *err);
 
     /* out[i] = dequant(w row ids[i]), i < n */

@@ -487,7 +487,7 @@ enum smol_err smol_backend_cpu_new(struct smol_backend **out, int n_threads, cha
     *be = (struct smol_backend){
         .name = c->k->name, .impl = c, .n_threads = smol_pool_threads(c->pool),
         .destroy = cpu_destroy, .reserve = cpu_reserve, .alloc = cpu_alloc, .free = cpu_free,
-        .to_host = cpu_to_host, .upload_weight = cpu_upload, .get_rows = cpu_get_rows,
+        .to_host = cpu_to_host, .from_host = cpu_to_host, .upload_weight = cpu_upload, .get_rows = cpu_get_rows,
         .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul, .matmul_n = cpu_matmul_n, .rope = cpu_rope, .kv_store = cpu_kv_store,
         .attention = cpu_attention, .silu_mul = cpu_silu_mul, .add = cpu_add,
         .gather_rows = cpu_gather_rows, .kv_copy_page = cpu_kv_copy_page,

@@ -147,3 +147,33 @@ enum smol_err smol_kv_seq_share(struct smol_kv *kv, struct smol_kv_seq *dst, con
     dst->n_tokens = n;
     return SMOL_OK;
 }
+
+/* ---- page copies to and from the host (persistence) ---------------------------- */
+
+void smol_kv_page_read(const struct smol_kv *kv, int page, void *dst)
+{
+    SMOL_ASSERT(page >= 0 && page < kv->n_pages);
+    char *d = dst;
+    for (int l = 0; l < kv->n_layers; l++) {
+        size_t off = (size_t)l * kv->layer_bytes + (size_t)page * kv->page_bytes;
+        kv->be->to_host(kv->be, d, (const char *)kv->k + off, kv->page_bytes);
+        d += kv->page_bytes;
+        kv->be->to_host(kv->be, d, (const char *)kv->v + off, kv->page_bytes);
+        d += kv->page_bytes;
+    }
+}
+
+enum smol_err smol_kv_page_write(struct smol_kv *kv, int page, const void *src, char *err)
+{
+    SMOL_ASSERT(page >= 0 && page < kv->n_pages);
+    if (!kv->be->from_host) return smol_errf(err, SMOL_EINVAL, "kv cache: backend %s cannot load pages", kv->be->name);
+    const char *s = src;
+    for (int l = 0; l < kv->n_layers; l++) {
+        size_t off = (size_t)l * kv->layer_bytes + (size_t)page * kv->page_bytes;
+        kv->be->from_host(kv->be, (char *)kv->k + off, s, kv->page_bytes);
+        s += kv->page_bytes;
+        kv->be->from_host(kv->be, (char *)kv->v + off, s, kv->page_bytes);
+        s += kv->page_bytes;
+    }
+    return SMOL_OK;
+}

@@ -66,6 +66,13 @@ void smol_kv_seq_truncate(struct smol_kv *kv, struct smol_kv_seq *s, int n);
 /* dst (empty) takes the first n positions of src, sharing pages. */
 enum smol_err smol_kv_seq_share(struct smol_kv *kv, struct smol_kv_seq *dst, const struct smol_kv_seq *src,
                                 int n, char *err);
+/* Copies page `page` of the pool, all layers, to host memory: dst holds
+ * smol_kv_page_host_bytes(kv) bytes, laid out [layer][K, V][page_bytes]. */
+static inline size_t smol_kv_page_host_bytes(const struct smol_kv *kv) { return 2 * (size_t)kv->n_layers * kv->page_bytes; }
+void smol_kv_page_read(const struct smol_kv *kv, int page, void *dst);
+/* The reverse: host bytes (same layout) into page `page`.  SMOL_EINVAL when
+ * the backend cannot write its memory from the host. */
+enum smol_err smol_kv_page_write(struct smol_kv *kv, int page, const void *src, char *err);
 /* Pages that reserving [from, to) of s would take from the pool. */
 int smol_kv_seq_pages_needed(const struct smol_kv *kv, const struct smol_kv_seq *s, int from, int to);
 

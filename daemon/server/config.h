@@ -35,6 +35,9 @@ struct smol_daemon_config {
     int kv_budget_mb;           /* KV pool, MiB, allocated up front; 0 = one full-context sequence */
     int kv_f32;                 /* bool: KV in f32 instead of f16 */
     int yarn;                   /* bool: YaRN rope scaling */
+    char kv_spill_dir[SMOL_CONFIG_PATH_MAX]; /* session KV files; "" = none */
+    int kv_spill_budget_mb;     /* disk budget of kv_spill_dir; 0 = no limit */
+    int kv_spill_when_idle;     /* bool: write changed sessions whenever the engine is idle */
     char backend[SMOL_CONFIG_PATH_MAX]; /* "auto" | "cpu" | "cuda" */
     int cuda_device;            /* CUDA device index */
     int step_tokens;            /* tokens per engine step (decode + prefill chunks) */

@@ -369,6 +369,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
 
     if (r->session[0]) {
         s = smol_sessions_find(&e->sessions, r->session);
+        if (!s) s = smol_sessions_restore(&e->sessions, r->session, e->cfg.max_sessions, now);
         if (s && s->busy) {
             snprintf(msg, sizeof msg, "session '%s' already has a request in progress", r->session);
             reject(e, q, SMOL_EBUSY, msg);
@@ -433,7 +434,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
     if (r->session[0] && !s) {
         if (e->sessions.n_named >= e->cfg.max_sessions) {
             for (struct smol_session *x = e->sessions.tail; x; x = x->prev)
-                if (x->id[0] && !x->busy) { smol_sessions_remove(&e->sessions, x); break; }
+                if (x->id[0] && !x->busy) { smol_sessions_evict(&e->sessions, x); break; }
         }
         if (e->sessions.n_named >= e->cfg.max_sessions) { reject(e, q, SMOL_EBUSY, "too many sessions"); return -1; }
         if (!(s = smol_sessions_add(&e->sessions, r->session))) { reject(e, q, SMOL_ENOMEM, "out of memory"); return -1; }
@@ -486,6 +487,10 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
     Smollm3__Started st = SMOLLM3__STARTED__INIT;
     st.prompt_tokens = (uint32_t)n_prompt;
     st.cached_tokens = (uint32_t)lcp;
+    if (q->sess && q->sess->restored_kv) {
+        st.restored_tokens = (uint32_t)(lcp < q->sess->restored_kv ? lcp : q->sess->restored_kv);
+        q->sess->restored_kv = 0;
+    }
     st.session_id = r->session;
     st.thinking = q->thinking;
     ev.request_id = r->client_id;
@@ -698,13 +703,13 @@ static int handle_cmd(struct smol_engine *e)
 static void *engine_main(void *arg)
 {
     struct smol_engine *e = arg;
-    int drained_sent = 0;
+    int drained_sent = 0, spilled_one = 0;
     double last_expire = smol_engine_now();
     while (!e->stop) {
         int runnable = e->n_queued > 0;
         for (struct req *q = e->running; q && !runnable; q = q->next) runnable = !q->paused || q->cancelled;
         zmq_pollitem_t it = {.socket = e->sock, .events = ZMQ_POLLIN};
-        long timeout = runnable ? 0 : e->n_running ? 10 : 1000;
+        long timeout = runnable || spilled_one ? 0 : e->n_running ? 10 : 1000;
         if (zmq_poll(&it, 1, timeout) < 0 && zmq_errno() == ETERM) break;
         while (handle_cmd(e)) {}
         double now = smol_engine_now();
@@ -715,7 +720,11 @@ static void *engine_main(void *arg)
             last_expire = now;
         }
         step(e);
+        if (e->cfg.spill && e->cfg.spill_when_idle && !e->n_running && !e->n_queued && !e->draining)
+            spilled_one = smol_sessions_spill_one(&e->sessions); /* write-behind, one per turn of the loop */
         if (e->draining && !drained_sent && !e->n_running && !e->n_queued) {
+            /* a clean stop loses no session: every changed one goes to disk */
+            while (smol_sessions_spill_one(&e->sessions)) {}
             uint64_t z = 0;
             uint8_t fl = SMOL_EV_DRAINED;
             zmq_send(e->sock, &z, sizeof z, ZMQ_SNDMORE);
@@ -755,6 +764,8 @@ enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const c
     e->tok = tok;
     e->t_start = smol_engine_now();
     smol_sessions_init(&e->sessions, &m->kv);
+    e->sessions.spill = e->cfg.spill;
+    e->sessions.vocab = m->cfg.vocab;
     struct smol_gguf_str tpl;
     if (smol_gguf_get_str(m->gguf, "tokenizer.chat_template", &tpl, 0, NULL) == SMOL_OK && tpl.ptr &&
         smol_chat_tpl_detect(tpl.ptr, tpl.len, 0, &e->tpl, NULL) == SMOL_OK)

@@ -35,6 +35,7 @@
 
 struct smol_model;
 struct smol_tokenizer;
+struct smol_spill;
 
 enum smol_engine_cmd {
     SMOL_CMD_SUBMIT = 1,
@@ -59,6 +60,8 @@ struct smol_engine_config {
     int max_cached_prefixes;/* anonymous finished sequences kept for prefix reuse; default 16 */
     double queue_timeout_s; /* a request waiting for KV longer than this gets SMOL_EBUSY; default 30 */
     const char *model_name; /* reported by health */
+    struct smol_spill *spill;   /* session files (server/spill.h), borrowed; NULL = none */
+    int spill_when_idle;        /* write changed sessions to it whenever nothing runs */
 };
 
 void smol_engine_config_default(struct smol_engine_config *c);

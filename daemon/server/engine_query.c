@@ -6,6 +6,8 @@
 #include "daemon/server/engine_internal.h"
 #include "daemon/server/engine_wire.h"
 #include "daemon/model/model.h"
+#include "daemon/server/spill.h"
+#include "kernels/quant_ref.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +40,18 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         st.requests_cancelled = e->n_cancelled;
         st.uptime_s = smol_engine_now() - e->t_start;
         st.context_length = (uint32_t)e->m->cfg.n_ctx;
+        st.kv_bytes_per_token = smol_kv_bytes_per_token(kv->n_layers, kv->n_kv_heads, kv->head_dim, kv->type);
+        st.kv_type = (char *)smol_type_name(kv->type);
+        if (e->cfg.spill) {
+            struct smol_spill_stats ss;
+            smol_spill_get_stats(e->cfg.spill, &ss);
+            st.spill_sessions_written = ss.written;
+            st.spill_sessions_restored = ss.restored;
+            st.spill_tokens_restored = ss.tokens_restored;
+            st.spill_files_rejected = ss.rejected;
+            st.spill_files = ss.files;
+            st.spill_bytes = ss.bytes;
+        }
         ev.kind_case = SMOLLM3__EVENT__KIND_STATS;
         ev.stats = &st;
         smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
@@ -48,6 +62,15 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         int get = rq->kind_case == SMOLLM3__REQUEST__KIND_SESSION_GET;
         const char *sid = get ? rq->session_get->session_id : rq->session_delete->session_id;
         struct smol_session *x = sid && sid[0] ? smol_sessions_find(&e->sessions, sid) : NULL;
+        if (!x && !get && sid && sid[0] && e->cfg.spill && smol_spill_has(e->cfg.spill, sid)) {
+            /* only on disk */
+            Smollm3__Ack ack = SMOLLM3__ACK__INIT;
+            smol_spill_remove(e->cfg.spill, sid);
+            ev.kind_case = SMOLLM3__EVENT__KIND_ACK;
+            ev.ack = &ack;
+            smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
+            break;
+        }
         if (!x) {
             char msg[SMOL_SESSION_ID_MAX + 64];
             snprintf(msg, sizeof msg, "unknown session '%.128s'", sid ? sid : "");
@@ -62,9 +85,11 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
             si.tokens = (uint32_t)x->n_tokens;
             si.idle_s = x->busy ? 0 : smol_engine_now() - x->last_used;
             si.busy = x->busy;
+            si.on_disk = e->cfg.spill && x->on_disk && x->n_tokens > 0;
             ev.kind_case = SMOLLM3__EVENT__KIND_SESSION;
             ev.session = &si;
         } else {
+            if (e->cfg.spill) smol_spill_remove(e->cfg.spill, x->id);
             if (x->busy) { /* cancel its request; the session goes when it ends */
                 for (struct req *q = e->running; q; q = q->next)
                     if (q->sess == x) { q->cancelled = 1; q->sess = NULL; q->anon = x; x->id[0] = 0; e->sessions.n_named--; e->sessions.n_anon++; }
@@ -89,6 +114,7 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
             si[k].tokens = (uint32_t)x->n_tokens;
             si[k].idle_s = x->busy ? 0 : t - x->last_used;
             si[k].busy = x->busy;
+            si[k].on_disk = e->cfg.spill && x->on_disk && x->n_tokens > 0;
             sp[k] = &si[k];
             k++;
         }

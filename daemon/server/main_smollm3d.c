@@ -33,6 +33,7 @@
 #include "daemon/model/model.h"
 #include "daemon/server/log.h"
 #include "daemon/server/rpc.h"
+#include "daemon/server/spill.h"
 #include "daemon/text/text.h"
 
 #define ENGINE_ENDPOINT "inproc://smollm3d-engine"
@@ -121,6 +122,7 @@ int main(int argc, char **argv)
     struct smol_tokenizer *tok = NULL;
     struct smol_rpc *rpc = NULL;
     struct smol_engine *eng = NULL;
+    struct smol_spill *spill = NULL;
     void *zctx = NULL;
     char name[256];
 
@@ -143,6 +145,12 @@ int main(int argc, char **argv)
     smol_log_info("model \"%s\": %d layers, dim %d, vocab %d, context %d, KV budget %d MiB (%s)", name,
                   m->cfg.n_layers, m->cfg.dim, m->cfg.vocab, m->cfg.n_ctx, cfg.kv_budget_mb,
                   cfg.kv_f32 ? "f32" : "f16");
+
+    if (cfg.kv_spill_dir[0] &&
+        smol_spill_open(&spill, cfg.kv_spill_dir, (uint64_t)cfg.kv_spill_budget_mb << 20, m, err)) {
+        smol_log_err("%s", err);
+        goto out;
+    }
 
     sd_notify(0, "STATUS=warming up");
     if (smol_engine_warmup(m, err)) { smol_log_err("warm-up failed: %s", err); goto out; }
@@ -183,6 +191,8 @@ int main(int argc, char **argv)
     ec.max_cached_prefixes = cfg.max_cached_prefixes;
     ec.queue_timeout_s = cfg.queue_timeout;
     ec.model_name = name;
+    ec.spill = spill;
+    ec.spill_when_idle = cfg.kv_spill_when_idle;
     if (smol_engine_start(&eng, zctx, ENGINE_ENDPOINT, m, tok, &ec, err)) {
         smol_log_err("engine: %s", err);
         goto out;
@@ -199,6 +209,7 @@ int main(int argc, char **argv)
     rc = 0;
 out:
     smol_engine_stop(&eng);     /* STOP + join, before the sockets and the model go */
+    smol_spill_close(&spill);   /* after the engine: it writes there until it stops */
     smol_rpc_free(&rpc);
     if (zctx) zmq_ctx_term(zctx);
     smol_tokenizer_free(&tok);

@@ -1,5 +1,7 @@
 /* sessions.c - session / cached-prefix store (see sessions.h). */
 #include "daemon/server/sessions.h"
+#include "daemon/server/log.h"
+#include "daemon/server/spill.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,12 +70,68 @@ void smol_sessions_touch(struct smol_sessions *s, struct smol_session *x, double
     push_head(s, x);
 }
 
+/* ---- the spill directory ------------------------------------------------------- */
+
+static void spill(struct smol_sessions *s, struct smol_session *x)
+{
+    char err[SMOL_ERRLEN];
+    if (smol_spill_save(s->spill, s->kv, x, err)) {
+        smol_log_warn("spill: %s", err);
+        x->on_disk = 1; /* not again until it changes */
+    }
+}
+
+void smol_sessions_evict(struct smol_sessions *s, struct smol_session *x)
+{
+    if (s->spill && x->id[0] && !x->on_disk) spill(s, x);
+    smol_sessions_remove(s, x);
+}
+
+int smol_sessions_spill_one(struct smol_sessions *s)
+{
+    if (!s->spill) return 0;
+    for (struct smol_session *x = s->tail; x; x = x->prev)
+        if (x->id[0] && !x->busy && !x->on_disk) {
+            spill(s, x);
+            return 1;
+        }
+    return 0;
+}
+
+struct smol_session *smol_sessions_restore(struct smol_sessions *s, const char *id, int max_named, double now)
+{
+    if (!s->spill || !smol_spill_has(s->spill, id)) return NULL;
+    if (s->n_named >= max_named)
+        for (struct smol_session *x = s->tail; x; x = x->prev)
+            if (x->id[0] && !x->busy) { smol_sessions_evict(s, x); break; }
+    if (s->n_named >= max_named) return NULL;
+    struct smol_session *x = smol_sessions_add(s, id);
+    if (!x) return NULL;
+    x->busy = 1; /* not evicted to make room for itself */
+    char err[SMOL_ERRLEN];
+    int need = 0;
+    enum smol_err rc;
+    while ((rc = smol_spill_load(s->spill, s->kv, s->vocab, x, &need, err)) == SMOL_EBUSY)
+        if (!smol_sessions_evict_one(s, 1)) break;
+    x->busy = 0;
+    if (rc) {
+        if (rc != SMOL_ENOSESSION && rc != SMOL_EFORMAT) smol_log_warn("spill: %s", err);
+        smol_sessions_remove(s, x);
+        return NULL;
+    }
+    x->restored_kv = x->seq.n_tokens;
+    x->last_used = now;
+    return x;
+}
+
+/* ---- eviction -------------------------------------------------------------------- */
+
 int smol_sessions_evict_one(struct smol_sessions *s, int prefer_anon)
 {
     for (int pass = prefer_anon ? 0 : 1; pass < 2; pass++)
         for (struct smol_session *x = s->tail; x; x = x->prev)
             if (!x->busy && (pass == 1 || !x->id[0])) {
-                smol_sessions_remove(s, x);
+                smol_sessions_evict(s, x);
                 return 1;
             }
     return 0;
@@ -85,6 +143,8 @@ int smol_sessions_expire(struct smol_sessions *s, double now, double ttl)
     for (struct smol_session *x = s->tail, *p; x; x = p) {
         p = x->prev;
         if (!x->busy && now - x->last_used > ttl) {
+            /* the conversation is over: its file goes too */
+            if (s->spill && x->id[0]) smol_spill_remove(s->spill, x->id);
             smol_sessions_remove(s, x);
             n++;
         }
@@ -123,6 +183,7 @@ int smol_session_set_tokens(struct smol_session *x, const int32_t *ids, int n)
     }
     if (n) memmove(x->tokens, ids, (size_t)n * sizeof *ids);
     x->n_tokens = n;
+    x->on_disk = 0;
     return 0;
 }
 

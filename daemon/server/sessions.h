@@ -30,13 +30,19 @@ struct smol_session {
     int think_set, enable_thinking;     /* mode of the last turn */
     double last_used;                   /* CLOCK_MONOTONIC seconds */
     int busy;                           /* a request runs on it */
+    int on_disk;                        /* the spill directory holds this exact history and KV */
+    int restored_kv;                    /* KV tokens just read back from disk, not yet reported */
     struct smol_session *prev, *next;   /* LRU: head = most recent */
 };
+
+struct smol_spill;
 
 struct smol_sessions {
     struct smol_session *head, *tail;
     int n_named, n_anon;
     struct smol_kv *kv;
+    struct smol_spill *spill;           /* borrowed; NULL = sessions live in memory only */
+    int vocab;                          /* bounds token ids read back from disk */
 };
 
 void smol_sessions_init(struct smol_sessions *s, struct smol_kv *kv);
@@ -47,6 +53,17 @@ struct smol_session *smol_sessions_find(struct smol_sessions *s, const char *id)
 struct smol_session *smol_sessions_add(struct smol_sessions *s, const char *id);
 void smol_sessions_remove(struct smol_sessions *s, struct smol_session *x);
 void smol_sessions_touch(struct smol_sessions *s, struct smol_session *x, double now);
+/* Takes x out of memory; a named session whose history is not on disk yet
+ * is written to the spill directory first (when there is one). */
+void smol_sessions_evict(struct smol_sessions *s, struct smol_session *x);
+/* Writes one changed idle named session to the spill directory; 1 if one
+ * was written (or failed), 0 when there is none. */
+int smol_sessions_spill_one(struct smol_sessions *s);
+/* A new session `id` read back from the spill directory, most recently
+ * used, its KV in the pool (idle entries evicted to make room; a named one
+ * first when max_named is reached).  NULL when there is no usable file,
+ * or no room. */
+struct smol_session *smol_sessions_restore(struct smol_sessions *s, const char *id, int max_named, double now);
 /* Evicts the least recently used idle entry (anonymous ones first when
  * prefer_anon); 1 if one was evicted. */
 int smol_sessions_evict_one(struct smol_sessions *s, int prefer_anon);

@@ -333,6 +333,13 @@ static void cu_gather_rows(struct smol_backend *be, float *out, const float *x, 
     if (d) ck(c, smol_gather_rows_cuda(out, x, d, n, dim, c->st), "gather_rows");
 }
 
+static void cu_from_host(struct smol_backend *be, void *dst, const void *src, size_t n)
+{
+    struct cuda *c = C(be);
+    ck(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->st), "copy from host");
+    ck(c, cudaStreamSynchronize(c->st), "copy from host");
+}
+
 static void cu_kv_copy_page(struct smol_backend *be, struct smol_kv *kv, int dst, int src)
 {
     struct cuda *c = C(be);
@@ -423,6 +430,7 @@ static enum smol_err cu_new(struct smol_backend **out, int device, char *err)
     be->alloc = cu_alloc;
     be->free = cu_free;
     be->to_host = cu_to_host;
+    be->from_host = cu_from_host;
     be->upload_weight = cu_upload;
     be->get_rows = cu_get_rows;
     be->rmsnorm = cu_rmsnorm;

@@ -1,0 +1,515 @@
+/* spill.c - sessions on disk (see spill.h for the format and the rules). */
+#include "daemon/server/spill.h"
+#include "daemon/server/log.h"
+#include "daemon/server/sessions.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+_Static_assert(sizeof(struct smol_spill_header) == 136, "spill header layout");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "spill files are little-endian");
+
+#define NAME_LEN 35 /* 32 hex digits + ".kv" */
+
+struct entry {
+    char name[NAME_LEN + 1];
+    uint64_t bytes;
+    int64_t stamp;              /* ns, CLOCK_REALTIME (file mtime at scan) */
+};
+
+struct smol_spill {
+    char dir[4096];
+    int dirfd;
+    uint64_t budget;            /* bytes; 0 = no limit */
+    uint8_t model_id[16];
+    struct entry *ent;
+    int n_ent, cap_ent;
+    struct smol_spill_stats st;
+    void *page_buf;             /* one page, all layers, host */
+    size_t page_buf_bytes;
+};
+
+/* ---- names, index ------------------------------------------------------------------ */
+
+static void file_name(const char *id, char out[NAME_LEN + 1])
+{
+    XXH128_hash_t h = XXH3_128bits(id, strlen(id));
+    snprintf(out, NAME_LEN + 1, "%016llx%016llx.kv", (unsigned long long)h.high64, (unsigned long long)h.low64);
+}
+
+static int is_our_name(const char *n)
+{
+    if (strlen(n) != NAME_LEN || strcmp(n + 32, ".kv")) return 0;
+    for (int i = 0; i < 32; i++)
+        if (!((n[i] >= '0' && n[i] <= '9') || (n[i] >= 'a' && n[i] <= 'f'))) return 0;
+    return 1;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static struct entry *find_ent(const struct smol_spill *sp, const char *name)
+{
+    for (int i = 0; i < sp->n_ent; i++)
+        if (!strcmp(sp->ent[i].name, name)) return &sp->ent[i];
+    return NULL;
+}
+
+static void drop_ent(struct smol_spill *sp, struct entry *e)
+{
+    sp->st.bytes -= e->bytes;
+    sp->st.files--;
+    *e = sp->ent[--sp->n_ent];
+}
+
+static int put_ent(struct smol_spill *sp, const char *name, uint64_t bytes, int64_t stamp)
+{
+    struct entry *e = find_ent(sp, name);
+    if (e) drop_ent(sp, e);
+    if (sp->n_ent == sp->cap_ent) {
+        int cap = sp->cap_ent ? sp->cap_ent * 2 : 64;
+        struct entry *p = realloc(sp->ent, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        sp->ent = p;
+        sp->cap_ent = cap;
+    }
+    e = &sp->ent[sp->n_ent++];
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->bytes = bytes;
+    e->stamp = stamp;
+    sp->st.bytes += bytes;
+    sp->st.files++;
+    return 0;
+}
+
+static void unlink_file(struct smol_spill *sp, const char *name)
+{
+    struct entry *e = find_ent(sp, name);
+    if (e) drop_ent(sp, e);
+    if (unlinkat(sp->dirfd, name, 0) && errno != ENOENT) smol_log_warn("spill: cannot remove %s/%s: %s", sp->dir, name, strerror(errno));
+}
+
+/* Removes the least recently used files until the total fits the budget;
+ * `keep` (may be NULL) goes last. */
+static void trim(struct smol_spill *sp, const char *keep)
+{
+    while (sp->budget && sp->st.bytes > sp->budget && sp->n_ent) {
+        struct entry *old = NULL;
+        for (int i = 0; i < sp->n_ent; i++) {
+            struct entry *e = &sp->ent[i];
+            if (keep && !strcmp(e->name, keep) && sp->n_ent > 1) continue;
+            if (!old || e->stamp < old->stamp) old = e;
+        }
+        SMOL_ASSERT(old);
+        char name[NAME_LEN + 1];
+        snprintf(name, sizeof name, "%s", old->name);
+        smol_log_info("spill: disk budget: removing %s (%.1f MiB, least recently used)", name, old->bytes / 1048576.0);
+        unlink_file(sp, name);
+    }
+}
+
+/* ---- header ------------------------------------------------------------------------ */
+
+static uint64_t header_hash(const struct smol_spill_header *h)
+{
+    return XXH3_64bits(h, offsetof(struct smol_spill_header, header_hash));
+}
+
+static uint64_t kv_payload_bytes(const struct smol_spill *sp, uint32_t n_kv, const struct smol_kv *kv)
+{
+    return (uint64_t)smol_kv_pages_for((int)n_kv) * smol_kv_page_host_bytes(kv);
+}
+
+/* NULL if h describes a file of ours for this model and kv, of exactly
+ * file_bytes bytes; else why not. */
+static const char *check_header(const struct smol_spill *sp, const struct smol_spill_header *h, uint64_t file_bytes,
+                                const struct smol_kv *kv)
+{
+    if (file_bytes < sizeof *h) return "truncated (shorter than the header)";
+    if (memcmp(h->magic, SMOL_SPILL_MAGIC, 8)) return "not a smollm3d KV file (bad magic)";
+    if (h->version != SMOL_SPILL_VERSION) return "another format version";
+    if (h->header_bytes != sizeof *h || h->header_hash != header_hash(h)) return "header checksum mismatch";
+    if (memcmp(h->model_id, sp->model_id, 16)) return "written for another model (or RoPE settings)";
+    if (h->kv_type != kv->type || h->n_layers != (uint32_t)kv->n_layers || h->n_kv_heads != (uint32_t)kv->n_kv_heads ||
+        h->head_dim != (uint32_t)kv->head_dim || h->page_tokens != SMOL_KV_PAGE)
+        return "another KV type or geometry";
+    if (h->id_len == 0 || h->id_len > SMOL_SESSION_ID_MAX || h->n_kv > h->n_tokens || h->n_tokens > (1u << 26) ||
+        h->reserved || memchr(h->date, 0, sizeof h->date) == NULL)
+        return "inconsistent header";
+    uint64_t want = (uint64_t)h->id_len + 4ull * h->n_tokens + h->hist_len + h->msgs_len + kv_payload_bytes(sp, h->n_kv, kv);
+    if (h->payload_bytes != want) return "inconsistent payload size";
+    if (file_bytes != sizeof *h + want) return file_bytes < sizeof *h + want ? "truncated" : "trailing bytes";
+    return NULL;
+}
+
+static void reject_file(struct smol_spill *sp, const char *name, const char *why)
+{
+    smol_log_warn("spill: %s/%s: %s; ignored and removed (the session is recomputed)", sp->dir, name, why);
+    sp->st.rejected++;
+    unlink_file(sp, name);
+}
+
+/* ---- model identity ------------------------------------------------------------------ */
+
+void smol_spill_model_id(const struct smol_model *m, uint8_t out[16])
+{
+    XXH3_state_t *st = XXH3_createState();
+    SMOL_ASSERT(st);
+    XXH3_128bits_reset(st);
+    const struct smol_gguf *g = m->gguf;
+    size_t n = g->data_offset < g->size ? (size_t)g->data_offset : g->size;
+    XXH3_128bits_update(st, g->base, n);
+    const struct smol_rope_params *r = &m->rope;
+    float f[6] = {r->freq_base, r->freq_scale, r->ext_factor, r->attn_factor, r->corr_dims[0], r->corr_dims[1]};
+    int32_t d = r->n_dims;
+    XXH3_128bits_update(st, &d, sizeof d);
+    XXH3_128bits_update(st, f, sizeof f);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+    memcpy(out, c.digest, 16);
+    XXH3_freeState(st);
+}
+
+/* ---- open / close ------------------------------------------------------------------ */
+
+static int read_full(int fd, void *buf, size_t n)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t r = write(fd, p, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static void scan(struct smol_spill *sp, const struct smol_kv *kv)
+{
+    int fd = openat(sp->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        smol_log_warn("spill: cannot list %s: %s", sp->dir, strerror(errno));
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *n = de->d_name;
+        if (!strcmp(n, ".") || !strcmp(n, "..")) continue;
+        if (!strncmp(n, ".tmp-", 5)) {
+            smol_log_info("spill: removing %s/%s (an unfinished write)", sp->dir, n);
+            unlinkat(sp->dirfd, n, 0);
+            continue;
+        }
+        if (!is_our_name(n)) {
+            smol_log_warn("spill: %s/%s: not a session file name; ignored", sp->dir, n);
+            continue;
+        }
+        struct smol_spill_header h;
+        struct stat stt;
+        int f = openat(sp->dirfd, n, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        const char *why = NULL;
+        if (f < 0 || fstat(f, &stt) || !S_ISREG(stt.st_mode)) why = "cannot be read as a regular file";
+        else if (stt.st_size < (off_t)sizeof h || pread(f, &h, sizeof h, 0) != (ssize_t)sizeof h) why = "truncated (shorter than the header)";
+        else why = check_header(sp, &h, (uint64_t)stt.st_size, kv);
+        if (f >= 0) close(f);
+        if (why) { reject_file(sp, n, why); continue; }
+        put_ent(sp, n, (uint64_t)stt.st_size, (int64_t)stt.st_mtim.tv_sec * 1000000000 + stt.st_mtim.tv_nsec);
+    }
+    closedir(d);
+}
+
+enum smol_err smol_spill_open(struct smol_spill **out, const char *dir, uint64_t budget_bytes,
+                              const struct smol_model *m, char *err)
+{
+    *out = NULL;
+    struct smol_spill *sp = calloc(1, sizeof *sp);
+    if (!sp) return smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
+    if (strlen(dir) >= sizeof sp->dir) { free(sp); return smol_errf(err, SMOL_EINVAL, "kv_spill_dir: path too long"); }
+    snprintf(sp->dir, sizeof sp->dir, "%s", dir);
+    sp->budget = budget_bytes;
+    sp->dirfd = -1;
+    if (mkdir(dir, 0700) && errno != EEXIST) {
+        int e = errno;
+        free(sp);
+        return smol_errf(err, SMOL_EIO, "kv_spill_dir %s: cannot create: %s", dir, strerror(e));
+    }
+    sp->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (sp->dirfd < 0 || faccessat(sp->dirfd, ".", W_OK | X_OK, AT_EACCESS)) {
+        int e = errno;
+        if (sp->dirfd >= 0) close(sp->dirfd);
+        free(sp);
+        return smol_errf(err, SMOL_EIO, "kv_spill_dir %s: %s", dir, strerror(e));
+    }
+    smol_spill_model_id(m, sp->model_id);
+    sp->page_buf_bytes = smol_kv_page_host_bytes(&m->kv);
+    if (!(sp->page_buf = malloc(sp->page_buf_bytes))) {
+        smol_spill_close(&sp);
+        return smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
+    }
+    scan(sp, &m->kv);
+    trim(sp, NULL);
+    smol_log_info("spill: %s: %u session files, %.1f MiB (budget %s)", dir, sp->st.files, sp->st.bytes / 1048576.0,
+                  budget_bytes ? "set" : "none");
+    *out = sp;
+    return SMOL_OK;
+}
+
+void smol_spill_close(struct smol_spill **spp)
+{
+    if (!spp || !*spp) return;
+    struct smol_spill *sp = *spp;
+    if (sp->dirfd >= 0) close(sp->dirfd);
+    free(sp->ent);
+    free(sp->page_buf);
+    free(sp);
+    *spp = NULL;
+}
+
+/* ---- save ---------------------------------------------------------------------------- */
+
+static int put(int fd, XXH3_state_t *st, const void *p, size_t n)
+{
+    if (!n) return 0;
+    XXH3_64bits_update(st, p, n);
+    return write_full(fd, p, n);
+}
+
+enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, struct smol_session *x, char *err)
+{
+    SMOL_ASSERT(x->id[0]);
+    char name[NAME_LEN + 1], tmp[64];
+    file_name(x->id, name);
+    int n_kv = x->seq.n_tokens < x->n_tokens ? x->seq.n_tokens : x->n_tokens;
+    if (n_kv <= 0) {
+        unlink_file(sp, name);
+        x->on_disk = 1;
+        return SMOL_OK;
+    }
+    double t0 = mono_s();
+    char *msgs = x->msgs ? json_dumps(x->msgs, JSON_COMPACT) : NULL;
+    struct smol_spill_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, SMOL_SPILL_MAGIC, 8);
+    h.version = SMOL_SPILL_VERSION;
+    h.header_bytes = sizeof h;
+    memcpy(h.model_id, sp->model_id, 16);
+    h.kv_type = kv->type;
+    h.n_layers = (uint32_t)kv->n_layers;
+    h.n_kv_heads = (uint32_t)kv->n_kv_heads;
+    h.head_dim = (uint32_t)kv->head_dim;
+    h.page_tokens = SMOL_KV_PAGE;
+    h.id_len = (uint32_t)strlen(x->id);
+    h.n_tokens = (uint32_t)x->n_tokens;
+    h.n_kv = (uint32_t)n_kv;
+    h.hist_len = x->hist_text ? (uint32_t)x->hist_len : 0;
+    h.msgs_len = msgs ? (uint32_t)strlen(msgs) : 0;
+    h.flags = (x->think_set ? SMOL_SPILL_F_THINK_SET : 0) | (x->enable_thinking ? SMOL_SPILL_F_THINKING : 0) |
+              (x->hist_text ? SMOL_SPILL_F_HIST : 0);
+    snprintf(h.date, sizeof h.date, "%s", x->date);
+    h.payload_bytes = (uint64_t)h.id_len + 4ull * h.n_tokens + h.hist_len + h.msgs_len + kv_payload_bytes(sp, h.n_kv, kv);
+    const uint64_t total = sizeof h + h.payload_bytes;
+    if (sp->budget && total > sp->budget) {
+        free(msgs);
+        return smol_errf(err, SMOL_ETOOLARGE, "session '%s': %.1f MiB exceed kv_spill_budget_mb", x->id, total / 1048576.0);
+    }
+
+    snprintf(tmp, sizeof tmp, ".tmp-%.32s-%d", name, (int)getpid());
+    int fd = openat(sp->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        free(msgs);
+        return smol_errf(err, SMOL_EIO, "spill %s/%s: %s", sp->dir, tmp, strerror(errno));
+    }
+    XXH3_state_t *st = XXH3_createState();
+    int bad = !st || XXH3_64bits_reset(st) != XXH_OK;
+    struct smol_spill_header zero;
+    memset(&zero, 0, sizeof zero);
+    bad = bad || write_full(fd, &zero, sizeof zero) || put(fd, st, x->id, h.id_len) ||
+          put(fd, st, x->tokens, 4ull * h.n_tokens) || put(fd, st, x->hist_text, h.hist_len) ||
+          put(fd, st, msgs, h.msgs_len);
+    const int n_pages = smol_kv_pages_for(n_kv);
+    for (int i = 0; i < n_pages && !bad; i++) {
+        smol_kv_page_read(kv, x->seq.pages[i], sp->page_buf);
+        bad = put(fd, st, sp->page_buf, sp->page_buf_bytes);
+    }
+    if (!bad) {
+        h.payload_hash = XXH3_64bits_digest(st);
+        h.header_hash = header_hash(&h);
+        bad = pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || fsync(fd);
+    }
+    int e = errno;
+    XXH3_freeState(st);
+    free(msgs);
+    if (close(fd) && !bad) { bad = 1; e = errno; }
+    if (!bad && renameat(sp->dirfd, tmp, sp->dirfd, name)) { bad = 1; e = errno; }
+    if (bad) {
+        unlinkat(sp->dirfd, tmp, 0);
+        return smol_errf(err, SMOL_EIO, "spill %s/%s: %s", sp->dir, name, strerror(e ? e : EIO));
+    }
+    if (fsync(sp->dirfd)) smol_log_warn("spill: fsync %s: %s", sp->dir, strerror(errno));
+    put_ent(sp, name, total, now_ns());
+    x->on_disk = 1;
+    sp->st.written++;
+    smol_log_info("spill: session '%s' written to %s: %d tokens, %.1f MiB in %.0f ms", x->id, name, n_kv, total / 1048576.0,
+                  (mono_s() - t0) * 1e3);
+    trim(sp, name);
+    return SMOL_OK;
+}
+
+/* ---- load ---------------------------------------------------------------------------- */
+
+static int get(int fd, XXH3_state_t *st, void *p, size_t n)
+{
+    if (!n) return 0;
+    if (read_full(fd, p, n)) return -1;
+    XXH3_64bits_update(st, p, n);
+    return 0;
+}
+
+enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int vocab, struct smol_session *x,
+                              int *pages_needed, char *err)
+{
+    char name[NAME_LEN + 1];
+    file_name(x->id, name);
+    struct entry *ent = find_ent(sp, name);
+    if (!ent) return smol_errf(err, SMOL_ENOSESSION, "no spilled session '%s'", x->id);
+    double t0 = mono_s();
+    int fd = openat(sp->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct smol_spill_header h;
+    struct stat stt;
+    const char *why = NULL;
+    if (fd < 0 || fstat(fd, &stt) || !S_ISREG(stt.st_mode)) why = "cannot be read as a regular file";
+    else if (stt.st_size < (off_t)sizeof h || read_full(fd, &h, sizeof h)) why = "truncated (shorter than the header)";
+    else why = check_header(sp, &h, (uint64_t)stt.st_size, kv);
+    if (why) {
+        if (fd >= 0) close(fd);
+        reject_file(sp, name, why);
+        return smol_errf(err, SMOL_EFORMAT, "spilled session '%s': %s", x->id, why);
+    }
+    const int n_pages = smol_kv_pages_for((int)h.n_kv);
+    if (n_pages > kv->n_free) {
+        close(fd);
+        *pages_needed = n_pages;
+        return smol_errf(err, SMOL_EBUSY, "spilled session '%s' needs %d free KV pages", x->id, n_pages);
+    }
+    XXH3_state_t *st = XXH3_createState();
+    char id[SMOL_SESSION_ID_MAX + 1];
+    int32_t *tokens = malloc(4ull * h.n_tokens + 4);
+    char *hist = malloc((size_t)h.hist_len + 1), *msgs = malloc((size_t)h.msgs_len + 1);
+    enum smol_err rc = SMOL_OK;
+    json_t *j = NULL;
+    if (!st || !tokens || !hist || !msgs || XXH3_64bits_reset(st) != XXH_OK) {
+        rc = smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
+        goto out;
+    }
+    if (get(fd, st, id, h.id_len) || get(fd, st, tokens, 4ull * h.n_tokens) || get(fd, st, hist, h.hist_len) ||
+        get(fd, st, msgs, h.msgs_len)) { why = "short read"; goto out; }
+    id[h.id_len] = 0;
+    if (strcmp(id, x->id)) { /* another id with the same hash: not ours to judge */
+        rc = smol_errf(err, SMOL_ENOSESSION, "no spilled session '%s'", x->id);
+        goto out;
+    }
+    if ((rc = smol_kv_seq_reserve(kv, &x->seq, 0, (int)h.n_kv, err))) goto out;
+    for (int i = 0; i < n_pages && !why && !rc; i++) {
+        if (get(fd, st, sp->page_buf, sp->page_buf_bytes)) why = "short read";
+        else rc = smol_kv_page_write(kv, x->seq.pages[i], sp->page_buf, err);
+    }
+    if (!why && !rc && XXH3_64bits_digest(st) != h.payload_hash) why = "payload checksum mismatch";
+    for (uint32_t i = 0; !why && i < h.n_tokens; i++)
+        if (tokens[i] < 0 || tokens[i] >= vocab) why = "token id out of range";
+    hist[h.hist_len] = 0;
+    msgs[h.msgs_len] = 0;
+    if (!why && !rc && h.msgs_len && !(j = json_loadb(msgs, h.msgs_len, 0, NULL))) why = "bad messages JSON";
+    if (!why && !rc && j && !json_is_array(j)) why = "bad messages JSON";
+    if (!why && !rc) {
+        if (smol_session_set_tokens(x, tokens, (int)h.n_tokens) ||
+            smol_session_set_text(x, (h.flags & SMOL_SPILL_F_HIST) ? hist : NULL, h.hist_len))
+            rc = smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
+    }
+    if (!why && !rc) {
+        x->seq.n_tokens = (int32_t)h.n_kv;
+        snprintf(x->date, sizeof x->date, "%s", h.date);
+        if (x->msgs) json_decref(x->msgs);
+        x->msgs = j;
+        j = NULL;
+        x->think_set = !!(h.flags & SMOL_SPILL_F_THINK_SET);
+        x->enable_thinking = !!(h.flags & SMOL_SPILL_F_THINKING);
+        x->on_disk = 1;
+        futimens(fd, NULL); /* recently used, also for the next process */
+        ent->stamp = now_ns();
+        sp->st.restored++;
+        sp->st.tokens_restored += h.n_kv;
+        smol_log_info("spill: session '%s' restored: %u tokens, %.1f MiB in %.0f ms", x->id, h.n_kv,
+                      (sizeof h + h.payload_bytes) / 1048576.0, (mono_s() - t0) * 1e3);
+    }
+out:
+    if (j) json_decref(j);
+    if (fd >= 0) close(fd);
+    if (why || rc) {
+        smol_kv_seq_truncate(kv, &x->seq, 0);
+        x->n_tokens = 0;
+        smol_session_set_text(x, NULL, 0);
+    }
+    if (why) {
+        reject_file(sp, name, why);
+        rc = smol_errf(err, SMOL_EFORMAT, "spilled session '%s': %s", x->id, why);
+    }
+    XXH3_freeState(st);
+    free(tokens);
+    free(hist);
+    free(msgs);
+    return rc;
+}
+
+/* ---- misc ------------------------------------------------------------------------------ */
+
+void smol_spill_remove(struct smol_spill *sp, const char *id)
+{
+    char name[NAME_LEN + 1];
+    file_name(id, name);
+    if (find_ent(sp, name)) unlink_file(sp, name);
+}
+
+int smol_spill_has(const struct smol_spill *sp, const char *id)
+{
+    char name[NAME_LEN + 1];
+    file_name(id, name);
+    return find_ent(sp, name) != NULL;
+}
+
+void smol_spill_get_stats(const struct smol_spill *sp, struct smol_spill_stats *st) { *st = sp->st; }

@@ -1,0 +1,106 @@
+/*
+ * spill.h - sessions on disk: a session's token history, conversation text
+ * and KV pages written to a directory (kv_spill_dir) so that a later turn,
+ * in this process or the next one, reads them back instead of recomputing.
+ *
+ * One file per session, named by a hash of the session id (the id itself is
+ * stored inside and compared on load):  <32 hex digits>.kv
+ *
+ * Format (little-endian), version SMOL_SPILL_VERSION:
+ *     header    struct smol_spill_header (136 bytes), its own XXH3-64 last
+ *     payload   id[id_len] | tokens int32[n_tokens] | hist[hist_len] |
+ *               msgs[msgs_len] (JSON) | pages_for(n_kv) KV pages, each
+ *               [layer][K, V][page_bytes] as the pool stores them
+ * The header names the model (XXH3-128 of the GGUF header and tensor table,
+ * plus the RoPE settings, which shape K), the KV type and geometry, and
+ * carries the payload's size and XXH3-64.  A file is trusted only when all
+ * of these match and the checksum of everything read is right; anything
+ * else (random bytes, a truncated or foreign-model file, another version)
+ * is logged, counted, removed and the session is recomputed.
+ *
+ * Writes are atomic: a temporary file in the directory, fsync, rename over
+ * the final name, fsync of the directory.  A disk budget is kept least
+ * recently used first (file mtime survives restarts; a read touches it).
+ *
+ * Owned by the engine thread; not thread-safe.  Every call does blocking
+ * file I/O on the caller's thread.
+ */
+#ifndef SMOL_SPILL_H
+#define SMOL_SPILL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "daemon/model/model.h"
+
+#define SMOL_SPILL_VERSION 1u
+#define SMOL_SPILL_MAGIC "SMOLKV\r\n"
+
+struct smol_spill_header {
+    char magic[8];              /* SMOL_SPILL_MAGIC */
+    uint32_t version;           /* SMOL_SPILL_VERSION */
+    uint32_t header_bytes;      /* sizeof (struct smol_spill_header) */
+    uint8_t model_id[16];       /* smol_spill_model_id() */
+    uint32_t kv_type, n_layers, n_kv_heads, head_dim, page_tokens;
+    uint32_t id_len;            /* bytes of the session id (no NUL) */
+    uint32_t n_tokens;          /* history tokens */
+    uint32_t n_kv;              /* of which with KV (<= n_tokens) */
+    uint32_t hist_len;          /* conversation text bytes */
+    uint32_t msgs_len;          /* conversation messages (JSON) bytes */
+    uint32_t flags;             /* SMOL_SPILL_F_* */
+    uint32_t reserved;          /* 0 */
+    uint64_t payload_bytes;     /* bytes after the header */
+    uint64_t payload_hash;      /* XXH3-64 of them */
+    char date[32];              /* the session's frozen date, NUL-terminated */
+    uint64_t header_hash;       /* XXH3-64 of the bytes above */
+};
+
+#define SMOL_SPILL_F_THINK_SET 1u
+#define SMOL_SPILL_F_THINKING 2u
+#define SMOL_SPILL_F_HIST 4u       /* hist holds text (possibly empty) */
+
+struct smol_spill_stats {
+    uint64_t written, restored, tokens_restored, rejected;
+    uint32_t files;
+    uint64_t bytes;
+};
+
+struct smol_spill;
+struct smol_session;
+
+/* The model's identity as far as its KV is concerned: XXH3-128 of the GGUF
+ * bytes before the tensor data (header, metadata, tensor table) and of the
+ * RoPE parameters in use (YaRN changes K). */
+void smol_spill_model_id(const struct smol_model *m, uint8_t out[16]);
+
+/* Opens (creating it, mode 0700, if missing) the directory and indexes the
+ * session files in it: temporary leftovers and files whose header is not
+ * ours for this model are logged and removed.  budget_bytes 0 = no limit. */
+enum smol_err smol_spill_open(struct smol_spill **out, const char *dir, uint64_t budget_bytes,
+                              const struct smol_model *m, char *err);
+/* Accepts NULL; nulls the pointer. */
+void smol_spill_close(struct smol_spill **sp);
+
+/* Writes session x (named, idle) with the KV of its first x->seq.n_tokens
+ * positions; an empty session removes its file.  Then trims the directory
+ * to the budget (the oldest files first).  On error nothing is left behind. */
+enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, struct smol_session *x, char *err);
+
+/* Reads the session named x->id into x (empty, its seq without pages):
+ * history, text, date, mode, and the KV pages, reserved from kv.
+ *   SMOL_OK           x filled, x->seq.n_tokens positions hold the file's KV
+ *   SMOL_ENOSESSION   no file for this id
+ *   SMOL_EBUSY        the pool lacks free pages for it (*pages_needed set); file kept
+ *   other             the file was bad: logged, counted, removed; x left empty
+ * vocab bounds the token ids. */
+enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int vocab, struct smol_session *x,
+                              int *pages_needed, char *err);
+
+/* Removes the file of session id, if any. */
+void smol_spill_remove(struct smol_spill *sp, const char *id);
+
+/* 1 if a file for id is indexed. */
+int smol_spill_has(const struct smol_spill *sp, const char *id);
+
+void smol_spill_get_stats(const struct smol_spill *sp, struct smol_spill_stats *st);
+
+#endif
