@@ -440,17 +440,15 @@ enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int voc
     if (get(fd, st, id, h.id_len) || get(fd, st, tokens, 4ull * h.n_tokens) || get(fd, st, hist, h.hist_len) ||
         get(fd, st, msgs, h.msgs_len)) { why = "short read"; goto out; }
     id[h.id_len] = 0;
-    if (strcmp(id, x->id)) { /* another id with the same hash: not ours to judge */
-        rc = smol_errf(err, SMOL_ENOSESSION, "no spilled session '%s'", x->id);
-        goto out;
-    }
     if ((rc = smol_kv_seq_reserve(kv, &x->seq, 0, (int)h.n_kv, err))) goto out;
     for (int i = 0; i < n_pages && !why && !rc; i++) {
         if (get(fd, st, sp->page_buf, sp->page_buf_bytes)) why = "short read";
         else rc = smol_kv_page_write(kv, x->seq.pages[i], sp->page_buf, err);
     }
     if (!why && !rc && XXH3_64bits_digest(st) != h.payload_hash) why = "payload checksum mismatch";
-    for (uint32_t i = 0; !why && i < h.n_tokens; i++)
+    if (!why && !rc && strcmp(id, x->id)) /* a sound file of another id with the same hash */
+        rc = smol_errf(err, SMOL_ENOSESSION, "no spilled session '%s'", x->id);
+    for (uint32_t i = 0; !why && !rc && i < h.n_tokens; i++)
         if (tokens[i] < 0 || tokens[i] >= vocab) why = "token id out of range";
     hist[h.hist_len] = 0;
     msgs[h.msgs_len] = 0;

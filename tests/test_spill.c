@@ -1,0 +1,456 @@
+/*
+ * test_spill.c - sessions on disk (daemon/server/spill.c): a session written
+ * and read back gives the same KV bytes and bit-identical next-token logits
+ * as the one that stayed in memory; every kind of bad file (truncated at
+ * many lengths, a flipped byte in the header or the payload, another
+ * version, another model, another KV geometry, trailing bytes, random
+ * bytes) is refused, counted and removed, never loaded; leftovers of
+ * unfinished writes are removed, foreign names left alone; the disk budget
+ * drops the least recently used file; a pool without room says EBUSY and
+ * keeps the file.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "daemon/model/model.h"
+#include "daemon/server/log.h"
+#include "daemon/server/sessions.h"
+#include "daemon/server/spill.h"
+#include "testutil.h"
+
+#define N_HIST 100
+
+struct rig {
+    struct smol_model *m;
+    struct smol_sessions ss;
+    char dir[256];
+    int32_t ids[N_HIST + 1];
+    float *ref;                 /* logits of ids[N_HIST] after the history */
+};
+
+static struct smol_model *open_model(const char *fixture, int yarn)
+{
+    const char *p = fixture_path(fixture);
+    if (!p) return NULL;
+    char err[SMOL_ERRLEN];
+    struct smol_model_settings set;
+    smol_model_settings_default(&set);
+    set.n_threads = 1;
+    set.quiet = 1;
+    set.n_ctx = 1024;
+    set.max_tokens = 64;
+    set.kv_budget = 1u << 20;   /* 2048 tokens of fixture-t */
+    set.yarn = yarn;
+    struct smol_model *m = NULL;
+    ck_assert_msg(smol_model_open(&m, p, &set, err) == SMOL_OK, "%s", err);
+    return m;
+}
+
+static int rig_open(struct rig *g)
+{
+    memset(g, 0, sizeof *g);
+    smol_log_set_level(SMOL_LOG_ERR); /* the refusals are logged as warnings; here they are counted */
+    if (!(g->m = open_model("models/fixture-t.Q8_0.gguf", 0))) return 0;
+    smol_sessions_init(&g->ss, &g->m->kv);
+    g->ss.vocab = g->m->cfg.vocab;
+    snprintf(g->dir, sizeof g->dir, "/tmp/smol-spill-XXXXXX");
+    ck_assert(mkdtemp(g->dir));
+    srand(7);
+    for (int i = 0; i <= N_HIST; i++) g->ids[i] = rand() % g->m->cfg.vocab;
+    g->ref = malloc((size_t)g->m->cfg.vocab * sizeof *g->ref);
+    return 1;
+}
+
+static void rig_close(struct rig *g)
+{
+    smol_sessions_deinit(&g->ss);
+    smol_model_close(&g->m);
+    free(g->ref);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g->dir);
+    ck_assert(system(cmd) == 0);
+}
+
+/* A session `id` with N_HIST tokens of history and their KV; g->ref gets the
+ * logits of the next token (the KV is put back to N_HIST positions). */
+static struct smol_session *make_session(struct rig *g, const char *id)
+{
+    char err[SMOL_ERRLEN];
+    struct smol_session *x = smol_sessions_add(&g->ss, id);
+    ck_assert(x);
+    ck_assert_msg(smol_model_eval(g->m, &x->seq, g->ids, N_HIST, 0, NULL, err) == SMOL_OK, "%s", err);
+    ck_assert(smol_session_set_tokens(x, g->ids, N_HIST) == 0);
+    ck_assert(smol_session_set_text(x, "<|im_start|>user\nhi<|im_end|>\n", 30) == 0);
+    snprintf(x->date, sizeof x->date, "25 November 2026");
+    x->msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", "hi");
+    x->think_set = 1;
+    x->enable_thinking = 0;
+    ck_assert(smol_model_eval(g->m, &x->seq, g->ids + N_HIST, 1, 0, g->ref, err) == SMOL_OK);
+    smol_kv_seq_truncate(&g->m->kv, &x->seq, N_HIST);
+    return x;
+}
+
+/* The only *.kv file of the directory. */
+static void kv_file(const char *dir, char *out, size_t cap)
+{
+    DIR *d = opendir(dir);
+    ck_assert(d);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d)))
+        if (strlen(de->d_name) > 3 && !strcmp(de->d_name + strlen(de->d_name) - 3, ".kv")) {
+            snprintf(out, cap, "%s/%s", dir, de->d_name);
+            n++;
+        }
+    closedir(d);
+    ck_assert_int_eq(n, 1);
+}
+
+static int count_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) n += de->d_name[0] != '.' || (strncmp(de->d_name, ".tmp-", 5) == 0);
+    closedir(d);
+    return n;
+}
+
+static void write_bytes(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert(f);
+    ck_assert(fwrite(p, 1, n, f) == n || n == 0);
+    fclose(f);
+}
+
+/* Loads session id from a freshly opened spill directory into a new session. */
+static enum smol_err load_fresh(struct rig *g, const char *id, struct smol_spill_stats *st, struct smol_session **out)
+{
+    char err[SMOL_ERRLEN];
+    struct smol_spill *sp = NULL;
+    ck_assert_msg(smol_spill_open(&sp, g->dir, 0, g->m, err) == SMOL_OK, "%s", err);
+    struct smol_session *y = smol_sessions_add(&g->ss, id);
+    int need = 0;
+    enum smol_err rc = smol_spill_load(sp, &g->m->kv, g->m->cfg.vocab, y, &need, err);
+    smol_spill_get_stats(sp, st);
+    smol_spill_close(&sp);
+    if (rc) {
+        ck_assert_int_eq(y->seq.n_pages, 0); /* nothing kept from a bad file */
+        ck_assert_int_eq(y->n_tokens, 0);
+        smol_sessions_remove(&g->ss, y);
+        y = NULL;
+    }
+    if (out) *out = y;
+    else if (y) smol_sessions_remove(&g->ss, y);
+    return rc;
+}
+
+START_TEST(t_roundtrip)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char err[SMOL_ERRLEN];
+    struct smol_spill *sp = NULL;
+    ck_assert_msg(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK, "%s", err);
+    struct smol_session *x = make_session(&g, "alpha:1.x-y_z");
+    ck_assert_int_eq(x->on_disk, 0);
+    ck_assert_msg(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK, "%s", err);
+    ck_assert_int_eq(x->on_disk, 1);
+    smol_spill_close(&sp);
+    char path[512];
+    kv_file(g.dir, path, sizeof path);
+    struct stat st;
+    ck_assert(stat(path, &st) == 0);
+    ck_assert_int_eq(st.st_mode & 0777, 0600);
+    ck_assert_int_eq(count_files(g.dir), 1); /* no temporary left */
+
+    struct smol_spill_stats ss;
+    struct smol_session *y = NULL;
+    ck_assert_int_eq(load_fresh(&g, "alpha:1.x-y_z", &ss, &y), SMOL_OK);
+    ck_assert_int_eq(ss.restored, 1);
+    ck_assert_int_eq(ss.tokens_restored, N_HIST);
+    ck_assert_int_eq(y->seq.n_tokens, N_HIST);
+    ck_assert_int_eq(y->n_tokens, N_HIST);
+    ck_assert(!memcmp(y->tokens, g.ids, N_HIST * sizeof *g.ids));
+    ck_assert(y->hist_text && y->hist_len == 30 && !memcmp(y->hist_text, x->hist_text, 30));
+    ck_assert_str_eq(y->date, "25 November 2026");
+    ck_assert(json_equal(y->msgs, x->msgs));
+    ck_assert(y->think_set == 1 && y->enable_thinking == 0 && y->on_disk == 1);
+    /* the same KV bytes, in other pages */
+    size_t pb = smol_kv_page_host_bytes(&g.m->kv);
+    char *a = malloc(pb), *b = malloc(pb);
+    for (int i = 0; i < smol_kv_pages_for(N_HIST); i++) {
+        ck_assert_int_ne(x->seq.pages[i], y->seq.pages[i]);
+        smol_kv_page_read(&g.m->kv, x->seq.pages[i], a);
+        smol_kv_page_read(&g.m->kv, y->seq.pages[i], b);
+        /* positions past the history in the last page are not compared */
+        int used = i == N_HIST / SMOL_KV_PAGE ? N_HIST % SMOL_KV_PAGE : SMOL_KV_PAGE;
+        size_t row = (size_t)g.m->kv.head_dim * g.m->kv.elt_size;
+        for (size_t part = 0; part < 2 * (size_t)g.m->kv.n_layers * g.m->kv.n_kv_heads; part++)
+            ck_assert(!memcmp(a + part * SMOL_KV_PAGE * row, b + part * SMOL_KV_PAGE * row, used * row));
+    }
+    free(a);
+    free(b);
+    /* and the next token's logits bit for bit */
+    float *lg = malloc((size_t)g.m->cfg.vocab * sizeof *lg);
+    ck_assert(smol_model_eval(g.m, &y->seq, g.ids + N_HIST, 1, 0, lg, err) == SMOL_OK);
+    ck_assert(!memcmp(lg, g.ref, (size_t)g.m->cfg.vocab * sizeof *lg));
+    free(lg);
+    /* an unknown id, and an empty session removes the file */
+    ck_assert_int_eq(load_fresh(&g, "beta", &ss, NULL), SMOL_ENOSESSION);
+    ck_assert_msg(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK, "%s", err);
+    ck_assert(smol_spill_has(sp, "alpha:1.x-y_z") && !smol_spill_has(sp, "beta"));
+    smol_kv_seq_truncate(&g.m->kv, &x->seq, 0);
+    smol_session_set_tokens(x, NULL, 0);
+    ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+    ck_assert(!smol_spill_has(sp, "alpha:1.x-y_z"));
+    ck_assert_int_eq(count_files(g.dir), 0);
+    smol_spill_close(&sp);
+    rig_close(&g);
+}
+END_TEST
+
+/* Writes the good file, then a mutation of it, and checks that a fresh
+ * daemon refuses it (at the scan or at the load) and removes it. */
+struct mut {
+    const char *what;
+    int trunc; long keep;       /* keep this many bytes */
+    int flip; long at;          /* xor the byte at this offset */
+    int set_version; uint32_t version;
+    int rehash, model, kv_type, trailing, random;
+};
+
+static void fix_header_hash(char *buf)
+{
+    struct smol_spill_header *h = (struct smol_spill_header *)buf;
+    h->header_hash = XXH3_64bits(h, offsetof(struct smol_spill_header, header_hash));
+}
+
+START_TEST(t_bad_files)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char err[SMOL_ERRLEN], path[512];
+    struct smol_spill *sp = NULL;
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    struct smol_session *x = make_session(&g, "s");
+    ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+    smol_spill_close(&sp);
+    kv_file(g.dir, path, sizeof path);
+    size_t n = 0;
+    char *good = read_file(path, &n);
+    ck_assert(good && n > sizeof(struct smol_spill_header) + 1000);
+    const long H = sizeof(struct smol_spill_header);
+    struct mut muts[] = {
+        {"empty", .trunc = 1, .keep = 0},
+        {"10 bytes", .trunc = 1, .keep = 10},
+        {"header - 1", .trunc = 1, .keep = H - 1},
+        {"header only", .trunc = 1, .keep = H},
+        {"half", .trunc = 1, .keep = (long)n / 2},
+        {"last byte missing", .trunc = 1, .keep = (long)n - 1},
+        {"magic", .flip = 1, .at = 0},
+        {"header field", .flip = 1, .at = 60},
+        {"header hash", .flip = 1, .at = H - 1},
+        {"id byte", .flip = 1, .at = H},
+        {"token byte", .flip = 1, .at = H + 3},
+        {"KV byte", .flip = 1, .at = (long)n - 100},
+        {"old version", .set_version = 1, .version = 0},
+        {"new version", .set_version = 1, .version = SMOL_SPILL_VERSION + 1, .rehash = 1},
+        {"another model", .model = 1, .rehash = 1},
+        {"another kv type", .kv_type = 1, .rehash = 1},
+        {"trailing bytes", .trailing = 1},
+        {"random bytes", .random = 1},
+    };
+    for (size_t i = 0; i < sizeof muts / sizeof muts[0]; i++) {
+        struct mut *mu = &muts[i];
+        char *buf = malloc(n + 16);
+        memcpy(buf, good, n);
+        size_t len = n;
+        struct smol_spill_header *h = (struct smol_spill_header *)buf;
+        if (mu->trunc) len = (size_t)mu->keep;
+        if (mu->flip) buf[mu->at] ^= 0x40;
+        if (mu->set_version) h->version = mu->version;
+        if (mu->model) h->model_id[3] ^= 1;
+        if (mu->kv_type) h->kv_type = 0;
+        if (mu->rehash) fix_header_hash(buf);
+        if (mu->trailing) { memset(buf + n, 0, 16); len = n + 16; }
+        if (mu->random) for (size_t k = 0; k < n; k++) buf[k] = (char)rand();
+        write_bytes(path, buf, len);
+        free(buf);
+        struct smol_spill_stats ss;
+        enum smol_err rc = load_fresh(&g, "s", &ss, NULL);
+        ck_assert_msg(rc != SMOL_OK, "%s: loaded", mu->what);
+        ck_assert_msg(ss.rejected == 1, "%s: rejected %d", mu->what, (int)ss.rejected);
+        ck_assert_msg(access(path, F_OK) != 0, "%s: file kept", mu->what);
+        ck_assert_msg(ss.restored == 0, "%s", mu->what);
+    }
+    /* the good file still loads (the loop did not break the rig) */
+    write_bytes(path, good, n);
+    struct smol_spill_stats ss;
+    ck_assert_int_eq(load_fresh(&g, "s", &ss, NULL), SMOL_OK);
+    /* unfinished writes are removed, foreign names left alone */
+    char p2[600];
+    snprintf(p2, sizeof p2, "%s/.tmp-0123-99", g.dir);
+    write_bytes(p2, good, 100);
+    snprintf(p2, sizeof p2, "%s/README", g.dir);
+    write_bytes(p2, "not ours", 8);
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    smol_spill_get_stats(sp, &ss);
+    smol_spill_close(&sp);
+    ck_assert_int_eq(ss.files, 1);
+    ck_assert_int_eq(ss.rejected, 0);
+    ck_assert(access(p2, F_OK) == 0);
+    ck_assert_int_eq(count_files(g.dir), 2);
+    free(good);
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(t_foreign_model)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    struct smol_model *a = open_model("models/fixture-a.Q4_K_M.gguf", 0);
+    struct smol_model *ty = open_model("models/fixture-t.Q8_0.gguf", 1);
+    if (!a || !ty) { printf("SKIPPED: fixture model missing\n"); rig_close(&g); return; }
+    uint8_t id_t[16], id_a[16], id_ty[16], id_t2[16];
+    smol_spill_model_id(g.m, id_t);
+    smol_spill_model_id(g.m, id_t2);
+    smol_spill_model_id(a, id_a);
+    smol_spill_model_id(ty, id_ty);
+    ck_assert(!memcmp(id_t, id_t2, 16));
+    ck_assert(memcmp(id_t, id_a, 16) && memcmp(id_t, id_ty, 16)); /* another file; YaRN changes K */
+    char err[SMOL_ERRLEN];
+    struct smol_spill *sp = NULL;
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    struct smol_session *x = make_session(&g, "s");
+    ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+    smol_spill_close(&sp);
+    /* the same file seen by a daemon on the YaRN-scaled model: refused */
+    struct smol_spill_stats ss;
+    ck_assert(smol_spill_open(&sp, g.dir, 0, ty, err) == SMOL_OK);
+    smol_spill_get_stats(sp, &ss);
+    smol_spill_close(&sp);
+    ck_assert_int_eq(ss.rejected, 1);
+    ck_assert_int_eq(ss.files, 0);
+    smol_model_close(&a);
+    smol_model_close(&ty);
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(t_budget_and_busy)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char err[SMOL_ERRLEN];
+    struct smol_spill *sp = NULL;
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    struct smol_session *x = make_session(&g, "one");
+    ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+    struct smol_spill_stats ss;
+    smol_spill_get_stats(sp, &ss);
+    uint64_t one = ss.bytes;
+    smol_spill_close(&sp);
+    /* room for two files: the third write drops the least recently used */
+    ck_assert(smol_spill_open(&sp, g.dir, 2 * one + one / 2, g.m, err) == SMOL_OK);
+    snprintf(x->id, sizeof x->id, "two");
+    ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+    /* reading "one" makes it recent */
+    struct smol_session *y = smol_sessions_add(&g.ss, "one");
+    int need = 0;
+    ck_assert(smol_spill_load(sp, &g.m->kv, g.m->cfg.vocab, y, &need, err) == SMOL_OK);
+    smol_sessions_remove(&g.ss, y);
+    snprintf(x->id, sizeof x->id, "three");
+    ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+    ck_assert(smol_spill_has(sp, "one") && !smol_spill_has(sp, "two") && smol_spill_has(sp, "three"));
+    smol_spill_get_stats(sp, &ss);
+    ck_assert_int_eq(ss.files, 2);
+    ck_assert_int_eq(count_files(g.dir), 2);
+    smol_spill_close(&sp);
+    /* a file larger than the whole budget is not written */
+    ck_assert(smol_spill_open(&sp, g.dir, one / 2, g.m, err) == SMOL_OK); /* trims everything */
+    ck_assert_int_eq(count_files(g.dir), 0);
+    snprintf(x->id, sizeof x->id, "big");
+    ck_assert_int_eq(smol_spill_save(sp, &g.m->kv, x, err), SMOL_ETOOLARGE);
+    ck_assert_int_eq(count_files(g.dir), 0);
+    smol_spill_close(&sp);
+    /* no room in the pool: EBUSY, the file stays */
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+    struct smol_kv_seq hog;
+    smol_kv_seq_init(&hog);
+    ck_assert(smol_kv_seq_reserve(&g.m->kv, &hog, 0, (g.m->kv.n_free - 1) * SMOL_KV_PAGE, err) == SMOL_OK);
+    y = smol_sessions_add(&g.ss, "big");
+    ck_assert_int_eq(smol_spill_load(sp, &g.m->kv, g.m->cfg.vocab, y, &need, err), SMOL_EBUSY);
+    ck_assert_int_eq(need, smol_kv_pages_for(N_HIST));
+    ck_assert(smol_spill_has(sp, "big"));
+    smol_kv_seq_deinit(&g.m->kv, &hog);
+    ck_assert(smol_spill_load(sp, &g.m->kv, g.m->cfg.vocab, y, &need, err) == SMOL_OK);
+    smol_spill_close(&sp);
+    rig_close(&g);
+}
+END_TEST
+
+/* The sessions store: eviction writes a changed named session, restore
+ * brings it back with restored_kv set, expiry removes the file. */
+START_TEST(t_sessions_hooks)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char err[SMOL_ERRLEN];
+    struct smol_spill *sp = NULL;
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    g.ss.spill = sp;
+    make_session(&g, "e1");
+    int free0 = g.m->kv.n_free;
+    ck_assert_int_eq(smol_sessions_evict_one(&g.ss, 1), 1);
+    ck_assert_int_eq(g.m->kv.n_free, free0 + smol_kv_pages_for(N_HIST));
+    ck_assert(smol_spill_has(sp, "e1"));
+    ck_assert(!smol_sessions_find(&g.ss, "e1"));
+    struct smol_session *x = smol_sessions_restore(&g.ss, "e1", 10, 5.0);
+    ck_assert(x && x->restored_kv == N_HIST && x->seq.n_tokens == N_HIST && x->on_disk);
+    ck_assert(!smol_sessions_restore(&g.ss, "nope", 10, 5.0));
+    /* unchanged: evicting again writes nothing */
+    struct smol_spill_stats ss;
+    smol_spill_get_stats(sp, &ss);
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss), 0);
+    smol_sessions_evict(&g.ss, x);
+    struct smol_spill_stats ss2;
+    smol_spill_get_stats(sp, &ss2);
+    ck_assert_int_eq(ss2.written, ss.written);
+    /* a changed one is written by spill_one; expiry removes the file */
+    x = smol_sessions_restore(&g.ss, "e1", 10, 5.0);
+    ck_assert(smol_session_set_tokens(x, g.ids, N_HIST) == 0);
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss), 1);
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss), 0);
+    ck_assert_int_eq(smol_sessions_expire(&g.ss, 1000.0, 10.0), 1);
+    ck_assert(!smol_spill_has(sp, "e1"));
+    ck_assert_int_eq(count_files(g.dir), 0);
+    smol_sessions_deinit(&g.ss);
+    smol_spill_close(&sp);
+    rig_close(&g);
+}
+END_TEST
+
+Suite *test_suite(void)
+{
+    Suite *s = suite_create("spill");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, t_roundtrip);
+    tcase_add_test(tc, t_bad_files);
+    tcase_add_test(tc, t_foreign_model);
+    tcase_add_test(tc, t_budget_and_busy);
+    tcase_add_test(tc, t_sessions_hooks);
+    suite_add_tcase(s, tc);
+    return s;
+}
