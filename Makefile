@@ -131,6 +131,7 @@ test: deps
 	@sh tests/run_cli.sh $(BUILD)
 	@sh tests/test_chat_cli.sh $(BUILD)
 	@sh tests/daemon/run.sh $(BUILD)
+	@sh tests/chaos/run.sh $(BUILD)
 	@sh tests/gateway/run.sh $(BUILD)
 	@bash tests/web/run.sh $(BUILD)
 	@sh tests/deploy/run.sh $(BUILD)

@@ -56,9 +56,11 @@ done
 install -m 0644 deploy/sysusers.d/smollm3d.conf "$D$PREFIX/lib/sysusers.d/smollm3d.conf"
 install -m 0644 deploy/tmpfiles.d/smollm3d.conf "$D$PREFIX/lib/tmpfiles.d/smollm3d.conf"
 
-# Config: the generated option table, with the model path filled in.
+# Config: the generated option table, with the model path and the sessions'
+# spill directory (under the unit's StateDirectory) filled in.
 CONF=$D$SYSCONFDIR/smollm3d/smollm3d.conf
-sed 's|^#model =$|model = /var/lib/smollm3d/models/SmolLM3-3B-Q4_K_M.gguf|' deploy/smollm3d.conf > "$CONF.dist"
+sed 's|^#model =$|model = /var/lib/smollm3d/models/SmolLM3-3B-Q4_K_M.gguf|; s|^#kv_spill_dir =$|kv_spill_dir = /var/lib/smollm3d/kv|' \
+    deploy/smollm3d.conf > "$CONF.dist"
 chmod 0644 "$CONF.dist"
 if [ -e "$CONF" ]; then
     say "keeping existing $CONF (new default in $CONF.dist)"

@@ -119,11 +119,12 @@ else
 fi
 check 'grep -q "^ExecStart=/usr/local/bin/smollm3d --config /etc/smollm3d/smollm3d.conf" "$D/usr/local/lib/systemd/system/smollm3d.service" &&
        grep -q "root /usr/local/share/smollm3d/web;" "$D/etc/nginx/sites-available/smollm3" &&
-       grep -q "^model = /var/lib/smollm3d/models/" "$D/etc/smollm3d/smollm3d.conf"' \
-      "units, site and config carry the PREFIX paths and a model path"
-grep -v '^#\{0,1\}model =' deploy/smollm3d.conf > "$TMP/conf.want"
-grep -v '^#\{0,1\}model =' "$D/etc/smollm3d/smollm3d.conf" > "$TMP/conf.got" 2>/dev/null
-check 'cmp -s "$TMP/conf.want" "$TMP/conf.got"' "installed config = deploy/smollm3d.conf but for the model line"
+       grep -q "^model = /var/lib/smollm3d/models/" "$D/etc/smollm3d/smollm3d.conf" &&
+       grep -q "^kv_spill_dir = /var/lib/smollm3d/kv$" "$D/etc/smollm3d/smollm3d.conf"' \
+      "units, site and config carry the PREFIX paths, a model path and the spill directory"
+grep -v '^#\{0,1\}\(model\|kv_spill_dir\) =' deploy/smollm3d.conf > "$TMP/conf.want"
+grep -v '^#\{0,1\}\(model\|kv_spill_dir\) =' "$D/etc/smollm3d/smollm3d.conf" > "$TMP/conf.got" 2>/dev/null
+check 'cmp -s "$TMP/conf.want" "$TMP/conf.got"' "installed config = deploy/smollm3d.conf but for the model and kv_spill_dir lines"
 echo "# local edit" >> "$D/etc/smollm3d/smollm3d.conf"
 make -s --no-print-directory install BUILD="$BUILD" DESTDIR="$D" > "$TMP/install2.log" 2>&1
 check 'tail -n1 "$D/etc/smollm3d/smollm3d.conf" | grep -q "local edit" && [ -f "$D/etc/smollm3d/smollm3d.conf.dist" ]' \
