@@ -36,7 +36,7 @@ PROGS    := $(patsubst main_%.c,$(BUILD)/bin/%,$(notdir $(MAINS)))
 TESTS    := $(patsubst tests/test_%.c,$(BUILD)/tests/test_%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 
-.PHONY: all test unit asan fuzz deps clean check-headers bench run model install
+.PHONY: all test unit asan fuzz deps clean check-headers bench bench-kv run model install
 .DEFAULT_GOAL := all
 
 all: $(PROGS) $(TESTS) $(BENCHES) $(BUILD)/bin/smollm3-gateway
@@ -179,6 +179,11 @@ check-headers:
 # bench: smollm3d vs llama.cpp on a synthetic full-size SmolLM3-3B (tests/bench.sh; not part of test).
 bench: all
 	@sh tests/bench.sh $(BUILD)
+
+# bench-kv: TTFT of a 4K-token session's next turn after a restart, KV read back
+# from kv_spill_dir vs recomputed (tests/bench_kv.sh; SmolLM2-135M and the synthetic 3B).
+bench-kv: all
+	@sh tests/bench_kv.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)
