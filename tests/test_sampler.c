@@ -634,6 +634,132 @@ START_TEST(test_logprob)
 }
 END_TEST
 
+
+/* ---------------------------------------------------------- logit bias --- */
+
+/* Bias enters before everything: -100 bans a token even under greedy, +100
+ * forces one, and at temperature 1 the draws follow softmax(logits + bias). */
+START_TEST(test_logit_bias)
+{
+    enum { V = 8 };
+    float l[V];
+    for (int i = 0; i < V; i++) l[i] = (float)(i % 3) - 0.5f * (float)i;   /* max at 2 */
+    char err[SMOL_ERRLEN] = "";
+    struct smol_sampler_params p = plain(0.0f);
+    struct smol_sampler *s = make(&p, V);
+    struct smol_sampler_scratch *sc = make_scratch(V);
+    int32_t t;
+    ck_assert_int_eq(smol_sampler_sample(s, sc, l, &t, NULL, err), SMOL_OK);
+    ck_assert_int_eq(t, 2);
+    int32_t ban[1] = { 2 }, force[1] = { 7 };
+    float minus[1] = { -100.0f }, plus[1] = { 100.0f };
+    ck_assert_int_eq(smol_sampler_set_logit_bias(s, ban, minus, 1, err), SMOL_OK);
+    ck_assert_int_eq(smol_sampler_sample(s, sc, l, &t, NULL, err), SMOL_OK);
+    ck_assert_int_ne(t, 2);
+    ck_assert_int_eq(smol_sampler_set_logit_bias(s, force, plus, 1, err), SMOL_OK);
+    ck_assert_int_eq(smol_sampler_sample(s, sc, l, &t, NULL, err), SMOL_OK);
+    ck_assert_int_eq(t, 7);
+    /* bad entries are refused by name and leave the list as it was */
+    int32_t out_of_vocab[1] = { V };
+    float nan_bias[1] = { NAN }, big[1] = { 100.5f };
+    ck_assert_int_eq(smol_sampler_set_logit_bias(s, out_of_vocab, plus, 1, err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "vocabulary"), "%s", err);
+    ck_assert_int_eq(smol_sampler_set_logit_bias(s, force, nan_bias, 1, err), SMOL_EINVAL);
+    ck_assert_int_eq(smol_sampler_set_logit_bias(s, force, big, 1, err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "[-100, 100]"), "%s", err);
+    ck_assert_int_eq(smol_sampler_sample(s, sc, l, &t, NULL, err), SMOL_OK);
+    ck_assert_int_eq(t, 7);
+    smol_sampler_free(&s);
+
+    /* distribution at T = 1: chi-square against softmax(l + b) */
+    p = plain(1.0f);
+    s = make(&p, V);
+    int32_t ids[3] = { 0, 5, 0 };
+    float b[3] = { 1.5f, 2.0f, 0.25f };              /* id 0 listed twice: +1.75 */
+    ck_assert_int_eq(smol_sampler_set_logit_bias(s, ids, b, 3, err), SMOL_OK);
+    float lb[V];
+    memcpy(lb, l, sizeof lb);
+    lb[0] += 1.75f;
+    lb[5] += 2.0f;
+    double probs[V], wrong[V];
+    softmax(lb, V, 1.0, NULL, probs);
+    softmax(l, V, 1.0, NULL, wrong);
+    long counts[V] = { 0 };
+    const int n = 20000;
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(smol_sampler_sample(s, sc, l, &t, NULL, err), SMOL_OK);
+        counts[t]++;
+    }
+    ck_assert_double_lt(chi2(counts, probs, V, n), chi2_crit(V - 1));
+    ck_assert_double_gt(chi2(counts, wrong, V, n), chi2_crit(V - 1));   /* the unbiased one is rejected */
+    smol_sampler_scratch_free(&sc);
+    smol_sampler_free(&s);
+}
+END_TEST
+
+/* Reported logprobs: log-softmax at T = 1 of logits + bias - penalties, in
+ * double here, whatever temperature / top-k / top-p the draw used; the top
+ * list is the n best, best first, ties to the lower id. */
+START_TEST(test_logprobs_processed)
+{
+    enum { V = 1000 };
+    static float l[V];
+    for (int i = 0; i < V; i++) l[i] = (float)(4.0 * urand() - 2.0);
+    l[17] = l[18] = 3.0f;                           /* a tie at the top */
+    l[33] = 1.0f;                                   /* leads with its bias: (1 + 4) / 1.3 */
+    l[900] = -INFINITY;
+    struct smol_sampler_params p = plain(0.7f);
+    p.top_k = 5;
+    p.top_p = 0.9f;
+    p.repetition_penalty = 1.3f;
+    p.frequency_penalty = 0.5f;
+    struct smol_sampler *s = make(&p, V);
+    struct smol_sampler_scratch *sc = make_scratch(V);
+    char err[SMOL_ERRLEN] = "";
+    int32_t ids[2] = { 18, 33 };
+    float b[2] = { -0.5f, 4.0f };
+    ck_assert_int_eq(smol_sampler_set_logit_bias(s, ids, b, 2, err), SMOL_OK);
+    int32_t prompt[3] = { 33, 40, 40 };
+    ck_assert_int_eq(smol_sampler_accept(s, prompt, 3, false, err), SMOL_OK);
+    static int seen[V], gen[V];
+    seen[33] = seen[40] = 1;
+    for (int step = 0; step < 6; step++) {
+        /* the expected processed logits, from the history as the test keeps it */
+        static float x[V];
+        memcpy(x, l, sizeof x);
+        x[18] += -0.5f;
+        x[33] += 4.0f;
+        for (int i = 0; i < V; i++) {
+            if (seen[i]) x[i] = x[i] > 0.0f ? x[i] / 1.3f : x[i] * 1.3f;
+            x[i] -= gen[i] ? 0.5f * (float)gen[i] : 0.0f;
+        }
+        double m = -INFINITY, z = 0.0;
+        for (int i = 0; i < V; i++) if (x[i] > m) m = x[i];
+        for (int i = 0; i < V; i++) if (x[i] > -INFINITY) z += exp((double)x[i] - m);
+        struct smol_sampler_logprobs lp = { .n_top = step == 5 ? 20 : 3 };
+        int32_t t;
+        ck_assert_int_eq(smol_sampler_sample_lp(s, sc, l, &t, &lp, err), SMOL_OK);
+        ck_assert_double_eq_tol(lp.logprob, (double)x[t] - m - log(z), 1e-5);
+        ck_assert_int_eq(lp.n_top, step == 5 ? 20 : 3);
+        for (int k = 0; k < lp.n_top; k++) {
+            int32_t id = lp.top_id[k];
+            ck_assert_double_eq_tol(lp.top_logprob[k], (double)x[id] - m - log(z), 1e-5);
+            /* rank: exactly k tokens beat it in (x desc, id asc) */
+            int better = 0;
+            for (int i = 0; i < V; i++) better += x[i] > x[id] || (x[i] == x[id] && i < id);
+            ck_assert_int_eq(better, k);
+        }
+        seen[t] = 1;
+        gen[t]++;
+    }
+    struct smol_sampler_logprobs lp = { .n_top = 21 };
+    int32_t t;
+    ck_assert_int_eq(smol_sampler_sample_lp(s, sc, l, &t, &lp, err), SMOL_EINVAL);
+    smol_sampler_scratch_free(&sc);
+    smol_sampler_free(&s);
+}
+END_TEST
+
 /* ------------------------------------------------- full vocabulary size --- */
 
 START_TEST(test_full_vocab)
@@ -713,6 +839,8 @@ static Suite *sampler_suite(void)
     tcase_add_test(tc, test_nonfinite_logits);
     tcase_add_test(tc, test_logprob);
     tcase_add_test(tc, test_full_vocab);
+    tcase_add_test(tc, test_logit_bias);
+    tcase_add_test(tc, test_logprobs_processed);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -97,9 +97,24 @@ static void emit_text(struct req *q, const char *text, size_t len, int channel)
     tk.text = s;
     tk.token_id = q->seg_in_token++ ? -1 : q->cur_token;
     tk.channel = channel;
+    Smollm3__TopLogprob top[SMOL_SAMPLER_MAX_TOP_LOGPROBS], *topp[SMOL_SAMPLER_MAX_TOP_LOGPROBS];
     if (q->r->logprobs && tk.token_id >= 0) {
+        const struct smol_sampler_logprobs *lp = &q->cur_lp;
+        size_t n;
         tk.logprob_opt_case = SMOLLM3__TOKEN__LOGPROB_OPT_LOGPROB;
-        tk.logprob = q->cur_logprob;
+        tk.logprob = lp->logprob;
+        const char *pc = smol_tokenizer_piece(q->e->tok, q->cur_token, &n);
+        tk.piece = (ProtobufCBinaryData){ .len = pc ? n : 0, .data = (uint8_t *)pc };
+        for (int i = 0; i < lp->n_top; i++) {
+            smollm3__top_logprob__init(&top[i]);
+            top[i].token_id = lp->top_id[i];
+            top[i].logprob = lp->top_logprob[i];
+            pc = smol_tokenizer_piece(q->e->tok, lp->top_id[i], &n);
+            top[i].piece = (ProtobufCBinaryData){ .len = pc ? n : 0, .data = (uint8_t *)pc };
+            topp[i] = &top[i];
+        }
+        tk.n_top_logprobs = (size_t)lp->n_top;
+        tk.top_logprobs = topp;
     }
     ev.request_id = q->r->client_id;
     ev.kind_case = SMOLLM3__EVENT__KIND_TOKEN;
@@ -469,6 +484,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
     if (lcp > 0) e->n_prefix_hits++;
 
     if ((rc = smol_sampler_new(&q->smp, &r->sp, e->m->cfg.vocab, err)) ||
+        (rc = smol_sampler_set_logit_bias(q->smp, r->bias_id, r->bias, (size_t)r->n_bias, err)) ||
         (rc = smol_sampler_accept(q->smp, q->tok, (size_t)n_prompt, false, err)) ||
         (rc = smol_detok_init(&q->detok, (const char *const *)r->stops, (size_t)r->n_stops, err))) {
         reject(e, q, rc, err);
@@ -516,13 +532,12 @@ static void sample_and_emit(struct smol_engine *e, struct req *q, const float *l
 {
     char err[SMOL_ERRLEN];
     int32_t t;
-    float lp = 0;
-    enum smol_err rc = smol_sampler_sample(q->smp, e->sc, logits, &t, q->r->logprobs ? &lp : NULL, err);
+    q->cur_lp.n_top = q->r->top_logprobs;
+    enum smol_err rc = smol_sampler_sample_lp(q->smp, e->sc, logits, &t, q->r->logprobs ? &q->cur_lp : NULL, err);
     if (rc || tok_push(q, t)) { fail_request(e, q, rc ? rc : SMOL_ENOMEM, rc ? err : "out of memory"); return; }
     q->n_gen++;
     if (!q->t_first_token) q->t_first_token = now;
     q->cur_token = t;
-    q->cur_logprob = lp;
     q->seg_in_token = 0;
     if (smol_tokenizer_is_eog(e->tok, t)) {
         finish(e, q, SMOLLM3__FINISH_REASON__FINISH_REASON_STOP);

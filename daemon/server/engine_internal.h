@@ -37,7 +37,7 @@ struct req {
     struct smol_chat_buf rendered;  /* rendered prompt text (chat) */
     int cur_token, seg_in_token;    /* token being parsed; segments emitted for it */
     int tok_reasoning;              /* the current token emitted reasoning text */
-    float cur_logprob;
+    struct smol_sampler_logprobs cur_lp; /* the current token's logprobs (when asked) */
     int finish_reason;              /* Smollm3__FinishReason */
     int stop_index;
     int kv_promise;                 /* pages this request may still allocate */

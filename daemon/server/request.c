@@ -274,6 +274,39 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
     r->max_tokens = g->max_tokens > (uint32_t)lim->n_ctx && lim->n_ctx > 0 ? lim->n_ctx
                   : g->max_tokens > (uint32_t)INT32_MAX ? INT32_MAX : (int)g->max_tokens;
     r->logprobs = g->logprobs != 0;
+    if (g->top_logprobs > SMOL_SAMPLER_MAX_TOP_LOGPROBS) {
+        e = smol_errf(err, SMOL_EINVAL, "top_logprobs must be in [0, %d] (got %u)", SMOL_SAMPLER_MAX_TOP_LOGPROBS,
+                      g->top_logprobs);
+        goto fail;
+    }
+    r->top_logprobs = (int)g->top_logprobs;
+    if (r->top_logprobs) r->logprobs = 1;
+    if (g->n_logit_bias > SMOL_SAMPLER_MAX_BIAS) {
+        e = smol_errf(err, SMOL_ETOOLARGE, "logit_bias has %zu entries (at most %d)", g->n_logit_bias,
+                      SMOL_SAMPLER_MAX_BIAS);
+        goto fail;
+    }
+    if (g->n_logit_bias) {
+        r->bias_id = malloc(g->n_logit_bias * sizeof *r->bias_id);
+        r->bias = malloc(g->n_logit_bias * sizeof *r->bias);
+        if (!r->bias_id || !r->bias) { e = smol_errf(err, SMOL_ENOMEM, "out of memory"); goto fail; }
+    }
+    for (size_t i = 0; i < g->n_logit_bias; i++) {
+        const Smollm3__LogitBias *lb = g->logit_bias[i];
+        if (lb->token_id < 0 || lb->token_id >= lim->n_vocab) {
+            e = smol_errf(err, SMOL_EINVAL, "logit_bias: token id %d is outside the vocabulary [0, %d)",
+                          lb->token_id, lim->n_vocab);
+            goto fail;
+        }
+        if (!(lb->bias >= -100.0f && lb->bias <= 100.0f)) {
+            e = smol_errf(err, SMOL_EINVAL, "logit_bias[%d] must be in [-100, 100] (got %g)", lb->token_id,
+                          (double)lb->bias);
+            goto fail;
+        }
+        r->bias_id[i] = lb->token_id;
+        r->bias[i] = lb->bias;
+        r->n_bias++;
+    }
 
     switch (g->input_case) {
     case SMOLLM3__GENERATE_REQUEST__INPUT_CHAT:
@@ -330,6 +363,8 @@ void smol_request_free(struct smol_request **rp)
     if (r->chat_body) json_decref(r->chat_body);
     free(r->text);
     free(r->ids);
+    free(r->bias_id);
+    free(r->bias);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r);
     *rp = NULL;

@@ -52,6 +52,10 @@ struct smol_request {
     char *stops[SMOL_MAX_STOPS];
     int n_stops;
     int logprobs;
+    int top_logprobs;                   /* [0, SMOL_SAMPLER_MAX_TOP_LOGPROBS]; > 0 implies logprobs */
+    int32_t *bias_id;                   /* logit_bias: [n_bias] token ids (< n_vocab) */
+    float *bias;                        /*             [n_bias] biases in [-100, 100] */
+    int n_bias;
     double t_received;                  /* CLOCK_MONOTONIC seconds */
 };
 

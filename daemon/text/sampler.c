@@ -73,6 +73,10 @@ struct smol_sampler {
     /* counts of the tokens in the ring: linear probing, backward-shift delete */
     struct hist_entry *tab;     /* [tab_mask + 1], a power of two >= 2 * window */
     uint32_t tab_mask, tab_shift;
+    /* logit_bias: bias[i] added to the logit of bias_id[i] */
+    int32_t *bias_id;           /* [n_bias] */
+    float *bias;                /* [n_bias] */
+    uint32_t n_bias;
 };
 
 /* Candidates are two parallel arrays (so the exp pass is SIMD): key holds a
@@ -220,6 +224,8 @@ void smol_sampler_free(struct smol_sampler **s)
     if (!s || !*s) return;
     free((*s)->tab);
     free((*s)->ring);
+    free((*s)->bias_id);
+    free((*s)->bias);
     free(*s);
     *s = NULL;
 }
@@ -227,6 +233,37 @@ void smol_sampler_free(struct smol_sampler **s)
 const struct smol_sampler_params *smol_sampler_get_params(const struct smol_sampler *s)
 {
     return &s->p;
+}
+
+enum smol_err smol_sampler_set_logit_bias(struct smol_sampler *s, const int32_t *ids, const float *bias,
+                                          size_t n, char *err)
+{
+    if (n > SMOL_SAMPLER_MAX_BIAS)
+        return smol_errf(err, SMOL_EINVAL, "logit_bias has %zu entries (at most %d)", n, SMOL_SAMPLER_MAX_BIAS);
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= s->n_vocab)
+            return smol_errf(err, SMOL_EINVAL, "logit_bias: token id %d is outside the vocabulary [0, %d)", ids[i],
+                             s->n_vocab);
+        if (!(bias[i] >= -100.0f && bias[i] <= 100.0f))
+            return smol_errf(err, SMOL_EINVAL, "logit_bias[%d] must be in [-100, 100] (got %g)", ids[i],
+                             (double)bias[i]);
+    }
+    int32_t *ni = NULL;
+    float *nb = NULL;
+    if (n && (!(ni = malloc(n * sizeof *ni)) || !(nb = malloc(n * sizeof *nb)))) {
+        free(ni);
+        return smol_errf(err, SMOL_ENOMEM, "logit_bias: out of memory");
+    }
+    if (n) {
+        memcpy(ni, ids, n * sizeof *ni);
+        memcpy(nb, bias, n * sizeof *nb);
+    }
+    free(s->bias_id);
+    free(s->bias);
+    s->bias_id = ni;
+    s->bias = nb;
+    s->n_bias = (uint32_t)n;
+    return SMOL_OK;
 }
 
 enum smol_err smol_sampler_accept(struct smol_sampler *s, const int32_t *tokens, size_t n,
@@ -281,8 +318,15 @@ static bool penalties_active(const struct smol_sampler *s)
                             s->p.frequency_penalty != 0.0f);
 }
 
+/* Whether the logits are changed before temperature (then they are copied). */
+static bool processing_active(const struct smol_sampler *s)
+{
+    return s->n_bias > 0 || penalties_active(s);
+}
+
 void smol_sampler_apply_penalties(const struct smol_sampler *s, float *logits)
 {
+    for (uint32_t i = 0; i < s->n_bias; i++) logits[s->bias_id[i]] += s->bias[i];
     if (!penalties_active(s)) return;
     const float rep = s->p.repetition_penalty, pres = s->p.presence_penalty,
                 freq = s->p.frequency_penalty;
@@ -515,8 +559,10 @@ static float greedy_logprob(const float *x, int32_t n, int32_t best)
     return (float)-log(z);
 }
 
-enum smol_err smol_sampler_sample(struct smol_sampler *s, struct smol_sampler_scratch *sc,
-                                  const float *logits, int32_t *token, float *logprob, char *err)
+/* One draw; *xp receives the processed logits it drew from (logits itself
+ * or sc->work), still valid after the return. */
+static enum smol_err draw(struct smol_sampler *s, struct smol_sampler_scratch *sc, const float *logits,
+                          int32_t *token, float *logprob, const float **xp, char *err)
 {
     *token = -1;
     const int32_t V = s->n_vocab;
@@ -524,10 +570,12 @@ enum smol_err smol_sampler_sample(struct smol_sampler *s, struct smol_sampler_sc
         return smol_errf(err, SMOL_EINVAL, "sampler: scratch for %d tokens, vocabulary has %d",
                          sc ? sc->n_vocab : 0, V);
     const float *x = logits;
-    if (penalties_active(s)) {
+    *xp = logits;
+    if (processing_active(s)) {
         memcpy(sc->work, logits, (size_t)V * sizeof *x);
         smol_sampler_apply_penalties(s, sc->work);
         x = sc->work;
+        *xp = x;
     }
     const struct smol_sampler_params *p = &s->p;
     const float T = p->temperature, inv_t = 1.0f / T;
@@ -597,5 +645,52 @@ enum smol_err smol_sampler_sample(struct smol_sampler *s, struct smol_sampler_sc
     if (logprob) *logprob = (float)(log((double)key[pick]) - log(z));
     hist_push(s, id[pick], true);
     *token = id[pick];
+    return SMOL_OK;
+}
+
+enum smol_err smol_sampler_sample(struct smol_sampler *s, struct smol_sampler_scratch *sc,
+                                  const float *logits, int32_t *token, float *logprob, char *err)
+{
+    const float *x;
+    return draw(s, sc, logits, token, logprob, &x, err);
+}
+
+/* ------------------------------------------------------------ logprobs --- */
+
+enum smol_err smol_sampler_sample_lp(struct smol_sampler *s, struct smol_sampler_scratch *sc,
+                                     const float *logits, int32_t *token,
+                                     struct smol_sampler_logprobs *lp, char *err)
+{
+    const float *x;
+    if (lp && (lp->n_top < 0 || lp->n_top > SMOL_SAMPLER_MAX_TOP_LOGPROBS))
+        return smol_errf(err, SMOL_EINVAL, "top_logprobs must be in [0, %d] (got %d)",
+                         SMOL_SAMPLER_MAX_TOP_LOGPROBS, lp->n_top);
+    enum smol_err rc = draw(s, sc, logits, token, NULL, &x, err);
+    if (rc || !lp) return rc;
+    const int32_t V = s->n_vocab;
+    /* log-softmax at temperature 1: x - m - log(sum exp(x - m)), in double */
+    const float m = max_logit(x, V);
+    double z = 0.0;
+    if (m == INFINITY) {
+        for (int32_t i = 0; i < V; i++) z += x[i] == INFINITY;
+    } else {
+        for (int32_t i = 0; i < V; i++)
+            if (x[i] > -INFINITY) z += exp((double)x[i] - (double)m);
+    }
+    const double lz = log(z);
+#define LOGPROB_OF(v) ((m == INFINITY) ? ((v) == INFINITY ? (float)-lz : -INFINITY) \
+                                       : ((v) > -INFINITY ? (float)((double)(v) - (double)m - lz) : -INFINITY))
+    lp->logprob = LOGPROB_OF(x[*token]);
+    /* the n_top best (the draw is over: key/id are free), then best first */
+    size_t n = lp->n_top ? collect_top_k(x, V, -FLT_MAX, (size_t)lp->n_top, sc->key, sc->id) : 0;
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && better(sc->key[j], sc->id[j], sc->key[j - 1], sc->id[j - 1]); j--)
+            swap2(sc->key, sc->id, j, j - 1);
+    for (size_t i = 0; i < n; i++) {
+        lp->top_id[i] = sc->id[i];
+        lp->top_logprob[i] = LOGPROB_OF(x[sc->id[i]]);
+    }
+#undef LOGPROB_OF
+    lp->n_top = (int32_t)n;
     return SMOL_OK;
 }

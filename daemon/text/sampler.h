@@ -11,9 +11,12 @@
  * The pipeline (the order of Hugging Face transformers' logits warpers,
  * which is what the SmolLM3 model card's settings were tuned with):
  *
- *   logits -> penalties -> greedy if temperature == 0
+ *   logits -> logit_bias -> penalties -> greedy if temperature == 0
  *          -> / temperature -> top_k -> top_p -> min_p -> draw
  *
+ *   - logit_bias (OpenAI): a per-request list of (token id, bias in
+ *     [-100, 100]) added to the logits before anything else; -100 bans a
+ *     token in practice, +100 all but forces it.
  *   - repetition_penalty (HF / llama.cpp): for every token seen in the last
  *     penalty_last_n tokens (prompt tokens fed with smol_sampler_accept and
  *     generated ones), a positive logit is divided by it, a negative or zero
@@ -114,9 +117,38 @@ enum smol_err smol_sampler_sample(struct smol_sampler *s, struct smol_sampler_sc
                                   const float *logits, int32_t *token, float *logprob,
                                   char *err);
 
-/* Applies the penalties the current history calls for to logits[n_vocab] in
- * place, exactly as smol_sampler_sample does before temperature (exposed for
- * tests and for callers that report processed logits). */
+/* Logit bias: bias[i] is added to logits[ids[i]] before anything else on
+ * every draw (an id listed twice adds up).  Replaces any earlier list.
+ * SMOL_EINVAL naming the entry if an id is outside [0, n_vocab) or a bias
+ * outside [-100, 100] (NaN included); the sampler is then unchanged. */
+#define SMOL_SAMPLER_MAX_BIAS 1024
+enum smol_err smol_sampler_set_logit_bias(struct smol_sampler *s, const int32_t *ids, const float *bias,
+                                          size_t n, char *err);
+
+/* Log-probabilities as OpenAI's API reports them: the log-softmax, at
+ * temperature 1, of the processed logits (after logit_bias and the
+ * penalties, before temperature, top-k, top-p and min-p), i.e. the model's
+ * distribution as the request shaped it, whatever the sampling settings.
+ * Tokens with a -inf (or NaN) logit get -INFINITY. */
+#define SMOL_SAMPLER_MAX_TOP_LOGPROBS 20
+struct smol_sampler_logprobs {
+    int32_t n_top;                  /* in: alternatives wanted, [0, SMOL_SAMPLER_MAX_TOP_LOGPROBS] */
+    float logprob;                  /* out: the chosen token's */
+    int32_t top_id[SMOL_SAMPLER_MAX_TOP_LOGPROBS];      /* out: the n_top most likely, best first */
+    float top_logprob[SMOL_SAMPLER_MAX_TOP_LOGPROBS];   /*      (ties to the lower id) */
+};
+
+/* smol_sampler_sample, then fills *lp (when non-NULL) for the token drawn,
+ * from the same processed logits.  Costs one pass over the vocabulary for
+ * the normaliser and one for the top n_top, only when asked. */
+enum smol_err smol_sampler_sample_lp(struct smol_sampler *s, struct smol_sampler_scratch *sc,
+                                     const float *logits, int32_t *token,
+                                     struct smol_sampler_logprobs *lp, char *err);
+
+/* Applies the logit bias, then the penalties the current history calls for,
+ * to logits[n_vocab] in place, exactly as smol_sampler_sample does before
+ * temperature (exposed for tests and for callers that report processed
+ * logits). */
 void smol_sampler_apply_penalties(const struct smol_sampler *s, float *logits);
 
 /* The parameters the sampler was created with. */
