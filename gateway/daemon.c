@@ -77,6 +77,8 @@ void gw_stream_free(struct gw_stream *s)
     gw_buf_deinit(&s->content);
     gw_buf_deinit(&s->reasoning);
     json_decref(s->tool_calls);
+    json_decref(s->lp);
+    json_decref(s->reply);
     free(s->packed);
     free(s);
 }
@@ -106,7 +108,7 @@ static void mark_terminal(struct gw_stream *s)
     if (!s->terminal) {
         s->terminal = 1;
         if (s->sent && G.n_inflight) G.n_inflight--;
-        gw_metrics_stream_done(s);
+        if (s->kind != GW_QUERY) gw_metrics_stream_done(s);
     }
 }
 
@@ -226,6 +228,12 @@ static void on_event(Smollm3__Event *ev)
         gw_stream_fail(s, status, smol_client_error_name(code),
                        ev->error && ev->error->message && *ev->error->message
                            ? ev->error->message : smol_client_error_name(code));
+        return;
+    }
+    if (s->kind == GW_QUERY) {          /* one reply: the response */
+        gw_query_event(s, ev);
+        mark_terminal(s);
+        if (s->req && s->req->waiting) gw_req_resume(s->req);
         return;
     }
     if (ev->kind_case == SMOLLM3__EVENT__KIND_STARTED) {

@@ -30,11 +30,13 @@ enum gw_kind {
     GW_OPENAI_SSE,              /* POST /v1/chat/completions, stream=true */
     GW_OPENAI_JSON,             /* POST /v1/chat/completions, stream=false */
     GW_UI,                      /* GET /ui/stream/SID */
+    GW_QUERY,                   /* POST /tokenize, /detokenize: one reply */
 };
 
 enum gw_endpoint {
     GW_EP_CHAT, GW_EP_MODELS, GW_EP_HEALTH, GW_EP_METRICS, GW_EP_UI_CHAT, GW_EP_UI_STREAM,
-    GW_EP_UI_STOP, GW_EP_UI_CONFIG, GW_EP_OTHER, GW_EP_COUNT
+    GW_EP_UI_STOP, GW_EP_UI_CONFIG, GW_EP_OTHER, GW_EP_COMPLETIONS, GW_EP_TOKENIZE, GW_EP_DETOKENIZE,
+    GW_EP_MODEL, GW_EP_COUNT
 };
 
 struct gw_conn;
@@ -63,6 +65,11 @@ struct gw_stream {
     int include_usage;
     struct gw_buf content, reasoning;   /* non-streaming accumulators */
     json_t *tool_calls;         /* non-streaming: array */
+    int api;                    /* GW_API_CHAT or GW_API_COMPLETIONS (params.h) */
+    int logprobs;               /* logprobs asked */
+    json_t *lp;                 /* non-streaming logprobs: chat: entries; completions: the object */
+    size_t text_offset;         /* completions: bytes of text so far */
+    json_t *reply;              /* GW_QUERY: the response body */
     int n_tool_calls;
     /* UI */
     char sid[33];
@@ -105,6 +112,8 @@ struct gw_config {
     unsigned request_timeout;   /* s */
     unsigned max_inflight;
     unsigned ping_interval;     /* s of silence before ': ping' on a stream */
+    int ignore_unknown;         /* --ignore-unknown-fields: accept (and ignore) unknown request fields */
+    const char *api_key_file;   /* --api-key-file: NULL = no keys */
 };
 
 struct gw_metrics;
@@ -140,6 +149,9 @@ void gw_http_resume_all(void);
 enum MHD_Result gw_queue_json(struct gw_req *r, int status, json_t *body);
 enum MHD_Result gw_queue_error(struct gw_req *r, int status, const char *type, const char *code,
                                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+enum MHD_Result gw_queue_error_param(struct gw_req *r, int status, const char *type, const char *code,
+                                     const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
 enum MHD_Result gw_queue_text(struct gw_req *r, int status, const char *ctype, const char *text,
                               size_t len);
 enum MHD_Result gw_queue_sse(struct gw_req *r, struct gw_stream *s);
@@ -161,10 +173,20 @@ void gw_streams_fail_all(int status, const char *code, const char *msg);
 /* openai.c */
 enum MHD_Result gw_openai_chat(struct gw_req *r);
 enum MHD_Result gw_openai_models(struct gw_req *r);
+struct gw_params;
+enum MHD_Result gw_openai_start(struct gw_req *r, struct gw_stream *s, int api, const struct gw_params *prm);
 void gw_openai_event(struct gw_stream *s, const Smollm3__Event *ev);
 void gw_openai_error(struct gw_stream *s, const char *code, const char *msg);
 enum MHD_Result gw_openai_finish_json(struct gw_req *r, struct gw_stream *s);
 int gw_pack_generate(struct gw_stream *s, Smollm3__GenerateRequest *g);
+
+/* completions.c */
+enum MHD_Result gw_completions(struct gw_req *r);
+enum MHD_Result gw_tokenize(struct gw_req *r);
+enum MHD_Result gw_detokenize(struct gw_req *r);
+enum MHD_Result gw_models_one(struct gw_req *r, const char *id);
+void gw_query_event(struct gw_stream *s, const Smollm3__Event *ev);
+enum MHD_Result gw_query_finish(struct gw_req *r, struct gw_stream *s);
 
 /* ui.c */
 enum MHD_Result gw_ui_chat(struct gw_req *r);

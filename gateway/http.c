@@ -65,16 +65,35 @@ enum MHD_Result gw_queue_json(struct gw_req *r, int status, json_t *body)
     return queue(r, status, resp);
 }
 
+/* OpenAI's error object: {"error": {"message", "type", "param", "code"}}. */
+static enum MHD_Result queue_error(struct gw_req *r, int status, const char *type, const char *code,
+                                   const char *param, const char *fmt, va_list ap)
+{
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    json_t *e = json_pack("{s:{s:s,s:s,s:o,s:s}}", "error", "message", msg, "type", type, "param",
+                          param && *param ? json_string(param) : json_null(), "code", code);
+    return gw_queue_json(r, status, e);
+}
+
 enum MHD_Result gw_queue_error(struct gw_req *r, int status, const char *type, const char *code,
                                const char *fmt, ...)
 {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    enum MHD_Result ret = queue_error(r, status, type, code, NULL, fmt, ap);
     va_end(ap);
-    json_t *e = json_pack("{s:{s:s,s:s,s:s}}", "error", "message", msg, "type", type, "code", code);
-    return gw_queue_json(r, status, e);
+    return ret;
+}
+
+enum MHD_Result gw_queue_error_param(struct gw_req *r, int status, const char *type, const char *code,
+                                     const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    enum MHD_Result ret = queue_error(r, status, type, code, param, fmt, ap);
+    va_end(ap);
+    return ret;
 }
 
 /* ---- SSE ---------------------------------------------------------------- */
@@ -215,6 +234,7 @@ enum MHD_Result gw_req_answer(struct gw_req *r)
         return gw_queue_error(r, st, type, code, "%s", msg);
     }
     if (s->kind == GW_OPENAI_JSON) return gw_openai_finish_json(r, s);
+    if (s->kind == GW_QUERY) return gw_query_finish(r, s);
     return gw_queue_sse(r, s);
 }
 
@@ -222,7 +242,8 @@ enum MHD_Result gw_req_answer(struct gw_req *r)
 enum MHD_Result gw_req_wait(struct gw_req *r)
 {
     struct gw_stream *s = r->stream;
-    if (s && (s->err_status || s->terminal || (s->kind != GW_OPENAI_JSON && s->started)))
+    if (s && (s->err_status || s->terminal ||
+              (s->kind != GW_OPENAI_JSON && s->kind != GW_QUERY && s->started)))
         return gw_req_answer(r);
     r->suspended = 1;
     MHD_suspend_connection(r->mc);
@@ -236,6 +257,13 @@ static enum gw_endpoint route_of(const char *url, const char **arg)
     *arg = NULL;
     if (!strcmp(url, "/v1/chat/completions")) return GW_EP_CHAT;
     if (!strcmp(url, "/v1/models")) return GW_EP_MODELS;
+    if (!strcmp(url, "/v1/completions")) return GW_EP_COMPLETIONS;
+    if (!strcmp(url, "/tokenize")) return GW_EP_TOKENIZE;
+    if (!strcmp(url, "/detokenize")) return GW_EP_DETOKENIZE;
+    if (!strncmp(url, "/v1/models/", 11)) {
+        *arg = url + 11;
+        return GW_EP_MODEL;
+    }
     if (!strcmp(url, "/health")) return GW_EP_HEALTH;
     if (!strcmp(url, "/metrics")) return GW_EP_METRICS;
     if (!strcmp(url, "/ui/chat")) return GW_EP_UI_CHAT;
@@ -254,7 +282,8 @@ static enum gw_endpoint route_of(const char *url, const char **arg)
 static const char *method_of(enum gw_endpoint ep)
 {
     switch (ep) {
-    case GW_EP_CHAT: case GW_EP_UI_CHAT: case GW_EP_UI_STOP: return "POST";
+    case GW_EP_CHAT: case GW_EP_UI_CHAT: case GW_EP_UI_STOP: case GW_EP_COMPLETIONS:
+    case GW_EP_TOKENIZE: case GW_EP_DETOKENIZE: return "POST";
     default: return "GET";
     }
 }
@@ -272,6 +301,10 @@ static enum MHD_Result dispatch(struct gw_req *r, const char *arg)
     switch (r->ep) {
     case GW_EP_CHAT: return gw_openai_chat(r);
     case GW_EP_MODELS: return gw_openai_models(r);
+    case GW_EP_MODEL: return gw_models_one(r, arg);
+    case GW_EP_COMPLETIONS: return gw_completions(r);
+    case GW_EP_TOKENIZE: return gw_tokenize(r);
+    case GW_EP_DETOKENIZE: return gw_detokenize(r);
     case GW_EP_HEALTH: return health(r);
     case GW_EP_METRICS: return gw_metrics_serve(r);
     case GW_EP_UI_CHAT: return gw_ui_chat(r);

@@ -47,7 +47,10 @@ static void usage(FILE *f)
         "  --max-connections N      open connections before 503 (default 512)\n"
         "  --request-timeout S      idle connection timeout in seconds (default 60)\n"
         "  --max-inflight N         generations in flight before 429 (default 256)\n"
-        "  --ping-interval S        ': ping' on streams idle this long (default 15)\n");
+        "  --ping-interval S        ': ping' on streams idle this long (default 15)\n"
+        "  --ignore-unknown-fields  accept request fields the gateway does not know (default: 400)\n"
+        "  --api-key-file FILE      require 'Authorization: Bearer KEY' on /v1/* and /ui/*: one key\n"
+        "                           per line, an optional name after whitespace, # comments\n");
 }
 
 static int parse_uint(const char *s, unsigned long long lo, unsigned long long hi,
@@ -133,6 +136,8 @@ static int parse_args(int argc, char **argv)
         { "request-timeout", required_argument, 0, 't' },
         { "max-inflight", required_argument, 0, 'i' },
         { "ping-interval", required_argument, 0, 'p' },
+        { "ignore-unknown-fields", no_argument, 0, 'u' },
+        { "api-key-file", required_argument, 0, 'k' },
         { "help", no_argument, 0, 'h' },
         { 0, 0, 0, 0 },
     };
@@ -169,6 +174,8 @@ static int parse_args(int argc, char **argv)
             if (parse_uint(optarg, 1, 3600, &v)) goto bad;
             c->ping_interval = (unsigned)v;
             break;
+        case 'u': c->ignore_unknown = 1; break;
+        case 'k': c->api_key_file = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }

@@ -10,6 +10,7 @@
  * append_to_session = false (the daemon reuses its KV for the common prefix).
  */
 #include "gateway/gateway.h"
+#include "gateway/params.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -17,20 +18,16 @@
 #include <time.h>
 
 #define MAX_MESSAGES 4096
-#define MAX_STOPS 16
 
 /* ---- request parsing ---------------------------------------------------- */
 
 struct parsed {
-    Smollm3__GenerateRequest gen;
+    struct gw_params prm;       /* shared fields; prm.gen is the request */
     Smollm3__ChatInput chat;
-    Smollm3__SamplingParams sampling;
     Smollm3__ChatMessage *msgs;
     Smollm3__ChatMessage **msgp;
     char **strs;                /* owned strings (JSON dumps, joined parts) */
     size_t n_strs;
-    char *stops[MAX_STOPS];
-    int stream, include_usage;
 };
 
 static char *own(struct parsed *p, char *s)
@@ -52,7 +49,15 @@ static void parsed_deinit(struct parsed *p)
     free(p->strs);
     free(p->msgs);
     free(p->msgp);
+    gw_params_deinit(&p->prm);
 }
+
+#define FAIL(key, ...)                                                        \
+    do {                                                                      \
+        snprintf(p->prm.param, sizeof p->prm.param, "%s", key);               \
+        snprintf(why, wn, __VA_ARGS__);                                       \
+        return -1;                                                            \
+    } while (0)
 
 /* Message content: a string, null, or an array of {type:"text", text}. */
 static int content_of(struct parsed *p, json_t *c, const char **out, char *why, size_t wn, int i)
@@ -73,8 +78,7 @@ static int content_of(struct parsed *p, json_t *c, const char **out, char *why, 
             json_t *t = json_object_get(part, "text");
             if (!json_is_object(part) || !json_is_string(t)) {
                 gw_buf_deinit(&b);
-                snprintf(why, wn, "messages[%d].content[%zu]: only text parts are supported", i, k);
-                return -1;
+                FAIL("messages", "messages[%d].content[%zu]: only text parts are supported", i, k);
             }
             gw_buf_str(&b, json_string_value(t));
         }
@@ -82,69 +86,29 @@ static int content_of(struct parsed *p, json_t *c, const char **out, char *why, 
         *out = own(p, b.p);
         return *out ? 0 : -1;
     }
-    snprintf(why, wn, "messages[%d].content must be a string, an array of parts or null", i);
-    return -1;
+    FAIL("messages", "messages[%d].content must be a string, an array of parts or null", i);
 }
 
-static int opt_number(json_t *root, const char *key, double lo, double hi, int *has, double *v,
-                      char *why, size_t wn)
+static int parse_messages(struct parsed *p, json_t *root, char *why, size_t wn)
 {
-    json_t *x = json_object_get(root, key);
-    *has = 0;
-    if (!x || json_is_null(x)) return 0;
-    if (!json_is_number(x)) {
-        snprintf(why, wn, "'%s' must be a number", key);
-        return -1;
-    }
-    *v = json_number_value(x);
-    if (!(*v >= lo && *v <= hi)) {
-        snprintf(why, wn, "'%s' must be in [%g, %g]", key, lo, hi);
-        return -1;
-    }
-    *has = 1;
-    return 0;
-}
-
-static int parse_request(struct parsed *p, json_t *root, char *why, size_t wn)
-{
-    smollm3__generate_request__init(&p->gen);
-    smollm3__chat_input__init(&p->chat);
-    smollm3__sampling_params__init(&p->sampling);
-    if (!json_is_object(root)) {
-        snprintf(why, wn, "the request body must be a JSON object");
-        return -1;
-    }
     json_t *msgs = json_object_get(root, "messages");
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
-        snprintf(why, wn, "'messages' must be a non-empty array");
-        return -1;
-    }
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        FAIL("messages", "'messages' must be a non-empty array");
     size_t n = json_array_size(msgs);
-    if (n > MAX_MESSAGES) {
-        snprintf(why, wn, "too many messages (max %d)", MAX_MESSAGES);
-        return -1;
-    }
+    if (n > MAX_MESSAGES) FAIL("messages", "too many messages (max %d)", MAX_MESSAGES);
     p->msgs = calloc(n, sizeof *p->msgs);
     p->msgp = calloc(n, sizeof *p->msgp);
-    if (!p->msgs || !p->msgp) {
-        snprintf(why, wn, "out of memory");
-        return -1;
-    }
+    if (!p->msgs || !p->msgp) FAIL("", "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(msgs, i);
         Smollm3__ChatMessage *cm = &p->msgs[i];
         smollm3__chat_message__init(cm);
         p->msgp[i] = cm;
-        if (!json_is_object(m)) {
-            snprintf(why, wn, "messages[%zu] must be an object", i);
-            return -1;
-        }
+        if (!json_is_object(m)) FAIL("messages", "messages[%zu] must be an object", i);
         const char *role = json_string_value(json_object_get(m, "role"));
         if (!role || (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") &&
-                      strcmp(role, "tool") && strcmp(role, "developer"))) {
-            snprintf(why, wn, "messages[%zu].role must be system, user, assistant or tool", i);
-            return -1;
-        }
+                      strcmp(role, "tool") && strcmp(role, "developer")))
+            FAIL("messages", "messages[%zu].role must be system, user, assistant or tool", i);
         cm->role = (char *)(strcmp(role, "developer") ? role : "system");
         const char *content;
         if (content_of(p, json_object_get(m, "content"), &content, why, wn, (int)i)) return -1;
@@ -152,27 +116,19 @@ static int parse_request(struct parsed *p, json_t *root, char *why, size_t wn)
         json_t *rc = json_object_get(m, "reasoning_content");
         if (!rc || json_is_null(rc)) rc = json_object_get(m, "reasoning");
         if (rc && !json_is_null(rc)) {
-            if (!json_is_string(rc)) {
-                snprintf(why, wn, "messages[%zu].reasoning_content must be a string", i);
-                return -1;
-            }
+            if (!json_is_string(rc)) FAIL("messages", "messages[%zu].reasoning_content must be a string", i);
             cm->reasoning_content = (char *)json_string_value(rc);
         }
         json_t *tc = json_object_get(m, "tool_calls");
         if (tc && !json_is_null(tc)) {
-            if (!json_is_array(tc)) {
-                snprintf(why, wn, "messages[%zu].tool_calls must be an array", i);
-                return -1;
-            }
+            if (!json_is_array(tc)) FAIL("messages", "messages[%zu].tool_calls must be an array", i);
             cm->tool_calls_json = own(p, json_dumps(tc, JSON_COMPACT));
         }
         const char *fields[] = { "tool_call_id", "name" };
         for (int f = 0; f < 2; f++) {
             json_t *x = json_object_get(m, fields[f]);
-            if (x && !json_is_null(x) && !json_is_string(x)) {
-                snprintf(why, wn, "messages[%zu].%s must be a string", i, fields[f]);
-                return -1;
-            }
+            if (x && !json_is_null(x) && !json_is_string(x))
+                FAIL("messages", "messages[%zu].%s must be a string", i, fields[f]);
             if (x && json_is_string(x)) {
                 if (f == 0) cm->tool_call_id = (char *)json_string_value(x);
                 else cm->name = (char *)json_string_value(x);
@@ -182,119 +138,109 @@ static int parse_request(struct parsed *p, json_t *root, char *why, size_t wn)
     p->chat.n_messages = n;
     p->chat.messages = p->msgp;
     p->chat.append_to_session = 0;
-    json_t *tools = json_object_get(root, "tools");
-    if (tools && !json_is_null(tools)) {
-        if (!json_is_array(tools)) {
-            snprintf(why, wn, "'tools' must be an array");
-            return -1;
-        }
-        if (json_array_size(tools)) p->chat.tools_json = own(p, json_dumps(tools, JSON_COMPACT));
-    }
-    p->gen.input_case = SMOLLM3__GENERATE_REQUEST__INPUT_CHAT;
-    p->gen.chat = &p->chat;
+    return 0;
+}
 
-    json_t *x = json_object_get(root, "model");
-    if (x && !json_is_null(x) && !json_is_string(x)) {
-        snprintf(why, wn, "'model' must be a string");
+/* tools, tool_choice ("auto" honoured; "none": the tools are not rendered,
+ * so the model cannot see or call them; "required" and a named function
+ * need constrained decoding: refused), parallel_tool_calls (true only). */
+static int parse_tools(struct parsed *p, json_t *root, char *why, size_t wn)
+{
+    json_t *tools = json_object_get(root, "tools");
+    if (tools && !json_is_null(tools) && !json_is_array(tools)) FAIL("tools", "'tools' must be an array");
+    json_t *tc = json_object_get(root, "tool_choice");
+    int none = 0;
+    if (tc && !json_is_null(tc)) {
+        const char *v = json_string_value(tc);
+        if (v && !strcmp(v, "none")) none = 1;
+        else if (v && !strcmp(v, "auto")) none = 0;
+        else if ((v && !strcmp(v, "required")) || json_is_object(tc))
+            FAIL("tool_choice", "'tool_choice' %s is not supported yet (only \"auto\" and \"none\")",
+                 v ? "\"required\"" : "naming a function");
+        else FAIL("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or an object");
+    }
+    json_t *ptc = json_object_get(root, "parallel_tool_calls");
+    if (ptc && !json_is_null(ptc)) {
+        if (!json_is_boolean(ptc)) FAIL("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+        if (json_is_false(ptc))
+            FAIL("parallel_tool_calls", "'parallel_tool_calls': false is not supported (the model may call "
+                 "several tools in one answer)");
+    }
+    if (tools && json_is_array(tools) && json_array_size(tools) && !none)
+        p->chat.tools_json = own(p, json_dumps(tools, JSON_COMPACT));
+    return 0;
+}
+
+/* Thinking: chat_template_kwargs.enable_thinking and reasoning_effort
+ * ("none" / "minimal" -> off, the others -> on) must agree when both come. */
+static int parse_thinking(struct parsed *p, json_t *root, char *why, size_t wn)
+{
+    Smollm3__GenerateRequest *g = &p->prm.gen;
+    json_t *x = json_object_get(root, "chat_template_kwargs");
+    int has = 0, on = 1;
+    if (x && !json_is_null(x)) {
+        const char *k;
+        json_t *v;
+        if (!json_is_object(x)) FAIL("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        json_object_foreach(x, k, v) {
+            if (strcmp(k, "enable_thinking"))
+                FAIL("chat_template_kwargs", "'chat_template_kwargs.%.40s' is not supported (only enable_thinking)", k);
+            if (json_is_null(v)) continue;
+            if (!json_is_boolean(v))
+                FAIL("chat_template_kwargs", "'chat_template_kwargs.enable_thinking' must be a boolean");
+            has = 1;
+            on = json_is_true(v);
+        }
+    }
+    x = json_object_get(root, "reasoning_effort");
+    if (x && !json_is_null(x)) {
+        const char *v = json_string_value(x);
+        static const char *const levels[] = { "none", "minimal", "low", "medium", "high", "xhigh", "max" };
+        int lvl = -1;
+        for (int i = 0; v && i < 7; i++)
+            if (!strcmp(v, levels[i])) lvl = i;
+        if (lvl < 0)
+            FAIL("reasoning_effort", "'reasoning_effort' must be one of none, minimal, low, medium, high, xhigh, max");
+        int want = lvl >= 2;
+        if (has && want != on)
+            FAIL("reasoning_effort", "'reasoning_effort' \"%s\" contradicts chat_template_kwargs.enable_thinking: %s",
+                 v, on ? "true" : "false");
+        has = 1;
+        on = want;
+    }
+    if (has) {
+        g->enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;
+        g->enable_thinking = on;
+    }
+    return 0;
+}
+
+static int parse_request(struct parsed *p, json_t *root, char *why, size_t wn)
+{
+    smollm3__chat_input__init(&p->chat);
+    if (gw_params_parse(&p->prm, root, GW_API_CHAT, G.cfg.ignore_unknown, why, wn)) return -1;
+    Smollm3__GenerateRequest *g = &p->prm.gen;
+    if (parse_messages(p, root, why, wn) || parse_tools(p, root, why, wn) ||
+        parse_thinking(p, root, why, wn))
         return -1;
-    }
-    x = json_object_get(root, "stream");
-    if (x && !json_is_null(x) && !json_is_boolean(x)) {
-        snprintf(why, wn, "'stream' must be a boolean");
-        return -1;
-    }
-    p->stream = json_is_true(x);
-    x = json_object_get(root, "stream_options");
+    g->input_case = SMOLLM3__GENERATE_REQUEST__INPUT_CHAT;
+    g->chat = &p->chat;
+
+    json_t *x = json_object_get(root, "response_format");
     if (x && !json_is_null(x)) {
-        json_t *iu = json_object_get(x, "include_usage");
-        if (!json_is_object(x) || (iu && !json_is_boolean(iu))) {
-            snprintf(why, wn, "'stream_options.include_usage' must be a boolean");
-            return -1;
-        }
-        p->include_usage = json_is_true(iu);
+        const char *t = json_string_value(json_object_get(x, "type"));
+        if (!json_is_object(x) || !t) FAIL("response_format", "'response_format' must be an object with a 'type'");
+        if (strcmp(t, "text"))
+            FAIL("response_format", "'response_format' of type \"%.20s\" is not supported yet (only \"text\")", t);
     }
-    x = json_object_get(root, "n");
-    if (x && !json_is_null(x) && !(json_is_integer(x) && json_integer_value(x) == 1)) {
-        snprintf(why, wn, "'n' must be 1");
-        return -1;
-    }
-    const char *mt_keys[] = { "max_completion_tokens", "max_tokens" };
-    for (int k = 0; k < 2; k++) {
-        x = json_object_get(root, mt_keys[k]);
-        if (!x || json_is_null(x)) continue;
-        if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 1000000) {
-            snprintf(why, wn, "'%s' must be an integer in [1, 1000000]", mt_keys[k]);
-            return -1;
-        }
-        if (!p->gen.max_tokens) p->gen.max_tokens = (uint32_t)json_integer_value(x);
-    }
-    int has;
-    double v;
-    if (opt_number(root, "temperature", 0, 2, &has, &v, why, wn)) return -1;
-    if (has) {
-        p->sampling.temperature_opt_case = SMOLLM3__SAMPLING_PARAMS__TEMPERATURE_OPT_TEMPERATURE;
-        p->sampling.temperature = (float)v;
-    }
-    if (opt_number(root, "top_p", 0, 1, &has, &v, why, wn)) return -1;
-    if (has) {
-        p->sampling.top_p_opt_case = SMOLLM3__SAMPLING_PARAMS__TOP_P_OPT_TOP_P;
-        p->sampling.top_p = (float)v;
-    }
-    if (opt_number(root, "presence_penalty", -2, 2, &has, &v, why, wn)) return -1;
-    if (has) {
-        p->sampling.presence_penalty_opt_case =
-            SMOLLM3__SAMPLING_PARAMS__PRESENCE_PENALTY_OPT_PRESENCE_PENALTY;
-        p->sampling.presence_penalty = (float)v;
-    }
-    if (opt_number(root, "frequency_penalty", -2, 2, &has, &v, why, wn)) return -1;
-    if (has) {
-        p->sampling.frequency_penalty_opt_case =
-            SMOLLM3__SAMPLING_PARAMS__FREQUENCY_PENALTY_OPT_FREQUENCY_PENALTY;
-        p->sampling.frequency_penalty = (float)v;
-    }
-    x = json_object_get(root, "seed");
+    x = json_object_get(root, "modalities");
     if (x && !json_is_null(x)) {
-        if (!json_is_integer(x)) {
-            snprintf(why, wn, "'seed' must be an integer");
-            return -1;
-        }
-        p->sampling.seed_opt_case = SMOLLM3__SAMPLING_PARAMS__SEED_OPT_SEED;
-        p->sampling.seed = (uint64_t)json_integer_value(x);
-    }
-    p->gen.sampling = &p->sampling;
-    x = json_object_get(root, "stop");
-    if (x && !json_is_null(x)) {
-        if (json_is_string(x)) {
-            p->stops[0] = (char *)json_string_value(x);
-            p->gen.n_stop = 1;
-        } else if (json_is_array(x) && json_array_size(x) <= MAX_STOPS) {
-            size_t k;
-            json_t *s;
-            json_array_foreach(x, k, s) {
-                if (!json_is_string(s) || !*json_string_value(s)) {
-                    snprintf(why, wn, "'stop' entries must be non-empty strings");
-                    return -1;
-                }
-                p->stops[p->gen.n_stop++] = (char *)json_string_value(s);
-            }
-        } else {
-            snprintf(why, wn, "'stop' must be a string or an array of up to %d strings", MAX_STOPS);
-            return -1;
-        }
-        p->gen.stop = p->stops;
-    }
-    x = json_object_get(root, "chat_template_kwargs");
-    if (x && !json_is_null(x)) {
-        json_t *et = json_object_get(x, "enable_thinking");
-        if (!json_is_object(x) || (et && !json_is_boolean(et))) {
-            snprintf(why, wn, "'chat_template_kwargs.enable_thinking' must be a boolean");
-            return -1;
-        }
-        if (et) {
-            p->gen.enable_thinking_opt_case =
-                SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;
-            p->gen.enable_thinking = json_is_true(et);
-        }
+        size_t k;
+        json_t *m;
+        if (!json_is_array(x)) FAIL("modalities", "'modalities' must be an array");
+        json_array_foreach(x, k, m)
+            if (!json_is_string(m) || strcmp(json_string_value(m), "text"))
+                FAIL("modalities", "'modalities' may only hold \"text\"");
     }
     x = json_object_get(root, "session_id");
     if (x && !json_is_null(x)) {
@@ -304,14 +250,13 @@ static int parse_request(struct parsed *p, json_t *root, char *why, size_t wn)
         for (size_t i = 0; ok && i < len; i++)
             ok = (sid[i] >= 'a' && sid[i] <= 'z') || (sid[i] >= 'A' && sid[i] <= 'Z') ||
                  (sid[i] >= '0' && sid[i] <= '9') || strchr("_-.:", sid[i]);
-        if (!ok) {
-            snprintf(why, wn, "'session_id' must be 1-128 characters of [A-Za-z0-9_.:-]");
-            return -1;
-        }
-        p->gen.session_id = (char *)sid;
+        if (!ok) FAIL("session_id", "'session_id' must be 1-128 characters of [A-Za-z0-9_.:-]");
+        g->session_id = (char *)sid;
     }
     return 0;
 }
+
+#undef FAIL
 
 /* Packs the request with the stream's id into s->packed. */
 static int pack_into(struct gw_stream *s, Smollm3__GenerateRequest *g)
@@ -345,9 +290,10 @@ enum MHD_Result gw_openai_chat(struct gw_req *r)
     struct parsed p = { 0 };
     char why[256];
     if (parse_request(&p, root, why, sizeof why)) {
+        enum MHD_Result ret = gw_params_error(r, &p.prm, why);
         parsed_deinit(&p);
         json_decref(root);
-        return gw_queue_error(r, 400, "invalid_request_error", "invalid_value", "%s", why);
+        return ret;
     }
     if (!G.daemon_connected || !G.daemon_ready) {
         parsed_deinit(&p);
@@ -362,17 +308,26 @@ enum MHD_Result gw_openai_chat(struct gw_req *r)
         return gw_queue_error(r, 429, "rate_limit_error", "too_many_requests",
                               "too many requests in flight (limit %u)", G.cfg.max_inflight);
     }
-    struct gw_stream *s = gw_stream_new(p.stream ? GW_OPENAI_SSE : GW_OPENAI_JSON);
-    int bad = !s || pack_into(s, &p.gen);
+    struct gw_stream *s = gw_stream_new(p.prm.stream ? GW_OPENAI_SSE : GW_OPENAI_JSON);
+    int bad = !s || pack_into(s, &p.prm.gen);
     parsed_deinit(&p);
     json_decref(root);
     if (bad) {
         gw_stream_free(s);
         return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
     }
-    s->include_usage = p.include_usage;
-    snprintf(s->id, sizeof s->id, "chatcmpl-");
-    gw_random_alnum(s->id + 9, 24);
+    return gw_openai_start(r, s, GW_API_CHAT, &p.prm);
+}
+
+/* Sends the packed request of a new OpenAI stream and waits for the daemon. */
+enum MHD_Result gw_openai_start(struct gw_req *r, struct gw_stream *s, int api, const struct gw_params *prm)
+{
+    s->api = api;
+    s->include_usage = prm->include_usage;
+    s->logprobs = prm->logprobs;
+    const char *prefix = api == GW_API_CHAT ? "chatcmpl-" : "cmpl-";
+    snprintf(s->id, sizeof s->id, "%s", prefix);
+    gw_random_alnum(s->id + strlen(prefix), 24);
     s->created = (long long)time(NULL);
     s->req = r;
     r->stream = s;
@@ -395,20 +350,97 @@ enum MHD_Result gw_openai_models(struct gw_req *r)
     return gw_queue_json(r, 200, m);
 }
 
+/* ---- logprobs ------------------------------------------------------------ */
+
+/* JSON has no -inf: a banned token reports -9999, as OpenAI does. */
+static double finite_lp(float v)
+{
+    return v > -9999.0f ? (double)v : -9999.0;
+}
+
+/* The token's text: its bytes as UTF-8, an invalid sequence (part of a
+ * character split across tokens) as U+FFFD; "bytes" has the exact ones. */
+static json_t *piece_str(const ProtobufCBinaryData *b)
+{
+    struct gw_buf t = { 0 };
+    gw_utf8_lossy(&t, b->data, b->len);
+    json_t *j = json_string(t.p ? t.p : "");
+    gw_buf_deinit(&t);
+    return j;
+}
+
+static json_t *piece_bytes(const ProtobufCBinaryData *b)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < b->len; i++) json_array_append_new(a, json_integer(b->data[i]));
+    return a;
+}
+
+/* Chat: {"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}, and
+ * "id", the token id, as llama.cpp's server adds it. */
+static json_t *chat_lp_entry(const Smollm3__Token *t)
+{
+    json_t *top = json_array();
+    for (size_t i = 0; i < t->n_top_logprobs; i++) {
+        const Smollm3__TopLogprob *x = t->top_logprobs[i];
+        json_array_append_new(top, json_pack("{s:i,s:o,s:f,s:o}", "id", (int)x->token_id, "token",
+                                             piece_str(&x->piece), "logprob", finite_lp(x->logprob), "bytes",
+                                             piece_bytes(&x->piece)));
+    }
+    return json_pack("{s:i,s:o,s:f,s:o,s:o}", "id", (int)t->token_id, "token", piece_str(&t->piece), "logprob",
+                     finite_lp(t->logprob), "bytes", piece_bytes(&t->piece), "top_logprobs", top);
+}
+
+/* Completions: appends one token to {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. */
+static void comp_lp_add(json_t *lp, const Smollm3__Token *t, size_t offset)
+{
+    json_array_append_new(json_object_get(lp, "tokens"), piece_str(&t->piece));
+    json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(finite_lp(t->logprob)));
+    json_t *top = json_object();
+    for (size_t i = 0; i < t->n_top_logprobs; i++) {
+        const Smollm3__TopLogprob *x = t->top_logprobs[i];
+        json_t *k = piece_str(&x->piece);
+        if (!json_object_get(top, json_string_value(k)))
+            json_object_set_new(top, json_string_value(k), json_real(finite_lp(x->logprob)));
+        json_decref(k);
+    }
+    json_array_append_new(json_object_get(lp, "top_logprobs"), top);
+    json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)offset));
+}
+
+static json_t *comp_lp_new(void)
+{
+    return json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+}
+
 /* ---- events → chunks ---------------------------------------------------- */
 
-static void emit_chunk(struct gw_stream *s, json_t *delta, const char *finish)
+static void emit_json(struct gw_stream *s, json_t *c)
 {
-    json_t *choice = json_pack("{s:i,s:o,s:n}", "index", 0, "delta", delta, "logprobs");
-    json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
-    json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", s->id, "object",
-                          "chat.completion.chunk", "created", (json_int_t)s->created, "model",
-                          G.model, "choices", choice);
-    char *txt = json_dumps(c, JSON_COMPACT);
+    char *txt = json_dumps(c, JSON_COMPACT | JSON_REAL_PRECISION(10));
     json_decref(c);
     if (!txt) return;
     gw_buf_printf(&s->out, "data: %s\n\n", txt);
     free(txt);
+}
+
+/* One chunk with one choice: chat (delta) or completions (text); lp is the
+ * choice's logprobs (NULL: null), consumed. */
+static void emit_chunk(struct gw_stream *s, json_t *delta, const char *text, json_t *lp,
+                       const char *finish)
+{
+    json_t *choice;
+    if (s->api == GW_API_COMPLETIONS) {
+        json_decref(delta);
+        choice = json_pack("{s:i,s:s}", "index", 0, "text", text ? text : "");
+    } else {
+        choice = json_pack("{s:i,s:o}", "index", 0, "delta", delta);
+    }
+    json_object_set_new(choice, "logprobs", lp ? lp : json_null());
+    json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
+    emit_json(s, json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", s->id, "object",
+                           s->api == GW_API_COMPLETIONS ? "text_completion" : "chat.completion.chunk",
+                           "created", (json_int_t)s->created, "model", G.model, "choices", choice));
 }
 
 static json_t *usage_json(const struct gw_stream *s)
@@ -426,30 +458,59 @@ static const char *openai_finish(const char *f)
     return f;
 }
 
+static void on_token(struct gw_stream *s, const Smollm3__Token *tk, int sse)
+{
+    const char *t = tk->text ? tk->text : "";
+    int with_lp = s->logprobs && tk->token_id >= 0 &&
+                  tk->logprob_opt_case == SMOLLM3__TOKEN__LOGPROB_OPT_LOGPROB;
+    int reasoning = tk->channel == SMOLLM3__CHANNEL__CHANNEL_REASONING;
+    if (s->api == GW_API_COMPLETIONS) {         /* raw text: both channels are the text */
+        if (sse) {
+            if (!*t && !with_lp) return;
+            json_t *lp = NULL;
+            if (with_lp) comp_lp_add(lp = comp_lp_new(), tk, s->text_offset);
+            emit_chunk(s, NULL, t, lp, NULL);
+        } else if (with_lp) {
+            if (!s->lp) s->lp = comp_lp_new();
+            comp_lp_add(s->lp, tk, s->text_offset);
+        }
+        s->text_offset += strlen(t);
+        if (!sse) gw_buf_str(&s->content, t);
+        return;
+    }
+    if (sse) {
+        if (!*t && !with_lp) return;
+        json_t *delta = *t ? json_pack("{s:s}", reasoning ? "reasoning_content" : "content", t) : json_object();
+        emit_chunk(s, delta, NULL, with_lp ? json_pack("{s:[o]}", "content", chat_lp_entry(tk)) : NULL, NULL);
+        return;
+    }
+    if (with_lp) {
+        if (!s->lp) s->lp = json_array();
+        json_array_append_new(s->lp, chat_lp_entry(tk));
+    }
+    gw_buf_str(reasoning ? &s->reasoning : &s->content, t);
+}
+
 void gw_openai_event(struct gw_stream *s, const Smollm3__Event *ev)
 {
     int sse = s->kind == GW_OPENAI_SSE;
     switch (ev->kind_case) {
     case SMOLLM3__EVENT__KIND_STARTED:
-        if (sse) emit_chunk(s, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL);
+        if (sse && s->api == GW_API_CHAT)
+            emit_chunk(s, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL, NULL, NULL);
         break;
-    case SMOLLM3__EVENT__KIND_TOKEN: {
-        const char *t = ev->token->text;
-        if (!t || !*t) break;
-        int reasoning = ev->token->channel == SMOLLM3__CHANNEL__CHANNEL_REASONING;
-        if (sse) emit_chunk(s, json_pack("{s:s}", reasoning ? "reasoning_content" : "content", t),
-                            NULL);
-        else gw_buf_str(reasoning ? &s->reasoning : &s->content, t);
+    case SMOLLM3__EVENT__KIND_TOKEN:
+        on_token(s, ev->token, sse);
         break;
-    }
     case SMOLLM3__EVENT__KIND_TOOL_CALL: {
         Smollm3__ToolCall *tc = ev->tool_call;
+        if (s->api == GW_API_COMPLETIONS) break;    /* the engine parses no tags in raw text */
         json_t *call = json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", (int)tc->index, "id",
                                  tc->id ? tc->id : "", "type", "function", "function", "name",
                                  tc->name ? tc->name : "", "arguments",
                                  tc->arguments_json ? tc->arguments_json : "");
         if (sse) {
-            emit_chunk(s, json_pack("{s:[o]}", "tool_calls", call), NULL);
+            emit_chunk(s, json_pack("{s:[o]}", "tool_calls", call), NULL, NULL, NULL);
         } else {
             if (!s->tool_calls) s->tool_calls = json_array();
             json_object_del(call, "index");
@@ -459,16 +520,12 @@ void gw_openai_event(struct gw_stream *s, const Smollm3__Event *ev)
     }
     case SMOLLM3__EVENT__KIND_DONE:
         if (!sse) break;
-        emit_chunk(s, json_object(), openai_finish(s->finish));
-        if (s->include_usage) {
-            json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", s->id, "object",
-                                  "chat.completion.chunk", "created", (json_int_t)s->created,
-                                  "model", G.model, "choices", "usage", usage_json(s));
-            char *txt = json_dumps(c, JSON_COMPACT);
-            json_decref(c);
-            if (txt) gw_buf_printf(&s->out, "data: %s\n\n", txt);
-            free(txt);
-        }
+        emit_chunk(s, json_object(), "", NULL, openai_finish(s->finish));
+        if (s->include_usage)
+            emit_json(s, json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", s->id, "object",
+                                   s->api == GW_API_COMPLETIONS ? "text_completion" : "chat.completion.chunk",
+                                   "created", (json_int_t)s->created, "model", G.model, "choices", "usage",
+                                   usage_json(s)));
         gw_buf_str(&s->out, "data: [DONE]\n\n");
         s->ended = 1;
         break;
@@ -502,17 +559,28 @@ void gw_openai_error(struct gw_stream *s, const char *code, const char *msg)
     s->ended = 1;
 }
 
-/* Non-streaming: the finished answer as one chat.completion. */
+/* Non-streaming: the finished answer as one chat.completion / text_completion. */
 enum MHD_Result gw_openai_finish_json(struct gw_req *r, struct gw_stream *s)
 {
-    json_t *msg = json_pack("{s:s,s:s}", "role", "assistant", "content",
-                            s->content.p ? s->content.p : "");
-    if (s->reasoning.len) json_object_set_new(msg, "reasoning_content", json_string(s->reasoning.p));
-    if (s->tool_calls) json_object_set(msg, "tool_calls", s->tool_calls);
-    json_t *body = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:n,s:s}],s:o}", "id", s->id, "object",
-                             "chat.completion", "created", (json_int_t)s->created, "model",
-                             G.model, "choices", "index", 0, "message", msg, "logprobs",
-                             "finish_reason", openai_finish(s->finish), "usage", usage_json(s));
+    json_t *body;
+    if (s->api == GW_API_COMPLETIONS) {
+        json_t *lp = s->logprobs ? (s->lp ? json_incref(s->lp) : comp_lp_new()) : json_null();
+        body = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:s,s:o,s:s}],s:o}", "id", s->id, "object",
+                         "text_completion", "created", (json_int_t)s->created, "model", G.model,
+                         "choices", "index", 0, "text", s->content.p ? s->content.p : "", "logprobs", lp,
+                         "finish_reason", openai_finish(s->finish), "usage", usage_json(s));
+    } else {
+        json_t *msg = json_pack("{s:s,s:s}", "role", "assistant", "content",
+                                s->content.p ? s->content.p : "");
+        if (s->reasoning.len) json_object_set_new(msg, "reasoning_content", json_string(s->reasoning.p));
+        if (s->tool_calls) json_object_set(msg, "tool_calls", s->tool_calls);
+        json_t *lp = s->logprobs ? json_pack("{s:o}", "content", s->lp ? json_incref(s->lp) : json_array())
+                                 : json_null();
+        body = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o,s:s}],s:o}", "id", s->id, "object",
+                         "chat.completion", "created", (json_int_t)s->created, "model", G.model,
+                         "choices", "index", 0, "message", msg, "logprobs", lp, "finish_reason",
+                         openai_finish(s->finish), "usage", usage_json(s));
+    }
     r->stream = NULL;
     s->req = NULL;
     gw_stream_free(s);

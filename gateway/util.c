@@ -125,3 +125,35 @@ void gw_log(int prio, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "<%d>smollm3-gateway: %s\n", prio, line);
 }
+
+/* Length of the valid UTF-8 sequence at b[0, n) (RFC 3629: no overlongs,
+ * surrogates or values above U+10FFFF), 0 if it is not one. */
+static size_t utf8_seq(const unsigned char *b, size_t n)
+{
+    unsigned c = b[0];
+    size_t len = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3
+               : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+    if (!len || len > n) return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((b[i] & 0xC0) != 0x80) return 0;
+    if (c == 0xE0 && b[1] < 0xA0) return 0;
+    if (c == 0xED && b[1] > 0x9F) return 0;
+    if (c == 0xF0 && b[1] < 0x90) return 0;
+    if (c == 0xF4 && b[1] > 0x8F) return 0;
+    return len;
+}
+
+int gw_utf8_lossy(struct gw_buf *out, const unsigned char *b, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq(b + i, n - i);
+        if (l && b[i]) {
+            if (gw_buf_add(out, b + i, l)) return -1;
+            i += l;
+        } else {                /* invalid, or NUL (a C string could not carry it) */
+            if (gw_buf_add(out, "\xEF\xBF\xBD", 3)) return -1;
+            i++;
+        }
+    }
+    return gw_buf_add(out, "", 0);
+}

@@ -25,6 +25,9 @@ size_t gw_buf_pending(const struct gw_buf *b);
 void gw_buf_reset(struct gw_buf *b);
 void gw_buf_deinit(struct gw_buf *b);
 
+/* Appends b[0, n) as UTF-8, each byte of an invalid sequence as U+FFFD. */
+int gw_utf8_lossy(struct gw_buf *out, const unsigned char *b, size_t n);
+
 double gw_now(void);            /* CLOCK_MONOTONIC seconds */
 /* n random characters of [A-Za-z0-9] into out (n + 1 bytes). */
 void gw_random_alnum(char *out, size_t n);

@@ -490,8 +490,9 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
         reject(e, q, rc, err);
         return -1;
     }
-    enum smol_chat_start start = e->have_tpl && e->tpl == SMOL_CHAT_TPL_SMOLLM3 ? SMOL_CHAT_START_CONTENT
-                                                                                 : SMOL_CHAT_START_PLAIN;
+    /* raw text and token prompts get raw text back: no tags are parsed */
+    enum smol_chat_start start = r->kind == SMOL_INPUT_CHAT && e->have_tpl && e->tpl == SMOL_CHAT_TPL_SMOLLM3
+                                     ? SMOL_CHAT_START_CONTENT : SMOL_CHAT_START_PLAIN;
     smol_chat_parser_init(&q->parser, start, on_parse, q);
     list_remove(&e->queue, q);
     e->n_queued--;

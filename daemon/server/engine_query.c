@@ -57,6 +57,62 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
         break;
     }
+    case SMOLLM3__REQUEST__KIND_TOKENIZE: {
+        const Smollm3__TokenizeRequest *t = rq->tokenize;
+        struct smol_ids ids = {0};
+        char err[SMOL_ERRLEN];
+        const struct smol_special_ids *sp = smol_tokenizer_special(e->tok);
+        if (t->add_special && sp->add_bos && sp->bos >= 0 && smol_ids_push(&ids, sp->bos)) {
+            smol_engine_send_error(e, id, rq->request_id, SMOL_ENOMEM, "out of memory");
+            break;
+        }
+        enum smol_err rc = smol_tokenizer_encode(e->tok, t->content, strlen(t->content), t->parse_special, &ids, err);
+        Smollm3__TokenizeReply tr = SMOLLM3__TOKENIZE_REPLY__INIT;
+        ProtobufCBinaryData *pieces = t->with_pieces && ids.n ? calloc(ids.n, sizeof *pieces) : NULL;
+        if (!rc && t->with_pieces && ids.n && !pieces) rc = smol_errf(err, SMOL_ENOMEM, "out of memory");
+        if (rc) {
+            smol_engine_send_error(e, id, rq->request_id, rc, err);
+        } else {
+            tr.n_ids = ids.n;
+            tr.ids = ids.v;
+            for (size_t i = 0; pieces && i < ids.n; i++) {
+                size_t n = 0;
+                const char *pc = smol_tokenizer_piece(e->tok, ids.v[i], &n);
+                pieces[i] = (ProtobufCBinaryData){ .len = pc ? n : 0, .data = (uint8_t *)pc };
+            }
+            if (pieces) { tr.n_pieces = ids.n; tr.pieces = pieces; }
+            ev.kind_case = SMOLLM3__EVENT__KIND_TOKENIZED;
+            ev.tokenized = &tr;
+            smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
+        }
+        free(pieces);
+        smol_ids_free(&ids);
+        break;
+    }
+    case SMOLLM3__REQUEST__KIND_DETOKENIZE: {
+        const Smollm3__DetokenizeRequest *d = rq->detokenize;
+        size_t cap = 1, len = 0;
+        for (size_t i = 0; i < d->n_ids; i++) {
+            size_t n = 0;
+            smol_tokenizer_piece(e->tok, d->ids[i], &n);
+            cap += n;
+        }
+        uint8_t *buf = malloc(cap);
+        if (!buf) { smol_engine_send_error(e, id, rq->request_id, SMOL_ENOMEM, "out of memory"); break; }
+        for (size_t i = 0; i < d->n_ids; i++) {
+            size_t n = 0;
+            const char *pc = smol_tokenizer_piece(e->tok, d->ids[i], &n);
+            if (pc && n) memcpy(buf + len, pc, n);
+            len += pc ? n : 0;
+        }
+        Smollm3__DetokenizeReply dr = SMOLLM3__DETOKENIZE_REPLY__INIT;
+        dr.content = (ProtobufCBinaryData){ .len = len, .data = buf };
+        ev.kind_case = SMOLLM3__EVENT__KIND_DETOKENIZED;
+        ev.detokenized = &dr;
+        smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
+        free(buf);
+        break;
+    }
     case SMOLLM3__REQUEST__KIND_SESSION_GET:
     case SMOLLM3__REQUEST__KIND_SESSION_DELETE: {
         int get = rq->kind_case == SMOLLM3__REQUEST__KIND_SESSION_GET;

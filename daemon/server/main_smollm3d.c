@@ -66,16 +66,24 @@ static void on_signal(struct smol_rpc *rpc, void *user)
     }
 }
 
-/* general.name from the GGUF, else the file's base name. */
-static void model_name(const struct smol_model *m, const char *path, char *out, size_t cap)
+/* The model id clients name: a stable slug of the file name, extension
+ * dropped ("build/models/SmolLM3-3B-Q4_K_M.gguf" -> "SmolLM3-3B-Q4_K_M"),
+ * bytes other than [A-Za-z0-9._-] as '-'; not general.name, which is free
+ * text.  The gateway's --model-name overrides it for HTTP clients. */
+static void model_name(const char *path, char *out, size_t cap)
 {
-    struct smol_gguf_str s;
-    if (smol_gguf_get_str(m->gguf, "general.name", &s, 0, NULL) == SMOL_OK && s.ptr && s.len) {
-        snprintf(out, cap, "%.*s", (int)(s.len < cap ? s.len : cap - 1), s.ptr);
-        return;
-    }
     const char *b = strrchr(path, '/');
-    snprintf(out, cap, "%.255s", b ? b + 1 : path);
+    b = b ? b + 1 : path;
+    size_t n = strlen(b);
+    if (n > 5 && !strcmp(b + n - 5, ".gguf")) n -= 5;
+    if (n >= cap) n = cap - 1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)b[i];
+        out[i] = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+                 c == '_' || c == '-' ? (char)c : '-';
+    }
+    out[n] = 0;
+    if (!n) snprintf(out, cap, "model");
 }
 
 int main(int argc, char **argv)
@@ -141,7 +149,7 @@ int main(int argc, char **argv)
     ms.quiet = 1;
     if (smol_model_open(&m, cfg.model, &ms, err)) { smol_log_err("model %s: %s", cfg.model, err); goto out; }
     if (smol_tokenizer_new(&tok, m->gguf, err)) { smol_log_err("tokenizer: %s", err); goto out; }
-    model_name(m, cfg.model, name, sizeof name);
+    model_name(cfg.model, name, sizeof name);
     smol_log_info("model \"%s\": %d layers, dim %d, vocab %d, context %d, KV budget %d MiB (%s)", name,
                   m->cfg.n_layers, m->cfg.dim, m->cfg.vocab, m->cfg.n_ctx, cfg.kv_budget_mb,
                   cfg.kv_f32 ? "f32" : "f16");

@@ -65,6 +65,20 @@ enum smol_err smol_rpc_decode(const void *buf, size_t len, const struct smol_rpc
     case SMOLLM3__REQUEST__KIND_HEALTH:
     case SMOLLM3__REQUEST__KIND_STATS:
         break;
+    case SMOLLM3__REQUEST__KIND_TOKENIZE:
+        if (!utf8_ok(rq->tokenize->content)) {
+            e = smol_errf(err, SMOL_EUTF8, "tokenize.content is not valid UTF-8");
+            goto fail;
+        }
+        break;
+    case SMOLLM3__REQUEST__KIND_DETOKENIZE:
+        for (size_t i = 0; i < rq->detokenize->n_ids; i++)
+            if (rq->detokenize->ids[i] < 0 || rq->detokenize->ids[i] >= lim->n_vocab) {
+                e = smol_errf(err, SMOL_EINVAL, "detokenize.ids[%zu] = %d is outside [0, %d)", i,
+                              rq->detokenize->ids[i], lim->n_vocab);
+                goto fail;
+            }
+        break;
     case SMOLLM3__REQUEST__KIND_SESSION_GET:
         if (!utf8_ok(rq->session_get->session_id)) {
             e = smol_errf(err, SMOL_EUTF8, "session_get.session_id is not valid UTF-8");

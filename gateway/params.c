@@ -1,0 +1,350 @@
+/*
+ * params.c - the field table of the OpenAI endpoints and the fields they
+ * share (see params.h).  Every value is checked for type and range here,
+ * so what reaches the daemon is well formed; what only the daemon can judge
+ * (logit_bias ids against the vocabulary) comes back as its 400.
+ */
+#include "gateway/params.h"
+#include "gateway/gateway.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the table ----------------------------------------------------------- */
+
+enum disp {
+    HONOURED,                   /* parsed here: reaches the daemon */
+    OWN,                        /* honoured, parsed by the endpoint itself */
+    METADATA,                   /* accepted (type-checked), changes nothing */
+    REFUSED,                    /* any non-null value: 400 */
+};
+
+#define CHAT GW_API_CHAT
+#define COMP GW_API_COMPLETIONS
+#define BOTH (GW_API_CHAT | GW_API_COMPLETIONS)
+
+static const struct field {
+    const char *name;
+    unsigned apis;
+    enum disp d;
+} fields[] = {
+    { "model", BOTH, HONOURED },            /* any name: the one model answers, and says so */
+    { "stream", BOTH, HONOURED },
+    { "stream_options", BOTH, HONOURED },
+    { "max_tokens", BOTH, HONOURED },
+    { "max_completion_tokens", CHAT, HONOURED },
+    { "temperature", BOTH, HONOURED },
+    { "top_p", BOTH, HONOURED },
+    { "top_k", BOTH, HONOURED },            /* extension (llama.cpp, vLLM) */
+    { "min_p", BOTH, HONOURED },            /* extension */
+    { "repetition_penalty", BOTH, HONOURED },   /* extension */
+    { "presence_penalty", BOTH, HONOURED },
+    { "frequency_penalty", BOTH, HONOURED },
+    { "seed", BOTH, HONOURED },
+    { "stop", BOTH, HONOURED },
+    { "logit_bias", BOTH, HONOURED },
+    { "logprobs", BOTH, HONOURED },
+    { "top_logprobs", CHAT, HONOURED },
+    { "n", BOTH, HONOURED },
+    { "service_tier", CHAT, HONOURED },     /* "auto" / "default": the one tier there is */
+    { "messages", CHAT, OWN },
+    { "tools", CHAT, OWN },
+    { "tool_choice", CHAT, OWN },
+    { "parallel_tool_calls", CHAT, OWN },
+    { "response_format", CHAT, OWN },
+    { "reasoning_effort", CHAT, OWN },
+    { "chat_template_kwargs", CHAT, OWN },  /* extension: enable_thinking */
+    { "session_id", CHAT, OWN },            /* extension: the daemon's KV session */
+    { "modalities", CHAT, OWN },
+    { "prompt", COMP, OWN },
+    { "echo", COMP, OWN },
+    { "suffix", COMP, OWN },
+    { "best_of", COMP, OWN },
+    { "user", BOTH, METADATA },
+    { "metadata", CHAT, METADATA },
+    { "store", CHAT, METADATA },
+    { "safety_identifier", CHAT, METADATA },
+    { "prompt_cache_key", CHAT, METADATA },         /* the prefix cache is automatic */
+    { "prompt_cache_retention", CHAT, METADATA },
+    { "prompt_cache_options", CHAT, METADATA },
+    { "audio", CHAT, REFUSED },
+    { "functions", CHAT, REFUSED },                 /* deprecated: use tools */
+    { "function_call", CHAT, REFUSED },
+    { "prediction", CHAT, REFUSED },
+    { "web_search_options", CHAT, REFUSED },
+    { "verbosity", CHAT, REFUSED },
+    { "moderation", CHAT, REFUSED },
+    { "grammar", BOTH, REFUSED },                   /* not supported yet */
+};
+
+static const struct field *field_of(const char *name, enum gw_api api)
+{
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+        if ((fields[i].apis & api) && !strcmp(fields[i].name, name)) return &fields[i];
+    return NULL;
+}
+
+/* ---- helpers -------------------------------------------------------------- */
+
+#define FAIL(p, key, ...)                                                     \
+    do {                                                                      \
+        snprintf((p)->param, sizeof (p)->param, "%s", key);                   \
+        snprintf(why, wn, __VA_ARGS__);                                       \
+        return -1;                                                            \
+    } while (0)
+
+/* A present, non-null member (else NULL). */
+static json_t *get(json_t *root, const char *key)
+{
+    json_t *x = json_object_get(root, key);
+    return x && !json_is_null(x) ? x : NULL;
+}
+
+static int number(struct gw_params *p, json_t *root, const char *key, double lo, double hi, int *has,
+                  double *v, char *why, size_t wn)
+{
+    json_t *x = get(root, key);
+    *has = 0;
+    if (!x) return 0;
+    if (!json_is_number(x)) FAIL(p, key, "'%s' must be a number", key);
+    *v = json_number_value(x);
+    if (!(*v >= lo && *v <= hi)) FAIL(p, key, "'%s' must be in [%g, %g]", key, lo, hi);
+    *has = 1;
+    return 0;
+}
+
+static int integer(struct gw_params *p, json_t *root, const char *key, long long lo, long long hi,
+                   int *has, long long *v, char *why, size_t wn)
+{
+    json_t *x = get(root, key);
+    *has = 0;
+    if (!x) return 0;
+    if (!json_is_integer(x) || json_integer_value(x) < lo || json_integer_value(x) > hi)
+        FAIL(p, key, "'%s' must be an integer in [%lld, %lld]", key, lo, hi);
+    *v = json_integer_value(x);
+    *has = 1;
+    return 0;
+}
+
+/* ---- parsing -------------------------------------------------------------- */
+
+static int check_fields(struct gw_params *p, json_t *root, enum gw_api api, int ignore_unknown,
+                        char *why, size_t wn)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        const struct field *f = field_of(key, api);
+        if (!f) {
+            if (ignore_unknown) continue;
+            FAIL(p, key, "unknown field '%.40s' (the gateway refuses fields it does not know; "
+                 "--ignore-unknown-fields accepts them)", key);
+        }
+        if (f->d == REFUSED && !json_is_null(v))
+            FAIL(p, key, "'%s' is not supported%s", key,
+                 !strcmp(key, "grammar") ? " yet" : "");
+        if (f->d != METADATA || json_is_null(v)) continue;
+        if ((!strcmp(key, "user") || !strcmp(key, "safety_identifier") ||
+             !strcmp(key, "prompt_cache_key") || !strcmp(key, "prompt_cache_retention")) &&
+            !json_is_string(v))
+            FAIL(p, key, "'%s' must be a string", key);
+        if (!strcmp(key, "store") && !json_is_boolean(v)) FAIL(p, key, "'store' must be a boolean");
+        if ((!strcmp(key, "metadata") || !strcmp(key, "prompt_cache_options")) && !json_is_object(v))
+            FAIL(p, key, "'%s' must be an object", key);
+    }
+    return 0;
+}
+
+static int parse_stop(struct gw_params *p, json_t *root, char *why, size_t wn)
+{
+    json_t *x = get(root, "stop");
+    if (!x) return 0;
+    if (json_is_string(x)) {
+        if (!*json_string_value(x)) FAIL(p, "stop", "'stop' must not be empty");
+        p->stops[0] = (char *)json_string_value(x);
+        p->gen.n_stop = 1;
+    } else if (json_is_array(x) && json_array_size(x) <= GW_MAX_STOPS) {
+        size_t k;
+        json_t *s;
+        json_array_foreach(x, k, s) {
+            if (!json_is_string(s) || !*json_string_value(s))
+                FAIL(p, "stop", "'stop' entries must be non-empty strings");
+            p->stops[p->gen.n_stop++] = (char *)json_string_value(s);
+        }
+    } else {
+        FAIL(p, "stop", "'stop' must be a string or an array of up to %d strings", GW_MAX_STOPS);
+    }
+    p->gen.stop = p->stops;
+    return 0;
+}
+
+/* {"token id": bias, ...}: ids are decimal integers (checked against the
+ * vocabulary by the daemon), biases numbers in [-100, 100]. */
+static int parse_logit_bias(struct gw_params *p, json_t *root, char *why, size_t wn)
+{
+    json_t *x = get(root, "logit_bias");
+    if (!x) return 0;
+    if (!json_is_object(x)) FAIL(p, "logit_bias", "'logit_bias' must be an object of token id -> bias");
+    size_t n = json_object_size(x);
+    if (n > GW_MAX_BIAS) FAIL(p, "logit_bias", "'logit_bias' has %zu entries (at most %d)", n, GW_MAX_BIAS);
+    if (!n) return 0;
+    p->bias = calloc(n, sizeof *p->bias);
+    p->biasp = calloc(n, sizeof *p->biasp);
+    if (!p->bias || !p->biasp) FAIL(p, "logit_bias", "out of memory");
+    const char *key;
+    json_t *v;
+    size_t i = 0;
+    json_object_foreach(x, key, v) {
+        char *end;
+        errno = 0;
+        long id = strtol(key, &end, 10);
+        if (!*key || *end || errno || id < 0 || id > INT32_MAX)
+            FAIL(p, "logit_bias", "'logit_bias' keys must be token ids (non-negative integers), got '%.20s'",
+                 key);
+        if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
+            FAIL(p, "logit_bias", "'logit_bias[%ld]' must be a number in [-100, 100]", id);
+        smollm3__logit_bias__init(&p->bias[i]);
+        p->bias[i].token_id = (int32_t)id;
+        p->bias[i].bias = (float)json_number_value(v);
+        p->biasp[i] = &p->bias[i];
+        i++;
+    }
+    p->gen.n_logit_bias = i;
+    p->gen.logit_bias = p->biasp;
+    return 0;
+}
+
+static int parse_logprobs(struct gw_params *p, json_t *root, enum gw_api api, char *why, size_t wn)
+{
+    json_t *x = get(root, "logprobs");
+    int has;
+    long long v;
+    if (api == GW_API_COMPLETIONS) {    /* an integer: how many alternatives */
+        if (integer(p, root, "logprobs", 0, GW_MAX_TOP_LOGPROBS, &has, &v, why, wn)) return -1;
+        if (has) {
+            p->logprobs = 1;
+            p->gen.logprobs = 1;
+            p->gen.top_logprobs = (uint32_t)v;
+        }
+        return 0;
+    }
+    if (x && !json_is_boolean(x)) FAIL(p, "logprobs", "'logprobs' must be a boolean");
+    p->logprobs = json_is_true(x);
+    p->gen.logprobs = p->logprobs;
+    if (integer(p, root, "top_logprobs", 0, GW_MAX_TOP_LOGPROBS, &has, &v, why, wn)) return -1;
+    if (has && v > 0 && !p->logprobs)
+        FAIL(p, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (has) p->gen.top_logprobs = (uint32_t)v;
+    return 0;
+}
+
+int gw_params_parse(struct gw_params *p, json_t *root, enum gw_api api, int ignore_unknown,
+                    char *why, size_t wn)
+{
+    smollm3__generate_request__init(&p->gen);
+    smollm3__sampling_params__init(&p->sampling);
+    p->gen.sampling = &p->sampling;
+    if (!json_is_object(root)) FAIL(p, "", "the request body must be a JSON object");
+    if (check_fields(p, root, api, ignore_unknown, why, wn)) return -1;
+
+    json_t *x = get(root, "model");
+    if (x && !json_is_string(x)) FAIL(p, "model", "'model' must be a string");
+    x = get(root, "stream");
+    if (x && !json_is_boolean(x)) FAIL(p, "stream", "'stream' must be a boolean");
+    p->stream = json_is_true(x);
+    x = get(root, "stream_options");
+    if (x) {
+        const char *k;
+        json_t *v;
+        if (!json_is_object(x)) FAIL(p, "stream_options", "'stream_options' must be an object");
+        json_object_foreach(x, k, v) {
+            if (!strcmp(k, "include_usage")) {
+                if (!json_is_boolean(v) && !json_is_null(v))
+                    FAIL(p, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+                p->include_usage = json_is_true(v);
+            } else if (!strcmp(k, "include_obfuscation")) {
+                if (json_is_true(v))
+                    FAIL(p, "stream_options.include_obfuscation",
+                         "'stream_options.include_obfuscation' is not supported");
+            } else if (!ignore_unknown) {
+                FAIL(p, "stream_options", "unknown field 'stream_options.%.40s'", k);
+            }
+        }
+    }
+    int has;
+    long long iv;
+    if (integer(p, root, "n", 1, 128, &has, &iv, why, wn)) return -1;
+    if (has && iv > 1) FAIL(p, "n", "'n' > 1 is not supported yet");
+    const char *mt_keys[] = { "max_completion_tokens", "max_tokens" };
+    for (int k = 0; k < 2; k++) {
+        if (integer(p, root, mt_keys[k], 1, 1000000, &has, &iv, why, wn)) return -1;
+        if (has && !p->gen.max_tokens) p->gen.max_tokens = (uint32_t)iv;
+    }
+    double v;
+    Smollm3__SamplingParams *sp = &p->sampling;
+    if (number(p, root, "temperature", 0, 2, &has, &v, why, wn)) return -1;
+    if (has) {
+        sp->temperature_opt_case = SMOLLM3__SAMPLING_PARAMS__TEMPERATURE_OPT_TEMPERATURE;
+        sp->temperature = (float)v;
+    }
+    if (number(p, root, "top_p", 0, 1, &has, &v, why, wn)) return -1;
+    if (has && v == 0) FAIL(p, "top_p", "'top_p' must be in (0, 1]");
+    if (has) {
+        sp->top_p_opt_case = SMOLLM3__SAMPLING_PARAMS__TOP_P_OPT_TOP_P;
+        sp->top_p = (float)v;
+    }
+    if (integer(p, root, "top_k", -1, 1 << 20, &has, &iv, why, wn)) return -1;
+    if (has) {                  /* -1 (vLLM) and 0 (llama.cpp) both mean off */
+        sp->top_k_opt_case = SMOLLM3__SAMPLING_PARAMS__TOP_K_OPT_TOP_K;
+        sp->top_k = iv < 0 ? 0 : (int32_t)iv;
+    }
+    if (number(p, root, "min_p", 0, 1, &has, &v, why, wn)) return -1;
+    if (has) {
+        sp->min_p_opt_case = SMOLLM3__SAMPLING_PARAMS__MIN_P_OPT_MIN_P;
+        sp->min_p = (float)v;
+    }
+    if (number(p, root, "repetition_penalty", 0, 10, &has, &v, why, wn)) return -1;
+    if (has && v == 0) FAIL(p, "repetition_penalty", "'repetition_penalty' must be in (0, 10]");
+    if (has) {
+        sp->repetition_penalty_opt_case = SMOLLM3__SAMPLING_PARAMS__REPETITION_PENALTY_OPT_REPETITION_PENALTY;
+        sp->repetition_penalty = (float)v;
+    }
+    if (number(p, root, "presence_penalty", -2, 2, &has, &v, why, wn)) return -1;
+    if (has) {
+        sp->presence_penalty_opt_case = SMOLLM3__SAMPLING_PARAMS__PRESENCE_PENALTY_OPT_PRESENCE_PENALTY;
+        sp->presence_penalty = (float)v;
+    }
+    if (number(p, root, "frequency_penalty", -2, 2, &has, &v, why, wn)) return -1;
+    if (has) {
+        sp->frequency_penalty_opt_case = SMOLLM3__SAMPLING_PARAMS__FREQUENCY_PENALTY_OPT_FREQUENCY_PENALTY;
+        sp->frequency_penalty = (float)v;
+    }
+    x = get(root, "seed");
+    if (x) {
+        if (!json_is_integer(x)) FAIL(p, "seed", "'seed' must be an integer");
+        sp->seed_opt_case = SMOLLM3__SAMPLING_PARAMS__SEED_OPT_SEED;
+        sp->seed = (uint64_t)json_integer_value(x);
+    }
+    x = get(root, "service_tier");
+    if (x && (!json_is_string(x) ||
+              (strcmp(json_string_value(x), "auto") && strcmp(json_string_value(x), "default"))))
+        FAIL(p, "service_tier", "'service_tier' must be \"auto\" or \"default\" (there is one tier)");
+    if (parse_stop(p, root, why, wn) || parse_logit_bias(p, root, why, wn) ||
+        parse_logprobs(p, root, api, why, wn))
+        return -1;
+    return 0;
+}
+
+void gw_params_deinit(struct gw_params *p)
+{
+    free(p->bias);
+    free(p->biasp);
+    p->bias = NULL;
+    p->biasp = NULL;
+}
+
+enum MHD_Result gw_params_error(struct gw_req *r, const struct gw_params *p, const char *why)
+{
+    return gw_queue_error_param(r, 400, "invalid_request_error", "invalid_value", p->param, "%s", why);
+}

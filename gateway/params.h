@@ -1,0 +1,49 @@
+/*
+ * params.h - the request fields /v1/chat/completions and /v1/completions
+ * share, and the table that says what becomes of every field either
+ * endpoint can receive: honoured (it reaches the daemon and changes the
+ * answer), metadata (accepted, recorded nowhere, changes nothing: `user`,
+ * `metadata`, `store`, ...), or refused (a 400 naming the field whenever
+ * its value asks for something the service does not do).  A field in no
+ * row is unknown: refused, unless the gateway runs with
+ * --ignore-unknown-fields.  README's field table is this table.
+ */
+#ifndef GW_PARAMS_H
+#define GW_PARAMS_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include "daemon/client/client.h"
+
+#define GW_MAX_STOPS 8
+#define GW_MAX_BIAS 1024
+#define GW_MAX_TOP_LOGPROBS 20
+
+enum gw_api { GW_API_CHAT = 1, GW_API_COMPLETIONS = 2 };
+
+/* The GenerateRequest under construction and the storage it points into. */
+struct gw_params {
+    Smollm3__GenerateRequest gen;
+    Smollm3__SamplingParams sampling;
+    Smollm3__LogitBias *bias;   /* [gen.n_logit_bias] */
+    Smollm3__LogitBias **biasp;
+    char *stops[GW_MAX_STOPS];
+    int stream, include_usage;
+    int logprobs;               /* logprobs asked (chat: true; completions: an integer) */
+    char param[64];             /* on error: the field at fault ("" = the body) */
+};
+
+/* Fills p->gen (input left to the caller) from root's shared fields after
+ * checking every key against the table for api: unknown keys (unless
+ * ignore_unknown), refused fields with a value, bad types or ranges.  Keys
+ * the endpoint parses itself (messages, prompt, tools, ...) are in the
+ * table and left alone here.  0, or -1 with why and p->param set. */
+int gw_params_parse(struct gw_params *p, json_t *root, enum gw_api api, int ignore_unknown,
+                    char *why, size_t wn);
+void gw_params_deinit(struct gw_params *p);
+
+/* Error helper: 400 invalid_request_error naming p->param. */
+struct gw_req;
+enum MHD_Result gw_params_error(struct gw_req *r, const struct gw_params *p, const char *why);
+
+#endif

@@ -1,0 +1,536 @@
+#!/usr/bin/env python3
+"""The OpenAI API surface of smollm3-gateway, driven by the clients users have.
+
+* Every field of the installed `openai` SDK's ChatCompletionCreateParams is
+  classified here as honoured, metadata or refused, and sent through the SDK:
+  honoured and metadata fields answer 200, refused ones a 400 naming the
+  field.  A field the SDK gains that this table does not know fails the test.
+* Honoured fields change the answer end to end (gateway -> protobuf ->
+  engine): seed, top_k, top_p, min_p, logit_bias, penalties, stop,
+  max_tokens, reasoning_effort, tool_choice "none", include_usage.
+* logprobs / top_logprobs (chat and completions, streaming and not) equal the
+  log-softmax of `smollm3 logits` for the same ids within 1e-4.
+* /v1/completions, /tokenize, /detokenize, /v1/models/{id}; unknown fields
+  refused, and accepted with --ignore-unknown-fields.
+* curl, and langchain-openai (a second, independent client) doing a
+  streamed chat and a tool call.
+
+Reuses the process helpers of test_gateway.py.  Prints "ok NAME" /
+"FAIL NAME: why" / "SKIPPED NAME: why" and "N passed, N failed" last.
+"""
+import argparse
+import array
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+import typing
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_gateway as tg  # noqa: E402
+from test_gateway import Skip, check, run_test, RESULTS  # noqa: E402
+
+MODEL = tg.MODEL
+TOL = 1e-4          # logprobs vs log-softmax of `smollm3 logits` (the issue's goal)
+
+
+def smollm3(*args, stdin=None):
+    r = subprocess.run([os.path.join(tg.ARGS.build, "bin/smollm3")] + list(args), input=stdin,
+                       capture_output=True, timeout=120)
+    check(r.returncode == 0, "smollm3 %s: %s" % (args[0], r.stderr.decode()))
+    return r.stdout
+
+
+def client(gw, **kw):
+    import openai
+    return openai.OpenAI(base_url=gw.url("/v1"), api_key=kw.pop("api_key", "none"), max_retries=0,
+                         timeout=60, **kw)
+
+
+def msgs(text="Hello!"):
+    return [{"role": "user", "content": text}]
+
+
+def post(gw, path, body, headers=None):
+    st, h, b = gw.request("POST", path, body, headers=headers)
+    return st, json.loads(b) if b else None
+
+
+# ---- the field table ---------------------------------------------------------
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "description": "weather",
+                                         "parameters": {"type": "object",
+                                                        "properties": {"city": {"type": "string"}}}}}
+
+# field -> a value the service honours (the request answers 200)
+HONOURED = {
+    "messages": None, "model": "any-name", "stream": True, "stream_options": {"include_usage": True},
+    "max_tokens": 3, "max_completion_tokens": 3, "temperature": 0.7, "top_p": 0.9,
+    "presence_penalty": 0.5, "frequency_penalty": 0.5, "seed": 7, "stop": ["\n\n"],
+    "logit_bias": {"100": 5}, "logprobs": True, "top_logprobs": 2, "n": 1, "tools": [TOOL],
+    "tool_choice": "none", "parallel_tool_calls": True, "reasoning_effort": "low",
+    "response_format": {"type": "text"}, "modalities": ["text"], "service_tier": "auto",
+}
+# field -> value: accepted, changes nothing (documented as metadata)
+METADATA = {
+    "user": "user-1", "metadata": {"k": "v"}, "store": True, "safety_identifier": "sid-1",
+    "prompt_cache_key": "k1", "prompt_cache_retention": "24h", "prompt_cache_options": {"ttl": "30m"},
+}
+# field -> a value: 400 naming the field
+REFUSED = {
+    "audio": {"voice": "alloy", "format": "wav"},
+    "functions": [{"name": "f", "parameters": {}}], "function_call": "auto",
+    "prediction": {"type": "content", "content": "x"}, "web_search_options": {},
+    "verbosity": "low", "moderation": {"model": "omni-moderation-latest"},
+}
+# honoured fields with a value the service does not do: 400 naming the field
+REFUSED_VALUES = [
+    ("n", 2), ("response_format", {"type": "json_object"}),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+    ("tool_choice", "required"), ("tool_choice", {"type": "function", "function": {"name": "get_weather"}}),
+    ("parallel_tool_calls", False), ("service_tier", "flex"), ("modalities", ["text", "audio"]),
+    ("top_logprobs", 21), ("logit_bias", {"100": 101}), ("logit_bias", {"x": 1}),
+]
+# the gateway's extensions, honoured (not SDK fields: sent with extra_body)
+EXTENSIONS = {"top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1,
+              "chat_template_kwargs": {"enable_thinking": False}, "session_id": "api-test-s1"}
+
+
+def sdk_fields():
+    from openai.types.chat import completion_create_params as ccp
+    names = set()
+    for cls in (ccp.CompletionCreateParamsNonStreaming, ccp.CompletionCreateParamsStreaming):
+        names |= set(typing.get_type_hints(cls))
+    return names
+
+
+def expect_400(fn, field):
+    import openai
+    try:
+        fn()
+    except openai.BadRequestError as e:
+        err = (e.body or {}) if isinstance(e.body, dict) else {}
+        check(err.get("param") == field or field in str(err.get("message", "")),
+              "400 for %s does not name it: %r" % (field, e.body))
+        return
+    raise AssertionError("%s was accepted" % field)
+
+
+def t_field_walk(gw, d):
+    try:
+        import openai  # noqa: F401
+    except ImportError:
+        raise Skip("openai SDK missing (tests/requirements-api.txt)")
+    fields = sdk_fields()
+    check(len(fields) >= 30, "only %d SDK fields found: %r" % (len(fields), sorted(fields)))
+    table = set(HONOURED) | set(METADATA) | set(REFUSED)
+    unknown = fields - table
+    check(not unknown, "SDK fields the test (and the gateway) do not classify: %s" % sorted(unknown))
+    cl = client(gw)
+    base = dict(model="x", messages=msgs(), max_tokens=2, temperature=0)
+    for f in sorted(fields):
+        if f in ("messages", "model"):
+            continue
+        kw = dict(base)
+        if f in HONOURED or f in METADATA:
+            kw[f] = HONOURED[f] if f in HONOURED else METADATA[f]
+            if f == "top_logprobs":
+                kw["logprobs"] = True
+            if f == "stream_options":
+                kw["stream"] = True
+            r = cl.chat.completions.create(**kw)
+            if kw.get("stream"):
+                r = list(r)
+                check(r, "%s: empty stream" % f)
+            else:
+                check(r.choices[0].finish_reason in ("length", "stop"), "%s: %r" % (f, r))
+        else:
+            kw[f] = REFUSED[f]
+            expect_400(lambda: cl.chat.completions.create(**kw), f)
+    for f, v in REFUSED_VALUES:
+        kw = dict(base)
+        kw[f] = v
+        if f == "top_logprobs":
+            kw["logprobs"] = True
+        expect_400(lambda: cl.chat.completions.create(**kw), f)
+    r = cl.chat.completions.create(extra_body=EXTENSIONS, **base)
+    check(r.choices[0].message.content is not None, "extensions")
+    # unknown fields: refused by name; grammar refused as not supported yet
+    expect_400(lambda: cl.chat.completions.create(extra_body={"frobnicate": 1}, **base), "frobnicate")
+    expect_400(lambda: cl.chat.completions.create(extra_body={"grammar": "root ::= \"a\""}, **base),
+               "grammar")
+    # conflicting thinking settings
+    expect_400(lambda: cl.chat.completions.create(
+        reasoning_effort="none", extra_body={"chat_template_kwargs": {"enable_thinking": True}}, **base),
+        "reasoning_effort")
+
+
+def t_ignore_unknown(d, tmp):
+    gw = tg.Gateway(d.endpoint, tmp, ["--ignore-unknown-fields"])
+    try:
+        st, j = post(gw, "/v1/chat/completions", {"messages": msgs(), "max_tokens": 2, "frobnicate": 1})
+        check(st == 200, "unknown field not ignored: %d %r" % (st, j))
+        st, j = post(gw, "/v1/completions", {"prompt": "Hi", "max_tokens": 2, "frobnicate": 1})
+        check(st == 200, "completions: unknown field not ignored: %d %r" % (st, j))
+        # ignoring unknown fields never turns a refused one into silence
+        st, j = post(gw, "/v1/chat/completions", {"messages": msgs(), "max_tokens": 2, "audio": {}})
+        check(st == 400 and j["error"]["param"] == "audio", "audio: %d %r" % (st, j))
+    finally:
+        gw.stop()
+
+
+# ---- honoured fields change the answer ------------------------------------------
+
+def gen(cl, **kw):
+    base = dict(model="x", messages=msgs("Tell me a story"), max_tokens=8)
+    base.update(kw)
+    return cl.chat.completions.create(**base)
+
+
+def ids_of(r):
+    return [e.model_extra["id"] for e in r.choices[0].logprobs.content]
+
+
+def t_sampling_effects(gw, d):
+    cl = client(gw)
+    ne = {"chat_template_kwargs": {"enable_thinking": False}}
+    greedy = gen(cl, temperature=0, logprobs=True, extra_body=ne)
+    g_ids = ids_of(greedy)
+    check(len(g_ids) == 8, "greedy ids %r" % g_ids)
+    # seed: the same seed draws the same tokens at temperature 1; seeds differ
+    a = ids_of(gen(cl, temperature=1.0, seed=11, logprobs=True, extra_body=ne))
+    b = ids_of(gen(cl, temperature=1.0, seed=11, logprobs=True, extra_body=ne))
+    check(a == b, "same seed, different tokens: %r %r" % (a, b))
+    draws = {tuple(ids_of(gen(cl, temperature=1.0, seed=s, logprobs=True, extra_body=ne))) for s in range(4)}
+    check(len(draws) > 1, "4 seeds drew the same tokens")
+    check(any(list(x) != g_ids for x in draws), "temperature 1 draws are all the greedy ones")
+    # top_k 1, min_p 1 and a tiny top_p leave only the best token: greedy again at T=1.5
+    for extra, name in (({"top_k": 1}, "top_k"), ({"min_p": 1.0}, "min_p"), ({}, "top_p")):
+        kw = dict(temperature=1.5, seed=3, logprobs=True, extra_body=dict(ne, **extra))
+        if name == "top_p":
+            kw["top_p"] = 1e-6
+        check(ids_of(gen(cl, **kw)) == g_ids, "%s did not reduce sampling to greedy" % name)
+    # logit_bias +100 forces a token, -100 bans the greedy first one
+    forced = 1000
+    r = gen(cl, temperature=0, logprobs=True, logit_bias={str(forced): 100}, extra_body=ne)
+    check(ids_of(r) == [forced] * 8, "logit_bias +100: %r" % ids_of(r))
+    r = gen(cl, temperature=0, logprobs=True, logit_bias={str(g_ids[0]): -100}, extra_body=ne)
+    check(ids_of(r)[0] != g_ids[0], "logit_bias -100 did not ban %d" % g_ids[0])
+    st, j = post(gw, "/v1/chat/completions", {"messages": msgs(), "logit_bias": {"99999999": 1}})
+    check(st == 400 and "vocabulary" in j["error"]["message"], "out-of-vocabulary bias: %d %r" % (st, j))
+    # penalties change greedy decoding of this repetitive model
+    for extra in ({"repetition_penalty": 3.0}, {"presence_penalty": 2.0}, {"frequency_penalty": 2.0}):
+        kw = dict(temperature=0, logprobs=True, extra_body=dict(ne, **{k: v for k, v in extra.items()
+                                                                        if k == "repetition_penalty"}))
+        for k, v in extra.items():
+            if k != "repetition_penalty":
+                kw[k] = v
+        check(ids_of(gen(cl, **kw)) != g_ids, "%s did not change greedy output" % extra)
+    # stop: cut at a string the greedy answer holds, never emitted
+    text = greedy.choices[0].message.content
+    cut = text[len(text) // 2:len(text) // 2 + 3]
+    if cut.strip():
+        r = gen(cl, temperature=0, stop=[cut], extra_body=ne)
+        check(r.choices[0].finish_reason == "stop" and cut not in r.choices[0].message.content and
+              text.startswith(r.choices[0].message.content), "stop %r: %r" % (cut, r.choices[0].message.content))
+    # max_tokens
+    r = gen(cl, temperature=0, max_tokens=3, extra_body=ne)
+    check(r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length", "max_tokens")
+    # reasoning_effort maps to thinking: the template differs, so do the prompt tokens
+    on = gen(cl, temperature=0, max_tokens=1, reasoning_effort="high").usage.prompt_tokens
+    off = gen(cl, temperature=0, max_tokens=1, reasoning_effort="minimal").usage.prompt_tokens
+    off2 = gen(cl, temperature=0, max_tokens=1, extra_body=ne).usage.prompt_tokens
+    check(on != off and off == off2, "reasoning_effort: high %d, minimal %d, no-think %d" % (on, off, off2))
+    # tool_choice "none": the tools are not rendered at all
+    plain = gen(cl, temperature=0, max_tokens=1).usage.prompt_tokens
+    auto = gen(cl, temperature=0, max_tokens=1, tools=[TOOL], tool_choice="auto").usage.prompt_tokens
+    none = gen(cl, temperature=0, max_tokens=1, tools=[TOOL], tool_choice="none").usage.prompt_tokens
+    check(auto > plain and none == plain, "tool_choice: plain %d auto %d none %d" % (plain, auto, none))
+    # model: any name is served by the one model, and the answer says which
+    check(greedy.model == cl.models.list().data[0].id, "model %r" % greedy.model)
+
+
+# ---- logprobs against the engine's own logits ----------------------------------------
+
+def log_softmax_rows(ids, rows_wanted):
+    """log-softmax (float64) of `smollm3 logits --all` rows for ids."""
+    with tempfile.NamedTemporaryFile(suffix=".f32") as f:
+        smollm3("logits", "-m", MODEL, "--ids", ",".join(map(str, ids)), "--all", "-o", f.name,
+                "--threads", "1")
+        data = array.array("f")
+        data.frombytes(open(f.name, "rb").read())
+    V = len(data) // len(ids)
+    out = []
+    for r in rows_wanted:
+        row = data[r * V:(r + 1) * V]
+        m = max(row)
+        lse = m + math.log(math.fsum(math.exp(x - m) for x in row))
+        out.append([x - lse for x in row])
+    return out
+
+
+def compare_steps(prompt_ids, steps, what):
+    """steps: [(id, logprob, [(top_id, top_logprob)])] in generation order."""
+    ids = list(prompt_ids) + [s[0] for s in steps[:-1]]
+    ref = log_softmax_rows(ids, range(len(prompt_ids) - 1, len(ids)))
+    worst = 0.0
+    for k, (tid, lp, top) in enumerate(steps):
+        row = ref[k]
+        worst = max(worst, abs(lp - row[tid]))
+        best = sorted(range(len(row)), key=lambda i: (-row[i], i))[:len(top)]
+        check([t for t, _ in top] == best, "%s step %d: top ids %r, reference %r" % (what, k, [t for t, _ in top], best))
+        for t, l in top:
+            worst = max(worst, abs(l - row[t]))
+    check(worst <= TOL, "%s: logprobs differ from log-softmax(smollm3 logits) by %.3g > %g" % (what, worst, TOL))
+    return worst
+
+
+def t_logprobs(gw, d):
+    prompt = json.loads(smollm3("tokenize", "-m", MODEL, "--json", "Once upon a time"))["ids"]
+    # completions, non-streaming, logprobs as an integer (top alternatives)
+    st, j = post(gw, "/v1/completions", {"prompt": prompt, "max_tokens": 5, "temperature": 0, "logprobs": 5})
+    check(st == 200, "completions: %d %r" % (st, j))
+    lp = j["choices"][0]["logprobs"]
+    toks = lp["tokens"]
+    check(len(toks) == 5 and len(lp["token_logprobs"]) == 5 and len(lp["top_logprobs"]) == 5 and
+          len(lp["text_offset"]) == 5, "completions logprobs shape %r" % lp)
+    check(lp["text_offset"][0] == 0 and "".join(toks) == j["choices"][0]["text"], "text_offset / tokens")
+    # the greedy token is the top alternative of its step; its logprob is the top one
+    for k in range(5):
+        top = lp["top_logprobs"][k]
+        check(abs(max(top.values()) - lp["token_logprobs"][k]) < 1e-9, "greedy step %d not the top" % k)
+    # exact check with ids: the same prompt streamed as completions, then against smollm3 logits
+    cl = client(gw)
+    steps = []
+    stream = cl.completions.create(model="x", prompt=prompt, max_tokens=5, temperature=0, logprobs=3,
+                                   stream=True)
+    texts = []
+    for ch in stream:
+        for c in ch.choices:
+            if c.logprobs and c.logprobs.tokens:
+                texts.append((c.logprobs.tokens[0], c.logprobs.token_logprobs[0]))
+    check(len(texts) == 5 and [t for t, _ in texts] == toks, "streamed completions tokens %r vs %r" % (texts, toks))
+    for (t, l), l2 in zip(texts, lp["token_logprobs"]):
+        check(abs(l - l2) < 1e-6, "stream vs non-stream logprob %g %g" % (l, l2))
+    # chat (ids in the 'id' extension), non-streaming and streaming, at temperature 0.8 with a seed:
+    # logprobs do not depend on temperature
+    req = {"messages": msgs("Once upon a time"), "chat_template_kwargs": {"enable_thinking": False}}
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(req, f)
+        f.flush()
+        rendered = smollm3("template", "-m", MODEL, "--request", f.name)
+    chat_prompt = json.loads(smollm3("tokenize", "-m", MODEL, "--special", "--json", "-", stdin=rendered))["ids"]
+    r = cl.chat.completions.create(model="x", max_tokens=6, temperature=0.8, seed=5, logprobs=True,
+                                   top_logprobs=4, **{"messages": req["messages"]},
+                                   extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    check(r.usage.prompt_tokens == len(chat_prompt), "prompt %d tokens, rendered %d (date?)"
+          % (r.usage.prompt_tokens, len(chat_prompt)))
+    content = r.choices[0].logprobs.content
+    steps = [(e.model_extra["id"], e.logprob, [(t.model_extra["id"], t.logprob) for t in e.top_logprobs])
+             for e in content]
+    check(len(steps) == 6 and all(len(s[2]) == 4 for s in steps), "chat logprobs shape")
+    check(all(bytes(e.bytes).decode("utf-8", "replace") == e.token or "\ufffd" in e.token for e in content),
+          "bytes vs token")
+    w1 = compare_steps(chat_prompt, steps, "chat")
+    stream = cl.chat.completions.create(model="x", max_tokens=6, temperature=0.8, seed=5, logprobs=True,
+                                        top_logprobs=4, stream=True, messages=req["messages"],
+                                        extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    ssteps = []
+    for ch in stream:
+        for c in ch.choices:
+            for e in (c.logprobs.content if c.logprobs and c.logprobs.content else []):
+                ssteps.append((e.model_extra["id"], e.logprob, [(t.model_extra["id"], t.logprob)
+                                                                 for t in e.top_logprobs]))
+    check(ssteps == steps, "streamed chat logprobs differ from non-streamed")
+    # completions by ids: chat prompt as token ids, greedy
+    st, j = post(gw, "/v1/completions", {"prompt": chat_prompt, "max_tokens": 4, "temperature": 0, "logprobs": 2})
+    check(st == 200, "completions by ids: %r" % j)
+    print("   logprobs vs log-softmax(smollm3 logits): max |diff| %.2g (tolerance %g)" % (w1, TOL), flush=True)
+
+
+# ---- completions, tokenize, models ----------------------------------------------------
+
+def t_completions(gw, d):
+    cl = client(gw)
+    r = cl.completions.create(model="x", prompt="The capital of France is", max_tokens=4, temperature=0)
+    check(r.object == "text_completion" and r.id.startswith("cmpl-") and r.choices[0].text and
+          r.usage.completion_tokens == 4 and r.choices[0].finish_reason == "length", "sdk completion %r" % r)
+    # raw text: no template, so the prompt is just its tokens
+    n = len(json.loads(smollm3("tokenize", "-m", MODEL, "--json", "The capital of France is"))["ids"])
+    check(r.usage.prompt_tokens == n, "prompt tokens %d, tokenizer %d" % (r.usage.prompt_tokens, n))
+    # streaming with usage
+    text, usage = "", None
+    for ch in cl.completions.create(model="x", prompt="The capital of France is", max_tokens=4, temperature=0,
+                                    stream=True, stream_options={"include_usage": True}):
+        if ch.usage:
+            usage = ch.usage
+        for c in ch.choices:
+            text += c.text
+    check(text == r.choices[0].text and usage and usage.completion_tokens == 4, "stream %r %r" % (text, usage))
+    # token-id prompt = the same prompt as text
+    ids = json.loads(smollm3("tokenize", "-m", MODEL, "--json", "The capital of France is"))["ids"]
+    r2 = cl.completions.create(model="x", prompt=ids, max_tokens=4, temperature=0)
+    check(r2.choices[0].text == r.choices[0].text, "ids prompt %r vs %r" % (r2.choices[0].text, r.choices[0].text))
+    # stop
+    cut = r.choices[0].text[1:3]
+    if cut.strip():
+        r3 = cl.completions.create(model="x", prompt="The capital of France is", max_tokens=4, temperature=0,
+                                   stop=cut)
+        check(cut not in r3.choices[0].text and r3.choices[0].finish_reason == "stop", "stop %r" % r3)
+    # refused
+    for f, v in (("echo", True), ("suffix", "end"), ("best_of", 2), ("n", 2), ("frobnicate", 1),
+                 ("prompt", ["a", "b"]), ("logprobs", 21), ("prompt", [])):
+        expect_400(lambda: cl.completions.create(model="x", max_tokens=2, **({"prompt": "Hi"} if f != "prompt" else {}),
+                                                 **({f: v} if f not in ("frobnicate",) else {}),
+                                                 extra_body={f: v} if f == "frobnicate" else None), f)
+    st, j = post(gw, "/v1/completions", {"prompt": [0, 99999999], "max_tokens": 2})
+    check(st == 400, "out-of-vocabulary prompt id: %d" % st)
+
+
+def t_tokenize(gw, d):
+    text = "Hello world, héllo <|im_start|>"
+    st, j = post(gw, "/tokenize", {"content": text})
+    ref_special = json.loads(smollm3("tokenize", "-m", MODEL, "--special", "--json", text))["ids"]
+    ref_plain = json.loads(smollm3("tokenize", "-m", MODEL, "--json", text))["ids"]
+    check(st == 200 and j["tokens"] == ref_special, "tokenize %r vs %r" % (j, ref_special))
+    st, j = post(gw, "/tokenize", {"content": text, "parse_special": False})
+    check(j["tokens"] == ref_plain, "parse_special false")
+    st, j = post(gw, "/tokenize", {"content": text, "with_pieces": True, "add_special": True})
+    check(all(set(t) == {"id", "piece"} for t in j["tokens"]) and "".join(
+        t["piece"] if isinstance(t["piece"], str) else bytes(t["piece"]).decode() for t in j["tokens"]) == text,
+        "with_pieces %r" % j)
+    st, j = post(gw, "/detokenize", {"tokens": ref_special})
+    check(st == 200 and j["content"] == text, "detokenize %r" % j)
+    st, j = post(gw, "/detokenize", {"tokens": [99999999]})
+    check(st == 400, "detokenize out of vocabulary: %d" % st)
+    st, j = post(gw, "/tokenize", {"content": "x", "frob": 1})
+    check(st == 400 and j["error"]["param"] == "frob", "tokenize unknown field: %r" % j)
+    st, j = post(gw, "/tokenize", {"text": "x"})
+    check(st == 400, "tokenize without content")
+
+
+def t_models(gw, d):
+    st, h, b = gw.request("GET", "/v1/models")
+    mid = json.loads(b)["data"][0]["id"]
+    check(mid == os.path.basename(MODEL)[:-len(".gguf")], "model id %r is not the file's slug" % mid)
+    st, h, b = gw.request("GET", "/v1/models/" + mid)
+    check(st == 200 and json.loads(b)["id"] == mid, "models/{id}: %d %s" % (st, b))
+    st, h, b = gw.request("GET", "/v1/models/gpt-4")
+    check(st == 404 and json.loads(b)["error"]["code"] == "model_not_found", "unknown model: %d %s" % (st, b))
+    check(client(gw).models.retrieve(mid).id == mid, "sdk models.retrieve")
+
+
+def t_curl(gw, d):
+    if not shutil.which("curl"):
+        raise Skip("curl not installed")
+    out = subprocess.run(["curl", "-sS", "-N", gw.url("/v1/completions"), "-H", "Content-Type: application/json",
+                          "-d", json.dumps({"prompt": "Hi", "max_tokens": 3, "stream": True, "logprobs": 1})],
+                         capture_output=True, timeout=60).stdout
+    chunks = tg.openai_chunks(out)
+    check(len(chunks) >= 2 and all(c["object"] == "text_completion" for c in chunks), "curl stream %r" % out[:300])
+    check(any(c["choices"] and c["choices"][0]["logprobs"] for c in chunks), "curl stream: no logprobs")
+    out = subprocess.run(["curl", "-sS", gw.url("/tokenize"), "-d", '{"content":"Hi there"}'],
+                         capture_output=True, timeout=60).stdout
+    check(json.loads(out)["tokens"], "curl tokenize %r" % out)
+    out = subprocess.run(["curl", "-sS", gw.url("/v1/chat/completions"), "-d",
+                          json.dumps({"messages": msgs(), "max_tokens": 2, "verbosity": "low"})],
+                         capture_output=True, timeout=60).stdout
+    check(json.loads(out)["error"]["param"] == "verbosity", "curl refused field %r" % out)
+
+
+# ---- a second client: langchain-openai --------------------------------------------------
+
+def t_langchain_stream(gw, d):
+    try:
+        from langchain_openai import ChatOpenAI
+    except ImportError as e:
+        raise Skip("langchain-openai missing (tests/requirements-api.txt): %s" % e)
+    llm = ChatOpenAI(base_url=gw.url("/v1"), api_key="none", model="smollm3", max_tokens=6, temperature=0,
+                     max_retries=0, timeout=60)
+    parts = [c.content for c in llm.stream("Hello")]
+    check(len(parts) >= 2 and "".join(parts), "langchain stream %r" % parts)
+    full = llm.invoke("Hello").content
+    check(full == "".join(parts), "langchain invoke %r vs stream %r" % (full, "".join(parts)))
+
+
+def t_langchain_tools(gw, fd):
+    try:
+        from langchain_openai import ChatOpenAI
+    except ImportError as e:
+        raise Skip("langchain-openai missing: %s" % e)
+    llm = ChatOpenAI(base_url=gw.url("/v1"), api_key="none", model="fake", max_retries=0, timeout=30)
+    bound = llm.bind_tools([TOOL])
+    m = bound.invoke("TOOLS please")
+    check(m.tool_calls and m.tool_calls[0]["name"] == "get_weather" and
+          m.tool_calls[0]["args"] == {"city": "Paris"}, "langchain tool call %r" % m)
+    chunks = list(bound.stream("TOOLS please"))
+    acc = chunks[0]
+    for c in chunks[1:]:
+        acc = acc + c
+    check(acc.tool_calls and acc.tool_calls[0]["name"] == "get_weather", "langchain streamed tool call %r" % acc)
+
+
+# ---- main ------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--pb2-dir", default=None)
+    ap.add_argument("filter", nargs="*")
+    tg.ARGS = ap.parse_args()
+    tg.ARGS.build = os.path.abspath(tg.ARGS.build)
+    want = lambda n: not tg.ARGS.filter or any(f in n for f in tg.ARGS.filter)  # noqa: E731
+    tmp = tempfile.mkdtemp(prefix="smollm3-api-test-")
+    d = gw = None
+    try:
+        d = tg.Daemon(os.path.join(tmp, "d.sock"))
+        gw = tg.Gateway(d.endpoint, tmp)
+        for name, fn in (("field_walk", t_field_walk), ("sampling_effects", t_sampling_effects),
+                         ("logprobs", t_logprobs), ("completions", t_completions), ("tokenize", t_tokenize),
+                         ("models", t_models), ("curl", t_curl), ("langchain_stream", t_langchain_stream)):
+            if want(name):
+                run_test(name, fn, gw, d)
+        for name, fn in (("ignore_unknown", t_ignore_unknown),):
+            if want(name):
+                run_test(name, fn, d, tmp)
+        gw.stop()
+        gw = None
+        d.stop()
+        d = None
+        if want("langchain_tools"):
+            try:
+                import zmq  # noqa: F401
+                sys.path.insert(0, tg.ARGS.pb2_dir or "")
+                import smollm3_pb2 as pb2
+            except ImportError as e:
+                print("SKIPPED langchain_tools: %s" % e, flush=True)
+                pb2 = None
+            if pb2:
+                fd = tg.FakeDaemon(os.path.join(tmp, "fake.sock"), pb2)
+                gw = tg.Gateway(fd.endpoint, tmp)
+                run_test("langchain_tools", t_langchain_tools, gw, fd)
+                gw.stop()
+                gw = None
+                fd.close()
+    except Exception as e:  # noqa: BLE001
+        RESULTS["fail"] += 1
+        print("FAIL setup: %s" % e, flush=True)
+        traceback.print_exc()
+    finally:
+        if gw:
+            if RESULTS["fail"]:
+                print("--- gateway log ---\n" + gw.log_tail(), flush=True)
+            gw.stop()
+        if d:
+            d.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%d passed, %d failed" % (RESULTS["pass"], RESULTS["fail"]), flush=True)
+    return 1 if RESULTS["fail"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
