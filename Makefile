@@ -139,11 +139,13 @@ test: deps
 # run: daemon + gateway + nginx in the foreground (deploy/run.sh) on MODEL (else
 # build/models/SmolLM3-3B-Q4_K_M.gguf, else SmolLM2-135M-Instruct from PyPI);
 # config and sockets in build/run/, the UI on http://127.0.0.1:$(PORT)/.
+# API_KEY=secret: the gateway requires `Authorization: Bearer secret` (off by default).
 MODEL ?=
 PORT  ?= 8080
+API_KEY ?=
 run: deps
 	$(MAKE) all
-	@exec sh deploy/run.sh $(BUILD) "$(MODEL)" "$(PORT)"
+	@API_KEY="$(API_KEY)" exec sh deploy/run.sh $(BUILD) "$(MODEL)" "$(PORT)"
 
 # model: SmolLM3-3B Q4_K_M from Hugging Face (ggml-org/SmolLM3-3B-GGUF, pinned
 # revision, sha256-checked) into build/models/SmolLM3-3B-Q4_K_M.gguf.

@@ -12,7 +12,9 @@
 # from PyPI, cached in BUILD/models/).  The web UI's npm assets are installed
 # with `npm ci` in web/ when web/node_modules is missing.
 # Environment: THREADS (daemon compute threads, default 0 = all CPUs),
-# KV_BUDGET_MB (default 1024).
+# KV_BUDGET_MB (default 1024), API_KEY (default empty: no keys; else the
+# gateway requires `Authorization: Bearer $API_KEY` on /v1/ and /ui/, from
+# the key file BUILD/run/api-keys this script writes).
 #
 # SIGTERM, SIGINT (Ctrl-C) or SIGHUP stops nginx, then the gateway, then the
 # daemon (which drains), waits for all three and exits 0.  If one of them
@@ -72,6 +74,14 @@ case $MODEL in /*) ;; *) MODEL=$ROOT/$MODEL ;; esac
 
 # Configuration and sockets under BUILD/run/.
 mkdir -p "$RUN/nginx/logs" "$RUN/nginx/tmp"
+KEYARG=
+rm -f "$RUN/api-keys"
+if [ -n "${API_KEY:-}" ]; then
+    case $API_KEY in *[[:space:]#]*) die "API_KEY must not hold spaces or '#'" ;; esac
+    (umask 077 && printf '# written by deploy/run.sh (make run API_KEY=...)\n%s local\n' "$API_KEY" > "$RUN/api-keys")
+    KEYARG=1
+    say "API key required (Authorization: Bearer \$API_KEY)"
+fi
 rm -f "$RUN/smollm3d.sock" "$RUN/gateway.sock"
 DSOCK=$RUN/smollm3d.sock
 GSOCK=$RUN/gateway.sock
@@ -151,7 +161,7 @@ trap on_signal TERM INT HUP
 say "smollm3d on $MODEL"
 "$BUILD/bin/smollm3d" --config "$RUN/smollm3d.conf" --model "$MODEL" &
 DPID=$!
-"$BUILD/bin/smollm3-gateway" --listen "unix:$GSOCK" --daemon "ipc://$DSOCK" &
+"$BUILD/bin/smollm3-gateway" --listen "unix:$GSOCK" --daemon "ipc://$DSOCK" ${KEYARG:+--api-key-file "$RUN/api-keys"} &
 GPID=$!
 "$NGINX" -p "$T" -c "$T/nginx.conf" -e "$T/logs/error.log" &
 NPID=$!

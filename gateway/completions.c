@@ -140,6 +140,7 @@ static enum MHD_Result send_query(struct gw_req *r, Smollm3__Request *req)
     }
     smollm3__request__pack(req, s->packed);
     s->req = r;
+    s->key = r->key;
     r->stream = s;
     r->waiting = 1;
     if (gw_daemon_send_stream(s)) {

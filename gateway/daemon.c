@@ -57,6 +57,7 @@ struct gw_stream *gw_stream_new(enum gw_kind kind)
     struct gw_stream *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->kind = kind;
+    s->key = GW_AUTH_NONE;
     s->rid = smol_client_next_id(G.cli);
     s->born = s->last_write = gw_now();
     s->next = G.streams;

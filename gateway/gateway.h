@@ -79,6 +79,7 @@ struct gw_stream {
     uint32_t n_tokens;
     uint32_t prompt_tokens, cached_tokens, completion_tokens, reasoning_tokens;
     const char *finish;         /* "stop", "length", "tool_calls", "cancelled" */
+    int key;                    /* API key of the request that made it (index), or < 0 */
 };
 
 /* One HTTP request (MHD's req_cls). */
@@ -87,6 +88,7 @@ struct gw_req {
     struct MHD_Connection *mc;
     enum gw_endpoint ep;
     int status;                 /* HTTP status queued (metrics) */
+    int key;                    /* the API key used (index, auth.c), or GW_AUTH_OPEN / GW_AUTH_NONE */
     struct gw_buf body;
     int too_large;
     int suspended;              /* suspended by us */
@@ -198,9 +200,18 @@ void gw_ui_error(struct gw_stream *s, const char *msg);
 struct gw_stream *gw_ui_find(const char *sid);
 void gw_ui_expire(double now);
 
+/* auth.c: API keys */
+#define GW_AUTH_OPEN (-2)       /* no keys configured: everything is open */
+#define GW_AUTH_NONE (-1)       /* keys configured, none (or a wrong one) presented */
+int gw_auth_load(const char *path);
+/* The key index the request's Authorization: Bearer header matches, or one of the above. */
+int gw_auth_check(struct MHD_Connection *mc);
+int gw_auth_n_keys(void);
+const char *gw_auth_key_name(int i);
+
 /* metrics.c */
 void gw_metrics_init(void);
-void gw_metrics_request(enum gw_endpoint ep, int status);
+void gw_metrics_request(enum gw_endpoint ep, int status, int key);
 void gw_metrics_stream_done(const struct gw_stream *s);
 void gw_metrics_first_token(double ttft_s);
 enum MHD_Result gw_metrics_serve(struct gw_req *r);

@@ -209,7 +209,7 @@ static void request_completed(void *cls, struct MHD_Connection *mc, void **req_c
         gw_stream_free(s);
     }
     if (r->conn && r->conn->req == r) r->conn->req = NULL;
-    gw_metrics_request(r->ep, r->responded ? r->status : 499);
+    gw_metrics_request(r->ep, r->responded ? r->status : 499, r->key);
     gw_buf_deinit(&r->body);
     free(r);
     *req_cls = NULL;
@@ -315,6 +315,40 @@ static enum MHD_Result dispatch(struct gw_req *r, const char *arg)
     }
 }
 
+/* Whether the endpoint needs an API key when keys are configured: the API
+ * and the UI do; /health and /metrics do not; a UI stream is authorised by
+ * its SID (auth.c). */
+static int needs_key(enum gw_endpoint ep, const char *url)
+{
+    switch (ep) {
+    case GW_EP_HEALTH: case GW_EP_METRICS: case GW_EP_UI_STREAM: return 0;
+    case GW_EP_OTHER: return !strncmp(url, "/v1/", 4) || !strncmp(url, "/ui/", 4);
+    default: return 1;
+    }
+}
+
+/* 401 in OpenAI's shape, with the challenge RFC 6750 asks for. */
+static enum MHD_Result unauthorized(struct gw_req *r, int presented)
+{
+    json_t *e = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message",
+                          presented ? "Incorrect API key provided."
+                                    : "You didn't provide an API key: send 'Authorization: Bearer KEY'.",
+                          "type", "invalid_request_error", "param", "code",
+                          presented ? "invalid_api_key" : "missing_api_key");
+    char *s = json_dumps(e, JSON_COMPACT);
+    json_decref(e);
+    if (!s) return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"smollm3\"");
+    return queue(r, 401, resp);
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char *url,
                                const char *method, const char *version, const char *upload,
                                size_t *upload_size, void **req_cls)
@@ -331,6 +365,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
         if (r->conn) r->conn->req = r;
         const char *arg;
         r->ep = route_of(url, &arg);
+        r->key = gw_auth_check(mc);
+        if (r->key == GW_AUTH_NONE && needs_key(r->ep, url))
+            return unauthorized(r, MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization") != NULL);
         const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
         /* far over the limit: refuse before reading (the connection closes);
          * a little over: read and drop the body, then 413 (clients see it) */

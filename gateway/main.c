@@ -229,6 +229,7 @@ static void begin_stop(void)
 int main(int argc, char **argv)
 {
     if (parse_args(argc, argv)) return 2;
+    if (G.cfg.api_key_file && gw_auth_load(G.cfg.api_key_file)) return 1;
     signal(SIGPIPE, SIG_IGN);
     snprintf(G.model, sizeof G.model, "%s", G.cfg.model_name ? G.cfg.model_name : "smollm3");
     gw_metrics_init();

@@ -28,6 +28,9 @@ struct gw_metrics {
     uint64_t prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens;
     uint64_t streams_done;
     struct hist ttft, tpot;
+    /* per API key (auth.c index), grown as keys are first seen */
+    uint64_t *key_req, *key_prompt, *key_completion;
+    int n_key;
 };
 
 static struct gw_metrics M;
@@ -55,9 +58,25 @@ static void observe(struct hist *h, const double *le, double v)
     h->sum += v;
 }
 
-void gw_metrics_request(enum gw_endpoint ep, int status)
+/* The per-key counters, sized for every configured key on first use. */
+static int key_slot(int key)
+{
+    if (key < 0 || key >= gw_auth_n_keys()) return 0;
+    if (!M.key_req) {
+        int n = gw_auth_n_keys();
+        M.key_req = calloc((size_t)n, sizeof *M.key_req);
+        M.key_prompt = calloc((size_t)n, sizeof *M.key_prompt);
+        M.key_completion = calloc((size_t)n, sizeof *M.key_completion);
+        if (!M.key_req || !M.key_prompt || !M.key_completion) return 0;
+        M.n_key = n;
+    }
+    return key < M.n_key;
+}
+
+void gw_metrics_request(enum gw_endpoint ep, int status, int key)
 {
     if (ep >= 0 && ep < GW_EP_COUNT && status >= 100 && status < N_STATUS) M.req[ep][status]++;
+    if (key_slot(key)) M.key_req[key]++;
 }
 
 void gw_metrics_first_token(double ttft_s)
@@ -72,6 +91,10 @@ void gw_metrics_stream_done(const struct gw_stream *s)
     M.completion_tokens += s->completion_tokens;
     M.cached_tokens += s->cached_tokens;
     M.reasoning_tokens += s->reasoning_tokens;
+    if (key_slot(s->key)) {
+        M.key_prompt[s->key] += s->prompt_tokens;
+        M.key_completion[s->key] += s->completion_tokens;
+    }
     if (s->t_first && s->n_tokens > 1) {
         double per = (gw_now() - s->t_first) / (double)(s->n_tokens - 1);
         observe(&M.tpot, tpot_le, per);
@@ -105,6 +128,22 @@ enum MHD_Result gw_metrics_serve(struct gw_req *r)
                               ep_name[e], s, (unsigned long long)M.req[e][s]);
     one(&b, "smollm3_gateway_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
         (double)M.prompt_tokens);
+    if (gw_auth_n_keys()) {     /* label: the key's name from the key file, never the key */
+        static const char *const what[3][2] = {
+            { "smollm3_gateway_key_requests_total", "HTTP requests answered, by API key name." },
+            { "smollm3_gateway_key_prompt_tokens_total", "Prompt tokens of finished requests, by API key name." },
+            { "smollm3_gateway_key_completion_tokens_total", "Generated tokens, by API key name." },
+        };
+        key_slot(0);
+        for (int w = 0; w < 3; w++) {
+            gw_buf_printf(&b, "# HELP %s %s\n# TYPE %s counter\n", what[w][0], what[w][1], what[w][0]);
+            for (int k = 0; k < M.n_key; k++) {
+                uint64_t v = w == 0 ? M.key_req[k] : w == 1 ? M.key_prompt[k] : M.key_completion[k];
+                gw_buf_printf(&b, "%s{key=\"%s\"} %llu\n", what[w][0], gw_auth_key_name(k),
+                              (unsigned long long)v);
+            }
+        }
+    }
     one(&b, "smollm3_gateway_completion_tokens_total", "counter",
         "Generated tokens of finished requests.", (double)M.completion_tokens);
     one(&b, "smollm3_gateway_cached_tokens_total", "counter",

@@ -330,6 +330,7 @@ enum MHD_Result gw_openai_start(struct gw_req *r, struct gw_stream *s, int api, 
     gw_random_alnum(s->id + strlen(prefix), 24);
     s->created = (long long)time(NULL);
     s->req = r;
+    s->key = r->key;
     r->stream = s;
     r->waiting = 1;
     if (gw_daemon_send_stream(s)) {

@@ -211,6 +211,7 @@ enum MHD_Result gw_ui_chat(struct gw_req *r)
     g.enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;
     g.enable_thinking = think;
     struct gw_stream *s = gw_stream_new(GW_UI);
+    if (s) s->key = r->key;
     if (!s || gw_pack_generate(s, &g)) {
         gw_stream_free(s);
         goto oom;

@@ -13,6 +13,7 @@
   var LS_CONVS = 'smollm3.conversations.v1';
   var LS_CURRENT = 'smollm3.current.v1';
   var LS_SETTINGS = 'smollm3.settings.v1';
+  var LS_API_KEY = 'smollm3.apiKey.v1';   // set when the gateway answered 401 (--api-key-file)
   var STOP_GRACE_MS = 4000;
 
   function $(sel, root) { return (root || document).querySelector(sel); }
@@ -176,6 +177,30 @@
 
   var settings = { think: true, temperature: null, system: '' };
   var serverConfig = { model: '', thinking_supported: true, default_temperature: 0.6 };
+
+  /* API key: asked once, when the gateway answers 401, kept in localStorage
+   * and sent as `Authorization: Bearer` on every /ui/ request afterwards
+   * (the SSE stream needs none: its id was issued to an authorised POST). */
+  function apiKey() {
+    try { return localStorage.getItem(LS_API_KEY) || ''; } catch (e) { return ''; }
+  }
+  function withKey(headers) {
+    var k = apiKey();
+    if (k) headers.Authorization = 'Bearer ' + k;
+    return headers;
+  }
+  var askedKey = false;
+  function askKey() {
+    if (askedKey) return false;           // once per page load: no prompt loops
+    askedKey = true;
+    var k = window.prompt('This server needs an API key:', '');
+    k = (k || '').trim();
+    try {
+      if (k) localStorage.setItem(LS_API_KEY, k);
+      else localStorage.removeItem(LS_API_KEY);
+    } catch (e) { /* ignore */ }
+    return !!k;
+  }
 
   function loadSettings() {
     var s = loadJSON(LS_SETTINGS, {});
@@ -595,7 +620,7 @@
       htmx.trigger(btn, 'click');           // hx-post /ui/stop/SID per the contract
       btn.disabled = true;
     } else if (a.sid) {
-      fetch('/ui/stop/' + encodeURIComponent(a.sid), { method: 'POST' }).catch(function () {});
+      fetch('/ui/stop/' + encodeURIComponent(a.sid), { method: 'POST', headers: withKey({}) }).catch(function () {});
     }
     if (reason === 'user') {
       announce('Stopping…');
@@ -649,6 +674,7 @@
     var body = document.body;
 
     body.addEventListener('htmx:configRequest', function (e) {
+      if (/^\/ui\//.test(e.detail.path || '')) withKey(e.detail.headers);
       if (e.detail.path !== '/ui/chat') return;
       var c = findConv(outgoing && outgoing.convId) || current();
       var p = e.detail.parameters;
@@ -681,7 +707,13 @@
 
     body.addEventListener('htmx:beforeSwap', function (e) {
       var path = e.detail.pathInfo && e.detail.pathInfo.requestPath;
-      if (path === '/ui/chat' && e.detail.xhr && e.detail.xhr.status >= 400) {
+      if (path === '/ui/chat' && e.detail.xhr && e.detail.xhr.status === 401) {
+        e.detail.shouldSwap = true;
+        e.detail.isError = false;
+        e.detail.serverResponse = '<div class="msg error">' +
+          escapeHtml(askKey() ? 'API key saved: send your message again.' : 'This server needs an API key.') +
+          '</div>';
+      } else if (path === '/ui/chat' && e.detail.xhr && e.detail.xhr.status >= 400) {
         // the gateway answers errors with a small `<div class="msg error">` fragment
         e.detail.shouldSwap = true;
         e.detail.isError = false;
@@ -878,7 +910,8 @@
   }
 
   function loadConfig() {
-    fetch('/ui/config', { headers: { Accept: 'application/json' } }).then(function (r) {
+    fetch('/ui/config', { headers: withKey({ Accept: 'application/json' }) }).then(function (r) {
+      if (r.status === 401 && askKey()) { loadConfig(); return null; }
       return r.ok ? r.json() : null;
     }).then(function (cfg) {
       if (!cfg || typeof cfg !== 'object') return;

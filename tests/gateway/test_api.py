@@ -474,6 +474,90 @@ def t_langchain_tools(gw, fd):
     check(acc.tool_calls and acc.tool_calls[0]["name"] == "get_weather", "langchain streamed tool call %r" % acc)
 
 
+
+# ---- API keys -------------------------------------------------------------------------------
+
+def t_api_keys(d, tmp):
+    import openai
+    path = os.path.join(tmp, "keys")
+    with open(path, "w") as f:
+        f.write("# API keys\n\nsk-alice-0123456789 alice\n  sk-bob-abcdef  bob  # the other one\nsk-anon\n")
+    gw = tg.Gateway(d.endpoint, tmp, ["--api-key-file", path])
+    try:
+        st, h, b = gw.request("GET", "/v1/models")
+        j = json.loads(b)
+        check(st == 401 and j["error"]["code"] == "missing_api_key" and j["error"]["type"] == "invalid_request_error"
+              and "param" in j["error"] and h.get("www-authenticate", "").startswith("Bearer"),
+              "no key: %d %s %r" % (st, b, h))
+        st, h, b = gw.request("GET", "/v1/models", headers={"Authorization": "Bearer sk-alice-012345678"})
+        check(st == 401 and json.loads(b)["error"]["code"] == "invalid_api_key", "a key's prefix: %d" % st)
+        st, h, b = gw.request("GET", "/v1/models", headers={"Authorization": "Bearer sk-alice-01234567890"})
+        check(st == 401, "a key with a byte more: %d" % st)
+        for path_, method in (("/v1/chat/completions", "POST"), ("/v1/completions", "POST"), ("/tokenize", "POST"),
+                              ("/detokenize", "POST"), ("/ui/config", "GET"), ("/ui/chat", "POST"),
+                              ("/v1/nowhere", "GET")):
+            st, h, b = gw.request(method, path_, b"{}")
+            check(st == 401, "%s without a key: %d" % (path_, st))
+        st, h, b = gw.request("GET", "/health")
+        check(st == 200, "/health must stay open: %d" % st)
+        try:
+            client(gw, api_key="wrong").models.list()
+            raise AssertionError("wrong key accepted")
+        except openai.AuthenticationError:
+            pass
+        cl = client(gw, api_key="sk-alice-0123456789")
+        r = cl.chat.completions.create(model="x", messages=msgs(), max_tokens=3, temperature=0)
+        check(r.usage.completion_tokens == 3, "alice's chat")
+        r = cl.completions.create(model="x", prompt="Hi", max_tokens=2)
+        check(r.usage.completion_tokens == 2, "alice's completion")
+        bob = client(gw, api_key="sk-bob-abcdef")
+        list(bob.chat.completions.create(model="x", messages=msgs(), max_tokens=4, stream=True))
+        st, j = post(gw, "/tokenize", {"content": "Hi"}, headers={"Authorization": "Bearer sk-anon"})
+        check(st == 200 and j["tokens"], "anon key tokenize: %d" % st)
+        # the UI: config and chat need the key; the stream its SID only
+        auth = {"Authorization": "Bearer sk-bob-abcdef"}
+        st, h, b = gw.request("GET", "/ui/config", headers=auth)
+        check(st == 200, "/ui/config with a key: %d" % st)
+        form = "conversation=k1&history=%5B%5D&message=Hi&think=0&temperature=0"
+        st, h, b = gw.request("POST", "/ui/chat", form, headers=dict(auth, **{
+            "Content-Type": "application/x-www-form-urlencoded"}))
+        check(st == 200, "/ui/chat with a key: %d %s" % (st, b[:200]))
+        sid = tg.sid_of(b.decode())
+        st, h, chunks = tg.read_stream(gw, None, path="/ui/stream/" + sid, method="GET")
+        evs = tg.sse_events(b"".join(c for _, c in chunks))
+        check(st == 200 and evs[-1][0] == "done", "UI stream by its SID: %d %r" % (st, evs[-2:]))
+        # per-key counters, labelled by name, never by key
+        st, h, b = gw.request("GET", "/metrics")
+        text = b.decode()
+        check(st == 200 and "sk-" not in text, "metrics must not show keys")
+        def val(name, key):
+            for line in text.splitlines():
+                if line.startswith('%s{key="%s"}' % (name, key)):
+                    return float(line.split()[-1])
+            raise AssertionError("%s{key=%s} missing:\n%s" % (name, key, text[-1500:]))
+        check(val("smollm3_gateway_key_requests_total", "alice") == 2, "alice requests")
+        check(val("smollm3_gateway_key_completion_tokens_total", "alice") == 5, "alice completion tokens")
+        check(val("smollm3_gateway_key_prompt_tokens_total", "alice") > 0, "alice prompt tokens")
+        check(val("smollm3_gateway_key_completion_tokens_total", "bob") >= 4, "bob completion tokens")
+        check(val("smollm3_gateway_key_requests_total", "key5") == 1, "unnamed key: named by its line")
+        if shutil.which("promtool"):
+            r = subprocess.run(["promtool", "check", "metrics"], input=b, capture_output=True)
+            check(r.returncode == 0, "promtool: %s" % (r.stdout + r.stderr).decode()[-500:])
+    finally:
+        gw.stop()
+    # bad key files stop the gateway with a message
+    for content, why in (("", "no key"), ("k1 a\nk1 b\n", "the same key"), ("k1 bad/name\n", "names are"),
+                         ("k1 a extra\n", "expected")):
+        with open(path, "w") as f:
+            f.write(content)
+        r = subprocess.run([os.path.join(tg.ARGS.build, "bin/smollm3-gateway"), "--listen", "127.0.0.1:0",
+                            "--daemon", d.endpoint, "--api-key-file", path], capture_output=True, timeout=20)
+        check(r.returncode == 1 and why in r.stderr.decode(), "key file %r: %d %s" % (content, r.returncode, r.stderr))
+    r = subprocess.run([os.path.join(tg.ARGS.build, "bin/smollm3-gateway"), "--listen", "127.0.0.1:0",
+                        "--daemon", d.endpoint, "--api-key-file", path + ".missing"], capture_output=True, timeout=20)
+    check(r.returncode == 1, "missing key file accepted")
+
+
 # ---- main ------------------------------------------------------------------------------
 
 def main():
@@ -494,7 +578,7 @@ def main():
                          ("models", t_models), ("curl", t_curl), ("langchain_stream", t_langchain_stream)):
             if want(name):
                 run_test(name, fn, gw, d)
-        for name, fn in (("ignore_unknown", t_ignore_unknown),):
+        for name, fn in (("ignore_unknown", t_ignore_unknown), ("api_keys", t_api_keys)):
             if want(name):
                 run_test(name, fn, d, tmp)
         gw.stop()

@@ -1,0 +1,144 @@
+/*
+ * auth.c - API keys (--api-key-file FILE): who may use the /v1/ and /ui/ paths,
+ * /tokenize and /detokenize.  /health and /metrics stay open (the
+ * gateway listens on a Unix socket; nginx exposes /metrics to localhost
+ * only).
+ *
+ * The file: one key per line, an optional name after whitespace (the
+ * label of its counters in /metrics; default "key<line>"), blank lines and
+ * `#` comments skipped.  Keys are compared in constant time: each presented
+ * key is compared with every key, over a fixed width, whatever matches, so
+ * the time says nothing about which key or how many bytes were right.
+ *
+ * A UI stream (GET /ui/stream/SID) is authorised by its SID: the 128-bit
+ * random id was handed out by an authorised POST /ui/chat, and a browser's
+ * EventSource cannot send an Authorization header.
+ */
+#include "gateway/gateway.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KEY_MAX 255             /* bytes of a key */
+#define NAME_MAX_ 63
+
+struct gw_key {
+    char key[KEY_MAX + 1];      /* NUL-padded to the full width */
+    size_t len;
+    char name[NAME_MAX_ + 1];   /* [A-Za-z0-9_.-] */
+};
+
+static struct gw_key *keys;
+static int n_keys;
+
+int gw_auth_n_keys(void) { return n_keys; }
+
+const char *gw_auth_key_name(int i)
+{
+    return i >= 0 && i < n_keys ? keys[i].name : "";
+}
+
+int gw_auth_load(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        gw_log(3, "--api-key-file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[1024];
+    int ln = 0, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        ln++;
+        size_t n = strlen(line);
+        if (n == sizeof line - 1 && line[n - 1] != '\n') {
+            gw_log(3, "%s:%d: line too long", path, ln);
+            rc = -1;
+            break;
+        }
+        char *p = line;
+        while (*p && isspace((unsigned char)*p)) p++;
+        if (!*p || *p == '#') continue;
+        char *k = p;
+        while (*p && !isspace((unsigned char)*p)) p++;
+        size_t klen = (size_t)(p - k);
+        while (*p && isspace((unsigned char)*p)) p++;
+        char *nm = p;
+        while (*p && !isspace((unsigned char)*p)) p++;
+        size_t nlen = (size_t)(p - nm);
+        while (*p && isspace((unsigned char)*p)) p++;
+        if (*p && *p != '#') {
+            gw_log(3, "%s:%d: expected 'KEY [NAME]'", path, ln);
+            rc = -1;
+            break;
+        }
+        if (klen > KEY_MAX || nlen > NAME_MAX_) {
+            gw_log(3, "%s:%d: key over %d bytes or name over %d", path, ln, KEY_MAX, NAME_MAX_);
+            rc = -1;
+            break;
+        }
+        for (size_t i = 0; i < nlen; i++)
+            if (!isalnum((unsigned char)nm[i]) && !strchr("_.-", nm[i])) {
+                gw_log(3, "%s:%d: key names are [A-Za-z0-9_.-]", path, ln);
+                rc = -1;
+                break;
+            }
+        if (rc) break;
+        struct gw_key *nk = realloc(keys, (size_t)(n_keys + 1) * sizeof *nk);
+        if (!nk) {
+            rc = -1;
+            break;
+        }
+        keys = nk;
+        struct gw_key *x = &keys[n_keys];
+        memset(x, 0, sizeof *x);
+        memcpy(x->key, k, klen);
+        x->len = klen;
+        if (nlen) memcpy(x->name, nm, nlen);
+        else snprintf(x->name, sizeof x->name, "key%d", ln);
+        for (int i = 0; i < n_keys; i++)
+            if (keys[i].len == klen && !memcmp(keys[i].key, x->key, klen)) {
+                gw_log(3, "%s:%d: the same key as '%s'", path, ln, keys[i].name);
+                rc = -1;
+            }
+        if (rc) break;
+        n_keys++;
+    }
+    fclose(f);
+    if (!rc && !n_keys) {
+        gw_log(3, "--api-key-file %s holds no key", path);
+        rc = -1;
+    }
+    if (!rc) gw_log(6, "%d API key(s) from %s", n_keys, path);
+    return rc;
+}
+
+/* Index of the key that matches presented[0, n), -1 if none; every key is
+ * compared over the full width. */
+static int match(const char *presented, size_t n)
+{
+    char buf[KEY_MAX + 1] = { 0 };
+    unsigned long too_long = n > KEY_MAX;
+    memcpy(buf, presented, too_long ? KEY_MAX : n);
+    int found = -1;
+    for (int i = 0; i < n_keys; i++) {
+        volatile unsigned char diff = (unsigned char)(too_long | (keys[i].len != n));
+        for (size_t j = 0; j < sizeof buf; j++) diff |= (unsigned char)(buf[j] ^ keys[i].key[j]);
+        found = diff == 0 ? i : found;
+    }
+    return found;
+}
+
+int gw_auth_check(struct MHD_Connection *mc)
+{
+    if (!n_keys) return GW_AUTH_OPEN;
+    const char *h = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7)) return GW_AUTH_NONE;
+    h += 7;
+    while (*h == ' ') h++;
+    size_t n = strlen(h);
+    while (n && h[n - 1] == ' ') n--;
+    return match(h, n);
+}
