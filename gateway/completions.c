@@ -73,8 +73,9 @@ static int parse_completion(struct gw_params *p, json_t *root, Smollm3__TokenInp
     if (x && !json_is_null(x) && !(json_is_string(x) && !*json_string_value(x)))
         FAIL("suffix", "'suffix' is not supported (no fill-in-the-middle)");
     x = json_object_get(root, "best_of");
-    if (x && !json_is_null(x) && !(json_is_integer(x) && json_integer_value(x) == 1))
-        FAIL("best_of", "'best_of' other than 1 is not supported");
+    long long n = p->gen.n ? p->gen.n : 1;
+    if (x && !json_is_null(x) && !(json_is_integer(x) && json_integer_value(x) == n))
+        FAIL("best_of", "'best_of' other than n is not supported (no server-side ranking)");
     return 0;
 }
 

@@ -58,6 +58,7 @@ struct gw_stream *gw_stream_new(enum gw_kind kind)
     if (!s) return NULL;
     s->kind = kind;
     s->key = GW_AUTH_NONE;
+    s->n_choices = 1;
     s->rid = smol_client_next_id(G.cli);
     s->born = s->last_write = gw_now();
     s->next = G.streams;
@@ -75,10 +76,13 @@ void gw_stream_free(struct gw_stream *s)
     else G.streams = s->next;
     if (s->next) s->next->prev = s->prev;
     gw_buf_deinit(&s->out);
-    gw_buf_deinit(&s->content);
-    gw_buf_deinit(&s->reasoning);
-    json_decref(s->tool_calls);
-    json_decref(s->lp);
+    for (int i = 0; s->ch && i < s->n_choices; i++) {
+        gw_buf_deinit(&s->ch[i].content);
+        gw_buf_deinit(&s->ch[i].reasoning);
+        json_decref(s->ch[i].tool_calls);
+        json_decref(s->ch[i].lp);
+    }
+    free(s->ch);
     json_decref(s->reply);
     free(s->packed);
     free(s);
@@ -249,14 +253,16 @@ static void on_event(Smollm3__Event *ev)
         }
     } else if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE) {
         Smollm3__Done *d = ev->done;
-        if (d->usage) {
-            s->prompt_tokens = d->usage->prompt_tokens;
-            s->cached_tokens = d->usage->cached_tokens;
-            s->completion_tokens = d->usage->completion_tokens;
-            s->reasoning_tokens = d->usage->reasoning_tokens;
+        if (d->usage) {         /* n > 1: the prompt once (choice 0's), the outputs summed */
+            if (d->usage->choice == 0) {
+                s->prompt_tokens = d->usage->prompt_tokens;
+                s->cached_tokens = d->usage->cached_tokens;
+            }
+            s->completion_tokens += d->usage->completion_tokens;
+            s->reasoning_tokens += d->usage->reasoning_tokens;
         }
         s->finish = smol_client_finish_name(d->finish_reason);
-        mark_terminal(s);
+        if (++s->n_done >= s->n_choices) mark_terminal(s);
     }
     if (s->kind == GW_UI) gw_ui_event(s, ev);
     else gw_openai_event(s, ev);

@@ -42,6 +42,15 @@ enum gw_endpoint {
 struct gw_conn;
 struct gw_req;
 
+/* One choice of an OpenAI answer (n > 1: several). */
+struct gw_choice {
+    struct gw_buf content, reasoning;   /* non-streaming accumulators */
+    json_t *tool_calls;         /* non-streaming: array */
+    json_t *lp;                 /* non-streaming logprobs: chat: entries; completions: the object */
+    size_t text_offset;         /* completions: bytes of text so far */
+    const char *finish;         /* its Done's finish reason */
+};
+
 struct gw_stream {
     struct gw_stream *next, *prev;  /* gw.streams list */
     enum gw_kind kind;
@@ -63,14 +72,13 @@ struct gw_stream {
     char id[40];                /* chatcmpl-… */
     long long created;
     int include_usage;
-    struct gw_buf content, reasoning;   /* non-streaming accumulators */
-    json_t *tool_calls;         /* non-streaming: array */
     int api;                    /* GW_API_CHAT or GW_API_COMPLETIONS (params.h) */
     int logprobs;               /* logprobs asked */
-    json_t *lp;                 /* non-streaming logprobs: chat: entries; completions: the object */
-    size_t text_offset;         /* completions: bytes of text so far */
+    struct gw_choice *ch;       /* [n_choices] (OpenAI streams) */
+    int n_choices;              /* 1, or the request's n */
+    int n_done;                 /* Done events seen (the last one ends the stream) */
+    int cur_choice;             /* choice of the last Token: a ToolCall belongs to it */
     json_t *reply;              /* GW_QUERY: the response body */
-    int n_tool_calls;
     /* UI */
     char sid[33];
     double born;                /* monotonic s of creation (unclaimed expiry) */

@@ -176,6 +176,10 @@ enum MHD_Result gw_metrics_serve(struct gw_req *r)
             "Requests that reused a cached prefix.", (double)s->prefix_cache_hits);
         one(&b, "smollm3_daemon_requests_total", "counter", "Requests the daemon accepted.",
             (double)s->requests_total);
+        one(&b, "smollm3_daemon_prefill_tokens_total", "counter",
+            "Prompt positions run through the model (cached ones are not).", (double)s->prefill_tokens_total);
+        one(&b, "smollm3_daemon_shared_choices_total", "counter",
+            "Choices (n > 1) started on another choice's prefilled prompt.", (double)s->shared_choices_total);
         one(&b, "smollm3_daemon_requests_rejected_total", "counter", "Requests the daemon refused.",
             (double)s->requests_rejected);
         one(&b, "smollm3_daemon_requests_cancelled_total", "counter",

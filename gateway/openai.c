@@ -252,6 +252,7 @@ static int parse_request(struct parsed *p, json_t *root, char *why, size_t wn)
                  (sid[i] >= '0' && sid[i] <= '9') || strchr("_-.:", sid[i]);
         if (!ok) FAIL("session_id", "'session_id' must be 1-128 characters of [A-Za-z0-9_.:-]");
         g->session_id = (char *)sid;
+        if (g->n > 1) FAIL("n", "'n' > 1 cannot be combined with 'session_id'");
     }
     return 0;
 }
@@ -325,6 +326,11 @@ enum MHD_Result gw_openai_start(struct gw_req *r, struct gw_stream *s, int api, 
     s->api = api;
     s->include_usage = prm->include_usage;
     s->logprobs = prm->logprobs;
+    s->n_choices = prm->gen.n > 1 ? (int)prm->gen.n : 1;
+    if (!(s->ch = calloc((size_t)s->n_choices, sizeof *s->ch))) {
+        gw_stream_free(s);
+        return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
+    }
     const char *prefix = api == GW_API_CHAT ? "chatcmpl-" : "cmpl-";
     snprintf(s->id, sizeof s->id, "%s", prefix);
     gw_random_alnum(s->id + strlen(prefix), 24);
@@ -425,17 +431,17 @@ static void emit_json(struct gw_stream *s, json_t *c)
     free(txt);
 }
 
-/* One chunk with one choice: chat (delta) or completions (text); lp is the
- * choice's logprobs (NULL: null), consumed. */
-static void emit_chunk(struct gw_stream *s, json_t *delta, const char *text, json_t *lp,
+/* One chunk with one choice (index ci): chat (delta) or completions
+ * (text); lp is the choice's logprobs (NULL: null), consumed. */
+static void emit_chunk(struct gw_stream *s, int ci, json_t *delta, const char *text, json_t *lp,
                        const char *finish)
 {
     json_t *choice;
     if (s->api == GW_API_COMPLETIONS) {
         json_decref(delta);
-        choice = json_pack("{s:i,s:s}", "index", 0, "text", text ? text : "");
+        choice = json_pack("{s:i,s:s}", "index", ci, "text", text ? text : "");
     } else {
-        choice = json_pack("{s:i,s:o}", "index", 0, "delta", delta);
+        choice = json_pack("{s:i,s:o}", "index", ci, "delta", delta);
     }
     json_object_set_new(choice, "logprobs", lp ? lp : json_null());
     json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
@@ -461,6 +467,10 @@ static const char *openai_finish(const char *f)
 
 static void on_token(struct gw_stream *s, const Smollm3__Token *tk, int sse)
 {
+    if (tk->choice >= (uint32_t)s->n_choices) return;
+    const int ci = (int)tk->choice;
+    struct gw_choice *c = &s->ch[ci];
+    s->cur_choice = ci;
     const char *t = tk->text ? tk->text : "";
     int with_lp = s->logprobs && tk->token_id >= 0 &&
                   tk->logprob_opt_case == SMOLLM3__TOKEN__LOGPROB_OPT_LOGPROB;
@@ -469,27 +479,27 @@ static void on_token(struct gw_stream *s, const Smollm3__Token *tk, int sse)
         if (sse) {
             if (!*t && !with_lp) return;
             json_t *lp = NULL;
-            if (with_lp) comp_lp_add(lp = comp_lp_new(), tk, s->text_offset);
-            emit_chunk(s, NULL, t, lp, NULL);
+            if (with_lp) comp_lp_add(lp = comp_lp_new(), tk, c->text_offset);
+            emit_chunk(s, ci, NULL, t, lp, NULL);
         } else if (with_lp) {
-            if (!s->lp) s->lp = comp_lp_new();
-            comp_lp_add(s->lp, tk, s->text_offset);
+            if (!c->lp) c->lp = comp_lp_new();
+            comp_lp_add(c->lp, tk, c->text_offset);
         }
-        s->text_offset += strlen(t);
-        if (!sse) gw_buf_str(&s->content, t);
+        c->text_offset += strlen(t);
+        if (!sse) gw_buf_str(&c->content, t);
         return;
     }
     if (sse) {
         if (!*t && !with_lp) return;
         json_t *delta = *t ? json_pack("{s:s}", reasoning ? "reasoning_content" : "content", t) : json_object();
-        emit_chunk(s, delta, NULL, with_lp ? json_pack("{s:[o]}", "content", chat_lp_entry(tk)) : NULL, NULL);
+        emit_chunk(s, ci, delta, NULL, with_lp ? json_pack("{s:[o]}", "content", chat_lp_entry(tk)) : NULL, NULL);
         return;
     }
     if (with_lp) {
-        if (!s->lp) s->lp = json_array();
-        json_array_append_new(s->lp, chat_lp_entry(tk));
+        if (!c->lp) c->lp = json_array();
+        json_array_append_new(c->lp, chat_lp_entry(tk));
     }
-    gw_buf_str(reasoning ? &s->reasoning : &s->content, t);
+    gw_buf_str(reasoning ? &c->reasoning : &c->content, t);
 }
 
 void gw_openai_event(struct gw_stream *s, const Smollm3__Event *ev)
@@ -498,7 +508,8 @@ void gw_openai_event(struct gw_stream *s, const Smollm3__Event *ev)
     switch (ev->kind_case) {
     case SMOLLM3__EVENT__KIND_STARTED:
         if (sse && s->api == GW_API_CHAT)
-            emit_chunk(s, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL, NULL, NULL);
+            for (int i = 0; i < s->n_choices; i++)
+                emit_chunk(s, i, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL, NULL, NULL);
         break;
     case SMOLLM3__EVENT__KIND_TOKEN:
         on_token(s, ev->token, sse);
@@ -506,22 +517,27 @@ void gw_openai_event(struct gw_stream *s, const Smollm3__Event *ev)
     case SMOLLM3__EVENT__KIND_TOOL_CALL: {
         Smollm3__ToolCall *tc = ev->tool_call;
         if (s->api == GW_API_COMPLETIONS) break;    /* the engine parses no tags in raw text */
+        struct gw_choice *c = &s->ch[s->cur_choice];
         json_t *call = json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", (int)tc->index, "id",
                                  tc->id ? tc->id : "", "type", "function", "function", "name",
                                  tc->name ? tc->name : "", "arguments",
                                  tc->arguments_json ? tc->arguments_json : "");
         if (sse) {
-            emit_chunk(s, json_pack("{s:[o]}", "tool_calls", call), NULL, NULL, NULL);
+            emit_chunk(s, s->cur_choice, json_pack("{s:[o]}", "tool_calls", call), NULL, NULL, NULL);
         } else {
-            if (!s->tool_calls) s->tool_calls = json_array();
+            if (!c->tool_calls) c->tool_calls = json_array();
             json_object_del(call, "index");
-            json_array_append_new(s->tool_calls, call);
+            json_array_append_new(c->tool_calls, call);
         }
         break;
     }
-    case SMOLLM3__EVENT__KIND_DONE:
+    case SMOLLM3__EVENT__KIND_DONE: {
+        uint32_t ci = ev->done->usage ? ev->done->usage->choice : 0;
+        if (ci >= (uint32_t)s->n_choices) break;
+        s->ch[ci].finish = openai_finish(smol_client_finish_name(ev->done->finish_reason));
         if (!sse) break;
-        emit_chunk(s, json_object(), "", NULL, openai_finish(s->finish));
+        emit_chunk(s, (int)ci, json_object(), "", NULL, s->ch[ci].finish);
+        if (!s->terminal) break;                    /* other choices still running */
         if (s->include_usage)
             emit_json(s, json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", s->id, "object",
                                    s->api == GW_API_COMPLETIONS ? "text_completion" : "chat.completion.chunk",
@@ -530,6 +546,7 @@ void gw_openai_event(struct gw_stream *s, const Smollm3__Event *ev)
         gw_buf_str(&s->out, "data: [DONE]\n\n");
         s->ended = 1;
         break;
+    }
     default:
         break;
     }
@@ -563,25 +580,28 @@ void gw_openai_error(struct gw_stream *s, const char *code, const char *msg)
 /* Non-streaming: the finished answer as one chat.completion / text_completion. */
 enum MHD_Result gw_openai_finish_json(struct gw_req *r, struct gw_stream *s)
 {
-    json_t *body;
-    if (s->api == GW_API_COMPLETIONS) {
-        json_t *lp = s->logprobs ? (s->lp ? json_incref(s->lp) : comp_lp_new()) : json_null();
-        body = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:s,s:o,s:s}],s:o}", "id", s->id, "object",
-                         "text_completion", "created", (json_int_t)s->created, "model", G.model,
-                         "choices", "index", 0, "text", s->content.p ? s->content.p : "", "logprobs", lp,
-                         "finish_reason", openai_finish(s->finish), "usage", usage_json(s));
-    } else {
-        json_t *msg = json_pack("{s:s,s:s}", "role", "assistant", "content",
-                                s->content.p ? s->content.p : "");
-        if (s->reasoning.len) json_object_set_new(msg, "reasoning_content", json_string(s->reasoning.p));
-        if (s->tool_calls) json_object_set(msg, "tool_calls", s->tool_calls);
-        json_t *lp = s->logprobs ? json_pack("{s:o}", "content", s->lp ? json_incref(s->lp) : json_array())
-                                 : json_null();
-        body = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o,s:s}],s:o}", "id", s->id, "object",
-                         "chat.completion", "created", (json_int_t)s->created, "model", G.model,
-                         "choices", "index", 0, "message", msg, "logprobs", lp, "finish_reason",
-                         openai_finish(s->finish), "usage", usage_json(s));
+    json_t *choices = json_array();
+    for (int i = 0; i < s->n_choices; i++) {
+        struct gw_choice *c = &s->ch[i];
+        const char *fin = c->finish ? c->finish : openai_finish(s->finish);
+        if (s->api == GW_API_COMPLETIONS) {
+            json_t *lp = s->logprobs ? (c->lp ? json_incref(c->lp) : comp_lp_new()) : json_null();
+            json_array_append_new(choices, json_pack("{s:i,s:s,s:o,s:s}", "index", i, "text",
+                                                     c->content.p ? c->content.p : "", "logprobs", lp,
+                                                     "finish_reason", fin));
+        } else {
+            json_t *msg = json_pack("{s:s,s:s}", "role", "assistant", "content", c->content.p ? c->content.p : "");
+            if (c->reasoning.len) json_object_set_new(msg, "reasoning_content", json_string(c->reasoning.p));
+            if (c->tool_calls) json_object_set(msg, "tool_calls", c->tool_calls);
+            json_t *lp = s->logprobs ? json_pack("{s:o}", "content", c->lp ? json_incref(c->lp) : json_array())
+                                     : json_null();
+            json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:s}", "index", i, "message", msg, "logprobs",
+                                                     lp, "finish_reason", fin));
+        }
     }
+    json_t *body = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", s->id, "object",
+                             s->api == GW_API_COMPLETIONS ? "text_completion" : "chat.completion", "created",
+                             (json_int_t)s->created, "model", G.model, "choices", choices, "usage", usage_json(s));
     r->stream = NULL;
     s->req = NULL;
     gw_stream_free(s);

@@ -274,8 +274,8 @@ int gw_params_parse(struct gw_params *p, json_t *root, enum gw_api api, int igno
     }
     int has;
     long long iv;
-    if (integer(p, root, "n", 1, 128, &has, &iv, why, wn)) return -1;
-    if (has && iv > 1) FAIL(p, "n", "'n' > 1 is not supported yet");
+    if (integer(p, root, "n", 1, GW_MAX_CHOICES, &has, &iv, why, wn)) return -1;
+    if (has) p->gen.n = (uint32_t)iv;
     const char *mt_keys[] = { "max_completion_tokens", "max_tokens" };
     for (int k = 0; k < 2; k++) {
         if (integer(p, root, mt_keys[k], 1, 1000000, &has, &iv, why, wn)) return -1;

@@ -18,6 +18,7 @@
 #define GW_MAX_STOPS 8
 #define GW_MAX_BIAS 1024
 #define GW_MAX_TOP_LOGPROBS 20
+#define GW_MAX_CHOICES 16        /* n; the daemon also needs n <= its max_running */
 
 enum gw_api { GW_API_CHAT = 1, GW_API_COMPLETIONS = 2 };
 

@@ -518,6 +518,8 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         { "spill_files_rejected", s->spill_files_rejected },
         { "spill_files", s->spill_files },
         { "spill_bytes", s->spill_bytes },
+        { "prefill_tokens_total", s->prefill_tokens_total },
+        { "shared_choices_total", s->shared_choices_total },
     };
     size_t n = sizeof rows / sizeof rows[0];
     if (json) {

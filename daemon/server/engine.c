@@ -16,6 +16,7 @@
 #include "daemon/server/engine.h"
 #include "daemon/text/text.h"
 #include "daemon/model/model.h"
+#include "daemon/server/log.h"
 #include "daemon/server/sessions.h"
 #include "smollm3.pb-c.h"
 
@@ -55,6 +56,7 @@ static void req_free(struct req *q)
     smol_chat_buf_deinit(&q->content);
     smol_chat_buf_deinit(&q->rendered);
     free(q->tok);
+    if (q->r && --q->r->refs > 0) q->r = NULL;     /* other choices still use it */
     smol_request_free(&q->r);
     free(q);
 }
@@ -97,6 +99,7 @@ static void emit_text(struct req *q, const char *text, size_t len, int channel)
     tk.text = s;
     tk.token_id = q->seg_in_token++ ? -1 : q->cur_token;
     tk.channel = channel;
+    tk.choice = (uint32_t)q->choice;
     Smollm3__TopLogprob top[SMOL_SAMPLER_MAX_TOP_LOGPROBS], *topp[SMOL_SAMPLER_MAX_TOP_LOGPROBS];
     if (q->r->logprobs && tk.token_id >= 0) {
         const struct smol_sampler_logprobs *lp = &q->cur_lp;
@@ -130,7 +133,12 @@ static void on_parse(void *ud, const struct smol_chat_event *pe)
         Smollm3__Event ev = SMOLLM3__EVENT__INIT;
         Smollm3__ToolCall tc = SMOLLM3__TOOL_CALL__INIT;
         char id[64];
-        snprintf(id, sizeof id, "call_%llu_%d", (unsigned long long)q->r->id, pe->index);
+        if (q->r->n_choices > 1) {      /* the ToolCall belongs to the choice of the Token before it */
+            emit_text(q, "", 0, SMOLLM3__CHANNEL__CHANNEL_CONTENT);
+            snprintf(id, sizeof id, "call_%llu_%d_%d", (unsigned long long)q->r->id, q->choice, pe->index);
+        } else {
+            snprintf(id, sizeof id, "call_%llu_%d", (unsigned long long)q->r->id, pe->index);
+        }
         tc.index = (uint32_t)pe->index;
         tc.id = id;
         tc.name = (char *)pe->name;
@@ -159,6 +167,7 @@ static void send_done(struct smol_engine *e, struct req *q)
     us.cached_tokens = (uint32_t)q->n_cached;
     us.completion_tokens = (uint32_t)q->n_gen;
     us.reasoning_tokens = (uint32_t)q->n_reasoning;
+    us.choice = (uint32_t)q->choice;
     double t0 = q->r->t_received;
     tm.queue_ms = q->t_first_step > 0 ? (q->t_first_step - t0) * 1e3 : 0;
     tm.prompt_ms = q->t_prefill_done > 0 ? (q->t_prefill_done - q->t_first_step) * 1e3 : 0;
@@ -174,7 +183,8 @@ static void send_done(struct smol_engine *e, struct req *q)
     ev.request_id = q->r->client_id;
     ev.kind_case = SMOLLM3__EVENT__KIND_DONE;
     ev.done = &dn;
-    smol_engine_send_event(e, q->r->id, SMOL_EV_TERMINAL, &ev);
+    /* with n > 1 the last choice to finish ends the stream */
+    smol_engine_send_event(e, q->r->id, q->r->refs == 1 ? SMOL_EV_TERMINAL : 0, &ev);
 }
 
 /* Ends a running (or queued) request: flushes text, sends Done, leaves its
@@ -259,6 +269,9 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
 static void reject(struct smol_engine *e, struct req *q, enum smol_err code, const char *msg)
 {
     e->n_rejected++;
+    if (q->r->refs > 1)     /* the stream ends with this error: the other choices stop too */
+        for (struct req *o = e->running; o; o = o->next)
+            if (o != q && o->r == q->r) o->cancelled = 1;
     smol_engine_send_error(e, q->r->id, q->r->client_id, code, msg);
     if (q->sess) q->sess->busy = 0;
     if (q->anon) smol_sessions_remove(&e->sessions, q->anon);
@@ -373,6 +386,15 @@ static int outstanding_pages(struct smol_engine *e)
     return n;
 }
 
+/* How the output parser starts: raw text and token prompts get raw text
+ * back (no tags are parsed); SmolLM3 chat output is split into reasoning,
+ * content and tool calls. */
+static enum smol_chat_start parser_start(const struct smol_engine *e, const struct smol_request *r)
+{
+    return r->kind == SMOL_INPUT_CHAT && e->have_tpl && e->tpl == SMOL_CHAT_TPL_SMOLLM3 ? SMOL_CHAT_START_CONTENT
+                                                                                        : SMOL_CHAT_START_PLAIN;
+}
+
 /* 1 admitted, 0 must wait, -1 refused (error sent, q freed). */
 static int try_admit(struct smol_engine *e, struct req *q, double now)
 {
@@ -395,6 +417,16 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
     if (rc) { reject(e, q, rc, err); return -1; }
     const int n_prompt = q->n_tok;
     if (n_prompt == 0) { reject(e, q, SMOL_EINVAL, "empty prompt"); return -1; }
+    if (r->n_choices > e->cfg.max_running) {
+        snprintf(msg, sizeof msg, "n = %d choices exceed max_running (%d)", r->n_choices, e->cfg.max_running);
+        reject(e, q, SMOL_EINVAL, msg);
+        return -1;
+    }
+    if (e->n_running + r->n_choices > e->cfg.max_running) {   /* wait until all choices can run */
+        q->n_tok = 0;
+        smol_chat_buf_reset(&q->rendered);
+        return 0;
+    }
     if (n_prompt >= n_ctx) {
         snprintf(msg, sizeof msg, "prompt of %d tokens does not fit the context of %d tokens", n_prompt, n_ctx);
         reject(e, q, SMOL_ECONTEXT, msg);
@@ -426,7 +458,10 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
         src = smol_sessions_best_prefix(&e->sessions, q->tok, n_prompt, &lcp);
     }
     if (lcp > n_prompt - 1) lcp = n_prompt - 1; /* the last prompt token is computed for its logits */
-    int need = smol_kv_pages_for(n_prompt + max_gen) - lcp / SMOL_KV_PAGE;
+    /* the other choices: their generated tokens, plus the copy of the last
+     * prompt page they share when it is partly filled */
+    const int sib_pages = (r->n_choices - 1) * (smol_kv_pages_for(max_gen) + 1);
+    int need = smol_kv_pages_for(n_prompt + max_gen) - lcp / SMOL_KV_PAGE + sib_pages;
     int want = need + outstanding_pages(e);
     if (s) s->busy = 1;                     /* protect what we reuse from eviction */
     if (src) src->busy = 1;
@@ -474,7 +509,8 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
     q->n_prompt = n_prompt;
     q->n_cached = lcp;
     q->max_gen = max_gen;
-    q->kv_promise = smol_kv_seq_pages_needed(kv, q->seq, lcp, n_prompt + max_gen);
+    q->sib_pages = sib_pages;
+    q->kv_promise = smol_kv_seq_pages_needed(kv, q->seq, lcp, n_prompt + max_gen) + sib_pages;
     q->tpl = e->tpl;
     q->stop_index = -1;
     q->t_admit = now;
@@ -490,10 +526,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
         reject(e, q, rc, err);
         return -1;
     }
-    /* raw text and token prompts get raw text back: no tags are parsed */
-    enum smol_chat_start start = r->kind == SMOL_INPUT_CHAT && e->have_tpl && e->tpl == SMOL_CHAT_TPL_SMOLLM3
-                                     ? SMOL_CHAT_START_CONTENT : SMOL_CHAT_START_PLAIN;
-    smol_chat_parser_init(&q->parser, start, on_parse, q);
+    smol_chat_parser_init(&q->parser, parser_start(e, r), on_parse, q);
     list_remove(&e->queue, q);
     e->n_queued--;
     list_append(&e->running, q);
@@ -567,6 +600,69 @@ static void sample_and_emit(struct smol_engine *e, struct req *q, const float *l
         finish(e, q, SMOLLM3__FINISH_REASON__FINISH_REASON_LENGTH);
 }
 
+/* n > 1: once choice 0 has prefilled the prompt, choices 1..n-1 start
+ * from its KV (pages shared, copied on write), its logits row and their own
+ * sampler (seed + i), and stream their tokens with their choice index.
+ * A choice that cannot start fails the whole request. */
+static void spawn_choices(struct smol_engine *e, struct req *q, const float *logits, double now)
+{
+    struct smol_kv *kv = &e->m->kv;
+    char err[SMOL_ERRLEN];
+    enum smol_err rc = SMOL_OK;
+    q->sib_pages = 0;
+    for (int i = 1; i < q->r->n_choices && !rc; i++) {
+        struct req *c = calloc(1, sizeof *c);
+        struct smol_session *a = c ? smol_sessions_add(&e->sessions, "") : NULL;
+        if (!a) { free(c); rc = smol_errf(err, SMOL_ENOMEM, "out of memory"); break; }
+        a->busy = 1;
+        c->r = q->r;
+        q->r->refs++;
+        c->e = e;
+        c->anon = a;
+        c->seq = &a->seq;
+        c->state = RS_DECODE;
+        c->choice = i;
+        c->n_prompt = q->n_prompt;
+        c->n_cached = q->n_prompt;
+        c->max_gen = q->max_gen;
+        c->tpl = q->tpl;
+        c->thinking = q->thinking;
+        c->stop_index = -1;
+        c->t_admit = q->t_admit;
+        c->t_first_step = q->t_first_step;
+        c->t_prefill_done = now;
+        smol_chat_buf_init(&c->content);
+        smol_chat_buf_init(&c->rendered);
+        struct smol_sampler_params sp = q->r->sp;
+        sp.seed += (uint64_t)i;
+        for (int k = 0; k < q->n_prompt && !rc; k++)
+            if (tok_push(c, q->tok[k])) rc = smol_errf(err, SMOL_ENOMEM, "out of memory");
+        if (!rc) rc = smol_kv_seq_share(kv, &a->seq, q->seq, q->n_prompt, err);
+        if (!rc && !(rc = smol_sampler_new(&c->smp, &sp, e->m->cfg.vocab, err)) &&
+            !(rc = smol_sampler_set_logit_bias(c->smp, q->r->bias_id, q->r->bias, (size_t)q->r->n_bias, err)) &&
+            !(rc = smol_sampler_accept(c->smp, c->tok, (size_t)c->n_prompt, false, err)))
+            rc = smol_detok_init(&c->detok, (const char *const *)q->r->stops, (size_t)q->r->n_stops, err);
+        if (rc) {
+            smol_sessions_remove(&e->sessions, a);
+            req_free(c);
+            break;
+        }
+        smol_chat_parser_init(&c->parser, parser_start(e, q->r), on_parse, c);
+        list_append(&e->running, c);
+        e->n_running++;
+        e->n_shared_choices++;
+        sample_and_emit(e, c, logits, now);
+    }
+    if (rc) {
+        for (struct req *o = e->running, *nx; o; o = nx) {
+            nx = o->next;
+            if (o != q && o->r == q->r) o->cancelled = 1;
+        }
+        q->cancelled = 1;
+        smol_log_warn("request %llu: choices could not start: %s", (unsigned long long)q->r->id, err);
+    }
+}
+
 static void step(struct smol_engine *e)
 {
     const double now = smol_engine_now();
@@ -607,6 +703,7 @@ static void step(struct smol_engine *e)
         if (chunk > budget - n) chunk = budget - n;
         if (smol_kv_seq_reserve(kv, q->seq, pos0, pos0 + chunk, err)) { fail_request(e, q, SMOL_EBUSY, err); continue; }
         if (!q->t_first_step) q->t_first_step = now;
+        e->n_prefilled += (uint64_t)chunk;
         for (int i = 0; i < chunk; i++) {
             e->b_tok[n] = q->tok[pos0 + i];
             e->b_pos[n] = pos0 + i;
@@ -633,11 +730,13 @@ static void step(struct smol_engine *e)
         if (q->state == RS_PREFILL) {
             q->state = RS_DECODE;
             q->t_prefill_done = t1;
+            if (q->r->n_choices > 1) spawn_choices(e, q, e->logits + (size_t)i * V, t1);
         }
         sample_and_emit(e, q, e->logits + (size_t)i * V, t1);
     }
     for (struct req *q = e->running; q; q = q->next)
-        q->kv_promise = smol_kv_seq_pages_needed(kv, q->seq, q->seq->n_tokens, q->n_prompt + q->max_gen);
+        q->kv_promise = smol_kv_seq_pages_needed(kv, q->seq, q->seq->n_tokens, q->n_prompt + q->max_gen) +
+                        (q->state == RS_PREFILL ? q->sib_pages : 0);
 }
 
 /* ---- commands --------------------------------------------------------------------- */
@@ -646,6 +745,13 @@ static struct req *find_req(struct smol_engine *e, uint64_t id)
 {
     for (struct req *q = e->running; q; q = q->next) if (q->r->id == id) return q;
     for (struct req *q = e->queue; q; q = q->next) if (q->r->id == id) return q;
+    return NULL;
+}
+
+/* The next request after q (in its list) with the same id: another choice. */
+static struct req *find_next(struct req *q, uint64_t id)
+{
+    for (q = q->next; q; q = q->next) if (q->r->id == id) return q;
     return NULL;
 }
 
@@ -692,9 +798,10 @@ static int handle_cmd(struct smol_engine *e)
         e->n_queued++;
         break;
     }
-    case SMOL_CMD_CANCEL: { struct req *q = find_req(e, id); if (q) q->cancelled = 1; break; }
-    case SMOL_CMD_PAUSE: { struct req *q = find_req(e, id); if (q) q->paused = 1; break; }
-    case SMOL_CMD_RESUME: { struct req *q = find_req(e, id); if (q) q->paused = 0; break; }
+    /* every choice of the request (n > 1 shares the id) */
+    case SMOL_CMD_CANCEL: for (struct req *q = find_req(e, id); q; q = find_next(q, id)) q->cancelled = 1; break;
+    case SMOL_CMD_PAUSE: for (struct req *q = find_req(e, id); q; q = find_next(q, id)) q->paused = 1; break;
+    case SMOL_CMD_RESUME: for (struct req *q = find_req(e, id); q; q = find_next(q, id)) q->paused = 0; break;
     case SMOL_CMD_QUERY:
         if (n > 2) smol_engine_handle_query(e, id, zmq_msg_data(&part[2]), zmq_msg_size(&part[2]));
         break;

@@ -41,6 +41,8 @@ struct req {
     int finish_reason;              /* Smollm3__FinishReason */
     int stop_index;
     int kv_promise;                 /* pages this request may still allocate */
+    int choice;                     /* n > 1: which continuation (0 = the one that prefilled) */
+    int sib_pages;                  /* choice 0 until its prefill ends: pages the others will take */
     double t_admit, t_first_step, t_prefill_done, t_first_token;
     struct req *next;               /* queue / running list */
 };
@@ -70,6 +72,8 @@ struct smol_engine {
     size_t pack_cap;
     /* counters for stats */
     uint64_t n_requests, n_prompt_tokens, n_cached_tokens, n_generated, n_prefix_hits, n_rejected, n_cancelled;
+    uint64_t n_prefilled;           /* prompt positions run through forward() */
+    uint64_t n_shared_choices;      /* n > 1: choices started on another's prefilled prompt */
     double t_start;
 };
 

@@ -52,6 +52,8 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
             st.spill_files = ss.files;
             st.spill_bytes = ss.bytes;
         }
+        st.prefill_tokens_total = e->n_prefilled;
+        st.shared_choices_total = e->n_shared_choices;
         ev.kind_case = SMOLLM3__EVENT__KIND_STATS;
         ev.stats = &st;
         smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);

@@ -294,6 +294,16 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
         goto fail;
     }
     r->top_logprobs = (int)g->top_logprobs;
+    r->refs = 1;
+    r->n_choices = g->n ? (int)g->n : 1;
+    if (g->n > SMOL_MAX_CHOICES) {
+        e = smol_errf(err, SMOL_EINVAL, "n must be in [1, %d] (got %u)", SMOL_MAX_CHOICES, g->n);
+        goto fail;
+    }
+    if (r->n_choices > 1 && r->session[0]) {
+        e = smol_errf(err, SMOL_EINVAL, "n > 1 cannot be combined with a session_id");
+        goto fail;
+    }
     if (r->top_logprobs) r->logprobs = 1;
     if (g->n_logit_bias > SMOL_SAMPLER_MAX_BIAS) {
         e = smol_errf(err, SMOL_ETOOLARGE, "logit_bias has %zu entries (at most %d)", g->n_logit_bias,

@@ -23,6 +23,7 @@
 #define SMOL_SESSION_ID_MAX 128   /* bytes, printable ASCII [A-Za-z0-9._:-] */
 #define SMOL_MAX_STOPS 8
 #define SMOL_STOP_MAX_LEN 256
+#define SMOL_MAX_CHOICES 16
 
 enum smol_input_kind { SMOL_INPUT_CHAT = 0, SMOL_INPUT_TEXT = 1, SMOL_INPUT_TOKENS = 2 };
 
@@ -56,6 +57,8 @@ struct smol_request {
     int32_t *bias_id;                   /* logit_bias: [n_bias] token ids (< n_vocab) */
     float *bias;                        /*             [n_bias] biases in [-100, 100] */
     int n_bias;
+    int n_choices;                      /* [1, SMOL_MAX_CHOICES] continuations of one prompt */
+    int refs;                           /* engine: the requests (choices) sharing this struct */
     double t_received;                  /* CLOCK_MONOTONIC seconds */
 };
 

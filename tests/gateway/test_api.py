@@ -71,7 +71,7 @@ HONOURED = {
     "messages": None, "model": "any-name", "stream": True, "stream_options": {"include_usage": True},
     "max_tokens": 3, "max_completion_tokens": 3, "temperature": 0.7, "top_p": 0.9,
     "presence_penalty": 0.5, "frequency_penalty": 0.5, "seed": 7, "stop": ["\n\n"],
-    "logit_bias": {"100": 5}, "logprobs": True, "top_logprobs": 2, "n": 1, "tools": [TOOL],
+    "logit_bias": {"100": 5}, "logprobs": True, "top_logprobs": 2, "n": 2, "tools": [TOOL],
     "tool_choice": "none", "parallel_tool_calls": True, "reasoning_effort": "low",
     "response_format": {"type": "text"}, "modalities": ["text"], "service_tier": "auto",
 }
@@ -89,7 +89,7 @@ REFUSED = {
 }
 # honoured fields with a value the service does not do: 400 naming the field
 REFUSED_VALUES = [
-    ("n", 2), ("response_format", {"type": "json_object"}),
+    ("n", 17), ("response_format", {"type": "json_object"}),
     ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
     ("tool_choice", "required"), ("tool_choice", {"type": "function", "function": {"name": "get_weather"}}),
     ("parallel_tool_calls", False), ("service_tier", "flex"), ("modalities", ["text", "audio"]),
@@ -382,7 +382,7 @@ def t_completions(gw, d):
                                    stop=cut)
         check(cut not in r3.choices[0].text and r3.choices[0].finish_reason == "stop", "stop %r" % r3)
     # refused
-    for f, v in (("echo", True), ("suffix", "end"), ("best_of", 2), ("n", 2), ("frobnicate", 1),
+    for f, v in (("echo", True), ("suffix", "end"), ("best_of", 2), ("n", 17), ("frobnicate", 1),
                  ("prompt", ["a", "b"]), ("logprobs", 21), ("prompt", [])):
         expect_400(lambda: cl.completions.create(model="x", max_tokens=2, **({"prompt": "Hi"} if f != "prompt" else {}),
                                                  **({f: v} if f not in ("frobnicate",) else {}),
@@ -558,6 +558,64 @@ def t_api_keys(d, tmp):
     check(r.returncode == 1, "missing key file accepted")
 
 
+
+# ---- n > 1 ----------------------------------------------------------------------------------
+
+def t_n_choices(gw, d):
+    cl = client(gw)
+    ne = {"chat_template_kwargs": {"enable_thinking": False}}
+    prompt = msgs("Write a short poem about the sea, number %d" % os.getpid())    # not cached yet
+    before = d.stats()
+    r = cl.chat.completions.create(model="x", messages=prompt, n=4, max_tokens=6, temperature=1.0, seed=42,
+                                   logprobs=True, extra_body=ne)
+    after = d.stats()
+    check([c.index for c in r.choices] == [0, 1, 2, 3], "choice indexes %r" % [c.index for c in r.choices])
+    outs = [ids_of_choice(c) for c in r.choices]
+    check(all(len(o) == 6 for o in outs) and r.usage.completion_tokens == 24, "4 x 6 tokens: %r %r" % (outs, r.usage))
+    check(len({tuple(o) for o in outs}) > 1, "4 choices at temperature 1 all equal: %r" % outs)
+    # prefilled once: the prompt ran through the model once, the other 3 choices shared its KV
+    P = r.usage.prompt_tokens
+    pre = after["prefill_tokens_total"] - before["prefill_tokens_total"]
+    check(after["prompt_tokens_total"] - before["prompt_tokens_total"] == P, "prompt tokens counted %d times"
+          % ((after["prompt_tokens_total"] - before["prompt_tokens_total"]) // max(P, 1)))
+    check(pre == P - (after["cached_tokens_total"] - before["cached_tokens_total"]) and pre <= P,
+          "prefill ran %d positions for a %d-token prompt" % (pre, P))
+    check(after["shared_choices_total"] - before["shared_choices_total"] == 3, "shared choices %d"
+          % (after["shared_choices_total"] - before["shared_choices_total"]))
+    check(after["requests_total"] - before["requests_total"] == 1, "one request")
+    print("   n=4: prompt of %d tokens, %d positions prefilled, 3 choices on shared KV" % (P, pre), flush=True)
+    # choice i samples with seed + i: the same tokens as n=1 with that seed
+    for i in range(4):
+        one = cl.chat.completions.create(model="x", messages=prompt, max_tokens=6, temperature=1.0, seed=42 + i,
+                                         logprobs=True, extra_body=ne)
+        check(ids_of_choice(one.choices[0]) == outs[i], "choice %d != seed %d alone: %r vs %r"
+              % (i, 42 + i, outs[i], ids_of_choice(one.choices[0])))
+    # streaming: chunks of every index, a finish per choice, one usage, one [DONE]
+    st, h, chunks = tg.read_stream(gw, {"messages": prompt, "n": 3, "max_tokens": 4, "temperature": 1.0,
+                                        "seed": 1, "stream": True, "stream_options": {"include_usage": True}})
+    cs = tg.openai_chunks(b"".join(c for _, c in chunks))
+    text = {0: "", 1: "", 2: ""}
+    fins = {}
+    for c in cs:
+        for ch in c["choices"]:
+            text[ch["index"]] += ch["delta"].get("content") or ""
+            if ch["finish_reason"]:
+                fins[ch["index"]] = ch["finish_reason"]
+    check(sorted(fins) == [0, 1, 2] and cs[-1]["usage"]["completion_tokens"] == 12, "stream n=3: %r %r"
+          % (fins, cs[-1].get("usage")))
+    # completions: n choices too
+    rc = cl.completions.create(model="x", prompt="Once upon a time", n=2, max_tokens=3, temperature=1.0, seed=9)
+    check([c.index for c in rc.choices] == [0, 1] and rc.usage.completion_tokens == 6, "completions n=2 %r" % rc)
+    # refused: n with a session, n above the limit
+    expect_400(lambda: cl.chat.completions.create(model="x", messages=prompt, n=2, max_tokens=2,
+                                                  extra_body={"session_id": "n-sess"}), "n")
+    expect_400(lambda: cl.chat.completions.create(model="x", messages=prompt, n=17, max_tokens=2), "n")
+
+
+def ids_of_choice(c):
+    return [e.model_extra["id"] for e in c.logprobs.content]
+
+
 # ---- main ------------------------------------------------------------------------------
 
 def main():
@@ -575,7 +633,7 @@ def main():
         gw = tg.Gateway(d.endpoint, tmp)
         for name, fn in (("field_walk", t_field_walk), ("sampling_effects", t_sampling_effects),
                          ("logprobs", t_logprobs), ("completions", t_completions), ("tokenize", t_tokenize),
-                         ("models", t_models), ("curl", t_curl), ("langchain_stream", t_langchain_stream)):
+                         ("models", t_models), ("n_choices", t_n_choices), ("curl", t_curl), ("langchain_stream", t_langchain_stream)):
             if want(name):
                 run_test(name, fn, gw, d)
         for name, fn in (("ignore_unknown", t_ignore_unknown), ("api_keys", t_api_keys)):
