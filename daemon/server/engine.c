@@ -789,6 +789,8 @@ static int handle_cmd(struct smol_engine *e)
         }
         struct req *q = calloc(1, sizeof *q);
         if (!q) { smol_engine_send_error(e, r->id, r->client_id, SMOL_ENOMEM, "out of memory"); smol_request_free(&r); break; }
+        if (r->n_choices < 1) r->n_choices = 1;     /* requests built by hand (tests) leave these 0 */
+        r->refs = 1;
         q->r = r;
         q->e = e;
         q->state = RS_QUEUED;
