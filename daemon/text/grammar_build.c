@@ -26,6 +26,7 @@ struct gx {
     uint8_t kind;
     int32_t a, b;           /* SET: set index; REP: min, max; REF: rule */
     uint32_t kid0, n_kids;  /* children in gb.kids (SEQ, ALT; REP has one) */
+    uint32_t size;          /* NFA states it expands to (saturating): the DAG copies shared parts */
 };
 
 struct gb {
@@ -85,6 +86,7 @@ void gb_fail(struct gb *b, enum smol_err code, const char *fmt, ...)
 }
 
 int gb_failed(const struct gb *b) { return b->fail != SMOL_OK; }
+uint32_t gb_size(const struct gb *b, int x) { return x < 0 ? 0 : b->x[x].size; }
 size_t gb_n_exprs(const struct gb *b) { return b->n_x; }
 
 static int node(struct gb *b, int kind, int a, int bb, const int *kids, size_t n)
@@ -109,6 +111,10 @@ static int node(struct gb *b, int kind, int a, int bb, const int *kids, size_t n
     x->n_kids = (uint32_t)n;
     if (n) memcpy(b->kids + b->n_kids, kids, n * sizeof *kids);
     b->n_kids += n;
+    uint64_t sz = kind == GX_ALT ? 2 : kind == GX_SEQ ? 0 : 1;
+    for (size_t i = 0; i < n; i++) sz += b->x[kids[i]].size;
+    if (kind == GX_REP) sz = sz * (uint64_t)(bb == GB_INF ? a + 1 : bb) + 2;
+    x->size = sz > UINT32_MAX ? UINT32_MAX : (uint32_t)sz;
     return (int)b->n_x++;
 }
 

@@ -64,6 +64,8 @@ void gb_rule_set(struct gb *b, int rule, int expr);
 /* Marks the builder failed with a message (first failure wins). */
 void gb_fail(struct gb *b, enum smol_err code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int gb_failed(const struct gb *b);
+/* Automaton states expression x expands to (saturating at UINT32_MAX). */
+uint32_t gb_size(const struct gb *b, int x);
 /* Number of expression nodes so far (for front-end limits). */
 size_t gb_n_exprs(const struct gb *b);
 

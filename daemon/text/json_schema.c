@@ -58,7 +58,7 @@ static int fail(struct js *c, enum smol_err code, const char *fmt, const char *a
 {
     char m[SMOL_ERRLEN];
     snprintf(m, sizeof m, fmt, a);
-    gb_fail(c->b, code, "%s (at %s)", m, at[0] ? at : "#");
+    gb_fail(c->b, code, "%s (at #%s)", m, at);
     return -1;
 }
 
@@ -182,7 +182,7 @@ static int literal(struct js *c, json_t *v, const char *at)
 {
     if (++c->n_enum > (c->o->max_enum ? c->o->max_enum : 4096))
         return fail(c, SMOL_ETOOLARGE, "over %s enum/const values", c->o->max_enum ? "max_enum" : "4096", at);
-    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);
     if (!s) { gb_fail(c->b, SMOL_ENOMEM, "out of memory"); return -1; }
     int x = gb_str(c->b, s);
     if (json_is_real(v) && floor(json_real_value(v)) == json_real_value(v) && fabs(json_real_value(v)) < 9e15) {
@@ -199,6 +199,17 @@ static int literal(struct js *c, json_t *v, const char *at)
 }
 
 /* ---- strings ------------------------------------------------------------------------ */
+
+/* A count keyword (minLength, ...): an integer, or a real with no fraction. */
+static int count_of(json_t *v, long long *out)
+{
+    if (json_is_integer(v)) { *out = json_integer_value(v); return 1; }
+    if (json_is_real(v) && floor(json_real_value(v)) == json_real_value(v) && fabs(json_real_value(v)) < 1e15) {
+        *out = (long long)json_real_value(v);
+        return 1;
+    }
+    return 0;
+}
 
 static int rx(struct js *c, const char *re)
 {
@@ -239,9 +250,9 @@ static int string_expr(struct js *c, json_t *s, const char *at)
         if (!json_is_string(fmt)) return fail(c, SMOL_EINVAL, "'%s' must be a string", "format", at);
         body = format_expr(c, json_string_value(fmt), at);
     } else if (mn || mx) {
-        if ((mn && !json_is_integer(mn)) || (mx && !json_is_integer(mx)))
+        long long lo = 0, hi = GB_INF;
+        if ((mn && !count_of(mn, &lo)) || (mx && !count_of(mx, &hi)))
             return fail(c, SMOL_EINVAL, "'%s' must be an integer", "minLength/maxLength", at);
-        long long lo = mn ? json_integer_value(mn) : 0, hi = mx ? json_integer_value(mx) : GB_INF;
         if (lo < 0 || (mx && hi < lo)) return fail(c, SMOL_EINVAL, "%s: bad bounds", "minLength/maxLength", at);
         if (lo > GB_MAX_REPEAT || hi > GB_MAX_REPEAT)
             return fail(c, SMOL_ETOOLARGE, "%s over 10000", "minLength/maxLength", at);
@@ -428,9 +439,18 @@ static int object_expr(struct js *c, json_t *s, const char *at)
     const char *key;
     json_t *val;
     if (props) json_object_foreach(props, key, val) { names[n] = key; schemas[n++] = val; }
+    json_t *sreq = json_array();   /* required names, the undescribed ones sorted by name */
+    for (size_t i = 0; i < nr; i++) json_array_append(sreq, json_array_get(req, i));
+    for (size_t i = 1; i < nr; i++)
+        for (size_t j = i; j > 0 && json_is_string(json_array_get(sreq, j)) && json_is_string(json_array_get(sreq, j - 1)) &&
+                           strcmp(json_string_value(json_array_get(sreq, j - 1)), json_string_value(json_array_get(sreq, j))) > 0; j--) {
+            json_t *t = json_incref(json_array_get(sreq, j));
+            json_array_set(sreq, j, json_array_get(sreq, j - 1));
+            json_array_set_new(sreq, j - 1, t);
+        }
     for (size_t i = 0; i < nr; i++) {
-        json_t *x = json_array_get(req, i);
-        if (!json_is_string(x)) { fail(c, SMOL_EINVAL, "'%s' must hold strings", "required", at); goto out; }
+        json_t *x = json_array_get(sreq, i);
+        if (!json_is_string(x)) { json_decref(sreq); fail(c, SMOL_EINVAL, "'%s' must hold strings", "required", at); goto out; }
         size_t j = 0;
         while (j < n && strcmp(names[j], json_string_value(x))) j++;
         if (j == n) {   /* required but not described: any value (or the additional schema) */
@@ -439,6 +459,7 @@ static int object_expr(struct js *c, json_t *s, const char *at)
         }
         isreq[j] = 1;
     }
+    json_decref(sreq);
     int value_extra = extra ? (json_is_object(ap) ? sch(c, ap, at) : value_rule(c)) : -1;
     for (size_t i = 0; i < n; i++) {
         char sub[SMOL_ERRLEN];
@@ -496,9 +517,9 @@ static int array_expr(struct js *c, json_t *s, const char *at)
     json_t *mn = json_object_get(s, "minItems"), *mx = json_object_get(s, "maxItems"), *uq = json_object_get(s, "uniqueItems");
     if (uq && json_is_true(uq)) return fail(c, SMOL_EUNSUPPORTED, "unsupported keyword '%s'", "uniqueItems", at);
     if (pre && !json_is_array(pre)) return fail(c, SMOL_EINVAL, "'%s' must be an array", "prefixItems", at);
-    if ((mn && !json_is_integer(mn)) || (mx && !json_is_integer(mx)))
+    long long min = 0, max = GB_INF;
+    if ((mn && !count_of(mn, &min)) || (mx && !count_of(mx, &max)))
         return fail(c, SMOL_EINVAL, "'%s' must be an integer", "minItems/maxItems", at);
-    long long min = mn ? json_integer_value(mn) : 0, max = mx ? json_integer_value(mx) : GB_INF;
     if (min < 0 || (mx && max < 0)) return fail(c, SMOL_EINVAL, "%s: negative", "minItems/maxItems", at);
     if (min > GB_MAX_REPEAT || max > GB_MAX_REPEAT) return fail(c, SMOL_ETOOLARGE, "%s over 10000", "minItems/maxItems", at);
     size_t k = pre ? json_array_size(pre) : 0;
@@ -579,7 +600,7 @@ static int ref_expr(struct js *c, const char *ref, const char *at)
     if (rule < 0 || !dup) { free(dup); gb_fail(c->b, SMOL_ENOMEM, "out of memory"); return -1; }
     c->ref_ptr[c->n_refs] = dup;
     c->ref_rule[c->n_refs++] = rule;
-    gb_rule_set(c->b, rule, sch(c, t, ref));   /* after registering: recursion finds the rule */
+    gb_rule_set(c->b, rule, sch(c, t, ref + 1));   /* after registering: recursion finds the rule */
     return gb_ref(c->b, rule);
 }
 
@@ -609,7 +630,8 @@ static int merge_into(struct js *c, json_t *a, json_t *b, const char *at, int de
         if (!b || ++depth > 32) return b ? fail(c, SMOL_ETOOLARGE, "%s nested too deeply", "$ref", at) : -1;
     }
     if (json_is_true(b)) return 0;
-    if (!json_is_object(b)) return fail(c, SMOL_EUNSUPPORTED, "%s with a false schema", "allOf", at);
+    if (json_is_false(b)) { json_object_set_new(a, "$smol_false", json_true()); return 0; }
+    if (!json_is_object(b)) return fail(c, SMOL_EINVAL, "a schema must be an object or a boolean (%s)", "allOf", at);
     json_t *sub = json_object_get(b, "allOf");
     if (sub) {
         size_t i;
@@ -621,8 +643,15 @@ static int merge_into(struct js *c, json_t *a, json_t *b, const char *at, int de
     json_object_foreach(b, k, v) {
         json_t *old = json_object_get(a, k);
         if (!strcmp(k, "allOf")) continue;
+        if (!strcmp(k, "properties") && (json_object_get(a, "additionalProperties") || json_object_get(b, "additionalProperties")) &&
+            (old || json_object_get(a, "additionalProperties")))
+            return fail(c, SMOL_EUNSUPPORTED, "allOf merging 'properties' with '%s'", "additionalProperties", at);
+        if (!strcmp(k, "additionalProperties") && json_object_get(a, "properties"))
+            return fail(c, SMOL_EUNSUPPORTED, "allOf merging 'properties' with '%s'", "additionalProperties", at);
         if (!old) { json_object_set(a, k, v); continue; }
         if (json_equal(old, v) || is_annotation(k)) continue;
+        if (!strcmp(k, "properties") && (json_object_get(a, "additionalProperties") || json_object_get(b, "additionalProperties")))
+            return fail(c, SMOL_EUNSUPPORTED, "allOf merging 'properties' with '%s'", "additionalProperties", at);
         if (!strcmp(k, "properties") && json_is_object(old) && json_is_object(v)) {
             json_t *np = json_deep_copy(old);
             const char *pk;
@@ -699,11 +728,75 @@ static int value_type(json_t *v)
     return 0;
 }
 
+/* The types a branch can take (through one $ref). */
+static int branch_types(struct js *c, json_t *s, const char *at)
+{
+    if (json_is_object(s) && json_is_string(json_object_get(s, "$ref")) && json_object_size(s) == 1)
+        s = resolve(c, json_string_value(json_object_get(s, "$ref")), at);
+    if (json_is_false(s)) return 0;
+    if (!json_is_object(s)) return T_ALL;
+    json_t *t = json_object_get(s, "type"), *cn = json_object_get(s, "const"), *en = json_object_get(s, "enum");
+    if (cn) return value_type(cn);
+    if (json_is_array(en)) {
+        int m = 0;
+        size_t i;
+        json_t *x;
+        json_array_foreach(en, i, x) m |= value_type(x);
+        return m;
+    }
+    if (json_is_string(t)) { int m = type_bit(json_string_value(t)); return m == T_NUM ? T_NUM | T_INT : m; }
+    if (json_is_array(t)) {
+        int m = 0;
+        size_t i;
+        json_t *x;
+        json_array_foreach(t, i, x) if (json_is_string(x)) m |= type_bit(json_string_value(x));
+        return m & T_NUM ? m | T_INT : m;
+    }
+    return T_ALL;
+}
+
+/* oneOf is a grammar only when at most one branch can match: branches of
+ * disjoint types, or objects told apart by a required property whose const
+ * differs (a discriminator). */
+static int one_disjoint(struct js *c, json_t *arr, const char *at)
+{
+    size_t n = json_array_size(arr), i, j;
+    int ok = 1;
+    for (i = 0; i < n && ok; i++)
+        for (j = i + 1; j < n && ok; j++) {
+            int ti = branch_types(c, json_array_get(arr, i), at), tj = branch_types(c, json_array_get(arr, j), at);
+            if (ti & T_INT && tj & T_NUM) tj |= T_INT;
+            if (tj & T_INT && ti & T_NUM) ti |= T_INT;
+            ok = !(ti & tj);
+        }
+    if (ok) return 1;
+    json_t *b0 = json_array_get(arr, 0), *req = json_is_object(b0) ? json_object_get(b0, "required") : NULL;
+    json_t *key;
+    json_array_foreach(req, i, key) {
+        const char *k = json_string_value(key);
+        if (!k) continue;
+        int disc = 1;
+        for (j = 0; j < n && disc; j++) {
+            json_t *bj = json_array_get(arr, j);
+            json_t *p = json_is_object(bj) ? json_object_get(json_object_get(bj, "properties"), k) : NULL;
+            json_t *cj = p ? json_object_get(p, "const") : NULL;
+            disc = cj != NULL;
+            for (size_t q = 0; q < j && disc; q++) {
+                json_t *pq = json_object_get(json_object_get(json_array_get(arr, q), "properties"), k);
+                disc = !json_equal(json_object_get(pq, "const"), cj);
+            }
+        }
+        if (disc) return 1;
+    }
+    return 0;
+}
+
 static int sch_inner(struct js *c, json_t *s, const char *at)
 {
     struct gb *b = c->b;
     if (json_is_true(s)) return value_rule(c);
-    if (json_is_false(s)) return gb_byte_range(b, 1, 0);   /* matches nothing */
+    if (json_is_false(s) || (json_is_object(s) && json_object_get(s, "$smol_false")))
+        return gb_byte_range(b, 1, 0);   /* matches nothing */
     if (!json_is_object(s)) return fail(c, SMOL_EINVAL, "a schema must be an object or a boolean, not %s", "this", at);
     const char *k;
     json_t *v;
@@ -725,8 +818,8 @@ static int sch_inner(struct js *c, json_t *s, const char *at)
         json_object_del(rest, "$ref");
         int r = -1;
         json_t *rs = ref ? json_pack("{s:O}", "$ref", ref) : NULL, *as = all ? json_pack("{s:O}", "allOf", all) : NULL;
-        if (!(ref && merge_into(c, m, rs, at, c->depth)) && !(all && merge_into(c, m, as, at, c->depth)) &&
-            !merge_into(c, m, rest, at, c->depth))
+        if (!merge_into(c, m, rest, at, c->depth) && !(ref && merge_into(c, m, rs, at, c->depth)) &&
+            !(all && merge_into(c, m, as, at, c->depth)))
             r = sch(c, m, at);
         json_decref(rs);
         json_decref(as);
@@ -735,6 +828,8 @@ static int sch_inner(struct js *c, json_t *s, const char *at)
         return r;
     }
     if (any && one) return fail(c, SMOL_EUNSUPPORTED, "%s together", "anyOf and oneOf", at);
+    if (one && json_is_array(one) && !one_disjoint(c, one, at))
+        return fail(c, SMOL_EUNSUPPORTED, "%s: branches that may overlap (exclusivity is not expressible; use anyOf)", "oneOf", at);
     if (any || one) {
         json_t *arr = any ? any : one;
         if (!json_is_array(arr) || !json_array_size(arr)) return fail(c, SMOL_EINVAL, "'%s' must be a non-empty array", any ? "anyOf" : "oneOf", at);
@@ -820,10 +915,9 @@ static int sch(struct js *c, json_t *s, const char *at)
         snprintf(d, sizeof d, "%d", max_depth);
         return fail(c, SMOL_ETOOLARGE, "schema nested deeper than %s", d, at);
     }
-    size_t before = gb_n_exprs(c->b);
     int x = sch_inner(c, s, at);
     c->depth--;
-    if (x >= 0 && gb_n_exprs(c->b) - before > 400) {
+    if (x >= 0 && gb_size(c->b, x) > 400) {
         int r = gb_rule_new(c->b, at, strlen(at));
         gb_rule_set(c->b, r, x);
         x = gb_ref(c->b, r);
@@ -853,7 +947,7 @@ enum smol_err smol_grammar_compile_json_schema(const char *json, size_t len, con
     size_t max_in = opts->max_input ? opts->max_input : (size_t)1 << 20;
     if (len > max_in) return smol_errf(err, SMOL_ETOOLARGE, "JSON schema of %zu bytes is over the %zu-byte limit", len, max_in);
     json_error_t je;
-    json_t *root = json_loadb(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!root) return smol_errf(err, SMOL_EFORMAT, "JSON schema: %s at line %d column %d", je.text, je.line, je.column);
     struct js c = {.root = root, .o = opts, .flex = opts->flexible_ws, .r_value = -1, .r_string = -1};
     enum smol_err rc = gb_new(&c.b, err);
