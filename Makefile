@@ -36,7 +36,7 @@ PROGS    := $(patsubst main_%.c,$(BUILD)/bin/%,$(notdir $(MAINS)))
 TESTS    := $(patsubst tests/test_%.c,$(BUILD)/tests/test_%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 
-.PHONY: all test unit asan fuzz deps clean check-headers bench bench-kv run model install
+.PHONY: all test unit asan fuzz deps clean check-headers bench bench-kv run model install bench-grammar
 .DEFAULT_GOAL := all
 
 all: $(PROGS) $(TESTS) $(BENCHES) $(BUILD)/bin/smollm3-gateway
@@ -184,6 +184,12 @@ bench: all
 # from kv_spill_dir vs recomputed (tests/bench_kv.sh; SmolLM2-135M and the synthetic 3B).
 bench-kv: all
 	@sh tests/bench_kv.sh $(BUILD)
+
+# bench-grammar: token-mask time on the SmolLM3 vocabulary (tests/bench/bench_grammar.c), and
+# against xgrammar / llguidance when build/venv has them (tests/bench/grammar_peers.py).
+bench-grammar: $(BUILD)/bench/bench_grammar
+	$(BUILD)/bench/bench_grammar
+	@if [ -x build/venv/bin/python ]; then build/venv/bin/python tests/bench/grammar_peers.py; fi
 
 clean:
 	rm -rf $(BUILD)
