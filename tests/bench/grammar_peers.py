@@ -92,7 +92,7 @@ def main():
     try:
         import xgrammar as xgr
         import torch  # noqa: F401  (xgrammar's bitmask helpers)
-        info = xgr.TokenizerInfo([t for t in vocab], vocab_type=xgr.VocabType.BYTE_LEVEL if False else xgr.VocabType.RAW,
+        info = xgr.TokenizerInfo(vocab, vocab_type=xgr.VocabType.RAW,
                                  vocab_size=n, stop_token_ids=eos)
         comp = xgr.GrammarCompiler(info, max_threads=1)
         r = {}
@@ -100,7 +100,7 @@ def main():
             sch = open(os.path.join(SCHEMAS, nm + ".json")).read()
             inst = open(os.path.join(SCHEMAS, nm + ".instance.json")).read()
             t0 = time.perf_counter()
-            cg = comp.compile_json_schema(sch, any_whitespace=False, strict_mode=True)
+            cg = comp.compile_json_schema(sch, any_whitespace=False, strict_mode=True, separators=(",", ":"))
             c_ms = (time.perf_counter() - t0) * 1e3
             ts = []
             bm = xgr.allocate_token_bitmask(1, n)
@@ -119,13 +119,13 @@ def main():
     try:
         import llguidance as llg
         import llguidance.numpy as llgnp
-        tokz = llg.LLTokenizer(llg.TokenizerWrapper(_Wrap(vocab, eos[0])))
+        tokz = llg.LLTokenizer(llg.TokenizerWrapper(_Wrap(vocab, eos[0], by_bytes)))
         r = {}
         for nm in names:
             sch = open(os.path.join(SCHEMAS, nm + ".json")).read()
             inst = open(os.path.join(SCHEMAS, nm + ".instance.json")).read()
             t0 = time.perf_counter()
-            grm = llg.LLMatcher.grammar_from_json_schema(sch, defaults={"whitespace_flexible": False})
+            grm = llg.LLMatcher.grammar_from_json_schema(sch, defaults={"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"})
             m0 = llg.LLMatcher(tokz, grm)
             c_ms = (time.perf_counter() - t0) * 1e3
             bm = llgnp.allocate_token_bitmask(1, tokz.vocab_size)
@@ -137,7 +137,7 @@ def main():
                     llgnp.fill_next_token_bitmask(m, bm, 0)
                     ts.append((time.perf_counter() - t0) * 1e6)
                     if tid is not None and not m.consume_token(tid):
-                        raise SystemExit(f"llguidance rejected a token of {nm}: {m.get_error()}")
+                        raise SystemExit(f"llguidance rejected token {tid} {vocab[tid]!r} of {nm}: stopped={m.is_stopped()} err={m.get_error()}")
             r[nm] = dict(compile_ms=c_ms, med=pct(ts, 0.5), p99=pct(ts, 0.99))
             del m0
         res["llguidance"] = r
@@ -162,14 +162,15 @@ def main():
 class _Wrap:
     """The minimal tokenizer object llguidance.TokenizerWrapper wants."""
 
-    def __init__(self, vocab, eos):
+    def __init__(self, vocab, eos, by_bytes=None):
+        self.by_bytes = by_bytes
         self.eos_token_id = eos
         self.bos_token_id = None
         self.tokens = vocab
         self.special_token_ids = []
 
     def __call__(self, s):
-        return []
+        return tokenize(s if isinstance(s, str) else s.decode("utf-8", "replace"), self.by_bytes)
 
 
 if __name__ == "__main__":
