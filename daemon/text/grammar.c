@@ -207,7 +207,7 @@ static int push_step(struct smol_grammar_matcher *m, const uint32_t *tops, size_
         m->cap_steps = c;
     }
     if (gbuf_reserve(&m->log, n)) return -1;
-    memcpy(m->log.v + m->log.n, tops, n * sizeof *tops);
+    if (n) memcpy(m->log.v + m->log.n, tops, n * sizeof *tops);
     m->steps[m->n_steps++] = (struct mstep){m->log.n, n, m->pool.n, flags};
     m->log.n += n;
     return 0;
@@ -244,7 +244,7 @@ enum smol_err smol_grammar_matcher_accept_bytes(struct smol_grammar_matcher *m, 
     const uint8_t *p = bytes;
     m->a.n = 0;
     if (gbuf_reserve(&m->a, nt)) return SMOL_ENOMEM;
-    memcpy(m->a.v, tops, nt * sizeof *tops);
+    if (nt) memcpy(m->a.v, tops, nt * sizeof *tops);
     m->a.n = nt;
     fl = 0;
     for (size_t i = 0; i < n; i++) {

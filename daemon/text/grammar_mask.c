@@ -213,7 +213,7 @@ static void walker_start(struct walker *w, struct gpool *p, const uint32_t *tops
 {
     w->buf.n = 0;
     gbuf_reserve(&w->buf, n);   /* init reserved 4 * GP_MAX_TOPS; tops are fewer */
-    memcpy(w->buf.v, tops, n * sizeof *tops);
+    if (n) memcpy(w->buf.v, tops, n * sizeof *tops);
     w->buf.n = n;
     w->off[0] = 0;
     w->n[0] = n;
