@@ -12,6 +12,7 @@
 #ifndef SMOL_GRAMMAR_IMPL_H
 #define SMOL_GRAMMAR_IMPL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct gstate {
