@@ -33,7 +33,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "daemon/error.h"
+#include "daemon/model/error.h"
 
 struct smol_tokenizer;
 struct smol_grammar;

@@ -19,7 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "daemon/error.h"
+#include "daemon/model/error.h"
 
 struct smol_grammar;
 struct gb;

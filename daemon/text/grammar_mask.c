@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/tokenizer.h"
+#include "daemon/text/tokenizer.h"
 
 struct smol_grammar_vocab {
     int32_t n_vocab;

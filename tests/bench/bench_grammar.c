@@ -12,9 +12,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon/gguf.h"
+#include "daemon/model/gguf.h"
 #include "daemon/text/grammar.h"
-#include "daemon/tokenizer.h"
+#include "daemon/text/tokenizer.h"
 
 static double now_us(void)
 {

@@ -1,11 +1,11 @@
 #!/bin/sh
 # get_test_suite.sh [SRC] - puts the official JSON-Schema-Test-Suite's draft2020-12 cases in
-# build/jsts/draft2020-12/ for tests/test_grammar.c.  Pinned: @json-schema-org/tests 2.0.0 on npm,
+# tests/fixtures/jsts/draft2020-12/ (committed) for tests/test_grammar.c.  Pinned: @json-schema-org/tests 2.0.0 on npm,
 # whose payload is the git dependency json-schema-org/JSON-Schema-Test-Suite (npm fetches it from
 # GitHub).  Without GitHub access, pass SRC: a clone of JSON-Schema-Test-Suite (its tests/ folder
 # is read; the figures in the commit log were taken at 44401e0c).
 set -e
-DST=build/jsts/draft2020-12
+DST=tests/fixtures/jsts/draft2020-12
 mkdir -p "$DST"
 if [ -n "$1" ]; then
     if [ -d "$1/.git" ] || [ -f "$1/HEAD" ]; then
