@@ -173,9 +173,13 @@ asan:
 	SMOL_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    sh tests/run_unit.sh build/asan
 
+# fuzz: the GGUF reader, the daemon's request decoder, the gateway's request
+# parsing (tests/fuzz/run*.sh), FUZZ_SECONDS each.
 FUZZ_SECONDS ?= 60
 fuzz:
 	@sh tests/fuzz/run.sh $(FUZZ_SECONDS)
+	@sh tests/fuzz/run_request.sh $(FUZZ_SECONDS)
+	@sh tests/fuzz/run_gateway.sh $(FUZZ_SECONDS)
 
 # Every header compiles on its own (no hidden include-order dependencies), and
 # includes follow the layers (tests/check_layers.sh).

@@ -21,19 +21,9 @@
 
 /* ---- request parsing ---------------------------------------------------- */
 
-struct parsed {
-    Smollm3__GenerateRequest gen;
-    Smollm3__ChatInput chat;
-    Smollm3__SamplingParams sampling;
-    Smollm3__ChatMessage *msgs;
-    Smollm3__ChatMessage **msgp;
-    char **strs;                /* owned strings (JSON dumps, joined parts) */
-    size_t n_strs;
-    char *stops[MAX_STOPS];
-    int stream, include_usage;
-};
+_Static_assert(GW_OPENAI_MAX_STOPS == MAX_STOPS, "gateway.h's stop array");
 
-static char *own(struct parsed *p, char *s)
+static char *own(struct gw_openai_parsed *p, char *s)
 {
     if (!s) return NULL;
     char **n = realloc(p->strs, (p->n_strs + 1) * sizeof *n);
@@ -46,16 +36,18 @@ static char *own(struct parsed *p, char *s)
     return s;
 }
 
-static void parsed_deinit(struct parsed *p)
+void gw_openai_parsed_deinit(struct gw_openai_parsed *p)
 {
     for (size_t i = 0; i < p->n_strs; i++) free(p->strs[i]);
     free(p->strs);
     free(p->msgs);
     free(p->msgp);
+    json_decref(p->root);
+    memset(p, 0, sizeof *p);
 }
 
 /* Message content: a string, null, or an array of {type:"text", text}. */
-static int content_of(struct parsed *p, json_t *c, const char **out, char *why, size_t wn, int i)
+static int content_of(struct gw_openai_parsed *p, json_t *c, const char **out, char *why, size_t wn, int i)
 {
     if (!c || json_is_null(c)) {
         *out = "";
@@ -105,7 +97,7 @@ static int opt_number(json_t *root, const char *key, double lo, double hi, int *
     return 0;
 }
 
-static int parse_request(struct parsed *p, json_t *root, char *why, size_t wn)
+static int parse_request(struct gw_openai_parsed *p, json_t *root, char *why, size_t wn)
 {
     smollm3__generate_request__init(&p->gen);
     smollm3__chat_input__init(&p->chat);
@@ -313,6 +305,18 @@ static int parse_request(struct parsed *p, json_t *root, char *why, size_t wn)
     return 0;
 }
 
+int gw_openai_parse(struct gw_openai_parsed *p, const char *body, size_t len, char *why, size_t wn)
+{
+    json_error_t je;
+    memset(p, 0, sizeof *p);
+    p->root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &je);
+    if (!p->root) {
+        snprintf(why, wn, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+        return GW_PARSE_BAD_JSON;
+    }
+    return parse_request(p, p->root, why, wn) ? GW_PARSE_BAD_VALUE : GW_PARSE_OK;
+}
+
 /* Packs the request with the stream's id into s->packed. */
 static int pack_into(struct gw_stream *s, Smollm3__GenerateRequest *g)
 {
@@ -337,40 +341,34 @@ int gw_pack_generate(struct gw_stream *s, Smollm3__GenerateRequest *g)
 
 enum MHD_Result gw_openai_chat(struct gw_req *r)
 {
-    json_error_t je;
-    json_t *root = json_loadb(r->body.p ? r->body.p : "", r->body.len, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return gw_queue_error(r, 400, "invalid_request_error", "invalid_json",
-                              "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
-    struct parsed p = { 0 };
+    struct gw_openai_parsed p;
     char why[256];
-    if (parse_request(&p, root, why, sizeof why)) {
-        parsed_deinit(&p);
-        json_decref(root);
-        return gw_queue_error(r, 400, "invalid_request_error", "invalid_value", "%s", why);
+    int rc = gw_openai_parse(&p, r->body.p ? r->body.p : "", r->body.len, why, sizeof why);
+    if (rc) {
+        gw_openai_parsed_deinit(&p);
+        return gw_queue_error(r, 400, "invalid_request_error",
+                              rc == GW_PARSE_BAD_JSON ? "invalid_json" : "invalid_value", "%s", why);
     }
     if (!G.daemon_connected || !G.daemon_ready) {
-        parsed_deinit(&p);
-        json_decref(root);
+        gw_openai_parsed_deinit(&p);
         return gw_queue_error(r, 503, "server_error", "daemon_unavailable",
                               "the inference daemon is not %s",
                               G.daemon_connected ? "ready" : "connected");
     }
     if (G.n_inflight >= G.cfg.max_inflight) {
-        parsed_deinit(&p);
-        json_decref(root);
+        gw_openai_parsed_deinit(&p);
         return gw_queue_error(r, 429, "rate_limit_error", "too_many_requests",
                               "too many requests in flight (limit %u)", G.cfg.max_inflight);
     }
     struct gw_stream *s = gw_stream_new(p.stream ? GW_OPENAI_SSE : GW_OPENAI_JSON);
     int bad = !s || pack_into(s, &p.gen);
-    parsed_deinit(&p);
-    json_decref(root);
+    int include_usage = p.include_usage;
+    gw_openai_parsed_deinit(&p);
     if (bad) {
         gw_stream_free(s);
         return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
     }
-    s->include_usage = p.include_usage;
+    s->include_usage = include_usage;
     snprintf(s->id, sizeof s->id, "chatcmpl-");
     gw_random_alnum(s->id + 9, 24);
     s->created = (long long)time(NULL);
