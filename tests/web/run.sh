@@ -8,8 +8,8 @@
 # tests/web/node_modules (`make deps` installs all of them: Debian packages,
 # then npm ci) and the built binaries BUILD/bin/smollm3d and
 # BUILD/bin/smollm3-gateway; a missing one is a failure ("FAIL: cannot run").
-# Saves build/web-screenshot.png and build/web-screenshot-390.png (the phone
-# width; override with SCREENSHOT=path, the narrow one gets -390 before .png).
+# Saves build/web-screenshot.png, build/web-screenshot-390.png (the phone
+# width) and -390-menu.png (its sidebar open); override with SCREENSHOT=path.
 # Prints "N passed, N failed"; exits 1 on failure.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -142,5 +142,5 @@ if [ $rc -ne 0 ]; then
     [ $rc -eq 124 ] && echo "0 passed, 1 failed (browser test timed out)"
     exit 1
 fi
-echo "screenshot: $SCREENSHOT"
+echo "screenshots: $SCREENSHOT ${SCREENSHOT%.png}-390.png ${SCREENSHOT%.png}-390-menu.png"
 exit 0
