@@ -3,7 +3,8 @@
 # request parsing (tests/fuzz/fuzz_gateway.c: the OpenAI chat body and the
 # UI's /ui/chat form -> the protobuf GenerateRequest, and the HTML escaping
 # of echoed text) and runs it for SECONDS (default 60), one worker, niced.
-# FUZZ_RUNS=N stops after N executions instead (whichever comes first).
+# FUZZ_RUNS=N stops after N executions instead (whichever comes first);
+# FUZZ_MAX_LEN (default 4096) bounds the input size.
 #
 # Build: gateway/openai.c, gateway/ui.c, gateway/util.c and the generated
 # protobuf-c code with clang -fsanitize=fuzzer,address,undefined; the rest of
@@ -47,7 +48,7 @@ echo "fuzz: running fuzz_gateway for ${SECONDS_TO_RUN}s${FUZZ_RUNS:+ or $FUZZ_RU
 LOG=$OUT/fuzz_gateway.log
 set +e
 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-nice -n 10 "$OUT/fuzz_gateway" -max_len=16384 -max_total_time="$SECONDS_TO_RUN" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} \
+nice -n 10 "$OUT/fuzz_gateway" -max_len=${FUZZ_MAX_LEN:-4096} -max_total_time="$SECONDS_TO_RUN" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} \
     -print_final_stats=1 -rss_limit_mb=2048 -timeout=10 -artifact_prefix="$OUT/" "$CORPUS" "$SEEDS" >"$LOG" 2>&1
 rc=$?
 set -e

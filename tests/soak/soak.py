@@ -202,7 +202,18 @@ class Soak:
         self.run = threading.Event()  # set: traffic flows
         self.stop = threading.Event()
         self.inflight = 0
+        # a session / UI conversation is used by one client at a time (as a
+        # chat UI does): taken from its pool for a request, then given back
         self.session_pool = ["soak-%d" % i for i in range(16)]
+        self.conv_pool = ["soak%d" % i for i in range(8)]
+
+    def take(self, pool):
+        with self.lock:
+            return pool.pop(random.randrange(len(pool)))
+
+    def give(self, pool, x):
+        with self.lock:
+            pool.append(x)
 
     # ---- bookkeeping
     def in_window(self, t0, t1):
@@ -302,9 +313,13 @@ class Soak:
             c.close()
 
     def k_session(self):
-        with self.lock:
-            sid = self.session_pool.pop(0)
-            self.session_pool.append(sid)
+        sid = self.take(self.session_pool)
+        try:
+            return self.session_turns(sid)
+        finally:
+            self.give(self.session_pool, sid)
+
+    def session_turns(self, sid):
         msgs = [{"role": "system", "content": "You are brief."}]
         c = self.conn()
         try:
@@ -356,7 +371,13 @@ class Soak:
             c.close()
 
     def k_ui(self):
-        conv = "soak%d" % random.randint(0, 7)
+        conv = self.take(self.conv_pool)
+        try:
+            return self.ui_turn(conv)
+        finally:
+            self.give(self.conv_pool, conv)
+
+    def ui_turn(self, conv):
         form = urllib.parse.urlencode({"conversation": conv, "history": "[]", "message": random.choice(PROMPTS),
                                        "think": "0", "temperature": "0.6"})
         c = self.conn()
