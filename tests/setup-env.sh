@@ -2,7 +2,8 @@
 # setup-env.sh - the tests' own packages (`make deps`, after the Debian
 # packages of deploy/install-deps.sh):
 #
-#   build/venv               python3 -m venv + pip install -r tests/requirements.txt
+#   build/venv               python3 -m venv + pip install -r tests/requirements*.txt
+#                            (tests/requirements.txt and one file per area, e.g. -api)
 #                            (pinned; the system Python is never touched)
 #   web/node_modules         npm ci (web/package-lock.json): the UI's assets
 #   tests/web/node_modules   npm ci (tests/web/package-lock.json): playwright-core
@@ -27,22 +28,23 @@ if [ -z "${PYTHON:-}" ]; then
     P=$(printf '%s' "$PATH" | tr ':' '\n' | grep -v -x -F "$VENV/bin" | paste -sd: -)
     PYTHON=$(PATH=$P command -v python3) || die "python3 not found (make deps, as root)"
 fi
-want="$(sha tests/requirements.txt)$("$PYTHON" -c 'import sys; print(sys.version.split()[0])')"
+REQS=$(ls tests/requirements*.txt)
+want="$(sha $REQS)$("$PYTHON" -c 'import sys; print(sys.version.split()[0])')"
 stamp=$VENV/.smollm3-requirements
 if [ -x "$VENV/bin/python3" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
     : # up to date
 else
-    say "creating $VENV from tests/requirements.txt ($PYTHON)"
+    say "creating $VENV from" $REQS "($PYTHON)"
     mkdir -p "$(dirname "$VENV")"
     # a venv of another Python (or a broken one) is made anew
     if [ -x "$VENV/bin/python3" ] && ! "$VENV/bin/python3" -c 'import sys' >/dev/null 2>&1; then rm -rf "$VENV"; fi
-    if [ ! -x "$VENV/bin/python3" ] || [ "$(cat "$stamp" 2>/dev/null | cut -d' ' -f2)" != "$(echo "$want" | cut -d' ' -f2)" ]; then
+    if [ ! -x "$VENV/bin/python3" ] || [ "$(awk '{print $NF}' "$stamp" 2>/dev/null)" != "$(echo "$want" | awk '{print $NF}')" ]; then
         rm -rf "$VENV"
         "$PYTHON" -m venv "$VENV" || die "python3 -m venv failed (apt-get install python3-venv)"
     fi
     log=$VENV/pip.log
     "$VENV/bin/python3" -m pip install --disable-pip-version-check --no-input -q \
-        -r tests/requirements.txt >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "pip install failed (log $log)"; }
+        $(for r in $REQS; do printf -- "-r %s " "$r"; done) >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "pip install failed (log $log)"; }
     "$VENV/bin/python3" -c 'import zmq, google.protobuf, openai, prometheus_client' ||
         die "the venv lacks a package of tests/requirements.txt"
     printf '%s\n' "$want" >"$stamp"
