@@ -22,7 +22,7 @@ export SOAK_SECONDS=${SOAK_SECONDS:-60}
 
 ALL="unit cli chat-cli daemon chaos gateway web deploy soak"
 SUITES=${SUITES:-$ALL}
-HW_SKIP='SKIPPED: (no CUDA device|cpu variant [a-z0-9]+ \(not built for or not supported by this CPU\)|[a-z0-9]+ has no repacked weight formats)'
+HW_SKIP='SKIPPED: (no CUDA device|cpu variant [a-z0-9]+ \(not built for or not supported by this CPU\))'
 
 cmd_of() {
     case $1 in
