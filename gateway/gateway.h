@@ -24,6 +24,7 @@
 #include <microhttpd.h>
 #include <jansson.h>
 #include "daemon/client/client.h"
+#include "gateway/params.h"
 #include "gateway/util.h"
 
 enum gw_kind {
@@ -179,6 +180,49 @@ struct gw_stream *gw_stream_by_rid(uint64_t rid);
 void gw_stream_push(struct gw_stream *s);
 void gw_stream_fail(struct gw_stream *s, int status, const char *code, const char *msg);
 void gw_streams_fail_all(int status, const char *code, const char *msg);
+
+/* ---- request parsing without I/O (openai.c, ui.c; tests/fuzz/fuzz_gateway.c) */
+
+enum { GW_PARSE_OK, GW_PARSE_BAD_JSON, GW_PARSE_BAD_VALUE };
+#define GW_OPENAI_MAX_STOPS GW_MAX_STOPS
+
+/* An OpenAI chat body as a GenerateRequest (prm.gen; params.h holds the
+ * shared fields).  Its strings point into root (the parsed JSON) and strs:
+ * valid until gw_openai_parsed_deinit. */
+struct gw_openai_parsed {
+    struct gw_params prm;       /* shared fields; prm.gen is the request; prm.param the field at fault */
+    Smollm3__ChatInput chat;
+    Smollm3__ChatMessage *msgs;
+    Smollm3__ChatMessage **msgp;
+    char **strs;                /* owned strings (JSON dumps, joined parts) */
+    size_t n_strs;
+    json_t *root;
+};
+/* Parses body[0..len) (POST /v1/chat/completions): GW_PARSE_OK, or
+ * GW_PARSE_BAD_JSON / GW_PARSE_BAD_VALUE with the reason in why (a 400).
+ * Call gw_openai_parsed_deinit in every case. */
+int gw_openai_parse(struct gw_openai_parsed *p, const char *body, size_t len, char *why, size_t wn);
+void gw_openai_parsed_deinit(struct gw_openai_parsed *p);
+
+/* A POST /ui/chat form as a GenerateRequest for session "ui-<conversation>".
+ * Strings point into the body (decoded in place), hist and session. */
+struct gw_ui_parsed {
+    Smollm3__GenerateRequest gen;
+    Smollm3__ChatInput chat;
+    Smollm3__SamplingParams sampling;
+    Smollm3__ChatMessage *msgs;
+    Smollm3__ChatMessage **msgp;
+    json_t *hist;
+    const char *message;        /* the new user message (the fragment echoes it) */
+    size_t message_len;
+    char session[80];
+};
+/* Parses the form body[0..n), which it decodes in place: body must hold
+ * n + 1 bytes (body[n] is overwritten with NUL).  Returns 0, or the HTTP
+ * status (400, 413, 500) with a constant reason in *why.  Call
+ * gw_ui_parsed_deinit in every case. */
+int gw_ui_parse(struct gw_ui_parsed *p, char *body, size_t n, const char **why);
+void gw_ui_parsed_deinit(struct gw_ui_parsed *p);
 
 /* openai.c */
 enum MHD_Result gw_openai_chat(struct gw_req *r);

@@ -21,16 +21,7 @@
 
 /* ---- request parsing ---------------------------------------------------- */
 
-struct parsed {
-    struct gw_params prm;       /* shared fields; prm.gen is the request */
-    Smollm3__ChatInput chat;
-    Smollm3__ChatMessage *msgs;
-    Smollm3__ChatMessage **msgp;
-    char **strs;                /* owned strings (JSON dumps, joined parts) */
-    size_t n_strs;
-};
-
-static char *own(struct parsed *p, char *s)
+static char *own(struct gw_openai_parsed *p, char *s)
 {
     if (!s) return NULL;
     char **n = realloc(p->strs, (p->n_strs + 1) * sizeof *n);
@@ -43,13 +34,15 @@ static char *own(struct parsed *p, char *s)
     return s;
 }
 
-static void parsed_deinit(struct parsed *p)
+void gw_openai_parsed_deinit(struct gw_openai_parsed *p)
 {
     for (size_t i = 0; i < p->n_strs; i++) free(p->strs[i]);
     free(p->strs);
     free(p->msgs);
     free(p->msgp);
     gw_params_deinit(&p->prm);
+    json_decref(p->root);
+    p->root = NULL;             /* the scalars of prm stay readable */
 }
 
 #define FAIL(key, ...)                                                        \
@@ -60,7 +53,7 @@ static void parsed_deinit(struct parsed *p)
     } while (0)
 
 /* Message content: a string, null, or an array of {type:"text", text}. */
-static int content_of(struct parsed *p, json_t *c, const char **out, char *why, size_t wn, int i)
+static int content_of(struct gw_openai_parsed *p, json_t *c, const char **out, char *why, size_t wn, int i)
 {
     if (!c || json_is_null(c)) {
         *out = "";
@@ -89,7 +82,7 @@ static int content_of(struct parsed *p, json_t *c, const char **out, char *why, 
     FAIL("messages", "messages[%d].content must be a string, an array of parts or null", i);
 }
 
-static int parse_messages(struct parsed *p, json_t *root, char *why, size_t wn)
+static int parse_messages(struct gw_openai_parsed *p, json_t *root, char *why, size_t wn)
 {
     json_t *msgs = json_object_get(root, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
@@ -144,7 +137,7 @@ static int parse_messages(struct parsed *p, json_t *root, char *why, size_t wn)
 /* tools, tool_choice ("auto" honoured; "none": the tools are not rendered,
  * so the model cannot see or call them; "required" and a named function
  * need constrained decoding: refused), parallel_tool_calls (true only). */
-static int parse_tools(struct parsed *p, json_t *root, char *why, size_t wn)
+static int parse_tools(struct gw_openai_parsed *p, json_t *root, char *why, size_t wn)
 {
     json_t *tools = json_object_get(root, "tools");
     if (tools && !json_is_null(tools) && !json_is_array(tools)) FAIL("tools", "'tools' must be an array");
@@ -173,7 +166,7 @@ static int parse_tools(struct parsed *p, json_t *root, char *why, size_t wn)
 
 /* Thinking: chat_template_kwargs.enable_thinking and reasoning_effort
  * ("none" / "minimal" -> off, the others -> on) must agree when both come. */
-static int parse_thinking(struct parsed *p, json_t *root, char *why, size_t wn)
+static int parse_thinking(struct gw_openai_parsed *p, json_t *root, char *why, size_t wn)
 {
     Smollm3__GenerateRequest *g = &p->prm.gen;
     json_t *x = json_object_get(root, "chat_template_kwargs");
@@ -215,7 +208,7 @@ static int parse_thinking(struct parsed *p, json_t *root, char *why, size_t wn)
     return 0;
 }
 
-static int parse_request(struct parsed *p, json_t *root, char *why, size_t wn)
+static int parse_request(struct gw_openai_parsed *p, json_t *root, char *why, size_t wn)
 {
     smollm3__chat_input__init(&p->chat);
     if (gw_params_parse(&p->prm, root, GW_API_CHAT, G.cfg.ignore_unknown, why, wn)) return -1;
@@ -281,38 +274,44 @@ int gw_pack_generate(struct gw_stream *s, Smollm3__GenerateRequest *g)
 
 /* ---- the endpoint ------------------------------------------------------- */
 
-enum MHD_Result gw_openai_chat(struct gw_req *r)
+int gw_openai_parse(struct gw_openai_parsed *p, const char *body, size_t len, char *why, size_t wn)
 {
     json_error_t je;
-    json_t *root = json_loadb(r->body.p ? r->body.p : "", r->body.len, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return gw_queue_error(r, 400, "invalid_request_error", "invalid_json",
-                              "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
-    struct parsed p = { 0 };
+    memset(p, 0, sizeof *p);
+    p->root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &je);
+    if (!p->root) {
+        snprintf(why, wn, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+        return GW_PARSE_BAD_JSON;
+    }
+    return parse_request(p, p->root, why, wn) ? GW_PARSE_BAD_VALUE : GW_PARSE_OK;
+}
+
+enum MHD_Result gw_openai_chat(struct gw_req *r)
+{
+    struct gw_openai_parsed p;
     char why[256];
-    if (parse_request(&p, root, why, sizeof why)) {
-        enum MHD_Result ret = gw_params_error(r, &p.prm, why);
-        parsed_deinit(&p);
-        json_decref(root);
+    int rc = gw_openai_parse(&p, r->body.p ? r->body.p : "", r->body.len, why, sizeof why);
+    if (rc) {
+        enum MHD_Result ret = rc == GW_PARSE_BAD_JSON
+                                  ? gw_queue_error(r, 400, "invalid_request_error", "invalid_json", "%s", why)
+                                  : gw_params_error(r, &p.prm, why);
+        gw_openai_parsed_deinit(&p);
         return ret;
     }
     if (!G.daemon_connected || !G.daemon_ready) {
-        parsed_deinit(&p);
-        json_decref(root);
+        gw_openai_parsed_deinit(&p);
         return gw_queue_error(r, 503, "server_error", "daemon_unavailable",
                               "the inference daemon is not %s",
                               G.daemon_connected ? "ready" : "connected");
     }
     if (G.n_inflight >= G.cfg.max_inflight) {
-        parsed_deinit(&p);
-        json_decref(root);
+        gw_openai_parsed_deinit(&p);
         return gw_queue_error(r, 429, "rate_limit_error", "too_many_requests",
                               "too many requests in flight (limit %u)", G.cfg.max_inflight);
     }
     struct gw_stream *s = gw_stream_new(p.prm.stream ? GW_OPENAI_SSE : GW_OPENAI_JSON);
     int bad = !s || pack_into(s, &p.prm.gen);
-    parsed_deinit(&p);
-    json_decref(root);
+    gw_openai_parsed_deinit(&p);
     if (bad) {
         gw_stream_free(s);
         return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");

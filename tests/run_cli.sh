@@ -5,6 +5,7 @@
 # Prints "N passed, N failed" and exits non-zero on any failure.
 BUILD=${1:-build}
 S=$BUILD/bin/smollm3
+[ -x build/venv/bin/python3 ] && PATH=$(pwd)/build/venv/bin:$PATH && export PATH   # the tests' Python
 FX=tests/fixtures
 A=$FX/models/fixture-a.Q4_K_M.gguf
 T=$FX/models/fixture-t.F32.gguf
@@ -82,7 +83,7 @@ printf 'GGUF\003\000\000\000garbage' >"$TMP/corrupt.gguf"
 expect 1 "corrupt model" $S logits -m "$TMP/corrupt.gguf" --ids 1 -o "$TMP/x"
 head -c 1000 $A >"$TMP/trunc.gguf"
 expect 1 "truncated model" $S inspect "$TMP/trunc.gguf"
-expect 1 "not a gguf" $S generate -m /etc/passwd --ids 1 -n 1
+expect 1 "not a gguf" $S generate -m README.md --ids 1 -n 1
 expect 1 "id >= n_vocab" $S logits -m $T --ids 1,128256 -o "$TMP/x"
 grep -q "out of range" "$TMP/err" && ok || bad "id out of range message"
 LONG=$(python3 -c "print(','.join(['5']*4100))")
@@ -100,9 +101,7 @@ expect 1 "unwritable output" $S logits -m $T --ids 1 -o /nonexistent-dir/x
 # ---- the real SmolLM2-135M-Instruct: greedy tokens equal the transformers reference
 sh tests/get_smollm2.sh >"$TMP/get" 2>&1; grc=$?
 M2=build/models/SmolLM2-135M-Instruct.Q4_1.gguf
-if [ $grc = 3 ]; then
-    echo "SKIPPED: SmolLM2 greedy test: $(grep SKIPPED "$TMP/get")"
-elif [ $grc != 0 ]; then
+if [ $grc != 0 ]; then
     bad "get_smollm2.sh failed: $(tail -3 "$TMP/get")"
 elif [ -f $FX/smollm2/smollm2.refs.json ]; then
     python3 tests/check_smollm2.py "$S" "$M2" "$FX/smollm2/smollm2.refs.json" && ok || bad "SmolLM2 greedy vs reference"

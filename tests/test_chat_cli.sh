@@ -3,7 +3,7 @@
 # non-interactively (turns piped into stdin, one per line).
 #
 # With the real SmolLM2-135M-Instruct (build/models/, fetched by
-# tests/get_smollm2.sh; skipped when absent): answers, KV reuse across turns
+# tests/get_smollm2.sh; a failure when absent): answers, KV reuse across turns
 # (the second turn prefills only its new tokens), /reset, /exit, EOF,
 # special-token text in a user message kept as plain text, context full,
 # Ctrl-C during an answer.  With fixture-a (SmolLM3 architecture and
@@ -12,6 +12,7 @@
 # Prints "N passed, N failed"; exits non-zero on any failure.
 BUILD=${1:-build}
 S=$BUILD/bin/smollm3
+[ -x build/venv/bin/python3 ] && PATH=$(pwd)/build/venv/bin:$PATH && export PATH   # the tests' Python
 A=tests/fixtures/models/fixture-a.Q4_K_M.gguf
 M=build/models/SmolLM2-135M-Instruct.Q4_1.gguf
 TMP=$(mktemp -d)
@@ -67,7 +68,7 @@ chat 'Hello
 
 # ---- real SmolLM2-135M-Instruct
 if [ ! -f "$M" ]; then
-    echo "SKIPPED: $M absent (tests/get_smollm2.sh fetches it): SmolLM2 chat tests"
+    bad "$M absent (tests/get_smollm2.sh fetches it): SmolLM2 chat tests not run"
 else
     SM="-m $M --temp 0 -n 24 --ctx 1024 --threads 2"
     chat 'Hello! What is the capital of France?

@@ -621,9 +621,12 @@ START_TEST(paths)
     ck_assert_int_eq(smol_gguf_open(&g, "/nonexistent/dir/model.gguf", err), SMOL_EIO);
     ck_assert_ptr_null(g);
     ck_assert_ptr_nonnull(strstr(err, "/nonexistent/dir/model.gguf"));
-    ck_assert_int_eq(smol_gguf_open(&g, "/tmp", err), SMOL_EIO);
-    ck_assert_ptr_nonnull(strstr(err, "/tmp"));
+    char dir[] = "/tmp/test_gguf_dir_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(smol_gguf_open(&g, dir, err), SMOL_EIO);
+    ck_assert_ptr_nonnull(strstr(err, dir));
     ck_assert_ptr_nonnull(strstr(err, "not a regular file"));
+    rmdir(dir);
     /* a FIFO must be refused, not block forever in open() */
     char fifo[64];
     snprintf(fifo, sizeof fifo, "/tmp/test_gguf_fifo_%d", (int)getpid());

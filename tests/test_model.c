@@ -572,14 +572,17 @@ START_TEST(t_bad_models)
     /* truncated file */
     size_t sz = 0;
     char *d = read_file(fixture_path("models/fixture-a.Q4_K_M.gguf"), &sz);
-    FILE *f = fopen("/tmp/smol-trunc.gguf", "wb");
+    char trunc[] = "/tmp/smol-trunc-XXXXXX";
+    int fd = mkstemp(trunc);
+    ck_assert_int_ge(fd, 0);
+    FILE *f = fdopen(fd, "wb");
     fwrite(d, 1, sz / 2, f);
     fclose(f);
     free(d);
-    ck_assert_int_eq(smol_model_open(&m, "/tmp/smol-trunc.gguf", NULL, err), SMOL_EFORMAT);
+    ck_assert_int_eq(smol_model_open(&m, trunc, NULL, err), SMOL_EFORMAT);
     ck_assert_msg(strstr(err, "tensor '"), "%s", err);
     ck_assert(m == NULL);
-    unlink("/tmp/smol-trunc.gguf");
+    unlink(trunc);
     unlink(p);
 }
 END_TEST

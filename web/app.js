@@ -235,7 +235,7 @@
   function bindRefs() {
     ['app', 'sidebar', 'conv-list', 'new-chat', 'conv-title', 'messages', 'empty-hint', 'status', 'composer',
       'message', 'send', 'stop', 'regenerate', 'think', 'temperature', 'system', 'system-box', 'toast',
-      'toast-text', 'toast-undo', 'model-name', 'sidebar-toggle'].forEach(function (id) {
+      'toast-text', 'toast-undo', 'model-name', 'sidebar-toggle', 'scrim'].forEach(function (id) {
       ui[id.replace(/-(\w)/g, function (_, c) { return c.toUpperCase(); })] = document.getElementById(id);
     });
   }
@@ -472,13 +472,14 @@
     try { localStorage.setItem(LS_CURRENT, id); } catch (e) { /* ignore */ }
     renderList();
     renderConversation();
-    if (window.matchMedia && window.matchMedia('(max-width: 760px)').matches) setSidebar(false);
+    if (isNarrow()) setSidebar(false);
     if (opts.focus !== false) ui.message.focus();
   }
 
   function newChat() {
     var c = current();
     if (c && !c.messages.length && !active) {
+      if (isNarrow()) setSidebar(false);
       ui.message.focus();
       return;
     }
@@ -488,9 +489,23 @@
     if (empty) { empty.updated = Date.now(); saveConvs(); renderList(); }
   }
 
+  // Wide (>= 768 px): the sidebar is a column, the button collapses it.
+  // Narrow (phones): it starts closed and opens OVER the chat (a drawer with a
+  // scrim); picking a conversation, the scrim, Esc or the button close it.
+  var narrowQuery = window.matchMedia ? window.matchMedia('(max-width: 767.98px)') : null;
+  function isNarrow() { return !!(narrowQuery && narrowQuery.matches); }
+  function sidebarOpen() {
+    return isNarrow() ? ui.app.classList.contains('sidebar-open') : !ui.app.classList.contains('sidebar-closed');
+  }
   function setSidebar(open) {
-    ui.app.classList.toggle('sidebar-closed', !open);
+    if (isNarrow()) ui.app.classList.toggle('sidebar-open', open);
+    else ui.app.classList.toggle('sidebar-closed', !open);
     ui.sidebarToggle.setAttribute('aria-expanded', String(open));
+    ui.scrim.hidden = !(open && isNarrow());
+  }
+  function onWidthChange() {
+    ui.app.classList.remove('sidebar-open');   // a phone always starts with the chat
+    setSidebar(isNarrow() ? false : !ui.app.classList.contains('sidebar-closed'));
   }
 
   /* ----------------------------------------------------------- streaming */
@@ -806,9 +821,8 @@
 
   function wireUi() {
     ui.newChat.addEventListener('click', newChat);
-    ui.sidebarToggle.addEventListener('click', function () {
-      setSidebar(ui.app.classList.contains('sidebar-closed'));
-    });
+    ui.sidebarToggle.addEventListener('click', function () { setSidebar(!sidebarOpen()); });
+    ui.scrim.addEventListener('click', function () { setSidebar(false); ui.sidebarToggle.focus(); });
 
     ui.convList.addEventListener('click', function (e) {
       var li = e.target.closest('.conv');
@@ -891,7 +905,8 @@
         e.preventDefault();
         newChat();
       } else if (e.key === 'Escape') {
-        if (active) { e.preventDefault(); stopActive('user'); }
+        if (isNarrow() && sidebarOpen()) { e.preventDefault(); setSidebar(false); ui.sidebarToggle.focus(); }
+        else if (active) { e.preventDefault(); stopActive('user'); }
         else if (ui.systemBox.open) { ui.systemBox.open = false; $('summary', ui.systemBox).focus(); }
         else if (!ui.toast.hidden) hideToast();
       }
@@ -941,7 +956,11 @@
     wireUi();
     renderList();
     renderConversation();
-    if (window.matchMedia && window.matchMedia('(max-width: 760px)').matches) setSidebar(false);
+    onWidthChange();
+    if (narrowQuery) {
+      if (narrowQuery.addEventListener) narrowQuery.addEventListener('change', onWidthChange);
+      else if (narrowQuery.addListener) narrowQuery.addListener(onWidthChange);
+    }
     autosize();
     loadConfig();
     ui.message.focus();

@@ -7,6 +7,7 @@
  *   chat_tokenize  render + tokenize with caller text kept out of control tokens
  *   chat_parse     reasoning / content / tool-call split of generated text
  *   detok          streaming detokenizer with stop strings
+ *   grammar        constrained decoding: JSON Schema / GBNF / regex -> token masks
  *   sampler        penalties, temperature, top-k/p, min-p, seeded draws
  *
  * The server and the command-line tool include this header, never the
@@ -19,6 +20,7 @@
 #include "daemon/text/chat_template.h"
 #include "daemon/text/chat_tokenize.h"
 #include "daemon/text/detok.h"
+#include "daemon/text/grammar.h"
 #include "daemon/text/sampler.h"
 #include "daemon/text/tokenizer.h"
 

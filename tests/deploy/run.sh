@@ -24,11 +24,13 @@
 #              three processes gone, exit status 0              [needs gateway]
 #
 # Prints "N passed, N failed" and exits 1 on any failure; a part whose
-# prerequisites are missing prints "SKIPPED: reason".
+# prerequisites are missing is a failure ("FAIL - cannot run: reason"; `make
+# deps` installs them all).
 set -u
 BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
+[ -x build/venv/bin/python3 ] && PATH=$ROOT/build/venv/bin:$PATH && export PATH
 case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 FIXTURE=$ROOT/tests/fixtures/models/fixture-t.Q8_0.gguf
 GATEWAY=$BUILD/bin/smollm3-gateway
@@ -37,7 +39,7 @@ PASS=0 FAIL=0 PIDS=
 
 ok()   { PASS=$((PASS + 1)); echo "ok   - $*"; }
 bad()  { FAIL=$((FAIL + 1)); echo "FAIL - $*"; }
-skip() { echo "SKIPPED: $*"; }
+skip() { FAIL=$((FAIL + 1)); echo "FAIL - cannot run: $*"; }
 check() { if eval "$1"; then ok "$2"; else bad "$2"; fi; }   # check 'shell test' 'name'
 
 cleanup() {
@@ -115,7 +117,7 @@ if [ -d web/node_modules/htmx.org ]; then
            [ ! -e "$D/usr/local/share/smollm3d/web/package.json" ]' \
           "web: runtime npm packages installed, dev packages and package.json not"
 else
-    skip "web/node_modules absent (npm ci in web/): npm assets not checked"
+    skip "web/node_modules absent (make deps: npm ci in web/): npm assets not checked"
 fi
 check 'grep -q "^ExecStart=/usr/local/bin/smollm3d --config /etc/smollm3d/smollm3d.conf" "$D/usr/local/lib/systemd/system/smollm3d.service" &&
        grep -q "root /usr/local/share/smollm3d/web;" "$D/etc/nginx/sites-available/smollm3" &&

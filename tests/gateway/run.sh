@@ -2,44 +2,41 @@
 # run.sh [BUILD] [FILTER...] - process-level tests of smollm3-gateway: starts
 # the real BUILD/bin/smollm3d (--threads 1) on the fixture model and the
 # gateway on loopback ports in temp dirs, drives them with curl, raw sockets,
-# the openai SDK, langchain-openai and a scripted fake daemon
-# (tests/gateway/test_gateway.py: transport, SSE, limits, UI, metrics;
-# tests/gateway/test_api.py: the OpenAI API surface field by field).
-# Python packages come from tests/requirements-api.txt, installed into
-# build/venv when missing.
-# Prints "N passed, N failed" and exits non-zero on failure; "SKIPPED: why"
-# and exit 0 when a prerequisite is missing.
+# the openai SDK and a scripted fake daemon (tests/gateway/test_gateway.py),
+# and the OpenAI API surface with the openai SDK, curl and langchain-openai
+# (tests/gateway/test_api.py).
+# Prints "N passed, N failed" and exits non-zero on failure; a missing
+# prerequisite is a failure ("FAIL: cannot run: why"; `make deps` installs
+# them all: promtool from Debian's prometheus, the Python packages in build/venv).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${1:-build}
 [ $# -gt 0 ] && shift
+[ -x build/venv/bin/python3 ] && PATH=$(pwd)/build/venv/bin:$PATH && export PATH
 
-skip() { echo "SKIPPED: $*"; exit 0; }
+skip() { echo "FAIL: cannot run: $*"; echo "0 passed, 1 failed"; exit 1; }
 
 for f in "$BUILD/bin/smollm3d" "$BUILD/bin/smollm3ctl" "$BUILD/bin/smollm3-gateway"; do
     [ -x "$f" ] || skip "$f not built (make BUILD=$BUILD)"
 done
 command -v python3 >/dev/null 2>&1 || skip "python3 not found"
 [ -f tests/fixtures/models/fixture-t.Q8_0.gguf ] || skip "fixture model missing"
-command -v promtool >/dev/null 2>&1 || echo "SKIPPED: promtool not found (apt-get install prometheus); metrics checked with prometheus_client if present"
-
-# the clients under test, pinned, in the project's venv
-VENV=build/venv
-PY=$VENV/bin/python
-if ! "$PY" -c "import openai, langchain_openai, zmq, google.protobuf" 2>/dev/null; then
-    [ -x "$PY" ] || python3 -m venv "$VENV" || skip "cannot create $VENV (apt-get install python3-venv)"
-    "$VENV/bin/pip" install -q -r tests/requirements-api.txt || {
-        echo "FAILED: pip install -r tests/requirements-api.txt into $VENV"; exit 1; }
-fi
+command -v promtool >/dev/null 2>&1 || skip "promtool not found (make deps: Debian's prometheus)"
+command -v protoc >/dev/null 2>&1 || skip "protoc not found (make deps: protobuf-compiler)"
+python3 -c "import openai, zmq, google.protobuf, prometheus_client" 2>/dev/null ||
+    skip "python packages missing: openai, pyzmq, protobuf, prometheus_client (make deps: build/venv)"
+# the API tests' clients, pinned (tests/requirements-api.txt), into the same venv
+python3 -c "import langchain_openai" 2>/dev/null ||
+    python3 -m pip install -q -r tests/requirements-api.txt ||
+    skip "pip install -r tests/requirements-api.txt failed"
 
 export PYTHONDONTWRITEBYTECODE=1
 PB2=$(mktemp -d)
 trap 'rm -rf "$PB2"' EXIT INT TERM
-# the fake daemon needs the Python protobuf module
-if command -v protoc >/dev/null 2>&1; then
-    protoc --python_out="$PB2" -Iproto proto/smollm3.proto 2>/dev/null || true
-fi
+# the fake daemon speaks the protocol through the Python protobuf module
+protoc --python_out="$PB2" -Iproto proto/smollm3.proto || skip "protoc --python_out failed"
 rc=0
-"$PY" tests/gateway/test_gateway.py --build "$BUILD" --pb2-dir "$PB2" "$@" || rc=1
-"$PY" tests/gateway/test_api.py --build "$BUILD" --pb2-dir "$PB2" "$@" || rc=1
+python3 tests/gateway/test_gateway.py --build "$BUILD" --pb2-dir "$PB2" "$@" || rc=1
+# the OpenAI API surface field by field (test_api.py)
+python3 tests/gateway/test_api.py --build "$BUILD" --pb2-dir "$PB2" "$@" || rc=1
 exit $rc

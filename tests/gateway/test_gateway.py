@@ -8,8 +8,9 @@ scripted fake daemon (pyzmq ROUTER speaking proto/smollm3.proto) drives the
 paths a random model cannot reach on demand: reasoning / content split,
 tool calls, an error after streaming began, a refusal before it, pacing.
 
-Prints "ok NAME" / "FAIL NAME: why" / "SKIPPED NAME: why" per test and
-"N passed, N failed" last; exits 1 on any failure.
+Prints "ok NAME" / "FAIL NAME: why" per test and "N passed, N failed" last;
+exits 1 on any failure.  A test that cannot run (Skip: a missing
+prerequisite) is a failure too.
 """
 import argparse
 import http.client
@@ -46,7 +47,8 @@ def run_test(name, fn, *a):
         RESULTS["pass"] += 1
         print("ok %s" % name, flush=True)
     except Skip as e:
-        print("SKIPPED %s: %s" % (name, e), flush=True)
+        RESULTS["fail"] += 1
+        print("FAIL %s: cannot run: %s" % (name, e), flush=True)
     except Exception as e:  # noqa: BLE001 - report every failure and go on
         RESULTS["fail"] += 1
         print("FAIL %s: %s" % (name, e), flush=True)
@@ -510,16 +512,17 @@ def t_metrics(gw, d):
         check(name in text, "metric %s missing" % name)
     check('endpoint="/v1/chat/completions",status="200"' in text, "request counter by status")
     check('status="400"' in text, "400s not counted")
-    if shutil.which("promtool"):
-        r = subprocess.run(["promtool", "check", "metrics"], input=b, capture_output=True)
-        check(r.returncode == 0, "promtool: %s %s" % (r.stdout.decode(), r.stderr.decode()))
-    else:
-        try:
-            from prometheus_client.parser import text_string_to_metric_families
-        except ImportError:
-            raise Skip("neither promtool nor prometheus_client available")
-        fams = list(text_string_to_metric_families(text))
-        check(len(fams) > 10, "parser found %d families" % len(fams))
+    # both the Prometheus project's linter and the reference client's parser
+    if not shutil.which("promtool"):
+        raise Skip("promtool not found (make deps: Debian's prometheus)")
+    r = subprocess.run(["promtool", "check", "metrics"], input=b, capture_output=True)
+    check(r.returncode == 0, "promtool: %s %s" % (r.stdout.decode(), r.stderr.decode()))
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        raise Skip("prometheus_client missing (make deps: build/venv)")
+    fams = list(text_string_to_metric_families(text))
+    check(len(fams) > 10, "parser found %d families" % len(fams))
 
 
 def ui_post(gw, **form):
@@ -984,7 +987,8 @@ def main():
                 import smollm3_pb2 as pb2
             except ImportError as e:
                 for n, _ in fake_tests:
-                    print("SKIPPED %s: %s" % (n, e), flush=True)
+                    RESULTS["fail"] += 1
+                    print("FAIL %s: cannot run: %s" % (n, e), flush=True)
             if pb2:
                 fd = FakeDaemon(os.path.join(tmp, "fake.sock"), pb2)
                 gw = Gateway(fd.endpoint, tmp, ["--ping-interval", "1"])

@@ -4,10 +4,13 @@
 #
 #   tests/web/run.sh [BUILD]        (BUILD defaults to build)
 #
-# Needs node + npm, nginx, /usr/bin/chromium (apt-get install -y chromium) and the
-# built binaries BUILD/bin/smollm3d and BUILD/bin/smollm3-gateway; prints
-# "SKIPPED: reason" and exits 0 when one is missing.  Saves build/web-screenshot.png
-# (override with SCREENSHOT=path).  Prints "N passed, N failed"; exits 1 on failure.
+# Needs node, nginx, /usr/bin/chromium, web/node_modules and
+# tests/web/node_modules (`make deps` installs all of them: Debian packages,
+# then npm ci) and the built binaries BUILD/bin/smollm3d and
+# BUILD/bin/smollm3-gateway; a missing one is a failure ("FAIL: cannot run").
+# Saves build/web-screenshot.png, build/web-screenshot-390.png (the phone
+# width) and -390-menu.png (its sidebar open); override with SCREENSHOT=path.
+# Prints "N passed, N failed"; exits 1 on failure.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-build}
@@ -16,26 +19,19 @@ CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
 MODEL=${MODEL:-$ROOT/tests/fixtures/models/fixture-t.Q8_0.gguf}
 SCREENSHOT=${SCREENSHOT:-$ROOT/build/web-screenshot.png}
 
-skip() { echo "SKIPPED: $*"; exit 0; }
-command -v node >/dev/null 2>&1 || skip "node not installed"
-command -v npm >/dev/null 2>&1 || skip "npm not installed"
+skip() { echo "FAIL: cannot run: $*"; echo "0 passed, 1 failed"; exit 1; }
+command -v node >/dev/null 2>&1 || skip "node not installed (make deps)"
+[ -x "$ROOT/build/venv/bin/python3" ] && PATH=$ROOT/build/venv/bin:$PATH && export PATH
 NGINX=$(command -v nginx 2>/dev/null || { [ -x /usr/sbin/nginx ] && echo /usr/sbin/nginx; })
 [ -n "$NGINX" ] || skip "nginx not installed"
-[ -x "$CHROMIUM" ] || skip "$CHROMIUM missing (apt-get install -y chromium)"
+[ -x "$CHROMIUM" ] || skip "$CHROMIUM missing (make deps: Debian's chromium)"
 [ -x "$BUILD/bin/smollm3d" ] || skip "$BUILD/bin/smollm3d not built"
 [ -x "$BUILD/bin/smollm3-gateway" ] || skip "$BUILD/bin/smollm3-gateway not built yet"
 [ -f "$MODEL" ] || skip "model $MODEL missing"
 
-# npm ci: exact versions from the lock files, no audit/fund chatter
-npm_ci() {
-    (cd "$1" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || { echo "npm ci failed in $1"; exit 1; }
-}
-if [ ! -d "$ROOT/web/node_modules/htmx.org" ] || [ "$ROOT/web/package-lock.json" -nt "$ROOT/web/node_modules/.package-lock.json" ]; then
-    npm_ci "$ROOT/web"
-fi
-if [ ! -d "$ROOT/tests/web/node_modules/playwright-core" ] || [ "$ROOT/tests/web/package-lock.json" -nt "$ROOT/tests/web/node_modules/.package-lock.json" ]; then
-    npm_ci "$ROOT/tests/web"
-fi
+# npm packages: `make deps` (tests/setup-env.sh) runs npm ci from the lock files
+[ -d "$ROOT/web/node_modules/htmx.org" ] || skip "web/node_modules missing (make deps: npm ci in web/)"
+[ -d "$ROOT/tests/web/node_modules/playwright-core" ] || skip "tests/web/node_modules missing (make deps: npm ci in tests/web/)"
 
 TMP=$(mktemp -d /tmp/smollm3-webtest.XXXXXX)
 PIDS=()
@@ -146,5 +142,5 @@ if [ $rc -ne 0 ]; then
     [ $rc -eq 124 ] && echo "0 passed, 1 failed (browser test timed out)"
     exit 1
 fi
-echo "screenshot: $SCREENSHOT"
+echo "screenshots: $SCREENSHOT ${SCREENSHOT%.png}-390.png ${SCREENSHOT%.png}-390-menu.png"
 exit 0

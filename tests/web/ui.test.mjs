@@ -9,6 +9,8 @@ import { join, dirname } from 'node:path';
 
 const BASE = (process.argv[2] || process.env.UI_URL || 'http://127.0.0.1:8080').replace(/\/$/, '');
 const SHOT = process.argv[3] || 'build/web-screenshot.png';
+const SHOT_PHONE = SHOT.replace(/\.png$/, '') + '-390.png';          // sidebar closed
+const SHOT_PHONE_MENU = SHOT.replace(/\.png$/, '') + '-390-menu.png'; // sidebar open over the chat
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const STEP_TIMEOUT = +(process.env.UI_TEST_TIMEOUT_MS || 60000);
 
@@ -108,6 +110,23 @@ try {
     assert(await page.locator('#message').evaluate((e) => e === document.activeElement), 'message box not focused');
     await page.waitForFunction(() => document.getElementById('model-name').textContent !== '—', null, { timeout: 10000 });
     assert(!pageErrors.length, 'page errors: ' + pageErrors.join('; '));
+  });
+
+  await test('1280 px: the sidebar is a column beside the chat; the menu button collapses and reopens it', async () => {
+    const sb = await page.locator('#sidebar').boundingBox();
+    const main = await page.locator('#main').boundingBox();
+    assert(await page.locator('#sidebar').isVisible(), 'sidebar hidden at 1280 px');
+    assert(sb && main && sb.x === 0 && sb.width > 200 && main.x >= sb.x + sb.width - 1,
+      `sidebar ${JSON.stringify(sb)} should sit left of the chat ${JSON.stringify(main)}`);
+    assert(await page.locator('#sidebar-toggle').getAttribute('aria-expanded') === 'true', 'aria-expanded not true');
+    await page.locator('#sidebar-toggle').click();
+    await page.waitForFunction(() => getComputedStyle(document.getElementById('sidebar')).visibility === 'hidden');
+    const main2 = await page.locator('#main').boundingBox();
+    assert(main2.x < 1 && main2.width > 1270, 'chat did not take the width: ' + JSON.stringify(main2));
+    assert(await page.locator('#sidebar-toggle').getAttribute('aria-expanded') === 'false', 'aria-expanded not false');
+    await page.locator('#sidebar-toggle').click();
+    await page.locator('#sidebar').waitFor({ state: 'visible' });
+    assert(await page.locator('#scrim').isHidden(), 'scrim shown on a wide screen');
   });
 
   const xssUser = 'Hi <img src=x onerror=alert(1)> & <script>alert(2)</script>';
@@ -311,6 +330,68 @@ try {
     mkdirSync(dirname(SHOT), { recursive: true });
     await page.screenshot({ path: SHOT });
     await page.locator('#message').fill('');
+  });
+  await test('390 px (a phone): chat usable, sidebar closed until the menu button, then over the chat, and closes', async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto(BASE + '/', { waitUntil: 'load' });
+    await page.waitForFunction(() => document.documentElement.classList.contains('ready'));
+    const sidebar = page.locator('#sidebar'), toggle = page.locator('#sidebar-toggle');
+    assert(await sidebar.isHidden(), 'sidebar visible at 390 px before the menu button');
+    assert(await toggle.getAttribute('aria-expanded') === 'false', 'aria-expanded should be false');
+    // the chat has the whole width and its input is on screen and on top
+    const main = await page.locator('#main').boundingBox();
+    assert(main.x < 1 && main.width > 385, 'chat not full width: ' + JSON.stringify(main));
+    const box = await page.locator('#message').boundingBox();
+    assert(box && box.x >= 0 && box.x + box.width <= 390 && box.y + box.height <= 844 && box.width > 150,
+      'message box off screen or too small: ' + JSON.stringify(box));
+    const onTop = await page.evaluate(() => {
+      const r = document.getElementById('message').getBoundingClientRect();
+      return document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2) === document.getElementById('message');
+    });
+    assert(onTop, 'the message box is covered');
+    assert(await page.evaluate(() => document.documentElement.scrollWidth <= 390), 'page scrolls sideways');
+    mkdirSync(dirname(SHOT_PHONE), { recursive: true });
+    await page.screenshot({ path: SHOT_PHONE });
+    // a turn on the phone
+    const n0 = await page.locator('#messages .msg.assistant').count();
+    await sendMessage('Hello from a phone');
+    await page.waitForFunction((n) => document.querySelectorAll('#messages .msg.assistant').length === n + 1, n0);
+    await waitIdle();
+    const a = await lastAssistant().boundingBox();
+    assert(a && a.x >= 0 && a.x + a.width <= 390, 'answer overflows the screen: ' + JSON.stringify(a));
+    // the menu button opens the list OVER the chat (the chat keeps its width), with a scrim
+    await toggle.click();
+    await sidebar.waitFor({ state: 'visible' });
+    await page.waitForFunction(() => document.getElementById('sidebar').getBoundingClientRect().x > -1);
+    const sb = await sidebar.boundingBox();
+    const main2 = await page.locator('#main').boundingBox();
+    assert(sb.x > -1 && sb.width <= 390 * 0.85 + 1 && sb.width > 200, 'sidebar geometry: ' + JSON.stringify(sb));
+    assert(main2.x < 1 && main2.width > 385, 'the chat moved instead of being overlaid: ' + JSON.stringify(main2));
+    assert(await toggle.getAttribute('aria-expanded') === 'true', 'aria-expanded should be true');
+    assert(await page.locator('#scrim').isVisible(), 'no scrim behind the open sidebar');
+    const over = await page.evaluate(() => {
+      const r = document.getElementById('sidebar').getBoundingClientRect();
+      return document.getElementById('sidebar').contains(document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2));
+    });
+    assert(over, 'the sidebar is not on top of the chat');
+    await page.screenshot({ path: SHOT_PHONE_MENU });
+    // closes: on the scrim, with Esc, and when a conversation is picked
+    await page.mouse.click(380, 400);
+    await sidebar.waitFor({ state: 'hidden' });
+    assert(await toggle.getAttribute('aria-expanded') === 'false', 'scrim: aria-expanded should be false');
+    await toggle.click();
+    await sidebar.waitFor({ state: 'visible' });
+    await page.keyboard.press('Escape');
+    await sidebar.waitFor({ state: 'hidden' });
+    await toggle.click();
+    await sidebar.waitFor({ state: 'visible' });
+    await page.locator('#conv-list .conv-open').first().click();
+    await sidebar.waitFor({ state: 'hidden' });
+    assert(await page.locator('#scrim').isHidden(), 'scrim left behind');
+    // back to a wide window: the sidebar is a column again
+    await page.setViewportSize({ width: 1280, height: 800 });
+    await sidebar.waitFor({ state: 'visible' });
+    assert(!pageErrors.length, 'page errors: ' + pageErrors.join('; '));
   });
 } finally {
   await ctx.close().catch(() => {});

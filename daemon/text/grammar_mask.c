@@ -1,0 +1,499 @@
+/*
+ * grammar_mask.c - the vocabulary trie, the per-state token index and the
+ * token mask (see grammar.h for the approach).
+ *
+ * Vocabulary: the byte strings of the ordinary tokens (not special, not
+ * end, not empty) sorted and laid out as a trie in preorder, each node with
+ * its depth and the end of its subtree, so a walk is a loop over an array
+ * that skips a rejected prefix's whole subtree in one jump.
+ *
+ * Index: for each automaton state with byte edges, the trie is walked from
+ * the stack (state, UNKNOWN).  A walk level holds the set of tops after a
+ * prefix; GF_CTX at level k means some path ended the state's rule after k
+ * bytes, where the real stack decides.  A token is
+ *   accepted   if its bytes leave a live stack (or end the rule exactly);
+ *   leftover   (token, k) for each k < len with GF_CTX at level k >= 1: the
+ *              bytes from k on must be read from the rule's continuation;
+ *   rejected   otherwise.
+ * A state whose rule may end before any byte (ctx0) leaves the whole
+ * vocabulary to the continuation: the mask walks the trie from there.
+ * Leftovers are sorted by their remaining bytes, with the common prefix
+ * length to the previous one, so the run-time walk shares prefixes and
+ * drops a dead prefix's followers without stepping.
+ *
+ * Mask: OR of the accepted sets of the current tops, then per top the
+ * leftover walk (and the ctx0 trie walk, once per distinct parent) from the
+ * closure of its parent node.  Nodes made by a mask are freed before it
+ * returns.
+ */
+#include "daemon/text/grammar_mask.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/text/tokenizer.h"
+
+struct smol_grammar_vocab {
+    int32_t n_vocab;
+    const char **piece;     /* [n_vocab] bytes of an ordinary token, NULL for special/end/empty */
+    uint32_t *len;          /* [n_vocab] */
+    uint8_t *is_end;        /* [n_vocab] */
+    int32_t *ends;          /* end token ids */
+    int n_ends;
+    uint32_t n_nodes;       /* trie nodes in preorder; node 0 is the root */
+    uint8_t *byte;          /* [n_nodes] byte on the edge into the node */
+    uint16_t *depth;        /* [n_nodes] */
+    uint32_t *end;          /* [n_nodes] one past the node's subtree */
+    int32_t *tok;           /* [n_nodes] first token ending here, -1 */
+    int32_t *tok_next;      /* [n_vocab] next token with the same bytes, -1 */
+    uint32_t max_len;
+};
+
+struct left {
+    int32_t tok;
+    uint16_t k;             /* the continuation reads piece[k..len) */
+    uint16_t lcp;           /* common prefix of the remaining bytes with the previous entry's */
+};
+
+struct sclass {
+    uint32_t *bits;         /* accepted, as a bitmap ... */
+    int32_t *list;          /* ... or as a list when short */
+    uint32_t n_list;
+    struct left *left;
+    uint32_t n_left;
+    uint8_t ctx0;           /* the rule may end before any byte */
+};
+
+struct smol_grammar_index {
+    const struct smol_grammar *g;
+    const struct smol_grammar_vocab *v;
+    struct sclass *cls;     /* [g->n_states] */
+    size_t bytes;
+};
+
+/* ---- vocabulary --------------------------------------------------------------------- */
+
+static const struct smol_grammar_vocab *sort_vocab;
+
+static int cmp_tok(const void *x, const void *y)
+{
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    uint32_t la = sort_vocab->len[a], lb = sort_vocab->len[b];
+    int c = memcmp(sort_vocab->piece[a], sort_vocab->piece[b], la < lb ? la : lb);
+    if (c) return c;
+    if (la != lb) return la < lb ? -1 : 1;
+    return a < b ? -1 : a > b;
+}
+
+void smol_grammar_vocab_free(struct smol_grammar_vocab **vp)
+{
+    if (!vp || !*vp) return;
+    struct smol_grammar_vocab *v = *vp;
+    free(v->piece); free(v->len); free(v->is_end); free(v->ends);
+    free(v->byte); free(v->depth); free(v->end); free(v->tok); free(v->tok_next);
+    free(v);
+    *vp = NULL;
+}
+
+enum smol_err smol_grammar_vocab_new(struct smol_grammar_vocab **out, const struct smol_tokenizer *tok, char *err)
+{
+    *out = NULL;
+    struct smol_grammar_vocab *v = calloc(1, sizeof *v);
+    int32_t n = smol_tokenizer_n_vocab(tok), *order = NULL, *path = NULL;
+    if (!v) goto oom;
+    v->n_vocab = n;
+    v->piece = calloc(n, sizeof *v->piece);
+    v->len = calloc(n, sizeof *v->len);
+    v->is_end = calloc(n, 1);
+    v->ends = calloc(n, sizeof *v->ends);
+    v->tok_next = malloc(n * sizeof *v->tok_next);
+    order = malloc(n * sizeof *order);
+    if (!v->piece || !v->len || !v->is_end || !v->ends || !v->tok_next || !order) goto oom;
+    size_t total = 1, m = 0;
+    for (int32_t i = 0; i < n; i++) {
+        v->tok_next[i] = -1;
+        if (smol_tokenizer_is_eog(tok, i)) {
+            v->is_end[i] = 1;
+            v->ends[v->n_ends++] = i;
+            continue;
+        }
+        size_t len = 0;
+        const char *p = smol_tokenizer_piece(tok, i, &len);
+        if (!p || !len || smol_tokenizer_is_special(tok, i) || len > 65535) continue;
+        v->piece[i] = p;
+        v->len[i] = (uint32_t)len;
+        if (len > v->max_len) v->max_len = (uint32_t)len;
+        total += len;
+        order[m++] = i;
+    }
+    sort_vocab = v;   /* qsort has no context argument; building is not reentrant-critical */
+    qsort(order, m, sizeof *order, cmp_tok);
+    v->byte = malloc(total);
+    v->depth = malloc(total * sizeof *v->depth);
+    v->end = malloc(total * sizeof *v->end);
+    v->tok = malloc(total * sizeof *v->tok);
+    path = malloc((v->max_len + 1) * sizeof *path);
+    if (!v->byte || !v->depth || !v->end || !v->tok || !path) goto oom;
+    uint32_t nn = 1, plen = 0;   /* path[d] = node at depth d on the current path */
+    v->byte[0] = 0; v->depth[0] = 0; v->tok[0] = -1;
+    path[0] = 0;
+    int32_t prev = -1;
+    for (size_t i = 0; i < m; i++) {
+        int32_t t = order[i];
+        const uint8_t *p = (const uint8_t *)v->piece[t];
+        uint32_t len = v->len[t], l = 0;
+        if (prev >= 0) {
+            const uint8_t *q = (const uint8_t *)v->piece[prev];
+            uint32_t lq = v->len[prev];
+            while (l < len && l < lq && p[l] == q[l]) l++;
+        }
+        for (uint32_t d = plen; d > l; d--) v->end[path[d]] = nn;   /* close the nodes left behind */
+        for (uint32_t d = l + 1; d <= len; d++) {
+            v->byte[nn] = p[d - 1];
+            v->depth[nn] = (uint16_t)d;
+            v->tok[nn] = -1;
+            path[d] = nn++;
+        }
+        plen = len;
+        uint32_t at = path[len];
+        if (v->tok[at] < 0) v->tok[at] = t;
+        else {   /* same bytes as an earlier token: chain it */
+            int32_t x = v->tok[at];
+            while (v->tok_next[x] >= 0) x = v->tok_next[x];
+            v->tok_next[x] = t;
+        }
+        prev = t;
+    }
+    for (uint32_t d = plen; d > 0; d--) v->end[path[d]] = nn;
+    v->end[0] = nn;
+    v->n_nodes = nn;
+    free(order);
+    free(path);
+    *out = v;
+    return SMOL_OK;
+oom:
+    free(order);
+    free(path);
+    smol_grammar_vocab_free(&v);
+    return smol_errf(err, SMOL_ENOMEM, "grammar vocabulary: out of memory");
+}
+
+int32_t smol_grammar_vocab_size(const struct smol_grammar_vocab *v) { return v->n_vocab; }
+
+const char *gv_piece(const struct smol_grammar_vocab *v, int32_t id, size_t *len)
+{
+    *len = v->len[id];
+    return v->piece[id];
+}
+
+int gv_is_end(const struct smol_grammar_vocab *v, int32_t id) { return v->is_end[id]; }
+
+/* ---- walker ------------------------------------------------------------------------- */
+
+static int walker_init(struct walker *w, size_t max_depth)
+{
+    memset(w, 0, sizeof *w);
+    w->max_depth = max_depth;
+    size_t n = max_depth + 2;
+    w->off = malloc(n * sizeof *w->off);
+    w->n = malloc(n * sizeof *w->n);
+    w->fl = malloc(n);
+    w->mark = malloc(n * sizeof *w->mark);
+    return (!w->off || !w->n || !w->fl || !w->mark || gbuf_reserve(&w->buf, 4 * GP_MAX_TOPS)) ? -1 : 0;
+}
+
+static void walker_deinit(struct walker *w)
+{
+    free(w->buf.v); free(w->off); free(w->n); free(w->fl); free(w->mark);
+    memset(w, 0, sizeof *w);
+}
+
+/* Level 0 := the given tops and flags. */
+static void walker_start(struct walker *w, struct gpool *p, const uint32_t *tops, size_t n, uint8_t fl)
+{
+    w->buf.n = 0;
+    gbuf_reserve(&w->buf, n);   /* init reserved 4 * GP_MAX_TOPS; tops are fewer */
+    if (n) memcpy(w->buf.v, tops, n * sizeof *tops);
+    w->buf.n = n;
+    w->off[0] = 0;
+    w->n[0] = n;
+    w->fl[0] = fl;
+    w->mark[0] = p->n;
+}
+
+/* Level d := level d-1 after byte; returns GF_OOM/GF_LIMIT flags on failure. */
+static uint8_t walker_step(struct walker *w, const struct smol_grammar *g, struct gpool *p, size_t d, unsigned byte)
+{
+    gp_truncate(p, w->mark[d - 1]);
+    w->buf.n = w->off[d - 1] + w->n[d - 1];
+    if (gbuf_reserve(&w->buf, GP_MAX_TOPS)) { w->n[d] = 0; w->fl[d] = GF_OOM; return GF_OOM; }
+    w->off[d] = w->buf.n;
+    uint8_t fl = 0;
+    gp_step(g, p, w->buf.v + w->off[d - 1], w->n[d - 1], byte, &w->buf, &fl);
+    w->n[d] = w->buf.n - w->off[d];
+    w->fl[d] = fl;
+    w->mark[d] = p->n;
+    return fl & (GF_OOM | GF_LIMIT);
+}
+
+/* ---- index -------------------------------------------------------------------------- */
+
+struct lbuf {
+    struct left *v;
+    size_t n, cap;
+};
+
+static int lpush(struct lbuf *b, int32_t tok, size_t k)
+{
+    if (b->n == b->cap) {
+        size_t c = b->cap ? b->cap * 2 : 256;
+        struct left *x = realloc(b->v, c * sizeof *x);
+        if (!x) return -1;
+        b->v = x;
+        b->cap = c;
+    }
+    b->v[b->n++] = (struct left){tok, (uint16_t)k, 0};
+    return 0;
+}
+
+static int cmp_left(const void *x, const void *y)
+{
+    const struct left *a = x, *b = y;
+    const struct smol_grammar_vocab *v = sort_vocab;
+    uint32_t la = v->len[a->tok] - a->k, lb = v->len[b->tok] - b->k;
+    int c = memcmp(v->piece[a->tok] + a->k, v->piece[b->tok] + b->k, la < lb ? la : lb);
+    if (c) return c;
+    return la < lb ? -1 : la > lb;
+}
+
+void smol_grammar_index_free(struct smol_grammar_index **ixp)
+{
+    if (!ixp || !*ixp) return;
+    struct smol_grammar_index *ix = *ixp;
+    if (ix->cls)
+        for (uint32_t s = 0; s < ix->g->n_states; s++) {
+            free(ix->cls[s].bits); free(ix->cls[s].list); free(ix->cls[s].left);
+        }
+    free(ix->cls);
+    free(ix);
+    *ixp = NULL;
+}
+
+size_t smol_grammar_index_bytes(const struct smol_grammar_index *ix) { return ix->bytes; }
+
+/* Leftovers for token t at every k in [1, upto] where level k hit the rule's end. */
+static int add_lefts(struct lbuf *lb, const struct walker *w, const uint32_t *nctx, int32_t t, size_t upto)
+{
+    if (!nctx[upto]) return 0;
+    for (size_t k = 1; k <= upto; k++)
+        if ((w->fl[k] & GF_CTX) && lpush(lb, t, k)) return -1;
+    return 0;
+}
+
+static enum smol_err index_state(struct smol_grammar_index *ix, uint32_t s, struct gpool *p, struct walker *w,
+                                 struct gbuf *acc, struct lbuf *lb, uint32_t *nctx, char *err)
+{
+    const struct smol_grammar *g = ix->g;
+    const struct smol_grammar_vocab *v = ix->v;
+    struct sclass *c = &ix->cls[s];
+    gp_truncate(p, 0);
+    acc->n = 0;
+    lb->n = 0;
+    struct gbuf t0 = {0};
+    uint8_t fl = 0;
+    gp_closure(g, p, gp_node(p, (int32_t)s, GP_UNK), &t0, &fl);
+    if (fl & (GF_OOM | GF_LIMIT)) { free(t0.v); goto fail; }
+    walker_start(w, p, t0.v, t0.n, fl);
+    free(t0.v);
+    c->ctx0 = (fl & GF_CTX) != 0;
+    nctx[0] = 0;
+    for (uint32_t i = 1; i < v->n_nodes;) {
+        size_t d = v->depth[i];
+        if (walker_step(w, g, p, d, v->byte[i])) goto fail;
+        int live = w->n[d] > 0;
+        nctx[d] = nctx[d - 1] + ((w->fl[d] & GF_CTX) != 0);
+        for (int32_t t = v->tok[i]; t >= 0; t = v->tok_next[t]) {
+            if (live || (w->fl[d] & GF_CTX)) {
+                if (gbuf_reserve(acc, 1)) goto oom;
+                acc->v[acc->n++] = (uint32_t)t;
+            } else if (add_lefts(lb, w, nctx, t, d - 1)) {
+                goto oom;
+            }
+        }
+        if (live) { i++; continue; }
+        if (nctx[d])   /* every longer token under this prefix is leftover */
+            for (uint32_t j = i + 1; j < v->end[i]; j++)
+                for (int32_t t = v->tok[j]; t >= 0; t = v->tok_next[t])
+                    if (add_lefts(lb, w, nctx, t, d)) goto oom;
+        i = v->end[i];
+    }
+    uint32_t words = ((uint32_t)v->n_vocab + 31) / 32;
+    if (acc->n > words / 2) {
+        c->bits = calloc(words, sizeof *c->bits);
+        if (!c->bits) goto oom;
+        for (size_t i = 0; i < acc->n; i++) c->bits[acc->v[i] >> 5] |= 1u << (acc->v[i] & 31);
+        ix->bytes += words * sizeof *c->bits;
+    } else if (acc->n) {
+        c->list = malloc(acc->n * sizeof *c->list);
+        if (!c->list) goto oom;
+        memcpy(c->list, acc->v, acc->n * sizeof *c->list);
+        c->n_list = (uint32_t)acc->n;
+        ix->bytes += acc->n * sizeof *c->list;
+    }
+    if (lb->n) {
+        qsort(lb->v, lb->n, sizeof *lb->v, cmp_left);
+        for (size_t i = 1; i < lb->n; i++) {
+            const struct left *a = &lb->v[i - 1], *b = &lb->v[i];
+            uint32_t la = v->len[a->tok] - a->k, lbn = v->len[b->tok] - b->k, l = 0;
+            while (l < la && l < lbn && v->piece[a->tok][a->k + l] == v->piece[b->tok][b->k + l]) l++;
+            lb->v[i].lcp = (uint16_t)(l > 65535 ? 65535 : l);
+        }
+        c->left = malloc(lb->n * sizeof *c->left);
+        if (!c->left) goto oom;
+        memcpy(c->left, lb->v, lb->n * sizeof *c->left);
+        c->n_left = (uint32_t)lb->n;
+        ix->bytes += lb->n * sizeof *c->left;
+    }
+    return SMOL_OK;
+oom:
+    return smol_errf(err, SMOL_ENOMEM, "grammar index: out of memory");
+fail:
+    return smol_errf(err, SMOL_ETOOLARGE, "grammar index: state %u of rule '%s' has over %d live stacks",
+                     s, g->rule_names[g->states[s].rule], GP_MAX_TOPS);
+}
+
+enum smol_err smol_grammar_index_new(struct smol_grammar_index **out, const struct smol_grammar *g,
+                                     const struct smol_grammar_vocab *v, size_t max_bytes, char *err)
+{
+    *out = NULL;
+    if (!max_bytes) max_bytes = (size_t)512 << 20;
+    struct smol_grammar_index *ix = calloc(1, sizeof *ix);
+    struct gpool p = {0};
+    struct walker w = {0};
+    struct gbuf acc = {0};
+    struct lbuf lb = {0};
+    uint32_t *nctx = malloc((v->max_len + 2) * sizeof *nctx);
+    enum smol_err rc = SMOL_OK;
+    if (!ix || !nctx || walker_init(&w, v->max_len)) { rc = smol_errf(err, SMOL_ENOMEM, "grammar index: out of memory"); goto out; }
+    ix->g = g;
+    ix->v = v;
+    ix->cls = calloc(g->n_states ? g->n_states : 1, sizeof *ix->cls);
+    if (!ix->cls) { rc = smol_errf(err, SMOL_ENOMEM, "grammar index: out of memory"); goto out; }
+    sort_vocab = v;
+    for (uint32_t s = 0; s < g->n_states && !rc; s++) {
+        if (!g->states[s].n_byte) continue;
+        rc = index_state(ix, s, &p, &w, &acc, &lb, nctx, err);
+        if (!rc && ix->bytes > max_bytes)
+            rc = smol_errf(err, SMOL_ETOOLARGE, "grammar index over %zu MiB (%u automaton states)", max_bytes >> 20, g->n_states);
+    }
+out:
+    gp_deinit(&p);
+    walker_deinit(&w);
+    free(acc.v);
+    free(lb.v);
+    free(nctx);
+    if (rc) smol_grammar_index_free(&ix);
+    *out = ix;
+    return rc;
+}
+
+/* ---- masks -------------------------------------------------------------------------- */
+
+const struct smol_grammar_vocab *gm_vocab(const struct smol_grammar_matcher *m) { return m->ix->v; }
+
+int gm_scratch_init(struct smol_grammar_matcher *m)
+{
+    m->cap_walked = 64;
+    m->walked = malloc(m->cap_walked * sizeof *m->walked);
+    return (!m->walked || walker_init(&m->w, m->ix->v->max_len) || gbuf_reserve(&m->ctx, 2 * GP_MAX_TOPS)) ? -1 : 0;
+}
+
+void gm_scratch_deinit(struct smol_grammar_matcher *m)
+{
+    walker_deinit(&m->w);
+    free(m->ctx.v);
+    free(m->walked);
+}
+
+static inline void setbit(uint32_t *mask, int32_t t) { mask[t >> 5] |= 1u << (t & 31); }
+
+/* Every token readable from level 0 of the walker (the continuation). */
+static void walk_trie(struct smol_grammar_matcher *m, uint32_t *mask)
+{
+    const struct smol_grammar_vocab *v = m->ix->v;
+    struct walker *w = &m->w;
+    for (uint32_t i = 1; i < v->n_nodes;) {
+        size_t d = v->depth[i];
+        walker_step(w, m->g, &m->pool, d, v->byte[i]);
+        int live = w->n[d] > 0;
+        if (live || (w->fl[d] & GF_ACCEPT))
+            for (int32_t t = v->tok[i]; t >= 0; t = v->tok_next[t]) setbit(mask, t);
+        i = live ? i + 1 : v->end[i];
+    }
+}
+
+/* The leftovers of class c, read from level 0 of the walker. */
+static void walk_lefts(struct smol_grammar_matcher *m, const struct sclass *c, uint32_t *mask)
+{
+    const struct smol_grammar_vocab *v = m->ix->v;
+    struct walker *w = &m->w;
+    size_t valid = 0, dead = SIZE_MAX;
+    for (uint32_t j = 0; j < c->n_left; j++) {
+        const struct left *e = &c->left[j];
+        const uint8_t *s = (const uint8_t *)v->piece[e->tok] + e->k;
+        size_t len = v->len[e->tok] - e->k, l = j ? e->lcp : 0;
+        if (dead <= l) continue;   /* shares a dead prefix */
+        dead = SIZE_MAX;
+        if (valid > l) valid = l;
+        for (size_t d = valid + 1; d <= len; d++) {
+            walker_step(w, m->g, &m->pool, d, s[d - 1]);
+            valid = d;
+            if (!w->n[d] && (d < len || !(w->fl[d] & GF_ACCEPT))) { dead = d; break; }
+        }
+        if (dead == SIZE_MAX && (w->n[len] || (w->fl[len] & GF_ACCEPT))) setbit(mask, e->tok);
+    }
+}
+
+void smol_grammar_matcher_fill_mask(struct smol_grammar_matcher *m, uint32_t *mask)
+{
+    const struct smol_grammar_vocab *v = m->ix->v;
+    const struct smol_grammar *g = m->g;
+    uint32_t words = ((uint32_t)v->n_vocab + 31) / 32;
+    memset(mask, 0, words * sizeof *mask);
+    size_t nt;
+    uint8_t fl;
+    const uint32_t *tops = gm_tops(m, &nt, &fl);
+    if (m->oom) return;
+    if (fl & MS_DONE) {
+        for (int i = 0; i < v->n_ends; i++) setbit(mask, v->ends[i]);
+        return;
+    }
+    uint32_t mark = m->pool.n;
+    size_t n_walked = 0;
+    for (size_t i = 0; i < nt; i++) {
+        int32_t node = (int32_t)tops[i];
+        const struct sclass *c = &m->ix->cls[m->pool.state[node]];
+        if (c->bits)
+            for (uint32_t k = 0; k < words; k++) mask[k] |= c->bits[k];
+        for (uint32_t k = 0; k < c->n_list; k++) setbit(mask, c->list[k]);
+        int32_t parent = m->pool.parent[node];
+        if ((!c->ctx0 && !c->n_left) || parent < 0) continue;
+        m->ctx.n = 0;
+        uint8_t cfl = 0;
+        gp_truncate(&m->pool, mark);
+        gp_closure(g, &m->pool, parent, &m->ctx, &cfl);
+        walker_start(&m->w, &m->pool, m->ctx.v, m->ctx.n, cfl);
+        if (c->n_left) walk_lefts(m, c, mask);
+        if (c->ctx0) {
+            size_t k = 0;
+            while (k < n_walked && m->walked[k] != parent) k++;
+            if (k == n_walked) {
+                if (n_walked < m->cap_walked) m->walked[n_walked++] = parent;
+                walk_trie(m, mask);
+            }
+        }
+    }
+    gp_truncate(&m->pool, mark);
+    if (fl & GF_ACCEPT)
+        for (int i = 0; i < v->n_ends; i++) setbit(mask, v->ends[i]);
+}

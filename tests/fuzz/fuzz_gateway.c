@@ -1,0 +1,192 @@
+/*
+ * fuzz_gateway.c - libFuzzer harness for smollm3-gateway's request parsing:
+ * what a client's HTTP body becomes before anything reaches the daemon.
+ * The first input byte picks the target, the rest is the body:
+ *
+ *   0  POST /v1/chat/completions: gw_openai_parse (jansson, every field's
+ *      type and range, content parts, tools, stops, session_id) -> the
+ *      GenerateRequest, packed as the gateway sends it and unpacked again
+ *   1  POST /ui/chat: gw_ui_parse (form decoding in place, ids, UTF-8,
+ *      think, temperature, the history JSON) -> the same round trip, and the
+ *      user message through gw_buf_html as the fragment echoes it
+ *   2  gw_buf_html on raw bytes (every user/model text the UI sees)
+ *
+ * A crash, a sanitizer report or a leak is a bug; a refusal is expected and
+ * must come with a reason.  An accepted request must keep the invariants
+ * the daemon side relies on (checked with __builtin_trap): at least one
+ * message, known roles, stops <= 16 and non-empty, ranges of temperature /
+ * top_p / penalties / max_tokens, session ids of [A-Za-z0-9_.:-], and the
+ * packed bytes unpack to the same messages.  HTML output holds no raw
+ * < > " ' and every & starts one of the five entities.
+ *
+ * The parsers do no I/O: every other gateway function is a stub here that
+ * traps if it is ever called.  Build and run: tests/fuzz/run_gateway.sh.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway/gateway.h"
+
+/* ---- the rest of the gateway: never called by the parsers ---------------- */
+struct gw G;
+#define NEVER { __builtin_trap(); }
+void gw_daemon_drain(void) NEVER
+int gw_daemon_send_stream(struct gw_stream *s) NEVER
+int gw_http_status_of(int smol_code, const char **type) NEVER
+enum MHD_Result gw_queue_error(struct gw_req *r, int status, const char *type, const char *code,
+                               const char *fmt, ...) NEVER
+enum MHD_Result gw_queue_json(struct gw_req *r, int status, json_t *body) NEVER
+enum MHD_Result gw_queue_sse(struct gw_req *r, struct gw_stream *s) NEVER
+enum MHD_Result gw_queue_text(struct gw_req *r, int status, const char *ctype, const char *text,
+                              size_t len) NEVER
+enum MHD_Result gw_req_wait(struct gw_req *r) NEVER
+void gw_stream_fail(struct gw_stream *s, int status, const char *code, const char *msg) NEVER
+void gw_stream_free(struct gw_stream *s) NEVER
+struct gw_stream *gw_stream_new(enum gw_kind kind) NEVER
+const char *smol_client_error_name(int code) NEVER
+enum smol_err smol_client_send_cancel(struct smol_client *c, uint64_t target_id, uint64_t *id_out,
+                                      char *err) NEVER
+
+#define CHECK(c) do { if (!(c)) __builtin_trap(); } while (0)
+
+static int role_ok(const char *r)
+{
+    return r && (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant") ||
+                 !strcmp(r, "tool"));
+}
+
+/* No raw < > " ' and every & begins one of the entities gw_buf_html writes. */
+static void check_html(const char *s, size_t n)
+{
+    static const char *const ent[] = { "&amp;", "&lt;", "&gt;", "&quot;", "&#39;" };
+    for (size_t i = 0; i < n; i++) {
+        CHECK(s[i] != '<' && s[i] != '>' && s[i] != '"' && s[i] != '\'');
+        if (s[i] == '&') {
+            int ok = 0;
+            for (int e = 0; e < 5 && !ok; e++) ok = !strncmp(s + i, ent[e], strlen(ent[e]));
+            CHECK(ok);
+        }
+    }
+}
+
+static void html_of(const char *s, size_t n)
+{
+    struct gw_buf b = { 0 };
+    if (gw_buf_html(&b, s, n) == 0 && b.p) {
+        CHECK(b.len >= n);
+        check_html(b.p, b.len);
+    }
+    gw_buf_deinit(&b);
+}
+
+/* Packs g as the gateway does (a Request with an id) and unpacks it again. */
+static void round_trip(Smollm3__GenerateRequest *g)
+{
+    Smollm3__Request req = SMOLLM3__REQUEST__INIT;
+    req.protocol_version = SMOLLM3__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
+    req.request_id = 42;
+    req.kind_case = SMOLLM3__REQUEST__KIND_GENERATE;
+    req.generate = g;
+    size_t n = smollm3__request__get_packed_size(&req);
+    uint8_t *buf = malloc(n ? n : 1);
+    CHECK(buf);
+    CHECK(smollm3__request__pack(&req, buf) == n);
+    Smollm3__Request *u = smollm3__request__unpack(NULL, n, buf);
+    CHECK(u && u->kind_case == SMOLLM3__REQUEST__KIND_GENERATE && u->request_id == 42);
+    Smollm3__GenerateRequest *ug = u->generate;
+    CHECK(ug->input_case == SMOLLM3__GENERATE_REQUEST__INPUT_CHAT);
+    CHECK(ug->chat->n_messages == g->chat->n_messages);
+    for (size_t i = 0; i < g->chat->n_messages; i++) {
+        CHECK(!strcmp(ug->chat->messages[i]->role, g->chat->messages[i]->role));
+        CHECK(!strcmp(ug->chat->messages[i]->content, g->chat->messages[i]->content));
+    }
+    CHECK(ug->n_stop == g->n_stop);
+    CHECK(!strcmp(ug->session_id, g->session_id));
+    smollm3__request__free_unpacked(u, NULL);
+    free(buf);
+}
+
+static void check_sampling(const Smollm3__SamplingParams *s)
+{
+    if (s->temperature_opt_case) CHECK(s->temperature >= 0 && s->temperature <= 2);
+    if (s->top_p_opt_case) CHECK(s->top_p >= 0 && s->top_p <= 1);
+    if (s->presence_penalty_opt_case) CHECK(s->presence_penalty >= -2 && s->presence_penalty <= 2);
+    if (s->frequency_penalty_opt_case) CHECK(s->frequency_penalty >= -2 && s->frequency_penalty <= 2);
+}
+
+static void fuzz_openai(const char *body, size_t n)
+{
+    struct gw_openai_parsed p;
+    char why[256] = "";
+    int rc = gw_openai_parse(&p, body, n, why, sizeof why);
+    if (rc) {
+        CHECK(rc == GW_PARSE_BAD_JSON || rc == GW_PARSE_BAD_VALUE);
+        CHECK(why[0]);
+    } else {
+        Smollm3__GenerateRequest *g = &p.prm.gen;
+        CHECK(g->input_case == SMOLLM3__GENERATE_REQUEST__INPUT_CHAT && g->chat);
+        CHECK(g->chat->n_messages >= 1 && g->chat->n_messages <= 4096);
+        for (size_t i = 0; i < g->chat->n_messages; i++) {
+            CHECK(role_ok(g->chat->messages[i]->role));
+            CHECK(g->chat->messages[i]->content);
+        }
+        CHECK(g->n_stop <= GW_OPENAI_MAX_STOPS);
+        for (size_t i = 0; i < g->n_stop; i++) CHECK(g->stop[i] && g->stop[i][0]);
+        CHECK(g->max_tokens <= 1000000);
+        check_sampling(g->sampling);
+        if (g->session_id && g->session_id[0]) {
+            size_t len = strlen(g->session_id);
+            CHECK(len <= 128);
+            for (size_t i = 0; i < len; i++) {
+                char c = g->session_id[i];
+                CHECK((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      strchr("_-.:", c));
+            }
+        } else {
+            g->session_id = "";
+        }
+        round_trip(g);
+    }
+    gw_openai_parsed_deinit(&p);
+}
+
+static void fuzz_ui(const uint8_t *data, size_t n)
+{
+    char *body = malloc(n + 1);         /* decoded in place; body[n] becomes NUL */
+    CHECK(body);
+    memcpy(body, data, n);
+    struct gw_ui_parsed p;
+    const char *why = NULL;
+    int status = gw_ui_parse(&p, body, n, &why);
+    if (status) {
+        CHECK(status == 400 || status == 413 || status == 500);
+        CHECK(why && why[0]);
+    } else {
+        Smollm3__GenerateRequest *g = &p.gen;
+        size_t k = g->chat->n_messages;
+        CHECK(k >= 1);
+        CHECK(!strcmp(g->chat->messages[k - 1]->role, "user"));
+        CHECK(g->chat->messages[k - 1]->content == p.message);
+        CHECK(p.message_len >= 1 && p.message_len <= 64 * 1024 && strlen(p.message) == p.message_len);
+        for (size_t i = 0; i < k; i++) CHECK(role_ok(g->chat->messages[i]->role));
+        CHECK(!strncmp(g->session_id, "ui-", 3) && strlen(g->session_id) <= 3 + 64);
+        check_sampling(g->sampling);
+        round_trip(g);
+        html_of(p.message, p.message_len);
+    }
+    gw_ui_parsed_deinit(&p);
+    free(body);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1) return 0;
+    uint8_t sel = data[0] % 3;
+    data++;
+    size--;
+    if (sel == 0) fuzz_openai((const char *)data, size);
+    else if (sel == 1) fuzz_ui(data, size);
+    else html_of((const char *)data, size);
+    return 0;
+}
