@@ -7,6 +7,7 @@
 #include "daemon/server/engine_wire.h"
 #include "daemon/model/model.h"
 #include "daemon/server/spill.h"
+#include "daemon/server/grammar_cache.h"
 #include "kernels/quant_ref.h"
 
 #include <stdio.h>
@@ -51,6 +52,13 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
             st.spill_files_rejected = ss.rejected;
             st.spill_files = ss.files;
             st.spill_bytes = ss.bytes;
+        }
+        if (e->cfg.grammars) {
+            struct smol_grammar_cache_stats gs;
+            smol_grammar_cache_stats(e->cfg.grammars, &gs);
+            st.grammar_cache_hits = gs.hits;
+            st.grammar_compiles = gs.compiles;
+            st.grammar_compile_ms = gs.compile_ms;
         }
         ev.kind_case = SMOLLM3__EVENT__KIND_STATS;
         ev.stats = &st;
