@@ -232,6 +232,9 @@ static enum smol_err build_constraint(struct smol_request *r, const Smollm3__Gen
                                       const struct smol_rpc_limits *lim, char *err)
 {
     const char *text = "";
+    if (*g->tool_choice && strcmp(g->tool_choice, "auto"))
+        return smol_errf(err, SMOL_EUNSUPPORTED, "tool_choice \"%.64s\" is not supported yet (only \"auto\")",
+                         g->tool_choice);
     switch (g->constraint_case) {
     case SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_SCHEMA:
         r->constraint = SMOL_CONSTRAINT_JSON_SCHEMA, text = g->json_schema; break;
