@@ -18,7 +18,6 @@
 #include "daemon/model/model.h"
 #include "daemon/server/sessions.h"
 #include "daemon/server/grammar_cache.h"
-#include "daemon/text/grammar.h"
 #include "smollm3.pb-c.h"
 
 #include <math.h>

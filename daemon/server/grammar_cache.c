@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon/text/grammar.h"
+#include "daemon/text/text.h"
 
 struct smol_grammar_entry {
     struct smol_grammar_cache *c;   /* NULL once the cache is freed */
