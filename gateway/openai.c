@@ -302,6 +302,9 @@ static int parse_request(struct gw_openai_parsed *p, json_t *root, char *why, si
         }
         p->gen.session_id = (char *)sid;
     }
+    char *owned = NULL;
+    if (gw_structured_parse(&p->gen, root, &owned, why, wn)) { free(owned); return -1; }
+    if (owned && !own(p, owned)) { snprintf(why, wn, "out of memory"); return -1; }
     return 0;
 }
 

@@ -532,14 +532,7 @@ static void apply_grammar(struct smol_engine *e, struct req *q, float *logits)
         return;
     }
     smol_grammar_matcher_fill_mask(q->gm, e->gmask);
-    const int n = gV < V ? gV : V;
-    for (int w = 0; w * 32 < n; w++) {
-        uint32_t m = e->gmask[w];
-        if (m == UINT32_MAX && w * 32 + 32 <= n) continue;
-        for (int b = 0; b < 32 && w * 32 + b < n; b++)
-            if (!(m >> b & 1u)) logits[w * 32 + b] = -INFINITY;
-    }
-    for (int i = n; i < V; i++) logits[i] = -INFINITY;
+    smol_grammar_mask_logits(e->gmask, gV, logits, V);
 }
 
 /* Samples the next token of q from its logits row (e->logits, ours to
