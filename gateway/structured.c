@@ -1,6 +1,6 @@
 /*
  * structured.c - the OpenAI structured-output fields of a chat request, as
- * the daemon's GenerateRequest constraint (proto fields 20-23):
+ * the daemon's GenerateRequest constraint (proto fields 30-33):
  *
  *   response_format {"type": "text"}                        none
  *   response_format {"type": "json_object"}                 json_object
