@@ -203,6 +203,10 @@ struct gw_openai_parsed {
  * Call gw_openai_parsed_deinit in every case. */
 int gw_openai_parse(struct gw_openai_parsed *p, const char *body, size_t len, char *why, size_t wn);
 void gw_openai_parsed_deinit(struct gw_openai_parsed *p);
+/* response_format / grammar of a chat body as g's constraint (structured.c).
+ * *owned: a string g points to that the caller must keep and free (or NULL).
+ * -1 with the reason in why (a 400). */
+int gw_structured_parse(Smollm3__GenerateRequest *g, json_t *root, char **owned, char *why, size_t wn);
 
 /* A POST /ui/chat form as a GenerateRequest for session "ui-<conversation>".
  * Strings point into the body (decoded in place), hist and session. */

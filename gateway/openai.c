@@ -219,14 +219,7 @@ static int parse_request(struct gw_openai_parsed *p, json_t *root, char *why, si
     g->input_case = SMOLLM3__GENERATE_REQUEST__INPUT_CHAT;
     g->chat = &p->chat;
 
-    json_t *x = json_object_get(root, "response_format");
-    if (x && !json_is_null(x)) {
-        const char *t = json_string_value(json_object_get(x, "type"));
-        if (!json_is_object(x) || !t) FAIL("response_format", "'response_format' must be an object with a 'type'");
-        if (strcmp(t, "text"))
-            FAIL("response_format", "'response_format' of type \"%.20s\" is not supported yet (only \"text\")", t);
-    }
-    x = json_object_get(root, "modalities");
+    json_t *x = json_object_get(root, "modalities");
     if (x && !json_is_null(x)) {
         size_t k;
         json_t *m;
@@ -247,6 +240,13 @@ static int parse_request(struct gw_openai_parsed *p, json_t *root, char *why, si
         g->session_id = (char *)sid;
         if (g->n > 1) FAIL("n", "'n' > 1 cannot be combined with 'session_id'");
     }
+    char *owned = NULL;
+    if (gw_structured_parse(g, root, &owned, why, wn)) {
+        free(owned);
+        snprintf(p->prm.param, sizeof p->prm.param, "%s", !strncmp(why, "'grammar'", 9) ? "grammar" : "response_format");
+        return -1;
+    }
+    if (owned && !own(p, owned)) { snprintf(why, wn, "out of memory"); return -1; }
     return 0;
 }
 

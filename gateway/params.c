@@ -75,7 +75,8 @@ static const struct field {
     { "web_search_options", CHAT, REFUSED },
     { "verbosity", CHAT, REFUSED },
     { "moderation", CHAT, REFUSED },
-    { "grammar", BOTH, REFUSED },                   /* not supported yet */
+    { "grammar", CHAT, OWN },                       /* extension (llama.cpp): GBNF, structured.c */
+    { "grammar", COMP, REFUSED },                   /* not supported yet on completions */
 };
 
 static const struct field *field_of(const char *name, enum gw_api api)

@@ -98,6 +98,9 @@ expect 2 "unknown command" $S frobnicate
 expect 2 "no model" $S generate --ids 1 -n 1
 expect 1 "unwritable output" $S logits -m $T --ids 1 -o /nonexistent-dir/x
 
+# ---- structured output: --json-schema / --grammar outputs validate (jsonschema)
+python3 tests/check_structured_cli.py "$S" "$T" fixture && ok || bad "structured output on the fixture"
+
 # ---- the real SmolLM2-135M-Instruct: greedy tokens equal the transformers reference
 sh tests/get_smollm2.sh >"$TMP/get" 2>&1; grc=$?
 M2=build/models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -105,6 +108,7 @@ if [ $grc != 0 ]; then
     bad "get_smollm2.sh failed: $(tail -3 "$TMP/get")"
 elif [ -f $FX/smollm2/smollm2.refs.json ]; then
     python3 tests/check_smollm2.py "$S" "$M2" "$FX/smollm2/smollm2.refs.json" && ok || bad "SmolLM2 greedy vs reference"
+    python3 tests/check_structured_cli.py "$S" "$M2" real && ok || bad "structured output on SmolLM2"
 else
     bad "tests/fixtures/smollm2/smollm2.refs.json missing"
 fi

@@ -17,7 +17,7 @@
 #include "daemon/server/log.h"
 #include "daemon/server/rpc.h"
 
-static const struct smol_rpc_limits LIM = {4096, 1000, 512};
+static const struct smol_rpc_limits LIM = {4096, 1000, 512, NULL};
 
 /* ------------------------------------------------------------ helpers --- */
 

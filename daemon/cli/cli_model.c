@@ -6,7 +6,10 @@
  *            else [1][n_vocab] for the last position.
  *   generate -m MODEL (--ids 1,2,3 | --prompt TEXT) -n N [--temp T] [--seed S]
  *            [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--threads N] [--json]
+ *            [--json-schema FILE | --grammar FILE]
  *            greedy at --temp 0; stops early at an end-of-generation token.
+ *            --json-schema / --grammar (GBNF): the output is constrained to
+ *            the schema or grammar, and ends (eos) once it is complete.
  *            --json prints {"ids":[...]} with the generated ids only; otherwise
  *            the generated text is streamed to stdout.
  *   bench    -m MODEL -p 512 -n 128 [-d DEPTH] [-b BATCH] [-t THREADS] [--json]
@@ -30,6 +33,8 @@
 
 struct opts {
     const char *model, *ids, *out, *prompt;
+    const char *schema_file;    /* generate: --json-schema / --grammar FILE */
+    int gbnf;                   /* schema_file is GBNF */
     int all, json, kv_f32, yarn, n_ctx;
     long n, threads, p, d, b;
     struct smol_sampler_params sp;
@@ -60,6 +65,8 @@ static int parse(const char *cmd, int argc, char **argv, struct opts *o)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED(); o->model = v; }
         else if (!strcmp(a, "--ids")) { NEED(); o->ids = v; }
         else if (!strcmp(a, "--prompt")) { NEED(); o->prompt = v; }
+        else if (!strcmp(a, "--json-schema")) { NEED(); o->schema_file = v; o->gbnf = 0; }
+        else if (!strcmp(a, "--grammar")) { NEED(); o->schema_file = v; o->gbnf = 1; }
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { NEED(); o->out = v; }
         else if (!strcmp(a, "--all")) o->all = 1;
         else if (!strcmp(a, "--json")) o->json = 1;
@@ -174,6 +181,60 @@ out:
     return rc;
 }
 
+/* generate's constraint: the grammar of --json-schema / --grammar FILE,
+ * its token index and a matcher.  0, or 1 with a message printed. */
+struct constraint {
+    struct smol_grammar *g;
+    struct smol_grammar_vocab *v;
+    struct smol_grammar_index *ix;
+    struct smol_grammar_matcher *m;
+    uint32_t *mask;
+};
+
+static int constraint_open(struct constraint *c, const struct opts *o, const struct smol_tokenizer *tok)
+{
+    char err[SMOL_ERRLEN];
+    memset(c, 0, sizeof *c);
+    if (!o->schema_file) return 0;
+    const char *flag = o->gbnf ? "--grammar" : "--json-schema";
+    if (!tok) { fprintf(stderr, "smollm3 generate: %s needs a model with a tokenizer\n", flag); return 1; }
+    FILE *f = fopen(o->schema_file, "rb");
+    if (!f) { fprintf(stderr, "smollm3 generate: %s %s: %s\n", flag, o->schema_file, strerror(errno)); return 1; }
+    char *text = NULL;
+    size_t n = 0, cap = 0, k;
+    char buf[65536];
+    while ((k = fread(buf, 1, sizeof buf, f)) > 0) {
+        if (n + k + 1 > cap) {
+            char *t = realloc(text, (cap = 2 * (n + k + 1)));
+            if (!t) { free(text); fclose(f); fprintf(stderr, "smollm3 generate: out of memory\n"); return 1; }
+            text = t;
+        }
+        memcpy(text + n, buf, k);
+        n += k;
+    }
+    fclose(f);
+    struct smol_grammar_opts go = {0};
+    enum smol_err e = o->gbnf ? smol_grammar_compile_gbnf(text ? text : "", n, &go, &c->g, err)
+                              : smol_grammar_compile_json_schema(text ? text : "", n, &go, &c->g, err);
+    free(text);
+    if (!e) e = smol_grammar_vocab_new(&c->v, tok, err);
+    if (!e) e = smol_grammar_index_new(&c->ix, c->g, c->v, 0, err);
+    if (!e) e = smol_grammar_matcher_new(&c->m, c->g, c->ix, err);
+    if (!e && !(c->mask = malloc(((size_t)smol_tokenizer_n_vocab(tok) + 31) / 32 * sizeof *c->mask)))
+        e = smol_errf(err, SMOL_ENOMEM, "out of memory");
+    if (e) { fprintf(stderr, "smollm3 generate: %s %s: %s\n", flag, o->schema_file, err); return 1; }
+    return 0;
+}
+
+static void constraint_close(struct constraint *c)
+{
+    smol_grammar_matcher_free(&c->m);
+    smol_grammar_index_free(&c->ix);
+    smol_grammar_vocab_free(&c->v);
+    smol_grammar_free(&c->g);
+    free(c->mask);
+}
+
 int smol_cli_generate(int argc, char **argv)
 {
     struct opts o;
@@ -194,6 +255,7 @@ int smol_cli_generate(int argc, char **argv)
     float *logits = NULL;
     int32_t *out_ids = NULL;
     char err[SMOL_ERRLEN];
+    struct constraint con = {0};
     rc = 1;
 
     /* the tokenizer is read from the GGUF before the weights are bound */
@@ -219,6 +281,7 @@ int smol_cli_generate(int argc, char **argv)
         for (int i = 0; i < n; i++) smol_ids_push(&prompt, ids[i]);
         free(ids);
     }
+    if (constraint_open(&con, &o, tok)) goto out;
     if (!(m = open_model("generate", &o, ctx_for((long)prompt.n + o.n)))) goto out;
     if ((long)prompt.n + o.n > m->cfg.n_ctx) {
         fprintf(stderr, "smollm3 generate: prompt (%zu tokens) + %ld new tokens exceed the context of %d\n", prompt.n,
@@ -237,8 +300,16 @@ int smol_cli_generate(int argc, char **argv)
     int n_gen = 0;
     for (; n_gen < o.n; n_gen++) {
         int32_t t;
+        if (con.m) {
+            smol_grammar_matcher_fill_mask(con.m, con.mask);
+            smol_grammar_mask_logits(con.mask, smol_tokenizer_n_vocab(tok), logits, m->cfg.vocab);
+        }
         if (smol_sampler_sample(smp, sc, logits, &t, NULL, err)) {
             fprintf(stderr, "smollm3 generate: %s\n", err);
+            goto out;
+        }
+        if (con.m && smol_grammar_matcher_accept_token(con.m, t)) {
+            fprintf(stderr, "smollm3 generate: internal error: token %d outside the grammar\n", t);
             goto out;
         }
         out_ids[n_gen] = t;
@@ -273,6 +344,7 @@ out:
     smol_sampler_scratch_free(&sc);
     if (m) smol_kv_seq_deinit(&m->kv, &seq);
     smol_model_close(&m);
+    constraint_close(&con);
     smol_tokenizer_free(&tok);
     smol_gguf_close(&g);
     return rc;

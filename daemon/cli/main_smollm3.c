@@ -17,7 +17,7 @@ struct command {
 static const struct command commands[] = {
     {"inspect", smol_cli_inspect, "inspect MODEL [--json]"},
     {"logits", smol_cli_logits, "logits -m MODEL --ids 1,2,3 [--all] -o OUT [--threads N]"},
-    {"generate", smol_cli_generate, "generate -m MODEL (--ids 1,2,3 | --prompt TEXT) -n N [--temp T] [--seed S] [--json]"},
+    {"generate", smol_cli_generate, "generate -m MODEL (--ids 1,2,3 | --prompt TEXT) -n N [--temp T] [--seed S] [--json-schema FILE | --grammar FILE] [--json]"},
     {"bench", smol_cli_bench, "bench -m MODEL -p 512 -n 128 [-d DEPTH] [-b BATCH] [-t THREADS] [--json]"},
     {"synth", smol_cli_synth, "synth -o OUT.gguf [--preset smollm3-3b] [--seed S]"},
     {"tokenize", smol_cli_tokenize, "tokenize -m MODEL [--special] [--json] TEXT|-"},

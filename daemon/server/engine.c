@@ -18,6 +18,7 @@
 #include "daemon/model/model.h"
 #include "daemon/server/log.h"
 #include "daemon/server/sessions.h"
+#include "daemon/server/grammar_cache.h"
 #include "smollm3.pb-c.h"
 
 #include <math.h>
@@ -51,6 +52,7 @@ static void req_free(struct req *q)
 {
     if (!q) return;
     smol_sampler_free(&q->smp);
+    smol_grammar_matcher_free(&q->gm);
     smol_detok_deinit(&q->detok);
     smol_chat_parser_deinit(&q->parser);
     smol_chat_buf_deinit(&q->content);
@@ -522,10 +524,13 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
     if ((rc = smol_sampler_new(&q->smp, &r->sp, e->m->cfg.vocab, err)) ||
         (rc = smol_sampler_set_logit_bias(q->smp, r->bias_id, r->bias, (size_t)r->n_bias, err)) ||
         (rc = smol_sampler_accept(q->smp, q->tok, (size_t)n_prompt, false, err)) ||
-        (rc = smol_detok_init(&q->detok, (const char *const *)r->stops, (size_t)r->n_stops, err))) {
+        (rc = smol_detok_init(&q->detok, (const char *const *)r->stops, (size_t)r->n_stops, err)) ||
+        (r->grammar && (rc = smol_grammar_matcher_new(&q->gm, smol_grammar_entry_grammar(r->grammar),
+                                                      smol_grammar_entry_index(r->grammar), err)))) {
         reject(e, q, rc, err);
         return -1;
     }
+    q->gm_active = q->gm && !q->thinking;   /* thinking: constrained from </think> on */
     smol_chat_parser_init(&q->parser, parser_start(e, r), on_parse, q);
     list_remove(&e->queue, q);
     e->n_queued--;
@@ -560,15 +565,42 @@ static void fail_request(struct smol_engine *e, struct req *q, enum smol_err cod
     reject(e, q, code, msg);
 }
 
-/* Samples the next token of q from its logits row and streams what it
- * makes final.  May finish (and free) q. */
-static void sample_and_emit(struct smol_engine *e, struct req *q, const float *logits, double now)
+/* Structured output: sets the logits of the tokens q's grammar does not
+ * allow here to -inf (the sampler never picks them).  Once the grammar is
+ * done, only the end-of-turn token is left (<|im_end|> for chat, eos
+ * otherwise). */
+static void apply_grammar(struct smol_engine *e, struct req *q, float *logits)
+{
+    const int V = e->m->cfg.vocab, gV = smol_tokenizer_n_vocab(e->tok);
+    if (smol_grammar_matcher_is_done(q->gm)) {
+        const struct smol_special_ids *sp = smol_tokenizer_special(e->tok);
+        int32_t end = q->r->kind == SMOL_INPUT_CHAT && sp->im_end >= 0 ? sp->im_end : sp->eos;
+        if (end < 0 || end >= V) return;    /* no end token: the grammar's own mask applies below */
+        float keep = logits[end];
+        for (int i = 0; i < V; i++) logits[i] = -INFINITY;
+        logits[end] = isfinite(keep) ? keep : 0.0f;
+        return;
+    }
+    smol_grammar_matcher_fill_mask(q->gm, e->gmask);
+    smol_grammar_mask_logits(e->gmask, gV, logits, V);
+}
+
+/* Samples the next token of q from its logits row (e->logits, ours to
+ * modify) and streams what it makes final.  May finish (and free) q. */
+static void sample_and_emit(struct smol_engine *e, struct req *q, float *logits, double now)
 {
     char err[SMOL_ERRLEN];
     int32_t t;
+    if (q->gm_active) apply_grammar(e, q, logits);
     q->cur_lp.n_top = q->r->top_logprobs;
     enum smol_err rc = smol_sampler_sample_lp(q->smp, e->sc, logits, &t, q->r->logprobs ? &q->cur_lp : NULL, err);
     if (rc || tok_push(q, t)) { fail_request(e, q, rc ? rc : SMOL_ENOMEM, rc ? err : "out of memory"); return; }
+    if (q->gm_active && !smol_grammar_matcher_is_done(q->gm) &&
+        (rc = smol_grammar_matcher_accept_token(q->gm, t))) {
+        fail_request(e, q, SMOL_EINTERNAL, "structured output: the sampled token is outside the grammar");
+        return;
+    }
+    if (q->gm && !q->gm_active && t == smol_tokenizer_special(e->tok)->think_end) q->gm_active = 1;
     q->n_gen++;
     if (!q->t_first_token) q->t_first_token = now;
     q->cur_token = t;
@@ -604,7 +636,7 @@ static void sample_and_emit(struct smol_engine *e, struct req *q, const float *l
  * from its KV (pages shared, copied on write), its logits row and their own
  * sampler (seed + i), and stream their tokens with their choice index.
  * A choice that cannot start fails the whole request. */
-static void spawn_choices(struct smol_engine *e, struct req *q, const float *logits, double now)
+static void spawn_choices(struct smol_engine *e, struct req *q, float *logits, double now)
 {
     struct smol_kv *kv = &e->m->kv;
     char err[SMOL_ERRLEN];
@@ -642,11 +674,16 @@ static void spawn_choices(struct smol_engine *e, struct req *q, const float *log
             !(rc = smol_sampler_set_logit_bias(c->smp, q->r->bias_id, q->r->bias, (size_t)q->r->n_bias, err)) &&
             !(rc = smol_sampler_accept(c->smp, c->tok, (size_t)c->n_prompt, false, err)))
             rc = smol_detok_init(&c->detok, (const char *const *)q->r->stops, (size_t)q->r->n_stops, err);
+        if (!rc && q->r->grammar)
+            rc = smol_grammar_matcher_new(&c->gm, smol_grammar_entry_grammar(q->r->grammar),
+                                          smol_grammar_entry_index(q->r->grammar), err);
         if (rc) {
             smol_sessions_remove(&e->sessions, a);
             req_free(c);
             break;
         }
+        /* its own matcher, at the start like q's: the mask q's row gets is the same */
+        c->gm_active = c->gm && !c->thinking;
         smol_chat_parser_init(&c->parser, parser_start(e, q->r), on_parse, c);
         list_append(&e->running, c);
         e->n_running++;
@@ -870,7 +907,7 @@ static void engine_free(struct smol_engine *e)
     smol_sessions_deinit(&e->sessions);
     smol_sampler_scratch_free(&e->sc);
     if (e->sock) zmq_close(e->sock);
-    free(e->b_tok); free(e->b_pos); free(e->b_out); free(e->b_seq); free(e->b_req); free(e->logits); free(e->pack);
+    free(e->b_tok); free(e->b_pos); free(e->b_out); free(e->gmask); free(e->b_seq); free(e->b_req); free(e->logits); free(e->pack);
     free(e);
 }
 
@@ -900,11 +937,13 @@ enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const c
     e->b_tok = malloc((size_t)T * sizeof *e->b_tok);
     e->b_pos = malloc((size_t)T * sizeof *e->b_pos);
     e->b_out = malloc((size_t)T * sizeof *e->b_out);
+    const int gv = smol_tokenizer_n_vocab(tok) > m->cfg.vocab ? smol_tokenizer_n_vocab(tok) : m->cfg.vocab;
+    e->gmask = malloc(((size_t)gv + 31) / 32 * sizeof *e->gmask);
     e->b_seq = malloc((size_t)T * sizeof *e->b_seq);
     e->b_req = malloc((size_t)T * sizeof *e->b_req);
     e->logits = malloc((size_t)R * m->cfg.vocab * sizeof *e->logits);
     enum smol_err rc = smol_sampler_scratch_new(&e->sc, m->cfg.vocab, err);
-    if (!rc && (!e->b_tok || !e->b_pos || !e->b_out || !e->b_seq || !e->b_req || !e->logits))
+    if (!rc && (!e->b_tok || !e->b_pos || !e->b_out || !e->gmask || !e->b_seq || !e->b_req || !e->logits))
         rc = smol_errf(err, SMOL_ENOMEM, "engine: out of memory");
     if (!rc) {
         e->sock = zmq_socket(zmq_ctx, ZMQ_PAIR);

@@ -36,6 +36,7 @@
 struct smol_model;
 struct smol_tokenizer;
 struct smol_spill;
+struct smol_grammar_cache;
 
 enum smol_engine_cmd {
     SMOL_CMD_SUBMIT = 1,
@@ -61,6 +62,7 @@ struct smol_engine_config {
     double queue_timeout_s; /* a request waiting for KV longer than this gets SMOL_EBUSY; default 30 */
     const char *model_name; /* reported by health */
     struct smol_spill *spill;   /* session files (server/spill.h), borrowed; NULL = none */
+    struct smol_grammar_cache *grammars; /* for its stats (server/grammar_cache.h), borrowed; NULL = none */
     int spill_when_idle;        /* write changed sessions to it whenever nothing runs */
 };
 

@@ -31,6 +31,8 @@ struct req {
     int thinking, cancelled, paused, finished;
     enum smol_chat_tpl tpl;
     struct smol_sampler *smp;
+    struct smol_grammar_matcher *gm;  /* structured output: NULL = unconstrained */
+    int gm_active;                  /* the constraint applies (after </think> when thinking) */
     struct smol_detok detok;
     struct smol_chat_parser parser;
     struct smol_chat_buf content;   /* content text, for the session's history */
@@ -64,6 +66,7 @@ struct smol_engine {
     double drain_deadline;
     /* step scratch, sized once */
     int32_t *b_tok, *b_pos, *b_out;
+    uint32_t *gmask;                /* token bitmask for constrained requests, ceil(vocab / 32) words */
     struct smol_kv_seq **b_seq;
     struct req **b_req;             /* request of each out row */
     float *logits;                  /* [max_running + prefill rows][vocab] */

@@ -7,6 +7,7 @@
 #include "daemon/server/engine_wire.h"
 #include "daemon/model/model.h"
 #include "daemon/server/spill.h"
+#include "daemon/server/grammar_cache.h"
 #include "kernels/quant_ref.h"
 
 #include <stdio.h>
@@ -54,6 +55,13 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         }
         st.prefill_tokens_total = e->n_prefilled;
         st.shared_choices_total = e->n_shared_choices;
+        if (e->cfg.grammars) {
+            struct smol_grammar_cache_stats gs;
+            smol_grammar_cache_stats(e->cfg.grammars, &gs);
+            st.grammar_cache_hits = gs.hits;
+            st.grammar_compiles = gs.compiles;
+            st.grammar_compile_ms = gs.compile_ms;
+        }
         ev.kind_case = SMOLLM3__EVENT__KIND_STATS;
         ev.stats = &st;
         smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);

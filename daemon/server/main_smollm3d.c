@@ -30,6 +30,7 @@
 
 #include "daemon/server/config.h"
 #include "daemon/server/engine.h"
+#include "daemon/server/grammar_cache.h"
 #include "daemon/model/model.h"
 #include "daemon/server/log.h"
 #include "daemon/server/rpc.h"
@@ -131,6 +132,7 @@ int main(int argc, char **argv)
     struct smol_rpc *rpc = NULL;
     struct smol_engine *eng = NULL;
     struct smol_spill *spill = NULL;
+    struct smol_grammar_cache *grammars = NULL;
     void *zctx = NULL;
     char name[256];
 
@@ -149,6 +151,7 @@ int main(int argc, char **argv)
     ms.quiet = 1;
     if (smol_model_open(&m, cfg.model, &ms, err)) { smol_log_err("model %s: %s", cfg.model, err); goto out; }
     if (smol_tokenizer_new(&tok, m->gguf, err)) { smol_log_err("tokenizer: %s", err); goto out; }
+    if (smol_grammar_cache_new(&grammars, tok, 0, err)) { smol_log_err("grammar vocabulary: %s", err); goto out; }
     model_name(cfg.model, name, sizeof name);
     smol_log_info("model \"%s\": %d layers, dim %d, vocab %d, context %d, KV budget %d MiB (%s)", name,
                   m->cfg.n_layers, m->cfg.dim, m->cfg.vocab, m->cfg.n_ctx, cfg.kv_budget_mb,
@@ -169,7 +172,8 @@ int main(int argc, char **argv)
     int32_t n_vocab = smol_tokenizer_n_vocab(tok);
     if (m->cfg.vocab < n_vocab) n_vocab = m->cfg.vocab;
     struct smol_rpc_config rc_cfg = {
-        .lim = {.max_request_bytes = (size_t)cfg.max_request_bytes, .n_vocab = n_vocab, .n_ctx = m->cfg.n_ctx},
+        .lim = {.max_request_bytes = (size_t)cfg.max_request_bytes, .n_vocab = n_vocab, .n_ctx = m->cfg.n_ctx,
+                .grammars = grammars},
         .sndhwm = cfg.sndhwm,
         .rcvhwm = cfg.rcvhwm,
         .pause_frames = cfg.pause_frames,
@@ -200,6 +204,7 @@ int main(int argc, char **argv)
     ec.queue_timeout_s = cfg.queue_timeout;
     ec.model_name = name;
     ec.spill = spill;
+    ec.grammars = grammars;
     ec.spill_when_idle = cfg.kv_spill_when_idle;
     if (smol_engine_start(&eng, zctx, ENGINE_ENDPOINT, m, tok, &ec, err)) {
         smol_log_err("engine: %s", err);
@@ -219,6 +224,7 @@ out:
     smol_engine_stop(&eng);     /* STOP + join, before the sockets and the model go */
     smol_spill_close(&spill);   /* after the engine: it writes there until it stops */
     smol_rpc_free(&rpc);
+    smol_grammar_cache_free(&grammars);  /* after the engine: requests hold entries */
     if (zctx) zmq_ctx_term(zctx);
     smol_tokenizer_free(&tok);
     smol_model_close(&m);

@@ -238,6 +238,39 @@ static enum smol_err build_sampling(struct smol_request *r, const Smollm3__Sampl
     return SMOL_OK;
 }
 
+/* The request's constraint, compiled (or found in the cache) now so that a
+ * schema we cannot express is refused before the request is queued.  The
+ * wire code is INVALID_ARGUMENT for every schema problem (unsupported
+ * keyword, invalid schema, bad syntax); the message names it. */
+static enum smol_err build_constraint(struct smol_request *r, const Smollm3__GenerateRequest *g,
+                                      const struct smol_rpc_limits *lim, char *err)
+{
+    const char *text = "";
+    if (*g->tool_choice && strcmp(g->tool_choice, "auto"))
+        return smol_errf(err, SMOL_EUNSUPPORTED, "tool_choice \"%.64s\" is not supported yet (only \"auto\")",
+                         g->tool_choice);
+    switch (g->constraint_case) {
+    case SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_SCHEMA:
+        r->constraint = SMOL_CONSTRAINT_JSON_SCHEMA, text = g->json_schema; break;
+    case SMOLLM3__GENERATE_REQUEST__CONSTRAINT_GBNF: r->constraint = SMOL_CONSTRAINT_GBNF, text = g->gbnf; break;
+    case SMOLLM3__GENERATE_REQUEST__CONSTRAINT_REGEX: r->constraint = SMOL_CONSTRAINT_REGEX, text = g->regex; break;
+    case SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_OBJECT:
+        if (!g->json_object) return SMOL_OK;
+        r->constraint = SMOL_CONSTRAINT_JSON_OBJECT;
+        break;
+    default: return SMOL_OK;
+    }
+    if (!utf8_ok(text)) return smol_errf(err, SMOL_EUTF8, "constraint text is not valid UTF-8");
+    if (r->constraint != SMOL_CONSTRAINT_JSON_OBJECT && !*text)
+        return smol_errf(err, SMOL_EINVAL, "constraint text must not be empty");
+    if (!lim->grammars) return smol_errf(err, SMOL_EUNSUPPORTED, "this daemon does not do constrained decoding");
+    char e2[SMOL_ERRLEN];
+    enum smol_err e = smol_grammar_cache_get(lim->grammars, r->constraint, text, strlen(text), &r->grammar, e2);
+    if (e == SMOL_ENOMEM) return smol_errf(err, e, "%s", e2);
+    if (e) return smol_errf(err, SMOL_EINVAL, "%s", e2);
+    return SMOL_OK;
+}
+
 enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t client_id,
                                      const struct smol_rpc_limits *lim, struct smol_request **out, char *err)
 {
@@ -332,6 +365,8 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
         r->n_bias++;
     }
 
+    if ((e = build_constraint(r, g, lim, err))) goto fail;
+
     switch (g->input_case) {
     case SMOLLM3__GENERATE_REQUEST__INPUT_CHAT:
         r->kind = SMOL_INPUT_CHAT;
@@ -390,6 +425,7 @@ void smol_request_free(struct smol_request **rp)
     free(r->bias_id);
     free(r->bias);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    smol_grammar_entry_release(&r->grammar);
     free(r);
     *rp = NULL;
 }

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include "daemon/model/error.h"
 #include "daemon/text/text.h"
+#include "daemon/server/grammar_cache.h"
 #include "smollm3.pb-c.h"     /* generated into $(BUILD)/gen */
 
 #define SMOL_PROTOCOL_VERSION 1
@@ -59,6 +60,10 @@ struct smol_request {
     int n_bias;
     int n_choices;                      /* [1, SMOL_MAX_CHOICES] continuations of one prompt */
     int refs;                           /* engine: the requests (choices) sharing this struct */
+    /* structured output: the compiled constraint (a cache reference,
+     * released by smol_request_free), or NULL */
+    enum smol_constraint_kind constraint;
+    struct smol_grammar_entry *grammar;
     double t_received;                  /* CLOCK_MONOTONIC seconds */
 };
 
@@ -72,6 +77,7 @@ struct smol_rpc_limits {
     size_t max_request_bytes;   /* frames above are refused unparsed */
     int32_t n_vocab;            /* token ids must be < n_vocab */
     int n_ctx;                  /* max_tokens is capped to it; token inputs must fit */
+    struct smol_grammar_cache *grammars;  /* compiles constraints; NULL: constrained requests are refused */
 };
 
 /* Size check, unpack, protocol version, request kind, and the fields of the
@@ -89,7 +95,9 @@ enum smol_err smol_rpc_decode(const void *buf, size_t len, const struct smol_rpc
  * arrays, parsed with jansson), the date, sampling ranges
  * (smol_sampler_params_check), stop strings (at most SMOL_MAX_STOPS, each
  * 1..SMOL_STOP_MAX_LEN bytes), token ids (< n_vocab), max_tokens (capped to
- * n_ctx).  A missing seed is drawn with getrandom().
+ * n_ctx), the constraint (json_schema / gbnf / regex / json_object,
+ * compiled through lim->grammars: an inexpressible keyword is SMOL_EINVAL
+ * naming it).  A missing seed is drawn with getrandom().
  * The chat input becomes the JSON body engine.h describes (chat_body) and is
  * parsed with smol_chat_request_from_json, as the gateway's JSON is.
  * Free the result with smol_request_free (request.c).

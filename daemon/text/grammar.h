@@ -108,6 +108,9 @@ void smol_grammar_matcher_reset(struct smol_grammar_matcher *m);
  * id % 32 of word id / 32 set = allowed).  Every bit is written.  No
  * allocation once the matcher's scratch has grown to the grammar's needs. */
 void smol_grammar_matcher_fill_mask(struct smol_grammar_matcher *m, uint32_t *bitmask);
+/* Sets logits[i] = -inf for every token the mask disallows, and for ids
+ * at or past n_mask (the grammar's vocabulary size) up to n_logits. */
+void smol_grammar_mask_logits(const uint32_t *bitmask, int32_t n_mask, float *logits, int32_t n_logits);
 /* Advances by token id.  An end token is accepted only when the grammar may
  * end, and finishes the matcher.  Errors: SMOL_EINVAL (the token is not
  * allowed here; the matcher is unchanged), SMOL_ENOMEM. */

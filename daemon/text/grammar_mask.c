@@ -28,6 +28,7 @@
  */
 #include "daemon/text/grammar_mask.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -496,4 +497,16 @@ void smol_grammar_matcher_fill_mask(struct smol_grammar_matcher *m, uint32_t *ma
     gp_truncate(&m->pool, mark);
     if (fl & GF_ACCEPT)
         for (int i = 0; i < v->n_ends; i++) setbit(mask, v->ends[i]);
+}
+
+void smol_grammar_mask_logits(const uint32_t *bitmask, int32_t n_mask, float *logits, int32_t n_logits)
+{
+    const int32_t n = n_mask < n_logits ? n_mask : n_logits;
+    for (int32_t w = 0; w * 32 < n; w++) {
+        uint32_t m = bitmask[w];
+        if (m == UINT32_MAX && w * 32 + 32 <= n) continue;
+        for (int32_t b = 0; b < 32 && w * 32 + b < n; b++)
+            if (!(m >> b & 1u)) logits[w * 32 + b] = -INFINITY;
+    }
+    for (int32_t i = n; i < n_logits; i++) logits[i] = -INFINITY;
 }

@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static int init;
     if (!init) { smol_log_init("fuzz", SMOL_LOG_ERR); init = 1; }
     /* small limits so the fuzzer reaches the size cap and the context check */
-    static const struct smol_rpc_limits lim = {1 << 16, 49152, 256};
+    static const struct smol_rpc_limits lim = {1 << 16, 49152, 256, NULL};
     Smollm3__Request *rq = NULL;
     uint64_t id;
     char err[SMOL_ERRLEN];

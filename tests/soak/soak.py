@@ -421,7 +421,7 @@ class Soak:
             ("POST", "/v1/chat/completions", b'{"messages":[{"role":"user","content":"hi"}],"temperature":5}', "application/json"),
             ("POST", "/v1/chat/completions", b'{"messages":[{"role":"robot","content":"hi"}]}', "application/json"),
             ("POST", "/v1/chat/completions", b'{"messages":[{"role":"user","content":42}]}', "application/json"),
-            ("POST", "/v1/chat/completions", b'{"messages":[{"role":"user","content":"hi"}],"n":3}', "application/json"),
+            ("POST", "/v1/chat/completions", b'{"messages":[{"role":"user","content":"hi"}],"n":17}', "application/json"),
             ("POST", "/v1/chat/completions", b'{"messages":[{"role":"user","content":"hi"}],"session_id":"a b"}', "application/json"),
             ("POST", "/v1/chat/completions", b'\xff\xfe{}', "application/json"),
             ("GET", "/v1/chat/completions", None, None),
