@@ -36,6 +36,8 @@ int gw_daemon_send_stream(struct gw_stream *s) NEVER
 int gw_http_status_of(int smol_code, const char **type) NEVER
 enum MHD_Result gw_queue_error(struct gw_req *r, int status, const char *type, const char *code,
                                const char *fmt, ...) NEVER
+enum MHD_Result gw_queue_error_param(struct gw_req *r, int status, const char *type, const char *code,
+                                     const char *param, const char *fmt, ...) NEVER
 enum MHD_Result gw_queue_json(struct gw_req *r, int status, json_t *body) NEVER
 enum MHD_Result gw_queue_sse(struct gw_req *r, struct gw_stream *s) NEVER
 enum MHD_Result gw_queue_text(struct gw_req *r, int status, const char *ctype, const char *text,
@@ -45,6 +47,7 @@ void gw_stream_fail(struct gw_stream *s, int status, const char *code, const cha
 void gw_stream_free(struct gw_stream *s) NEVER
 struct gw_stream *gw_stream_new(enum gw_kind kind) NEVER
 const char *smol_client_error_name(int code) NEVER
+const char *smol_client_finish_name(int finish_reason) NEVER
 enum smol_err smol_client_send_cancel(struct smol_client *c, uint64_t target_id, uint64_t *id_out,
                                       char *err) NEVER
 

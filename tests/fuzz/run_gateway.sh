@@ -6,7 +6,7 @@
 # FUZZ_RUNS=N stops after N executions instead (whichever comes first);
 # FUZZ_MAX_LEN (default 4096) bounds the input size.
 #
-# Build: gateway/openai.c, gateway/ui.c, gateway/util.c and the generated
+# Build: gateway/openai.c, params.c, structured.c, ui.c, util.c and the generated
 # protobuf-c code with clang -fsanitize=fuzzer,address,undefined; the rest of
 # the gateway (HTTP, daemon link) is stubbed in the harness and traps if
 # called.  Seeds (requests of every shape, with the target byte in front) are
@@ -30,7 +30,8 @@ PKG="libmicrohttpd jansson libprotobuf-c libzmq"
 CFLAGS="-std=gnu11 -D_GNU_SOURCE -g -O1 -I. -I$OUT/gen -fno-omit-frame-pointer \
  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(pkg-config --cflags $PKG)"
 # shellcheck disable=SC2086
-nice -n 10 $CC $CFLAGS tests/fuzz/fuzz_gateway.c gateway/openai.c gateway/ui.c gateway/util.c \
+nice -n 10 $CC $CFLAGS tests/fuzz/fuzz_gateway.c gateway/openai.c gateway/params.c gateway/structured.c \
+    gateway/ui.c gateway/util.c \
     "$OUT/gen/smollm3.pb-c.c" -ljansson -lprotobuf-c -lm -o "$OUT/fuzz_gateway"
 
 # seeds: one byte for the target (0 OpenAI, 1 UI form, 2 HTML), then the body
@@ -38,6 +39,8 @@ seed() { printf "$1" >"$SEEDS/$2.tmp"; printf '%s' "$3" >>"$SEEDS/$2.tmp"; mv "$
 seed '\000' openai-min '{"messages":[{"role":"user","content":"Hi"}]}'
 seed '\000' openai-full '{"model":"smollm3","messages":[{"role":"system","content":"Be brief"},{"role":"developer","content":null},{"role":"user","content":[{"type":"text","text":"h\u00e9llo "},{"type":"text","text":"world"}]},{"role":"assistant","content":"","reasoning_content":"hmm","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","name":"f","content":"{\"ok\":true}"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"stream":true,"stream_options":{"include_usage":true},"n":1,"max_tokens":64,"max_completion_tokens":32,"temperature":0.7,"top_p":0.9,"presence_penalty":0.5,"frequency_penalty":-0.5,"seed":42,"stop":["END","\n\n"],"chat_template_kwargs":{"enable_thinking":false},"session_id":"chat:1_a-b.c"}'
 seed '\000' openai-bad '{"messages":[{"role":"robot","content":1}],"temperature":3,"stop":[""],"n":2}'
+seed '\000' openai-api '{"messages":[{"role":"user","content":"Hi"}],"n":3,"logprobs":true,"top_logprobs":5,"logit_bias":{"42":-100,"7":2.5},"top_k":40,"min_p":0.05,"repetition_penalty":1.1,"reasoning_effort":"low","tool_choice":"none","response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}},"user":"u","metadata":{"a":"b"}}'
+seed '\000' openai-grammar '{"messages":[{"role":"user","content":"Hi"}],"grammar":"root ::= [0-9]+","response_format":{"type":"text"}}'
 seed '\000' openai-dup '{"messages":[],"messages":[]}'
 seed '\001' ui-min 'conversation=conv-1&message=hi'
 seed '\001' ui-full 'conversation=conv_1-a&history=%5B%7B%22role%22%3A%22user%22%2C%22content%22%3A%22hi%22%7D%2C%7B%22role%22%3A%22assistant%22%2C%22content%22%3A%22hello%22%7D%5D&message=Tell+me+%3Cb%3Emore%3C%2Fb%3E+%26+%22quote%22&think=0&temperature=0.25&system=You+are+%C3%A9l%C3%A8ve'
