@@ -488,7 +488,7 @@ class Soak:
         a = self.a
         self.t_start = now()
         deadline = self.t_start + a.seconds
-        warm = max(5.0, a.seconds * 0.1)
+        warm = max(12.0, a.seconds * 0.1)  # the heap settles in the first seconds of traffic
         threads = [threading.Thread(target=self.worker, args=(i,), daemon=True) for i in range(a.workers)]
         for t in threads:
             t.start()
