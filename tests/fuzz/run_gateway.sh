@@ -6,7 +6,7 @@
 # FUZZ_RUNS=N stops after N executions instead (whichever comes first);
 # FUZZ_MAX_LEN (default 4096) bounds the input size.
 #
-# Build: gateway/openai.c, gateway/ui.c, gateway/util.c and the generated
+# Build: gateway/openai.c, structured.c, ui.c, util.c and the generated
 # protobuf-c code with clang -fsanitize=fuzzer,address,undefined; the rest of
 # the gateway (HTTP, daemon link) is stubbed in the harness and traps if
 # called.  Seeds (requests of every shape, with the target byte in front) are
@@ -30,7 +30,7 @@ PKG="libmicrohttpd jansson libprotobuf-c libzmq"
 CFLAGS="-std=gnu11 -D_GNU_SOURCE -g -O1 -I. -I$OUT/gen -fno-omit-frame-pointer \
  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(pkg-config --cflags $PKG)"
 # shellcheck disable=SC2086
-nice -n 10 $CC $CFLAGS tests/fuzz/fuzz_gateway.c gateway/openai.c gateway/ui.c gateway/util.c \
+nice -n 10 $CC $CFLAGS tests/fuzz/fuzz_gateway.c gateway/openai.c gateway/structured.c gateway/ui.c gateway/util.c \
     "$OUT/gen/smollm3.pb-c.c" -ljansson -lprotobuf-c -lm -o "$OUT/fuzz_gateway"
 
 # seeds: one byte for the target (0 OpenAI, 1 UI form, 2 HTML), then the body
