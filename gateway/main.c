@@ -227,14 +227,18 @@ static void begin_stop(void)
     }
 }
 
-/* With no connection and no stream, hand the heap's free pages back to the
- * kernel (at most once a second).  glibc keeps freed chunks of a busy minute in
- * its arena, so RSS otherwise shows the high-water mark of past traffic
- * rather than what is live; the soak's "RSS flat" check reads live memory. */
+/* With no connection open, hand the heap's free pages back to the kernel (at
+ * most once a second).  glibc keeps freed chunks of a busy minute in its
+ * arena, so RSS otherwise shows the high-water mark of past traffic (a 1 MiB
+ * request body stays resident) rather than what is live; the soak's "RSS
+ * flat" check reads live memory.  Streams do not count: with no connection
+ * the only ones left are UI streams nobody has claimed yet, which wait up to
+ * 30 s for their GET (a client that went away, or was refused a 429 by nginx)
+ * and must not keep the heap at its high-water mark meanwhile. */
 static void trim_when_idle(double now)
 {
     static double last;
-    if (G.n_conns != 0 || G.streams || now - last < 1.0) return;
+    if (G.n_conns != 0 || now - last < 1.0) return;
     last = now;
     malloc_trim(0);
 }

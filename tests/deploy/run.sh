@@ -9,6 +9,9 @@
 #              produce stderr (the check is live)
 #   security   `systemd-analyze security --offline=yes`: exposure <= 3.0 each
 #   nginx      `nginx -t` clean (no warnings) on the site and on scale-out.conf
+#   ratelimit  the installed site in front of a stub gateway: a burst beyond
+#              its limit_req gets 429 in OpenAI's shape, per key, per address
+#              without one, a per-address ceiling (tests/deploy/ratelimit.py)
 #   affinity   scale-out.conf in front of two stub HTTP nodes: one session key
 #              (header, ?session=, cookie) -> one node; many keys -> both nodes;
 #              /ui/ without a key sticks per client; /v1/ without one spreads
@@ -196,6 +199,20 @@ else
     check '[ $rc = 0 ] && [ "$(grep -cv "syntax is ok\|test is successful" "$TMP/ngt.out")" = 0 ]' \
           "nginx -t on scale-out.conf (+ smollm3-nodes.conf.example): clean (exit $rc)"
     [ $rc = 0 ] || sed 's/^/    /' "$TMP/ngt.out"
+fi
+
+# ---------------------------------------------------------------- rate limits
+echo "# rate limits of the shipped site (stub gateway)"
+if [ "$have_nginx" = 0 ] || ! command -v python3 >/dev/null 2>&1; then
+    skip "nginx or python3 missing: rate-limit test not run"
+elif [ ! -f "$D/etc/nginx/sites-available/smollm3" ]; then
+    bad "no installed site to rate-limit"
+else
+    python3 tests/deploy/ratelimit.py "$D/etc/nginx/sites-available/smollm3" > "$TMP/ratelimit.out" 2>&1
+    sed 's/^/  /' "$TMP/ratelimit.out"
+    PASS=$((PASS + $(grep -c '^ok   - ' "$TMP/ratelimit.out")))
+    FAIL=$((FAIL + $(grep -c '^FAIL - ' "$TMP/ratelimit.out")))
+    grep -q '^ok   - ' "$TMP/ratelimit.out" || bad "tests/deploy/ratelimit.py ran no check"
 fi
 
 # ---------------------------------------------------------------- affinity (stub nodes)

@@ -776,6 +776,38 @@ def t_sigterm(d, tmp):
     check(d.stats()["requests_active"] == 0, "daemon request left running")
 
 
+def t_idle_trim(d, tmp):
+    """With no connection open the gateway hands freed heap back (malloc_trim),
+    even while a UI stream nobody claimed waits its 30 s: a 1 MiB body must not
+    stay resident (the api gateway's soak grew 12 % when refused stream GETs
+    left such streams behind and the trim waited for them)."""
+    gw = Gateway(d.endpoint, tmp, ["--request-timeout", "1"])
+    try:
+        big = b'{"messages":[{"role":"user","content":"' + b"x" * (1 << 20) + b'"}]}'
+
+        def rss():
+            with open("/proc/%d/status" % gw.proc.pid) as f:
+                return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+
+        def settle():           # idle connections close after 1 s; the trim runs once a second
+            time.sleep(3.0)
+            return rss()
+
+        for _ in range(2):      # warm: the allocator's thresholds follow the first big body
+            check(gw.request("POST", "/v1/chat/completions", big)[0] == 413, "big body not 413")
+            check(gw.request("POST", "/v1/chat/completions", chat())[0] == 200, "chat failed")
+        base = settle()
+        st, _, b = ui_post(gw, conversation="abandoned")
+        check(st == 200 and sid_of(b.decode()), "UI POST %d" % st)   # never claimed
+        for _ in range(3):
+            check(gw.request("POST", "/v1/chat/completions", big)[0] == 413, "big body not 413")
+        after = settle()
+        check(after - base < 512, "RSS %d KiB -> %d KiB (+%d) with an unclaimed UI stream after three"
+              " 1 MiB bodies: freed memory not given back" % (base, after, after - base))
+    finally:
+        gw.stop()
+
+
 def t_bad_flags():
     gwb = os.path.join(ARGS.build, "bin/smollm3-gateway")
     for args in ([], ["--listen", "127.0.0.1:1"], ["--listen", "nope", "--daemon", "ipc:///x"],
@@ -1010,7 +1042,7 @@ def main():
                 run_test(name, fn, gw, d)
         for name, fn in (("too_many_connections", t_too_many_connections),
                          ("max_inflight", t_max_inflight), ("unix_socket", t_unix_socket),
-                         ("sigterm", t_sigterm)):
+                         ("sigterm", t_sigterm), ("idle_trim", t_idle_trim)):
             if want(name):
                 run_test(name, fn, d, tmp)
         if want("bad_flags"):

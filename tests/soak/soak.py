@@ -12,8 +12,17 @@ all in a fresh temporary directory, then sends SECONDS of mixed traffic to
   session    a 3-turn conversation under one session_id (history sent back)
   cancel     a stream dropped by the client after its first token
   ui         POST /ui/chat (the HTMX fragment) then GET /ui/stream/SID to `done`
-  malformed  bad JSON / fields / methods / routes / sizes / ids: must be 4xx
+  abandon    POST /ui/chat, then the client goes away without its stream
+             (a closed tab): the gateway holds the unclaimed stream 30 s
+  malformed  bad JSON / fields / methods / routes / sizes / ids, no or a
+             wrong API key: must be 4xx (a 429 is not: see below)
   probe      GET /health, /v1/models
+
+Each worker is one client with its own API key (the gateway runs with
+--api-key-file), as users of a deployment are: the shipped site's limits
+(10 requests/s per key, bursts of 40; 50/s per address) apply unchanged, and
+no worker may meet them: a 429 is an unexpected error.  At the end each
+key's request counter in /metrics must equal what its worker sent.
 
 Halfway through, smollm3d is restarted (SIGTERM: it drains and exits; a new
 one starts).  From the SIGTERM until /health is 200 again (+ a grace) a
@@ -45,8 +54,8 @@ import time
 import urllib.parse
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-KINDS = ["stream", "json", "session", "cancel", "ui", "malformed", "probe"]
-WEIGHTS = [30, 15, 12, 10, 10, 15, 8]
+KINDS = ["stream", "json", "session", "cancel", "ui", "abandon", "malformed", "probe"]
+WEIGHTS = [30, 15, 12, 10, 10, 3, 15, 8]
 PROMPTS = ["What is the capital of France?", "Tell me a short joke.", "Name three colors.",
            "Write a haiku about the sea.", "What is 2 + 2?", "Say hello in Spanish.",
            "Give me a fun fact about cats.", "What does CPU stand for?"]
@@ -81,6 +90,11 @@ class Stack:
         self.gw_port, self.port = free_port(), free_port()
         self.daemon = self.gateway = self.nginx = None
         self.daemon_n = 0
+        # one API key per worker (a client of the deployment), named workerN
+        self.keys = ["soak-%d-%s" % (i, os.urandom(8).hex()) for i in range(args.workers)]
+        self.keyfile = os.path.join(tmp, "api-keys")
+        with open(self.keyfile, "w") as f:
+            f.write("# soak clients\n" + "".join("%s worker%d\n" % (k, i) for i, k in enumerate(self.keys)))
 
     def start_daemon(self):
         self.daemon_n += 1
@@ -99,7 +113,8 @@ class Stack:
         # streams get a ping every 1 s, so a waiting stream is never idle
         self.gateway = subprocess.Popen(
             [os.path.join(self.a.build, "bin/smollm3-gateway"), "--listen", "127.0.0.1:%d" % self.gw_port,
-             "--daemon", "ipc://" + self.dsock, "--request-timeout", "2", "--ping-interval", "1"],
+             "--daemon", "ipc://" + self.dsock, "--request-timeout", "2", "--ping-interval", "1",
+             "--api-key-file", self.keyfile],
             stdout=glog, stderr=subprocess.STDOUT, cwd=ROOT)
         self.start_nginx()
         if not self.wait_healthy(120):
@@ -206,6 +221,8 @@ class Soak:
         # chat UI does): taken from its pool for a request, then given back
         self.session_pool = ["soak-%d" % i for i in range(16)]
         self.conv_pool = ["soak%d" % i for i in range(8)]
+        self.me = threading.local()   # the worker: .key (its API key), .i (its index)
+        self.key_sent = [0] * args.workers  # requests each worker sent with its key
 
     def take(self, pool):
         with self.lock:
@@ -238,9 +255,20 @@ class Soak:
     def conn(self, timeout=60):
         return http.client.HTTPConnection("127.0.0.1", self.s.port, timeout=timeout)
 
+    def send(self, c, method, path, body=None, headers=None, auth=True):
+        """c.request with the worker's API key (auth=False: none; a string: that header)."""
+        h = dict(headers or {})
+        if auth is True:
+            h["Authorization"] = "Bearer " + self.me.key
+            with self.lock:
+                self.key_sent[self.me.i] += 1
+        elif auth:
+            h["Authorization"] = auth
+        c.request(method, path, body, h)
+
     def post_json(self, c, path, body):
         data = body if isinstance(body, (bytes, str)) else json.dumps(body)
-        c.request("POST", path, data, {"Content-Type": "application/json"})
+        self.send(c, "POST", path, data, {"Content-Type": "application/json"})
         return c.getresponse()
 
     # ---- SSE reading
@@ -377,21 +405,40 @@ class Soak:
         finally:
             self.give(self.conv_pool, conv)
 
+    def ui_post(self, c, form):
+        """POST /ui/chat: (the stream's SID, "") or (None, why)."""
+        self.send(c, "POST", "/ui/chat", form, {"Content-Type": "application/x-www-form-urlencoded"})
+        r = c.getresponse()
+        b = r.read().decode(errors="replace")
+        if r.status != 200:
+            return None, "POST /ui/chat %d %s" % (r.status, b[:200])
+        i = b.find('sse-connect="/ui/stream/')
+        if i < 0:
+            return None, "no stream in the fragment"
+        return b[i + len('sse-connect="/ui/stream/'):].split('"')[0], ""
+
+    def k_abandon(self):
+        conv = self.take(self.conv_pool)
+        form = urllib.parse.urlencode({"conversation": conv, "history": "[]", "message": random.choice(PROMPTS),
+                                       "think": "0", "temperature": "0.6"})
+        c = self.conn()
+        try:
+            sid, why = self.ui_post(c, form)
+            return sid is not None, why
+        finally:
+            c.close()
+            self.give(self.conv_pool, conv)
+
     def ui_turn(self, conv):
         form = urllib.parse.urlencode({"conversation": conv, "history": "[]", "message": random.choice(PROMPTS),
                                        "think": "0", "temperature": "0.6"})
         c = self.conn()
         try:
-            c.request("POST", "/ui/chat", form, {"Content-Type": "application/x-www-form-urlencoded"})
-            r = c.getresponse()
-            b = r.read().decode(errors="replace")
-            if r.status != 200:
-                return False, "POST /ui/chat %d %s" % (r.status, b[:200])
-            i = b.find('sse-connect="/ui/stream/')
-            if i < 0:
-                return False, "no stream in the fragment"
-            sid = b[i + len('sse-connect="/ui/stream/'):].split('"')[0]
-            c.request("GET", "/ui/stream/" + sid, headers={"Accept": "text/event-stream"})
+            sid, why = self.ui_post(c, form)
+            if sid is None:
+                return False, why
+            # as a browser's EventSource: no Authorization header, the SID authorises it
+            self.send(c, "GET", "/ui/stream/" + sid, headers={"Accept": "text/event-stream"}, auth=False)
             r = c.getresponse()
             if r.status != 200:
                 return False, "GET /ui/stream %d" % r.status
@@ -415,7 +462,11 @@ class Soak:
 
     def k_malformed(self):
         big = b'{"messages":[{"role":"user","content":"' + b"x" * (1 << 20) + b'"}]}'
+        ok_body = b'{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}'
         cases = [
+            ("POST", "/v1/chat/completions", ok_body, "application/json", False),
+            ("POST", "/v1/chat/completions", ok_body, "application/json", "Bearer not-a-soak-key"),
+            ("GET", "/v1/models", None, None, "Basic c29hazpzb2Fr"),
             ("POST", "/v1/chat/completions", b'{"messages": [', "application/json"),
             ("POST", "/v1/chat/completions", b'{"messages": []}', "application/json"),
             ("POST", "/v1/chat/completions", b'{"messages":[{"role":"user","content":"hi"}],"temperature":5}', "application/json"),
@@ -432,13 +483,18 @@ class Soak:
             ("POST", "/v1/chat/completions", big, "application/json"),
         ]
         weights = [1] * (len(cases) - 1) + [0.2]
-        method, path, body, ctype = random.choices(cases, weights)[0]
+        case = random.choices(cases, weights)[0]
+        method, path, body, ctype = case[:4]
+        auth = case[4] if len(case) > 4 else True
         c = self.conn()
         try:
-            c.request(method, path, body, {"Content-Type": ctype} if ctype else {})
+            self.send(c, method, path, body, {"Content-Type": ctype} if ctype else {}, auth)
             r = c.getresponse()
             r.read()
-            return 400 <= r.status < 500, "%s %s -> %d (want 4xx)" % (method, path, r.status)
+            if auth is not True:
+                return r.status == 401, "%s %s with Authorization %r -> %d (want 401)" % (method, path, auth, r.status)
+            return 400 <= r.status < 500 and r.status != 429, "%s %s -> %d (want 4xx, not 429)" % (
+                method, path, r.status)
         finally:
             c.close()
 
@@ -446,16 +502,33 @@ class Soak:
         c = self.conn(10)
         try:
             path = random.choice(["/health", "/v1/models"])
-            c.request("GET", path)
+            self.send(c, "GET", path, auth=path != "/health")
             r = c.getresponse()
             b = r.read()
             return r.status == 200, "GET %s -> %d %s" % (path, r.status, b[:100])
         finally:
             c.close()
 
+    def key_counters(self):
+        """{worker index: smollm3_gateway_key_requests_total} from /metrics (through nginx, loopback)."""
+        c = self.conn(10)
+        try:
+            c.request("GET", "/metrics")
+            r = c.getresponse()
+            text = r.read().decode(errors="replace")
+        finally:
+            c.close()
+        got = {}
+        for line in text.splitlines():
+            if line.startswith('smollm3_gateway_key_requests_total{key="worker'):
+                name, _, v = line.partition("} ")
+                got[int(name.split('"worker')[1].rstrip('"'))] = int(float(v))
+        return got
+
     # ---- workers
     def worker(self, seed):
         rnd = random.Random(seed)
+        self.me.i, self.me.key = seed, self.s.keys[seed]
         while not self.stop.is_set():
             if not self.run.wait(0.2):
                 continue
@@ -556,6 +629,7 @@ def main():
               % (a.seconds, a.workers, os.path.basename(a.model), a.threads, stack.port), flush=True)
         sk = Soak(stack, a)
         r = sk.main()
+        counted = sk.key_counters()
         st = sk.stats
         # ---- the table
         print()
@@ -594,6 +668,9 @@ def main():
             check(growth(b[0], e[0]) < GROWTH_LIMIT, "%s RSS flat: %d -> %d KiB (%+.2f%%, limit %d%%)"
                   % (name, b[0], e[0], 100 * growth(b[0], e[0]), 100 * GROWTH_LIMIT))
             check(e[1] <= b[1] * (1 + GROWTH_LIMIT), "%s open fds flat: %d -> %d" % (name, b[1], e[1]))
+        check(all(counted.get(i) == n for i, n in enumerate(sk.key_sent)),
+              "/metrics counts each worker's API key requests: sent %s, counted %s"
+              % (sk.key_sent, [counted.get(i) for i in range(len(sk.key_sent))]))
         for p, n in ((stack.gateway, "gateway"), (stack.nginx, "nginx"), (stack.daemon, "daemon 2")):
             check(p.poll() is None, "%s still running at the end" % n)
     except Exception as e:  # noqa: BLE001
