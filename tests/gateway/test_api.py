@@ -614,6 +614,62 @@ def t_n_choices(gw, d):
     expect_400(lambda: cl.chat.completions.create(model="x", messages=prompt, n=17, max_tokens=2), "n")
 
 
+# A GBNF grammar that makes even the fixture model answer with a tool call in
+# SmolLM3's text form (the engine's parser turns it into a ToolCall), with a
+# city each choice samples, or a plain answer.
+CALL_GBNF = ('root ::= call | "No tool needed."\n'
+             'call ::= "<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"" city '
+             '"\\"}}\\n</tool_call>"\n'
+             'city ::= "Paris" | "Rome" | "Oslo" | "Lima"')
+
+
+def t_n_tool_calls(gw, d):
+    """n > 1 with tool calls: each choice its own calls (ids unique), its own
+    finish_reason, streamed under its index; choice i = seed + i alone."""
+    cl = client(gw)
+    kw = dict(model="x", messages=msgs("What is the weather?"), tools=[TOOL], max_tokens=60, temperature=1.0,
+              extra_body={"grammar": CALL_GBNF, "chat_template_kwargs": {"enable_thinking": False}})
+
+    def outcome(c):         # (finish, [(name, arguments)], content) of one choice
+        m = c.message
+        calls = [(t.function.name, json.loads(t.function.arguments)) for t in (m.tool_calls or [])]
+        return c.finish_reason, calls, m.content or ""
+
+    # a seed whose 4 choices mix calls and a plain answer (seeds are deterministic)
+    for seed in range(1, 40):
+        r = cl.chat.completions.create(n=4, seed=seed, **kw)
+        outs = [outcome(c) for c in r.choices]
+        if len({o[0] for o in outs}) == 2:
+            break
+    check(len({o[0] for o in outs}) == 2, "no seed in 1..39 mixed tool calls and text: %r" % outs)
+    for i, (fin, calls, content) in enumerate(outs):
+        if fin == "tool_calls":
+            check(len(calls) == 1 and calls[0][0] == "get_weather" and
+                  calls[0][1]["city"] in ("Paris", "Rome", "Oslo", "Lima") and content == "",
+                  "choice %d: %r" % (i, outs[i]))
+        else:
+            check(fin == "stop" and not calls and content == "No tool needed.", "choice %d: %r" % (i, outs[i]))
+    ids = [t.id for c in r.choices for t in (c.message.tool_calls or [])]
+    check(len(ids) == len(set(ids)) and all(ids), "tool call ids not unique: %r" % ids)
+    # choice i samples with seed + i
+    for i in range(4):
+        one = cl.chat.completions.create(n=1, seed=seed + i, **kw)
+        check(outcome(one.choices[0]) == outs[i], "choice %d != seed %d alone: %r vs %r"
+              % (i, seed + i, outs[i], outcome(one.choices[0])))
+    # streamed: every index gets its own tool-call deltas and finish
+    calls, fins, text = {}, {}, {}
+    for ch in cl.chat.completions.create(n=4, seed=seed, stream=True, **kw):
+        for c in ch.choices:
+            for t in c.delta.tool_calls or []:
+                calls.setdefault(c.index, []).append((t.function.name, json.loads(t.function.arguments)))
+            text[c.index] = text.get(c.index, "") + (c.delta.content or "")
+            if c.finish_reason:
+                fins[c.index] = c.finish_reason
+    got = [(fins.get(i), calls.get(i, []), text.get(i, "")) for i in range(4)]
+    check(got == outs, "streamed n=4 %r != non-streamed %r" % (got, outs))
+    print("   n=4 seed %d: %s" % (seed, ["%s %s" % (f, c[0][1]["city"] if c else t) for f, c, t in outs]), flush=True)
+
+
 def ids_of_choice(c):
     return [e.model_extra["id"] for e in c.logprobs.content]
 
@@ -635,7 +691,7 @@ def main():
         gw = tg.Gateway(d.endpoint, tmp)
         for name, fn in (("field_walk", t_field_walk), ("sampling_effects", t_sampling_effects),
                          ("logprobs", t_logprobs), ("completions", t_completions), ("tokenize", t_tokenize),
-                         ("models", t_models), ("n_choices", t_n_choices), ("curl", t_curl), ("langchain_stream", t_langchain_stream)):
+                         ("models", t_models), ("n_choices", t_n_choices), ("n_tool_calls", t_n_tool_calls), ("curl", t_curl), ("langchain_stream", t_langchain_stream)):
             if want(name):
                 run_test(name, fn, gw, d)
         for name, fn in (("ignore_unknown", t_ignore_unknown), ("api_keys", t_api_keys)):

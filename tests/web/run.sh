@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Browser test of the chat UI through the real stack:
 #   daemon (fixture model) <- gateway <- nginx (serves web/, proxies /ui/ and /v1/) <- headless Chromium
+# and the same with a second gateway that needs an API key (--api-key-file):
+# the UI asks for it once on the 401, keeps it and chats.
 #
 #   tests/web/run.sh [BUILD]        (BUILD defaults to build)
 #
@@ -77,8 +79,28 @@ for _ in $(seq 300); do
 done
 [ -n "$ok" ] || fail "gateway /health never returned 200"
 
+# 2b. a second gateway with API keys (--api-key-file): the UI must ask for the key
+API_KEY="sk-webtest-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+printf '# the browser test\n%s webtest\n' "$API_KEY" >"$TMP/api-keys"
+GW2_PORT=$(free_port)
+"$BUILD/bin/smollm3-gateway" --listen "127.0.0.1:$GW2_PORT" --daemon "ipc://$TMP/d.sock" \
+    --api-key-file "$TMP/api-keys" >"$TMP/gateway-keys.log" 2>&1 &
+PIDS+=($!)
+ok=
+for _ in $(seq 300); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$GW2_PORT/health" 2>/dev/null)
+    [ "$code" = 200 ] && { ok=1; break; }
+    kill -0 "${PIDS[2]}" 2>/dev/null || break
+    sleep 0.1
+done
+[ -n "$ok" ] || fail "gateway with --api-key-file: /health never returned 200"
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$GW2_PORT/ui/config")
+[ "$code" = 401 ] || fail "gateway with --api-key-file answers /ui/config without a key with $code, not 401"
+
 # 3. nginx in the foreground: web/ as the root, /ui/ and /v1/ proxied unbuffered
+# (NG_PORT: the open gateway; NG2_PORT: the one with API keys)
 NG_PORT=$(free_port)
+NG2_PORT=$(free_port)
 mkdir -p "$TMP/nginx/logs" "$TMP/nginx/tmp"
 USER_LINE=
 [ "$(id -u)" = 0 ] && USER_LINE="user $(id -un) $(id -gn);"
@@ -99,6 +121,7 @@ http {
     uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
     scgi_temp_path $TMP/nginx/tmp/scgi;
     upstream gateway { server 127.0.0.1:$GW_PORT; keepalive 8; }
+    upstream gateway_keys { server 127.0.0.1:$GW2_PORT; keepalive 8; }
     server {
         listen 127.0.0.1:$NG_PORT;
         root $ROOT/web;
@@ -118,6 +141,25 @@ http {
         }
         location = /health { proxy_pass http://gateway; proxy_http_version 1.1; proxy_set_header Connection ""; }
     }
+    server {
+        listen 127.0.0.1:$NG2_PORT;
+        root $ROOT/web;
+        index index.html;
+        client_max_body_size 1m;
+        client_body_buffer_size 256k;
+        location /node_modules/ { try_files \$uri =404; }
+        location ~ ^/(ui|v1)/ {
+            proxy_pass http://gateway_keys;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host \$host;
+            proxy_buffering off;
+            proxy_cache off;
+            proxy_read_timeout 3600s;
+            proxy_send_timeout 3600s;
+        }
+        location = /health { proxy_pass http://gateway_keys; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    }
 }
 EOF
 "$NGINX" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx.log" >"$TMP/nginx-stdout.log" 2>&1 &
@@ -126,7 +168,7 @@ ok=
 for _ in $(seq 100); do
     code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$NG_PORT/" 2>/dev/null)
     [ "$code" = 200 ] && { ok=1; break; }
-    kill -0 "${PIDS[2]}" 2>/dev/null || break
+    kill -0 "${PIDS[3]}" 2>/dev/null || break
     sleep 0.1
 done
 [ -n "$ok" ] || fail "nginx did not serve web/index.html"
@@ -135,7 +177,8 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$NG_PORT/node_mo
 
 # 4. the browser test
 mkdir -p "$(dirname "$SCREENSHOT")"
-CHROMIUM="$CHROMIUM" timeout 300 node "$ROOT/tests/web/ui.test.mjs" "http://127.0.0.1:$NG_PORT" "$SCREENSHOT"
+CHROMIUM="$CHROMIUM" UI_KEY_URL="http://127.0.0.1:$NG2_PORT" UI_API_KEY="$API_KEY" \
+    timeout 300 node "$ROOT/tests/web/ui.test.mjs" "http://127.0.0.1:$NG_PORT" "$SCREENSHOT"
 rc=$?
 if [ $rc -ne 0 ]; then
     dump_logs

@@ -393,6 +393,78 @@ try {
     await sidebar.waitFor({ state: 'visible' });
     assert(!pageErrors.length, 'page errors: ' + pageErrors.join('; '));
   });
+
+  // A gateway with --api-key-file (UI_KEY_URL, through nginx): a fresh browser
+  // profile (nothing stored) must be asked for the key once, keep it, chat.
+  const KEY_URL = (process.env.UI_KEY_URL || '').replace(/\/$/, '');
+  const KEY = process.env.UI_API_KEY || '';
+  await test('API key: asked once on the 401, stored, sent, then a chat succeeds; a wrong stored key is asked again', async () => {
+    assert(KEY_URL && KEY, 'UI_KEY_URL / UI_API_KEY not set (tests/web/run.sh sets them)');
+    const kprofile = mkdtempSync(join(tmpdir(), 'smollm3-ui-key-'));
+    const kctx = await chromium.launchPersistentContext(kprofile, {
+      executablePath: CHROMIUM, headless: true,
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+        '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      viewport: { width: 1280, height: 800 },
+    });
+    try {
+      const kp = kctx.pages()[0] || await kctx.newPage();
+      kp.setDefaultTimeout(STEP_TIMEOUT);
+      let answer = KEY;
+      const asked = [];
+      kp.on('dialog', async (d) => { asked.push(d.type() + ': ' + d.message()); await d.accept(answer).catch(() => {}); });
+      const errs = [];
+      kp.on('pageerror', (e) => errs.push(String(e)));
+      const statuses = [];   // [path, status, Authorization sent], as responses arrive
+      kp.on('response', (r) => {
+        const u = new URL(r.url());
+        if (u.pathname.startsWith('/ui/')) statuses.push([u.pathname, r.status(), r.request().headers().authorization || '']);
+      });
+      // the response events come on their own: wait (bounded) for the one a check needs
+      const seen = async (pred, what) => {
+        for (let t = 0; t < 100 && !statuses.some(pred); t++) await kp.waitForTimeout(100);
+        assert(statuses.some(pred), what + ': ' + JSON.stringify(statuses));
+      };
+      await kp.goto(KEY_URL + '/', { waitUntil: 'load' });
+      await kp.waitForFunction(() => !['—', 'offline?'].includes(document.getElementById('model-name').textContent), null, { timeout: 20000 });
+      assert(asked.length === 1 && asked[0].startsWith('prompt: '), 'asked ' + JSON.stringify(asked));
+      await seen(([p, st, a]) => p === '/ui/config' && st === 401 && !a, 'no 401 without a key');
+      await seen(([p, st, a]) => p === '/ui/config' && st === 200 && a === 'Bearer ' + KEY, 'config not fetched again with the key');
+      assert(await kp.evaluate(() => localStorage.getItem('smollm3.apiKey.v1')) === KEY, 'key not stored');
+      // a chat turn (thinking off: short): POST /ui/chat carries the key, the stream (SID) needs none
+      if (await kp.locator('#think').isChecked()) await kp.locator('label.switch').click();
+      const box = kp.locator('#message');
+      await box.click();
+      await box.fill('Hello with a key');
+      await box.press('Enter');
+      await kp.locator('#messages .msg.assistant').first().waitFor();
+      await kp.waitForFunction(() => window.SmolUI && !window.SmolUI.state().busy &&
+        !document.querySelector('#messages .msg.assistant.streaming'), null, { timeout: STEP_TIMEOUT });
+      const a = kp.locator('#messages .msg.assistant').last();
+      const text = (await a.locator('.content').textContent()) + (await a.locator('.reasoning').textContent());
+      assert(text.trim().length > 0, 'empty answer');
+      assert(await kp.locator('#messages .msg.error').count() === 0, 'an error bubble: ' +
+        await kp.locator('#messages .msg.error').first().textContent().catch(() => ''));
+      await seen(([p, st, k]) => p === '/ui/chat' && st === 200 && k === 'Bearer ' + KEY, 'POST /ui/chat not 200 with the key');
+      await seen(([p, st]) => p.startsWith('/ui/stream/') && st === 200, 'no stream');
+      // reload: the stored key is used, no question
+      await kp.reload({ waitUntil: 'load' });
+      await kp.waitForFunction(() => !['—', 'offline?'].includes(document.getElementById('model-name').textContent), null, { timeout: 20000 });
+      assert(asked.length === 1, 'asked again after a reload: ' + JSON.stringify(asked));
+      // a wrong stored key (revoked): asked once more, the new answer stored
+      await kp.evaluate(() => localStorage.setItem('smollm3.apiKey.v1', 'sk-revoked'));
+      statuses.length = 0;
+      await kp.reload({ waitUntil: 'load' });
+      await kp.waitForFunction(() => !['—', 'offline?'].includes(document.getElementById('model-name').textContent), null, { timeout: 20000 });
+      assert(asked.length === 2, 'a wrong key was not asked for again: ' + JSON.stringify(asked));
+      await seen(([p, st, k]) => p === '/ui/config' && st === 401 && k === 'Bearer sk-revoked', 'the revoked key was not refused');
+      assert(await kp.evaluate(() => localStorage.getItem('smollm3.apiKey.v1')) === KEY, 'new key not stored');
+      assert(!errs.length, 'page errors: ' + errs.join('; '));
+    } finally {
+      await kctx.close().catch(() => {});
+      rmSync(kprofile, { recursive: true, force: true });
+    }
+  });
 } finally {
   await ctx.close().catch(() => {});
   rmSync(profile, { recursive: true, force: true });
