@@ -36,7 +36,17 @@ trap 'rm -rf "$PB2"' EXIT INT TERM
 # the fake daemon speaks the protocol through the Python protobuf module
 protoc --python_out="$PB2" -Iproto proto/smollm3.proto || skip "protoc --python_out failed"
 rc=0
-python3 tests/gateway/test_gateway.py --build "$BUILD" --pb2-dir "$PB2" "$@" || rc=1
+{ python3 tests/gateway/test_gateway.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/gateway.rc"; } 2>&1 |
+    tee "$PB2/gateway.out"
+[ "$(cat "$PB2/gateway.rc")" = 0 ] || rc=1
 # the OpenAI API surface field by field (test_api.py)
-python3 tests/gateway/test_api.py --build "$BUILD" --pb2-dir "$PB2" "$@" || rc=1
+{ python3 tests/gateway/test_api.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/api.rc"; } 2>&1 |
+    tee "$PB2/api.out"
+[ "$(cat "$PB2/api.rc")" = 0 ] || rc=1
+# one result line for both (tests/run_all.sh reads the last one)
+sum() { sed -n "s/^\([0-9]*\) passed, \([0-9]*\) failed$/\\$1/p" "$PB2/gateway.out" "$PB2/api.out" |
+        awk '{ n += $1 } END { print n + 0 }'; }
+p=$(sum 1) f=$(sum 2)
+[ "$rc" != 0 ] && [ "$f" = 0 ] && f=1
+echo "gateway: $p passed, $f failed"
 exit $rc
