@@ -9,6 +9,7 @@
 #   PREFIX/share/smollm3d/web/       the chat UI (+ its npm runtime packages when
 #                                    web/node_modules exists: run `npm ci` in web/)
 #   PREFIX/share/doc/smollm3d/       README.md, proto, nginx scale-out example
+#   /etc/smollm3d/gateway.conf       the gateway's settings (API keys; kept if present)
 #   /etc/smollm3d/smollm3d.conf      default config (model = /var/lib/smollm3d/
 #                                    models/SmolLM3-3B-Q4_K_M.gguf); an existing
 #                                    file is kept, the new one goes to .dist
@@ -66,6 +67,15 @@ if [ -e "$CONF" ]; then
     say "keeping existing $CONF (new default in $CONF.dist)"
 else
     mv "$CONF.dist" "$CONF"
+fi
+
+# The gateway's settings (API keys, limits): kept if present, as the daemon's.
+GCONF=$D$SYSCONFDIR/smollm3d/gateway.conf
+install -m 0644 deploy/smollm3-gateway.conf "$GCONF.dist"
+if [ -e "$GCONF" ]; then
+    say "keeping existing $GCONF (new default in $GCONF.dist)"
+else
+    mv "$GCONF.dist" "$GCONF"
 fi
 
 # nginx site, web root following PREFIX.

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define KEY_MAX 255             /* bytes of a key */
 #define NAME_MAX_ 63
@@ -48,6 +49,9 @@ int gw_auth_load(const char *path)
         gw_log(3, "--api-key-file %s: %s", path, strerror(errno));
         return -1;
     }
+    struct stat st;
+    if (!fstat(fileno(f), &st) && (st.st_mode & S_IROTH))
+        gw_log(4, "--api-key-file %s is readable by every user: chmod o-r (0600 or 0640)", path);
     char line[1024];
     int ln = 0, rc = 0;
     while (fgets(line, sizeof line, f)) {

@@ -265,6 +265,9 @@ int gw_auth_check(struct MHD_Connection *mc);
 int gw_auth_n_keys(void);
 const char *gw_auth_key_name(int i);
 
+/* config.c: --config FILE as flags ("--name", "value", ...; malloc'd), 0 or -1 (logged) */
+int gw_config_args(const char *path, char ***args, int *n);
+
 /* metrics.c */
 void gw_metrics_init(void);
 void gw_metrics_request(enum gw_endpoint ep, int status, int key);

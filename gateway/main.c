@@ -5,6 +5,7 @@
  *   smollm3-gateway --listen unix:PATH | 127.0.0.1:PORT --daemon ipc://PATH
  *                   [--model-name NAME] [--max-body-bytes N] [--max-connections N]
  *                   [--request-timeout S] [--max-inflight N] [--ping-interval S]
+ *                   [--ignore-unknown-fields] [--api-key-file FILE] [--config FILE]
  *
  * The loop watches MHD's epoll fd, the daemon socket's ZMQ_FD (edge-
  * triggered: drained after every wake-up and every send), a signalfd for
@@ -51,7 +52,9 @@ static void usage(FILE *f)
         "  --ping-interval S        ': ping' on streams idle this long (default 15)\n"
         "  --ignore-unknown-fields  accept request fields the gateway does not know (default: 400)\n"
         "  --api-key-file FILE      require 'Authorization: Bearer KEY' on /v1/* and /ui/*: one key\n"
-        "                           per line, an optional name after whitespace, # comments\n");
+        "                           per line, an optional name after whitespace, # comments\n"
+        "  --config FILE            settings under [gateway]: the flags above as key = value\n"
+        "                           (api_key_file = FILE, ...); flags given here override them\n");
 }
 
 static int parse_uint(const char *s, unsigned long long lo, unsigned long long hi,
@@ -126,8 +129,35 @@ static int open_listen(const char *spec)
     return fd;
 }
 
+/* --config FILE (or --config=FILE) on the command line, or NULL. */
+static const char *config_path(int argc, char **argv)
+{
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < argc) path = argv[++i];
+        else if (!strncmp(argv[i], "--config=", 9)) path = argv[i] + 9;
+    }
+    return path;
+}
+
 static int parse_args(int argc, char **argv)
 {
+    /* the config file's settings become flags ahead of the command line's,
+     * which override them (config.c); the strings live as long as G.cfg */
+    const char *conf = config_path(argc, argv);
+    int n_cfg = 0;
+    if (conf) {
+        char **cfg;
+        if (gw_config_args(conf, &cfg, &n_cfg)) return -1;
+        char **all = malloc((size_t)(argc + n_cfg + 1) * sizeof *all);
+        if (!all) return -1;
+        all[0] = argv[0];
+        memcpy(all + 1, cfg, (size_t)n_cfg * sizeof *all);
+        memcpy(all + 1 + n_cfg, argv + 1, (size_t)argc * sizeof *all);    /* with the NULL */
+        free(cfg);
+        argv = all;
+        argc += n_cfg;
+    }
     static const struct option opts[] = {
         { "listen", required_argument, 0, 'l' },
         { "daemon", required_argument, 0, 'd' },
@@ -139,6 +169,7 @@ static int parse_args(int argc, char **argv)
         { "ping-interval", required_argument, 0, 'p' },
         { "ignore-unknown-fields", no_argument, 0, 'u' },
         { "api-key-file", required_argument, 0, 'k' },
+        { "config", required_argument, 0, 'f' },
         { "help", no_argument, 0, 'h' },
         { 0, 0, 0, 0 },
     };
@@ -177,13 +208,15 @@ static int parse_args(int argc, char **argv)
             break;
         case 'u': c->ignore_unknown = 1; break;
         case 'k': c->api_key_file = optarg; break;
+        case 'f': break;                        /* read first (config_path) */
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
         continue;
     bad:
-        fprintf(stderr, "smollm3-gateway: bad value '%s' for --%s\n", optarg,
-                opts[o == 'b' ? 3 : o == 'c' ? 4 : o == 't' ? 5 : o == 'i' ? 6 : 7].name);
+        fprintf(stderr, "smollm3-gateway: bad value '%s' for --%s%s%s\n", optarg,
+                opts[o == 'b' ? 3 : o == 'c' ? 4 : o == 't' ? 5 : o == 'i' ? 6 : 7].name,
+                optind - 1 <= n_cfg ? " in " : "", optind - 1 <= n_cfg ? conf : "");
         return -1;
     }
     if (optind < argc || !c->listen || !c->daemon) {

@@ -107,7 +107,7 @@ missing=
 for f in usr/local/bin/smollm3 usr/local/bin/smollm3d usr/local/bin/smollm3ctl \
          usr/local/lib/systemd/system/smollm3d.service usr/local/lib/systemd/system/smollm3-gateway.service \
          usr/local/lib/sysusers.d/smollm3d.conf usr/local/lib/tmpfiles.d/smollm3d.conf \
-         etc/smollm3d/smollm3d.conf etc/nginx/sites-available/smollm3 \
+         etc/smollm3d/smollm3d.conf etc/smollm3d/gateway.conf etc/nginx/sites-available/smollm3 \
          usr/local/share/smollm3d/web/index.html usr/local/share/doc/smollm3d/README.md \
          usr/local/share/doc/smollm3d/scale-out.conf; do
     [ -f "$D/$f" ] || missing="$missing $f"
@@ -130,10 +130,29 @@ check 'grep -q "^ExecStart=/usr/local/bin/smollm3d --config /etc/smollm3d/smollm
 grep -v '^#\{0,1\}\(model\|kv_spill_dir\) =' deploy/smollm3d.conf > "$TMP/conf.want"
 grep -v '^#\{0,1\}\(model\|kv_spill_dir\) =' "$D/etc/smollm3d/smollm3d.conf" > "$TMP/conf.got" 2>/dev/null
 check 'cmp -s "$TMP/conf.want" "$TMP/conf.got"' "installed config = deploy/smollm3d.conf but for the model and kv_spill_dir lines"
+check 'grep -q "^ExecStart=/usr/local/bin/smollm3-gateway --config /etc/smollm3d/gateway.conf " "$D/usr/local/lib/systemd/system/smollm3-gateway.service" &&
+       cmp -s deploy/smollm3-gateway.conf "$D/etc/smollm3d/gateway.conf"' \
+      "the gateway unit reads /etc/smollm3d/gateway.conf (installed as shipped)"
+if [ "$have_gateway" = 1 ]; then
+    # the shipped file parses (--help exits 0 after reading it); with its
+    # api_key_file line turned on, the gateway asks for the key
+    check '"$GATEWAY" --config "$D/etc/smollm3d/gateway.conf" --help > /dev/null 2>&1' "the shipped gateway.conf parses"
+    printf 'sk-deploy-test deploytest\n' > "$TMP/api-keys"; chmod 0600 "$TMP/api-keys"
+    sed "s|^#api_key_file = .*|api_key_file = $TMP/api-keys|" "$D/etc/smollm3d/gateway.conf" > "$TMP/gateway.conf"
+    GP=$(free_port)
+    "$GATEWAY" --config "$TMP/gateway.conf" --listen "127.0.0.1:$GP" --daemon "ipc://$TMP/no-daemon.sock" \
+        > "$TMP/gw-conf.log" 2>&1 & GPID=$!; PIDS="$PIDS $GPID"
+    n=0; while [ "$(http_code "http://127.0.0.1:$GP/v1/models")" = 000 ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+    c1=$(http_code "http://127.0.0.1:$GP/v1/models"); c2=$(http_code -H 'Authorization: Bearer sk-deploy-test' "http://127.0.0.1:$GP/v1/models")
+    check '[ "$c1" = 401 ] && [ "$c2" = 200 ]' "gateway.conf api_key_file on: /v1/models $c1 without the key, $c2 with it"
+    kill -TERM $GPID 2>/dev/null
+fi
 echo "# local edit" >> "$D/etc/smollm3d/smollm3d.conf"
+echo "# local edit" >> "$D/etc/smollm3d/gateway.conf"
 make -s --no-print-directory install BUILD="$BUILD" DESTDIR="$D" > "$TMP/install2.log" 2>&1
-check 'tail -n1 "$D/etc/smollm3d/smollm3d.conf" | grep -q "local edit" && [ -f "$D/etc/smollm3d/smollm3d.conf.dist" ]' \
-      "reinstall keeps an existing /etc/smollm3d/smollm3d.conf (new one as .dist)"
+check 'tail -n1 "$D/etc/smollm3d/smollm3d.conf" | grep -q "local edit" && [ -f "$D/etc/smollm3d/smollm3d.conf.dist" ] &&
+       tail -n1 "$D/etc/smollm3d/gateway.conf" | grep -q "local edit" && [ -f "$D/etc/smollm3d/gateway.conf.dist" ]' \
+      "reinstall keeps an existing smollm3d.conf and gateway.conf (new ones as .dist)"
 D2=$TMP/dest-usr
 make -s --no-print-directory install BUILD="$BUILD" DESTDIR="$D2" PREFIX=/usr > "$TMP/install3.log" 2>&1
 check 'grep -q "^ExecStart=/usr/bin/smollm3d " "$D2/usr/lib/systemd/system/smollm3d.service" &&

@@ -560,6 +560,42 @@ def t_api_keys(d, tmp):
     check(r.returncode == 1, "missing key file accepted")
 
 
+def t_config_file(d, tmp):
+    """--config FILE: the flags as key = value under [gateway] (api_key_file
+    among them); the command line overrides the file; a bad file names its line."""
+    keys = os.path.join(tmp, "conf-keys")
+    with open(keys, "w") as f:
+        f.write("sk-conf-1 conf\n")
+    os.chmod(keys, 0o600)
+    conf = os.path.join(tmp, "gateway.conf")
+    with open(conf, "w") as f:
+        f.write("# test\n[gateway]\napi_key_file = %s\nmodel-name = from-conf\nmax_inflight = 7\n"
+                "ignore_unknown_fields = true\n" % keys)
+    gw = tg.Gateway(d.endpoint, tmp, ["--config", conf, "--model-name", "from-flag"])
+    try:
+        st, h, b = gw.request("GET", "/v1/models")
+        check(st == 401, "api_key_file from the config: no key -> %d" % st)
+        auth = {"Authorization": "Bearer sk-conf-1"}
+        st, h, b = gw.request("GET", "/v1/models", headers=auth)
+        check(st == 200 and json.loads(b)["data"][0]["id"] == "from-flag",
+              "--model-name on the command line overrides the file: %d %s" % (st, b[:200]))
+        st, j = post(gw, "/v1/chat/completions", {"messages": msgs(), "max_tokens": 1, "frobnicate": 1}, headers=auth)
+        check(st == 200, "ignore_unknown_fields = true from the file: %d %s" % (st, j))
+        st, h, b = gw.request("GET", "/metrics")
+        check(b'smollm3_gateway_key_requests_total{key="conf"}' in b, "per-key counter of the file's key")
+    finally:
+        gw.stop()
+    for text, why in (("[gateway]\nmax_inflight = many\n", "bad value 'many' for --max-inflight in"),
+                      ("[gateway]\nfrobnicate = 1\n", ":2: unknown key 'frobnicate'"),
+                      ("max_inflight = 3\n", ":1: key 'max_inflight' outside section [gateway]"),
+                      ("[gateway]\nignore_unknown_fields = yes\n", "expected true or false"),
+                      ("[gateway]\napi_key_file = %s.missing\n" % keys, "No such file")):
+        with open(conf, "w") as f:
+            f.write(text)
+        r = subprocess.run([os.path.join(tg.ARGS.build, "bin/smollm3-gateway"), "--config", conf, "--listen",
+                            "127.0.0.1:0", "--daemon", d.endpoint], capture_output=True, timeout=20)
+        check(r.returncode != 0 and why in r.stderr.decode(), "config %r: exit %d, %s" % (text, r.returncode, r.stderr))
+
 
 # ---- n > 1 ----------------------------------------------------------------------------------
 
@@ -694,7 +730,8 @@ def main():
                          ("models", t_models), ("n_choices", t_n_choices), ("n_tool_calls", t_n_tool_calls), ("curl", t_curl), ("langchain_stream", t_langchain_stream)):
             if want(name):
                 run_test(name, fn, gw, d)
-        for name, fn in (("ignore_unknown", t_ignore_unknown), ("api_keys", t_api_keys)):
+        for name, fn in (("ignore_unknown", t_ignore_unknown), ("api_keys", t_api_keys),
+                         ("config_file", t_config_file)):
             if want(name):
                 run_test(name, fn, d, tmp)
         gw.stop()
