@@ -140,22 +140,33 @@ static const char *config_path(int argc, char **argv)
     return path;
 }
 
+/* The config file as flags (its strings back G.cfg until exit) and the
+ * argv they were merged into. */
+static char **cfg_args, **cfg_argv;
+static int n_cfg_args;
+
+static void free_cfg_args(void)
+{
+    for (int i = 0; i < n_cfg_args; i++) free(cfg_args[i]);
+    free(cfg_args);
+    free(cfg_argv);
+}
+
 static int parse_args(int argc, char **argv)
 {
     /* the config file's settings become flags ahead of the command line's,
-     * which override them (config.c); the strings live as long as G.cfg */
+     * which override them (config.c) */
     const char *conf = config_path(argc, argv);
     int n_cfg = 0;
     if (conf) {
-        char **cfg;
-        if (gw_config_args(conf, &cfg, &n_cfg)) return -1;
-        char **all = malloc((size_t)(argc + n_cfg + 1) * sizeof *all);
-        if (!all) return -1;
-        all[0] = argv[0];
-        memcpy(all + 1, cfg, (size_t)n_cfg * sizeof *all);
-        memcpy(all + 1 + n_cfg, argv + 1, (size_t)argc * sizeof *all);    /* with the NULL */
-        free(cfg);
-        argv = all;
+        if (gw_config_args(conf, &cfg_args, &n_cfg_args)) return -1;
+        n_cfg = n_cfg_args;
+        cfg_argv = malloc((size_t)(argc + n_cfg + 1) * sizeof *cfg_argv);
+        if (!cfg_argv) return -1;
+        cfg_argv[0] = argv[0];
+        memcpy(cfg_argv + 1, cfg_args, (size_t)n_cfg * sizeof *cfg_argv);
+        memcpy(cfg_argv + 1 + n_cfg, argv + 1, (size_t)argc * sizeof *cfg_argv);    /* with the NULL */
+        argv = cfg_argv;
         argc += n_cfg;
     }
     static const struct option opts[] = {
@@ -278,6 +289,7 @@ static void trim_when_idle(double now)
 
 int main(int argc, char **argv)
 {
+    atexit(free_cfg_args);
     if (parse_args(argc, argv)) return 2;
     if (G.cfg.api_key_file && gw_auth_load(G.cfg.api_key_file)) return 1;
     signal(SIGPIPE, SIG_IGN);

@@ -808,6 +808,11 @@ def t_idle_trim(d, tmp):
         gw.stop()
 
 
+def asan_build():
+    with open(os.path.join(ARGS.build, "bin/smollm3-gateway"), "rb") as f:
+        return b"__asan_init" in f.read()
+
+
 def t_bad_flags():
     gwb = os.path.join(ARGS.build, "bin/smollm3-gateway")
     for args in ([], ["--listen", "127.0.0.1:1"], ["--listen", "nope", "--daemon", "ipc:///x"],
@@ -1043,6 +1048,10 @@ def main():
         for name, fn in (("too_many_connections", t_too_many_connections),
                          ("max_inflight", t_max_inflight), ("unix_socket", t_unix_socket),
                          ("sigterm", t_sigterm), ("idle_trim", t_idle_trim)):
+            if name == "idle_trim" and want(name) and asan_build():
+                print("SKIPPED idle_trim: an ASan build's allocator (quarantine, no malloc_trim) keeps freed"
+                      " memory, so RSS does not show what is live", flush=True)
+                continue
             if want(name):
                 run_test(name, fn, d, tmp)
         if want("bad_flags"):
