@@ -653,34 +653,45 @@ DEFINE_GEMM_Z(q6_K)
  * lanes and summed by the 4 heads' hadd tree; its weighted sum: every
  * output element adds its rows' terms in row order.  hd a multiple of 16
  * (scores) or 64 (accum), else the shared 256-bit kernel. */
-static inline __attribute__((always_inline)) __m512 load16_f32(const float *p) { return _mm512_loadu_ps(p); }
-static inline __attribute__((always_inline)) __m512 load16_f16(const smol_half *p)
+static inline __attribute__((always_inline)) __m512 load16_f32(const char *row, int i)
 {
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_loadu_ps((const float *)row + i);
+}
+static inline __attribute__((always_inline)) __m512 load16_f16(const char *row, int i)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const smol_half *)row + i)));
+}
+/* q8_0 elements [i, i + 16) of a row (i % 16 == 0: one block's half): d * q in float, as the _ref */
+static inline __attribute__((always_inline)) __m512 load16_q8_0(const char *row, int i)
+{
+    const struct block_q8_0 *b = (const struct block_q8_0 *)row + i / QK8_0;
+    const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + i % QK8_0))));
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b->d)), x);
 }
 static inline __attribute__((always_inline)) __m256 fold8(__m512 a)
 {
     return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
 }
 
-#define DEFINE_KV_SCORES_Z(T, ELT)                                                                                \
+#define DEFINE_KV_SCORES_Z(T, ROWB, AL)                                                                              \
     static void kv_scores_##T##_z(int hd, const void *k, int n_rows, const float *q, int G, float scale,      \
                                   float *sc, size_t sc_stride, const void *next)                              \
     {                                                                                                         \
-        if (hd % 16) { kv_scores_##T##_avx512(hd, k, n_rows, q, G, scale, sc, sc_stride, next); return; }    \
+        if (hd % 16 || hd % (AL)) { kv_scores_##T##_avx512(hd, k, n_rows, q, G, scale, sc, sc_stride, next); return; } \
+        const size_t rb = ROWB(hd);                                                                           \
         for (int g0 = 0; g0 < G; g0 += 4) {                                                                   \
             const int ng = G - g0 < 4 ? G - g0 : 4;                                                           \
             const float *q0 = q + (size_t)g0 * hd, *q1 = q0 + (size_t)(ng > 1) * hd,                          \
                         *q2 = q0 + (size_t)(ng > 2 ? 2 : ng - 1) * hd, *q3 = q0 + (size_t)(ng - 1) * hd;      \
             for (int r = 0; r < n_rows; r++) {                                                                \
-                const ELT *kr = (const ELT *)k + (size_t)r * hd;                                              \
+                const char *kr = (const char *)k + (size_t)r * rb;                                              \
                 if (next && g0 == 0) {                                                                        \
-                    const char *pf = (const char *)((const ELT *)next + (size_t)r * hd);                      \
-                    for (size_t o = 0; o < hd * sizeof(ELT); o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);      \
+                    const char *pf = (const char *)next + (size_t)r * rb;                      \
+                    for (size_t o = 0; o < rb; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);      \
                 }                                                                                             \
                 __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                   \
                 for (int i = 0; i < hd; i += 16) {                                                            \
-                    const __m512 kv = load16_##T(kr + i);                                                     \
+                    const __m512 kv = load16_##T(kr, i);                                                     \
                     a0 = _mm512_fmadd_ps(kv, _mm512_loadu_ps(q0 + i), a0);                                    \
                     a1 = _mm512_fmadd_ps(kv, _mm512_loadu_ps(q1 + i), a1);                                    \
                     a2 = _mm512_fmadd_ps(kv, _mm512_loadu_ps(q2 + i), a2);                                    \
@@ -696,11 +707,12 @@ static inline __attribute__((always_inline)) __m256 fold8(__m512 a)
         }                                                                                                     \
     }
 
-#define DEFINE_KV_ACCUM_Z(T, ELT)                                                                                 \
+#define DEFINE_KV_ACCUM_Z(T, ROWB, AL)                                                                               \
     static void kv_accum_##T##_z(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G,   \
                                  float *out, const void *next)                                                \
     {                                                                                                         \
-        if (hd % 64) { kv_accum_##T##_avx512(hd, v, n_rows, p, p_stride, G, out, next); return; }            \
+        if (hd % 64 || hd % (AL)) { kv_accum_##T##_avx512(hd, v, n_rows, p, p_stride, G, out, next); return; } \
+        const size_t rb = ROWB(hd);                                                                           \
         float junk[4][64]; /* a missing head's block: fixed trip counts keep acc in registers */              \
         for (int g0 = 0; g0 < G; g0 += 4) {                                                                   \
             const int ng = G - g0 < 4 ? G - g0 : 4;                                                           \
@@ -714,15 +726,15 @@ static inline __attribute__((always_inline)) __m256 fold8(__m512 a)
                     _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)                                       \
                         acc[g][c] = g < ng ? _mm512_loadu_ps(og[g] + 16 * c) : _mm512_setzero_ps();           \
                 for (int r = 0; r < n_rows; r++) {                                                            \
-                    const ELT *vr = (const ELT *)v + (size_t)r * hd + i;                                      \
+                    const char *vr = (const char *)v + (size_t)r * rb;                                      \
                     if (next && g0 == 0 && i == 0) {                                                          \
-                        const char *pf = (const char *)((const ELT *)next + (size_t)r * hd);                  \
-                        for (size_t o = 0; o < hd * sizeof(ELT); o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);  \
+                        const char *pf = (const char *)next + (size_t)r * rb;                  \
+                        for (size_t o = 0; o < rb; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);  \
                     }                                                                                         \
                     __m512 w[4];                                                                              \
                     _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) w[g] = _mm512_set1_ps(pg[g][r]);      \
                     _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {                                     \
-                        const __m512 x = load16_##T(vr + 16 * c);                                             \
+                        const __m512 x = load16_##T(vr, i + 16 * c);                                             \
                         _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++)                                   \
                             acc[g][c] = _mm512_fmadd_ps(w[g], x, acc[g][c]);                                  \
                     }                                                                                         \
@@ -734,10 +746,15 @@ static inline __attribute__((always_inline)) __m256 fold8(__m512 a)
         }                                                                                                     \
     }
 
-DEFINE_KV_SCORES_Z(f32, float)
-DEFINE_KV_SCORES_Z(f16, smol_half)
-DEFINE_KV_ACCUM_Z(f32, float)
-DEFINE_KV_ACCUM_Z(f16, smol_half)
+#define ROWB_F32_Z(hd) ((size_t)(hd) * 4)
+#define ROWB_F16_Z(hd) ((size_t)(hd) * 2)
+#define ROWB_Q8_0_Z(hd) ((size_t)(hd) / QK8_0 * sizeof(struct block_q8_0))
+DEFINE_KV_SCORES_Z(f32, ROWB_F32_Z, 1)
+DEFINE_KV_SCORES_Z(f16, ROWB_F16_Z, 1)
+DEFINE_KV_SCORES_Z(q8_0, ROWB_Q8_0_Z, QK8_0)
+DEFINE_KV_ACCUM_Z(f32, ROWB_F32_Z, 1)
+DEFINE_KV_ACCUM_Z(f16, ROWB_F16_Z, 1)
+DEFINE_KV_ACCUM_Z(q8_0, ROWB_Q8_0_Z, QK8_0)
 
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -771,6 +788,8 @@ int smol_cpu_fill_avx512(struct smol_cpu_kernels *k)
     k->kv_scores[SMOL_TYPE_F16] = kv_scores_f16_z;
     k->kv_accum[SMOL_TYPE_F32] = kv_accum_f32_z;
     k->kv_accum[SMOL_TYPE_F16] = kv_accum_f16_z;
+    k->kv_scores[SMOL_TYPE_Q8_0] = kv_scores_q8_0_z;
+    k->kv_accum[SMOL_TYPE_Q8_0] = kv_accum_q8_0_z;
     k->name = "cpu-avx512";
     return 1;
 }

@@ -33,6 +33,8 @@ static void fill_ref(struct smol_cpu_kernels *k)
     k->kv_scores[SMOL_TYPE_F16] = smol_kv_scores_f16_ref;
     k->kv_accum[SMOL_TYPE_F32] = smol_kv_accum_f32_ref;
     k->kv_accum[SMOL_TYPE_F16] = smol_kv_accum_f16_ref;
+    k->kv_scores[SMOL_TYPE_Q8_0] = smol_kv_scores_q8_0_ref;
+    k->kv_accum[SMOL_TYPE_Q8_0] = smol_kv_accum_q8_0_ref;
     k->silu_mul = smol_silu_mul_ref;
     k->softmax = smol_softmax_ref;
 }

@@ -125,3 +125,37 @@ void smol_kv_accum_f16_ref(int hd, const void *v, int n_rows, const float *p, si
             smol_axpy_f16_ref(hd, p[(size_t)g * p_stride + r], (const smol_half *)v + (size_t)r * hd,
                               out + (size_t)g * hd);
 }
+
+/* q8_0 rows: the dequantized element d * q (one float product, as the SIMD
+ * versions form it) times q, summed in double in element order */
+void smol_kv_scores_q8_0_ref(int hd, const void *k, int n_rows, const float *q, int G, float scale, float *sc,
+                             size_t sc_stride, const void *next)
+{
+    const struct block_q8_0 *b = k;
+    const int nb = hd / QK8_0;
+    for (int r = 0; r < n_rows; r++)
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * hd;
+            double sum = 0;
+            for (int i = 0; i < hd; i++) {
+                const struct block_q8_0 *x = b + (size_t)r * nb + i / QK8_0;
+                sum += (double)(smol_half_to_f32(x->d) * (float)x->qs[i % QK8_0]) * qg[i];
+            }
+            sc[(size_t)g * sc_stride + r] = scale * (float)sum;
+        }
+}
+
+void smol_kv_accum_q8_0_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out,
+                            const void *next)
+{
+    const struct block_q8_0 *b = v;
+    const int nb = hd / QK8_0;
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < n_rows; r++) {
+            const float a = p[(size_t)g * p_stride + r];
+            for (int i = 0; i < hd; i++) {
+                const struct block_q8_0 *x = b + (size_t)r * nb + i / QK8_0;
+                out[(size_t)g * hd + i] += a * (smol_half_to_f32(x->d) * (float)x->qs[i % QK8_0]);
+            }
+        }
+}

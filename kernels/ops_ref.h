@@ -63,5 +63,12 @@ void smol_kv_accum_f32_ref(int hd, const void *v, int n_rows, const float *p, si
                            const void *next);
 void smol_kv_accum_f16_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out,
                            const void *next);
+/* The same over q8_0 rows (hd a multiple of 32: hd / 32 blocks of struct
+ * block_q8_0 per row, element i = d(block i/32) * qs[i % 32]), as llama.cpp's
+ * q8_0 KV cache: half the bytes of f16 (34 per 32 elements). */
+void smol_kv_scores_q8_0_ref(int hd, const void *k, int n_rows, const float *q, int G, float scale, float *sc,
+                             size_t sc_stride, const void *next);
+void smol_kv_accum_q8_0_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out,
+                            const void *next);
 
 #endif

@@ -49,6 +49,27 @@ d = [abs(x - y) for x, y in zip(a, b)]
 print("logits CLI vs llama.cpp: mean |d| %.3e max %.3e" % (sum(d) / len(d), max(d)))
 sys.exit(0 if sum(d) / len(d) <= 0.05 and max(d) <= 0.3 else 1)
 PY
+# --kv-type q8_0: other logits than f16 (the cache is quantized), still near llama.cpp's
+# (measured mean |d| 0.046, max 0.25 on this 8-token prompt; the q8_0 error over 512
+# positions is test_kvquant's)
+expect 0 "logits fixture-a p1 --kv-type q8_0" $S logits -m $A --ids "$IDS" -o "$TMP/la8" --kv-type q8_0
+cmp -s "$TMP/la" "$TMP/la8" && bad "--kv-type q8_0 logits equal f16's" || ok
+python3 - "$TMP/la8" "$FX/refs/fixture-a.Q4_K_M.p1.last_logits.f32" <<'PY' && ok || bad "q8_0 KV logits near llama.cpp (mean |d| <= 0.08)"
+import sys, array
+a = array.array('f'); a.frombytes(open(sys.argv[1], 'rb').read())
+b = array.array('f'); b.frombytes(open(sys.argv[2], 'rb').read())
+d = [abs(x - y) for x, y in zip(a, b)]
+print("logits CLI (q8_0 KV) vs llama.cpp (f16 KV): mean |d| %.3e max %.3e" % (sum(d) / len(d), max(d)))
+sys.exit(0 if sum(d) / len(d) <= 0.08 and max(d) <= 0.5 else 1)
+PY
+expect 0 "logits --kv-type f16 = default" $S logits -m $A --ids "$IDS" -o "$TMP/la16" --kv-type f16
+cmp -s "$TMP/la" "$TMP/la16" && ok || bad "--kv-type f16 differs from the default"
+expect 0 "generate --kv-type q8_0" $S generate -m $A --ids "$IDS" -n 3 --temp 0 --json --kv-type q8_0
+expect 2 "bad --kv-type" $S logits -m $A --ids 1 -o "$TMP/x" --kv-type q4_0
+grep -q "f32, f16 or q8_0" "$TMP/err" && ok || bad "--kv-type message: $(cat "$TMP/err")"
+expect 2 "--kv-f32 with --kv-type q8_0" $S generate -m $A --ids 1 -n 1 --kv-f32 --kv-type q8_0
+expect 1 "q8_0 KV on head size 16" $S logits -m $T --ids 1 -o "$TMP/x" --kv-type q8_0
+grep -q "head size 16" "$TMP/err" && ok || bad "head size message: $(cat "$TMP/err")"
 
 # ---- generate
 expect 0 "generate --json" $S generate -m $A --ids "$IDS" -n 5 --temp 0 --json

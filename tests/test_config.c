@@ -90,6 +90,37 @@ START_TEST(flags_bad)
 }
 END_TEST
 
+/* kv_type: f32 | f16 | q8_0, checked when set; kv_f32 stays an alias of f32 */
+START_TEST(kv_type_option)
+{
+    struct smol_daemon_config c;
+    enum smol_config_action a;
+    char err[SMOL_ERRLEN] = "";
+    smol_config_defaults(&c);
+    ck_assert_str_eq(c.kv_type, "f16");
+    ck_assert_str_eq(smol_config_kv_type(&c), "f16");
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-type", "q8_0", NULL), SMOL_OK);
+    ck_assert_str_eq(smol_config_kv_type(&c), "q8_0");
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-type=f32", NULL), SMOL_OK);
+    ck_assert_str_eq(smol_config_kv_type(&c), "f32");
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-f32", NULL), SMOL_OK);     /* the alias */
+    ck_assert_str_eq(smol_config_kv_type(&c), "f32");
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-f32", "--kv-type", "f32", NULL), SMOL_OK);
+    ck_assert_str_eq(smol_config_kv_type(&c), "f32");
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-f32", "--kv-type", "q8_0", NULL), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "conflicts"), "%s", err);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-type", "q4_0", NULL), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "kv_type") && strstr(err, "f32, f16 or q8_0"), "%s", err);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-type", NULL), SMOL_EINVAL);
+    smol_config_defaults(&c);
+    ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\nkv_type = q8_0\n", err), SMOL_OK);
+    ck_assert_str_eq(smol_config_kv_type(&c), "q8_0");
+    ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\nkv_type = Q8\n", err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, ":2:") && strstr(err, "kv_type"), "%s", err);
+    ck_assert_str_eq(c.kv_type, "q8_0"); /* unchanged by the refused value */
+}
+END_TEST
+
 START_TEST(ini_string)
 {
     struct smol_daemon_config c;
@@ -205,6 +236,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, defaults_match_table);
     tcase_add_test(tc, flags_both_spellings_and_forms);
     tcase_add_test(tc, flags_bad);
+    tcase_add_test(tc, kv_type_option);
     tcase_add_test(tc, ini_string);
     tcase_add_test(tc, file_then_flags_override);
     tcase_add_test(tc, default_listen);

@@ -231,7 +231,7 @@ END_TEST
 
 /* kv_store + attention + kv_copy_page on both backends, same batch: a decode batch of three
  * sequences at different lengths, then a prefill chunk. */
-static void attention_case(int kv_f32)
+static void attention_case(uint32_t type)
 {
     struct smol_backend *be = open_cuda();
     if (!be) return;
@@ -241,7 +241,6 @@ static void attention_case(int kv_f32)
     const int L = 2, n_kv = 2, hd = 128, n_heads = 8, max_ctx = 1200;
     ck_assert(cpu->reserve(cpu, 96, 4096, max_ctx, err) == SMOL_OK);
     struct smol_kv kc, kg;
-    uint32_t type = kv_f32 ? SMOL_TYPE_F32 : SMOL_TYPE_F16;
     ck_assert(smol_kv_init(&kc, cpu, L, n_kv, hd, type, 128, err) == SMOL_OK);
     ck_assert(smol_kv_init(&kg, be, L, n_kv, hd, type, 128, err) == SMOL_OK);
     const int lens[3] = {5, 700, 33};
@@ -272,7 +271,7 @@ static void attention_case(int kv_f32)
                 be->attention(be, dout, dq, &kg, l, &bg, n_heads, 0.0884f);
                 float *got = from_dev(be, dout, (size_t)m * q_dim);
                 double e = rel_err_f(got, ref, (size_t)m * q_dim);
-                ck_assert_msg(e < 1e-5, "attention kv=%s seq %d pos %d..%d layer %d: %g", kv_f32 ? "f32" : "f16", s,
+                ck_assert_msg(e < 1e-5, "attention kv=%s seq %d pos %d..%d layer %d: %g", smol_type_name(type), s,
                               done, done + m, l, e);
                 free(got); free(ref); free(k); free(v); free(q);
                 be->free(be, dk); be->free(be, dv); be->free(be, dq); be->free(be, dout);
@@ -307,7 +306,7 @@ static void attention_case(int kv_f32)
     be->attention(be, dout, dq, &kg, 1, &bg, n_heads, 0.0884f);
     float *got = from_dev(be, dout, 3 * q_dim);
     double e = rel_err_f(got, ref, 3 * q_dim);
-    printf("stats: attention decode kv=%s rel err %.2e\n", kv_f32 ? "f32" : "f16", e);
+    printf("stats: attention decode kv=%s rel err %.2e\n", smol_type_name(type), e);
     ck_assert_msg(e < 1e-5, "attention decode: %g", e);
     free(got); free(k); free(v); free(q);
     be->free(be, dk); be->free(be, dv); be->free(be, dq); be->free(be, dout);
@@ -321,9 +320,12 @@ static void attention_case(int kv_f32)
     smol_backend_free(&be);
 }
 
-START_TEST(t_attention_f16) { attention_case(0); }
+START_TEST(t_attention_f16) { attention_case(SMOL_TYPE_F16); }
 END_TEST
-START_TEST(t_attention_f32) { attention_case(1); }
+START_TEST(t_attention_f32) { attention_case(SMOL_TYPE_F32); }
+END_TEST
+/* q8_0: the device quantizes as the CPU does (same float ops, roundf), so the same bound */
+START_TEST(t_attention_q8_0) { attention_case(SMOL_TYPE_Q8_0); }
 END_TEST
 
 START_TEST(t_sample)
@@ -460,6 +462,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_matmul);
     tcase_add_test(tc, t_attention_f16);
     tcase_add_test(tc, t_attention_f32);
+    tcase_add_test(tc, t_attention_q8_0);
     tcase_add_test(tc, t_sample);
     tcase_add_test(tc, t_model_f32);
     tcase_add_test(tc, t_model_q8);

@@ -353,47 +353,71 @@ END_TEST
 
 /* ------------------------------------------------------------ attention */
 
-/* kv_scores / kv_accum against their _ref twins: f32 and f16 rows, head
- * sizes with and without a SIMD path (128, 64, 96, 40, 12), G of 1..8
- * including groups that are not a multiple of 4, 1..33 rows; and a head's
- * results computed with G heads equal, bit for bit, those computed alone
- * (prefill and decode group heads the same way, but the kernels promise it). */
+/* element i of row r of a KV block of rows in type t (f32, f16, q8_0), as the _ref reads it */
+static float kv_elem(uint32_t t, const void *rows, int hd, int r, int i)
+{
+    if (t == SMOL_TYPE_F32) return ((const float *)rows)[(size_t)r * hd + i];
+    if (t == SMOL_TYPE_F16) return smol_half_to_f32(((const smol_half *)rows)[(size_t)r * hd + i]);
+    const struct block_q8_0 *b = (const struct block_q8_0 *)rows + (size_t)r * (hd / QK8_0) + i / QK8_0;
+    return smol_half_to_f32(b->d) * (float)b->qs[i % QK8_0];
+}
+
+/* kv_scores / kv_accum against their _ref twins: f32, f16 and q8_0 rows
+ * (q8_0: head sizes that are multiples of 32, rows quantized by the _ref
+ * quantizer, one block of each row all zero), head sizes with and without a
+ * SIMD path (128, 64, 96, 40, 12, 32), G of 1..8 including groups that are
+ * not a multiple of 4, 1..33 rows; and a head's results computed with G
+ * heads equal, bit for bit, those computed alone (prefill and decode group
+ * heads the same way, but the kernels promise it). */
 START_TEST(test_attention)
 {
     const struct smol_cpu_kernels *k = variant(_i);
     if (!k) return;
-    const int hds[] = {128, 64, 96, 40, 12}, Gs[] = {1, 3, 4, 5, 8}, rows_[] = {1, 7, 32, 33};
-    for (int hi = 0; hi < 5; hi++)
+    const int hds[] = {128, 64, 96, 40, 12, 32}, Gs[] = {1, 3, 4, 5, 8}, rows_[] = {1, 7, 32, 33};
+    const uint32_t types[] = {SMOL_TYPE_F32, SMOL_TYPE_F16, SMOL_TYPE_Q8_0};
+    const smol_kv_scores_fn scores_ref[] = {smol_kv_scores_f32_ref, smol_kv_scores_f16_ref, smol_kv_scores_q8_0_ref};
+    const smol_kv_accum_fn accum_ref[] = {smol_kv_accum_f32_ref, smol_kv_accum_f16_ref, smol_kv_accum_q8_0_ref};
+    int q8_cases = 0;
+    for (int hi = 0; hi < 6; hi++)
         for (int gi = 0; gi < 5; gi++)
             for (int ri = 0; ri < 4; ri++)
-                for (int f16 = 0; f16 < 2; f16++) {
+                for (int ti = 0; ti < 3; ti++) {
                     const int hd = hds[hi], G = Gs[gi], R = rows_[ri];
-                    const uint32_t t = f16 ? SMOL_TYPE_F16 : SMOL_TYPE_F32;
-                    const size_t esz = f16 ? 2 : 4, stride = (size_t)R + 3;
-                    uint8_t *kv = malloc((size_t)R * hd * esz + 2);
+                    const uint32_t t = types[ti];
+                    if (t == SMOL_TYPE_Q8_0 && hd % QK8_0) continue; /* smol_kv_init refuses it */
+                    q8_cases += t == SMOL_TYPE_Q8_0;
+                    const char *tn = smol_type_name(t);
+                    const size_t rb = t == SMOL_TYPE_Q8_0 ? (size_t)hd / QK8_0 * sizeof(struct block_q8_0)
+                                                          : (size_t)hd * (t == SMOL_TYPE_F16 ? 2 : 4);
+                    const size_t stride = (size_t)R + 3;
+                    uint8_t *kv = malloc((size_t)R * rb + 2);
                     void *rows = kv + 2 * (R & 1); /* unaligned when R is odd */
                     float *q = malloc(sizeof(float) * G * hd), *sc1 = malloc(sizeof(float) * G * stride),
                           *sc2 = malloc(sizeof(float) * G * stride), *sc3 = malloc(sizeof(float) * stride),
                           *o1 = malloc(sizeof(float) * G * hd), *o2 = malloc(sizeof(float) * G * hd),
-                          *o3 = malloc(sizeof(float) * hd);
+                          *o3 = malloc(sizeof(float) * hd), *x = malloc(sizeof(float) * hd);
                     double *mag = calloc((size_t)G * hd, sizeof(double));
-                    for (int i = 0; i < R * hd; i++) {
-                        if (f16) ((smol_half *)rows)[i] = smol_f32_to_half(nrand());
-                        else ((float *)rows)[i] = nrand();
+                    for (int r = 0; r < R; r++) {
+                        for (int i = 0; i < hd; i++) x[i] = nrand();
+                        if (t == SMOL_TYPE_F32) memcpy((char *)rows + r * rb, x, rb);
+                        else if (t == SMOL_TYPE_F16)
+                            for (int i = 0; i < hd; i++) ((smol_half *)rows)[(size_t)r * hd + i] = smol_f32_to_half(x[i]);
+                        else {
+                            if (r % 3 == 1) memset(x + QK8_0 * (r % (hd / QK8_0)), 0, QK8_0 * sizeof *x); /* d = 0 */
+                            smol_quantize_q8_0_ref(x, (char *)rows + r * rb, hd);
+                        }
                     }
                     for (int i = 0; i < G * hd; i++) q[i] = nrand();
                     const float scale = 0.088f;
-                    (f16 ? smol_kv_scores_f16_ref : smol_kv_scores_f32_ref)(hd, rows, R, q, G, scale, sc1, stride, NULL);
+                    scores_ref[ti](hd, rows, R, q, G, scale, sc1, stride, NULL);
                     k->kv_scores[t](hd, rows, R, q, G, scale, sc2, stride, rows);
                     for (int g = 0; g < G; g++)
                         for (int r = 0; r < R; r++) {
                             double a = 0;
-                            for (int i = 0; i < hd; i++)
-                                a += fabs((f16 ? smol_half_to_f32(((smol_half *)rows)[(size_t)r * hd + i])
-                                               : ((float *)rows)[(size_t)r * hd + i]) * q[g * hd + i]);
+                            for (int i = 0; i < hd; i++) a += fabs(kv_elem(t, rows, hd, r, i) * q[g * hd + i]);
                             ck_assert_msg(fabs(sc1[g * stride + r] - sc2[g * stride + r]) <= 1e-6 * a * scale + 1e-30,
-                                          "%s kv_scores f%d hd %d G %d rows %d (%d, %d): %g vs %g", variants[_i],
-                                          f16 ? 16 : 32, hd, G, R, g, r, sc1[g * stride + r], sc2[g * stride + r]);
+                                          "%s kv_scores %s hd %d G %d rows %d (%d, %d): %g vs %g", variants[_i],
+                                          tn, hd, G, R, g, r, sc1[g * stride + r], sc2[g * stride + r]);
                         }
                     for (int g = 0; g < G; g++) { /* alone */
                         k->kv_scores[t](hd, rows, R, q + g * hd, 1, scale, sc3, stride, NULL);
@@ -406,21 +430,20 @@ START_TEST(test_attention)
                         for (int i = 0; i < hd; i++) {
                             mag[g * hd + i] = fabs(o1[g * hd + i]);
                             for (int r = 0; r < R; r++)
-                                mag[g * hd + i] += fabs(sc1[g * stride + r] *
-                                                        (f16 ? smol_half_to_f32(((smol_half *)rows)[(size_t)r * hd + i])
-                                                             : ((float *)rows)[(size_t)r * hd + i]));
+                                mag[g * hd + i] += fabs(sc1[g * stride + r] * kv_elem(t, rows, hd, r, i));
                         }
-                    (f16 ? smol_kv_accum_f16_ref : smol_kv_accum_f32_ref)(hd, rows, R, sc1, stride, G, o1, NULL);
+                    accum_ref[ti](hd, rows, R, sc1, stride, G, o1, NULL);
                     memcpy(o3, o2, sizeof(float) * hd); /* head 0's start, for the alone check */
                     k->kv_accum[t](hd, rows, R, sc1, stride, G, o2, rows);
                     for (int i = 0; i < G * hd; i++) /* per term: a fused multiply-add vs a rounded product */
                         ck_assert_msg(fabs(o1[i] - o2[i]) <= 2e-7 * R * mag[i] + 1e-30,
-                                      "%s kv_accum f%d hd %d G %d rows %d i %d: %g vs %g", variants[_i], f16 ? 16 : 32,
+                                      "%s kv_accum %s hd %d G %d rows %d i %d: %g vs %g", variants[_i], tn,
                                       hd, G, R, i, o1[i], o2[i]);
                     k->kv_accum[t](hd, rows, R, sc1, stride, 1, o3, NULL);
                     ck_assert(!memcmp(o3, o2, sizeof(float) * hd));
-                    free(kv); free(q); free(sc1); free(sc2); free(sc3); free(o1); free(o2); free(o3); free(mag);
+                    free(kv); free(q); free(sc1); free(sc2); free(sc3); free(o1); free(o2); free(o3); free(x); free(mag);
                 }
+    ck_assert_int_eq(q8_cases, 4 * 5 * 4); /* hd 128, 64, 96, 32 */
 }
 END_TEST
 

@@ -193,7 +193,7 @@ START_TEST(t_roundtrip)
         smol_kv_page_read(&g.m->kv, y->seq.pages[i], b);
         /* positions past the history in the last page are not compared */
         int used = i == N_HIST / SMOL_KV_PAGE ? N_HIST % SMOL_KV_PAGE : SMOL_KV_PAGE;
-        size_t row = (size_t)g.m->kv.head_dim * g.m->kv.elt_size;
+        size_t row = g.m->kv.row_bytes;
         for (size_t part = 0; part < 2 * (size_t)g.m->kv.n_layers * g.m->kv.n_kv_heads; part++)
             ck_assert(!memcmp(a + part * SMOL_KV_PAGE * row, b + part * SMOL_KV_PAGE * row, used * row));
     }

@@ -1,9 +1,11 @@
 /*
  * cli_model.c - `smollm3 logits`, `smollm3 generate`, `smollm3 bench`.
  *
- *   logits   -m MODEL --ids 1,2,3 [--all] -o OUT [--threads N] [--kv-f32]
+ *   logits   -m MODEL --ids 1,2,3 [--all] -o OUT [--threads N] [--kv-type f16|q8_0|f32] [--kv-f32]
  *            float32 little-endian logits, [n_ids][n_vocab] with --all,
  *            else [1][n_vocab] for the last position.
+ *            --kv-type: the KV cache's element type (default f16; --kv-f32 is
+ *            an alias of --kv-type f32); also taken by generate and bench.
  *   generate -m MODEL (--ids 1,2,3 | --prompt TEXT) -n N [--temp T] [--seed S]
  *            [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--threads N] [--json]
  *            [--json-schema FILE | --grammar FILE]
@@ -36,6 +38,7 @@ struct opts {
     const char *schema_file;    /* generate: --json-schema / --grammar FILE */
     int gbnf;                   /* schema_file is GBNF */
     int all, json, kv_f32, yarn, n_ctx;
+    const char *kv_type;        /* --kv-type; NULL = f16 (f32 with --kv-f32) */
     long n, threads, p, d, b;
     struct smol_sampler_params sp;
     int have_temp;
@@ -71,6 +74,13 @@ static int parse(const char *cmd, int argc, char **argv, struct opts *o)
         else if (!strcmp(a, "--all")) o->all = 1;
         else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--kv-f32")) o->kv_f32 = 1;
+        else if (!strcmp(a, "--kv-type")) {
+            NEED();
+            uint32_t t;
+            char why[SMOL_ERRLEN];
+            if (smol_kv_type_parse(v, &t, why)) { fprintf(stderr, "smollm3 %s: --kv-type: %s\n", cmd, why); return 2; }
+            o->kv_type = v;
+        }
         else if (!strcmp(a, "--yarn")) o->yarn = 1;
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             NEED(); if (smol_cli_parse_int(cmd, a, v, 1, 256, &o->threads)) return 2;
@@ -111,6 +121,10 @@ static int parse(const char *cmd, int argc, char **argv, struct opts *o)
         fprintf(stderr, "smollm3 %s: -m MODEL is required\n", cmd);
         return 2;
     }
+    if (o->kv_f32 && o->kv_type && strcmp(o->kv_type, "f32")) {
+        fprintf(stderr, "smollm3 %s: --kv-f32 is --kv-type f32: it conflicts with --kv-type %s\n", cmd, o->kv_type);
+        return 2;
+    }
     return 0;
 }
 
@@ -120,6 +134,7 @@ static struct smol_model *open_model(const char *cmd, const struct opts *o, int 
     smol_model_settings_default(&set);
     set.n_threads = (int)o->threads;
     set.kv_f32 = o->kv_f32;
+    set.kv_type = o->kv_type;
     set.yarn = o->yarn;
     set.n_ctx = n_ctx;
     set.quiet = 1;

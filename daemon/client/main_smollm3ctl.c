@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -512,6 +513,8 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         { "requests_cancelled", s->requests_cancelled },
         { "context_length", s->context_length },
         { "kv_bytes_per_token", s->kv_bytes_per_token },
+        { "kv_bytes_total", s->kv_bytes_total },
+        { "kv_bytes_used", s->kv_bytes_used },
         { "spill_sessions_written", s->spill_sessions_written },
         { "spill_sessions_restored", s->spill_sessions_restored },
         { "spill_tokens_restored", s->spill_tokens_restored },
@@ -540,14 +543,15 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
 
 static json_t *session_json(const Smollm3__SessionInfo *s)
 {
-    return json_pack("{s:o, s:I, s:f, s:b, s:b}", "session_id", jstr(s->session_id),
+    return json_pack("{s:o, s:I, s:f, s:b, s:b, s:I}", "session_id", jstr(s->session_id),
                      "tokens", (json_int_t)s->tokens, "idle_s", s->idle_s, "busy", (int)s->busy,
-                     "on_disk", (int)s->on_disk);
+                     "on_disk", (int)s->on_disk, "kv_bytes", (json_int_t)s->kv_bytes);
 }
 
 static void session_row(const Smollm3__SessionInfo *s)
 {
-    printf("%-32s %8u %9.1fs  %s\n", s->session_id, s->tokens, s->idle_s, s->busy ? "yes" : "no");
+    printf("%-32s %8u %9.1fs  %-4s  %" PRIu64 "\n", s->session_id, s->tokens, s->idle_s, s->busy ? "yes" : "no",
+           (uint64_t)s->kv_bytes);
 }
 
 static int cmd_sessions(struct smol_client *c, int timeout_ms, int json)
@@ -566,7 +570,7 @@ static int cmd_sessions(struct smol_client *c, int timeout_ms, int json)
         for (size_t i = 0; i < l->n_sessions; i++) json_array_append_new(arr, session_json(l->sessions[i]));
         jprint(json_pack("{s:o}", "sessions", arr));
     } else {
-        printf("%-32s %8s %10s  %s\n", "SESSION", "TOKENS", "IDLE", "BUSY");
+        printf("%-32s %8s %10s  %-4s  %s\n", "SESSION", "TOKENS", "IDLE", "BUSY", "KV_BYTES");
         for (size_t i = 0; i < l->n_sessions; i++) session_row(l->sessions[i]);
     }
     smol_client_event_free(&ev);
@@ -586,7 +590,7 @@ static int cmd_session(struct smol_client *c, const char *id, int timeout_ms, in
     if (json) {
         jprint(session_json(ev->session));
     } else {
-        printf("%-32s %8s %10s  %s\n", "SESSION", "TOKENS", "IDLE", "BUSY");
+        printf("%-32s %8s %10s  %-4s  %s\n", "SESSION", "TOKENS", "IDLE", "BUSY", "KV_BYTES");
         session_row(ev->session);
     }
     smol_client_event_free(&ev);

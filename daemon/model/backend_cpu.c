@@ -357,12 +357,15 @@ static void cpu_rope(struct smol_backend *be, float *x, const int32_t *pos, int 
 static inline uint8_t *kv_at(const struct smol_kv *kv, void *base, int layer, int page, int head, int slot)
 {
     return (uint8_t *)base + layer * kv->layer_bytes + (size_t)page * kv->page_bytes +
-           ((size_t)head * SMOL_KV_PAGE + slot) * kv->head_dim * kv->elt_size;
+           ((size_t)head * SMOL_KV_PAGE + slot) * kv->row_bytes;
 }
 
-static void store_row(const struct smol_kv *kv, uint8_t *dst, const float *src)
+/* q8_0 rows are quantized as activations are (the table's quantizer, byte
+ * for byte smol_quantize_q8_0_ref: d = amax / 127, q = round(x / d)) */
+static void store_row(const struct smol_cpu_kernels *k, const struct smol_kv *kv, uint8_t *dst, const float *src)
 {
     if (kv->type == SMOL_TYPE_F32) memcpy(dst, src, (size_t)kv->head_dim * 4);
+    else if (kv->type == SMOL_TYPE_Q8_0) k->quantize[SMOL_TYPE_Q8_0](src, dst, kv->head_dim);
     else {
         smol_half *h = (smol_half *)dst;
         for (int i = 0; i < kv->head_dim; i++) h[i] = smol_f32_to_half(src[i]);
@@ -373,12 +376,13 @@ static void cpu_kv_store(struct smol_backend *be, struct smol_kv *kv, int layer,
                          const struct smol_batch *b)
 {
     const int kv_dim = kv->n_kv_heads * kv->head_dim;
+    const struct smol_cpu_kernels *k_ = C(be)->k;
     for (int t = 0; t < b->n_tokens; t++) {
         const struct smol_kv_seq *s = b->seq[t];
         int pos = b->pos[t], page = s->pages[pos / SMOL_KV_PAGE], slot = pos % SMOL_KV_PAGE;
         for (int h = 0; h < kv->n_kv_heads; h++) {
-            store_row(kv, kv_at(kv, kv->k, layer, page, h, slot), k + (size_t)t * kv_dim + h * kv->head_dim);
-            store_row(kv, kv_at(kv, kv->v, layer, page, h, slot), v + (size_t)t * kv_dim + h * kv->head_dim);
+            store_row(k_, kv, kv_at(kv, kv->k, layer, page, h, slot), k + (size_t)t * kv_dim + h * kv->head_dim);
+            store_row(k_, kv, kv_at(kv, kv->v, layer, page, h, slot), v + (size_t)t * kv_dim + h * kv->head_dim);
         }
     }
 }

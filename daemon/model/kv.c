@@ -6,25 +6,50 @@
 #include <stdlib.h>
 #include <string.h>
 
+size_t smol_kv_row_bytes(int head_dim, uint32_t type)
+{
+    switch (type) {
+    case SMOL_TYPE_F32: return (size_t)head_dim * 4;
+    case SMOL_TYPE_F16: return (size_t)head_dim * 2;
+    case SMOL_TYPE_Q8_0: return head_dim % QK8_0 ? 0 : (size_t)head_dim / QK8_0 * sizeof(struct block_q8_0);
+    default: return 0;
+    }
+}
+
 size_t smol_kv_bytes_per_token(int n_layers, int n_kv_heads, int head_dim, uint32_t type)
 {
-    return (size_t)2 * n_layers * n_kv_heads * head_dim * (type == SMOL_TYPE_F32 ? 4 : 2);
+    return (size_t)2 * n_layers * n_kv_heads * smol_kv_row_bytes(head_dim, type);
+}
+
+enum smol_err smol_kv_type_parse(const char *name, uint32_t *type, char *err)
+{
+    static const struct { const char *name; uint32_t type; } types[] = {
+        {"f32", SMOL_TYPE_F32}, {"f16", SMOL_TYPE_F16}, {"q8_0", SMOL_TYPE_Q8_0}};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (!strcmp(name, types[i].name)) {
+            *type = types[i].type;
+            return SMOL_OK;
+        }
+    return smol_errf(err, SMOL_EINVAL, "kv type must be f32, f16 or q8_0 (got '%.64s')", name);
 }
 
 enum smol_err smol_kv_init(struct smol_kv *kv, struct smol_backend *be, int n_layers, int n_kv_heads,
                            int head_dim, uint32_t type, int n_pages, char *err)
 {
     memset(kv, 0, sizeof *kv);
-    if (type != SMOL_TYPE_F16 && type != SMOL_TYPE_F32)
-        return smol_errf(err, SMOL_EINVAL, "kv cache: type must be f16 or f32");
+    if (type != SMOL_TYPE_F16 && type != SMOL_TYPE_F32 && type != SMOL_TYPE_Q8_0)
+        return smol_errf(err, SMOL_EINVAL, "kv cache: type must be f32, f16 or q8_0");
+    if (!smol_kv_row_bytes(head_dim, type))
+        return smol_errf(err, SMOL_EINVAL, "kv cache: q8_0 needs a head size that is a multiple of %d (got %d)",
+                         QK8_0, head_dim);
     if (n_pages < 1) return smol_errf(err, SMOL_EINVAL, "kv cache: budget too small for one page");
     kv->n_layers = n_layers;
     kv->n_kv_heads = n_kv_heads;
     kv->head_dim = head_dim;
     kv->type = type;
-    kv->elt_size = type == SMOL_TYPE_F32 ? 4 : 2;
+    kv->row_bytes = smol_kv_row_bytes(head_dim, type);
     kv->n_pages = n_pages;
-    kv->page_bytes = (size_t)n_kv_heads * SMOL_KV_PAGE * head_dim * kv->elt_size;
+    kv->page_bytes = (size_t)n_kv_heads * SMOL_KV_PAGE * kv->row_bytes;
     kv->layer_bytes = (size_t)n_pages * kv->page_bytes;
     kv->be = be;
     kv->k = be->alloc(be, kv->layer_bytes * n_layers);

@@ -5,7 +5,10 @@
  * A page holds SMOL_KV_PAGE consecutive positions of one sequence, for every
  * layer, K and V.  Storage layout (owned by the backend, host or device):
  *     k[layer][page][kv_head][slot][head_dim]    (same for v)
- * so one head's keys within a page are contiguous for attention.
+ * so one head's keys within a page are contiguous for attention.  A row
+ * (one head, one position) is head_dim elements of the KV type: f32, f16,
+ * or q8_0 (head_dim / 32 blocks of 34 bytes, llama.cpp's q8_0 KV cache:
+ * quantized when stored, read directly by the attention kernels).
  * Pages are reference counted: a new sequence can share the full pages of a
  * cached prefix (prefix reuse); a shared page is copied before it is
  * written (copy-on-write in smol_kv_seq_reserve).  All bookkeeping is host
@@ -26,10 +29,10 @@ struct smol_backend;
 
 struct smol_kv {
     int n_layers, n_kv_heads, head_dim;
-    uint32_t type;              /* SMOL_TYPE_F16 (default) or SMOL_TYPE_F32 */
-    int elt_size;               /* bytes per element: 2 or 4 */
+    uint32_t type;              /* SMOL_TYPE_F16 (default), SMOL_TYPE_F32 or SMOL_TYPE_Q8_0 */
+    size_t row_bytes;           /* one head's row: smol_kv_row_bytes(head_dim, type) */
     int n_pages;                /* pool size */
-    size_t page_bytes;          /* one layer's K (or V) page: n_kv_heads * PAGE * head_dim * elt */
+    size_t page_bytes;          /* one layer's K (or V) page: n_kv_heads * PAGE * row_bytes */
     size_t layer_bytes;         /* n_pages * page_bytes */
     void *k, *v;                /* backend storage, n_layers * layer_bytes each */
     int32_t *refcount;          /* [n_pages]; 0 = free */
@@ -45,8 +48,14 @@ struct smol_kv_seq {
     int32_t *pages;             /* [cap_pages] page ids */
 };
 
+/* Bytes of one head's row of head_dim elements in a KV type (0: not a KV
+ * type, or q8_0 with head_dim not a multiple of 32). */
+size_t smol_kv_row_bytes(int head_dim, uint32_t type);
 /* Bytes of KV storage per token for this geometry (K and V, all layers). */
 size_t smol_kv_bytes_per_token(int n_layers, int n_kv_heads, int head_dim, uint32_t type);
+/* The KV type named "f32", "f16" or "q8_0" (the kv_type option, --kv-type);
+ * SMOL_EINVAL naming the choices otherwise. */
+enum smol_err smol_kv_type_parse(const char *name, uint32_t *type, char *err);
 
 /* Allocates a pool of n_pages through the backend. */
 enum smol_err smol_kv_init(struct smol_kv *kv, struct smol_backend *be, int n_layers, int n_kv_heads,

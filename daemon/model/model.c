@@ -359,6 +359,12 @@ enum smol_err smol_model_open(struct smol_model **out, const char *path, const s
     if ((e = alloc_state(m, max_tokens, err))) goto fail;
 
     uint32_t kv_type = set.kv_f32 ? SMOL_TYPE_F32 : SMOL_TYPE_F16;
+    if (set.kv_type && (e = smol_kv_type_parse(set.kv_type, &kv_type, err))) goto fail;
+    if (!smol_kv_row_bytes(c->head_dim, kv_type)) {
+        e = smol_errf(err, SMOL_EINVAL, "kv type %s cannot hold head size %d (q8_0 needs a multiple of 32)",
+                      smol_type_name(kv_type), c->head_dim);
+        goto fail;
+    }
     size_t per_page = smol_kv_bytes_per_token(c->n_layers, c->n_kv_heads, c->head_dim, kv_type) * SMOL_KV_PAGE;
     size_t pages = set.kv_budget ? set.kv_budget / per_page : (size_t)smol_kv_pages_for(c->n_ctx);
     if (pages < 1) {

@@ -87,7 +87,9 @@ struct smol_model_settings {
     int n_threads;          /* 0 = all CPUs */
     int n_ctx;              /* cap on the context; 0 = metadata */
     int max_tokens;         /* tokens per forward step; 0 = 512 */
-    int kv_f32;             /* 1: KV cache in f32 instead of f16 */
+    const char *kv_type;    /* KV cache type "f32" | "f16" | "q8_0" (smol_kv_type_parse);
+                               NULL = f16, or f32 when kv_f32 */
+    int kv_f32;             /* 1: KV cache in f32 (the older switch, an alias of kv_type "f32") */
     size_t kv_budget;       /* bytes for the KV pool; 0 = one full-context sequence */
     int yarn;               /* 1: YaRN rope scaling (RoPE layers only) */
     float yarn_factor;      /* 0 = 2 */

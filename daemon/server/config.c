@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "daemon/model/model.h"
 #include "daemon/server/log.h"
 
 #define OFF(f) offsetof(struct smol_daemon_config, f)
@@ -33,8 +34,10 @@ static const struct smol_option options[] = {
      "context length cap in tokens; 0 = the model's"},
     {"kv_budget_mb", SMOL_OPT_INT, OFF(kv_budget_mb), 0, 1 << 24, "1024",
      "KV cache memory in MiB, allocated at start; 0 = one full-context sequence"},
+    {"kv_type", SMOL_OPT_KVTYPE, OFF(kv_type), 0, 0, "f16",
+     "KV cache element type: f16, q8_0 (half the memory of f16, see README for its error) or f32"},
     {"kv_f32", SMOL_OPT_BOOL, OFF(kv_f32), 0, 1, "false",
-     "keep the KV cache in f32 instead of f16"},
+     "alias of kv_type = f32 (kept for older configs)"},
     {"yarn", SMOL_OPT_BOOL, OFF(yarn), 0, 1, "false",
      "YaRN rope scaling (factor 2) to extend the context"},
     {"kv_spill_dir", SMOL_OPT_STR, OFF(kv_spill_dir), 0, 0, "",
@@ -145,6 +148,13 @@ static enum smol_err set_opt(struct smol_daemon_config *c, const struct smol_opt
         if (parse_bool(v, ip))
             return smol_errf(err, SMOL_EINVAL, "%s: \"%.64s\" is not a boolean (true/false)", o->name, v);
         return SMOL_OK;
+    case SMOL_OPT_KVTYPE: {
+        uint32_t t;
+        char why[SMOL_ERRLEN];
+        if (smol_kv_type_parse(v, &t, why)) return smol_errf(err, SMOL_EINVAL, "%s: %s", o->name, why);
+        snprintf(p, sizeof c->kv_type, "%s", v);
+        return SMOL_OK;
+    }
     case SMOL_OPT_LEVEL:
         if ((x = smol_log_level_parse(v)) < 0)
             return smol_errf(err, SMOL_EINVAL, "%s: \"%.64s\" is not err, warning, notice, info or debug", o->name, v);
@@ -274,9 +284,17 @@ enum smol_err smol_config_parse_args(struct smol_daemon_config *c, int argc, cha
         char e2[SMOL_ERRLEN];
         if ((e = set_opt(c, o, val, e2))) return smol_errf(err, e, "--%s", e2);
     }
+    if (c->kv_f32 && strcmp(c->kv_type, "f16") && strcmp(c->kv_type, "f32"))
+        return smol_errf(err, SMOL_EINVAL, "kv_f32 = true conflicts with kv_type = %s (kv_f32 is an alias of "
+                         "kv_type = f32: set one of them)", c->kv_type);
     if (*action == SMOL_CONFIG_RUN && !c->model[0])
         return smol_errf(err, SMOL_EINVAL, "no model: pass --model PATH (or model = PATH in the config file)");
     return SMOL_OK;
+}
+
+const char *smol_config_kv_type(const struct smol_daemon_config *c)
+{
+    return c->kv_f32 && !strcmp(c->kv_type, "f16") ? "f32" : c->kv_type;
 }
 
 void smol_config_default_listen(char *out, size_t cap)
@@ -301,7 +319,8 @@ static void write_value(FILE *f, const struct smol_option *o, const struct smol_
     const char *p = (const char *)c + o->offset;
     int v = *(const int *)p;
     switch (o->type) {
-    case SMOL_OPT_STR: fputs(p, f); break;
+    case SMOL_OPT_STR:
+    case SMOL_OPT_KVTYPE: fputs(p, f); break;
     case SMOL_OPT_INT: fprintf(f, "%d", v); break;
     case SMOL_OPT_MODE: fprintf(f, "0%o", v); break;
     case SMOL_OPT_BOOL: fputs(v ? "true" : "false", f); break;
@@ -352,7 +371,8 @@ void smol_config_usage(FILE *f, const char *prog)
         snprintf(flag, sizeof flag, "--%s", options[i].name);
         for (char *p = flag + 2; *p; p++)
             if (*p == '_') *p = '-';
-        const char *arg = options[i].type == SMOL_OPT_BOOL ? "" : options[i].type == SMOL_OPT_STR ? " S" : " N";
+        const char *arg = options[i].type == SMOL_OPT_BOOL ? "" : options[i].type == SMOL_OPT_STR ? " S"
+                          : options[i].type == SMOL_OPT_KVTYPE ? " T" : " N";
         char lhs[80];
         snprintf(lhs, sizeof lhs, "%s%s", flag, arg);
         fprintf(f, "  %-26s %s (default: %s)\n", lhs, options[i].help,

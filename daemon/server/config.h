@@ -33,7 +33,8 @@ struct smol_daemon_config {
     int threads;                /* compute threads; 0 = all CPUs */
     int ctx;                    /* context cap, tokens; 0 = the model's */
     int kv_budget_mb;           /* KV pool, MiB, allocated up front; 0 = one full-context sequence */
-    int kv_f32;                 /* bool: KV in f32 instead of f16 */
+    char kv_type[8];            /* "f32" | "f16" | "q8_0" (checked when set) */
+    int kv_f32;                 /* bool: alias of kv_type = f32 (see smol_config_kv_type) */
     int yarn;                   /* bool: YaRN rope scaling */
     char kv_spill_dir[SMOL_CONFIG_PATH_MAX]; /* session KV files; "" = none */
     int kv_spill_budget_mb;     /* disk budget of kv_spill_dir; 0 = no limit */
@@ -58,7 +59,7 @@ struct smol_daemon_config {
     int heartbeat_timeout_ms;   /* peer silent this long = gone */
 };
 
-enum smol_opt_type { SMOL_OPT_STR, SMOL_OPT_INT, SMOL_OPT_BOOL, SMOL_OPT_MODE, SMOL_OPT_LEVEL };
+enum smol_opt_type { SMOL_OPT_STR, SMOL_OPT_INT, SMOL_OPT_BOOL, SMOL_OPT_MODE, SMOL_OPT_LEVEL, SMOL_OPT_KVTYPE };
 
 struct smol_option {
     const char *name;           /* key with '_' (the flag uses '-') */
@@ -97,6 +98,11 @@ enum smol_config_action {
  * that model is set when the action is RUN. */
 enum smol_err smol_config_parse_args(struct smol_daemon_config *c, int argc, char **argv,
                                      enum smol_config_action *action, char *err);
+
+/* The KV type in effect: kv_type, or "f32" when the older kv_f32 is true
+ * and kv_type is left at f16; kv_f32 with kv_type q8_0 is a conflict
+ * (smol_config_parse_args refuses it). */
+const char *smol_config_kv_type(const struct smol_daemon_config *c);
 
 /* ipc://$RUNTIME_DIRECTORY/smollm3d.sock, else ipc://$XDG_RUNTIME_DIR/...,
  * else ipc:///run/smollm3d/smollm3d.sock.  ($RUNTIME_DIRECTORY may list

@@ -17,6 +17,13 @@
 
 /* ---- queries (stats, sessions) ---------------------------------------------------- */
 
+/* the memory a session's KV pages take, in the cache's type */
+static uint64_t session_kv_bytes(const struct smol_kv *kv, const struct smol_session *x)
+{
+    return (uint64_t)x->seq.n_pages * SMOL_KV_PAGE *
+           smol_kv_bytes_per_token(kv->n_layers, kv->n_kv_heads, kv->head_dim, kv->type);
+}
+
 void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t *data, size_t len)
 {
     Smollm3__Request *rq = smollm3__request__unpack(NULL, len, data);
@@ -43,6 +50,8 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         st.context_length = (uint32_t)e->m->cfg.n_ctx;
         st.kv_bytes_per_token = smol_kv_bytes_per_token(kv->n_layers, kv->n_kv_heads, kv->head_dim, kv->type);
         st.kv_type = (char *)smol_type_name(kv->type);
+        st.kv_bytes_total = st.kv_tokens_total * st.kv_bytes_per_token;
+        st.kv_bytes_used = st.kv_tokens_used * st.kv_bytes_per_token;
         if (e->cfg.spill) {
             struct smol_spill_stats ss;
             smol_spill_get_stats(e->cfg.spill, &ss);
@@ -152,6 +161,7 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
             si.idle_s = x->busy ? 0 : smol_engine_now() - x->last_used;
             si.busy = x->busy;
             si.on_disk = e->cfg.spill && x->on_disk && x->n_tokens > 0;
+            si.kv_bytes = session_kv_bytes(kv, x);
             ev.kind_case = SMOLLM3__EVENT__KIND_SESSION;
             ev.session = &si;
         } else {
@@ -181,6 +191,7 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
             si[k].idle_s = x->busy ? 0 : t - x->last_used;
             si[k].busy = x->busy;
             si[k].on_disk = e->cfg.spill && x->on_disk && x->n_tokens > 0;
+            si[k].kv_bytes = session_kv_bytes(kv, x);
             sp[k] = &si[k];
             k++;
         }

@@ -143,7 +143,7 @@ int main(int argc, char **argv)
     ms.n_threads = cfg.threads;
     ms.n_ctx = cfg.ctx;
     ms.max_tokens = cfg.step_tokens;
-    ms.kv_f32 = cfg.kv_f32;
+    ms.kv_type = smol_config_kv_type(&cfg);
     ms.kv_budget = (size_t)cfg.kv_budget_mb << 20;
     ms.yarn = cfg.yarn;
     ms.backend = cfg.backend;
@@ -153,9 +153,11 @@ int main(int argc, char **argv)
     if (smol_tokenizer_new(&tok, m->gguf, err)) { smol_log_err("tokenizer: %s", err); goto out; }
     if (smol_grammar_cache_new(&grammars, tok, 0, err)) { smol_log_err("grammar vocabulary: %s", err); goto out; }
     model_name(cfg.model, name, sizeof name);
-    smol_log_info("model \"%s\": %d layers, dim %d, vocab %d, context %d, KV budget %d MiB (%s)", name,
-                  m->cfg.n_layers, m->cfg.dim, m->cfg.vocab, m->cfg.n_ctx, cfg.kv_budget_mb,
-                  cfg.kv_f32 ? "f32" : "f16");
+    smol_log_info("model \"%s\": %d layers, dim %d, vocab %d, context %d, KV budget %d MiB (%s, %zu bytes/token, "
+                  "%d tokens)", name, m->cfg.n_layers, m->cfg.dim, m->cfg.vocab, m->cfg.n_ctx, cfg.kv_budget_mb,
+                  smol_config_kv_type(&cfg),
+                  smol_kv_bytes_per_token(m->kv.n_layers, m->kv.n_kv_heads, m->kv.head_dim, m->kv.type),
+                  m->kv.n_pages * SMOL_KV_PAGE);
 
     if (cfg.kv_spill_dir[0] &&
         smol_spill_open(&spill, cfg.kv_spill_dir, (uint64_t)cfg.kv_spill_budget_mb << 20, m, err)) {

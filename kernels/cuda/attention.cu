@@ -21,14 +21,21 @@
 #define ATT_MAX_G 16    /* query heads per KV head (model.c refuses more) */
 #define ATT_MAX_D 4     /* head_dim <= 512 = 4 * ATT_THREADS */
 
-static __device__ __forceinline__ float kv_ld(const void *base, size_t i, int f16)
+/* element d of row r (rows of head_dim elements from base) in the cache's type; q8_0:
+ * d(block) * q in float, as smol_kv_scores_q8_0_ref forms it */
+static __device__ __forceinline__ float kv_ld(const void *base, size_t r, int d, int hd, int type)
 {
-    return f16 ? __half2float(((const __half *)base)[i]) : ((const float *)base)[i];
+    if (type == SMOL_TYPE_Q8_0) {
+        const struct block_q8_0 *b = (const struct block_q8_0 *)base + r * (hd / QK8_0) + d / QK8_0;
+        return h2f(b->d) * (float)b->qs[d % QK8_0];
+    }
+    const size_t i = r * hd + d;
+    return type == SMOL_TYPE_F16 ? __half2float(((const __half *)base)[i]) : ((const float *)base)[i];
 }
 
 static __global__ void __launch_bounds__(ATT_THREADS)
 attention_kernel(float *out, const float *q, const void *kc, const void *vc, const int32_t *tok,
-                 const int32_t *pages, int n_heads, int n_kv_heads, int head_dim, int kv_f16, float scale,
+                 const int32_t *pages, int n_heads, int n_kv_heads, int head_dim, int kv_type, float scale,
                  int pages_per_split, float *part)
 {
     extern __shared__ float sm[];
@@ -58,9 +65,9 @@ attention_kernel(float *out, const float *q, const void *kc, const void *vc, con
         for (int i = 0; i < ATT_MAX_D; i++) o[g][i] = 0.0f;
     __syncthreads();
 
-    const size_t page_elts = (size_t)n_kv_heads * SMOL_KV_PAGE_CUDA * hd;
     for (int p = p0; p < p1; p++) {
-        const size_t base = (size_t)pt[p] * page_elts + (size_t)h * SMOL_KV_PAGE_CUDA * hd;
+        /* first row (of head_dim elements) of this head in the page */
+        const size_t base = ((size_t)pt[p] * n_kv_heads + h) * SMOL_KV_PAGE_CUDA;
         /* scores: warp wid takes slots wid, wid + 4, ... */
         for (int s = wid; s < SMOL_KV_PAGE_CUDA; s += ATT_THREADS / 32) {
             const int pos = p * SMOL_KV_PAGE_CUDA + s;
@@ -69,7 +76,7 @@ attention_kernel(float *out, const float *q, const void *kc, const void *vc, con
             for (int g = 0; g < ATT_MAX_G; g++) acc[g] = 0.0f;
             if (pos < n_pos) {
                 for (int d = lane; d < hd; d += 32) {
-                    const float kx = kv_ld(kc, base + (size_t)s * hd + d, kv_f16);
+                    const float kx = kv_ld(kc, base + s, d, hd, kv_type);
 #pragma unroll
                     for (int g = 0; g < ATT_MAX_G; g++)
                         if (g < G) acc[g] += qs[g * hd + d] * kx;
@@ -114,7 +121,7 @@ attention_kernel(float *out, const float *q, const void *kc, const void *vc, con
             for (int i = 0; i < ATT_MAX_D; i++) {
                 const int d = tid + i * ATT_THREADS;
                 if (d < hd) {
-                    const float vx = kv_ld(vc, base + (size_t)s * hd + d, kv_f16);
+                    const float vx = kv_ld(vc, base + s, d, hd, kv_type);
 #pragma unroll
                     for (int g = 0; g < ATT_MAX_G; g++)
                         if (g < G) o[g][i] += sc[g * SMOL_KV_PAGE_CUDA + s] * vx;
@@ -172,12 +179,13 @@ static __global__ void merge_kernel(float *out, const float *part, int n_heads, 
 
 cudaError_t smol_attention_cuda(float *out, const float *q, const void *k_layer, const void *v_layer, int n_tokens,
                                 const int32_t *tok, const int32_t *pages, int n_heads, int n_kv_heads,
-                                int head_dim, int kv_f16, float scale, int n_split, int pages_per_split,
+                                int head_dim, int kv_type, float scale, int n_split, int pages_per_split,
                                 float *part, cudaStream_t st)
 {
     if (n_tokens <= 0) return cudaSuccess;
     const int G = n_heads / n_kv_heads;
-    if (G > ATT_MAX_G || head_dim > ATT_MAX_D * ATT_THREADS || n_split < 1 || pages_per_split < 1)
+    if (G > ATT_MAX_G || head_dim > ATT_MAX_D * ATT_THREADS || n_split < 1 || pages_per_split < 1 ||
+        (kv_type == SMOL_TYPE_Q8_0 && head_dim % QK8_0))
         return cudaErrorInvalidValue;
     const size_t smem = ((size_t)G * head_dim + (size_t)G * SMOL_KV_PAGE_CUDA + 3 * G) * sizeof(float);
     if (smem > 48 * 1024) {
@@ -186,7 +194,7 @@ cudaError_t smol_attention_cuda(float *out, const float *q, const void *k_layer,
     }
     dim3 grid(n_split, n_kv_heads, n_tokens);
     attention_kernel<<<grid, ATT_THREADS, smem, st>>>(out, q, k_layer, v_layer, tok, pages, n_heads, n_kv_heads,
-                                                       head_dim, kv_f16, scale, pages_per_split, part);
+                                                       head_dim, kv_type, scale, pages_per_split, part);
     if (n_split > 1) merge_kernel<<<dim3(n_heads, n_tokens), 128, 0, st>>>(out, part, n_heads, head_dim, n_split);
     return cudaGetLastError();
 }

@@ -280,7 +280,7 @@ static void cu_kv_store(struct smol_backend *be, struct smol_kv *kv, int layer, 
     const int32_t *d = kv_desc(c, b, &max_pages);
     if (!d) return (void)ck(c, cudaErrorMemoryAllocation, "kv descriptor");
     ck(c, smol_kv_store_cuda((char *)kv->k + layer * kv->layer_bytes, (char *)kv->v + layer * kv->layer_bytes, k, v,
-                             b->n_tokens, d, d, kv->n_kv_heads, kv->head_dim, kv->type == SMOL_TYPE_F16, c->st),
+                             b->n_tokens, d, d, kv->n_kv_heads, kv->head_dim, (int)kv->type, c->st),
        "kv_store");
 }
 
@@ -303,7 +303,7 @@ static void cu_attention(struct smol_backend *be, float *out, const float *q, co
     /* page table entries are at d + tok[2t+1]: the tables follow the 2n token pairs in the slot */
     ck(c, smol_attention_cuda(out, q, (const char *)kv->k + layer * kv->layer_bytes,
                               (const char *)kv->v + layer * kv->layer_bytes, n, d, d, n_heads, kv->n_kv_heads,
-                              kv->head_dim, kv->type == SMOL_TYPE_F16, scale, n_split, pps, c->part, c->st),
+                              kv->head_dim, (int)kv->type, scale, n_split, pps, c->part, c->st),
        "attention");
 }
 

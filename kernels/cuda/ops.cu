@@ -187,18 +187,34 @@ cudaError_t smol_gather_rows_cuda(float *out, const float *x, const int32_t *idx
 /* ---- KV store --------------------------------------------------------------------------- */
 
 /* Thread per element of k[t] (and the same element of v[t]); f16 rounds to nearest even, the
- * bits smol_f32_to_half writes. */
+ * bits smol_f32_to_half writes.  q8_0: a warp is one 32-element block of a row (kv_dim and
+ * head_dim are multiples of 32, so blocks never straddle warps or rows): amax by shuffles,
+ * d = amax / 127, q = roundf(x / d) as smol_quantize_q8_0_ref, lane 0 writes d. */
+static __device__ __forceinline__ void store_q8_0(void *c, size_t row, int d, float x)
+{
+    const float amax = warp_max(fabsf(x));
+    const float dq = amax / 127.0f, id = dq != 0.0f ? 1.0f / dq : 0.0f;
+    struct block_q8_0 *b = (struct block_q8_0 *)((char *)c + row) + d / QK8_0;
+    b->qs[d % QK8_0] = (int8_t)roundf(x * id);
+    if (d % QK8_0 == 0) b->d = __half_as_ushort(__float2half_rn(dq));
+}
+
 static __global__ void kv_store_kernel(void *kc, void *vc, const float *k, const float *v, const int32_t *tok,
-                                       const int32_t *pages, int n_kv_heads, int head_dim, int kv_f16)
+                                       const int32_t *pages, int n_kv_heads, int head_dim, int kv_type)
 {
     const int t = blockIdx.y, kv_dim = n_kv_heads * head_dim;
     const int e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= kv_dim) return;
     const int pos = tok[2 * t] - 1, page = pages[tok[2 * t + 1] + pos / SMOL_KV_PAGE_CUDA], slot = pos % SMOL_KV_PAGE_CUDA;
     const int h = e / head_dim, d = e % head_dim;
-    const size_t at = (((size_t)page * n_kv_heads + h) * SMOL_KV_PAGE_CUDA + slot) * head_dim + d;
+    const size_t row = ((size_t)page * n_kv_heads + h) * SMOL_KV_PAGE_CUDA + slot;
+    const size_t at = row * head_dim + d;
     const float kx = k[(size_t)t * kv_dim + e], vx = v[(size_t)t * kv_dim + e];
-    if (kv_f16) {
+    if (kv_type == SMOL_TYPE_Q8_0) {
+        const size_t rb = (size_t)head_dim / QK8_0 * sizeof(struct block_q8_0);
+        store_q8_0(kc, row * rb, d, kx);
+        store_q8_0(vc, row * rb, d, vx);
+    } else if (kv_type == SMOL_TYPE_F16) {
         ((__half *)kc)[at] = __float2half_rn(kx);
         ((__half *)vc)[at] = __float2half_rn(vx);
     } else {
@@ -208,11 +224,12 @@ static __global__ void kv_store_kernel(void *kc, void *vc, const float *k, const
 }
 
 cudaError_t smol_kv_store_cuda(void *k_layer, void *v_layer, const float *k, const float *v, int n_tokens,
-                               const int32_t *tok, const int32_t *pages, int n_kv_heads, int head_dim, int kv_f16,
+                               const int32_t *tok, const int32_t *pages, int n_kv_heads, int head_dim, int kv_type,
                                cudaStream_t st)
 {
     if (n_tokens <= 0) return cudaSuccess;
+    if (kv_type == SMOL_TYPE_Q8_0 && head_dim % QK8_0) return cudaErrorInvalidValue;
     dim3 grid((n_kv_heads * head_dim + 127) / 128, n_tokens);
-    kv_store_kernel<<<grid, 128, 0, st>>>(k_layer, v_layer, k, v, tok, pages, n_kv_heads, head_dim, kv_f16);
+    kv_store_kernel<<<grid, 128, 0, st>>>(k_layer, v_layer, k, v, tok, pages, n_kv_heads, head_dim, kv_type);
     return cudaGetLastError();
 }

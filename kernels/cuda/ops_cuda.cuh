@@ -52,9 +52,11 @@ cudaError_t smol_add_cuda(float *x, const float *y, int n, cudaStream_t st);
 /* out[i] = x[idx[i]], rows of dim; out must not overlap x (the backend handles in-place). */
 cudaError_t smol_gather_rows_cuda(float *out, const float *x, const int32_t *idx, int n, int dim, cudaStream_t st);
 
-/* Writes k[t], v[t] (n_kv_heads x head_dim) at position tok[2t] - 1 of their sequences. */
+/* Writes k[t], v[t] (n_kv_heads x head_dim) at position tok[2t] - 1 of their sequences, as
+ * kv_type: SMOL_TYPE_F32, SMOL_TYPE_F16 or SMOL_TYPE_Q8_0 (rows of head_dim / 32 blocks,
+ * quantized as smol_quantize_q8_0_ref; head_dim a multiple of 32). */
 cudaError_t smol_kv_store_cuda(void *k_layer, void *v_layer, const float *k, const float *v, int n_tokens,
-                               const int32_t *tok, const int32_t *pages, int n_kv_heads, int head_dim, int kv_f16,
+                               const int32_t *tok, const int32_t *pages, int n_kv_heads, int head_dim, int kv_type,
                                cudaStream_t st);
 
 /* out[t] = causal GQA attention of q[t] over positions [0, tok[2t]) of its sequence.
@@ -63,7 +65,7 @@ cudaError_t smol_kv_store_cuda(void *k_layer, void *v_layer, const float *k, con
  * n_tokens * n_heads * n_split * (head_dim + 2) floats when n_split > 1. */
 cudaError_t smol_attention_cuda(float *out, const float *q, const void *k_layer, const void *v_layer, int n_tokens,
                                 const int32_t *tok, const int32_t *pages, int n_heads, int n_kv_heads,
-                                int head_dim, int kv_f16, float scale, int n_split, int pages_per_split,
+                                int head_dim, int kv_type, float scale, int n_split, int pages_per_split,
                                 float *part, cudaStream_t st);
 
 /* Sampling on the device, one block per row of logits [n_rows][vocab].

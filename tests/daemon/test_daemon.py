@@ -17,6 +17,7 @@ prerequisite) is a failure too.
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -32,6 +33,7 @@ sys.path.insert(0, os.path.join(ROOT, "proto", "examples"))
 import client as pyclient  # noqa: E402
 
 FIXTURE_T = os.path.join(ROOT, "tests/fixtures/models/fixture-t.Q8_0.gguf")
+FIXTURE_A = os.path.join(ROOT, "tests/fixtures/models/fixture-a.Q4_K_M.gguf")  # head size 64: q8_0 KV
 SMOLLM2 = os.path.join(ROOT, "build/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 
 ARGS = None
@@ -883,6 +885,64 @@ def t_real_structured(d):
         prompt = "Write a short example JSON instance of this JSON schema:\n%s" % st
         check_valid(d, st, messages=prompt, temperature=0.0, max_tokens=600, repetition_penalty=1.3)
 
+# ---------------------------------------------------------------- tests: KV types
+
+def t_kv_types():
+    """--kv-type: memory per token in stats, the budget in tokens follows the type, a
+    session's KV memory in sessions; a spill file of another KV type is refused and the
+    session recomputed; a q8_0 session spilled at the drain comes back from disk; bad
+    values and the kv_f32 conflict are refused with a message."""
+    spill = tempfile.mkdtemp(prefix="smollm3d-kvtype-")
+    flags = ["--kv-budget-mb", "16", "--kv-spill-dir", spill, "--kv-spill-when-idle=false"]
+    # fixture-a: 8 layers x K,V x 2 KV heads x 64: f16 2 bytes, q8_0 34 per 32, f32 4
+    want = {"f16": 8 * 2 * 2 * 64 * 2, "q8_0": 8 * 2 * 2 * 2 * 34, "f32": 8 * 2 * 2 * 64 * 4}
+    budget = 16 << 20
+    try:
+        for run, kv_type in enumerate(("f16", "q8_0", "q8_0")):
+            d = Daemon(FIXTURE_A, "kv-" + kv_type, ["--kv-type", kv_type] + flags)
+            try:
+                st = d.stats()
+                bpt = want[kv_type]
+                check(st["kv_type"] == kv_type and st["kv_bytes_per_token"] == bpt, "stats: %s" % st)
+                page = 32 * bpt
+                check(st["kv_tokens_total"] == budget // page * 32 and
+                      st["kv_bytes_total"] == st["kv_tokens_total"] * bpt, "budget in tokens: %s" % st)
+                r = d.ctl("stats")
+                check(re.search(rb"(?m)^kv_bytes_per_token +%d$" % bpt, r.stdout) and
+                      re.search(rb"(?m)^kv_type +%s$" % kv_type.encode(), r.stdout), "stats table: %s" % r.stdout)
+                evs = gen_json(d, "--session", "kvt", "--temp", "0", "-n", "6", "My name is Ada. Remember it.")
+                check_stream_shape(evs, 6)
+                started = evs[0]
+                if run == 1:  # the f16 daemon's file, refused at start; the turn recomputed
+                    check(st["spill_files_rejected"] == 1, "f16 file refused: %s" % st)
+                    check("another KV type" in d.log_tail(100000), "refusal logged: %s" % d.log_tail())
+                    check(started["restored_tokens"] == 0 and started["cached_tokens"] == 0,
+                          "recomputed after the f16 file was refused: %s" % started)
+                if run == 2:
+                    check(st["spill_files_rejected"] == 0, "q8_0 file accepted: %s" % st)
+                    check(started["restored_tokens"] > 0 and started["cached_tokens"] == started["restored_tokens"],
+                          "q8_0 session restored from disk: %s" % started)
+                s = {x["session_id"]: x for x in json.loads(d.ctl("sessions", "--json").stdout)["sessions"]}
+                tok = s["kvt"]["tokens"]
+                check(s["kvt"]["kv_bytes"] == -(-tok // 32) * page, "session kv_bytes: %s (page %d)" % (s, page))
+                check(b"KV_BYTES" in d.ctl("sessions").stdout, "sessions table has KV_BYTES")
+                check(d.stop() == 0, "drain exit 0\n%s" % d.log_tail())
+            finally:
+                d.close()
+    finally:
+        subprocess.run(["rm", "-rf", spill])
+    bin_ = os.path.join(ARGS.build, "bin/smollm3d")
+    for args, msg in ((["--kv-type", "q4_0"], b"f32, f16 or q8_0"),
+                      (["--kv-type", "q8_0", "--kv-f32"], b"conflicts with kv_type = q8_0")):
+        r = subprocess.run([bin_, "--model", FIXTURE_A, "--listen", "ipc:///nonexistent/x.sock"] + args,
+                           capture_output=True, timeout=30)
+        check(r.returncode != 0 and msg in r.stderr, "%s: exit %d: %s" % (args, r.returncode, r.stderr[-300:]))
+    # a head size that is not whole q8_0 blocks (fixture-t: 16): refused at load, by name
+    r = subprocess.run([bin_, "--model", FIXTURE_T, "--listen", "ipc:///nonexistent/x.sock", "--kv-type", "q8_0"],
+                       capture_output=True, timeout=60)
+    check(r.returncode != 0 and b"head size 16" in r.stderr, "fixture-t q8_0: exit %d: %s" % (
+        r.returncode, r.stderr[-300:]))
+
 
 # ---------------------------------------------------------------- main
 
@@ -956,6 +1016,8 @@ def main():
 
     group("kv-budget", FIXTURE_T, [("kv_budget_exhausted", t_kv_budget)],
           extra=["--kv-budget-mb", "1"])
+
+    run_test("kv_types", t_kv_types)
 
     if not ARGS.filters or any(f in "real_smollm2" for f in ARGS.filters):
         r = subprocess.run(["sh", os.path.join(ROOT, "tests/get_smollm2.sh")],
