@@ -14,7 +14,8 @@ positions x vocabulary: mean |dlogit|, RMS, max |dlogit|, mean KL(f16 || q8_0)
 of the softmaxes, and top-1 agreement.  llama.cpp's own figures are the
 yardstick ("the spread llama.cpp's q8_0 KV shows against F16"); ours should be
 within it.  Our f16 against llama.cpp's f16 is printed too (the cross-engine
-baseline the spread sits on).
+baseline the spread sits on), and llama.cpp's q4_0 KV against its f16 (what a
+q4_0 cache would cost; smollm3 does not offer one).
 
 Writes tests/fixtures/kvquant/<model>.ids (the prompt ids, read by
 tests/test_kvquant.c) and tests/fixtures/kvquant/figures.json, and prints a
@@ -98,6 +99,7 @@ def main():
             f.write(" ".join(map(str, ids)) + "\n")
         ll16 = llama_logits(path, ids, llama_cpp.GGML_TYPE_F16, a.threads)
         ll8 = llama_logits(path, ids, llama_cpp.GGML_TYPE_Q8_0, a.threads)
+        ll4 = llama_logits(path, ids, llama_cpp.GGML_TYPE_Q4_0, a.threads)
         us16 = our_logits(a.smollm3, path, ids, "f16", a.threads, vocab)
         us8 = our_logits(a.smollm3, path, ids, "q8_0", a.threads, vocab)
         figures["models"][name] = {
@@ -105,6 +107,7 @@ def main():
             "llama_cpp_q8_0_vs_f16": diff(ll16, ll8),
             "ours_q8_0_vs_f16": diff(us16, us8),
             "ours_f16_vs_llama_cpp_f16": diff(ll16, us16),
+            "llama_cpp_q4_0_vs_f16": diff(ll16, ll4),
         }
     with open(os.path.join(OUT_DIR, "figures.json"), "w") as f:
         json.dump(figures, f, indent=1)
@@ -114,7 +117,8 @@ def main():
     print("|---|---|---|---|---|---|---|")
     for name, m in figures["models"].items():
         for key, label in (("llama_cpp_q8_0_vs_f16", "llama.cpp q8_0 vs f16"), ("ours_q8_0_vs_f16", "smollm3 q8_0 vs f16"),
-                           ("ours_f16_vs_llama_cpp_f16", "smollm3 f16 vs llama.cpp f16")):
+                           ("ours_f16_vs_llama_cpp_f16", "smollm3 f16 vs llama.cpp f16"),
+                           ("llama_cpp_q4_0_vs_f16", "llama.cpp q4_0 vs f16")):
             d = m[key]
             print(f"| {name} | {label} | {d['mean_abs']:.4f} | {d['rms']:.4f} | {d['max_abs']:.3f} | "
                   f"{d['mean_kl']:.2e} | {100 * d['top1_agree']:.1f}% |")
