@@ -618,6 +618,47 @@ START_TEST(t_mask_gbnf_random)
 }
 END_TEST
 
+/* A long bounded repetition: most of its copies take their twin's class
+ * (smol_grammar_index_shared); masks still equal brute force all the way to
+ * the bound, where the shared and the walked copies meet. */
+START_TEST(t_mask_shared_repetition)
+{
+    if (!vocab) { printf("SKIPPED: %s missing\n", FIXTURE_T); return; }
+    char err[SMOL_ERRLEN];
+    const char *re = "[a-z]{0,150}x";
+    struct smol_grammar *g = NULL;
+    ck_assert_msg(smol_grammar_compile_regex(re, strlen(re), NULL, &g, err) == SMOL_OK, "%s", err);
+    struct smol_grammar_index *ix = NULL;
+    ck_assert_msg(smol_grammar_index_new(&ix, g, vocab, 0, err) == SMOL_OK, "%s", err);
+    printf("[a-z]{0,150}x: %u states, %u classes shared with a twin\n", smol_grammar_n_states(g),
+           smol_grammar_index_shared(ix));
+    ck_assert_uint_gt(smol_grammar_index_shared(ix), 50);
+    struct smol_grammar_matcher *m = NULL;
+    ck_assert_int_eq(smol_grammar_matcher_new(&m, g, ix, err), SMOL_OK);
+    int32_t nv = smol_grammar_vocab_size(vocab);
+    uint32_t *mask = malloc(((nv + 31) / 32) * sizeof *mask);
+    int steps = 0;
+    for (; steps < 400 && !smol_grammar_matcher_is_done(m); steps++) {
+        smol_grammar_matcher_fill_mask(m, mask);
+        int32_t allowed[4096];
+        int na = 0;
+        for (int32_t t = 0; t < nv; t++) {
+            int bm = bit(mask, t);
+            if (bm && na < 4096 && !smol_tokenizer_is_eog(tok, t)) allowed[na++] = t;
+            if (!bm && rnd() % 16) continue;
+            ck_assert_msg(bm == brute(m, t), "step %d token %d: mask %d", steps, t, bm);
+        }
+        if (!na) break;
+        ck_assert_int_eq(smol_grammar_matcher_accept_token(m, allowed[rnd() % na]), SMOL_OK);
+    }
+    ck_assert_msg(smol_grammar_matcher_can_end(m), "the walk ended after %d steps without reaching the end", steps);
+    free(mask);
+    smol_grammar_matcher_free(&m);
+    smol_grammar_index_free(&ix);
+    smol_grammar_free(&g);
+}
+END_TEST
+
 START_TEST(t_rollback)
 {
     if (!vocab) { printf("SKIPPED: %s missing\n", FIXTURE_T); return; }
@@ -734,6 +775,7 @@ Suite *test_suite(void)
     tcase_add_test(tm, t_mask_tree);
     tcase_add_test(tm, t_mask_event);
     tcase_add_test(tm, t_mask_gbnf_random);
+    tcase_add_test(tm, t_mask_shared_repetition);
     tcase_add_test(tm, t_rollback);
     tcase_add_test(tm, t_end_optional);
     suite_add_tcase(s, tm);

@@ -31,6 +31,7 @@
 #ifndef SMOL_GRAMMAR_H
 #define SMOL_GRAMMAR_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "daemon/model/error.h"
@@ -92,8 +93,18 @@ int32_t smol_grammar_vocab_size(const struct smol_grammar_vocab *v);
  * SMOL_ETOOLARGE (the index would exceed max_bytes; 0 = 512 MiB). */
 enum smol_err smol_grammar_index_new(struct smol_grammar_index **out, const struct smol_grammar *g,
                                      const struct smol_grammar_vocab *v, size_t max_bytes, char *err);
+/* The same, stopping with SMOL_ECANCELLED between two states once *cancel
+ * is set (cancel may be NULL).  A state whose future agrees with its twin's
+ * over the bytes the twin's walk read (the copies of a bounded repetition
+ * such as a string's maxLength) shares the twin's class instead of walking
+ * the trie again, so a long repetition costs about as much as a short one. */
+enum smol_err smol_grammar_index_build(struct smol_grammar_index **out, const struct smol_grammar *g,
+                                       const struct smol_grammar_vocab *v, size_t max_bytes,
+                                       const atomic_int *cancel, char *err);
 void smol_grammar_index_free(struct smol_grammar_index **ix);
 size_t smol_grammar_index_bytes(const struct smol_grammar_index *ix);
+/* States whose class was shared with a twin (for benchmarks and tests). */
+uint32_t smol_grammar_index_shared(const struct smol_grammar_index *ix);
 
 /* A per-request matcher at the start of g.  ix may be NULL for a matcher
  * that only takes bytes (tests, validation); fill_mask and accept_token

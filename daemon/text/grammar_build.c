@@ -399,6 +399,7 @@ struct nfa {
     size_t n_e, cap_e;
     uint32_t *rule_of;      /* [n_states] */
     uint8_t *final;
+    uint32_t *twin;         /* [n_states] see smol_grammar.twin (UINT32_MAX: none) */
     size_t n_states, cap_states;
     struct gb *b;
 };
@@ -409,18 +410,22 @@ static int new_state(struct nfa *a, uint32_t rule)
         gb_fail(a->b, SMOL_ETOOLARGE, "grammar too large: over %d automaton states", GB_MAX_STATES);
         return -1;
     }
-    size_t cap = a->cap_states;
+    size_t cap = a->cap_states, cap2 = a->cap_states;
     if (grow((void **)&a->rule_of, &cap, a->n_states + 1, sizeof *a->rule_of) ||
+        grow((void **)&a->twin, &cap2, a->n_states + 1, sizeof *a->twin) ||
         grow((void **)&a->final, &a->cap_states, a->n_states + 1, 1)) {
         gb_fail(a->b, SMOL_ENOMEM, "out of memory");
         return -1;
     }
-    if (cap != a->cap_states) {   /* keep both arrays the same capacity */
+    if (cap != a->cap_states || cap2 != a->cap_states) {   /* keep the arrays the same capacity */
         uint32_t *r = realloc(a->rule_of, a->cap_states * sizeof *r);
-        if (!r) { gb_fail(a->b, SMOL_ENOMEM, "out of memory"); return -1; }
-        a->rule_of = r;
+        if (r) a->rule_of = r;
+        uint32_t *t = r ? realloc(a->twin, a->cap_states * sizeof *t) : NULL;
+        if (t) a->twin = t;
+        if (!r || !t) { gb_fail(a->b, SMOL_ENOMEM, "out of memory"); return -1; }
     }
     a->rule_of[a->n_states] = rule;
+    a->twin[a->n_states] = UINT32_MAX;
     a->final[a->n_states] = 0;
     return (int)a->n_states++;
 }
@@ -430,6 +435,25 @@ static void add_edge(struct nfa *a, int from, int to, int kind, uint32_t arg)
     if (from < 0 || to < 0) return;
     if (grow((void **)&a->e, &a->cap_e, a->n_e + 1, sizeof *a->e)) { gb_fail(a->b, SMOL_ENOMEM, "out of memory"); return; }
     a->e[a->n_e++] = (struct tedge){(uint32_t)from, (uint32_t)to, arg, (uint8_t)kind};
+}
+
+/* A repetition built n_man copies of its body at states [man, man + n_man
+ * * per) and then n_opt optional copies at [opt, opt + n_opt * per): each
+ * copy is built the same way, so it makes the same states in the same
+ * order.  Each state of a copy but the first gets the same state of the
+ * copy before as its twin (a candidate for sharing its token class; the
+ * index checks their futures).  The outermost repetition's twins win. */
+static void mark_twins(struct nfa *a, size_t man, size_t man_end, int n_man, size_t opt, int n_opt)
+{
+    size_t per = n_opt > 0 ? (a->n_states - opt) / (size_t)n_opt : n_man > 0 ? (man_end - man) / (size_t)n_man : 0;
+    if (!per || (man_end - man) != per * (size_t)n_man || (n_opt > 0 && a->n_states - opt != per * (size_t)n_opt)) return;
+    size_t prev = SIZE_MAX;     /* start of the previous copy */
+    for (int i = 0; i < n_man + n_opt; i++) {
+        size_t c = i < n_man ? man + (size_t)i * per : opt + (size_t)(i - n_man) * per;
+        if (prev != SIZE_MAX)
+            for (size_t j = 0; j < per; j++) a->twin[c + j] = (uint32_t)(prev + j);
+        prev = c;
+    }
 }
 
 /* Adds the fragment for expression x starting at state from; returns its end state. */
@@ -466,8 +490,11 @@ static int build(struct nfa *a, int x, int from, uint32_t rule, int depth)
     case GX_REP: {
         int cur = new_state(a, rule);
         add_edge(a, from, cur, E_EPS, 0);
+        size_t first = a->n_states;     /* the mandatory copies of x are built back to back from here */
         for (int i = 0; i < g->a && cur >= 0; i++) cur = build(a, k[0], cur, rule, depth + 1);
+        size_t mid = a->n_states;
         if (g->b == GB_INF) {
+            if (cur >= 0) mark_twins(a, first, mid, g->a, mid, 0);
             int s = new_state(a, rule);
             add_edge(a, cur, s, E_EPS, 0);
             add_edge(a, build(a, k[0], s, rule, depth + 1), s, E_EPS, 0);
@@ -475,10 +502,12 @@ static int build(struct nfa *a, int x, int from, uint32_t rule, int depth)
         }
         end = new_state(a, rule);
         add_edge(a, cur, end, E_EPS, 0);
+        size_t opt = a->n_states;       /* the optional ones from here */
         for (int i = g->a; i < g->b && cur >= 0; i++) {
             cur = build(a, k[0], cur, rule, depth + 1);
             add_edge(a, cur, end, E_EPS, 0);
         }
+        if (cur >= 0) mark_twins(a, first, mid, g->a, opt, g->b - g->a);
         return end;
     }
     }
@@ -564,6 +593,7 @@ void smol_grammar_free(struct smol_grammar **gp)
         for (uint32_t i = 0; i < g->n_rules; i++) free(g->rule_names[i]);
     free(g->rule_names);
     free(g->rule_start);
+    free(g->twin);
     free(g->states);
     free(g->edges);
     free(g->sets);
@@ -655,7 +685,8 @@ enum smol_err gb_finish(struct gb *b, int root, struct smol_grammar **out, char 
     g->sets = malloc((b->n_sets + 1) * 32);
     g->rule_start = malloc(b->n_rules * sizeof *g->rule_start);
     g->rule_names = calloc(b->n_rules, sizeof *g->rule_names);
-    if (!g->states || !g->edges || !g->sets || !g->rule_start || !g->rule_names) goto oom;
+    g->twin = malloc((nk + 1) * sizeof *g->twin);
+    if (!g->states || !g->edges || !g->sets || !g->rule_start || !g->rule_names || !g->twin) goto oom;
     g->n_rules = (uint32_t)b->n_rules;
     for (size_t r = 0; r < b->n_rules; r++) {
         g->rule_start[r] = newid[rstart[r]];
@@ -672,6 +703,8 @@ enum smol_err gb_finish(struct gb *b, int root, struct smol_grammar **out, char 
         st->e0 = ecount;
         st->final = fin[s];
         st->rule = a.rule_of[s];
+        uint32_t tw = a.twin[s];
+        g->twin[newid[s]] = tw != UINT32_MAX && newid[tw] != UINT32_MAX ? newid[tw] : UINT32_MAX;
         for (uint32_t i = off[s]; i < off[s + 1]; i++) {   /* sorted: byte edges, then rule edges */
             g->edges[ecount].arg = ne[i].arg;
             g->edges[ecount].to = newid[ne[i].to];
@@ -717,7 +750,7 @@ failed:
     rc = smol_errf(err, b->fail ? b->fail : SMOL_EINTERNAL, "%s", b->msg);
 done:
     smol_grammar_free(&g);
-    free(a.e); free(a.rule_of); free(a.final);
+    free(a.e); free(a.rule_of); free(a.final); free(a.twin);
     free(off); free(stack); free(stamp); free(fin); free(newid); free(rstart); free(ne); free(nullable);
     return rc;
 }

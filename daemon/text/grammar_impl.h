@@ -39,6 +39,10 @@ struct smol_grammar {
     uint32_t *rule_start;       /* [n_rules] start state of each rule */
     char **rule_names;          /* [n_rules] for messages */
     uint32_t root;              /* start rule */
+    uint32_t *twin;             /* [n_states] the same state one copy earlier in a bounded
+                                   repetition (x{m,n} is built as n copies of x), or
+                                   UINT32_MAX: a candidate for sharing its token class (the
+                                   index checks that their futures agree; grammar_mask.c) */
 };
 
 static inline int gset_has(const uint8_t *set, unsigned b)

@@ -5,7 +5,8 @@
  * Vocabulary: the byte strings of the ordinary tokens (not special, not
  * end, not empty) sorted and laid out as a trie in preorder, each node with
  * its depth and the end of its subtree, so a walk is a loop over an array
- * that skips a rejected prefix's whole subtree in one jump.
+ * that skips a rejected prefix's whole subtree in one jump.  The tokens of
+ * the nodes are one array in the same order (no pointer chasing per node).
  *
  * Index: for each automaton state with byte edges, the trie is walked from
  * the stack (state, UNKNOWN).  A walk level holds the set of tops after a
@@ -45,8 +46,8 @@ struct smol_grammar_vocab {
     uint8_t *byte;          /* [n_nodes] byte on the edge into the node */
     uint16_t *depth;        /* [n_nodes] */
     uint32_t *end;          /* [n_nodes] one past the node's subtree */
-    int32_t *tok;           /* [n_nodes] first token ending here, -1 */
-    int32_t *tok_next;      /* [n_vocab] next token with the same bytes, -1 */
+    uint32_t *tok0;         /* [n_nodes + 1] the tokens ending at node i are toks[tok0[i], tok0[i + 1]) */
+    int32_t *toks;          /* the ordinary tokens in trie order (sequential reads in a walk) */
     uint32_t max_len;
 };
 
@@ -63,6 +64,7 @@ struct sclass {
     struct left *left;
     uint32_t n_left;
     uint8_t ctx0;           /* the rule may end before any byte */
+    uint8_t shared;         /* the arrays belong to an earlier state's class (its twin's) */
 };
 
 struct smol_grammar_index {
@@ -70,6 +72,7 @@ struct smol_grammar_index {
     const struct smol_grammar_vocab *v;
     struct sclass *cls;     /* [g->n_states] */
     size_t bytes;
+    uint32_t n_shared;      /* classes taken from a twin */
 };
 
 /* ---- vocabulary --------------------------------------------------------------------- */
@@ -91,7 +94,7 @@ void smol_grammar_vocab_free(struct smol_grammar_vocab **vp)
     if (!vp || !*vp) return;
     struct smol_grammar_vocab *v = *vp;
     free(v->piece); free(v->len); free(v->is_end); free(v->ends);
-    free(v->byte); free(v->depth); free(v->end); free(v->tok); free(v->tok_next);
+    free(v->byte); free(v->depth); free(v->end); free(v->tok0); free(v->toks);
     free(v);
     *vp = NULL;
 }
@@ -107,12 +110,10 @@ enum smol_err smol_grammar_vocab_new(struct smol_grammar_vocab **out, const stru
     v->len = calloc(n, sizeof *v->len);
     v->is_end = calloc(n, 1);
     v->ends = calloc(n, sizeof *v->ends);
-    v->tok_next = malloc(n * sizeof *v->tok_next);
     order = malloc(n * sizeof *order);
-    if (!v->piece || !v->len || !v->is_end || !v->ends || !v->tok_next || !order) goto oom;
+    if (!v->piece || !v->len || !v->is_end || !v->ends || !order) goto oom;
     size_t total = 1, m = 0;
     for (int32_t i = 0; i < n; i++) {
-        v->tok_next[i] = -1;
         if (smol_tokenizer_is_eog(tok, i)) {
             v->is_end[i] = 1;
             v->ends[v->n_ends++] = i;
@@ -132,11 +133,11 @@ enum smol_err smol_grammar_vocab_new(struct smol_grammar_vocab **out, const stru
     v->byte = malloc(total);
     v->depth = malloc(total * sizeof *v->depth);
     v->end = malloc(total * sizeof *v->end);
-    v->tok = malloc(total * sizeof *v->tok);
+    v->tok0 = calloc(total + 1, sizeof *v->tok0);
     path = malloc((v->max_len + 1) * sizeof *path);
-    if (!v->byte || !v->depth || !v->end || !v->tok || !path) goto oom;
+    if (!v->byte || !v->depth || !v->end || !v->tok0 || !path) goto oom;
     uint32_t nn = 1, plen = 0;   /* path[d] = node at depth d on the current path */
-    v->byte[0] = 0; v->depth[0] = 0; v->tok[0] = -1;
+    v->byte[0] = 0; v->depth[0] = 0;
     path[0] = 0;
     int32_t prev = -1;
     for (size_t i = 0; i < m; i++) {
@@ -152,23 +153,18 @@ enum smol_err smol_grammar_vocab_new(struct smol_grammar_vocab **out, const stru
         for (uint32_t d = l + 1; d <= len; d++) {
             v->byte[nn] = p[d - 1];
             v->depth[nn] = (uint16_t)d;
-            v->tok[nn] = -1;
             path[d] = nn++;
         }
         plen = len;
-        uint32_t at = path[len];
-        if (v->tok[at] < 0) v->tok[at] = t;
-        else {   /* same bytes as an earlier token: chain it */
-            int32_t x = v->tok[at];
-            while (v->tok_next[x] >= 0) x = v->tok_next[x];
-            v->tok_next[x] = t;
-        }
+        v->tok0[path[len] + 1]++;   /* sorted: a node's tokens come together, nodes in preorder */
         prev = t;
     }
     for (uint32_t d = plen; d > 0; d--) v->end[path[d]] = nn;
     v->end[0] = nn;
     v->n_nodes = nn;
-    free(order);
+    for (uint32_t i = 0; i < nn; i++) v->tok0[i + 1] += v->tok0[i];
+    v->toks = order;
+    order = NULL;
     free(path);
     *out = v;
     return SMOL_OK;
@@ -273,7 +269,7 @@ void smol_grammar_index_free(struct smol_grammar_index **ixp)
     struct smol_grammar_index *ix = *ixp;
     if (ix->cls)
         for (uint32_t s = 0; s < ix->g->n_states; s++) {
-            free(ix->cls[s].bits); free(ix->cls[s].list); free(ix->cls[s].left);
+            if (!ix->cls[s].shared) { free(ix->cls[s].bits); free(ix->cls[s].list); free(ix->cls[s].left); }
         }
     free(ix->cls);
     free(ix);
@@ -281,6 +277,7 @@ void smol_grammar_index_free(struct smol_grammar_index **ixp)
 }
 
 size_t smol_grammar_index_bytes(const struct smol_grammar_index *ix) { return ix->bytes; }
+uint32_t smol_grammar_index_shared(const struct smol_grammar_index *ix) { return ix->n_shared; }
 
 /* Leftovers for token t at every k in [1, upto] where level k hit the rule's end. */
 static int add_lefts(struct lbuf *lb, const struct walker *w, const uint32_t *nctx, int32_t t, size_t upto)
@@ -292,7 +289,7 @@ static int add_lefts(struct lbuf *lb, const struct walker *w, const uint32_t *nc
 }
 
 static enum smol_err index_state(struct smol_grammar_index *ix, uint32_t s, struct gpool *p, struct walker *w,
-                                 struct gbuf *acc, struct lbuf *lb, uint32_t *nctx, char *err)
+                                 struct gbuf *acc, struct lbuf *lb, uint32_t *nctx, uint32_t *maxd, char *err)
 {
     const struct smol_grammar *g = ix->g;
     const struct smol_grammar_vocab *v = ix->v;
@@ -308,12 +305,15 @@ static enum smol_err index_state(struct smol_grammar_index *ix, uint32_t s, stru
     free(t0.v);
     c->ctx0 = (fl & GF_CTX) != 0;
     nctx[0] = 0;
+    *maxd = 0;
     for (uint32_t i = 1; i < v->n_nodes;) {
         size_t d = v->depth[i];
+        if (d > *maxd) *maxd = (uint32_t)d;
         if (walker_step(w, g, p, d, v->byte[i])) goto fail;
         int live = w->n[d] > 0;
         nctx[d] = nctx[d - 1] + ((w->fl[d] & GF_CTX) != 0);
-        for (int32_t t = v->tok[i]; t >= 0; t = v->tok_next[t]) {
+        for (uint32_t ti = v->tok0[i]; ti < v->tok0[i + 1]; ti++) {
+            int32_t t = v->toks[ti];
             if (live || (w->fl[d] & GF_CTX)) {
                 if (gbuf_reserve(acc, 1)) goto oom;
                 acc->v[acc->n++] = (uint32_t)t;
@@ -323,9 +323,8 @@ static enum smol_err index_state(struct smol_grammar_index *ix, uint32_t s, stru
         }
         if (live) { i++; continue; }
         if (nctx[d])   /* every longer token under this prefix is leftover */
-            for (uint32_t j = i + 1; j < v->end[i]; j++)
-                for (int32_t t = v->tok[j]; t >= 0; t = v->tok_next[t])
-                    if (add_lefts(lb, w, nctx, t, d)) goto oom;
+            for (uint32_t ti = v->tok0[i + 1]; ti < v->tok0[v->end[i]]; ti++)
+                if (add_lefts(lb, w, nctx, v->toks[ti], d)) goto oom;
         i = v->end[i];
     }
     uint32_t words = ((uint32_t)v->n_vocab + 31) / 32;
@@ -363,8 +362,93 @@ fail:
                      s, g->rule_names[g->states[s].rule], GP_MAX_TOPS);
 }
 
+/* ---- sharing classes between states with the same future ----------------------------
+ * A state's class depends only on what the automaton does from it, the stack
+ * below unknown, over the bytes the trie walk read: at most maxd of them.  A
+ * bounded repetition x{m,n} is n copies of x, and the copies far from its
+ * ends have the same futures over any short distance, so a state whose twin
+ * (the same state one copy earlier) agrees with it for maxd + 1 bytes takes
+ * the twin's class instead of walking the trie again.  "Agrees for r bytes"
+ * is a bounded bisimulation: same final flag, the same byte sets and called
+ * rules edge for edge, and the targets agreeing for r - 1 bytes after a byte
+ * edge (r after a rule edge: the callee may read nothing).  A pair seen
+ * before with at least as many bytes to go is taken as agreeing (the
+ * coinductive step of a bisimulation).  The check is bounded by a pair
+ * budget; running out means "not shown equal", never a wrong share. */
+struct pairmap {
+    uint64_t *key;          /* (u << 32 | v) + 1, 0 = empty */
+    uint32_t *r;            /* bytes to go it was checked for */
+    uint32_t cap, n;
+    uint32_t *stk;          /* pending (u, v, r) */
+    uint32_t sp;
+    uint32_t *used;         /* [PAIR_BUDGET] slots to clear for the next check */
+};
+
+#define PAIR_BUDGET 65536
+
+static int pm_init(struct pairmap *pm)
+{
+    pm->cap = 2 * PAIR_BUDGET;
+    pm->key = calloc(pm->cap, sizeof *pm->key);
+    pm->r = malloc(pm->cap * sizeof *pm->r);
+    pm->stk = malloc(3 * (size_t)(PAIR_BUDGET + 1) * 8 * sizeof *pm->stk);
+    pm->used = malloc((PAIR_BUDGET + 1) * sizeof *pm->used);
+    return pm->key && pm->r && pm->stk && pm->used ? 0 : -1;
+}
+
+static void pm_deinit(struct pairmap *pm) { free(pm->key); free(pm->r); free(pm->stk); free(pm->used); }
+
+/* 1 if (u, v) still has to be checked for r bytes (and records it), 0 if done. */
+static int pm_visit(struct pairmap *pm, uint32_t u, uint32_t v, uint32_t r)
+{
+    uint64_t k = ((uint64_t)u << 32 | v) + 1;
+    uint32_t h = (uint32_t)((k * 0x9e3779b97f4a7c15ull) >> 40) & (pm->cap - 1);
+    while (pm->key[h] && pm->key[h] != k) h = (h + 1) & (pm->cap - 1);
+    if (pm->key[h]) {
+        if (pm->r[h] >= r) return 0;
+        pm->r[h] = r;
+        return 1;
+    }
+    pm->key[h] = k;
+    pm->r[h] = r;
+    pm->used[pm->n++] = h;
+    return 1;
+}
+
+static int futures_agree(const struct smol_grammar *g, struct pairmap *pm, uint32_t s, uint32_t t, uint32_t r)
+{
+    for (uint32_t i = 0; i < pm->n; i++) pm->key[pm->used[i]] = 0;
+    pm->n = pm->sp = 0;
+    pm_visit(pm, s, t, r);
+    pm->stk[pm->sp++] = s; pm->stk[pm->sp++] = t; pm->stk[pm->sp++] = r;
+    while (pm->sp) {
+        uint32_t rr = pm->stk[--pm->sp], b = pm->stk[--pm->sp], a = pm->stk[--pm->sp];
+        if (a == b) continue;
+        const struct gstate *x = &g->states[a], *y = &g->states[b];
+        if (x->final != y->final || x->n_byte != y->n_byte || x->n_ref != y->n_ref) return 0;
+        for (uint32_t i = 0; i < x->n_byte + x->n_ref; i++) {
+            const struct gedge *ex = &g->edges[x->e0 + i], *ey = &g->edges[y->e0 + i];
+            if (ex->arg != ey->arg) return 0;
+            int byte = i < x->n_byte;
+            if (byte && rr == 0) continue;
+            uint32_t r2 = byte ? rr - 1 : rr;
+            if (!pm_visit(pm, ex->to, ey->to, r2)) continue;
+            if (pm->n >= PAIR_BUDGET - 1 || pm->sp + 3 > 3 * (size_t)(PAIR_BUDGET + 1) * 8) return 0;
+            pm->stk[pm->sp++] = ex->to; pm->stk[pm->sp++] = ey->to; pm->stk[pm->sp++] = r2;
+        }
+    }
+    return 1;
+}
+
 enum smol_err smol_grammar_index_new(struct smol_grammar_index **out, const struct smol_grammar *g,
                                      const struct smol_grammar_vocab *v, size_t max_bytes, char *err)
+{
+    return smol_grammar_index_build(out, g, v, max_bytes, NULL, err);
+}
+
+enum smol_err smol_grammar_index_build(struct smol_grammar_index **out, const struct smol_grammar *g,
+                                       const struct smol_grammar_vocab *v, size_t max_bytes,
+                                       const atomic_int *cancel, char *err)
 {
     *out = NULL;
     if (!max_bytes) max_bytes = (size_t)512 << 20;
@@ -373,9 +457,14 @@ enum smol_err smol_grammar_index_new(struct smol_grammar_index **out, const stru
     struct walker w = {0};
     struct gbuf acc = {0};
     struct lbuf lb = {0};
+    struct pairmap pm = {0};
     uint32_t *nctx = malloc((v->max_len + 2) * sizeof *nctx);
+    uint32_t *maxd = malloc((g->n_states + 1) * sizeof *maxd);  /* bytes each state's walk read */
     enum smol_err rc = SMOL_OK;
-    if (!ix || !nctx || walker_init(&w, v->max_len)) { rc = smol_errf(err, SMOL_ENOMEM, "grammar index: out of memory"); goto out; }
+    if (!ix || !nctx || !maxd || pm_init(&pm) || walker_init(&w, v->max_len)) {
+        rc = smol_errf(err, SMOL_ENOMEM, "grammar index: out of memory");
+        goto out;
+    }
     ix->g = g;
     ix->v = v;
     ix->cls = calloc(g->n_states ? g->n_states : 1, sizeof *ix->cls);
@@ -383,7 +472,19 @@ enum smol_err smol_grammar_index_new(struct smol_grammar_index **out, const stru
     sort_vocab = v;
     for (uint32_t s = 0; s < g->n_states && !rc; s++) {
         if (!g->states[s].n_byte) continue;
-        rc = index_state(ix, s, &p, &w, &acc, &lb, nctx, err);
+        if (cancel && atomic_load_explicit(cancel, memory_order_relaxed)) {
+            rc = smol_errf(err, SMOL_ECANCELLED, "grammar index: cancelled");
+            break;
+        }
+        uint32_t t = g->twin ? g->twin[s] : UINT32_MAX;
+        if (t < s && g->states[t].n_byte && futures_agree(g, &pm, s, t, maxd[t] + 1)) {
+            ix->cls[s] = ix->cls[t];
+            ix->cls[s].shared = 1;
+            maxd[s] = maxd[t];
+            ix->n_shared++;
+            continue;
+        }
+        rc = index_state(ix, s, &p, &w, &acc, &lb, nctx, &maxd[s], err);
         if (!rc && ix->bytes > max_bytes)
             rc = smol_errf(err, SMOL_ETOOLARGE, "grammar index over %zu MiB (%u automaton states)", max_bytes >> 20, g->n_states);
     }
@@ -393,6 +494,8 @@ out:
     free(acc.v);
     free(lb.v);
     free(nctx);
+    free(maxd);
+    pm_deinit(&pm);
     if (rc) smol_grammar_index_free(&ix);
     *out = ix;
     return rc;
@@ -428,7 +531,7 @@ static void walk_trie(struct smol_grammar_matcher *m, uint32_t *mask)
         walker_step(w, m->g, &m->pool, d, v->byte[i]);
         int live = w->n[d] > 0;
         if (live || (w->fl[d] & GF_ACCEPT))
-            for (int32_t t = v->tok[i]; t >= 0; t = v->tok_next[t]) setbit(mask, t);
+            for (uint32_t ti = v->tok0[i]; ti < v->tok0[i + 1]; ti++) setbit(mask, v->toks[ti]);
         i = live ? i + 1 : v->end[i];
     }
 }
