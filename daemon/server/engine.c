@@ -406,6 +406,10 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
     char err[SMOL_ERRLEN], msg[SMOL_ERRLEN + 64];
     struct smol_session *s = NULL;
 
+    if (r->grammar && !smol_grammar_entry_index(r->grammar)) {  /* the RPC thread submits only built ones */
+        reject(e, q, SMOL_EINTERNAL, "structured output: the grammar's index is not built");
+        return -1;
+    }
     if (r->session[0]) {
         s = smol_sessions_find(&e->sessions, r->session);
         if (!s) s = smol_sessions_restore(&e->sessions, r->session, e->cfg.max_sessions, now);

@@ -1,39 +1,56 @@
 /*
- * grammar_cache.c - the LRU of compiled grammars (see grammar_cache.h).
- * A mutex guards the list and the reference counts; a compile runs under it
- * (the RPC thread is the only caller of _get, so nothing waits behind it
- * but an engine-thread release).
+ * grammar_cache.c - the LRU of compiled grammars and the index worker (see
+ * grammar_cache.h).  A mutex guards the list and the job queue; nothing
+ * slow runs under it: the grammar is compiled before it is taken, the index
+ * by the worker without it.  Reference counts are atomic, so an entry
+ * outlives the cache while a request holds it.  A queued or running job
+ * holds a reference to its entry.
  */
 #include "daemon/server/grammar_cache.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "daemon/text/text.h"
 
+enum { ENTRY_PENDING, ENTRY_READY, ENTRY_FAILED };
+
 struct smol_grammar_entry {
-    struct smol_grammar_cache *c;   /* NULL once the cache is freed */
     enum smol_constraint_kind kind;
     uint64_t hash;
     char *text;
     size_t len;
     struct smol_grammar *g;
-    struct smol_grammar_index *ix;
-    int refs;                       /* requests + 1 while in the LRU */
+    struct smol_grammar_index *ix;  /* written by the worker before state leaves PENDING */
+    atomic_int state;               /* ENTRY_* */
+    enum smol_err code;             /* ENTRY_FAILED: why, and msg */
+    char msg[SMOL_ERRLEN];
+    double t0;                      /* when its compile began (ms) */
+    atomic_int refs;                /* requests + 1 while in the LRU + 1 while a job */
+    int in_lru;                     /* (c->mu) */
     struct smol_grammar_entry *prev, *next;
+    struct smol_grammar_entry *job_next;
 };
 
 struct smol_grammar_cache {
     pthread_mutex_t mu;
+    pthread_cond_t cv;
     struct smol_grammar_vocab *vocab;
     int capacity, n;
     struct smol_grammar_entry *head, *tail;   /* most recently used first */
+    struct smol_grammar_entry *jobs, *jobs_tail;
+    atomic_int stop;                /* the worker exits; an index being built is abandoned */
+    pthread_t worker;
+    int worker_started;
+    int efd;                        /* eventfd: some build finished */
     struct smol_grammar_cache_stats stats;
 };
-
-static pthread_mutex_t orphan_mu = PTHREAD_MUTEX_INITIALIZER;  /* entries outliving their cache */
 
 static uint64_t fnv1a(enum smol_constraint_kind kind, const char *s, size_t n)
 {
@@ -55,6 +72,7 @@ static void unlink_entry(struct smol_grammar_cache *c, struct smol_grammar_entry
     if (e->prev) e->prev->next = e->next; else c->head = e->next;
     if (e->next) e->next->prev = e->prev; else c->tail = e->prev;
     e->prev = e->next = NULL;
+    e->in_lru = 0;
     c->n--;
 }
 
@@ -64,7 +82,79 @@ static void push_front(struct smol_grammar_cache *c, struct smol_grammar_entry *
     e->next = c->head;
     if (c->head) c->head->prev = e; else c->tail = e;
     c->head = e;
+    e->in_lru = 1;
     c->n++;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static void notify(struct smol_grammar_cache *c)
+{
+    uint64_t one = 1;
+    ssize_t w = write(c->efd, &one, sizeof one);  /* the counter saturating is still "readable" */
+    (void)w;
+}
+
+static void unref(struct smol_grammar_entry *e)
+{
+    if (atomic_fetch_sub(&e->refs, 1) == 1) entry_destroy(e);
+}
+
+static void *worker_main(void *arg)
+{
+    struct smol_grammar_cache *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->jobs && !atomic_load(&c->stop)) pthread_cond_wait(&c->cv, &c->mu);
+        if (atomic_load(&c->stop)) break;
+        struct smol_grammar_entry *e = c->jobs;
+        c->jobs = e->job_next;
+        if (!c->jobs) c->jobs_tail = NULL;
+        if (e->in_lru && atomic_load(&e->refs) == 2) {
+            /* no request waits for it any more (cancelled while queued): not built, not cached */
+            e->code = SMOL_ECANCELLED;
+            snprintf(e->msg, sizeof e->msg, "no request is waiting for this grammar");
+            atomic_store(&e->state, ENTRY_FAILED);
+            unlink_entry(c, e);
+            unref(e);
+            unref(e);
+            continue;
+        }
+        pthread_mutex_unlock(&c->mu);
+        char e2[SMOL_ERRLEN] = "";
+        enum smol_err rc = smol_grammar_index_build(&e->ix, e->g, c->vocab, 0, &c->stop, e2);
+        pthread_mutex_lock(&c->mu);
+        if (rc) {
+            e->code = rc == SMOL_ECANCELLED ? SMOL_ESHUTDOWN : rc;
+            snprintf(e->msg, sizeof e->msg, "%s", rc == SMOL_ECANCELLED ? "the daemon is shutting down" : e2);
+            if (e->in_lru) { unlink_entry(c, e); unref(e); }  /* a failure is not cached */
+            atomic_store(&e->state, ENTRY_FAILED);
+        } else {
+            c->stats.compiles++;
+            c->stats.compile_ms += now_ms() - e->t0;
+            atomic_store(&e->state, ENTRY_READY);
+        }
+        unref(e);    /* the job's */
+        notify(c);
+    }
+    /* stopping: the jobs never started fail */
+    while (c->jobs) {
+        struct smol_grammar_entry *e = c->jobs;
+        c->jobs = e->job_next;
+        e->code = SMOL_ESHUTDOWN;
+        snprintf(e->msg, sizeof e->msg, "the daemon is shutting down");
+        atomic_store(&e->state, ENTRY_FAILED);
+        unref(e);
+    }
+    c->jobs_tail = NULL;
+    pthread_mutex_unlock(&c->mu);
+    notify(c);
+    return NULL;
 }
 
 enum smol_err smol_grammar_cache_new(struct smol_grammar_cache **out, const struct smol_tokenizer *tok,
@@ -76,7 +166,15 @@ enum smol_err smol_grammar_cache_new(struct smol_grammar_cache **out, const stru
     enum smol_err e = smol_grammar_vocab_new(&c->vocab, tok, err);
     if (e) { free(c); return e; }
     pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
     c->capacity = capacity > 0 ? capacity : 16;
+    c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (c->efd < 0 || pthread_create(&c->worker, NULL, worker_main, c)) {
+        c->worker_started = 0;
+        smol_grammar_cache_free(&c);
+        return smol_errf(err, SMOL_ENOMEM, "grammar cache: cannot start its worker thread");
+    }
+    c->worker_started = 1;
     *out = c;
     return SMOL_OK;
 }
@@ -85,17 +183,23 @@ void smol_grammar_cache_free(struct smol_grammar_cache **cp)
 {
     if (!cp || !*cp) return;
     struct smol_grammar_cache *c = *cp;
-    pthread_mutex_lock(&orphan_mu);
+    if (c->worker_started) {
+        pthread_mutex_lock(&c->mu);
+        atomic_store(&c->stop, 1);
+        pthread_cond_signal(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->worker, NULL);
+    }
     pthread_mutex_lock(&c->mu);
     while (c->head) {
         struct smol_grammar_entry *e = c->head;
         unlink_entry(c, e);
-        e->c = NULL;
-        if (--e->refs == 0) entry_destroy(e);
+        unref(e);
     }
     pthread_mutex_unlock(&c->mu);
-    pthread_mutex_unlock(&orphan_mu);
     smol_grammar_vocab_free(&c->vocab);
+    if (c->efd >= 0) close(c->efd);
+    pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
     *cp = NULL;
@@ -112,13 +216,6 @@ static const char *kind_name(enum smol_constraint_kind k)
     }
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 enum smol_err smol_grammar_cache_get(struct smol_grammar_cache *c, enum smol_constraint_kind kind,
                                      const char *text, size_t len, struct smol_grammar_entry **out, char *err)
 {
@@ -128,26 +225,35 @@ enum smol_err smol_grammar_cache_get(struct smol_grammar_cache *c, enum smol_con
         return smol_errf(err, SMOL_EINVAL, "unknown constraint kind %d", (int)kind);
     uint64_t h = fnv1a(kind, text, len);
     pthread_mutex_lock(&c->mu);
-    for (struct smol_grammar_entry *e = c->head; e; e = e->next)
-        if (e->hash == h && e->kind == kind && e->len == len && !memcmp(e->text, text, len)) {
-            unlink_entry(c, e);
-            push_front(c, e);
-            e->refs++;
-            c->stats.hits++;
-            pthread_mutex_unlock(&c->mu);
-            *out = e;
-            return SMOL_OK;
-        }
+    struct smol_grammar_entry *e = NULL;
+    for (e = c->head; e; e = e->next)
+        if (e->hash == h && e->kind == kind && e->len == len && !memcmp(e->text, text, len)) break;
+    if (e) {
+        unlink_entry(c, e);
+        push_front(c, e);
+        atomic_fetch_add(&e->refs, 1);
+        c->stats.hits++;
+        pthread_mutex_unlock(&c->mu);
+        *out = e;
+        return SMOL_OK;
+    }
+    pthread_mutex_unlock(&c->mu);
+    /* the grammar now, outside the lock (only this thread adds entries) */
     double t0 = now_ms();
     char e2[SMOL_ERRLEN];
     enum smol_err rc = SMOL_OK;
-    struct smol_grammar_entry *e = calloc(1, sizeof *e);
-    if (!e || !(e->text = malloc(len + 1))) { rc = smol_errf(err, SMOL_ENOMEM, "out of memory"); goto fail; }
+    e = calloc(1, sizeof *e);
+    if (!e || !(e->text = malloc(len + 1))) {
+        free(e);
+        return smol_errf(err, SMOL_ENOMEM, "out of memory");
+    }
     memcpy(e->text, text, len);
     e->text[len] = 0;
     e->len = len;
     e->kind = kind;
     e->hash = h;
+    e->t0 = t0;
+    atomic_init(&e->state, ENTRY_PENDING);
     struct smol_grammar_opts opts = {0};
     switch (kind) {
     case SMOL_CONSTRAINT_JSON_SCHEMA: rc = smol_grammar_compile_json_schema(text, len, &opts, &e->g, e2); break;
@@ -155,40 +261,49 @@ enum smol_err smol_grammar_cache_get(struct smol_grammar_cache *c, enum smol_con
     case SMOL_CONSTRAINT_REGEX: rc = smol_grammar_compile_regex(text, len, &opts, &e->g, e2); break;
     default: rc = smol_grammar_compile_json_any(1, &opts, &e->g, e2); break;
     }
-    if (!rc) rc = smol_grammar_index_new(&e->ix, e->g, c->vocab, 0, e2);
-    if (rc) { smol_errf(err, rc, "%s: %s", kind_name(kind), e2); goto fail; }
-    c->stats.compiles++;
-    c->stats.compile_ms += now_ms() - t0;
-    e->c = c;
-    e->refs = 2;                    /* the LRU's and the caller's */
+    if (rc) {
+        entry_destroy(e);
+        return smol_errf(err, rc, "%s: %s", kind_name(kind), e2);
+    }
+    atomic_init(&e->refs, 3);       /* the LRU's, the job's and the caller's */
+    pthread_mutex_lock(&c->mu);
     push_front(c, e);
     while (c->n > c->capacity) {
         struct smol_grammar_entry *old = c->tail;
         unlink_entry(c, old);
-        old->c = NULL;
-        if (--old->refs == 0) entry_destroy(old);
+        unref(old);
     }
+    if (c->jobs_tail) c->jobs_tail->job_next = e; else c->jobs = e;
+    c->jobs_tail = e;
+    pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
     *out = e;
     return SMOL_OK;
-fail:
-    pthread_mutex_unlock(&c->mu);
-    if (e) entry_destroy(e);
-    return rc;
+}
+
+int smol_grammar_entry_done(struct smol_grammar_entry *e, enum smol_err *code, char *err)
+{
+    int st = atomic_load(&e->state);    /* acquire: ix and msg were written before */
+    if (st == ENTRY_PENDING) return 0;
+    *code = st == ENTRY_READY ? SMOL_OK : e->code;
+    if (err) snprintf(err, SMOL_ERRLEN, "%s: %.200s", kind_name(e->kind), st == ENTRY_READY ? "ready" : e->msg);
+    return 1;
+}
+
+int smol_grammar_cache_fd(const struct smol_grammar_cache *c) { return c->efd; }
+
+void smol_grammar_cache_ack(struct smol_grammar_cache *c)
+{
+    uint64_t n;
+    ssize_t r = read(c->efd, &n, sizeof n);
+    (void)r;
 }
 
 void smol_grammar_entry_release(struct smol_grammar_entry **ep)
 {
     if (!ep || !*ep) return;
-    struct smol_grammar_entry *e = *ep;
+    unref(*ep);
     *ep = NULL;
-    pthread_mutex_lock(&orphan_mu);
-    struct smol_grammar_cache *c = e->c;
-    if (c) pthread_mutex_lock(&c->mu);
-    int last = --e->refs == 0;
-    if (c) pthread_mutex_unlock(&c->mu);
-    pthread_mutex_unlock(&orphan_mu);
-    if (last) entry_destroy(e);
 }
 
 const struct smol_grammar *smol_grammar_entry_grammar(const struct smol_grammar_entry *e) { return e->g; }

@@ -239,7 +239,9 @@ static enum smol_err build_sampling(struct smol_request *r, const Smollm3__Sampl
 }
 
 /* The request's constraint, compiled (or found in the cache) now so that a
- * schema we cannot express is refused before the request is queued.  The
+ * schema we cannot express is refused before the request is queued; its
+ * token index may still be building (grammar_cache.h: the RPC thread parks
+ * the request until it is).  The
  * wire code is INVALID_ARGUMENT for every schema problem (unsupported
  * keyword, invalid schema, bad syntax); the message names it. */
 static enum smol_err build_constraint(struct smol_request *r, const Smollm3__GenerateRequest *g,

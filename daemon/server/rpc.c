@@ -44,6 +44,7 @@ struct route {
     uint8_t paused;             /* PAUSE sent, RESUME not yet */
     uint8_t gone;               /* the client vanished: events are discarded */
     uint8_t keyed;              /* in the (identity, client_id) table */
+    struct smol_request *parked;/* waiting for its grammar's index (grammar_cache.h), not yet submitted */
     zmq_msg_t *q;               /* ring of queued Event frames [q_cap] */
     size_t q_head, q_len, q_cap;
     struct route *next_id, *next_key;       /* hash chains */
@@ -63,6 +64,8 @@ struct smol_rpc {
     double drained_at, drain_started;
     double wd_last_alive, wd_next_tick;
     uint64_t wd_probe;          /* internal id of the outstanding probe, 0 = none */
+    uint64_t *parked;           /* ids of routes with a parked request (stale ids are skipped) */
+    size_t n_parked, cap_parked;
     struct smol_rpc_counters ctr;
 };
 
@@ -176,6 +179,7 @@ static void route_free(struct smol_rpc *rpc, struct route *rt)
     if (rt->paused) rpc->ctr.paused--;
     if (rt->kind == ROUTE_REPLY) rpc->n_replies--;
     rpc->n_routes--;
+    smol_request_free(&rt->parked);
     free(rt->q);
     free(rt);
 }
@@ -277,6 +281,37 @@ static void route_push(struct smol_rpc *rpc, struct route *rt, zmq_msg_t *m)
 
 /* The client of rt is gone (EHOSTUNREACH): drop what was queued for it and
  * cancel every unfinished request of that client. */
+/* Hands a generate request to the engine; 0, or an error in err and the
+ * route freed (r is consumed either way). */
+static enum smol_err submit(struct smol_rpc *rpc, struct route *rt, struct smol_request *r, char *err)
+{
+    r->id = rt->id;
+    if (smol_engine_send_submit(rpc->engine, r)) {
+        smol_request_free(&r);
+        route_free(rpc, rt);
+        return smol_errf(err, SMOL_EINTERNAL, "cannot hand the request to the engine: %s", zmq_strerror(errno));
+    }
+    rpc->ctr.submitted++;
+    return SMOL_OK;
+}
+
+/* Cancels a generate stream.  A parked request goes to the engine without
+ * its grammar and is cancelled right behind it, so the client gets the
+ * same terminal event as for any cancelled request. */
+static void cancel_gen(struct smol_rpc *rpc, struct route *rt)
+{
+    if (rt->parked) {
+        struct smol_request *r = rt->parked;
+        char err[SMOL_ERRLEN];
+        rt->parked = NULL;
+        smol_grammar_entry_release(&r->grammar);
+        r->constraint = SMOL_CONSTRAINT_NONE;
+        if (submit(rpc, rt, r, err)) { smol_log_err("rpc: %s", err); return; }
+    }
+    smol_engine_send_id(rpc->engine, SMOL_CMD_CANCEL, rt->id);
+    rpc->ctr.cancels_sent++;
+}
+
 static void peer_gone(struct smol_rpc *rpc, struct route *rt)
 {
     unsigned char ident[256];
@@ -291,10 +326,7 @@ static void peer_gone(struct smol_rpc *rpc, struct route *rt)
             queue_clear(rpc, r);
             unkey(rpc, r);
             if (r->paused) { r->paused = 0; rpc->ctr.paused--; }
-            if (!r->terminal && !r->gone && r->kind == ROUTE_GEN) {
-                smol_engine_send_id(rpc->engine, SMOL_CMD_CANCEL, r->id);
-                rpc->ctr.cancels_sent++;
-            }
+            if (!r->terminal && !r->gone && r->kind == ROUTE_GEN) cancel_gen(rpc, r);
             r->gone = 1;
             if (r->kind == ROUTE_REPLY || r->terminal) route_free(rpc, r);
         }
@@ -347,6 +379,8 @@ static void reply_error(struct smol_rpc *rpc, const unsigned char *ident, size_t
 
 /* ====================================================== client requests */
 
+static enum smol_err park(struct smol_rpc *rpc, struct route *rt, struct smol_request *r, char *err);
+
 static void handle_request(struct smol_rpc *rpc, const unsigned char *ident, size_t ilen, int delim,
                            zmq_msg_t *payload)
 {
@@ -375,10 +409,7 @@ static void handle_request(struct smol_rpc *rpc, const unsigned char *ident, siz
     }
     case SMOLLM3__REQUEST__KIND_CANCEL: {
         struct route *rt = route_by_key(rpc, ident, ilen, rq->cancel->target_request_id);
-        if (rt && rt->kind == ROUTE_GEN && !rt->terminal && !rt->gone) {
-            smol_engine_send_id(rpc->engine, SMOL_CMD_CANCEL, rt->id);
-            rpc->ctr.cancels_sent++;
-        }
+        if (rt && rt->kind == ROUTE_GEN && !rt->terminal && !rt->gone) cancel_gen(rpc, rt);
         Smollm3__Ack ack = SMOLLM3__ACK__INIT;     /* known or not: cancel is idempotent (rpc.h) */
         ev.kind_case = SMOLLM3__EVENT__KIND_ACK;
         ev.ack = &ack;
@@ -399,18 +430,15 @@ static void handle_request(struct smol_rpc *rpc, const unsigned char *ident, siz
         }
         if (!e) {
             struct route *rt = route_new(rpc, ROUTE_GEN, ident, ilen, delim, rid, 1);
+            enum smol_err code;
             if (!rt) {
                 e = smol_errf(err, SMOL_ENOMEM, "out of memory");
+            } else if (r->grammar && !smol_grammar_entry_done(r->grammar, &code, NULL)) {
+                e = park(rpc, rt, r, err);      /* the index is being built: wait without blocking */
+                r = NULL;
             } else {
-                r->id = rt->id;
-                if (smol_engine_send_submit(rpc->engine, r)) {
-                    e = smol_errf(err, SMOL_EINTERNAL, "cannot hand the request to the engine: %s",
-                                  zmq_strerror(errno));
-                    route_free(rpc, rt);
-                } else {
-                    r = NULL;   /* the engine's now */
-                    rpc->ctr.submitted++;
-                }
+                e = submit(rpc, rt, r, err);    /* consumes r */
+                r = NULL;
             }
         }
         smol_request_free(&r);
@@ -437,6 +465,61 @@ static void handle_request(struct smol_rpc *rpc, const unsigned char *ident, siz
     }
     }
     smollm3__request__free_unpacked(rq, NULL);
+}
+
+/* Parks r on its route until its grammar's index is built (the cache's fd
+ * wakes the loop: unpark_ready).  On error the route is freed. */
+static enum smol_err park(struct smol_rpc *rpc, struct route *rt, struct smol_request *r, char *err)
+{
+    if (rpc->n_parked == rpc->cap_parked) {
+        size_t cap = rpc->cap_parked ? 2 * rpc->cap_parked : 16;
+        uint64_t *p = realloc(rpc->parked, cap * sizeof *p);
+        if (!p) {
+            smol_request_free(&r);
+            route_free(rpc, rt);
+            return smol_errf(err, SMOL_ENOMEM, "out of memory");
+        }
+        rpc->parked = p;
+        rpc->cap_parked = cap;
+    }
+    r->id = rt->id;
+    rt->parked = r;
+    rpc->parked[rpc->n_parked++] = rt->id;
+    rpc->ctr.parked++;
+    return SMOL_OK;
+}
+
+/* Submits the parked requests whose index is ready, refuses those whose
+ * build failed (the same INVALID_ARGUMENT as a schema refused at once). */
+static void unpark_ready(struct smol_rpc *rpc)
+{
+    smol_grammar_cache_ack(rpc->cfg.lim.grammars);
+    size_t w = 0;
+    for (size_t i = 0; i < rpc->n_parked; i++) {
+        struct route *rt = route_by_id(rpc, rpc->parked[i]);
+        if (!rt || !rt->parked) continue;
+        enum smol_err code;
+        char err[SMOL_ERRLEN];
+        if (!smol_grammar_entry_done(rt->parked->grammar, &code, err)) { rpc->parked[w++] = rt->id; continue; }
+        struct smol_request *r = rt->parked;
+        rt->parked = NULL;
+        if (!code) {
+            if (!submit(rpc, rt, r, err)) continue;
+            code = SMOL_EINTERNAL;
+        } else {
+            if (code != SMOL_ENOMEM && code != SMOL_ESHUTDOWN) code = SMOL_EINVAL;
+            uint64_t rid = r->client_id;
+            smol_request_free(&r);
+            unsigned char ident[256];
+            size_t ilen = rt->ident_len;
+            int delim = rt->delim, gone = rt->gone;
+            memcpy(ident, rt->ident, ilen);
+            route_free(rpc, rt);
+            rpc->ctr.rejected++;
+            if (!gone) reply_error(rpc, ident, ilen, delim, rid, code, err);
+        }
+    }
+    rpc->n_parked = w;
 }
 
 /* Reads one client message: [identity]([empty])[Request]. */
@@ -586,12 +669,14 @@ int smol_rpc_poll_once(struct smol_rpc *rpc, int timeout_ms, int extra_fd,
         if (wd < timeout_ms) timeout_ms = wd < 0 ? 0 : wd;
     }
     if (rpc->drained && timeout_ms > 100) timeout_ms = 100;
-    zmq_pollitem_t it[3] = {
+    zmq_pollitem_t it[4] = {
         {rpc->router, 0, ZMQ_POLLIN, 0},
         {rpc->engine, 0, ZMQ_POLLIN, 0},
+        {NULL, rpc->cfg.lim.grammars ? smol_grammar_cache_fd(rpc->cfg.lim.grammars) : -1,
+         rpc->cfg.lim.grammars ? ZMQ_POLLIN : 0, 0},
         {NULL, extra_fd, ZMQ_POLLIN, 0},
     };
-    int n_it = extra_fd >= 0 ? 3 : 2;
+    int n_it = extra_fd >= 0 ? 4 : 3;
     if (zmq_poll(it, n_it, timeout_ms) < 0 && errno != EINTR) {
         smol_log_err("rpc: zmq_poll: %s", zmq_strerror(errno));
         return 0;
@@ -601,7 +686,8 @@ int smol_rpc_poll_once(struct smol_rpc *rpc, int timeout_ms, int extra_fd,
         for (int k = 0; k < 1024 && recv_engine(rpc); k++) {}
     if (it[0].revents & ZMQ_POLLIN)
         for (int k = 0; k < 256 && recv_client(rpc); k++) {}
-    if (n_it == 3 && (it[2].revents & ZMQ_POLLIN) && on_extra) on_extra(rpc, user);
+    if ((it[2].revents & ZMQ_POLLIN) && rpc->cfg.lim.grammars) unpark_ready(rpc);
+    if (n_it == 4 && (it[3].revents & ZMQ_POLLIN) && on_extra) on_extra(rpc, user);
     if (rpc->pending) flush_pending(rpc);
     watchdog_tick(rpc, now_s());
     return !finished(rpc, now_s());
@@ -618,6 +704,11 @@ void smol_rpc_drain(struct smol_rpc *rpc)
     rpc->draining = 1;
     rpc->drain_started = now_s();
     smol_log_notice("rpc: draining: refusing new requests, %u ms for in-flight ones", rpc->cfg.drain_grace_ms);
+    for (size_t i = 0; i < rpc->n_parked; i++) {   /* the engine refuses them behind DRAIN */
+        struct route *rt = route_by_id(rpc, rpc->parked[i]);
+        if (rt && rt->parked) cancel_gen(rpc, rt);
+    }
+    rpc->n_parked = 0;
     if (smol_engine_send_drain(rpc->engine, rpc->cfg.drain_grace_ms)) {
         smol_log_err("rpc: cannot send DRAIN to the engine: stopping now");
         rpc->quit = 1;
@@ -716,6 +807,7 @@ void smol_rpc_free(struct smol_rpc **rp)
         }
     if (rpc->router) zmq_close(rpc->router);
     if (rpc->engine) zmq_close(rpc->engine);
+    free(rpc->parked);
     free(rpc->by_id);
     free(rpc->by_key);
     free(rpc);

@@ -75,6 +75,7 @@ struct smol_rpc_counters {
     uint64_t queued_frames;     /* events waiting for slow clients */
     uint64_t paused;            /* requests paused by backpressure now */
     uint64_t submitted, rejected, cancels_sent, peers_gone;
+    uint64_t parked;            /* requests that waited for their grammar's index (grammar_cache.h) */
 };
 
 struct smol_rpc;

@@ -876,6 +876,45 @@ def t_structured(d):
         check(st.grammar_cache_hits > 0 and st.grammar_compiles > 0, "grammar stats %s" % st)
 
 
+def t_structured_compile_off_thread(d):
+    """A schema whose token index takes seconds to build (a long maxLength)
+    stalls nobody: the RPC thread parks the request while the grammar cache's
+    worker builds the index.  Shown by order, not by time: another client's
+    whole stream runs while the slow request has not even started; a parked
+    request can be cancelled; the slow one then completes, valid."""
+    import random
+    import jsonschema
+    n = random.randint(110, 140)   # a schema no earlier test compiled: not in the cache
+
+    def slow_schema(k):
+        return json.dumps({"type": "object", "properties": {"s": {"type": "string", "maxLength": k}},
+                           "required": ["s"]})
+    with d.client() as cb, d.client() as cc:
+        req = cb.generate_request("Reply with JSON.", temperature=1.5, seed=3, max_tokens=400, thinking=False)
+        req.generate.json_schema = slow_schema(n)
+        rb = cb.send(req)
+        time.sleep(0.2)            # let the daemon take it first (the check below holds either way)
+        rc = cc.send(cc.generate_request("Hello", temperature=0, max_tokens=24))
+        evs_c = wait_terminal(cc, rc, 120)
+        check(evs_c[-1].WhichOneof("kind") == "done", "the other stream ends: %s" % evs_c[-1])
+        check(sum(e.WhichOneof("kind") == "token" for e in evs_c) > 0, "the other stream streamed tokens")
+        ev = cb.recv(1, rb)
+        check(ev is None, "the slow request had an event before the other stream ended: %s" % ev)
+        # parked and cancelled: the terminal event comes without waiting for the index
+        req = cb.generate_request("Reply with JSON.", max_tokens=8, thinking=False)
+        req.generate.json_schema = slow_schema(n + 1)
+        rd = cb.send(req)
+        cb.cancel(rd)
+        last = wait_terminal(cb, rd, 60)[-1]
+        check((last.WhichOneof("kind") == "done" and last.done.finish_reason == PB.FINISH_REASON_CANCELLED) or
+              (last.WhichOneof("kind") == "error" and last.error.code == PB.ERROR_CANCELLED),
+              "a parked request cancelled: %s" % last)
+        evs_b = wait_terminal(cb, rb, 600)
+    text = "".join(e.token.text for e in evs_b if e.WhichOneof("kind") == "token")
+    check(evs_b[-1].WhichOneof("kind") == "done", "the slow request completes: %s" % evs_b[-1])
+    jsonschema.validate(json.loads(text), json.loads(slow_schema(n)))
+
+
 def t_real_structured(d):
     text, last = constrained(d, lambda g: setattr(g, "json_object", True), temperature=0.0,
                              messages="Describe a cat as a JSON object.")
@@ -1012,7 +1051,8 @@ def main():
         ("sigterm_drain", t_sigterm_drain),
     ], extra=["--drain-grace-ms", "3000"], notify=True, watchdog_usec=1000000)
 
-    group("structured", FIXTURE_T, [("structured_output", t_structured)])
+    group("structured", FIXTURE_T, [("structured_output", t_structured),
+                                    ("structured_compile_off_thread", t_structured_compile_off_thread)])
 
     group("kv-budget", FIXTURE_T, [("kv_budget_exhausted", t_kv_budget)],
           extra=["--kv-budget-mb", "1"])
