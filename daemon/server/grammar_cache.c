@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,6 +213,7 @@ static const char *kind_name(enum smol_constraint_kind k)
     case SMOL_CONSTRAINT_GBNF: return "gbnf";
     case SMOL_CONSTRAINT_REGEX: return "regex";
     case SMOL_CONSTRAINT_JSON_OBJECT: return "json_object";
+    case SMOL_CONSTRAINT_TOOL_CALLS: return "tool_choice";
     default: return "constraint";
     }
 }
@@ -221,7 +223,7 @@ enum smol_err smol_grammar_cache_get(struct smol_grammar_cache *c, enum smol_con
 {
     *out = NULL;
     if (kind == SMOL_CONSTRAINT_JSON_OBJECT) { text = ""; len = 0; }
-    if (kind <= SMOL_CONSTRAINT_NONE || kind > SMOL_CONSTRAINT_JSON_OBJECT)
+    if (kind <= SMOL_CONSTRAINT_NONE || kind > SMOL_CONSTRAINT_TOOL_CALLS)
         return smol_errf(err, SMOL_EINVAL, "unknown constraint kind %d", (int)kind);
     uint64_t h = fnv1a(kind, text, len);
     pthread_mutex_lock(&c->mu);
@@ -259,6 +261,15 @@ enum smol_err smol_grammar_cache_get(struct smol_grammar_cache *c, enum smol_con
     case SMOL_CONSTRAINT_JSON_SCHEMA: rc = smol_grammar_compile_json_schema(text, len, &opts, &e->g, e2); break;
     case SMOL_CONSTRAINT_GBNF: rc = smol_grammar_compile_gbnf(text, len, &opts, &e->g, e2); break;
     case SMOL_CONSTRAINT_REGEX: rc = smol_grammar_compile_regex(text, len, &opts, &e->g, e2); break;
+    case SMOL_CONSTRAINT_TOOL_CALLS: {
+        const char *nl = memchr(text, '\n', len);
+        char choice[80];
+        if (!nl || nl - text >= (ptrdiff_t)sizeof choice) { rc = smol_errf(e2, SMOL_EINVAL, "malformed tool constraint"); break; }
+        memcpy(choice, text, (size_t)(nl - text));
+        choice[nl - text] = 0;
+        rc = smol_grammar_compile_tool_calls(nl + 1, len - (size_t)(nl + 1 - text), choice, &opts, &e->g, e2);
+        break;
+    }
     default: rc = smol_grammar_compile_json_any(1, &opts, &e->g, e2); break;
     }
     if (rc) {

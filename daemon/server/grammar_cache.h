@@ -37,6 +37,7 @@ enum smol_constraint_kind {
     SMOL_CONSTRAINT_GBNF,
     SMOL_CONSTRAINT_REGEX,
     SMOL_CONSTRAINT_JSON_OBJECT,
+    SMOL_CONSTRAINT_TOOL_CALLS,     /* text: tool_choice, '\n', the tools JSON (smol_grammar_compile_tool_calls) */
 };
 
 /* capacity: entries kept (0 = 16).  The tokenizer is borrowed.  Starts the

@@ -248,29 +248,53 @@ static enum smol_err build_constraint(struct smol_request *r, const Smollm3__Gen
                                       const struct smol_rpc_limits *lim, char *err)
 {
     const char *text = "";
-    if (*g->tool_choice && strcmp(g->tool_choice, "auto"))
-        return smol_errf(err, SMOL_EUNSUPPORTED, "tool_choice \"%.64s\" is not supported yet (only \"auto\")",
-                         g->tool_choice);
-    switch (g->constraint_case) {
-    case SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_SCHEMA:
-        r->constraint = SMOL_CONSTRAINT_JSON_SCHEMA, text = g->json_schema; break;
-    case SMOLLM3__GENERATE_REQUEST__CONSTRAINT_GBNF: r->constraint = SMOL_CONSTRAINT_GBNF, text = g->gbnf; break;
-    case SMOLLM3__GENERATE_REQUEST__CONSTRAINT_REGEX: r->constraint = SMOL_CONSTRAINT_REGEX, text = g->regex; break;
-    case SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_OBJECT:
-        if (!g->json_object) return SMOL_OK;
-        r->constraint = SMOL_CONSTRAINT_JSON_OBJECT;
-        break;
-    default: return SMOL_OK;
+    char *owned = NULL;
+    if (*g->tool_choice && strcmp(g->tool_choice, "auto")) {
+        if (!strcmp(g->tool_choice, "none"))
+            return smol_errf(err, SMOL_EUNSUPPORTED, "tool_choice \"none\" is not supported (leave the tools out)");
+        if (g->constraint_case != SMOLLM3__GENERATE_REQUEST__CONSTRAINT__NOT_SET &&
+            !(g->constraint_case == SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_OBJECT && !g->json_object))
+            return smol_errf(err, SMOL_EINVAL, "tool_choice \"%.64s\" and a response constraint cannot be combined",
+                             g->tool_choice);
+        if (g->input_case != SMOLLM3__GENERATE_REQUEST__INPUT_CHAT || !*g->chat->tools_json)
+            return smol_errf(err, SMOL_EINVAL, "tool_choice \"%.64s\" needs a chat request with tools", g->tool_choice);
+        if (strcmp(g->tool_choice, "required") && !smol_tool_name_ok(g->tool_choice))
+            return smol_errf(err, SMOL_EINVAL, "tool_choice must be \"auto\", \"required\" or a function name "
+                             "(1-64 of [a-zA-Z0-9_-]), got \"%.64s\"", g->tool_choice);
+        if (!utf8_ok(g->chat->tools_json)) return smol_errf(err, SMOL_EUTF8, "tools_json is not valid UTF-8");
+        size_t a = strlen(g->tool_choice), b = strlen(g->chat->tools_json);
+        if (!(owned = malloc(a + b + 2))) return smol_errf(err, SMOL_ENOMEM, "out of memory");
+        memcpy(owned, g->tool_choice, a);
+        owned[a] = '\n';
+        memcpy(owned + a + 1, g->chat->tools_json, b + 1);
+        r->constraint = SMOL_CONSTRAINT_TOOL_CALLS;
+        text = owned;
+    } else {
+        switch (g->constraint_case) {
+        case SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_SCHEMA:
+            r->constraint = SMOL_CONSTRAINT_JSON_SCHEMA, text = g->json_schema; break;
+        case SMOLLM3__GENERATE_REQUEST__CONSTRAINT_GBNF: r->constraint = SMOL_CONSTRAINT_GBNF, text = g->gbnf; break;
+        case SMOLLM3__GENERATE_REQUEST__CONSTRAINT_REGEX: r->constraint = SMOL_CONSTRAINT_REGEX, text = g->regex; break;
+        case SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_OBJECT:
+            if (!g->json_object) return SMOL_OK;
+            r->constraint = SMOL_CONSTRAINT_JSON_OBJECT;
+            break;
+        default: return SMOL_OK;
+        }
+        if (!utf8_ok(text)) return smol_errf(err, SMOL_EUTF8, "constraint text is not valid UTF-8");
+        if (r->constraint != SMOL_CONSTRAINT_JSON_OBJECT && !*text)
+            return smol_errf(err, SMOL_EINVAL, "constraint text must not be empty");
     }
-    if (!utf8_ok(text)) return smol_errf(err, SMOL_EUTF8, "constraint text is not valid UTF-8");
-    if (r->constraint != SMOL_CONSTRAINT_JSON_OBJECT && !*text)
-        return smol_errf(err, SMOL_EINVAL, "constraint text must not be empty");
-    if (!lim->grammars) return smol_errf(err, SMOL_EUNSUPPORTED, "this daemon does not do constrained decoding");
+    enum smol_err e = SMOL_OK;
     char e2[SMOL_ERRLEN];
-    enum smol_err e = smol_grammar_cache_get(lim->grammars, r->constraint, text, strlen(text), &r->grammar, e2);
-    if (e == SMOL_ENOMEM) return smol_errf(err, e, "%s", e2);
-    if (e) return smol_errf(err, SMOL_EINVAL, "%s", e2);
-    return SMOL_OK;
+    if (!lim->grammars) {
+        e = smol_errf(err, SMOL_EUNSUPPORTED, "this daemon does not do constrained decoding");
+    } else if ((e = smol_grammar_cache_get(lim->grammars, r->constraint, text, strlen(text), &r->grammar, e2))) {
+        if (e != SMOL_ENOMEM) e = SMOL_EINVAL;
+        smol_errf(err, e, "%s", e2);
+    }
+    free(owned);
+    return e;
 }
 
 enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t client_id,

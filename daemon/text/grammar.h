@@ -19,7 +19,8 @@
  * bitmaps plus a small walk over those leftovers (and, where the rule may
  * end right here, a pruned trie walk from the rule's continuation).
  *
- * Special and control tokens are never allowed by a grammar; the end tokens
+ * Special and control tokens are never allowed by a grammar, but for the
+ * tool-call tags (SMOL_GRAMMAR_TOOL_CALL below); the end tokens
  * (smol_tokenizer_is_eog) are allowed exactly when the grammar may end, and
  * are the only ones allowed when it must end.
  *
@@ -78,6 +79,24 @@ enum smol_err smol_grammar_compile_gbnf(const char *text, size_t len, const stru
  * SMOL_EUNSUPPORTED (backreferences, lookaround), SMOL_ETOOLARGE. */
 enum smol_err smol_grammar_compile_regex(const char *re, size_t len, const struct smol_grammar_opts *opts,
                                          struct smol_grammar **out, char *err);
+/* Tool calls in SmolLM3's form (tool_grammar.c):
+ *     <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>
+ * with ARGS valid against the tool's `parameters` schema.  tools_json is an
+ * OpenAI `tools` array; choice is "required" (one or more calls, each to
+ * any of the tools) or a function name (one call to it).  The tags are the
+ * special tokens <tool_call> / </tool_call>, spelled in the grammar as the
+ * pseudo bytes below (0xFF never occurs in UTF-8 text: the vocabulary gives
+ * those two tokens these bytes and leaves every token holding 0xFF out, so
+ * only the special tokens can produce them).  Errors: SMOL_EINVAL (no tools,
+ * a malformed tool, a name not among them), SMOL_EFORMAT (tools not JSON),
+ * those of the JSON Schema compile naming the parameter keyword. */
+#define SMOL_GRAMMAR_TOOL_CALL "\xff\x01"
+#define SMOL_GRAMMAR_TOOL_CALL_END "\xff\x02"
+enum smol_err smol_grammar_compile_tool_calls(const char *tools_json, size_t len, const char *choice,
+                                              const struct smol_grammar_opts *opts, struct smol_grammar **out,
+                                              char *err);
+/* 1 if s is a valid function name (1-64 of [a-zA-Z0-9_-]). */
+int smol_tool_name_ok(const char *s);
 /* Frees; accepts NULL and *g == NULL; sets *g = NULL. */
 void smol_grammar_free(struct smol_grammar **g);
 /* Automaton states and rules, for logs and limits. */

@@ -3,7 +3,7 @@
  * token mask (see grammar.h for the approach).
  *
  * Vocabulary: the byte strings of the ordinary tokens (not special, not
- * end, not empty) sorted and laid out as a trie in preorder, each node with
+ * end, not empty, no byte 0xFF) and the tool-call tags' pseudo bytes sorted and laid out as a trie in preorder, each node with
  * its depth and the end of its subtree, so a walk is a loop over an array
  * that skips a rejected prefix's whole subtree in one jump.  The tokens of
  * the nodes are one array in the same order (no pointer chasing per node).
@@ -104,6 +104,7 @@ enum smol_err smol_grammar_vocab_new(struct smol_grammar_vocab **out, const stru
     *out = NULL;
     struct smol_grammar_vocab *v = calloc(1, sizeof *v);
     int32_t n = smol_tokenizer_n_vocab(tok), *order = NULL, *path = NULL;
+    const struct smol_special_ids *sp = smol_tokenizer_special(tok);
     if (!v) goto oom;
     v->n_vocab = n;
     v->piece = calloc(n, sizeof *v->piece);
@@ -121,7 +122,9 @@ enum smol_err smol_grammar_vocab_new(struct smol_grammar_vocab **out, const stru
         }
         size_t len = 0;
         const char *p = smol_tokenizer_piece(tok, i, &len);
-        if (!p || !len || smol_tokenizer_is_special(tok, i) || len > 65535) continue;
+        if (i == sp->tool_call) p = SMOL_GRAMMAR_TOOL_CALL, len = 2;    /* the grammar's pseudo bytes */
+        else if (i == sp->tool_call_end) p = SMOL_GRAMMAR_TOOL_CALL_END, len = 2;
+        else if (!p || !len || smol_tokenizer_is_special(tok, i) || len > 65535 || memchr(p, 0xff, len)) continue;
         v->piece[i] = p;
         v->len[i] = (uint32_t)len;
         if (len > v->max_len) v->max_len = (uint32_t)len;

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "daemon/text/grammar_build.h"
+#include "daemon/text/json_schema_impl.h"
 
 struct js {
     struct gb *b;
@@ -938,6 +939,19 @@ static enum smol_err finish(struct js *c, int root_expr, struct smol_grammar **o
 }
 
 static const struct smol_grammar_opts defaults;
+
+/* ---- one schema inside a larger grammar (json_schema_impl.h) ---------------------- */
+
+int js_schema_expr(struct gb *b, json_t *schema, const struct smol_grammar_opts *opts, const char *at)
+{
+    if (!opts) opts = &defaults;
+    struct js c = {.b = b, .root = schema, .o = opts, .flex = opts->flexible_ws, .r_value = -1, .r_string = -1};
+    int x = sch(&c, schema, at);
+    for (size_t i = 0; i < c.n_refs; i++) free(c.ref_ptr[i]);
+    free(c.ref_ptr);
+    free(c.ref_rule);
+    return x;
+}
 
 enum smol_err smol_grammar_compile_json_schema(const char *json, size_t len, const struct smol_grammar_opts *opts,
                                                struct smol_grammar **out, char *err)
