@@ -734,6 +734,162 @@ START_TEST(t_end_optional)
 }
 END_TEST
 
+/* ---- tool calls ---------------------------------------------------------------------- */
+
+static const char TOOLS[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"d\", "
+    "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 12}, "
+    "\"unit\": {\"enum\": [\"c\", \"f\"]}}, \"required\": [\"city\"]}}},"
+    " {\"type\": \"function\", \"function\": {\"name\": \"add\", \"parameters\": {\"type\": \"object\", "
+    "\"properties\": {\"a\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 999}, "
+    "\"b\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 999}}, \"required\": [\"a\", \"b\"]}}},"
+    " {\"type\": \"function\", \"function\": {\"name\": \"now\"}}]";
+
+/* Checks one generated output (token ids) of a tool-call grammar: one or
+ * more <tool_call> blocks (exactly one for a named choice), each
+ * \n{"name": NAME, "arguments": {...}}\n with a known name (the named one)
+ * and only that tool's parameters among the arguments (their values are
+ * checked against the schemas with Python's jsonschema in the daemon
+ * tests). */
+static void check_calls(const int32_t *ids, size_t n, const char *named)
+{
+    const struct smol_special_ids *sp = smol_tokenizer_special(tok);
+    json_t *tools = json_loads(TOOLS, 0, NULL);
+    size_t i = 0, calls = 0;
+    char body[8192];
+    while (i < n) {
+        ck_assert_msg(ids[i] == sp->tool_call, "output token %zu is %d, not <tool_call>", i, ids[i]);
+        size_t len = 0;
+        for (i++; i < n && ids[i] != sp->tool_call_end; i++) {
+            size_t pl;
+            const char *pc = smol_tokenizer_piece(tok, ids[i], &pl);
+            ck_assert(pc && len + pl < sizeof body);
+            memcpy(body + len, pc, pl);
+            len += pl;
+        }
+        ck_assert_msg(i < n, "unterminated call");
+        i++;
+        body[len] = 0;
+        ck_assert_msg(len > 2 && body[0] == '\n' && body[len - 1] == '\n', "call body %s", body);
+        json_error_t je;
+        json_t *j = json_loads(body, 0, &je);
+        ck_assert_msg(j, "call body is not JSON: %s (%s)", body, je.text);
+        const char *name = json_string_value(json_object_get(j, "name"));
+        json_t *args = json_object_get(j, "arguments");
+        ck_assert_msg(name && json_is_object(args) && json_object_size(j) == 2, "call %s", body);
+        if (named) ck_assert_str_eq(name, named);
+        json_t *params = NULL;
+        size_t k;
+        json_t *t;
+        json_array_foreach(tools, k, t)
+            if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), name))
+                params = json_object_get(json_object_get(json_object_get(t, "function"), "parameters"), "properties");
+        ck_assert_msg(params || !strcmp(name, "now"), "unknown tool %s", name);
+        const char *key;
+        json_t *val;
+        json_object_foreach(args, key, val) ck_assert_msg(params && json_object_get(params, key), "argument %s of %s", key, name);
+        json_decref(j);
+        calls++;
+        if (i < n && ids[i] != sp->tool_call) {  /* a newline between parallel calls */
+            size_t pl;
+            const char *pc = smol_tokenizer_piece(tok, ids[i], &pl);
+            ck_assert_msg(pl == 1 && pc[0] == '\n', "between calls: token %d", ids[i]);
+            i++;
+        }
+    }
+    ck_assert_uint_gt(calls, 0);
+    if (named) ck_assert_uint_eq(calls, 1);
+    json_decref(tools);
+}
+
+/* The mask admits only tool calls: the first token can only be <tool_call>,
+ * masks equal brute force on random walks (the tags are special tokens),
+ * and every complete walk parses as calls of the given tools. */
+static void tool_walks(const char *choice, int walks)
+{
+    if (!vocab) { printf("SKIPPED: %s missing\n", FIXTURE_T); return; }
+    const struct smol_special_ids *sp = smol_tokenizer_special(tok);
+    ck_assert(smol_grammar_vocab_has_tool_tags(vocab));
+    char err[SMOL_ERRLEN];
+    struct smol_grammar *g = NULL;
+    ck_assert_msg(smol_grammar_compile_tool_calls(TOOLS, strlen(TOOLS), choice, NULL, &g, err) == SMOL_OK, "%s", err);
+    struct smol_grammar_index *ix = NULL;
+    ck_assert_msg(smol_grammar_index_new(&ix, g, vocab, 0, err) == SMOL_OK, "%s", err);
+    struct smol_grammar_matcher *m = NULL;
+    ck_assert_int_eq(smol_grammar_matcher_new(&m, g, ix, err), SMOL_OK);
+    int32_t nv = smol_grammar_vocab_size(vocab);
+    uint32_t *mask = malloc(((nv + 31) / 32) * sizeof *mask);
+    int32_t out[600];
+    for (int w = 0; w < walks; w++) {
+        smol_grammar_matcher_reset(m);
+        size_t n = 0;
+        for (int step = 0; step < 600; step++) {
+            smol_grammar_matcher_fill_mask(m, mask);
+            int32_t allowed[4096];
+            int na = 0, ends = 0;
+            for (int32_t t = 0; t < nv; t++) {
+                int bm = bit(mask, t);
+                if (bm && smol_tokenizer_is_eog(tok, t)) ends++;
+                else if (bm && na < 4096) allowed[na++] = t;
+                if (!bm && rnd() % 32) continue;
+                ck_assert_msg(bm == brute(m, t), "%s step %d token %d: mask %d", choice, step, t, bm);
+            }
+            if (step == 0) ck_assert_msg(na == 1 && allowed[0] == sp->tool_call && !ends, "first mask: %d tokens", na);
+            if (ends && (!na || rnd() % 3 == 0)) break;     /* may end: end now and then */
+            ck_assert_msg(na > 0, "%s: a dead end after %d tokens", choice, step);
+            int32_t t = allowed[rnd() % na];
+            ck_assert_int_eq(smol_grammar_matcher_accept_token(m, t), SMOL_OK);
+            out[n++] = t;
+        }
+        ck_assert_msg(smol_grammar_matcher_can_end(m), "walk %d did not complete in 600 tokens", w);
+        check_calls(out, n, strcmp(choice, "required") ? choice : NULL);
+    }
+    free(mask);
+    smol_grammar_matcher_free(&m);
+    smol_grammar_index_free(&ix);
+    smol_grammar_free(&g);
+}
+
+START_TEST(t_tool_calls_required) { tool_walks("required", 6); }
+END_TEST
+START_TEST(t_tool_calls_named) { tool_walks("add", 3); }
+END_TEST
+
+START_TEST(t_tool_calls_errors)
+{
+    char err[SMOL_ERRLEN];
+    struct smol_grammar *g = NULL;
+    ck_assert_int_eq(smol_grammar_compile_tool_calls(TOOLS, strlen(TOOLS), "nope", NULL, &g, err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "nope") && strstr(err, "not among"), "%s", err);
+    ck_assert_int_eq(smol_grammar_compile_tool_calls("[]", 2, "required", NULL, &g, err), SMOL_EINVAL);
+    ck_assert_int_eq(smol_grammar_compile_tool_calls("[", 1, "required", NULL, &g, err), SMOL_EFORMAT);
+    ck_assert_int_eq(smol_grammar_compile_tool_calls(TOOLS, strlen(TOOLS), "bad name!", NULL, &g, err), SMOL_EINVAL);
+    const char *bad = "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+                      "{\"type\": \"number\", \"multipleOf\": 3}}}]";
+    ck_assert_int_eq(smol_grammar_compile_tool_calls(bad, strlen(bad), "f", NULL, &g, err), SMOL_EUNSUPPORTED);
+    ck_assert_msg(strstr(err, "multipleOf") && strstr(err, "/tools/0/function/parameters"), "%s", err);
+    const char *notfn = "[{\"type\": \"retrieval\"}]";
+    ck_assert_int_eq(smol_grammar_compile_tool_calls(notfn, strlen(notfn), "required", NULL, &g, err), SMOL_EINVAL);
+    ck_assert_ptr_null(g);
+    /* a JSON grammar never takes the tags, nor any token holding byte 0xFF */
+    if (!vocab) return;
+    const struct smol_special_ids *sp = smol_tokenizer_special(tok);
+    g = schema("{\"type\": \"string\"}", NULL);
+    struct smol_grammar_matcher *m = NULL;
+    ck_assert_int_eq(smol_grammar_matcher_new(&m, g, NULL, err), SMOL_OK);
+    ck_assert_int_eq(smol_grammar_matcher_accept_bytes(m, "\"", 1), SMOL_OK);
+    ck_assert_int_eq(smol_grammar_matcher_accept_bytes(m, "\xff", 1), SMOL_EINVAL);
+    smol_grammar_matcher_free(&m);
+    struct smol_grammar_index *ix = NULL;
+    ck_assert_int_eq(smol_grammar_index_new(&ix, g, vocab, 0, err), SMOL_OK);
+    ck_assert_int_eq(smol_grammar_matcher_new(&m, g, ix, err), SMOL_OK);
+    ck_assert_int_eq(smol_grammar_matcher_accept_token(m, sp->tool_call), SMOL_EINVAL);
+    smol_grammar_matcher_free(&m);
+    smol_grammar_index_free(&ix);
+    smol_grammar_free(&g);
+}
+END_TEST
+
 static void setup(void)
 {
     const char *p = fixture_path(FIXTURE_T);
@@ -776,6 +932,9 @@ Suite *test_suite(void)
     tcase_add_test(tm, t_mask_event);
     tcase_add_test(tm, t_mask_gbnf_random);
     tcase_add_test(tm, t_mask_shared_repetition);
+    tcase_add_test(tm, t_tool_calls_required);
+    tcase_add_test(tm, t_tool_calls_named);
+    tcase_add_test(tm, t_tool_calls_errors);
     tcase_add_test(tm, t_rollback);
     tcase_add_test(tm, t_end_optional);
     suite_add_tcase(s, tm);

@@ -225,6 +225,9 @@ enum smol_err smol_grammar_cache_get(struct smol_grammar_cache *c, enum smol_con
     if (kind == SMOL_CONSTRAINT_JSON_OBJECT) { text = ""; len = 0; }
     if (kind <= SMOL_CONSTRAINT_NONE || kind > SMOL_CONSTRAINT_TOOL_CALLS)
         return smol_errf(err, SMOL_EINVAL, "unknown constraint kind %d", (int)kind);
+    if (kind == SMOL_CONSTRAINT_TOOL_CALLS && !smol_grammar_vocab_has_tool_tags(c->vocab))
+        return smol_errf(err, SMOL_EUNSUPPORTED, "tool_choice: this model's vocabulary has no <tool_call> and "
+                         "</tool_call> tokens");
     uint64_t h = fnv1a(kind, text, len);
     pthread_mutex_lock(&c->mu);
     struct smol_grammar_entry *e = NULL;

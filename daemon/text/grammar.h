@@ -106,6 +106,9 @@ uint32_t smol_grammar_n_states(const struct smol_grammar *g);
 enum smol_err smol_grammar_vocab_new(struct smol_grammar_vocab **out, const struct smol_tokenizer *tok, char *err);
 void smol_grammar_vocab_free(struct smol_grammar_vocab **v);
 int32_t smol_grammar_vocab_size(const struct smol_grammar_vocab *v);
+/* 1 if the vocabulary has the <tool_call> and </tool_call> tokens (a tool
+ * call grammar needs them). */
+int smol_grammar_vocab_has_tool_tags(const struct smol_grammar_vocab *v);
 
 /* The per-state token classes of g over v (the expensive step of a compile:
  * cache it with the grammar, keyed by schema text).  Errors: SMOL_ENOMEM,

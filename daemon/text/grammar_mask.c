@@ -49,6 +49,7 @@ struct smol_grammar_vocab {
     uint32_t *tok0;         /* [n_nodes + 1] the tokens ending at node i are toks[tok0[i], tok0[i + 1]) */
     int32_t *toks;          /* the ordinary tokens in trie order (sequential reads in a walk) */
     uint32_t max_len;
+    int n_tool_tags;        /* 2 when the vocabulary has <tool_call> and </tool_call> */
 };
 
 struct left {
@@ -122,8 +123,11 @@ enum smol_err smol_grammar_vocab_new(struct smol_grammar_vocab **out, const stru
         }
         size_t len = 0;
         const char *p = smol_tokenizer_piece(tok, i, &len);
-        if (i == sp->tool_call) p = SMOL_GRAMMAR_TOOL_CALL, len = 2;    /* the grammar's pseudo bytes */
-        else if (i == sp->tool_call_end) p = SMOL_GRAMMAR_TOOL_CALL_END, len = 2;
+        if (i == sp->tool_call || i == sp->tool_call_end) {  /* the grammar's pseudo bytes */
+            p = i == sp->tool_call ? SMOL_GRAMMAR_TOOL_CALL : SMOL_GRAMMAR_TOOL_CALL_END;
+            len = 2;
+            v->n_tool_tags++;
+        }
         else if (!p || !len || smol_tokenizer_is_special(tok, i) || len > 65535 || memchr(p, 0xff, len)) continue;
         v->piece[i] = p;
         v->len[i] = (uint32_t)len;
@@ -179,6 +183,7 @@ oom:
 }
 
 int32_t smol_grammar_vocab_size(const struct smol_grammar_vocab *v) { return v->n_vocab; }
+int smol_grammar_vocab_has_tool_tags(const struct smol_grammar_vocab *v) { return v->n_tool_tags == 2; }
 
 const char *gv_piece(const struct smol_grammar_vocab *v, int32_t id, size_t *len)
 {

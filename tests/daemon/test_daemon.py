@@ -915,6 +915,85 @@ def t_structured_compile_off_thread(d):
     jsonschema.validate(json.loads(text), json.loads(slow_schema(n)))
 
 
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "maxLength": 12},
+            "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "Adds two integers.",
+        "parameters": {"type": "object", "properties": {
+            "a": {"type": "integer", "minimum": -1000, "maximum": 1000},
+            "b": {"type": "integer", "minimum": -1000, "maximum": 1000}}, "required": ["a", "b"]}}},
+]
+
+
+def tool_request(d, choice, seed, temperature=1.5, thinking=False, max_tokens=300,
+                 messages="What is the weather in Paris? And what is 2 + 3?"):
+    """A chat request with TOOLS and tool_choice; returns (tool_call events, content, terminal)."""
+    with d.client() as c:
+        req = c.generate_request(messages, temperature=temperature, seed=seed, max_tokens=max_tokens,
+                                 thinking=thinking)
+        req.generate.chat.tools_json = json.dumps(TOOLS)
+        req.generate.tool_choice = choice
+        evs = wait_terminal(c, c.send(req), timeout=240)
+    calls = [e.tool_call for e in evs if e.WhichOneof("kind") == "tool_call"]
+    content = "".join(e.token.text for e in evs if e.WhichOneof("kind") == "token"
+                      and e.token.channel == PB.CHANNEL_CONTENT)
+    return calls, content, evs[-1]
+
+
+def check_calls(calls, last, named=None):
+    import jsonschema
+    check(last.WhichOneof("kind") == "done" and last.done.finish_reason == PB.FINISH_REASON_TOOL_CALLS,
+          "finish_reason tool_calls: %s" % last)
+    check(len(calls) >= 1 and (named is None or len(calls) == 1), "calls %s" % calls)
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    for call in calls:
+        check(call.name in params and (named is None or call.name == named), "call of %r" % call.name)
+        jsonschema.validate(json.loads(call.arguments_json), params[call.name])
+
+
+def t_tool_choice(d):
+    """tool_choice "required" / a name constrain the output to SmolLM3's
+    <tool_call>{"name": .., "arguments": {..}}</tool_call> blocks, arguments
+    valid against the tool's parameters (Python jsonschema), on random
+    weights at T=1.5, many seeds; with thinking the call comes after </think>."""
+    for seed in range(1, 9):
+        calls, content, last = tool_request(d, "required", seed)
+        check_calls(calls, last)
+        check(content.strip() == "", "content besides the calls: %r" % content)
+    for seed in range(1, 5):
+        calls, content, last = tool_request(d, "add", seed)
+        check_calls(calls, last, named="add")
+    calls, content, last = tool_request(d, "get_weather", 3, thinking=True, max_tokens=600)
+    if last.WhichOneof("kind") == "done" and last.done.finish_reason == PB.FINISH_REASON_LENGTH:
+        pass    # random weights may think for the whole budget: the constraint never started
+    else:
+        check_calls(calls, last, named="get_weather")
+    # refused at once, naming the problem
+    with d.client() as c:
+        for choice, tools, word in (("nope", TOOLS, "not among"), ("required", [], "tools"),
+                                    ("bad name!", TOOLS, "function name"),
+                                    ("f", [{"type": "function", "function": {
+                                        "name": "f", "parameters": {"type": "number", "multipleOf": 2}}}],
+                                     "multipleOf")):
+            req = c.generate_request("x", max_tokens=4)
+            if tools:
+                req.generate.chat.tools_json = json.dumps(tools)
+            req.generate.tool_choice = choice
+            ev = send_expect_reply(c, req)
+            check(is_error(ev, PB.ERROR_INVALID_ARGUMENT) and word in ev.error.message,
+                  "tool_choice %r -> INVALID_ARGUMENT naming %r: %s" % (choice, word, ev))
+        req = c.generate_request("x", max_tokens=4)
+        req.generate.chat.tools_json = json.dumps(TOOLS)
+        req.generate.tool_choice = "required"
+        req.generate.json_schema = '{"type": "object"}'
+        ev = send_expect_reply(c, req)
+        check(is_error(ev, PB.ERROR_INVALID_ARGUMENT), "tool_choice + json_schema refused: %s" % ev)
+
+
 def t_real_structured(d):
     text, last = constrained(d, lambda g: setattr(g, "json_object", True), temperature=0.0,
                              messages="Describe a cat as a JSON object.")
@@ -1052,7 +1131,8 @@ def main():
     ], extra=["--drain-grace-ms", "3000"], notify=True, watchdog_usec=1000000)
 
     group("structured", FIXTURE_T, [("structured_output", t_structured),
-                                    ("structured_compile_off_thread", t_structured_compile_off_thread)])
+                                    ("structured_compile_off_thread", t_structured_compile_off_thread),
+                                    ("tool_choice", t_tool_choice)])
 
     group("kv-budget", FIXTURE_T, [("kv_budget_exhausted", t_kv_budget)],
           extra=["--kv-budget-mb", "1"])
