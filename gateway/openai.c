@@ -12,6 +12,7 @@
 #include "gateway/gateway.h"
 #include "gateway/params.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,24 +135,47 @@ static int parse_messages(struct gw_openai_parsed *p, json_t *root, char *why, s
     return 0;
 }
 
-/* tools, tool_choice ("auto" honoured; "none": the tools are not rendered,
- * so the model cannot see or call them; "required" and a named function
- * need constrained decoding: refused), parallel_tool_calls (true only). */
+/* OpenAI's function names: 1 to 64 of [a-zA-Z0-9_-]. */
+static int tool_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 64) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-') return 0;
+    return 1;
+}
+
+/* tools, tool_choice ("auto": the model chooses; "none": the tools are not
+ * rendered, so the model cannot see or call them; "required" and a named
+ * function {"type": "function", "function": {"name": ..}}: the daemon
+ * constrains the answer to tool calls whose arguments match the tool's
+ * parameters), parallel_tool_calls (true only). */
 static int parse_tools(struct gw_openai_parsed *p, json_t *root, char *why, size_t wn)
 {
     json_t *tools = json_object_get(root, "tools");
     if (tools && !json_is_null(tools) && !json_is_array(tools)) FAIL("tools", "'tools' must be an array");
     json_t *tc = json_object_get(root, "tool_choice");
     int none = 0;
+    const char *forced = NULL;      /* "required" or the function's name */
     if (tc && !json_is_null(tc)) {
         const char *v = json_string_value(tc);
         if (v && !strcmp(v, "none")) none = 1;
         else if (v && !strcmp(v, "auto")) none = 0;
-        else if ((v && !strcmp(v, "required")) || json_is_object(tc))
-            FAIL("tool_choice", "'tool_choice' %s is not supported yet (only \"auto\" and \"none\")",
-                 v ? "\"required\"" : "naming a function");
-        else FAIL("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or an object");
+        else if (v && !strcmp(v, "required")) forced = "required";
+        else if (json_is_object(tc)) {
+            json_t *type = json_object_get(tc, "type"), *fn = json_object_get(tc, "function");
+            const char *name = json_string_value(json_object_get(fn, "name"));
+            if (!json_is_string(type) || strcmp(json_string_value(type), "function") || !name)
+                FAIL("tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", \"function\": "
+                     "{\"name\": ...}}");
+            if (!tool_name_ok(name))
+                FAIL("tool_choice", "'tool_choice.function.name' must be 1-64 of [a-zA-Z0-9_-]");
+            forced = name;
+        } else FAIL("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or an object");
     }
+    if (forced && !(tools && json_is_array(tools) && json_array_size(tools)))
+        FAIL("tool_choice", "'tool_choice' \"%.64s\" needs a non-empty 'tools' list", forced);
+    if (forced && !(p->prm.gen.tool_choice = own(p, strdup(forced)))) FAIL("tool_choice", "out of memory");
     json_t *ptc = json_object_get(root, "parallel_tool_calls");
     if (ptc && !json_is_null(ptc)) {
         if (!json_is_boolean(ptc)) FAIL("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");

@@ -8,6 +8,9 @@
 * Honoured fields change the answer end to end (gateway -> protobuf ->
   engine): seed, top_k, top_p, min_p, logit_bias, penalties, stop,
   max_tokens, reasoning_effort, tool_choice "none", include_usage.
+* tool_choice "required" and a named function: the answer is tool calls
+  whose arguments validate against the tool's parameters (jsonschema),
+  finish_reason "tool_calls", streamed = non-streamed.
 * logprobs / top_logprobs (chat and completions, streaming and not) equal the
   log-softmax of `smollm3 logits` for the same ids within 1e-4.
 * /v1/completions, /tokenize, /detokenize, /v1/models/{id}; unknown fields
@@ -91,7 +94,9 @@ REFUSED = {
 REFUSED_VALUES = [
     ("n", 17), ("response_format", {"type": "xml"}),
     ("response_format", {"type": "json_schema", "json_schema": {"schema": {}}}),
+    # (tool_choice "required" / named without tools, and a malformed name; with tools: t_tool_choice_forced)
     ("tool_choice", "required"), ("tool_choice", {"type": "function", "function": {"name": "get_weather"}}),
+    ("tool_choice", {"type": "function", "function": {"name": "not a name!"}}), ("tool_choice", "always"),
     ("parallel_tool_calls", False), ("service_tier", "flex"), ("modalities", ["text", "audio"]),
     ("top_logprobs", 21), ("logit_bias", {"100": 101}), ("logit_bias", {"x": 1}),
 ]
@@ -706,6 +711,53 @@ def t_n_tool_calls(gw, d):
     print("   n=4 seed %d: %s" % (seed, ["%s %s" % (f, c[0][1]["city"] if c else t) for f, c, t in outs]), flush=True)
 
 
+FORCED_TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "maxLength": 12},
+            "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "Adds two integers.",
+        "parameters": {"type": "object", "properties": {
+            "a": {"type": "integer", "minimum": -1000, "maximum": 1000},
+            "b": {"type": "integer", "minimum": -1000, "maximum": 1000}}, "required": ["a", "b"]}}},
+]
+
+
+def t_tool_choice_forced(gw, d):
+    """tool_choice "required" (any tools, one or more calls) and
+    {"type": "function", "function": {"name": "add"}} (exactly one call to
+    it): on random weights at T=1.5 the answer is always tool calls whose
+    arguments validate against the tool's parameters, finish_reason
+    "tool_calls", and the streamed calls equal the non-streamed ones."""
+    import jsonschema
+    cl = client(gw)
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in FORCED_TOOLS}
+    base = dict(model="x", messages=msgs("What is the weather in Paris, and 2 + 3?"), tools=FORCED_TOOLS,
+                max_tokens=300, temperature=1.5, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    for choice, named in (("required", None), ({"type": "function", "function": {"name": "add"}}, "add")):
+        for seed in (1, 2, 3, 4):
+            r = cl.chat.completions.create(seed=seed, tool_choice=choice, **base)
+            c = r.choices[0]
+            calls = [(t.function.name, json.loads(t.function.arguments)) for t in (c.message.tool_calls or [])]
+            check(c.finish_reason == "tool_calls" and calls and not (c.message.content or "").strip(),
+                  "%r seed %d: finish %s, calls %r, content %r" % (choice, seed, c.finish_reason, calls,
+                                                                   c.message.content))
+            check(named is None or (len(calls) == 1 and calls[0][0] == named), "named %s: %r" % (named, calls))
+            for name, args in calls:
+                check(name in params, "unknown tool %r" % name)
+                jsonschema.validate(args, params[name])
+            streamed, fin = [], None
+            for ch in cl.chat.completions.create(seed=seed, tool_choice=choice, stream=True, **base):
+                for sc in ch.choices:
+                    for t in sc.delta.tool_calls or []:
+                        streamed.append((t.function.name, json.loads(t.function.arguments)))
+                    fin = sc.finish_reason or fin
+            check(streamed == calls and fin == "tool_calls", "streamed %r %s != %r" % (streamed, fin, calls))
+    print("   last calls: %r" % calls, flush=True)
+
+
 def ids_of_choice(c):
     return [e.model_extra["id"] for e in c.logprobs.content]
 
@@ -727,7 +779,8 @@ def main():
         gw = tg.Gateway(d.endpoint, tmp)
         for name, fn in (("field_walk", t_field_walk), ("sampling_effects", t_sampling_effects),
                          ("logprobs", t_logprobs), ("completions", t_completions), ("tokenize", t_tokenize),
-                         ("models", t_models), ("n_choices", t_n_choices), ("n_tool_calls", t_n_tool_calls), ("curl", t_curl), ("langchain_stream", t_langchain_stream)):
+                         ("models", t_models), ("n_choices", t_n_choices), ("n_tool_calls", t_n_tool_calls),
+                         ("tool_choice_forced", t_tool_choice_forced), ("curl", t_curl), ("langchain_stream", t_langchain_stream)):
             if want(name):
                 run_test(name, fn, gw, d)
         for name, fn in (("ignore_unknown", t_ignore_unknown), ("api_keys", t_api_keys),
