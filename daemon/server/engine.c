@@ -595,14 +595,21 @@ static void sample_and_emit(struct smol_engine *e, struct req *q, float *logits,
 {
     char err[SMOL_ERRLEN];
     int32_t t;
+    double tg = q->gm_active ? smol_engine_now() : 0;
     if (q->gm_active) apply_grammar(e, q, logits);
+    if (q->gm_active) e->grammar_s += smol_engine_now() - tg;
     q->cur_lp.n_top = q->r->top_logprobs;
     enum smol_err rc = smol_sampler_sample_lp(q->smp, e->sc, logits, &t, q->r->logprobs ? &q->cur_lp : NULL, err);
     if (rc || tok_push(q, t)) { fail_request(e, q, rc ? rc : SMOL_ENOMEM, rc ? err : "out of memory"); return; }
-    if (q->gm_active && !smol_grammar_matcher_is_done(q->gm) &&
-        (rc = smol_grammar_matcher_accept_token(q->gm, t))) {
-        fail_request(e, q, SMOL_EINTERNAL, "structured output: the sampled token is outside the grammar");
-        return;
+    if (q->gm_active && !smol_grammar_matcher_is_done(q->gm)) {
+        tg = smol_engine_now();
+        rc = smol_grammar_matcher_accept_token(q->gm, t);
+        e->grammar_s += smol_engine_now() - tg;
+        e->n_grammar_tokens++;
+        if (rc) {
+            fail_request(e, q, SMOL_EINTERNAL, "structured output: the sampled token is outside the grammar");
+            return;
+        }
     }
     if (q->gm && !q->gm_active && t == smol_tokenizer_special(e->tok)->think_end) q->gm_active = 1;
     q->n_gen++;

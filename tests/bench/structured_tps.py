@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """structured_tps.py [ROUNDS] - decode tokens/s with a JSON Schema constraint
 vs unconstrained, on the real daemon (build/bin/smollm3d) with SmolLM2-135M
-(build/models, tests/get_smollm2.sh), greedy, the same prompt, 128 tokens,
-alternating the two modes ROUNDS times (default 6; the first round is
-warm-up).  Prints the median generation tokens/s (Done.timings) of each and
-their ratio.  Run from the repository root with build/venv's Python."""
+(build/models, tests/get_smollm2.sh), greedy, the same prompt, 128 tokens.
+The two modes run interleaved (ABBA order each round, ROUNDS rounds,
+default 10, after one warm-up round), so load drifts hit both alike.
+Prints for each mode the median generation tokens/s (Done.timings) with
+its quartiles and range, the median of the per-round paired ratios with
+their quartiles, and the engine's own account (StatsReply
+grammar_mask_ms / grammar_tokens): the time a constrained token spends in
+the mask and the grammar advance, as a fraction of a token's decode time.
+Run from the repository root with build/venv's Python."""
 import os
 import statistics
 import subprocess
@@ -35,8 +40,9 @@ try:
                 break
         except Exception:  # noqa: BLE001
             time.sleep(0.5)
-    for rnd in range(int(sys.argv[1]) if len(sys.argv) > 1 else 6):
-        for mode in res:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+    for rnd in range(rounds + 1):
+        for mode in (("unconstrained", "json_schema") if rnd % 2 else ("json_schema", "unconstrained")):
             req = c.generate_request(prompt, temperature=0.0, max_tokens=128, thinking=False,
                                      repetition_penalty=1.3)
             if mode == "json_schema":
@@ -48,13 +54,30 @@ try:
                     break
             if ev.WhichOneof("kind") == "done" and rnd > 0:
                 res[mode].append((ev.done.timings.generation_tokens_per_s, ev.done.usage.completion_tokens))
+    st = c.stats()
 finally:
     d.terminate()
     d.wait()
     subprocess.run(["rm", "-rf", tmp])
+
+
+def quart(v):
+    q = statistics.quantiles(v, n=4) if len(v) >= 2 else [v[0]] * 3
+    return q[0], q[2]
+
+
 med = {}
 for m, v in res.items():
-    med[m] = statistics.median(x for x, _ in v)
-    print("%-14s median %.1f tokens/s  (runs: %s; tokens: %s)" % (
-        m, med[m], " ".join("%.1f" % x for x, _ in v), " ".join(str(n) for _, n in v)))
-print("json_schema / unconstrained: %.3f" % (med["json_schema"] / med["unconstrained"]))
+    xs = [x for x, _ in v]
+    med[m] = statistics.median(xs)
+    lo, hi = quart(xs)
+    print("%-14s median %.1f tokens/s, quartiles %.1f-%.1f, range %.1f-%.1f  (tokens: %s)" % (
+        m, med[m], lo, hi, min(xs), max(xs), " ".join(str(n) for _, n in v)))
+ratios = [a[0] / b[0] for a, b in zip(res["json_schema"], res["unconstrained"])]
+lo, hi = quart(ratios)
+print("json_schema / unconstrained: median of %d paired rounds %.3f (quartiles %.3f-%.3f); ratio of medians %.3f" % (
+    len(ratios), statistics.median(ratios), lo, hi, med["json_schema"] / med["unconstrained"]))
+if st.grammar_tokens:
+    per = st.grammar_mask_ms * 1e3 / st.grammar_tokens
+    print("engine: %.1f us per constrained token in mask + advance (%d tokens) = %.2f%% of a %.1f ms decode step" % (
+        per, st.grammar_tokens, 100 * per / (1e6 / med["json_schema"]), 1e3 / med["json_schema"]))
