@@ -734,6 +734,32 @@ START_TEST(t_end_optional)
 }
 END_TEST
 
+/* smol_grammar_mask_logits against a plain per-token loop: random masks
+ * with empty, full and mixed words, a vocabulary that is not a multiple of
+ * 32, and more logits than mask bits (the rest is -inf). */
+START_TEST(t_mask_logits)
+{
+    const int32_t nm = 1000, nl = 1010;
+    uint32_t mask[32];
+    float got[1010], want[1010];
+    for (int round = 0; round < 200; round++) {
+        for (int w = 0; w < 32; w++) {
+            uint32_t r = rnd();
+            mask[w] = r % 4 == 0 ? 0 : r % 4 == 1 ? UINT32_MAX : rnd();
+        }
+        for (int32_t i = 0; i < nl; i++) got[i] = want[i] = (float)(rnd() % 1000) - 500.0f;
+        for (int32_t i = 0; i < nl; i++)
+            if (i >= nm || !((mask[i >> 5] >> (i & 31)) & 1u)) want[i] = -INFINITY;
+        smol_grammar_mask_logits(mask, round % 2 ? nm : nl, got, round % 2 ? nl : nm);
+        for (int32_t i = 0; i < (round % 2 ? nl : nm); i++)
+            ck_assert_msg(got[i] == want[i] || (isinf(got[i]) && isinf(want[i])), "round %d logit %d: %g, want %g",
+                          round, i, got[i], want[i]);
+        if (round % 2 == 0)   /* n_mask > n_logits: only n_logits written */
+            for (int32_t i = nm; i < nl; i++) ck_assert(!isinf(got[i]));
+    }
+}
+END_TEST
+
 /* ---- tool calls ---------------------------------------------------------------------- */
 
 static const char TOOLS[] =
@@ -920,6 +946,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_schema_errors);
     tcase_add_test(tc, t_hostile);
     tcase_add_test(tc, t_json_schema_test_suite);
+    tcase_add_test(tc, t_mask_logits);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("masks");
     tcase_set_timeout(tm, 600);

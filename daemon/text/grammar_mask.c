@@ -612,12 +612,19 @@ void smol_grammar_matcher_fill_mask(struct smol_grammar_matcher *m, uint32_t *ma
 
 void smol_grammar_mask_logits(const uint32_t *bitmask, int32_t n_mask, float *logits, int32_t n_logits)
 {
-    const int32_t n = n_mask < n_logits ? n_mask : n_logits;
-    for (int32_t w = 0; w * 32 < n; w++) {
+    const int32_t n = n_mask < n_logits ? n_mask : n_logits, full = n / 32;
+    /* whole words without branches per bit (the compiler vectorizes both loops) */
+    for (int32_t w = 0; w < full; w++) {
         uint32_t m = bitmask[w];
-        if (m == UINT32_MAX && w * 32 + 32 <= n) continue;
-        for (int32_t b = 0; b < 32 && w * 32 + b < n; b++)
-            if (!(m >> b & 1u)) logits[w * 32 + b] = -INFINITY;
+        float *l = logits + (size_t)w * 32;
+        if (m == UINT32_MAX) continue;
+        if (m == 0) {
+            for (int b = 0; b < 32; b++) l[b] = -INFINITY;
+            continue;
+        }
+        for (int b = 0; b < 32; b++) l[b] = (m >> b) & 1u ? l[b] : -INFINITY;
     }
+    for (int32_t i = full * 32; i < n; i++)
+        if (!((bitmask[i >> 5] >> (i & 31)) & 1u)) logits[i] = -INFINITY;
     for (int32_t i = n; i < n_logits; i++) logits[i] = -INFINITY;
 }

@@ -57,8 +57,10 @@ int main(int argc, char **argv)
     double t0 = now_us();
     if (smol_grammar_vocab_new(&v, tok, err)) { fprintf(stderr, "%s\n", err); return 1; }
     printf("vocabulary: %d tokens, trie built in %.1f ms\n", smol_grammar_vocab_size(v), (now_us() - t0) / 1e3);
-    printf("%-12s %7s %9s %9s %8s %6s %9s %9s %9s\n", "schema", "states", "compile", "index", "idx MiB", "tokens",
-           "median", "p99", "max");
+    printf("%-12s %7s %9s %9s %8s %6s %9s %9s %9s %9s %9s %7s\n", "schema", "states", "compile", "index", "idx MiB",
+           "tokens", "median", "p99", "max", "logits", "advance", "shared");
+    printf("  (median/p99/max: fill_mask per token; logits: mask_logits on the vocabulary, median;\n"
+           "   advance: accept_token, median; shared: states whose token class is their twin's)\n");
     DIR *d = opendir(dir);
     if (!d) { perror(dir); return 1; }
     struct dirent *e;
@@ -90,25 +92,38 @@ int main(int argc, char **argv)
         if (smol_grammar_matcher_new(&m, gr, ix, err)) { fprintf(stderr, "%s\n", err); return 1; }
         struct smol_ids ids = {0};
         smol_tokenizer_encode(tok, inst, strlen(inst), 0, &ids, err);
-        size_t ns = (ids.n + 1) * (size_t)reps, k = 0;
-        double *t = malloc(ns * sizeof *t);
+        size_t ns = (ids.n + 1) * (size_t)reps, k = 0, ka = 0;
+        double *t = malloc(ns * sizeof *t), *ta = malloc(ns * sizeof *ta), *tc = malloc(ns * sizeof *tc);
+        int32_t nv = smol_grammar_vocab_size(v);
+        float *logits = malloc(nv * sizeof *logits);
         for (int r = 0; r < reps; r++) {
             smol_grammar_matcher_reset(m);
             for (size_t j = 0; j <= ids.n; j++) {
                 double a = now_us();
                 smol_grammar_matcher_fill_mask(m, mask);
                 t[k++] = now_us() - a;
+                for (int32_t q = 0; q < nv; q++) logits[q] = (float)(q & 255);
+                a = now_us();
+                smol_grammar_mask_logits(mask, nv, logits, nv);
+                tc[ka] = now_us() - a;
+                a = now_us();
                 if (j < ids.n && smol_grammar_matcher_accept_token(m, ids.v[j])) {
                     fprintf(stderr, "%s: token %zu rejected\n", name, j);
                     return 1;
                 }
+                ta[ka++] = now_us() - a;
             }
         }
         qsort(t, k, sizeof *t, cmpd);
-        printf("%-12s %7u %7.2fms %7.1fms %8.1f %6zu %7.1fus %7.1fus %7.1fus\n", name, smol_grammar_n_states(gr),
-               (c1 - c0) / 1e3, (c2 - c1) / 1e3, smol_grammar_index_bytes(ix) / 1048576.0, ids.n, t[k / 2],
-               t[(size_t)(k * 0.99)], t[k - 1]);
+        qsort(ta, ka, sizeof *ta, cmpd);
+        qsort(tc, ka, sizeof *tc, cmpd);
+        printf("%-12s %7u %7.2fms %7.1fms %8.1f %6zu %7.1fus %7.1fus %7.1fus %7.1fus %7.1fus %7u\n", name,
+               smol_grammar_n_states(gr), (c1 - c0) / 1e3, (c2 - c1) / 1e3, smol_grammar_index_bytes(ix) / 1048576.0,
+               ids.n, t[k / 2], t[(size_t)(k * 0.99)], t[k - 1], tc[ka / 2], ta[ka / 2], smol_grammar_index_shared(ix));
         free(t);
+        free(ta);
+        free(tc);
+        free(logits);
         smol_ids_free(&ids);
         smol_grammar_matcher_free(&m);
         smol_grammar_index_free(&ix);
