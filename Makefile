@@ -199,11 +199,20 @@ bench: all
 bench-kv: all
 	@sh tests/bench_kv.sh $(BUILD)
 
-# bench-grammar: token-mask time on the SmolLM3 vocabulary (tests/bench/bench_grammar.c), and
-# against xgrammar / llguidance when build/venv has them (tests/bench/grammar_peers.py).
-bench-grammar: $(BUILD)/bench/bench_grammar
+# bench-grammar: token-mask time on the SmolLM3 vocabulary (tests/bench/bench_grammar.c), then
+# ours against xgrammar and llguidance on the same schemas and vocabulary in one run
+# (tests/bench/grammar_peers.py), from their own venv: build/venv-peers, made from the pinned
+# tests/bench/requirements-grammar-peers.txt (xgrammar pulls torch: not make test's venv).
+PEERS_VENV := build/venv-peers
+$(PEERS_VENV)/.stamp: tests/bench/requirements-grammar-peers.txt
+	rm -rf $(PEERS_VENV)
+	python3 -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install --disable-pip-version-check -q -r $<
+	touch $@
+
+bench-grammar: $(BUILD)/bench/bench_grammar $(PEERS_VENV)/.stamp
 	$(BUILD)/bench/bench_grammar
-	@if [ -x build/venv/bin/python ]; then build/venv/bin/python tests/bench/grammar_peers.py; fi
+	$(PEERS_VENV)/bin/python tests/bench/grammar_peers.py
 
 clean:
 	rm -rf $(BUILD)

@@ -6,8 +6,10 @@ from the fixture GGUF (tokenizer.ggml.tokens, byte-level BPE strings decoded to 
 then the instance's tokens (from our own tokenizer's ids, printed by bench_grammar's companion run, or
 re-tokenized by greedy longest-match when not given) walked one by one with a timed mask per step.
 Prints one table: ours (runs build/bench/bench_grammar) vs xgrammar vs llguidance, medians and p99,
-and the ratios.  Setup: python3 -m venv build/venv && build/venv/bin/pip install gguf==0.19.0
-xgrammar==0.2.8 llguidance==1.9.1; run: make bench-grammar.
+and the ratios.  Run: make bench-grammar (it makes build/venv-peers from
+tests/bench/requirements-grammar-peers.txt).  A peer that fails is an error (exit 1), never a
+silently shorter table.  Compile times are not alike: xgrammar builds its token-mask cache at
+compile, llguidance computes masks lazily (its compile is the parse; the first masks pay).
 """
 import json, os, re, subprocess, sys, time
 
@@ -89,6 +91,7 @@ def main():
             by_bytes[t] = i
     names = sorted(f[:-5] for f in os.listdir(SCHEMAS) if f.endswith(".json") and ".instance." not in f)
     res = {"ours": ours()}
+    failed = []
     try:
         import xgrammar as xgr
         import torch  # noqa: F401  (xgrammar's bitmask helpers)
@@ -115,7 +118,8 @@ def main():
             r[nm] = dict(compile_ms=c_ms, med=pct(ts, 0.5), p99=pct(ts, 0.99))
         res["xgrammar"] = r
     except Exception as e:  # noqa: BLE001
-        print("xgrammar:", e, file=sys.stderr)
+        print("xgrammar failed: %r" % e, file=sys.stderr)
+        failed.append("xgrammar")
     try:
         import llguidance as llg
         import llguidance.numpy as llgnp
@@ -142,7 +146,8 @@ def main():
             del m0
         res["llguidance"] = r
     except Exception as e:  # noqa: BLE001
-        print("llguidance:", e, file=sys.stderr)
+        print("llguidance failed: %r" % e, file=sys.stderr)
+        failed.append("llguidance")
     engines = [e for e in ("ours", "xgrammar", "llguidance") if e in res]
     hdr = f"{'schema':12s}" + "".join(f" {e + ' cmp ms':>16s} {e + ' med us':>15s} {e + ' p99 us':>15s}" for e in engines)
     print(hdr)
@@ -157,6 +162,8 @@ def main():
         p99s = [res[e][nm]["p99"] / res["ours"][nm]["p99"] for nm in names if nm in res[e] and nm in res["ours"]]
         if meds:
             print(f"{e}/ours: median ratio {sorted(meds)[len(meds) // 2]:.1f}x, p99 ratio {sorted(p99s)[len(p99s) // 2]:.1f}x (median over schemas)")
+    if failed:
+        raise SystemExit("grammar_peers: %s failed (see above)" % ", ".join(failed))
 
 
 class _Wrap:
