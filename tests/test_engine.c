@@ -378,6 +378,23 @@ START_TEST(t_queue_full_and_context)
 }
 END_TEST
 
+/* A GGUF without tokenizer.chat_template (hf-tiny, token-id prompts only):
+ * the engine starts and serves (it once read the absent template's
+ * uninitialized pointer and crashed smollm3d at start). */
+START_TEST(t_no_chat_template)
+{
+    struct rig g;
+    if (!rig_open(&g, "hf/hf-tiny.F32.gguf", 0, 2, 4)) { printf("SKIPPED: fixture missing\n"); return; }
+    ck_assert(!smol_gguf_find_kv(g.m->gguf, "tokenizer.chat_template"));
+    int32_t ids[4] = {10, 11, 12, 13};
+    struct result r = {0};
+    uint64_t c = submit_ids(&g, ids, 4, 3, NULL);
+    collect(&g, c, 1, &r);
+    ck_assert_msg(r.done && r.n >= 1 && !r.err, "done %d, %d tokens, error %d", r.done, r.n, r.err);
+    rig_close(&g);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("engine");
@@ -389,6 +406,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_chat_session_turns);
     tcase_add_test(tc, t_kv_budget);
     tcase_add_test(tc, t_queue_full_and_context);
+    tcase_add_test(tc, t_no_chat_template);
     suite_add_tcase(s, tc);
     return s;
 }

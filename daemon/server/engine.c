@@ -939,7 +939,7 @@ enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const c
     smol_sessions_init(&e->sessions, &m->kv);
     e->sessions.spill = e->cfg.spill;
     e->sessions.vocab = m->cfg.vocab;
-    struct smol_gguf_str tpl;
+    struct smol_gguf_str tpl = {0}; /* an optional key: left untouched when absent */
     if (smol_gguf_get_str(m->gguf, "tokenizer.chat_template", &tpl, 0, NULL) == SMOL_OK && tpl.ptr &&
         smol_chat_tpl_detect(tpl.ptr, tpl.len, 0, &e->tpl, NULL) == SMOL_OK)
         e->have_tpl = 1;
