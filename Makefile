@@ -39,7 +39,7 @@ PROGS    := $(patsubst main_%.c,$(BUILD)/bin/%,$(notdir $(MAINS)))
 TESTS    := $(patsubst tests/test_%.c,$(BUILD)/tests/test_%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 
-.PHONY: all test unit asan fuzz deps clean check-headers bench bench-kv run model install bench-grammar soak
+.PHONY: all test unit asan fuzz deps clean check-headers bench bench-kv bench-long run model install bench-grammar soak
 .DEFAULT_GOAL := all
 
 all: $(PROGS) $(TESTS) $(BENCHES) $(BUILD)/bin/smollm3-gateway
@@ -195,9 +195,14 @@ bench: all
 	@sh tests/bench.sh $(BUILD)
 
 # bench-kv: TTFT of a 4K-token session's next turn after a restart, KV read back
-# from kv_spill_dir vs recomputed (tests/bench_kv.sh; SmolLM2-135M and the synthetic 3B).
+# from kv_spill_dir vs recomputed (tests/bench_kv.sh; SmolLM2-135M, BENCH_KV_3B=1 adds the synthetic 3B).
 bench-kv: all
 	@sh tests/bench_kv.sh $(BUILD)
+
+# bench-long: the daemon serves a 64K-token conversation within its KV budget, with
+# --yarn, through a restart (tests/bench/long_context.py on tests/fixtures/hf/hf-long).
+bench-long: all
+	@build/venv/bin/python3 tests/bench/long_context.py --build $(BUILD)
 
 # bench-grammar: token-mask time on the SmolLM3 vocabulary (tests/bench/bench_grammar.c), then
 # ours against xgrammar and llguidance on the same schemas and vocabulary in one run
