@@ -212,6 +212,7 @@ START_TEST(t_roundtrip)
     smol_session_set_tokens(x, NULL, 0);
     ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
     ck_assert(!smol_spill_has(sp, "alpha:1.x-y_z"));
+    smol_spill_flush(sp); /* the writer removes it */
     ck_assert_int_eq(count_files(g.dir), 0);
     smol_spill_close(&sp);
     rig_close(&g);
@@ -374,10 +375,12 @@ START_TEST(t_budget_and_busy)
     ck_assert(smol_spill_has(sp, "one") && !smol_spill_has(sp, "two") && smol_spill_has(sp, "three"));
     smol_spill_get_stats(sp, &ss);
     ck_assert_int_eq(ss.files, 2);
+    smol_spill_flush(sp);
     ck_assert_int_eq(count_files(g.dir), 2);
     smol_spill_close(&sp);
     /* a file larger than the whole budget is not written */
     ck_assert(smol_spill_open(&sp, g.dir, one / 2, g.m, err) == SMOL_OK); /* trims everything */
+    smol_spill_flush(sp);
     ck_assert_int_eq(count_files(g.dir), 0);
     snprintf(x->id, sizeof x->id, "big");
     ck_assert_int_eq(smol_spill_save(sp, &g.m->kv, x, err), SMOL_ETOOLARGE);
@@ -434,9 +437,100 @@ START_TEST(t_sessions_hooks)
     ck_assert_int_eq(smol_sessions_spill_one(&g.ss), 0);
     ck_assert_int_eq(smol_sessions_expire(&g.ss, 1000.0, 10.0), 1);
     ck_assert(!smol_spill_has(sp, "e1"));
+    smol_spill_flush(sp);
     ck_assert_int_eq(count_files(g.dir), 0);
     smol_sessions_deinit(&g.ss);
     smol_spill_close(&sp);
+    rig_close(&g);
+}
+END_TEST
+
+/* Loads id into a new session of the rig's store; its tokens count (-1 on
+ * ENOSESSION), and the next token's logits compared with g->ref when the
+ * history is the full N_HIST. */
+static int load_count(struct rig *g, struct smol_spill *sp, const char *id)
+{
+    char err[SMOL_ERRLEN];
+    struct smol_session *y = smol_sessions_add(&g->ss, id);
+    int need = 0;
+    enum smol_err rc = smol_spill_load(sp, &g->m->kv, g->m->cfg.vocab, y, &need, err);
+    int n = rc == SMOL_OK ? y->n_tokens : -1;
+    if (rc) ck_assert_msg(rc == SMOL_ENOSESSION, "%s", err);
+    if (n >= 0) ck_assert_int_eq(y->seq.n_tokens, n);
+    if (n == N_HIST) {
+        float *lg = malloc((size_t)g->m->cfg.vocab * sizeof *lg);
+        ck_assert(smol_model_eval(g->m, &y->seq, g->ids + N_HIST, 1, 0, lg, err) == SMOL_OK);
+        ck_assert(!memcmp(lg, g->ref, (size_t)g->m->cfg.vocab * sizeof *lg));
+        free(lg);
+    }
+    smol_sessions_remove(&g->ss, y);
+    return n;
+}
+
+/* Writes and removals run on the spill's writer thread, in queue order.
+ * With the writer paused: a save returns with nothing on disk yet, and the
+ * session loads from its queued image (same logits bit for bit); a newer
+ * save of the same id is what loads; a removal queued behind the writes
+ * wins.  Then the writer running while the engine thread saves and loads
+ * the same session over and over: every load sees the last save.  Close
+ * finishes the queue: a new process reads the last write from disk. */
+START_TEST(t_writer_queue)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char err[SMOL_ERRLEN];
+    struct smol_spill *sp = NULL;
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    smol_spill_pause(sp, 1);
+    struct smol_session *x = make_session(&g, "q");
+    ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+    ck_assert(x->on_disk && smol_spill_has(sp, "q"));
+    ck_assert_int_eq(smol_spill_pending(sp), 1);
+    ck_assert_int_eq(count_files(g.dir), 0); /* no I/O on this thread */
+    ck_assert_int_eq(load_count(&g, sp, "q"), N_HIST);
+    struct smol_spill_stats ss;
+    smol_spill_get_stats(sp, &ss);
+    ck_assert(ss.restored == 1 && ss.written == 0 && ss.files == 1);
+    /* a newer, shorter history of the same session */
+    smol_kv_seq_truncate(&g.m->kv, &x->seq, N_HIST - 5);
+    ck_assert(smol_session_set_tokens(x, g.ids, N_HIST - 5) == 0);
+    ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+    ck_assert_int_eq(smol_spill_pending(sp), 2);
+    ck_assert_int_eq(load_count(&g, sp, "q"), N_HIST - 5);
+    /* deleted behind both writes */
+    smol_spill_remove(sp, "q");
+    ck_assert(!smol_spill_has(sp, "q"));
+    ck_assert_int_eq(load_count(&g, sp, "q"), -1);
+    smol_spill_pause(sp, 0);
+    smol_spill_flush(sp);
+    ck_assert_int_eq(smol_spill_pending(sp), 0);
+    ck_assert_int_eq(count_files(g.dir), 0);
+    smol_spill_get_stats(sp, &ss);
+    ck_assert(ss.written == 2 && ss.files == 0 && ss.bytes == 0);
+    /* the writer running meanwhile */
+    ck_assert(smol_model_eval(g.m, &x->seq, g.ids + N_HIST - 5, 5, 0, NULL, err) == SMOL_OK);
+    for (int i = 0; i < 24; i++) {
+        int n = i % 3 == 2 ? N_HIST : N_HIST - 1 - i % 4;
+        ck_assert(smol_session_set_tokens(x, g.ids, n) == 0);
+        ck_assert(smol_kv_seq_reserve(&g.m->kv, &x->seq, 0, N_HIST, err) == SMOL_OK);
+        if (i % 3 == 2) { /* put the full KV back: N_HIST positions */
+            smol_kv_seq_truncate(&g.m->kv, &x->seq, 0);
+            ck_assert(smol_model_eval(g.m, &x->seq, g.ids, N_HIST, 0, NULL, err) == SMOL_OK);
+        }
+        ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+        ck_assert_int_eq(load_count(&g, sp, "q"), n);
+        if (i % 5 == 4) {
+            smol_spill_remove(sp, "q");
+            ck_assert_int_eq(load_count(&g, sp, "q"), -1);
+        }
+    }
+    ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+    smol_spill_close(&sp); /* finishes the queue */
+    ck_assert_int_eq(count_files(g.dir), 1);
+    struct smol_session *y = NULL;
+    ck_assert_int_eq(load_fresh(&g, "q", &ss, &y), SMOL_OK);
+    ck_assert_int_eq(y->n_tokens, x->n_tokens);
+    smol_sessions_remove(&g.ss, y);
     rig_close(&g);
 }
 END_TEST
@@ -450,6 +544,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_bad_files);
     tcase_add_test(tc, t_foreign_model);
     tcase_add_test(tc, t_budget_and_busy);
+    tcase_add_test(tc, t_writer_queue);
     tcase_add_test(tc, t_sessions_hooks);
     suite_add_tcase(s, tc);
     return s;

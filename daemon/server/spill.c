@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,17 +27,50 @@ struct entry {
     int64_t stamp;              /* ns, CLOCK_REALTIME (file mtime at scan) */
 };
 
+/* A file operation for the writer thread.  Jobs run in the order they were
+ * queued, so the operations on one file never pass each other; a job stays
+ * on the queue until it is done. */
+enum job_kind { JOB_WRITE, JOB_UNLINK };
+
+struct job {
+    struct job *next;
+    enum job_kind kind;
+    char name[NAME_LEN + 1];
+    char id[SMOL_SESSION_ID_MAX + 1];   /* for the log */
+    unsigned char *image;               /* JOB_WRITE: header + payload, hashes not yet set */
+    uint64_t bytes;
+    int n_kv;
+    int refs;                           /* the queue's + readers' (smol_spill_load) */
+    int running;
+};
+
 struct smol_spill {
     char dir[4096];
     int dirfd;
     uint64_t budget;            /* bytes; 0 = no limit */
     uint8_t model_id[16];
+    /* the index: what the directory holds once the queued jobs are done
+     * (engine thread only) */
     struct entry *ent;
     int n_ent, cap_ent;
-    struct smol_spill_stats st;
+    struct smol_spill_stats st; /* files, bytes: the index; the counters under mu */
     void *page_buf;             /* one page, all layers, host */
     size_t page_buf_bytes;
+    /* the writer thread */
+    pthread_t thread;
+    int have_thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;  /* a job queued / a job finished */
+    struct job *q_head, *q_tail;
+    uint64_t q_bytes;           /* images queued */
+    int stop, paused;
+    char failed[64][NAME_LEN + 1]; /* writes that failed: dropped from the index by the engine thread */
+    int n_failed;
 };
+
+/* at most this many bytes of images wait for the disk; a save beyond it
+ * waits for the writer (the engine's memory stays bounded) */
+#define SPILL_QUEUE_MAX ((uint64_t)1 << 30)
 
 /* ---- names, index ------------------------------------------------------------------ */
 
@@ -102,11 +136,23 @@ static int put_ent(struct smol_spill *sp, const char *name, uint64_t bytes, int6
     return 0;
 }
 
+static void enqueue(struct smol_spill *sp, struct job *j);
+
+/* Drops name from the index and has the writer remove the file. */
 static void unlink_file(struct smol_spill *sp, const char *name)
 {
     struct entry *e = find_ent(sp, name);
     if (e) drop_ent(sp, e);
-    if (unlinkat(sp->dirfd, name, 0) && errno != ENOENT) smol_log_warn("spill: cannot remove %s/%s: %s", sp->dir, name, strerror(errno));
+    struct job *j = calloc(1, sizeof *j);
+    if (!j) { /* no memory for a job: remove it here, after what is queued */
+        smol_spill_flush(sp);
+        if (unlinkat(sp->dirfd, name, 0) && errno != ENOENT)
+            smol_log_warn("spill: cannot remove %s/%s: %s", sp->dir, name, strerror(errno));
+        return;
+    }
+    j->kind = JOB_UNLINK;
+    snprintf(j->name, sizeof j->name, "%s", name);
+    enqueue(sp, j);
 }
 
 /* Removes the least recently used files until the total fits the budget;
@@ -165,7 +211,9 @@ static const char *check_header(const struct smol_spill *sp, const struct smol_s
 static void reject_file(struct smol_spill *sp, const char *name, const char *why)
 {
     smol_log_warn("spill: %s/%s: %s; ignored and removed (the session is recomputed)", sp->dir, name, why);
+    pthread_mutex_lock(&sp->mu);
     sp->st.rejected++;
+    pthread_mutex_unlock(&sp->mu);
     unlink_file(sp, name);
 }
 
@@ -188,6 +236,157 @@ void smol_spill_model_id(const struct smol_model *m, uint8_t out[16])
     XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
     memcpy(out, c.digest, 16);
     XXH3_freeState(st);
+}
+
+/* ---- the writer thread ------------------------------------------------------------- */
+
+static void job_unref(struct job *j)
+{
+    if (--j->refs == 0) {
+        free(j->image);
+        free(j);
+    }
+}
+
+/* under sp->mu */
+static void enqueue_locked(struct smol_spill *sp, struct job *j)
+{
+    j->refs = 1;
+    if (sp->q_tail) sp->q_tail->next = j;
+    else sp->q_head = j;
+    sp->q_tail = j;
+    sp->q_bytes += j->bytes;
+    pthread_cond_signal(&sp->wake);
+}
+
+static void enqueue(struct smol_spill *sp, struct job *j)
+{
+    pthread_mutex_lock(&sp->mu);
+    enqueue_locked(sp, j);
+    pthread_mutex_unlock(&sp->mu);
+}
+
+static int write_full(int fd, const void *buf, size_t n);
+
+/* JOB_WRITE: checksums, then temporary file, fsync, rename, fsync of the
+ * directory.  On failure nothing of it is left, nor an older file of the
+ * same name (it would hold an older history than the index says). */
+static int run_write(struct smol_spill *sp, struct job *j)
+{
+    /* the image is read by smol_spill_load meanwhile: it is not changed */
+    struct smol_spill_header h;
+    memcpy(&h, j->image, sizeof h);
+    char tmp[64];
+    h.payload_hash = XXH3_64bits(j->image + sizeof h, j->bytes - sizeof h);
+    h.header_hash = header_hash(&h);
+    snprintf(tmp, sizeof tmp, ".tmp-%.32s-%d", j->name, (int)getpid());
+    int fd = openat(sp->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int bad = fd < 0 || write_full(fd, &h, sizeof h) || write_full(fd, j->image + sizeof h, j->bytes - sizeof h) ||
+              fsync(fd);
+    int e = errno;
+    if (fd >= 0 && close(fd) && !bad) { bad = 1; e = errno; }
+    if (!bad && renameat(sp->dirfd, tmp, sp->dirfd, j->name)) { bad = 1; e = errno; }
+    if (bad) {
+        unlinkat(sp->dirfd, tmp, 0);
+        unlinkat(sp->dirfd, j->name, 0);
+        smol_log_warn("spill: session '%s' not written to %s/%s: %s", j->id, sp->dir, j->name, strerror(e ? e : EIO));
+        return -1;
+    }
+    if (fsync(sp->dirfd)) smol_log_warn("spill: fsync %s: %s", sp->dir, strerror(errno));
+    return 0;
+}
+
+static void *writer_main(void *arg)
+{
+    struct smol_spill *sp = arg;
+    pthread_mutex_lock(&sp->mu);
+    for (;;) {
+        while ((!sp->q_head || sp->paused) && !(sp->stop && !sp->q_head)) pthread_cond_wait(&sp->wake, &sp->mu);
+        struct job *j = sp->q_head;
+        if (!j) break; /* stopping, nothing left */
+        j->running = 1;
+        pthread_mutex_unlock(&sp->mu);
+        double t0 = mono_s();
+        int bad = 0;
+        if (j->kind == JOB_WRITE) bad = run_write(sp, j);
+        else if (unlinkat(sp->dirfd, j->name, 0) && errno != ENOENT)
+            smol_log_warn("spill: cannot remove %s/%s: %s", sp->dir, j->name, strerror(errno));
+        if (j->kind == JOB_WRITE && !bad)
+            smol_log_info("spill: session '%s' written to %s: %d tokens, %.1f MiB in %.0f ms", j->id, j->name, j->n_kv,
+                          j->bytes / 1048576.0, (mono_s() - t0) * 1e3);
+        pthread_mutex_lock(&sp->mu);
+        if (j->kind == JOB_WRITE) {
+            if (!bad) sp->st.written++;
+            else if (sp->n_failed < (int)(sizeof sp->failed / sizeof sp->failed[0]))
+                snprintf(sp->failed[sp->n_failed++], NAME_LEN + 1, "%s", j->name);
+        }
+        sp->q_head = j->next;
+        if (!sp->q_head) sp->q_tail = NULL;
+        sp->q_bytes -= j->bytes;
+        j->running = 0;
+        job_unref(j);
+        pthread_cond_broadcast(&sp->done);
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return NULL;
+}
+
+/* The last queued job on name (a reference taken), or NULL. */
+static struct job *pending_for(struct smol_spill *sp, const char *name)
+{
+    pthread_mutex_lock(&sp->mu);
+    struct job *last = NULL;
+    for (struct job *j = sp->q_head; j; j = j->next)
+        if (!strcmp(j->name, name)) last = j;
+    if (last) last->refs++;
+    pthread_mutex_unlock(&sp->mu);
+    return last;
+}
+
+static void release(struct smol_spill *sp, struct job *j)
+{
+    pthread_mutex_lock(&sp->mu);
+    job_unref(j);
+    pthread_mutex_unlock(&sp->mu);
+}
+
+/* Writes the writer could not finish leave the index (engine thread). */
+static void reap_failed(struct smol_spill *sp)
+{
+    pthread_mutex_lock(&sp->mu);
+    for (int i = 0; i < sp->n_failed; i++) {
+        int later = 0; /* a newer job on the name decides */
+        for (struct job *j = sp->q_head; j; j = j->next) later |= !strcmp(j->name, sp->failed[i]);
+        struct entry *e = later ? NULL : find_ent(sp, sp->failed[i]);
+        if (e) drop_ent(sp, e);
+    }
+    sp->n_failed = 0;
+    pthread_mutex_unlock(&sp->mu);
+}
+
+void smol_spill_flush(struct smol_spill *sp)
+{
+    pthread_mutex_lock(&sp->mu);
+    while (sp->q_head && !sp->paused) pthread_cond_wait(&sp->done, &sp->mu);
+    pthread_mutex_unlock(&sp->mu);
+}
+
+void smol_spill_pause(struct smol_spill *sp, int paused)
+{
+    pthread_mutex_lock(&sp->mu);
+    sp->paused = paused;
+    pthread_cond_broadcast(&sp->wake);
+    pthread_cond_broadcast(&sp->done);
+    pthread_mutex_unlock(&sp->mu);
+}
+
+int smol_spill_pending(struct smol_spill *sp)
+{
+    pthread_mutex_lock(&sp->mu);
+    int n = 0;
+    for (struct job *j = sp->q_head; j; j = j->next) n++;
+    pthread_mutex_unlock(&sp->mu);
+    return n;
 }
 
 /* ---- open / close ------------------------------------------------------------------ */
@@ -278,10 +477,18 @@ enum smol_err smol_spill_open(struct smol_spill **out, const char *dir, uint64_t
     }
     smol_spill_model_id(m, sp->model_id);
     sp->page_buf_bytes = smol_kv_page_host_bytes(&m->kv);
+    pthread_mutex_init(&sp->mu, NULL);
+    pthread_cond_init(&sp->wake, NULL);
+    pthread_cond_init(&sp->done, NULL);
     if (!(sp->page_buf = malloc(sp->page_buf_bytes))) {
         smol_spill_close(&sp);
         return smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
     }
+    if (pthread_create(&sp->thread, NULL, writer_main, sp)) {
+        smol_spill_close(&sp);
+        return smol_errf(err, SMOL_ENOMEM, "spill: cannot start the writer thread");
+    }
+    sp->have_thread = 1;
     scan(sp, &m->kv);
     trim(sp, NULL);
     smol_log_info("spill: %s: %u session files, %.1f MiB (budget %s)", dir, sp->st.files, sp->st.bytes / 1048576.0,
@@ -294,6 +501,19 @@ void smol_spill_close(struct smol_spill **spp)
 {
     if (!spp || !*spp) return;
     struct smol_spill *sp = *spp;
+    if (sp->have_thread) { /* the writer finishes what is queued */
+        pthread_mutex_lock(&sp->mu);
+        sp->stop = 1;
+        sp->paused = 0;
+        pthread_cond_broadcast(&sp->wake);
+        pthread_mutex_unlock(&sp->mu);
+        pthread_join(sp->thread, NULL);
+    }
+    if (sp->page_buf_bytes) {
+        pthread_mutex_destroy(&sp->mu);
+        pthread_cond_destroy(&sp->wake);
+        pthread_cond_destroy(&sp->done);
+    }
     if (sp->dirfd >= 0) close(sp->dirfd);
     free(sp->ent);
     free(sp->page_buf);
@@ -303,17 +523,17 @@ void smol_spill_close(struct smol_spill **spp)
 
 /* ---- save ---------------------------------------------------------------------------- */
 
-static int put(int fd, XXH3_state_t *st, const void *p, size_t n)
+static unsigned char *put(unsigned char *p, const void *src, size_t n)
 {
-    if (!n) return 0;
-    XXH3_64bits_update(st, p, n);
-    return write_full(fd, p, n);
+    if (n) memcpy(p, src, n);
+    return p + n;
 }
 
 enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, struct smol_session *x, char *err)
 {
     SMOL_ASSERT(x->id[0]);
-    char name[NAME_LEN + 1], tmp[64];
+    reap_failed(sp);
+    char name[NAME_LEN + 1];
     file_name(x->id, name);
     int n_kv = x->seq.n_tokens < x->n_tokens ? x->seq.n_tokens : x->n_tokens;
     if (n_kv <= 0) {
@@ -321,7 +541,6 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, s
         x->on_disk = 1;
         return SMOL_OK;
     }
-    double t0 = mono_s();
     char *msgs = x->msgs ? json_dumps(x->msgs, JSON_COMPACT) : NULL;
     struct smol_spill_header h;
     memset(&h, 0, sizeof h);
@@ -348,55 +567,63 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, s
         free(msgs);
         return smol_errf(err, SMOL_ETOOLARGE, "session '%s': %.1f MiB exceed kv_spill_budget_mb", x->id, total / 1048576.0);
     }
-
-    snprintf(tmp, sizeof tmp, ".tmp-%.32s-%d", name, (int)getpid());
-    int fd = openat(sp->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
+    /* the file's image in memory (the KV pages copied out of the pool); the
+     * writer thread checksums and writes it */
+    pthread_mutex_lock(&sp->mu);
+    while (sp->q_head && sp->q_bytes + total > SPILL_QUEUE_MAX && !sp->paused) pthread_cond_wait(&sp->done, &sp->mu);
+    pthread_mutex_unlock(&sp->mu);
+    struct job *j = calloc(1, sizeof *j);
+    unsigned char *img = j && total <= SIZE_MAX ? malloc((size_t)total) : NULL;
+    if (!img) {
+        free(j);
         free(msgs);
-        return smol_errf(err, SMOL_EIO, "spill %s/%s: %s", sp->dir, tmp, strerror(errno));
+        return smol_errf(err, SMOL_ENOMEM, "spill: session '%s': out of memory for %.1f MiB", x->id, total / 1048576.0);
     }
-    XXH3_state_t *st = XXH3_createState();
-    int bad = !st || XXH3_64bits_reset(st) != XXH_OK;
-    struct smol_spill_header zero;
-    memset(&zero, 0, sizeof zero);
-    bad = bad || write_full(fd, &zero, sizeof zero) || put(fd, st, x->id, h.id_len) ||
-          put(fd, st, x->tokens, 4ull * h.n_tokens) || put(fd, st, x->hist_text, h.hist_len) ||
-          put(fd, st, msgs, h.msgs_len);
-    const int n_pages = smol_kv_pages_for(n_kv);
-    for (int i = 0; i < n_pages && !bad; i++) {
-        smol_kv_page_read(kv, x->seq.pages[i], sp->page_buf);
-        bad = put(fd, st, sp->page_buf, sp->page_buf_bytes);
-    }
-    if (!bad) {
-        h.payload_hash = XXH3_64bits_digest(st);
-        h.header_hash = header_hash(&h);
-        bad = pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || fsync(fd);
-    }
-    int e = errno;
-    XXH3_freeState(st);
+    unsigned char *p = put(img, &h, sizeof h);
+    p = put(p, x->id, h.id_len);
+    p = put(p, x->tokens, 4ull * h.n_tokens);
+    p = put(p, x->hist_text, h.hist_len);
+    p = put(p, msgs, h.msgs_len);
     free(msgs);
-    if (close(fd) && !bad) { bad = 1; e = errno; }
-    if (!bad && renameat(sp->dirfd, tmp, sp->dirfd, name)) { bad = 1; e = errno; }
-    if (bad) {
-        unlinkat(sp->dirfd, tmp, 0);
-        return smol_errf(err, SMOL_EIO, "spill %s/%s: %s", sp->dir, name, strerror(e ? e : EIO));
-    }
-    if (fsync(sp->dirfd)) smol_log_warn("spill: fsync %s: %s", sp->dir, strerror(errno));
+    const int n_pages = smol_kv_pages_for(n_kv);
+    for (int i = 0; i < n_pages; i++, p += sp->page_buf_bytes) smol_kv_page_read(kv, x->seq.pages[i], p);
+    SMOL_ASSERT((uint64_t)(p - img) == total);
+    j->kind = JOB_WRITE;
+    snprintf(j->name, sizeof j->name, "%s", name);
+    snprintf(j->id, sizeof j->id, "%s", x->id);
+    j->image = img;
+    j->bytes = total;
+    j->n_kv = n_kv;
+    enqueue(sp, j);
     put_ent(sp, name, total, now_ns());
     x->on_disk = 1;
-    sp->st.written++;
-    smol_log_info("spill: session '%s' written to %s: %d tokens, %.1f MiB in %.0f ms", x->id, name, n_kv, total / 1048576.0,
-                  (mono_s() - t0) * 1e3);
     trim(sp, name);
     return SMOL_OK;
 }
 
 /* ---- load ---------------------------------------------------------------------------- */
 
-static int get(int fd, XXH3_state_t *st, void *p, size_t n)
+/* Where a load reads: the file, or the image of a write still queued (the
+ * latest state of the session, which the file will hold once written). */
+struct src {
+    int fd;
+    const unsigned char *mem;
+    uint64_t len, off;
+};
+
+static int src_read(struct src *s, void *p, size_t n)
+{
+    if (!s->mem) return read_full(s->fd, p, n);
+    if (n > s->len - s->off) return -1;
+    memcpy(p, s->mem + s->off, n);
+    s->off += n;
+    return 0;
+}
+
+static int get(struct src *s, XXH3_state_t *st, void *p, size_t n)
 {
     if (!n) return 0;
-    if (read_full(fd, p, n)) return -1;
+    if (src_read(s, p, n)) return -1;
     XXH3_64bits_update(st, p, n);
     return 0;
 }
@@ -406,24 +633,43 @@ enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int voc
 {
     char name[NAME_LEN + 1];
     file_name(x->id, name);
+    reap_failed(sp);
     struct entry *ent = find_ent(sp, name);
     if (!ent) return smol_errf(err, SMOL_ENOSESSION, "no spilled session '%s'", x->id);
     double t0 = mono_s();
-    int fd = openat(sp->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* a write of this file still queued: its image is the session (the file
+     * is old or absent); else no job touches the file while we read it */
+    struct job *pj = pending_for(sp, name);
+    if (pj && pj->kind != JOB_WRITE) {
+        release(sp, pj);
+        return smol_errf(err, SMOL_ENOSESSION, "no spilled session '%s'", x->id);
+    }
+    struct src src = {.fd = -1};
     struct smol_spill_header h;
-    struct stat stt;
     const char *why = NULL;
-    if (fd < 0 || fstat(fd, &stt) || !S_ISREG(stt.st_mode)) why = "cannot be read as a regular file";
-    else if (stt.st_size < (off_t)sizeof h || read_full(fd, &h, sizeof h)) why = "truncated (shorter than the header)";
-    else why = check_header(sp, &h, (uint64_t)stt.st_size, kv);
+    if (pj) {
+        src.mem = pj->image;
+        src.len = pj->bytes;
+        src_read(&src, &h, sizeof h);
+        h.header_hash = header_hash(&h); /* set by the writer on its copy */
+        why = check_header(sp, &h, src.len, kv);
+    } else {
+        struct stat stt;
+        src.fd = openat(sp->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (src.fd < 0 || fstat(src.fd, &stt) || !S_ISREG(stt.st_mode)) why = "cannot be read as a regular file";
+        else if (stt.st_size < (off_t)sizeof h || read_full(src.fd, &h, sizeof h)) why = "truncated (shorter than the header)";
+        else why = check_header(sp, &h, (uint64_t)stt.st_size, kv);
+    }
     if (why) {
-        if (fd >= 0) close(fd);
+        if (src.fd >= 0) close(src.fd);
+        if (pj) release(sp, pj);
         reject_file(sp, name, why);
         return smol_errf(err, SMOL_EFORMAT, "spilled session '%s': %s", x->id, why);
     }
     const int n_pages = smol_kv_pages_for((int)h.n_kv);
     if (n_pages > kv->n_free) {
-        close(fd);
+        if (src.fd >= 0) close(src.fd);
+        if (pj) release(sp, pj);
         *pages_needed = n_pages;
         return smol_errf(err, SMOL_EBUSY, "spilled session '%s' needs %d free KV pages", x->id, n_pages);
     }
@@ -437,15 +683,16 @@ enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int voc
         rc = smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
         goto out;
     }
-    if (get(fd, st, id, h.id_len) || get(fd, st, tokens, 4ull * h.n_tokens) || get(fd, st, hist, h.hist_len) ||
-        get(fd, st, msgs, h.msgs_len)) { why = "short read"; goto out; }
+    if (get(&src, st, id, h.id_len) || get(&src, st, tokens, 4ull * h.n_tokens) || get(&src, st, hist, h.hist_len) ||
+        get(&src, st, msgs, h.msgs_len)) { why = "short read"; goto out; }
     id[h.id_len] = 0;
     if ((rc = smol_kv_seq_reserve(kv, &x->seq, 0, (int)h.n_kv, err))) goto out;
     for (int i = 0; i < n_pages && !why && !rc; i++) {
-        if (get(fd, st, sp->page_buf, sp->page_buf_bytes)) why = "short read";
+        if (get(&src, st, sp->page_buf, sp->page_buf_bytes)) why = "short read";
         else rc = smol_kv_page_write(kv, x->seq.pages[i], sp->page_buf, err);
     }
-    if (!why && !rc && XXH3_64bits_digest(st) != h.payload_hash) why = "payload checksum mismatch";
+    /* (an image in memory has no checksum yet: the writer computes it) */
+    if (!why && !rc && !src.mem && XXH3_64bits_digest(st) != h.payload_hash) why = "payload checksum mismatch";
     if (!why && !rc && strcmp(id, x->id)) /* a sound file of another id with the same hash */
         rc = smol_errf(err, SMOL_ENOSESSION, "no spilled session '%s'", x->id);
     for (uint32_t i = 0; !why && !rc && i < h.n_tokens; i++)
@@ -468,16 +715,20 @@ enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int voc
         x->think_set = !!(h.flags & SMOL_SPILL_F_THINK_SET);
         x->enable_thinking = !!(h.flags & SMOL_SPILL_F_THINKING);
         x->on_disk = 1;
-        futimens(fd, NULL); /* recently used, also for the next process */
+        if (src.fd >= 0) futimens(src.fd, NULL); /* recently used, also for the next process */
         ent->stamp = now_ns();
+        pthread_mutex_lock(&sp->mu);
         sp->st.restored++;
         sp->st.tokens_restored += h.n_kv;
-        smol_log_info("spill: session '%s' restored: %u tokens, %.1f MiB in %.0f ms", x->id, h.n_kv,
+        pthread_mutex_unlock(&sp->mu);
+        smol_log_info("spill: session '%s' restored%s: %u tokens, %.1f MiB in %.0f ms", x->id,
+                      src.mem ? " (from its write still queued)" : "", h.n_kv,
                       (sizeof h + h.payload_bytes) / 1048576.0, (mono_s() - t0) * 1e3);
     }
 out:
     if (j) json_decref(j);
-    if (fd >= 0) close(fd);
+    if (src.fd >= 0) close(src.fd);
+    if (pj) release(sp, pj);
     if (why || rc) {
         smol_kv_seq_truncate(kv, &x->seq, 0);
         x->n_tokens = 0;
@@ -498,6 +749,7 @@ out:
 
 void smol_spill_remove(struct smol_spill *sp, const char *id)
 {
+    reap_failed(sp);
     char name[NAME_LEN + 1];
     file_name(id, name);
     if (find_ent(sp, name)) unlink_file(sp, name);
@@ -510,4 +762,10 @@ int smol_spill_has(const struct smol_spill *sp, const char *id)
     return find_ent(sp, name) != NULL;
 }
 
-void smol_spill_get_stats(const struct smol_spill *sp, struct smol_spill_stats *st) { *st = sp->st; }
+void smol_spill_get_stats(struct smol_spill *sp, struct smol_spill_stats *st)
+{
+    reap_failed(sp);
+    pthread_mutex_lock(&sp->mu);
+    *st = sp->st;
+    pthread_mutex_unlock(&sp->mu);
+}

@@ -22,8 +22,17 @@
  * the final name, fsync of the directory.  A disk budget is kept least
  * recently used first (file mtime survives restarts; a read touches it).
  *
- * Owned by the engine thread; not thread-safe.  Every call does blocking
- * file I/O on the caller's thread.
+ * Threads: the API belongs to the engine thread (not thread-safe).  Writing
+ * and removing files run on a writer thread of the spill's own:
+ * smol_spill_save copies the session (its KV pages out of the pool) into an
+ * image in memory and queues it; the writer checksums it and writes it as
+ * above.  Jobs run in queue order, so operations on one file never pass each
+ * other.  The index (has, stats, the budget) describes the directory as it
+ * will be once the queue is done; smol_spill_load of a session whose write
+ * is still queued reads that image, otherwise the file (on the engine
+ * thread).  A write that fails is logged and leaves no file (not even an
+ * older one).  smol_spill_close finishes the queue first.  At most 1 GiB of
+ * images wait; a save beyond that waits for the writer.
  */
 #ifndef SMOL_SPILL_H
 #define SMOL_SPILL_H
@@ -81,8 +90,9 @@ enum smol_err smol_spill_open(struct smol_spill **out, const char *dir, uint64_t
 void smol_spill_close(struct smol_spill **sp);
 
 /* Writes session x (named, idle) with the KV of its first x->seq.n_tokens
- * positions; an empty session removes its file.  Then trims the directory
- * to the budget (the oldest files first).  On error nothing is left behind. */
+ * positions (queued: see Threads above); an empty session removes its file.
+ * Then trims the directory to the budget (the oldest files first).  On
+ * error nothing is left behind. */
 enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, struct smol_session *x, char *err);
 
 /* Reads the session named x->id into x (empty, its seq without pages):
@@ -101,6 +111,14 @@ void smol_spill_remove(struct smol_spill *sp, const char *id);
 /* 1 if a file for id is indexed. */
 int smol_spill_has(const struct smol_spill *sp, const char *id);
 
-void smol_spill_get_stats(const struct smol_spill *sp, struct smol_spill_stats *st);
+void smol_spill_get_stats(struct smol_spill *sp, struct smol_spill_stats *st);
+
+/* Waits until the writer has done every queued job (returns at once when
+ * paused). */
+void smol_spill_flush(struct smol_spill *sp);
+/* Tests: a paused writer starts no job (so queued writes can be observed). */
+void smol_spill_pause(struct smol_spill *sp, int paused);
+/* Jobs queued or running. */
+int smol_spill_pending(struct smol_spill *sp);
 
 #endif
