@@ -569,6 +569,7 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, s
     }
     /* the file's image in memory (the KV pages copied out of the pool); the
      * writer thread checksums and writes it */
+    const double t0 = mono_s();
     pthread_mutex_lock(&sp->mu);
     while (sp->q_head && sp->q_bytes + total > SPILL_QUEUE_MAX && !sp->paused) pthread_cond_wait(&sp->done, &sp->mu);
     pthread_mutex_unlock(&sp->mu);
@@ -595,6 +596,8 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, s
     j->bytes = total;
     j->n_kv = n_kv;
     enqueue(sp, j);
+    smol_log_debug("spill: session '%s' queued for %s: %.1f MiB copied in %.1f ms", x->id, name, total / 1048576.0,
+                   (mono_s() - t0) * 1e3);
     put_ent(sp, name, total, now_ns());
     x->on_disk = 1;
     trim(sp, name);
