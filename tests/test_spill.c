@@ -535,6 +535,78 @@ START_TEST(t_writer_queue)
 }
 END_TEST
 
+/* Read-ahead (smol_spill_prefetch): the writer thread reads the file, the
+ * load checks and uses it from memory (the file can be gone by then); a
+ * corrupt file is still refused (the checksum is checked on the bytes read);
+ * a read ahead of a file that is then rewritten or removed is not used. */
+START_TEST(t_read_ahead)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char err[SMOL_ERRLEN], path[512];
+    struct smol_spill *sp = NULL;
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    struct smol_session *x = make_session(&g, "r");
+    ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+    smol_spill_flush(sp);
+    ck_assert_int_eq(smol_spill_prefetch(sp, "nobody"), 1); /* no file: nothing to wait for */
+    ck_assert_int_eq(smol_spill_prefetch(sp, "r"), 0);       /* a read queued */
+    smol_spill_flush(sp);
+    ck_assert_int_eq(smol_spill_prefetch(sp, "r"), 1);       /* read */
+    kv_file(g.dir, path, sizeof path);
+    ck_assert(unlink(path) == 0);                            /* behind the spill's back */
+    ck_assert_int_eq(load_count(&g, sp, "r"), N_HIST);       /* from memory, same logits */
+    /* corrupt on disk: refused after the read-ahead too */
+    ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+    smol_spill_flush(sp);
+    kv_file(g.dir, path, sizeof path);
+    size_t n = 0;
+    unsigned char *buf = read_file(path, &n);
+    ck_assert(buf && n > 100);
+    buf[n - 7] ^= 0x40;                                      /* a KV byte */
+    write_bytes(path, buf, n);
+    free(buf);
+    ck_assert_int_eq(smol_spill_prefetch(sp, "r"), 0);
+    smol_spill_flush(sp);
+    struct smol_session *y = smol_sessions_add(&g.ss, "r");
+    int need = 0;
+    ck_assert_int_eq(smol_spill_load(sp, &g.m->kv, g.m->cfg.vocab, y, &need, err), SMOL_EFORMAT);
+    ck_assert_msg(strstr(err, "checksum"), "%s", err);
+    smol_sessions_remove(&g.ss, y);
+    struct smol_spill_stats ss;
+    smol_spill_get_stats(sp, &ss);
+    ck_assert_int_eq(ss.rejected, 1);
+    ck_assert(!smol_spill_has(sp, "r"));
+    /* read ahead, then rewritten: the newer history loads (read done before
+     * the write, and read still queued behind a paused writer) */
+    ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+    smol_spill_flush(sp);
+    ck_assert_int_eq(smol_spill_prefetch(sp, "r"), 0);
+    smol_spill_flush(sp);
+    smol_kv_seq_truncate(&g.m->kv, &x->seq, N_HIST - 3);
+    ck_assert(smol_session_set_tokens(x, g.ids, N_HIST - 3) == 0);
+    ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+    smol_spill_flush(sp);
+    ck_assert_int_eq(load_count(&g, sp, "r"), N_HIST - 3);
+    smol_spill_pause(sp, 1);
+    ck_assert_int_eq(smol_spill_prefetch(sp, "r"), 0);
+    smol_kv_seq_truncate(&g.m->kv, &x->seq, N_HIST - 4);
+    ck_assert(smol_session_set_tokens(x, g.ids, N_HIST - 4) == 0);
+    ck_assert(smol_spill_save(sp, &g.m->kv, x, err) == SMOL_OK);
+    smol_spill_pause(sp, 0);
+    smol_spill_flush(sp);
+    ck_assert_int_eq(load_count(&g, sp, "r"), N_HIST - 4);
+    /* read ahead, then deleted */
+    ck_assert_int_eq(smol_spill_prefetch(sp, "r"), 0);
+    smol_spill_flush(sp);
+    smol_spill_remove(sp, "r");
+    ck_assert_int_eq(load_count(&g, sp, "r"), -1);
+    smol_spill_close(&sp);
+    ck_assert_int_eq(count_files(g.dir), 0);
+    rig_close(&g);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("spill");
@@ -545,6 +617,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_foreign_model);
     tcase_add_test(tc, t_budget_and_busy);
     tcase_add_test(tc, t_writer_queue);
+    tcase_add_test(tc, t_read_ahead);
     tcase_add_test(tc, t_sessions_hooks);
     suite_add_tcase(s, tc);
     return s;

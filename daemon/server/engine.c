@@ -18,6 +18,7 @@
 #include "daemon/model/model.h"
 #include "daemon/server/log.h"
 #include "daemon/server/sessions.h"
+#include "daemon/server/spill.h"
 #include "daemon/server/grammar_cache.h"
 #include "smollm3.pb-c.h"
 
@@ -412,6 +413,10 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
     }
     if (r->session[0]) {
         s = smol_sessions_find(&e->sessions, r->session);
+        if (!s && e->cfg.spill && !smol_spill_prefetch(e->cfg.spill, r->session)) {
+            e->waiting_read = 1; /* its file is being read on the spill's thread: the others go on */
+            return 0;
+        }
         if (!s) s = smol_sessions_restore(&e->sessions, r->session, e->cfg.max_sessions, now);
         if (s && s->busy) {
             snprintf(msg, sizeof msg, "session '%s' already has a request in progress", r->session);
@@ -725,7 +730,8 @@ static void step(struct smol_engine *e)
         nx = q->next;
         if (q->cancelled) finish(e, q, SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED);
     }
-    /* FIFO admission: the head waits for KV, the others wait behind it */
+    /* FIFO admission: the head waits for KV (or its file), the others wait behind it */
+    e->waiting_read = 0;
     while (e->queue && e->n_running < e->cfg.max_running && !e->draining)
         if (try_admit(e, e->queue, now) == 0) break;
 
@@ -879,10 +885,10 @@ static void *engine_main(void *arg)
     int drained_sent = 0, spilled_one = 0;
     double last_expire = smol_engine_now();
     while (!e->stop) {
-        int runnable = e->n_queued > 0;
+        int runnable = e->n_queued > 0 && !e->waiting_read;
         for (struct req *q = e->running; q && !runnable; q = q->next) runnable = !q->paused || q->cancelled;
         zmq_pollitem_t it = {.socket = e->sock, .events = ZMQ_POLLIN};
-        long timeout = runnable || spilled_one ? 0 : e->n_running ? 10 : 1000;
+        long timeout = runnable || spilled_one ? 0 : e->waiting_read ? 2 : e->n_running ? 10 : 1000;
         if (zmq_poll(&it, 1, timeout) < 0 && zmq_errno() == ETERM) break;
         while (handle_cmd(e)) {}
         double now = smol_engine_now();

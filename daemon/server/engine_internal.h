@@ -62,6 +62,7 @@ struct smol_engine {
     struct req *queue, *running;    /* singly linked, FIFO order */
     int n_queued, n_running;
     int draining;
+    int waiting_read;           /* the queue head waits for its session file (smol_spill_prefetch) */
     volatile int stop;
     double drain_deadline;
     /* step scratch, sized once */

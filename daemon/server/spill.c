@@ -30,18 +30,20 @@ struct entry {
 /* A file operation for the writer thread.  Jobs run in the order they were
  * queued, so the operations on one file never pass each other; a job stays
  * on the queue until it is done. */
-enum job_kind { JOB_WRITE, JOB_UNLINK };
+enum job_kind { JOB_WRITE, JOB_UNLINK, JOB_READ };
 
 struct job {
     struct job *next;
     enum job_kind kind;
     char name[NAME_LEN + 1];
     char id[SMOL_SESSION_ID_MAX + 1];   /* for the log */
-    unsigned char *image;               /* JOB_WRITE: header + payload, hashes not yet set */
+    unsigned char *image;               /* JOB_WRITE: header + payload, hashes not yet set;
+                                           JOB_READ: the file's bytes once read */
     uint64_t bytes;
+    const char *read_err;               /* JOB_READ: why the file could not be read, or NULL */
     int n_kv;
-    int refs;                           /* the queue's + readers' (smol_spill_load) */
-    int running;
+    int refs;                           /* the queue's (then the ready list's) + readers' */
+    int running, finished;
 };
 
 struct smol_spill {
@@ -66,7 +68,11 @@ struct smol_spill {
     int stop, paused;
     char failed[64][NAME_LEN + 1]; /* writes that failed: dropped from the index by the engine thread */
     int n_failed;
+    struct job *ready;          /* files read ahead (smol_spill_prefetch), newest first */
+    int n_ready;
 };
+
+#define SPILL_READY_MAX 8       /* read-ahead files kept for their turn (the oldest dropped) */
 
 /* at most this many bytes of images wait for the disk; a save beyond it
  * waits for the writer (the engine's memory stays bounded) */
@@ -139,10 +145,13 @@ static int put_ent(struct smol_spill *sp, const char *name, uint64_t bytes, int6
 static void enqueue(struct smol_spill *sp, struct job *j);
 
 /* Drops name from the index and has the writer remove the file. */
+static void drop_ready(struct smol_spill *sp, const char *name);
+
 static void unlink_file(struct smol_spill *sp, const char *name)
 {
     struct entry *e = find_ent(sp, name);
     if (e) drop_ent(sp, e);
+    drop_ready(sp, name);
     struct job *j = calloc(1, sizeof *j);
     if (!j) { /* no memory for a job: remove it here, after what is queued */
         smol_spill_flush(sp);
@@ -267,6 +276,7 @@ static void enqueue(struct smol_spill *sp, struct job *j)
 }
 
 static int write_full(int fd, const void *buf, size_t n);
+static int read_full(int fd, void *buf, size_t n);
 
 /* JOB_WRITE: checksums, then temporary file, fsync, rename, fsync of the
  * directory.  On failure nothing of it is left, nor an older file of the
@@ -296,6 +306,21 @@ static int run_write(struct smol_spill *sp, struct job *j)
     return 0;
 }
 
+/* JOB_READ: the whole file into memory (checked by smol_spill_load) */
+static void run_read(struct smol_spill *sp, struct job *j)
+{
+    struct stat st;
+    int fd = openat(sp->dirfd, j->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) j->read_err = "cannot be read as a regular file";
+    else if (!(j->image = malloc((size_t)st.st_size + 1))) j->read_err = "out of memory for reading it";
+    else if (read_full(fd, j->image, (size_t)st.st_size)) j->read_err = "short read";
+    else j->bytes = (uint64_t)st.st_size;
+    if (fd >= 0) {
+        if (!j->read_err) futimens(fd, NULL); /* recently used, also for the next process */
+        close(fd);
+    }
+}
+
 static void *writer_main(void *arg)
 {
     struct smol_spill *sp = arg;
@@ -309,6 +334,7 @@ static void *writer_main(void *arg)
         double t0 = mono_s();
         int bad = 0;
         if (j->kind == JOB_WRITE) bad = run_write(sp, j);
+        else if (j->kind == JOB_READ) run_read(sp, j);
         else if (unlinkat(sp->dirfd, j->name, 0) && errno != ENOENT)
             smol_log_warn("spill: cannot remove %s/%s: %s", sp->dir, j->name, strerror(errno));
         if (j->kind == JOB_WRITE && !bad)
@@ -322,9 +348,26 @@ static void *writer_main(void *arg)
         }
         sp->q_head = j->next;
         if (!sp->q_head) sp->q_tail = NULL;
-        sp->q_bytes -= j->bytes;
         j->running = 0;
-        job_unref(j);
+        j->finished = 1;
+        int later = 0; /* a write or removal queued behind the read makes it stale */
+        for (struct job *k = sp->q_head; k && !later; k = k->next) later = !strcmp(k->name, j->name);
+        if (j->kind == JOB_READ && later) {
+            job_unref(j);
+        } else if (j->kind == JOB_READ) { /* kept for the turn that asked for it */
+            j->next = sp->ready;
+            sp->ready = j;
+            if (++sp->n_ready > SPILL_READY_MAX) {
+                struct job **pp = &sp->ready;
+                while ((*pp)->next) pp = &(*pp)->next;
+                job_unref(*pp);
+                *pp = NULL;
+                sp->n_ready--;
+            }
+        } else {
+            sp->q_bytes -= j->bytes;
+            job_unref(j);
+        }
         pthread_cond_broadcast(&sp->done);
     }
     pthread_mutex_unlock(&sp->mu);
@@ -341,6 +384,33 @@ static struct job *pending_for(struct smol_spill *sp, const char *name)
     if (last) last->refs++;
     pthread_mutex_unlock(&sp->mu);
     return last;
+}
+
+/* Takes name's read-ahead out of the ready list (the caller owns it), or NULL. */
+static struct job *take_ready(struct smol_spill *sp, const char *name)
+{
+    pthread_mutex_lock(&sp->mu);
+    struct job *j = NULL;
+    for (struct job **pp = &sp->ready; *pp; pp = &(*pp)->next)
+        if (!strcmp((*pp)->name, name)) {
+            j = *pp;
+            *pp = j->next;
+            sp->n_ready--;
+            break;
+        }
+    pthread_mutex_unlock(&sp->mu);
+    return j;
+}
+
+/* The file changes: what was read ahead of it is stale. */
+static void drop_ready(struct smol_spill *sp, const char *name)
+{
+    struct job *j = take_ready(sp, name);
+    if (j) {
+        pthread_mutex_lock(&sp->mu);
+        job_unref(j);
+        pthread_mutex_unlock(&sp->mu);
+    }
 }
 
 static void release(struct smol_spill *sp, struct job *j)
@@ -362,6 +432,35 @@ static void reap_failed(struct smol_spill *sp)
     }
     sp->n_failed = 0;
     pthread_mutex_unlock(&sp->mu);
+}
+
+int smol_spill_prefetch(struct smol_spill *sp, const char *id)
+{
+    reap_failed(sp);
+    char name[NAME_LEN + 1];
+    file_name(id, name);
+    struct entry *e = find_ent(sp, name);
+    if (!e || e->bytes > SPILL_QUEUE_MAX) return 1; /* nothing to read, or too big to hold twice */
+    pthread_mutex_lock(&sp->mu);
+    struct job *last = NULL;
+    for (struct job *j = sp->q_head; j; j = j->next)
+        if (!strcmp(j->name, name)) last = j;
+    int ready = 0;
+    for (struct job *j = sp->ready; j && !ready; j = j->next) ready = !strcmp(j->name, name);
+    int rc = 1;
+    if (last) rc = last->kind != JOB_READ; /* a queued write's image is at hand; a read is under way */
+    else if (!ready) {
+        struct job *j = calloc(1, sizeof *j);
+        if (j) {
+            j->kind = JOB_READ;
+            snprintf(j->name, sizeof j->name, "%s", name);
+            snprintf(j->id, sizeof j->id, "%s", id);
+            enqueue_locked(sp, j);
+            rc = 0;
+        }
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return rc;
 }
 
 void smol_spill_flush(struct smol_spill *sp)
@@ -509,6 +608,11 @@ void smol_spill_close(struct smol_spill **spp)
         pthread_mutex_unlock(&sp->mu);
         pthread_join(sp->thread, NULL);
     }
+    while (sp->ready) {
+        struct job *j = sp->ready;
+        sp->ready = j->next;
+        job_unref(j);
+    }
     if (sp->page_buf_bytes) {
         pthread_mutex_destroy(&sp->mu);
         pthread_cond_destroy(&sp->wake);
@@ -589,6 +693,7 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, s
     const int n_pages = smol_kv_pages_for(n_kv);
     for (int i = 0; i < n_pages; i++, p += sp->page_buf_bytes) smol_kv_page_read(kv, x->seq.pages[i], p);
     SMOL_ASSERT((uint64_t)(p - img) == total);
+    drop_ready(sp, name);
     j->kind = JOB_WRITE;
     snprintf(j->name, sizeof j->name, "%s", name);
     snprintf(j->id, sizeof j->id, "%s", x->id);
@@ -612,6 +717,7 @@ struct src {
     int fd;
     const unsigned char *mem;
     uint64_t len, off;
+    int trusted;                /* our own image, not checksummed yet */
 };
 
 static int src_read(struct src *s, void *p, size_t n)
@@ -642,20 +748,36 @@ enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int voc
     double t0 = mono_s();
     /* a write of this file still queued: its image is the session (the file
      * is old or absent); else no job touches the file while we read it */
-    struct job *pj = pending_for(sp, name);
+    struct job *pj = pending_for(sp, name), *rd = NULL;
+    if (pj && pj->kind == JOB_READ) { /* read ahead under way: wait for it */
+        pthread_mutex_lock(&sp->mu);
+        while (!pj->finished) pthread_cond_wait(&sp->done, &sp->mu);
+        pthread_mutex_unlock(&sp->mu);
+        release(sp, pj);
+        pj = NULL;
+    }
     if (pj && pj->kind != JOB_WRITE) {
         release(sp, pj);
         return smol_errf(err, SMOL_ENOSESSION, "no spilled session '%s'", x->id);
     }
+    if (!pj) rd = take_ready(sp, name);
     struct src src = {.fd = -1};
     struct smol_spill_header h;
     const char *why = NULL;
     if (pj) {
         src.mem = pj->image;
         src.len = pj->bytes;
+        src.trusted = 1;
         src_read(&src, &h, sizeof h);
         h.header_hash = header_hash(&h); /* set by the writer on its copy */
         why = check_header(sp, &h, src.len, kv);
+    } else if (rd) {
+        src.mem = rd->image;
+        src.len = rd->bytes;
+        if (!(why = rd->read_err)) {
+            if (src.len < sizeof h || src_read(&src, &h, sizeof h)) why = "truncated (shorter than the header)";
+            else why = check_header(sp, &h, src.len, kv);
+        }
     } else {
         struct stat stt;
         src.fd = openat(sp->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -666,6 +788,7 @@ enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int voc
     if (why) {
         if (src.fd >= 0) close(src.fd);
         if (pj) release(sp, pj);
+        if (rd) release(sp, rd);
         reject_file(sp, name, why);
         return smol_errf(err, SMOL_EFORMAT, "spilled session '%s': %s", x->id, why);
     }
@@ -673,6 +796,7 @@ enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int voc
     if (n_pages > kv->n_free) {
         if (src.fd >= 0) close(src.fd);
         if (pj) release(sp, pj);
+        if (rd) release(sp, rd); /* read again on the next try */
         *pages_needed = n_pages;
         return smol_errf(err, SMOL_EBUSY, "spilled session '%s' needs %d free KV pages", x->id, n_pages);
     }
@@ -695,7 +819,7 @@ enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int voc
         else rc = smol_kv_page_write(kv, x->seq.pages[i], sp->page_buf, err);
     }
     /* (an image in memory has no checksum yet: the writer computes it) */
-    if (!why && !rc && !src.mem && XXH3_64bits_digest(st) != h.payload_hash) why = "payload checksum mismatch";
+    if (!why && !rc && !src.trusted && XXH3_64bits_digest(st) != h.payload_hash) why = "payload checksum mismatch";
     if (!why && !rc && strcmp(id, x->id)) /* a sound file of another id with the same hash */
         rc = smol_errf(err, SMOL_ENOSESSION, "no spilled session '%s'", x->id);
     for (uint32_t i = 0; !why && !rc && i < h.n_tokens; i++)
@@ -725,13 +849,14 @@ enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int voc
         sp->st.tokens_restored += h.n_kv;
         pthread_mutex_unlock(&sp->mu);
         smol_log_info("spill: session '%s' restored%s: %u tokens, %.1f MiB in %.0f ms", x->id,
-                      src.mem ? " (from its write still queued)" : "", h.n_kv,
+                      pj ? " (from its write still queued)" : rd ? " (read ahead)" : "", h.n_kv,
                       (sizeof h + h.payload_bytes) / 1048576.0, (mono_s() - t0) * 1e3);
     }
 out:
     if (j) json_decref(j);
     if (src.fd >= 0) close(src.fd);
     if (pj) release(sp, pj);
+    if (rd) release(sp, rd);
     if (why || rc) {
         smol_kv_seq_truncate(kv, &x->seq, 0);
         x->n_tokens = 0;

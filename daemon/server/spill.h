@@ -29,10 +29,12 @@
  * above.  Jobs run in queue order, so operations on one file never pass each
  * other.  The index (has, stats, the budget) describes the directory as it
  * will be once the queue is done; smol_spill_load of a session whose write
- * is still queued reads that image, otherwise the file (on the engine
- * thread).  A write that fails is logged and leaves no file (not even an
- * older one).  smol_spill_close finishes the queue first.  At most 1 GiB of
- * images wait; a save beyond that waits for the writer.
+ * is still queued reads that image; a file read ahead by smol_spill_prefetch
+ * (on the writer thread) is checked and used from memory; otherwise the
+ * file is read in place (on the caller's thread).  A write that fails is
+ * logged and leaves no file (not even an older one).  smol_spill_close
+ * finishes the queue first.  At most 1 GiB of images wait; a save beyond
+ * that waits for the writer.
  */
 #ifndef SMOL_SPILL_H
 #define SMOL_SPILL_H
@@ -112,6 +114,13 @@ void smol_spill_remove(struct smol_spill *sp, const char *id);
 int smol_spill_has(const struct smol_spill *sp, const char *id);
 
 void smol_spill_get_stats(struct smol_spill *sp, struct smol_spill_stats *st);
+
+/* Has the writer thread read session id's file ahead of its turn (the whole
+ * file into memory: smol_spill_load then checks and copies it into the pool
+ * without touching the disk).  1 when smol_spill_load can run now without
+ * waiting for the disk (the file is read, a write of it is queued, there is
+ * no file, or it is over 1 GiB: read in place), 0 while the read runs. */
+int smol_spill_prefetch(struct smol_spill *sp, const char *id);
 
 /* Waits until the writer has done every queued job (returns at once when
  * paused). */

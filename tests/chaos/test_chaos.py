@@ -249,6 +249,10 @@ def main():
                 st, gen = run_turn(d, conv.prompt(s, 1), s)
                 check(gen == ref[(s, 1)], "turn 1 of %s: %s != reference %s" % (s, gen, ref[(s, 1)]))
                 conv.commit(s, 1, gen)
+            # the writer thread writes what the evictions queued (the files count at once)
+            deadline = time.monotonic() + 30
+            while d.stats()["spill_sessions_written"] < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
             st = d.stats()
             check(st["spill_sessions_written"] == 3 and st["spill_files"] == 3,
                   "eviction wrote s1..s3: %s" % st)
