@@ -200,9 +200,10 @@ bench-kv: all
 	@sh tests/bench_kv.sh $(BUILD)
 
 # bench-long: the daemon serves a 64K-token conversation within its KV budget, with
-# --yarn, through a restart (tests/bench/long_context.py on tests/fixtures/hf/hf-long).
+# --yarn, through a restart (tests/bench/long_context.py on tests/fixtures/hf/hf-long;
+# BENCH_LONG_ARGS, e.g. "--kv-type q8_0 --no-recompute").
 bench-long: all
-	@build/venv/bin/python3 tests/bench/long_context.py --build $(BUILD)
+	@build/venv/bin/python3 tests/bench/long_context.py --build $(BUILD) $(BENCH_LONG_ARGS)
 
 # bench-grammar: token-mask time on the SmolLM3 vocabulary (tests/bench/bench_grammar.c), then
 # ours against xgrammar and llguidance on the same schemas and vocabulary in one run

@@ -2,7 +2,8 @@
 """long_context.py - the daemon serves a 64K-token conversation within its KV
 budget.  Run by `make bench-long` (not part of `make test`: minutes of prefill).
 
-    long_context.py --build BUILD [--threads 2] [--turn1 61440] [--turn2 4096]
+    long_context.py --build BUILD [--threads 2] [--turn1 61440] [--turn2 4088] [--kv-type f16|q8_0]
+                    [--no-recompute]
 
 The model is tests/fixtures/hf/hf-long.F32.gguf: the real SmolLM3-3B's rope
 (head_dim 128, theta 5e6, trained 65536) on 2 layers of 2 query heads over
@@ -66,6 +67,7 @@ def main():
     ap.add_argument("--turn1", type=int, default=61440)
     ap.add_argument("--turn2", type=int, default=4088)
     ap.add_argument("--kv-budget-mb", type=int, default=72)
+    ap.add_argument("--kv-type", default="f16", help="the daemons' --kv-type (f16, q8_0, f32)")
     ap.add_argument("--no-recompute", action="store_true", help="leave out step 3 (a second full prefill)")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
@@ -78,7 +80,8 @@ def main():
     spill = os.path.join(tmp, "kv")
     out = {}
     try:
-        a = bench_kv.Daemon(tmp, "a", ["--yarn", "--kv-spill-dir", spill])
+        kvt = ["--kv-type", args.kv_type]
+        a = bench_kv.Daemon(tmp, "a", ["--yarn", "--kv-spill-dir", spill] + kvt)
         t0 = time.monotonic()
         st1, ttft1, gen1 = turn_n(a, t1, 8)
         wall1 = time.monotonic() - t0
@@ -100,7 +103,7 @@ def main():
         if s.kv_tokens_used < len(p2) + 7:
             raise RuntimeError("the session holds %d tokens, expected %d" % (s.kv_tokens_used, len(p2) + 7))
         # 4. the 64K session read back after a restart
-        b = bench_kv.Daemon(tmp, "b", ["--yarn", "--kv-spill-dir", spill])
+        b = bench_kv.Daemon(tmp, "b", ["--yarn", "--kv-spill-dir", spill] + kvt)
         p3 = p2 + gen2 + long_ids(8, x=3)
         st3, ttft3, gen3 = turn_n(b, p3, 4)
         b.term()
@@ -110,7 +113,7 @@ def main():
             raise RuntimeError("turn 3 was not restored: %s" % st3)
         # 3. the turn-2 prompt from scratch
         if not args.no_recompute:
-            c = bench_kv.Daemon(tmp, "c", ["--yarn"])
+            c = bench_kv.Daemon(tmp, "c", ["--yarn"] + kvt)
             stc, ttftc, genc = turn_n(c, p2, 8)
             c.term()
             print("turn 2 recomputed without a session: TTFT %.0f ms, greedy %s" % (ttftc, genc), flush=True)
