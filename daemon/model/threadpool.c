@@ -59,9 +59,15 @@ struct smol_pool {
      * whoever did them. */
     _Atomic uint64_t next;
     atomic_int done_tasks;      /* tasks of the current run finished */
-    _Atomic int n_tasks;        /* the run's parameters: written before generation */
-    _Atomic smol_task_fn fn;    /* is bumped, read by a worker only for a task */
-    void *_Atomic arg;          /* it has claimed (the run is still current) */
+    /* the run's parameters, written before generation is bumped: run is
+     * generation << 32 | number of tasks, in one word so that a worker
+     * never bounds a run's tasks by the next run's count (it would claim
+     * a task past the end of an exhausted run, and that run's caller,
+     * counting it done, would return while the task still ran on its
+     * argument); fn and arg are read for a task claimed of a current run */
+    _Atomic uint64_t run;
+    _Atomic smol_task_fn fn;
+    void *_Atomic arg;
     atomic_int stop;
 };
 
@@ -70,15 +76,18 @@ struct worker_arg { struct smol_pool *p; int id; };
 /* take tasks of run gen until none is left (or the run is another one) */
 static void take_tasks(struct smol_pool *p, unsigned gen, int id)
 {
-    const int n = atomic_load_explicit(&p->n_tasks, memory_order_relaxed);
+    const uint64_t r = atomic_load_explicit(&p->run, memory_order_acquire);
+    if ((unsigned)(r >> 32) != gen) return;     /* another run by now */
+    const int n = (int)(uint32_t)r;
     const smol_task_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
     void *const arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
     int done = 0;
     uint64_t v = atomic_load_explicit(&p->next, memory_order_acquire);
     for (;;) {
         if ((unsigned)(v >> 32) != gen || (int)(uint32_t)v >= n) break;
-        /* success: the run is still gen (a task of it is undone), so n, fn
-         * and arg read above were its own */
+        /* success: the run is still gen (a task of it below its own count
+         * n is undone, so the next run has not begun), and fn and arg read
+         * above were its own */
         if (!atomic_compare_exchange_weak_explicit(&p->next, &v, v + 1, memory_order_acq_rel, memory_order_acquire))
             continue;
         fn(arg, (int)(uint32_t)v, id);
@@ -171,11 +180,11 @@ void smol_pool_run(struct smol_pool *p, int n_tasks, smol_task_fn fn, void *arg)
         return;
     }
     /* the previous run is over (all its tasks done): no worker reads these now */
-    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
+    const unsigned g = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
     atomic_store_explicit(&p->done_tasks, 0, memory_order_relaxed);
-    const unsigned g = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->run, (uint64_t)g << 32 | (uint32_t)n_tasks, memory_order_release);
     atomic_store_explicit(&p->next, (uint64_t)g << 32, memory_order_release);
     pthread_mutex_lock(&p->mu);
     atomic_store_explicit(&p->generation, g, memory_order_release);
