@@ -39,7 +39,7 @@ PROGS    := $(patsubst main_%.c,$(BUILD)/bin/%,$(notdir $(MAINS)))
 TESTS    := $(patsubst tests/test_%.c,$(BUILD)/tests/test_%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 
-.PHONY: all test unit asan fuzz deps clean check-headers bench bench-kv bench-long run model install bench-grammar soak
+.PHONY: all test unit asan fuzz deps clean check-headers bench bench-kv bench-long run model install bench-grammar soak bench-spec
 .DEFAULT_GOAL := all
 
 all: $(PROGS) $(TESTS) $(BENCHES) $(BUILD)/bin/smollm3-gateway
@@ -204,6 +204,15 @@ bench-kv: all
 # BENCH_LONG_ARGS, e.g. "--kv-type q8_0 --no-recompute").
 bench-long: all
 	@build/venv/bin/python3 tests/bench/long_context.py --build $(BUILD) $(BENCH_LONG_ARGS)
+
+# bench-spec: speculative decoding by prompt lookup on tests/bench/spec's three tasks:
+# SmolLM2-135M through the daemon with and without, the synthetic 3B's verify-step
+# cost and projected speedup, llama.cpp's prompt-lookup decoding (tests/bench/spec_bench.py).
+bench-spec: all
+	@sh tests/get_smollm2.sh >/dev/null
+	@[ -f build/models/smollm3-3b-synth.Q4_K_M.gguf ] || nice $(BUILD)/bin/smollm3 synth -o build/models/smollm3-3b-synth.Q4_K_M.gguf --preset smollm3-3b
+	@[ -x build/venv-llama/bin/python ] || echo "bench-spec: no build/venv-llama (make bench builds llama-cpp-python): llama.cpp n/a"
+	build/venv/bin/python tests/bench/spec_bench.py --build $(BUILD)
 
 # bench-grammar: token-mask time on the SmolLM3 vocabulary (tests/bench/bench_grammar.c), then
 # ours against xgrammar and llguidance on the same schemas and vocabulary in one run

@@ -212,7 +212,7 @@ START_TEST(test_gemm)
         ck_assert_ptr_nonnull(k->gemm[wt]);
         for (int rep = 0; rep < 12; rep++) {
             const int one = rep % 4 == 3;
-            const int nb = 1 + rep % 3 * 2, n = nb * tr->block_size, rows = 1 + rep % 7, ntok = 1 + (rep * 5) % 10;
+            const int nb = 1 + rep % 3 * 2, n = nb * tr->block_size, rows = 1 + rep % 7, ntok = 1 + (rep * 7) % 10; /* 1..10: one tile, two (rows outside), more */
             const size_t sw = skew(wt), sa = skew(tr->vec_dot_type);
             const size_t ws = (size_t)nb * tr->type_size + sw * (rep % 3), as = (size_t)nb * at->type_size + sa * (rep % 5);
             uint8_t *wbuf = malloc(ws * rows + sw), *abuf = malloc(as * ntok + sa);

@@ -9,11 +9,22 @@
  *   generate -m MODEL (--ids 1,2,3 | --prompt TEXT) -n N [--temp T] [--seed S]
  *            [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--threads N] [--json]
  *            [--json-schema FILE | --grammar FILE]
+ *            [--speculative K | --no-speculative] [--stats] [--spec-costs R1,R2,..]
  *            greedy at --temp 0; stops early at an end-of-generation token.
  *            --json-schema / --grammar (GBNF): the output is constrained to
  *            the schema or grammar, and ends (eos) once it is complete.
  *            --json prints {"ids":[...]} with the generated ids only; otherwise
- *            the generated text is streamed to stdout.
+ *            the generated text is streamed to stdout.  Speculative decoding
+ *            by prompt lookup (daemon/text/spec.h) is on, drafts of up to K
+ *            tokens (default and most 7; 0 or --no-speculative: off): the
+ *            same tokens at --temp 0, the same distribution otherwise.
+ *            --stats: one line on stderr, "generate: N tokens in S steps
+ *            (drafted D, accepted A), T s, X tokens/s" (decode only), and
+ *            "generate: steps by draft length 0..7: S0 S1 ... S7".
+ *            --spec-costs R1,R2,..: the verify costs the draft length is
+ *            chosen by (a step of k + 1 positions relative to a 1-token
+ *            step; missing ones extrapolated), instead of measuring them
+ *            on this model: a small model drafting as a large one would.
  *   bench    -m MODEL -p 512 -n 128 [-d DEPTH] [-b BATCH] [-t THREADS] [--json]
  *            prompt processing and generation tokens/s; generation follows
  *            DEPTH tokens of context (0: an empty one, as llama-bench's tg;
@@ -22,6 +33,12 @@
  *            sequences at once, a token of each per step with B rows of
  *            logits (the daemon's continuous batching): "tg128 x b4: T
  *            tokens/s in all" and "tg_batch_tps" in the JSON.
+ *            --verify K: also the cost of a step of k + 1 positions of one
+ *            sequence (a speculative verify step: the last token and a
+ *            draft of k, every row's logits, then the k drafts rolled back)
+ *            for k = 1..K, relative to a 1-token step: "verify k+1: M
+ *            ms/step, R x a 1-token step" and "verify_cost": [R1, ...] in
+ *            the JSON.
  */
 #include "daemon/cli/cli.h"
 #include "daemon/model/model.h"
@@ -42,6 +59,9 @@ struct opts {
     long n, threads, p, d, b;
     struct smol_sampler_params sp;
     int have_temp;
+    int spec_k, stats;          /* generate: largest draft (0: off), --stats */
+    float spec_cost[SMOL_SPEC_MAX_DRAFT + 1]; /* generate: --spec-costs (cost[0] = 0: measure) */
+    long verify;                /* bench: --verify K */
 };
 
 static double now_s(void)
@@ -59,6 +79,7 @@ static int parse(const char *cmd, int argc, char **argv, struct opts *o)
     o->p = -1;
     o->sp = smol_sampler_defaults();
     o->sp.seed = 0;
+    o->spec_k = SMOL_SPEC_MAX_DRAFT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -82,12 +103,40 @@ static int parse(const char *cmd, int argc, char **argv, struct opts *o)
             o->kv_type = v;
         }
         else if (!strcmp(a, "--yarn")) o->yarn = 1;
+        else if (!strcmp(a, "--no-speculative")) o->spec_k = 0;
+        else if (!strcmp(a, "--stats")) o->stats = 1;
+        else if (!strcmp(a, "--speculative")) {
+            NEED(); if (smol_cli_parse_int(cmd, a, v, 0, SMOL_SPEC_MAX_DRAFT, &lv)) return 2; o->spec_k = (int)lv;
+        }
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             NEED(); if (smol_cli_parse_int(cmd, a, v, 1, 256, &o->threads)) return 2;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             NEED(); if (smol_cli_parse_int(cmd, a, v, 0, 1 << 20, &o->n)) return 2;
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {
             NEED(); if (smol_cli_parse_int(cmd, a, v, 1, 64, &o->b)) return 2;
+        } else if (!strcmp(a, "--spec-costs")) {
+            NEED();
+            /* R1,R2,...: a step of k + 1 positions relative to a 1-token step, k = 1.. */
+            o->spec_cost[0] = 1.0f;
+            const char *q = v;
+            for (int k = 1; k <= SMOL_SPEC_MAX_DRAFT; k++) {
+                char *end;
+                errno = 0;
+                double c = strtod(q, &end);
+                if (end == q || errno || !(c >= 1.0 && c <= 1000.0) || (*end && *end != ',')) {
+                    fprintf(stderr, "smollm3 %s: --spec-costs expects up to %d numbers >= 1, comma-separated\n", cmd,
+                            SMOL_SPEC_MAX_DRAFT);
+                    return 2;
+                }
+                o->spec_cost[k] = (float)c;
+                if (!*end) {
+                    for (int j = k + 1; j <= SMOL_SPEC_MAX_DRAFT; j++) o->spec_cost[j] = o->spec_cost[k] * (j + 1) / (k + 1);
+                    break;
+                }
+                q = end + 1;
+            }
+        } else if (!strcmp(a, "--verify")) {
+            NEED(); if (smol_cli_parse_int(cmd, a, v, 1, SMOL_SPEC_MAX_DRAFT, &o->verify)) return 2;
         } else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) {
             NEED(); if (smol_cli_parse_int(cmd, a, v, 0, 1 << 20, &o->d)) return 2;
         } else if (!strcmp(a, "-p")) {
@@ -204,6 +253,7 @@ struct constraint {
     struct smol_grammar_index *ix;
     struct smol_grammar_matcher *m;
     uint32_t *mask;
+    int32_t n_mask, n_logits;       /* the grammar's vocabulary, the model's */
 };
 
 static int constraint_open(struct constraint *c, const struct opts *o, const struct smol_tokenizer *tok)
@@ -241,6 +291,29 @@ static int constraint_open(struct constraint *c, const struct opts *o, const str
     return 0;
 }
 
+/* A row of a verification sampled as plain decoding samples: the
+ * constraint's mask, the draw, the constraint advanced (smol_spec_sample_fn). */
+struct gen_row {
+    struct smol_sampler *smp;
+    struct smol_sampler_scratch *sc;
+    struct constraint *con;
+};
+
+static enum smol_err gen_sample(void *ctx, int i, float *row, int32_t *tok, char *err)
+{
+    struct gen_row *g = ctx;
+    struct constraint *c = g->con;
+    (void)i;
+    if (c->m) {
+        smol_grammar_matcher_fill_mask(c->m, c->mask);
+        smol_grammar_mask_logits(c->mask, c->n_mask, row, c->n_logits);
+    }
+    enum smol_err rc = smol_sampler_sample(g->smp, g->sc, row, tok, NULL, err);
+    if (!rc && c->m && smol_grammar_matcher_accept_token(c->m, *tok))
+        rc = smol_errf(err, SMOL_EINTERNAL, "internal error: token %d outside the grammar", *tok);
+    return rc;
+}
+
 static void constraint_close(struct constraint *c)
 {
     smol_grammar_matcher_free(&c->m);
@@ -264,6 +337,7 @@ int smol_cli_generate(int argc, char **argv)
     struct smol_tokenizer *tok = NULL;
     struct smol_sampler *smp = NULL;
     struct smol_sampler_scratch *sc = NULL;
+    struct smol_lookup *lk = NULL;
     struct smol_ids prompt = {0};
     struct smol_kv_seq seq;
     smol_kv_seq_init(&seq);
@@ -297,48 +371,86 @@ int smol_cli_generate(int argc, char **argv)
         free(ids);
     }
     if (constraint_open(&con, &o, tok)) goto out;
-    if (!(m = open_model("generate", &o, ctx_for((long)prompt.n + o.n)))) goto out;
+    con.n_mask = tok ? smol_tokenizer_n_vocab(tok) : 0;
+    if (!(m = open_model("generate", &o, ctx_for((long)prompt.n + o.n < 80 ? 80 : (long)prompt.n + o.n)))) goto out;
     if ((long)prompt.n + o.n > m->cfg.n_ctx) {
         fprintf(stderr, "smollm3 generate: prompt (%zu tokens) + %ld new tokens exceed the context of %d\n", prompt.n,
                 o.n, m->cfg.n_ctx);
         goto out;
     }
-    logits = malloc((size_t)m->cfg.vocab * sizeof *logits);
-    out_ids = malloc(((size_t)o.n + 1) * sizeof *out_ids);
+    const int V = m->cfg.vocab, R = SMOL_SPEC_MAX_DRAFT + 1;
+    con.n_logits = V;
+    /* what a verify step of k + 1 positions costs on this model and machine
+     * (a context too small for the measurement keeps the default costs) */
+    float cost[SMOL_SPEC_MAX_DRAFT + 1];
+    int have_cost = o.spec_cost[0] > 0;
+    if (have_cost) memcpy(cost, o.spec_cost, sizeof cost);
+    else have_cost = o.spec_k > 0 && o.n > 1 && smol_spec_calibrate(m, o.spec_k, 3, cost, err) == SMOL_OK;
+    logits = malloc((size_t)R * V * sizeof *logits);
+    out_ids = malloc(((size_t)o.n + R) * sizeof *out_ids);
     if (!logits || !out_ids) { fprintf(stderr, "smollm3 generate: out of memory\n"); goto out; }
-    if (smol_sampler_new(&smp, &o.sp, m->cfg.vocab, err) || smol_sampler_scratch_new(&sc, m->cfg.vocab, err) ||
-        smol_sampler_accept(smp, prompt.v, prompt.n, false, err) ||
-        smol_model_eval(m, &seq, prompt.v, (int)prompt.n, 0, logits, err)) {
+    if (smol_sampler_new(&smp, &o.sp, V, err) || smol_sampler_scratch_new(&sc, V, err) ||
+        smol_sampler_accept(smp, prompt.v, prompt.n, false, err) || smol_lookup_new(&lk, V, err) ||
+        smol_lookup_append(lk, prompt.v, (int)prompt.n, err) ||
+        (prompt.n > 1 && o.n > 0 && smol_model_eval(m, &seq, prompt.v, (int)prompt.n - 1, 0, NULL, err))) {
         fprintf(stderr, "smollm3 generate: %s\n", err);
         goto out;
     }
-    int n_gen = 0;
-    for (; n_gen < o.n; n_gen++) {
-        int32_t t;
-        if (con.m) {
-            smol_grammar_matcher_fill_mask(con.m, con.mask);
-            smol_grammar_mask_logits(con.mask, smol_tokenizer_n_vocab(tok), logits, m->cfg.vocab);
-        }
-        if (smol_sampler_sample(smp, sc, logits, &t, NULL, err)) {
+    struct gen_row grow = {smp, sc, &con};
+    struct smol_spec_ctl ctl;
+    smol_spec_ctl_init(&ctl, o.spec_k, have_cost ? cost : NULL);
+    int n_gen = 0, n_steps = 0, drafted = 0, accepted = 0, eog = 0, by_k[SMOL_SPEC_MAX_DRAFT + 1] = {0};
+    int32_t last = prompt.v[prompt.n - 1];
+    double t0 = now_s();
+    /* each step: the last token and a draft of k, verified in one forward
+     * pass of k + 1 positions; the rejected positions' KV is dropped */
+    while (n_gen < o.n && !eog) {
+        int32_t btok[SMOL_SPEC_MAX_DRAFT + 1], bpos[SMOL_SPEC_MAX_DRAFT + 1], idx[SMOL_SPEC_MAX_DRAFT + 1], got[SMOL_SPEC_MAX_DRAFT + 1];
+        struct smol_kv_seq *bseq[SMOL_SPEC_MAX_DRAFT + 1];
+        struct smol_spec_grammar sg = {.m = con.m};
+        int order = 0, n_draft = smol_lookup_draft(lk, SMOL_SPEC_MAX_DRAFT, btok + 1, &order,
+                                                   con.m ? smol_spec_grammar_filter : NULL, &sg);
+        if (con.m) smol_spec_grammar_undo(&sg);
+        int32_t predicted = n_draft ? btok[1] : -1;
+        int k = smol_spec_ctl_k(&ctl, order);
+        if (k > n_draft) k = n_draft;
+        if (k > o.n - n_gen - 1) k = (int)(o.n - n_gen - 1);
+        const int pos = seq.n_tokens;
+        btok[0] = last;
+        for (int i = 0; i <= k; i++) { bpos[i] = pos + i; bseq[i] = &seq; idx[i] = i; }
+        const struct smol_batch b = {.n_tokens = k + 1, .tokens = btok, .pos = bpos, .seq = bseq, .n_out = k + 1, .out_idx = idx};
+        int n_got, n_acc;
+        if (smol_kv_seq_reserve(&m->kv, &seq, pos, pos + k + 1, err) || smol_model_forward(m, &b, logits, err) ||
+            smol_spec_verify(logits, V, btok + 1, k, gen_sample, &grow, got, &n_got, &n_acc, err)) {
             fprintf(stderr, "smollm3 generate: %s\n", err);
             goto out;
         }
-        if (con.m && smol_grammar_matcher_accept_token(con.m, t)) {
-            fprintf(stderr, "smollm3 generate: internal error: token %d outside the grammar\n", t);
-            goto out;
+        n_steps++;
+        by_k[k]++;
+        if (k) { drafted += k; accepted += n_acc; smol_spec_ctl_update(&ctl, order, k, n_acc); }
+        else if (n_draft) smol_spec_ctl_shadow(&ctl, order, predicted, got[0]);
+        smol_kv_seq_truncate(&m->kv, &seq, pos + n_acc + 1);  /* rollback of the rejected drafts */
+        for (int i = 0; i < n_got && n_gen < o.n && !eog; i++) {
+            int32_t t = got[i];
+            out_ids[n_gen++] = t;
+            eog = tok && smol_tokenizer_is_eog(tok, t);
+            if (!o.json && tok && !eog) {
+                size_t len;
+                const char *piece = smol_tokenizer_piece(tok, t, &len);
+                if (piece) fwrite(piece, 1, len, stdout);
+            }
         }
-        out_ids[n_gen] = t;
-        if (!o.json && tok) {
-            size_t len;
-            const char *piece = smol_tokenizer_piece(tok, t, &len);
-            if (piece && !(tok && smol_tokenizer_is_eog(tok, t))) fwrite(piece, 1, len, stdout);
-            fflush(stdout);
-        }
-        if (tok && smol_tokenizer_is_eog(tok, t)) { n_gen++; break; }
-        if (n_gen + 1 < o.n && smol_model_eval(m, &seq, &t, 1, 0, logits, err)) {
-            fprintf(stderr, "smollm3 generate: %s\n", err);
-            goto out;
-        }
+        if (!o.json && tok) fflush(stdout);
+        last = got[n_got - 1];
+        if (smol_lookup_append(lk, got, n_got, err)) { fprintf(stderr, "smollm3 generate: %s\n", err); goto out; }
+    }
+    if (o.stats) {
+        double dt = now_s() - t0;
+        fprintf(stderr, "generate: %d tokens in %d steps (drafted %d, accepted %d), %.3f s, %.2f tokens/s\n", n_gen,
+                n_steps, drafted, accepted, dt, dt > 0 ? n_gen / dt : 0.0);
+        fprintf(stderr, "generate: steps by draft length 0..%d:", SMOL_SPEC_MAX_DRAFT);
+        for (int k = 0; k <= SMOL_SPEC_MAX_DRAFT; k++) fprintf(stderr, " %d", by_k[k]);
+        fprintf(stderr, "\n");
     }
     if (o.json) {
         printf("{\"ids\":[");
@@ -357,6 +469,7 @@ out:
     smol_ids_free(&prompt);
     smol_sampler_free(&smp);
     smol_sampler_scratch_free(&sc);
+    smol_lookup_free(&lk);
     if (m) smol_kv_seq_deinit(&m->kv, &seq);
     smol_model_close(&m);
     constraint_close(&con);
@@ -402,6 +515,37 @@ out:
     return rc;
 }
 
+/* --verify: steps of k + 1 positions of seq (after its context), o->n of
+ * each size, interleaved so that drifts of the machine hit every size alike;
+ * ms[k] = mean milliseconds of a step of k + 1 positions. */
+static int bench_verify(struct smol_model *m, const struct opts *o, struct smol_kv_seq *seq, const int32_t *ids,
+                        long n_ids, double *ms, char *err)
+{
+    const int K = (int)o->verify;
+    float *logits = malloc((size_t)(K + 1) * m->cfg.vocab * sizeof *logits);
+    double total[SMOL_SPEC_MAX_DRAFT + 1] = {0};
+    int32_t pos[SMOL_SPEC_MAX_DRAFT + 1], idx[SMOL_SPEC_MAX_DRAFT + 1];
+    struct smol_kv_seq *sp[SMOL_SPEC_MAX_DRAFT + 1];
+    if (!logits) { smol_errf(err, SMOL_ENOMEM, "bench: out of memory"); return -1; }
+    const int base = seq->n_tokens;
+    for (long s = 0; s < o->n; s++)
+        for (int k = 0; k <= K; k++) {
+            for (int i = 0; i <= k; i++) { pos[i] = base + i; sp[i] = seq; idx[i] = i; }
+            const struct smol_batch b = {.n_tokens = k + 1, .tokens = ids + (s * 7 + k) % (n_ids - K), .pos = pos,
+                                         .seq = sp, .n_out = k + 1, .out_idx = idx};
+            double t0 = now_s();
+            if (smol_kv_seq_reserve(&m->kv, seq, base, base + k + 1, err) || smol_model_forward(m, &b, logits, err)) {
+                free(logits);
+                return -1;
+            }
+            total[k] += now_s() - t0;
+            smol_kv_seq_truncate(&m->kv, seq, base);
+        }
+    for (int k = 0; k <= K; k++) ms[k] = total[k] / o->n * 1e3;
+    free(logits);
+    return 0;
+}
+
 int smol_cli_bench(int argc, char **argv)
 {
     struct opts o;
@@ -412,14 +556,14 @@ int smol_cli_bench(int argc, char **argv)
     if (o.n < 1) { fprintf(stderr, "smollm3 bench: -n must be >= 1\n"); return 2; }
     if (o.b < 1) o.b = 1;
     /* the KV pool holds one full context: with -b, room for the B sequences too */
-    const long per_seq = (o.p > o.d ? o.p : o.d) + o.n + 1;
+    const long per_seq = (o.p > o.d ? o.p : o.d) + o.n + 1 + o.verify;
     struct smol_model *m = open_model("bench", &o, ctx_for(o.b > 1 ? (o.b + 1) * (per_seq + SMOL_KV_PAGE) : per_seq));
     if (!m) return 1;
     rc = 1;
     char err[SMOL_ERRLEN];
     struct smol_kv_seq seq;
     smol_kv_seq_init(&seq);
-    const long n_ids = (o.p > o.d ? o.p : o.d) + 1;
+    const long n_ids = (o.p > o.d ? o.p : o.d) + 1 + SMOL_SPEC_MAX_DRAFT;
     int32_t *ids = malloc((size_t)n_ids * sizeof *ids);
     float *logits = malloc((size_t)m->cfg.vocab * sizeof *logits);
     if (!ids || !logits) goto out;
@@ -452,8 +596,9 @@ int smol_cli_bench(int argc, char **argv)
         if (smol_model_eval(m, &seq, &t, 1, 0, logits, err)) goto fail;
     }
     double t_tg = now_s() - t0;
-    double pp = o.p / t_pp, tg = o.n / t_tg, tgb = 0;
+    double pp = o.p / t_pp, tg = o.n / t_tg, tgb = 0, vms[SMOL_SPEC_MAX_DRAFT + 1];
     if (o.b > 1 && bench_batch(m, &o, ids, &tgb, err)) goto fail;
+    if (o.verify && bench_verify(m, &o, &seq, ids, n_ids, vms, err)) goto fail;
     printf("model: %s (%s, %d layers, dim %d, vocab %d)\n", o.model, m->cfg.arch_name, m->cfg.n_layers, m->cfg.dim,
            m->cfg.vocab);
     printf("backend: %s, threads: %d\n", m->be->name, m->be->n_threads);
@@ -461,9 +606,18 @@ int smol_cli_bench(int argc, char **argv)
     if (o.d) printf("tg%ld @ d%ld: %.2f tokens/s (%.3f s)\n", o.n, o.d, tg, t_tg);
     else printf("tg%ld: %.2f tokens/s (%.3f s)\n", o.n, tg, t_tg);
     if (o.b > 1) printf("tg%ld x b%ld: %.2f tokens/s in all (%.2f per sequence)\n", o.n, o.b, tgb, tgb / o.b);
-    if (o.json && o.b > 1)
-        printf("{\"pp_tps\": %.3f, \"tg_tps\": %.3f, \"tg_batch_tps\": %.3f}\n", pp, tg, tgb);
-    else if (o.json) printf("{\"pp_tps\": %.3f, \"tg_tps\": %.3f}\n", pp, tg);
+    for (int k = 1; k <= o.verify; k++)
+        printf("verify %d: %.2f ms/step, %.3f x a 1-token step (%.2f ms)\n", k + 1, vms[k], vms[k] / vms[0], vms[0]);
+    if (o.json) {
+        printf("{\"pp_tps\": %.3f, \"tg_tps\": %.3f", pp, tg);
+        if (o.b > 1) printf(", \"tg_batch_tps\": %.3f", tgb);
+        if (o.verify) {
+            printf(", \"verify_cost\": [");
+            for (int k = 1; k <= o.verify; k++) printf(k > 1 ? ", %.4f" : "%.4f", vms[k] / vms[0]);
+            printf("]");
+        }
+        printf("}\n");
+    }
     rc = 0;
     goto out;
 fail:

@@ -621,6 +621,7 @@ void smol_client_chat_init(struct smol_client_chat *p)
 {
     memset(p, 0, sizeof *p);
     p->thinking = -1;
+    p->speculative = -1;
 }
 
 Smollm3__GenerateRequest *smol_client_chat_build(struct smol_client_chat *p)
@@ -677,5 +678,9 @@ Smollm3__GenerateRequest *smol_client_chat_build(struct smol_client_chat *p)
     p->gen.n_stop = p->n_stops;
     p->gen.stop = (char **)p->stops;
     p->gen.logprobs = p->logprobs != 0;
+    if (p->speculative >= 0) {
+        p->gen.speculative_opt_case = SMOLLM3__GENERATE_REQUEST__SPECULATIVE_OPT_SPECULATIVE;
+        p->gen.speculative = p->speculative != 0;
+    }
     return &p->gen;
 }

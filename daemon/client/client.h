@@ -179,6 +179,7 @@ struct smol_client_chat {
     const char *const *stops;   /* n_stops stop strings */
     size_t n_stops;
     int logprobs;
+    int speculative;            /* -1 = the daemon's default, 0 = off, 1 = on */
     /* storage the built request points into */
     Smollm3__GenerateRequest gen;
     Smollm3__ChatInput chat;

@@ -52,6 +52,7 @@ static void usage(FILE *f)
         "commands:\n"
         "  generate [--session ID] [--no-think|--think] [--system TEXT] [--temp T]\n"
         "           [--top-p P] [--top-k K] [--seed S] [-n N] [--stop STR]... [--logprobs]\n"
+        "           [--no-speculative]\n"
         "           [--json] MESSAGE...      one chat turn, streamed (MESSAGE '-' = stdin)\n"
         "  stats [--json]                    daemon counters\n"
         "  health [--json]                   exit 0 when the daemon is ready, 1 otherwise\n"
@@ -200,11 +201,14 @@ static int on_event_json(const Smollm3__Event *ev, struct gen_state *st)
         const Smollm3__Done *d = ev->done;
         const Smollm3__Usage *u = d->usage;
         const Smollm3__Timings *t = d->timings;
-        json_t *usage = json_pack("{s:I, s:I, s:I, s:I}",
+        json_t *usage = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
                                   "prompt_tokens", (json_int_t)(u ? u->prompt_tokens : 0),
                                   "cached_tokens", (json_int_t)(u ? u->cached_tokens : 0),
                                   "completion_tokens", (json_int_t)(u ? u->completion_tokens : 0),
-                                  "reasoning_tokens", (json_int_t)(u ? u->reasoning_tokens : 0));
+                                  "reasoning_tokens", (json_int_t)(u ? u->reasoning_tokens : 0),
+                                  "drafted_tokens", (json_int_t)(u ? u->drafted_tokens : 0),
+                                  "accepted_tokens", (json_int_t)(u ? u->accepted_tokens : 0),
+                                  "decode_steps", (json_int_t)(u ? u->decode_steps : 0));
         o = json_pack("{s:s, s:s, s:o}", "event", "done",
                       "finish_reason", smol_client_finish_name(d->finish_reason), "usage", usage);
         if (o && t)
@@ -385,6 +389,8 @@ static int cmd_generate(const char *endpoint, int argc, char **argv, int timeout
             p.thinking = 1;
         } else if (!strcmp(a, "--logprobs")) {
             p.logprobs = 1;
+        } else if (!strcmp(a, "--no-speculative")) {
+            p.speculative = 0;
         } else if (!strcmp(a, "--session") && v) {
             p.session_id = v; i++;
         } else if (!strcmp(a, "--system") && v) {
@@ -523,6 +529,10 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         { "spill_bytes", s->spill_bytes },
         { "prefill_tokens_total", s->prefill_tokens_total },
         { "shared_choices_total", s->shared_choices_total },
+        { "spec_drafted_tokens", s->spec_drafted_tokens },
+        { "spec_accepted_tokens", s->spec_accepted_tokens },
+        { "spec_verify_steps", s->spec_verify_steps },
+        { "decode_steps", s->decode_steps },
     };
     size_t n = sizeof rows / sizeof rows[0];
     if (json) {

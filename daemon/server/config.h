@@ -41,6 +41,8 @@ struct smol_daemon_config {
     int kv_spill_when_idle;     /* bool: write changed sessions whenever the engine is idle */
     char backend[SMOL_CONFIG_PATH_MAX]; /* "auto" | "cpu" | "cuda" */
     int cuda_device;            /* CUDA device index */
+    int speculative;            /* longest prompt-lookup draft per step; 0 = off by default */
+    int speculative_calibrate;  /* bool: measure the verify costs at start */
     int step_tokens;            /* tokens per engine step (decode + prefill chunks) */
     int max_running;            /* requests decoding together */
     int max_queued;             /* admission queue length */

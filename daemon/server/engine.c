@@ -45,6 +45,8 @@ void smol_engine_config_default(struct smol_engine_config *c)
     c->max_cached_prefixes = 16;
     c->model_name = "smollm3";
     c->queue_timeout_s = 30;
+    c->speculative = SMOL_SPEC_MAX_DRAFT;
+    c->speculative_calibrate = 1;
 }
 
 /* ---- request lifecycle ------------------------------------------------------ */
@@ -54,6 +56,7 @@ static void req_free(struct req *q)
     if (!q) return;
     smol_sampler_free(&q->smp);
     smol_grammar_matcher_free(&q->gm);
+    smol_lookup_free(&q->lk);
     smol_detok_deinit(&q->detok);
     smol_chat_parser_deinit(&q->parser);
     smol_chat_buf_deinit(&q->content);
@@ -171,6 +174,9 @@ static void send_done(struct smol_engine *e, struct req *q)
     us.completion_tokens = (uint32_t)q->n_gen;
     us.reasoning_tokens = (uint32_t)q->n_reasoning;
     us.choice = (uint32_t)q->choice;
+    us.drafted_tokens = (uint32_t)q->n_drafted;
+    us.accepted_tokens = (uint32_t)q->n_accepted;
+    us.decode_steps = (uint32_t)q->n_steps;
     double t0 = q->r->t_received;
     tm.queue_ms = q->t_first_step > 0 ? (q->t_first_step - t0) * 1e3 : 0;
     tm.prompt_ms = q->t_prefill_done > 0 ? (q->t_prefill_done - q->t_first_step) * 1e3 : 0;
@@ -540,6 +546,17 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
         return -1;
     }
     q->gm_active = q->gm && !q->thinking;   /* thinking: constrained from </think> on */
+    q->sg.m = q->gm;
+    int spec_k = r->speculative == 0 ? 0 : e->cfg.speculative ? e->cfg.speculative
+                                     : r->speculative > 0 ? SMOL_SPEC_MAX_DRAFT : 0;
+    if (spec_k > 0 && e->spec_rows > 0) {
+        if ((rc = smol_lookup_new(&q->lk, e->m->cfg.vocab, err)) ||
+            (rc = smol_lookup_append(q->lk, q->tok, n_prompt, err))) {
+            reject(e, q, rc, err);
+            return -1;
+        }
+        smol_spec_ctl_init(&q->ctl, spec_k, e->spec_cost);
+    }
     smol_chat_parser_init(&q->parser, parser_start(e, r), on_parse, q);
     list_remove(&e->queue, q);
     e->n_queued--;
@@ -594,36 +611,87 @@ static void apply_grammar(struct smol_engine *e, struct req *q, float *logits)
     smol_grammar_mask_logits(e->gmask, gV, logits, V);
 }
 
-/* Samples the next token of q from its logits row (e->logits, ours to
- * modify) and streams what it makes final.  May finish (and free) q. */
-static void sample_and_emit(struct smol_engine *e, struct req *q, float *logits, double now)
+/* Speculative decoding: the verification's rows are sampled as plain
+ * decoding samples its one row (the grammar, logprobs), into q->lps[i]; the
+ * draft filter keeps a constrained request's draft inside its grammar (a
+ * thinking request's draft ends at </think>: the constraint starts after
+ * it). */
+struct spec_ctx {
+    struct smol_engine *e;
+    struct req *q;
+    struct smol_sampler_logprobs *lps;
+};
+
+/* Samples one token of q from a row of logits (ours to modify): the grammar
+ * applied, then advanced; *lp filled when the request asks for logprobs. */
+static enum smol_err sample_row(struct smol_engine *e, struct req *q, float *logits, int32_t *t,
+                                struct smol_sampler_logprobs *lp, char *err)
 {
-    char err[SMOL_ERRLEN];
-    int32_t t;
     double tg = q->gm_active ? smol_engine_now() : 0;
     if (q->gm_active) apply_grammar(e, q, logits);
     if (q->gm_active) e->grammar_s += smol_engine_now() - tg;
-    q->cur_lp.n_top = q->r->top_logprobs;
-    enum smol_err rc = smol_sampler_sample_lp(q->smp, e->sc, logits, &t, q->r->logprobs ? &q->cur_lp : NULL, err);
-    if (rc || tok_push(q, t)) { fail_request(e, q, rc ? rc : SMOL_ENOMEM, rc ? err : "out of memory"); return; }
+    lp->n_top = q->r->top_logprobs;
+    enum smol_err rc = smol_sampler_sample_lp(q->smp, e->sc, logits, t, q->r->logprobs ? lp : NULL, err);
+    if (rc) return rc;
     if (q->gm_active && !smol_grammar_matcher_is_done(q->gm)) {
         tg = smol_engine_now();
-        rc = smol_grammar_matcher_accept_token(q->gm, t);
+        rc = smol_grammar_matcher_accept_token(q->gm, *t);
         e->grammar_s += smol_engine_now() - tg;
         e->n_grammar_tokens++;
-        if (rc) {
-            fail_request(e, q, SMOL_EINTERNAL, "structured output: the sampled token is outside the grammar");
-            return;
-        }
+        if (rc) return smol_errf(err, SMOL_EINTERNAL, "structured output: the sampled token is outside the grammar");
     }
-    if (q->gm && !q->gm_active && t == smol_tokenizer_special(e->tok)->think_end) q->gm_active = 1;
+    if (q->gm && !q->gm_active && *t == smol_tokenizer_special(e->tok)->think_end) q->gm_active = 1;
+    return SMOL_OK;
+}
+
+static enum smol_err spec_sample(void *ctx, int i, float *row, int32_t *t, char *err)
+{
+    struct spec_ctx *c = ctx;
+    return sample_row(c->e, c->q, row, t, &c->lps[i], err);
+}
+
+static int spec_filter(void *ctx, const int32_t *draft, int i, int32_t t)
+{
+    struct spec_ctx *c = ctx;
+    struct req *q = c->q;
+    if (!q->gm_active) return i == 0 || draft[i - 1] != smol_tokenizer_special(c->e->tok)->think_end;
+    return smol_spec_grammar_filter(&q->sg, draft, i, t);
+}
+
+/* Plans q's draft for this step: up to max tokens, as many as the
+ * controller finds worth verifying (q->n_draft; 0: a plain decode step),
+ * written to draft[]. */
+static void plan_draft(struct smol_engine *e, struct req *q, int max, int32_t *draft)
+{
+    q->n_draft = 0;
+    q->draft_first = -1;
+    q->draft_order = 0;
+    if (!q->lk) return;
+    struct spec_ctx c = {e, q, NULL};
+    q->sg.pushed = 0;
+    int n = smol_lookup_draft(q->lk, SMOL_SPEC_MAX_DRAFT, draft, &q->draft_order, q->gm ? spec_filter : NULL, &c);
+    if (q->gm) smol_spec_grammar_undo(&q->sg);
+    if (n > 0) q->draft_first = draft[0];
+    int k = smol_spec_ctl_k(&q->ctl, q->draft_order);
+    if (k > n) k = n;
+    if (k > max) k = max;
+    q->n_draft = k > 0 ? k : 0;
+}
+
+/* Streams token t of q (already sampled, the grammar advanced) and what it
+ * makes final; kv_len: the tokens q's KV holds when t comes, as in plain
+ * decoding.  Returns 0 when q finished (and was freed). */
+static int emit_token(struct smol_engine *e, struct req *q, int32_t t, double now, int kv_len)
+{
+    enum smol_err rc;
+    if (tok_push(q, t)) { fail_request(e, q, SMOL_ENOMEM, "out of memory"); return 0; }
     q->n_gen++;
     if (!q->t_first_token) q->t_first_token = now;
     q->cur_token = t;
     q->seg_in_token = 0;
     if (smol_tokenizer_is_eog(e->tok, t)) {
         finish(e, q, SMOLLM3__FINISH_REASON__FINISH_REASON_STOP);
-        return;
+        return 0;
     }
     size_t len = 0;
     const char *piece = smol_tokenizer_piece(e->tok, t, &len);
@@ -633,19 +701,59 @@ static void sample_and_emit(struct smol_engine *e, struct req *q, float *logits,
         if (smol_detok_flush(&q->detok, &out) == SMOL_OK && out.len) smol_chat_parser_feed(&q->parser, out.text, out.len, 0);
         smol_chat_parser_feed(&q->parser, piece ? piece : "", len, 1);
     } else {
-        if ((rc = smol_detok_push(&q->detok, piece ? piece : "", len, &out))) { fail_request(e, q, rc, "detokenizer error"); return; }
+        if ((rc = smol_detok_push(&q->detok, piece ? piece : "", len, &out))) { fail_request(e, q, rc, "detokenizer error"); return 0; }
         if (out.len) smol_chat_parser_feed(&q->parser, out.text, out.len, 0);
         if (out.stopped) {
             q->stop_index = out.stop_index;
             finish(e, q, SMOLLM3__FINISH_REASON__FINISH_REASON_STOP);
-            return;
+            return 0;
         }
     }
     if (q->seg_in_token == 0) emit_text(q, "", 0, SMOLLM3__CHANNEL__CHANNEL_CONTENT);
     const struct smol_special_ids *sp = smol_tokenizer_special(e->tok);
     if (q->tok_reasoning || t == sp->think || t == sp->think_end) q->n_reasoning++;
-    if (q->n_gen >= q->max_gen || q->seq->n_tokens + 1 >= e->m->cfg.n_ctx)
+    if (q->n_gen >= q->max_gen || kv_len + 1 >= e->m->cfg.n_ctx) {
         finish(e, q, SMOLLM3__FINISH_REASON__FINISH_REASON_LENGTH);
+        return 0;
+    }
+    return 1;
+}
+
+/* Samples q's next tokens from its rows of logits (e->logits, ours to
+ * modify): one row, or the q->n_draft + 1 rows verifying its draft
+ * (drafts: the batch tokens after q's last one), then streams them.  The
+ * KV of rejected draft positions is dropped.  May finish (and free) q. */
+static void sample_and_emit(struct smol_engine *e, struct req *q, float *logits, const int32_t *drafts, double now)
+{
+    char err[SMOL_ERRLEN];
+    int32_t got[SMOL_SPEC_MAX_DRAFT + 1];
+    struct smol_sampler_logprobs lps[SMOL_SPEC_MAX_DRAFT + 1];
+    int n_got = 0, n_acc = 0;
+    const int k = q->n_draft, kv_len = q->seq->n_tokens - k;
+    struct spec_ctx c = {e, q, lps};
+    enum smol_err rc = smol_spec_verify(logits, e->m->cfg.vocab, drafts, k, spec_sample, &c, got, &n_got, &n_acc, err);
+    if (rc) { fail_request(e, q, rc, err); return; }
+    if (k > 0) smol_kv_seq_truncate(&e->m->kv, q->seq, kv_len + n_acc);   /* rollback of the rejected drafts */
+    q->n_steps++;
+    e->n_decode_steps++;
+    if (q->lk) {
+        if (k > 0) {
+            q->n_drafted += k;
+            q->n_accepted += n_acc;
+            e->n_spec_drafted += (uint64_t)k;
+            e->n_spec_accepted += (uint64_t)n_acc;
+            e->n_spec_steps++;
+            smol_spec_ctl_update(&q->ctl, q->draft_order, k, n_acc);
+        } else if (q->draft_first >= 0) {
+            smol_spec_ctl_shadow(&q->ctl, q->draft_order, q->draft_first, got[0]);
+        }
+        if ((rc = smol_lookup_append(q->lk, got, n_got, err))) { fail_request(e, q, rc, err); return; }
+    }
+    q->n_draft = 0;
+    for (int i = 0; i < n_got; i++) {
+        q->cur_lp = lps[i];
+        if (!emit_token(e, q, got[i], now, kv_len + i)) return;
+    }
 }
 
 /* n > 1: once choice 0 has prefilled the prompt, choices 1..n-1 start
@@ -704,7 +812,7 @@ static void spawn_choices(struct smol_engine *e, struct req *q, float *logits, d
         list_append(&e->running, c);
         e->n_running++;
         e->n_shared_choices++;
-        sample_and_emit(e, c, logits, now);
+        sample_and_emit(e, c, logits, NULL, now);
     }
     if (rc) {
         for (struct req *o = e->running, *nx; o; o = nx) {
@@ -737,18 +845,29 @@ static void step(struct smol_engine *e)
 
     const int V = e->m->cfg.vocab;
     int budget = e->cfg.step_tokens < e->m->s.max_tokens ? e->cfg.step_tokens : e->m->s.max_tokens;
-    int n = 0, n_out = 0;
+    int n = 0, n_out = 0, spec_rows = e->spec_rows;
     for (struct req *q = e->running, *nx; q && n < budget; q = nx) {
         nx = q->next;
         if (q->state != RS_DECODE || q->paused) continue;
         int pos = q->seq->n_tokens;
-        if (smol_kv_seq_reserve(kv, q->seq, pos, pos + 1, err)) { fail_request(e, q, SMOL_EBUSY, err); continue; }
+        /* a draft: within the step's budget and spare rows, the request's
+         * max_tokens and the context (positions pos + 1 .. pos + k) */
+        int max = budget - n - 1;
+        if (max > spec_rows) max = spec_rows;
+        if (max > q->max_gen - q->n_gen - 1) max = q->max_gen - q->n_gen - 1;
+        if (max > e->m->cfg.n_ctx - pos - 2) max = e->m->cfg.n_ctx - pos - 2;
+        plan_draft(e, q, max, e->b_tok + n + 1);
+        const int k = q->n_draft;
+        if (smol_kv_seq_reserve(kv, q->seq, pos, pos + k + 1, err)) { q->n_draft = 0; fail_request(e, q, SMOL_EBUSY, err); continue; }
+        spec_rows -= k;
         e->b_tok[n] = q->tok[q->n_tok - 1];
-        e->b_pos[n] = pos;
-        e->b_seq[n] = q->seq;
-        e->b_out[n_out] = n;
-        e->b_req[n_out++] = q;
-        n++;
+        for (int i = 0; i <= k; i++) {
+            e->b_pos[n] = pos + i;
+            e->b_seq[n] = q->seq;
+            e->b_out[n_out] = n;
+            e->b_req[n_out++] = q;
+            n++;
+        }
     }
     for (struct req *q = e->running, *nx; q && n < budget; q = nx) {
         nx = q->next;
@@ -775,18 +894,22 @@ static void step(struct smol_engine *e)
     /* out_idx must ascend: decode rows come first, prefill rows after */
     enum smol_err rc = smol_model_forward(e->m, &b, e->logits, err);
     if (rc) {
-        for (int i = 0; i < n_out; i++) fail_request(e, e->b_req[i], SMOL_EINTERNAL, err);
+        for (int i = 0, rows; i < n_out; i += rows) {
+            rows = e->b_req[i]->n_draft + 1;
+            fail_request(e, e->b_req[i], SMOL_EINTERNAL, err);
+        }
         return;
     }
     const double t1 = smol_engine_now();
-    for (int i = 0; i < n_out; i++) {
+    for (int i = 0, rows; i < n_out; i += rows) {
         struct req *q = e->b_req[i];
+        rows = q->n_draft + 1;              /* its draft's rows follow its first */
         if (q->state == RS_PREFILL) {
             q->state = RS_DECODE;
             q->t_prefill_done = t1;
             if (q->r->n_choices > 1) spawn_choices(e, q, e->logits + (size_t)i * V, t1);
         }
-        sample_and_emit(e, q, e->logits + (size_t)i * V, t1);
+        sample_and_emit(e, q, e->logits + (size_t)i * V, e->b_tok + e->b_out[i] + 1, t1);
     }
     for (struct req *q = e->running; q; q = q->next)
         q->kv_promise = smol_kv_seq_pages_needed(kv, q->seq, q->seq->n_tokens, q->n_prompt + q->max_gen) +
@@ -950,7 +1073,11 @@ enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const c
         smol_chat_tpl_detect(tpl.ptr, tpl.len, 0, &e->tpl, NULL) == SMOL_OK)
         e->have_tpl = 1;
     const int T = m->s.max_tokens, R = e->cfg.max_running;
-    e->max_out = R;
+    if (e->cfg.speculative < 0) e->cfg.speculative = 0;
+    if (e->cfg.speculative > SMOL_SPEC_MAX_DRAFT) e->cfg.speculative = SMOL_SPEC_MAX_DRAFT;
+    /* draft rows of a step, all requests together: full drafts for up to 8 */
+    e->spec_rows = SMOL_SPEC_MAX_DRAFT * (R < 8 ? R : 8);
+    e->max_out = R + e->spec_rows;
     e->b_tok = malloc((size_t)T * sizeof *e->b_tok);
     e->b_pos = malloc((size_t)T * sizeof *e->b_pos);
     e->b_out = malloc((size_t)T * sizeof *e->b_out);
@@ -958,7 +1085,16 @@ enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const c
     e->gmask = malloc(((size_t)gv + 31) / 32 * sizeof *e->gmask);
     e->b_seq = malloc((size_t)T * sizeof *e->b_seq);
     e->b_req = malloc((size_t)T * sizeof *e->b_req);
-    e->logits = malloc((size_t)R * m->cfg.vocab * sizeof *e->logits);
+    e->logits = malloc((size_t)e->max_out * m->cfg.vocab * sizeof *e->logits);
+    /* what a verify step of k + 1 positions costs here (the default costs
+     * when the KV cannot hold the measurement) */
+    struct smol_spec_ctl dflt;
+    smol_spec_ctl_init(&dflt, SMOL_SPEC_MAX_DRAFT, NULL);
+    memcpy(e->spec_cost, dflt.cost, sizeof e->spec_cost);
+    char cerr[SMOL_ERRLEN];
+    float cost[SMOL_SPEC_MAX_DRAFT + 1];
+    if (e->cfg.speculative_calibrate && smol_spec_calibrate(m, SMOL_SPEC_MAX_DRAFT, 2, cost, cerr) == SMOL_OK)
+        memcpy(e->spec_cost, cost, sizeof cost);
     enum smol_err rc = smol_sampler_scratch_new(&e->sc, m->cfg.vocab, err);
     if (!rc && (!e->b_tok || !e->b_pos || !e->b_out || !e->gmask || !e->b_seq || !e->b_req || !e->logits))
         rc = smol_errf(err, SMOL_ENOMEM, "engine: out of memory");

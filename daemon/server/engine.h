@@ -64,6 +64,10 @@ struct smol_engine_config {
     struct smol_spill *spill;   /* session files (server/spill.h), borrowed; NULL = none */
     struct smol_grammar_cache *grammars; /* for its stats (server/grammar_cache.h), borrowed; NULL = none */
     int spill_when_idle;        /* write changed sessions to it whenever nothing runs */
+    int speculative;            /* longest prompt-lookup draft verified per step (0..SMOL_SPEC_MAX_DRAFT);
+                                   0 = off unless a request asks; default SMOL_SPEC_MAX_DRAFT */
+    int speculative_calibrate;  /* measure the verify step's cost at start (default 1); 0: the
+                                   batched kernels' model, 1 + 0.06 per drafted token */
 };
 
 void smol_engine_config_default(struct smol_engine_config *c);

@@ -33,6 +33,14 @@ struct req {
     struct smol_sampler *smp;
     struct smol_grammar_matcher *gm;  /* structured output: NULL = unconstrained */
     int gm_active;                  /* the constraint applies (after </think> when thinking) */
+    /* speculative decoding (NULL lk: off): the history's n-gram index, the
+     * draft-length controller, this step's draft and its lookup */
+    struct smol_lookup *lk;
+    struct smol_spec_ctl ctl;
+    struct smol_spec_grammar sg;    /* the draft filter's view of gm */
+    int n_draft, draft_order;
+    int32_t draft_first;            /* what the lookup proposed first (-1: nothing), for the shadow update */
+    int n_drafted, n_accepted, n_steps;  /* usage */
     struct smol_detok detok;
     struct smol_chat_parser parser;
     struct smol_chat_buf content;   /* content text, for the session's history */
@@ -70,8 +78,10 @@ struct smol_engine {
     uint32_t *gmask;                /* token bitmask for constrained requests, ceil(vocab / 32) words */
     struct smol_kv_seq **b_seq;
     struct req **b_req;             /* request of each out row */
-    float *logits;                  /* [max_running + prefill rows][vocab] */
-    int max_out;
+    float *logits;                  /* [max_out][vocab] */
+    int max_out;                    /* rows: max_running + spec_rows */
+    int spec_rows;                  /* draft rows a step may verify, all requests together */
+    float spec_cost[SMOL_SPEC_MAX_DRAFT + 1]; /* verify step of k + 1 positions / a 1-token step, measured at start */
     uint8_t *pack;                  /* protobuf packing buffer */
     size_t pack_cap;
     /* counters for stats */
@@ -80,6 +90,7 @@ struct smol_engine {
     uint64_t n_grammar_tokens;      /* tokens sampled under a grammar */
     uint64_t n_prefilled;           /* prompt positions run through forward() */
     uint64_t n_shared_choices;      /* n > 1: choices started on another's prefilled prompt */
+    uint64_t n_spec_drafted, n_spec_accepted, n_spec_steps, n_decode_steps;
     double t_start;
 };
 

@@ -44,6 +44,10 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         st.cached_tokens_total = e->n_cached_tokens;
         st.generated_tokens_total = e->n_generated;
         st.prefix_cache_hits = e->n_prefix_hits;
+        st.spec_drafted_tokens = e->n_spec_drafted;
+        st.spec_accepted_tokens = e->n_spec_accepted;
+        st.spec_verify_steps = e->n_spec_steps;
+        st.decode_steps = e->n_decode_steps;
         st.requests_rejected = e->n_rejected;
         st.requests_cancelled = e->n_cancelled;
         st.uptime_s = smol_engine_now() - e->t_start;

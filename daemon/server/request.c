@@ -390,6 +390,7 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
         r->bias[i] = lb->bias;
         r->n_bias++;
     }
+    r->speculative = g->speculative_opt_case == SMOLLM3__GENERATE_REQUEST__SPECULATIVE_OPT_SPECULATIVE ? g->speculative != 0 : -1;
 
     if ((e = build_constraint(r, g, lim, err))) goto fail;
 

@@ -9,6 +9,7 @@
  *   detok          streaming detokenizer with stop strings
  *   grammar        constrained decoding: JSON Schema / GBNF / regex -> token masks
  *   sampler        penalties, temperature, top-k/p, min-p, seeded draws
+ *   spec           speculative decoding: prompt-lookup drafts, draft length, verification
  *
  * The server and the command-line tool include this header, never the
  * pieces: tests/check_layers.sh enforces it.
@@ -22,6 +23,7 @@
 #include "daemon/text/detok.h"
 #include "daemon/text/grammar.h"
 #include "daemon/text/sampler.h"
+#include "daemon/text/spec.h"
 #include "daemon/text/tokenizer.h"
 
 #endif

@@ -1062,6 +1062,116 @@ def t_kv_types():
         r.returncode, r.stderr[-300:]))
 
 
+
+# ---------------------------------------------------------------- tests: speculative decoding
+
+def spec_run(d, messages, spec, **kw):
+    """One chat request with speculative decoding on (spec=None: the daemon's
+    default) or off; returns (token ids, logprobs, text, done event)."""
+    with d.client() as c:
+        req = c.generate_request(messages, thinking=False, **kw)
+        if spec is not None:
+            req.generate.speculative = spec
+        evs = wait_terminal(c, c.send(req), timeout=300)
+    check(evs[-1].WhichOneof("kind") == "done", "terminal: %s" % evs[-1])
+    toks = [e.token for e in evs if e.WhichOneof("kind") == "token"]
+    ids = [t.token_id for t in toks if t.token_id >= 0]
+    lps = [t.logprob for t in toks if t.token_id >= 0 and t.HasField("logprob")]
+    return ids, lps, "".join(t.text for t in toks), evs[-1].done
+
+
+def spec_same(d, messages, **kw):
+    """The request with and without speculation: the same tokens, text,
+    finish and logprobs.  Returns the speculative run's usage."""
+    a = spec_run(d, messages, None, **kw)
+    b = spec_run(d, messages, False, **kw)
+    check(a[0] == b[0], "%r %s: speculative %s (usage %s) != plain %s" % (messages, kw, a[0], a[3].usage, b[0]))
+    check(a[2] == b[2] and a[3].finish_reason == b[3].finish_reason and a[3].stop_string == b[3].stop_string,
+          "text/finish %r %s vs %r %s" % (a[2][-80:], a[3].finish_reason, b[2][-80:], b[3].finish_reason))
+    check(a[3].usage.completion_tokens == b[3].usage.completion_tokens, "completion_tokens")
+    check(len(a[1]) == len(b[1]) and all(abs(x - y) < 1e-3 for x, y in zip(a[1], b[1])),
+          "logprobs %s vs %s" % (a[1][:8], b[1][:8]))
+    check(b[3].usage.drafted_tokens == 0 and b[3].usage.accepted_tokens == 0, "off: nothing drafted %s" % b[3].usage)
+    u = a[3].usage
+    check(u.accepted_tokens <= u.drafted_tokens, "accepted <= drafted: %s" % u)
+    check(u.decode_steps <= u.completion_tokens and b[3].usage.decode_steps == b[3].usage.completion_tokens,
+          "decode steps %s / %s" % (u, b[3].usage))
+    return u
+
+
+def t_speculative(d):
+    # random weights: greedy output loops, so drafts of its own repeats are accepted
+    with d.client() as c:
+        before = c.stats()
+    prompts = ["Tell me about topic number %d, please." % i for i in range(4)]
+    drafted = accepted = 0
+    for p in prompts:
+        u = spec_same(d, p, temperature=0.0, max_tokens=64, logprobs=True)
+        drafted += u.drafted_tokens
+        accepted += u.accepted_tokens
+    check(accepted > 0, "drafts accepted on looping output: drafted %d, accepted %d" % (drafted, accepted))
+    # seeded sampling: the acceptance is plain sampling's own draw, so the same tokens
+    for seed in (1, 2, 3):
+        spec_same(d, prompts[0], temperature=1.0, seed=seed, max_tokens=48)
+    # max_tokens and stop strings exact (the stop taken from the plain output's middle)
+    spec_same(d, prompts[1], temperature=0.0, max_tokens=5)
+    ids, _, text, _ = spec_run(d, prompts[2], False, temperature=0.0, max_tokens=64)
+    stop = text[len(text) // 2:len(text) // 2 + 3]
+    if stop.strip():
+        spec_same(d, prompts[2], temperature=0.0, max_tokens=64, stop=[stop])
+    # several requests at once: each stream's drafts verified in the shared step
+    msgs = ["Say something about the number %d." % i for i in range(6)]
+    alone = [spec_run(d, m, False, temperature=0.0, max_tokens=40)[0] for m in msgs]
+    procs = [d.ctl_popen("generate", "--json", "--no-think", "--temp", "0", "-n", "40", m) for m in msgs]
+    for i, p in enumerate(procs):
+        out, err = p.communicate(timeout=300)
+        check(p.returncode == 0, "concurrent %d exit %d: %s" % (i, p.returncode, err[-300:]))
+        evs = json_lines(out)
+        check_stream_shape(evs, 40)
+        check(token_ids(evs) == alone[i], "batched speculative %d != plain alone" % i)
+    # a constrained request drafts only what its grammar allows: same output
+    req_schema = json.dumps(FIXTURE_SCHEMAS[0])
+    with d.client() as c:
+        outs = []
+        for spec in (None, False):
+            req = c.generate_request("Reply with JSON.", temperature=1.5, seed=3, max_tokens=400, thinking=False)
+            req.generate.json_schema = req_schema
+            if spec is not None:
+                req.generate.speculative = spec
+            evs = wait_terminal(c, c.send(req), timeout=180)
+            outs.append(([e.token.token_id for e in evs if e.WhichOneof("kind") == "token"], evs[-1]))
+        check(outs[0][0] == outs[1][0], "constrained: speculative != plain")
+        json.loads("".join(e.token.text for e in evs if e.WhichOneof("kind") == "token"))
+    after = d.wait_idle(5)
+    check(after["spec_drafted_tokens"] - before.spec_drafted_tokens >= drafted and
+          after["spec_accepted_tokens"] - before.spec_accepted_tokens >= accepted and
+          after["spec_verify_steps"] > before.spec_verify_steps and after["decode_steps"] > 0,
+          "stats counters %s" % {k: v for k, v in after.items() if "spec" in k or "steps" in k})
+
+
+def t_speculative_off_by_config(d):
+    # speculative = 0: off unless the request asks
+    u = spec_run(d, "Tell me about topic number 1, please.", None, temperature=0.0, max_tokens=64)[3].usage
+    check(u.drafted_tokens == 0, "config off: drafted %s" % u)
+    ids_on, _, _, done = spec_run(d, "Tell me about topic number 1, please.", True, temperature=0.0, max_tokens=64)
+    check(done.usage.drafted_tokens > 0, "asked for: drafted %s" % done.usage)
+
+
+def t_real_speculative(d):
+    # SmolLM2 copying its context: greedy identical, several tokens per step
+    text = ("The quick brown fox jumps over the lazy dog. The lazy dog sleeps in the warm afternoon sun "
+            "while the quick brown fox runs across the green field towards the old wooden barn.")
+    u = spec_same(d, "Repeat the following text exactly, word for word:\n\n" + text, temperature=0.0,
+                  max_tokens=80, logprobs=True)
+    check(u.accepted_tokens >= 5 and u.decode_steps < u.completion_tokens,
+          "copying: %d accepted in %d steps for %d tokens" % (u.accepted_tokens, u.decode_steps,
+                                                              u.completion_tokens))
+    code = "\n".join("def f%d(x):\n    return x * %d + total_count" % (i, i) for i in range(8))
+    u = spec_same(d, "Rename the variable total_count to n_total in this code and return the whole code:\n\n"
+                  + code, temperature=0.0, max_tokens=120)
+    check(u.accepted_tokens > 0, "code edit: nothing accepted %s" % u)
+    spec_same(d, "Write a haiku about autumn.", temperature=0.7, seed=11, max_tokens=40)
+
 # ---------------------------------------------------------------- main
 
 def group(name, model, tests, extra=(), notify=False, watchdog_usec=None):
@@ -1134,6 +1244,13 @@ def main():
                                     ("structured_compile_off_thread", t_structured_compile_off_thread),
                                     ("tool_choice", t_tool_choice)])
 
+    # the fixture's verify steps cost what they verify (its 128K-row output
+    # layer dominates): measured costs would never let it draft
+    group("speculative", FIXTURE_T, [("speculative_exact", t_speculative)],
+          extra=["--speculative-calibrate=false"])
+    group("speculative-off", FIXTURE_T, [("speculative_off_by_config", t_speculative_off_by_config)],
+          extra=["--speculative", "0"])
+
     group("kv-budget", FIXTURE_T, [("kv_budget_exhausted", t_kv_budget)],
           extra=["--kv-budget-mb", "1"])
 
@@ -1147,7 +1264,8 @@ def main():
             print("FAIL real_smollm2: get_smollm2.sh exit %d: %s" % (r.returncode, r.stderr[-300:]))
         else:
             group("smollm2", SMOLLM2, [("real_smollm2", t_real_turn),
-                                        ("real_smollm2_structured", t_real_structured)])
+                                        ("real_smollm2_structured", t_real_structured),
+                                        ("real_smollm2_speculative", t_real_speculative)])
 
     print("%d passed, %d failed" % (RESULTS["pass"], RESULTS["fail"]), flush=True)
     return 1 if RESULTS["fail"] else 0

@@ -1,0 +1,339 @@
+/* spec.c - prompt-lookup drafting, draft-length control, verification (see spec.h). */
+#include "daemon/text/spec.h"
+#include "daemon/text/grammar.h"
+#include "daemon/model/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_CANDIDATES 8    /* earlier occurrences of the n-gram compared */
+#define MAX_BACK 64         /* tokens compared backwards to rank them */
+#define RATE_WEIGHT 0.15f   /* EMA weight of one observation */
+
+/* n-gram -> the position that followed its latest occurrence.  Keys hold
+ * the order in bits 60..61 and up to 3 tokens of 20 bits: exact, never 0. */
+struct ngram_map {
+    uint64_t *key;
+    int32_t *val;
+    uint32_t mask, used;
+};
+
+struct smol_lookup {
+    int32_t n_vocab;
+    int32_t *tok;                               /* [cap] the history */
+    int32_t *prev[SMOL_LOOKUP_MAX_ORDER];       /* [cap] previous continuation of the same n-gram, -1 */
+    int n, cap;
+    struct ngram_map map[SMOL_LOOKUP_MAX_ORDER];
+};
+
+static inline uint64_t ngram_key(const int32_t *t, int order)
+{
+    uint64_t k = (uint64_t)order << 60;
+    for (int i = 0; i < order; i++) k |= (uint64_t)t[order - 1 - i] << (20 * i);
+    return k;
+}
+
+static inline uint32_t key_home(uint64_t k, uint32_t mask)
+{
+    k ^= k >> 29;
+    k *= 0xBF58476D1CE4E5B9ull;
+    k ^= k >> 32;
+    return (uint32_t)k & mask;
+}
+
+static int map_find(const struct ngram_map *m, uint64_t k)
+{
+    if (!m->key) return -1;
+    for (uint32_t i = key_home(k, m->mask);; i = (i + 1) & m->mask) {
+        if (m->key[i] == k) return m->val[i];
+        if (!m->key[i]) return -1;
+    }
+}
+
+static int map_grow(struct ngram_map *m)
+{
+    uint32_t size = m->key ? (m->mask + 1) * 2 : 1024;
+    uint64_t *key = calloc(size, sizeof *key);
+    int32_t *val = malloc(size * sizeof *val);
+    if (!key || !val) { free(key); free(val); return -1; }
+    for (uint32_t j = 0; m->key && j <= m->mask; j++) {
+        if (!m->key[j]) continue;
+        uint32_t i = key_home(m->key[j], size - 1);
+        while (key[i]) i = (i + 1) & (size - 1);
+        key[i] = m->key[j];
+        val[i] = m->val[j];
+    }
+    free(m->key);
+    free(m->val);
+    m->key = key;
+    m->val = val;
+    m->mask = size - 1;
+    return 0;
+}
+
+/* Sets k -> v; returns the previous value (-1 if none), -2 when out of memory. */
+static int map_put(struct ngram_map *m, uint64_t k, int32_t v)
+{
+    if ((!m->key || 2 * (m->used + 1) > m->mask + 1) && map_grow(m)) return -2;
+    uint32_t i = key_home(k, m->mask);
+    while (m->key[i] && m->key[i] != k) i = (i + 1) & m->mask;
+    int old = -1;
+    if (m->key[i]) old = m->val[i];
+    else { m->key[i] = k; m->used++; }
+    m->val[i] = v;
+    return old;
+}
+
+enum smol_err smol_lookup_new(struct smol_lookup **out, int32_t n_vocab, char *err)
+{
+    *out = NULL;
+    if (n_vocab < 1 || n_vocab > SMOL_LOOKUP_MAX_VOCAB)
+        return smol_errf(err, SMOL_EINVAL, "lookup: vocabulary of %d tokens (1..%d supported)", n_vocab,
+                         SMOL_LOOKUP_MAX_VOCAB);
+    struct smol_lookup *lk = calloc(1, sizeof *lk);
+    if (!lk) return smol_errf(err, SMOL_ENOMEM, "lookup: out of memory");
+    lk->n_vocab = n_vocab;
+    *out = lk;
+    return SMOL_OK;
+}
+
+void smol_lookup_free(struct smol_lookup **lk)
+{
+    if (!lk || !*lk) return;
+    struct smol_lookup *l = *lk;
+    free(l->tok);
+    for (int o = 0; o < SMOL_LOOKUP_MAX_ORDER; o++) {
+        free(l->prev[o]);
+        free(l->map[o].key);
+        free(l->map[o].val);
+    }
+    free(l);
+    *lk = NULL;
+}
+
+void smol_lookup_reset(struct smol_lookup *lk)
+{
+    lk->n = 0;
+    for (int o = 0; o < SMOL_LOOKUP_MAX_ORDER; o++) {
+        struct ngram_map *m = &lk->map[o];
+        if (m->key) memset(m->key, 0, ((size_t)m->mask + 1) * sizeof *m->key);
+        m->used = 0;
+    }
+}
+
+int smol_lookup_length(const struct smol_lookup *lk) { return lk->n; }
+
+static int reserve(struct smol_lookup *lk, int n)
+{
+    if (n <= lk->cap) return 0;
+    int cap = lk->cap ? lk->cap : 256;
+    while (cap < n) cap *= 2;
+    int32_t *t = realloc(lk->tok, (size_t)cap * sizeof *t);
+    if (!t) return -1;
+    lk->tok = t;
+    for (int o = 0; o < SMOL_LOOKUP_MAX_ORDER; o++) {
+        int32_t *p = realloc(lk->prev[o], (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        lk->prev[o] = p;
+    }
+    lk->cap = cap;
+    return 0;
+}
+
+enum smol_err smol_lookup_append(struct smol_lookup *lk, const int32_t *toks, int n, char *err)
+{
+    for (int i = 0; i < n; i++)
+        if (toks[i] < 0 || toks[i] >= lk->n_vocab)
+            return smol_errf(err, SMOL_EINVAL, "lookup: token %d outside the vocabulary [0, %d)", toks[i], lk->n_vocab);
+    if (reserve(lk, lk->n + n)) return smol_errf(err, SMOL_ENOMEM, "lookup: out of memory");
+    for (int i = 0; i < n; i++) {
+        int j = lk->n;
+        lk->tok[j] = toks[i];
+        /* the n-grams ending just before j now have a continuation: j */
+        for (int o = 1; o <= SMOL_LOOKUP_MAX_ORDER; o++) {
+            lk->prev[o - 1][j] = -1;
+            if (j < o) continue;
+            int old = map_put(&lk->map[o - 1], ngram_key(lk->tok + j - o, o), j);
+            if (old == -2) return smol_errf(err, SMOL_ENOMEM, "lookup: out of memory");
+            lk->prev[o - 1][j] = old;
+        }
+        lk->n++;
+    }
+    return SMOL_OK;
+}
+
+void smol_lookup_truncate(struct smol_lookup *lk, int n)
+{
+    if (n >= lk->n) return;
+    if (n < 0) n = 0;
+    /* undo the insertions of positions >= n, latest first: each map entry
+     * goes back to the occurrence before it */
+    for (int j = lk->n - 1; j >= n; j--)
+        for (int o = 1; o <= SMOL_LOOKUP_MAX_ORDER && o <= j; o++) {
+            struct ngram_map *m = &lk->map[o - 1];
+            uint64_t k = ngram_key(lk->tok + j - o, o);
+            uint32_t i = key_home(k, m->mask);
+            while (m->key[i] != k) i = (i + 1) & m->mask;
+            /* a key whose occurrences are all gone keeps -1: lookups treat it as absent */
+            m->val[i] = lk->prev[o - 1][j];
+        }
+    lk->n = n;
+}
+
+int smol_lookup_draft(const struct smol_lookup *lk, int k, int32_t *draft, int *order,
+                      smol_draft_filter_fn filter, void *filter_ctx)
+{
+    if (order) *order = 0;
+    const int L = lk->n;
+    const int32_t *t = lk->tok;
+    if (k <= 0) return 0;
+    for (int o = L - 1 < SMOL_LOOKUP_MAX_ORDER ? L - 1 : SMOL_LOOKUP_MAX_ORDER; o >= 1; o--) {
+        int p = map_find(&lk->map[o - 1], ngram_key(t + L - o, o));
+        int best = -1, best_len = -1;
+        for (int c = 0; p >= 0 && c < MAX_CANDIDATES; c++, p = lk->prev[o - 1][p]) {
+            int len = o;
+            while (len < MAX_BACK && p - len - 1 >= 0 && t[p - len - 1] == t[L - len - 1]) len++;
+            if (len > best_len) { best_len = len; best = p; }
+        }
+        if (best < 0) continue;
+        int n = 0, period = L - best;
+        for (; n < k; n++) {
+            int32_t x = best + n < L ? t[best + n] : draft[n - period];
+            if (filter && !filter(filter_ctx, draft, n, x)) break;
+            draft[n] = x;
+        }
+        if (order) *order = o;
+        return n;
+    }
+    return 0;
+}
+
+/* ---- draft length ------------------------------------------------------------- */
+
+void smol_spec_ctl_init(struct smol_spec_ctl *c, int k_max, const float *cost)
+{
+    c->k_max = k_max < 0 ? 0 : k_max > SMOL_SPEC_MAX_DRAFT ? SMOL_SPEC_MAX_DRAFT : k_max;
+    for (int k = 0; k <= SMOL_SPEC_MAX_DRAFT; k++)
+        c->cost[k] = cost && k <= c->k_max ? cost[k] : 1.0f + 0.06f * k;
+    c->rate[0] = 0.2f;
+    c->rate[1] = 0.3f;
+    c->rate[2] = 0.5f;
+}
+
+int smol_spec_ctl_k(const struct smol_spec_ctl *c, int order)
+{
+    if (c->k_max <= 0 || order < 1 || order > SMOL_LOOKUP_MAX_ORDER) return 0;
+    const double r = c->rate[order - 1];
+    /* expected tokens per step over its relative cost; k = 0 gives 1 */
+    double best = 1.02, gain = 1.0, rk = 1.0;
+    int k_best = 0;
+    for (int k = 1; k <= c->k_max; k++) {
+        rk *= r;
+        gain += rk;
+        double v = gain / c->cost[k];
+        if (v > best) { best = v; k_best = k; }
+    }
+    return k_best;
+}
+
+static void observe(struct smol_spec_ctl *c, int order, float x)
+{
+    float *r = &c->rate[order - 1];
+    *r += RATE_WEIGHT * (x - *r);
+}
+
+void smol_spec_ctl_update(struct smol_spec_ctl *c, int order, int drafted, int accepted)
+{
+    if (order < 1 || order > SMOL_LOOKUP_MAX_ORDER) return;
+    for (int i = 0; i < accepted; i++) observe(c, order, 1.0f);
+    if (accepted < drafted) observe(c, order, 0.0f);
+}
+
+void smol_spec_ctl_shadow(struct smol_spec_ctl *c, int order, int32_t predicted, int32_t actual)
+{
+    if (order < 1 || order > SMOL_LOOKUP_MAX_ORDER) return;
+    observe(c, order, predicted == actual ? 1.0f : 0.0f);
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+enum smol_err smol_spec_calibrate(struct smol_model *m, int k_max, int reps, float *cost, char *err)
+{
+    enum { CTX = 64 };
+    if (k_max > SMOL_SPEC_MAX_DRAFT) k_max = SMOL_SPEC_MAX_DRAFT;
+    cost[0] = 1.0f;
+    if (k_max < 1) return SMOL_OK;
+    const int V = m->cfg.vocab;
+    int32_t ids[CTX + SMOL_SPEC_MAX_DRAFT + 1], pos[SMOL_SPEC_MAX_DRAFT + 1], idx[SMOL_SPEC_MAX_DRAFT + 1];
+    struct smol_kv_seq *sp[SMOL_SPEC_MAX_DRAFT + 1];
+    double best[SMOL_SPEC_MAX_DRAFT + 1];
+    for (int i = 0; i < CTX + SMOL_SPEC_MAX_DRAFT + 1; i++) ids[i] = (int32_t)((i * 7919u + 13u) % (unsigned)V);
+    float *logits = malloc((size_t)(k_max + 1) * V * sizeof *logits);
+    if (!logits) return smol_errf(err, SMOL_ENOMEM, "calibrate: out of memory");
+    struct smol_kv_seq seq;
+    smol_kv_seq_init(&seq);
+    enum smol_err rc = smol_model_eval(m, &seq, ids, CTX, 0, NULL, err);
+    for (int k = 0; k <= k_max; k++) best[k] = 1e30;
+    for (int r = 0; r < reps && !rc; r++)
+        for (int k = 0; k <= k_max && !rc; k++) {
+            for (int i = 0; i <= k; i++) { pos[i] = CTX + i; sp[i] = &seq; idx[i] = i; }
+            const struct smol_batch b = {.n_tokens = k + 1, .tokens = ids + CTX, .pos = pos, .seq = sp,
+                                         .n_out = k + 1, .out_idx = idx};
+            double t0 = mono_s();
+            if ((rc = smol_kv_seq_reserve(&m->kv, &seq, CTX, CTX + k + 1, err)) ||
+                (rc = smol_model_forward(m, &b, logits, err)))
+                break;
+            double dt = mono_s() - t0;
+            if (dt < best[k]) best[k] = dt;
+            smol_kv_seq_truncate(&m->kv, &seq, CTX);
+        }
+    for (int k = 1; k <= k_max && !rc; k++) {
+        double c = best[k] / best[0];
+        cost[k] = (float)(c > cost[k - 1] ? c : cost[k - 1]);
+    }
+    smol_kv_seq_deinit(&m->kv, &seq);
+    free(logits);
+    return rc;
+}
+
+/* ---- verification ---------------------------------------------------------------- */
+
+enum smol_err smol_spec_verify(float *logits, int32_t n_vocab, const int32_t *draft, int n_draft,
+                               smol_spec_sample_fn sample, void *ctx, int32_t *out, int *n_out, int *n_accepted,
+                               char *err)
+{
+    *n_out = 0;
+    *n_accepted = 0;
+    for (int i = 0; i <= n_draft; i++) {
+        int32_t t;
+        enum smol_err rc = sample(ctx, i, logits + (size_t)i * n_vocab, &t, err);
+        if (rc) return rc;
+        out[(*n_out)++] = t;
+        if (i == n_draft || t != draft[i]) break;
+        ++*n_accepted;
+    }
+    return SMOL_OK;
+}
+
+int smol_spec_grammar_filter(void *ctx, const int32_t *draft, int i, int32_t tok)
+{
+    (void)draft;
+    (void)i;
+    struct smol_spec_grammar *g = ctx;
+    if (smol_grammar_matcher_is_done(g->m) || smol_grammar_matcher_accept_token(g->m, tok)) return 0;
+    g->pushed++;
+    return 1;
+}
+
+void smol_spec_grammar_undo(struct smol_spec_grammar *g)
+{
+    if (g->pushed) smol_grammar_matcher_rollback(g->m, (size_t)g->pushed);
+    g->pushed = 0;
+}

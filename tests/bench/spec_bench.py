@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""spec_bench.py [--build build] [-n 256] [--reps 2] - `make bench-spec`:
+speculative decoding by prompt lookup on the three tasks of
+tests/bench/spec/tasks.json (editing a 300-line code file, summarising a
+report with quotes, open chat).
+
+1. SmolLM2-135M-Instruct end to end, through the daemon (build/bin/smollm3d,
+   its chat template, greedy, N tokens): decode tokens/s (Done.timings) with
+   and without speculation (the request's speculative field), best of REPS
+   alternating runs, tokens per decode step (Usage), and whether the greedy
+   tokens are identical (they must be: a difference fails the bench).
+2. The synthetic SmolLM3-3B (build/models/smollm3-3b-synth.Q4_K_M.gguf):
+   the cost of a verify step of k + 1 positions relative to a 1-token step
+   (`smollm3 bench --verify 7`).  Its random weights accept nothing, so the
+   3B's acceptance is SmolLM2's on the same task: `smollm3 generate` on
+   SmolLM2 drafting as on the 3B (--spec-costs: the 3B's costs choose the
+   draft lengths), and the projected 3B speedup is its tokens per verify
+   step divided by the verify steps' mean cost relative to a 1-token step
+   (steps without a draft cost 1).
+3. llama.cpp's prompt-lookup decoding (llama-cpp-python's
+   LlamaPromptLookupDecoding, in build/venv-llama) on the same SmolLM2
+   prompts, same machine, same run: its decode tokens/s with and without.
+
+Run from the repository root with build/venv's Python.  Figures on a shared
+machine are noisy; the bench reports, it asserts nothing but exactness.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "proto/examples"))
+import client as pyclient  # noqa: E402
+
+SMOLLM2 = os.path.join(ROOT, "build/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+SYNTH3B = os.path.join(ROOT, "build/models/smollm3-3b-synth.Q4_K_M.gguf")
+TASKS = os.path.join(ROOT, "tests/bench/spec")
+# SmolLM2's chat template (its default system prompt), for the CLI and llama.cpp
+CHATML = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+          "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n")
+
+
+def load_tasks():
+    tasks = json.load(open(os.path.join(TASKS, "tasks.json")))
+    for t in tasks:
+        body = open(os.path.join(TASKS, t["file"])).read() if "file" in t else ""
+        t["text"] = t["prompt"].replace("{file}", body)
+    return tasks
+
+
+def daemon_runs(a, tasks, tmp):
+    PB = pyclient.load_pb2(tmp)
+    sock = os.path.join(tmp, "d.sock")
+    log = open(os.path.join(tmp, "d.log"), "w")
+    d = subprocess.Popen([os.path.join(a.build, "bin/smollm3d"), "--model", SMOLLM2, "--listen", "ipc://" + sock,
+                          "--threads", str(a.threads)], stdout=log, stderr=subprocess.STDOUT)
+    res = {}
+    try:
+        c = pyclient.Client("ipc://" + sock, PB)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if c.health(2000).ready:
+                    break
+            except Exception:  # noqa: BLE001
+                time.sleep(0.5)
+        for t in tasks:
+            r = {"spec": {"tps": 0.0}, "plain": {"tps": 0.0}}
+            for rep in range(a.reps):
+                for mode in (("spec", "plain") if rep % 2 == 0 else ("plain", "spec")):
+                    req = c.generate_request(t["text"], temperature=0.0, max_tokens=a.n)
+                    req.generate.speculative = mode == "spec"
+                    rid = c.send(req)
+                    ids, done = [], None
+                    while done is None:
+                        ev = c.recv(600000, rid)
+                        if ev is None:
+                            sys.exit("spec_bench: no event from the daemon for 600 s")
+                        k = ev.WhichOneof("kind")
+                        if k == "token" and ev.token.token_id >= 0:
+                            ids.append(ev.token.token_id)
+                        elif k == "done":
+                            done = ev.done
+                        elif k == "error":
+                            sys.exit("spec_bench: %s: %s" % (t["name"], ev.error.message))
+                    m = r[mode]
+                    if "ids" in m and m["ids"] != ids:
+                        sys.exit("spec_bench: %s: %s run %d differs from run 0" % (t["name"], mode, rep))
+                    m["ids"] = ids
+                    m["tps"] = max(m["tps"], done.timings.generation_tokens_per_s)
+                    m["tokens"] = done.usage.completion_tokens
+                    m["steps"] = done.usage.decode_steps
+                    m["drafted"] = done.usage.drafted_tokens
+                    m["accepted"] = done.usage.accepted_tokens
+            r["identical"] = r["spec"]["ids"] == r["plain"]["ids"]
+            res[t["name"]] = r
+    finally:
+        d.terminate()
+        d.wait(30)
+    return res
+
+
+def verify_costs(a):
+    out = subprocess.run([os.path.join(a.build, "bin/smollm3"), "bench", "-m", SYNTH3B, "-p", "64", "-n",
+                          str(a.verify_n), "-t", str(a.threads), "--verify", "7", "--json"],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("spec_bench: smollm3 bench --verify: %s" % out.stderr[-500:])
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    ms = re.search(r"\(([0-9.]+) ms\)", out.stdout)
+    return [1.0] + last["verify_cost"], float(ms.group(1)) if ms else 0.0
+
+
+def projected(a, t, costs):
+    out = subprocess.run([os.path.join(a.build, "bin/smollm3"), "generate", "-m", SMOLLM2, "--prompt",
+                          CHATML % t["text"], "-n", str(a.n), "--temp", "0", "-t", str(a.threads), "--json",
+                          "--stats", "--spec-costs", ",".join("%.4f" % c for c in costs[1:])],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("spec_bench: smollm3 generate: %s" % out.stderr[-500:])
+    n = int(re.search(r"generate: (\d+) tokens in (\d+) steps", out.stderr).group(1))
+    by_k = [int(x) for x in re.search(r"steps by draft length 0\.\.7:((?: \d+)+)", out.stderr).group(1).split()]
+    steps = sum(by_k)
+    cost = sum(c * s for c, s in zip(costs, by_k))
+    return {"tokens": n, "steps": steps, "tokens_per_step": n / steps, "mean_cost": cost / steps,
+            "speedup": n / cost, "by_k": by_k}
+
+
+def llama_runs(a, t, tmp):
+    py = os.path.join(ROOT, "build/venv-llama/bin/python")
+    if not os.path.exists(py):
+        return None
+    pf = os.path.join(tmp, "prompt-%s.txt" % t["name"])
+    open(pf, "w").write(CHATML % t["text"])
+    out = subprocess.run([py, os.path.join(ROOT, "tests/bench/spec_llama.py"), SMOLLM2, pf, "-n", str(a.n),
+                          "-t", str(a.threads), "--reps", str(a.reps)], capture_output=True, text=True)
+    if out.returncode != 0:
+        print("spec_bench: llama.cpp run failed: %s" % out.stderr[-300:])
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("-n", type=int, default=256)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--verify-n", type=int, default=6)
+    ap.add_argument("--no-llama", action="store_true")
+    a = ap.parse_args()
+    a.build = os.path.abspath(a.build)
+    for f in (SMOLLM2, SYNTH3B):
+        if not os.path.exists(f):
+            sys.exit("spec_bench: %s missing (tests/get_smollm2.sh; smollm3 synth --preset smollm3-3b)" % f)
+    tasks = load_tasks()
+    tmp = tempfile.mkdtemp(prefix="smollm3-spec-bench-")
+    print("spec_bench: SmolLM2-135M through the daemon, greedy, %d tokens, best of %d" % (a.n, a.reps), flush=True)
+    e2e = daemon_runs(a, tasks, tmp)
+    print("spec_bench: synthetic 3B verify costs", flush=True)
+    costs, ms1 = verify_costs(a)
+    proj = {}
+    for t in tasks:
+        print("spec_bench: %s: SmolLM2 drafting with the 3B's costs" % t["name"], flush=True)
+        proj[t["name"]] = projected(a, t, costs)
+    peer = {}
+    if not a.no_llama:
+        for t in tasks:
+            print("spec_bench: %s: llama.cpp prompt lookup" % t["name"], flush=True)
+            peer[t["name"]] = llama_runs(a, t, tmp)
+
+    print()
+    print("3B (synthetic, %d threads): verify step of k+1 positions / a 1-token step (%.1f ms):" % (a.threads, ms1))
+    print("  " + "  ".join("%d: %.2fx" % (k + 1, c) for k, c in enumerate(costs)))
+    print()
+    print("%-15s %8s %8s %6s %9s %6s | %7s %6s %6s | %9s %9s %6s %5s" % (
+        "task", "spec t/s", "off t/s", "ratio", "tok/step", "same", "3B t/st", "cost", "3B x",
+        "llama lk", "llama off", "ratio", "same"))
+    summary = {"verify_cost": costs, "tasks": {}}
+    ok = True
+    for t in tasks:
+        n = t["name"]
+        r, p, q = e2e[n], proj[n], peer.get(n)
+        s, o = r["spec"], r["plain"]
+        ratio = s["tps"] / o["tps"] if o["tps"] else 0.0
+        tps_step = s["tokens"] / s["steps"] if s["steps"] else 0.0
+        ok &= r["identical"]
+        lk = "%9.1f %9.1f %6.2f %5s" % (q["lookup_tps"], q["plain_tps"], q["lookup_tps"] / q["plain_tps"],
+                                         "yes" if q["identical"] else "no") if q else "%9s %9s %6s %5s" % (
+                                             "n/a", "n/a", "", "")
+        print("%-15s %8.1f %8.1f %6.2f %9.2f %6s | %7.2f %6.2f %5.2fx | %s" % (
+            n, s["tps"], o["tps"], ratio, tps_step, "yes" if r["identical"] else "NO", p["tokens_per_step"],
+            p["mean_cost"], p["speedup"], lk))
+        summary["tasks"][n] = {"smollm2_spec_tps": round(s["tps"], 2), "smollm2_plain_tps": round(o["tps"], 2),
+                               "smollm2_ratio": round(ratio, 3), "smollm2_tokens_per_step": round(tps_step, 3),
+                               "tokens": s["tokens"], "drafted": s["drafted"], "accepted": s["accepted"],
+                               "identical": r["identical"], "3b_tokens_per_step": round(p["tokens_per_step"], 3),
+                               "3b_mean_verify_cost": round(p["mean_cost"], 3),
+                               "3b_projected_speedup": round(p["speedup"], 3), "3b_steps_by_k": p["by_k"],
+                               "llama_cpp": q}
+    print()
+    print("columns: spec/off t/s = SmolLM2 decode tokens/s through the daemon; tok/step = tokens per decode step;")
+    print("3B t/st = tokens per verify step drafting with the 3B's costs; cost = those steps' mean cost relative")
+    print("to a 1-token step on the 3B; 3B x = projected 3B decode speedup (t/st / cost); llama lk/off = llama.cpp")
+    print("decode tokens/s with LlamaPromptLookupDecoding and without, on the same SmolLM2 prompts")
+    print(json.dumps(summary))
+    if not ok:
+        print("spec_bench: FAIL: greedy outputs differ with and without speculation")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

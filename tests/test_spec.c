@@ -1,0 +1,414 @@
+/*
+ * test_spec.c - speculative decoding by prompt lookup (daemon/text/spec.h):
+ *   - the n-gram index drafts what a brute-force scan of the history drafts
+ *     (random histories over small vocabularies, so n-grams repeat), also
+ *     after truncation, and a draft filter cuts the draft;
+ *   - the draft-length controller goes to 0 on a stream that never hits
+ *     and to k_max on one that always does;
+ *   - on fixture models: greedy decoding with drafts verified in one
+ *     forward pass (KV rolled back, pages shared copy-on-write with a
+ *     prefix) gives the tokens of plain decoding, and sampled 3-token
+ *     continuations have the same distribution with and without drafts
+ *     (two-sample chi-square, alpha = 0.001, different seeds; a rule that
+ *     accepts every draft is caught), and the
+ *     same tokens for the same seed.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/model/model.h"
+#include "daemon/text/sampler.h"
+#include "daemon/text/spec.h"
+#include "testutil.h"
+
+/* chi-square critical value at alpha = 0.001 (Wilson-Hilferty; within 1% for dof >= 3) */
+static double chi2_crit001(int dof)
+{
+    const double z = 3.0902323, a = 2.0 / (9.0 * dof);
+    double c = 1.0 - a + z * sqrt(a);
+    return dof * c * c * c;
+}
+
+/* ---- the index against brute force ------------------------------------------------ */
+
+/* Reference draft: every earlier occurrence of the last o tokens (o = 3..1),
+ * the 8 most recent, ranked by how far back they match (at most 64), ties to
+ * the most recent; the continuation repeats with the match's period. */
+static int ref_draft(const int32_t *t, int L, int k, int32_t *out, int *order)
+{
+    *order = 0;
+    for (int o = 3; o >= 1; o--) {
+        if (L - 1 < o) continue;
+        int best = -1, best_len = -1, seen = 0;
+        for (int p = L - 1; p >= o && seen < 8; p--) {
+            if (memcmp(t + p - o, t + L - o, o * sizeof *t)) continue;
+            seen++;
+            int len = 0;
+            while (len < 64 && p - len - 1 >= -1 && L - len - 1 >= 0 && p - len - 1 >= 0 && t[p - len - 1] == t[L - len - 1]) len++;
+            if (len > best_len) { best_len = len; best = p; }
+        }
+        if (best < 0) continue;
+        for (int i = 0; i < k; i++) out[i] = best + i < L ? t[best + i] : out[i - (L - best)];
+        *order = o;
+        return k;
+    }
+    return 0;
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint32_t rnd(uint32_t n)
+{
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state % n);
+}
+
+START_TEST(t_lookup_matches_brute_force)
+{
+    char err[SMOL_ERRLEN];
+    const int vocabs[] = {2, 3, 5, 20, 200};
+    int drafted = 0;
+    for (size_t vi = 0; vi < sizeof vocabs / sizeof *vocabs; vi++) {
+        struct smol_lookup *lk;
+        ck_assert(smol_lookup_new(&lk, 1000, err) == SMOL_OK);
+        int32_t t[600];
+        for (int L = 0; L < 600; L++) {
+            int32_t a[7], b[7];
+            int oa, ob;
+            int na = smol_lookup_draft(lk, 7, a, &oa, NULL, NULL), nb = ref_draft(t, L, 7, b, &ob);
+            ck_assert_msg(na == nb && oa == ob, "V=%d L=%d: %d tokens (order %d), reference %d (order %d)", vocabs[vi], L,
+                          na, oa, nb, ob);
+            for (int i = 0; i < na; i++) ck_assert_msg(a[i] == b[i], "V=%d L=%d: draft[%d] %d, reference %d", vocabs[vi], L, i, a[i], b[i]);
+            drafted += na;
+            /* some text repeats, as output copying its context does */
+            t[L] = L > 50 && rnd(3) == 0 ? t[rnd(L)] : (int32_t)rnd(vocabs[vi]);
+            ck_assert(smol_lookup_append(lk, &t[L], 1, err) == SMOL_OK);
+        }
+        /* truncation: the index drafts as one built from the shorter history */
+        for (int cut = 599; cut > 0; cut -= 37) {
+            smol_lookup_truncate(lk, cut);
+            ck_assert_int_eq(smol_lookup_length(lk), cut);
+            int32_t a[7], b[7];
+            int oa, ob;
+            int na = smol_lookup_draft(lk, 7, a, &oa, NULL, NULL), nb = ref_draft(t, cut, 7, b, &ob);
+            ck_assert_msg(na == nb && oa == ob && !memcmp(a, b, na * sizeof *a), "after truncation to %d", cut);
+        }
+        smol_lookup_free(&lk);
+    }
+    ck_assert(drafted > 1000);
+}
+END_TEST
+
+static int refuse_token(void *ctx, const int32_t *draft, int i, int32_t tok) { return tok != *(int32_t *)ctx; }
+
+START_TEST(t_lookup_filter_and_errors)
+{
+    char err[SMOL_ERRLEN];
+    struct smol_lookup *lk;
+    ck_assert(smol_lookup_new(&lk, 0, err) == SMOL_EINVAL);
+    ck_assert(smol_lookup_new(&lk, 100, err) == SMOL_OK);
+    const int32_t h[] = {1, 2, 3, 4, 5, 6, 7, 1, 2, 3};
+    ck_assert(smol_lookup_append(lk, h, 10, err) == SMOL_OK);
+    int32_t d[7], bad = 100;
+    int order;
+    ck_assert_int_eq(smol_lookup_draft(lk, 7, d, &order, NULL, NULL), 7);
+    ck_assert_int_eq(order, 3);
+    const int32_t want[] = {4, 5, 6, 7, 1, 2, 3};
+    ck_assert(!memcmp(d, want, sizeof want));
+    int32_t no = 6;
+    ck_assert_int_eq(smol_lookup_draft(lk, 7, d, &order, refuse_token, &no), 2);   /* 4, 5, then 6 refused */
+    ck_assert_int_eq(smol_lookup_draft(lk, 0, d, &order, NULL, NULL), 0);
+    ck_assert(smol_lookup_append(lk, &bad, 1, err) == SMOL_EINVAL);
+    ck_assert_int_eq(smol_lookup_length(lk), 10);
+    smol_lookup_reset(lk);
+    ck_assert_int_eq(smol_lookup_draft(lk, 7, d, &order, NULL, NULL), 0);
+    smol_lookup_free(&lk);
+    smol_lookup_free(&lk);
+}
+END_TEST
+
+START_TEST(t_ctl_adapts)
+{
+    struct smol_spec_ctl c;
+    smol_spec_ctl_init(&c, 7, NULL);
+    ck_assert_int_gt(smol_spec_ctl_k(&c, 3), 0);
+    for (int i = 0; i < 40; i++) smol_spec_ctl_update(&c, 3, smol_spec_ctl_k(&c, 3) ? smol_spec_ctl_k(&c, 3) : 1, 0);
+    ck_assert_int_eq(smol_spec_ctl_k(&c, 3), 0);                /* never hits: no drafts */
+    for (int i = 0; i < 40; i++) smol_spec_ctl_shadow(&c, 3, 5, 5);
+    ck_assert_int_gt(smol_spec_ctl_k(&c, 3), 0);                /* the shadow sees it hit again */
+    for (int i = 0; i < 40; i++) smol_spec_ctl_update(&c, 3, 7, 7);
+    ck_assert_int_eq(smol_spec_ctl_k(&c, 3), 7);
+    ck_assert_int_eq(smol_spec_ctl_k(&c, 0), 0);
+    /* expensive verify steps: even a perfect stream drafts fewer */
+    float cost[8] = {1, 1.5f, 1.7f, 2.4f, 4.7f, 4.7f, 4.7f, 4.8f};
+    smol_spec_ctl_init(&c, 7, cost);
+    for (int i = 0; i < 40; i++) smol_spec_ctl_update(&c, 3, 7, 7);
+    ck_assert_int_lt(smol_spec_ctl_k(&c, 3), 7);
+    smol_spec_ctl_init(&c, 0, NULL);
+    ck_assert_int_eq(smol_spec_ctl_k(&c, 3), 0);
+}
+END_TEST
+
+/* ---- on models --------------------------------------------------------------------- */
+
+static struct smol_sampler *mk(struct smol_sampler_params p, int V)
+{
+    char err[SMOL_ERRLEN];
+    struct smol_sampler *s;
+    ck_assert_msg(smol_sampler_new(&s, &p, V, err) == SMOL_OK, "%s", err);
+    return s;
+}
+
+
+struct gen {
+    struct smol_model *m;
+    struct smol_sampler_scratch *sc;
+    float *logits;
+};
+
+static int gen_open(struct gen *g, const char *fixture)
+{
+    char err[SMOL_ERRLEN];
+    const char *p = fixture_path(fixture);
+    if (!p) return 0;
+    struct smol_model_settings set;
+    smol_model_settings_default(&set);
+    set.n_threads = 2;
+    set.quiet = 1;
+    set.n_ctx = 512;
+    set.kv_budget = (size_t)8 * 512 * smol_kv_bytes_per_token(1, 1, 1, 1) * 0;  /* 0: one full context */
+    ck_assert_msg(smol_model_open(&g->m, p, &set, err) == SMOL_OK, "%s", err);
+    ck_assert(smol_sampler_scratch_new(&g->sc, g->m->cfg.vocab, err) == SMOL_OK);
+    g->logits = malloc((size_t)8 * g->m->cfg.vocab * sizeof *g->logits);
+    return 1;
+}
+
+static void gen_close(struct gen *g)
+{
+    free(g->logits);
+    smol_sampler_scratch_free(&g->sc);
+    smol_model_close(&g->m);
+}
+
+/* a verification's row: plain sampling (smol_spec_sample_fn) */
+struct row_ctx {
+    struct smol_sampler *smp;
+    struct smol_sampler_scratch *sc;
+    const int32_t *wrong;           /* a wrong rule, for the test's power: every draft accepted */
+};
+
+static enum smol_err row_sample(void *ctx, int i, float *row, int32_t *tok, char *err)
+{
+    struct row_ctx *c = ctx;
+    enum smol_err rc = smol_sampler_sample(c->smp, c->sc, row, tok, NULL, err);
+    if (!rc && c->wrong && c->wrong[i] >= 0) *tok = c->wrong[i];
+    return rc;
+}
+
+static int g_wrong_rule;            /* decode() verifies with the wrong rule */
+
+/* Decodes n tokens after seq (which holds all of hist but its last token)
+ * with smp: drafts of up to k (0: plain decoding, a token per step) from the
+ * prompt-lookup index over hist, verified in one step each, rejected
+ * positions rolled back.  Returns the number of verify steps. */
+static int decode(struct gen *g, struct smol_kv_seq *seq, const int32_t *hist, int n_hist, struct smol_sampler *smp,
+                  int k, int n, int32_t *out)
+{
+    char err[SMOL_ERRLEN];
+    struct smol_lookup *lk;
+    ck_assert(smol_lookup_new(&lk, g->m->cfg.vocab, err) == SMOL_OK);
+    ck_assert(smol_lookup_append(lk, hist, n_hist, err) == SMOL_OK);
+    int32_t last = hist[n_hist - 1];
+    int got = 0, steps = 0;
+    while (got < n) {
+        int32_t tok[8], pos[8], idx[8], res[8];
+        struct smol_kv_seq *sp[8];
+        int order, nd = smol_lookup_draft(lk, k < n - got - 1 ? k : n - got - 1, tok + 1, &order, NULL, NULL);
+        const int p0 = seq->n_tokens;
+        tok[0] = last;
+        for (int i = 0; i <= nd; i++) { pos[i] = p0 + i; sp[i] = seq; idx[i] = i; }
+        const struct smol_batch b = {.n_tokens = nd + 1, .tokens = tok, .pos = pos, .seq = sp, .n_out = nd + 1, .out_idx = idx};
+        ck_assert_msg(smol_kv_seq_reserve(&g->m->kv, seq, p0, p0 + nd + 1, err) == SMOL_OK, "%s", err);
+        ck_assert_msg(smol_model_forward(g->m, &b, g->logits, err) == SMOL_OK, "%s", err);
+        int n_res, n_acc;
+        int32_t wrong[8];
+        for (int i = 0; i < 8; i++) wrong[i] = i < nd ? tok[1 + i] : -1;
+        struct row_ctx rc = {smp, g->sc, g_wrong_rule ? wrong : NULL};
+        ck_assert(smol_spec_verify(g->logits, g->m->cfg.vocab, tok + 1, nd, row_sample, &rc, res, &n_res, &n_acc, err) == SMOL_OK);
+        ck_assert_int_eq(n_res, n_acc + 1);
+        smol_kv_seq_truncate(&g->m->kv, seq, p0 + n_acc + 1);
+        for (int i = 0; i < n_res && got < n; i++) out[got++] = res[i];
+        ck_assert(smol_lookup_append(lk, res, n_res, err) == SMOL_OK);
+        last = res[n_res - 1];
+        steps++;
+    }
+    smol_lookup_free(&lk);
+    return steps;
+}
+
+START_TEST(t_greedy_exact_on_models)
+{
+    const char *fx[] = {"models/fixture-t.Q8_0.gguf", "models/fixture-a.Q4_K_M.gguf"};
+    char err[SMOL_ERRLEN];
+    for (size_t f = 0; f < 2; f++) {
+        struct gen g;
+        if (!gen_open(&g, fx[f])) { printf("SKIPPED: %s not found\n", fx[f]); continue; }
+        const int V = g.m->cfg.vocab;
+        enum { P = 40, G = 48 };
+        /* round 0: P P (drafts of P, mostly wrong); round r: P G P with G
+         * the previous round's greedy output (drafts of G, often right) */
+        int32_t hist[P + G + P], prev[G];
+        int accepted_total = 0, rejected_any = 0;
+        struct smol_sampler_params gp = smol_sampler_defaults();
+        gp.temperature = 0;
+        for (int rep = 0; rep < 4; rep++) {
+            int n = 0;
+            for (int i = 0; i < P; i++) hist[n++] = (int32_t)((i * 131 + 7) % V);
+            for (int i = 0; rep > 0 && i < G; i++) hist[n++] = prev[i];
+            for (int i = 0; i < P; i++) hist[n++] = hist[i];
+            struct smol_kv_seq base, a, b, c;
+            smol_kv_seq_init(&base); smol_kv_seq_init(&a); smol_kv_seq_init(&b); smol_kv_seq_init(&c);
+            ck_assert(smol_model_eval(g.m, &base, hist, n - 1, 0, NULL, err) == SMOL_OK);
+            /* both share the prompt's pages: drafts write past them copy-on-write */
+            ck_assert(smol_kv_seq_share(&g.m->kv, &a, &base, n - 1, err) == SMOL_OK);
+            ck_assert(smol_kv_seq_share(&g.m->kv, &b, &base, n - 1, err) == SMOL_OK);
+            struct smol_sampler *s1 = mk(gp, V), *s2 = mk(gp, V), *s3 = mk(gp, V);
+            int32_t plain[G], spec[G], again[G];
+            ck_assert_int_eq(decode(&g, &a, hist, n, s1, 0, G, plain), G);
+            int steps = decode(&g, &b, hist, n, s2, 7, G, spec);
+            for (int i = 0; i < G; i++)
+                ck_assert_msg(plain[i] == spec[i], "%s round %d: token %d: %d with drafts, %d without", fx[f], rep, i,
+                              spec[i], plain[i]);
+            accepted_total += G - steps;
+            rejected_any |= steps > 1;
+            /* the shared prompt is unharmed by the drafts and their rollback */
+            ck_assert(smol_kv_seq_share(&g.m->kv, &c, &base, n - 1, err) == SMOL_OK);
+            decode(&g, &c, hist, n, s3, 0, G, again);
+            ck_assert(!memcmp(again, plain, sizeof plain));
+            memcpy(prev, plain, sizeof prev);
+            smol_sampler_free(&s1); smol_sampler_free(&s2); smol_sampler_free(&s3);
+            smol_kv_seq_deinit(&g.m->kv, &a); smol_kv_seq_deinit(&g.m->kv, &b); smol_kv_seq_deinit(&g.m->kv, &c);
+            smol_kv_seq_deinit(&g.m->kv, &base);
+        }
+        printf("%s: %d of %d greedy tokens came from accepted drafts\n", fx[f], accepted_total, 4 * G);
+        ck_assert_msg(accepted_total > 8 && rejected_any, "%s: drafts accepted %d times: the test exercises too little",
+                      fx[f], accepted_total);
+        ck_assert_int_eq(g.m->kv.n_free, g.m->kv.n_pages);     /* every page back */
+        gen_close(&g);
+    }
+}
+END_TEST
+
+START_TEST(t_sampling_same_distribution_on_model)
+{
+    char err[SMOL_ERRLEN];
+    struct gen g;
+    if (!gen_open(&g, "models/fixture-t.Q8_0.gguf")) { printf("SKIPPED: fixture-t.Q8_0 not found\n"); return; }
+    const int V = g.m->cfg.vocab;
+    enum { RUNS = 3000, TOK = 3, TOPK = 4, CELLS = 64 };
+    struct smol_sampler_params sp = smol_sampler_defaults();
+    sp.temperature = 1.0f;
+    sp.top_p = 1.0f;
+    sp.top_k = TOPK;
+    /* prompt P, its greedy continuation G, then P again: after the second P
+     * the lookup drafts G, which the model's top-4 holds with high probability */
+    int32_t hist[64];
+    int n = 0;
+    for (int i = 0; i < 12; i++) hist[n++] = (int32_t)((i * 977 + 3) % V);
+    struct smol_sampler_params gp = smol_sampler_defaults();
+    gp.temperature = 0;
+    struct smol_kv_seq seq;
+    smol_kv_seq_init(&seq);
+    ck_assert(smol_model_eval(g.m, &seq, hist, n - 1, 0, NULL, err) == SMOL_OK);
+    struct smol_sampler *s0 = mk(gp, V);
+    int32_t greedy[TOK];
+    decode(&g, &seq, hist, n, s0, 0, TOK, greedy);
+    smol_sampler_free(&s0);
+    smol_kv_seq_deinit(&g.m->kv, &seq);
+    for (int i = 0; i < TOK; i++) hist[n++] = greedy[i];
+    for (int i = 0; i < 12; i++) hist[n++] = hist[i];
+    struct smol_kv_seq base;
+    smol_kv_seq_init(&base);
+    ck_assert(smol_model_eval(g.m, &base, hist, n - 1, 0, NULL, err) == SMOL_OK);
+
+    /* the outcome (3 tokens, each among the first row's top-4 ids or
+     * "other") -> a cell; the top-4 of each position differ, so cells are
+     * indexed by rank in a small table built as outcomes come */
+    long cnt[3][CELLS * 8] = {{0}};
+    int32_t seen[CELLS * 8][TOK];
+    int n_seen = 0;
+    long accepted = 0, drafted_steps = 0;
+    for (int mode = 0; mode < 3; mode++)     /* plain, drafts, drafts with a wrong rule */
+        for (int r = 0; r < RUNS; r++) {
+            g_wrong_rule = mode == 2;
+            struct smol_kv_seq s;
+            smol_kv_seq_init(&s);
+            ck_assert(smol_kv_seq_share(&g.m->kv, &s, &base, n - 1, err) == SMOL_OK);
+            sp.seed = (uint64_t)r * 2 + mode;
+            struct smol_sampler *smp = mk(sp, V);
+            int32_t out[TOK];
+            int steps = decode(&g, &s, hist, n, smp, mode ? 7 : 0, TOK, out);
+            if (mode == 1) { accepted += TOK - steps; drafted_steps++; }
+            int c = 0;
+            while (c < n_seen && memcmp(seen[c], out, sizeof out)) c++;
+            if (c == n_seen) { ck_assert(n_seen < CELLS * 8); memcpy(seen[n_seen++], out, sizeof out); }
+            cnt[mode][c]++;
+            smol_sampler_free(&smp);
+            smol_kv_seq_deinit(&g.m->kv, &s);
+        }
+    ck_assert_msg(accepted > RUNS / 10, "drafts were accepted %ld times in %d runs: the test exercises nothing", accepted, RUNS);
+    g_wrong_rule = 0;
+    /* two-sample chi-square over cells with enough counts (rare ones pooled) */
+    for (int m = 1; m <= 2; m++) {
+        double x = 0;
+        int dof = -1;
+        long pa = 0, pb = 0;
+        for (int c = 0; c < n_seen; c++) {
+            long a = cnt[0][c], b = cnt[m][c];
+            if (a + b < 20) { pa += a; pb += b; continue; }
+            x += (double)(a - b) * (a - b) / (a + b);
+            dof++;
+        }
+        if (pa + pb > 0) { x += (double)(pa - pb) * (pa - pb) / (pa + pb); dof++; }
+        ck_assert_int_ge(dof, 3);
+        if (m == 1)
+            ck_assert_msg(x < chi2_crit001(dof), "chi2 %g >= %g (dof %d): drafts change the distribution", x,
+                          chi2_crit001(dof), dof);
+        else
+            ck_assert_msg(x > chi2_crit001(dof), "chi2 %g < %g (dof %d): the test cannot tell a wrong rule", x,
+                          chi2_crit001(dof), dof);
+    }
+    /* and a seed gives the same tokens with and without drafts */
+    for (int r = 0; r < 200; r++) {
+        int32_t out[2][TOK];
+        for (int mode = 0; mode < 2; mode++) {
+            struct smol_kv_seq s;
+            smol_kv_seq_init(&s);
+            ck_assert(smol_kv_seq_share(&g.m->kv, &s, &base, n - 1, err) == SMOL_OK);
+            sp.seed = 7000 + (uint64_t)r;
+            struct smol_sampler *smp = mk(sp, V);
+            decode(&g, &s, hist, n, smp, mode ? 7 : 0, TOK, out[mode]);
+            smol_sampler_free(&smp);
+            smol_kv_seq_deinit(&g.m->kv, &s);
+        }
+        ck_assert_msg(!memcmp(out[0], out[1], sizeof out[0]), "seed %d: drafts changed the sampled tokens", 7000 + r);
+    }
+    smol_kv_seq_deinit(&g.m->kv, &base);
+    gen_close(&g);
+}
+END_TEST
+
+Suite *test_suite(void)
+{
+    Suite *s = suite_create("spec");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, t_lookup_matches_brute_force);
+    tcase_add_test(tc, t_lookup_filter_and_errors);
+    tcase_add_test(tc, t_ctl_adapts);
+    tcase_add_test(tc, t_greedy_exact_on_models);
+    tcase_add_test(tc, t_sampling_same_distribution_on_model);
+    suite_add_tcase(s, tc);
+    return s;
+}
