@@ -260,6 +260,8 @@ static void on_event(Smollm3__Event *ev)
             }
             s->completion_tokens += d->usage->completion_tokens;
             s->reasoning_tokens += d->usage->reasoning_tokens;
+            s->drafted_tokens += d->usage->drafted_tokens;
+            s->accepted_tokens += d->usage->accepted_tokens;
         }
         s->finish = smol_client_finish_name(d->finish_reason);
         if (++s->n_done >= s->n_choices) mark_terminal(s);

@@ -87,6 +87,7 @@ struct gw_stream {
     double t_sent, t_first;     /* monotonic s */
     uint32_t n_tokens;
     uint32_t prompt_tokens, cached_tokens, completion_tokens, reasoning_tokens;
+    uint32_t drafted_tokens, accepted_tokens;   /* speculative decoding */
     const char *finish;         /* "stop", "length", "tool_calls", "cancelled" */
     int key;                    /* API key of the request that made it (index), or < 0 */
 };

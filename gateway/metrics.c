@@ -26,6 +26,7 @@ struct hist {
 struct gw_metrics {
     uint64_t req[GW_EP_COUNT][N_STATUS];
     uint64_t prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens;
+    uint64_t drafted_tokens, accepted_tokens;
     uint64_t streams_done;
     struct hist ttft, tpot;
     /* per API key (auth.c index), grown as keys are first seen */
@@ -91,6 +92,8 @@ void gw_metrics_stream_done(const struct gw_stream *s)
     M.completion_tokens += s->completion_tokens;
     M.cached_tokens += s->cached_tokens;
     M.reasoning_tokens += s->reasoning_tokens;
+    M.drafted_tokens += s->drafted_tokens;
+    M.accepted_tokens += s->accepted_tokens;
     if (key_slot(s->key)) {
         M.key_prompt[s->key] += s->prompt_tokens;
         M.key_completion[s->key] += s->completion_tokens;
@@ -150,6 +153,10 @@ enum MHD_Result gw_metrics_serve(struct gw_req *r)
         "Prompt tokens reused from the KV cache.", (double)M.cached_tokens);
     one(&b, "smollm3_gateway_reasoning_tokens_total", "counter",
         "Generated tokens spent thinking.", (double)M.reasoning_tokens);
+    one(&b, "smollm3_gateway_spec_drafted_tokens_total", "counter",
+        "Tokens drafted by prompt lookup and verified (speculative decoding).", (double)M.drafted_tokens);
+    one(&b, "smollm3_gateway_spec_accepted_tokens_total", "counter",
+        "Drafted tokens accepted (each saved a decode step).", (double)M.accepted_tokens);
     hist_out(&b, "smollm3_gateway_time_to_first_token_seconds",
              "Time from sending a request to the daemon to its first token.", &M.ttft, ttft_le);
     hist_out(&b, "smollm3_gateway_time_per_output_token_seconds",
@@ -185,6 +192,14 @@ enum MHD_Result gw_metrics_serve(struct gw_req *r)
         one(&b, "smollm3_daemon_requests_cancelled_total", "counter",
             "Requests cancelled in the daemon.", (double)s->requests_cancelled);
         one(&b, "smollm3_daemon_uptime_seconds", "gauge", "Daemon uptime.", s->uptime_s);
+        one(&b, "smollm3_daemon_spec_drafted_tokens_total", "counter",
+            "Tokens the daemon drafted by prompt lookup and verified.", (double)s->spec_drafted_tokens);
+        one(&b, "smollm3_daemon_spec_accepted_tokens_total", "counter",
+            "Drafted tokens the daemon accepted.", (double)s->spec_accepted_tokens);
+        one(&b, "smollm3_daemon_spec_verify_steps_total", "counter",
+            "Decode steps that verified a draft.", (double)s->spec_verify_steps);
+        one(&b, "smollm3_daemon_decode_steps_total", "counter",
+            "Decode steps of all requests.", (double)s->decode_steps);
     }
     enum MHD_Result ret =
         gw_queue_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.len);

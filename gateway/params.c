@@ -39,6 +39,7 @@ static const struct field {
     { "top_k", BOTH, HONOURED },            /* extension (llama.cpp, vLLM) */
     { "min_p", BOTH, HONOURED },            /* extension */
     { "repetition_penalty", BOTH, HONOURED },   /* extension */
+    { "speculative", BOTH, HONOURED },          /* extension: false = no speculative decoding */
     { "presence_penalty", BOTH, HONOURED },
     { "frequency_penalty", BOTH, HONOURED },
     { "seed", BOTH, HONOURED },
@@ -326,6 +327,12 @@ int gw_params_parse(struct gw_params *p, json_t *root, enum gw_api api, int igno
         if (!json_is_integer(x)) FAIL(p, "seed", "'seed' must be an integer");
         sp->seed_opt_case = SMOLLM3__SAMPLING_PARAMS__SEED_OPT_SEED;
         sp->seed = (uint64_t)json_integer_value(x);
+    }
+    x = get(root, "speculative");
+    if (x && !json_is_boolean(x)) FAIL(p, "speculative", "'speculative' must be a boolean");
+    if (x) {
+        p->gen.speculative_opt_case = SMOLLM3__GENERATE_REQUEST__SPECULATIVE_OPT_SPECULATIVE;
+        p->gen.speculative = json_is_true(x);
     }
     x = get(root, "service_tier");
     if (x && (!json_is_string(x) ||

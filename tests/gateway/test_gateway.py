@@ -315,6 +315,28 @@ def t_non_streaming(gw, d):
     check(j["usage"]["completion_tokens"] == 6, "usage %r" % j["usage"])
 
 
+def t_speculative(gw, d):
+    # the extension field: false turns speculative decoding off; the output is the same either way
+    outs = []
+    for spec in (None, False, True):
+        body = chat("Tell me a story about a cat and a cat.", max_tokens=32)
+        if spec is not None:
+            body["speculative"] = spec
+        st, h, b = gw.request("POST", "/v1/chat/completions", body)
+        check(st == 200, "speculative=%r: status %d %s" % (spec, st, b[:200]))
+        j = json.loads(b)
+        u = j["usage"]["completion_tokens_details"]
+        check(isinstance(u.get("accepted_prediction_tokens"), int) and
+              isinstance(u.get("rejected_prediction_tokens"), int), "usage %r" % u)
+        if spec is False:
+            check(u["accepted_prediction_tokens"] == 0 and u["rejected_prediction_tokens"] == 0,
+                  "off: nothing drafted %r" % u)
+        outs.append(j["choices"][0]["message"]["content"])
+    check(outs[0] == outs[1] == outs[2], "outputs differ with speculation: %r" % outs)
+    st, h, b = gw.request("POST", "/v1/chat/completions", chat(speculative="no"))
+    check(st == 400 and json.loads(b)["error"]["param"] == "speculative", "bad speculative: %d %s" % (st, b[:200]))
+
+
 def t_params_accepted(gw, d):
     body = chat(max_completion_tokens=4, top_p=0.9, seed=7, stop=["zz", "yy"],
                 tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
@@ -556,7 +578,10 @@ def t_metrics(gw, d):
                  "smollm3_gateway_time_to_first_token_seconds_bucket",
                  "smollm3_gateway_time_per_output_token_seconds_bucket",
                  "smollm3_gateway_inflight_streams", "smollm3_daemon_queue_depth",
-                 "smollm3_daemon_kv_tokens_used", "smollm3_daemon_prefix_cache_hits_total"):
+                 "smollm3_daemon_kv_tokens_used", "smollm3_daemon_prefix_cache_hits_total",
+                 "smollm3_gateway_spec_drafted_tokens_total", "smollm3_gateway_spec_accepted_tokens_total",
+                 "smollm3_daemon_spec_drafted_tokens_total", "smollm3_daemon_spec_accepted_tokens_total",
+                 "smollm3_daemon_spec_verify_steps_total", "smollm3_daemon_decode_steps_total"):
         check(name in text, "metric %s missing" % name)
     check('endpoint="/v1/chat/completions",status="200"' in text, "request counter by status")
     check('status="400"' in text, "400s not counted")
@@ -1039,7 +1064,8 @@ def main():
         gw = Gateway(d.endpoint, tmp)
         for name, fn in (("health_models", t_health_models), ("sse_framing", t_sse_framing),
                          ("curl_sse", t_curl_sse), ("incremental", t_incremental),
-                         ("non_streaming", t_non_streaming), ("params", t_params_accepted),
+                         ("non_streaming", t_non_streaming), ("speculative", t_speculative),
+                         ("params", t_params_accepted),
                          ("openai_sdk", t_openai_sdk), ("structured", t_structured), ("disconnect_cancels", t_disconnect_cancels),
                          ("bad_input", t_bad_input), ("ui", t_ui), ("load", t_load),
                          ("metrics", t_metrics), ("daemon_killed", t_daemon_killed)):
