@@ -40,8 +40,11 @@ def main():
     texts = {}
     for mode in ("plain", "lookup"):
         draft = LlamaPromptLookupDecoding(num_pred_tokens=7) if mode == "lookup" else None
+        # logits_all: the lookup's verification reads every drafted position's
+        # row (llama-cpp-python keeps scores for n_batch rows otherwise); the
+        # same for both modes
         llm = Llama(model_path=a.model, n_ctx=8192, n_threads=a.t, n_batch=512, draft_model=draft,
-                    verbose=False, seed=0)
+                    logits_all=True, verbose=False, seed=0)
         best = 0.0
         for _ in range(a.reps):
             llm.reset()
