@@ -24,7 +24,7 @@ table (copied into README.md).  Run from the repository root:
     build/venv-llama/bin/python tests/kv_quant_llama.py [--n 512]
 
 build/venv-llama: `make bench` makes it (the llama-cpp-python wheel in
-build/wheels); tests/requirements-kvquant.txt lists what it needs.
+build/wheels); tests/bench/requirements-kvquant.txt lists what it needs.
 """
 import argparse
 import json
