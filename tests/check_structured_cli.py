@@ -2,8 +2,10 @@
 """check_structured_cli.py SMOLLM3 MODEL (fixture|real) - `smollm3 generate
 --json-schema FILE` / `--grammar FILE` outputs validate (Python's jsonschema,
 an independent validator).  fixture: random weights at temperature 1.5 with
-bounded schemas (unconstrained, the same sampling is never JSON); real:
-SmolLM2-135M greedy on tests/grammar/schemas/.  Exit 1 on any failure."""
+bounded schemas (unconstrained, the same sampling is never JSON), and an
+unbounded one cut by -n (the output still complete); real: SmolLM2-135M
+greedy on tests/grammar/schemas/ (-n 600: what the model does not close,
+the length limit does).  Exit 1 on any failure."""
 import json
 import os
 import re
@@ -52,6 +54,17 @@ if MODE == "fixture":
                 FAILS.append("schema %d seed %s: exit %d: %s" % (i, seed, rc, err[-300:]))
             else:
                 validate("schema %d seed %s" % (i, seed), sch, out.strip("\n"))
+    # unbounded strings: random weights never close them; -n ends the output, complete
+    unb = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array",
+           "items": {"type": "string"}}}, "required": ["name", "tags"]}
+    f = os.path.join(tmp, "unbounded.json")
+    json.dump(unb, open(f, "w"))
+    for seed, n in (("1", "20"), ("2", "45")):
+        rc, out, err = gen("Reply with JSON.", "-n", n, "--temp", "1.5", "--seed", seed, "--json-schema", f)
+        if rc:
+            FAILS.append("unbounded seed %s: exit %d: %s" % (seed, rc, err[-300:]))
+        else:
+            validate("unbounded -n %s seed %s" % (n, seed), unb, out.strip("\n"))
     rc, out, err = gen("Reply with JSON.", "-n", "64", "--temp", "1.5", "--seed", "1")
     try:
         json.loads(out)

@@ -16,6 +16,8 @@
  *     instance is fed token by token, the mask bit of every token (or a
  *     random sample) equals a brute-force accept-then-rollback; end-token
  *     forcing; rollback restores earlier masks exactly.
+ *   - within a length limit: min_bytes against brute force; random walks
+ *     under a token budget end complete.
  *   - hostile input: deep nesting, huge enums, recursive refs, 1 MB schemas,
  *     left recursion, repetition bombs: a clear error or a bounded compile.
  */
@@ -916,6 +918,131 @@ START_TEST(t_tool_calls_errors)
 }
 END_TEST
 
+/* ---- within a length limit (grammar_budget.c) ---------------------------------------- */
+
+/* The shortest completion by brute force: iterative deepening over the
+ * bytes of alpha (accept_bytes, then rollback), up to max bytes; -1: none. */
+static int brute_shortest(struct smol_grammar_matcher *m, const char *alpha, int max)
+{
+    for (int d = 0; d <= max; d++) {
+        /* odometer over alpha^d */
+        int idx[16] = {0}, na = (int)strlen(alpha);
+        for (;;) {
+            char buf[16];
+            for (int i = 0; i < d; i++) buf[i] = alpha[idx[i]];
+            if (smol_grammar_matcher_accept_bytes(m, buf, (size_t)d) == SMOL_OK) {
+                int end = smol_grammar_matcher_can_end(m);
+                smol_grammar_matcher_rollback(m, 1);
+                if (end) return d;
+            }
+            int i = d - 1;
+            while (i >= 0 && ++idx[i] == na) idx[i--] = 0;
+            if (i < 0) break;
+        }
+    }
+    return -1;
+}
+
+/* min_bytes is the shortest completion: checked by brute force on small
+ * grammars, at the start and after each byte of a sentence. */
+START_TEST(t_budget_min_bytes)
+{
+    static const struct { const char *gbnf, *walk; } cases[] = {
+        {"root ::= \"ab\" | \"c\" \"de\"", "cde"},
+        {"root ::= x x x\nx ::= \"q\" | \"rr\"", "rrqrr"},
+        {"root ::= \"(\" root \")\" | \"z\"", "(((z)))"},
+        {"root ::= [a-c]+ \"d\"? (\"(\" root \")\")*", "ab(c(ad)(b))"},
+        {"root ::= \"e\"*", "eee"},
+    };
+    char err[SMOL_ERRLEN];
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        struct smol_grammar *g = NULL;
+        ck_assert_msg(smol_grammar_compile_gbnf(cases[c].gbnf, strlen(cases[c].gbnf), NULL, &g, err) == SMOL_OK,
+                      "%s", err);
+        struct smol_grammar_matcher *m = NULL;
+        ck_assert_int_eq(smol_grammar_matcher_new(&m, g, NULL, err), SMOL_OK);
+        for (size_t i = 0; i <= strlen(cases[c].walk); i++) {
+            int want = brute_shortest(m, "abcdeqrz()", 9);
+            size_t got = smol_grammar_matcher_min_bytes(m);
+            ck_assert_msg(want >= 0 && got == (size_t)want, "%s after %zu bytes: min_bytes %zu, brute force %d",
+                          cases[c].gbnf, i, got, want);
+            if (i < strlen(cases[c].walk))
+                ck_assert_int_eq(smol_grammar_matcher_accept_bytes(m, cases[c].walk + i, 1), SMOL_OK);
+        }
+        smol_grammar_matcher_free(&m);
+        smol_grammar_free(&g);
+    }
+}
+END_TEST
+
+/* Random walks of allowed tokens (long ones preferred, the way a model that
+ * never closes a string would go) under a budget of B tokens, the sampler's
+ * rule applied (fits, else mask_shortest): every walk ends complete within
+ * B tokens, whenever B >= the shortest completion at the start. */
+START_TEST(t_budget_walks)
+{
+    if (!vocab) { printf("SKIPPED: %s missing\n", FIXTURE_T); return; }
+    static const char *unbounded =
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"tags\":{\"type\":\"array\","
+        "\"items\":{\"type\":\"string\"}},\"n\":{\"type\":\"number\"}},\"required\":[\"name\",\"tags\",\"n\"]}";
+    const char *names[] = {"person", "order", "tree", "tool_args", NULL};
+    char err[SMOL_ERRLEN];
+    int32_t nv = smol_grammar_vocab_size(vocab);
+    uint32_t *mask = malloc(((nv + 31) / 32) * sizeof *mask);
+    int32_t *allowed = malloc(nv * sizeof *allowed);
+    int forced = 0;
+    for (int f = 0; f < 5; f++) {
+        char *sch = names[f] ? schema_file(names[f], ".json") : strdup(unbounded);
+        struct smol_grammar *g = schema(sch, NULL);
+        struct smol_grammar_index *ix = NULL;
+        ck_assert_msg(smol_grammar_index_new(&ix, g, vocab, 0, err) == SMOL_OK, "%s", err);
+        struct smol_grammar_matcher *m = NULL;
+        ck_assert_int_eq(smol_grammar_matcher_new(&m, g, ix, err), SMOL_OK);
+        const size_t min0 = smol_grammar_matcher_min_bytes(m);
+        ck_assert_msg(min0 > 0 && min0 < 1000, "%s: shortest sentence %zu bytes", sch, min0);
+        const size_t budgets[] = {min0, min0 + 1, min0 + 7, 2 * min0 + 20};
+        for (int bi = 0; bi < 4; bi++) {
+            const size_t B = budgets[bi];
+            smol_grammar_matcher_reset(m);
+            size_t step = 0;
+            for (; step < B && !smol_grammar_matcher_is_done(m); step++) {
+                smol_grammar_matcher_fill_mask(m, mask);
+                int na = 0;
+                for (int32_t t = 0; t < nv; t++)
+                    if (bit(mask, t) && !smol_tokenizer_is_eog(tok, t)) allowed[na++] = t;
+                int32_t t = -1;
+                for (int k = 0; k < 4 && na; k++) {   /* the longest of 4 random draws */
+                    int32_t c = allowed[rnd() % na];
+                    size_t lc, lt;
+                    if (t < 0 || (smol_tokenizer_piece(tok, c, &lc), smol_tokenizer_piece(tok, t, &lt), lc > lt)) t = c;
+                }
+                if (t < 0 || !smol_grammar_matcher_fits(m, t, B - step)) {
+                    forced++;
+                    smol_grammar_matcher_mask_shortest(m, mask);
+                    na = 0;
+                    for (int32_t c = 0; c < nv; c++)
+                        if (bit(mask, c)) allowed[na++] = c;
+                    ck_assert_msg(na > 0, "%s B=%zu step %zu: no token starts the shortest completion", sch, B, step);
+                    t = allowed[rnd() % na];
+                    ck_assert_msg(smol_grammar_matcher_fits(m, t, B - step), "%s B=%zu step %zu: forced token %d "
+                                  "does not fit", sch, B, step, t);
+                }
+                ck_assert_int_eq(smol_grammar_matcher_accept_token(m, t), SMOL_OK);
+            }
+            ck_assert_msg(smol_grammar_matcher_can_end(m), "%s: budget %zu tokens (shortest %zu): not complete "
+                          "after %zu tokens", sch, B, min0, step);
+        }
+        smol_grammar_matcher_free(&m);
+        smol_grammar_index_free(&ix);
+        smol_grammar_free(&g);
+        free(sch);
+    }
+    ck_assert_msg(forced > 0, "no walk needed the length limit: the test exercises nothing");
+    free(mask);
+    free(allowed);
+}
+END_TEST
+
 static void setup(void)
 {
     const char *p = fixture_path(FIXTURE_T);
@@ -967,6 +1094,8 @@ Suite *test_suite(void)
     tcase_add_test(tt, t_tool_calls_errors);
     suite_add_tcase(s, tt);
     tcase_add_test(tm, t_rollback);
+    tcase_add_test(tm, t_budget_min_bytes);
+    tcase_add_test(tm, t_budget_walks);
     tcase_add_test(tm, t_end_optional);
     suite_add_tcase(s, tm);
     return s;

@@ -297,18 +297,26 @@ struct gen_row {
     struct smol_sampler *smp;
     struct smol_sampler_scratch *sc;
     struct constraint *con;
+    long budget;                    /* tokens -n still allows at row 0 of the step */
 };
 
 static enum smol_err gen_sample(void *ctx, int i, float *row, int32_t *tok, char *err)
 {
     struct gen_row *g = ctx;
     struct constraint *c = g->con;
-    (void)i;
     if (c->m) {
         smol_grammar_matcher_fill_mask(c->m, c->mask);
         smol_grammar_mask_logits(c->mask, c->n_mask, row, c->n_logits);
     }
     enum smol_err rc = smol_sampler_sample(g->smp, g->sc, row, tok, NULL, err);
+    /* within -n: a token after which the grammar could not end in time is
+     * drawn again among those that begin its shortest completion */
+    if (!rc && c->m && !smol_grammar_matcher_is_done(c->m) &&
+        !smol_grammar_matcher_fits(c->m, *tok, (size_t)(g->budget - i))) {
+        smol_grammar_matcher_mask_shortest(c->m, c->mask);
+        smol_grammar_mask_logits(c->mask, c->n_mask, row, c->n_logits);
+        rc = smol_sampler_sample(g->smp, g->sc, row, tok, NULL, err);
+    }
     if (!rc && c->m && smol_grammar_matcher_accept_token(c->m, *tok))
         rc = smol_errf(err, SMOL_EINTERNAL, "internal error: token %d outside the grammar", *tok);
     return rc;
@@ -396,7 +404,7 @@ int smol_cli_generate(int argc, char **argv)
         fprintf(stderr, "smollm3 generate: %s\n", err);
         goto out;
     }
-    struct gen_row grow = {smp, sc, &con};
+    struct gen_row grow = {smp, sc, &con, 0};
     struct smol_spec_ctl ctl;
     smol_spec_ctl_init(&ctl, o.spec_k, have_cost ? cost : NULL);
     int n_gen = 0, n_steps = 0, drafted = 0, accepted = 0, eog = 0, by_k[SMOL_SPEC_MAX_DRAFT + 1] = {0};
@@ -420,6 +428,7 @@ int smol_cli_generate(int argc, char **argv)
         for (int i = 0; i <= k; i++) { bpos[i] = pos + i; bseq[i] = &seq; idx[i] = i; }
         const struct smol_batch b = {.n_tokens = k + 1, .tokens = btok, .pos = bpos, .seq = bseq, .n_out = k + 1, .out_idx = idx};
         int n_got, n_acc;
+        grow.budget = o.n - n_gen;
         if (smol_kv_seq_reserve(&m->kv, &seq, pos, pos + k + 1, err) || smol_model_forward(m, &b, logits, err) ||
             smol_spec_verify(logits, V, btok + 1, k, gen_sample, &grow, got, &n_got, &n_acc, err)) {
             fprintf(stderr, "smollm3 generate: %s\n", err);

@@ -533,6 +533,10 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         { "spec_accepted_tokens", s->spec_accepted_tokens },
         { "spec_verify_steps", s->spec_verify_steps },
         { "decode_steps", s->decode_steps },
+        { "grammar_cache_hits", s->grammar_cache_hits },
+        { "grammar_compiles", s->grammar_compiles },
+        { "grammar_tokens", s->grammar_tokens },
+        { "grammar_forced_tokens", s->grammar_forced_tokens },
     };
     size_t n = sizeof rows / sizeof rows[0];
     if (json) {

@@ -622,9 +622,13 @@ struct spec_ctx {
     struct smol_sampler_logprobs *lps;
 };
 
-/* Samples one token of q from a row of logits (ours to modify): the grammar
- * applied, then advanced; *lp filled when the request asks for logprobs. */
-static enum smol_err sample_row(struct smol_engine *e, struct req *q, float *logits, int32_t *t,
+/* Samples one token of q from row i of its step (logits ours to modify):
+ * the grammar applied, then advanced; *lp filled when the request asks for
+ * logprobs.  Within the tokens max_tokens and the context still allow (row
+ * i is the i-th of them), a token after which the grammar could not end in
+ * time is drawn again among those that begin its shortest completion, so a
+ * constrained output cut by length is still complete. */
+static enum smol_err sample_row(struct smol_engine *e, struct req *q, int i, float *logits, int32_t *t,
                                 struct smol_sampler_logprobs *lp, char *err)
 {
     double tg = q->gm_active ? smol_engine_now() : 0;
@@ -634,6 +638,17 @@ static enum smol_err sample_row(struct smol_engine *e, struct req *q, float *log
     enum smol_err rc = smol_sampler_sample_lp(q->smp, e->sc, logits, t, q->r->logprobs ? lp : NULL, err);
     if (rc) return rc;
     if (q->gm_active && !smol_grammar_matcher_is_done(q->gm)) {
+        const int kv_len = q->seq->n_tokens - q->n_draft, by_ctx = e->m->cfg.n_ctx - kv_len;
+        long budget = (q->max_gen - q->n_gen < by_ctx ? q->max_gen - q->n_gen : by_ctx) - i;
+        tg = smol_engine_now();
+        if (!smol_grammar_matcher_fits(q->gm, *t, budget > 0 ? (size_t)budget : 0)) {
+            smol_grammar_matcher_mask_shortest(q->gm, e->gmask);
+            smol_grammar_mask_logits(e->gmask, smol_tokenizer_n_vocab(e->tok), logits, e->m->cfg.vocab);
+            e->n_grammar_forced++;
+            rc = smol_sampler_sample_lp(q->smp, e->sc, logits, t, q->r->logprobs ? lp : NULL, err);
+            if (rc) return rc;
+        }
+        e->grammar_s += smol_engine_now() - tg;
         tg = smol_engine_now();
         rc = smol_grammar_matcher_accept_token(q->gm, *t);
         e->grammar_s += smol_engine_now() - tg;
@@ -647,7 +662,7 @@ static enum smol_err sample_row(struct smol_engine *e, struct req *q, float *log
 static enum smol_err spec_sample(void *ctx, int i, float *row, int32_t *t, char *err)
 {
     struct spec_ctx *c = ctx;
-    return sample_row(c->e, c->q, row, t, &c->lps[i], err);
+    return sample_row(c->e, c->q, i, row, t, &c->lps[i], err);
 }
 
 static int spec_filter(void *ctx, const int32_t *draft, int i, int32_t t)

@@ -88,6 +88,7 @@ struct smol_engine {
     uint64_t n_requests, n_prompt_tokens, n_cached_tokens, n_generated, n_prefix_hits, n_rejected, n_cancelled;
     double grammar_s;               /* structured output: time in masks and grammar advances */
     uint64_t n_grammar_tokens;      /* tokens sampled under a grammar */
+    uint64_t n_grammar_forced;      /* of those, drawn again to end within the length limit */
     uint64_t n_prefilled;           /* prompt positions run through forward() */
     uint64_t n_shared_choices;      /* n > 1: choices started on another's prefilled prompt */
     uint64_t n_spec_drafted, n_spec_accepted, n_spec_steps, n_decode_steps;

@@ -77,6 +77,7 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         }
         st.grammar_mask_ms = e->grammar_s * 1e3;
         st.grammar_tokens = e->n_grammar_tokens;
+        st.grammar_forced_tokens = e->n_grammar_forced;
         ev.kind_case = SMOLLM3__EVENT__KIND_STATS;
         ev.stats = &st;
         smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);

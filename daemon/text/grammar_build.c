@@ -594,6 +594,7 @@ void smol_grammar_free(struct smol_grammar **gp)
     free(g->rule_names);
     free(g->rule_start);
     free(g->twin);
+    free(g->dist);
     free(g->states);
     free(g->edges);
     free(g->sets);
@@ -740,6 +741,7 @@ enum smol_err gb_finish(struct gb *b, int root, struct smol_grammar **out, char 
     int lr_fail = 0, lr = left_recursion(g, nullable, &lr_fail);
     if (lr_fail) goto oom;
     if (lr >= 0) { gb_fail(b, SMOL_EINVAL, "left recursion in rule '%s'", g->rule_names[lr]); goto failed; }
+    if (gr_shortest_init(g)) goto oom;
     rc = SMOL_OK;
     *out = g;
     g = NULL;

@@ -43,7 +43,13 @@ struct smol_grammar {
                                    repetition (x{m,n} is built as n copies of x), or
                                    UINT32_MAX: a candidate for sharing its token class (the
                                    index checks that their futures agree; grammar_mask.c) */
+    uint32_t *dist;             /* [n_states] bytes of the shortest way from the state to the end
+                                   of its rule, UINT32_MAX if none (grammar_budget.c) */
 };
+
+/* Fills g->dist, once the states and edges are final (grammar_budget.c); -1 on
+ * out of memory. */
+int gr_shortest_init(struct smol_grammar *g);
 
 static inline int gset_has(const uint8_t *set, unsigned b)
 {

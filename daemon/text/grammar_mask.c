@@ -628,3 +628,25 @@ void smol_grammar_mask_logits(const uint32_t *bitmask, int32_t n_mask, float *lo
         if (!((bitmask[i >> 5] >> (i & 31)) & 1u)) logits[i] = -INFINITY;
     for (int32_t i = n; i < n_logits; i++) logits[i] = -INFINITY;
 }
+
+void gv_keep_prefixes(const struct smol_grammar_vocab *v, const uint8_t *s, size_t n, uint32_t *bitmask)
+{
+    const size_t words = ((size_t)v->n_vocab + 31) / 32;
+    int32_t keep[512];
+    size_t nk = 0;
+    uint32_t node = 0;
+    for (size_t d = 0; d < n; d++) {   /* down the path of s: the child of node with byte s[d] */
+        uint32_t c = node + 1;
+        while (c < v->end[node] && v->byte[c] != s[d]) c = v->end[c];
+        if (c >= v->end[node]) break;
+        node = c;
+        for (uint32_t i = v->tok0[node]; i < v->tok0[node + 1] && nk < sizeof keep / sizeof *keep; i++)
+            keep[nk++] = v->toks[i];
+    }
+    uint32_t *old = bitmask;
+    for (size_t i = 0; i < nk; i++)   /* record which survive before clearing */
+        keep[i] = (old[keep[i] >> 5] >> (keep[i] & 31)) & 1 ? keep[i] : -1;
+    memset(bitmask, 0, words * sizeof *bitmask);
+    for (size_t i = 0; i < nk; i++)
+        if (keep[i] >= 0) bitmask[keep[i] >> 5] |= 1u << (keep[i] & 31);
+}

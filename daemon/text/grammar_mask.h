@@ -49,5 +49,8 @@ const struct smol_grammar_vocab *gm_vocab(const struct smol_grammar_matcher *m);
 /* Bytes of a token the grammar may produce; NULL for special/end tokens. */
 const char *gv_piece(const struct smol_grammar_vocab *v, int32_t id, size_t *len);
 int gv_is_end(const struct smol_grammar_vocab *v, int32_t id);
+/* Clears every bit of bitmask but those of the tokens whose bytes are a
+ * prefix of s[0, n) (grammar_budget.c's forced step). */
+void gv_keep_prefixes(const struct smol_grammar_vocab *v, const uint8_t *s, size_t n, uint32_t *bitmask);
 
 #endif

@@ -798,7 +798,9 @@ def constrained(d, setup, messages="Reply with JSON.", temperature=1.5, seed=7, 
     return text, evs[-1]
 
 
-def check_valid(d, schema_text, **kw):
+def check_valid(d, schema_text, length_ok=False, **kw):
+    """The output validates; it ended by the grammar (or, length_ok, at
+    max_tokens: the length limit closes it, and it still validates)."""
     import jsonschema
     schema = json.loads(schema_text)
 
@@ -806,7 +808,8 @@ def check_valid(d, schema_text, **kw):
         g.json_schema = schema_text
     text, last = constrained(d, setup, **kw)
     check(last.WhichOneof("kind") == "done", "terminal: %s" % last)
-    check(last.done.finish_reason == PB.FINISH_REASON_STOP,
+    ends = (PB.FINISH_REASON_STOP, PB.FINISH_REASON_LENGTH) if length_ok else (PB.FINISH_REASON_STOP,)
+    check(last.done.finish_reason in ends,
           "finish_reason %s (the grammar ends the output): %r" % (last.done.finish_reason, text[-200:]))
     try:
         jsonschema.validate(json.loads(text), schema)
@@ -836,10 +839,28 @@ FIXTURE_SCHEMAS = [
 ]
 
 
+# Unbounded strings, arrays and recursion: random weights never close them
+# by themselves, so each output is ended by max_tokens, and the engine keeps
+# it complete (the shortest completion fits in what is left).
+UNBOUNDED_SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string"}, "note": {"type": "string"},
+                                      "tags": {"type": "array", "items": {"type": "string"}}},
+     "required": ["name", "note", "tags"]},
+    {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "string"},
+                                                         "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+                        "required": ["v", "kids"]}}, "$ref": "#/$defs/node"},
+]
+
+
 def t_structured(d):
     for sch in FIXTURE_SCHEMAS:
         for seed in (1, 2, 3):
             check_valid(d, json.dumps(sch), seed=seed)
+    forced0 = d.stats()["grammar_forced_tokens"]
+    for sch in UNBOUNDED_SCHEMAS:
+        for seed, n in ((1, 30), (2, 64), (3, 200)):
+            check_valid(d, json.dumps(sch), length_ok=True, seed=seed, max_tokens=n)
+    check(d.stats()["grammar_forced_tokens"] > forced0, "the length limit closed the outputs: %s" % d.stats())
     # gbnf; regex
     for seed in (1, 2):
         text, last = constrained(d, lambda g: setattr(g, "gbnf", 'root ::= ("yes" | "no") " " [0-9]{2,3}'),
@@ -1001,7 +1022,8 @@ def t_real_structured(d):
     for f in schema_files():
         st = open(os.path.join(SCHEMAS, f)).read()
         prompt = "Write a short example JSON instance of this JSON schema:\n%s" % st
-        check_valid(d, st, messages=prompt, temperature=0.0, max_tokens=600, repetition_penalty=1.3)
+        check_valid(d, st, length_ok=True, messages=prompt, temperature=0.0, max_tokens=600,
+                    repetition_penalty=1.3)
 
 # ---------------------------------------------------------------- tests: KV types
 
