@@ -127,6 +127,9 @@ void smol_grammar_index_free(struct smol_grammar_index **ix);
 size_t smol_grammar_index_bytes(const struct smol_grammar_index *ix);
 /* States whose class was shared with a twin (for benchmarks and tests). */
 uint32_t smol_grammar_index_shared(const struct smol_grammar_index *ix);
+/* States whose class was walked for its long tokens only, the short ones
+ * taken from the twin (their futures agree over fewer bytes than a token). */
+uint32_t smol_grammar_index_partial(const struct smol_grammar_index *ix);
 
 /* A per-request matcher at the start of g.  ix may be NULL for a matcher
  * that only takes bytes (tests, validation); fill_mask and accept_token

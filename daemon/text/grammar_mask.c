@@ -46,6 +46,9 @@ struct smol_grammar_vocab {
     uint8_t *byte;          /* [n_nodes] byte on the edge into the node */
     uint16_t *depth;        /* [n_nodes] */
     uint32_t *end;          /* [n_nodes] one past the node's subtree */
+    uint16_t *submax;       /* [n_nodes] length of the longest token in the node's subtree */
+    int32_t *by_len;        /* the ordinary tokens, longest first ... */
+    uint32_t *n_ge;         /* [max_len + 2] ... of which n_ge[r] are r bytes or longer */
     uint32_t *tok0;         /* [n_nodes + 1] the tokens ending at node i are toks[tok0[i], tok0[i + 1]) */
     int32_t *toks;          /* the ordinary tokens in trie order (sequential reads in a walk) */
     uint32_t max_len;
@@ -74,6 +77,7 @@ struct smol_grammar_index {
     struct sclass *cls;     /* [g->n_states] */
     size_t bytes;
     uint32_t n_shared;      /* classes taken from a twin */
+    uint32_t n_partial;     /* classes walked for the long tokens only (the short ones: the twin's) */
 };
 
 /* ---- vocabulary --------------------------------------------------------------------- */
@@ -95,7 +99,8 @@ void smol_grammar_vocab_free(struct smol_grammar_vocab **vp)
     if (!vp || !*vp) return;
     struct smol_grammar_vocab *v = *vp;
     free(v->piece); free(v->len); free(v->is_end); free(v->ends);
-    free(v->byte); free(v->depth); free(v->end); free(v->tok0); free(v->toks);
+    free(v->byte); free(v->depth); free(v->end); free(v->submax); free(v->tok0); free(v->toks);
+    free(v->by_len); free(v->n_ge);
     free(v);
     *vp = NULL;
 }
@@ -170,6 +175,29 @@ enum smol_err smol_grammar_vocab_new(struct smol_grammar_vocab **out, const stru
     v->end[0] = nn;
     v->n_nodes = nn;
     for (uint32_t i = 0; i < nn; i++) v->tok0[i + 1] += v->tok0[i];
+    /* submax: in reverse preorder a node's children come before it, and acc[d + 1]
+     * holds the children (depth d + 1) whose parent is yet to come: node i's */
+    v->submax = malloc(nn * sizeof *v->submax);
+    if (!v->submax) goto oom;
+    memset(path, 0, (v->max_len + 1) * sizeof *path);   /* reused as acc[] */
+    for (uint32_t i = nn; i-- > 0;) {
+        uint32_t d = v->depth[i], sm = d;
+        if (d + 1 <= v->max_len) {
+            if ((uint32_t)path[d + 1] > sm) sm = (uint32_t)path[d + 1];
+            path[d + 1] = 0;
+        }
+        v->submax[i] = (uint16_t)sm;
+        if ((uint32_t)path[d] < sm) path[d] = (int32_t)sm;
+    }
+    /* by_len: a counting sort of the tokens by length, longest first */
+    v->by_len = malloc((m + 1) * sizeof *v->by_len);
+    v->n_ge = calloc(v->max_len + 2, sizeof *v->n_ge);
+    if (!v->by_len || !v->n_ge) goto oom;
+    for (size_t i = 0; i < m; i++) v->n_ge[v->len[order[i]]]++;
+    for (uint32_t r = v->max_len; r-- > 0;) v->n_ge[r] += v->n_ge[r + 1];
+    for (uint32_t l = 0; l <= v->max_len; l++) path[l] = (int32_t)v->n_ge[l + 1];   /* fill points */
+    for (size_t i = 0; i < m; i++)   /* tokens of length l go to [n_ge[l + 1], n_ge[l]) */
+        v->by_len[path[v->len[order[i]]]++] = order[i];
     v->toks = order;
     order = NULL;
     free(path);
@@ -286,6 +314,7 @@ void smol_grammar_index_free(struct smol_grammar_index **ixp)
 
 size_t smol_grammar_index_bytes(const struct smol_grammar_index *ix) { return ix->bytes; }
 uint32_t smol_grammar_index_shared(const struct smol_grammar_index *ix) { return ix->n_shared; }
+uint32_t smol_grammar_index_partial(const struct smol_grammar_index *ix) { return ix->n_partial; }
 
 /* Leftovers for token t at every k in [1, upto] where level k hit the rule's end. */
 static int add_lefts(struct lbuf *lb, const struct walker *w, const uint32_t *nctx, int32_t t, size_t upto)
@@ -296,8 +325,15 @@ static int add_lefts(struct lbuf *lb, const struct walker *w, const uint32_t *nc
     return 0;
 }
 
-static enum smol_err index_state(struct smol_grammar_index *ix, uint32_t s, struct gpool *p, struct walker *w,
-                                 struct gbuf *acc, struct lbuf *lb, uint32_t *nctx, uint32_t *maxd, char *err)
+/* The class of state s: the trie walked from (s, UNKNOWN).  With a twin
+ * class tw (rmin > 0), the tokens shorter than rmin bytes take their verdict
+ * from tw (the caller showed the two states' futures agree over rmin bytes),
+ * and the walk visits only the subtrees that hold a token of rmin bytes or
+ * more; *maxd is the deepest level the walk (or tw's, for the short tokens)
+ * read. */
+static enum smol_err index_state(struct smol_grammar_index *ix, uint32_t s, const struct sclass *tw, uint32_t rmin,
+                                 struct gpool *p, struct walker *w, struct gbuf *acc, struct lbuf *lb,
+                                 uint32_t *nctx, uint32_t *maxd, char *err)
 {
     const struct smol_grammar *g = ix->g;
     const struct smol_grammar_vocab *v = ix->v;
@@ -313,54 +349,81 @@ static enum smol_err index_state(struct smol_grammar_index *ix, uint32_t s, stru
     free(t0.v);
     c->ctx0 = (fl & GF_CTX) != 0;
     nctx[0] = 0;
-    *maxd = 0;
+    if (!tw) rmin = 0;
     for (uint32_t i = 1; i < v->n_nodes;) {
+        if (v->submax[i] < rmin) { i = v->end[i]; continue; }
         size_t d = v->depth[i];
         if (d > *maxd) *maxd = (uint32_t)d;
         if (walker_step(w, g, p, d, v->byte[i])) goto fail;
         int live = w->n[d] > 0;
         nctx[d] = nctx[d - 1] + ((w->fl[d] & GF_CTX) != 0);
-        for (uint32_t ti = v->tok0[i]; ti < v->tok0[i + 1]; ti++) {
-            int32_t t = v->toks[ti];
-            if (live || (w->fl[d] & GF_CTX)) {
-                if (gbuf_reserve(acc, 1)) goto oom;
-                acc->v[acc->n++] = (uint32_t)t;
-            } else if (add_lefts(lb, w, nctx, t, d - 1)) {
-                goto oom;
+        if (d >= rmin)
+            for (uint32_t ti = v->tok0[i]; ti < v->tok0[i + 1]; ti++) {
+                int32_t t = v->toks[ti];
+                if (live || (w->fl[d] & GF_CTX)) {
+                    if (gbuf_reserve(acc, 1)) goto oom;
+                    acc->v[acc->n++] = (uint32_t)t;
+                } else if (add_lefts(lb, w, nctx, t, d - 1)) {
+                    goto oom;
+                }
             }
-        }
         if (live) { i++; continue; }
         if (nctx[d])   /* every longer token under this prefix is leftover */
             for (uint32_t ti = v->tok0[i + 1]; ti < v->tok0[v->end[i]]; ti++)
-                if (add_lefts(lb, w, nctx, v->toks[ti], d)) goto oom;
+                if (v->len[v->toks[ti]] >= rmin && add_lefts(lb, w, nctx, v->toks[ti], d)) goto oom;
         i = v->end[i];
     }
+    /* accepted: with a twin, its verdicts on the short tokens, then the walk's */
     uint32_t words = ((uint32_t)v->n_vocab + 31) / 32;
-    if (acc->n > words / 2) {
-        c->bits = calloc(words, sizeof *c->bits);
+    if (rmin && tw->bits) {
+        c->bits = malloc(words * sizeof *c->bits);
         if (!c->bits) goto oom;
+        memcpy(c->bits, tw->bits, words * sizeof *c->bits);
+        for (uint32_t k = 0; k < v->n_ge[rmin]; k++) c->bits[v->by_len[k] >> 5] &= ~(1u << (v->by_len[k] & 31));
         for (size_t i = 0; i < acc->n; i++) c->bits[acc->v[i] >> 5] |= 1u << (acc->v[i] & 31);
         ix->bytes += words * sizeof *c->bits;
-    } else if (acc->n) {
-        c->list = malloc(acc->n * sizeof *c->list);
-        if (!c->list) goto oom;
-        memcpy(c->list, acc->v, acc->n * sizeof *c->list);
-        c->n_list = (uint32_t)acc->n;
-        ix->bytes += acc->n * sizeof *c->list;
+    } else {
+        for (uint32_t k = 0; rmin && k < tw->n_list; k++)
+            if (v->len[tw->list[k]] < rmin) {
+                if (gbuf_reserve(acc, 1)) goto oom;
+                acc->v[acc->n++] = (uint32_t)tw->list[k];
+            }
+        if (acc->n > words / 2) {
+            c->bits = calloc(words, sizeof *c->bits);
+            if (!c->bits) goto oom;
+            for (size_t i = 0; i < acc->n; i++) c->bits[acc->v[i] >> 5] |= 1u << (acc->v[i] & 31);
+            ix->bytes += words * sizeof *c->bits;
+        } else if (acc->n) {
+            c->list = malloc(acc->n * sizeof *c->list);
+            if (!c->list) goto oom;
+            memcpy(c->list, acc->v, acc->n * sizeof *c->list);
+            c->n_list = (uint32_t)acc->n;
+            ix->bytes += acc->n * sizeof *c->list;
+        }
     }
-    if (lb->n) {
+    /* leftovers: the twin's short ones (already sorted) merged with the walk's */
+    size_t n_tw = 0;
+    for (uint32_t k = 0; rmin && k < tw->n_left; k++) n_tw += v->len[tw->left[k].tok] < rmin;
+    if (lb->n + n_tw) {
         qsort(lb->v, lb->n, sizeof *lb->v, cmp_left);
-        for (size_t i = 1; i < lb->n; i++) {
-            const struct left *a = &lb->v[i - 1], *b = &lb->v[i];
+        c->left = malloc((lb->n + n_tw) * sizeof *c->left);
+        if (!c->left) goto oom;
+        size_t n = 0, j = 0;
+        for (uint32_t k = 0; rmin && k < tw->n_left; k++) {
+            if (v->len[tw->left[k].tok] >= rmin) continue;
+            while (j < lb->n && cmp_left(&lb->v[j], &tw->left[k]) < 0) c->left[n++] = lb->v[j++];
+            c->left[n++] = tw->left[k];
+        }
+        while (j < lb->n) c->left[n++] = lb->v[j++];
+        c->left[0].lcp = 0;
+        for (size_t i = 1; i < n; i++) {
+            const struct left *a = &c->left[i - 1], *b = &c->left[i];
             uint32_t la = v->len[a->tok] - a->k, lbn = v->len[b->tok] - b->k, l = 0;
             while (l < la && l < lbn && v->piece[a->tok][a->k + l] == v->piece[b->tok][b->k + l]) l++;
-            lb->v[i].lcp = (uint16_t)(l > 65535 ? 65535 : l);
+            c->left[i].lcp = (uint16_t)(l > 65535 ? 65535 : l);
         }
-        c->left = malloc(lb->n * sizeof *c->left);
-        if (!c->left) goto oom;
-        memcpy(c->left, lb->v, lb->n * sizeof *c->left);
-        c->n_left = (uint32_t)lb->n;
-        ix->bytes += lb->n * sizeof *c->left;
+        c->n_left = (uint32_t)n;
+        ix->bytes += n * sizeof *c->left;
     }
     return SMOL_OK;
 oom:
@@ -372,80 +435,159 @@ fail:
 
 /* ---- sharing classes between states with the same future ----------------------------
  * A state's class depends only on what the automaton does from it, the stack
- * below unknown, over the bytes the trie walk read: at most maxd of them.  A
- * bounded repetition x{m,n} is n copies of x, and the copies far from its
- * ends have the same futures over any short distance, so a state whose twin
- * (the same state one copy earlier) agrees with it for maxd + 1 bytes takes
- * the twin's class instead of walking the trie again.  "Agrees for r bytes"
- * is a bounded bisimulation: same final flag, the same byte sets and called
- * rules edge for edge, and the targets agreeing for r - 1 bytes after a byte
- * edge (r after a rule edge: the callee may read nothing).  A pair seen
- * before with at least as many bytes to go is taken as agreeing (the
- * coinductive step of a bisimulation).  The check is bounded by a pair
- * budget; running out means "not shown equal", never a wrong share. */
+ * below unknown, and a token of n bytes only on its first n bytes (and on
+ * whether the automaton can end or go on after them).  A bounded repetition
+ * x{m,n} is n copies of x; a state and its twin (the same state one copy
+ * earlier) agree over r bytes when their futures do: the same final flag,
+ * the same byte sets and called rules edge for edge, and the targets agreeing
+ * over r - 1 bytes after a byte edge (r after a rule edge: the callee may
+ * read nothing).  agree_depth finds the largest such r in one pass, a 0-1
+ * breadth-first search over pairs of states by bytes read, which stops at the
+ * first pair that differs.  Then
+ *   r > the twin's walk depth: the state takes the twin's class (the copies
+ *     far from the repetition's ends);
+ *   r >= 2: the tokens shorter than r take the twin's verdicts and only the
+ *     trie's subtrees holding longer tokens are walked (the copies within one
+ *     token length of the end: a string's maxLength below 128 bytes).
+ * The search is bounded by a pair budget; running out only makes r smaller,
+ * never a wrong share. */
 struct pairmap {
     uint64_t *key;          /* (u << 32 | v) + 1, 0 = empty */
-    uint32_t *r;            /* bytes to go it was checked for */
+    uint32_t *d;            /* bytes read when the pair was first reached */
     uint32_t cap, n;
-    uint32_t *stk;          /* pending (u, v, r) */
-    uint32_t sp;
-    uint32_t *used;         /* [PAIR_BUDGET] slots to clear for the next check */
+    uint32_t *dq;           /* deque of pending (u, v, d), a ring of DQ_CAP triples */
+    uint32_t head, len;
+    uint32_t *used;         /* [PAIR_BUDGET] slots to clear for the next search */
 };
 
 #define PAIR_BUDGET 65536
+#define DQ_CAP (8 * PAIR_BUDGET)
 
 static int pm_init(struct pairmap *pm)
 {
     pm->cap = 2 * PAIR_BUDGET;
     pm->key = calloc(pm->cap, sizeof *pm->key);
-    pm->r = malloc(pm->cap * sizeof *pm->r);
-    pm->stk = malloc(3 * (size_t)(PAIR_BUDGET + 1) * 8 * sizeof *pm->stk);
+    pm->d = malloc(pm->cap * sizeof *pm->d);
+    pm->dq = malloc(3 * (size_t)DQ_CAP * sizeof *pm->dq);
     pm->used = malloc((PAIR_BUDGET + 1) * sizeof *pm->used);
-    return pm->key && pm->r && pm->stk && pm->used ? 0 : -1;
+    return pm->key && pm->d && pm->dq && pm->used ? 0 : -1;
 }
 
-static void pm_deinit(struct pairmap *pm) { free(pm->key); free(pm->r); free(pm->stk); free(pm->used); }
+static void pm_deinit(struct pairmap *pm) { free(pm->key); free(pm->d); free(pm->dq); free(pm->used); }
 
-/* 1 if (u, v) still has to be checked for r bytes (and records it), 0 if done. */
-static int pm_visit(struct pairmap *pm, uint32_t u, uint32_t v, uint32_t r)
+/* 1 if (u, v) is reached for the first time or with fewer bytes read than
+ * before (and records it), 0 if already reached as cheaply; -1 over budget. */
+static int pm_visit(struct pairmap *pm, uint32_t u, uint32_t v, uint32_t d)
 {
     uint64_t k = ((uint64_t)u << 32 | v) + 1;
     uint32_t h = (uint32_t)((k * 0x9e3779b97f4a7c15ull) >> 40) & (pm->cap - 1);
     while (pm->key[h] && pm->key[h] != k) h = (h + 1) & (pm->cap - 1);
     if (pm->key[h]) {
-        if (pm->r[h] >= r) return 0;
-        pm->r[h] = r;
+        if (pm->d[h] <= d) return 0;
+        pm->d[h] = d;
         return 1;
     }
+    if (pm->n >= PAIR_BUDGET) return -1;
     pm->key[h] = k;
-    pm->r[h] = r;
+    pm->d[h] = d;
     pm->used[pm->n++] = h;
     return 1;
 }
 
-static int futures_agree(const struct smol_grammar *g, struct pairmap *pm, uint32_t s, uint32_t t, uint32_t r)
+/* Pushes (u, v, d) at the front (a rule edge: no byte read) or the back. */
+static int dq_push(struct pairmap *pm, uint32_t u, uint32_t v, uint32_t d, int front)
+{
+    if (pm->len == DQ_CAP) return -1;
+    uint32_t i;
+    if (front) i = pm->head = (pm->head + DQ_CAP - 1) % DQ_CAP;
+    else i = (pm->head + pm->len) % DQ_CAP;
+    pm->len++;
+    pm->dq[3 * i] = u; pm->dq[3 * i + 1] = v; pm->dq[3 * i + 2] = d;
+    return 0;
+}
+
+/* The largest r <= hi such that s and t agree over r bytes (see above).
+ * known[x] (UINT32_MAX: not yet) is a depth over which x and its twin are
+ * known to agree: a pair (x, twin[x]) reached after d bytes agrees up to
+ * d + known[x] without being expanded, so the states of a long repetition,
+ * taken from its end backwards, cost a few pairs each. */
+static uint32_t agree_depth(const struct smol_grammar *g, struct pairmap *pm, uint32_t s, uint32_t t, uint32_t hi,
+                            const uint32_t *known)
 {
     for (uint32_t i = 0; i < pm->n; i++) pm->key[pm->used[i]] = 0;
-    pm->n = pm->sp = 0;
-    pm_visit(pm, s, t, r);
-    pm->stk[pm->sp++] = s; pm->stk[pm->sp++] = t; pm->stk[pm->sp++] = r;
-    while (pm->sp) {
-        uint32_t rr = pm->stk[--pm->sp], b = pm->stk[--pm->sp], a = pm->stk[--pm->sp];
+    pm->n = pm->head = pm->len = 0;
+    pm_visit(pm, s, t, 0);
+    dq_push(pm, s, t, 0, 0);
+    uint32_t best = hi;
+    while (pm->len) {
+        uint32_t i = pm->head;
+        uint32_t a = pm->dq[3 * i], b = pm->dq[3 * i + 1], d = pm->dq[3 * i + 2];
+        pm->head = (pm->head + 1) % DQ_CAP;
+        pm->len--;
+        /* popped in order of d: every pair reached with fewer bytes agreed */
+        if (d >= best) return best;
         if (a == b) continue;
+        if ((a != s || b != t) && g->twin[a] == b && known[a] != UINT32_MAX) {
+            if (d + known[a] < best) best = d + known[a];
+            continue;
+        }
         const struct gstate *x = &g->states[a], *y = &g->states[b];
-        if (x->final != y->final || x->n_byte != y->n_byte || x->n_ref != y->n_ref) return 0;
-        for (uint32_t i = 0; i < x->n_byte + x->n_ref; i++) {
-            const struct gedge *ex = &g->edges[x->e0 + i], *ey = &g->edges[y->e0 + i];
-            if (ex->arg != ey->arg) return 0;
-            int byte = i < x->n_byte;
-            if (byte && rr == 0) continue;
-            uint32_t r2 = byte ? rr - 1 : rr;
-            if (!pm_visit(pm, ex->to, ey->to, r2)) continue;
-            if (pm->n >= PAIR_BUDGET - 1 || pm->sp + 3 > 3 * (size_t)(PAIR_BUDGET + 1) * 8) return 0;
-            pm->stk[pm->sp++] = ex->to; pm->stk[pm->sp++] = ey->to; pm->stk[pm->sp++] = r2;
+        if (x->final != y->final || x->n_byte != y->n_byte || x->n_ref != y->n_ref) return d ? d - 1 : 0;
+        for (uint32_t e = 0; e < x->n_byte + x->n_ref; e++)
+            if (g->edges[x->e0 + e].arg != g->edges[y->e0 + e].arg) return d ? d - 1 : 0;
+        for (uint32_t e = 0; e < x->n_byte + x->n_ref; e++) {
+            int byte = e < x->n_byte;
+            if (byte && d == hi) continue;
+            uint32_t u = g->edges[x->e0 + e].to, v = g->edges[y->e0 + e].to, d2 = d + (uint32_t)byte;
+            int fresh = pm_visit(pm, u, v, d2);
+            if (fresh < 0 || (fresh && dq_push(pm, u, v, d2, !byte))) return d ? d - 1 : 0;   /* over budget */
         }
     }
+    return best;
+}
+
+/* States with the same final flag and the same edges (byte sets, callees and
+ * targets) have the same future, hence the same class.  Epsilon removal
+ * makes many: the ends of an alternative's branches (one per kind of UTF-8
+ * character in a string) all take the edges of what follows.  rep[s] := the
+ * first such state (s itself if none before it); -1 on out of memory. */
+static uint64_t state_hash(const struct smol_grammar *g, uint32_t s)
+{
+    const struct gstate *x = &g->states[s];
+    uint64_t h = 1469598103934665603ull ^ x->final ^ (uint64_t)x->n_byte << 8 ^ (uint64_t)x->n_ref << 32;
+    for (uint32_t e = x->e0; e < x->e0 + x->n_byte + x->n_ref; e++)
+        h = (h ^ ((uint64_t)g->edges[e].arg << 32 | g->edges[e].to)) * 1099511628211ull;
+    return h;
+}
+
+static int same_state(const struct smol_grammar *g, uint32_t a, uint32_t b)
+{
+    const struct gstate *x = &g->states[a], *y = &g->states[b];
+    if (x->final != y->final || x->n_byte != y->n_byte || x->n_ref != y->n_ref) return 0;
+    for (uint32_t e = 0; e < x->n_byte + x->n_ref; e++)
+        if (g->edges[x->e0 + e].arg != g->edges[y->e0 + e].arg || g->edges[x->e0 + e].to != g->edges[y->e0 + e].to)
+            return 0;
     return 1;
+}
+
+static int same_reps(const struct smol_grammar *g, uint32_t *rep)
+{
+    size_t cap = 16;
+    int bits = 4;
+    while (cap < 2 * (size_t)g->n_states) { cap *= 2; bits++; }
+    uint32_t *tab = malloc(cap * sizeof *tab);   /* state + 1, 0 = empty */
+    if (!tab) return -1;
+    memset(tab, 0, cap * sizeof *tab);
+    for (uint32_t s = 0; s < g->n_states; s++) {
+        rep[s] = s;
+        if (!g->states[s].n_byte) continue;
+        size_t h = (size_t)((state_hash(g, s) * 0x9e3779b97f4a7c15ull) >> (64 - bits));
+        while (tab[h] && !same_state(g, tab[h] - 1, s)) h = (h + 1) & (cap - 1);
+        if (tab[h]) rep[s] = tab[h] - 1;
+        else tab[h] = s + 1;
+    }
+    free(tab);
+    return 0;
 }
 
 enum smol_err smol_grammar_index_new(struct smol_grammar_index **out, const struct smol_grammar *g,
@@ -468,10 +610,21 @@ enum smol_err smol_grammar_index_build(struct smol_grammar_index **out, const st
     struct pairmap pm = {0};
     uint32_t *nctx = malloc((v->max_len + 2) * sizeof *nctx);
     uint32_t *maxd = malloc((g->n_states + 1) * sizeof *maxd);  /* bytes each state's walk read */
+    uint32_t *rep = malloc((g->n_states + 1) * sizeof *rep);    /* see same_reps */
+    uint32_t *dep = malloc((g->n_states + 1) * sizeof *dep);    /* agree_depth with the twin */
     enum smol_err rc = SMOL_OK;
-    if (!ix || !nctx || !maxd || pm_init(&pm) || walker_init(&w, v->max_len)) {
+    if (!ix || !nctx || !maxd || !rep || !dep || same_reps(g, rep) || pm_init(&pm) || walker_init(&w, v->max_len)) {
         rc = smol_errf(err, SMOL_ENOMEM, "grammar index: out of memory");
         goto out;
+    }
+    for (uint32_t s = g->n_states; s-- > 0;) {  /* from the end backwards: see agree_depth */
+        dep[s] = UINT32_MAX;
+        uint32_t t = g->twin ? g->twin[s] : UINT32_MAX;
+        if ((s & 1023) == 0 && cancel && atomic_load_explicit(cancel, memory_order_relaxed)) {
+            rc = smol_errf(err, SMOL_ECANCELLED, "grammar index: cancelled");
+            goto out;
+        }
+        if (t < s) dep[s] = agree_depth(g, &pm, s, t, v->max_len + 1, dep);
     }
     ix->g = g;
     ix->v = v;
@@ -484,15 +637,27 @@ enum smol_err smol_grammar_index_build(struct smol_grammar_index **out, const st
             rc = smol_errf(err, SMOL_ECANCELLED, "grammar index: cancelled");
             break;
         }
-        uint32_t t = g->twin ? g->twin[s] : UINT32_MAX;
-        if (t < s && g->states[t].n_byte && futures_agree(g, &pm, s, t, maxd[t] + 1)) {
-            ix->cls[s] = ix->cls[t];
+        uint32_t t = g->twin ? g->twin[s] : UINT32_MAX, rmin = 0;
+        if (rep[s] != s) {  /* the same edges: the same class */
+            ix->cls[s] = ix->cls[rep[s]];
             ix->cls[s].shared = 1;
-            maxd[s] = maxd[t];
+            maxd[s] = maxd[rep[s]];
             ix->n_shared++;
             continue;
         }
-        rc = index_state(ix, s, &p, &w, &acc, &lb, nctx, &maxd[s], err);
+        if (t < s && g->states[t].n_byte) {
+            if (dep[s] > maxd[t]) {
+                ix->cls[s] = ix->cls[t];
+                ix->cls[s].shared = 1;
+                maxd[s] = maxd[t];
+                ix->n_shared++;
+                continue;
+            }
+            if (dep[s] >= 2) rmin = dep[s];     /* no token is shorter than 1 byte */
+        }
+        maxd[s] = rmin ? maxd[t] : 0;
+        if (rmin) ix->n_partial++;
+        rc = index_state(ix, s, rmin ? &ix->cls[t] : NULL, rmin, &p, &w, &acc, &lb, nctx, &maxd[s], err);
         if (!rc && ix->bytes > max_bytes)
             rc = smol_errf(err, SMOL_ETOOLARGE, "grammar index over %zu MiB (%u automaton states)", max_bytes >> 20, g->n_states);
     }
@@ -503,6 +668,8 @@ out:
     free(lb.v);
     free(nctx);
     free(maxd);
+    free(rep);
+    free(dep);
     pm_deinit(&pm);
     if (rc) smol_grammar_index_free(&ix);
     *out = ix;

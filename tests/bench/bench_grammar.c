@@ -57,10 +57,11 @@ int main(int argc, char **argv)
     double t0 = now_us();
     if (smol_grammar_vocab_new(&v, tok, err)) { fprintf(stderr, "%s\n", err); return 1; }
     printf("vocabulary: %d tokens, trie built in %.1f ms\n", smol_grammar_vocab_size(v), (now_us() - t0) / 1e3);
-    printf("%-12s %7s %9s %9s %8s %6s %9s %9s %9s %9s %9s %7s\n", "schema", "states", "compile", "index", "idx MiB",
-           "tokens", "median", "p99", "max", "logits", "advance", "shared");
+    printf("%-12s %7s %9s %9s %8s %6s %9s %9s %9s %9s %9s %7s %7s\n", "schema", "states", "compile", "index", "idx MiB",
+           "tokens", "median", "p99", "max", "logits", "advance", "shared", "partial");
     printf("  (median/p99/max: fill_mask per token; logits: mask_logits on the vocabulary, median;\n"
-           "   advance: accept_token, median; shared: states whose token class is their twin's)\n");
+           "   advance: accept_token, median; shared: states whose token class is their twin's;\n"
+           "   partial: states walked for the tokens too long to take the twin's verdict)\n");
     DIR *d = opendir(dir);
     if (!d) { perror(dir); return 1; }
     struct dirent *e;
@@ -117,9 +118,10 @@ int main(int argc, char **argv)
         qsort(t, k, sizeof *t, cmpd);
         qsort(ta, ka, sizeof *ta, cmpd);
         qsort(tc, ka, sizeof *tc, cmpd);
-        printf("%-12s %7u %7.2fms %7.1fms %8.1f %6zu %7.1fus %7.1fus %7.1fus %7.1fus %7.1fus %7u\n", name,
+        printf("%-12s %7u %7.2fms %7.1fms %8.1f %6zu %7.1fus %7.1fus %7.1fus %7.1fus %7.1fus %7u %7u\n", name,
                smol_grammar_n_states(gr), (c1 - c0) / 1e3, (c2 - c1) / 1e3, smol_grammar_index_bytes(ix) / 1048576.0,
-               ids.n, t[k / 2], t[(size_t)(k * 0.99)], t[k - 1], tc[ka / 2], ta[ka / 2], smol_grammar_index_shared(ix));
+               ids.n, t[k / 2], t[(size_t)(k * 0.99)], t[k - 1], tc[ka / 2], ta[ka / 2], smol_grammar_index_shared(ix),
+               smol_grammar_index_partial(ix));
         free(t);
         free(ta);
         free(tc);
