@@ -19,7 +19,11 @@
  *   - within a length limit: min_bytes against brute force; random walks
  *     under a token budget end complete.
  *   - hostile input: deep nesting, huge enums, recursive refs, 1 MB schemas,
- *     left recursion, repetition bombs: a clear error or a bounded compile.
+ *     left recursion, repetition bombs, bounds at and over the limit, nested
+ *     bounds: a clear error or a bounded compile and index.
+ *   - bounded repetitions (maxLength below the longest token): the shared
+ *     index's masks equal the unshared index's on every token and brute
+ *     force on a sample, on walks to the bound; strings at boundary counts.
  */
 #include "daemon/model/gguf.h"
 #include "daemon/text/grammar.h"
@@ -661,6 +665,169 @@ START_TEST(t_mask_shared_repetition)
 }
 END_TEST
 
+/* Bounded repetitions below the longest token (128 bytes), where the copies
+ * near the end take the short tokens' verdicts from their twin and walk only
+ * the long ones, and states with the same edges share a class: the index
+ * must give the masks of the index that walks every state in full (all
+ * 128256 tokens, every step) and of brute force (a sample), on walks that
+ * run each repetition to its bound (long tokens first half of the time). */
+START_TEST(t_mask_bounded)
+{
+    if (!vocab) { printf("SKIPPED: %s missing\n", FIXTURE_T); return; }
+    char err[SMOL_ERRLEN];
+    static const struct { int regex; const char *text; } cases[] = {
+        {0, "{\"type\":\"string\",\"minLength\":3,\"maxLength\":40}"},
+        {0, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":20},"
+            "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":6},\"maxItems\":4}},"
+            "\"required\":[\"a\",\"b\"]}"},
+        {1, "^[a-z ]{5,90}x$"},
+        {1, "^(ab|c){2,30}[0-9]{0,3}$"},
+    };
+    int32_t nv = smol_grammar_vocab_size(vocab);
+    size_t words = ((size_t)nv + 31) / 32;
+    uint32_t *mask = malloc(words * sizeof *mask), *ref = malloc(words * sizeof *ref);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        struct smol_grammar *g = NULL;
+        const char *x = cases[c].text;
+        enum smol_err rc = cases[c].regex ? smol_grammar_compile_regex(x, strlen(x), NULL, &g, err)
+                                          : smol_grammar_compile_json_schema(x, strlen(x), NULL, &g, err);
+        ck_assert_msg(rc == SMOL_OK, "%s: %s", x, err);
+        struct smol_grammar_index *ix = NULL, *full = NULL;
+        double t0 = now_s();
+        ck_assert_msg(smol_grammar_index_new(&ix, g, vocab, 0, err) == SMOL_OK, "%s", err);
+        double t1 = now_s();
+        ck_assert_msg(smol_grammar_index_new_unshared(&full, g, vocab, err) == SMOL_OK, "%s", err);
+        printf("%s: %u states, %u shared, %u partial; index %.0f ms, unshared %.0f ms\n", x, smol_grammar_n_states(g),
+               smol_grammar_index_shared(ix), smol_grammar_index_partial(ix), (t1 - t0) * 1e3, (now_s() - t1) * 1e3);
+        fflush(stdout);
+        ck_assert_uint_gt(smol_grammar_index_shared(ix) + smol_grammar_index_partial(ix), 0);
+        struct smol_grammar_matcher *m = NULL, *mf = NULL;
+        ck_assert_int_eq(smol_grammar_matcher_new(&m, g, ix, err), SMOL_OK);
+        ck_assert_int_eq(smol_grammar_matcher_new(&mf, g, full, err), SMOL_OK);
+        for (int walk = 0; walk < 3; walk++) {
+            smol_grammar_matcher_reset(m);
+            smol_grammar_matcher_reset(mf);
+            int steps = 0;
+            for (; steps < 120 && !smol_grammar_matcher_is_done(m); steps++) {
+                smol_grammar_matcher_fill_mask(m, mask);
+                smol_grammar_matcher_fill_mask(mf, ref);
+                int32_t allowed[4096], longest = -1;
+                size_t best = 0;
+                int na = 0;
+                for (int32_t t = 0; t < nv; t++) {
+                    int bm = bit(mask, t);
+                    ck_assert_msg(bm == bit(ref, t), "%s walk %d step %d token %d '%s': mask %d, unshared index %d", x,
+                                  walk, steps, t, smol_tokenizer_piece(tok, t, &(size_t){0}), bm, bit(ref, t));
+                    if (bm && !smol_tokenizer_is_eog(tok, t)) {
+                        size_t len = 0;
+                        smol_tokenizer_piece(tok, t, &len);
+                        if (len > best) { best = len; longest = t; }
+                        if (na < 4096) allowed[na++] = t;
+                    }
+                    if (rnd() % (bm ? 16 : 256)) continue;
+                    ck_assert_msg(bm == brute(m, t), "%s step %d token %d: mask %d", x, steps, t, bm);
+                }
+                if (!na) break;
+                int32_t pick = (walk == 0 || rnd() % 2) && longest >= 0 ? longest : allowed[rnd() % na];
+                ck_assert_int_eq(smol_grammar_matcher_accept_token(m, pick), SMOL_OK);
+                ck_assert_int_eq(smol_grammar_matcher_accept_token(mf, pick), SMOL_OK);
+            }
+            ck_assert_msg(smol_grammar_matcher_can_end(m), "%s: walk %d ended after %d steps without reaching the end",
+                          x, walk, steps);
+        }
+        smol_grammar_matcher_free(&m);
+        smol_grammar_matcher_free(&mf);
+        smol_grammar_index_free(&ix);
+        smol_grammar_index_free(&full);
+        smol_grammar_free(&g);
+    }
+    free(mask);
+    free(ref);
+}
+END_TEST
+
+/* Strings at the boundary counts of minLength/maxLength, in characters
+ * (a 2-byte character and an escape count one each). */
+START_TEST(t_bounded_counts)
+{
+    static const char *sch = "{\"type\":\"string\",\"minLength\":2,\"maxLength\":64}";
+    struct smol_grammar *g = schema(sch, NULL);
+    char buf[1024];
+    static const char *units[] = {"a", "\xc3\xa9", "\\n", "\\u00e9", "\xf0\x9f\x98\x80"};
+    for (size_t u = 0; u < sizeof units / sizeof *units; u++)
+        for (int n = 0; n <= 66; n++) {
+            size_t k = 0;
+            buf[k++] = '"';
+            for (int i = 0; i < n; i++) { strcpy(buf + k, units[u]); k += strlen(units[u]); }
+            buf[k++] = '"';
+            int want = n >= 2 && n <= 64;
+            ck_assert_msg(accepts(g, buf, k) == want, "%d x '%s': want %d", n, units[u], want);
+        }
+    smol_grammar_free(&g);
+}
+END_TEST
+
+/* Hostile bounded repetitions, through the index: bounds over the limit are
+ * refused when compiled, naming the keyword; the largest bounds allowed,
+ * nested bounds and many bounded properties index in bounded time and
+ * memory; an index over its memory budget is a clear error. */
+START_TEST(t_hostile_index)
+{
+    if (!vocab) { printf("SKIPPED: %s missing\n", FIXTURE_T); return; }
+    char err[SMOL_ERRLEN];
+    struct smol_grammar *g = NULL;
+    static const char *over[] = {"{\"type\":\"string\",\"maxLength\":100000}", "{\"type\":\"string\",\"minLength\":10001}",
+                                 "{\"type\":\"array\",\"maxItems\":100000}", "{\"type\":\"string\",\"pattern\":\"^a{0,100000}$\"}"};
+    for (size_t i = 0; i < sizeof over / sizeof *over; i++) {
+        ck_assert_int_eq(smol_grammar_compile_json_schema(over[i], strlen(over[i]), NULL, &g, err), SMOL_ETOOLARGE);
+        ck_assert_msg(strstr(err, "10000"), "%s: %s", over[i], err);
+    }
+    ck_assert_int_eq(smol_grammar_compile_regex("a{0,100000}", 11, NULL, &g, err), SMOL_ETOOLARGE);
+    static const char *big[] = {
+        "{\"type\":\"string\",\"maxLength\":10000}",
+        "{\"type\":\"string\",\"minLength\":9000,\"maxLength\":10000}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":10000},\"maxItems\":10000}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":100},\"maxItems\":100},\"maxItems\":100}",
+        "{\"type\":\"string\",\"pattern\":\"^(([a-z]{0,100}[0-9]){0,100}x){0,20}$\"}",
+    };
+    for (size_t i = 0; i < sizeof big / sizeof *big; i++) {
+        double t0 = now_s();
+        enum smol_err rc = smol_grammar_compile_json_schema(big[i], strlen(big[i]), NULL, &g, err);
+        double t1 = now_s();
+        struct smol_grammar_index *ix = NULL;
+        if (rc == SMOL_OK) rc = smol_grammar_index_new(&ix, g, vocab, (size_t)256 << 20, err);
+        printf("%s: %s, compile %.0f ms, index %.0f ms, %.1f MiB\n", big[i], rc ? err : "ok", (t1 - t0) * 1e3,
+               (now_s() - t1) * 1e3, ix ? smol_grammar_index_bytes(ix) / 1048576.0 : 0.0);
+        fflush(stdout);
+        ck_assert_msg(rc == SMOL_OK || rc == SMOL_ETOOLARGE, "%s: %d %s", big[i], rc, err);
+        ck_assert_msg(now_s() - t0 < 30, "%s: %.1f s", big[i], now_s() - t0);
+        smol_grammar_index_free(&ix);
+        smol_grammar_free(&g);
+    }
+    /* 300 strings with distinct bounds (one rule each): over the automaton's or a 64 MiB index's
+     * limit, a clear error, at once */
+    size_t cap = 300 * 64 + 64, n = 0;
+    char *s = malloc(cap);
+    n += (size_t)sprintf(s, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < 300; i++) n += (size_t)sprintf(s + n, "%s\"p%d\":{\"type\":\"string\",\"maxLength\":%d}", i ? "," : "", i, 20 + i);
+    n += (size_t)sprintf(s + n, "}}");
+    struct smol_grammar_opts o = {.max_input = 1 << 20};
+    double t0 = now_s();
+    enum smol_err rc = smol_grammar_compile_json_schema(s, n, &o, &g, err);
+    if (rc == SMOL_OK) {
+        struct smol_grammar_index *ix = NULL;
+        rc = smol_grammar_index_new(&ix, g, vocab, (size_t)64 << 20, err);
+        smol_grammar_index_free(&ix);
+    }
+    printf("300 distinct maxLength: %s in %.0f ms\n", rc ? err : "ok", (now_s() - t0) * 1e3);
+    ck_assert_int_eq(rc, SMOL_ETOOLARGE);
+    ck_assert_msg(strstr(err, "MiB") || strstr(err, "too large"), "%s", err);
+    ck_assert_msg(now_s() - t0 < 60, "%.1f s", now_s() - t0);
+    smol_grammar_free(&g);
+    free(s);
+}
+END_TEST
+
 START_TEST(t_rollback)
 {
     if (!vocab) { printf("SKIPPED: %s missing\n", FIXTURE_T); return; }
@@ -1072,6 +1239,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_schema_bytes);
     tcase_add_test(tc, t_schema_errors);
     tcase_add_test(tc, t_hostile);
+    tcase_add_test(tc, t_bounded_counts);
     tcase_add_test(tc, t_json_schema_test_suite);
     tcase_add_test(tc, t_mask_logits);
     suite_add_tcase(s, tc);
@@ -1089,6 +1257,8 @@ Suite *test_suite(void)
     tcase_set_timeout(tt, 600);
     tcase_add_unchecked_fixture(tt, setup, teardown);
     tcase_add_test(tt, t_mask_shared_repetition);
+    tcase_add_test(tt, t_mask_bounded);
+    tcase_add_test(tt, t_hostile_index);
     tcase_add_test(tt, t_tool_calls_required);
     tcase_add_test(tt, t_tool_calls_named);
     tcase_add_test(tt, t_tool_calls_errors);

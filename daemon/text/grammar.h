@@ -123,6 +123,10 @@ enum smol_err smol_grammar_index_new(struct smol_grammar_index **out, const stru
 enum smol_err smol_grammar_index_build(struct smol_grammar_index **out, const struct smol_grammar *g,
                                        const struct smol_grammar_vocab *v, size_t max_bytes,
                                        const atomic_int *cancel, char *err);
+/* The same index with every state's class walked in full, nothing shared
+ * (slow: the reference the tests compare the shared index with). */
+enum smol_err smol_grammar_index_new_unshared(struct smol_grammar_index **out, const struct smol_grammar *g,
+                                              const struct smol_grammar_vocab *v, char *err);
 void smol_grammar_index_free(struct smol_grammar_index **ix);
 size_t smol_grammar_index_bytes(const struct smol_grammar_index *ix);
 /* States whose class was shared with a twin (for benchmarks and tests). */

@@ -590,15 +590,32 @@ static int same_reps(const struct smol_grammar *g, uint32_t *rep)
     return 0;
 }
 
+static enum smol_err index_build(struct smol_grammar_index **out, const struct smol_grammar *g,
+                                 const struct smol_grammar_vocab *v, size_t max_bytes, const atomic_int *cancel,
+                                 int share, char *err);
+
 enum smol_err smol_grammar_index_new(struct smol_grammar_index **out, const struct smol_grammar *g,
                                      const struct smol_grammar_vocab *v, size_t max_bytes, char *err)
 {
-    return smol_grammar_index_build(out, g, v, max_bytes, NULL, err);
+    return index_build(out, g, v, max_bytes, NULL, 1, err);
 }
 
 enum smol_err smol_grammar_index_build(struct smol_grammar_index **out, const struct smol_grammar *g,
                                        const struct smol_grammar_vocab *v, size_t max_bytes,
                                        const atomic_int *cancel, char *err)
+{
+    return index_build(out, g, v, max_bytes, cancel, 1, err);
+}
+
+enum smol_err smol_grammar_index_new_unshared(struct smol_grammar_index **out, const struct smol_grammar *g,
+                                              const struct smol_grammar_vocab *v, char *err)
+{
+    return index_build(out, g, v, 0, NULL, 0, err);
+}
+
+static enum smol_err index_build(struct smol_grammar_index **out, const struct smol_grammar *g,
+                                 const struct smol_grammar_vocab *v, size_t max_bytes, const atomic_int *cancel,
+                                 int share, char *err)
 {
     *out = NULL;
     if (!max_bytes) max_bytes = (size_t)512 << 20;
@@ -619,7 +636,7 @@ enum smol_err smol_grammar_index_build(struct smol_grammar_index **out, const st
     }
     for (uint32_t s = g->n_states; s-- > 0;) {  /* from the end backwards: see agree_depth */
         dep[s] = UINT32_MAX;
-        uint32_t t = g->twin ? g->twin[s] : UINT32_MAX;
+        uint32_t t = g->twin && share ? g->twin[s] : UINT32_MAX;
         if ((s & 1023) == 0 && cancel && atomic_load_explicit(cancel, memory_order_relaxed)) {
             rc = smol_errf(err, SMOL_ECANCELLED, "grammar index: cancelled");
             goto out;
@@ -637,8 +654,8 @@ enum smol_err smol_grammar_index_build(struct smol_grammar_index **out, const st
             rc = smol_errf(err, SMOL_ECANCELLED, "grammar index: cancelled");
             break;
         }
-        uint32_t t = g->twin ? g->twin[s] : UINT32_MAX, rmin = 0;
-        if (rep[s] != s) {  /* the same edges: the same class */
+        uint32_t t = g->twin && share ? g->twin[s] : UINT32_MAX, rmin = 0;
+        if (share && rep[s] != s) {  /* the same edges: the same class */
             ix->cls[s] = ix->cls[rep[s]];
             ix->cls[s].shared = 1;
             maxd[s] = maxd[rep[s]];

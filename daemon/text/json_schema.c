@@ -236,6 +236,10 @@ static int format_expr(struct js *c, const char *f, const char *at)
     return rx(c, re);
 }
 
+/* A string with a pattern, format or length bounds is a rule of its own,
+ * one per distinct constraint (its name is the constraint): the token index
+ * walks its states once however many properties use it, and what follows the
+ * closing quote is the caller's (the mask reads it from the real stack). */
 static int string_expr(struct js *c, json_t *s, const char *at)
 {
     struct gb *b = c->b;
@@ -243,25 +247,39 @@ static int string_expr(struct js *c, json_t *s, const char *at)
     json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
     int n_kinds = !!pat + !!fmt + !!(mn || mx);
     if (n_kinds > 1) return fail(c, SMOL_EUNSUPPORTED, "%s: combining pattern, format and min/maxLength", "string", at);
-    int body;
+    if (!n_kinds) return string_rule(c);
+    long long lo = 0, hi = GB_INF;
+    char name[96];
+    const char *key;
+    size_t klen;
     if (pat) {
         if (!json_is_string(pat)) return fail(c, SMOL_EINVAL, "'%s' must be a string", "pattern", at);
-        body = gb_regex(b, json_string_value(pat), json_string_length(pat), 1);
+        key = json_string_value(pat);
+        klen = json_string_length(pat);
     } else if (fmt) {
         if (!json_is_string(fmt)) return fail(c, SMOL_EINVAL, "'%s' must be a string", "format", at);
-        body = format_expr(c, json_string_value(fmt), at);
-    } else if (mn || mx) {
-        long long lo = 0, hi = GB_INF;
+        snprintf(name, sizeof name, "format %.80s", json_string_value(fmt));
+        key = name;
+        klen = strlen(name);
+    } else {
         if ((mn && !count_of(mn, &lo)) || (mx && !count_of(mx, &hi)))
             return fail(c, SMOL_EINVAL, "'%s' must be an integer", "minLength/maxLength", at);
         if (lo < 0 || (mx && hi < lo)) return fail(c, SMOL_EINVAL, "%s: bad bounds", "minLength/maxLength", at);
         if (lo > GB_MAX_REPEAT || hi > GB_MAX_REPEAT)
             return fail(c, SMOL_ETOOLARGE, "%s over 10000", "minLength/maxLength", at);
-        body = gb_rep(b, str_char(c), (int)lo, mx ? (int)hi : GB_INF);
-    } else {
-        return string_rule(c);
+        snprintf(name, sizeof name, "string{%lld,%lld}", lo, mx ? hi : -1LL);
+        key = name;
+        klen = strlen(name);
     }
-    return gb_seq3(b, gb_str(b, "\""), body, gb_str(b, "\""));
+    int r = gb_rule_find(b, key, klen);
+    if (r >= 0) return gb_ref(b, r);
+    int body;
+    if (pat) body = gb_regex(b, key, klen, 1);
+    else if (fmt) body = format_expr(c, json_string_value(fmt), at);
+    else body = gb_rep(b, str_char(c), (int)lo, mx ? (int)hi : GB_INF);
+    r = gb_rule_new(b, key, klen);
+    gb_rule_set(b, r, gb_seq3(b, gb_str(b, "\""), body, gb_str(b, "\"")));
+    return gb_ref(b, r);
 }
 
 /* ---- integers ----------------------------------------------------------------------- */
