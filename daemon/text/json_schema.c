@@ -27,6 +27,10 @@
  * Anything else is SMOL_EUNSUPPORTED naming the keyword and where it is.
  * Limits (opts): input size, nesting depth, total enum values; the builder
  * bounds the automaton.
+ *
+ * This file walks the keywords (objects, arrays, references, allOf, the
+ * type dispatch); the leaves (generic JSON, literals, strings, integers,
+ * numbers) are built by json_values.c.
  */
 #include "daemon/text/grammar.h"
 
@@ -38,344 +42,9 @@
 
 #include "daemon/text/grammar_build.h"
 #include "daemon/text/json_schema_impl.h"
-
-struct js {
-    struct gb *b;
-    json_t *root;
-    const struct smol_grammar_opts *o;
-    int flex;
-    size_t n_enum;
-    int depth;
-    /* rules made for $ref targets, by pointer */
-    char **ref_ptr;
-    int *ref_rule;
-    size_t n_refs, cap_refs;
-    int r_value, r_string, r_object, r_array;   /* the generic rules, -1 until used */
-};
+#include "daemon/text/json_values.h"
 
 static int sch(struct js *c, json_t *s, const char *at);
-
-static int fail(struct js *c, enum smol_err code, const char *fmt, const char *a, const char *at)
-{
-    char m[SMOL_ERRLEN];
-    snprintf(m, sizeof m, fmt, a);
-    gb_fail(c->b, code, "%s (at #%s)", m, at);
-    return -1;
-}
-
-/* ---- generic JSON ------------------------------------------------------------------- */
-
-static int ws(struct js *c)
-{
-    if (!c->flex) return gb_empty(c->b);
-    static const char sp[] = " \t\n\r";
-    uint8_t set[32] = {0};
-    for (const char *p = sp; *p; p++) set[(uint8_t)*p >> 3] |= (uint8_t)(1u << (*p & 7));
-    return gb_rep(c->b, gb_byteset(c->b, set), 0, 16);
-}
-
-/* A structural token with the whitespace policy around it. */
-static int tok(struct js *c, const char *t)
-{
-    return c->flex ? gb_seq3(c->b, ws(c), gb_str(c->b, t), ws(c)) : gb_str(c->b, t);
-}
-
-/* One character of a JSON string body: unescaped or an escape. */
-static int str_char(struct js *c)
-{
-    struct gb_range r[] = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
-    int plain = gb_cp_class(c->b, r, 3, 1);
-    uint8_t esc[32] = {0};
-    for (const char *p = "\"\\/bfnrt"; *p; p++) esc[(uint8_t)*p >> 3] |= (uint8_t)(1u << (*p & 7));
-    struct gb_range hx[] = {{'0', '9'}, {'a', 'f'}, {'A', 'F'}};
-    int hex = gb_cp_class(c->b, hx, 3, 0);
-    int u = gb_seq2(c->b, gb_str(c->b, "u"), gb_rep(c->b, hex, 4, 4));
-    int e = gb_seq2(c->b, gb_str(c->b, "\\"), gb_alt2(c->b, gb_byteset(c->b, esc), u));
-    return gb_alt2(c->b, plain, e);
-}
-
-static int string_rule(struct js *c)
-{
-    if (c->r_string < 0) {
-        c->r_string = gb_rule_new(c->b, "string", 6);
-        gb_rule_set(c->b, c->r_string, gb_seq3(c->b, gb_str(c->b, "\""), gb_rep(c->b, str_char(c), 0, GB_INF),
-                                                gb_str(c->b, "\"")));
-    }
-    return gb_ref(c->b, c->r_string);
-}
-
-static int digits(struct js *c, int min, int max)
-{
-    return gb_rep(c->b, gb_byte_range(c->b, '0', '9'), min, max);
-}
-
-/* Non-negative integer without leading zeros. */
-static int uint_expr(struct js *c)
-{
-    return gb_alt2(c->b, gb_str(c->b, "0"), gb_seq2(c->b, gb_byte_range(c->b, '1', '9'), digits(c, 0, GB_INF)));
-}
-
-static int number_expr(struct js *c, int nonneg)
-{
-    struct gb *b = c->b;
-    int sign = nonneg ? gb_empty(b) : gb_rep(b, gb_str(b, "-"), 0, 1);
-    int frac = gb_rep(b, gb_seq2(b, gb_str(b, "."), digits(c, 1, GB_INF)), 0, 1);
-    uint8_t e[32] = {0}, pm[32] = {0};
-    e['e' >> 3] |= 1u << ('e' & 7); e['E' >> 3] |= 1u << ('E' & 7);
-    pm['+' >> 3] |= 1u << ('+' & 7); pm['-' >> 3] |= 1u << ('-' & 7);
-    int exp = gb_rep(b, gb_seq3(b, gb_byteset(b, e), gb_rep(b, gb_byteset(b, pm), 0, 1), digits(c, 1, GB_INF)), 0, 1);
-    int xs[4] = {sign, uint_expr(c), frac, exp};
-    return gb_seq(b, xs, 4);
-}
-
-static int object_generic(struct js *c, int value);
-static int array_generic(struct js *c, int item, int min, int max);
-
-static int value_rule(struct js *c)
-{
-    if (c->r_value < 0) {
-        struct gb *b = c->b;
-        c->r_value = gb_rule_new(b, "value", 5);
-        c->r_object = gb_rule_new(b, "object", 6);
-        c->r_array = gb_rule_new(b, "array", 5);
-        int v = gb_ref(b, c->r_value);
-        gb_rule_set(b, c->r_object, object_generic(c, v));
-        gb_rule_set(b, c->r_array, array_generic(c, v, 0, GB_INF));
-        int xs[7] = {gb_ref(b, c->r_object), gb_ref(b, c->r_array), string_rule(c), number_expr(c, 0),
-                     gb_str(b, "true"), gb_str(b, "false"), gb_str(b, "null")};
-        gb_rule_set(b, c->r_value, gb_alt(b, xs, 7));
-    }
-    return gb_ref(c->b, c->r_value);
-}
-
-/* { "k": value, ... } with any keys (key: an expression for the quoted key). */
-static int kv_list(struct js *c, int key, int value, int leading_comma)
-{
-    struct gb *b = c->b;
-    int kv = gb_seq3(b, key, tok(c, ":"), value);
-    int more = gb_rep(b, gb_seq2(b, tok(c, ","), kv), 0, GB_INF);
-    if (leading_comma) return more;
-    return gb_rep(b, gb_seq2(b, kv, more), 0, 1);
-}
-
-static int object_generic(struct js *c, int value)
-{
-    return gb_seq3(c->b, tok(c, "{"), kv_list(c, string_rule(c), value, 0), tok(c, "}"));
-}
-
-static int array_generic(struct js *c, int item, int min, int max)
-{
-    struct gb *b = c->b;
-    int body;
-    if (max == 0) {
-        body = gb_empty(b);
-    } else {
-        int rest = gb_rep(b, gb_seq2(b, tok(c, ","), item), min > 0 ? min - 1 : 0, max == GB_INF ? GB_INF : max - 1);
-        body = gb_seq2(b, item, rest);
-        if (min == 0) body = gb_rep(b, body, 0, 1);
-    }
-    return gb_seq3(b, tok(c, "["), body, tok(c, "]"));
-}
-
-/* The canonical compact serialization of a JSON value, as a literal;
- * an integral number also in its ".0" spelling. */
-static int literal(struct js *c, json_t *v, const char *at)
-{
-    if (++c->n_enum > (c->o->max_enum ? c->o->max_enum : 4096))
-        return fail(c, SMOL_ETOOLARGE, "over %s enum/const values", c->o->max_enum ? "max_enum" : "4096", at);
-    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);
-    if (!s) { gb_fail(c->b, SMOL_ENOMEM, "out of memory"); return -1; }
-    int x = gb_str(c->b, s);
-    if (json_is_real(v) && floor(json_real_value(v)) == json_real_value(v) && fabs(json_real_value(v)) < 9e15) {
-        char t[64];
-        snprintf(t, sizeof t, "%.0f", json_real_value(v));
-        x = gb_alt2(c->b, x, gb_str(c->b, t));
-    } else if (json_is_integer(v)) {
-        char t[64];
-        snprintf(t, sizeof t, "%lld.0", (long long)json_integer_value(v));
-        x = gb_alt2(c->b, x, gb_str(c->b, t));
-    }
-    free(s);
-    return x;
-}
-
-/* ---- strings ------------------------------------------------------------------------ */
-
-/* A count keyword (minLength, ...): an integer, or a real with no fraction. */
-static int count_of(json_t *v, long long *out)
-{
-    if (json_is_integer(v)) { *out = json_integer_value(v); return 1; }
-    if (json_is_real(v) && floor(json_real_value(v)) == json_real_value(v) && fabs(json_real_value(v)) < 1e15) {
-        *out = (long long)json_real_value(v);
-        return 1;
-    }
-    return 0;
-}
-
-static int rx(struct js *c, const char *re)
-{
-    return gb_regex(c->b, re, strlen(re), 1);
-}
-
-static int format_expr(struct js *c, const char *f, const char *at)
-{
-    static const char *date = "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])";
-    static const char *time = "([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
-    char re[512];
-    if (!strcmp(f, "date")) snprintf(re, sizeof re, "^%s$", date);
-    else if (!strcmp(f, "time")) snprintf(re, sizeof re, "^%s$", time);
-    else if (!strcmp(f, "date-time")) snprintf(re, sizeof re, "^%s[Tt]%s$", date, time);
-    else if (!strcmp(f, "uuid")) snprintf(re, sizeof re, "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$");
-    else if (!strcmp(f, "email"))
-        snprintf(re, sizeof re, "^[A-Za-z0-9!#$%%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%%&'*+/=?^_`{|}~-]+)*"
-                 "@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+$");
-    else if (!strcmp(f, "ipv4"))
-        snprintf(re, sizeof re, "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$");
-    else if (!strcmp(f, "uri")) snprintf(re, sizeof re, "^[A-Za-z][A-Za-z0-9+.-]*:[^ <>\"{}|\\\\^`]*$");
-    else return fail(c, SMOL_EUNSUPPORTED, "unsupported string format '%s'", f, at);
-    return rx(c, re);
-}
-
-/* A string with a pattern, format or length bounds is a rule of its own,
- * one per distinct constraint (its name is the constraint): the token index
- * walks its states once however many properties use it, and what follows the
- * closing quote is the caller's (the mask reads it from the real stack). */
-static int string_expr(struct js *c, json_t *s, const char *at)
-{
-    struct gb *b = c->b;
-    json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
-    json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
-    int n_kinds = !!pat + !!fmt + !!(mn || mx);
-    if (n_kinds > 1) return fail(c, SMOL_EUNSUPPORTED, "%s: combining pattern, format and min/maxLength", "string", at);
-    if (!n_kinds) return string_rule(c);
-    long long lo = 0, hi = GB_INF;
-    char name[96];
-    const char *key;
-    size_t klen;
-    if (pat) {
-        if (!json_is_string(pat)) return fail(c, SMOL_EINVAL, "'%s' must be a string", "pattern", at);
-        key = json_string_value(pat);
-        klen = json_string_length(pat);
-    } else if (fmt) {
-        if (!json_is_string(fmt)) return fail(c, SMOL_EINVAL, "'%s' must be a string", "format", at);
-        snprintf(name, sizeof name, "format %.80s", json_string_value(fmt));
-        key = name;
-        klen = strlen(name);
-    } else {
-        if ((mn && !count_of(mn, &lo)) || (mx && !count_of(mx, &hi)))
-            return fail(c, SMOL_EINVAL, "'%s' must be an integer", "minLength/maxLength", at);
-        if (lo < 0 || (mx && hi < lo)) return fail(c, SMOL_EINVAL, "%s: bad bounds", "minLength/maxLength", at);
-        if (lo > GB_MAX_REPEAT || hi > GB_MAX_REPEAT)
-            return fail(c, SMOL_ETOOLARGE, "%s over 10000", "minLength/maxLength", at);
-        snprintf(name, sizeof name, "string{%lld,%lld}", lo, mx ? hi : -1LL);
-        key = name;
-        klen = strlen(name);
-    }
-    int r = gb_rule_find(b, key, klen);
-    if (r >= 0) return gb_ref(b, r);
-    int body;
-    if (pat) body = gb_regex(b, key, klen, 1);
-    else if (fmt) body = format_expr(c, json_string_value(fmt), at);
-    else body = gb_rep(b, str_char(c), (int)lo, mx ? (int)hi : GB_INF);
-    r = gb_rule_new(b, key, klen);
-    gb_rule_set(b, r, gb_seq3(b, gb_str(b, "\""), body, gb_str(b, "\"")));
-    return gb_ref(b, r);
-}
-
-/* ---- integers ----------------------------------------------------------------------- */
-
-/* Decimal strings lo..hi of the same length (no sign). */
-static int same_len(struct js *c, const char *lo, const char *hi, size_t n)
-{
-    struct gb *b = c->b;
-    if (n == 0) return gb_empty(b);
-    if (n == 1) return gb_byte_range(b, lo[0], hi[0]);
-    if (lo[0] == hi[0]) return gb_seq2(b, gb_byte_range(b, lo[0], lo[0]), same_len(c, lo + 1, hi + 1, n - 1));
-    char nines[24], zeros[24];
-    memset(nines, '9', n - 1);
-    memset(zeros, '0', n - 1);
-    int xs[3], k = 0;
-    xs[k++] = gb_seq2(b, gb_byte_range(b, lo[0], lo[0]), same_len(c, lo + 1, nines, n - 1));
-    if (hi[0] - lo[0] > 1) xs[k++] = gb_seq2(b, gb_byte_range(b, lo[0] + 1, hi[0] - 1), digits(c, (int)n - 1, (int)n - 1));
-    xs[k++] = gb_seq2(b, gb_byte_range(b, hi[0], hi[0]), same_len(c, zeros, hi + 1, n - 1));
-    return gb_alt(b, xs, (size_t)k);
-}
-
-/* Unsigned integers in [lo, hi]; hi < 0 means unbounded. */
-static int uint_range(struct js *c, long long lo, long long hi)
-{
-    struct gb *b = c->b;
-    int xs[24], k = 0;
-    char a[24], z[24];
-    int la = snprintf(a, sizeof a, "%lld", lo);
-    int lz = hi >= 0 ? snprintf(z, sizeof z, "%lld", hi) : la;
-    for (int len = la; len <= lz && k < 22; len++) {
-        char from[24], to[24];
-        if (len == la) memcpy(from, a, (size_t)len);
-        else { memset(from, '0', (size_t)len); from[0] = '1'; }
-        if (hi >= 0 && len == lz) memcpy(to, z, (size_t)len);
-        else memset(to, '9', (size_t)len);
-        xs[k++] = same_len(c, from, to, (size_t)len);
-    }
-    if (hi < 0)   /* and every longer number */
-        xs[k++] = gb_seq2(b, gb_byte_range(b, '1', '9'), digits(c, lz, GB_INF));
-    return gb_alt(b, xs, (size_t)k);
-}
-
-static int integer_expr(struct js *c, json_t *s, const char *at)
-{
-    struct gb *b = c->b;
-    int has_lo = 0, has_hi = 0;
-    double lo = 0, hi = 0;
-    const char *keys[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
-    for (int i = 0; i < 4; i++) {
-        json_t *v = json_object_get(s, keys[i]);
-        if (!v) continue;
-        if (!json_is_number(v)) return fail(c, SMOL_EINVAL, "'%s' must be a number", keys[i], at);
-        double x = json_number_value(v);
-        if (fabs(x) > 1e18) return fail(c, SMOL_EUNSUPPORTED, "'%s' beyond +-1e18", keys[i], at);
-        if (i < 2) {
-            double l = i == 0 ? ceil(x) : floor(x) + 1;
-            if (!has_lo || l > lo) lo = l;
-            has_lo = 1;
-        } else {
-            double h = i == 2 ? floor(x) : ceil(x) - 1;
-            if (!has_hi || h < hi) hi = h;
-            has_hi = 1;
-        }
-    }
-    if (json_object_get(s, "multipleOf")) return fail(c, SMOL_EUNSUPPORTED, "unsupported keyword '%s'", "multipleOf", at);
-    if (has_lo && has_hi && lo > hi) return gb_byte_range(b, 1, 0);   /* nothing */
-    long long l = (long long)lo, h = (long long)hi;
-    int neg = gb_str(b, "-");
-    if (!has_lo && !has_hi)
-        return gb_seq2(b, gb_rep(b, neg, 0, 1), uint_expr(c));
-    if (has_lo && !has_hi) {
-        if (l >= 0) return uint_range(c, l, -1);
-        /* -|l|..-1, then 0.. */
-        return gb_alt2(b, gb_seq2(b, neg, uint_range(c, 1, -l)), uint_range(c, 0, -1));
-    }
-    if (!has_lo) {
-        if (h < 0) return gb_seq2(b, neg, uint_range(c, -h, -1));
-        return gb_alt2(b, gb_seq2(b, neg, uint_range(c, 1, -1)), uint_range(c, 0, h));
-    }
-    if (l >= 0) return uint_range(c, l, h);
-    if (h < 0) return gb_seq2(b, neg, uint_range(c, -h, -l));
-    return gb_alt2(b, gb_seq2(b, neg, uint_range(c, 1, -l)), uint_range(c, 0, h));
-}
-
-static int number_bounded(struct js *c, json_t *s, const char *at)
-{
-    json_t *mn = json_object_get(s, "minimum"), *xmn = json_object_get(s, "exclusiveMinimum");
-    const char *bad[] = {"maximum", "exclusiveMaximum", "multipleOf"};
-    for (int i = 0; i < 3; i++)
-        if (json_object_get(s, bad[i])) return fail(c, SMOL_EUNSUPPORTED, "'%s' on a non-integer number", bad[i], at);
-    if (xmn) return fail(c, SMOL_EUNSUPPORTED, "'%s' on a non-integer number", "exclusiveMinimum", at);
-    if (mn && !json_is_number(mn)) return fail(c, SMOL_EINVAL, "'%s' must be a number", "minimum", at);
-    if (mn && json_number_value(mn) != 0)
-        return fail(c, SMOL_EUNSUPPORTED, "'%s' other than 0 on a non-integer number", "minimum", at);
-    return number_expr(c, mn != NULL);
-}
 
 /* ---- objects ------------------------------------------------------------------------ */
 
@@ -402,7 +71,7 @@ static uint32_t unit_cp(const char *s, size_t l)
 static int key_not_in(struct js *c, char **keys, size_t n, size_t off, int depth)
 {
     struct gb *b = c->b;
-    if (depth > 256) return fail(c, SMOL_ETOOLARGE, "%s too long", "property name", "");
+    if (depth > 256) return js_fail(c, SMOL_ETOOLARGE, "%s too long", "property name", "");
     size_t cap = n + 2;
     int *alts = malloc(cap * sizeof *alts);
     struct gb_range *ex = malloc((n + 3) * sizeof *ex);
@@ -431,7 +100,7 @@ static int key_not_in(struct js *c, char **keys, size_t n, size_t off, int depth
     struct gb_range hx[] = {{'0', '9'}, {'a', 'f'}, {'A', 'F'}};
     int u = gb_seq2(b, gb_str(b, "u"), gb_rep(b, gb_cp_class(b, hx, 3, 0), 4, 4));
     int other = gb_alt2(b, gb_cp_class(b, ex, ne, 1), gb_seq2(b, gb_str(b, "\\"), gb_alt2(b, gb_byteset(b, esc), u)));
-    alts[k++] = gb_seq3(b, other, gb_rep(b, str_char(c), 0, GB_INF), gb_str(b, "\""));
+    alts[k++] = gb_seq3(b, other, gb_rep(b, js_str_char(c), 0, GB_INF), gb_str(b, "\""));
     int r = gb_alt(b, alts, k);
     free(alts);
     free(ex);
@@ -445,8 +114,8 @@ static int object_expr(struct js *c, json_t *s, const char *at)
     struct gb *b = c->b;
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     json_t *ap = json_object_get(s, "additionalProperties");
-    if (props && !json_is_object(props)) return fail(c, SMOL_EINVAL, "'%s' must be an object", "properties", at);
-    if (req && !json_is_array(req)) return fail(c, SMOL_EINVAL, "'%s' must be an array", "required", at);
+    if (props && !json_is_object(props)) return js_fail(c, SMOL_EINVAL, "'%s' must be an object", "properties", at);
+    if (req && !json_is_array(req)) return js_fail(c, SMOL_EINVAL, "'%s' must be an array", "required", at);
     int extra = ap ? !(json_is_false(ap)) : c->o->extra_properties;
     size_t np = props ? json_object_size(props) : 0, nr = req ? json_array_size(req) : 0, n = 0;
     const char **names = malloc((np + nr + 1) * sizeof *names);
@@ -469,7 +138,7 @@ static int object_expr(struct js *c, json_t *s, const char *at)
         }
     for (size_t i = 0; i < nr; i++) {
         json_t *x = json_array_get(sreq, i);
-        if (!json_is_string(x)) { json_decref(sreq); fail(c, SMOL_EINVAL, "'%s' must hold strings", "required", at); goto out; }
+        if (!json_is_string(x)) { json_decref(sreq); js_fail(c, SMOL_EINVAL, "'%s' must hold strings", "required", at); goto out; }
         size_t j = 0;
         while (j < n && strcmp(names[j], json_string_value(x))) j++;
         if (j == n) {   /* required but not described: any value (or the additional schema) */
@@ -479,7 +148,7 @@ static int object_expr(struct js *c, json_t *s, const char *at)
         isreq[j] = 1;
     }
     json_decref(sreq);
-    int value_extra = extra ? (json_is_object(ap) ? sch(c, ap, at) : value_rule(c)) : -1;
+    int value_extra = extra ? (json_is_object(ap) ? sch(c, ap, at) : js_value_rule(c)) : -1;
     for (size_t i = 0; i < n; i++) {
         char sub[SMOL_ERRLEN];
         snprintf(sub, sizeof sub, "%s/properties/%s", at, names[i]);
@@ -487,8 +156,8 @@ static int object_expr(struct js *c, json_t *s, const char *at)
         esc[i] = ks ? json_dumps(ks, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
         json_decref(ks);
         if (!esc[i]) { gb_fail(b, SMOL_ENOMEM, "out of memory"); goto out; }
-        int v = schemas[i] ? sch(c, schemas[i], sub) : value_rule(c);
-        kv[i] = gb_seq3(b, gb_str(b, esc[i]), tok(c, ":"), v);
+        int v = schemas[i] ? sch(c, schemas[i], sub) : js_value_rule(c);
+        kv[i] = gb_seq3(b, gb_str(b, esc[i]), js_tok(c, ":"), v);
     }
     int kvx = -1;
     if (extra) {
@@ -503,16 +172,16 @@ static int object_expr(struct js *c, json_t *s, const char *at)
         qsort(bodies, n, sizeof *bodies, cmp_str);
         int key = gb_seq2(b, gb_str(b, "\""), key_not_in(c, bodies, n, 0, 0));
         free(bodies);
-        kvx = gb_seq3(b, key, tok(c, ":"), value_extra);
+        kvx = gb_seq3(b, key, js_tok(c, ":"), value_extra);
     }
     /* after[i]: properties i.. once something was written; first[i]: nothing yet */
-    int after = extra ? gb_rep(b, gb_seq2(b, tok(c, ","), kvx), 0, GB_INF) : gb_empty(b);
+    int after = extra ? gb_rep(b, gb_seq2(b, js_tok(c, ","), kvx), 0, GB_INF) : gb_empty(b);
     int first = extra ? gb_rep(b, gb_seq2(b, kvx, after), 0, 1) : gb_empty(b);
     int *aft = malloc((n + 1) * sizeof *aft);
     if (!aft) { gb_fail(b, SMOL_ENOMEM, "out of memory"); goto out; }
     aft[n] = after;
     for (size_t i = n; i-- > 0;) {
-        int x = gb_seq2(b, tok(c, ","), kv[i]);
+        int x = gb_seq2(b, js_tok(c, ","), kv[i]);
         aft[i] = gb_seq2(b, isreq[i] ? x : gb_rep(b, x, 0, 1), aft[i + 1]);
     }
     for (size_t i = n; i-- > 0;) {
@@ -520,7 +189,7 @@ static int object_expr(struct js *c, json_t *s, const char *at)
         first = isreq[i] ? x : gb_alt2(b, x, first);
     }
     free(aft);
-    r = gb_seq3(b, tok(c, "{"), first, tok(c, "}"));
+    r = gb_seq3(b, js_tok(c, "{"), first, js_tok(c, "}"));
 out:
     if (esc) for (size_t i = 0; i < np + nr + 1; i++) free(esc[i]);
     free(esc); free(names); free(schemas); free(kv); free(isreq);
@@ -534,48 +203,48 @@ static int array_expr(struct js *c, json_t *s, const char *at)
     struct gb *b = c->b;
     json_t *pre = json_object_get(s, "prefixItems"), *items = json_object_get(s, "items");
     json_t *mn = json_object_get(s, "minItems"), *mx = json_object_get(s, "maxItems"), *uq = json_object_get(s, "uniqueItems");
-    if (uq && json_is_true(uq)) return fail(c, SMOL_EUNSUPPORTED, "unsupported keyword '%s'", "uniqueItems", at);
-    if (pre && !json_is_array(pre)) return fail(c, SMOL_EINVAL, "'%s' must be an array", "prefixItems", at);
+    if (uq && json_is_true(uq)) return js_fail(c, SMOL_EUNSUPPORTED, "unsupported keyword '%s'", "uniqueItems", at);
+    if (pre && !json_is_array(pre)) return js_fail(c, SMOL_EINVAL, "'%s' must be an array", "prefixItems", at);
     long long min = 0, max = GB_INF;
-    if ((mn && !count_of(mn, &min)) || (mx && !count_of(mx, &max)))
-        return fail(c, SMOL_EINVAL, "'%s' must be an integer", "minItems/maxItems", at);
-    if (min < 0 || (mx && max < 0)) return fail(c, SMOL_EINVAL, "%s: negative", "minItems/maxItems", at);
-    if (min > GB_MAX_REPEAT || max > GB_MAX_REPEAT) return fail(c, SMOL_ETOOLARGE, "%s over 10000", "minItems/maxItems", at);
+    if ((mn && !js_count_of(mn, &min)) || (mx && !js_count_of(mx, &max)))
+        return js_fail(c, SMOL_EINVAL, "'%s' must be an integer", "minItems/maxItems", at);
+    if (min < 0 || (mx && max < 0)) return js_fail(c, SMOL_EINVAL, "%s: negative", "minItems/maxItems", at);
+    if (min > GB_MAX_REPEAT || max > GB_MAX_REPEAT) return js_fail(c, SMOL_ETOOLARGE, "%s over 10000", "minItems/maxItems", at);
     size_t k = pre ? json_array_size(pre) : 0;
     if (mx && (long long)k > max) k = (size_t)max;
     char sub[SMOL_ERRLEN];
     snprintf(sub, sizeof sub, "%s/items", at);
-    int item = items ? (json_is_false(items) ? -2 : sch(c, items, sub)) : value_rule(c);
+    int item = items ? (json_is_false(items) ? -2 : sch(c, items, sub)) : js_value_rule(c);
     /* elements k..: item with commas, count limits shifted by k */
     int tail;
     long long tmin = min > (long long)k ? min - (long long)k : 0;
     long long tmax = max == GB_INF ? GB_INF : max - (long long)k;
     if (item == -2 || tmax == 0) tail = tmin > 0 ? gb_byte_range(b, 1, 0) : gb_empty(b);
     else if (k == 0) {
-        int rest = gb_rep(b, gb_seq2(b, tok(c, ","), item), tmin > 0 ? (int)tmin - 1 : 0,
+        int rest = gb_rep(b, gb_seq2(b, js_tok(c, ","), item), tmin > 0 ? (int)tmin - 1 : 0,
                           tmax == GB_INF ? GB_INF : (int)tmax - 1);
         tail = gb_seq2(b, item, rest);
         if (tmin == 0) tail = gb_rep(b, tail, 0, 1);
     } else {
-        tail = gb_rep(b, gb_seq2(b, tok(c, ","), item), (int)tmin, tmax == GB_INF ? GB_INF : (int)tmax);
+        tail = gb_rep(b, gb_seq2(b, js_tok(c, ","), item), (int)tmin, tmax == GB_INF ? GB_INF : (int)tmax);
     }
     for (size_t i = k; i-- > 0;) {
         snprintf(sub, sizeof sub, "%s/prefixItems/%zu", at, i);
         int e = sch(c, json_array_get(pre, i), sub);
-        int x = gb_seq2(b, i ? gb_seq2(b, tok(c, ","), e) : e, tail);
+        int x = gb_seq2(b, i ? gb_seq2(b, js_tok(c, ","), e) : e, tail);
         tail = (long long)i >= min ? gb_rep(b, x, 0, 1) : x;
     }
-    return gb_seq3(b, tok(c, "["), tail, tok(c, "]"));
+    return gb_seq3(b, js_tok(c, "["), tail, js_tok(c, "]"));
 }
 
 /* ---- references and allOf ----------------------------------------------------------- */
 
 static json_t *resolve(struct js *c, const char *ref, const char *at)
 {
-    if (ref[0] != '#') { fail(c, SMOL_EUNSUPPORTED, "$ref '%s': only local references (#...) are supported", ref, at); return NULL; }
+    if (ref[0] != '#') { js_fail(c, SMOL_EUNSUPPORTED, "$ref '%s': only local references (#...) are supported", ref, at); return NULL; }
     json_t *cur = c->root;
     const char *p = ref + 1;
-    if (*p && *p != '/') { fail(c, SMOL_EUNSUPPORTED, "$ref '%s': anchors are not supported", ref, at); return NULL; }
+    if (*p && *p != '/') { js_fail(c, SMOL_EUNSUPPORTED, "$ref '%s': anchors are not supported", ref, at); return NULL; }
     while (*p == '/') {
         p++;
         char tok_[256];
@@ -594,7 +263,7 @@ static json_t *resolve(struct js *c, const char *ref, const char *at)
         if (json_is_object(cur)) cur = json_object_get(cur, tok_);
         else if (json_is_array(cur)) cur = json_array_get(cur, (size_t)strtoul(tok_, NULL, 10));
         else cur = NULL;
-        if (!cur) { fail(c, SMOL_EINVAL, "$ref '%s' does not resolve", ref, at); return NULL; }
+        if (!cur) { js_fail(c, SMOL_EINVAL, "$ref '%s' does not resolve", ref, at); return NULL; }
     }
     return cur;
 }
@@ -643,14 +312,14 @@ static json_t *types_of(json_t *t)
 /* a := a AND b, as far as one schema object can say it. */
 static int merge_into(struct js *c, json_t *a, json_t *b, const char *at, int depth)
 {
-    if (depth > 32) return fail(c, SMOL_ETOOLARGE, "%s nested too deeply", "allOf/$ref", at);
+    if (depth > 32) return js_fail(c, SMOL_ETOOLARGE, "%s nested too deeply", "allOf/$ref", at);
     while (json_is_object(b) && json_object_get(b, "$ref") && json_object_size(b) == 1) {
         b = resolve(c, json_string_value(json_object_get(b, "$ref")), at);
-        if (!b || ++depth > 32) return b ? fail(c, SMOL_ETOOLARGE, "%s nested too deeply", "$ref", at) : -1;
+        if (!b || ++depth > 32) return b ? js_fail(c, SMOL_ETOOLARGE, "%s nested too deeply", "$ref", at) : -1;
     }
     if (json_is_true(b)) return 0;
     if (json_is_false(b)) { json_object_set_new(a, "$smol_false", json_true()); return 0; }
-    if (!json_is_object(b)) return fail(c, SMOL_EINVAL, "a schema must be an object or a boolean (%s)", "allOf", at);
+    if (!json_is_object(b)) return js_fail(c, SMOL_EINVAL, "a schema must be an object or a boolean (%s)", "allOf", at);
     json_t *sub = json_object_get(b, "allOf");
     if (sub) {
         size_t i;
@@ -664,13 +333,13 @@ static int merge_into(struct js *c, json_t *a, json_t *b, const char *at, int de
         if (!strcmp(k, "allOf")) continue;
         if (!strcmp(k, "properties") && (json_object_get(a, "additionalProperties") || json_object_get(b, "additionalProperties")) &&
             (old || json_object_get(a, "additionalProperties")))
-            return fail(c, SMOL_EUNSUPPORTED, "allOf merging 'properties' with '%s'", "additionalProperties", at);
+            return js_fail(c, SMOL_EUNSUPPORTED, "allOf merging 'properties' with '%s'", "additionalProperties", at);
         if (!strcmp(k, "additionalProperties") && json_object_get(a, "properties"))
-            return fail(c, SMOL_EUNSUPPORTED, "allOf merging 'properties' with '%s'", "additionalProperties", at);
+            return js_fail(c, SMOL_EUNSUPPORTED, "allOf merging 'properties' with '%s'", "additionalProperties", at);
         if (!old) { json_object_set(a, k, v); continue; }
         if (json_equal(old, v) || is_annotation(k)) continue;
         if (!strcmp(k, "properties") && (json_object_get(a, "additionalProperties") || json_object_get(b, "additionalProperties")))
-            return fail(c, SMOL_EUNSUPPORTED, "allOf merging 'properties' with '%s'", "additionalProperties", at);
+            return js_fail(c, SMOL_EUNSUPPORTED, "allOf merging 'properties' with '%s'", "additionalProperties", at);
         if (!strcmp(k, "properties") && json_is_object(old) && json_is_object(v)) {
             json_t *np = json_deep_copy(old);
             const char *pk;
@@ -710,7 +379,7 @@ static int merge_into(struct js *c, json_t *a, json_t *b, const char *at, int de
         } else if (!strcmp(k, "additionalProperties") && (json_is_false(old) || json_is_false(v))) {
             json_object_set_new(a, k, json_false());
         } else {
-            return fail(c, SMOL_EUNSUPPORTED, "allOf with conflicting '%s'", k, at);
+            return js_fail(c, SMOL_EUNSUPPORTED, "allOf with conflicting '%s'", k, at);
         }
     }
     return 0;
@@ -813,10 +482,10 @@ static int one_disjoint(struct js *c, json_t *arr, const char *at)
 static int sch_inner(struct js *c, json_t *s, const char *at)
 {
     struct gb *b = c->b;
-    if (json_is_true(s)) return value_rule(c);
+    if (json_is_true(s)) return js_value_rule(c);
     if (json_is_false(s) || (json_is_object(s) && json_object_get(s, "$smol_false")))
         return gb_byte_range(b, 1, 0);   /* matches nothing */
-    if (!json_is_object(s)) return fail(c, SMOL_EINVAL, "a schema must be an object or a boolean, not %s", "this", at);
+    if (!json_is_object(s)) return js_fail(c, SMOL_EINVAL, "a schema must be an object or a boolean, not %s", "this", at);
     const char *k;
     json_t *v;
     int n_constraints = 0;
@@ -824,12 +493,12 @@ static int sch_inner(struct js *c, json_t *s, const char *at)
         if (is_annotation(k)) continue;
         int ok = 0;
         for (int i = 0; known[i] && !ok; i++) ok = !strcmp(k, known[i]);
-        if (!ok) return fail(c, SMOL_EUNSUPPORTED, "unsupported keyword '%s'", k, at);
+        if (!ok) return js_fail(c, SMOL_EUNSUPPORTED, "unsupported keyword '%s'", k, at);
         n_constraints++;
     }
     json_t *ref = json_object_get(s, "$ref"), *all = json_object_get(s, "allOf");
     json_t *any = json_object_get(s, "anyOf"), *one = json_object_get(s, "oneOf");
-    if (ref && !json_is_string(ref)) return fail(c, SMOL_EINVAL, "'%s' must be a string", "$ref", at);
+    if (ref && !json_is_string(ref)) return js_fail(c, SMOL_EINVAL, "'%s' must be a string", "$ref", at);
     if (ref && n_constraints == 1) return ref_expr(c, json_string_value(ref), at);
     if (ref || all) {   /* merge into one schema (a $ref beside other keywords is an allOf) */
         json_t *m = json_object(), *rest = json_copy(s);
@@ -846,12 +515,12 @@ static int sch_inner(struct js *c, json_t *s, const char *at)
         json_decref(rest);
         return r;
     }
-    if (any && one) return fail(c, SMOL_EUNSUPPORTED, "%s together", "anyOf and oneOf", at);
+    if (any && one) return js_fail(c, SMOL_EUNSUPPORTED, "%s together", "anyOf and oneOf", at);
     if (one && json_is_array(one) && !one_disjoint(c, one, at))
-        return fail(c, SMOL_EUNSUPPORTED, "%s: branches that may overlap (exclusivity is not expressible; use anyOf)", "oneOf", at);
+        return js_fail(c, SMOL_EUNSUPPORTED, "%s: branches that may overlap (exclusivity is not expressible; use anyOf)", "oneOf", at);
     if (any || one) {
         json_t *arr = any ? any : one;
-        if (!json_is_array(arr) || !json_array_size(arr)) return fail(c, SMOL_EINVAL, "'%s' must be a non-empty array", any ? "anyOf" : "oneOf", at);
+        if (!json_is_array(arr) || !json_array_size(arr)) return js_fail(c, SMOL_EINVAL, "'%s' must be a non-empty array", any ? "anyOf" : "oneOf", at);
         json_t *rest = json_copy(s);
         json_object_del(rest, any ? "anyOf" : "oneOf");
         int sib = json_object_size(rest) > 0;
@@ -886,11 +555,11 @@ static int sch_inner(struct js *c, json_t *s, const char *at)
             json_t *x;
             json_array_foreach(t, i, x) types |= json_is_string(x) ? type_bit(json_string_value(x)) : 0;
         }
-        if (!types) return fail(c, SMOL_EINVAL, "bad '%s'", "type", at);
+        if (!types) return js_fail(c, SMOL_EINVAL, "bad '%s'", "type", at);
     }
     json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
     if (en || cn) {
-        if (en && !json_is_array(en)) return fail(c, SMOL_EINVAL, "'%s' must be an array", "enum", at);
+        if (en && !json_is_array(en)) return js_fail(c, SMOL_EINVAL, "'%s' must be an array", "enum", at);
         json_t *vals = en ? json_copy(en) : json_array();
         if (cn) {   /* const and enum: the const if the enum has it */
             int in = !en;
@@ -904,21 +573,21 @@ static int sch_inner(struct js *c, json_t *s, const char *at)
         int *xs = malloc((n + 1) * sizeof *xs);
         json_t *x;
         if (!xs) { json_decref(vals); gb_fail(b, SMOL_ENOMEM, "out of memory"); return -1; }
-        json_array_foreach(vals, i, x) if (value_type(x) & types) xs[k++] = literal(c, x, at);
+        json_array_foreach(vals, i, x) if (value_type(x) & types) xs[k++] = js_literal(c, x, at);
         json_decref(vals);
         int r = k ? gb_alt(b, xs, k) : gb_byte_range(b, 1, 0);
         free(xs);
         return r;
     }
-    if (types == T_ALL && n_constraints == 0) return value_rule(c);
+    if (types == T_ALL && n_constraints == 0) return js_value_rule(c);
     int xs[7], nk = 0;
     if (types & T_NULL) xs[nk++] = gb_str(b, "null");
     if (types & T_BOOL) xs[nk++] = gb_alt2(b, gb_str(b, "true"), gb_str(b, "false"));
     if (types & T_OBJ) xs[nk++] = object_expr(c, s, at);
     if (types & T_ARR) xs[nk++] = array_expr(c, s, at);
-    if (types & T_STR) xs[nk++] = string_expr(c, s, at);
-    if (types & T_NUM) xs[nk++] = number_bounded(c, s, at);
-    else if (types & T_INT) xs[nk++] = integer_expr(c, s, at);
+    if (types & T_STR) xs[nk++] = js_string_expr(c, s, at);
+    if (types & T_NUM) xs[nk++] = js_number_bounded(c, s, at);
+    else if (types & T_INT) xs[nk++] = js_integer_expr(c, s, at);
     return gb_alt(b, xs, (size_t)nk);
 }
 
@@ -932,7 +601,7 @@ static int sch(struct js *c, json_t *s, const char *at)
         c->depth--;
         char d[16];
         snprintf(d, sizeof d, "%d", max_depth);
-        return fail(c, SMOL_ETOOLARGE, "schema nested deeper than %s", d, at);
+        return js_fail(c, SMOL_ETOOLARGE, "schema nested deeper than %s", d, at);
     }
     int x = sch_inner(c, s, at);
     c->depth--;
@@ -998,7 +667,7 @@ enum smol_err smol_grammar_compile_json_any(int object_only, const struct smol_g
     struct js c = {.o = opts, .flex = opts->flexible_ws, .r_value = -1, .r_string = -1};
     enum smol_err rc = gb_new(&c.b, err);
     if (rc) return rc;
-    int v = value_rule(&c);
+    int v = js_value_rule(&c);
     int x = object_only ? gb_ref(c.b, c.r_object) : v;
     return finish(&c, x, out, err);
 }
