@@ -214,7 +214,8 @@ bench-spec: all
 	@[ -x build/venv-llama/bin/python ] || echo "bench-spec: no build/venv-llama (make bench builds llama-cpp-python): llama.cpp n/a"
 	build/venv/bin/python tests/bench/spec_bench.py --build $(BUILD)
 
-# bench-grammar: token-mask time on the SmolLM3 vocabulary (tests/bench/bench_grammar.c), then
+# bench-grammar: token-mask time on the SmolLM3 vocabulary (tests/bench/bench_grammar.c) for
+# tests/grammar/schemas/ and the bench's own tests/bench/grammar/ (long bounded strings), then
 # ours against xgrammar and llguidance on the same schemas and vocabulary in one run
 # (tests/bench/grammar_peers.py), from their own venv: build/venv-peers, made from the pinned
 # tests/bench/requirements-grammar-peers.txt (xgrammar pulls torch: not make test's venv).
@@ -227,6 +228,7 @@ $(PEERS_VENV)/.stamp: tests/bench/requirements-grammar-peers.txt
 
 bench-grammar: $(BUILD)/bench/bench_grammar $(PEERS_VENV)/.stamp
 	$(BUILD)/bench/bench_grammar
+	$(BUILD)/bench/bench_grammar tests/fixtures/models/fixture-t.Q8_0.gguf tests/bench/grammar
 	$(PEERS_VENV)/bin/python tests/bench/grammar_peers.py
 
 clean:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """grammar_peers.py - the same masks as bench_grammar.c with xgrammar and llguidance, in one run.
 
-For each schema in tests/grammar/schemas/ (and its .instance.json), on the SmolLM3 vocabulary read
+For each schema in tests/grammar/schemas/ and tests/bench/grammar/ (and its .instance.json), on the SmolLM3 vocabulary read
 from the fixture GGUF: compile time, then the instance's tokens walked one by one with a timed mask
 per step.  Prints one table: ours (runs build/bench/bench_grammar) vs xgrammar vs llguidance,
 medians and p99, and the ratios.  Run: make bench-grammar (it makes build/venv-peers from
@@ -28,7 +28,8 @@ import json, os, re, subprocess, sys, time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 GGUF = os.path.join(ROOT, "tests/fixtures/models/fixture-t.Q8_0.gguf")
-SCHEMAS = os.path.join(ROOT, "tests/grammar/schemas")
+# the tests' real-world schemas, and the bench's own (long bounded strings)
+SCHEMA_DIRS = [os.path.join(ROOT, "tests/grammar/schemas"), os.path.join(ROOT, "tests/bench/grammar")]
 # CPU time of the process, as bench_grammar.c takes its thread's: the machine may be shared, and
 # wall time would charge the peers for other processes (their masks run on the calling thread)
 clock = time.process_time
@@ -101,7 +102,8 @@ def tokenize(tk, text):
 
 def ours():
     exe = os.path.join(ROOT, "build/bench/bench_grammar")
-    out = subprocess.run([exe, GGUF, SCHEMAS, "5"], capture_output=True, text=True, check=True).stdout
+    out = "".join(subprocess.run([exe, GGUF, d, "5"], capture_output=True, text=True, check=True).stdout
+                  for d in SCHEMA_DIRS)
     res = {}
     for line in out.splitlines():
         m = re.match(r"(\S+)\s+(\d+)\s+([\d.]+)ms\s+([\d.]+)ms\s+[\d.]+\s+\d+\s+([\d.]+)us\s+([\d.]+)us", line)
@@ -132,7 +134,8 @@ def main():
     tk_ms = (clock() - t0) * 1e3
     if n_hf != n:
         raise SystemExit("tokenizer size mismatch")
-    names = sorted(f[:-5] for f in os.listdir(SCHEMAS) if f.endswith(".json") and ".instance." not in f)
+    where = {f[:-5]: d for d in SCHEMA_DIRS for f in os.listdir(d) if f.endswith(".json") and ".instance." not in f}
+    names = sorted(where)
     res = {"ours": ours()}
     cold = {}
     failed = []
@@ -144,8 +147,8 @@ def main():
         comp = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
         r, c = {}, {}
         for nm in names:
-            sch = open(os.path.join(SCHEMAS, nm + ".json")).read()
-            ids = tokenize(tk, open(os.path.join(SCHEMAS, nm + ".instance.json")).read())
+            sch = open(os.path.join(where[nm], nm + ".json")).read()
+            ids = tokenize(tk, open(os.path.join(where[nm], nm + ".instance.json")).read())
             t0 = clock()
             cg = comp.compile_json_schema(sch, any_whitespace=False, strict_mode=True, separators=(",", ":"))
             c_ms = (clock() - t0) * 1e3
@@ -174,8 +177,8 @@ def main():
               f"the HF tokenizer itself {tk_ms:.0f} ms)")
         r, c = {}, {}
         for nm in names:
-            sch = open(os.path.join(SCHEMAS, nm + ".json")).read()
-            ids = tokenize(tk, open(os.path.join(SCHEMAS, nm + ".instance.json")).read())
+            sch = open(os.path.join(where[nm], nm + ".json")).read()
+            ids = tokenize(tk, open(os.path.join(where[nm], nm + ".instance.json")).read())
             t0 = clock()
             grm = llg.LLMatcher.grammar_from_json_schema(
                 sch, defaults={"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"})
