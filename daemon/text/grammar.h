@@ -116,10 +116,13 @@ int smol_grammar_vocab_has_tool_tags(const struct smol_grammar_vocab *v);
 enum smol_err smol_grammar_index_new(struct smol_grammar_index **out, const struct smol_grammar *g,
                                      const struct smol_grammar_vocab *v, size_t max_bytes, char *err);
 /* The same, stopping with SMOL_ECANCELLED between two states once *cancel
- * is set (cancel may be NULL).  A state whose future agrees with its twin's
- * over the bytes the twin's walk read (the copies of a bounded repetition
- * such as a string's maxLength) shares the twin's class instead of walking
- * the trie again, so a long repetition costs about as much as a short one. */
+ * is set (cancel may be NULL).  States with the same edges share a class; a
+ * state whose future agrees with its twin's (the same state one copy
+ * earlier in a bounded repetition such as a string's maxLength) over the
+ * bytes the twin's walk read shares the twin's class, and one that agrees
+ * over fewer bytes takes the twin's verdicts on the tokens shorter than that
+ * and walks only the longer ones: a repetition costs about what a few
+ * copies of its body do, whatever its bound. */
 enum smol_err smol_grammar_index_build(struct smol_grammar_index **out, const struct smol_grammar *g,
                                        const struct smol_grammar_vocab *v, size_t max_bytes,
                                        const atomic_int *cancel, char *err);

@@ -22,6 +22,10 @@
  * length to the previous one, so the run-time walk shares prefixes and
  * drops a dead prefix's followers without stepping.
  *
+ * Classes are shared where the futures agree (see "sharing classes" below):
+ * the copies of a bounded repetition walk the trie a few times, not once per
+ * copy.
+ *
  * Mask: OR of the accepted sets of the current tops, then per top the
  * leftover walk (and the ctx0 trie walk, once per distinct parent) from the
  * closure of its parent node.  Nodes made by a mask are freed before it
