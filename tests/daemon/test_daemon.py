@@ -898,7 +898,7 @@ def t_structured(d):
 
 
 def t_structured_compile_off_thread(d):
-    """A schema whose token index takes a second or more to build (16 strings
+    """A schema whose token index takes seconds to build (32 strings
     with distinct maxLength: one string rule each, none shared) stalls nobody: the RPC thread parks the request while the grammar cache's
     worker builds the index.  Shown by order, not by time: another client's
     whole stream runs while the slow request has not even started; a parked
@@ -908,8 +908,8 @@ def t_structured_compile_off_thread(d):
     n = random.randint(110, 140)   # a schema no earlier test compiled: not in the cache
 
     def slow_schema(k):
-        return json.dumps({"type": "object", "properties": {"s%d" % i: {"type": "string", "maxLength": k + 20 * i}
-                                                            for i in range(16)}, "required": ["s0"]})
+        return json.dumps({"type": "object", "properties": {"s%d" % i: {"type": "string", "maxLength": k + i}
+                                                            for i in range(32)}, "required": ["s0"]})
     with d.client() as cb, d.client() as cc:
         req = cb.generate_request("Reply with JSON.", temperature=1.5, seed=3, max_tokens=400, thinking=False)
         req.generate.json_schema = slow_schema(n)
