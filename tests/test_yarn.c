@@ -288,7 +288,9 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_yarn_hf_kv16);
     tcase_add_test(tc, t_yarn_off_differs);
     tcase_add_test(tc, t_yarn_128k_positions);
-    tcase_add_test(tc, t_yarn_16k);
+    /* a 16K-token prefill: minutes under the sanitizers; the sanitizer run
+     * (SMOL_TEST_QUICK) leaves it to make test */
+    if (!getenv("SMOL_TEST_QUICK")) tcase_add_test(tc, t_yarn_16k);
     suite_add_tcase(s, tc);
     return s;
 }
