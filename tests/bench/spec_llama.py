@@ -41,10 +41,12 @@ def main():
     for mode in ("plain", "lookup"):
         draft = LlamaPromptLookupDecoding(num_pred_tokens=7) if mode == "lookup" else None
         # logits_all: the lookup's verification reads every drafted position's
-        # row (llama-cpp-python keeps scores for n_batch rows otherwise); the
-        # same for both modes
+        # row (llama-cpp-python keeps scores for n_batch rows otherwise).  Plain
+        # decoding runs without it: with it, llama-cpp-python 0.3.36 decodes
+        # SmolLM2 at under 1 token/s (its n_ctx x n_vocab score array), which
+        # is no fair baseline
         llm = Llama(model_path=a.model, n_ctx=8192, n_threads=a.t, n_batch=512, draft_model=draft,
-                    logits_all=True, verbose=False, seed=0)
+                    logits_all=mode == "lookup", verbose=False, seed=0)
         best = 0.0
         for _ in range(a.reps):
             llm.reset()
