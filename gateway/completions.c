@@ -140,18 +140,7 @@ static enum MHD_Result send_query(struct gw_req *r, Smollm3__Request *req)
         return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
     }
     smollm3__request__pack(req, s->packed);
-    s->req = r;
-    s->key = r->key;
-    r->stream = s;
-    r->waiting = 1;
-    if (gw_daemon_send_stream(s)) {
-        r->waiting = 0;
-        r->stream = NULL;
-        s->req = NULL;
-        gw_stream_free(s);
-        return gw_queue_error(r, 503, "server_error", "daemon_unavailable", "the inference daemon is not reachable");
-    }
-    return gw_req_wait(r);
+    return gw_req_send(r, s);
 }
 
 static json_t *body_object(struct gw_req *r, enum MHD_Result *ret)

@@ -155,6 +155,7 @@ extern struct gw G;
 void gw_req_resume(struct gw_req *r);
 enum MHD_Result gw_req_answer(struct gw_req *r);
 enum MHD_Result gw_req_wait(struct gw_req *r);
+enum MHD_Result gw_req_send(struct gw_req *r, struct gw_stream *s);
 void gw_conn_rdhup(struct gw_conn *c);
 struct MHD_Daemon *gw_http_start(int listen_fd);
 void gw_http_resume_all(void);

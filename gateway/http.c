@@ -250,6 +250,24 @@ enum MHD_Result gw_req_wait(struct gw_req *r)
     return MHD_YES;
 }
 
+/* Attaches stream s (its request packed) to r and sends it to the daemon,
+ * then waits as gw_req_wait; a send that fails frees s and answers 503. */
+enum MHD_Result gw_req_send(struct gw_req *r, struct gw_stream *s)
+{
+    s->req = r;
+    s->key = r->key;
+    r->stream = s;
+    r->waiting = 1;
+    if (gw_daemon_send_stream(s)) {
+        r->waiting = 0;
+        r->stream = NULL;
+        s->req = NULL;
+        gw_stream_free(s);
+        return gw_queue_error(r, 503, "server_error", "daemon_unavailable", "the inference daemon is not reachable");
+    }
+    return gw_req_wait(r);
+}
+
 /* ---- routing ------------------------------------------------------------ */
 
 static enum gw_endpoint route_of(const char *url, const char **arg)

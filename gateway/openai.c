@@ -358,19 +358,7 @@ enum MHD_Result gw_openai_start(struct gw_req *r, struct gw_stream *s, int api, 
     snprintf(s->id, sizeof s->id, "%s", prefix);
     gw_random_alnum(s->id + strlen(prefix), 24);
     s->created = (long long)time(NULL);
-    s->req = r;
-    s->key = r->key;
-    r->stream = s;
-    r->waiting = 1;
-    if (gw_daemon_send_stream(s)) {
-        r->waiting = 0;
-        r->stream = NULL;
-        s->req = NULL;
-        gw_stream_free(s);
-        return gw_queue_error(r, 503, "server_error", "daemon_unavailable",
-                              "the inference daemon is not reachable");
-    }
-    return gw_req_wait(r);
+    return gw_req_send(r, s);
 }
 
 enum MHD_Result gw_openai_models(struct gw_req *r)

@@ -1145,7 +1145,8 @@ END_TEST
 /* Random walks of allowed tokens (long ones preferred, the way a model that
  * never closes a string would go) under a budget of B tokens, the sampler's
  * rule applied (fits, else mask_shortest): every walk ends complete within
- * B tokens, whenever B >= the shortest completion at the start. */
+ * B tokens, whenever B >= the fewest tokens that spell the shortest
+ * sentence (smol_grammar_matcher_min_tokens; a third of its bytes or so). */
 START_TEST(t_budget_walks)
 {
     if (!vocab) { printf("SKIPPED: %s missing\n", FIXTURE_T); return; }
@@ -1165,10 +1166,11 @@ START_TEST(t_budget_walks)
         ck_assert_msg(smol_grammar_index_new(&ix, g, vocab, 0, err) == SMOL_OK, "%s", err);
         struct smol_grammar_matcher *m = NULL;
         ck_assert_int_eq(smol_grammar_matcher_new(&m, g, ix, err), SMOL_OK);
-        const size_t min0 = smol_grammar_matcher_min_bytes(m);
+        const size_t min0 = smol_grammar_matcher_min_bytes(m), tok0 = smol_grammar_matcher_min_tokens(m);
         ck_assert_msg(min0 > 0 && min0 < 1000, "%s: shortest sentence %zu bytes", sch, min0);
-        const size_t budgets[] = {min0, min0 + 1, min0 + 7, 2 * min0 + 20};
-        for (int bi = 0; bi < 4; bi++) {
+        ck_assert_msg(tok0 > 0 && tok0 < min0, "%s: shortest sentence in %zu tokens (%zu bytes)", sch, tok0, min0);
+        const size_t budgets[] = {tok0, tok0 + 1, tok0 + 7, min0, 2 * min0 + 20};
+        for (int bi = 0; bi < 5; bi++) {
             const size_t B = budgets[bi];
             smol_grammar_matcher_reset(m);
             size_t step = 0;
@@ -1185,7 +1187,7 @@ START_TEST(t_budget_walks)
                 }
                 if (t < 0 || !smol_grammar_matcher_fits(m, t, B - step)) {
                     forced++;
-                    smol_grammar_matcher_mask_shortest(m, mask);
+                    smol_grammar_matcher_mask_shortest(m, mask, B - step);
                     na = 0;
                     for (int32_t c = 0; c < nv; c++)
                         if (bit(mask, c)) allowed[na++] = c;
@@ -1196,8 +1198,8 @@ START_TEST(t_budget_walks)
                 }
                 ck_assert_int_eq(smol_grammar_matcher_accept_token(m, t), SMOL_OK);
             }
-            ck_assert_msg(smol_grammar_matcher_can_end(m), "%s: budget %zu tokens (shortest %zu): not complete "
-                          "after %zu tokens", sch, B, min0, step);
+            ck_assert_msg(smol_grammar_matcher_can_end(m), "%s: budget %zu tokens (shortest %zu tokens): not "
+                          "complete after %zu tokens", sch, B, tok0, step);
         }
         smol_grammar_matcher_free(&m);
         smol_grammar_index_free(&ix);

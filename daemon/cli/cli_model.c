@@ -313,7 +313,7 @@ static enum smol_err gen_sample(void *ctx, int i, float *row, int32_t *tok, char
      * drawn again among those that begin its shortest completion */
     if (!rc && c->m && !smol_grammar_matcher_is_done(c->m) &&
         !smol_grammar_matcher_fits(c->m, *tok, (size_t)(g->budget - i))) {
-        smol_grammar_matcher_mask_shortest(c->m, c->mask);
+        smol_grammar_matcher_mask_shortest(c->m, c->mask, (size_t)(g->budget - i));
         smol_grammar_mask_logits(c->mask, c->n_mask, row, c->n_logits);
         rc = smol_sampler_sample(g->smp, g->sc, row, tok, NULL, err);
     }

@@ -642,7 +642,7 @@ static enum smol_err sample_row(struct smol_engine *e, struct req *q, int i, flo
         long budget = (q->max_gen - q->n_gen < by_ctx ? q->max_gen - q->n_gen : by_ctx) - i;
         tg = smol_engine_now();
         if (!smol_grammar_matcher_fits(q->gm, *t, budget > 0 ? (size_t)budget : 0)) {
-            smol_grammar_matcher_mask_shortest(q->gm, e->gmask);
+            smol_grammar_matcher_mask_shortest(q->gm, e->gmask, budget > 0 ? (size_t)budget : 0);
             smol_grammar_mask_logits(e->gmask, smol_tokenizer_n_vocab(e->tok), logits, e->m->cfg.vocab);
             e->n_grammar_forced++;
             rc = smol_sampler_sample_lp(q->smp, e->sc, logits, t, q->r->logprobs ? lp : NULL, err);

@@ -171,16 +171,22 @@ int smol_grammar_matcher_is_done(const struct smol_grammar_matcher *m);
  * may end here; SIZE_MAX: none).  A byte-level vocabulary has a token for
  * every byte, so a completion of n bytes takes at most n tokens. */
 size_t smol_grammar_matcher_min_bytes(const struct smol_grammar_matcher *m);
-/* 1 if taking token id (allowed here) leaves a completion of at most
- * budget - 1 bytes: budget is the number of tokens that may still be
- * produced, this one included.  The matcher is left as it was. */
+/* The fewest tokens that complete the grammar from here along the shortest
+ * completions (in bytes) of the live stacks (needs the index); SIZE_MAX:
+ * none found. */
+size_t smol_grammar_matcher_min_tokens(struct smol_grammar_matcher *m);
+/* 1 if after token id (allowed here) the grammar can still be completed in
+ * budget - 1 tokens: budget is the number of tokens that may still be
+ * produced, this one included.  Checked on the shortest completion (in
+ * bytes) of each live stack, spelled with the fewest tokens; when even one
+ * token per byte fits, nothing is spelled.  The matcher is left as it was. */
 int smol_grammar_matcher_fits(struct smol_grammar_matcher *m, int32_t id, size_t budget);
-/* Narrows bitmask (as fill_mask wrote it) to the tokens that begin a
- * shortest completion (the end tokens when the grammar may end here); each
- * shortens the completion by its length, so sampling again among them
- * keeps the output within any budget it was within.  The sampler's step:
- * draw; if !fits, mask_shortest and draw again. */
-void smol_grammar_matcher_mask_shortest(struct smol_grammar_matcher *m, uint32_t *bitmask);
+/* Narrows bitmask (as fill_mask wrote it) to the tokens that begin that
+ * completion and leave a rest spelled within budget - 1 tokens (the end
+ * tokens when the grammar may end here), so an output that was within its
+ * budget stays within it.  The sampler's step: draw; if !fits,
+ * mask_shortest and draw again. */
+void smol_grammar_matcher_mask_shortest(struct smol_grammar_matcher *m, uint32_t *bitmask, size_t budget);
 /* Undoes the last k accept_token / accept_bytes calls (k <= steps()). */
 enum smol_err smol_grammar_matcher_rollback(struct smol_grammar_matcher *m, size_t k);
 /* Number of steps that can be rolled back. */

@@ -179,15 +179,6 @@ size_t smol_grammar_matcher_min_bytes(const struct smol_grammar_matcher *m)
     return c > SIZE_MAX ? SIZE_MAX : (size_t)c;
 }
 
-int smol_grammar_matcher_fits(struct smol_grammar_matcher *m, int32_t id, size_t budget)
-{
-    if (budget == 0) return 0;
-    if (smol_grammar_matcher_accept_token(m, id)) return 0;
-    size_t c = smol_grammar_matcher_min_bytes(m);
-    smol_grammar_matcher_rollback(m, 1);
-    return c <= budget - 1;
-}
-
 /* A byte of set s for a completion: a letter or digit where the set has
  * one (the text stays readable), else the lowest. */
 static unsigned pick_byte(const uint8_t *set)
@@ -201,6 +192,7 @@ static unsigned pick_byte(const uint8_t *set)
 }
 
 #define FRAMES 4096
+#define BUDGET_MAX_TEXT (1u << 20)   /* longest completion spelled out for the token count */
 
 /* Up to cap bytes of a shortest completion from stack node into out; the
  * number written. */
@@ -236,25 +228,98 @@ static size_t shortest_text(const struct smol_grammar *g, const struct gpool *p,
     return n;
 }
 
-void smol_grammar_matcher_mask_shortest(struct smol_grammar_matcher *m, uint32_t *bitmask)
+/* The fewest tokens (at most limit, else UINT32_MAX) that complete the
+ * grammar along a shortest completion of one of the current stacks; *best_top
+ * that stack.  A stack whose shortest completion is over limit * max_len bytes
+ * cannot be spelled in limit tokens and is skipped.  The text and its
+ * per-suffix token counts are left in m->btext / m->bdp (of *best_top). */
+static uint32_t completion_tokens(struct smol_grammar_matcher *m, size_t limit, int32_t *best_top, size_t *text_len)
+{
+    const struct smol_grammar_vocab *v = gm_vocab(m);
+    size_t nt;
+    uint8_t fl;
+    const uint32_t *tops = gm_tops(m, &nt, &fl);
+    uint32_t best = UINT32_MAX;
+    int32_t last = -1;      /* the stack whose text the arrays hold */
+    *best_top = -1;
+    *text_len = 0;
+    if (fl & (GF_ACCEPT | MS_DONE)) return 0;
+    const uint64_t cap = (uint64_t)limit * gv_max_len(v);
+    for (size_t i = 0; i < nt && i < 16 && best > 1; i++) {
+        uint64_t c = node_cost(m->g, &m->pool, (int32_t)tops[i]);
+        if (c == UINT64_MAX || c > cap || c > BUDGET_MAX_TEXT) continue;
+        if (m->cap_btext < c + 1) {
+            uint8_t *t = realloc(m->btext, c + 1);
+            if (t) m->btext = t;
+            uint32_t *d = t ? realloc(m->bdp, (c + 1) * sizeof *d) : NULL;
+            if (!d) break;
+            m->bdp = d;
+            m->cap_btext = c + 1;
+        }
+        size_t n = shortest_text(m->g, &m->pool, (int32_t)tops[i], m->btext, (size_t)c);
+        last = (int32_t)tops[i];
+        if (n != c) continue;   /* not followed to the end (the frame limit) */
+        gv_min_tokens(v, m->btext, n, m->bdp);
+        if (m->bdp[0] < best) {
+            best = m->bdp[0];
+            *best_top = last;
+            *text_len = n;
+        }
+    }
+    if (*best_top >= 0 && *best_top != last) {   /* the arrays hold another stack's: the best one's again */
+        shortest_text(m->g, &m->pool, *best_top, m->btext, *text_len);
+        gv_min_tokens(v, m->btext, *text_len, m->bdp);
+    }
+    return best;
+}
+
+size_t smol_grammar_matcher_min_tokens(struct smol_grammar_matcher *m)
+{
+    if (!m->ix || m->oom) return SIZE_MAX;
+    int32_t top;
+    size_t n;
+    uint32_t t = completion_tokens(m, BUDGET_MAX_TEXT, &top, &n);
+    return t == UINT32_MAX ? SIZE_MAX : t;
+}
+
+int smol_grammar_matcher_fits(struct smol_grammar_matcher *m, int32_t id, size_t budget)
+{
+    if (budget == 0 || !m->ix) return 0;
+    if (smol_grammar_matcher_accept_token(m, id)) return 0;
+    int ok = smol_grammar_matcher_min_bytes(m) <= budget - 1;   /* a token per byte at worst */
+    if (!ok) {
+        int32_t top;
+        size_t n;
+        ok = completion_tokens(m, budget - 1, &top, &n) <= budget - 1;
+    }
+    smol_grammar_matcher_rollback(m, 1);
+    return ok;
+}
+
+void smol_grammar_matcher_mask_shortest(struct smol_grammar_matcher *m, uint32_t *bitmask, size_t budget)
 {
     if (!m->ix || m->oom) return;
     const struct smol_grammar_vocab *v = gm_vocab(m);
-    const size_t words = ((size_t)smol_grammar_vocab_size(v) + 31) / 32;
-    int32_t best;
-    uint64_t c = min_cost(m, &best);
-    uint8_t text[512];
-    size_t n = 0;
-    if (c != 0 && best >= 0) n = shortest_text(m->g, &m->pool, best, text, sizeof text);
-    if (c != 0 && n == 0) return;   /* no completion to follow: leave the mask as it is */
-    if (c == 0) {   /* the grammar may end: only the end tokens */
+    const int32_t nv = smol_grammar_vocab_size(v);
+    const size_t words = ((size_t)nv + 31) / 32;
+    int32_t top;
+    size_t n;
+    uint32_t t = completion_tokens(m, budget > 0 ? budget : 1, &top, &n);
+    if (t == 0) {   /* the grammar may end: only the end tokens */
         for (size_t w = 0; w < words; w++) {
             uint32_t keep = 0;
-            for (int b = 0; b < 32 && w * 32 + b < (size_t)smol_grammar_vocab_size(v); b++)
+            for (int b = 0; b < 32 && w * 32 + b < (size_t)nv; b++)
                 if (gv_is_end(v, (int32_t)(w * 32 + b))) keep |= 1u << b;
             bitmask[w] &= keep;
         }
         return;
     }
-    gv_keep_prefixes(v, text, n, bitmask);
+    if (top < 0 || n == 0) return;   /* no completion to follow: the mask as it is */
+    /* the prefixes p of the completion after which the rest still fits,
+     * 1 + dp[|p|] <= budget; when none does (the budget was short from the
+     * start), those that leave the fewest */
+    uint32_t need = UINT32_MAX;
+    for (size_t l = 1; l <= n; l++)
+        if (m->bdp[l] != UINT32_MAX && m->bdp[l] + 1 < need) need = m->bdp[l] + 1;
+    gv_keep_prefixes(v, m->btext, n, m->bdp, need > budget ? need : (uint32_t)budget, bitmask);
 }

@@ -561,6 +561,8 @@ void gm_scratch_deinit(struct smol_grammar_matcher *m)
     walker_deinit(&m->w);
     free(m->ctx.v);
     free(m->walked);
+    free(m->btext);
+    free(m->bdp);
 }
 
 static inline void setbit(uint32_t *mask, int32_t t) { mask[t >> 5] |= 1u << (t & 31); }
@@ -665,7 +667,8 @@ void smol_grammar_mask_logits(const uint32_t *bitmask, int32_t n_mask, float *lo
     for (int32_t i = n; i < n_logits; i++) logits[i] = -INFINITY;
 }
 
-void gv_keep_prefixes(const struct smol_grammar_vocab *v, const uint8_t *s, size_t n, uint32_t *bitmask)
+void gv_keep_prefixes(const struct smol_grammar_vocab *v, const uint8_t *s, size_t n, const uint32_t *dp,
+                      uint32_t limit, uint32_t *bitmask)
 {
     const size_t words = ((size_t)v->n_vocab + 31) / 32;
     int32_t keep[512];
@@ -676,13 +679,32 @@ void gv_keep_prefixes(const struct smol_grammar_vocab *v, const uint8_t *s, size
         while (c < v->end[node] && v->byte[c] != s[d]) c = v->end[c];
         if (c >= v->end[node]) break;
         node = c;
+        if (dp[d + 1] == UINT32_MAX || dp[d + 1] + 1 > limit) continue;
         for (uint32_t i = v->tok0[node]; i < v->tok0[node + 1] && nk < sizeof keep / sizeof *keep; i++)
             keep[nk++] = v->toks[i];
     }
-    uint32_t *old = bitmask;
-    for (size_t i = 0; i < nk; i++)   /* record which survive before clearing */
-        keep[i] = (old[keep[i] >> 5] >> (keep[i] & 31)) & 1 ? keep[i] : -1;
+    for (size_t i = 0; i < nk; i++)   /* which were allowed, before clearing */
+        keep[i] = (bitmask[keep[i] >> 5] >> (keep[i] & 31)) & 1 ? keep[i] : -1;
     memset(bitmask, 0, words * sizeof *bitmask);
     for (size_t i = 0; i < nk; i++)
         if (keep[i] >= 0) bitmask[keep[i] >> 5] |= 1u << (keep[i] & 31);
+}
+
+uint32_t gv_max_len(const struct smol_grammar_vocab *v) { return v->max_len; }
+
+void gv_min_tokens(const struct smol_grammar_vocab *v, const uint8_t *s, size_t n, uint32_t *dp)
+{
+    dp[n] = 0;
+    for (size_t j = n; j-- > 0;) {
+        uint32_t best = UINT32_MAX, node = 0;
+        for (size_t d = j; d < n; d++) {   /* down the trie along s[j..] */
+            uint32_t c = node + 1;
+            while (c < v->end[node] && v->byte[c] != s[d]) c = v->end[c];
+            if (c >= v->end[node]) break;
+            node = c;
+            if (v->tok0[node] < v->tok0[node + 1] && dp[d + 1] != UINT32_MAX && dp[d + 1] + 1 < best)
+                best = dp[d + 1] + 1;
+        }
+        dp[j] = best;
+    }
 }

@@ -38,6 +38,9 @@ struct smol_grammar_matcher {
     struct walker w;            /* mask scratch */
     struct gbuf ctx;            /* continuation tops for a mask */
     int32_t *walked;            /* [cap_walked] parents already trie-walked in this mask */
+    uint8_t *btext;             /* grammar_budget.c: a shortest completion ... */
+    uint32_t *bdp;              /* ... and the fewest tokens spelling each of its suffixes */
+    size_t cap_btext;
     size_t cap_walked;
     int oom;
 };
@@ -50,7 +53,13 @@ const struct smol_grammar_vocab *gm_vocab(const struct smol_grammar_matcher *m);
 const char *gv_piece(const struct smol_grammar_vocab *v, int32_t id, size_t *len);
 int gv_is_end(const struct smol_grammar_vocab *v, int32_t id);
 /* Clears every bit of bitmask but those of the tokens whose bytes are a
- * prefix of s[0, n) (grammar_budget.c's forced step). */
-void gv_keep_prefixes(const struct smol_grammar_vocab *v, const uint8_t *s, size_t n, uint32_t *bitmask);
+ * prefix p of s[0, n) with dp[|p|] + 1 <= limit (grammar_budget.c's forced
+ * step: dp as gv_min_tokens writes it). */
+void gv_keep_prefixes(const struct smol_grammar_vocab *v, const uint8_t *s, size_t n, const uint32_t *dp,
+                      uint32_t limit, uint32_t *bitmask);
+/* dp[j] = the fewest tokens that spell s[j, n) exactly (UINT32_MAX: none),
+ * for j = 0..n (dp has n + 1 entries). */
+void gv_min_tokens(const struct smol_grammar_vocab *v, const uint8_t *s, size_t n, uint32_t *dp);
+uint32_t gv_max_len(const struct smol_grammar_vocab *v);
 
 #endif
