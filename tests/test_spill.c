@@ -7,7 +7,11 @@
  * bytes) is refused, counted and removed, never loaded; leftovers of
  * unfinished writes are removed, foreign names left alone; the disk budget
  * drops the least recently used file; a pool without room says EBUSY and
- * keeps the file.
+ * keeps the file.  Cached prefixes (anonymous entries) go the same way: on
+ * eviction and at the drain, found by longest common prefix from a fresh
+ * directory index, read back bit for bit; leading parts of a file on disk
+ * are not written, a longer prefix replaces the files it extends, a short
+ * one is not written, a corrupt one is refused.
  */
 #include <check.h>
 #include <dirent.h>
@@ -425,7 +429,7 @@ START_TEST(t_sessions_hooks)
     /* unchanged: evicting again writes nothing */
     struct smol_spill_stats ss;
     smol_spill_get_stats(sp, &ss);
-    ck_assert_int_eq(smol_sessions_spill_one(&g.ss), 0);
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 0);
     smol_sessions_evict(&g.ss, x);
     struct smol_spill_stats ss2;
     smol_spill_get_stats(sp, &ss2);
@@ -433,8 +437,8 @@ START_TEST(t_sessions_hooks)
     /* a changed one is written by spill_one; expiry removes the file */
     x = smol_sessions_restore(&g.ss, "e1", 10, 5.0);
     ck_assert(smol_session_set_tokens(x, g.ids, N_HIST) == 0);
-    ck_assert_int_eq(smol_sessions_spill_one(&g.ss), 1);
-    ck_assert_int_eq(smol_sessions_spill_one(&g.ss), 0);
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 1);
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 0);
     ck_assert_int_eq(smol_sessions_expire(&g.ss, 1000.0, 10.0), 1);
     ck_assert(!smol_spill_has(sp, "e1"));
     smol_spill_flush(sp);
@@ -607,6 +611,101 @@ START_TEST(t_read_ahead)
 }
 END_TEST
 
+/* An anonymous entry (a cached prefix) with the KV of g->ids[0, n). */
+static struct smol_session *make_prefix(struct rig *g, int n)
+{
+    char err[SMOL_ERRLEN];
+    struct smol_session *x = smol_sessions_add(&g->ss, "");
+    ck_assert(x);
+    ck_assert_msg(smol_model_eval(g->m, &x->seq, g->ids, n, 0, NULL, err) == SMOL_OK, "%s", err);
+    ck_assert(smol_session_set_tokens(x, g->ids, n) == 0);
+    return x;
+}
+
+START_TEST(t_prefixes)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char err[SMOL_ERRLEN], id[SMOL_SPILL_PREFIX_ID_LEN + 1], path[512];
+    struct smol_spill *sp = NULL;
+    struct smol_spill_stats ss;
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    g.ss.spill = sp;
+    /* write-behind leaves prefixes alone; the drain's pass and eviction write them */
+    struct smol_session *p = make_prefix(&g, N_HIST);
+    ck_assert(smol_model_eval(g.m, &p->seq, g.ids + N_HIST, 1, 0, g.ref, err) == SMOL_OK);
+    smol_kv_seq_truncate(&g.m->kv, &p->seq, N_HIST);
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 0);
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 1), 1);
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 1), 0);   /* on disk now */
+    smol_spill_flush(sp);
+    smol_spill_get_stats(sp, &ss);
+    ck_assert(ss.prefixes_written == 1 && ss.written == 0 && ss.files == 1);
+    smol_sessions_deinit(&g.ss);
+    /* a short prefix is not worth a file */
+    make_prefix(&g, SMOL_PREFIX_SPILL_MIN - 1);
+    ck_assert_int_eq(smol_sessions_evict_one(&g.ss, 1), 1);
+    smol_spill_flush(sp);
+    ck_assert_int_eq(count_files(g.dir), 1);
+    smol_spill_close(&sp);
+
+    /* the next process finds it by longest common prefix, reads it back */
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    g.ss.spill = sp;
+    ck_assert_int_eq(smol_spill_best_prefix(sp, g.ids, N_HIST + 1, id), N_HIST);
+    ck_assert(!strncmp(id, SMOL_SPILL_PREFIX_ID, strlen(SMOL_SPILL_PREFIX_ID)) && strlen(id) == SMOL_SPILL_PREFIX_ID_LEN);
+    ck_assert_int_eq(smol_spill_best_prefix(sp, g.ids, 50, id), 50);
+    int32_t other[3] = {g.ids[0] + 1, 2, 3};
+    ck_assert_int_eq(smol_spill_best_prefix(sp, other, 3, id), 0);
+    ck_assert(!smol_spill_has(sp, id));                      /* not a session */
+    ck_assert_int_eq(smol_spill_best_prefix(sp, g.ids, N_HIST, id), N_HIST);
+    struct smol_session *x = smol_sessions_restore_prefix(&g.ss, id, 1.0);
+    ck_assert(x && !x->id[0] && x->restored_kv == N_HIST && x->seq.n_tokens == N_HIST && x->on_disk);
+    ck_assert(x->n_tokens == N_HIST && !memcmp(x->tokens, g.ids, N_HIST * sizeof *g.ids) && !x->hist_text && !x->msgs);
+    float *lg = malloc((size_t)g.m->cfg.vocab * sizeof *lg);
+    ck_assert(smol_model_eval(g.m, &x->seq, g.ids + N_HIST, 1, 0, lg, err) == SMOL_OK);
+    ck_assert(!memcmp(lg, g.ref, (size_t)g.m->cfg.vocab * sizeof *lg)); /* bit for bit */
+    free(lg);
+    smol_spill_get_stats(sp, &ss);
+    ck_assert(ss.prefixes_restored == 1 && ss.restored == 0 && ss.tokens_restored == N_HIST);
+    smol_sessions_evict(&g.ss, x);                           /* unchanged: not written again */
+    smol_spill_get_stats(sp, &ss);
+    ck_assert_int_eq(ss.prefixes_written, 0);
+    /* a leading part of it is not written; a longer one replaces it */
+    make_prefix(&g, N_HIST - 20);
+    ck_assert_int_eq(smol_sessions_evict_one(&g.ss, 1), 1);
+    make_prefix(&g, N_HIST + 1);
+    ck_assert_int_eq(smol_sessions_evict_one(&g.ss, 1), 1);
+    smol_spill_flush(sp);
+    smol_spill_get_stats(sp, &ss);
+    ck_assert(ss.prefixes_written == 1 && ss.files == 1);
+    ck_assert_int_eq(count_files(g.dir), 1);
+    ck_assert_int_eq(smol_spill_best_prefix(sp, g.ids, N_HIST + 1, id), N_HIST + 1);
+    smol_spill_close(&sp);
+
+    /* corrupt KV bytes: found (the header is sound), refused at the load, removed */
+    kv_file(g.dir, path, sizeof path);
+    size_t n = 0;
+    unsigned char *buf = read_file(path, &n);
+    ck_assert(buf && n > 100);
+    buf[n - 9] ^= 0x10;
+    write_bytes(path, buf, n);
+    free(buf);
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    g.ss.spill = sp;
+    ck_assert_int_eq(smol_spill_best_prefix(sp, g.ids, N_HIST + 1, id), N_HIST + 1);
+    ck_assert_ptr_null(smol_sessions_restore_prefix(&g.ss, id, 1.0));
+    smol_spill_get_stats(sp, &ss);
+    ck_assert(ss.rejected == 1 && ss.prefixes_restored == 0 && ss.files == 0);
+    ck_assert_int_eq(smol_spill_best_prefix(sp, g.ids, N_HIST + 1, id), 0);
+    ck_assert(!g.ss.head);                                    /* no entry left behind */
+    smol_spill_close(&sp);
+    ck_assert_int_eq(count_files(g.dir), 0);
+    g.ss.spill = NULL;
+    rig_close(&g);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("spill");
@@ -619,6 +718,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_writer_queue);
     tcase_add_test(tc, t_read_ahead);
     tcase_add_test(tc, t_sessions_hooks);
+    tcase_add_test(tc, t_prefixes);
     suite_add_tcase(s, tc);
     return s;
 }

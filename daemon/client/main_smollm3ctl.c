@@ -523,6 +523,8 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         { "kv_bytes_used", s->kv_bytes_used },
         { "spill_sessions_written", s->spill_sessions_written },
         { "spill_sessions_restored", s->spill_sessions_restored },
+        { "spill_prefixes_written", s->spill_prefixes_written },
+        { "spill_prefixes_restored", s->spill_prefixes_restored },
         { "spill_tokens_restored", s->spill_tokens_restored },
         { "spill_files_rejected", s->spill_files_rejected },
         { "spill_files", s->spill_files },

@@ -467,12 +467,27 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
 
     /* prefix to reuse (computed before anything changes, to be able to wait) */
     struct smol_session *src = NULL;
-    int lcp = 0;
+    int lcp = 0, restored = 0;          /* restored: of lcp, read back from a cached prefix's file */
     if (s) {
         int have = s->seq.n_tokens < s->n_tokens ? s->seq.n_tokens : s->n_tokens;
         lcp = smol_lcp(s->tokens, have, q->tok, n_prompt);
     } else {
         src = smol_sessions_best_prefix(&e->sessions, q->tok, n_prompt, &lcp);
+        /* a longer cached prefix on disk (by a page or more): read it back,
+         * on the spill's thread first, like a session's file */
+        char pid[SMOL_SPILL_PREFIX_ID_LEN + 1];
+        int dl = e->cfg.spill ? smol_spill_best_prefix(e->cfg.spill, q->tok, n_prompt, pid) : 0;
+        if ((dl < n_prompt - 1 ? dl : n_prompt - 1) >= (lcp < n_prompt - 1 ? lcp : n_prompt - 1) + SMOL_KV_PAGE) {
+            if (!smol_spill_prefetch(e->cfg.spill, pid)) {
+                e->waiting_read = 1;
+                q->n_tok = 0;               /* rebuilt when retried */
+                smol_chat_buf_reset(&q->rendered);
+                return 0;
+            }
+            smol_sessions_restore_prefix(&e->sessions, pid, now);
+            /* (making room for it may have evicted src, even when it failed) */
+            src = smol_sessions_best_prefix(&e->sessions, q->tok, n_prompt, &lcp);
+        }
     }
     if (lcp > n_prompt - 1) lcp = n_prompt - 1; /* the last prompt token is computed for its logits */
     /* the other choices: their generated tokens, plus the copy of the last
@@ -520,6 +535,10 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
         a->busy = 1;
         if (src && lcp > 0 && smol_kv_seq_share(kv, &a->seq, &src->seq, lcp, err)) lcp = 0;
         if (src && lcp > 0) smol_sessions_touch(&e->sessions, src, now);
+        if (src && !src->id[0] && src->restored_kv) { /* a prefix just read back: reported once */
+            restored = lcp < src->restored_kv ? lcp : src->restored_kv;
+            src->restored_kv = 0;
+        }
         q->anon = a;
         q->seq = &a->seq;
     }
@@ -572,6 +591,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
         st.restored_tokens = (uint32_t)(lcp < q->sess->restored_kv ? lcp : q->sess->restored_kv);
         q->sess->restored_kv = 0;
     }
+    if (restored) st.restored_tokens = (uint32_t)restored;
     st.session_id = r->session;
     st.thinking = q->thinking;
     ev.request_id = r->client_id;
@@ -1038,10 +1058,11 @@ static void *engine_main(void *arg)
         }
         step(e);
         if (e->cfg.spill && e->cfg.spill_when_idle && !e->n_running && !e->n_queued && !e->draining)
-            spilled_one = smol_sessions_spill_one(&e->sessions); /* write-behind, one per turn of the loop */
+            spilled_one = smol_sessions_spill_one(&e->sessions, 0); /* write-behind, one per turn of the loop */
         if (e->draining && !drained_sent && !e->n_running && !e->n_queued) {
-            /* a clean stop loses no session: every changed one goes to disk */
-            while (smol_sessions_spill_one(&e->sessions)) {}
+            /* a clean stop loses no session: every changed one goes to disk,
+             * and so do the cached prefixes */
+            while (smol_sessions_spill_one(&e->sessions, 1)) {}
             uint64_t z = 0;
             uint8_t fl = SMOL_EV_DRAINED;
             zmq_send(e->sock, &z, sizeof z, ZMQ_SNDMORE);

@@ -61,6 +61,8 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
             smol_spill_get_stats(e->cfg.spill, &ss);
             st.spill_sessions_written = ss.written;
             st.spill_sessions_restored = ss.restored;
+            st.spill_prefixes_written = ss.prefixes_written;
+            st.spill_prefixes_restored = ss.prefixes_restored;
             st.spill_tokens_restored = ss.tokens_restored;
             st.spill_files_rejected = ss.rejected;
             st.spill_files = ss.files;

@@ -81,37 +81,41 @@ static void spill(struct smol_sessions *s, struct smol_session *x)
     }
 }
 
+/* x's history belongs on disk: a named session, or a cached prefix long
+ * enough to be worth a file (its KV tokens) */
+static int wants_file(const struct smol_session *x)
+{
+    const int n_kv = x->seq.n_tokens < x->n_tokens ? x->seq.n_tokens : x->n_tokens;
+    return !x->on_disk && (x->id[0] || n_kv >= SMOL_PREFIX_SPILL_MIN);
+}
+
 void smol_sessions_evict(struct smol_sessions *s, struct smol_session *x)
 {
-    if (s->spill && x->id[0] && !x->on_disk) spill(s, x);
+    if (s->spill && wants_file(x)) spill(s, x);
     smol_sessions_remove(s, x);
 }
 
-int smol_sessions_spill_one(struct smol_sessions *s)
+int smol_sessions_spill_one(struct smol_sessions *s, int with_prefixes)
 {
     if (!s->spill) return 0;
     for (struct smol_session *x = s->tail; x; x = x->prev)
-        if (x->id[0] && !x->busy && !x->on_disk) {
+        if (!x->busy && (x->id[0] || with_prefixes) && wants_file(x)) {
             spill(s, x);
             return 1;
         }
     return 0;
 }
 
-struct smol_session *smol_sessions_restore(struct smol_sessions *s, const char *id, int max_named, double now)
+/* Reads file `id` into x (busy meanwhile), evicting idle entries while the
+ * pool lacks room; removes x when that fails. */
+static struct smol_session *load_into(struct smol_sessions *s, struct smol_session *x, const char *id, double now)
 {
-    if (!s->spill || !smol_spill_has(s->spill, id)) return NULL;
-    if (s->n_named >= max_named)
-        for (struct smol_session *x = s->tail; x; x = x->prev)
-            if (x->id[0] && !x->busy) { smol_sessions_evict(s, x); break; }
-    if (s->n_named >= max_named) return NULL;
-    struct smol_session *x = smol_sessions_add(s, id);
-    if (!x) return NULL;
     x->busy = 1; /* not evicted to make room for itself */
     char err[SMOL_ERRLEN];
     int need = 0;
     enum smol_err rc;
-    while ((rc = smol_spill_load(s->spill, s->kv, s->vocab, x, &need, err)) == SMOL_EBUSY)
+    while ((rc = x->id[0] ? smol_spill_load(s->spill, s->kv, s->vocab, x, &need, err)
+                          : smol_spill_load_prefix(s->spill, s->kv, s->vocab, id, x, &need, err)) == SMOL_EBUSY)
         if (!smol_sessions_evict_one(s, 1)) break;
     x->busy = 0;
     if (rc) {
@@ -122,6 +126,24 @@ struct smol_session *smol_sessions_restore(struct smol_sessions *s, const char *
     x->restored_kv = x->seq.n_tokens;
     x->last_used = now;
     return x;
+}
+
+struct smol_session *smol_sessions_restore(struct smol_sessions *s, const char *id, int max_named, double now)
+{
+    if (!s->spill || !smol_spill_has(s->spill, id)) return NULL;
+    if (s->n_named >= max_named)
+        for (struct smol_session *x = s->tail; x; x = x->prev)
+            if (x->id[0] && !x->busy) { smol_sessions_evict(s, x); break; }
+    if (s->n_named >= max_named) return NULL;
+    struct smol_session *x = smol_sessions_add(s, id);
+    return x ? load_into(s, x, id, now) : NULL;
+}
+
+struct smol_session *smol_sessions_restore_prefix(struct smol_sessions *s, const char *id, double now)
+{
+    if (!s->spill) return NULL;
+    struct smol_session *x = smol_sessions_add(s, "");
+    return x ? load_into(s, x, id, now) : NULL;
 }
 
 /* ---- eviction -------------------------------------------------------------------- */

@@ -37,6 +37,11 @@ struct smol_session {
 
 struct smol_spill;
 
+/* A cached prefix goes to the spill directory (on eviction and at the
+ * drain) only when its KV holds at least this many tokens: a shorter one is
+ * cheaper to recompute than a file is to keep. */
+#define SMOL_PREFIX_SPILL_MIN 64
+
 struct smol_sessions {
     struct smol_session *head, *tail;
     int n_named, n_anon;
@@ -53,17 +58,22 @@ struct smol_session *smol_sessions_find(struct smol_sessions *s, const char *id)
 struct smol_session *smol_sessions_add(struct smol_sessions *s, const char *id);
 void smol_sessions_remove(struct smol_sessions *s, struct smol_session *x);
 void smol_sessions_touch(struct smol_sessions *s, struct smol_session *x, double now);
-/* Takes x out of memory; a named session whose history is not on disk yet
- * is written to the spill directory first (when there is one). */
+/* Takes x out of memory; a named session whose history is not on disk yet,
+ * or a cached prefix of SMOL_PREFIX_SPILL_MIN tokens or more, is written to
+ * the spill directory first (when there is one). */
 void smol_sessions_evict(struct smol_sessions *s, struct smol_session *x);
-/* Writes one changed idle named session to the spill directory; 1 if one
- * was written (or failed), 0 when there is none. */
-int smol_sessions_spill_one(struct smol_sessions *s);
+/* Writes one changed idle named session (with_prefixes: or cached prefix,
+ * as smol_sessions_evict would) to the spill directory; 1 if one was
+ * written (or failed), 0 when there is none. */
+int smol_sessions_spill_one(struct smol_sessions *s, int with_prefixes);
 /* A new session `id` read back from the spill directory, most recently
  * used, its KV in the pool (idle entries evicted to make room; a named one
  * first when max_named is reached).  NULL when there is no usable file,
  * or no room. */
 struct smol_session *smol_sessions_restore(struct smol_sessions *s, const char *id, int max_named, double now);
+/* The same for the cached prefix `id` of the spill directory
+ * (smol_spill_best_prefix): a new anonymous entry. */
+struct smol_session *smol_sessions_restore_prefix(struct smol_sessions *s, const char *id, double now);
 /* Evicts the least recently used idle entry (anonymous ones first when
  * prefer_anon); 1 if one was evicted. */
 int smol_sessions_evict_one(struct smol_sessions *s, int prefer_anon);

@@ -25,6 +25,10 @@ struct entry {
     char name[NAME_LEN + 1];
     uint64_t bytes;
     int64_t stamp;              /* ns, CLOCK_REALTIME (file mtime at scan) */
+    /* a cached prefix: its id and KV tokens (NULL for a session) */
+    char prefix_id[SMOL_SPILL_PREFIX_ID_LEN + 1];
+    int32_t *tokens;
+    int n_tokens;
 };
 
 /* A file operation for the writer thread.  Jobs run in the order they were
@@ -42,6 +46,7 @@ struct job {
     uint64_t bytes;
     const char *read_err;               /* JOB_READ: why the file could not be read, or NULL */
     int n_kv;
+    int prefix;                         /* JOB_WRITE: a cached prefix */
     int refs;                           /* the queue's (then the ready list's) + readers' */
     int running, finished;
 };
@@ -117,12 +122,15 @@ static struct entry *find_ent(const struct smol_spill *sp, const char *name)
 
 static void drop_ent(struct smol_spill *sp, struct entry *e)
 {
+    free(e->tokens);
     sp->st.bytes -= e->bytes;
     sp->st.files--;
     *e = sp->ent[--sp->n_ent];
 }
 
-static int put_ent(struct smol_spill *sp, const char *name, uint64_t bytes, int64_t stamp)
+/* prefix_id, tokens: a cached prefix's (copied), or NULL */
+static int put_ent(struct smol_spill *sp, const char *name, uint64_t bytes, int64_t stamp, const char *prefix_id,
+                   const int32_t *tokens, int n_tokens)
 {
     struct entry *e = find_ent(sp, name);
     if (e) drop_ent(sp, e);
@@ -134,9 +142,15 @@ static int put_ent(struct smol_spill *sp, const char *name, uint64_t bytes, int6
         sp->cap_ent = cap;
     }
     e = &sp->ent[sp->n_ent++];
+    memset(e, 0, sizeof *e);
     snprintf(e->name, sizeof e->name, "%s", name);
     e->bytes = bytes;
     e->stamp = stamp;
+    if (prefix_id && (e->tokens = malloc((size_t)n_tokens * sizeof *tokens + 1))) {
+        snprintf(e->prefix_id, sizeof e->prefix_id, "%s", prefix_id);
+        memcpy(e->tokens, tokens, (size_t)n_tokens * sizeof *tokens);
+        e->n_tokens = n_tokens;
+    } /* (without memory for its tokens the file is only never matched) */
     sp->st.bytes += bytes;
     sp->st.files++;
     return 0;
@@ -338,11 +352,13 @@ static void *writer_main(void *arg)
         else if (unlinkat(sp->dirfd, j->name, 0) && errno != ENOENT)
             smol_log_warn("spill: cannot remove %s/%s: %s", sp->dir, j->name, strerror(errno));
         if (j->kind == JOB_WRITE && !bad)
-            smol_log_info("spill: session '%s' written to %s: %d tokens, %.1f MiB in %.0f ms", j->id, j->name, j->n_kv,
-                          j->bytes / 1048576.0, (mono_s() - t0) * 1e3);
+            smol_log_info("spill: %s '%s' written to %s: %d tokens, %.1f MiB in %.0f ms",
+                          j->prefix ? "cached prefix" : "session", j->id, j->name, j->n_kv, j->bytes / 1048576.0,
+                          (mono_s() - t0) * 1e3);
         pthread_mutex_lock(&sp->mu);
         if (j->kind == JOB_WRITE) {
-            if (!bad) sp->st.written++;
+            if (!bad && j->prefix) sp->st.prefixes_written++;
+            else if (!bad) sp->st.written++;
             else if (sp->n_failed < (int)(sizeof sp->failed / sizeof sp->failed[0]))
                 snprintf(sp->failed[sp->n_failed++], NAME_LEN + 1, "%s", j->name);
         }
@@ -545,9 +561,24 @@ static void scan(struct smol_spill *sp, const struct smol_kv *kv)
         if (f < 0 || fstat(f, &stt) || !S_ISREG(stt.st_mode)) why = "cannot be read as a regular file";
         else if (stt.st_size < (off_t)sizeof h || pread(f, &h, sizeof h, 0) != (ssize_t)sizeof h) why = "truncated (shorter than the header)";
         else why = check_header(sp, &h, (uint64_t)stt.st_size, kv);
+        /* a cached prefix: its id and KV tokens go into the index (the
+         * checksum covers them when the file is loaded) */
+        char pid[SMOL_SPILL_PREFIX_ID_LEN + 1] = "";
+        int32_t *toks = NULL;
+        if (!why && (h.flags & SMOL_SPILL_F_PREFIX)) {
+            if (h.id_len != SMOL_SPILL_PREFIX_ID_LEN || h.n_kv != h.n_tokens) why = "inconsistent header";
+            else if (!(toks = malloc(4ull * h.n_kv + 1))) why = "out of memory for its tokens";
+            else if (pread(f, pid, h.id_len, sizeof h) != (ssize_t)h.id_len ||
+                     pread(f, toks, 4ull * h.n_kv, sizeof h + h.id_len) != (ssize_t)(4ull * h.n_kv))
+                why = "short read";
+            else if (pid[h.id_len] = 0, strncmp(pid, SMOL_SPILL_PREFIX_ID, strlen(SMOL_SPILL_PREFIX_ID)))
+                why = "a cached prefix with a bad id";
+        }
         if (f >= 0) close(f);
-        if (why) { reject_file(sp, n, why); continue; }
-        put_ent(sp, n, (uint64_t)stt.st_size, (int64_t)stt.st_mtim.tv_sec * 1000000000 + stt.st_mtim.tv_nsec);
+        if (why) { free(toks); reject_file(sp, n, why); continue; }
+        put_ent(sp, n, (uint64_t)stt.st_size, (int64_t)stt.st_mtim.tv_sec * 1000000000 + stt.st_mtim.tv_nsec,
+                toks ? pid : NULL, toks, (int)h.n_kv);
+        free(toks);
     }
     closedir(d);
 }
@@ -619,6 +650,7 @@ void smol_spill_close(struct smol_spill **spp)
         pthread_cond_destroy(&sp->done);
     }
     if (sp->dirfd >= 0) close(sp->dirfd);
+    for (int i = 0; i < sp->n_ent; i++) free(sp->ent[i].tokens);
     free(sp->ent);
     free(sp->page_buf);
     free(sp);
@@ -633,19 +665,60 @@ static unsigned char *put(unsigned char *p, const void *src, size_t n)
     return p + n;
 }
 
+static void prefix_id(const int32_t *tokens, int n, char out[SMOL_SPILL_PREFIX_ID_LEN + 1])
+{
+    XXH128_hash_t h = XXH3_128bits(tokens, (size_t)n * sizeof *tokens);
+    snprintf(out, SMOL_SPILL_PREFIX_ID_LEN + 1, SMOL_SPILL_PREFIX_ID "%016llx%016llx", (unsigned long long)h.high64,
+             (unsigned long long)h.low64);
+}
+
+/* 1 if a prefix file already holds tokens[0, n) (the same or a longer prefix) */
+static int prefix_covered(const struct smol_spill *sp, const int32_t *tokens, int n)
+{
+    for (int i = 0; i < sp->n_ent; i++) {
+        const struct entry *e = &sp->ent[i];
+        if (e->tokens && e->n_tokens >= n && smol_lcp(e->tokens, e->n_tokens, tokens, n) == n) return 1;
+    }
+    return 0;
+}
+
+/* Removes the prefix files that tokens[0, n) extends: the file of it serves
+ * every request they would. */
+static void drop_extended(struct smol_spill *sp, const int32_t *tokens, int n)
+{
+    for (int i = 0; i < sp->n_ent;) {
+        const struct entry *e = &sp->ent[i];
+        if (e->tokens && e->n_tokens < n && smol_lcp(e->tokens, e->n_tokens, tokens, n) == e->n_tokens) {
+            char name[NAME_LEN + 1];
+            snprintf(name, sizeof name, "%s", e->name);
+            smol_log_info("spill: removing %s (a cached prefix that a longer one extends)", name);
+            unlink_file(sp, name); /* the last entry moves into slot i */
+        } else {
+            i++;
+        }
+    }
+}
+
 enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, struct smol_session *x, char *err)
 {
-    SMOL_ASSERT(x->id[0]);
     reap_failed(sp);
-    char name[NAME_LEN + 1];
-    file_name(x->id, name);
+    const int prefix = !x->id[0];
+    char key[SMOL_SESSION_ID_MAX + 1], name[NAME_LEN + 1];
     int n_kv = x->seq.n_tokens < x->n_tokens ? x->seq.n_tokens : x->n_tokens;
+    if (prefix && (n_kv <= 0 || prefix_covered(sp, x->tokens, n_kv))) {
+        x->on_disk = 1;
+        return SMOL_OK;
+    }
+    if (prefix) prefix_id(x->tokens, n_kv, key);
+    else snprintf(key, sizeof key, "%s", x->id);
+    file_name(key, name);
     if (n_kv <= 0) {
         unlink_file(sp, name);
         x->on_disk = 1;
         return SMOL_OK;
     }
-    char *msgs = x->msgs ? json_dumps(x->msgs, JSON_COMPACT) : NULL;
+    /* a cached prefix keeps its KV tokens only: no text, messages or date */
+    char *msgs = x->msgs && !prefix ? json_dumps(x->msgs, JSON_COMPACT) : NULL;
     struct smol_spill_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, SMOL_SPILL_MAGIC, 8);
@@ -657,19 +730,23 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, s
     h.n_kv_heads = (uint32_t)kv->n_kv_heads;
     h.head_dim = (uint32_t)kv->head_dim;
     h.page_tokens = SMOL_KV_PAGE;
-    h.id_len = (uint32_t)strlen(x->id);
-    h.n_tokens = (uint32_t)x->n_tokens;
+    h.id_len = (uint32_t)strlen(key);
+    h.n_tokens = (uint32_t)(prefix ? n_kv : x->n_tokens);
     h.n_kv = (uint32_t)n_kv;
-    h.hist_len = x->hist_text ? (uint32_t)x->hist_len : 0;
+    h.hist_len = x->hist_text && !prefix ? (uint32_t)x->hist_len : 0;
     h.msgs_len = msgs ? (uint32_t)strlen(msgs) : 0;
-    h.flags = (x->think_set ? SMOL_SPILL_F_THINK_SET : 0) | (x->enable_thinking ? SMOL_SPILL_F_THINKING : 0) |
-              (x->hist_text ? SMOL_SPILL_F_HIST : 0);
-    snprintf(h.date, sizeof h.date, "%s", x->date);
+    if (prefix) h.flags = SMOL_SPILL_F_PREFIX;
+    else {
+        h.flags = (x->think_set ? SMOL_SPILL_F_THINK_SET : 0) | (x->enable_thinking ? SMOL_SPILL_F_THINKING : 0) |
+                  (x->hist_text ? SMOL_SPILL_F_HIST : 0);
+        snprintf(h.date, sizeof h.date, "%s", x->date);
+    }
     h.payload_bytes = (uint64_t)h.id_len + 4ull * h.n_tokens + h.hist_len + h.msgs_len + kv_payload_bytes(sp, h.n_kv, kv);
     const uint64_t total = sizeof h + h.payload_bytes;
     if (sp->budget && total > sp->budget) {
         free(msgs);
-        return smol_errf(err, SMOL_ETOOLARGE, "session '%s': %.1f MiB exceed kv_spill_budget_mb", x->id, total / 1048576.0);
+        return smol_errf(err, SMOL_ETOOLARGE, "%s '%s': %.1f MiB exceed kv_spill_budget_mb",
+                         prefix ? "cached prefix" : "session", key, total / 1048576.0);
     }
     /* the file's image in memory (the KV pages copied out of the pool); the
      * writer thread checksums and writes it */
@@ -682,10 +759,10 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, s
     if (!img) {
         free(j);
         free(msgs);
-        return smol_errf(err, SMOL_ENOMEM, "spill: session '%s': out of memory for %.1f MiB", x->id, total / 1048576.0);
+        return smol_errf(err, SMOL_ENOMEM, "spill: '%s': out of memory for %.1f MiB", key, total / 1048576.0);
     }
     unsigned char *p = put(img, &h, sizeof h);
-    p = put(p, x->id, h.id_len);
+    p = put(p, key, h.id_len);
     p = put(p, x->tokens, 4ull * h.n_tokens);
     p = put(p, x->hist_text, h.hist_len);
     p = put(p, msgs, h.msgs_len);
@@ -696,14 +773,16 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, s
     drop_ready(sp, name);
     j->kind = JOB_WRITE;
     snprintf(j->name, sizeof j->name, "%s", name);
-    snprintf(j->id, sizeof j->id, "%s", x->id);
+    snprintf(j->id, sizeof j->id, "%s", key);
     j->image = img;
     j->bytes = total;
     j->n_kv = n_kv;
+    j->prefix = prefix;
     enqueue(sp, j);
-    smol_log_debug("spill: session '%s' queued for %s: %.1f MiB copied in %.1f ms", x->id, name, total / 1048576.0,
+    smol_log_debug("spill: '%s' queued for %s: %.1f MiB copied in %.1f ms", key, name, total / 1048576.0,
                    (mono_s() - t0) * 1e3);
-    put_ent(sp, name, total, now_ns());
+    put_ent(sp, name, total, now_ns(), prefix ? key : NULL, x->tokens, n_kv);
+    if (prefix) drop_extended(sp, x->tokens, n_kv);
     x->on_disk = 1;
     trim(sp, name);
     return SMOL_OK;
@@ -737,14 +816,17 @@ static int get(struct src *s, XXH3_state_t *st, void *p, size_t n)
     return 0;
 }
 
-enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int vocab, struct smol_session *x,
-                              int *pages_needed, char *err)
+/* key: x->id, or the cached prefix's id (x anonymous) */
+static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *key, struct smol_session *x,
+                          int *pages_needed, char *err)
 {
+    const int prefix = !x->id[0];
+    const char *what = prefix ? "cached prefix" : "session";
     char name[NAME_LEN + 1];
-    file_name(x->id, name);
+    file_name(key, name);
     reap_failed(sp);
     struct entry *ent = find_ent(sp, name);
-    if (!ent) return smol_errf(err, SMOL_ENOSESSION, "no spilled session '%s'", x->id);
+    if (!ent) return smol_errf(err, SMOL_ENOSESSION, "no spilled %s '%s'", what, key);
     double t0 = mono_s();
     /* a write of this file still queued: its image is the session (the file
      * is old or absent); else no job touches the file while we read it */
@@ -758,7 +840,7 @@ enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int voc
     }
     if (pj && pj->kind != JOB_WRITE) {
         release(sp, pj);
-        return smol_errf(err, SMOL_ENOSESSION, "no spilled session '%s'", x->id);
+        return smol_errf(err, SMOL_ENOSESSION, "no spilled %s '%s'", what, key);
     }
     if (!pj) rd = take_ready(sp, name);
     struct src src = {.fd = -1};
@@ -785,12 +867,13 @@ enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int voc
         else if (stt.st_size < (off_t)sizeof h || read_full(src.fd, &h, sizeof h)) why = "truncated (shorter than the header)";
         else why = check_header(sp, &h, (uint64_t)stt.st_size, kv);
     }
+    if (!why && !(h.flags & SMOL_SPILL_F_PREFIX) != !prefix) why = "a session file under a cached prefix's name, or the reverse";
     if (why) {
         if (src.fd >= 0) close(src.fd);
         if (pj) release(sp, pj);
         if (rd) release(sp, rd);
         reject_file(sp, name, why);
-        return smol_errf(err, SMOL_EFORMAT, "spilled session '%s': %s", x->id, why);
+        return smol_errf(err, SMOL_EFORMAT, "spilled %s '%s': %s", what, key, why);
     }
     const int n_pages = smol_kv_pages_for((int)h.n_kv);
     if (n_pages > kv->n_free) {
@@ -798,7 +881,7 @@ enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int voc
         if (pj) release(sp, pj);
         if (rd) release(sp, rd); /* read again on the next try */
         *pages_needed = n_pages;
-        return smol_errf(err, SMOL_EBUSY, "spilled session '%s' needs %d free KV pages", x->id, n_pages);
+        return smol_errf(err, SMOL_EBUSY, "spilled %s '%s' needs %d free KV pages", what, key, n_pages);
     }
     XXH3_state_t *st = XXH3_createState();
     char id[SMOL_SESSION_ID_MAX + 1];
@@ -820,8 +903,8 @@ enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int voc
     }
     /* (an image in memory has no checksum yet: the writer computes it) */
     if (!why && !rc && !src.trusted && XXH3_64bits_digest(st) != h.payload_hash) why = "payload checksum mismatch";
-    if (!why && !rc && strcmp(id, x->id)) /* a sound file of another id with the same hash */
-        rc = smol_errf(err, SMOL_ENOSESSION, "no spilled session '%s'", x->id);
+    if (!why && !rc && strcmp(id, key)) /* a sound file of another id with the same hash */
+        rc = smol_errf(err, SMOL_ENOSESSION, "no spilled %s '%s'", what, key);
     for (uint32_t i = 0; !why && !rc && i < h.n_tokens; i++)
         if (tokens[i] < 0 || tokens[i] >= vocab) why = "token id out of range";
     hist[h.hist_len] = 0;
@@ -845,10 +928,11 @@ enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int voc
         if (src.fd >= 0) futimens(src.fd, NULL); /* recently used, also for the next process */
         ent->stamp = now_ns();
         pthread_mutex_lock(&sp->mu);
-        sp->st.restored++;
+        if (prefix) sp->st.prefixes_restored++;
+        else sp->st.restored++;
         sp->st.tokens_restored += h.n_kv;
         pthread_mutex_unlock(&sp->mu);
-        smol_log_info("spill: session '%s' restored%s: %u tokens, %.1f MiB in %.0f ms", x->id,
+        smol_log_info("spill: %s '%s' restored%s: %u tokens, %.1f MiB in %.0f ms", what, key,
                       pj ? " (from its write still queued)" : rd ? " (read ahead)" : "", h.n_kv,
                       (sizeof h + h.payload_bytes) / 1048576.0, (mono_s() - t0) * 1e3);
     }
@@ -864,13 +948,43 @@ out:
     }
     if (why) {
         reject_file(sp, name, why);
-        rc = smol_errf(err, SMOL_EFORMAT, "spilled session '%s': %s", x->id, why);
+        rc = smol_errf(err, SMOL_EFORMAT, "spilled %s '%s': %s", what, key, why);
     }
     XXH3_freeState(st);
     free(tokens);
     free(hist);
     free(msgs);
     return rc;
+}
+
+enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int vocab, struct smol_session *x,
+                              int *pages_needed, char *err)
+{
+    SMOL_ASSERT(x->id[0]);
+    return load(sp, kv, vocab, x->id, x, pages_needed, err);
+}
+
+enum smol_err smol_spill_load_prefix(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *id,
+                                     struct smol_session *x, int *pages_needed, char *err)
+{
+    SMOL_ASSERT(!x->id[0]);
+    return load(sp, kv, vocab, id, x, pages_needed, err);
+}
+
+int smol_spill_best_prefix(struct smol_spill *sp, const int32_t *ids, int n, char id_out[SMOL_SPILL_PREFIX_ID_LEN + 1])
+{
+    reap_failed(sp);
+    int best = 0;
+    id_out[0] = 0;
+    for (int i = 0; i < sp->n_ent; i++) {
+        const struct entry *e = &sp->ent[i];
+        int l = e->tokens ? smol_lcp(e->tokens, e->n_tokens, ids, n) : 0;
+        if (l > best) {
+            best = l;
+            snprintf(id_out, SMOL_SPILL_PREFIX_ID_LEN + 1, "%s", e->prefix_id);
+        }
+    }
+    return best;
 }
 
 /* ---- misc ------------------------------------------------------------------------------ */

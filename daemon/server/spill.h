@@ -6,6 +6,16 @@
  * One file per session, named by a hash of the session id (the id itself is
  * stored inside and compared on load):  <32 hex digits>.kv
  *
+ * Cached prefixes (the KV of requests without a session, which later ones
+ * reuse by longest common prefix) are written the same way, flagged
+ * SMOL_SPILL_F_PREFIX, under the id "#prefix-" + XXH3-128 of their KV
+ * tokens ('#' is outside the session-id alphabet, so the two never meet).
+ * The index keeps each prefix file's KV tokens (read at open, checked again
+ * with the payload checksum when the file is loaded), so that a request can
+ * find the longest prefix on disk without opening a file.  A prefix that is
+ * a leading part of one already on disk is not written; writing one removes
+ * the files it extends.
+ *
  * Format (little-endian), version SMOL_SPILL_VERSION:
  *     header    struct smol_spill_header (136 bytes), its own XXH3-64 last
  *     payload   id[id_len] | tokens int32[n_tokens] | hist[hist_len] |
@@ -68,9 +78,15 @@ struct smol_spill_header {
 #define SMOL_SPILL_F_THINK_SET 1u
 #define SMOL_SPILL_F_THINKING 2u
 #define SMOL_SPILL_F_HIST 4u       /* hist holds text (possibly empty) */
+#define SMOL_SPILL_F_PREFIX 8u     /* a cached prefix, not a session (no text, messages or date) */
+
+#define SMOL_SPILL_PREFIX_ID "#prefix-" /* + 32 hex digits */
+#define SMOL_SPILL_PREFIX_ID_LEN 40
 
 struct smol_spill_stats {
-    uint64_t written, restored, tokens_restored, rejected;
+    uint64_t written, restored;                   /* session files */
+    uint64_t prefixes_written, prefixes_restored; /* cached-prefix files */
+    uint64_t tokens_restored, rejected;           /* both kinds */
     uint32_t files;
     uint64_t bytes;
 };
@@ -91,10 +107,11 @@ enum smol_err smol_spill_open(struct smol_spill **out, const char *dir, uint64_t
 /* Accepts NULL; nulls the pointer. */
 void smol_spill_close(struct smol_spill **sp);
 
-/* Writes session x (named, idle) with the KV of its first x->seq.n_tokens
+/* Writes session x (idle) with the KV of its first x->seq.n_tokens
  * positions (queued: see Threads above); an empty session removes its file.
- * Then trims the directory to the budget (the oldest files first).  On
- * error nothing is left behind. */
+ * An anonymous x (id "") is written as a cached prefix (see above; an empty
+ * one is not written).  Then trims the directory to the budget (the oldest
+ * files first).  On error nothing is left behind. */
 enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, struct smol_session *x, char *err);
 
 /* Reads the session named x->id into x (empty, its seq without pages):
@@ -106,6 +123,15 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, s
  * vocab bounds the token ids. */
 enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int vocab, struct smol_session *x,
                               int *pages_needed, char *err);
+
+/* The same for the cached prefix `id` (from smol_spill_best_prefix) into
+ * the anonymous entry x. */
+enum smol_err smol_spill_load_prefix(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *id,
+                                     struct smol_session *x, int *pages_needed, char *err);
+
+/* The prefix file whose KV tokens share the longest common prefix with
+ * ids[0, n): returns that length (0: none) and its id in id_out. */
+int smol_spill_best_prefix(struct smol_spill *sp, const int32_t *ids, int n, char id_out[SMOL_SPILL_PREFIX_ID_LEN + 1]);
 
 /* Removes the file of session id, if any. */
 void smol_spill_remove(struct smol_spill *sp, const char *id);

@@ -18,6 +18,7 @@ recomputed.
   phase 2  restart: the daemon starts, counts and logs each bad file; the
            gateway is back; turn 2: s1 restored from disk (Started.cached_tokens
            and restored_tokens), s2..s5 recomputed; SIGTERM (drain) writes all
+           (and the gateway's session-less request, as a cached prefix)
   phase 3  restart (write-behind on): turn 3: all five restored (a clean
            restart loses no session); the idle engine writes each changed
            session; SIGKILL
@@ -339,8 +340,9 @@ def main():
             st = d.stats()
             check(st["spill_sessions_restored"] == 1 and st["spill_files_rejected"] == 4, "%s" % st)
             check(d.term() == 0, "drain exit 0")
-            check(len(glob.glob(os.path.join(spill, "*.kv"))) == 5, "drain + eviction: 5 session files: %s"
-                  % os.listdir(spill))
+            # the five sessions, and the gateway's "Hello" (no session) as a cached prefix
+            check(len(glob.glob(os.path.join(spill, "*.kv"))) == 6 and "cached prefix '#prefix-" in d.log_text(),
+                  "drain + eviction: 5 session files and a prefix: %s" % os.listdir(spill))
         step("phase2_restart_garbage_ignored_restore_and_recompute", phase2)
 
         def phase3():
