@@ -15,6 +15,7 @@ exits 1 on any failure.  A test that cannot run (Skip: a missing
 prerequisite) is a failure too.
 """
 import argparse
+import glob
 import json
 import os
 import re
@@ -1085,6 +1086,72 @@ def t_kv_types():
 
 
 
+def t_prefix_persist():
+    """Cached prefixes persist like sessions: a request without a session leaves its KV
+    as a cached prefix, which the drain writes to kv_spill_dir; a restarted daemon's
+    first request that shares its long system prompt reads it back (Started.restored_tokens,
+    stats spill_prefixes_restored) and answers with the greedy tokens a cold daemon
+    gives; a corrupt prefix file is refused (counted, removed) and the prompt recomputed."""
+    spill = tempfile.mkdtemp(prefix="smollm3d-prefix-")
+    system = " ".join("Rule %d: answer briefly, politely and in plain words." % i for i in range(24))
+    flags = ["--kv-spill-dir", spill, "--kv-spill-when-idle=false"]
+
+    def ask(d, k):
+        evs = gen_json(d, "--system", system, "--temp", "0", "-n", "6", "Question %d: what is %d + %d?" % (k, k, k))
+        check_stream_shape(evs, 6)
+        return evs
+
+    try:
+        cold = Daemon(FIXTURE_T, "prefix-cold", [])
+        try:
+            want = {k: token_ids(ask(cold, k)) for k in (2, 3)}
+        finally:
+            cold.close()
+        d = Daemon(FIXTURE_T, "prefix-1", flags)
+        try:
+            first = ask(d, 1)[0]
+            check(first["cached_tokens"] == 0, "cold start: %s" % first)
+            check(d.stop() == 0, "drain exit 0\n%s" % d.log_tail())
+            check(re.search(r"cached prefix '#prefix-[0-9a-f]{32}' written", d.log_tail(100000)),
+                  "the drain wrote the cached prefix: %s" % d.log_tail())
+        finally:
+            d.close()
+        files = glob.glob(os.path.join(spill, "*.kv"))
+        check(len(files) == 1, "one prefix file: %s" % os.listdir(spill))
+        d = Daemon(FIXTURE_T, "prefix-2", flags)
+        try:
+            evs = ask(d, 2)
+            st = d.stats()
+            started = evs[0]
+            check(started["restored_tokens"] >= 200 and started["cached_tokens"] == started["restored_tokens"],
+                  "the shared system prompt read back from disk: %s" % started)
+            check(token_ids(evs) == want[2], "greedy tokens as a cold daemon's: %s vs %s" % (token_ids(evs), want[2]))
+            check(st["spill_prefixes_restored"] == 1 and st["spill_sessions_restored"] == 0 and
+                  st["spill_tokens_restored"] >= started["restored_tokens"], "stats: %s" % st)
+        finally:
+            d.close()   # killed: the second request's prefix is not written
+        check(glob.glob(os.path.join(spill, "*.kv")) == files, "still the one file: %s" % os.listdir(spill))
+        with open(files[0], "r+b") as f:   # a KV byte near the end
+            f.seek(-5, os.SEEK_END)
+            b = f.read(1)
+            f.seek(-5, os.SEEK_END)
+            f.write(bytes([b[0] ^ 0x20]))
+        d = Daemon(FIXTURE_T, "prefix-3", flags)
+        try:
+            evs = ask(d, 3)
+            st = d.stats()
+            check(evs[0]["restored_tokens"] == 0 and evs[0]["cached_tokens"] == 0,
+                  "corrupt prefix file not used: %s" % evs[0])
+            check(token_ids(evs) == want[3], "recomputed: %s vs %s" % (token_ids(evs), want[3]))
+            check(st["spill_files_rejected"] == 1 and st["spill_prefixes_restored"] == 0, "stats: %s" % st)
+            check("checksum mismatch" in d.log_tail(100000), "refusal logged: %s" % d.log_tail())
+            check(not os.path.exists(files[0]), "corrupt file removed")
+        finally:
+            d.close()
+    finally:
+        subprocess.run(["rm", "-rf", spill])
+
+
 # ---------------------------------------------------------------- tests: speculative decoding
 
 def spec_run(d, messages, spec, top=0, **kw):
@@ -1278,6 +1345,7 @@ def main():
           extra=["--kv-budget-mb", "1"])
 
     run_test("kv_types", t_kv_types)
+    run_test("prefix_persist", t_prefix_persist)
 
     if not ARGS.filters or any(f in "real_smollm2" for f in ARGS.filters):
         r = subprocess.run(["sh", os.path.join(ROOT, "tests/get_smollm2.sh")],
