@@ -80,6 +80,22 @@ void smol_softmax_ref(float *x, int n)
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
+void smol_hadamard_ref(float *x, int n, int group)
+{
+    const float c = 1.0f / sqrtf((float)group);
+    for (int g = 0; g < n; g += group) {
+        float *v = x + g;
+        for (int s = 1; s < group; s *= 2)         /* butterflies: the fast transform, unscaled */
+            for (int i = 0; i < group; i += 2 * s)
+                for (int j = i; j < i + s; j++) {
+                    const float a = v[j], b = v[j + s];
+                    v[j] = a + b;
+                    v[j + s] = a - b;
+                }
+        for (int i = 0; i < group; i++) v[i] *= c;
+    }
+}
+
 void smol_axpy_f32_ref(int n, float a, const void *x, float *y)
 {
     const float *v = x;

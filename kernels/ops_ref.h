@@ -44,6 +44,11 @@ void smol_add_ref(float *x, const float *y, int n);
 
 /* In-place softmax of x[0..n); returns nothing, max-subtracted, sum in double. */
 void smol_softmax_ref(float *x, int n);
+/* x[0, n) in place, each run of `group` elements (a power of two dividing n)
+ * times the orthonormal Walsh-Hadamard matrix of that size, H = H^T = H^-1
+ * (Sylvester order: H_2s = [H_s H_s; H_s -H_s] / sqrt 2, llama.cpp's
+ * ggml_gen_hadamard).  The q8_0 KV cache stores rotated K and V rows. */
+void smol_hadamard_ref(float *x, int n, int group);
 
 /* y[i] += a * x[i] for x stored as f32 / f16 (attention's weighted sum of V). */
 void smol_axpy_f32_ref(int n, float a, const void *x, float *y);

@@ -137,6 +137,14 @@ START_TEST(t_elementwise)
     got = from_dev(be, dx, (size_t)n * dim);
     ck_assert_msg(rel_err_f(got, ref, (size_t)n * dim) < 1e-6, "add");
     free(got);
+    /* hadamard (the q8_0 KV rotation), groups of 64 and 128: the ref's additions, bit for bit */
+    for (int group = 64; group <= 128; group *= 2) {
+        be->hadamard(be, dx, 4 * 256, group);
+        smol_hadamard_ref(ref, 4 * 256, group);
+        got = from_dev(be, dx, 4 * 256);
+        ck_assert_msg(!memcmp(got, ref, 4 * 256 * 4), "hadamard %d", group);
+        free(got);
+    }
     /* gather_rows, out of place and in place */
     int32_t idx[3] = {1, 3, 4};
     be->gather_rows(be, dout, dx, idx, 3, dim);

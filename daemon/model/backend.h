@@ -70,6 +70,9 @@ struct smol_backend {
     /* rotate x[t] (n_heads x head_dim) at position pos[t] */
     void (*rope)(struct smol_backend *be, float *x, const int32_t *pos, int n, int n_heads, int head_dim,
                  const struct smol_rope_params *rp);
+    /* x[0, n) in place, each run of `group` elements times the orthonormal Walsh-Hadamard
+     * matrix (smol_hadamard_ref; the q8_0 KV cache's rotation) */
+    void (*hadamard)(struct smol_backend *be, float *x, int n, int group);
     /* write k[t], v[t] (kv_dim each) into the cache at (seq[t], pos[t]) for one layer */
     void (*kv_store)(struct smol_backend *be, struct smol_kv *kv, int layer, const float *k, const float *v,
                      const struct smol_batch *b);

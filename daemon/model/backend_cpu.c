@@ -181,6 +181,22 @@ static void cpu_silu_mul(struct smol_backend *be, float *gate, const float *up, 
     smol_pool_run(C(be)->pool, (n + ELT_CHUNK - 1) / ELT_CHUNK, silu_task, &j);
 }
 
+/* ELT_CHUNK is a power of two: chunks hold whole groups */
+static void hadamard_task(void *a, int t, int th)
+{
+    struct rows_job *j = a;
+    size_t off = (size_t)t * ELT_CHUNK;
+    int len = j->n - (int)off < ELT_CHUNK ? j->n - (int)off : ELT_CHUNK;
+    smol_hadamard_ref(j->out + off, len, j->dim);
+}
+
+static void cpu_hadamard(struct smol_backend *be, float *x, int n, int group)
+{
+    SMOL_ASSERT(group > 0 && group <= ELT_CHUNK && !(group & (group - 1)) && n % group == 0);
+    struct rows_job j = {.out = x, .n = n, .dim = group};
+    smol_pool_run(C(be)->pool, (n + ELT_CHUNK - 1) / ELT_CHUNK, hadamard_task, &j);
+}
+
 static void cpu_add(struct smol_backend *be, float *x, const float *y, int n) { smol_add_ref(x, y, n); }
 
 static void cpu_gather_rows(struct smol_backend *be, float *out, const float *x, const int32_t *idx, int n, int dim)
@@ -492,7 +508,7 @@ enum smol_err smol_backend_cpu_new(struct smol_backend **out, int n_threads, cha
         .name = c->k->name, .impl = c, .n_threads = smol_pool_threads(c->pool),
         .destroy = cpu_destroy, .reserve = cpu_reserve, .alloc = cpu_alloc, .free = cpu_free,
         .to_host = cpu_to_host, .from_host = cpu_to_host, .upload_weight = cpu_upload, .get_rows = cpu_get_rows,
-        .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul, .matmul_n = cpu_matmul_n, .rope = cpu_rope, .kv_store = cpu_kv_store,
+        .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul, .matmul_n = cpu_matmul_n, .rope = cpu_rope, .hadamard = cpu_hadamard, .kv_store = cpu_kv_store,
         .attention = cpu_attention, .silu_mul = cpu_silu_mul, .add = cpu_add,
         .gather_rows = cpu_gather_rows, .kv_copy_page = cpu_kv_copy_page,
     };

@@ -307,6 +307,11 @@ static void cu_attention(struct smol_backend *be, float *out, const float *q, co
        "attention");
 }
 
+static void cu_hadamard(struct smol_backend *be, float *x, int n, int group)
+{
+    ck(C(be), smol_hadamard_cuda(x, n, group, C(be)->st), "hadamard");
+}
+
 static void cu_silu_mul(struct smol_backend *be, float *gate, const float *up, int n)
 {
     ck(C(be), smol_silu_mul_cuda(gate, up, n, C(be)->st), "silu_mul");
@@ -436,6 +441,7 @@ static enum smol_err cu_new(struct smol_backend **out, int device, char *err)
     be->rmsnorm = cu_rmsnorm;
     be->matmul = cu_matmul;
     be->rope = cu_rope;
+    be->hadamard = cu_hadamard;
     be->kv_store = cu_kv_store;
     be->attention = cu_attention;
     be->silu_mul = cu_silu_mul;

@@ -184,6 +184,39 @@ cudaError_t smol_gather_rows_cuda(float *out, const float *x, const int32_t *idx
     return cudaGetLastError();
 }
 
+/* ---- Hadamard rotation ------------------------------------------------------------------ */
+
+/* A block per group, group / 2 threads: the butterflies of smol_hadamard_ref in shared memory,
+ * one pair per thread and stage (the pairs of a stage are disjoint), the same additions in the
+ * same order, then the scale. */
+static __global__ void hadamard_kernel(float *x, int group)
+{
+    extern __shared__ float hv[];
+    float *p = x + (size_t)blockIdx.x * group;
+    const int t = threadIdx.x, half = group / 2;
+    hv[t] = p[t];
+    hv[t + half] = p[t + half];
+    __syncthreads();
+    for (int s = 1; s < group; s *= 2) {
+        const int j = t / s * 2 * s + t % s;
+        const float a = hv[j], b = hv[j + s];
+        hv[j] = a + b;
+        hv[j + s] = a - b;
+        __syncthreads();
+    }
+    const float c = 1.0f / sqrtf((float)group);
+    p[t] = hv[t] * c;
+    p[t + half] = hv[t + half] * c;
+}
+
+cudaError_t smol_hadamard_cuda(float *x, int n, int group, cudaStream_t st)
+{
+    if (n <= 0) return cudaSuccess;
+    if (group < 2 || group > 1024 || (group & (group - 1)) || n % group) return cudaErrorInvalidValue;
+    hadamard_kernel<<<n / group, group / 2, group * sizeof(float), st>>>(x, group);
+    return cudaGetLastError();
+}
+
 /* ---- KV store --------------------------------------------------------------------------- */
 
 /* Thread per element of k[t] (and the same element of v[t]); f16 rounds to nearest even, the

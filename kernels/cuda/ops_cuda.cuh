@@ -49,6 +49,10 @@ cudaError_t smol_rope_cuda(float *x, const int32_t *pos, int n, int n_heads, int
 cudaError_t smol_silu_mul_cuda(float *gate, const float *up, int n, cudaStream_t st);
 cudaError_t smol_add_cuda(float *x, const float *y, int n, cudaStream_t st);
 
+/* smol_hadamard_ref: x[0, n) in place, each run of group (a power of two, 2..1024) elements
+ * times the orthonormal Walsh-Hadamard matrix (the q8_0 KV cache's rotation). */
+cudaError_t smol_hadamard_cuda(float *x, int n, int group, cudaStream_t st);
+
 /* out[i] = x[idx[i]], rows of dim; out must not overlap x (the backend handles in-place). */
 cudaError_t smol_gather_rows_cuda(float *out, const float *x, const int32_t *idx, int n, int dim, cudaStream_t st);
 
