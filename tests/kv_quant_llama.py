@@ -6,7 +6,9 @@ prompt tests/fixtures/kvquant/prompt.txt (tokenized by llama.cpp, first N ids):
 
   * llama.cpp (llama-cpp-python, flash attention on: it requires it for a
     quantized V cache) computes the logits of every position with an F16 KV
-    cache and with a Q8_0 KV cache (type_k = type_v = GGML_TYPE_Q8_0);
+    cache and with a Q8_0 KV cache (type_k = type_v = GGML_TYPE_Q8_0; it
+    rotates quantized K and V by a Hadamard matrix, attn_rot_k / attn_rot_v,
+    as smollm3 does: daemon/model/kv.h);
   * smollm3 (`smollm3 logits --all --kv-type f16|q8_0`) does the same;
 
 and the q8_0-vs-f16 difference of each engine is summarised over all

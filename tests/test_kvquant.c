@@ -10,7 +10,10 @@
  * same models and ids (tests/fixtures/kvquant/figures.json, README "KV cache
  * types"); the tolerances below are those figures with a margin, and the
  * figures this code measured are written next to them.  The llama.cpp
- * figures are read from figures.json too and printed beside ours.
+ * figures are read from figures.json too and printed beside ours.  Both
+ * engines rotate K and V by a Walsh-Hadamard matrix before quantizing them
+ * (kv.h; llama.cpp's attn_rot_k / attn_rot_v): the rotation is checked here
+ * too (orthonormal, its own inverse, Sylvester order).
  */
 #include <check.h>
 #include <jansson.h>
@@ -21,6 +24,7 @@
 #include <unistd.h>
 
 #include "daemon/model/model.h"
+#include "kernels/ops_ref.h"
 #include "kernels/quant.h"
 #include "testutil.h"
 
@@ -45,6 +49,46 @@ START_TEST(bytes_per_token)
     ck_assert_int_eq(smol_kv_type_parse("q4_0", &t, err), SMOL_EINVAL);
     ck_assert_msg(strstr(err, "f32, f16 or q8_0"), "%s", err);
     ck_assert_int_eq(smol_kv_type_parse("Q8_0", &t, err), SMOL_EINVAL);
+}
+END_TEST
+
+/* smol_hadamard_ref: H_4 / 2 in Sylvester order, norms kept, H H = I; the
+ * group sizes a cache rotates by */
+START_TEST(hadamard)
+{
+    float x[4] = {1, 0, 0, 0}, e[4] = {0, 0, 1, 0};
+    smol_hadamard_ref(x, 4, 4);
+    smol_hadamard_ref(e, 4, 4);
+    const float c0[4] = {0.5f, 0.5f, 0.5f, 0.5f}, c2[4] = {0.5f, 0.5f, -0.5f, -0.5f};
+    ck_assert(!memcmp(x, c0, sizeof x) && !memcmp(e, c2, sizeof e));
+    float v[256], w[256];
+    srand(3);
+    double n0 = 0, n1 = 0;
+    for (int i = 0; i < 256; i++) {
+        v[i] = w[i] = (float)rand() / RAND_MAX - 0.5f + (i == 77 ? 40.0f : 0.0f); /* an outlier channel */
+        n0 += (double)v[i] * v[i];
+    }
+    smol_hadamard_ref(w, 256, 128);
+    float amax = 0;
+    for (int i = 0; i < 256; i++) {
+        n1 += (double)w[i] * w[i];
+        if (i < 128 && fabsf(w[i]) > amax) amax = fabsf(w[i]);
+    }
+    ck_assert_msg(fabs(n1 - n0) < 1e-4 * n0, "norm %g vs %g", n1, n0);
+    ck_assert_msg(amax < 40.0f / 8, "the outlier is spread: max %g", amax);   /* 40 / sqrt(128) + noise */
+    smol_hadamard_ref(w, 256, 128);
+    for (int i = 0; i < 256; i++) ck_assert_msg(fabsf(w[i] - v[i]) < 1e-5f, "H H = I at %d", i);
+    int rk, rv;
+    smol_kv_rot(128, SMOL_TYPE_Q8_0, &rk, &rv);
+    ck_assert(rk == 128 && rv == 64);
+    smol_kv_rot(64, SMOL_TYPE_Q8_0, &rk, &rv);
+    ck_assert(rk == 64 && rv == 64);
+    smol_kv_rot(192, SMOL_TYPE_Q8_0, &rk, &rv);
+    ck_assert(rk == 64 && rv == 64);
+    smol_kv_rot(96, SMOL_TYPE_Q8_0, &rk, &rv);   /* not whole groups of 64: stored unrotated */
+    ck_assert(rk == 0 && rv == 0);
+    smol_kv_rot(128, SMOL_TYPE_F16, &rk, &rv);
+    ck_assert(rk == 0 && rv == 0);
 }
 END_TEST
 
@@ -236,7 +280,8 @@ static struct kv_err measure(const char *path, const char *name)
 }
 
 /* llama.cpp (figures.json): mean |d| 0.0666, RMS 0.0842, max 0.625, mean KL 3.54e-3, top-1 86.3%.
- * Measured here: mean |d| 0.0639, RMS 0.0807, max 0.548, mean KL 3.25e-3, top-1 85.2%.
+ * Measured here (AVX-512; AVX2): mean |d| 0.0639 (0.0642), RMS 0.0807 (0.0811), max 0.539
+ * (0.579), mean KL 3.26e-3 (3.29e-3), top-1 88.1% (85.2%).
  * Tolerance: llama.cpp's figures (mean, RMS, KL within them; top-1 within 3 points). */
 START_TEST(error_fixture_a)
 {
@@ -253,10 +298,15 @@ START_TEST(error_fixture_a)
 END_TEST
 
 /* llama.cpp (figures.json): mean |d| 0.1783, RMS 0.2313, max 1.832, mean KL 3.99e-3, top-1 96.9%.
- * Measured here: mean |d| 0.2025, RMS 0.2765, max 5.022 (one position: 86; the next
- * largest 2.32), mean KL 4.69e-3, top-1 98.0%.  For scale, f16 KV against f32 KV alone
- * gives mean |d| 0.167 on this model (it is that sensitive to KV rounding).
- * Tolerance: 1.25 x llama.cpp's mean / RMS / KL, top-1 within 3 points, max 3 x. */
+ * Measured here (AVX-512; AVX2): mean |d| 0.1744 (0.1762), RMS 0.2241 (0.2263), max 1.941
+ * (1.703), mean KL 3.97e-3 (3.72e-3), top-1 96.3% (97.7%).  Without the Hadamard rotation
+ * it was 0.1919 (0.2025), 0.2667 (0.2765), 6.45 (5.02), 4.79e-3 (4.69e-3): one outlier
+ * channel of K sets the scale of its block.  This model is that sensitive: f16 KV
+ * against f32 KV alone gives mean |d| 0.166 and KL 3.95e-3, and a relative 1e-7 change
+ * of K about 0.16 and 3.5e-3 (the logits' floor of chaos), so the figures move by a few
+ * percent with the kernels' rounding (AVX-512 against AVX2 above).
+ * Tolerance: 1.05 x llama.cpp's mean and RMS, 1.08 x its KL, 2 x its max, top-1 within 3
+ * points: the unrotated cache fails every one but top-1. */
 START_TEST(error_smollm2)
 {
     if (access(SMOLLM2, R_OK)) {
@@ -264,10 +314,10 @@ START_TEST(error_smollm2)
         return;
     }
     struct kv_err e = measure(SMOLLM2, "SmolLM2-135M");
-    ck_assert_msg(e.mean_abs <= 1.25 * 0.1783, "mean |dlogit| %g", e.mean_abs);
-    ck_assert_msg(e.rms <= 1.25 * 0.2313, "RMS %g", e.rms);
-    ck_assert_msg(e.max_abs <= 3 * 1.832, "max |dlogit| %g", e.max_abs);
-    ck_assert_msg(e.mean_kl <= 1.25 * 3.99e-3, "mean KL %g", e.mean_kl);
+    ck_assert_msg(e.mean_abs <= 1.05 * 0.1783, "mean |dlogit| %g", e.mean_abs);
+    ck_assert_msg(e.rms <= 1.05 * 0.2313, "RMS %g", e.rms);
+    ck_assert_msg(e.max_abs <= 2 * 1.832, "max |dlogit| %g", e.max_abs);
+    ck_assert_msg(e.mean_kl <= 1.08 * 3.99e-3, "mean KL %g", e.mean_kl);
     ck_assert_msg(e.top1 >= 0.969 - 0.03, "top-1 agreement %g", e.top1);
     ck_assert_msg(e.mean_abs > 0, "q8_0 and f16 logits are identical: the q8_0 cache is not in use");
 }
@@ -279,6 +329,7 @@ Suite *test_suite(void)
     TCase *tc = tcase_create("kvquant");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, bytes_per_token);
+    tcase_add_test(tc, hadamard);
     tcase_add_test(tc, budget_follows_type);
     tcase_add_test(tc, q8_0_copy_on_write);
     tcase_add_test(tc, error_fixture_a);

@@ -33,6 +33,15 @@ enum smol_err smol_kv_type_parse(const char *name, uint32_t *type, char *err)
     return smol_errf(err, SMOL_EINVAL, "kv type must be f32, f16 or q8_0 (got '%.64s')", name);
 }
 
+void smol_kv_rot(int head_dim, uint32_t type, int *rot_k, int *rot_v)
+{
+    *rot_k = *rot_v = 0;
+    if (type != SMOL_TYPE_Q8_0 || head_dim % 64) return;
+    *rot_k = 64;
+    while (head_dim % (2 * *rot_k) == 0) *rot_k *= 2;
+    *rot_v = 64;
+}
+
 enum smol_err smol_kv_init(struct smol_kv *kv, struct smol_backend *be, int n_layers, int n_kv_heads,
                            int head_dim, uint32_t type, int n_pages, char *err)
 {
@@ -48,6 +57,7 @@ enum smol_err smol_kv_init(struct smol_kv *kv, struct smol_backend *be, int n_la
     kv->head_dim = head_dim;
     kv->type = type;
     kv->row_bytes = smol_kv_row_bytes(head_dim, type);
+    smol_kv_rot(head_dim, type, &kv->rot_k, &kv->rot_v);
     kv->n_pages = n_pages;
     kv->page_bytes = (size_t)n_kv_heads * SMOL_KV_PAGE * kv->row_bytes;
     kv->layer_bytes = (size_t)n_pages * kv->page_bytes;

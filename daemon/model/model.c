@@ -9,7 +9,8 @@
  * forward() is the model, top to bottom:
  *   x = token_embd[ids]
  *   per layer: h = rmsnorm(x) * attn_norm; q, k, v = h Wq, h Wk, h Wv;
- *              RoPE(q, k) unless NoPE; store k, v; att = causal GQA attention;
+ *              RoPE(q, k) unless NoPE; (q8_0 cache: q, k, v times H, kv.h);
+ *              store k, v; att = causal GQA attention (q8_0: att times H);
  *              x += att Wo; h = rmsnorm(x) * ffn_norm;
  *              x += (silu(h Wgate) * (h Wup)) Wdown
  *   logits = (rmsnorm(x) * output_norm) token_embd^T   (tied head)
@@ -481,9 +482,15 @@ enum smol_err smol_model_forward(struct smol_model *m, const struct smol_batch *
         trace(m, "Qcur", l, s->q, n, c->q_dim);
         trace(m, "Kcur", l, s->k, n, c->kv_dim);
         trace(m, "Vcur", l, s->v, n, c->kv_dim);
+        if (m->kv.rot_k) { /* a q8_0 cache holds rotated K and V (kv.h) */
+            be->hadamard(be, s->q, n * c->q_dim, m->kv.rot_k);
+            be->hadamard(be, s->k, n * c->kv_dim, m->kv.rot_k);
+            be->hadamard(be, s->v, n * c->kv_dim, m->kv.rot_v);
+        }
         be->kv_store(be, &m->kv, l, s->k, s->v, b);
         be->attention(be, s->att, s->q, &m->kv, l, b, c->n_heads, scale);
         trace(m, "kqv_out", l, s->att, n, c->q_dim);
+        if (m->kv.rot_v) be->hadamard(be, s->att, n * c->q_dim, m->kv.rot_v);
         be->matmul(be, s->xb, &L->wo, s->att, n);
         trace(m, "attn_out", l, s->xb, n, c->dim);
         be->add(be, s->x, s->xb, n * c->dim);

@@ -218,10 +218,11 @@ static const char *check_header(const struct smol_spill *sp, const struct smol_s
     if (memcmp(h->magic, SMOL_SPILL_MAGIC, 8)) return "not a smollm3d KV file (bad magic)";
     if (h->version != SMOL_SPILL_VERSION) return "another format version";
     if (h->header_bytes != sizeof *h || h->header_hash != header_hash(h)) return "header checksum mismatch";
-    if (memcmp(h->model_id, sp->model_id, 16)) return "written for another model (or RoPE settings)";
+    /* the type first: the model id covers the q8_0 rotation */
     if (h->kv_type != kv->type || h->n_layers != (uint32_t)kv->n_layers || h->n_kv_heads != (uint32_t)kv->n_kv_heads ||
         h->head_dim != (uint32_t)kv->head_dim || h->page_tokens != SMOL_KV_PAGE)
         return "another KV type or geometry";
+    if (memcmp(h->model_id, sp->model_id, 16)) return "written for another model (or RoPE settings, or KV rotation)";
     if (h->id_len == 0 || h->id_len > SMOL_SESSION_ID_MAX || h->n_kv > h->n_tokens || h->n_tokens > (1u << 26) ||
         h->reserved || memchr(h->date, 0, sizeof h->date) == NULL)
         return "inconsistent header";
@@ -255,6 +256,10 @@ void smol_spill_model_id(const struct smol_model *m, uint8_t out[16])
     int32_t d = r->n_dims;
     XXH3_128bits_update(st, &d, sizeof d);
     XXH3_128bits_update(st, f, sizeof f);
+    /* a q8_0 cache's rows are rotated (kv.h): a file of unrotated q8_0 rows,
+     * from before the rotation, must not load (f16 and f32 ids unchanged) */
+    int32_t rot[2] = {m->kv.rot_k, m->kv.rot_v};
+    if (rot[0] || rot[1]) XXH3_128bits_update(st, rot, sizeof rot);
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
     memcpy(out, c.digest, 16);

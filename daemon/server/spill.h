@@ -22,8 +22,8 @@
  *               msgs[msgs_len] (JSON) | pages_for(n_kv) KV pages, each
  *               [layer][K, V][page_bytes] as the pool stores them
  * The header names the model (XXH3-128 of the GGUF header and tensor table,
- * plus the RoPE settings, which shape K), the KV type and geometry, and
- * carries the payload's size and XXH3-64.  A file is trusted only when all
+ * plus the RoPE settings and q8_0 rotation, which shape K), the KV type and
+ * geometry, and carries the payload's size and XXH3-64.  A file is trusted only when all
  * of these match and the checksum of everything read is right; anything
  * else (random bytes, a truncated or foreign-model file, another version)
  * is logged, counted, removed and the session is recomputed.
@@ -95,8 +95,9 @@ struct smol_spill;
 struct smol_session;
 
 /* The model's identity as far as its KV is concerned: XXH3-128 of the GGUF
- * bytes before the tensor data (header, metadata, tensor table) and of the
- * RoPE parameters in use (YaRN changes K). */
+ * bytes before the tensor data (header, metadata, tensor table), of the
+ * RoPE parameters in use (YaRN changes K) and of the q8_0 cache's Hadamard
+ * rotation (kv.h). */
 void smol_spill_model_id(const struct smol_model *m, uint8_t out[16]);
 
 /* Opens (creating it, mode 0700, if missing) the directory and indexes the
