@@ -218,11 +218,12 @@ static const char *check_header(const struct smol_spill *sp, const struct smol_s
     if (memcmp(h->magic, SMOL_SPILL_MAGIC, 8)) return "not a smollm3d KV file (bad magic)";
     if (h->version != SMOL_SPILL_VERSION) return "another format version";
     if (h->header_bytes != sizeof *h || h->header_hash != header_hash(h)) return "header checksum mismatch";
-    /* the type first: the model id covers the q8_0 rotation */
-    if (h->kv_type != kv->type || h->n_layers != (uint32_t)kv->n_layers || h->n_kv_heads != (uint32_t)kv->n_kv_heads ||
+    /* the type before the model: the model id covers q8_0's rotation */
+    if (h->kv_type != kv->type) return "another KV type or geometry";
+    if (memcmp(h->model_id, sp->model_id, 16)) return "written for another model (or RoPE settings, or KV rotation)";
+    if (h->n_layers != (uint32_t)kv->n_layers || h->n_kv_heads != (uint32_t)kv->n_kv_heads ||
         h->head_dim != (uint32_t)kv->head_dim || h->page_tokens != SMOL_KV_PAGE)
         return "another KV type or geometry";
-    if (memcmp(h->model_id, sp->model_id, 16)) return "written for another model (or RoPE settings, or KV rotation)";
     if (h->id_len == 0 || h->id_len > SMOL_SESSION_ID_MAX || h->n_kv > h->n_tokens || h->n_tokens > (1u << 26) ||
         h->reserved || memchr(h->date, 0, sizeof h->date) == NULL)
         return "inconsistent header";
