@@ -8,13 +8,25 @@
 # fixture or model, ...) is a failure: the check should have run.
 # Last line: "unit: N passed, N failed, N skipped" (a test = one Check test
 # or loop iteration; a skipped one is one that printed an allowed SKIPPED).
+# UNIT_JOBS=N (default 1) runs N suites at a time (make asan: 2, one per
+# core; the sanitized suites are mostly single-threaded); the reports still
+# come in suite order, each with its time.
 BUILD=${1:-build}
+JOBS=${UNIT_JOBS:-1}
 ALLOWED='SKIPPED: (no CUDA device|cpu variant [a-z0-9]+ \(not built for or not supported by this CPU\))'
 fail=0; total=0; npass=0; nfail=0; nskip=0
+OUTS=$(mktemp -d)
+trap 'rm -rf "$OUTS"' EXIT
+# each suite's output and exit status into OUTS (in parallel when JOBS > 1)
+ls "$BUILD"/tests/test_* 2>/dev/null | xargs -r -P "$JOBS" -I{} sh -c \
+    't0=$(date +%s); "$1" > "$2/$(basename "$1").out" 2>&1; echo $? $(( $(date +%s) - t0 )) > "$2/$(basename "$1").rc"' \
+    sh {} "$OUTS"
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
-    out=$("$t" 2>&1); rc=$?
     name=$(basename "$t")
+    out=$(cat "$OUTS/$name.out" 2>/dev/null); rc=1; secs=?
+    [ -f "$OUTS/$name.rc" ] && read -r rc secs < "$OUTS/$name.rc"
+    echo "$name: ${secs}s"
     printf '%s\n' "$out" | grep -E '^[0-9]+%:|SKIPPED|:[EF]:' | sed "s|^|$name: |"
     checks=$(printf '%s\n' "$out" | sed -n 's/^[0-9]*%: Checks: \([0-9]*\), Failures: \([0-9]*\), Errors: \([0-9]*\)$/\1 \2 \3/p' | tail -n 1)
     set -- $checks 0 0 0
