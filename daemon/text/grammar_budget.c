@@ -17,14 +17,15 @@
  *
  * At run time the shortest completion of a stack is dist of its top state
  * plus dist of every return state below it; of a set of stacks, the least.
- * A byte-level vocabulary has a token for every byte, so a completion of n
- * bytes never needs more than n tokens.  The sampler keeps the output
- * within its token budget B (this token included) by taking a sampled token
- * only when the shortest completion after it is at most B - 1 bytes
- * (smol_grammar_matcher_fits); otherwise it samples again among the tokens
- * that start a shortest completion (smol_grammar_matcher_mask_shortest),
- * each of which shortens it by its own length.  So once the budget is
- * enough for the grammar's shortest sentence, the output ends complete.
+ * The sampler keeps the output within its token budget B (this token
+ * included) by taking a sampled token only when the grammar can be completed
+ * in B - 1 more tokens (smol_grammar_matcher_fits): at once when the
+ * shortest completion has at most B - 1 bytes (a byte-level vocabulary has
+ * a token for every byte), else that completion is spelled out and counted
+ * in the fewest tokens that write it (a DP over the vocabulary trie).
+ * Otherwise it samples again among the tokens that begin that completion and
+ * leave a rest that fits (smol_grammar_matcher_mask_shortest).  So once the
+ * budget covers the grammar's shortest sentence, the output ends complete.
  */
 #include "daemon/text/grammar.h"
 
@@ -68,6 +69,13 @@ static uint64_t heap_pop(struct heap *h)
 
 static uint32_t sat_add(uint32_t a, uint32_t b) { return a >= INF - b ? INF - 1 : a + b; }
 
+/* Bytes of the shortest way to the end of the rule through edge e of state st. */
+static uint32_t edge_cost(const struct smol_grammar *g, const struct gstate *st, uint32_t e)
+{
+    return e < st->e0 + st->n_byte ? sat_add(1, g->dist[g->edges[e].to])
+                                   : sat_add(g->dist[g->rule_start[g->edges[e].arg]], g->dist[g->edges[e].to]);
+}
+
 int gr_shortest_init(struct smol_grammar *g)
 {
     const uint32_t ns = g->n_states, ne = g->n_edges, nr = g->n_rules;
@@ -102,7 +110,7 @@ int gr_shortest_init(struct smol_grammar *g)
     by_to0[0] = 0;
     for (uint32_t r = nr; r > 0; r--) by_arg0[r] = by_arg0[r - 1];
     by_arg0[0] = 0;
-    /* rules whose start each state is (a state may start several rules? no: one per rule) */
+    /* the rule each state starts, if any */
     uint32_t *start_of = malloc((ns + 1) * sizeof *start_of);
     if (!start_of) goto out;
     for (uint32_t s = 0; s < ns; s++) start_of[s] = INF;
@@ -124,10 +132,7 @@ int gr_shortest_init(struct smol_grammar *g)
             for (uint32_t i = lo; i < hi; i++) {
                 uint32_t e = lst[i], u = from[e];
                 if (--wait[e] || done[u]) continue;
-                const struct gstate *su = &g->states[u];
-                uint32_t c = e < su->e0 + su->n_byte
-                                 ? sat_add(1, g->dist[g->edges[e].to])
-                                 : sat_add(g->dist[g->rule_start[g->edges[e].arg]], g->dist[g->edges[e].to]);
+                uint32_t c = edge_cost(g, &g->states[u], e);
                 if (c < g->dist[u]) {
                     g->dist[u] = c;
                     heap_push(&h, ((uint64_t)c << 32) | u);
@@ -156,26 +161,18 @@ static uint64_t node_cost(const struct smol_grammar *g, const struct gpool *p, i
     return node == GP_ROOT ? c : UINT64_MAX;
 }
 
-static uint64_t min_cost(const struct smol_grammar_matcher *m, int32_t *best)
+size_t smol_grammar_matcher_min_bytes(const struct smol_grammar_matcher *m)
 {
+    if (m->oom) return SIZE_MAX;
     size_t nt;
     uint8_t fl;
     const uint32_t *tops = gm_tops(m, &nt, &fl);
-    *best = -1;
     if (fl & (GF_ACCEPT | MS_DONE)) return 0;
     uint64_t c = UINT64_MAX;
     for (size_t i = 0; i < nt; i++) {
         uint64_t k = node_cost(m->g, &m->pool, (int32_t)tops[i]);
-        if (k < c) { c = k; *best = (int32_t)tops[i]; }
+        if (k < c) c = k;
     }
-    return c;
-}
-
-size_t smol_grammar_matcher_min_bytes(const struct smol_grammar_matcher *m)
-{
-    int32_t best;
-    if (m->oom) return SIZE_MAX;
-    uint64_t c = min_cost(m, &best);
     return c > SIZE_MAX ? SIZE_MAX : (size_t)c;
 }
 
@@ -210,9 +207,7 @@ static size_t shortest_text(const struct smol_grammar *g, const struct gpool *p,
         if (st->final) { depth--; continue; }   /* dist 0: the rule ends here */
         uint32_t be = INF, bc = INF;
         for (uint32_t e = st->e0; e < st->e0 + st->n_byte + st->n_ref; e++) {
-            uint32_t c = e < st->e0 + st->n_byte
-                             ? sat_add(1, g->dist[g->edges[e].to])
-                             : sat_add(g->dist[g->rule_start[g->edges[e].arg]], g->dist[g->edges[e].to]);
+            uint32_t c = edge_cost(g, st, e);
             if (c < bc) { bc = c; be = e; }
         }
         if (be == INF) break;
