@@ -86,6 +86,38 @@ cp "$TMP/out" "$TMP/s1"
 expect 0 "generate seeded again" $S generate -m $A --ids "$IDS" -n 6 --temp 0.8 --seed 42 --json
 cmp -s "$TMP/out" "$TMP/s1" && ok || bad "same seed -> same tokens"
 
+# ---- generate --force-output: the file's tokens are the output, with and without drafts
+python3 -c "
+body=''.join('def f%d(x):\\n    return x + %d\\n\\n' % (i, i) for i in range(12))
+open('$TMP/src.txt','w').write(body)
+open('$TMP/ans.txt','w').write(body.replace('return x', 'return y'))"
+expect 0 "tokenize the answer" $S tokenize -m $A --special --json - <"$TMP/ans.txt"
+cp "$TMP/out" "$TMP/ans_ids"
+expect 0 "generate --force-output" $S generate -m $A --prompt "$(cat "$TMP/src.txt")" -n 1000 --temp 0 --json --stats \
+    --force-output "$TMP/ans.txt"
+python3 -c "
+import json,re,sys
+want=json.load(open('$TMP/ans_ids'))['ids']; got=json.load(open('$TMP/out'))['ids']
+m=re.search(r'generate: (\d+) tokens in (\d+) steps \(drafted (\d+), accepted (\d+)\)', open('$TMP/err').read())
+# the answer copies the prompt with an edit: most of it comes from accepted drafts
+sys.exit(0 if got==want and m and int(m.group(1))==len(want) and int(m.group(4)) > len(want)//2 else 1)" \
+    && ok || bad "--force-output: ids == the answer's tokens, most from drafts ($(tail -2 "$TMP/err"))"
+expect 0 "generate --force-output --no-speculative" $S generate -m $A --prompt "$(cat "$TMP/src.txt")" -n 1000 --temp 0 \
+    --json --force-output "$TMP/ans.txt" --no-speculative
+python3 -c "
+import json,sys
+sys.exit(0 if json.load(open('$TMP/out'))['ids']==json.load(open('$TMP/ans_ids'))['ids'] else 1)" \
+    && ok || bad "--force-output without drafts: the same ids"
+expect 0 "generate --force-output -n 7" $S generate -m $A --prompt "x" -n 7 --temp 0 --json --force-output "$TMP/ans.txt"
+python3 -c "
+import json,sys
+sys.exit(0 if json.load(open('$TMP/out'))['ids']==json.load(open('$TMP/ans_ids'))['ids'][:7] else 1)" \
+    && ok || bad "--force-output -n 7: the answer's first 7 tokens"
+expect 1 "--force-output missing file" $S generate -m $A --prompt "x" -n 7 --force-output "$TMP/none.txt"
+grep -q "none.txt" "$TMP/err" && ok || bad "--force-output names the missing file"
+expect 1 "--force-output with a schema" $S generate -m $A --prompt "x" -n 7 --force-output "$TMP/ans.txt" \
+    --json-schema tests/grammar/schemas/person.json
+
 # ---- bench
 expect 0 "bench --json" $S bench -m $T -p 16 -n 4 -t 2 --json
 tail -n 1 "$TMP/out" | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); assert d['pp_tps']>0 and d['tg_tps']>0" \

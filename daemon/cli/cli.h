@@ -10,6 +10,8 @@
 #ifndef SMOL_CLI_H
 #define SMOL_CLI_H
 
+#include <stdio.h>
+
 int smol_cli_inspect(int argc, char **argv);    /* cli_inspect.c */
 int smol_cli_logits(int argc, char **argv);     /* cli_model.c */
 int smol_cli_generate(int argc, char **argv);   /* cli_model.c */
@@ -26,5 +28,9 @@ int smol_cli_parse_ids(const char *cmd, const char *s, int **ids, int *n);
 /* Strict integer / float parsing of a flag value; -1 and a message on bad input. */
 int smol_cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
 int smol_cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
+
+/* All of f (to its end) in a malloc'd buffer, *len bytes (not terminated); NULL on a read
+ * error or out of memory. */
+char *smol_cli_read_all(FILE *f, size_t *len);
 
 #endif

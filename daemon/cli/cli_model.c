@@ -25,6 +25,12 @@
  *            chosen by (a step of k + 1 positions relative to a 1-token
  *            step; missing ones extrapolated), instead of measuring them
  *            on this model: a small model drafting as a large one would.
+ *            --force-output FILE: teacher forcing: the tokens of FILE's text
+ *            (special-token text parsed) are the output, taken at each row
+ *            instead of a sample, up to -n; every step's forward pass runs
+ *            as usual.  Speculative decoding's acceptance and speed on a
+ *            known answer (a model that gives it), e.g. a random-weight
+ *            model of the full size.
  *   bench    -m MODEL -p 512 -n 128 [-d DEPTH] [-b BATCH] [-t THREADS] [--json]
  *            prompt processing and generation tokens/s; generation follows
  *            DEPTH tokens of context (0: an empty one, as llama-bench's tg;
@@ -53,6 +59,7 @@
 struct opts {
     const char *model, *ids, *out, *prompt;
     const char *schema_file;    /* generate: --json-schema / --grammar FILE */
+    const char *force_file;     /* generate: --force-output FILE */
     int gbnf;                   /* schema_file is GBNF */
     int all, json, kv_f32, yarn, n_ctx;
     const char *kv_type;        /* --kv-type; NULL = f16 (f32 with --kv-f32) */
@@ -91,6 +98,7 @@ static int parse(const char *cmd, int argc, char **argv, struct opts *o)
         else if (!strcmp(a, "--prompt")) { NEED(); o->prompt = v; }
         else if (!strcmp(a, "--json-schema")) { NEED(); o->schema_file = v; o->gbnf = 0; }
         else if (!strcmp(a, "--grammar")) { NEED(); o->schema_file = v; o->gbnf = 1; }
+        else if (!strcmp(a, "--force-output")) { NEED(); o->force_file = v; }
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { NEED(); o->out = v; }
         else if (!strcmp(a, "--all")) o->all = 1;
         else if (!strcmp(a, "--json")) o->json = 1;
@@ -265,22 +273,13 @@ static int constraint_open(struct constraint *c, const struct opts *o, const str
     if (!tok) { fprintf(stderr, "smollm3 generate: %s needs a model with a tokenizer\n", flag); return 1; }
     FILE *f = fopen(o->schema_file, "rb");
     if (!f) { fprintf(stderr, "smollm3 generate: %s %s: %s\n", flag, o->schema_file, strerror(errno)); return 1; }
-    char *text = NULL;
-    size_t n = 0, cap = 0, k;
-    char buf[65536];
-    while ((k = fread(buf, 1, sizeof buf, f)) > 0) {
-        if (n + k + 1 > cap) {
-            char *t = realloc(text, (cap = 2 * (n + k + 1)));
-            if (!t) { free(text); fclose(f); fprintf(stderr, "smollm3 generate: out of memory\n"); return 1; }
-            text = t;
-        }
-        memcpy(text + n, buf, k);
-        n += k;
-    }
+    size_t n = 0;
+    char *text = smol_cli_read_all(f, &n);
+    if (!text) { fclose(f); fprintf(stderr, "smollm3 generate: %s %s: read error or out of memory\n", flag, o->schema_file); return 1; }
     fclose(f);
     struct smol_grammar_opts go = {0};
-    enum smol_err e = o->gbnf ? smol_grammar_compile_gbnf(text ? text : "", n, &go, &c->g, err)
-                              : smol_grammar_compile_json_schema(text ? text : "", n, &go, &c->g, err);
+    enum smol_err e = o->gbnf ? smol_grammar_compile_gbnf(text, n, &go, &c->g, err)
+                              : smol_grammar_compile_json_schema(text, n, &go, &c->g, err);
     free(text);
     if (!e) e = smol_grammar_vocab_new(&c->v, tok, err);
     if (!e) e = smol_grammar_index_new(&c->ix, c->g, c->v, 0, err);
@@ -298,12 +297,17 @@ struct gen_row {
     struct smol_sampler_scratch *sc;
     struct constraint *con;
     long budget;                    /* tokens -n still allows at row 0 of the step */
+    const int32_t *force;           /* --force-output: the tokens to take from row 0 of the step on */
 };
 
 static enum smol_err gen_sample(void *ctx, int i, float *row, int32_t *tok, char *err)
 {
     struct gen_row *g = ctx;
     struct constraint *c = g->con;
+    if (g->force) { /* teacher forcing: the row is computed, the answer's token taken */
+        *tok = g->force[i];
+        return SMOL_OK;
+    }
     if (c->m) {
         smol_grammar_matcher_fill_mask(c->m, c->mask);
         smol_grammar_mask_logits(c->mask, c->n_mask, row, c->n_logits);
@@ -346,7 +350,7 @@ int smol_cli_generate(int argc, char **argv)
     struct smol_sampler *smp = NULL;
     struct smol_sampler_scratch *sc = NULL;
     struct smol_lookup *lk = NULL;
-    struct smol_ids prompt = {0};
+    struct smol_ids prompt = {0}, forced = {0};
     struct smol_kv_seq seq;
     smol_kv_seq_init(&seq);
     float *logits = NULL;
@@ -379,6 +383,21 @@ int smol_cli_generate(int argc, char **argv)
         free(ids);
     }
     if (constraint_open(&con, &o, tok)) goto out;
+    if (o.force_file) {
+        if (!tok || o.schema_file) {
+            fprintf(stderr, "smollm3 generate: --force-output needs a model with a tokenizer, and no constraint\n");
+            goto out;
+        }
+        FILE *f = fopen(o.force_file, "rb");
+        size_t len = 0;
+        char *text = f ? smol_cli_read_all(f, &len) : NULL;
+        if (f) fclose(f);
+        if (!text) { fprintf(stderr, "smollm3 generate: --force-output %s: %s\n", o.force_file, f ? "read error" : strerror(errno)); goto out; }
+        enum smol_err e = smol_tokenizer_encode(tok, text, len, 1, &forced, err);
+        free(text);
+        if (e) { fprintf(stderr, "smollm3 generate: --force-output %s: %s\n", o.force_file, err); goto out; }
+        if ((long)forced.n < o.n) o.n = (long)forced.n;
+    }
     con.n_mask = tok ? smol_tokenizer_n_vocab(tok) : 0;
     if (!(m = open_model("generate", &o, ctx_for((long)prompt.n + o.n < 80 ? 80 : (long)prompt.n + o.n)))) goto out;
     if ((long)prompt.n + o.n > m->cfg.n_ctx) {
@@ -404,7 +423,7 @@ int smol_cli_generate(int argc, char **argv)
         fprintf(stderr, "smollm3 generate: %s\n", err);
         goto out;
     }
-    struct gen_row grow = {smp, sc, &con, 0};
+    struct gen_row grow = {smp, sc, &con, 0, NULL};
     struct smol_spec_ctl ctl;
     smol_spec_ctl_init(&ctl, o.spec_k, have_cost ? cost : NULL);
     int n_gen = 0, n_steps = 0, drafted = 0, accepted = 0, eog = 0, by_k[SMOL_SPEC_MAX_DRAFT + 1] = {0};
@@ -416,7 +435,7 @@ int smol_cli_generate(int argc, char **argv)
         int32_t btok[SMOL_SPEC_MAX_DRAFT + 1], bpos[SMOL_SPEC_MAX_DRAFT + 1], idx[SMOL_SPEC_MAX_DRAFT + 1], got[SMOL_SPEC_MAX_DRAFT + 1];
         struct smol_kv_seq *bseq[SMOL_SPEC_MAX_DRAFT + 1];
         struct smol_spec_grammar sg = {.m = con.m};
-        int order = 0, n_draft = smol_lookup_draft(lk, SMOL_SPEC_MAX_DRAFT, btok + 1, &order,
+        int order = 0, n_draft = smol_lookup_draft_edit(lk, SMOL_SPEC_MAX_DRAFT, btok + 1, &order,
                                                    con.m ? smol_spec_grammar_filter : NULL, &sg);
         if (con.m) smol_spec_grammar_undo(&sg);
         int32_t predicted = n_draft ? btok[1] : -1;
@@ -429,6 +448,7 @@ int smol_cli_generate(int argc, char **argv)
         const struct smol_batch b = {.n_tokens = k + 1, .tokens = btok, .pos = bpos, .seq = bseq, .n_out = k + 1, .out_idx = idx};
         int n_got, n_acc;
         grow.budget = o.n - n_gen;
+        grow.force = o.force_file ? forced.v + n_gen : NULL;
         if (smol_kv_seq_reserve(&m->kv, &seq, pos, pos + k + 1, err) || smol_model_forward(m, &b, logits, err) ||
             smol_spec_verify(logits, V, btok + 1, k, gen_sample, &grow, got, &n_got, &n_acc, err)) {
             fprintf(stderr, "smollm3 generate: %s\n", err);
@@ -476,6 +496,7 @@ out:
     free(logits);
     free(out_ids);
     smol_ids_free(&prompt);
+    smol_ids_free(&forced);
     smol_sampler_free(&smp);
     smol_sampler_scratch_free(&sc);
     smol_lookup_free(&lk);

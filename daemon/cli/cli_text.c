@@ -38,23 +38,6 @@ static struct smol_tokenizer *open_tokenizer(const char *cmd, const char *path)
     return t;
 }
 
-static char *read_all(FILE *f, size_t *len)
-{
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) { free(buf); return NULL; }
-        buf = nb;
-        cap *= 2;
-    }
-    if (buf && ferror(f)) { free(buf); return NULL; }
-    *len = n;
-    return buf;
-}
-
 int smol_cli_tokenize(int argc, char **argv)
 {
     const char *model = NULL, *text = NULL;
@@ -87,7 +70,7 @@ int smol_cli_tokenize(int argc, char **argv)
     char *buf = NULL, err[SMOL_ERRLEN];
     size_t len = strlen(text);
     if (!strcmp(text, "-")) {
-        if (!(buf = read_all(stdin, &len))) {
+        if (!(buf = smol_cli_read_all(stdin, &len))) {
             fprintf(stderr, "smollm3 tokenize: cannot read stdin: %s\n", strerror(errno));
             return 1;
         }

@@ -1,4 +1,4 @@
-/* cli_util.c - strict parsing of command-line values shared by the subcommands. */
+/* cli_util.c - strict parsing of command-line values and reading inputs, shared by the subcommands. */
 #include "daemon/cli/cli.h"
 
 #include <errno.h>
@@ -69,4 +69,21 @@ int smol_cli_parse_ids(const char *cmd, const char *s, int **ids, int *n)
     *ids = v;
     *n = k;
     return 0;
+}
+
+char *smol_cli_read_all(FILE *f, size_t *len)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *nb = realloc(buf, cap * 2);
+        if (!nb) { free(buf); return NULL; }
+        buf = nb;
+        cap *= 2;
+    }
+    if (buf && ferror(f)) { free(buf); return NULL; }
+    *len = n;
+    return buf;
 }
