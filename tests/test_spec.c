@@ -3,6 +3,14 @@
  *   - the n-gram index drafts what a brute-force scan of the history drafts
  *     (random histories over small vocabularies, so n-grams repeat), also
  *     after truncation, and a draft filter cuts the draft;
+ *   - drafting for an output that copies and edits its context
+ *     (smol_lookup_draft_edit): on a "file" whose copy renames an
+ *     identifier, the substitution is learned at its first occurrence and
+ *     the rest of the copy drafted renamed (against the n-gram index alone);
+ *     insertions and deletions resume the copy; a substitution the output
+ *     stops following is forgotten; a stateful filter sees only the draft
+ *     returned, in order; random histories with truncations (no crash,
+ *     drafts within the vocabulary);
  *   - the draft-length controller goes to 0 on a stream that never hits
  *     and to k_max on one that always does;
  *   - on fixture models: greedy decoding with drafts verified in one
@@ -128,6 +136,198 @@ START_TEST(t_lookup_filter_and_errors)
 }
 END_TEST
 
+/* ---- drafting for an output that copies and edits ------------------------------- */
+
+/* The output out[0, no) (as a model would give it, forced) after hist, drafts
+ * of up to 7 verified against it: the verify steps taken; *acc: drafted
+ * tokens accepted, *wrong: drafted tokens rejected (the first of a step). */
+static int forced_steps(const int32_t *hist, int nh, const int32_t *out, int no, int edit, int *acc, int *wrong)
+{
+    char err[SMOL_ERRLEN];
+    struct smol_lookup *lk;
+    ck_assert(smol_lookup_new(&lk, 1000, err) == SMOL_OK);
+    ck_assert(smol_lookup_append(lk, hist, nh, err) == SMOL_OK);
+    int got = 0, steps = 0;
+    *acc = *wrong = 0;
+    while (got < no) {
+        int32_t d[7];
+        int order, nd = edit ? smol_lookup_draft_edit(lk, 7, d, &order, NULL, NULL)
+                             : smol_lookup_draft(lk, 7, d, &order, NULL, NULL);
+        if (nd > no - got - 1) nd = no - got - 1;
+        int a = 0;
+        while (a < nd && d[a] == out[got + a]) a++;
+        *acc += a;
+        *wrong += a < nd;
+        ck_assert(smol_lookup_append(lk, out + got, a + 1, err) == SMOL_OK);
+        got += a + 1;
+        steps++;
+    }
+    smol_lookup_free(&lk);
+    return steps;
+}
+
+/* A "source file" of n tokens: lines of 4-12 tokens over [10, 700) ending in
+ * 1 (newline), where the identifier 900 901 occurs about every 12 tokens. */
+static int make_source(int32_t *t, int n)
+{
+    int i = 0;
+    while (i < n - 16) {
+        const int len = 4 + (int)rnd(9);
+        for (int j = 0; j < len; j++) {
+            if (rnd(6) == 0) { t[i++] = 900; t[i++] = 901; }
+            else t[i++] = 10 + (int32_t)rnd(690);
+        }
+        t[i++] = 1;
+    }
+    return i;
+}
+
+/* copies src[0, n) into out with every 900 901 written as `to` (nt tokens); returns the length */
+static int rename_copy(const int32_t *src, int n, const int32_t *to, int nt, int32_t *out)
+{
+    int o = 0;
+    for (int i = 0; i < n; i++) {
+        if (i + 1 < n && src[i] == 900 && src[i + 1] == 901) {
+            memcpy(out + o, to, nt * sizeof *to);
+            o += nt;
+            i++;
+        } else {
+            out[o++] = src[i];
+        }
+    }
+    return o;
+}
+
+START_TEST(t_lookup_edit_rename)
+{
+    static int32_t hist[2100], out[3000];
+    hist[0] = 2; hist[1] = 3; hist[2] = 4; /* an instruction, then the file */
+    const int nf = make_source(hist + 3, 2000), nh = nf + 3;
+    /* renamed to one token, and to three */
+    const int32_t one[] = {950}, three[] = {950, 951, 952};
+    for (int v = 0; v < 2; v++) {
+        const int no = rename_copy(hist + 3, nf, v ? three : one, v ? 3 : 1, out);
+        int acc_e, wrong_e, acc_n, wrong_n;
+        const int steps_e = forced_steps(hist, nh, out, no, 1, &acc_e, &wrong_e);
+        const int steps_n = forced_steps(hist, nh, out, no, 0, &acc_n, &wrong_n);
+        /* learned at the first occurrence: drafts of 7 accepted all along */
+        ck_assert_msg(wrong_e <= 3, "rename %d: %d drafts rejected (%d steps for %d tokens)", v, wrong_e, steps_e, no);
+        ck_assert_msg(steps_e * 8 < no * 1.1 + 64, "rename %d: %d steps for %d tokens", v, steps_e, no);
+        /* the n-gram index alone drafts the old name at every occurrence */
+        ck_assert_msg(wrong_n > 50 && steps_n > 2 * steps_e, "rename %d: index alone %d steps, %d rejected; edit %d steps",
+                      v, steps_n, wrong_n, steps_e);
+    }
+}
+END_TEST
+
+START_TEST(t_lookup_edit_insert_delete_forget)
+{
+    static int32_t hist[1100], out[1300];
+    const int nh = make_source(hist, 1000);
+    /* a copy with a 5-token insertion every ~100 tokens and a 3-token
+     * deletion every ~100: each costs a rejection, then the copy resumes */
+    int no = 0, edits = 0;
+    for (int i = 0; i < nh; i++) {
+        if (i % 100 == 50) { for (int j = 0; j < 5; j++) out[no++] = 800 + j; edits++; }
+        if (i % 100 == 90 && i + 3 < nh) { i += 2; edits++; continue; }
+        out[no++] = hist[i];
+    }
+    int acc, wrong;
+    const int steps = forced_steps(hist, nh, out, no, 1, &acc, &wrong);
+    ck_assert_msg(wrong <= 3 * edits + 4 && acc > no * 3 / 4, "insert/delete: %d rejected, %d of %d accepted, %d steps",
+                  wrong, acc, no, steps);
+    /* a rename followed twice, then dropped: the copy writes 900 901 again */
+    {
+        char err[SMOL_ERRLEN];
+        const int32_t src[] = {5, 6, 900, 901, 7, 8, 9, 10, 11, 900, 901, 12, 13, 14, 15, 16, 900, 901, 17, 18, 19,
+                               20, 21, 900, 901, 22, 23, 24, 25, 26, 27};
+        const int ns = sizeof src / sizeof *src;
+        /* 1st and 2nd occurrences renamed to 950, the 3rd and 4th kept */
+        int32_t o[64];
+        int n = 0, occ = 0;
+        for (int i = 0; i < ns; i++) {
+            if (src[i] == 900) {
+                if (occ++ < 2) { o[n++] = 950; i++; continue; }
+            }
+            o[n++] = src[i];
+        }
+        struct smol_lookup *lk;
+        ck_assert(smol_lookup_new(&lk, 1000, err) == SMOL_OK);
+        ck_assert(smol_lookup_append(lk, src, ns, err) == SMOL_OK);
+        int32_t d[7];
+        int order, at4 = -1, at3 = -1;
+        occ = 0;
+        for (int i = 0; i < n; i++) {
+            int nd = smol_lookup_draft_edit(lk, 7, d, &order, NULL, NULL);
+            if (o[i] == 900 && ++occ == 2) at4 = nd ? d[0] : -1; /* the 4th source occurrence (2nd kept) */
+            if (o[i] == 900 && occ == 1) at3 = nd ? d[0] : -1;
+            ck_assert(smol_lookup_append(lk, &o[i], 1, err) == SMOL_OK);
+        }
+        /* at the 3rd occurrence the rename is drafted (learned at the 1st),
+         * the output keeps the old name: by the 4th the rule is gone */
+        ck_assert_int_eq(at3, 950);
+        ck_assert_int_eq(at4, 900);
+        smol_lookup_free(&lk);
+    }
+}
+END_TEST
+
+/* a filter with state, as a grammar's: it must see the returned draft only, in order */
+struct seen_filter {
+    int calls, refuse_at;
+    int32_t seen[16];
+};
+static int seen_filter_fn(void *ctx, const int32_t *draft, int i, int32_t tok)
+{
+    struct seen_filter *f = ctx;
+    ck_assert_int_eq(i, f->calls);
+    for (int j = 0; j < i; j++) ck_assert_int_eq(draft[j], f->seen[j]);
+    if (i == f->refuse_at) return 0;
+    f->seen[f->calls++] = tok;
+    return 1;
+}
+
+START_TEST(t_lookup_edit_filter_and_truncate)
+{
+    char err[SMOL_ERRLEN];
+    static int32_t src[1100], out[1100];
+    const int ns = make_source(src, 1000);
+    const int32_t one[] = {950};
+    const int no = rename_copy(src, ns, one, 1, out);
+    struct smol_lookup *lk;
+    ck_assert(smol_lookup_new(&lk, 1000, err) == SMOL_OK);
+    ck_assert(smol_lookup_append(lk, src, ns, err) == SMOL_OK);
+    int32_t d[7];
+    int order, filtered = 0;
+    for (int i = 0; i < no; i++) {
+        struct seen_filter f = {0, (int)rnd(9), {0}};
+        int nd = smol_lookup_draft_edit(lk, 7, d, &order, seen_filter_fn, &f);
+        ck_assert_int_eq(nd, f.calls);
+        ck_assert(nd <= f.refuse_at);
+        for (int j = 0; j < nd; j++) ck_assert_int_eq(d[j], f.seen[j]);
+        filtered += nd;
+        ck_assert(smol_lookup_append(lk, &out[i], 1, err) == SMOL_OK);
+    }
+    ck_assert(filtered > 0);
+    /* random histories, appends of 1-100 tokens, truncations, drafts: within the vocabulary */
+    for (int round = 0; round < 2000; round++) {
+        const int op = (int)rnd(10), L = smol_lookup_length(lk);
+        if (op == 0 && L > 0) smol_lookup_truncate(lk, (int)rnd((uint32_t)L + 1));
+        else if (op == 1) smol_lookup_reset(lk);
+        else {
+            int32_t add[100];
+            const int na = op == 2 ? 1 + (int)rnd(100) : 1 + (int)rnd(3);
+            for (int j = 0; j < na; j++) add[j] = rnd(4) == 0 && L > 0 ? src[rnd((uint32_t)ns)] : (int32_t)rnd(1000);
+            ck_assert(smol_lookup_append(lk, add, na, err) == SMOL_OK);
+        }
+        const int nd = smol_lookup_draft_edit(lk, 1 + (int)rnd(7), d, &order, NULL, NULL);
+        ck_assert(nd >= 0 && nd <= 7);
+        for (int j = 0; j < nd; j++) ck_assert(d[j] >= 0 && d[j] < 1000);
+    }
+    smol_lookup_free(&lk);
+}
+END_TEST
+
 START_TEST(t_ctl_adapts)
 {
     struct smol_spec_ctl c;
@@ -224,7 +424,7 @@ static int decode(struct gen *g, struct smol_kv_seq *seq, const int32_t *hist, i
     while (got < n) {
         int32_t tok[8], pos[8], idx[8], res[8];
         struct smol_kv_seq *sp[8];
-        int order, nd = smol_lookup_draft(lk, k < n - got - 1 ? k : n - got - 1, tok + 1, &order, NULL, NULL);
+        int order, nd = smol_lookup_draft_edit(lk, k < n - got - 1 ? k : n - got - 1, tok + 1, &order, NULL, NULL);
         const int p0 = seq->n_tokens;
         tok[0] = last;
         for (int i = 0; i <= nd; i++) { pos[i] = p0 + i; sp[i] = seq; idx[i] = i; }
@@ -406,6 +606,9 @@ Suite *test_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, t_lookup_matches_brute_force);
     tcase_add_test(tc, t_lookup_filter_and_errors);
+    tcase_add_test(tc, t_lookup_edit_rename);
+    tcase_add_test(tc, t_lookup_edit_insert_delete_forget);
+    tcase_add_test(tc, t_lookup_edit_filter_and_truncate);
     tcase_add_test(tc, t_ctl_adapts);
     tcase_add_test(tc, t_greedy_exact_on_models);
     /* 9000 seeded generations: a statistical check, not a memory one; the

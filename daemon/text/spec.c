@@ -11,6 +11,13 @@
 #define MAX_CANDIDATES 8    /* earlier occurrences of the n-gram compared */
 #define MAX_BACK 64         /* tokens compared backwards to rank them */
 #define RATE_WEIGHT 0.15f   /* EMA weight of one observation */
+#define COPY_RULE_MAX 8     /* tokens on either side of a learned substitution */
+#define COPY_RULES 16       /* substitutions kept (the latest) */
+#define COPY_WINDOW 16      /* source tokens an edit may replace before the copy resumes */
+#define COPY_RESYNC 2       /* tokens that must match the source again to resume the copy */
+#define COPY_MAX_GAP 12     /* tokens written after a divergence before the copy is given up */
+#define COPY_CATCH_UP 64    /* more new tokens than this at once (a prompt): not tracked */
+#define COPY_SCORE 4        /* bound of the copy-vs-index score */
 
 /* n-gram -> the position that followed its latest occurrence.  Keys hold
  * the order in bits 60..61 and up to 3 tokens of 20 bits: exact, never 0. */
@@ -20,12 +27,36 @@ struct ngram_map {
     uint32_t mask, used;
 };
 
+/* A learned substitution of the copy: source tokens `from` are written as `to`. */
+struct copy_rule {
+    int32_t from[COPY_RULE_MAX], to[COPY_RULE_MAX];
+    int n_from, n_to;
+};
+
+/* The copy tracker (smol_lookup_draft_edit): where in the history the output
+ * is copying from, and the edits it has made to what it copies. */
+struct copy {
+    int tracked;        /* history tokens seen by the tracker */
+    int src;            /* copying: the source position that comes next; -1: not copying */
+    int rule, rule_at;  /* inside a rule's output: its index and the next `to` token; rule -1: not */
+    int rule_src, rule_out; /* where that rule's source span and output began */
+    int div_src, div_out; /* a divergence being resolved: the source position rejected, the history
+                           * position of the first token written instead; div_out -1: none */
+    int draft_L, draft_src; /* the last n-gram draft: history length then, the position it copied */
+    int pred_L;         /* the copy and the n-gram index disagreed on the token at pred_L: */
+    int32_t pred_copy, pred_ngram; /* their first tokens */
+    int score;          /* which of them was right of late: > 0 the copy, < 0 the index */
+    struct copy_rule rules[COPY_RULES];
+    int n_rules, next_rule;
+};
+
 struct smol_lookup {
     int32_t n_vocab;
     int32_t *tok;                               /* [cap] the history */
     int32_t *prev[SMOL_LOOKUP_MAX_ORDER];       /* [cap] previous continuation of the same n-gram, -1 */
     int n, cap;
     struct ngram_map map[SMOL_LOOKUP_MAX_ORDER];
+    struct copy cp;
 };
 
 static inline uint64_t ngram_key(const int32_t *t, int order)
@@ -95,6 +126,7 @@ enum smol_err smol_lookup_new(struct smol_lookup **out, int32_t n_vocab, char *e
     struct smol_lookup *lk = calloc(1, sizeof *lk);
     if (!lk) return smol_errf(err, SMOL_ENOMEM, "lookup: out of memory");
     lk->n_vocab = n_vocab;
+    smol_lookup_reset(lk);
     *out = lk;
     return SMOL_OK;
 }
@@ -113,9 +145,18 @@ void smol_lookup_free(struct smol_lookup **lk)
     *lk = NULL;
 }
 
+static void copy_stop(struct copy *c)
+{
+    c->src = c->rule = -1;
+    c->div_out = -1;
+}
+
 void smol_lookup_reset(struct smol_lookup *lk)
 {
     lk->n = 0;
+    memset(&lk->cp, 0, sizeof lk->cp);
+    copy_stop(&lk->cp);
+    lk->cp.draft_L = lk->cp.pred_L = -1;
     for (int o = 0; o < SMOL_LOOKUP_MAX_ORDER; o++) {
         struct ngram_map *m = &lk->map[o];
         if (m->key) memset(m->key, 0, ((size_t)m->mask + 1) * sizeof *m->key);
@@ -180,11 +221,20 @@ void smol_lookup_truncate(struct smol_lookup *lk, int n)
             m->val[i] = lk->prev[o - 1][j];
         }
     lk->n = n;
+    /* the copy forgets what it tracked past the cut (its rules stay) */
+    if (lk->cp.tracked > n) {
+        lk->cp.tracked = n;
+        copy_stop(&lk->cp);
+    }
+    if (lk->cp.draft_L > n) lk->cp.draft_L = -1;
+    if (lk->cp.pred_L >= n) lk->cp.pred_L = -1;
 }
 
-int smol_lookup_draft(const struct smol_lookup *lk, int k, int32_t *draft, int *order,
-                      smol_draft_filter_fn filter, void *filter_ctx)
+/* smol_lookup_draft; *from: the history position the draft copies (-1: none) */
+static int ngram_draft(const struct smol_lookup *lk, int k, int32_t *draft, int *order, smol_draft_filter_fn filter,
+                       void *filter_ctx, int *from)
 {
+    *from = -1;
     if (order) *order = 0;
     const int L = lk->n;
     const int32_t *t = lk->tok;
@@ -205,9 +255,191 @@ int smol_lookup_draft(const struct smol_lookup *lk, int k, int32_t *draft, int *
             draft[n] = x;
         }
         if (order) *order = o;
+        *from = best;
         return n;
     }
     return 0;
+}
+
+int smol_lookup_draft(const struct smol_lookup *lk, int k, int32_t *draft, int *order,
+                      smol_draft_filter_fn filter, void *filter_ctx)
+{
+    int from;
+    return ngram_draft(lk, k, draft, order, filter, filter_ctx, &from);
+}
+
+/* ---- drafting for an output that copies and edits its context ------------------------ */
+
+/* the rule whose source span starts at history position q (< end), -1 */
+static int rule_at(const struct smol_lookup *lk, int q, int end)
+{
+    const struct copy *c = &lk->cp;
+    for (int r = 0; r < c->n_rules; r++) {
+        const struct copy_rule *ru = &c->rules[r];
+        if (q + ru->n_from > end) continue;
+        int i = 0;
+        while (i < ru->n_from && lk->tok[q + i] == ru->from[i]) i++;
+        if (i == ru->n_from) return r;
+    }
+    return -1;
+}
+
+static void rule_drop(struct copy *c, int r)
+{
+    c->rules[r] = c->rules[--c->n_rules];
+    if (c->next_rule > c->n_rules) c->next_rule = c->n_rules;
+}
+
+/* Learns: source [s, s + nf) was written as the history's [o, o + nt). */
+static void rule_learn(struct smol_lookup *lk, int s, int nf, int o, int nt)
+{
+    struct copy *c = &lk->cp;
+    if (nf < 1 || nf > COPY_RULE_MAX || nt < 1 || nt > COPY_RULE_MAX) return;
+    int r = rule_at(lk, s, s + nf);
+    if (r >= 0 && c->rules[r].n_from != nf) r = -1;
+    if (r < 0) {
+        if (c->n_rules < COPY_RULES) r = c->n_rules++;
+        else r = c->next_rule = (c->next_rule + 1) % COPY_RULES;
+    }
+    struct copy_rule *ru = &c->rules[r];
+    memcpy(ru->from, lk->tok + s, nf * sizeof *ru->from);
+    memcpy(ru->to, lk->tok + o, nt * sizeof *ru->to);
+    ru->n_from = nf;
+    ru->n_to = nt;
+}
+
+/* The output diverged from the copy at history position j. */
+static void copy_diverge(struct copy *c, int src, int j)
+{
+    c->src = c->rule = -1;
+    c->div_src = src;
+    c->div_out = j;
+}
+
+/* Token j of the history (already appended), seen by the tracker. */
+static void copy_track(struct smol_lookup *lk, int j)
+{
+    struct copy *c = &lk->cp;
+    const int32_t *t = lk->tok, y = t[j];
+    if (c->src >= 0 && c->rule >= 0) { /* inside a rule's output */
+        const struct copy_rule *ru = &c->rules[c->rule];
+        if (y == ru->to[c->rule_at]) {
+            if (++c->rule_at == ru->n_to) c->rule = -1;
+            return;
+        }
+        rule_drop(c, c->rule); /* written otherwise this time: not an edit to repeat */
+        copy_diverge(c, c->rule_src, c->rule_out);
+    } else if (c->src >= 0) {
+        const int r = rule_at(lk, c->src, j);
+        if (r >= 0 && y == c->rules[r].to[0]) {
+            c->rule_src = c->src;
+            c->rule_out = j;
+            c->src += c->rules[r].n_from;
+            if (c->rules[r].n_to > 1) { c->rule = r; c->rule_at = 1; }
+            return;
+        }
+        if (c->src < j && y == t[c->src]) {
+            if (r >= 0) rule_drop(c, r); /* the source was copied as it is: the edit is not everywhere */
+            c->src++;
+            return;
+        }
+        copy_diverge(c, c->src, j);
+    }
+    if (c->div_out < 0) return;
+    /* resolving a divergence: the latest COPY_RESYNC tokens found again in
+     * the source shortly after it resume the copy there, and what was
+     * written in between replaced what was skipped (a substitution to
+     * apply to the rest of the copy: a renamed identifier) */
+    const int o1 = j - COPY_RESYNC + 1; /* the written span is [div_out, o1) */
+    if (o1 - c->div_out > COPY_MAX_GAP) { c->div_out = -1; return; }
+    if (o1 < c->div_out) return;
+    for (int d = 0; d <= COPY_WINDOW; d++) {
+        const int s1 = c->div_src + d; /* the skipped span is [div_src, s1) */
+        if (s1 + COPY_RESYNC > c->div_out) break;
+        int i = 0;
+        while (i < COPY_RESYNC && t[s1 + i] == t[o1 + i]) i++;
+        if (i < COPY_RESYNC) continue;
+        rule_learn(lk, c->div_src, d, c->div_out, o1 - c->div_out);
+        c->src = s1 + COPY_RESYNC;
+        c->div_out = -1;
+        return;
+    }
+}
+
+/* draft[0, n) cut before the first token the filter refuses */
+static int filter_draft(const int32_t *draft, int n, smol_draft_filter_fn filter, void *ctx)
+{
+    for (int i = 0; filter && i < n; i++)
+        if (!filter(ctx, draft, i, draft[i])) return i;
+    return n;
+}
+
+int smol_lookup_draft_edit(struct smol_lookup *lk, int k, int32_t *draft, int *order,
+                           smol_draft_filter_fn filter, void *filter_ctx)
+{
+    struct copy *c = &lk->cp;
+    const int L = lk->n;
+    if (L - c->tracked > COPY_CATCH_UP) { /* a prompt: nothing was being copied */
+        c->tracked = L;
+        copy_stop(c);
+    }
+    /* an n-gram draft whose first token came starts a copy from there */
+    if (c->src < 0 && c->div_out < 0 && c->draft_L == c->tracked && c->draft_L < L &&
+        lk->tok[c->draft_L] == lk->tok[c->draft_src]) {
+        c->src = c->draft_src;
+    }
+    c->draft_L = -1;
+    if (c->pred_L == c->tracked && c->pred_L < L) {
+        const int32_t y = lk->tok[c->pred_L];
+        if (y == c->pred_copy && c->score < COPY_SCORE) c->score++;
+        if (y == c->pred_ngram && c->score > -COPY_SCORE) c->score--;
+    }
+    c->pred_L = -1;
+    for (; c->tracked < L; c->tracked++) copy_track(lk, c->tracked);
+    if (order) *order = 0;
+    if (k <= 0) return 0;
+    /* both drafts unfiltered (a filter may keep state: a grammar's matcher
+     * advances over what it allows), the chosen one filtered at the end */
+    int from, ng = ngram_draft(lk, k, draft, order, NULL, NULL, &from);
+    if (c->src < 0 || c->src >= L) {
+        if (ng > 0 && c->div_out < 0) {
+            c->draft_L = L;
+            c->draft_src = from;
+        }
+        return filter_draft(draft, ng, filter, filter_ctx);
+    }
+    /* copying: the source from the pointer on, with the learned
+     * substitutions, unless the index's draft starts otherwise and was the
+     * better guess of late when the two disagreed */
+    int32_t cd[SMOL_SPEC_MAX_DRAFT > 64 ? SMOL_SPEC_MAX_DRAFT : 64];
+    if (k > (int)(sizeof cd / sizeof *cd)) k = (int)(sizeof cd / sizeof *cd);
+    int n = 0, q = c->src, rule = c->rule, at = c->rule_at;
+    while (n < k) {
+        int32_t x;
+        if (rule < 0 && q < L && (rule = rule_at(lk, q, L)) >= 0) {
+            q += c->rules[rule].n_from;
+            at = 0;
+        }
+        if (rule >= 0) {
+            x = c->rules[rule].to[at];
+            if (++at == c->rules[rule].n_to) rule = -1;
+        } else if (q < L) {
+            x = lk->tok[q++];
+        } else {
+            break;
+        }
+        cd[n++] = x;
+    }
+    if (n == 0) return filter_draft(draft, ng, filter, filter_ctx);
+    if (ng > 0 && draft[0] != cd[0]) {
+        c->pred_L = L;
+        c->pred_ngram = draft[0];
+        c->pred_copy = cd[0];
+        if (c->score < 0) return filter_draft(draft, ng, filter, filter_ctx);
+    }
+    memcpy(draft, cd, n * sizeof *draft);
+    if (order) *order = SMOL_LOOKUP_MAX_ORDER;
+    return filter_draft(draft, n, filter, filter_ctx);
 }
 
 /* ---- draft length ------------------------------------------------------------- */

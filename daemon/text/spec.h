@@ -76,6 +76,22 @@ int smol_lookup_length(const struct smol_lookup *lk);
 int smol_lookup_draft(const struct smol_lookup *lk, int k, int32_t *draft, int *order,
                       smol_draft_filter_fn filter, void *filter_ctx);
 
+/* Drafting for an output that copies and edits its context (code being
+ * edited, a document being quoted): as smol_lookup_draft, and besides, a
+ * tracker follows the tokens appended since the last call.  Once an n-gram
+ * draft's first token comes, the output is taken to copy from there; while
+ * it does, the draft is the source from that point on, whatever the n-gram
+ * index's ranking.  When the output departs from the source, the copy
+ * resumes where its latest 2 tokens occur again within 16 source tokens of
+ * the departure, and the edit is learned: the source tokens skipped (1..8)
+ * and the ones written instead (1..8) become a substitution applied to the
+ * rest of the copy (a renamed identifier is drafted renamed at its next
+ * occurrences); a substitution the output does not follow is forgotten.
+ * Nothing is tracked across more than 64 tokens appended at once (a prompt).
+ * *order is SMOL_LOOKUP_MAX_ORDER for a draft from the copy. */
+int smol_lookup_draft_edit(struct smol_lookup *lk, int k, int32_t *draft, int *order,
+                           smol_draft_filter_fn filter, void *filter_ctx);
+
 struct smol_spec_ctl {
     int k_max;                      /* 0: speculation off; at most SMOL_SPEC_MAX_DRAFT */
     float cost[SMOL_SPEC_MAX_DRAFT + 1]; /* a step of k + 1 positions relative to a 1-token step */
