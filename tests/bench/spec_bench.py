@@ -20,6 +20,16 @@ report with quotes, open chat).
 3. llama.cpp's prompt-lookup decoding (llama-cpp-python's
    LlamaPromptLookupDecoding, in build/venv-llama) on the same SmolLM2
    prompts, same machine, same run: its decode tokens/s with and without.
+4. The task's answer, for a task that has one (code_edit: the file with the
+   rename done, made here by str.replace, in a code fence): SmolLM2-135M
+   does not do that task (it answers the file with prose), so its acceptance
+   is that of prose.  The answer is decoded with teacher forcing (`smollm3
+   generate --force-output`: every step's forward pass runs, the answer's
+   token is taken instead of a sample), which is what speculative decoding
+   does for a model that gives that answer: (a) on the synthetic 3B itself,
+   with the prompt in SmolLM3's own chat template, decode tokens/s with and
+   without speculation, measured (no cost model); (b) SmolLM2 end to end,
+   the same; (c) SmolLM2 drafting with the 3B's costs, projected as in 2.
 
 Run from the repository root with build/venv's Python.  Figures on a shared
 machine are noisy; the bench reports, it asserts nothing but exactness.
@@ -50,7 +60,58 @@ def load_tasks():
     for t in tasks:
         body = open(os.path.join(TASKS, t["file"])).read() if "file" in t else ""
         t["text"] = t["prompt"].replace("{file}", body)
+        if "answer" in t:  # the edit done by a script, not by a model
+            old, new = t["rename"]
+            t["answer_text"] = t["answer"].replace("{edited}", body.replace(old, new))
     return tasks
+
+
+def generate(a, model, prompt, n, extra):
+    """smollm3 generate, greedy; returns (ids, stats: tokens, steps, tps, by_k)."""
+    out = subprocess.run([os.path.join(a.build, "bin/smollm3"), "generate", "-m", model, "--prompt", prompt, "-n",
+                          str(n), "--temp", "0", "-t", str(a.threads), "--json", "--stats"] + extra,
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("spec_bench: smollm3 generate: %s" % out.stderr[-500:])
+    m = re.search(r"generate: (\d+) tokens in (\d+) steps .*?, ([0-9.]+) tokens/s", out.stderr)
+    by_k = [int(x) for x in re.search(r"steps by draft length 0\.\.7:((?: \d+)+)", out.stderr).group(1).split()]
+    return json.loads(out.stdout)["ids"], {"tokens": int(m.group(1)), "steps": int(m.group(2)),
+                                           "tps": float(m.group(3)), "by_k": by_k}
+
+
+def forced(a, t, costs, tmp):
+    """Section 4: the task's answer under teacher forcing, on the 3B and on SmolLM2."""
+    ans = os.path.join(tmp, "answer-%s.txt" % t["name"])
+    open(ans, "w").write(t["answer_text"])
+    req = os.path.join(tmp, "request-%s.json" % t["name"])
+    json.dump({"messages": [{"role": "user", "content": t["text"]}],
+               "chat_template_kwargs": {"enable_thinking": False}}, open(req, "w"))
+    out = subprocess.run([os.path.join(a.build, "bin/smollm3"), "template", "-m", SYNTH3B, "--request", req,
+                          "--date", "25 November 2026"], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("spec_bench: smollm3 template: %s" % out.stderr[-500:])
+    p3, p2, force = out.stdout, CHATML % t["text"], ["--force-output", ans]
+    res = {}
+    for name, model, prompt, n in (("3b", SYNTH3B, p3, a.n_3b), ("smollm2", SMOLLM2, p2, a.n)):
+        r = {"spec": {"tps": 0.0}, "plain": {"tps": 0.0}}
+        for rep in range(a.reps if name == "smollm2" else 1):
+            for mode in (("spec", "plain") if rep % 2 == 0 else ("plain", "spec")):
+                ids, st = generate(a, model, prompt, n, force + ([] if mode == "spec" else ["--no-speculative"]))
+                if r[mode].get("ids", ids) != ids:
+                    sys.exit("spec_bench: %s forced: %s run %d differs" % (t["name"], mode, rep))
+                st["ids"] = ids
+                st["tps"] = max(st["tps"], r[mode]["tps"])
+                r[mode] = st
+        r["identical"] = r["spec"]["ids"] == r["plain"]["ids"]
+        r["ratio"] = r["spec"]["tps"] / r["plain"]["tps"] if r["plain"]["tps"] else 0.0
+        s = r["spec"]
+        s["mean_cost"] = sum(c * k for c, k in zip(costs, s["by_k"])) / s["steps"] if name == "3b" else None
+        res[name] = r
+    _, st = generate(a, SMOLLM2, p2, a.n, force + ["--spec-costs", ",".join("%.4f" % c for c in costs[1:])])
+    cost = sum(c * k for c, k in zip(costs, st["by_k"]))
+    res["projected"] = {"tokens_per_step": st["tokens"] / st["steps"], "mean_cost": cost / st["steps"],
+                        "speedup": st["tokens"] / cost, "by_k": st["by_k"]}
+    return res
 
 
 def daemon_runs(a, tasks, tmp):
@@ -157,6 +218,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--verify-n", type=int, default=6)
     ap.add_argument("--no-llama", action="store_true")
+    ap.add_argument("--n-3b", type=int, default=256, help="tokens of the 3B's forced runs")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
     for f in (SMOLLM2, SYNTH3B):
@@ -172,6 +234,11 @@ def main():
     for t in tasks:
         print("spec_bench: %s: SmolLM2 drafting with the 3B's costs" % t["name"], flush=True)
         proj[t["name"]] = projected(a, t, costs)
+    forc = {}
+    for t in tasks:
+        if "answer_text" in t:
+            print("spec_bench: %s: the task's answer, teacher-forced, on the 3B and SmolLM2" % t["name"], flush=True)
+            forc[t["name"]] = forced(a, t, costs, tmp)
     peer = {}
     if not a.no_llama:
         for t in tasks:
@@ -212,6 +279,33 @@ def main():
     print("3B t/st = tokens per verify step drafting with the 3B's costs; cost = those steps' mean cost relative")
     print("to a 1-token step on the 3B; 3B x = projected 3B decode speedup (t/st / cost); llama lk/off = llama.cpp")
     print("decode tokens/s with LlamaPromptLookupDecoding and without, on the same SmolLM2 prompts")
+    if forc:
+        print()
+        print("The task's answer (teacher forcing: a model that does the task), greedy, speculation on / off:")
+        print("%-15s | %-40s | %-40s | %s" % ("task", "3B (synthetic, measured): t/s, ratio", "SmolLM2: t/s, ratio",
+                                             "3B projected"))
+        for n, f in forc.items():
+            b, s2, pj = f["3b"], f["smollm2"], f["projected"]
+            print("%-15s | %6.2f / %6.2f %5.2fx %5.2f t/st %4s | %6.1f / %6.1f %5.2fx %5.2f t/st %4s | "
+                  "%5.2f t/st %5.2f cost %5.2fx" % (
+                      n, b["spec"]["tps"], b["plain"]["tps"], b["ratio"], b["spec"]["tokens"] / b["spec"]["steps"],
+                      "same" if b["identical"] else "DIFF", s2["spec"]["tps"], s2["plain"]["tps"], s2["ratio"],
+                      s2["spec"]["tokens"] / s2["spec"]["steps"], "same" if s2["identical"] else "DIFF",
+                      pj["tokens_per_step"], pj["mean_cost"], pj["speedup"]))
+            ok &= b["identical"] and s2["identical"]
+            summary["tasks"][n]["answer_forced"] = {
+                "3b_spec_tps": round(b["spec"]["tps"], 2), "3b_plain_tps": round(b["plain"]["tps"], 2),
+                "3b_ratio": round(b["ratio"], 3), "3b_tokens": b["spec"]["tokens"],
+                "3b_tokens_per_step": round(b["spec"]["tokens"] / b["spec"]["steps"], 3),
+                "3b_mean_verify_cost": round(b["spec"]["mean_cost"], 3), "3b_steps_by_k": b["spec"]["by_k"],
+                "smollm2_spec_tps": round(s2["spec"]["tps"], 2), "smollm2_plain_tps": round(s2["plain"]["tps"], 2),
+                "smollm2_ratio": round(s2["ratio"], 3),
+                "smollm2_tokens_per_step": round(s2["spec"]["tokens"] / s2["spec"]["steps"], 3),
+                "3b_projected_tokens_per_step": round(pj["tokens_per_step"], 3),
+                "3b_projected_mean_cost": round(pj["mean_cost"], 3), "3b_projected_speedup": round(pj["speedup"], 3)}
+        print("3B measured: the synthetic 3B decoding the answer (its prompt in SmolLM3's template), decode tokens/s;")
+        print("SmolLM2: the same through smollm3 generate; 3B projected: SmolLM2 drafting the answer with the 3B's")
+        print("costs, tokens per verify step / their mean cost (as the table above)")
     print(json.dumps(summary))
     if not ok:
         print("spec_bench: FAIL: greedy outputs differ with and without speculation")
