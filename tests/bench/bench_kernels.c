@@ -4,7 +4,7 @@
  * call, weight GB/s and integer GMAC/s, best of several runs, counted in
  * process CPU time as well as wall time (this machine is shared).
  *
- *   bench_kernels [rows cols]     default 2048 x 2048, q4_K, q6_K, q8_0
+ *   bench_kernels [rows cols]     default 2048 x 2048, q4_K, q6_K, q8_0, q4_1
  */
 #include "kernels/cpu_kernels.h"
 #include "kernels/quant_ref.h"
@@ -24,13 +24,14 @@ static double now(clockid_t c)
 int main(int argc, char **argv)
 {
     const int rows = argc > 2 ? atoi(argv[1]) : 2048, cols = argc > 2 ? atoi(argv[2]) : 2048;
-    const uint32_t types[] = {SMOL_TYPE_Q4_K, SMOL_TYPE_Q6_K, SMOL_TYPE_Q8_0};
+    const uint32_t types[] = {SMOL_TYPE_Q4_K, SMOL_TYPE_Q6_K, SMOL_TYPE_Q8_0, SMOL_TYPE_Q4_1};
     const char *variants[] = {"ref", "avx2", "avx512"};
-    const int toks[] = {1, 4, 16, 64};
+    const int toks[] = {1, 4, 8, 16, 64};
     float *x = malloc(sizeof(float) * cols * 64), *out = malloc(sizeof(float) * rows * 64);
     for (int i = 0; i < cols * 64; i++) x[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1;
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < 4; ti++) {
         const struct smol_type_traits *tr = smol_type_traits(types[ti]), *at = smol_type_traits(tr->vec_dot_type);
+        if (cols % tr->block_size) { printf("%-5s: %d columns are not whole blocks, skipped\n", tr->name, cols); continue; }
         const size_t wrow = smol_row_size(types[ti], cols), arow = smol_row_size(tr->vec_dot_type, cols);
         uint8_t *w = malloc(wrow * rows), *a = malloc(arow * 64);
         for (size_t i = 0; i < wrow * rows; i++) w[i] = (uint8_t)(i * 7 + (i >> 9));
@@ -39,7 +40,7 @@ int main(int argc, char **argv)
         for (int vi = 0; vi < 3; vi++) {
             const struct smol_cpu_kernels *k = smol_cpu_kernels_variant(variants[vi]);
             if (!k) { printf("%-6s %-5s SKIPPED (not supported)\n", variants[vi], tr->name); continue; }
-            for (int q = 0; q < 4; q++) {
+            for (int q = 0; q < 5; q++) {
                 const int nt = toks[q];
                 if (vi == 0 && nt > 4) continue;
                 double best_w = 1e9, best_c = 1e9;
@@ -62,7 +63,7 @@ int main(int argc, char **argv)
                 void *pk = NULL;
                 if (posix_memalign(&pk, 64, wrow * rows)) return 1;
                 k->pack[types[ti]](cols, w, wrow, rows, pk);
-                for (int q = 0; q < 4; q++) {
+                for (int q = 0; q < 5; q++) {
                     const int nt = toks[q];
                     double best_w = 1e9, best_c = 1e9;
                     for (int rep = 0; rep < 7; rep++) {
