@@ -21,9 +21,13 @@ report with quotes, open chat).
    LlamaPromptLookupDecoding, in build/venv-llama) on the same SmolLM2
    prompts, same machine, same run: its decode tokens/s with and without.
 4. The task's answer, for a task that has one (code_edit: the file with the
-   rename done, made here by str.replace, in a code fence): SmolLM2-135M
-   does not do that task (it answers the file with prose), so its acceptance
-   is that of prose.  The answer is decoded with teacher forcing (`smollm3
+   rename done, made here by str.replace, in a code fence; summary_quotes:
+   report.answer.md, a paragraph per section quoting its key sentence, as
+   the prompt asks, written for the bench): SmolLM2-135M does neither task
+   (it answers the file with prose about it, and the report with a
+   paragraph that quotes nothing, often a repetition loop whose acceptance
+   swings with the kernels' rounding), so its own acceptance is not that of
+   the task.  The answer is decoded with teacher forcing (`smollm3
    generate --force-output`: every step's forward pass runs, the answer's
    token is taken instead of a sample), which is what speculative decoding
    does for a model that gives that answer: (a) on the synthetic 3B itself,
@@ -63,6 +67,8 @@ def load_tasks():
         if "answer" in t:  # the edit done by a script, not by a model
             old, new = t["rename"]
             t["answer_text"] = t["answer"].replace("{edited}", body.replace(old, new))
+        if "answer_file" in t:  # an answer written for the bench
+            t["answer_text"] = open(os.path.join(TASKS, t["answer_file"])).read()
     return tasks
 
 
