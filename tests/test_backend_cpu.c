@@ -155,7 +155,7 @@ END_TEST
 START_TEST(t_attention)
 {
     enum { HD = 128, NH = 16, NKV = 4, LAYERS = 2, NPOS = 77 };
-    struct smol_backend *be = new_be(4, NH * HD, NPOS + 1);
+    struct smol_backend *be = new_be(8, NH * HD, NPOS + 1);
     char err[SMOL_ERRLEN];
     struct smol_kv kv;
     ck_assert_msg(smol_kv_init(&kv, be, LAYERS, NKV, HD, SMOL_TYPE_F16, 8, err) == SMOL_OK, "%s", err);
@@ -168,26 +168,30 @@ START_TEST(t_attention)
         vh[i] = smol_f32_to_half(nrand());
     }
     seq.n_tokens = NPOS;
-    /* a batch of three tokens of the sequence, at positions across pages */
-    const int32_t toks[3] = {0, 0, 0}, pos[3] = {5, 40, NPOS - 1};
-    struct smol_kv_seq *seqs[3] = {&seq, &seq, &seq};
-    const struct smol_batch b = {.n_tokens = 3, .tokens = toks, .pos = pos, .seq = seqs};
-    float *q = malloc(sizeof(float) * 3 * NH * HD), *out = malloc(sizeof(float) * 3 * NH * HD),
+    /* a batch of tokens of the sequence, at positions across pages: the
+     * first three, then a run of four (a speculative verify step) beside
+     * them: groups of up to 4 tokens (16 query heads) share a pass over
+     * the rows, a token's own rows past the group's earliest one apart */
+    enum { NT = 8 };
+    const int32_t toks[NT] = {0}, pos[NT] = {5, 40, NPOS - 1, 62, 63, 64, 65, 66};
+    struct smol_kv_seq *seqs[NT] = {&seq, &seq, &seq, &seq, &seq, &seq, &seq, &seq};
+    float *q = malloc(sizeof(float) * NT * NH * HD), *out = malloc(sizeof(float) * NT * NH * HD),
           *one = malloc(sizeof(float) * NH * HD);
-    for (int i = 0; i < 3 * NH * HD; i++) q[i] = nrand();
+    for (int i = 0; i < NT * NH * HD; i++) q[i] = nrand();
     const float scale = 1.0f / sqrtf(HD);
-    for (int layer = 0; layer < LAYERS; layer++) {
-        be->attention(be, out, q, &kv, layer, &b, NH, scale);
-        for (int t = 0; t < 3; t++) {
+    for (int layer = 0; layer < 2 * LAYERS; layer++) {
+        const struct smol_batch b = {.n_tokens = layer < LAYERS ? 3 : NT, .tokens = toks, .pos = pos, .seq = seqs};
+        be->attention(be, out, q, &kv, layer % LAYERS, &b, NH, scale);
+        for (int t = 0; t < b.n_tokens; t++) {
             const struct smol_batch b1 = {.n_tokens = 1, .tokens = toks, .pos = pos + t, .seq = seqs};
-            be->attention(be, one, q + (size_t)t * NH * HD, &kv, layer, &b1, NH, scale);
+            be->attention(be, one, q + (size_t)t * NH * HD, &kv, layer % LAYERS, &b1, NH, scale);
             ck_assert_msg(!memcmp(one, out + (size_t)t * NH * HD, sizeof(float) * NH * HD),
                           "token at %d: alone differs from the batch", pos[t]);
             for (int h = 0; h < NH; h++) {
                 const int g = h / (NH / NKV);
                 double sc[NPOS], mx = -1e300, sum = 0;
                 for (int p = 0; p <= pos[t]; p++) {
-                    const smol_half *kr = (const smol_half *)((const uint8_t *)kv.k + layer * kv.layer_bytes +
+                    const smol_half *kr = (const smol_half *)((const uint8_t *)kv.k + layer % LAYERS * kv.layer_bytes +
                                                               (size_t)seq.pages[p / SMOL_KV_PAGE] * kv.page_bytes) +
                                           ((size_t)g * SMOL_KV_PAGE + p % SMOL_KV_PAGE) * HD;
                     double d = 0;
@@ -199,7 +203,7 @@ START_TEST(t_attention)
                 for (int i = 0; i < HD; i++) {
                     double o = 0;
                     for (int p = 0; p <= pos[t]; p++) {
-                        const smol_half *vr = (const smol_half *)((const uint8_t *)kv.v + layer * kv.layer_bytes +
+                        const smol_half *vr = (const smol_half *)((const uint8_t *)kv.v + layer % LAYERS * kv.layer_bytes +
                                                                   (size_t)seq.pages[p / SMOL_KV_PAGE] * kv.page_bytes) +
                                               ((size_t)g * SMOL_KV_PAGE + p % SMOL_KV_PAGE) * HD;
                         o += sc[p] / sum * smol_half_to_f32(vr[i]);

@@ -39,6 +39,7 @@ struct cpu {
     uint8_t *xq;            /* quantized activations [max_tokens][max_row_bytes] */
     size_t xq_row;          /* bytes per row of xq */
     float *att;             /* per-thread scores: [n_threads][att_stride] */
+    int *att_grp;           /* attention's token groups: [max_tokens + 1] */
     size_t att_stride;
     struct mm_part *parts;  /* a matmul's plan: [MAX_MM_PARTS] */
     void **packed;          /* repacked weight copies, freed with the backend */
@@ -107,12 +108,14 @@ static enum smol_err cpu_reserve(struct smol_backend *be, int max_tokens, int ma
     if (max_ctx < c->max_ctx) max_ctx = c->max_ctx;
     free(c->xq);
     free(c->att);
+    free(c->att_grp);
     /* widest activation format is f32 (4 B/elt); q8_K needs 292 B per 256 */
     c->xq_row = ((size_t)max_cols * 4 + 63) / 64 * 64;
     c->att_stride = ((size_t)max_ctx * 16 + 15) / 16 * 16;  /* up to 16 query heads per kv head */
     c->xq = cpu_alloc(be, c->xq_row * (size_t)max_tokens);
     c->att = cpu_alloc(be, c->att_stride * sizeof(float) * (size_t)be->n_threads);
-    if (!c->xq || !c->att) return smol_errf(err, SMOL_ENOMEM, "cpu backend: cannot allocate scratch");
+    c->att_grp = malloc(((size_t)max_tokens + 1) * sizeof *c->att_grp);
+    if (!c->xq || !c->att || !c->att_grp) return smol_errf(err, SMOL_ENOMEM, "cpu backend: cannot allocate scratch");
     c->max_tokens = max_tokens;
     c->max_cols = max_cols;
     c->max_ctx = max_ctx;
@@ -413,56 +416,102 @@ static void cpu_kv_copy_page(struct smol_backend *be, struct smol_kv *kv, int ds
 
 /* ---- attention ------------------------------------------------------------- */
 
+/* Attention: a task is one KV head of a group of consecutive batch tokens
+ * of the same sequence (a speculative verify step, a prompt chunk), up to
+ * 16 query heads in all (the scratch's rows): their G heads each are served
+ * by one pass over the sequence's K and V rows instead of one pass per
+ * token.  Rows every token of the group sees are done for all of them at
+ * once, the few past the earliest token's position token by token: each
+ * (query, row) score and each output's row-ordered sum are computed as for
+ * the token alone, bit for bit (a token's logits do not depend on its
+ * batch). */
 struct att_job {
     struct cpu *c;
     float *out;
     const float *q;
     const struct smol_kv *kv;
     const struct smol_batch *b;
+    const int *grp;     /* group i: batch tokens [grp[i], grp[i + 1]) */
     int layer, n_heads, group;
     float scale;
 };
+
+#define ATT_MAX_Q 16        /* query heads of one task (the scratch holds 16 rows of scores) */
+#define ATT_MAX_HD 256
 
 static void att_task(void *a, int task, int th)
 {
     struct att_job *j = a;
     const struct smol_kv *kv = j->kv;
-    const int hd = kv->head_dim, kvh = task % kv->n_kv_heads, t = task / kv->n_kv_heads;
-    const int n_pos = j->b->pos[t] + 1, G = j->group;
-    const struct smol_kv_seq *s = j->b->seq[t];
-    const float *q = j->q + (size_t)t * j->n_heads * hd + (size_t)kvh * G * hd;
-    float *out = j->out + (size_t)t * j->n_heads * hd + (size_t)kvh * G * hd;
-    float *sc = j->c->att + (size_t)th * j->c->att_stride;   /* [G][n_pos] */
+    const int hd = kv->head_dim, kvh = task % kv->n_kv_heads, gi = task / kv->n_kv_heads;
+    const int t0 = j->grp[gi], T = j->grp[gi + 1] - t0, G = j->group, NQ = T * G;
+    const struct smol_kv_seq *s = j->b->seq[t0];
     const struct smol_cpu_kernels *k = j->c->k;
+    float qb[ATT_MAX_Q * ATT_MAX_HD], ob[ATT_MAX_Q * ATT_MAX_HD];
+    int n_min = j->b->pos[t0] + 1, n_max = n_min;
+    for (int t = 0; t < T; t++) {
+        const int n = j->b->pos[t0 + t] + 1;
+        if (n < n_min) n_min = n;
+        if (n > n_max) n_max = n;
+        memcpy(qb + (size_t)t * G * hd, j->q + (size_t)(t0 + t) * j->n_heads * hd + (size_t)kvh * G * hd,
+               (size_t)G * hd * sizeof *qb);
+    }
+    float *sc = j->c->att + (size_t)th * j->c->att_stride;   /* [NQ][n_max] */
+    const size_t st = (size_t)n_max;
 
-    /* a page holds SMOL_KV_PAGE consecutive rows of each head: one kernel
-     * call per page serves the G query heads */
-    for (int p = 0; p < n_pos; p += SMOL_KV_PAGE) {
-        const int rows = n_pos - p < SMOL_KV_PAGE ? n_pos - p : SMOL_KV_PAGE;
-        const uint8_t *kr = kv_at(kv, kv->k, j->layer, s->pages[p / SMOL_KV_PAGE], kvh, 0);
-        const void *next = p + SMOL_KV_PAGE < n_pos
-                               ? kv_at(kv, kv->k, j->layer, s->pages[p / SMOL_KV_PAGE + 1], kvh, 0) : NULL;
-        k->kv_scores[kv->type](hd, kr, rows, q, G, j->scale, sc + p, (size_t)n_pos, next);
+    /* a page holds SMOL_KV_PAGE consecutive rows of each head: a kernel
+     * call per page serves the group's query heads (rows < n_min), then
+     * each token's own rows past n_min */
+    for (int p = 0; p < n_max; p += SMOL_KV_PAGE) {
+        const int rows = n_max - p < SMOL_KV_PAGE ? n_max - p : SMOL_KV_PAGE;
+        const int shared = n_min - p < 0 ? 0 : n_min - p < rows ? n_min - p : rows;
+        const int page = s->pages[p / SMOL_KV_PAGE];
+        const void *next = p + SMOL_KV_PAGE < n_max ? kv_at(kv, kv->k, j->layer, s->pages[p / SMOL_KV_PAGE + 1], kvh, 0)
+                                                    : NULL;
+        if (shared) k->kv_scores[kv->type](hd, kv_at(kv, kv->k, j->layer, page, kvh, 0), shared, qb, NQ, j->scale, sc + p, st, next);
+        for (int t = 0; t < T && shared < rows; t++) {
+            const int n = j->b->pos[t0 + t] + 1, own = (n < p + rows ? n : p + rows) - (p + shared);
+            if (own > 0)
+                k->kv_scores[kv->type](hd, kv_at(kv, kv->k, j->layer, page, kvh, shared), own, qb + (size_t)t * G * hd, G,
+                                       j->scale, sc + (size_t)t * G * st + p + shared, st, NULL);
+        }
     }
-    for (int g = 0; g < G; g++) k->softmax(sc + (size_t)g * n_pos, n_pos);
-    memset(out, 0, (size_t)G * hd * sizeof *out);
-    for (int p = 0; p < n_pos; p += SMOL_KV_PAGE) {
-        const int rows = n_pos - p < SMOL_KV_PAGE ? n_pos - p : SMOL_KV_PAGE;
-        const uint8_t *vr = kv_at(kv, kv->v, j->layer, s->pages[p / SMOL_KV_PAGE], kvh, 0);
-        const void *next = p + SMOL_KV_PAGE < n_pos
-                               ? kv_at(kv, kv->v, j->layer, s->pages[p / SMOL_KV_PAGE + 1], kvh, 0) : NULL;
-        k->kv_accum[kv->type](hd, vr, rows, sc + p, (size_t)n_pos, G, out, next);
+    for (int t = 0; t < T; t++)
+        for (int g = 0; g < G; g++) k->softmax(sc + (size_t)(t * G + g) * st, j->b->pos[t0 + t] + 1);
+    memset(ob, 0, (size_t)NQ * hd * sizeof *ob);
+    for (int p = 0; p < n_max; p += SMOL_KV_PAGE) {
+        const int rows = n_max - p < SMOL_KV_PAGE ? n_max - p : SMOL_KV_PAGE;
+        const int shared = n_min - p < 0 ? 0 : n_min - p < rows ? n_min - p : rows;
+        const int page = s->pages[p / SMOL_KV_PAGE];
+        const void *next = p + SMOL_KV_PAGE < n_max ? kv_at(kv, kv->v, j->layer, s->pages[p / SMOL_KV_PAGE + 1], kvh, 0)
+                                                    : NULL;
+        if (shared) k->kv_accum[kv->type](hd, kv_at(kv, kv->v, j->layer, page, kvh, 0), shared, sc + p, st, NQ, ob, next);
+        for (int t = 0; t < T && shared < rows; t++) {
+            const int n = j->b->pos[t0 + t] + 1, own = (n < p + rows ? n : p + rows) - (p + shared);
+            if (own > 0)
+                k->kv_accum[kv->type](hd, kv_at(kv, kv->v, j->layer, page, kvh, shared), own,
+                                      sc + (size_t)t * G * st + p + shared, st, G, ob + (size_t)t * G * hd, NULL);
+        }
     }
+    for (int t = 0; t < T; t++)
+        memcpy(j->out + (size_t)(t0 + t) * j->n_heads * hd + (size_t)kvh * G * hd, ob + (size_t)t * G * hd,
+               (size_t)G * hd * sizeof *ob);
 }
 
 static void cpu_attention(struct smol_backend *be, float *out, const float *q, const struct smol_kv *kv, int layer,
                           const struct smol_batch *b, int n_heads, float scale)
 {
     struct cpu *c = C(be);
-    struct att_job j = {c, out, q, kv, b, layer, n_heads, n_heads / kv->n_kv_heads, scale};
-    SMOL_ASSERT(j.group <= 16);
-    for (int t = 0; t < b->n_tokens; t++) SMOL_ASSERT(b->pos[t] < c->max_ctx);
-    smol_pool_run(c->pool, b->n_tokens * kv->n_kv_heads, att_task, &j);
+    struct att_job j = {c, out, q, kv, b, c->att_grp, layer, n_heads, n_heads / kv->n_kv_heads, scale};
+    SMOL_ASSERT(j.group <= ATT_MAX_Q && kv->head_dim <= ATT_MAX_HD && b->n_tokens <= c->max_tokens);
+    const int tmax = ATT_MAX_Q / j.group;
+    int n_grp = 0;
+    for (int t = 0; t < b->n_tokens; t++) {
+        SMOL_ASSERT(b->pos[t] < c->max_ctx);
+        if (!t || b->seq[t] != b->seq[t - 1] || t - c->att_grp[n_grp - 1] == tmax) c->att_grp[n_grp++] = t;
+    }
+    c->att_grp[n_grp] = b->n_tokens;
+    smol_pool_run(c->pool, n_grp * kv->n_kv_heads, att_task, &j);
 }
 
 /* ---- lifecycle --------------------------------------------------------------- */
@@ -473,6 +522,7 @@ static void cpu_destroy(struct smol_backend *be)
     smol_pool_free(&c->pool);
     free(c->xq);
     free(c->att);
+    free(c->att_grp);
     for (int i = 0; i < c->n_packed; i++) free(c->packed[i]);
     free(c->packed);
     free(c->parts);
