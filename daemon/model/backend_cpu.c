@@ -439,13 +439,45 @@ struct att_job {
 #define ATT_MAX_Q 16        /* query heads of one task (the scratch holds 16 rows of scores) */
 #define ATT_MAX_HD 256
 
+/* One pass over a group's K rows (values 0: scores sc[NQ][n_max] of the
+ * queries qb) or V rows (1: ob += sc . V).  A page holds SMOL_KV_PAGE
+ * consecutive rows of each head: a kernel call per page serves the group's
+ * query heads for rows < n_min, then each token's own rows past n_min. */
+static void att_pass(const struct att_job *j, int kvh, int t0, int T, int n_min, int n_max, int values,
+                     const float *qb, float *sc, float *ob)
+{
+    const struct smol_kv *kv = j->kv;
+    const struct smol_kv_seq *s = j->b->seq[t0];
+    const struct smol_cpu_kernels *k = j->c->k;
+    void *base = values ? kv->v : kv->k;
+    const int hd = kv->head_dim, G = j->group;
+    const size_t st = (size_t)n_max;
+    for (int p = 0; p < n_max; p += SMOL_KV_PAGE) {
+        const int rows = n_max - p < SMOL_KV_PAGE ? n_max - p : SMOL_KV_PAGE;
+        const int shared = n_min - p < 0 ? 0 : n_min - p < rows ? n_min - p : rows;
+        const int page = s->pages[p / SMOL_KV_PAGE];
+        const void *next = p + SMOL_KV_PAGE < n_max ? kv_at(kv, base, j->layer, s->pages[p / SMOL_KV_PAGE + 1], kvh, 0) : NULL;
+        for (int t = -1; t < T; t++) { /* -1: the group's shared rows, then token t's own */
+            const int n = t < 0 ? 0 : j->b->pos[t0 + t] + 1;
+            const int r0 = t < 0 ? 0 : shared, nr = t < 0 ? shared : (n < p + rows ? n : p + rows) - (p + shared);
+            const int nq = t < 0 ? T * G : G, q0 = t < 0 ? 0 : t * G;
+            if (nr <= 0) continue;
+            const void *kvr = kv_at(kv, base, j->layer, page, kvh, r0);
+            if (values)
+                k->kv_accum[kv->type](hd, kvr, nr, sc + q0 * st + p + r0, st, nq, ob + (size_t)q0 * hd, t < 0 ? next : NULL);
+            else
+                k->kv_scores[kv->type](hd, kvr, nr, qb + (size_t)q0 * hd, nq, j->scale, sc + q0 * st + p + r0, st,
+                                       t < 0 ? next : NULL);
+        }
+    }
+}
+
 static void att_task(void *a, int task, int th)
 {
     struct att_job *j = a;
     const struct smol_kv *kv = j->kv;
     const int hd = kv->head_dim, kvh = task % kv->n_kv_heads, gi = task / kv->n_kv_heads;
-    const int t0 = j->grp[gi], T = j->grp[gi + 1] - t0, G = j->group, NQ = T * G;
-    const struct smol_kv_seq *s = j->b->seq[t0];
+    const int t0 = j->grp[gi], T = j->grp[gi + 1] - t0, G = j->group;
     const struct smol_cpu_kernels *k = j->c->k;
     float qb[ATT_MAX_Q * ATT_MAX_HD], ob[ATT_MAX_Q * ATT_MAX_HD];
     int n_min = j->b->pos[t0] + 1, n_max = n_min;
@@ -456,43 +488,12 @@ static void att_task(void *a, int task, int th)
         memcpy(qb + (size_t)t * G * hd, j->q + (size_t)(t0 + t) * j->n_heads * hd + (size_t)kvh * G * hd,
                (size_t)G * hd * sizeof *qb);
     }
-    float *sc = j->c->att + (size_t)th * j->c->att_stride;   /* [NQ][n_max] */
-    const size_t st = (size_t)n_max;
-
-    /* a page holds SMOL_KV_PAGE consecutive rows of each head: a kernel
-     * call per page serves the group's query heads (rows < n_min), then
-     * each token's own rows past n_min */
-    for (int p = 0; p < n_max; p += SMOL_KV_PAGE) {
-        const int rows = n_max - p < SMOL_KV_PAGE ? n_max - p : SMOL_KV_PAGE;
-        const int shared = n_min - p < 0 ? 0 : n_min - p < rows ? n_min - p : rows;
-        const int page = s->pages[p / SMOL_KV_PAGE];
-        const void *next = p + SMOL_KV_PAGE < n_max ? kv_at(kv, kv->k, j->layer, s->pages[p / SMOL_KV_PAGE + 1], kvh, 0)
-                                                    : NULL;
-        if (shared) k->kv_scores[kv->type](hd, kv_at(kv, kv->k, j->layer, page, kvh, 0), shared, qb, NQ, j->scale, sc + p, st, next);
-        for (int t = 0; t < T && shared < rows; t++) {
-            const int n = j->b->pos[t0 + t] + 1, own = (n < p + rows ? n : p + rows) - (p + shared);
-            if (own > 0)
-                k->kv_scores[kv->type](hd, kv_at(kv, kv->k, j->layer, page, kvh, shared), own, qb + (size_t)t * G * hd, G,
-                                       j->scale, sc + (size_t)t * G * st + p + shared, st, NULL);
-        }
-    }
+    float *sc = j->c->att + (size_t)th * j->c->att_stride;   /* [T * G][n_max] */
+    att_pass(j, kvh, t0, T, n_min, n_max, 0, qb, sc, NULL);
     for (int t = 0; t < T; t++)
-        for (int g = 0; g < G; g++) k->softmax(sc + (size_t)(t * G + g) * st, j->b->pos[t0 + t] + 1);
-    memset(ob, 0, (size_t)NQ * hd * sizeof *ob);
-    for (int p = 0; p < n_max; p += SMOL_KV_PAGE) {
-        const int rows = n_max - p < SMOL_KV_PAGE ? n_max - p : SMOL_KV_PAGE;
-        const int shared = n_min - p < 0 ? 0 : n_min - p < rows ? n_min - p : rows;
-        const int page = s->pages[p / SMOL_KV_PAGE];
-        const void *next = p + SMOL_KV_PAGE < n_max ? kv_at(kv, kv->v, j->layer, s->pages[p / SMOL_KV_PAGE + 1], kvh, 0)
-                                                    : NULL;
-        if (shared) k->kv_accum[kv->type](hd, kv_at(kv, kv->v, j->layer, page, kvh, 0), shared, sc + p, st, NQ, ob, next);
-        for (int t = 0; t < T && shared < rows; t++) {
-            const int n = j->b->pos[t0 + t] + 1, own = (n < p + rows ? n : p + rows) - (p + shared);
-            if (own > 0)
-                k->kv_accum[kv->type](hd, kv_at(kv, kv->v, j->layer, page, kvh, shared), own,
-                                      sc + (size_t)t * G * st + p + shared, st, G, ob + (size_t)t * G * hd, NULL);
-        }
-    }
+        for (int g = 0; g < G; g++) k->softmax(sc + (size_t)(t * G + g) * n_max, j->b->pos[t0 + t] + 1);
+    memset(ob, 0, (size_t)T * G * hd * sizeof *ob);
+    att_pass(j, kvh, t0, T, n_min, n_max, 1, qb, sc, ob);
     for (int t = 0; t < T; t++)
         memcpy(j->out + (size_t)(t0 + t) * j->n_heads * hd + (size_t)kvh * G * hd, ob + (size_t)t * G * hd,
                (size_t)G * hd * sizeof *ob);
