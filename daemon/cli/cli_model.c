@@ -389,10 +389,11 @@ int smol_cli_generate(int argc, char **argv)
             goto out;
         }
         FILE *f = fopen(o.force_file, "rb");
+        if (!f) { fprintf(stderr, "smollm3 generate: --force-output %s: %s\n", o.force_file, strerror(errno)); goto out; }
         size_t len = 0;
-        char *text = f ? smol_cli_read_all(f, &len) : NULL;
-        if (f) fclose(f);
-        if (!text) { fprintf(stderr, "smollm3 generate: --force-output %s: %s\n", o.force_file, f ? "read error" : strerror(errno)); goto out; }
+        char *text = smol_cli_read_all(f, &len);
+        fclose(f);
+        if (!text) { fprintf(stderr, "smollm3 generate: --force-output %s: read error or out of memory\n", o.force_file); goto out; }
         enum smol_err e = smol_tokenizer_encode(tok, text, len, 1, &forced, err);
         free(text);
         if (e) { fprintf(stderr, "smollm3 generate: --force-output %s: %s\n", o.force_file, err); goto out; }

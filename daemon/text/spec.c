@@ -411,8 +411,8 @@ int smol_lookup_draft_edit(struct smol_lookup *lk, int k, int32_t *draft, int *o
     /* copying: the source from the pointer on, with the learned
      * substitutions, unless the index's draft starts otherwise and was the
      * better guess of late when the two disagreed */
-    int32_t cd[SMOL_SPEC_MAX_DRAFT > 64 ? SMOL_SPEC_MAX_DRAFT : 64];
-    if (k > (int)(sizeof cd / sizeof *cd)) k = (int)(sizeof cd / sizeof *cd);
+    int32_t cd[64];
+    if (k > 64) k = 64;
     int n = 0, q = c->src, rule = c->rule, at = c->rule_at;
     while (n < k) {
         int32_t x;

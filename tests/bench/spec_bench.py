@@ -113,10 +113,7 @@ def forced(a, t, costs, tmp):
         s = r["spec"]
         s["mean_cost"] = sum(c * k for c, k in zip(costs, s["by_k"])) / s["steps"] if name == "3b" else None
         res[name] = r
-    _, st = generate(a, SMOLLM2, p2, a.n, force + ["--spec-costs", ",".join("%.4f" % c for c in costs[1:])])
-    cost = sum(c * k for c, k in zip(costs, st["by_k"]))
-    res["projected"] = {"tokens_per_step": st["tokens"] / st["steps"], "mean_cost": cost / st["steps"],
-                        "speedup": st["tokens"] / cost, "by_k": st["by_k"]}
+    res["projected"] = projected(a, t, costs, force)
     return res
 
 
@@ -187,15 +184,12 @@ def verify_costs(a):
     return costs, float(ms.group(1)) if ms else 0.0
 
 
-def projected(a, t, costs):
-    out = subprocess.run([os.path.join(a.build, "bin/smollm3"), "generate", "-m", SMOLLM2, "--prompt",
-                          CHATML % t["text"], "-n", str(a.n), "--temp", "0", "-t", str(a.threads), "--json",
-                          "--stats", "--spec-costs", ",".join("%.4f" % c for c in costs[1:])],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit("spec_bench: smollm3 generate: %s" % out.stderr[-500:])
-    n = int(re.search(r"generate: (\d+) tokens in (\d+) steps", out.stderr).group(1))
-    by_k = [int(x) for x in re.search(r"steps by draft length 0\.\.7:((?: \d+)+)", out.stderr).group(1).split()]
+def projected(a, t, costs, extra=()):
+    """SmolLM2 drafting with the 3B's costs: tokens per verify step, the
+    steps' mean cost, projected speedup."""
+    _, st = generate(a, SMOLLM2, CHATML % t["text"], a.n,
+                     list(extra) + ["--spec-costs", ",".join("%.4f" % c for c in costs[1:])])
+    n, by_k = st["tokens"], st["by_k"]
     steps = sum(by_k)
     cost = sum(c * s for c, s in zip(costs, by_k))
     return {"tokens": n, "steps": steps, "tokens_per_step": n / steps, "mean_cost": cost / steps,
