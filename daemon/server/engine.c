@@ -1009,6 +1009,7 @@ static int handle_cmd(struct smol_engine *e)
         q->r = r;
         q->e = e;
         q->state = RS_QUEUED;
+        q->cancelled = r->cancelled;    /* cancelled while parked: finished by the next step */
         smol_chat_buf_init(&q->content);
         smol_chat_buf_init(&q->rendered);
         list_append(&e->queue, q);

@@ -66,6 +66,7 @@ struct smol_request {
     enum smol_constraint_kind constraint;
     struct smol_grammar_entry *grammar;
     double t_received;                  /* CLOCK_MONOTONIC seconds */
+    int cancelled;                      /* cancelled before the engine had it (parked): it ends at once, CANCELLED */
 };
 
 /* Frees everything the request owns (chat_body, chat, text, ids, stops)

@@ -296,8 +296,9 @@ static enum smol_err submit(struct smol_rpc *rpc, struct route *rt, struct smol_
 }
 
 /* Cancels a generate stream.  A parked request goes to the engine without
- * its grammar and is cancelled right behind it, so the client gets the
- * same terminal event as for any cancelled request. */
+ * its grammar, marked cancelled, so the client gets the same terminal event
+ * as for any cancelled request.  (A CANCEL sent behind it could come after
+ * the engine had run the whole request.) */
 static void cancel_gen(struct smol_rpc *rpc, struct route *rt)
 {
     if (rt->parked) {
@@ -306,7 +307,10 @@ static void cancel_gen(struct smol_rpc *rpc, struct route *rt)
         rt->parked = NULL;
         smol_grammar_entry_release(&r->grammar);
         r->constraint = SMOL_CONSTRAINT_NONE;
-        if (submit(rpc, rt, r, err)) { smol_log_err("rpc: %s", err); return; }
+        r->cancelled = 1;
+        if (submit(rpc, rt, r, err)) smol_log_err("rpc: %s", err);
+        else rpc->ctr.cancels_sent++;
+        return;
     }
     smol_engine_send_id(rpc->engine, SMOL_CMD_CANCEL, rt->id);
     rpc->ctr.cancels_sent++;
