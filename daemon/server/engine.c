@@ -704,10 +704,7 @@ static void plan_draft(struct smol_engine *e, struct req *q, int max, int32_t *d
     if (!q->lk) return;
     struct spec_ctx c = {e, q, NULL};
     q->sg.pushed = 0;
-    /* the n-gram index alone: with smol_lookup_draft_edit here, test_daemon's
-     * structured_compile_off_thread saw a parked request's cancel not take
-     * effect in ~1 run of 10 (cause not found yet); the CLI uses it */
-    int n = smol_lookup_draft(q->lk, SMOL_SPEC_MAX_DRAFT, draft, &q->draft_order, q->gm ? spec_filter : NULL, &c);
+    int n = smol_lookup_draft_edit(q->lk, SMOL_SPEC_MAX_DRAFT, draft, &q->draft_order, q->gm ? spec_filter : NULL, &c);
     if (q->gm) smol_spec_grammar_undo(&q->sg);
     if (n > 0) q->draft_first = draft[0];
     int k = smol_spec_ctl_k(&q->ctl, q->draft_order);

@@ -88,8 +88,7 @@ int smol_lookup_draft(const struct smol_lookup *lk, int k, int32_t *draft, int *
  * rest of the copy (a renamed identifier is drafted renamed at its next
  * occurrences); a substitution the output does not follow is forgotten.
  * Nothing is tracked across more than 64 tokens appended at once (a prompt).
- * *order is SMOL_LOOKUP_MAX_ORDER for a draft from the copy.  Used by
- * `smollm3 generate`; the daemon's engine drafts with smol_lookup_draft. */
+ * *order is SMOL_LOOKUP_MAX_ORDER for a draft from the copy. */
 int smol_lookup_draft_edit(struct smol_lookup *lk, int k, int32_t *draft, int *order,
                            smol_draft_filter_fn filter, void *filter_ctx);
 
