@@ -12,7 +12,9 @@
  *     returned, in order; random histories with truncations (no crash,
  *     drafts within the vocabulary);
  *   - the draft-length controller goes to 0 on a stream that never hits
- *     and to k_max on one that always does;
+ *     and to k_max on one that always does; it learns per class of match
+ *     length (a drafted token observed at the match it extends), and draft_edit's match
+ *     grows as the output follows the copy and starts again after it leaves;
  *   - on fixture models: greedy decoding with drafts verified in one
  *     forward pass (KV rolled back, pages shared copy-on-write with a
  *     prefix) gives the tokens of plain decoding, and sampled 3-token
@@ -354,6 +356,92 @@ START_TEST(t_ctl_adapts)
 }
 END_TEST
 
+/* The controller learns per class of match length: a short match that
+ * never hits does not stop a long one drafting, and a drafted token is
+ * observed at the match it extends. */
+START_TEST(t_ctl_match_classes)
+{
+    struct smol_spec_ctl c;
+    smol_spec_ctl_init(&c, 7, NULL);
+    for (int i = 0; i < 60; i++) smol_spec_ctl_shadow(&c, 1, 5, 6);
+    ck_assert_int_eq(smol_spec_ctl_k(&c, 1), 0);                /* 1-token matches miss */
+    ck_assert_int_gt(smol_spec_ctl_k(&c, 20), 0);               /* a 20-token match still drafts */
+    for (int i = 0; i < 60; i++) smol_spec_ctl_update(&c, 20, 7, 7);
+    ck_assert_int_eq(smol_spec_ctl_k(&c, 20), 7);
+    ck_assert_int_eq(smol_spec_ctl_k(&c, 1), 0);
+    for (int i = 0; i < 60; i++) smol_spec_ctl_update(&c, 20, 7, 0);
+    ck_assert_int_eq(smol_spec_ctl_k(&c, 20), 0);               /* long matches that stop missing */
+
+    /* drafts from 1-token matches accepted whole: matches 1..7 observed
+     * hitting; then 1-token matches miss: matches of 4..7 still draft */
+    smol_spec_ctl_init(&c, 7, NULL);
+    for (int i = 0; i < 60; i++) smol_spec_ctl_update(&c, 1, 7, 7);
+    for (int i = 0; i < 60; i++) smol_spec_ctl_shadow(&c, 1, 5, 6);
+    ck_assert_int_eq(smol_spec_ctl_k(&c, 1), 0);
+    ck_assert_int_eq(smol_spec_ctl_k(&c, 4), 7);
+
+    /* before anything is seen, a longer match drafts no less */
+    smol_spec_ctl_init(&c, 7, NULL);
+    for (int m = 1; m < 40; m++) ck_assert_int_le(smol_spec_ctl_k(&c, m), smol_spec_ctl_k(&c, m + 1));
+    ck_assert_int_eq(smol_spec_ctl_k(&c, 40), 7);
+    ck_assert_int_eq(smol_spec_ctl_k(&c, 0), 0);
+}
+END_TEST
+
+/* smol_lookup_draft_edit's match: grows with the tokens the output follows
+ * the copy for, and starts again after the output departs from it. */
+START_TEST(t_lookup_edit_match)
+{
+    char err[SMOL_ERRLEN];
+    struct smol_lookup *lk;
+    ck_assert(smol_lookup_new(&lk, 1000, err) == SMOL_OK);
+    int32_t src[200];
+    for (int i = 0; i < 200; i++) src[i] = 10 + i; /* every n-gram unique */
+    const int32_t sep = 5;
+    ck_assert(smol_lookup_append(lk, src, 200, err) == SMOL_OK);
+    ck_assert(smol_lookup_append(lk, &sep, 1, err) == SMOL_OK);
+    int32_t d[7];
+    int match = -1;
+    ck_assert_int_eq(smol_lookup_draft_edit(lk, 7, d, &match, NULL, NULL), 0);
+    ck_assert_int_eq(match, 0);                                    /* nothing to draft */
+    ck_assert(smol_lookup_append(lk, src + 50, 1, err) == SMOL_OK); /* the output starts quoting src[50..] */
+    int prev = 0;
+    for (int i = 51; i < 100; i++) {
+        ck_assert_int_eq(smol_lookup_draft_edit(lk, 7, d, &match, NULL, NULL), 7);
+        ck_assert_int_eq(d[0], src[i]);
+        ck_assert_int_gt(match, prev);                             /* one more token followed */
+        prev = match;
+        ck_assert(smol_lookup_append(lk, src + i, 1, err) == SMOL_OK);
+    }
+    ck_assert_int_ge(prev, 40);
+    const int32_t other[2] = {900, 901};                           /* new text */
+    ck_assert(smol_lookup_append(lk, other, 2, err) == SMOL_OK);
+    ck_assert(smol_lookup_append(lk, src + 150, 1, err) == SMOL_OK); /* another quote */
+    ck_assert_int_eq(smol_lookup_draft_edit(lk, 7, d, &match, NULL, NULL), 7);
+    ck_assert_int_eq(d[0], src[151]);
+    ck_assert_int_le(match, 2);                                    /* evidence starts again */
+
+    /* a copy with src[60] and src[80] renamed 950: after the rename is
+     * learned, its second occurrence does not break the copy's evidence (the
+     * n-gram index matches back to the rename only) */
+    smol_lookup_reset(lk);
+    src[80] = src[60];
+    ck_assert(smol_lookup_append(lk, src, 200, err) == SMOL_OK);
+    ck_assert(smol_lookup_append(lk, &sep, 1, err) == SMOL_OK);
+    int32_t out[41];
+    for (int i = 0; i < 41; i++) out[i] = i == 10 || i == 30 ? 950 : src[50 + i];
+    ck_assert(smol_lookup_append(lk, out, 1, err) == SMOL_OK);
+    for (int i = 1; i < 41; i++) {
+        smol_lookup_draft_edit(lk, 7, d, &match, NULL, NULL);
+        ck_assert(smol_lookup_append(lk, out + i, 1, err) == SMOL_OK);
+    }
+    ck_assert_int_eq(smol_lookup_draft_edit(lk, 7, d, &match, NULL, NULL), 7);
+    ck_assert_int_eq(d[0], src[91]);
+    ck_assert_int_ge(match, 25);                                   /* followed since the resync after out[10] */
+    smol_lookup_free(&lk);
+}
+END_TEST
+
 /* ---- on models --------------------------------------------------------------------- */
 
 static struct smol_sampler *mk(struct smol_sampler_params p, int V)
@@ -614,6 +702,8 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_lookup_edit_insert_delete_forget);
     tcase_add_test(tc, t_lookup_edit_filter_and_truncate);
     tcase_add_test(tc, t_ctl_adapts);
+    tcase_add_test(tc, t_ctl_match_classes);
+    tcase_add_test(tc, t_lookup_edit_match);
     tcase_add_test(tc, t_greedy_exact_on_models);
     /* 9000 seeded generations: a statistical check, not a memory one; the
      * sanitizer run (SMOL_TEST_QUICK) leaves it to make test */

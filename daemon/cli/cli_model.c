@@ -44,7 +44,7 @@
  *            draft of k, every row's logits, then the k drafts rolled back)
  *            for k = 1..K, relative to a 1-token step: "verify k+1: M
  *            ms/step, R x a 1-token step" and "verify_cost": [R1, ...] in
- *            the JSON.
+ *            the JSON; -n steps of each size, interleaved, M their median.
  */
 #include "daemon/cli/cli.h"
 #include "daemon/model/model.h"
@@ -436,11 +436,11 @@ int smol_cli_generate(int argc, char **argv)
         int32_t btok[SMOL_SPEC_MAX_DRAFT + 1], bpos[SMOL_SPEC_MAX_DRAFT + 1], idx[SMOL_SPEC_MAX_DRAFT + 1], got[SMOL_SPEC_MAX_DRAFT + 1];
         struct smol_kv_seq *bseq[SMOL_SPEC_MAX_DRAFT + 1];
         struct smol_spec_grammar sg = {.m = con.m};
-        int order = 0, n_draft = smol_lookup_draft_edit(lk, SMOL_SPEC_MAX_DRAFT, btok + 1, &order,
+        int match = 0, n_draft = smol_lookup_draft_edit(lk, SMOL_SPEC_MAX_DRAFT, btok + 1, &match,
                                                    con.m ? smol_spec_grammar_filter : NULL, &sg);
         if (con.m) smol_spec_grammar_undo(&sg);
         int32_t predicted = n_draft ? btok[1] : -1;
-        int k = smol_spec_ctl_k(&ctl, order);
+        int k = smol_spec_ctl_k(&ctl, match);
         if (k > n_draft) k = n_draft;
         if (k > o.n - n_gen - 1) k = (int)(o.n - n_gen - 1);
         const int pos = seq.n_tokens;
@@ -457,8 +457,8 @@ int smol_cli_generate(int argc, char **argv)
         }
         n_steps++;
         by_k[k]++;
-        if (k) { drafted += k; accepted += n_acc; smol_spec_ctl_update(&ctl, order, k, n_acc); }
-        else if (n_draft) smol_spec_ctl_shadow(&ctl, order, predicted, got[0]);
+        if (k) { drafted += k; accepted += n_acc; smol_spec_ctl_update(&ctl, match, k, n_acc); }
+        else if (n_draft) smol_spec_ctl_shadow(&ctl, match, predicted, got[0]);
         smol_kv_seq_truncate(&m->kv, &seq, pos + n_acc + 1);  /* rollback of the rejected drafts */
         for (int i = 0; i < n_got && n_gen < o.n && !eog; i++) {
             int32_t t = got[i];
@@ -546,18 +546,31 @@ out:
     return rc;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 /* --verify: steps of k + 1 positions of seq (after its context), o->n of
  * each size, interleaved so that drifts of the machine hit every size alike;
- * ms[k] = mean milliseconds of a step of k + 1 positions. */
+ * ms[k] = median milliseconds of a step of k + 1 positions (a shared
+ * machine's stalls hit single steps: the mean follows them, the median
+ * does not). */
 static int bench_verify(struct smol_model *m, const struct opts *o, struct smol_kv_seq *seq, const int32_t *ids,
                         long n_ids, double *ms, char *err)
 {
     const int K = (int)o->verify;
     float *logits = malloc((size_t)(K + 1) * m->cfg.vocab * sizeof *logits);
-    double total[SMOL_SPEC_MAX_DRAFT + 1] = {0};
+    double *t = malloc((size_t)(K + 1) * o->n * sizeof *t);  /* [k][round] */
     int32_t pos[SMOL_SPEC_MAX_DRAFT + 1], idx[SMOL_SPEC_MAX_DRAFT + 1];
     struct smol_kv_seq *sp[SMOL_SPEC_MAX_DRAFT + 1];
-    if (!logits) { smol_errf(err, SMOL_ENOMEM, "bench: out of memory"); return -1; }
+    if (!logits || !t) {
+        free(logits);
+        free(t);
+        smol_errf(err, SMOL_ENOMEM, "bench: out of memory");
+        return -1;
+    }
     const int base = seq->n_tokens;
     for (long s = 0; s < o->n; s++)
         for (int k = 0; k <= K; k++) {
@@ -567,13 +580,19 @@ static int bench_verify(struct smol_model *m, const struct opts *o, struct smol_
             double t0 = now_s();
             if (smol_kv_seq_reserve(&m->kv, seq, base, base + k + 1, err) || smol_model_forward(m, &b, logits, err)) {
                 free(logits);
+                free(t);
                 return -1;
             }
-            total[k] += now_s() - t0;
+            t[k * o->n + s] = now_s() - t0;
             smol_kv_seq_truncate(&m->kv, seq, base);
         }
-    for (int k = 0; k <= K; k++) ms[k] = total[k] / o->n * 1e3;
+    for (int k = 0; k <= K; k++) {
+        double *tk = t + k * o->n;
+        qsort(tk, o->n, sizeof *tk, cmp_double);
+        ms[k] = (o->n % 2 ? tk[o->n / 2] : 0.5 * (tk[o->n / 2 - 1] + tk[o->n / 2])) * 1e3;
+    }
     free(logits);
+    free(t);
     return 0;
 }
 

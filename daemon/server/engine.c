@@ -700,14 +700,14 @@ static void plan_draft(struct smol_engine *e, struct req *q, int max, int32_t *d
 {
     q->n_draft = 0;
     q->draft_first = -1;
-    q->draft_order = 0;
+    q->draft_match = 0;
     if (!q->lk) return;
     struct spec_ctx c = {e, q, NULL};
     q->sg.pushed = 0;
-    int n = smol_lookup_draft_edit(q->lk, SMOL_SPEC_MAX_DRAFT, draft, &q->draft_order, q->gm ? spec_filter : NULL, &c);
+    int n = smol_lookup_draft_edit(q->lk, SMOL_SPEC_MAX_DRAFT, draft, &q->draft_match, q->gm ? spec_filter : NULL, &c);
     if (q->gm) smol_spec_grammar_undo(&q->sg);
     if (n > 0) q->draft_first = draft[0];
-    int k = smol_spec_ctl_k(&q->ctl, q->draft_order);
+    int k = smol_spec_ctl_k(&q->ctl, q->draft_match);
     if (k > n) k = n;
     if (k > max) k = max;
     q->n_draft = k > 0 ? k : 0;
@@ -778,9 +778,9 @@ static void sample_and_emit(struct smol_engine *e, struct req *q, float *logits,
             e->n_spec_drafted += (uint64_t)k;
             e->n_spec_accepted += (uint64_t)n_acc;
             e->n_spec_steps++;
-            smol_spec_ctl_update(&q->ctl, q->draft_order, k, n_acc);
+            smol_spec_ctl_update(&q->ctl, q->draft_match, k, n_acc);
         } else if (q->draft_first >= 0) {
-            smol_spec_ctl_shadow(&q->ctl, q->draft_order, q->draft_first, got[0]);
+            smol_spec_ctl_shadow(&q->ctl, q->draft_match, q->draft_first, got[0]);
         }
         if ((rc = smol_lookup_append(q->lk, got, n_got, err))) { fail_request(e, q, rc, err); return; }
     }

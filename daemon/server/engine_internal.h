@@ -38,7 +38,7 @@ struct req {
     struct smol_lookup *lk;
     struct smol_spec_ctl ctl;
     struct smol_spec_grammar sg;    /* the draft filter's view of gm */
-    int n_draft, draft_order;
+    int n_draft, draft_match;
     int32_t draft_first;            /* what the lookup proposed first (-1: nothing), for the shadow update */
     int n_drafted, n_accepted, n_steps;  /* usage */
     struct smol_detok detok;

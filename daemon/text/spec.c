@@ -42,7 +42,9 @@ struct copy {
     int rule_src, rule_out; /* where that rule's source span and output began */
     int div_src, div_out; /* a divergence being resolved: the source position rejected, the history
                            * position of the first token written instead; div_out -1: none */
-    int draft_L, draft_src; /* the last n-gram draft: history length then, the position it copied */
+    int run;            /* tokens the output has followed the copy for (its evidence) */
+    int draft_L, draft_src, draft_len; /* the last n-gram draft: history length then, the position it
+                                        * copied, its match length */
     int pred_L;         /* the copy and the n-gram index disagreed on the token at pred_L: */
     int32_t pred_copy, pred_ngram; /* their first tokens */
     int score;          /* which of them was right of late: > 0 the copy, < 0 the index */
@@ -232,9 +234,10 @@ void smol_lookup_truncate(struct smol_lookup *lk, int n)
 
 /* smol_lookup_draft; *from: the history position the draft copies (-1: none) */
 static int ngram_draft(const struct smol_lookup *lk, int k, int32_t *draft, int *order, smol_draft_filter_fn filter,
-                       void *filter_ctx, int *from)
+                       void *filter_ctx, int *from, int *match)
 {
     *from = -1;
+    *match = 0;
     if (order) *order = 0;
     const int L = lk->n;
     const int32_t *t = lk->tok;
@@ -256,6 +259,7 @@ static int ngram_draft(const struct smol_lookup *lk, int k, int32_t *draft, int 
         }
         if (order) *order = o;
         *from = best;
+        *match = best_len;
         return n;
     }
     return 0;
@@ -264,8 +268,8 @@ static int ngram_draft(const struct smol_lookup *lk, int k, int32_t *draft, int 
 int smol_lookup_draft(const struct smol_lookup *lk, int k, int32_t *draft, int *order,
                       smol_draft_filter_fn filter, void *filter_ctx)
 {
-    int from;
-    return ngram_draft(lk, k, draft, order, filter, filter_ctx, &from);
+    int from, match;
+    return ngram_draft(lk, k, draft, order, filter, filter_ctx, &from, &match);
 }
 
 /* ---- drafting for an output that copies and edits its context ------------------------ */
@@ -312,6 +316,7 @@ static void rule_learn(struct smol_lookup *lk, int s, int nf, int o, int nt)
 static void copy_diverge(struct copy *c, int src, int j)
 {
     c->src = c->rule = -1;
+    c->run = 0;
     c->div_src = src;
     c->div_out = j;
 }
@@ -325,6 +330,7 @@ static void copy_track(struct smol_lookup *lk, int j)
         const struct copy_rule *ru = &c->rules[c->rule];
         if (y == ru->to[c->rule_at]) {
             if (++c->rule_at == ru->n_to) c->rule = -1;
+            c->run++;
             return;
         }
         rule_drop(c, c->rule); /* written otherwise this time: not an edit to repeat */
@@ -336,11 +342,13 @@ static void copy_track(struct smol_lookup *lk, int j)
             c->rule_out = j;
             c->src += c->rules[r].n_from;
             if (c->rules[r].n_to > 1) { c->rule = r; c->rule_at = 1; }
+            c->run++;
             return;
         }
         if (c->src < j && y == t[c->src]) {
             if (r >= 0) rule_drop(c, r); /* the source was copied as it is: the edit is not everywhere */
             c->src++;
+            c->run++;
             return;
         }
         copy_diverge(c, c->src, j);
@@ -361,6 +369,7 @@ static void copy_track(struct smol_lookup *lk, int j)
         if (i < COPY_RESYNC) continue;
         rule_learn(lk, c->div_src, d, c->div_out, o1 - c->div_out);
         c->src = s1 + COPY_RESYNC;
+        c->run = COPY_RESYNC;
         c->div_out = -1;
         return;
     }
@@ -374,7 +383,7 @@ static int filter_draft(const int32_t *draft, int n, smol_draft_filter_fn filter
     return n;
 }
 
-int smol_lookup_draft_edit(struct smol_lookup *lk, int k, int32_t *draft, int *order,
+int smol_lookup_draft_edit(struct smol_lookup *lk, int k, int32_t *draft, int *match,
                            smol_draft_filter_fn filter, void *filter_ctx)
 {
     struct copy *c = &lk->cp;
@@ -387,6 +396,7 @@ int smol_lookup_draft_edit(struct smol_lookup *lk, int k, int32_t *draft, int *o
     if (c->src < 0 && c->div_out < 0 && c->draft_L == c->tracked && c->draft_L < L &&
         lk->tok[c->draft_L] == lk->tok[c->draft_src]) {
         c->src = c->draft_src;
+        c->run = c->draft_len; /* the token that came is counted by the tracker */
     }
     c->draft_L = -1;
     if (c->pred_L == c->tracked && c->pred_L < L) {
@@ -396,15 +406,17 @@ int smol_lookup_draft_edit(struct smol_lookup *lk, int k, int32_t *draft, int *o
     }
     c->pred_L = -1;
     for (; c->tracked < L; c->tracked++) copy_track(lk, c->tracked);
-    if (order) *order = 0;
+    if (match) *match = 0;
     if (k <= 0) return 0;
     /* both drafts unfiltered (a filter may keep state: a grammar's matcher
      * advances over what it allows), the chosen one filtered at the end */
-    int from, ng = ngram_draft(lk, k, draft, order, NULL, NULL, &from);
+    int from, ng_match, ng = ngram_draft(lk, k, draft, NULL, NULL, NULL, &from, &ng_match);
+    if (match) *match = ng_match;
     if (c->src < 0 || c->src >= L) {
         if (ng > 0 && c->div_out < 0) {
             c->draft_L = L;
             c->draft_src = from;
+            c->draft_len = ng_match;
         }
         return filter_draft(draft, ng, filter, filter_ctx);
     }
@@ -437,32 +449,45 @@ int smol_lookup_draft_edit(struct smol_lookup *lk, int k, int32_t *draft, int *o
         c->pred_copy = cd[0];
         if (c->score < 0) return filter_draft(draft, ng, filter, filter_ctx);
     }
+    /* the copy's evidence: how long the output has followed it (and the
+     * index's match, when that starts the same way) */
+    if (match) *match = c->run > 0 ? c->run : 1;
+    if (match && ng > 0 && draft[0] == cd[0] && ng_match > *match) *match = ng_match;
     memcpy(draft, cd, n * sizeof *draft);
-    if (order) *order = SMOL_LOOKUP_MAX_ORDER;
     return filter_draft(draft, n, filter, filter_ctx);
 }
 
 /* ---- draft length ------------------------------------------------------------- */
 
+/* a match of this many tokens -> its class: 1, 2, 3, 4-5, 6-8, 9-15, 16-31, 32+ */
+static int match_class(int match)
+{
+    static const int lo[SMOL_SPEC_CLASSES] = {1, 2, 3, 4, 6, 9, 16, 32};
+    int c = 0;
+    while (c + 1 < SMOL_SPEC_CLASSES && match >= lo[c + 1]) c++;
+    return c;
+}
+
 void smol_spec_ctl_init(struct smol_spec_ctl *c, int k_max, const float *cost)
 {
+    /* priors: a longer match is likelier to go on */
+    static const float prior[SMOL_SPEC_CLASSES] = {0.2f, 0.3f, 0.5f, 0.6f, 0.75f, 0.85f, 0.9f, 0.95f};
     c->k_max = k_max < 0 ? 0 : k_max > SMOL_SPEC_MAX_DRAFT ? SMOL_SPEC_MAX_DRAFT : k_max;
     for (int k = 0; k <= SMOL_SPEC_MAX_DRAFT; k++)
         c->cost[k] = cost && k <= c->k_max ? cost[k] : 1.0f + 0.06f * k;
-    c->rate[0] = 0.2f;
-    c->rate[1] = 0.3f;
-    c->rate[2] = 0.5f;
+    memcpy(c->rate, prior, sizeof c->rate);
 }
 
-int smol_spec_ctl_k(const struct smol_spec_ctl *c, int order)
+int smol_spec_ctl_k(const struct smol_spec_ctl *c, int match)
 {
-    if (c->k_max <= 0 || order < 1 || order > SMOL_LOOKUP_MAX_ORDER) return 0;
-    const double r = c->rate[order - 1];
-    /* expected tokens per step over its relative cost; k = 0 gives 1 */
+    if (c->k_max <= 0 || match < 1) return 0;
+    /* expected tokens per step over its relative cost; k = 0 gives 1.
+     * Drafted token i follows a match of match + i tokens if those before
+     * it were accepted. */
     double best = 1.02, gain = 1.0, rk = 1.0;
     int k_best = 0;
     for (int k = 1; k <= c->k_max; k++) {
-        rk *= r;
+        rk *= c->rate[match_class(match + k - 1)];
         gain += rk;
         double v = gain / c->cost[k];
         if (v > best) { best = v; k_best = k; }
@@ -470,23 +495,23 @@ int smol_spec_ctl_k(const struct smol_spec_ctl *c, int order)
     return k_best;
 }
 
-static void observe(struct smol_spec_ctl *c, int order, float x)
+static void observe(struct smol_spec_ctl *c, int match, float x)
 {
-    float *r = &c->rate[order - 1];
+    float *r = &c->rate[match_class(match)];
     *r += RATE_WEIGHT * (x - *r);
 }
 
-void smol_spec_ctl_update(struct smol_spec_ctl *c, int order, int drafted, int accepted)
+void smol_spec_ctl_update(struct smol_spec_ctl *c, int match, int drafted, int accepted)
 {
-    if (order < 1 || order > SMOL_LOOKUP_MAX_ORDER) return;
-    for (int i = 0; i < accepted; i++) observe(c, order, 1.0f);
-    if (accepted < drafted) observe(c, order, 0.0f);
+    if (match < 1) return;
+    for (int i = 0; i < accepted; i++) observe(c, match + i, 1.0f);
+    if (accepted < drafted) observe(c, match + accepted, 0.0f);
 }
 
-void smol_spec_ctl_shadow(struct smol_spec_ctl *c, int order, int32_t predicted, int32_t actual)
+void smol_spec_ctl_shadow(struct smol_spec_ctl *c, int match, int32_t predicted, int32_t actual)
 {
-    if (order < 1 || order > SMOL_LOOKUP_MAX_ORDER) return;
-    observe(c, order, predicted == actual ? 1.0f : 0.0f);
+    if (match < 1) return;
+    observe(c, match, predicted == actual ? 1.0f : 0.0f);
 }
 
 static double mono_s(void)

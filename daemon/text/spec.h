@@ -14,13 +14,18 @@
  * incrementally, one hash insertion per order and token: a lookup costs O(1)
  * whatever the history's length (64K tokens included).
  *
- * Draft length (smol_spec_ctl): per match order, an exponential moving
- * average r of how often a drafted token is accepted (a run of accepted
- * tokens then the first rejected one; tokens after it tell nothing).  With
- * acceptance r per token, a draft of k costs 1 + cost_per_token * k of a
- * one-token step and yields (1 - r^(k+1)) / (1 - r) tokens; the controller
- * picks the k in [0, k_max] that maximises the ratio (k = 0 when drafting
- * does not pay).  A stream that is not drafting still looks up what it
+ * Draft length (smol_spec_ctl): the evidence for a draft is its match
+ * length m, the tokens ending the history that agree with what the draft
+ * copies (a 1-token match of a common word is a guess; a quote followed
+ * for 20 tokens is likely to go on).  Per class of m (1, 2, 3, 4-5, 6-8,
+ * 9-15, 16-31, 32+) an exponential moving average r(m) of how often a
+ * drafted token is accepted (a run of accepted tokens then the first
+ * rejected one; tokens after it tell nothing): drafted token i is observed
+ * in the class of m + i, as the match has grown by then; classes not seen
+ * yet start from priors that rise with m.  A draft of k costs cost[k]
+ * of a one-token step (measured) and yields 1 + sum_j prod_(i<j) r(m + i)
+ * tokens; the controller picks the k in [0, k_max] that maximises the
+ * ratio (k = 0 when drafting does not pay).  A stream that is not drafting still looks up what it
  * would have drafted and compares its first token with the token that came
  * (smol_spec_ctl_shadow): r follows the stream at no cost, so drafting
  * resumes when the output starts to copy its context.
@@ -50,6 +55,7 @@ struct smol_model;
 #define SMOL_SPEC_MAX_DRAFT 7       /* k_max cap: a verify step of 8 positions streams the weights once */
 #define SMOL_LOOKUP_MAX_ORDER 3     /* longest n-gram looked up */
 #define SMOL_LOOKUP_MAX_VOCAB (1 << 20)
+#define SMOL_SPEC_CLASSES 8         /* classes of match length the controller learns apart */
 
 /* May token tok follow draft[0, i) (the tokens already drafted after the
  * history)?  Nonzero: yes.  The draft ends before the first token refused. */
@@ -88,29 +94,33 @@ int smol_lookup_draft(const struct smol_lookup *lk, int k, int32_t *draft, int *
  * rest of the copy (a renamed identifier is drafted renamed at its next
  * occurrences); a substitution the output does not follow is forgotten.
  * Nothing is tracked across more than 64 tokens appended at once (a prompt).
- * *order is SMOL_LOOKUP_MAX_ORDER for a draft from the copy. */
-int smol_lookup_draft_edit(struct smol_lookup *lk, int k, int32_t *draft, int *order,
+ * *match (may be NULL) receives the draft's evidence for smol_spec_ctl:
+ * for an n-gram draft its match length (the n-gram and the tokens before
+ * it that agree, up to 64), for a draft from the copy the tokens the output
+ * has followed the copy for (since it started, or resumed after an edit;
+ * learned substitutions count as followed), 0 if no draft. */
+int smol_lookup_draft_edit(struct smol_lookup *lk, int k, int32_t *draft, int *match,
                            smol_draft_filter_fn filter, void *filter_ctx);
 
 struct smol_spec_ctl {
     int k_max;                      /* 0: speculation off; at most SMOL_SPEC_MAX_DRAFT */
     float cost[SMOL_SPEC_MAX_DRAFT + 1]; /* a step of k + 1 positions relative to a 1-token step */
-    float rate[SMOL_LOOKUP_MAX_ORDER]; /* EMA of acceptance per drafted token, per match order - 1 */
+    float rate[SMOL_SPEC_CLASSES];  /* EMA of acceptance per drafted token, per class of match length */
 };
 
 /* k_max (clamped to [0, SMOL_SPEC_MAX_DRAFT]), the step costs (cost[0..k_max],
  * cost[0] = 1; NULL: 1 + 0.06 k, the CPU's batched kernels streaming a 3B's
  * weights once for up to 8 positions) and initial rates that let a fresh
- * stream try short drafts. */
+ * stream try short drafts, rising with the match length. */
 void smol_spec_ctl_init(struct smol_spec_ctl *c, int k_max, const float *cost);
-/* Draft length worth verifying for a match of this order (0: none). */
-int smol_spec_ctl_k(const struct smol_spec_ctl *c, int order);
-/* After a verification: `drafted` tokens of a match of `order` were
- * proposed, the first `accepted` of them were accepted. */
-void smol_spec_ctl_update(struct smol_spec_ctl *c, int order, int drafted, int accepted);
+/* Draft length worth verifying for a draft with a match of `match` tokens (0: none). */
+int smol_spec_ctl_k(const struct smol_spec_ctl *c, int match);
+/* After a verification: `drafted` tokens of a draft with a match of
+ * `match` were proposed, the first `accepted` of them were accepted. */
+void smol_spec_ctl_update(struct smol_spec_ctl *c, int match, int drafted, int accepted);
 /* A step without a draft: the lookup would have proposed `predicted` (with
- * a match of `order`) and `actual` came. */
-void smol_spec_ctl_shadow(struct smol_spec_ctl *c, int order, int32_t predicted, int32_t actual);
+ * a match of `match`) and `actual` came. */
+void smol_spec_ctl_shadow(struct smol_spec_ctl *c, int match, int32_t predicted, int32_t actual);
 
 /* Measures cost[k] for k = 0..k_max on m: the best of `reps` steps of
  * k + 1 positions of a scratch sequence (after 64 tokens of context),

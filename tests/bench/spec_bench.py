@@ -216,7 +216,7 @@ def main():
     ap.add_argument("-n", type=int, default=256)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--verify-n", type=int, default=6)
+    ap.add_argument("--verify-n", type=int, default=15)
     ap.add_argument("--no-llama", action="store_true")
     ap.add_argument("--n-3b", type=int, default=256, help="tokens of the 3B's forced runs")
     a = ap.parse_args()
