@@ -32,8 +32,10 @@ report with quotes, open chat).
    token is taken instead of a sample), which is what speculative decoding
    does for a model that gives that answer: (a) on the synthetic 3B itself,
    with the prompt in SmolLM3's own chat template, decode tokens/s with and
-   without speculation, measured (no cost model); (b) SmolLM2 end to end,
-   the same; (c) SmolLM2 drafting with the 3B's costs, projected as in 2.
+   without speculation, measured (no cost model; best of REPS alternating
+   runs, as the machine's speed drifts by 20% between minutes); (b)
+   SmolLM2 end to end, the same; (c) SmolLM2 drafting with the 3B's costs,
+   projected as in 2.
 
 Run from the repository root with build/venv's Python.  Figures on a shared
 machine are noisy; the bench reports, it asserts nothing but exactness.
@@ -100,7 +102,7 @@ def forced(a, t, costs, tmp):
     res = {}
     for name, model, prompt, n in (("3b", SYNTH3B, p3, a.n_3b), ("smollm2", SMOLLM2, p2, a.n)):
         r = {"spec": {"tps": 0.0}, "plain": {"tps": 0.0}}
-        for rep in range(a.reps if name == "smollm2" else 1):
+        for rep in range(a.reps):
             for mode in (("spec", "plain") if rep % 2 == 0 else ("plain", "spec")):
                 ids, st = generate(a, model, prompt, n, force + ([] if mode == "spec" else ["--no-speculative"]))
                 if r[mode].get("ids", ids) != ids:
