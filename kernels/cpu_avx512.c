@@ -48,14 +48,13 @@
 
 /* Decode streams the weights from DRAM once; the hardware prefetcher alone
  * leaves the dot waiting on memory, so each block asks for the bytes
- * PF_DIST ahead (rows of a task are contiguous), into L2 (_MM_HINT_T1): a
- * block's burst of 36-53 line requests into L1 overflowed its miss buffers,
- * and the wait added to the compute instead of overlapping it.  Measured
- * (2 threads, 32768 x 2048, median of 21, A/B interleaved, Zen 4 EPYC):
- * L1 at 4 KB -> L2 at 8 KB, q4_K_x16 tile 1 token 1.0x, 2: 0.83x, 4: 0.71x,
- * 8: 0.76x; q6_K_x16 0.58-0.69x at every size (its 1-token decode was
- * waiting on memory at 21 GB/s); a 3B verify step of 8 positions went from
- * 2.0-2.7x a 1-token step to 1.5-2.2x. */
+ * PF_DIST ahead (rows of a task are contiguous), into L2 (_MM_HINT_T1).
+ * Into L1, 4 KB ahead, the wait for memory added to the compute instead of
+ * overlapping it (most likely a block's burst of 36-53 line requests filling
+ * L1's miss buffers): a one-off A/B harness (2 threads, 32768 x 2048, median
+ * of 21, Zen 4 EPYC) put the q4_K_x16 tile at 1.0x for 1 token, 0.71-0.83x
+ * for 2-8, q6_K_x16 at 0.58-0.69x for every size; `smollm3 bench --verify 7`
+ * on the 3B: a step of 8 positions 2.0-2.7x -> 1.5-1.6x a 1-token step. */
 #ifndef PF_DIST
 #define PF_DIST 8192
 #endif

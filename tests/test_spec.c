@@ -370,7 +370,7 @@ START_TEST(t_ctl_match_classes)
     ck_assert_int_eq(smol_spec_ctl_k(&c, 20), 7);
     ck_assert_int_eq(smol_spec_ctl_k(&c, 1), 0);
     for (int i = 0; i < 60; i++) smol_spec_ctl_update(&c, 20, 7, 0);
-    ck_assert_int_eq(smol_spec_ctl_k(&c, 20), 0);               /* long matches that stop missing */
+    ck_assert_int_eq(smol_spec_ctl_k(&c, 20), 0);               /* long matches that start missing */
 
     /* drafts from 1-token matches accepted whole: matches 1..7 observed
      * hitting; then 1-token matches miss: matches of 4..7 still draft */

@@ -25,9 +25,9 @@
  * yet start from priors that rise with m.  A draft of k costs cost[k]
  * of a one-token step (measured) and yields 1 + sum_j prod_(i<j) r(m + i)
  * tokens; the controller picks the k in [0, k_max] that maximises the
- * ratio (k = 0 when drafting does not pay).  A stream that is not drafting still looks up what it
- * would have drafted and compares its first token with the token that came
- * (smol_spec_ctl_shadow): r follows the stream at no cost, so drafting
+ * ratio (k = 0 when drafting does not pay).  A stream that is not drafting
+ * still looks up what it would have drafted and compares its first token
+ * with the token that came (smol_spec_ctl_shadow): r follows the stream at no cost, so drafting
  * resumes when the output starts to copy its context.
  *
  * Verification (smol_spec_verify): row i of the logits is the model's
