@@ -39,7 +39,7 @@ PROGS    := $(patsubst main_%.c,$(BUILD)/bin/%,$(notdir $(MAINS)))
 TESTS    := $(patsubst tests/test_%.c,$(BUILD)/tests/test_%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 
-.PHONY: all test unit asan fuzz deps clean check-headers bench bench-kv bench-long run model install bench-grammar soak bench-spec
+.PHONY: all test unit asan fuzz deps clean check-headers bench bench-kv bench-long run model install bench-grammar soak bench-spec gpu-check
 .DEFAULT_GOAL := all
 
 all: $(PROGS) $(TESTS) $(BENCHES) $(BUILD)/bin/smollm3-gateway
@@ -89,6 +89,8 @@ $(BUILD)/tests/test_%: $(BUILD)/obj/tests/test_%.o $(BUILD)/obj/tests/check_main
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< $(BUILD)/obj/tests/check_main.o $(LIB) $(CHECK_LIBS) $(LDLIBS) -o $@
 
+# Each tests/bench/NAME.c is a program $(BUILD)/bench/NAME linked with the library, bench_cuda
+# too: it reaches the GPU through the backend interface (the dlopened plugin), no CUDA headers.
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
@@ -193,6 +195,13 @@ check-headers:
 # bench: smollm3d vs llama.cpp on a synthetic full-size SmolLM3-3B (tests/bench.sh; not part of test).
 bench: all
 	@sh tests/bench.sh $(BUILD)
+
+# gpu-check: the device check on a machine with a GPU (tests/gpu/check.sh, tests/gpu/README.md):
+# test_cuda, compute-sanitizer, bench_cuda, smollm3 bench per CUDA knob, the daemon, ncu, and
+# llama.cpp when tests/gpu/prepare.sh made .gpu/llama.cpp.tar.xz; summary last, files in
+# $(BUILD)/gpu-check.  On the lent device: `bash .gpu/run tests/gpu/check.sh` instead.
+gpu-check: all
+	OUT=$(BUILD)/gpu-check GPU_CHECK_BUILD=$(BUILD) bash tests/gpu/check.sh
 
 # bench-kv: TTFT of a 4K-token session's next turn after a restart, KV read back
 # from kv_spill_dir vs recomputed (tests/bench_kv.sh; SmolLM2-135M, BENCH_KV_3B=1 adds the synthetic 3B).

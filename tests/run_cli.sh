@@ -122,12 +122,79 @@ expect 1 "--force-output with a schema" $S generate -m $A --prompt "x" -n 7 --fo
 expect 0 "bench --json" $S bench -m $T -p 16 -n 4 -t 2 --json
 tail -n 1 "$TMP/out" | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); assert d['pp_tps']>0 and d['tg_tps']>0" \
     && ok || bad "bench --json last line"
+tail -n 1 "$TMP/out" | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); assert d['backend'].startswith('cpu') and d['cuda'] is None" \
+    && ok || bad "bench --json has backend and cuda: $(tail -n 1 "$TMP/out")"
 expect 0 "bench -d -b" $S bench -m $T -p 16 -n 4 -d 40 -b 3 -t 2 --json
 grep -q "^tg4 @ d40: " "$TMP/out" && grep -q "^tg4 x b3: .* tokens/s in all" "$TMP/out" && ok || bad "bench -d -b lines"
 tail -n 1 "$TMP/out" | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); assert d['tg_batch_tps']>0" \
     && ok || bad "bench -b --json has tg_batch_tps"
 expect 2 "bench -b 0" $S bench -m $T -b 0
 expect 2 "bench -b 65" $S bench -m $T -b 65
+# --backend: cpu works and says so; cuda with no device (hidden by CUDA_VISIBLE_DEVICES, so
+# also on a GPU machine) is an error naming cuda, from the loader or the plugin; auto falls back
+expect 0 "bench --backend cpu" $S bench -m $T -p 16 -n 4 -t 2 --backend cpu --json
+grep -q "^backend: cpu.*, threads: 2$" "$TMP/out" && ok || bad "bench --backend cpu line: $(grep backend "$TMP/out")"
+expect 1 "bench --backend cuda without a device" env CUDA_VISIBLE_DEVICES= $S bench -m $T -p 16 -n 4 --backend cuda \
+    --cuda-matvec q8 --cuda-fuse on --cuda-graphs off
+grep -q "^smollm3 bench: cuda: " "$TMP/err" && ok || bad "bench --backend cuda message names cuda: $(cat "$TMP/err")"
+expect 0 "bench --backend auto without a device" env CUDA_VISIBLE_DEVICES= $S bench -m $T -p 16 -n 4 -t 2 --backend auto --json
+grep -q "using the CPU backend" "$TMP/err" && grep -q "^backend: cpu" "$TMP/out" && ok \
+    || bad "bench --backend auto falls back to the CPU: $(cat "$TMP/err")"
+expect 1 "bad SMOL_CUDA_MATVEC" env SMOL_CUDA_MATVEC=q4 $S bench -m $T -p 16 -n 4 --backend auto
+grep -q "SMOL_CUDA_MATVEC" "$TMP/err" && ok || bad "bad SMOL_CUDA_MATVEC message: $(cat "$TMP/err")"
+expect 2 "bench --backend bogus" $S bench -m $T --backend bogus
+grep -q "cpu, cuda or auto" "$TMP/err" && ok || bad "--backend message: $(cat "$TMP/err")"
+expect 2 "bench --cuda-matvec bogus" $S bench -m $T --cuda-matvec bogus
+grep -q "f32 or q8" "$TMP/err" && ok || bad "--cuda-matvec message: $(cat "$TMP/err")"
+expect 2 "generate --cuda-fuse bogus" $S generate -m $T --ids 1 -n 1 --cuda-fuse bogus
+expect 2 "logits --cuda-graphs bogus" $S logits -m $T --ids 1 -o "$TMP/x" --cuda-graphs bogus
+expect 2 "bench --cuda-device -1" $S bench -m $T --cuda-device -1
+
+# ---- synth: small models of every weight type (tiny preset: 4 layers, dim 256), quantized with the
+# reference quantizers; each opens, has the planned types and file_type, and gives finite logits
+# on the CPU backend.  The fixture preset's q4_K_m has fixture A's mix.  Written in parallel (the
+# K-quants' reference quantizers take seconds each).
+SYNTH_TYPES="f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K q4_K_m"
+for ty in $SYNTH_TYPES; do
+    $S synth --preset tiny --type $ty -o "$TMP/syn-$ty.gguf" >"$TMP/syn-$ty.out" 2>&1 &
+done
+$S synth --preset fixture -o "$TMP/syn-fixture.gguf" >"$TMP/syn-fixture.out" 2>&1 &
+wait
+for ty in $SYNTH_TYPES; do
+    [ -f "$TMP/syn-$ty.gguf" ] && ok || { bad "synth --type $ty: $(cat "$TMP/syn-$ty.out")"; continue; }
+    expect 0 "inspect synth $ty" $S inspect "$TMP/syn-$ty.gguf" --json
+    python3 - "$TMP/out" $ty <<'PY' && ok || bad "synth --type $ty: tensor types / file_type"
+import json, sys
+d = json.load(open(sys.argv[1])); ty = sys.argv[2]
+ftype = {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_0": 2, "q4_1": 3, "q5_0": 8, "q5_1": 9,
+         "q4_K": 14, "q5_K": 16, "q6_K": 18, "q4_K_m": 15}[ty]
+# 1 + 4 x 7 matrices, 2 x 4 + 1 norms; the Q4_K_M mix gives token_embd and 2 of the 4 layers'
+# attn_v / ffn_down q6_K (use_more_bits: layers 2 and 3)
+want = {"f32": {"f32": 38}, "q4_K_m": {"q4_K": 24, "q6_K": 5, "f32": 9}}.get(ty, {ty: 29, "f32": 9})
+ok = d["type_counts"] == want and d["metadata"]["general.file_type"] == ftype
+print("synth %s: %s, file_type %s" % (ty, d["type_counts"], d["metadata"]["general.file_type"]))
+sys.exit(0 if ok else 1)
+PY
+    expect 0 "logits synth $ty" $S logits -m "$TMP/syn-$ty.gguf" --ids 791,4062,14198,7,30000 --all -o "$TMP/syn-l" --threads 2
+    python3 - "$TMP/syn-l" <<'PY' && ok || bad "synth --type $ty: logits [5, n_vocab], finite, spread"
+import array, math, sys
+a = array.array('f'); a.frombytes(open(sys.argv[1], 'rb').read())
+V = 128256
+assert len(a) == 5 * V and all(math.isfinite(x) for x in a)
+m = sum(a) / len(a); sd = math.sqrt(sum((x - m) ** 2 for x in a) / len(a))
+assert 0.5 < sd < 5, sd      # fixture A's scales give logits of std ~1.6
+PY
+done
+expect 0 "inspect synth fixture" $S inspect "$TMP/syn-fixture.gguf" --json
+python3 -c "
+import json,sys
+d=json.load(open('$TMP/out'))
+sys.exit(0 if d['type_counts']=={'q4_K': 48, 'q6_K': 9, 'f32': 17} and d['metadata']['general.file_type']==15 else 1)" \
+    && ok || bad "synth --preset fixture: fixture A's Q4_K_M mix ($(head -c 300 "$TMP/out"))"
+expect 2 "synth --type q8_0 on the 3B" $S synth --preset smollm3-3b --type q8_0 -o "$TMP/x.gguf"
+grep -q "q4_K_m only" "$TMP/err" && [ ! -e "$TMP/x.gguf" ] && ok || bad "synth 3B --type message: $(cat "$TMP/err")"
+expect 2 "synth unknown --type" $S synth --preset tiny --type q3_K -o "$TMP/x.gguf"
+expect 2 "synth unknown preset" $S synth --preset huge -o "$TMP/x.gguf"
 
 # ---- bad input: clear error, non-zero exit, no crash
 expect 1 "missing model" $S logits -m /nonexistent.gguf --ids 1 -o "$TMP/x"

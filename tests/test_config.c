@@ -1,6 +1,8 @@
 /*
  * test_config.c - the daemon's option table, INI file and flag parsing, and
- * deploy/smollm3d.conf kept in step with the table (generate-and-check).
+ * deploy/smollm3d.conf kept in step with the table (generate-and-check);
+ * the CUDA backend's knobs parsed from text and the environment
+ * (daemon/model/backend_cuda_loader.h), which the cuda_* options feed.
  */
 #include <check.h>
 #include <stdarg.h>
@@ -8,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/model/backend_cuda_loader.h"
 #include "daemon/server/config.h"
 #include "daemon/server/log.h"
 #include "tests/testutil.h"
@@ -118,6 +121,147 @@ START_TEST(kv_type_option)
     ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\nkv_type = Q8\n", err), SMOL_EINVAL);
     ck_assert_msg(strstr(err, ":2:") && strstr(err, "kv_type"), "%s", err);
     ck_assert_str_eq(c.kv_type, "q8_0"); /* unchanged by the refused value */
+}
+END_TEST
+
+/* the CUDA knobs: text in, the struct out, one description back */
+START_TEST(cuda_opts_set_and_describe)
+{
+    struct smol_cuda_opts o;
+    char err[SMOL_ERRLEN] = "", buf[64];
+    smol_cuda_opts_default(&o);
+    ck_assert_int_eq(o.matvec, SMOL_CUDA_MATVEC_Q8);    /* the paths device run 1 verified (NOTES.md) */
+    ck_assert_int_eq(o.fuse, 1);
+    ck_assert_int_eq(o.graphs, 1);
+    smol_cuda_opts_describe(&o, buf, sizeof buf);
+    ck_assert_str_eq(buf, "matvec=q8 fuse=on graphs=on");
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_matvec", "f32", err), SMOL_OK);
+    ck_assert_int_eq(o.matvec, SMOL_CUDA_MATVEC_F32);
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_fuse", "off", err), SMOL_OK);
+    ck_assert_int_eq(o.fuse, 0);
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_graphs", "off", err), SMOL_OK);
+    smol_cuda_opts_describe(&o, buf, sizeof buf);
+    ck_assert_str_eq(buf, "matvec=f32 fuse=off graphs=off");
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_matvec", "q8", err), SMOL_OK);
+    ck_assert_int_eq(o.matvec, SMOL_CUDA_MATVEC_Q8);
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_fuse", "on", err), SMOL_OK);
+    ck_assert_int_eq(o.fuse, 1);
+    smol_cuda_opts_describe(&o, buf, sizeof buf);
+    ck_assert_str_eq(buf, "matvec=q8 fuse=on graphs=off");
+    const char *on[] = {"on", "1", "true"}, *off[] = {"off", "0", "false"};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_graphs", on[i], err), SMOL_OK);
+        ck_assert_int_eq(o.graphs, 1);
+        ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_graphs", off[i], err), SMOL_OK);
+        ck_assert_int_eq(o.graphs, 0);
+    }
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_matvec", "f32", err), SMOL_OK);
+    ck_assert_int_eq(o.matvec, SMOL_CUDA_MATVEC_F32);
+    /* refused values leave the knob as it was, and the message names the option */
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_matvec", "q4", err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "cuda_matvec") && strstr(err, "f32 or q8"), "%s", err);
+    ck_assert_int_eq(o.matvec, SMOL_CUDA_MATVEC_F32);
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_fuse", "maybe", err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "cuda_fuse") && strstr(err, "maybe"), "%s", err);
+    ck_assert_int_eq(o.fuse, 1);
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_bogus", "on", err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "cuda_bogus"), "%s", err);
+    smol_cuda_opts_describe(&o, buf, 8);    /* truncated, terminated */
+    ck_assert_uint_eq(strlen(buf), 7);
+}
+END_TEST
+
+/* SMOL_CUDA_MATVEC / _FUSE / _GRAPHS override the knobs; a bad value is an error naming the
+ * variable, also from smol_backend_cuda_new before any plugin is looked for */
+START_TEST(cuda_opts_env)
+{
+    struct smol_cuda_opts o;
+    char err[SMOL_ERRLEN] = "", buf[64];
+    unsetenv("SMOL_CUDA_MATVEC");
+    unsetenv("SMOL_CUDA_FUSE");
+    unsetenv("SMOL_CUDA_GRAPHS");
+    smol_cuda_opts_default(&o);
+    o.matvec = SMOL_CUDA_MATVEC_F32;
+    o.fuse = 1;
+    o.graphs = 0;
+    ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);    /* nothing set: unchanged */
+    smol_cuda_opts_describe(&o, buf, sizeof buf);
+    ck_assert_str_eq(buf, "matvec=f32 fuse=on graphs=off");
+    setenv("SMOL_CUDA_MATVEC", "q8", 1);
+    setenv("SMOL_CUDA_FUSE", "0", 1);
+    setenv("SMOL_CUDA_GRAPHS", "true", 1);
+    ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);
+    smol_cuda_opts_describe(&o, buf, sizeof buf);
+    ck_assert_str_eq(buf, "matvec=q8 fuse=off graphs=on");
+    setenv("SMOL_CUDA_GRAPHS", "", 1);                              /* empty = unset */
+    ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);
+    ck_assert_int_eq(o.graphs, 1);
+    setenv("SMOL_CUDA_FUSE", "yes please", 1);
+    ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "SMOL_CUDA_FUSE") && strstr(err, "yes please"), "%s", err);
+    unsetenv("SMOL_CUDA_FUSE");
+    setenv("SMOL_CUDA_MATVEC", "int4", 1);
+    ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "SMOL_CUDA_MATVEC") && strstr(err, "f32 or q8"), "%s", err);
+    struct smol_backend *be = NULL;
+    ck_assert_int_eq(smol_backend_cuda_new(&be, 0, NULL, err), SMOL_EINVAL);
+    ck_assert_ptr_null(be);
+    ck_assert_msg(strstr(err, "SMOL_CUDA_MATVEC"), "%s", err);
+    unsetenv("SMOL_CUDA_MATVEC");
+    unsetenv("SMOL_CUDA_GRAPHS");
+    /* good knobs, no plugin: unsupported, with a message naming cuda */
+    setenv("SMOL_CUDA_PLUGIN", "/nonexistent/libsmollm3_cuda.so", 1);
+    ck_assert_int_eq(smol_backend_cuda_new(&be, 0, &o, err), SMOL_EUNSUPPORTED);
+    ck_assert_msg(strstr(err, "cuda"), "%s", err);
+    unsetenv("SMOL_CUDA_PLUGIN");
+    ck_assert(smol_backend_cuda_mark(NULL) == -1);
+    ck_assert_int_eq(smol_backend_cpu_new(&be, 1, err), SMOL_OK);
+    ck_assert(smol_backend_cuda_mark(be) == -1);                   /* not a CUDA backend */
+    smol_backend_free(&be);
+}
+END_TEST
+
+/* cuda_matvec / cuda_fuse / cuda_graphs: the table's defaults are the loader's, values checked */
+START_TEST(cuda_options)
+{
+    struct smol_daemon_config c;
+    enum smol_config_action a;
+    char err[SMOL_ERRLEN] = "";
+    struct smol_cuda_opts d, o;
+    smol_cuda_opts_default(&d);
+    smol_config_defaults(&c);
+    smol_cuda_opts_default(&o);
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_matvec", c.cuda_matvec, err), SMOL_OK);
+    o.fuse = c.cuda_fuse;
+    o.graphs = c.cuda_graphs;
+    ck_assert_msg(!memcmp(&o, &d, sizeof o), "the cuda_* defaults of config.c differ from smol_cuda_opts_default");
+    ck_assert_str_eq(c.cuda_matvec, "q8");
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-matvec", "f32", "--cuda-fuse=off", "--cuda-graphs=off",
+                           NULL), SMOL_OK);
+    ck_assert_str_eq(c.cuda_matvec, "f32");
+    ck_assert_int_eq(c.cuda_fuse, 0);
+    ck_assert_int_eq(c.cuda_graphs, 0);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-matvec", "bogus", NULL), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "cuda_matvec") && strstr(err, "f32 or q8") && strstr(err, "bogus"), "%s", err);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-graphs=sometimes", NULL), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "cuda_graphs"), "%s", err);
+    smol_config_defaults(&c);
+    ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\ncuda_matvec = q8\ncuda-fuse = on\ncuda_graphs = off\n", err),
+                     SMOL_OK);
+    ck_assert_str_eq(c.cuda_matvec, "q8");
+    ck_assert_int_eq(c.cuda_fuse, 1);
+    ck_assert_int_eq(c.cuda_graphs, 0);
+    ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\ncuda_matvec = Q8_1\n", err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, ":2:") && strstr(err, "cuda_matvec"), "%s", err);
+    ck_assert_str_eq(c.cuda_matvec, "q8"); /* unchanged by the refused value */
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    smol_config_write(f, &c);
+    fclose(f);
+    ck_assert_msg(strstr(text, "\ncuda_matvec = q8\n") && strstr(text, "\ncuda_fuse = true\n") &&
+                  strstr(text, "\ncuda_graphs = false\n"), "%s", text);
+    free(text);
 }
 END_TEST
 
@@ -237,6 +381,9 @@ Suite *test_suite(void)
     tcase_add_test(tc, flags_both_spellings_and_forms);
     tcase_add_test(tc, flags_bad);
     tcase_add_test(tc, kv_type_option);
+    tcase_add_test(tc, cuda_opts_set_and_describe);
+    tcase_add_test(tc, cuda_opts_env);
+    tcase_add_test(tc, cuda_options);
     tcase_add_test(tc, ini_string);
     tcase_add_test(tc, file_then_flags_override);
     tcase_add_test(tc, default_listen);

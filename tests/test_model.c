@@ -15,14 +15,10 @@
 
 #include "daemon/model/model.h"
 #include "kernels/quant.h"
-#include "testutil.h"
-
-#define TOPK 20
+#include "testrefs.h"
 
 /* SMOL_TEST_QUICK=1 (the sanitizer run) skips the 297-token prompt. */
 static int n_prompts(void) { return getenv("SMOL_TEST_QUICK") ? 2 : 3; }
-
-struct stats { double mean, max; double argmax_agree; int rows; double clear_agree; int clear_rows; double margin; };
 
 static struct smol_model *open_fixture(const char *file, int kv_f32, int threads)
 {
@@ -40,72 +36,7 @@ static struct smol_model *open_fixture(const char *file, int kv_f32, int threads
     return m;
 }
 
-static json_t *load_refs(const char *model_base)
-{
-    char rel[256];
-    snprintf(rel, sizeof rel, "refs/%s.refs.json", model_base);
-    const char *p = fixture_path(rel);
-    ck_assert_msg(p, "missing %s", rel);
-    json_error_t je;
-    json_t *j = json_load_file(p, 0, &je);
-    ck_assert_msg(j, "parse %s: %s", rel, je.text);
-    return j;
-}
-
-static void *load_ref_bin(const char *name, size_t *n)
-{
-    char rel[256];
-    snprintf(rel, sizeof rel, "refs/%s", name);
-    const char *p = fixture_path(rel);
-    ck_assert_msg(p, "missing %s", rel);
-    void *d = read_file(p, n);
-    ck_assert(d);
-    return d;
-}
-
-static int32_t *json_ids(json_t *arr, int *n)
-{
-    *n = (int)json_array_size(arr);
-    int32_t *v = malloc(*n * sizeof *v);
-    for (int i = 0; i < *n; i++) v[i] = (int32_t)json_integer_value(json_array_get(arr, i));
-    return v;
-}
-
-/* Our logits [rows][vocab] vs reference top-20 ids/logits [rows][20]. */
 #define CLEAR_MARGIN 0.25 /* reference top1-top2 margin above which argmax must agree */
-
-static struct stats compare_top(const float *ours, int vocab, const int32_t *ref_ids, const float *ref_logits,
-                                int rows, double margin)
-{
-    struct stats s = {.margin = margin};
-    double sum = 0;
-    int agree = 0, clear = 0, clear_agree = 0;
-    for (int r = 0; r < rows; r++) {
-        const float *o = ours + (size_t)r * vocab;
-        int am = 0;
-        for (int i = 1; i < vocab; i++) if (o[i] > o[am]) am = i;
-        agree += am == ref_ids[r * TOPK];
-        if (ref_logits[r * TOPK] - ref_logits[r * TOPK + 1] >= margin) {
-            clear++;
-            clear_agree += am == ref_ids[r * TOPK];
-            if (am != ref_ids[r * TOPK])
-                printf("clear-margin miss: row %d, reference margin %.3f, ours: top %d at %.3f, reference top %d at %.3f\n",
-                       r, ref_logits[r * TOPK] - ref_logits[r * TOPK + 1], am, o[am], ref_ids[r * TOPK],
-                       o[ref_ids[r * TOPK]]);
-        }
-        for (int k = 0; k < TOPK; k++) {
-            double d = fabs((double)o[ref_ids[r * TOPK + k]] - ref_logits[r * TOPK + k]);
-            sum += d;
-            if (d > s.max) s.max = d;
-        }
-    }
-    s.rows = rows;
-    s.mean = sum / (rows * TOPK);
-    s.argmax_agree = (double)agree / rows;
-    s.clear_rows = clear;
-    s.clear_agree = clear ? (double)clear_agree / clear : 1.0;
-    return s;
-}
 
 /* The largest |logit difference| between llama.cpp and the exact pass over
  * the ids both top-20 lists hold, all rows of a prompt: how far the

@@ -27,6 +27,7 @@
 
 #include "daemon/model/gguf.h"
 #include "kernels/quant_ref.h"
+#include "kernels/cuda/mmvq.h"
 
 /* ============================================================== helpers */
 
@@ -590,6 +591,58 @@ START_TEST(test_roundtrip_error)
 }
 END_TEST
 
+/* =================================== the CUDA q8 mat-vec's host twins */
+
+/* kernels/cuda/mmvq.h on the CPU: the device's repacked layouts and lane dots, walked task by
+ * task as a warp's lanes walk them, must give the dot of the reference-dequantized weights
+ * with the q8a activations (d * q) to float rounding, for every type and row; the q8a
+ * quantizer must round each element to its nearest level. */
+static const uint32_t mmvq_types[] = {SMOL_TYPE_Q4_K, SMOL_TYPE_Q6_K, SMOL_TYPE_Q8_0, SMOL_TYPE_Q4_0, SMOL_TYPE_Q4_1};
+
+START_TEST(test_mmvq_host)
+{
+    const uint32_t t = mmvq_types[_i];
+    const struct smol_type_traits *tr = smol_type_traits(t);
+    const int rows = 7, cols = 768;
+    ck_assert(smol_mmvq_type_ok(t));
+    unsigned seed = 99 + _i;
+    float *wf = malloc((size_t)rows * cols * 4), *wd = malloc((size_t)rows * cols * 4), *x = malloc(cols * 4);
+    for (int i = 0; i < rows * cols; i++) wf[i] = (float)((rand_r(&seed) % 2001) - 1000) / 1000.0f;
+    for (int i = 0; i < cols; i++) x[i] = (float)((rand_r(&seed) % 2001) - 1000) / 250.0f * (i % 7 == 0 ? 3 : 1);
+    const size_t rb = smol_row_size(t, cols), nb = (size_t)rows * cols / tr->block_size;
+    uint8_t *wq = malloc(rb * rows), *wr = malloc(rb * rows);
+    for (int r = 0; r < rows; r++) tr->quantize(wf + (size_t)r * cols, wq + r * rb, cols);
+    for (int r = 0; r < rows; r++) tr->dequant(wq + r * rb, wd + (size_t)r * cols, cols);
+    if (smol_mmvq_repacked(t)) smol_mmvq_repack(t, wr, wq, nb);
+    else memcpy(wr, wq, rb * rows);
+    int8_t q[768];
+    struct smol_q8a sa[768 / 32];
+    smol_q8a_quantize_ref(x, cols, q, sa);
+    for (int b = 0; b < cols / 32; b++) {
+        int s0 = 0, s1 = 0;
+        for (int j = 0; j < 32; j++) {
+            const float e = x[32 * b + j] - sa[b].d * q[32 * b + j];
+            ck_assert_msg(fabsf(e) <= 0.5f * sa[b].d * 1.0001f, "q8a block %d element %d off by %g (d %g)", b, j, e,
+                          sa[b].d);
+            if (j < 16) s0 += q[32 * b + j]; else s1 += q[32 * b + j];
+        }
+        ck_assert(sa[b].s0 == sa[b].d * (float)s0 && sa[b].s1 == sa[b].d * (float)s1);
+    }
+    for (int r = 0; r < rows; r++) {
+        double ref = 0, mag = 0;
+        for (int c = 0; c < cols; c++) {
+            const double v = (double)wd[(size_t)r * cols + c] * ((double)sa[c / 32].d * q[c]);
+            ref += v;
+            mag += fabs(v);
+        }
+        const float got = smol_mmvq_row_ref(t, wr, nb, r, cols, q, sa);
+        ck_assert_msg(fabs(got - ref) <= 1e-5 * mag + 1e-6, "%s row %d: lanes %.7g, reference %.7g", tr->name, r,
+                      (double)got, ref);
+    }
+    free(wf); free(wd); free(x); free(wq); free(wr);
+}
+END_TEST
+
 /* ================================================================ suite */
 
 static Suite *quant_suite(void)
@@ -606,6 +659,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tc, test_quantize_q8_K);
     tcase_add_test(tc, test_quantize_q8_0_q8_1);
     tcase_add_loop_test(tc, test_roundtrip_error, 0, (int)(sizeof(roundtrip) / sizeof(roundtrip[0])));
+    tcase_add_loop_test(tc, test_mmvq_host, 0, (int)(sizeof(mmvq_types) / sizeof(mmvq_types[0])));
     suite_add_tcase(s, tc);
     return s;
 }

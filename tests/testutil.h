@@ -29,6 +29,28 @@ static inline const char *fixture_path(const char *rel)
     return NULL;
 }
 
+/* Path of the program <name> of the build this test belongs to: $SMOL_BIN_DIR/<name>, else
+ * <directory of this executable>/../bin/<name> (build/tests/test_x -> build/bin/<name>,
+ * build/asan/tests/test_x -> build/asan/bin/<name>); NULL if it is not an executable there. */
+static inline const char *tool_path(const char *name)
+{
+    static char buf[4][4096];
+    static int k;
+    char *b = buf[k++ % 4], exe[4096];
+    const char *env = getenv("SMOL_BIN_DIR");
+    if (env && *env) {
+        if (snprintf(b, 4096, "%s/%s", env, name) >= 4096) return NULL;
+        return access(b, X_OK) == 0 ? b : NULL;
+    }
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return NULL;
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    if (snprintf(b, 4096, "%s/../bin/%s", exe, name) >= 4096) return NULL;
+    return access(b, X_OK) == 0 ? b : NULL;
+}
+
 /* Reads a whole file; NULL on failure.  *n gets the size. */
 static inline void *read_file(const char *path, size_t *n)
 {

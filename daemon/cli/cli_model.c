@@ -45,6 +45,16 @@
  *            for k = 1..K, relative to a 1-token step: "verify k+1: M
  *            ms/step, R x a 1-token step" and "verify_cost": [R1, ...] in
  *            the JSON; -n steps of each size, interleaved, M their median.
+ *            The line "backend: NAME, threads: N" (with the CUDA knobs in
+ *            effect on cuda) and "backend" / "cuda" in the JSON say what ran.
+ *
+ *   All three take the compute backend:
+ *            --backend cpu|cuda|auto (default cpu; cuda fails without a usable
+ *            device, auto falls back to the CPU with a line on stderr),
+ *            --cuda-device N, and the CUDA backend's knobs, each a newer path
+ *            off by default until verified on a device (kernels/cuda/NOTES.md):
+ *            --cuda-matvec f32|q8, --cuda-fuse on|off, --cuda-graphs on|off
+ *            (SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS override them).
  */
 #include "daemon/cli/cli.h"
 #include "daemon/model/model.h"
@@ -69,6 +79,9 @@ struct opts {
     int spec_k, stats;          /* generate: largest draft (0: off), --stats */
     float spec_cost[SMOL_SPEC_MAX_DRAFT + 1]; /* generate: --spec-costs (cost[0] = 0: measure) */
     long verify;                /* bench: --verify K */
+    const char *backend;        /* --backend cpu | cuda | auto; NULL = cpu */
+    int cuda_device;            /* --cuda-device N */
+    struct smol_cuda_opts cuda; /* --cuda-matvec / --cuda-fuse / --cuda-graphs */
 };
 
 static double now_s(void)
@@ -87,6 +100,7 @@ static int parse(const char *cmd, int argc, char **argv, struct opts *o)
     o->sp = smol_sampler_defaults();
     o->sp.seed = 0;
     o->spec_k = SMOL_SPEC_MAX_DRAFT;
+    smol_cuda_opts_default(&o->cuda);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -109,6 +123,24 @@ static int parse(const char *cmd, int argc, char **argv, struct opts *o)
             char why[SMOL_ERRLEN];
             if (smol_kv_type_parse(v, &t, why)) { fprintf(stderr, "smollm3 %s: --kv-type: %s\n", cmd, why); return 2; }
             o->kv_type = v;
+        }
+        else if (!strcmp(a, "--backend")) {
+            NEED();
+            if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
+                fprintf(stderr, "smollm3 %s: --backend must be cpu, cuda or auto (got '%s')\n", cmd, v);
+                return 2;
+            }
+            o->backend = v;
+        }
+        else if (!strcmp(a, "--cuda-device")) {
+            NEED(); if (smol_cli_parse_int(cmd, a, v, 0, 64, &lv)) return 2; o->cuda_device = (int)lv;
+        }
+        else if (!strcmp(a, "--cuda-matvec") || !strcmp(a, "--cuda-fuse") || !strcmp(a, "--cuda-graphs")) {
+            NEED();
+            const char *key = !strcmp(a, "--cuda-matvec") ? "cuda_matvec" : !strcmp(a, "--cuda-fuse") ? "cuda_fuse"
+                              : "cuda_graphs";
+            char why[SMOL_ERRLEN];
+            if (smol_cuda_opts_set(&o->cuda, key, v, why)) { fprintf(stderr, "smollm3 %s: %s: %s\n", cmd, a, why); return 2; }
         }
         else if (!strcmp(a, "--yarn")) o->yarn = 1;
         else if (!strcmp(a, "--no-speculative")) o->spec_k = 0;
@@ -194,6 +226,9 @@ static struct smol_model *open_model(const char *cmd, const struct opts *o, int 
     set.kv_type = o->kv_type;
     set.yarn = o->yarn;
     set.n_ctx = n_ctx;
+    set.backend = o->backend;
+    set.cuda_device = o->cuda_device;
+    set.cuda = o->cuda;
     set.quiet = 1;
     char err[SMOL_ERRLEN];
     struct smol_model *m;
@@ -651,7 +686,10 @@ int smol_cli_bench(int argc, char **argv)
     if (o.verify && bench_verify(m, &o, &seq, ids, n_ids, vms, err)) goto fail;
     printf("model: %s (%s, %d layers, dim %d, vocab %d)\n", o.model, m->cfg.arch_name, m->cfg.n_layers, m->cfg.dim,
            m->cfg.vocab);
-    printf("backend: %s, threads: %d\n", m->be->name, m->be->n_threads);
+    const int on_cuda = !strncmp(m->be->name, "cuda", 4);
+    char knobs[64] = "";
+    if (on_cuda) smol_cuda_opts_describe(&m->cuda, knobs, sizeof knobs);
+    printf("backend: %s, threads: %d%s%s\n", m->be->name, m->be->n_threads, on_cuda ? ", " : "", knobs);
     printf("pp%ld: %.2f tokens/s (%.3f s)\n", o.p, pp, t_pp);
     if (o.d) printf("tg%ld @ d%ld: %.2f tokens/s (%.3f s)\n", o.n, o.d, tg, t_tg);
     else printf("tg%ld: %.2f tokens/s (%.3f s)\n", o.n, tg, t_tg);
@@ -666,6 +704,13 @@ int smol_cli_bench(int argc, char **argv)
             for (int k = 1; k <= o.verify; k++) printf(k > 1 ? ", %.4f" : "%.4f", vms[k] / vms[0]);
             printf("]");
         }
+        printf(", \"backend\": \"%s\", \"cuda\": ", m->be->name);
+        if (on_cuda)
+            printf("{\"matvec\": \"%s\", \"fuse\": %s, \"graphs\": %s}",
+                   m->cuda.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32", m->cuda.fuse ? "true" : "false",
+                   m->cuda.graphs ? "true" : "false");
+        else
+            printf("null");
         printf("}\n");
     }
     rc = 0;

@@ -19,7 +19,7 @@ static const struct command commands[] = {
     {"logits", smol_cli_logits, "logits -m MODEL --ids 1,2,3 [--all] -o OUT [--threads N]"},
     {"generate", smol_cli_generate, "generate -m MODEL (--ids 1,2,3 | --prompt TEXT) -n N [--temp T] [--seed S] [--json-schema FILE | --grammar FILE] [--json]"},
     {"bench", smol_cli_bench, "bench -m MODEL -p 512 -n 128 [-d DEPTH] [-b BATCH] [-t THREADS] [--json]"},
-    {"synth", smol_cli_synth, "synth -o OUT.gguf [--preset smollm3-3b] [--seed S]"},
+    {"synth", smol_cli_synth, "synth -o OUT.gguf [--preset smollm3-3b|fixture|tiny] [--type T] [--seed S]"},
     {"tokenize", smol_cli_tokenize, "tokenize -m MODEL [--special] [--json] TEXT|-"},
     {"detokenize", smol_cli_detokenize, "detokenize -m MODEL ID..."},
     {"template", smol_cli_template, "template -m MODEL --request FILE.json [--date \"DD Month YYYY\"]"},
@@ -32,6 +32,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: smollm3 COMMAND [ARGS]\n\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (commands[i].fn) fprintf(f, "  smollm3 %s\n", commands[i].usage);
+    fprintf(f, "\nlogits, generate and bench also take --backend cpu|cuda|auto (default cpu), --cuda-device N,\n"
+               "--cuda-matvec f32|q8, --cuda-fuse on|off, --cuda-graphs on|off (newer CUDA paths, off by default)\n");
 }
 
 int main(int argc, char **argv)

@@ -28,6 +28,7 @@ struct smol_weight {
     size_t row_bytes;           /* bytes per row in its format */
     const void *data;           /* host pointer (into the mmap, or owned f32 copy) */
     void *dev;                  /* backend copy: device memory, or the CPU's repacked rows (NULL: use data) */
+    void *dev_aux;              /* a second backend copy in another layout (CUDA: the q8 mat-vec's), or NULL */
     int file_backed;            /* data lies in a read-only file mapping: its pages may be dropped after a copy */
 };
 
@@ -85,7 +86,37 @@ struct smol_backend {
     void (*gather_rows)(struct smol_backend *be, float *out, const float *x, const int32_t *idx, int n, int dim);
     /* copy page src to page dst, all layers, K and V */
     void (*kv_copy_page)(struct smol_backend *be, struct smol_kv *kv, int dst, int src);
+
+    /* Optional fused steps of a layer.  Each returns 1 when it did the work, 0 when it did
+     * nothing (NULL, or 0: forward() composes the same function from the ops above).  A backend
+     * fuses only what it computes as the composition does, up to rounding. */
+    /* q, k, v = (rmsnorm(x) * nw) . {wq, wk, wv}^T, n rows of dim; x unchanged */
+    int (*norm_qkv)(struct smol_backend *be, float *q, float *k, float *v, const float *x,
+                    const struct smol_weight *nw, const struct smol_weight *wq, const struct smol_weight *wk,
+                    const struct smol_weight *wv, int n, int dim, float eps);
+    /* rope(q), rope(k) at b->pos (rp NULL: none, a NoPE layer), then kv_store(k, v) */
+    int (*rope_store)(struct smol_backend *be, float *q, float *k, const float *v, const struct smol_rope_params *rp,
+                      struct smol_kv *kv, int layer, const struct smol_batch *b, int n_heads);
+    /* x += in . w^T, n rows */
+    int (*matmul_add)(struct smol_backend *be, float *x, const struct smol_weight *w, const float *in, int n);
+    /* x += (silu(h wg^T) * (h wu^T)) wd^T, h = rmsnorm(x) * nw; hb: scratch [n][ffn] */
+    int (*ffn)(struct smol_backend *be, float *x, const struct smol_weight *nw, const struct smol_weight *wg,
+               const struct smol_weight *wu, const struct smol_weight *wd, float *hb, int n, int dim, float eps);
+
+    /* Optional recording of a step (CUDA graphs).  forward() calls step_begin before the step's
+     * first op: SMOL_STEP_RUN = run the ops as usual; SMOL_STEP_CAPTURE = run them, they are
+     * being recorded, then call step_end, which replays the record (0) or says that the
+     * recording failed and nothing ran (-1: run the ops again, plainly); SMOL_STEP_REPLAYED =
+     * the backend ran this step's recorded ops itself: call none.  The ops recorded are those
+     * from the embedding lookup to the first SMOL_LOGIT_ROWS rows of logits (model.h). */
+    int (*step_begin)(struct smol_backend *be, const struct smol_batch *b);
+    int (*step_end)(struct smol_backend *be);
 };
+
+/* rows of logits a step computes per head mat-vec (model.h's state holds that many) */
+#define SMOL_LOGIT_ROWS 32
+
+enum { SMOL_STEP_RUN = 0, SMOL_STEP_CAPTURE = 1, SMOL_STEP_REPLAYED = 2 };
 
 /* The CPU backend (backend_cpu.c). n_threads 0 = all online CPUs. */
 enum smol_err smol_backend_cpu_new(struct smol_backend **out, int n_threads, char *err);

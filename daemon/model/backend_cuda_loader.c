@@ -1,5 +1,12 @@
 /*
- * backend_cuda_loader.c - dlopen of the CUDA backend plugin (see the header).
+ * backend_cuda_loader.c - dlopen of the CUDA backend plugin (see the header),
+ * and the plugin's knobs (struct smol_cuda_opts) parsed from text.
+ *
+ * The knobs' defaults live in one place, cuda_opts_default below: each newer
+ * path is flipped on there once a device run has shown it correct and faster
+ * (kernels/cuda/NOTES.md).  The daemon's option table (daemon/server/config.c,
+ * cuda_*) writes the same defaults as text for deploy/smollm3d.conf;
+ * tests/test_config.c fails until both say the same.
  */
 #include "daemon/model/backend_cuda_loader.h"
 
@@ -8,9 +15,68 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 static const struct smol_cuda_plugin *plugin;  /* loaded once, never unloaded (engine thread) */
+
+/* ---- knobs ------------------------------------------------------------------------------ */
+
+/* The defaults: the verified paths (f32 mat-vec, unfused steps, no graphs). */
+static const struct smol_cuda_opts cuda_opts_default = {  /* device run 1 of kernels/cuda/NOTES.md */
+    .matvec = SMOL_CUDA_MATVEC_Q8,
+    .fuse = 1,
+    .graphs = 1,
+};
+
+void smol_cuda_opts_default(struct smol_cuda_opts *o) { *o = cuda_opts_default; }
+
+static int parse_switch(const char *v, int *out)
+{
+    static const char *const on[] = {"on", "1", "true"}, *const off[] = {"off", "0", "false"};
+    for (int i = 0; i < 3; i++) {
+        if (!strcasecmp(v, on[i])) { *out = 1; return 0; }
+        if (!strcasecmp(v, off[i])) { *out = 0; return 0; }
+    }
+    return -1;
+}
+
+enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, const char *val, char *err)
+{
+    if (!key || !val) return smol_errf(err, SMOL_EINVAL, "cuda: option name and value are required");
+    if (!strcmp(key, "cuda_matvec")) {
+        if (!strcmp(val, "f32")) o->matvec = SMOL_CUDA_MATVEC_F32;
+        else if (!strcmp(val, "q8")) o->matvec = SMOL_CUDA_MATVEC_Q8;
+        else return smol_errf(err, SMOL_EINVAL, "cuda_matvec must be f32 or q8 (got '%.64s')", val);
+        return SMOL_OK;
+    }
+    int *sw = !strcmp(key, "cuda_fuse") ? &o->fuse : !strcmp(key, "cuda_graphs") ? &o->graphs : NULL;
+    if (!sw) return smol_errf(err, SMOL_EINVAL, "cuda: unknown option '%.64s'", key);
+    if (parse_switch(val, sw))
+        return smol_errf(err, SMOL_EINVAL, "%s must be on, off, 1, 0, true or false (got '%.64s')", key, val);
+    return SMOL_OK;
+}
+
+enum smol_err smol_cuda_opts_from_env(struct smol_cuda_opts *o, char *err)
+{
+    static const char *const vars[][2] = {
+        {"SMOL_CUDA_MATVEC", "cuda_matvec"}, {"SMOL_CUDA_FUSE", "cuda_fuse"}, {"SMOL_CUDA_GRAPHS", "cuda_graphs"}};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i][0]);
+        if (!v || !*v) continue;
+        char why[SMOL_ERRLEN];
+        if (smol_cuda_opts_set(o, vars[i][1], v, why)) return smol_errf(err, SMOL_EINVAL, "%s: %s", vars[i][0], why);
+    }
+    return SMOL_OK;
+}
+
+void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "matvec=%s fuse=%s graphs=%s", o->matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
+             o->fuse ? "on" : "off", o->graphs ? "on" : "off");
+}
+
+/* ---- plugin ----------------------------------------------------------------------------- */
 
 static enum smol_err plugin_path(char *buf, size_t cap, char *err)
 {
@@ -57,12 +123,17 @@ static enum smol_err load(char *err)
     return SMOL_OK;
 }
 
-enum smol_err smol_backend_cuda_new(struct smol_backend **out, int device, char *err)
+enum smol_err smol_backend_cuda_new(struct smol_backend **out, int device, const struct smol_cuda_opts *opts,
+                                    char *err)
 {
     *out = NULL;
-    enum smol_err e = load(err);
+    struct smol_cuda_opts o = cuda_opts_default;
+    if (opts) o = *opts;
+    /* the environment first: a bad value is reported even where no plugin or device is */
+    enum smol_err e = smol_cuda_opts_from_env(&o, err);
+    if (!e) e = load(err);
     if (e) return e;
-    return plugin->backend_new(out, device, err);
+    return plugin->backend_new(out, device, &o, err);
 }
 
 enum smol_err smol_backend_cuda_sample(struct smol_backend *be, const float *logits, int n_rows, int vocab,
@@ -72,4 +143,10 @@ enum smol_err smol_backend_cuda_sample(struct smol_backend *be, const float *log
     if (!plugin || !be || strncmp(be->name, "cuda", 4))
         return smol_errf(err, SMOL_EUNSUPPORTED, "sampling on the device needs the CUDA backend");
     return plugin->sample(be, logits, n_rows, vocab, temp, top_p, u, out, err);
+}
+
+double smol_backend_cuda_mark(struct smol_backend *be)
+{
+    if (!plugin || !plugin->mark || !be || strncmp(be->name, "cuda", 4)) return -1;
+    return plugin->mark(be);
 }

@@ -13,33 +13,66 @@
 #ifndef SMOL_BACKEND_CUDA_LOADER_H
 #define SMOL_BACKEND_CUDA_LOADER_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "daemon/model/backend.h"
 #include "daemon/model/error.h"
 
-#define SMOL_CUDA_PLUGIN_ABI 1
+#define SMOL_CUDA_PLUGIN_ABI 2
 #define SMOL_CUDA_PLUGIN_ENTRY "smol_cuda_plugin_v1"
 #define SMOL_CUDA_PLUGIN_FILE "libsmollm3_cuda.so"
+
+/* The CUDA backend's knobs: each newer path stays off by default until a device run has shown
+ * it correct and faster than the path before it (kernels/cuda/NOTES.md).  Config keys
+ * cuda_matvec, cuda_fuse, cuda_graphs; the environment (SMOL_CUDA_MATVEC, SMOL_CUDA_FUSE,
+ * SMOL_CUDA_GRAPHS) overrides them when the backend is made. */
+enum { SMOL_CUDA_MATVEC_F32 = 0, SMOL_CUDA_MATVEC_Q8 = 1 };
+struct smol_cuda_opts {
+    int matvec;     /* decode mat-vec (<= 8 tokens): SMOL_CUDA_MATVEC_F32 (f32 activations, a warp per
+                       row decoding to registers) or SMOL_CUDA_MATVEC_Q8 (activations quantized once
+                       to q8_1, integer dot products on repacked weights) */
+    int fuse;       /* 1: fused steps (norm + q/k/v, rope + KV store, mat-vec + residual, the FFN) */
+    int graphs;     /* 1: a decode step captured once per shape as a CUDA graph and replayed */
+};
+
+/* The defaults (the verified paths). */
+void smol_cuda_opts_default(struct smol_cuda_opts *o);
+/* Sets one knob from text: key "cuda_matvec" ("f32" | "q8"), "cuda_fuse" / "cuda_graphs"
+ * ("on" | "off" | "1" | "0" | "true" | "false"); SMOL_EINVAL with a message otherwise. */
+enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, const char *val, char *err);
+/* Applies SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS where set. */
+enum smol_err smol_cuda_opts_from_env(struct smol_cuda_opts *o, char *err);
+/* "matvec=q8 fuse=on graphs=off" */
+void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t cap);
 
 /* What the plugin's entry symbol returns (const struct smol_cuda_plugin *smol_cuda_plugin_v1(void)). */
 struct smol_cuda_plugin {
     int abi;                    /* SMOL_CUDA_PLUGIN_ABI */
     /* A backend on CUDA device `device`; SMOL_EUNSUPPORTED when there is none. */
-    enum smol_err (*backend_new)(struct smol_backend **out, int device, char *err);
+    enum smol_err (*backend_new)(struct smol_backend **out, int device, const struct smol_cuda_opts *opts,
+                                 char *err);
     /* On-device sampling of logits [n_rows][vocab] in backend memory: per row, temperature
      * temp[r] (<= 0: argmax) and nucleus top_p[r] (>= 1: off), drawn with u[r] in [0, 1).
      * temp, top_p, u and out are host arrays of n_rows. */
     enum smol_err (*sample)(struct smol_backend *be, const float *logits, int n_rows, int vocab, const float *temp,
                             const float *top_p, const float *u, int32_t *out, char *err);
+    /* Device-clock timing: records an event on the backend's stream, waits for it, and returns
+     * the milliseconds since the previous mark's event (0 on the first call): what the
+     * benchmarks time kernels with, at the card's own clocks. */
+    double (*mark)(struct smol_backend *be);
 };
 
 /* Plugin path: $SMOL_CUDA_PLUGIN, else <dir of the executable>/../lib/libsmollm3_cuda.so. */
-enum smol_err smol_backend_cuda_new(struct smol_backend **out, int device, char *err);
+enum smol_err smol_backend_cuda_new(struct smol_backend **out, int device, const struct smol_cuda_opts *opts,
+                                    char *err);
 
 /* The optional sampling op of a backend made by smol_backend_cuda_new; SMOL_EUNSUPPORTED for
  * any other backend (the caller samples on the host then). */
 enum smol_err smol_backend_cuda_sample(struct smol_backend *be, const float *logits, int n_rows, int vocab,
                                        const float *temp, const float *top_p, const float *u, int32_t *out,
                                        char *err);
+
+/* The plugin's mark for a backend made by smol_backend_cuda_new; -1 for any other backend. */
+double smol_backend_cuda_mark(struct smol_backend *be);
 
 #endif

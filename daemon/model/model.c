@@ -33,6 +33,7 @@ void smol_model_settings_default(struct smol_model_settings *s)
     memset(s, 0, sizeof *s);
     s->max_tokens = 512;
     s->yarn_factor = 2.0f;
+    smol_cuda_opts_default(&s->cuda);
 }
 
 /* ---- hyperparameters ------------------------------------------------------- */
@@ -255,7 +256,10 @@ static enum smol_err upload_all(struct smol_model *m, char *err)
     if ((e = be->upload_weight(be, &w->tok_embd, err)) || (e = be->upload_weight(be, &w->output_norm, err)))
         return e;
     if (!m->cfg.tied && (e = be->upload_weight(be, &w->output, err))) return e;
-    if (m->cfg.tied) w->output.dev = w->tok_embd.dev;
+    if (m->cfg.tied) {
+        w->output.dev = w->tok_embd.dev;
+        w->output.dev_aux = w->tok_embd.dev_aux;
+    }
     for (int l = 0; l < m->cfg.n_layers; l++) {
         struct smol_weight *ws[] = {&w->layers[l].attn_norm, &w->layers[l].wq, &w->layers[l].wk,
                                     &w->layers[l].wv, &w->layers[l].wo, &w->layers[l].ffn_norm,
@@ -342,9 +346,14 @@ enum smol_err smol_model_open(struct smol_model **out, const char *path, const s
         e = smol_errf(err, SMOL_EINVAL, "backend must be cpu, cuda or auto (got '%s')", bk);
         goto fail;
     }
+    m->cuda = set.cuda;
     if (strcmp(bk, "cpu")) {
         char why[SMOL_ERRLEN];
-        if ((e = smol_backend_cuda_new(&m->be, set.cuda_device, why))) {
+        /* the knobs in effect (the loader applies the environment the same way), kept to
+         * report them; a bad SMOL_CUDA_* value is a configuration error, not a missing
+         * device: it fails "auto" too */
+        if ((e = smol_cuda_opts_from_env(&m->cuda, err))) goto fail;
+        if ((e = smol_backend_cuda_new(&m->be, set.cuda_device, &m->cuda, why))) {
             if (!strcmp(bk, "cuda")) {
                 memcpy(err, why, SMOL_ERRLEN);
                 goto fail;
@@ -375,11 +384,18 @@ enum smol_err smol_model_open(struct smol_model **out, const char *path, const s
     if (pages > (1u << 30)) pages = 1u << 30;
     if ((e = smol_kv_init(&m->kv, m->be, c->n_layers, c->n_kv_heads, c->head_dim, kv_type, (int)pages, err)))
         goto fail;
-    if (!set.quiet)
+    if (!set.quiet) {
+        char knobs[80] = "", desc[64];
+        if (!strncmp(m->be->name, "cuda", 4)) {
+            smol_cuda_opts_describe(&m->cuda, desc, sizeof desc);
+            snprintf(knobs, sizeof knobs, " (%s)", desc);
+        }
         fprintf(stderr, "<6>model: %s, %d layers, dim %d, heads %d/%d x %d, ffn %d, vocab %d, ctx %d%s; "
-                "backend %s x%d; kv %s %d pages (%.1f MiB)\n", c->arch_name, c->n_layers, c->dim, c->n_heads,
+                "backend %s x%d%s; kv %s %d pages (%.1f MiB)\n", c->arch_name, c->n_layers, c->dim, c->n_heads,
                 c->n_kv_heads, c->head_dim, c->ffn_dim, c->vocab, c->n_ctx, set.yarn ? " (YaRN)" : "",
-                m->be->name, m->be->n_threads, smol_type_name(kv_type), (int)pages, pages * per_page / 1048576.0);
+                m->be->name, m->be->n_threads, knobs, smol_type_name(kv_type), (int)pages,
+                pages * per_page / 1048576.0);
+    }
     *out = m;
     return SMOL_OK;
 fail:
@@ -456,26 +472,28 @@ static void matmuls(struct smol_backend *be, float *const *outs, const struct sm
     for (int i = 0; i < n_w; i++) be->matmul(be, outs[i], ws[i], x, n);
 }
 
-enum smol_err smol_model_forward(struct smol_model *m, const struct smol_batch *b, float *logits, char *err)
+/* One layer.  Where the backend has a fused step it is used, except while tracing (the traced
+ * stages are the unfused ops' buffers) and for the q8_0 cache's rotations. */
+static void layer(struct smol_model *m, const struct smol_batch *b, int l)
 {
-    enum smol_err e = check_batch(m, b, err);
-    if (e) return e;
     const struct smol_config *c = &m->cfg;
-    const struct smol_weights *w = &m->w;
+    const struct smol_layer *L = &m->w.layers[l];
     struct smol_state *s = &m->s;
     struct smol_backend *be = m->be;
-    const int n = b->n_tokens;
+    const int n = b->n_tokens, fuse = !m->trace;
     const float scale = 1.0f / sqrtf((float)c->head_dim);
 
-    be->get_rows(be, s->x, &w->tok_embd, b->tokens, n);
-    trace(m, "inp_embd", -1, s->x, n, c->dim);
-    for (int l = 0; l < c->n_layers; l++) {
-        const struct smol_layer *L = &w->layers[l];
+    if (!(fuse && be->norm_qkv &&
+          be->norm_qkv(be, s->q, s->k, s->v, s->x, &L->attn_norm, &L->wq, &L->wk, &L->wv, n, c->dim, c->norm_eps))) {
         be->rmsnorm(be, s->xb, s->x, &L->attn_norm, n, c->dim, c->norm_eps);
         trace(m, "attn_norm", l, s->xb, n, c->dim);
         matmuls(be, (float *const[]){s->q, s->k, s->v}, (const struct smol_weight *const[]){&L->wq, &L->wk, &L->wv},
                 3, s->xb, n);
-        if (smol_layer_has_rope(c, l)) {
+    }
+    const int rope = smol_layer_has_rope(c, l);
+    if (!(fuse && !m->kv.rot_k && be->rope_store &&
+          be->rope_store(be, s->q, s->k, s->v, rope ? &m->rope : NULL, &m->kv, l, b, c->n_heads))) {
+        if (rope) {
             be->rope(be, s->q, b->pos, n, c->n_heads, c->head_dim, &m->rope);
             be->rope(be, s->k, b->pos, n, c->n_kv_heads, c->head_dim, &m->rope);
         }
@@ -488,13 +506,18 @@ enum smol_err smol_model_forward(struct smol_model *m, const struct smol_batch *
             be->hadamard(be, s->v, n * c->kv_dim, m->kv.rot_v);
         }
         be->kv_store(be, &m->kv, l, s->k, s->v, b);
-        be->attention(be, s->att, s->q, &m->kv, l, b, c->n_heads, scale);
-        trace(m, "kqv_out", l, s->att, n, c->q_dim);
-        if (m->kv.rot_v) be->hadamard(be, s->att, n * c->q_dim, m->kv.rot_v);
+    }
+    be->attention(be, s->att, s->q, &m->kv, l, b, c->n_heads, scale);
+    trace(m, "kqv_out", l, s->att, n, c->q_dim);
+    if (m->kv.rot_v) be->hadamard(be, s->att, n * c->q_dim, m->kv.rot_v);
+    if (!(fuse && be->matmul_add && be->matmul_add(be, s->x, &L->wo, s->att, n))) {
         be->matmul(be, s->xb, &L->wo, s->att, n);
         trace(m, "attn_out", l, s->xb, n, c->dim);
         be->add(be, s->x, s->xb, n * c->dim);
-        trace(m, "ffn_inp", l, s->x, n, c->dim);
+    }
+    trace(m, "ffn_inp", l, s->x, n, c->dim);
+    if (!(fuse && be->ffn &&
+          be->ffn(be, s->x, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down, s->hb, n, c->dim, c->norm_eps))) {
         be->rmsnorm(be, s->xb, s->x, &L->ffn_norm, n, c->dim, c->norm_eps);
         trace(m, "ffn_norm", l, s->xb, n, c->dim);
         matmuls(be, (float *const[]){s->hb, s->hb2}, (const struct smol_weight *const[]){&L->w_gate, &L->w_up}, 2,
@@ -503,19 +526,47 @@ enum smol_err smol_model_forward(struct smol_model *m, const struct smol_batch *
         be->matmul(be, s->xb, &L->w_down, s->hb, n);
         trace(m, "ffn_out", l, s->xb, n, c->dim);
         be->add(be, s->x, s->xb, n * c->dim);
-        trace(m, "l_out", l, s->x, n, c->dim);
     }
-    /* the advance is committed before the head: K/V of every token are stored */
-    for (int t = 0; t < n; t++)
-        if (b->pos[t] + 1 > b->seq[t]->n_tokens) b->seq[t]->n_tokens = b->pos[t] + 1;
+    trace(m, "l_out", l, s->x, n, c->dim);
+}
 
-    if (b->n_out == 0) return SMOL_OK;
+/* The device work of a step up to the first SMOL_LOGIT_ROWS rows of logits in s->logits. */
+static void step_ops(struct smol_model *m, const struct smol_batch *b)
+{
+    const struct smol_config *c = &m->cfg;
+    const struct smol_weights *w = &m->w;
+    struct smol_state *s = &m->s;
+    struct smol_backend *be = m->be;
+    const int n = b->n_tokens;
+    be->get_rows(be, s->x, &w->tok_embd, b->tokens, n);
+    trace(m, "inp_embd", -1, s->x, n, c->dim);
+    for (int l = 0; l < c->n_layers; l++) layer(m, b, l);
+    if (b->n_out == 0) return;
     be->gather_rows(be, s->xb, s->x, b->out_idx, b->n_out, c->dim);
     be->rmsnorm(be, s->xb, s->xb, &w->output_norm, b->n_out, c->dim, c->norm_eps);
     trace(m, "result_norm", -1, s->xb, b->n_out, c->dim);
+    be->matmul(be, s->logits, &w->output, s->xb, b->n_out < SMOL_LOGIT_ROWS ? b->n_out : SMOL_LOGIT_ROWS);
+}
+
+enum smol_err smol_model_forward(struct smol_model *m, const struct smol_batch *b, float *logits, char *err)
+{
+    enum smol_err e = check_batch(m, b, err);
+    if (e) return e;
+    const struct smol_config *c = &m->cfg;
+    struct smol_state *s = &m->s;
+    struct smol_backend *be = m->be;
+
+    /* a backend that records steps (CUDA graphs) may replay this one */
+    const int st = be->step_begin && !m->trace ? be->step_begin(be, b) : SMOL_STEP_RUN;
+    if (st != SMOL_STEP_REPLAYED) step_ops(m, b);
+    if (st == SMOL_STEP_CAPTURE && be->step_end(be)) step_ops(m, b);
+    /* the advance is committed before the head's rows are read: K/V of every token are stored */
+    for (int t = 0; t < b->n_tokens; t++)
+        if (b->pos[t] + 1 > b->seq[t]->n_tokens) b->seq[t]->n_tokens = b->pos[t] + 1;
+
     for (int r = 0; r < b->n_out; r += SMOL_LOGIT_ROWS) {
         int rows = b->n_out - r < SMOL_LOGIT_ROWS ? b->n_out - r : SMOL_LOGIT_ROWS;
-        be->matmul(be, s->logits, &w->output, s->xb + (size_t)r * c->dim, rows);
+        if (r) be->matmul(be, s->logits, &m->w.output, s->xb + (size_t)r * c->dim, rows);
         be->to_host(be, logits + (size_t)r * c->vocab, s->logits, (size_t)rows * c->vocab * 4);
     }
     return SMOL_OK;

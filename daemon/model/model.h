@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "daemon/model/backend.h"
+#include "daemon/model/backend_cuda_loader.h"
 #include "daemon/model/error.h"
 #include "daemon/model/gguf.h"
 #include "daemon/model/kv.h"
@@ -81,7 +82,6 @@ struct smol_state {
     float *hb, *hb2;/* [max_tokens][ffn_dim] gate / up */
     float *logits;  /* [SMOL_LOGIT_ROWS][vocab] */
 };
-#define SMOL_LOGIT_ROWS 32
 
 struct smol_model_settings {
     int n_threads;          /* 0 = all CPUs */
@@ -97,6 +97,8 @@ struct smol_model_settings {
     const char *backend;    /* "cpu" | "cuda" | "auto"; NULL = "cpu".  auto: CUDA when the
                                plugin finds a usable device, else a log line and the CPU */
     int cuda_device;        /* CUDA device index for "cuda" / "auto" */
+    struct smol_cuda_opts cuda; /* the CUDA backend's knobs (smol_cuda_opts_default); the
+                               SMOL_CUDA_* environment overrides them when the backend is made */
 };
 
 struct smol_model;
@@ -111,6 +113,8 @@ struct smol_model {
     struct smol_rope_params rope;
     struct smol_gguf *gguf;
     struct smol_backend *be;
+    struct smol_cuda_opts cuda; /* the CUDA knobs in effect (settings + environment); meaningful
+                                   when be is the CUDA backend (be->name "cuda...") */
     struct smol_kv kv;
     smol_trace_fn trace;
     void *trace_ctx;

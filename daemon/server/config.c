@@ -50,6 +50,12 @@ static const struct smol_option options[] = {
      "compute backend: auto (CUDA when a usable GPU and the plugin are there, else CPU), cpu, cuda"},
     {"cuda_device", SMOL_OPT_INT, OFF(cuda_device), 0, 64, "0",
      "CUDA device index for the cuda / auto backends"},
+    {"cuda_matvec", SMOL_OPT_MATVEC, OFF(cuda_matvec), 0, 0, "q8",
+     "CUDA decode mat-vec: q8 (activations quantized once to q8, integer dots on repacked weights; 2.2x f32 on an H100, kernels/cuda/NOTES.md) or f32 (the earlier path)"},
+    {"cuda_fuse", SMOL_OPT_BOOL, OFF(cuda_fuse), 0, 1, "true",
+     "CUDA fused steps (norm + q/k/v, rope + KV store, mat-vec + residual, the FFN; needs cuda_matvec = q8); false = one kernel per op"},
+    {"cuda_graphs", SMOL_OPT_BOOL, OFF(cuda_graphs), 0, 1, "true",
+     "CUDA decode steps (<= 8 tokens) recorded once per shape as CUDA graphs and replayed; false = every kernel launched from the host"},
     {"step_tokens", SMOL_OPT_INT, OFF(step_tokens), 1, 65536, "256",
      "tokens per engine step: one per running request plus prefill chunks"},
     {"speculative", SMOL_OPT_INT, OFF(speculative), 0, 7, "7",
@@ -157,6 +163,14 @@ static enum smol_err set_opt(struct smol_daemon_config *c, const struct smol_opt
         char why[SMOL_ERRLEN];
         if (smol_kv_type_parse(v, &t, why)) return smol_errf(err, SMOL_EINVAL, "%s: %s", o->name, why);
         snprintf(p, sizeof c->kv_type, "%s", v);
+        return SMOL_OK;
+    }
+    case SMOL_OPT_MATVEC: {
+        struct smol_cuda_opts co;
+        char why[SMOL_ERRLEN];
+        smol_cuda_opts_default(&co);
+        if (smol_cuda_opts_set(&co, "cuda_matvec", v, why)) return smol_errf(err, SMOL_EINVAL, "%s", why);
+        snprintf(p, sizeof c->cuda_matvec, "%s", v);
         return SMOL_OK;
     }
     case SMOL_OPT_LEVEL:
@@ -324,7 +338,8 @@ static void write_value(FILE *f, const struct smol_option *o, const struct smol_
     int v = *(const int *)p;
     switch (o->type) {
     case SMOL_OPT_STR:
-    case SMOL_OPT_KVTYPE: fputs(p, f); break;
+    case SMOL_OPT_KVTYPE:
+    case SMOL_OPT_MATVEC: fputs(p, f); break;
     case SMOL_OPT_INT: fprintf(f, "%d", v); break;
     case SMOL_OPT_MODE: fprintf(f, "0%o", v); break;
     case SMOL_OPT_BOOL: fputs(v ? "true" : "false", f); break;
@@ -376,7 +391,8 @@ void smol_config_usage(FILE *f, const char *prog)
         for (char *p = flag + 2; *p; p++)
             if (*p == '_') *p = '-';
         const char *arg = options[i].type == SMOL_OPT_BOOL ? "" : options[i].type == SMOL_OPT_STR ? " S"
-                          : options[i].type == SMOL_OPT_KVTYPE ? " T" : " N";
+                          : options[i].type == SMOL_OPT_KVTYPE ? " T" : options[i].type == SMOL_OPT_MATVEC ? " M"
+                          : " N";
         char lhs[80];
         snprintf(lhs, sizeof lhs, "%s%s", flag, arg);
         fprintf(f, "  %-26s %s (default: %s)\n", lhs, options[i].help,

@@ -41,6 +41,9 @@ struct smol_daemon_config {
     int kv_spill_when_idle;     /* bool: write changed sessions whenever the engine is idle */
     char backend[SMOL_CONFIG_PATH_MAX]; /* "auto" | "cpu" | "cuda" */
     int cuda_device;            /* CUDA device index */
+    char cuda_matvec[8];        /* "f32" | "q8" (checked when set): the CUDA decode mat-vec */
+    int cuda_fuse;              /* bool: the CUDA backend's fused steps */
+    int cuda_graphs;            /* bool: the CUDA decode step as a CUDA graph */
     int speculative;            /* longest prompt-lookup draft per step; 0 = off by default */
     int speculative_calibrate;  /* bool: measure the verify costs at start */
     int step_tokens;            /* tokens per engine step (decode + prefill chunks) */
@@ -61,7 +64,10 @@ struct smol_daemon_config {
     int heartbeat_timeout_ms;   /* peer silent this long = gone */
 };
 
-enum smol_opt_type { SMOL_OPT_STR, SMOL_OPT_INT, SMOL_OPT_BOOL, SMOL_OPT_MODE, SMOL_OPT_LEVEL, SMOL_OPT_KVTYPE };
+enum smol_opt_type {
+    SMOL_OPT_STR, SMOL_OPT_INT, SMOL_OPT_BOOL, SMOL_OPT_MODE, SMOL_OPT_LEVEL, SMOL_OPT_KVTYPE,
+    SMOL_OPT_MATVEC,            /* "f32" | "q8" (smol_cuda_opts_set's cuda_matvec) */
+};
 
 struct smol_option {
     const char *name;           /* key with '_' (the flag uses '-') */

@@ -148,6 +148,9 @@ int main(int argc, char **argv)
     ms.yarn = cfg.yarn;
     ms.backend = cfg.backend;
     ms.cuda_device = cfg.cuda_device;
+    if (smol_cuda_opts_set(&ms.cuda, "cuda_matvec", cfg.cuda_matvec, err)) { smol_log_err("%s", err); goto out; }
+    ms.cuda.fuse = cfg.cuda_fuse;
+    ms.cuda.graphs = cfg.cuda_graphs;
     ms.quiet = 1;
     if (smol_model_open(&m, cfg.model, &ms, err)) { smol_log_err("model %s: %s", cfg.model, err); goto out; }
     if (smol_tokenizer_new(&tok, m->gguf, err)) { smol_log_err("tokenizer: %s", err); goto out; }
@@ -158,6 +161,9 @@ int main(int argc, char **argv)
                   smol_config_kv_type(&cfg),
                   smol_kv_bytes_per_token(m->kv.n_layers, m->kv.n_kv_heads, m->kv.head_dim, m->kv.type),
                   m->kv.n_pages * SMOL_KV_PAGE);
+    char knobs[64] = "";
+    if (!strncmp(m->be->name, "cuda", 4)) smol_cuda_opts_describe(&m->cuda, knobs, sizeof knobs);
+    smol_log_info("backend %s x%d%s%s", m->be->name, m->be->n_threads, knobs[0] ? ", " : "", knobs);
 
     if (cfg.kv_spill_dir[0] &&
         smol_spill_open(&spill, cfg.kv_spill_dir, (uint64_t)cfg.kv_spill_budget_mb << 20, m, err)) {

@@ -49,8 +49,9 @@ attention_kernel(float *out, const float *q, const void *kc, const void *vc, con
     const int n_pos = tok[2 * t];
     const int32_t *pt = pages + tok[2 * t + 1];
     const int n_pages = (n_pos + SMOL_KV_PAGE_CUDA - 1) / SMOL_KV_PAGE_CUDA;
-    const int p0 = split * pages_per_split;
-    const int p1 = min(n_pages, p0 + pages_per_split);
+    const int pps = pages_per_split > 0 ? pages_per_split : (n_pages + n_split - 1) / n_split;
+    const int p0 = split * pps;
+    const int p1 = min(n_pages, p0 + pps);
 
     const float *qt = q + (size_t)t * n_heads * hd + (size_t)h * G * hd;
     for (int i = tid; i < G * hd; i += ATT_THREADS) qs[i] = qt[i] * scale;
@@ -184,7 +185,7 @@ cudaError_t smol_attention_cuda(float *out, const float *q, const void *k_layer,
 {
     if (n_tokens <= 0) return cudaSuccess;
     const int G = n_heads / n_kv_heads;
-    if (G > ATT_MAX_G || head_dim > ATT_MAX_D * ATT_THREADS || n_split < 1 || pages_per_split < 1 ||
+    if (G > ATT_MAX_G || head_dim > ATT_MAX_D * ATT_THREADS || n_split < 1 || pages_per_split < 0 ||
         (kv_type == SMOL_TYPE_Q8_0 && head_dim % QK8_0))
         return cudaErrorInvalidValue;
     const size_t smem = ((size_t)G * head_dim + (size_t)G * SMOL_KV_PAGE_CUDA + 3 * G) * sizeof(float);

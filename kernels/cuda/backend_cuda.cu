@@ -12,11 +12,21 @@
  * batch's page tables in host memory.  Each kind has an upload slot that
  * keeps a host shadow of what is on the device and copies only when the
  * content changed, so the 36 layers of a step share one upload of the
- * page tables and positions.  Copies are cudaMemcpyAsync from the pageable
- * shadow, which the runtime stages before returning, so the shadow may be
- * rewritten at once.  (A graph-captured decode step would need pinned,
- * double-buffered slots instead: prepared in NOTES.md, not enabled here,
- * because it cannot be tested without a device.)
+ * page tables and positions.  The bytes travel from a pinned staging ring
+ * (a chunk per upload, never rewritten before the stream has been waited
+ * for), so uploads are asynchronous and can sit in front of a replayed
+ * graph.
+ *
+ * Knobs (struct smol_cuda_opts, backend_cuda_loader.h): matvec = q8 sends
+ * decode mat-vecs (<= 8 tokens) of q4_K, q6_K, q8_0, q4_0, q4_1 weights to
+ * mmvq.cu (a second, repacked device copy of those weights, w->dev_aux);
+ * fuse adds the fused layer steps of backend.h (norm + q/k/v, rope + KV
+ * store, mat-vec + residual, the whole FFN); graphs records a decode step
+ * (<= 8 tokens, <= SMOL_LOGIT_ROWS rows of logits) once per shape as a CUDA
+ * graph and replays it: everything a step varies (ids, positions, page
+ * tables, output rows) is read from the slots' fixed device buffers, and
+ * attention splits the pages on the device.  A buffer that a record uses
+ * being reallocated drops the records (gen).
  *
  * Errors: ops cannot return one (backend.h), so the first CUDA error is
  * kept, logged once, and to_host then fills its output with NaN rather than
@@ -46,11 +56,31 @@ struct slot {
     size_t len, cap;    /* int32 elements */
 };
 
+#define STAGE_BYTES (4u << 20)
+#define MAX_GRAPHS 16
+
+struct graph {
+    int n_tokens, n_out;
+    unsigned gen;
+    cudaGraphExec_t exec;
+};
+
 struct cuda {
     int device;
     cudaStream_t st;
     int n_sm;
     cudaError_t failed;         /* first error, sticky */
+    struct smol_cuda_opts opts;
+    char *stage;                /* pinned staging of uploads */
+    size_t stage_used;
+    int8_t *xq;                 /* q8a activations: SMOL_MMVQ_MAX_TOKENS rows of max_cols */
+    struct smol_q8a *xs;
+    struct graph graphs[MAX_GRAPHS];
+    int n_graphs, next_graph;
+    unsigned gen;               /* bumped when a buffer recorded steps use moves */
+    int capturing, capture_broken, cap_tokens, cap_out;
+    cudaEvent_t mark_ev[2];
+    int mark_n;
     struct slot slot[SLOT_COUNT];
     int32_t *kv_build;          /* host: descriptor being built (tok pairs + pages) */
     size_t kv_build_cap;
@@ -75,10 +105,19 @@ static enum smol_err errf(char *err, enum smol_err code, const char *fmt, ...)
     return code;
 }
 
-/* Keeps the first failure and logs it once; returns 1 if e is an error. */
+/* Keeps the first failure and logs it once; returns 1 if e is an error.  While a step is being
+ * recorded an error spoils the record instead (step_end then has the step run plainly). */
 static int ck(struct cuda *c, cudaError_t e, const char *what)
 {
     if (e == cudaSuccess) return 0;
+    if (c->capturing) {
+        if (!c->capture_broken)
+            fprintf(stderr, "<4>cuda: recording a step: %s: %s (the step runs without a graph)\n", what,
+                    cudaGetErrorString(e));
+        c->capture_broken = 1;
+        cudaGetLastError();
+        return 1;
+    }
     if (c->failed == cudaSuccess) {
         c->failed = e;
         fprintf(stderr, "<3>cuda: %s: %s (backend disabled: results are NaN from now on)\n", what,
@@ -87,7 +126,38 @@ static int ck(struct cuda *c, cudaError_t e, const char *what)
     return 1;
 }
 
+static void drop_graphs(struct cuda *c)
+{
+    for (int i = 0; i < c->n_graphs; i++) cudaGraphExecDestroy(c->graphs[i].exec);
+    c->n_graphs = c->next_graph = 0;
+}
+
 /* ---- upload slots ------------------------------------------------------------------ */
+
+/* The stream has been waited for: every staged upload has been read. */
+static void synced(struct cuda *c) { c->stage_used = 0; }
+
+static void sync(struct cuda *c, const char *what)
+{
+    ck(c, cudaStreamSynchronize(c->st), what);
+    synced(c);
+}
+
+/* A pinned copy of data for an asynchronous upload; NULL when it cannot have one (too big, or
+ * the ring is full while a step is recorded): the caller copies from pageable memory then. */
+static const void *stage(struct cuda *c, const void *data, size_t bytes)
+{
+    bytes = (bytes + 15) & ~(size_t)15;
+    if (!c->stage || bytes > STAGE_BYTES) return NULL;
+    if (c->stage_used + bytes > STAGE_BYTES) {
+        if (c->capturing) return NULL;
+        sync(c, "upload");
+    }
+    void *p = c->stage + c->stage_used;
+    memcpy(p, data, bytes);
+    c->stage_used += bytes;
+    return p;
+}
 
 static int slot_grow(struct cuda *c, struct slot *s, size_t need)
 {
@@ -99,6 +169,7 @@ static int slot_grow(struct cuda *c, struct slot *s, size_t need)
     s->host = h;
     if (s->dev) ck(c, cudaFreeAsync(s->dev, c->st), "free slot");  /* ordered after its last reader */
     s->dev = NULL;
+    c->gen++;
     if (ck(c, cudaMalloc((void **)&s->dev, cap * sizeof(int32_t)), "alloc slot")) return 0;
     s->cap = cap;
     s->len = (size_t)-1;  /* device content unknown now */
@@ -110,10 +181,15 @@ static const int32_t *slot_put(struct cuda *c, int k, const int32_t *data, size_
 {
     struct slot *s = &c->slot[k];
     if (s->len == n && s->host && !memcmp(s->host, data, n * sizeof *data)) return s->dev;
+    if (c->capturing) {  /* a recorded step uploads nothing: step_begin did (the record is spoilt) */
+        c->capture_broken = 1;
+        return s->dev;
+    }
     if (!slot_grow(c, s, n ? n : 1)) return NULL;
     memcpy(s->host, data, n * sizeof *data);
     s->len = n;
-    ck(c, cudaMemcpyAsync(s->dev, s->host, n * sizeof *data, cudaMemcpyHostToDevice, c->st), "upload");
+    const void *src = stage(c, data, n * sizeof *data);
+    ck(c, cudaMemcpyAsync(s->dev, src ? src : s->host, n * sizeof *data, cudaMemcpyHostToDevice, c->st), "upload");
     return s->dev;
 }
 
@@ -160,7 +236,7 @@ static void *cu_alloc(struct smol_backend *be, size_t n)
         return NULL;
     }
     if (ck(c, cudaMemsetAsync(p, 0, n ? n : 256, c->st), "memset")) return p;
-    ck(c, cudaStreamSynchronize(c->st), "alloc");
+    sync(c, "alloc");
     return p;
 }
 
@@ -168,7 +244,7 @@ static void cu_free(struct smol_backend *be, void *p)
 {
     if (!p) return;
     struct cuda *c = C(be);
-    ck(c, cudaStreamSynchronize(c->st), "sync before free");
+    sync(c, "sync before free");
     ck(c, cudaFree(p), "free");
 }
 
@@ -176,7 +252,7 @@ static void cu_to_host(struct smol_backend *be, void *dst, const void *src, size
 {
     struct cuda *c = C(be);
     ck(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->st), "copy to host");
-    ck(c, cudaStreamSynchronize(c->st), "step");
+    sync(c, "step");
     if (c->failed != cudaSuccess) {
         float nan = NAN;
         for (size_t i = 0; i + 4 <= n; i += 4) memcpy((char *)dst + i, &nan, 4);
@@ -209,6 +285,36 @@ static enum smol_err cu_upload(struct smol_backend *be, struct smol_weight *w, c
     }
     c->weights[c->n_weights++] = d;
     w->dev = d;
+    w->dev_aux = NULL;
+    if (c->opts.matvec == SMOL_CUDA_MATVEC_Q8 && smol_mmvq_type_ok(w->type) && w->rows > 0) {
+        if (!smol_mmvq_repacked(w->type)) {
+            w->dev_aux = d;
+        } else {  /* the q8 mat-vec's layout (mmvq.h), a second copy: the other kernels read GGUF blocks */
+            if (c->n_weights == c->cap_weights) {
+                void **p = (void **)realloc(c->weights, (size_t)(2 * c->cap_weights) * sizeof *p);
+                if (!p) return errf(err, SMOL_ENOMEM, "cuda: out of memory");
+                c->weights = p;
+                c->cap_weights *= 2;
+            }
+            const int blk = w->type == SMOL_TYPE_Q6_K ? QK_K : 32;
+            uint8_t *h = (uint8_t *)malloc(bytes);
+            void *d2 = NULL;
+            if (!h) return errf(err, SMOL_ENOMEM, "cuda: out of memory repacking '%s'", w->name ? w->name : "?");
+            smol_mmvq_repack(w->type, h, (const uint8_t *)w->data, (size_t)w->rows * (w->cols / blk));
+            e = cudaMalloc(&d2, bytes);
+            if (e == cudaSuccess) e = cudaMemcpy(d2, h, bytes, cudaMemcpyHostToDevice);
+            free(h);
+            if (e != cudaSuccess) {
+                if (d2) cudaFree(d2);
+                cudaGetLastError();
+                return errf(err, e == cudaErrorMemoryAllocation ? SMOL_ENOMEM : SMOL_EIO,
+                            "cuda: cannot upload the repacked tensor '%s' (%zu bytes): %s", w->name ? w->name : "?",
+                            bytes, cudaGetErrorString(e));
+            }
+            c->weights[c->n_weights++] = d2;
+            w->dev_aux = d2;
+        }
+    }
     return SMOL_OK;
 }
 
@@ -225,10 +331,17 @@ static enum smol_err cu_reserve(struct smol_backend *be, int max_tokens, int max
     const size_t part_cap = pairs * ((size_t)max_cols + (size_t)max_cols);
     cu_free(be, c->part);
     cu_free(be, c->sample_out);
+    cu_free(be, c->xq);
+    cu_free(be, c->xs);
+    drop_graphs(c);  /* they read the buffers being replaced (the stream is idle after cu_free) */
+    c->gen++;
     c->part = (float *)cu_alloc(be, part_cap * sizeof(float));
     c->sample_out = (int32_t *)cu_alloc(be, (size_t)max_tokens * sizeof(int32_t));
-    if (!c->part || !c->sample_out) return errf(err, SMOL_ENOMEM, "cuda: cannot allocate scratch (%zu MiB)",
-                                                part_cap * 4 >> 20);
+    const size_t q8rows = SMOL_MMVQ_MAX_TOKENS, q8cols = ((size_t)max_cols + 255) / 256 * 256;
+    c->xq = (int8_t *)cu_alloc(be, q8rows * q8cols);
+    c->xs = (struct smol_q8a *)cu_alloc(be, q8rows * (q8cols / 32) * sizeof(struct smol_q8a));
+    if (!c->part || !c->sample_out || !c->xq || !c->xs)
+        return errf(err, SMOL_ENOMEM, "cuda: cannot allocate scratch (%zu MiB)", part_cap * 4 >> 20);
     c->part_cap = part_cap;
     /* slots sized for a full step so the decode loop never grows them */
     const size_t pages = (size_t)(max_ctx + SMOL_KV_PAGE - 1) / SMOL_KV_PAGE;
@@ -258,10 +371,105 @@ static void cu_rmsnorm(struct smol_backend *be, float *out, const float *x, cons
     ck(c, smol_rmsnorm_cuda(out, x, (const float *)w->dev, dim, eps, n, c->st), "rmsnorm");
 }
 
+/* ---- the q8 mat-vec ----------------------------------------------------------------------------- */
+
+/* 1 if w x for n tokens goes to mmvq.cu */
+static int q8_ok(const struct cuda *c, const struct smol_weight *w, int n)
+{
+    return c->opts.matvec == SMOL_CUDA_MATVEC_Q8 && n >= 1 && n <= SMOL_MMVQ_MAX_TOKENS && w->dev_aux &&
+           w->cols % 32 == 0 && w->cols <= c->max_cols && smol_mmvq_type_ok(w->type);
+}
+
+static struct smol_mv_part mv_part(const struct smol_weight *w, float *out)
+{
+    const int blk = w->type == SMOL_TYPE_Q4_K || w->type == SMOL_TYPE_Q6_K ? QK_K : 32;
+    struct smol_mv_part p;
+    p.w = (const uint8_t *)w->dev_aux;
+    p.out = out;
+    p.n_blocks = (size_t)w->rows * (w->cols / blk);
+    p.rows = w->rows;
+    p.type = (int)w->type;
+    return p;
+}
+
+/* parts[i] = ws[i] x (mode) for n tokens of x, one quantization, one launch */
+static void mmvq(struct cuda *c, float *const *outs, const struct smol_weight *const *ws, int n_w, int mode,
+                 const float *x, int n)
+{
+    struct smol_mv_part p[3];
+    for (int i = 0; i < n_w; i++) p[i] = mv_part(ws[i], outs[i]);
+    if (!ck(c, smol_q8a_cuda(x, n, ws[0]->cols, c->xq, c->xs, c->st), "q8a"))
+        ck(c, smol_mmvq_cuda(p, n_w, mode, c->xq, c->xs, ws[0]->cols, n, c->st), "mmvq");
+}
+
 static void cu_matmul(struct smol_backend *be, float *out, const struct smol_weight *w, const float *x, int n)
 {
     struct cuda *c = C(be);
+    if (q8_ok(c, w, n)) return mmvq(c, &out, &w, 1, SMOL_MV_STORE, x, n);
     ck(c, smol_matmul_cuda(out, w->type, w->dev, w->row_bytes, w->rows, w->cols, x, n, c->st), "matmul");
+}
+
+static void cu_matmul_n(struct smol_backend *be, float *const *outs, const struct smol_weight *const *ws, int n_w,
+                        const float *x, int n)
+{
+    struct cuda *c = C(be);
+    int all = n_w >= 1 && n_w <= 3;
+    for (int i = 0; i < n_w && all; i++) all = q8_ok(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
+    if (all) return mmvq(c, outs, ws, n_w, SMOL_MV_STORE, x, n);
+    for (int i = 0; i < n_w; i++) cu_matmul(be, outs[i], ws[i], x, n);
+}
+
+/* ---- fused steps (knob fuse; they need the q8 mat-vec) ------------------------------------------- */
+
+static int cu_norm_qkv(struct smol_backend *be, float *q, float *k, float *v, const float *x,
+                       const struct smol_weight *nw, const struct smol_weight *wq, const struct smol_weight *wk,
+                       const struct smol_weight *wv, int n, int dim, float eps)
+{
+    struct cuda *c = C(be);
+    if (!c->opts.fuse || !q8_ok(c, wq, n) || !q8_ok(c, wk, n) || !q8_ok(c, wv, n) || wq->cols != dim ||
+        wk->cols != dim || wv->cols != dim || nw->type != SMOL_TYPE_F32)
+        return 0;
+    struct smol_mv_part p[3] = {mv_part(wq, q), mv_part(wk, k), mv_part(wv, v)};
+    if (!ck(c, smol_norm_q8a_cuda(x, (const float *)nw->dev, eps, n, dim, c->xq, c->xs, c->st), "norm_q8a"))
+        ck(c, smol_mmvq_cuda(p, 3, SMOL_MV_STORE, c->xq, c->xs, dim, n, c->st), "mmvq qkv");
+    return 1;
+}
+
+static int cu_rope_store(struct smol_backend *be, float *q, float *k, const float *v, const struct smol_rope_params *rp,
+                         struct smol_kv *kv, int layer, const struct smol_batch *b, int n_heads)
+{
+    struct cuda *c = C(be);
+    if (!c->opts.fuse || (kv->type != SMOL_TYPE_F16 && kv->type != SMOL_TYPE_F32)) return 0;
+    int max_pages;
+    const int32_t *d = kv_desc(c, b, &max_pages);
+    if (!d) return 0;
+    ck(c, smol_rope_store_cuda(q, k, v, (char *)kv->k + layer * kv->layer_bytes, (char *)kv->v + layer * kv->layer_bytes,
+                               b->n_tokens, d, d, n_heads, kv->n_kv_heads, kv->head_dim, (int)kv->type, rp, c->st),
+       "rope_store");
+    return 1;
+}
+
+static int cu_matmul_add(struct smol_backend *be, float *x, const struct smol_weight *w, const float *in, int n)
+{
+    struct cuda *c = C(be);
+    if (!c->opts.fuse || !q8_ok(c, w, n)) return 0;
+    mmvq(c, &x, &w, 1, SMOL_MV_ADD, in, n);
+    return 1;
+}
+
+static int cu_ffn(struct smol_backend *be, float *x, const struct smol_weight *nw, const struct smol_weight *wg,
+                  const struct smol_weight *wu, const struct smol_weight *wd, float *hb, int n, int dim, float eps)
+{
+    struct cuda *c = C(be);
+    if (!c->opts.fuse || !q8_ok(c, wg, n) || !q8_ok(c, wu, n) || !q8_ok(c, wd, n) || wg->rows != wu->rows ||
+        wg->cols != dim || wu->cols != dim || wd->cols != wg->rows || wd->rows != dim || nw->type != SMOL_TYPE_F32)
+        return 0;
+    struct smol_mv_part gu[2] = {mv_part(wg, hb), mv_part(wu, hb)}, dn = mv_part(wd, x);
+    if (!ck(c, smol_norm_q8a_cuda(x, (const float *)nw->dev, eps, n, dim, c->xq, c->xs, c->st), "norm_q8a") &&
+        !ck(c, smol_mmvq_cuda(gu, 2, SMOL_MV_GLU, c->xq, c->xs, dim, n, c->st), "mmvq gate/up") &&
+        !ck(c, smol_q8a_cuda(hb, n, wd->cols, c->xq, c->xs, c->st), "q8a"))
+        ck(c, smol_mmvq_cuda(&dn, 1, SMOL_MV_ADD, c->xq, c->xs, wd->cols, n, c->st), "mmvq down");
+    return 1;
 }
 
 static void cu_rope(struct smol_backend *be, float *x, const int32_t *pos, int n, int n_heads, int head_dim,
@@ -294,12 +502,17 @@ static void cu_attention(struct smol_backend *be, float *out, const float *q, co
     /* splits so that tokens x kv heads x splits fills the GPU twice, within the partials buffer */
     const int n = b->n_tokens, blocks = n * kv->n_kv_heads;
     int n_split = (2 * c->n_sm + blocks - 1) / blocks;
-    if (n_split > max_pages) n_split = max_pages;
+    /* a recorded step serves every context: pages split on the device (pps 0) among a fixed count */
+    const int ctx_pages = (c->max_ctx + SMOL_KV_PAGE - 1) / SMOL_KV_PAGE;
+    if (n_split > (c->capturing ? ctx_pages : max_pages)) n_split = c->capturing ? ctx_pages : max_pages;
     const size_t per = (size_t)n * n_heads * (kv->head_dim + 2);
     while (n_split > 1 && per * n_split > c->part_cap) n_split--;
     if (n_split < 1) n_split = 1;
-    const int pps = (max_pages + n_split - 1) / n_split;
-    n_split = (max_pages + pps - 1) / pps;
+    int pps = 0;
+    if (!c->capturing) {
+        pps = (max_pages + n_split - 1) / n_split;
+        n_split = (max_pages + pps - 1) / pps;
+    }
     /* page table entries are at d + tok[2t+1]: the tables follow the 2n token pairs in the slot */
     ck(c, smol_attention_cuda(out, q, (const char *)kv->k + layer * kv->layer_bytes,
                               (const char *)kv->v + layer * kv->layer_bytes, n, d, d, n_heads, kv->n_kv_heads,
@@ -342,7 +555,7 @@ static void cu_from_host(struct smol_backend *be, void *dst, const void *src, si
 {
     struct cuda *c = C(be);
     ck(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->st), "copy from host");
-    ck(c, cudaStreamSynchronize(c->st), "copy from host");
+    sync(c, "copy from host");
 }
 
 static void cu_kv_copy_page(struct smol_backend *be, struct smol_kv *kv, int dst, int src)
@@ -374,10 +587,89 @@ static enum smol_err cu_sample(struct smol_backend *be, const float *logits, int
     ck(c, smol_sample_top_p_cuda(logits, vocab, n_rows, df, df + n_rows, df + 2 * n_rows, c->sample_out, c->st),
        "sample");
     ck(c, cudaMemcpyAsync(out, c->sample_out, (size_t)n_rows * sizeof *out, cudaMemcpyDeviceToHost, c->st), "sample");
-    ck(c, cudaStreamSynchronize(c->st), "sample");
+    sync(c, "sample");
     if (c->failed != cudaSuccess)
         return errf(err, SMOL_EINTERNAL, "cuda: %s", cudaGetErrorString(c->failed));
     return SMOL_OK;
+}
+
+/* ---- recorded steps (knob graphs) -------------------------------------------------------------- */
+
+/* Uploads the step's descriptors (ids, positions, page tables, output rows) into the slots, so
+ * that every op of the step finds them there; then replays a record of this shape, or records. */
+static int cu_step_begin(struct smol_backend *be, const struct smol_batch *b)
+{
+    struct cuda *c = C(be);
+    if (c->failed != cudaSuccess) return SMOL_STEP_RUN;
+    int max_pages;
+    slot_put(c, SLOT_IDS, b->tokens, b->n_tokens);
+    slot_put(c, SLOT_POS, b->pos, b->n_tokens);
+    kv_desc(c, b, &max_pages);
+    if (b->n_out) slot_put(c, SLOT_IDX, b->out_idx, b->n_out);
+    if (!c->opts.graphs || b->n_tokens > SMOL_MMVQ_MAX_TOKENS || b->n_out > SMOL_LOGIT_ROWS || c->failed != cudaSuccess)
+        return SMOL_STEP_RUN;
+    for (int i = 0; i < c->n_graphs; i++) {
+        struct graph *g = &c->graphs[i];
+        if (g->n_tokens == b->n_tokens && g->n_out == b->n_out && g->gen == c->gen) {
+            ck(c, cudaGraphLaunch(g->exec, c->st), "graph launch");
+            return SMOL_STEP_REPLAYED;
+        }
+    }
+    if (ck(c, cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal), "begin capture")) return SMOL_STEP_RUN;
+    c->capturing = 1;
+    c->capture_broken = 0;
+    c->cap_tokens = b->n_tokens;
+    c->cap_out = b->n_out;
+    return SMOL_STEP_CAPTURE;
+}
+
+/* Ends a record: keeps and launches it (0), or -1 when it failed: nothing ran, and graphs are
+ * turned off for this backend (a step that cannot be recorded once will not be later). */
+static int cu_step_end(struct smol_backend *be)
+{
+    struct cuda *c = C(be);
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->st, &g);
+    c->capturing = 0;
+    cudaGraphExec_t x = NULL;
+    if (e == cudaSuccess && !c->capture_broken) e = cudaGraphInstantiate(&x, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (e != cudaSuccess || c->capture_broken) {
+        cudaGetLastError();
+        fprintf(stderr, "<4>cuda: a decode step could not be recorded (%s): graphs off\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "an op needed the host");
+        c->opts.graphs = 0;
+        if (x) cudaGraphExecDestroy(x);
+        return -1;
+    }
+    struct graph *slot;
+    if (c->n_graphs < MAX_GRAPHS) {
+        slot = &c->graphs[c->n_graphs++];
+    } else {
+        slot = &c->graphs[c->next_graph];
+        c->next_graph = (c->next_graph + 1) % MAX_GRAPHS;
+        cudaGraphExecDestroy(slot->exec);
+    }
+    slot->n_tokens = c->cap_tokens;
+    slot->n_out = c->cap_out;
+    slot->gen = c->gen;
+    slot->exec = x;
+    ck(c, cudaGraphLaunch(x, c->st), "graph launch");
+    return 0;
+}
+
+static double cu_mark(struct smol_backend *be)
+{
+    struct cuda *c = C(be);
+    for (int i = 0; i < 2; i++)
+        if (!c->mark_ev[i] && ck(c, cudaEventCreate(&c->mark_ev[i]), "event")) return -1;
+    cudaEvent_t cur = c->mark_ev[c->mark_n & 1], prev = c->mark_ev[(c->mark_n + 1) & 1];
+    ck(c, cudaEventRecord(cur, c->st), "event");
+    ck(c, cudaEventSynchronize(cur), "event");
+    synced(c);
+    float ms = 0.0f;
+    if (c->mark_n++ > 0) ck(c, cudaEventElapsedTime(&ms, prev, cur), "event");
+    return c->failed == cudaSuccess ? ms : -1;
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------------------- */
@@ -386,6 +678,12 @@ static void cu_destroy(struct smol_backend *be)
 {
     struct cuda *c = C(be);
     cudaStreamSynchronize(c->st);
+    drop_graphs(c);
+    for (int i = 0; i < 2; i++)
+        if (c->mark_ev[i]) cudaEventDestroy(c->mark_ev[i]);
+    cudaFree(c->xq);
+    cudaFree(c->xs);
+    cudaFreeHost(c->stage);
     for (int i = 0; i < c->n_weights; i++) cudaFree(c->weights[i]);
     for (int k = 0; k < SLOT_COUNT; k++) {
         cudaFree(c->slot[k].dev);
@@ -400,7 +698,7 @@ static void cu_destroy(struct smol_backend *be)
     free(be);
 }
 
-static enum smol_err cu_new(struct smol_backend **out, int device, char *err)
+static enum smol_err cu_new(struct smol_backend **out, int device, const struct smol_cuda_opts *opts, char *err)
 {
     *out = NULL;
     int count = 0;
@@ -427,6 +725,11 @@ static enum smol_err cu_new(struct smol_backend **out, int device, char *err)
     }
     c->device = device;
     c->n_sm = prop.multiProcessorCount;
+    if (opts) c->opts = *opts;
+    if (cudaMallocHost((void **)&c->stage, STAGE_BYTES) != cudaSuccess) {  /* uploads from pageable memory then */
+        cudaGetLastError();
+        c->stage = NULL;
+    }
     be->name = "cuda";
     be->impl = c;
     be->n_threads = 1;
@@ -448,13 +751,22 @@ static enum smol_err cu_new(struct smol_backend **out, int device, char *err)
     be->add = cu_add;
     be->gather_rows = cu_gather_rows;
     be->kv_copy_page = cu_kv_copy_page;
-    fprintf(stderr, "<6>cuda: device %d: %s, sm_%d%d, %d SMs, %.1f GiB\n", device, prop.name, prop.major, prop.minor,
-            prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0);
+    be->matmul_n = cu_matmul_n;
+    be->norm_qkv = cu_norm_qkv;
+    be->rope_store = cu_rope_store;
+    be->matmul_add = cu_matmul_add;
+    be->ffn = cu_ffn;
+    be->step_begin = cu_step_begin;
+    be->step_end = cu_step_end;
+    fprintf(stderr, "<6>cuda: device %d: %s, sm_%d%d, %d SMs, %.1f GiB; matvec=%s fuse=%s graphs=%s\n", device,
+            prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0,
+            c->opts.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32", c->opts.fuse ? "on" : "off",
+            c->opts.graphs ? "on" : "off");
     *out = be;
     return SMOL_OK;
 }
 
-static const struct smol_cuda_plugin the_plugin = {SMOL_CUDA_PLUGIN_ABI, cu_new, cu_sample};
+static const struct smol_cuda_plugin the_plugin = {SMOL_CUDA_PLUGIN_ABI, cu_new, cu_sample, cu_mark};
 
 extern "C" __attribute__((visibility("default"))) const struct smol_cuda_plugin *smol_cuda_plugin_v1(void)
 {

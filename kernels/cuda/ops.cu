@@ -72,29 +72,40 @@ cudaError_t smol_rmsnorm_cuda(float *out, const float *x, const float *w, int di
 
 /* ---- rope ------------------------------------------------------------------------ */
 
-/* One block per token; thread i computes the angle of pair i in double (as smol_rope_cache_ref)
- * and rotates that pair in every head. */
+/* cos and sin of pair i at position p, in double as smol_rope_cache_ref (YaRN included) */
+static __device__ __forceinline__ void rope_cs(int p, int i, const struct smol_rope_params &rp, float *c, float *s)
+{
+    const double theta_extrap = p * pow((double)rp.freq_base, -2.0 * i / rp.n_dims);
+    double theta = rp.freq_scale * theta_extrap, mscale = rp.attn_factor;
+    if (rp.ext_factor != 0.0f) {
+        const double y = (i - rp.corr_dims[0]) / fmax(0.001, (double)rp.corr_dims[1] - rp.corr_dims[0]);
+        const double ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * rp.ext_factor;
+        theta = theta * (1 - ramp) + theta_extrap * ramp;
+        mscale *= 1.0 + 0.1 * log(1.0 / rp.freq_scale);
+    }
+    double sd, cd;
+    sincos(theta, &sd, &cd);
+    *c = (float)(cd * mscale);
+    *s = (float)(sd * mscale);
+}
+
+static __device__ __forceinline__ float2 rot2(float2 a, float c, float s)
+{
+    return make_float2(a.x * c - a.y * s, a.x * s + a.y * c);
+}
+
+/* One block per token; thread i computes the angle of pair i and rotates that pair in every head. */
 static __global__ void rope_kernel(float *x, const int32_t *pos, int n_heads, int head_dim,
                                    struct smol_rope_params rp)
 {
     const int t = blockIdx.x, p = pos[t];
     float *xt = x + (size_t)t * n_heads * head_dim;
     for (int i = threadIdx.x; i < rp.n_dims / 2; i += blockDim.x) {
-        const double theta_extrap = p * pow((double)rp.freq_base, -2.0 * i / rp.n_dims);
-        double theta = rp.freq_scale * theta_extrap, mscale = rp.attn_factor;
-        if (rp.ext_factor != 0.0f) {
-            const double y = (i - rp.corr_dims[0]) / fmax(0.001, (double)rp.corr_dims[1] - rp.corr_dims[0]);
-            const double ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * rp.ext_factor;
-            theta = theta * (1 - ramp) + theta_extrap * ramp;
-            mscale *= 1.0 + 0.1 * log(1.0 / rp.freq_scale);
-        }
-        double sd, cd;
-        sincos(theta, &sd, &cd);
-        const float c = (float)(cd * mscale), s = (float)(sd * mscale);
+        float c, s;
+        rope_cs(p, i, rp, &c, &s);
         for (int h = 0; h < n_heads; h++) {
             float2 *v = (float2 *)(xt + (size_t)h * head_dim) + i;
-            const float2 a = *v;
-            *v = make_float2(a.x * c - a.y * s, a.x * s + a.y * c);
+            *v = rot2(*v, c, s);
         }
     }
 }
@@ -264,5 +275,65 @@ cudaError_t smol_kv_store_cuda(void *k_layer, void *v_layer, const float *k, con
     if (kv_type == SMOL_TYPE_Q8_0 && head_dim % QK8_0) return cudaErrorInvalidValue;
     dim3 grid((n_kv_heads * head_dim + 127) / 128, n_tokens);
     kv_store_kernel<<<grid, 128, 0, st>>>(k_layer, v_layer, k, v, tok, pages, n_kv_heads, head_dim, kv_type);
+    return cudaGetLastError();
+}
+
+/* ---- RoPE + KV store in one launch (knob cuda_fuse) --------------------------------------- */
+
+/* One block per token: the angles of its position once (shared memory), q's pairs rotated in
+ * place, k's pairs rotated, written back and stored with v into the cache (f16 or f32: the q8_0
+ * cache rotates by Hadamard between the two and keeps the separate ops).  The arithmetic is
+ * rope_kernel's and kv_store_kernel's. */
+static __global__ void rope_store_kernel(float *q, float *k, const float *v, void *kc, void *vc, const int32_t *tok,
+                                         const int32_t *pages, int n_heads, int n_kv_heads, int head_dim,
+                                         int kv_type, struct smol_rope_params rp, int rope)
+{
+    __shared__ float2 cs[256];
+    const int t = blockIdx.x, p = tok[2 * t] - 1, half = head_dim / 2, nr = rope ? rp.n_dims / 2 : 0;
+    for (int i = threadIdx.x; i < nr; i += blockDim.x) {
+        float c, s;
+        rope_cs(p, i, rp, &c, &s);
+        cs[i] = make_float2(c, s);
+    }
+    __syncthreads();
+    float2 *qt = (float2 *)(q + (size_t)t * n_heads * head_dim);
+    for (int e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
+        const int i = e % half;
+        if (i < nr) qt[e] = rot2(qt[e], cs[i].x, cs[i].y);
+    }
+    const int kv_dim = n_kv_heads * head_dim;
+    const int page = pages[tok[2 * t + 1] + p / SMOL_KV_PAGE_CUDA], slot = p % SMOL_KV_PAGE_CUDA;
+    float2 *kt = (float2 *)(k + (size_t)t * kv_dim);
+    const float2 *vt = (const float2 *)(v + (size_t)t * kv_dim);
+    for (int e = threadIdx.x; e < n_kv_heads * half; e += blockDim.x) {
+        const int h = e / half, i = e % half;
+        float2 kx = kt[e];
+        if (i < nr) {
+            kx = rot2(kx, cs[i].x, cs[i].y);
+            kt[e] = kx;
+        }
+        const float2 vx = vt[e];
+        const size_t at = (((size_t)page * n_kv_heads + h) * SMOL_KV_PAGE_CUDA + slot) * head_dim + 2 * i;
+        if (kv_type == SMOL_TYPE_F16) {
+            *(__half2 *)((__half *)kc + at) = __floats2half2_rn(kx.x, kx.y);
+            *(__half2 *)((__half *)vc + at) = __floats2half2_rn(vx.x, vx.y);
+        } else {
+            *(float2 *)((float *)kc + at) = kx;
+            *(float2 *)((float *)vc + at) = vx;
+        }
+    }
+}
+
+cudaError_t smol_rope_store_cuda(float *q, float *k, const float *v, void *k_layer, void *v_layer, int n_tokens,
+                                 const int32_t *tok, const int32_t *pages, int n_heads, int n_kv_heads, int head_dim,
+                                 int kv_type, const struct smol_rope_params *rp, cudaStream_t st)
+{
+    if (n_tokens <= 0) return cudaSuccess;
+    if ((kv_type != SMOL_TYPE_F16 && kv_type != SMOL_TYPE_F32) || head_dim % 2 || head_dim > 512 ||
+        (rp && (rp->n_dims > head_dim || rp->n_dims % 2)))
+        return cudaErrorInvalidValue;
+    const struct smol_rope_params none = {};
+    rope_store_kernel<<<n_tokens, 256, 0, st>>>(q, k, v, k_layer, v_layer, tok, pages, n_heads, n_kv_heads, head_dim,
+                                                kv_type, rp ? *rp : none, rp != NULL && rp->n_dims > 0);
     return cudaGetLastError();
 }

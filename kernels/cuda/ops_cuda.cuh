@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include "../ops_ref.h"
+#include "mmvq.h"
 
 /* out[i] = dequant(row ids[i]) of a (rows x cols) weight of `type`, i < n (smol_dequant_*_ref per row). */
 cudaError_t smol_get_rows_cuda(float *out, uint32_t type, const void *w, size_t row_bytes, int cols,
@@ -38,6 +39,28 @@ cudaError_t smol_matmul_cuda_1(float *out, uint32_t type, const void *w, size_t 
 cudaError_t smol_matmul_cuda_2(float *out, uint32_t type, const void *w, size_t row_bytes, int rows, int cols,
                                const float *x, int n, cudaStream_t st);  /* f16 wmma tiles, any n */
 
+/* ---- the q8 mat-vec (mmvq.cu; layouts in mmvq.h) ---- */
+#define SMOL_MMVQ_MAX_TOKENS 8
+enum { SMOL_MV_STORE = 0, SMOL_MV_ADD = 1, SMOL_MV_GLU = 2 };
+/* One weight of a launch: w its device copy in the q8 layout (mmvq.h: q4_K as in GGUF, the others
+ * repacked), n_blocks its block count, out[tok][rows] where the results go. */
+struct smol_mv_part {
+    const uint8_t *w;
+    float *out;
+    size_t n_blocks;
+    int rows, type;
+};
+/* x[n][cols] (cols a multiple of 32) to q8a: xq[n][cols], xs[n][cols / 32] */
+cudaError_t smol_q8a_cuda(const float *x, int n, int cols, int8_t *xq, struct smol_q8a *xs, cudaStream_t st);
+/* the same of rmsnorm(x) * w (smol_rmsnorm_ref's function) */
+cudaError_t smol_norm_q8a_cuda(const float *x, const float *w, float eps, int n, int cols, int8_t *xq,
+                               struct smol_q8a *xs, cudaStream_t st);
+/* For n <= SMOL_MMVQ_MAX_TOKENS tokens of q8a input (width cols): SMOL_MV_STORE / ADD: for each
+ * part, out[tok][r] = (or +=) dot(row r, x[tok]), up to 3 parts in one launch; SMOL_MV_GLU: two
+ * parts (gate, up) of equal rows, parts[0].out[tok][r] = silu(gate r . x) * (up r . x). */
+cudaError_t smol_mmvq_cuda(const struct smol_mv_part *parts, int n_parts, int mode, const int8_t *xq,
+                           const struct smol_q8a *xs, int cols, int n, cudaStream_t st);
+
 /* smol_rmsnorm_ref over n rows of dim; out may equal x. */
 cudaError_t smol_rmsnorm_cuda(float *out, const float *x, const float *w, int dim, float eps, int n,
                               cudaStream_t st);
@@ -45,6 +68,12 @@ cudaError_t smol_rmsnorm_cuda(float *out, const float *x, const float *w, int di
 /* smol_rope_cache_ref + smol_rope_apply_ref for n tokens of n_heads x head_dim at pos[t] (device). */
 cudaError_t smol_rope_cuda(float *x, const int32_t *pos, int n, int n_heads, int head_dim,
                            const struct smol_rope_params *rp /* host */, cudaStream_t st);
+
+/* rope (rp NULL: none) of q and k as smol_rope_cuda, then k and v stored as smol_kv_store_cuda
+ * (f16 or f32 caches), in one launch. */
+cudaError_t smol_rope_store_cuda(float *q, float *k, const float *v, void *k_layer, void *v_layer, int n_tokens,
+                                 const int32_t *tok, const int32_t *pages, int n_heads, int n_kv_heads, int head_dim,
+                                 int kv_type, const struct smol_rope_params *rp, cudaStream_t st);
 
 cudaError_t smol_silu_mul_cuda(float *gate, const float *up, int n, cudaStream_t st);
 cudaError_t smol_add_cuda(float *x, const float *y, int n, cudaStream_t st);
@@ -65,7 +94,8 @@ cudaError_t smol_kv_store_cuda(void *k_layer, void *v_layer, const float *k, con
 
 /* out[t] = causal GQA attention of q[t] over positions [0, tok[2t]) of its sequence.
  * Split-K over pages ("flash decoding"): n_split blocks per (token, kv head) each keep an online
- * softmax over pages_per_split pages; a second kernel merges them.  part holds
+ * softmax over pages_per_split pages (0: ceil(a token's pages / n_split), found on the device, so
+ * that one launch serves any context: a recorded step); a second kernel merges them.  part holds
  * n_tokens * n_heads * n_split * (head_dim + 2) floats when n_split > 1. */
 cudaError_t smol_attention_cuda(float *out, const float *q, const void *k_layer, const void *v_layer, int n_tokens,
                                 const int32_t *tok, const int32_t *pages, int n_heads, int n_kv_heads,

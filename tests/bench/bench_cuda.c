@@ -1,0 +1,382 @@
+/*
+ * bench_cuda.c - the CUDA backend's mat-vec (be->matmul: out = x W^T) on
+ * SmolLM3-3B's shapes, timed with the device's own clock, for each setting of
+ * the cuda_matvec knob (f32: f32 activations, a warp per row; q8: activations
+ * quantized to q8_1, integer dots).
+ *
+ *   bench_cuda [--types q4_K,q6_K,q8_0,q4_0] [--shapes q,kv,o,gate_up,down,head]
+ *              [--n 1,2,4,8] [--bw GBPS] [--reps 5] [--ms 2] [--l2-mb 50] [--json]
+ *
+ * Shapes (rows = n_out x cols = n_in): q 2048x2048, kv 512x2048 (k and v),
+ * o 2048x2048, gate_up 11008x2048 (gate and up), down 2048x11008, head
+ * 128256x2048.  Every listed type, shape and token count n, with both settings:
+ * one line each, "µs per call, weight GB/s (rows x row_bytes / time), the
+ * fraction of --bw" (a measured device-to-device copy rate, bytes read +
+ * written).  --json prints one JSON object per line instead.
+ *
+ * Method (kernels/cuda/NOTES.md, METHOD.md): weights are random bytes with
+ * every block's f16 scales set to small sane values (as `smollm3 synth`
+ * fills its tensors), uploaded in as many copies as make the set larger than
+ * twice the L2 (--l2-mb) so that consecutive calls read from DRAM as a
+ * decode step does (a weight larger than that alone, the head, is one copy).  Warm-up, then K calls
+ * (>= the copies, >= --ms of work) between two device marks
+ * (smol_backend_cuda_mark: events on the backend's stream); the median of
+ * --reps repetitions.  Small shapes are bound by the launch rate, which is
+ * part of what a decode step pays.
+ *
+ * Correctness first, so that a wrong kernel cannot be timed as fast: on each
+ * case, outputs poisoned with NaN before the call, then the two settings'
+ * outputs compared (relative L2 error, must be < 2e-2), and each setting
+ * against a double-precision reference on 64 sampled rows (the _ref
+ * dequantizer; f32 < 1e-4, q8 < 2e-2).  Exit status 1 when any check fails.
+ *
+ * It reaches the GPU only through the backend interface (daemon/model/
+ * backend.h, backend_cuda_loader.h): no CUDA headers.  Without a device it
+ * prints "SKIPPED: no CUDA device (<reason>)" and exits 0.
+ */
+#include "daemon/model/backend.h"
+#include "daemon/model/backend_cuda_loader.h"
+#include "kernels/fp16.h"
+#include "kernels/quant.h"
+#include "kernels/quant_ref.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_N 8
+#define REF_ROWS 64
+#define TOL_Q8_F32 2e-2
+#define TOL_F32_REF 1e-4
+#define TOL_Q8_REF 2e-2
+
+struct shape { const char *name; int rows, cols; };
+static const struct shape shapes_all[] = {
+    {"q", 2048, 2048},        {"kv", 512, 2048},     {"o", 2048, 2048},
+    {"gate_up", 11008, 2048}, {"down", 2048, 11008}, {"head", 128256, 2048},
+};
+#define N_SHAPES (int)(sizeof shapes_all / sizeof shapes_all[0])
+static const uint32_t types_all[] = {SMOL_TYPE_Q4_K, SMOL_TYPE_Q6_K, SMOL_TYPE_Q8_0, SMOL_TYPE_Q4_0};
+#define N_TYPES (int)(sizeof types_all / sizeof types_all[0])
+static const char *const setting_name[2] = {"f32", "q8"};
+
+/* ---------------------------------------------------------------- random weights */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    return *s = x;
+}
+
+static void rand_bytes(uint64_t *s, void *p, size_t n)
+{
+    uint8_t *b = p;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) { uint64_t r = rng_next(s); memcpy(b + i, &r, 8); }
+    for (uint64_t r = rng_next(s); i < n; i++, r >>= 8) b[i] = (uint8_t)r;
+}
+
+/* Random bytes, then each block's scales made sane (weights of std ~0.02, as cli_synth.c). */
+static void fill_weights(uint64_t *s, uint32_t type, void *data, size_t bytes)
+{
+    rand_bytes(s, data, bytes);
+    if (type == SMOL_TYPE_Q4_K) {
+        struct block_q4_K *b = data;
+        const float d = 0.02f / (32 * 4.61f);
+        const smol_half hd = smol_f32_to_half(d), hm = smol_f32_to_half(d * 7.5f);
+        for (size_t i = 0; i < bytes / sizeof *b; i++) {
+            uint64_t r = rng_next(s);
+            uint8_t sc[8], mn[8];
+            for (int j = 0; j < 8; j++) { sc[j] = (uint8_t)(28 + ((r >> (3 * j)) & 7)); mn[j] = 32; }
+            for (int j = 0; j < 4; j++) { b[i].scales[j] = sc[j]; b[i].scales[j + 4] = mn[j]; }
+            for (int j = 4; j < 8; j++) {   /* the packing of smol_quantize_q4_K_ref */
+                b[i].scales[j + 4] = (uint8_t)((sc[j] & 0xF) | ((mn[j] & 0xF) << 4));
+                b[i].scales[j - 4] |= (uint8_t)((sc[j] >> 4) << 6);
+                b[i].scales[j] |= (uint8_t)((mn[j] >> 4) << 6);
+            }
+            b[i].d = hd;
+            b[i].dmin = hm;
+        }
+    } else if (type == SMOL_TYPE_Q6_K) {
+        struct block_q6_K *b = data;
+        const smol_half hd = smol_f32_to_half(0.02f / (12 * 18.5f));
+        for (size_t i = 0; i < bytes / sizeof *b; i++) {
+            uint64_t r = rng_next(s);
+            for (int j = 0; j < 16; j++) b[i].scales[j] = (int8_t)(8 + ((r >> (4 * j)) & 7));
+            b[i].d = hd;
+        }
+    } else if (type == SMOL_TYPE_Q8_0) {   /* q uniform in -128..127 (std 74) */
+        struct block_q8_0 *b = data;
+        const smol_half hd = smol_f32_to_half(0.02f / 74);
+        for (size_t i = 0; i < bytes / sizeof *b; i++) b[i].d = hd;
+    } else if (type == SMOL_TYPE_Q4_0) {   /* q - 8 uniform in -8..7 (std 4.6) */
+        struct block_q4_0 *b = data;
+        const smol_half hd = smol_f32_to_half(0.02f / 4.61f);
+        for (size_t i = 0; i < bytes / sizeof *b; i++) b[i].d = hd;
+    }
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ||a - b|| / ||b|| over n floats; a NaN or infinity anywhere gives +inf. */
+static double rel_l2(const float *a, const double *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i])) return INFINITY;
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
+}
+
+/* "a,b,c" -> the indices of names in list; returns the count, -1 on an unknown name. */
+static int parse_list(const char *arg, const char *const *names, int n_names, int *out)
+{
+    int n = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", arg);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int k = -1;
+        for (int i = 0; i < n_names; i++)
+            if (!strcmp(t, names[i])) k = i;
+        if (k < 0 || n >= 16) return -1;
+        out[n++] = k;
+    }
+    return n;
+}
+
+/* ---------------------------------------------------------------- the bench */
+
+struct opts {
+    int types[16], n_types, shapes[16], n_shapes, ns[16], n_ns;
+    double bw, ms, l2_mb;
+    int reps, json;
+};
+
+struct dev {                            /* one backend per setting */
+    struct smol_backend *be;
+    float *x, *out;                     /* backend memory: [MAX_N][11008], [MAX_N][128256] */
+};
+
+static int failures;
+static struct smol_weight *kept[2 * 16 * 16];  /* weight structs, freed after the backends */
+static int n_kept;
+
+/* One (type, shape): upload, check both settings, time them at each n. */
+static void run_case(struct dev *dv, const struct opts *o, uint32_t type, const struct shape *sh, uint64_t *seed)
+{
+    const struct smol_type_traits *tr = smol_type_traits(type);
+    const size_t row_bytes = smol_row_size(type, sh->cols), bytes = row_bytes * (size_t)sh->rows;
+    const double l2x2 = 2 * o->l2_mb * 1e6;     /* one copy larger than this (the head) is not rotated */
+    const int copies = (double)bytes >= l2x2 ? 1 : (int)ceil(l2x2 / (double)bytes) + 1;
+    void *host = malloc(bytes);
+    float *xh = malloc(sizeof(float) * MAX_N * sh->cols), *oh[2], *wrow = malloc(sizeof(float) * sh->cols);
+    double *ref = malloc(sizeof(double) * MAX_N * REF_ROWS), *refall = malloc(sizeof(double) * MAX_N * sh->rows);
+    float *got = malloc(sizeof(float) * MAX_N * REF_ROWS);
+    oh[0] = malloc(sizeof(float) * MAX_N * sh->rows);
+    oh[1] = malloc(sizeof(float) * MAX_N * sh->rows);
+    struct smol_weight *w[2] = {calloc(copies, sizeof(struct smol_weight)), calloc(copies, sizeof(struct smol_weight))};
+    kept[n_kept++] = w[0];
+    kept[n_kept++] = w[1];
+    if (!host || !xh || !wrow || !ref || !refall || !got || !oh[0] || !oh[1] || !w[0] || !w[1]) {
+        fprintf(stderr, "bench_cuda: out of host memory (%s %s)\n", tr->name, sh->name);
+        failures++;
+        goto out;
+    }
+    fill_weights(seed, type, host, bytes);
+    for (int i = 0; i < MAX_N * sh->cols; i++) xh[i] = (float)((int64_t)(rng_next(seed) >> 40) - (1 << 23)) / (1 << 23);
+    char err[SMOL_ERRLEN];
+    for (int k = 0; k < 2; k++) {
+        for (int c = 0; c < copies; c++) {
+            w[k][c] = (struct smol_weight){.name = "bench", .type = type, .rows = sh->rows, .cols = sh->cols,
+                                           .row_bytes = row_bytes, .data = host};
+            if (dv[k].be->upload_weight(dv[k].be, &w[k][c], err)) {
+                fprintf(stderr, "bench_cuda: %s %s: upload of copy %d: %s\n", tr->name, sh->name, c, err);
+                failures++;
+                goto out;
+            }
+        }
+        dv[k].be->from_host(dv[k].be, dv[k].x, xh, sizeof(float) * MAX_N * sh->cols);
+    }
+    /* the reference on REF_ROWS rows spread over the matrix, all MAX_N tokens, in double */
+    for (int i = 0; i < REF_ROWS; i++) {
+        const int r = (int)((int64_t)i * sh->rows / REF_ROWS);
+        tr->dequant((const uint8_t *)host + (size_t)r * row_bytes, wrow, sh->cols);
+        for (int t = 0; t < MAX_N; t++) {
+            double s = 0;
+            for (int j = 0; j < sh->cols; j++) s += (double)wrow[j] * xh[(size_t)t * sh->cols + j];
+            ref[t * REF_ROWS + i] = s;
+        }
+    }
+    for (int ni = 0; ni < o->n_ns; ni++) {
+        const int n = o->ns[ni];
+        /* check: poison, one call per setting, compare */
+        double e_ref[2];
+        for (int k = 0; k < 2; k++) {
+            struct smol_backend *be = dv[k].be;
+            for (size_t i = 0; i < (size_t)n * sh->rows; i++) oh[k][i] = NAN;
+            be->from_host(be, dv[k].out, oh[k], sizeof(float) * n * sh->rows);
+            be->matmul(be, dv[k].out, &w[k][0], dv[k].x, n);
+            be->to_host(be, oh[k], dv[k].out, sizeof(float) * n * sh->rows);
+            for (int t = 0; t < n; t++)
+                for (int i = 0; i < REF_ROWS; i++)
+                    got[t * REF_ROWS + i] = oh[k][(size_t)t * sh->rows + (int)((int64_t)i * sh->rows / REF_ROWS)];
+            e_ref[k] = rel_l2(got, ref, (size_t)n * REF_ROWS);
+        }
+        for (size_t i = 0; i < (size_t)n * sh->rows; i++) refall[i] = oh[0][i];
+        const double e_x = rel_l2(oh[1], refall, (size_t)n * sh->rows);
+        const int ok = e_x < TOL_Q8_F32 && e_ref[0] < TOL_F32_REF && e_ref[1] < TOL_Q8_REF;
+        if (!ok) failures++;
+        /* time: warm-up (estimates a call), then reps of K calls between two marks */
+        for (int k = 0; k < 2; k++) {
+            struct smol_backend *be = dv[k].be;
+            smol_backend_cuda_mark(be);
+            const int warm = copies > 8 ? copies : 8;
+            for (int i = 0; i < warm; i++) be->matmul(be, dv[k].out, &w[k][i % copies], dv[k].x, n);
+            const double est = smol_backend_cuda_mark(be) / warm;
+            int calls = est > 0 ? (int)ceil(o->ms / est) : copies;
+            if (calls < copies) calls = copies;
+            if (calls < 4) calls = 4;
+            if (calls > 200000) calls = 200000;
+            double t[64];
+            for (int r = 0; r < o->reps; r++) {
+                smol_backend_cuda_mark(be);
+                for (int i = 0; i < calls; i++) be->matmul(be, dv[k].out, &w[k][i % copies], dv[k].x, n);
+                t[r] = smol_backend_cuda_mark(be) / calls;
+            }
+            const double ms = median(t, o->reps), us = ms * 1e3, gbps = bytes / (ms * 1e-3) / 1e9;
+            if (o->json) {
+                printf("{\"type\": \"%s\", \"shape\": \"%s\", \"rows\": %d, \"cols\": %d, \"n\": %d, \"matvec\": \"%s\", "
+                       "\"us\": %.3f, \"gbps\": %.1f, \"bw_frac\": ", tr->name, sh->name, sh->rows, sh->cols, n,
+                       setting_name[k], us, gbps);
+                if (o->bw > 0) printf("%.4f", gbps / o->bw); else printf("null");
+                printf(", \"weight_bytes\": %zu, \"copies\": %d, \"calls\": %d, \"rel_err_q8_vs_f32\": %.3e, "
+                       "\"rel_err_vs_ref\": %.3e, \"ok\": %s}\n", bytes, copies, calls, e_x, e_ref[k],
+                       ok ? "true" : "false");
+            } else {
+                char frac[32] = "";
+                if (o->bw > 0) snprintf(frac, sizeof frac, " %5.1f%% of copy", 100 * gbps / o->bw);
+                printf("%-5s %-7s %6dx%-5d n=%d %-3s: %9.2f us %7.1f GB/s%s  err q8/f32 %.1e ref %.1e  %s\n", tr->name,
+                       sh->name, sh->rows, sh->cols, n, setting_name[k], us, gbps, frac, e_x, e_ref[k],
+                       ok ? "ok" : "FAIL");
+            }
+            fflush(stdout);
+        }
+    }
+out:
+    /* the device copies stay until the backend is destroyed (backend.h has no weight free), and
+     * so do the weight structs w[] a backend may point to (kept[]); the host bytes were copied */
+    free(host);
+    free(xh);
+    free(wrow);
+    free(ref);
+    free(refall);
+    free(got);
+    free(oh[0]);
+    free(oh[1]);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bench_cuda [--types q4_K,q6_K,q8_0,q4_0] [--shapes q,kv,o,gate_up,down,head] [--n 1,2,4,8]\n"
+               "                  [--bw GBPS] [--reps R] [--ms MS] [--l2-mb MB] [--json]\n");
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {.n_types = N_TYPES, .n_shapes = N_SHAPES, .n_ns = 4, .ms = 2, .l2_mb = 50, .reps = 5};
+    for (int i = 0; i < N_TYPES; i++) o.types[i] = i;
+    for (int i = 0; i < N_SHAPES; i++) o.shapes[i] = i;
+    const int ns_default[] = {1, 2, 4, 8};
+    memcpy(o.ns, ns_default, sizeof ns_default);
+    const char *type_names[N_TYPES], *shape_names[N_SHAPES];
+    const char *const n_names[MAX_N] = {"1", "2", "3", "4", "5", "6", "7", "8"};
+    for (int i = 0; i < N_TYPES; i++) type_names[i] = smol_type_name(types_all[i]);
+    for (int i = 0; i < N_SHAPES; i++) shape_names[i] = shapes_all[i].name;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "--json")) o.json = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!v) bad = 1;
+        else if (!strcmp(a, "--types")) bad = (o.n_types = parse_list(v, type_names, N_TYPES, o.types)) <= 0, i++;
+        else if (!strcmp(a, "--shapes")) bad = (o.n_shapes = parse_list(v, shape_names, N_SHAPES, o.shapes)) <= 0, i++;
+        else if (!strcmp(a, "--n")) {
+            bad = (o.n_ns = parse_list(v, n_names, MAX_N, o.ns)) <= 0, i++;
+            for (int k = 0; k < o.n_ns; k++) o.ns[k]++;          /* index -> count */
+        }
+        else if (!strcmp(a, "--bw")) bad = !((o.bw = atof(v)) > 0), i++;
+        else if (!strcmp(a, "--ms")) bad = !((o.ms = atof(v)) > 0), i++;
+        else if (!strcmp(a, "--l2-mb")) bad = !((o.l2_mb = atof(v)) > 0), i++;
+        else if (!strcmp(a, "--reps")) bad = (o.reps = atoi(v)) < 1 || o.reps > 64, i++;
+        else bad = 1;
+        if (bad) {
+            fprintf(stderr, "bench_cuda: bad or unknown argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    /* the settings are this program's to choose: the environment would override both */
+    unsetenv("SMOL_CUDA_MATVEC");
+    unsetenv("SMOL_CUDA_FUSE");
+    unsetenv("SMOL_CUDA_GRAPHS");
+
+    struct dev dv[2] = {{0}};
+    char err[SMOL_ERRLEN];
+    int rc = 1;
+    for (int k = 0; k < 2; k++) {
+        struct smol_cuda_opts co;
+        smol_cuda_opts_default(&co);
+        co.matvec = k ? SMOL_CUDA_MATVEC_Q8 : SMOL_CUDA_MATVEC_F32;
+        enum smol_err e = smol_backend_cuda_new(&dv[k].be, 0, &co, err);
+        if (e == SMOL_EUNSUPPORTED) {
+            printf("SKIPPED: no CUDA device (%s)\n", err);
+            rc = 0;
+            goto out;
+        }
+        if (e) { fprintf(stderr, "bench_cuda: %s\n", err); goto out; }
+        struct smol_backend *be = dv[k].be;
+        if (!be->from_host || smol_backend_cuda_mark(be) < 0) {
+            fprintf(stderr, "bench_cuda: the backend has no from_host or mark\n");
+            goto out;
+        }
+        if (be->reserve(be, MAX_N, 11008, 256, err)) { fprintf(stderr, "bench_cuda: reserve: %s\n", err); goto out; }
+        dv[k].x = be->alloc(be, sizeof(float) * MAX_N * 11008);
+        dv[k].out = be->alloc(be, sizeof(float) * MAX_N * 128256);
+        if (!dv[k].x || !dv[k].out) { fprintf(stderr, "bench_cuda: cannot allocate activations\n"); goto out; }
+    }
+    if (!o.json)
+        printf("bench_cuda: be->matmul, settings cuda_matvec=f32|q8, weight sets > %.0f MB (head: one copy), "
+               "median of %d x >= %.1f ms%s\n", 2 * o.l2_mb, o.reps, o.ms, o.bw > 0 ? "" : " (no --bw given)");
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    for (int ti = 0; ti < o.n_types; ti++)
+        for (int si = 0; si < o.n_shapes; si++) run_case(dv, &o, types_all[o.types[ti]], &shapes_all[o.shapes[si]], &seed);
+    if (!o.json) printf("bench_cuda: %s\n", failures ? "FAILED checks (see FAIL lines)" : "all checks passed");
+    rc = failures ? 1 : 0;
+out:
+    for (int k = 0; k < 2; k++) {
+        if (!dv[k].be) continue;
+        dv[k].be->free(dv[k].be, dv[k].x);
+        dv[k].be->free(dv[k].be, dv[k].out);
+        smol_backend_free(&dv[k].be);
+    }
+    for (int i = 0; i < n_kept; i++) free(kept[i]);
+    return rc;
+}

@@ -1,0 +1,550 @@
+#!/usr/bin/env bash
+# tests/gpu/check.sh - the device check: one command on the lent GPU, at most 6 minutes.
+#
+#   bash .gpu/run tests/gpu/check.sh     on the device, in a tree packed by ../shared/hooks/gpu-kit
+#                                        (and tests/gpu/prepare.sh for the llama.cpp peer)
+#   make gpu-check                       on a machine with a GPU: builds, then OUT=build/gpu-check
+#
+# Steps, each timed, each command under `timeout`; a step's pass / fail / skip is recorded and
+# the next step runs regardless:
+#    1 llama   .gpu/llama.cpp.tar.xz unpacked to /tmp, llama.cpp's CUDA build (llama-bench,
+#              llama-batched-bench) started in the background (nice, -j LLAMA_JOBS = 12)
+#    2 device  nvidia-smi facts; device-to-device copy bandwidth (PyTorch, 2 GiB, events,
+#              median of 10, bytes read + written) = BW
+#    3 test    build/tests/test_cuda (CK_RUN_CASE honoured): its "stats:" lines and summary
+#    4 sanit   compute-sanitizer memcheck and racecheck on test_cuda's kernel cases (CK_RUN_CASE=ops)
+#    5 synth   smollm3 synth -> /dev/shm/3b.gguf (full-size SmolLM3-3B Q4_K_M, random weights)
+#    6 matvec  build/bench/bench_cuda --bw BW: mat-vec per type / shape / n, f32 vs q8, checked
+#    7 bench   smollm3 bench -p 512 -n 128 on cuda per knob combination (SMOL_CUDA_MATVEC /
+#              _FUSE / _GRAPHS: f32/0/0 q8/0/0 q8/1/0 q8/1/1); each combination's logits of an
+#              8-token step against f32/0/0's; the best combination (fastest tg128 that agrees)
+#              and the baseline at -d 4096, -p 2048 -b 4, -b 16; the CPU backend once
+#              (-t 16 -p 128 -n 32, the llama.cpp build paused meanwhile)
+#    8 daemon  smollm3d on cuda (best combination): 1, 16, 64 concurrent `smollm3ctl generate
+#              -n 128`: tokens/s in all, TTFT (the Done event's timings)
+#    9 ncu     per-kernel time and DRAM bytes of one decode step (best combination)
+#   10 peer    llama-bench -fa 1 (pp512, pp2048, tg128, tg128 at depth 4096) and
+#              llama-batched-bench (1/4/16/64 sequences of 128+128), if built in time
+#   11 summary the tables, printed last, and $OUT/results.json
+#
+# $OUT (default build/gpu-check) gets at most 7 files: check.log (every step's full output),
+# results.json, summary.txt, bench_cuda.jsonl, ncu.csv, daemon.log, llama_build.log.
+# Time: the optional steps (4, 8, 9, 10 and the extra runs of 7) are skipped once
+# GPU_CHECK_BUDGET (330) seconds have passed, and no command's timeout reaches past
+# GPU_CHECK_HARD (350).  Without a GPU each GPU step fails or skips at once and the summary
+# is still printed.  Work files live in a temporary folder, removed at the end.
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
+export PATH=$PATH:/usr/local/cuda/bin
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-build/gpu-check}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 1
+rm -f "$OUT"/check.log "$OUT"/results.json "$OUT"/summary.txt "$OUT"/bench_cuda.jsonl "$OUT"/ncu.csv \
+      "$OUT"/daemon.log "$OUT"/llama_build.log
+W=$(mktemp -d /tmp/gpu-check.XXXXXX) || exit 1
+mkdir -p "$W/sb" "$W/agree" "$W/daemon" "$W/llama"
+LOG=$OUT/check.log
+: > "$LOG"
+: > "$W/kv"
+BUDGET=${GPU_CHECK_BUDGET:-330}
+HARD=${GPU_CHECK_HARD:-350}
+MODEL=${GPU_CHECK_MODEL:-/dev/shm/3b.gguf}
+PRESET=${GPU_CHECK_PRESET:-smollm3-3b}  # "tiny": a dry run of the script where there is no GPU
+LLAMA_DIR=/tmp/llama.cpp
+LLAMA_JOBS=${LLAMA_JOBS:-12}
+B=${GPU_CHECK_BUILD:-build}              # where the binaries are (make gpu-check passes $(BUILD))
+SM=$B/bin/smollm3
+CTL=$B/bin/smollm3ctl
+DAEMON=$B/bin/smollm3d
+COMBOS="f32-0-0 q8-0-0 q8-1-0 q8-1-1"   # matvec-fuse-graphs; the first is the baseline
+BASE=f32-0-0
+BEST=$BASE
+BW=""
+L2MB=50
+LLAMA_PID=""
+DAEMON_PID=""
+NODEV=""                                 # set when test_cuda or bench_cuda found no CUDA device
+BACKEND_ARGS=(--backend cuda)
+CPU_ARGS=(--backend cpu)
+
+# .gpu/run puts the kit's Debian libraries (.gpu/solib) first on LD_LIBRARY_PATH for our
+# binaries; the machine's own programs (python3 with torch, cmake and the compilers, tar, xz,
+# nvidia-smi, ps, llama.cpp's binaries) run without them: sys CMD...
+SYS_LD=$(printf '%s' "${LD_LIBRARY_PATH:-}" | tr ':' '\n' | grep -v '/\.gpu/solib/*$' | paste -sd: -)
+sys() { LD_LIBRARY_PATH=$SYS_LD "$@"; }
+report() { sys python3 tests/gpu/report.py "$@"; }
+
+exec 3>&1                                # the console; step output goes to $LOG
+say() { printf '%s\n' "$*" >&3; printf '%s\n' "$*" >> "$LOG"; }
+show() { tee -a "$LOG" >&3; }            # cmd | show: to the console and the log
+put() { printf '%s\t%s\n' "$1" "$2" >> "$W/kv"; }
+over() { [ "$SECONDS" -ge "$BUDGET" ]; }
+# tmo SECONDS CMD...: CMD under timeout, never past the hard end
+tmo() {
+    local s=$1 l=$((HARD - SECONDS))
+    shift
+    [ "$l" -lt "$s" ] && s=$l
+    [ "$s" -lt 5 ] && s=5
+    timeout -k 5 "$s" "$@"
+}
+have() { command -v "$1" >/dev/null 2>&1; }
+# combo_env m-f-g: the environment of a knob combination (nothing for "cpu")
+combo_env() {
+    [ "$1" = cpu ] && return
+    local m f g
+    IFS=- read -r m f g <<< "$1"
+    echo "SMOL_CUDA_MATVEC=$m SMOL_CUDA_FUSE=$f SMOL_CUDA_GRAPHS=$g"
+}
+# tree_pids PID: PID and its descendants (ninja puts its jobs in their own process groups)
+tree_pids() {
+    have ps || { echo "$1"; return; }
+    sys ps -e -o pid=,ppid= | awk -v root="$1" '{ kids[$2] = kids[$2] " " $1 }
+        END { q[1] = root; h = 1; t = 1
+              while (h <= t) { x = q[h++]; print x; n = split(kids[x], a, " "); for (i = 1; i <= n; i++) q[++t] = a[i] } }'
+}
+llama_signal() {   # SIG: to the background build and everything it started
+    [ -n "$LLAMA_PID" ] || return 0
+    local p
+    for p in $(tree_pids "$LLAMA_PID"); do kill "-$1" "$p" 2>/dev/null; done
+    return 0
+}
+cleanup() {
+    [ -n "$DAEMON_PID" ] && kill -KILL "$DAEMON_PID" 2>/dev/null
+    llama_signal CONT
+    llama_signal TERM
+    [ "${GPU_CHECK_KEEP_MODEL:-0}" = 1 ] || rm -f "$MODEL"
+    [ "${GPU_CHECK_KEEP_WORK:-0}" = 1 ] || rm -rf "$W"
+}
+trap cleanup EXIT
+
+# step ID OPTIONAL TITLE FUNCTION: runs FUNCTION (stdout/stderr to the log); status from its exit:
+# 0 pass, 77 skipped, else fail; FUNCTION may set NOTE
+step() {
+    local id=$1 opt=$2 title=$3 fn=$4 t0=$SECONDS rc st
+    if [ "$opt" = 1 ] && over; then
+        say "$(printf '[%3ds] %-7s skipped: past the %ss budget' "$SECONDS" "$id" "$BUDGET")"
+        put "step.$id" "skipped	0	past the ${BUDGET}s budget"
+        return
+    fi
+    say "$(printf '[%3ds] %-7s %s' "$SECONDS" "$id" "$title")"
+    printf '\n===== step %s: %s (t=%ds)\n' "$id" "$title" "$SECONDS" >> "$LOG"
+    NOTE=""
+    "$fn" >> "$LOG" 2>&1
+    rc=$?
+    case $rc in 0) st=pass ;; 77) st=skipped ;; *) st=fail ;; esac
+    put "step.$id" "$st	$((SECONDS - t0))	$NOTE"
+    say "$(printf '[%3ds] %-7s %s (%ds)%s' "$SECONDS" "$id" "$st" $((SECONDS - t0)) "${NOTE:+: $NOTE}")"
+}
+
+# ---------------------------------------------------------------- 1: the peer's build
+s_llama() {
+    local tarball=.gpu/llama.cpp.tar.xz
+    [ -f "$tarball" ] || { NOTE="no $tarball (tests/gpu/prepare.sh)"; return 77; }
+    have cmake || { NOTE="no cmake"; return 1; }
+    rm -rf "$LLAMA_DIR" && mkdir -p "$(dirname "$LLAMA_DIR")" || return 1
+    sys tar xJf "$tarball" -C "$(dirname "$LLAMA_DIR")" || { NOTE="cannot unpack $tarball"; return 1; }
+    local gen=() nvcc
+    have ninja && gen=(-G Ninja)
+    nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    set -m    # its own process group
+    (
+        export LD_LIBRARY_PATH=$SYS_LD
+        t0=$(date +%s)
+        cd "$LLAMA_DIR" &&
+        nice -n 19 cmake -S . -B b "${gen[@]}" -DCMAKE_CUDA_COMPILER="$nvcc" \
+            -DGGML_CUDA=ON -DGGML_CUDA_NO_VMM=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+            -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DGGML_CUDA_FA_ALL_QUANTS=OFF \
+            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+            -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CCACHE=OFF -DCMAKE_BUILD_TYPE=Release &&
+        nice -n 19 cmake --build b -j "$LLAMA_JOBS" --target llama-bench llama-batched-bench
+        echo "llama build: exit $? after $(($(date +%s) - t0)) s"
+    ) > "$OUT/llama_build.log" 2>&1 < /dev/null &
+    LLAMA_PID=$!
+    set +m
+    NOTE="building in the background (pid $LLAMA_PID, -j $LLAMA_JOBS)"
+    return 0
+}
+
+# ---------------------------------------------------------------- 2: device facts, copy bandwidth
+s_device() {
+    have nvidia-smi || { NOTE="no nvidia-smi"; return 1; }
+    local smi
+    smi=$(sys tmo 20 nvidia-smi -L 2>&1) || { echo "$smi"; NOTE="nvidia-smi -L failed: $(echo "$smi" | head -n 1 | cut -c1-120)"; return 1; }
+    echo "$smi" | show
+    sys tmo 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit \
+        --format=csv | show
+    put fact.device "$(sys tmo 10 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"
+    put fact.driver "$(sys tmo 10 nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)"
+    sys tmo 90 python3 - > "$W/bw.json" <<'EOF'
+import json, statistics, torch
+p = torch.cuda.get_device_properties(0)
+n = 2 << 30                                   # 2 GiB each way
+a = torch.randint(0, 256, (n,), dtype=torch.uint8, device="cuda")
+b = torch.empty_like(a)
+for _ in range(3):
+    b.copy_(a)
+torch.cuda.synchronize()
+ts = []
+for _ in range(10):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); b.copy_(a); e.record(); e.synchronize()
+    ts.append(s.elapsed_time(e) / 1e3)
+t = statistics.median(ts)
+print(json.dumps({"device": p.name, "sms": p.multi_processor_count, "l2_mb": getattr(p, "L2_cache_size", 0) / 1e6,
+                  "mem_gib": p.total_memory / 2**30, "bw_gbps": 2 * n / t / 1e9, "copy_ms_median": t * 1e3,
+                  "copy_ms_min": min(ts) * 1e3, "torch": torch.__version__}))
+EOF
+    local rc=$?
+    cat "$W/bw.json"
+    [ $rc -eq 0 ] || { NOTE="copy bandwidth: python3/torch failed (rc $rc)"; return 1; }
+    BW=$(sys python3 -c 'import json,sys; print("%.0f" % json.load(open(sys.argv[1]))["bw_gbps"])' "$W/bw.json")
+    local l2
+    l2=$(sys python3 -c 'import json,sys; print("%.0f" % json.load(open(sys.argv[1]))["l2_mb"])' "$W/bw.json")
+    [ "${l2:-0}" -gt 0 ] 2>/dev/null && L2MB=$l2
+    put fact.bw_gbps "$BW"
+    put fact.l2_mb "$L2MB"
+    NOTE="copy $BW GB/s (read + written), L2 $L2MB MB"
+}
+
+# ---------------------------------------------------------------- 3: test_cuda
+s_test() {
+    [ -x "$B/tests/test_cuda" ] || { NOTE="no $B/tests/test_cuda"; return 1; }
+    tmo 90 "$B/tests/test_cuda" > "$W/test_cuda.out" 2>&1
+    local rc=$?
+    cat "$W/test_cuda.out"
+    grep '^stats:' "$W/test_cuda.out" | head -n 24 | show
+    [ "$(grep -c '^stats:' "$W/test_cuda.out")" -le 24 ] || say "  ... $(grep -c '^stats:' "$W/test_cuda.out") stats lines in all (check.log)"
+    local sum
+    sum=$(grep -E '^[0-9]+%: Checks:' "$W/test_cuda.out" | tail -n 1)
+    say "  ${sum:-no Check summary}${CK_RUN_CASE:+ (CK_RUN_CASE=$CK_RUN_CASE)}"
+    put fact.test_cuda "${sum:-none} rc=$rc"
+    if grep -q 'SKIPPED: no CUDA device' "$W/test_cuda.out"; then
+        NODEV=$(grep -m1 -o 'SKIPPED: no CUDA device.*' "$W/test_cuda.out" | cut -c10-160)
+        NOTE=$NODEV
+        return 77
+    fi
+    [ $rc -eq 124 ] || [ $rc -eq 137 ] && { NOTE="timed out"; return 1; }
+    NOTE="${sum:-no summary} (rc $rc)"
+    return $rc
+}
+
+# ---------------------------------------------------------------- 4: compute-sanitizer
+s_sanit() {
+    local cs case=${GPU_CHECK_SANITIZE_CASE:-ops} tool rc bad=0 errs t=${GPU_CHECK_SANITIZE_S:-75}
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    [ -x "$cs" ] || { NOTE="no compute-sanitizer"; return 77; }
+    [ -x "$B/tests/test_cuda" ] || { NOTE="no $B/tests/test_cuda"; return 1; }
+    [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
+    NOTE=""
+    for tool in memcheck racecheck; do
+        over && { NOTE="$NOTE $tool: skipped (budget);"; continue; }
+        CK_RUN_CASE=$case tmo "$t" "$cs" --tool "$tool" "$B/tests/test_cuda" > "$W/$tool.out" 2>&1
+        rc=$?
+        if grep -qE 'Checks: 0,' "$W/$tool.out"; then
+            say "  $tool: no tcase '$case' in test_cuda: the whole suite"
+            tmo "$t" "$cs" --tool "$tool" "$B/tests/test_cuda" > "$W/$tool.out" 2>&1
+            rc=$?
+        fi
+        cat "$W/$tool.out"
+        if [ "$tool" = memcheck ]; then
+            errs=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$W/$tool.out" | tail -n 1 | grep -oE '[0-9]+$')
+        else
+            errs=$(grep -oE 'RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?' "$W/$tool.out" |
+                   tail -n 1 | grep -oE '[0-9]+ errors?' | grep -oE '[0-9]+')
+            [ -n "$errs" ] || errs=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$W/$tool.out" | tail -n 1 | grep -oE '[0-9]+$')
+        fi
+        local sum
+        sum=$(grep -E '^[0-9]+%: Checks:' "$W/$tool.out" | tail -n 1)
+        say "  $tool: ${errs:-?} errors; test ${sum:-gave no summary} (rc $rc)"
+        put "fact.$tool" "errors=${errs:-?} rc=$rc ${sum}"
+        NOTE="$NOTE $tool ${errs:-?} errors$( { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && echo " (timed out after ${t}s)");"
+        if grep -q 'SKIPPED: no CUDA device' "$W/$tool.out"; then bad=77
+        elif [ "${errs:-x}" != 0 ] || [ $rc -ne 0 ]; then bad=1; fi
+    done
+    NOTE=${NOTE# }
+    [ "$bad" = 1 ] && NOTE="$NOTE test_cuda under the sanitizer: rc $rc"
+    return $bad
+}
+
+# ---------------------------------------------------------------- 5: the full-size model
+s_synth() {
+    [ -x "$SM" ] || { NOTE="no $SM"; return 1; }
+    mkdir -p "$(dirname "$MODEL")"
+    tmo 120 "$SM" synth -o "$MODEL" --preset "$PRESET" > "$W/synth.out" 2>&1
+    local rc=$?
+    cat "$W/synth.out"
+    [ $rc -eq 0 ] || { NOTE="synth failed (rc $rc): $(tail -n 1 "$W/synth.out" | cut -c1-150)"; return 1; }
+    local gb
+    gb=$(grep -oE '[0-9.]+ GB of tensor data' "$W/synth.out" | grep -oE '^[0-9.]+')
+    put fact.model_gb "$gb"
+    put fact.model "$MODEL"
+    NOTE="$MODEL: ${gb:-?} GB of tensor data"
+}
+
+# ---------------------------------------------------------------- 6: mat-vec microbenchmark
+s_matvec() {
+    [ -x "$B/bench/bench_cuda" ] || { NOTE="no $B/bench/bench_cuda"; return 1; }
+    # shellcheck disable=SC2086  # GPU_CHECK_MATVEC_ARGS: extra words, e.g. "--types q4_K --shapes kv"
+    tmo 90 "$B/bench/bench_cuda" --json --l2-mb "$L2MB" ${BW:+--bw "$BW"} ${GPU_CHECK_MATVEC_ARGS:-} \
+        > "$W/bench_cuda.jsonl" 2> "$W/bench_cuda.err"
+    local rc=$?
+    cat "$W/bench_cuda.jsonl" "$W/bench_cuda.err"
+    cp "$W/bench_cuda.jsonl" "$OUT/bench_cuda.jsonl"
+    if grep -q '^SKIPPED' "$W/bench_cuda.jsonl"; then
+        NODEV=$(grep -m1 '^SKIPPED' "$W/bench_cuda.jsonl" | cut -c10-160)
+        NOTE=$NODEV
+        return 77
+    fi
+    report bench-cuda "$W/bench_cuda.jsonl" | show
+    [ $rc -eq 124 ] || [ $rc -eq 137 ] && { NOTE="timed out"; return 1; }
+    [ $rc -eq 0 ] || NOTE="rc $rc: a check failed or a case could not run (see check.log)"
+    return $rc
+}
+
+# ---------------------------------------------------------------- 7: smollm3 bench
+# sbench LABEL COMBO TIMEOUT ARGS...: one `smollm3 bench --json` run -> $W/sb/LABEL.out
+sbench() {
+    local label=$1 combo=$2 t=$3 rc
+    shift 3
+    local args=("${BACKEND_ARGS[@]}")
+    [ "$combo" = cpu ] && args=("${CPU_ARGS[@]}")
+    # shellcheck disable=SC2046  # combo_env is words of VAR=value
+    tmo "$t" env $(combo_env "$combo") "$SM" bench -m "$MODEL" "${args[@]}" --json "$@" > "$W/sb/$label.out" 2>&1
+    rc=$?
+    echo "--- $label ($combo): smollm3 bench ${args[*]} $* -> rc $rc"
+    cat "$W/sb/$label.out"
+    say "$(printf '  %-14s %s%s' "$label" "$(report bench-brief "$W/sb/$label.out")" "$([ $rc -ne 0 ] && echo " (rc $rc)")")"
+    return $rc
+}
+
+s_bench() {
+    [ -x "$SM" ] || { NOTE="no $SM"; return 1; }
+    [ -s "$MODEL" ] || { NOTE="no model (step synth)"; return 1; }
+    # the CLI's --backend flag (being added): without it, try SMOL_BACKEND and check what ran
+    if "$SM" bench --backend cuda 2>&1 | grep -q "unknown argument '--backend'"; then
+        BACKEND_ARGS=()
+        CPU_ARGS=()
+        export SMOL_BACKEND=cuda
+        put fact.backend_flag "absent: SMOL_BACKEND=cuda tried"
+        say "  smollm3 has no --backend flag: SMOL_BACKEND=cuda in the environment instead"
+    fi
+    local c fails=0 ids=791,3301,1200,5512,100,2048,64000,17
+    if [ -n "$NODEV" ]; then   # the CPU backend alone
+        llama_signal STOP
+        sbench cpu cpu 60 -t 16 -p 128 -n 32
+        llama_signal CONT
+        NOTE="cuda runs skipped: $NODEV"
+        return 77
+    fi
+    for c in $COMBOS; do
+        sbench "$c" "$c" 60 -p 512 -n 128 || fails=$((fails + 1))
+    done
+    # each combination's logits (one 8-token step: the decode mat-vec path) against the baseline's
+    for c in $COMBOS; do
+        over && break
+        # shellcheck disable=SC2046
+        tmo 40 env $(combo_env "$c") "$SM" logits -m "$MODEL" ${BACKEND_ARGS[@]+"${BACKEND_ARGS[@]}"} \
+            --ids "$ids" --all -o "$W/agree/$c.bin" || { echo "logits $c failed"; continue; }
+        if [ "$c" != "$BASE" ] && [ -s "$W/agree/$BASE.bin" ]; then
+            report agree "$W/agree/$c.bin" "$W/agree/$BASE.bin" > "$W/agree/$c.txt"
+            say "  logits $c vs $BASE: rel L2 $(cat "$W/agree/$c.txt")"
+        fi
+    done
+    BEST=$(report best "$W")
+    put fact.best "$BEST"
+    say "  best combination: $BEST"
+    local lab
+    for lab in best base; do
+        c=$BEST
+        [ "$lab" = base ] && c=$BASE
+        [ "$lab" = base ] && [ "$BEST" = "$BASE" ] && { for x in d4096 p2048b4 b16; do cp "$W/sb/best-$x.out" "$W/sb/base-$x.out" 2>/dev/null; done; break; }
+        over && { say "  $lab runs: skipped (budget)"; break; }
+        sbench "$lab-d4096" "$c" 60 -p 512 -n 128 -d 4096 || fails=$((fails + 1))
+        sbench "$lab-p2048b4" "$c" 60 -p 2048 -n 128 -b 4 || fails=$((fails + 1))
+        sbench "$lab-b16" "$c" 60 -p 512 -n 128 -b 16 || fails=$((fails + 1))
+    done
+    # the CPU backend, alone on the CPUs: the background build paused
+    llama_signal STOP
+    sbench cpu cpu 60 -t 16 -p 128 -n 32 || fails=$((fails + 1))
+    llama_signal CONT
+    NOTE="$fails of the runs failed; best $BEST"
+    [ $fails -eq 0 ]
+}
+
+# ---------------------------------------------------------------- 8: the daemon
+clients() {   # N: N concurrent generates of 128 tokens
+    local n=$1 i pids=()
+    mkdir -p "$W/daemon/$n"
+    local t0 t1
+    t0=$(date +%s.%N)
+    for i in $(seq 1 "$n"); do
+        tmo 120 "$CTL" --connect "$EP" --timeout 60 generate -n 128 --json --no-think --no-speculative --temp 0.7 \
+            --seed "$i" \
+            "Client $i of $n: write a long story about a lighthouse keeper and the sea." \
+            > "$W/daemon/$n/$i.jsonl" 2>&1 &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    t1=$(date +%s.%N)
+    echo "$t0 $t1" > "$W/daemon/$n.wall"
+    local toks
+    toks=$(cat "$W/daemon/$n"/*.jsonl | grep -o '"completion_tokens":[0-9]*' | awk -F: '{s += $2} END {print s + 0}')
+    say "  $(sys python3 -c "import sys; n, k, a, b = sys.argv[1:]; d = float(b) - float(a)
+print(f'{int(n):2d} streams: {k} tokens in {d:.2f} s = {int(k) / d:.1f} tokens/s in all')" "$n" "$toks" "$t0" "$t1")"
+}
+
+s_daemon() {
+    if [ ! -x "$DAEMON" ] || [ ! -x "$CTL" ]; then NOTE="no $DAEMON or $CTL"; return 1; fi
+    [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
+    [ -s "$MODEL" ] || { NOTE="no model (step synth)"; return 1; }
+    local sock=/tmp/smollm3d-check-$$.sock conf=$W/smollm3d.conf
+    EP=ipc://$sock
+    cat > "$conf" <<EOF
+[smollm3d]
+model = $MODEL
+listen = $EP
+backend = cuda
+max_running = 64
+max_queued = 256
+step_tokens = 512
+ctx = 4096
+kv_budget_mb = 4096
+speculative = 0
+speculative_calibrate = false
+default_max_tokens = 128
+log_level = info
+EOF
+    cat "$conf"
+    # shellcheck disable=SC2046
+    env $(combo_env "$BEST") "$DAEMON" --config "$conf" > "$OUT/daemon.log" 2>&1 < /dev/null &
+    DAEMON_PID=$!
+    local t0=$SECONDS
+    until "$CTL" --connect "$EP" --timeout 2 health > /dev/null 2>&1; do
+        if ! kill -0 "$DAEMON_PID" 2>/dev/null; then
+            wait "$DAEMON_PID"
+            NOTE="the daemon exited at start (rc $?): $(grep -v '^$' "$OUT/daemon.log" | tail -n 1 | cut -c1-150)"
+            DAEMON_PID=""
+            return 1
+        fi
+        if [ $((SECONDS - t0)) -gt 90 ] || [ $((HARD - SECONDS)) -lt 10 ]; then
+            NOTE="not ready after $((SECONDS - t0)) s"
+            kill -KILL "$DAEMON_PID" 2>/dev/null
+            DAEMON_PID=""
+            return 1
+        fi
+        sleep 0.5
+    done
+    say "  ready after $((SECONDS - t0)) s ($BEST)"
+    local n
+    for n in 1 16 64; do
+        [ $((HARD - SECONDS)) -lt 25 ] && { say "  $n streams: skipped (time)"; continue; }
+        clients "$n"
+    done
+    kill -TERM "$DAEMON_PID"
+    local i=0
+    while kill -0 "$DAEMON_PID" 2>/dev/null && [ $i -lt 60 ]; do sleep 0.5; i=$((i + 1)); done
+    if kill -0 "$DAEMON_PID" 2>/dev/null; then
+        kill -KILL "$DAEMON_PID"
+        DAEMON_PID=""
+        NOTE="did not stop within 30 s of SIGTERM"
+        return 1
+    fi
+    wait "$DAEMON_PID"
+    local rc=$?
+    DAEMON_PID=""
+    local failed
+    failed=$(grep -L '"event":"done"' "$W"/daemon/*/*.jsonl 2>/dev/null | wc -l)
+    NOTE="stopped with rc $rc; $failed clients without a done event"
+    [ "$rc" -eq 0 ] && [ "$failed" -eq 0 ]
+}
+
+# ---------------------------------------------------------------- 9: ncu over decode steps
+s_ncu() {
+    local ncu
+    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    [ -x "$ncu" ] || { NOTE="no ncu"; return 77; }
+    [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
+    [ -s "$MODEL" ] || { NOTE="no model (step synth)"; return 1; }
+    # from the process's first launch: the weights' upload, the warm-up step, the 16-token
+    # prefill, then decode steps (~600 launches each unfused); report.py finds the steps by
+    # their first kernel (the embedding's get_rows) and sums the last complete one
+    local count=${GPU_CHECK_NCU_LAUNCHES:-3600}
+    # shellcheck disable=SC2046
+    tmo 120 env $(combo_env "$BEST") "$ncu" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+        --csv --print-units base --launch-skip 0 --launch-count "$count" --log-file "$W/ncu.csv" \
+        "$SM" bench -m "$MODEL" ${BACKEND_ARGS[@]+"${BACKEND_ARGS[@]}"} -p 16 -n 8 > "$W/ncu.out" 2>&1
+    local rc=$?
+    cat "$W/ncu.out"
+    grep -q '^"ID"' "$W/ncu.csv" 2>/dev/null || grep '^"' "$W/ncu.out" > "$W/ncu.csv"
+    cp "$W/ncu.csv" "$OUT/ncu.csv" 2>/dev/null
+    report ncu "$W/ncu.csv" --top 12 --json "$W/ncu_summary.json" | show
+    local prc=${PIPESTATUS[0]}
+    [ "$prc" -eq 0 ] || { NOTE="no kernel results (ncu rc $rc): $(grep -m1 -iE 'error|==ERROR==' "$W/ncu.out" | cut -c1-150)"; return 1; }
+    NOTE="$(grep -c '' "$W/ncu.csv") csv lines (ncu rc $rc, --clock-control none)"
+    return 0
+}
+
+# ---------------------------------------------------------------- 10: llama.cpp
+s_peer() {
+    [ -n "$LLAMA_PID" ] || { NOTE="not built (no .gpu/llama.cpp.tar.xz: tests/gpu/prepare.sh)"; return 77; }
+    [ -s "$MODEL" ] || { NOTE="no model (step synth)"; return 1; }
+    local waited=$SECONDS
+    while kill -0 "$LLAMA_PID" 2>/dev/null && [ $((HARD - SECONDS)) -gt 35 ]; do sleep 2; done
+    if kill -0 "$LLAMA_PID" 2>/dev/null; then
+        llama_signal TERM
+        NOTE="build not finished in time: $(grep -oE '^\[[0-9]+/[0-9]+\]' "$OUT/llama_build.log" | tail -n 1)"
+        return 1
+    fi
+    say "  build: $(grep 'llama build:' "$OUT/llama_build.log" | tail -n 1) (waited $((SECONDS - waited)) s)"
+    local lb=$LLAMA_DIR/b/bin/llama-bench lbb=$LLAMA_DIR/b/bin/llama-batched-bench
+    [ -x "$lb" ] || { NOTE="build failed (llama_build.log): $(grep -m1 -iE 'error' "$OUT/llama_build.log" | cut -c1-120)"; return 1; }
+    sys tmo 60 "$lb" -m "$MODEL" -ngl 99 -fa 1 -p 512,2048 -n 128 -r 3 -o jsonl > "$W/llama/bench.jsonl" 2> "$W/llama/bench.err"
+    local rc=$?
+    cat "$W/llama/bench.jsonl" "$W/llama/bench.err"
+    if grep -q -- '--n-depth' "$LLAMA_DIR/tools/llama-bench/llama-bench.cpp"; then
+        sys tmo 60 "$lb" -m "$MODEL" -ngl 99 -fa 1 -p 0 -n 128 -d 4096 -r 3 -o jsonl > "$W/llama/d4096.jsonl" 2> "$W/llama/d4096.err"
+        cat "$W/llama/d4096.jsonl" "$W/llama/d4096.err"
+    else
+        say "  this llama-bench has no --n-depth: no tg at depth 4096"
+    fi
+    if [ -x "$lbb" ] && ! over; then
+        sys tmo 60 "$lbb" -m "$MODEL" -ngl 99 -fa 1 -c 17408 -b 2048 -ub 512 -npp 128 -ntg 128 -npl 1,4,16,64 \
+            --output-format jsonl > "$W/llama/batched.jsonl" 2>&1
+        cat "$W/llama/batched.jsonl"
+    fi
+    sys python3 - "$W/llama" <<'EOF' | show
+import glob, json, sys
+for f in sorted(glob.glob(sys.argv[1] + "/*.jsonl")):
+    for l in open(f, errors="replace"):
+        if l.startswith("{"):
+            try:
+                r = json.loads(l)
+            except ValueError:
+                continue
+            if "avg_ts" in r:
+                print(f"  llama-bench pp{r['n_prompt']} tg{r['n_gen']} d{r.get('n_depth', 0)}: {r['avg_ts']:.1f} tokens/s")
+            elif "speed_tg" in r:
+                print(f"  batched-bench {r['pl']} x (128+128): tg {r['speed_tg']:.1f} tokens/s in all, pp {r['speed_pp']:.1f}")
+EOF
+    NOTE="llama-bench rc $rc"
+    return $rc
+}
+
+# ---------------------------------------------------------------- run
+say "gpu check: $(git rev-parse --short HEAD 2>/dev/null || echo '?') + $(git status --porcelain 2>/dev/null | grep -vc '^??') changed files; OUT=$OUT; budget ${BUDGET}s (hard ${HARD}s)"
+step llama 0 "llama.cpp CUDA build in the background" s_llama
+step device 0 "device facts, copy bandwidth" s_device
+step test 0 "$B/tests/test_cuda" s_test
+step sanit 1 "compute-sanitizer memcheck + racecheck (CK_RUN_CASE=${GPU_CHECK_SANITIZE_CASE:-ops})" s_sanit
+step synth 0 "smollm3 synth --preset $PRESET -> $MODEL" s_synth
+step matvec 0 "bench_cuda --bw ${BW:-?}" s_matvec
+step bench 0 "smollm3 bench: knob combinations, best, baseline, cpu" s_bench
+step daemon 1 "smollm3d on cuda: 1 / 16 / 64 streams" s_daemon
+step ncu 1 "ncu: one decode step per kernel" s_ncu
+step peer 1 "llama.cpp: llama-bench, llama-batched-bench" s_peer
+llama_signal CONT
+llama_signal TERM
+put step.summary "pass	0	"
+report final "$W" "$OUT" > "$OUT/summary.txt" 2>&1
+cat "$OUT/summary.txt" >> "$LOG"
+cat "$OUT/summary.txt" >&3
