@@ -199,10 +199,12 @@ START_TEST(t_elementwise)
 }
 END_TEST
 
-/* get_rows and matmul for each weight format, decode and prefill sizes. */
+/* get_rows and matmul for each weight format, decode and prefill sizes, on the f32 mat-vec (knob
+ * cuda_matvec = f32: exact to float rounding; t_matmul_q8 checks the q8 one, the default). */
 START_TEST(t_matmul)
 {
-    struct smol_backend *be = open_cuda();
+    static const struct smol_cuda_opts f32 = {.matvec = SMOL_CUDA_MATVEC_F32, .fuse = 0, .graphs = 0};
+    struct smol_backend *be = open_cuda_opts(&f32);
     if (!be) return;
     const uint32_t types[] = {SMOL_TYPE_F32, SMOL_TYPE_F16, SMOL_TYPE_Q8_0, SMOL_TYPE_Q4_K, SMOL_TYPE_Q6_K,
                               SMOL_TYPE_Q4_0, SMOL_TYPE_Q5_K, SMOL_TYPE_BF16};

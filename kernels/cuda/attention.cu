@@ -154,7 +154,9 @@ attention_kernel(float *out, const float *q, const void *kc, const void *vc, con
     }
 }
 
-/* One block per (head, token): out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s. */
+/* One block per (head, token): out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.  (Device run 2
+ * measured a faster merge, the weights once per split in shared memory, and compute-sanitizer
+ * found it reading shared memory out of bounds: this is device run 1's, memcheck-clean.) */
 static __global__ void merge_kernel(float *out, const float *part, int n_heads, int head_dim, int n_split)
 {
     const int head = blockIdx.x, t = blockIdx.y, hd = head_dim;
@@ -178,6 +180,127 @@ static __global__ void merge_kernel(float *out, const float *part, int n_heads, 
     }
 }
 
+/* ---- head_dim 128, f16 / f32 cache (SmolLM3): the same function, the page's work in parallel ----
+ * Device run 1 measured attention_kernel at 19 us a call on one or two pages: slot after slot,
+ * each waiting for its loads, and one thread per head walking the softmax.  Here, per page: each
+ * warp loads its 8 slots' K rows at once (a lane 4 consecutive elements) and reduces the G scores
+ * of each; a warp per head does the online softmax with a lane per slot; each thread (one element
+ * of head_dim) loads its 32 V values at once.  Same partials and merge as attention_kernel. */
+template <bool F16>
+static __device__ __forceinline__ float4 ld4(const void *base, size_t i)
+{
+    if (F16) {
+        const uint2 u = *(const uint2 *)((const __half *)base + i);
+        const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
+        return make_float4(a.x, a.y, b.x, b.y);
+    }
+    return *(const float4 *)((const float *)base + i);
+}
+
+template <bool F16>
+static __device__ __forceinline__ float ld1(const void *base, size_t i)
+{
+    return F16 ? __half2float(((const __half *)base)[i]) : ((const float *)base)[i];
+}
+
+template <bool F16>
+static __global__ void __launch_bounds__(ATT_THREADS)
+attention128_kernel(float *out, const float *q, const void *kc, const void *vc, const int32_t *tok,
+                    const int32_t *pages, int n_heads, int n_kv_heads, float scale, int pages_per_split, float *part)
+{
+    constexpr int HD = 128, PS = SMOL_KV_PAGE_CUDA;
+    extern __shared__ float sm[];
+    const int G = n_heads / n_kv_heads;
+    const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, n_split = gridDim.x;
+    const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+    float *qs = sm;                 /* [G][HD] */
+    float *sc = qs + G * HD;        /* [G][PS] scores, then probabilities */
+    float *st = sc + G * PS;        /* [G][3]: m, l, alpha */
+
+    const int n_pos = tok[2 * t];
+    const int32_t *pt = pages + tok[2 * t + 1];
+    const int n_pages = (n_pos + PS - 1) / PS;
+    const int pps = pages_per_split > 0 ? pages_per_split : (n_pages + n_split - 1) / n_split;
+    const int p0 = split * pps, p1 = min(n_pages, p0 + pps);
+
+    const float *qt = q + (size_t)t * n_heads * HD + (size_t)h * G * HD;
+    for (int i = tid; i < G * HD; i += ATT_THREADS) qs[i] = qt[i] * scale;
+    if (tid < G) {
+        st[3 * tid] = -INFINITY;
+        st[3 * tid + 1] = 0.0f;
+    }
+    float o[ATT_MAX_G];
+#pragma unroll
+    for (int g = 0; g < ATT_MAX_G; g++) o[g] = 0.0f;
+    __syncthreads();
+
+    for (int p = p0; p < p1; p++) {
+        const size_t base = ((size_t)pt[p] * n_kv_heads + h) * PS;  /* row of slot 0 */
+        float4 kx[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) kx[j] = ld4<F16>(kc, (base + 8 * wid + j) * HD + 4 * lane);
+#pragma unroll
+        for (int g = 0; g < ATT_MAX_G; g++) {
+            if (g < G) {
+                const float4 qv = *(const float4 *)(qs + g * HD + 4 * lane);
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    const float v = warp_sum(qv.x * kx[j].x + qv.y * kx[j].y + qv.z * kx[j].z + qv.w * kx[j].w);
+                    const int s = 8 * wid + j;
+                    if (lane == 0) sc[g * PS + s] = p * PS + s < n_pos ? v : -INFINITY;
+                }
+            }
+        }
+        __syncthreads();
+        for (int g = wid; g < G; g += ATT_THREADS / 32) {
+            const float r = sc[g * PS + lane], m_old = st[3 * g];
+            const float mx = warp_max(fmaxf(m_old, r));
+            const float e = r == -INFINITY ? 0.0f : expf(r - mx);
+            const float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - mx);
+            const float l = warp_sum(e);
+            sc[g * PS + lane] = e;
+            if (lane == 0) {
+                st[3 * g] = mx;
+                st[3 * g + 1] = st[3 * g + 1] * alpha + l;
+                st[3 * g + 2] = alpha;
+            }
+        }
+        __syncthreads();
+        const int valid = min(PS, n_pos - p * PS);
+        float vv[PS];
+#pragma unroll
+        for (int s = 0; s < PS; s++) vv[s] = s < valid ? ld1<F16>(vc, (base + s) * HD + tid) : 0.0f;
+#pragma unroll
+        for (int g = 0; g < ATT_MAX_G; g++) {
+            if (g < G) {
+                float a = o[g] * st[3 * g + 2];
+#pragma unroll
+                for (int s = 0; s < PS; s++) a += sc[g * PS + s] * vv[s];
+                o[g] = a;
+            }
+        }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int g = 0; g < ATT_MAX_G; g++) {
+        if (g >= G) break;
+        const int head = h * G + g;
+        const float m = st[3 * g], l = st[3 * g + 1];
+        if (n_split == 1) {
+            const float il = l > 0.0f ? 1.0f / l : 0.0f;
+            out[(size_t)t * n_heads * HD + (size_t)head * HD + tid] = o[g] * il;
+        } else {
+            float *pp = part + (((size_t)t * n_heads + head) * n_split + split) * (HD + 2);
+            pp[tid] = o[g];
+            if (tid == 0) {
+                pp[HD] = m;
+                pp[HD + 1] = l;
+            }
+        }
+    }
+}
+
 cudaError_t smol_attention_cuda(float *out, const float *q, const void *k_layer, const void *v_layer, int n_tokens,
                                 const int32_t *tok, const int32_t *pages, int n_heads, int n_kv_heads,
                                 int head_dim, int kv_type, float scale, int n_split, int pages_per_split,
@@ -194,8 +317,15 @@ cudaError_t smol_attention_cuda(float *out, const float *q, const void *k_layer,
         if (e != cudaSuccess) return e;
     }
     dim3 grid(n_split, n_kv_heads, n_tokens);
-    attention_kernel<<<grid, ATT_THREADS, smem, st>>>(out, q, k_layer, v_layer, tok, pages, n_heads, n_kv_heads,
-                                                       head_dim, kv_type, scale, pages_per_split, part);
+    if (head_dim == 128 && kv_type == SMOL_TYPE_F16)
+        attention128_kernel<true><<<grid, ATT_THREADS, smem, st>>>(out, q, k_layer, v_layer, tok, pages, n_heads,
+                                                                   n_kv_heads, scale, pages_per_split, part);
+    else if (head_dim == 128 && kv_type == SMOL_TYPE_F32)
+        attention128_kernel<false><<<grid, ATT_THREADS, smem, st>>>(out, q, k_layer, v_layer, tok, pages, n_heads,
+                                                                    n_kv_heads, scale, pages_per_split, part);
+    else
+        attention_kernel<<<grid, ATT_THREADS, smem, st>>>(out, q, k_layer, v_layer, tok, pages, n_heads, n_kv_heads,
+                                                           head_dim, kv_type, scale, pages_per_split, part);
     if (n_split > 1) merge_kernel<<<dim3(n_heads, n_tokens), 128, 0, st>>>(out, part, n_heads, head_dim, n_split);
     return cudaGetLastError();
 }

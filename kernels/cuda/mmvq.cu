@@ -46,31 +46,44 @@ static __global__ void q8a_kernel(const float *x, int cols, int8_t *xq, struct s
     q8a_block(v, xq + (size_t)t * cols + 32 * bi, xs + (size_t)t * nb + bi, lane);
 }
 
-/* grid n, 256 threads: rmsnorm of row t (the sum of squares in double, as rmsnorm_kernel), then
- * the normalized row (x * inv * w) to q8a, a warp per 32-block */
-static __global__ void __launch_bounds__(256) norm_q8a_kernel(const float *x, const float *w, float eps, int cols,
-                                                              int8_t *xq, struct smol_q8a *xs)
+/* grid n, NQ_THREADS threads: rmsnorm of row t (the sum of squares in double, as rmsnorm_kernel),
+ * then the normalized row (x * inv * w) to q8a, a warp per 32-block, each warp's blocks loaded
+ * 4 at a time before the first is used (device run 1: 256 threads walking the blocks one
+ * load at a time took 11.7 us a row of 2048, a quarter of the decode step) */
+#define NQ_THREADS 512
+static __global__ void __launch_bounds__(NQ_THREADS) norm_q8a_kernel(const float *x, const float *w, float eps,
+                                                                     int cols, int8_t *xq, struct smol_q8a *xs)
 {
     __shared__ double sh[32];
-    const int t = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nb = cols >> 5;
+    const int t = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = NQ_THREADS / 32, nb = cols >> 5;
     const float *xr = x + (size_t)t * cols;
     double ss = 0;
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    for (int i = threadIdx.x; i < cols; i += NQ_THREADS) ss += (double)xr[i] * xr[i];
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, k);
     if (lane == 0) sh[wid] = ss;
     __syncthreads();
     if (threadIdx.x < 32) {
-        ss = threadIdx.x < blockDim.x / 32 ? sh[threadIdx.x] : 0.0;
+        ss = threadIdx.x < nw ? sh[threadIdx.x] : 0.0;
 #pragma unroll
         for (int k = 16; k > 0; k >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, k);
         if (threadIdx.x == 0) sh[0] = ss;
     }
     __syncthreads();
     const float inv = (float)(1.0 / sqrt(sh[0] / cols + eps));
-    for (int bi = wid; bi < nb; bi += blockDim.x >> 5) {
-        const int i = 32 * bi + lane;
-        q8a_block(xr[i] * inv * w[i], xq + (size_t)t * cols + 32 * bi, xs + (size_t)t * nb + bi, lane);
+    for (int b0 = wid; b0 < nb; b0 += 4 * nw) {
+        float v[4], g[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int bi = b0 + k * nw;
+            v[k] = bi < nb ? xr[32 * bi + lane] : 0.0f;
+            g[k] = bi < nb ? w[32 * bi + lane] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int bi = b0 + k * nw;
+            if (bi < nb) q8a_block(v[k] * inv * g[k], xq + (size_t)t * cols + 32 * bi, xs + (size_t)t * nb + bi, lane);
+        }
     }
 }
 
@@ -87,7 +100,7 @@ cudaError_t smol_norm_q8a_cuda(const float *x, const float *w, float eps, int n,
 {
     if (n <= 0) return cudaSuccess;
     if (cols % 32) return cudaErrorInvalidValue;
-    norm_q8a_kernel<<<n, 256, 0, st>>>(x, w, eps, cols, xq, xs);
+    norm_q8a_kernel<<<n, NQ_THREADS, 0, st>>>(x, w, eps, cols, xq, xs);
     return cudaGetLastError();
 }
 
@@ -268,6 +281,36 @@ static __device__ __forceinline__ void row_dot(const struct smol_mv_part &P, int
     }
 }
 
+/* gate and up rows of one type together: both weights' loads in flight at once (device run 1:
+ * the two rows one after the other, each waiting for its loads, ran the 3B's 25 MB of gate/up
+ * at about half the rate of its head) */
+template <int T, int NT, int U>
+static __device__ __forceinline__ void row_dot_glu(const struct smol_mv_part &G, const struct smol_mv_part &Up, int r,
+                                                   const mv_in &in, float acc[NT], float up[NT])
+{
+    const int lane = threadIdx.x & 31, ntask = in.cols >> 5;
+    for (int t0 = lane; t0 < ntask; t0 += 32 * U) {
+        wtask<T> wg[U], wu[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (t0 + 32 * u < ntask) {
+                wg[u].load(G.w, G.n_blocks, r, t0 + 32 * u, in.cols);
+                wu[u].load(Up.w, Up.n_blocks, r, t0 + 32 * u, in.cols);
+            }
+#pragma unroll
+        for (int tok = 0; tok < NT; tok++) {
+            if (tok < in.n) {
+#pragma unroll
+                for (int u = 0; u < U; u++)
+                    if (t0 + 32 * u < ntask) {
+                        acc[tok] += wg[u].dot(in, tok, t0 + 32 * u);
+                        up[tok] += wu[u].dot(in, tok, t0 + 32 * u);
+                    }
+            }
+        }
+    }
+}
+
 template <int NT, int U>
 static __device__ __forceinline__ void row_dot_any(const struct smol_mv_part &P, int r, const mv_in &in, float acc[NT])
 {
@@ -295,7 +338,7 @@ struct mv_args {
 
 /* U: tasks per lane in flight; long rows (the down projection's 11008) take 4 (few warps, so
  * more bytes each), the others 2 (fewer registers, more warps) */
-template <int NT, int U>
+template <int NT, int U, bool JOINT>
 static __global__ void __launch_bounds__(MV_WARPS * 32) mmvq_kernel(const struct mv_args a)
 {
     const int lane = threadIdx.x & 31;
@@ -317,10 +360,24 @@ static __global__ void __launch_bounds__(MV_WARPS * 32) mmvq_kernel(const struct
         return;
     }
     float acc[NT];
-    row_dot_any<NT, U>(P, r, a.in, acc);
+    /* JOINT: the SwiGLU pair of one type (q4_K or q6_K), its own instance (its registers would
+     * cost the other launches occupancy) */
+    if (!JOINT) row_dot_any<NT, U>(P, r, a.in, acc);
     if (a.mode == SMOL_MV_GLU) {
         float up[NT];
-        row_dot_any<NT, U>(a.p[1], r, a.in, up);
+        if (JOINT) {
+#pragma unroll
+            for (int tok = 0; tok < NT; tok++) acc[tok] = up[tok] = 0.0f;
+            if (a.p[0].type == SMOL_TYPE_Q4_K) row_dot_glu<SMOL_TYPE_Q4_K, NT, U>(a.p[0], a.p[1], r, a.in, acc, up);
+            else row_dot_glu<SMOL_TYPE_Q6_K, NT, U>(a.p[0], a.p[1], r, a.in, acc, up);
+#pragma unroll
+            for (int tok = 0; tok < NT; tok++) {
+                acc[tok] = warp_sum(acc[tok]);
+                up[tok] = warp_sum(up[tok]);
+            }
+        } else {
+            row_dot_any<NT, U>(a.p[1], r, a.in, up);
+        }
 #pragma unroll
         for (int tok = 0; tok < NT; tok++) acc[tok] = acc[tok] / (1.0f + expf(-acc[tok])) * up[tok];
     }
@@ -360,9 +417,12 @@ cudaError_t smol_mmvq_cuda(const struct smol_mv_part *parts, int n_parts, int mo
     if (rows <= 0) return cudaSuccess;
     const int blocks = (rows + MV_WARPS - 1) / MV_WARPS;
     const int long_rows = cols >= 8192;
+    const int joint = mode == SMOL_MV_GLU && parts[0].type == parts[1].type &&
+                      (parts[0].type == SMOL_TYPE_Q4_K || parts[0].type == SMOL_TYPE_Q6_K);
     switch (n) {
-#define X(NT) case NT: if (long_rows) mmvq_kernel<NT, 4><<<blocks, MV_WARPS * 32, 0, st>>>(a); \
-                       else mmvq_kernel<NT, 2><<<blocks, MV_WARPS * 32, 0, st>>>(a); break;
+#define X(NT) case NT: if (joint) mmvq_kernel<NT, 2, true><<<blocks, MV_WARPS * 32, 0, st>>>(a); \
+                       else if (long_rows) mmvq_kernel<NT, 4, false><<<blocks, MV_WARPS * 32, 0, st>>>(a); \
+                       else mmvq_kernel<NT, 2, false><<<blocks, MV_WARPS * 32, 0, st>>>(a); break;
         X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
 #undef X
     default: return cudaErrorInvalidValue;
