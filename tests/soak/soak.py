@@ -131,6 +131,8 @@ class Stack:
                 .replace("listen [::]:80;", "")
                 .replace("/usr/share/smollm3d/web", os.path.join(ROOT, "web"))
                 .replace("unix:/run/smollm3-gateway/gateway.sock", "127.0.0.1:%d" % self.gw_port))
+        if getattr(self.a, "no_rate_limit", False):   # tests/load: the server's pace, not the limiter's
+            site = "\n".join(l for l in site.split("\n") if "limit_req zone=" not in l)
         open(os.path.join(n, "site.conf"), "w").write(site)
         user = "user root root;" if os.getuid() == 0 else ""
         open(os.path.join(n, "nginx.conf"), "w").write("""%s
