@@ -22,6 +22,10 @@
 #              (-t 16 -p 128 -n 32, the llama.cpp build paused meanwhile)
 #    8 daemon  smollm3d on cuda (best combination): 1, 16, 64 concurrent `smollm3ctl generate
 #              -n 128`: tokens/s in all, TTFT (the Done event's timings)
+#   8b load    tests/load/loadgen.py --mode ctl (smollm3ctl clients, python3's standard library) on a
+#              daemon with max_running 256: 1 / 16 / 64 / 256 streams (GPU_CHECK_LOAD_STREAMS), each
+#              level `streams` requests (>= 4) of GPU_CHECK_LOAD_ARGS ("--mix chat --max-tokens 128"),
+#              at most GPU_CHECK_LOAD_S (60) s each: tokens/s, requests/s, TTFT and ITL p50/p99
 #    9 ncu     per-kernel time and DRAM bytes of one decode step (best combination)
 #   10 peer    llama-bench -fa 1 (pp512, pp2048, tg128, tg128 at depth 4096) and
 #              llama-batched-bench (1/4/16/64 sequences of 128+128), if built in time
@@ -29,7 +33,7 @@
 #
 # $OUT (default build/gpu-check) gets at most 7 files: check.log (every step's full output),
 # results.json, summary.txt, bench_cuda.jsonl, ncu.csv, daemon.log, llama_build.log.
-# Time: the optional steps (4, 8, 9, 10 and the extra runs of 7) are skipped once
+# Time: the optional steps (4, 8, 8b, 9, 10 and the extra runs of 7) are skipped once
 # GPU_CHECK_BUDGET (330) seconds have passed, and no command's timeout reaches past
 # GPU_CHECK_HARD (350).  Without a GPU each GPU step fails or skips at once and the summary
 # is still printed.  Work files live in a temporary folder, removed at the end.
@@ -393,6 +397,47 @@ clients() {   # N: N concurrent generates of 128 tokens
 print(f'{int(n):2d} streams: {k} tokens in {d:.2f} s = {int(k) / d:.1f} tokens/s in all')" "$n" "$toks" "$t0" "$t1")"
 }
 
+# daemon_up CONF: starts smollm3d (best combination) on $EP, waits until it is ready; 1 with NOTE set
+daemon_up() {
+    # shellcheck disable=SC2046
+    env $(combo_env "$BEST") "$DAEMON" --config "$1" >> "$OUT/daemon.log" 2>&1 < /dev/null &
+    DAEMON_PID=$!
+    local t0=$SECONDS
+    until "$CTL" --connect "$EP" --timeout 2 health > /dev/null 2>&1; do
+        if ! kill -0 "$DAEMON_PID" 2>/dev/null; then
+            wait "$DAEMON_PID"
+            NOTE="the daemon exited at start (rc $?): $(grep -v '^$' "$OUT/daemon.log" | tail -n 1 | cut -c1-150)"
+            DAEMON_PID=""
+            return 1
+        fi
+        if [ $((SECONDS - t0)) -gt 90 ] || [ $((HARD - SECONDS)) -lt 10 ]; then
+            NOTE="not ready after $((SECONDS - t0)) s"
+            kill -KILL "$DAEMON_PID" 2>/dev/null
+            DAEMON_PID=""
+            return 1
+        fi
+        sleep 0.5
+    done
+    say "  ready after $((SECONDS - t0)) s ($BEST)"
+}
+
+# daemon_down: SIGTERM, at most 30 s for the drain; its exit status (1 with NOTE if it hung)
+daemon_down() {
+    kill -TERM "$DAEMON_PID"
+    local i=0
+    while kill -0 "$DAEMON_PID" 2>/dev/null && [ $i -lt 60 ]; do sleep 0.5; i=$((i + 1)); done
+    if kill -0 "$DAEMON_PID" 2>/dev/null; then
+        kill -KILL "$DAEMON_PID"
+        DAEMON_PID=""
+        NOTE="did not stop within 30 s of SIGTERM"
+        return 1
+    fi
+    wait "$DAEMON_PID"
+    local rc=$?
+    DAEMON_PID=""
+    return $rc
+}
+
 s_daemon() {
     if [ ! -x "$DAEMON" ] || [ ! -x "$CTL" ]; then NOTE="no $DAEMON or $CTL"; return 1; fi
     [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
@@ -415,47 +460,80 @@ default_max_tokens = 128
 log_level = info
 EOF
     cat "$conf"
-    # shellcheck disable=SC2046
-    env $(combo_env "$BEST") "$DAEMON" --config "$conf" > "$OUT/daemon.log" 2>&1 < /dev/null &
-    DAEMON_PID=$!
-    local t0=$SECONDS
-    until "$CTL" --connect "$EP" --timeout 2 health > /dev/null 2>&1; do
-        if ! kill -0 "$DAEMON_PID" 2>/dev/null; then
-            wait "$DAEMON_PID"
-            NOTE="the daemon exited at start (rc $?): $(grep -v '^$' "$OUT/daemon.log" | tail -n 1 | cut -c1-150)"
-            DAEMON_PID=""
-            return 1
-        fi
-        if [ $((SECONDS - t0)) -gt 90 ] || [ $((HARD - SECONDS)) -lt 10 ]; then
-            NOTE="not ready after $((SECONDS - t0)) s"
-            kill -KILL "$DAEMON_PID" 2>/dev/null
-            DAEMON_PID=""
-            return 1
-        fi
-        sleep 0.5
-    done
-    say "  ready after $((SECONDS - t0)) s ($BEST)"
+    daemon_up "$conf" || return 1
     local n
     for n in 1 16 64; do
         [ $((HARD - SECONDS)) -lt 25 ] && { say "  $n streams: skipped (time)"; continue; }
         clients "$n"
     done
-    kill -TERM "$DAEMON_PID"
-    local i=0
-    while kill -0 "$DAEMON_PID" 2>/dev/null && [ $i -lt 60 ]; do sleep 0.5; i=$((i + 1)); done
-    if kill -0 "$DAEMON_PID" 2>/dev/null; then
-        kill -KILL "$DAEMON_PID"
-        DAEMON_PID=""
-        NOTE="did not stop within 30 s of SIGTERM"
-        return 1
-    fi
-    wait "$DAEMON_PID"
+    daemon_down
     local rc=$?
-    DAEMON_PID=""
+    [ -n "$NOTE" ] && return 1
     local failed
     failed=$(grep -L '"event":"done"' "$W"/daemon/*/*.jsonl 2>/dev/null | wc -l)
     NOTE="stopped with rc $rc; $failed clients without a done event"
     [ "$rc" -eq 0 ] && [ "$failed" -eq 0 ]
+}
+
+# ---------------------------------------------------------------- 8b: the load generator
+# tests/load/loadgen.py --mode ctl (python3's standard library and smollm3ctl: the device has no
+# nginx and not the venv) against a daemon with max_running 256, at 1 / 16 / 64 / 256 streams
+# (GPU_CHECK_LOAD_STREAMS), each level `streams` requests (at least 4) of GPU_CHECK_LOAD_ARGS
+# (--mix chat --max-tokens 128) under at most GPU_CHECK_LOAD_S (60) seconds
+s_load() {
+    if [ ! -x "$DAEMON" ] || [ ! -x "$CTL" ]; then NOTE="no $DAEMON or $CTL"; return 1; fi
+    [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
+    [ -s "$MODEL" ] || { NOTE="no model (step synth)"; return 1; }
+    [ -f tests/load/loadgen.py ] || { NOTE="no tests/load/loadgen.py"; return 1; }
+    sys python3 -c 'import asyncio, json' 2>/dev/null || { NOTE="SKIPPED: no python3 with asyncio here"; return 77; }
+    local sock=/tmp/smollm3d-load-$$.sock conf=$W/smollm3d-load.conf
+    EP=ipc://$sock
+    cat > "$conf" <<EOF
+[smollm3d]
+model = $MODEL
+listen = $EP
+backend = cuda
+max_running = 256
+max_queued = 1024
+step_tokens = 512
+ctx = 4096
+kv_budget_mb = 8192
+speculative = 0
+speculative_calibrate = false
+default_max_tokens = 128
+log_level = notice
+EOF
+    cat "$conf"
+    daemon_up "$conf" || return 1
+    mkdir -p "$W/load"
+    local n req t fails=0 ran=0 rc
+    for n in ${GPU_CHECK_LOAD_STREAMS:-1 16 64 256}; do
+        if over || [ $((HARD - SECONDS)) -lt 30 ]; then say "  $n streams: skipped (time)"; continue; fi
+        req=$n
+        [ "$req" -lt 4 ] && req=4
+        t=${GPU_CHECK_LOAD_S:-60}
+        # shellcheck disable=SC2086  # GPU_CHECK_LOAD_ARGS: words
+        LOADGEN_CTL_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} sys tmo "$t" python3 tests/load/loadgen.py --mode ctl \
+            --connect "$EP" --ctl "$CTL" --ctl-arg=--no-think --ctl-arg=--no-speculative --streams "$n" \
+            --requests "$req" --timeout "$t" --seed "$n" ${GPU_CHECK_LOAD_ARGS:---mix chat --max-tokens 128} \
+            > "$W/load/$n.out" 2>&1
+        rc=$?
+        cat "$W/load/$n.out"
+        grep '^{"load"' "$W/load/$n.out" | tail -n 1 > "$W/load/$n.json"
+        ran=$((ran + 1))
+        if [ -s "$W/load/$n.json" ]; then
+            grep -A3 '^load:' "$W/load/$n.out" | sed -n '2,4p' | sed "s/^ */  $n streams: /" | show
+        else
+            say "  $n streams: no result (rc $rc$( { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && echo ", timed out after ${t}s"))"
+            rm -f "$W/load/$n.json"
+        fi
+        [ $rc -eq 0 ] || fails=$((fails + 1))
+    done
+    daemon_down
+    local drc=$?
+    [ -n "$NOTE" ] && return 1
+    NOTE="$ran levels, $fails with failed requests or no result; daemon stopped with rc $drc"
+    [ $fails -eq 0 ] && [ $drc -eq 0 ] && [ $ran -gt 0 ]
 }
 
 # ---------------------------------------------------------------- 9: ncu over decode steps
@@ -540,6 +618,7 @@ step synth 0 "smollm3 synth --preset $PRESET -> $MODEL" s_synth
 step matvec 0 "bench_cuda --bw ${BW:-?}" s_matvec
 step bench 0 "smollm3 bench: knob combinations, best, baseline, cpu" s_bench
 step daemon 1 "smollm3d on cuda: 1 / 16 / 64 streams" s_daemon
+step load 1 "tests/load/loadgen.py --mode ctl on cuda: ${GPU_CHECK_LOAD_STREAMS:-1 16 64 256} streams" s_load
 step ncu 1 "ncu: one decode step per kernel" s_ncu
 step peer 1 "llama.cpp: llama-bench, llama-batched-bench" s_peer
 llama_signal CONT

@@ -322,6 +322,13 @@ def final(W, OUT):
                  "ttft_ms_median": statistics.median(ttft) if ttft else None, "ttft_ms_max": max(ttft) if ttft else None,
                  "failed_clients": errs}
     res["daemon"] = dm
+    # the load generator (step load): one {"load": {...}} line per stream count
+    ld = {}
+    for f in glob.glob(os.path.join(W, "load", "*.json")):
+        j = last_json(read(f))
+        if j and "load" in j:
+            ld[j["load"]["streams"]] = j["load"]
+    res["load"] = ld
 
     def g(label, key):
         j = runs.get(label)
@@ -391,6 +398,13 @@ def final(W, OUT):
         print("  daemon TTFT ms (median / max): " + ", ".join(
             f"{n} streams {fnum(v.get('ttft_ms_median'), '{:.0f}')} / {fnum(v.get('ttft_ms_max'), '{:.0f}')}"
             for n, v in sorted(dm.items())))
+    if ld or "step.load" in facts:
+        print("\nload (tests/load/loadgen.py --mode ctl: smollm3ctl clients straight to the daemon on cuda)")
+        table(["streams", "requests", "errors", "tokens/s in all", "requests/s", "TTFT p50 ms", "TTFT p99 ms",
+               "ITL p50 ms", "ITL p99 ms", "llama.cpp b"],
+              [[str(n), str(v["requests"]), str(v["errors"]), fnum(v.get("tokens_per_s")), fnum(v.get("requests_per_s"), "{:.2f}"),
+                fnum(v.get("ttft_ms_p50")), fnum(v.get("ttft_ms_p99")), fnum(v.get("itl_ms_p50")), fnum(v.get("itl_ms_p99")),
+                fnum(llama_b(n))] for n, v in sorted(ld.items())] or [["-", "no result", "", "", "", "", "", "", "", ""]])
     print("\nknob A/B (pp512 / tg128, tokens/s; agreement: logits of an 8-token step vs f32/0/0, rel L2)")
     table(["matvec/fuse/graphs", "pp512", "tg128", "tg vs base", "agreement", "status"], ab)
     print("\nsteps")

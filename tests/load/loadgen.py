@@ -267,9 +267,12 @@ async def one_ctl(args, rec, msgs, seed):
            "-n", str(rec.max_tokens), "--temp", str(args.temperature), "--seed", str(seed)]
     cmd += args.ctl_arg + ["--", flatten(msgs)]
     done = False
+    env = None
+    if os.environ.get("LOADGEN_CTL_LD_LIBRARY_PATH") is not None:   # tests/gpu/check.sh: the kit's libraries
+        env = dict(os.environ, LD_LIBRARY_PATH=os.environ["LOADGEN_CTL_LD_LIBRARY_PATH"])
     rec.t0 = time.perf_counter()
     try:
-        p = await asyncio.create_subprocess_exec(*cmd, stdin=asyncio.subprocess.DEVNULL,
+        p = await asyncio.create_subprocess_exec(*cmd, stdin=asyncio.subprocess.DEVNULL, env=env,
                                                  stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                                                  limit=1 << 22)
         try:
