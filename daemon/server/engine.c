@@ -1031,7 +1031,7 @@ static int handle_cmd(struct smol_engine *e)
         }
         break;
     }
-    case SMOL_CMD_STOP: e->stop = 1; break;
+    case SMOL_CMD_STOP: atomic_store_explicit(&e->stop, 1, memory_order_release); break;
     default: break;
     }
     for (int i = 0; i < n; i++) zmq_msg_close(&part[i]);
@@ -1043,7 +1043,7 @@ static void *engine_main(void *arg)
     struct smol_engine *e = arg;
     int drained_sent = 0, spilled_one = 0;
     double last_expire = smol_engine_now();
-    while (!e->stop) {
+    while (!atomic_load_explicit(&e->stop, memory_order_acquire)) {
         int runnable = e->n_queued > 0 && !e->waiting_read;
         for (struct req *q = e->running; q && !runnable; q = q->next) runnable = !q->paused || q->cancelled;
         zmq_pollitem_t it = {.socket = e->sock, .events = ZMQ_POLLIN};
@@ -1156,7 +1156,7 @@ void smol_engine_stop(struct smol_engine **ep)
 {
     if (!ep || !*ep) return;
     struct smol_engine *e = *ep;
-    e->stop = 1; /* the thread polls at least every second */
+    atomic_store_explicit(&e->stop, 1, memory_order_release); /* the thread polls at least every second */
     pthread_join(e->thread, NULL);
     engine_free(e);
     *ep = NULL;

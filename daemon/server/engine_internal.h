@@ -7,6 +7,7 @@
 #ifndef SMOL_ENGINE_INTERNAL_H
 #define SMOL_ENGINE_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include "daemon/text/text.h"
 #include "daemon/server/engine.h"
@@ -71,7 +72,7 @@ struct smol_engine {
     int n_queued, n_running;
     int draining;
     int waiting_read;           /* the queue head waits for its session file (smol_spill_prefetch) */
-    volatile int stop;
+    atomic_int stop;                /* set by smol_engine_stop on another thread (release), read by the loop (acquire) */
     double drain_deadline;
     /* step scratch, sized once */
     int32_t *b_tok, *b_pos, *b_out;
