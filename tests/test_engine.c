@@ -332,6 +332,45 @@ START_TEST(t_cancel)
 }
 END_TEST
 
+/* Issue 28: smol_engine_send_event dropped every event it could not pack
+ * (out of memory), the terminal one included, so the RPC thread's route and
+ * the client's stream stayed open forever.  With every packing allocation
+ * failing (the fault hook), the tokens are lost but the stream still ends:
+ * one terminal ERROR (out of memory) in place of Done.  Before the fix no
+ * event came at all and this test failed at the 10 s wait.  Then the engine
+ * still serves, and a zmq_send that fails (transiently) is retried. */
+START_TEST(t_terminal_event_survives_oom)
+{
+    struct rig g;
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    smol_engine_fault_arm(SMOL_FAULT_EVENT_PACK, 1 << 30);
+    uint64_t a = submit_ids(&g, ids, 8, 6, NULL);
+    zmq_pollitem_t it = {.socket = g.sock, .events = ZMQ_POLLIN};
+    ck_assert_msg(zmq_poll(&it, 1, 10000) == 1, "the stream never ended: no event within 10 s");
+    unsigned fl;
+    Smollm3__Event *ev;
+    ck_assert_uint_eq(recv_event(&g, &fl, &ev), a);
+    smol_engine_fault_arm(SMOL_FAULT_EVENT_PACK, 0);
+    ck_assert_msg(fl & SMOL_EV_TERMINAL, "the first event to arrive is not the terminal one");
+    ck_assert_int_eq(ev->kind_case, SMOLLM3__EVENT__KIND_ERROR);
+    ck_assert_int_eq(ev->error->code, SMOL_ENOMEM);
+    ck_assert_uint_eq(ev->request_id, 1000 + a);
+    smollm3__event__free_unpacked(ev, NULL);
+
+    smol_engine_fault_arm(SMOL_FAULT_EVENT_SEND, 3);
+    uint64_t b = submit_ids(&g, ids, 8, 6, NULL);
+    struct result res;
+    memset(&res, 0, sizeof res);
+    collect(&g, b, 1, &res);
+    smol_engine_fault_arm(SMOL_FAULT_EVENT_SEND, 0);
+    ck_assert_int_eq(res.err, 0);
+    ck_assert(res.done);
+    ck_assert_int_eq(res.prompt, 8);
+    rig_close(&g);
+}
+END_TEST
+
 /* A tiny KV budget: a request that can never fit is refused with busy,
  * while one that fits is served. */
 START_TEST(t_kv_budget)
@@ -407,6 +446,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_kv_budget);
     tcase_add_test(tc, t_queue_full_and_context);
     tcase_add_test(tc, t_no_chat_template);
+    tcase_add_test(tc, t_terminal_event_survives_oom);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1064,11 +1064,7 @@ static void *engine_main(void *arg)
             /* a clean stop loses no session: every changed one goes to disk,
              * and so do the cached prefixes */
             while (smol_sessions_spill_one(&e->sessions, 1)) {}
-            uint64_t z = 0;
-            uint8_t fl = SMOL_EV_DRAINED;
-            zmq_send(e->sock, &z, sizeof z, ZMQ_SNDMORE);
-            zmq_send(e->sock, &fl, 1, ZMQ_SNDMORE);
-            zmq_send(e->sock, "", 0, 0);
+            smol_engine_send_drained(e);
             drained_sent = 1;
         }
     }

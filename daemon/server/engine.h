@@ -90,6 +90,17 @@ int smol_engine_send_query(void *sock, uint64_t id, const void *packed_request, 
 int smol_engine_send_drain(void *sock, uint32_t grace_ms);
 int smol_engine_send_stop(void *sock);
 
+/* Test-only fault injection, compiled in always and off unless a test arms
+ * it: the next n passes through the point fail as the real failure would.
+ * Thread-safe (the RPC and the engine thread both pass through them). */
+enum smol_engine_fault {
+    SMOL_FAULT_SUBMIT,          /* smol_engine_send_submit: the hand-off fails (-1, errno ENOMEM) */
+    SMOL_FAULT_EVENT_PACK,      /* smol_engine_send_event: the packing buffer cannot be allocated */
+    SMOL_FAULT_EVENT_SEND,      /* smol_engine_send_event: a frame's zmq_send fails (EINTR, retried) */
+    SMOL_FAULT_N
+};
+void smol_engine_fault_arm(enum smol_engine_fault point, int n);
+
 /* Runs one synchronous warm-up forward (before serving); SMOL_OK or why not. */
 enum smol_err smol_engine_warmup(struct smol_model *m, char *err);
 

@@ -92,6 +92,7 @@ struct smol_engine {
     uint64_t n_grammar_forced;      /* of those, drawn again to end within the length limit */
     uint64_t n_prefilled;           /* prompt positions run through forward() */
     uint64_t n_shared_choices;      /* n > 1: choices started on another's prefilled prompt */
+    uint64_t n_events_lost;         /* events the RPC thread never got (out of memory, socket refused) */
     uint64_t n_spec_drafted, n_spec_accepted, n_spec_steps, n_decode_steps;
     double t_start;
 };

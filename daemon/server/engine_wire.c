@@ -7,11 +7,14 @@
  */
 #include "daemon/server/engine_wire.h"
 
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 #include <zmq.h>
 
 #include "daemon/server/engine_internal.h"
+#include "daemon/server/log.h"
 
 double smol_engine_now(void)
 {
@@ -20,22 +23,114 @@ double smol_engine_now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* ---- fault injection (tests) ------------------------------------------------- */
+
+static atomic_int faults[SMOL_FAULT_N];
+
+void smol_engine_fault_arm(enum smol_engine_fault point, int n)
+{
+    atomic_store(&faults[point], n);
+}
+
+/* 1 when this pass through point is to fail (and one fewer is left). */
+static int fault_hit(enum smol_engine_fault point)
+{
+    int n = atomic_load_explicit(&faults[point], memory_order_relaxed);
+    while (n > 0)
+        if (atomic_compare_exchange_weak(&faults[point], &n, n - 1)) return 1;
+    return 0;
+}
+
 /* ---- messages to the RPC thread --------------------------------------------- */
 
-void smol_engine_send_event(struct smol_engine *e, uint64_t id, unsigned flags, const Smollm3__Event *ev)
+/* One frame to the PAIR.  The PAIR has no high-water mark, so a failure is
+ * transient (EINTR, EAGAIN, ENOMEM while the pipe grows) or final (ETERM:
+ * the context is going away).  A frame is retried for up to ~100 ms: giving
+ * up on a frame after the first of a message would leave the message half
+ * sent, and the next one would be glued to it. */
+static int send_frame(void *sock, const void *p, size_t n, int more)
+{
+    for (int tries = 0;; tries++) {
+        int rc;
+        if (fault_hit(SMOL_FAULT_EVENT_SEND)) {
+            errno = EINTR;
+            rc = -1;
+        } else {
+            rc = zmq_send(sock, p, n, more ? ZMQ_SNDMORE : 0);
+        }
+        if (rc >= 0) return 0;
+        if (errno == ETERM || tries >= 100) return -1;
+        if (errno != EINTR) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+}
+
+/* The terminal event that stands in for one that could not be packed: an
+ * out-of-memory error, packed on the stack (it is a few dozen bytes), so
+ * the client's stream still ends. */
+static size_t pack_fallback(uint64_t client_id, uint8_t *buf, size_t cap)
+{
+    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
+    Smollm3__Error er = SMOLLM3__ERROR__INIT;
+    er.code = (Smollm3__ErrorCode)SMOL_ENOMEM;
+    er.message = "out of memory";
+    ev.request_id = client_id;
+    ev.kind_case = SMOLLM3__EVENT__KIND_ERROR;
+    ev.error = &er;
+    size_t n = smollm3__event__get_packed_size(&ev);
+    if (n > cap) return 0;      /* cannot happen: bounded by the fields above */
+    return smollm3__event__pack(&ev, buf);
+}
+
+int smol_engine_send_event(struct smol_engine *e, uint64_t id, unsigned flags, const Smollm3__Event *ev)
 {
     size_t n = smollm3__event__get_packed_size(ev);
-    if (n > e->pack_cap) {
+    const uint8_t *data = e->pack;
+    uint8_t fb[64];
+    int have = !fault_hit(SMOL_FAULT_EVENT_PACK);
+    if (have && n > e->pack_cap) {
         uint8_t *p = realloc(e->pack, n + 4096);
-        if (!p) return; /* out of memory: the event is lost, but nothing is corrupted */
-        e->pack = p;
-        e->pack_cap = n + 4096;
+        if (p) {
+            e->pack = p;
+            e->pack_cap = n + 4096;
+            data = p;
+        } else {
+            have = 0;
+        }
     }
-    smollm3__event__pack(ev, e->pack);
+    if (have) {
+        smollm3__event__pack(ev, e->pack);
+    } else if (flags & SMOL_EV_TERMINAL) {
+        /* the last event of a stream is never dropped: without it the route
+         * in the RPC thread and the client's stream would stay open forever */
+        smol_log_err("engine: out of memory packing the last event of request %llu: it ends with an error",
+                     (unsigned long long)id);
+        n = pack_fallback(ev->request_id, fb, sizeof fb);
+        data = fb;
+    } else {
+        e->n_events_lost++;
+        smol_log_err("engine: out of memory packing an event of request %llu: dropped (%llu so far)",
+                     (unsigned long long)id, (unsigned long long)e->n_events_lost);
+        return -1;
+    }
     uint8_t fl = (uint8_t)flags;
-    zmq_send(e->sock, &id, sizeof id, ZMQ_SNDMORE);
-    zmq_send(e->sock, &fl, 1, ZMQ_SNDMORE);
-    zmq_send(e->sock, e->pack, n, 0);
+    if (send_frame(e->sock, &id, sizeof id, 1) || send_frame(e->sock, &fl, 1, 1) || send_frame(e->sock, data, n, 0)) {
+        e->n_events_lost++;
+        smol_log_err("engine: cannot send an event of request %llu to the RPC thread: %s (%llu lost so far)",
+                     (unsigned long long)id, zmq_strerror(errno), (unsigned long long)e->n_events_lost);
+        return -1;
+    }
+    return 0;
+}
+
+int smol_engine_send_drained(struct smol_engine *e)
+{
+    uint64_t z = 0;
+    uint8_t fl = SMOL_EV_DRAINED;
+    if (send_frame(e->sock, &z, sizeof z, 1) || send_frame(e->sock, &fl, 1, 1) || send_frame(e->sock, "", 0, 0)) {
+        smol_log_err("engine: cannot send DRAINED to the RPC thread: %s", zmq_strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 void smol_engine_send_error(struct smol_engine *e, uint64_t id, uint64_t client_id, enum smol_err code, const char *msg)
@@ -59,7 +154,14 @@ static int send2(void *sock, uint8_t cmd, const void *p, size_t n)
     return 0;
 }
 
-int smol_engine_send_submit(void *sock, struct smol_request *r) { return send2(sock, SMOL_CMD_SUBMIT, &r, sizeof r); }
+int smol_engine_send_submit(void *sock, struct smol_request *r)
+{
+    if (fault_hit(SMOL_FAULT_SUBMIT)) {
+        errno = ENOMEM;
+        return -1;
+    }
+    return send2(sock, SMOL_CMD_SUBMIT, &r, sizeof r);
+}
 int smol_engine_send_id(void *sock, enum smol_engine_cmd cmd, uint64_t id) { return send2(sock, (uint8_t)cmd, &id, sizeof id); }
 int smol_engine_send_drain(void *sock, uint32_t grace_ms) { return send2(sock, SMOL_CMD_DRAIN, &grace_ms, sizeof grace_ms); }
 int smol_engine_send_stop(void *sock) { return send2(sock, SMOL_CMD_STOP, NULL, 0); }

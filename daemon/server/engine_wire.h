@@ -14,8 +14,14 @@
 struct smol_engine;
 
 double smol_engine_now(void);   /* CLOCK_MONOTONIC seconds */
-/* Sends [id][flags][packed ev] to the RPC thread. */
-void smol_engine_send_event(struct smol_engine *e, uint64_t id, unsigned flags, const Smollm3__Event *ev);
+/* Sends [id][flags][packed ev] to the RPC thread; 0, or -1 when it was lost
+ * (logged and counted in n_events_lost).  A terminal event is never lost to
+ * a failed allocation: when ev cannot be packed, an ENOMEM error event ends
+ * the stream in its place.  Only a socket that refuses it for ~100 ms
+ * (ETERM: shutting down) loses one. */
+int smol_engine_send_event(struct smol_engine *e, uint64_t id, unsigned flags, const Smollm3__Event *ev);
+/* Sends [0][SMOL_EV_DRAINED][]; 0, or -1 (logged). */
+int smol_engine_send_drained(struct smol_engine *e);
 /* Sends a terminal error event. */
 void smol_engine_send_error(struct smol_engine *e, uint64_t id, uint64_t client_id, enum smol_err code,
                             const char *msg);
