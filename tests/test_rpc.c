@@ -13,9 +13,13 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "daemon/model/gguf.h"
 #include "daemon/server/engine.h"
+#include "daemon/server/grammar_cache.h"
 #include "daemon/server/log.h"
 #include "daemon/server/rpc.h"
+#include "daemon/text/tokenizer.h"
+#include "testutil.h"
 
 static const struct smol_rpc_limits LIM = {4096, 1000, 512, NULL};
 
@@ -337,13 +341,15 @@ struct rig {
     char ep[64];
 };
 
-static void rig_init(struct rig *g, int sndhwm, int pause_frames)
+static void rig_init_with(struct rig *g, int sndhwm, int pause_frames, struct smol_grammar_cache *grammars)
 {
     static int k;
     char err[SMOL_ERRLEN];
     g->ctx = zmq_ctx_new();
+    struct smol_rpc_limits lim = LIM;
+    lim.grammars = grammars;
     struct smol_rpc_config c = {
-        .lim = LIM, .sndhwm = sndhwm, .rcvhwm = 100, .pause_frames = pause_frames, .heartbeat_ivl_ms = 0,
+        .lim = lim, .sndhwm = sndhwm, .rcvhwm = 100, .pause_frames = pause_frames, .heartbeat_ivl_ms = 0,
         .heartbeat_timeout_ms = 0, .socket_mode = 0660, .drain_grace_ms = 500, .max_routes = 100,
         .model_name = "fake",
     };
@@ -358,6 +364,11 @@ static void rig_init(struct rig *g, int sndhwm, int pause_frames)
     int one = 1;
     zmq_setsockopt(g->cli, ZMQ_RCVHWM, &one, sizeof one);
     ck_assert_int_eq(zmq_connect(g->cli, g->ep), 0);
+}
+
+static void rig_init(struct rig *g, int sndhwm, int pause_frames)
+{
+    rig_init_with(g, sndhwm, pause_frames, NULL);
 }
 
 static void rig_free(struct rig *g)
@@ -664,6 +675,132 @@ START_TEST(loop_peer_gone)
 }
 END_TEST
 
+/* A schema whose token index takes seconds to build (32 strings with
+ * distinct maxLength, as in the daemon suite): its request stays parked. */
+static char *slow_schema(void)
+{
+    static char buf[4096];
+    size_t n = (size_t)snprintf(buf, sizeof buf, "{\"type\":\"object\",\"required\":[\"s0\"],\"properties\":{");
+    for (int i = 0; i < 32; i++)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "%s\"s%d\":{\"type\":\"string\",\"maxLength\":%d}",
+                              i ? "," : "", i, 117 + i);
+    snprintf(buf + n, sizeof buf - n, "}}");
+    return buf;
+}
+
+/* Issue 28: a parked request (its grammar's index still building) is
+ * cancelled and handing it to the engine fails (the fault hook).  Before
+ * the fix, submit() freed the route: on a client's CANCEL the stream ended
+ * with no terminal event (the first half fails: no ERROR), and when the
+ * client vanished peer_gone then wrote r->gone into the freed route (the
+ * second half: heap-use-after-free under ASan, build/asan/tests/test_rpc).
+ * Now the route ends with an error event and is removed exactly once. */
+START_TEST(loop_parked_handoff_fails)
+{
+    const char *p = fixture_path("models/fixture-t.Q8_0.gguf");
+    ck_assert_msg(p != NULL, "tests/fixtures/models/fixture-t.Q8_0.gguf missing");
+    char err[SMOL_ERRLEN];
+    struct smol_gguf *gg = NULL;
+    struct smol_tokenizer *tok = NULL;
+    struct smol_grammar_cache *gc = NULL;
+    ck_assert_msg(smol_gguf_open(&gg, p, err) == SMOL_OK, "%s", err);
+    ck_assert_msg(smol_tokenizer_new(&tok, gg, err) == SMOL_OK, "%s", err);
+    ck_assert_msg(smol_grammar_cache_new(&gc, tok, 0, err) == SMOL_OK, "%s", err);
+    struct rig g;
+    rig_init_with(&g, 1000, 64, gc);
+    struct smol_rpc_counters c;
+
+    /* 1. the client cancels its parked request; the hand-off fails: Ack,
+     * then the stream's terminal ERROR, and no route is left */
+    struct gen x;
+    gen_init(&x, 1);
+    x.g.constraint_case = SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_SCHEMA;
+    x.g.json_schema = slow_schema();
+    cli_send(&g, &x.rq);
+    pump(&g, 20);
+    smol_rpc_get_counters(g.rpc, &c);
+    ck_assert_uint_eq(c.parked, 1);
+    ck_assert_uint_eq(c.routes, 1);
+    smol_engine_fault_arm(SMOL_FAULT_SUBMIT, 1);
+    Smollm3__Request rq = SMOLLM3__REQUEST__INIT;
+    Smollm3__CancelRequest cr = SMOLLM3__CANCEL_REQUEST__INIT;
+    rq.request_id = 9;
+    rq.kind_case = SMOLLM3__REQUEST__KIND_CANCEL;
+    rq.cancel = &cr;
+    cr.target_request_id = 1;
+    cli_send(&g, &rq);
+    int acked = 0, ended = 0;
+    for (int i = 0; i < 2; i++) {
+        Smollm3__Event *ev = cli_recv(&g);
+        ck_assert_msg(ev != NULL, "no %s event", acked ? "terminal" : "Ack or terminal");
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_ACK) {
+            ck_assert_uint_eq(ev->request_id, 9);
+            acked = 1;
+        } else {
+            ck_assert_int_eq(ev->kind_case, SMOLLM3__EVENT__KIND_ERROR);
+            ck_assert_uint_eq(ev->request_id, 1);
+            ck_assert_int_eq(ev->error->code, SMOLLM3__ERROR_CODE__ERROR_INTERNAL);
+            ended = 1;
+        }
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    ck_assert(acked && ended);
+    pump(&g, 5);
+    smol_rpc_get_counters(g.rpc, &c);
+    ck_assert_uint_eq(c.routes, 0);
+    uint64_t id;
+    ck_assert_int_eq(eng_recv(&g, &id, NULL), 0);   /* the engine never heard of it */
+
+    /* 2. another parked request and a running one; the client vanishes, the
+     * running one's next event finds it gone: peer_gone cancels both, and
+     * the parked one's hand-off fails */
+    x.rq.request_id = 2;
+    cli_send(&g, &x.rq);
+    struct gen y;
+    gen_init(&y, 3);
+    cli_send(&g, &y.rq);
+    uint64_t cid = 0;
+    ck_assert_int_eq(eng_recv(&g, &id, &cid), SMOL_CMD_SUBMIT);
+    ck_assert_msg(cid == 3, "request %llu submitted first: the slow index was built already", (unsigned long long)cid);
+    smol_rpc_get_counters(g.rpc, &c);
+    ck_assert_uint_eq(c.routes, 2);
+    int z = 0;
+    zmq_setsockopt(g.cli, ZMQ_LINGER, &z, sizeof z);
+    zmq_close(g.cli);
+    g.cli = NULL;
+    smol_engine_fault_arm(SMOL_FAULT_SUBMIT, 1);
+    int cancelled = 0;
+    for (int i = 0; i < 200 && !cancelled; i++) {
+        eng_send(&g, id, 0, 3, (uint32_t)i);
+        pump(&g, 2);
+        uint8_t cmd;
+        while (zmq_recv(g.eng, &cmd, 1, ZMQ_DONTWAIT) == 1) {
+            uint8_t buf[64];
+            uint64_t got = 0;
+            ck_assert_int_eq(zmq_recv(g.eng, buf, sizeof buf, 0), 8);
+            memcpy(&got, buf, 8);
+            ck_assert_int_eq(cmd, SMOL_CMD_CANCEL);  /* never a SUBMIT: that hand-off failed */
+            ck_assert_uint_eq(got, id);
+            cancelled = 1;
+        }
+    }
+    smol_engine_fault_arm(SMOL_FAULT_SUBMIT, 0);
+    ck_assert(cancelled);
+    smol_rpc_get_counters(g.rpc, &c);
+    ck_assert_uint_eq(c.peers_gone, 1);
+    ck_assert_uint_eq(c.routes, 1);     /* the running one, until its terminal event */
+    eng_send(&g, id, SMOL_EV_TERMINAL, 3, 0);
+    pump(&g, 5);
+    smol_rpc_get_counters(g.rpc, &c);
+    ck_assert_uint_eq(c.routes, 0);
+    ck_assert_uint_eq(c.queued_frames, 0);
+    rig_free(&g);
+    smol_grammar_cache_free(&gc);
+    smol_tokenizer_free(&tok);
+    smol_gguf_close(&gg);
+}
+END_TEST
+
 START_TEST(loop_drain)
 {
     struct rig g;
@@ -709,6 +846,7 @@ Suite *test_suite(void)
     tcase_add_test(tl, loop_resume_before_end);
     tcase_add_test(tl, loop_peer_gone);
     tcase_add_test(tl, loop_drain);
+    tcase_add_test(tl, loop_parked_handoff_fails);
     suite_add_tcase(s, tl);
     return s;
 }

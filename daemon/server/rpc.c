@@ -279,26 +279,61 @@ static void route_push(struct smol_rpc *rpc, struct route *rt, zmq_msg_t *m)
     route_flush(rpc, rt);
 }
 
-/* The client of rt is gone (EHOSTUNREACH): drop what was queued for it and
- * cancel every unfinished request of that client. */
-/* Hands a generate request to the engine; 0, or an error in err and the
- * route freed (r is consumed either way). */
+/* Hands a generate request to the engine; 0, or an error in err.  r is
+ * consumed either way; rt never is: on error the caller ends or frees the
+ * route (it may be walking the route table, as peer_gone does). */
 static enum smol_err submit(struct smol_rpc *rpc, struct route *rt, struct smol_request *r, char *err)
 {
     r->id = rt->id;
     if (smol_engine_send_submit(rpc->engine, r)) {
+        int saved = errno;
         smol_request_free(&r);
-        route_free(rpc, rt);
-        return smol_errf(err, SMOL_EINTERNAL, "cannot hand the request to the engine: %s", zmq_strerror(errno));
+        return smol_errf(err, SMOL_EINTERNAL, "cannot hand the request to the engine: %s", zmq_strerror(saved));
     }
     rpc->ctr.submitted++;
     return SMOL_OK;
 }
 
+/* Packs ev into a message.  -1 when out of memory. */
+static int pack_event(const Smollm3__Event *ev, zmq_msg_t *m)
+{
+    size_t n = smollm3__event__get_packed_size(ev);
+    if (zmq_msg_init_size(m, n)) return -1;
+    smollm3__event__pack(ev, zmq_msg_data(m));
+    return 0;
+}
+
+/* Ends a generate stream the engine never got: rt becomes terminal and its
+ * client (unless gone) gets the error as the last event, queued behind what
+ * it has not read yet and sent by the loop's flush.  Never frees rt. */
+static void end_with_error(struct smol_rpc *rpc, struct route *rt, enum smol_err code, const char *msg)
+{
+    rt->terminal = 1;
+    if (rt->gone) return;
+    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
+    Smollm3__Error er = SMOLLM3__ERROR__INIT;
+    er.code = (Smollm3__ErrorCode)code;
+    er.message = (char *)msg;
+    ev.request_id = rt->client_id;
+    ev.kind_case = SMOLLM3__EVENT__KIND_ERROR;
+    ev.error = &er;
+    zmq_msg_t m;
+    if (pack_event(&ev, &m)) {
+        smol_log_err("rpc: out of memory ending request %llu with an error", (unsigned long long)rt->id);
+        return;
+    }
+    if (enqueue(rpc, rt, &m)) {
+        smol_log_err("rpc: out of memory ending request %llu with an error", (unsigned long long)rt->id);
+        zmq_msg_close(&m);
+    }
+}
+
 /* Cancels a generate stream.  A parked request goes to the engine without
  * its grammar, marked cancelled, so the client gets the same terminal event
  * as for any cancelled request.  (A CANCEL sent behind it could come after
- * the engine had run the whole request.) */
+ * the engine had run the whole request.)  If that hand-off fails the route
+ * ends here with the error (end_with_error).  Never frees rt: the caller
+ * removes it once terminal and flushed (route_maybe_done, peer_gone). */
 static void cancel_gen(struct smol_rpc *rpc, struct route *rt)
 {
     if (rt->parked) {
@@ -308,14 +343,21 @@ static void cancel_gen(struct smol_rpc *rpc, struct route *rt)
         smol_grammar_entry_release(&r->grammar);
         r->constraint = SMOL_CONSTRAINT_NONE;
         r->cancelled = 1;
-        if (submit(rpc, rt, r, err)) smol_log_err("rpc: %s", err);
-        else rpc->ctr.cancels_sent++;
+        enum smol_err e = submit(rpc, rt, r, err);
+        if (e) {
+            smol_log_err("rpc: %s", err);
+            end_with_error(rpc, rt, e, err);
+        } else {
+            rpc->ctr.cancels_sent++;
+        }
         return;
     }
     smol_engine_send_id(rpc->engine, SMOL_CMD_CANCEL, rt->id);
     rpc->ctr.cancels_sent++;
 }
 
+/* The client of rt is gone (EHOSTUNREACH): drop what was queued for it and
+ * cancel every unfinished request of that client. */
 static void peer_gone(struct smol_rpc *rpc, struct route *rt)
 {
     unsigned char ident[256];
@@ -330,20 +372,12 @@ static void peer_gone(struct smol_rpc *rpc, struct route *rt)
             queue_clear(rpc, r);
             unkey(rpc, r);
             if (r->paused) { r->paused = 0; rpc->ctr.paused--; }
-            if (!r->terminal && !r->gone && r->kind == ROUTE_GEN) cancel_gen(rpc, r);
-            r->gone = 1;
+            int live = !r->terminal && !r->gone && r->kind == ROUTE_GEN;
+            r->gone = 1;                            /* before cancel_gen: nothing is queued for it */
+            if (live) cancel_gen(rpc, r);           /* never frees r (it may end it: terminal) */
             if (r->kind == ROUTE_REPLY || r->terminal) route_free(rpc, r);
         }
     }
-}
-
-/* Packs ev into a message.  -1 when out of memory. */
-static int pack_event(const Smollm3__Event *ev, zmq_msg_t *m)
-{
-    size_t n = smollm3__event__get_packed_size(ev);
-    if (zmq_msg_init_size(m, n)) return -1;
-    smollm3__event__pack(ev, zmq_msg_data(m));
-    return 0;
 }
 
 /* A reply made by the RPC thread: sent now, or queued in a REPLY route. */
@@ -413,7 +447,10 @@ static void handle_request(struct smol_rpc *rpc, const unsigned char *ident, siz
     }
     case SMOLLM3__REQUEST__KIND_CANCEL: {
         struct route *rt = route_by_key(rpc, ident, ilen, rq->cancel->target_request_id);
-        if (rt && rt->kind == ROUTE_GEN && !rt->terminal && !rt->gone) cancel_gen(rpc, rt);
+        if (rt && rt->kind == ROUTE_GEN && !rt->terminal && !rt->gone) {
+            cancel_gen(rpc, rt);
+            route_maybe_done(rpc, rt);          /* ended by a failed hand-off, nothing left to send */
+        }
         Smollm3__Ack ack = SMOLLM3__ACK__INIT;     /* known or not: cancel is idempotent (rpc.h) */
         ev.kind_case = SMOLLM3__EVENT__KIND_ACK;
         ev.ack = &ack;
@@ -443,6 +480,7 @@ static void handle_request(struct smol_rpc *rpc, const unsigned char *ident, siz
             } else {
                 e = submit(rpc, rt, r, err);    /* consumes r */
                 r = NULL;
+                if (e) route_free(rpc, rt);
             }
         }
         smol_request_free(&r);
@@ -507,21 +545,21 @@ static void unpark_ready(struct smol_rpc *rpc)
         if (!smol_grammar_entry_done(rt->parked->grammar, &code, err)) { rpc->parked[w++] = rt->id; continue; }
         struct smol_request *r = rt->parked;
         rt->parked = NULL;
+        uint64_t rid = r->client_id;
         if (!code) {
-            if (!submit(rpc, rt, r, err)) continue;
-            code = SMOL_EINTERNAL;
+            if (!(code = submit(rpc, rt, r, err))) continue;    /* consumes r */
+            smol_log_err("rpc: %s", err);
         } else {
             if (code != SMOL_ENOMEM && code != SMOL_ESHUTDOWN) code = SMOL_EINVAL;
-            uint64_t rid = r->client_id;
             smol_request_free(&r);
-            unsigned char ident[256];
-            size_t ilen = rt->ident_len;
-            int delim = rt->delim, gone = rt->gone;
-            memcpy(ident, rt->ident, ilen);
-            route_free(rpc, rt);
-            rpc->ctr.rejected++;
-            if (!gone) reply_error(rpc, ident, ilen, delim, rid, code, err);
         }
+        unsigned char ident[256];
+        size_t ilen = rt->ident_len;
+        int delim = rt->delim, gone = rt->gone;
+        memcpy(ident, rt->ident, ilen);
+        route_free(rpc, rt);
+        rpc->ctr.rejected++;
+        if (!gone) reply_error(rpc, ident, ilen, delim, rid, code, err);
     }
     rpc->n_parked = w;
 }
@@ -710,7 +748,10 @@ void smol_rpc_drain(struct smol_rpc *rpc)
     smol_log_notice("rpc: draining: refusing new requests, %u ms for in-flight ones", rpc->cfg.drain_grace_ms);
     for (size_t i = 0; i < rpc->n_parked; i++) {   /* the engine refuses them behind DRAIN */
         struct route *rt = route_by_id(rpc, rpc->parked[i]);
-        if (rt && rt->parked) cancel_gen(rpc, rt);
+        if (rt && rt->parked) {
+            cancel_gen(rpc, rt);
+            route_maybe_done(rpc, rt);
+        }
     }
     rpc->n_parked = 0;
     if (smol_engine_send_drain(rpc->engine, rpc->cfg.drain_grace_ms)) {
