@@ -13,6 +13,7 @@
 #include "gateway/params.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,7 +357,12 @@ enum MHD_Result gw_openai_start(struct gw_req *r, struct gw_stream *s, int api, 
     }
     const char *prefix = api == GW_API_CHAT ? "chatcmpl-" : "cmpl-";
     snprintf(s->id, sizeof s->id, "%s", prefix);
-    gw_random_alnum(s->id + strlen(prefix), 24);
+    if (gw_random_alnum(s->id + strlen(prefix), 24)) {
+        gw_log(3, "openai: no randomness for a completion id (getrandom: %s): request refused", strerror(errno));
+        gw_stream_free(s);
+        return gw_queue_error(r, 503, "server_error", "no_randomness",
+                              "the server cannot make a completion id right now: try again shortly");
+    }
     s->created = (long long)time(NULL);
     return gw_req_send(r, s);
 }

@@ -11,6 +11,7 @@
  */
 #include "gateway/gateway.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -252,7 +253,12 @@ enum MHD_Result gw_ui_chat(struct gw_req *r)
         gw_ui_parsed_deinit(&p);
         return html_error(r, 500, "out of memory");
     }
-    gw_random_alnum(s->sid, 24);
+    if (gw_random_alnum(s->sid, 24)) {  /* the id admits its holder to the stream: never a guessable one */
+        gw_log(3, "ui: no randomness for a stream id (getrandom: %s): request refused", strerror(errno));
+        gw_stream_free(s);
+        gw_ui_parsed_deinit(&p);
+        return html_error(r, 503, "the server cannot make a stream id right now: try again shortly");
+    }
 
     struct gw_buf b = { 0 };
     gw_buf_str(&b, "<div class=\"msg user\" data-role=\"user\">");

@@ -3,6 +3,7 @@
  */
 #include "gateway/util.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,19 +102,49 @@ double gw_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-void gw_random_alnum(char *out, size_t n)
+int gw_random_fail_next;         /* test hook (util.h) */
+
+int gw_random_bytes(void *out, size_t n)
+{
+    unsigned char *p = out;
+    if (gw_random_fail_next > 0) {
+        gw_random_fail_next--;
+        errno = EAGAIN;
+        return -1;
+    }
+    while (n) {
+        /* NONBLOCK: at early boot the pool may not be ready; the gateway's one
+         * thread must not wait for it, the request is refused instead */
+        ssize_t k = getrandom(p, n, GRND_NONBLOCK);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+int gw_random_alnum(char *out, size_t n)
 {
     static const char set[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     unsigned char r[64];
-    size_t i = 0;
+    size_t i = 0, have = 0, used = 0;
     while (i < n) {
-        size_t k = n - i < sizeof r ? n - i : sizeof r;
-        if (getrandom(r, k, 0) != (ssize_t)k) {
-            for (size_t j = 0; j < k; j++) r[j] = (unsigned char)rand();
+        if (used == have) {
+            if (gw_random_bytes(r, sizeof r)) {
+                out[0] = 0;
+                return -1;
+            }
+            have = sizeof r;
+            used = 0;
         }
-        for (size_t j = 0; j < k; j++) out[i++] = set[r[j] % 62];
+        unsigned c = r[used++];
+        if (c < 248) out[i++] = set[c % 62];   /* 248 = 4 * 62: every character equally likely */
     }
     out[n] = 0;
+    return 0;
 }
 
 void gw_log(int prio, const char *fmt, ...)

@@ -29,8 +29,17 @@ void gw_buf_deinit(struct gw_buf *b);
 int gw_utf8_lossy(struct gw_buf *out, const unsigned char *b, size_t n);
 
 double gw_now(void);            /* CLOCK_MONOTONIC seconds */
-/* n random characters of [A-Za-z0-9] into out (n + 1 bytes). */
-void gw_random_alnum(char *out, size_t n);
+/* n bytes from getrandom(2).  0, or -1 (errno set) when the kernel has none
+ * to give (pool not ready at early boot, seccomp, ...): there is no weaker
+ * fallback, the caller refuses what needed them. */
+int gw_random_bytes(void *out, size_t n);
+/* n uniformly random characters of [A-Za-z0-9] into out (n + 1 bytes,
+ * NUL-terminated); 0, or -1 with out = "" when gw_random_bytes fails.  These
+ * ids (UI stream ids, completion ids) are capabilities: never predictable. */
+int gw_random_alnum(char *out, size_t n);
+/* Test hook: while > 0, each gw_random_bytes call fails (EAGAIN) and
+ * decrements it.  0 (off) unless a test sets it. */
+extern int gw_random_fail_next;
 
 /* Logs one line on stderr: prio is a syslog level (3 err, 4 warning, 6 info, 7 debug). */
 void gw_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

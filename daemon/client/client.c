@@ -158,8 +158,14 @@ enum smol_err smol_client_open(struct smol_client **out, const char *endpoint,
     c = calloc(1, sizeof *c);
     if (!c) return smol_errf(err, SMOL_ENOMEM, "out of memory");
 
-    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
-        seed = (uint64_t)time(NULL) * 6364136223846793005ull ^ (uint64_t)getpid() << 32 ^ (uintptr_t)c;
+    /* request ids come from getrandom(2), never from the clock: no randomness, no client */
+    ssize_t got;
+    while ((got = getrandom(&seed, sizeof seed, GRND_NONBLOCK)) < 0 && errno == EINTR) {}
+    if (got != (ssize_t)sizeof seed) {
+        free(c);
+        return smol_errf(err, SMOL_EBUSY, "no randomness for request ids (getrandom: %s): retry later",
+                         got < 0 ? strerror(errno) : "short read");
+    }
     c->next_id = (seed >> 2) | 1;        /* < 2^62: no wrap to 0 in practice */
 
     c->ctx = opts->zmq_ctx;

@@ -58,7 +58,9 @@ struct smol_client;
  * connection itself is asynchronous: opening succeeds even when no daemon
  * listens yet; sends then wait up to send_timeout_ms for one.  opts NULL =
  * defaults.  For ipc:// endpoints, a missing socket file is not an error
- * here (see smol_client_endpoint_exists). */
+ * here (see smol_client_endpoint_exists).  Request ids start at a random
+ * point drawn with getrandom(2); SMOL_EBUSY when the kernel has no
+ * randomness to give (early boot). */
 enum smol_err smol_client_open(struct smol_client **out, const char *endpoint,
                                const struct smol_client_opts *opts, char *err);
 /* Closes the socket (pending outgoing messages are discarded), frees queued

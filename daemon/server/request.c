@@ -7,6 +7,7 @@
  */
 #include "daemon/server/request.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,15 +208,16 @@ fail:
     return e;
 }
 
-static uint64_t random_seed(void)
+/* A sampling seed from getrandom(2); -1 when the kernel has none to give
+ * (never a time-derived stand-in: the request is refused instead). */
+static int random_seed(uint64_t *s)
 {
-    uint64_t s;
-    if (getrandom(&s, sizeof s, GRND_NONBLOCK) == (ssize_t)sizeof s) return s;
-    static uint64_t fallback = 0x9e3779b97f4a7c15ull;  /* getrandom unavailable: time-mixed counter */
-    fallback += (uint64_t)(now_s() * 1e9) | 1;
-    s = fallback;
-    s ^= s >> 33; s *= 0xff51afd7ed558ccdull; s ^= s >> 33;
-    return s;
+    for (;;) {
+        ssize_t k = getrandom(s, sizeof *s, GRND_NONBLOCK);
+        if (k == (ssize_t)sizeof *s) return 0;
+        if (k < 0 && errno == EINTR) continue;
+        return -1;
+    }
 }
 
 static enum smol_err build_sampling(struct smol_request *r, const Smollm3__SamplingParams *s, char *err)
@@ -230,7 +232,10 @@ static enum smol_err build_sampling(struct smol_request *r, const Smollm3__Sampl
         if (s->presence_penalty_opt_case) p.presence_penalty = s->presence_penalty;
         if (s->frequency_penalty_opt_case) p.frequency_penalty = s->frequency_penalty;
     }
-    p.seed = (s && s->seed_opt_case) ? s->seed : random_seed();
+    if (s && s->seed_opt_case) p.seed = s->seed;
+    else if (random_seed(&p.seed))
+        return smol_errf(err, SMOL_EBUSY, "no randomness for the sampling seed (getrandom: %s): retry later",
+                         strerror(errno));
     char e2[SMOL_ERRLEN];
     enum smol_err e = smol_sampler_params_check(&p, e2);
     if (e) return smol_errf(err, e, "sampling: %s", e2);
