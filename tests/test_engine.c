@@ -9,6 +9,7 @@
 #include <zmq.h>
 
 #include "daemon/server/engine.h"
+#include "daemon/server/engine_wire.h"
 #include "daemon/model/model.h"
 #include "daemon/text/tokenizer.h"
 #include "smollm3.pb-c.h"
@@ -89,6 +90,7 @@ static uint64_t recv_event(struct rig *g, unsigned *flags, Smollm3__Event **ev)
     char buf[1 << 16];
     zmq_pollitem_t it = {.socket = g->sock, .events = ZMQ_POLLIN};
     ck_assert_msg(zmq_poll(&it, 1, 60000) == 1, "no event from the engine within 60 s");
+    SMOL_HB_RECV();     /* before zmq_recv: it copies and frees the engine's buffers (engine_wire.h) */
     ck_assert(zmq_recv(g->sock, &id, 8, 0) == 8);
     ck_assert(zmq_recv(g->sock, &fl, 1, 0) == 1);
     int n = zmq_recv(g->sock, buf, sizeof buf, 0);

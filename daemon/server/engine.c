@@ -980,6 +980,7 @@ static int handle_cmd(struct smol_engine *e)
             if (n < 3) zmq_msg_close(&part[n]);
             return 0;
         }
+        SMOL_HB_RECV();
         more = zmq_msg_more(m);
         if (n < 3) n++;
     }

@@ -41,6 +41,10 @@ static int fault_hit(enum smol_engine_fault point)
     return 0;
 }
 
+#ifdef SMOL_TSAN
+char smol_inproc_hb;    /* the object SMOL_HB_SEND / SMOL_HB_RECV synchronize on */
+#endif
+
 /* ---- messages to the RPC thread --------------------------------------------- */
 
 /* One frame to the PAIR.  The PAIR has no high-water mark, so a failure is
@@ -56,6 +60,7 @@ static int send_frame(void *sock, const void *p, size_t n, int more)
             errno = EINTR;
             rc = -1;
         } else {
+            SMOL_HB_SEND();
             rc = zmq_send(sock, p, n, more ? ZMQ_SNDMORE : 0);
         }
         if (rc >= 0) return 0;
@@ -149,6 +154,7 @@ void smol_engine_send_error(struct smol_engine *e, uint64_t id, uint64_t client_
 
 static int send2(void *sock, uint8_t cmd, const void *p, size_t n)
 {
+    SMOL_HB_SEND();
     if (zmq_send(sock, &cmd, 1, n || p ? ZMQ_SNDMORE : 0) < 0) return -1;
     if ((n || p) && zmq_send(sock, p, n, 0) < 0) return -1;
     return 0;
@@ -169,6 +175,7 @@ int smol_engine_send_stop(void *sock) { return send2(sock, SMOL_CMD_STOP, NULL, 
 int smol_engine_send_query(void *sock, uint64_t id, const void *packed, size_t len)
 {
     uint8_t cmd = SMOL_CMD_QUERY;
+    SMOL_HB_SEND();
     if (zmq_send(sock, &cmd, 1, ZMQ_SNDMORE) < 0 || zmq_send(sock, &id, sizeof id, ZMQ_SNDMORE) < 0) return -1;
     return zmq_send(sock, packed, len, 0) < 0 ? -1 : 0;
 }

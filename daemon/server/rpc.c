@@ -4,6 +4,7 @@
  * request must satisfy before it is routed is checked in request.c.
  */
 #include "daemon/server/rpc.h"
+#include "daemon/server/engine_wire.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -608,6 +609,7 @@ static int recv_engine(struct smol_rpc *rpc)
     int nf = 0;
     zmq_msg_init(&f[0]);
     if (zmq_msg_recv(&f[0], rpc->engine, ZMQ_DONTWAIT) < 0) { zmq_msg_close(&f[0]); return 0; }
+    SMOL_HB_RECV();
     nf = 1;
     while (zmq_msg_more(&f[nf - 1])) {
         zmq_msg_t t;
