@@ -103,14 +103,19 @@ NVCC      := $(if $(filter 0,$(CUDA)),,$(firstword $(wildcard /usr/local/cuda/bi
 NVCCFLAGS := -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Wno-unused-parameter,-Wno-unused-function \
              -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a \
              -gencode arch=compute_90,code=compute_90 -I.
-CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
+CUDA_SRCS := $(wildcard kernels/cuda/*.cu) daemon/model/backend_cuda.cu
 CUDA_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRCS))
 CUDA_LIB  := $(if $(NVCC),$(BUILD)/lib/libsmollm3_cuda.so)
 
 all: $(CUDA_LIB)
 
-$(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.cuh) kernels/quant.h kernels/fp16.h \
-        kernels/ops_ref.h daemon/model/backend.h daemon/model/backend_cuda_loader.h daemon/model/kv.h
+CUDA_DEPS := $(wildcard kernels/cuda/*.cuh) kernels/cuda/mmvq.h kernels/quant.h kernels/fp16.h kernels/ops_ref.h \
+             daemon/model/backend.h daemon/model/backend_cuda_loader.h daemon/model/kv.h
+$(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+# the plugin's backend (the model layer's interface on the kernels above)
+$(BUILD)/obj/daemon/model/backend_cuda.o: daemon/model/backend_cuda.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 

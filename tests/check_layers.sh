@@ -8,7 +8,8 @@
 # daemon/model/model.h, daemon/text/text.h, daemon/client/client.h (the
 # server is a program: nothing includes it but its own main, except its log
 # convention daemon/server/log.h); daemon/model/error.h (the one error enum)
-# and kernels/*.h (pure functions) are open to all layers above them.  Tests are white-box and exempt.  Prints each violation;
+# and kernels/*.h (pure functions) are open to all layers above them.  Tests are white-box and exempt.
+# C, CUDA (.cu, .cuh) and included bodies (.inc) alike.  Prints each violation;
 # exit 1 if any, else "layers ok".
 cd "$(dirname "$0")/.." || exit 2
 rank() {
@@ -25,7 +26,7 @@ face_ok() {  # folder header
     return 1
 }
 out=$(mktemp)
-for f in $(find kernels daemon gateway -name '*.[ch]' | sort); do
+for f in $(find kernels daemon gateway \( -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name '*.inc' \) | sort); do
     case $f in
         kernels/*) me=kernels ;;
         daemon/*) me=$(echo "$f" | cut -d/ -f2) ;;

@@ -20,7 +20,7 @@
 #include "../quant.h"
 
 #define SMOL_WARP 32
-/* positions per KV page: SMOL_KV_PAGE of daemon/model/kv.h (backend_cuda.cu asserts they agree) */
+/* positions per KV page: SMOL_KV_PAGE of daemon/model/kv.h (daemon/model/backend_cuda.cu asserts they agree) */
 #define SMOL_KV_PAGE_CUDA 32
 
 static __device__ __forceinline__ float h2f(smol_half h) { return __half2float(__ushort_as_half(h)); }

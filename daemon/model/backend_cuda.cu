@@ -1,5 +1,5 @@
 /*
- * backend_cuda.cu - struct smol_backend on one CUDA device: the plugin that
+ * backend_cuda.cu - struct smol_backend on one CUDA device (its kernels in kernels/cuda/): the plugin that
  * daemon/model/backend_cuda_loader.c dlopens (entry symbol smol_cuda_plugin_v1).
  *
  * Memory: weights are uploaded once in their GGUF block format
@@ -39,8 +39,8 @@
 #include <string.h>
 #include <math.h>
 
-#include "common.cuh"
-#include "ops_cuda.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops_cuda.cuh"
 extern "C" {
 #include "daemon/model/backend.h"
 #include "daemon/model/backend_cuda_loader.h"
