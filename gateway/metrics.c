@@ -188,6 +188,8 @@ enum MHD_Result gw_metrics_serve(struct gw_req *r)
         one(&b, "smollm3_daemon_prompt_builds_total", "counter",
             "Prompts rendered and tokenized (a waiting request without a session is built once).",
             (double)s->prompt_builds_total);
+        one(&b, "smollm3_daemon_backend_sampled_tokens_total", "counter",
+            "Tokens drawn by the backend's batch sampler (backend_sampling).", (double)s->backend_sampled_tokens);
         one(&b, "smollm3_daemon_shared_choices_total", "counter",
             "Choices (n > 1) started on another choice's prefilled prompt.", (double)s->shared_choices_total);
         one(&b, "smollm3_daemon_requests_rejected_total", "counter", "Requests the daemon refused.",

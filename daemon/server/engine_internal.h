@@ -82,6 +82,8 @@ struct smol_engine {
     uint32_t *gmask;                /* token bitmask for constrained requests, ceil(vocab / 32) words */
     struct smol_kv_seq **b_seq;
     struct req **b_req;             /* request of each out row */
+    struct smol_row_sample *b_rs;   /* backend_sampling: how each out row is sampled */
+    int32_t *b_ids;                 /* and the tokens the backend drew */
     float *logits;                  /* [max_out][vocab] */
     int max_out;                    /* rows: max_running + spec_rows */
     int spec_rows;                  /* draft rows a step may verify, all requests together */
@@ -95,6 +97,7 @@ struct smol_engine {
     uint64_t n_grammar_forced;      /* of those, drawn again to end within the length limit */
     uint64_t n_prefilled;           /* prompt positions run through forward() */
     uint64_t n_prompt_builds;       /* prompts rendered and tokenized (build_prompt) */
+    uint64_t n_backend_sampled;     /* tokens the backend sampled (backend_sampling) */
     uint64_t n_shared_choices;      /* n > 1: choices started on another's prefilled prompt */
     uint64_t n_events_lost;         /* events the RPC thread never got (out of memory, socket refused) */
     uint64_t n_spec_drafted, n_spec_accepted, n_spec_steps, n_decode_steps;

@@ -479,7 +479,8 @@ EOF
 # tests/load/loadgen.py --mode ctl (python3's standard library and smollm3ctl: the device has no
 # nginx and not the venv) against a daemon with max_running 256, at 1 / 16 / 64 / 256 streams
 # (GPU_CHECK_LOAD_STREAMS), each level `streams` requests (at least 4) of GPU_CHECK_LOAD_ARGS
-# (--mix chat --max-tokens 128) under at most GPU_CHECK_LOAD_S (60) seconds
+# (--mix chat --max-tokens 128) under at most GPU_CHECK_LOAD_S (60) seconds; then
+# GPU_CHECK_LOAD_BS_STREAMS (64) again with backend_sampling = true (empty: not)
 s_load() {
     if [ ! -x "$DAEMON" ] || [ ! -x "$CTL" ]; then NOTE="no $DAEMON or $CTL"; return 1; fi
     [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
@@ -487,8 +488,17 @@ s_load() {
     [ -f tests/load/loadgen.py ] || { NOTE="no tests/load/loadgen.py"; return 1; }
     sys python3 -c 'import asyncio, json' 2>/dev/null || { NOTE="SKIPPED: no python3 with asyncio here"; return 77; }
     local sock=/tmp/smollm3d-load-$$.sock conf=$W/smollm3d-load.conf
-    EP=ipc://$sock
-    cat > "$conf" <<EOF
+    local n req t fails=0 ran=0 rc bs levels tag drc=0
+    mkdir -p "$W/load"
+    # the levels with the host sampler, then GPU_CHECK_LOAD_BS_STREAMS (64) again with
+    # backend_sampling = true (rows sampled on the device): its A/B
+    for bs in false true; do
+        if [ $bs = false ]; then levels=${GPU_CHECK_LOAD_STREAMS:-1 16 64 256}; tag=""
+        else levels=${GPU_CHECK_LOAD_BS_STREAMS-64}; tag="bs"; fi
+        [ -n "$levels" ] || continue
+        if over || [ $((HARD - SECONDS)) -lt 45 ]; then say "  backend_sampling = $bs: skipped (time)"; continue; fi
+        EP=ipc://$sock
+        cat > "$conf" <<EOF
 [smollm3d]
 model = $MODEL
 listen = $EP
@@ -501,36 +511,36 @@ kv_budget_mb = 8192
 speculative = 0
 speculative_calibrate = false
 default_max_tokens = 128
+backend_sampling = $bs
 log_level = notice
 EOF
-    cat "$conf"
-    daemon_up "$conf" || return 1
-    mkdir -p "$W/load"
-    local n req t fails=0 ran=0 rc
-    for n in ${GPU_CHECK_LOAD_STREAMS:-1 16 64 256}; do
-        if over || [ $((HARD - SECONDS)) -lt 30 ]; then say "  $n streams: skipped (time)"; continue; fi
-        req=$n
-        [ "$req" -lt 4 ] && req=4
-        t=${GPU_CHECK_LOAD_S:-60}
-        # shellcheck disable=SC2086  # GPU_CHECK_LOAD_ARGS: words
-        LOADGEN_CTL_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} sys tmo "$t" python3 tests/load/loadgen.py --mode ctl \
-            --connect "$EP" --ctl "$CTL" --ctl-arg=--no-think --ctl-arg=--no-speculative --streams "$n" \
-            --requests "$req" --timeout "$t" --seed "$n" ${GPU_CHECK_LOAD_ARGS:---mix chat --max-tokens 128} \
-            > "$W/load/$n.out" 2>&1
-        rc=$?
-        cat "$W/load/$n.out"
-        grep '^{"load"' "$W/load/$n.out" | tail -n 1 > "$W/load/$n.json"
-        ran=$((ran + 1))
-        if [ -s "$W/load/$n.json" ]; then
-            grep -A3 '^load:' "$W/load/$n.out" | sed -n '2,4p' | sed "s/^ */  $n streams: /" | show
-        else
-            say "  $n streams: no result (rc $rc$( { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && echo ", timed out after ${t}s"))"
-            rm -f "$W/load/$n.json"
-        fi
-        [ $rc -eq 0 ] || fails=$((fails + 1))
+        cat "$conf"
+        daemon_up "$conf" || return 1
+        for n in $levels; do
+            if over || [ $((HARD - SECONDS)) -lt 30 ]; then say "  $n$tag streams: skipped (time)"; continue; fi
+            req=$n
+            [ "$req" -lt 4 ] && req=4
+            t=${GPU_CHECK_LOAD_S:-60}
+            # shellcheck disable=SC2086  # GPU_CHECK_LOAD_ARGS: words
+            LOADGEN_CTL_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} sys tmo "$t" python3 tests/load/loadgen.py --mode ctl \
+                --connect "$EP" --ctl "$CTL" --ctl-arg=--no-think --ctl-arg=--no-speculative --streams "$n" \
+                --requests "$req" --timeout "$t" --seed "$n" ${GPU_CHECK_LOAD_ARGS:---mix chat --max-tokens 128} \
+                > "$W/load/$n$tag.out" 2>&1
+            rc=$?
+            cat "$W/load/$n$tag.out"
+            grep '^{"load"' "$W/load/$n$tag.out" | tail -n 1 > "$W/load/$n$tag.json"
+            ran=$((ran + 1))
+            if [ -s "$W/load/$n$tag.json" ]; then
+                grep -A3 '^load:' "$W/load/$n$tag.out" | sed -n '2,4p' |
+                    sed "s/^ */  $n streams${tag:+ (backend_sampling)}: /" | show
+            else
+                say "  $n$tag streams: no result (rc $rc$( { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && echo ", timed out after ${t}s"))"
+                rm -f "$W/load/$n$tag.json"
+            fi
+            [ $rc -eq 0 ] || fails=$((fails + 1))
+        done
+        daemon_down || drc=$?
     done
-    daemon_down
-    local drc=$?
     [ -n "$NOTE" ] && return 1
     NOTE="$ran levels, $fails with failed requests or no result; daemon stopped with rc $drc"
     [ $fails -eq 0 ] && [ $drc -eq 0 ] && [ $ran -gt 0 ]

@@ -326,8 +326,9 @@ def final(W, OUT):
     ld = {}
     for f in glob.glob(os.path.join(W, "load", "*.json")):
         j = last_json(read(f))
-        if j and "load" in j:
-            ld[j["load"]["streams"]] = j["load"]
+        if j and "load" in j:  # N.json: the host sampler; Nbs.json: backend_sampling = true
+            bs = os.path.basename(f).endswith("bs.json")
+            ld[f'{j["load"]["streams"]}{" bs" if bs else ""}'] = dict(j["load"], backend_sampling=bs)
     res["load"] = ld
 
     def g(label, key):
@@ -402,9 +403,9 @@ def final(W, OUT):
         print("\nload (tests/load/loadgen.py --mode ctl: smollm3ctl clients straight to the daemon on cuda)")
         table(["streams", "requests", "errors", "tokens/s in all", "requests/s", "TTFT p50 ms", "TTFT p99 ms",
                "ITL p50 ms", "ITL p99 ms", "llama.cpp b"],
-              [[str(n), str(v["requests"]), str(v["errors"]), fnum(v.get("tokens_per_s")), fnum(v.get("requests_per_s"), "{:.2f}"),
+              [[n + (" (backend_sampling)" if v.get("backend_sampling") else ""), str(v["requests"]), str(v["errors"]), fnum(v.get("tokens_per_s")), fnum(v.get("requests_per_s"), "{:.2f}"),
                 fnum(v.get("ttft_ms_p50")), fnum(v.get("ttft_ms_p99")), fnum(v.get("itl_ms_p50")), fnum(v.get("itl_ms_p99")),
-                fnum(llama_b(n))] for n, v in sorted(ld.items())] or [["-", "no result", "", "", "", "", "", "", "", ""]])
+                fnum(llama_b(v["streams"]))] for n, v in sorted(ld.items(), key=lambda kv: (kv[1]["streams"], kv[1]["backend_sampling"]))] or [["-", "no result", "", "", "", "", "", "", "", ""]])
     print("\nknob A/B (pp512 / tg128, tokens/s; agreement: logits of an 8-token step vs f32/0/0, rel L2)")
     table(["matvec/fuse/graphs", "pp512", "tg128", "tg vs base", "agreement", "status"], ab)
     print("\nsteps")
