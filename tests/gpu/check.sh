@@ -8,7 +8,8 @@
 # Steps, each timed, each command under `timeout`; a step's pass / fail / skip is recorded and
 # the next step runs regardless:
 #    1 llama   .gpu/llama.cpp.tar.xz unpacked to /tmp, llama.cpp's CUDA build (llama-bench,
-#              llama-batched-bench) started in the background (nice, -j LLAMA_JOBS = 12)
+#              llama-batched-bench, then llama-server unless GPU_CHECK_LLAMA_SERVER=OFF) started
+#              in the background (nice, -j LLAMA_JOBS = 12)
 #    2 device  nvidia-smi facts; device-to-device copy bandwidth (PyTorch, 2 GiB, events,
 #              median of 10, bytes read + written) = BW
 #    3 test    build/tests/test_cuda (CK_RUN_CASE honoured): its "stats:" lines and summary
@@ -28,7 +29,9 @@
 #              at most GPU_CHECK_LOAD_S (60) s each: tokens/s, requests/s, TTFT and ITL p50/p99
 #    9 ncu     per-kernel time and DRAM bytes of one decode step (best combination)
 #   10 peer    llama-bench -fa 1 (pp512, pp2048, tg128, tg128 at depth 4096) and
-#              llama-batched-bench (1/4/16/64 sequences of 128+128), if built in time
+#              llama-batched-bench (1/4/16/64 sequences of 128+128), if built in time; then
+#              llama-server (-np 64) under tests/load/loadgen.py --mode http at the load step's
+#              stream counts and plans, printed beside the daemon's in the load table
 #   11 summary the tables, printed last, and $OUT/results.json
 #
 # $OUT (default build/gpu-check) gets at most 7 files: check.log (every step's full output),
@@ -56,6 +59,7 @@ MODEL=${GPU_CHECK_MODEL:-/dev/shm/3b.gguf}
 PRESET=${GPU_CHECK_PRESET:-smollm3-3b}  # "tiny": a dry run of the script where there is no GPU
 LLAMA_DIR=/tmp/llama.cpp
 LLAMA_JOBS=${LLAMA_JOBS:-12}
+LLAMA_SERVER=${GPU_CHECK_LLAMA_SERVER:-ON}   # OFF: no llama-server build, no load against it
 B=${GPU_CHECK_BUILD:-build}              # where the binaries are (make gpu-check passes $(BUILD))
 SM=$B/bin/smollm3
 CTL=$B/bin/smollm3ctl
@@ -158,10 +162,15 @@ s_llama() {
         nice -n 19 cmake -S . -B b "${gen[@]}" -DCMAKE_CUDA_COMPILER="$nvcc" \
             -DGGML_CUDA=ON -DGGML_CUDA_NO_VMM=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
             -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DGGML_CUDA_FA_ALL_QUANTS=OFF \
-            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER="$LLAMA_SERVER" \
             -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CCACHE=OFF -DCMAKE_BUILD_TYPE=Release &&
         nice -n 19 cmake --build b -j "$LLAMA_JOBS" --target llama-bench llama-batched-bench
         echo "llama build: exit $? after $(($(date +%s) - t0)) s"
+        # then the server (its own command: a failure there leaves the benches built)
+        if [ "$LLAMA_SERVER" = ON ]; then
+            nice -n 19 cmake --build b -j "$LLAMA_JOBS" --target llama-server
+            echo "llama-server build: exit $? after $(($(date +%s) - t0)) s"
+        fi
     ) > "$OUT/llama_build.log" 2>&1 < /dev/null &
     LLAMA_PID=$!
     set +m
@@ -577,8 +586,9 @@ s_peer() {
     [ -n "$LLAMA_PID" ] || { NOTE="not built (no .gpu/llama.cpp.tar.xz: tests/gpu/prepare.sh)"; return 77; }
     [ -s "$MODEL" ] || { NOTE="no model (step synth)"; return 1; }
     local waited=$SECONDS
-    while kill -0 "$LLAMA_PID" 2>/dev/null && [ $((HARD - SECONDS)) -gt 35 ]; do sleep 2; done
-    if kill -0 "$LLAMA_PID" 2>/dev/null; then
+    while kill -0 "$LLAMA_PID" 2>/dev/null && ! grep -q '^llama build:' "$OUT/llama_build.log" &&
+        [ $((HARD - SECONDS)) -gt 35 ]; do sleep 2; done
+    if ! grep -q '^llama build:' "$OUT/llama_build.log"; then
         llama_signal TERM
         NOTE="build not finished in time: $(grep -oE '^\[[0-9]+/[0-9]+\]' "$OUT/llama_build.log" | tail -n 1)"
         return 1
@@ -615,7 +625,53 @@ for f in sorted(glob.glob(sys.argv[1] + "/*.jsonl")):
                 print(f"  batched-bench {r['pl']} x (128+128): tg {r['speed_tg']:.1f} tokens/s in all, pp {r['speed_pp']:.1f}")
 EOF
     NOTE="llama-bench rc $rc"
+    peer_server
+    [ -n "$SERVER_NOTE" ] && NOTE="$NOTE; llama-server: $SERVER_NOTE"
     return $rc
+}
+
+# The same load generator against llama.cpp's llama-server (built after the benches, -np
+# GPU_CHECK_SERVER_SLOTS (64), -fa on, the same model), in http mode with the same plans
+# (--seed N, --mix chat --max-tokens 128; --ignore-eos, so each request generates its 128 as
+# ours do on random weights): $W/llama/load-N.json, beside the daemon's in the load table.
+peer_server() {
+    SERVER_NOTE=""
+    [ "$LLAMA_SERVER" = ON ] || { SERVER_NOTE="not built (GPU_CHECK_LLAMA_SERVER=OFF)"; return 0; }
+    while kill -0 "$LLAMA_PID" 2>/dev/null && [ $((HARD - SECONDS)) -gt 60 ]; do sleep 2; done
+    local ls=$LLAMA_DIR/b/bin/llama-server port=18091 slots=${GPU_CHECK_SERVER_SLOTS:-64} n rc t
+    [ -x "$ls" ] || { SERVER_NOTE="no binary ($(grep 'llama-server build:' "$OUT/llama_build.log" | tail -n 1))"; return 0; }
+    LD_LIBRARY_PATH=$SYS_LD "$ls" -m "$MODEL" -ngl 99 -fa on -np "$slots" -c $((slots * 1024)) \
+        --host 127.0.0.1 --port $port > "$W/llama/server.log" 2>&1 &
+    local spid=$!
+    sys tmo 90 python3 - "$port" <<'EOF' || { SERVER_NOTE="not ready in 90 s: $(tail -n 3 "$W/llama/server.log" | tr '\n' ' ' | cut -c1-200)"; kill "$spid" 2>/dev/null; return 0; }
+import sys, time, urllib.request
+while True:
+    try:
+        if urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=2).status == 200:
+            break
+    except Exception:
+        pass
+    time.sleep(0.5)
+EOF
+    for n in ${GPU_CHECK_LOAD_STREAMS:-1 16 64 256}; do
+        if over || [ $((HARD - SECONDS)) -lt 30 ]; then say "  llama-server $n streams: skipped (time)"; continue; fi
+        t=${GPU_CHECK_LOAD_S:-60}
+        # shellcheck disable=SC2086  # GPU_CHECK_LOAD_ARGS: words
+        sys tmo "$t" python3 tests/load/loadgen.py --mode http --url "http://127.0.0.1:$port" --ignore-eos \
+            --streams "$n" --requests "$([ "$n" -lt 4 ] && echo 4 || echo "$n")" --timeout "$t" --seed "$n" \
+            ${GPU_CHECK_LOAD_ARGS:---mix chat --max-tokens 128} > "$W/llama/load-$n.out" 2>&1
+        rc=$?
+        grep '^{"load"' "$W/llama/load-$n.out" | tail -n 1 > "$W/llama/load-$n.json"
+        if [ -s "$W/llama/load-$n.json" ]; then
+            grep -A3 '^load:' "$W/llama/load-$n.out" | sed -n '2,4p' | sed "s/^ */  llama-server $n streams: /" | show
+        else
+            say "  llama-server $n streams: no result (rc $rc): $(tail -n 2 "$W/llama/load-$n.out" | tr '\n' ' ' | cut -c1-160)"
+            rm -f "$W/llama/load-$n.json"
+        fi
+    done
+    kill "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
+    return 0
 }
 
 # ---------------------------------------------------------------- run
