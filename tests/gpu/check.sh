@@ -461,7 +461,7 @@ backend = cuda
 max_running = 64
 max_queued = 256
 step_tokens = 512
-ctx = 4096
+ctx = 8192
 kv_budget_mb = 4096
 speculative = 0
 speculative_calibrate = false
@@ -482,6 +482,35 @@ EOF
     failed=$(grep -L '"event":"done"' "$W"/daemon/*/*.jsonl 2>/dev/null | wc -l)
     NOTE="stopped with rc $rc; $failed clients without a done event"
     [ "$rc" -eq 0 ] && [ "$failed" -eq 0 ]
+}
+
+# ttft_4k EP: a ~4,096-token prompt's time to first token on the idle daemon (the Done event's
+# ttft_ms), three different prompts (no prefix reuse), one token each: $W/load/ttft4k.json
+ttft_4k() {
+    local i out
+    [ $((HARD - SECONDS)) -lt 40 ] && { say "  4K-token TTFT: skipped (time)"; return 0; }
+    for i in 1 2 3; do
+        sys python3 -c 'import random, sys
+r = random.Random(int(sys.argv[1]))
+w = "the of and a to in is you that it he was for on are as with his they at be this have from or one had by word but not what all were we when your can said there use an each which she do how their if will up other about out many then them these so some her would make like him into time has look two more write go see number no way could people my than first water been call who oil its now find long down day did get come made may part".split()
+print(str(r.random()), " ".join(r.choice(w) for _ in range(4000)))' "$i" |
+            sys tmo 30 "$CTL" --connect "$1" generate --json --no-think --no-speculative -n 1 - \
+            > "$W/load/ttft4k.$i.out" 2>&1
+    done
+    sys python3 - "$W/load" <<'EOF' | tee "$W/load/ttft4k.json" | show
+import glob, json, statistics, sys
+ttft, toks = [], []
+for f in sorted(glob.glob(sys.argv[1] + "/ttft4k.*.out")):
+    for l in open(f, errors="replace"):
+        try:
+            j = json.loads(l)
+        except ValueError:
+            continue
+        if j.get("event") == "done" and j.get("timings"):
+            ttft.append(j["timings"]["ttft_ms"]); toks.append(j["usage"]["prompt_tokens"])
+print(json.dumps({"ttft4k": {"prompt_tokens": toks, "ttft_ms": ttft,
+                             "ttft_ms_median": statistics.median(ttft) if ttft else None}}))
+EOF
 }
 
 # ---------------------------------------------------------------- 8b: the load generator
@@ -515,7 +544,7 @@ backend = cuda
 max_running = 256
 max_queued = 1024
 step_tokens = 512
-ctx = 4096
+ctx = 8192
 kv_budget_mb = 8192
 speculative = 0
 speculative_calibrate = false
@@ -548,6 +577,7 @@ EOF
             fi
             [ $rc -eq 0 ] || fails=$((fails + 1))
         done
+        [ $bs = false ] && ttft_4k "$EP"
         daemon_down || drc=$?
     done
     [ -n "$NOTE" ] && return 1

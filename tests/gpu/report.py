@@ -337,6 +337,8 @@ def final(W, OUT):
         if j and "load" in j:
             sv[j["load"]["streams"]] = j["load"]
     res["llama_server_load"] = sv
+    j = last_json(read(os.path.join(W, "load", "ttft4k.json")))
+    res["ttft4k"] = j.get("ttft4k") if j else None
 
     def g(label, key):
         j = runs.get(label)
@@ -421,6 +423,10 @@ def final(W, OUT):
                 fnum(srv(v["streams"], "itl_ms_p99"))]
                for n, v in sorted(ld.items(), key=lambda kv: (kv[1]["streams"], kv[1]["backend_sampling"]))]
               or [["-", "no result"] + [""] * 11])
+    if res.get("ttft4k"):
+        t4 = res["ttft4k"]
+        print(f"  TTFT of a ~4K-token prompt on the idle daemon: {fnum(t4.get('ttft_ms_median'))} ms median "
+              f"(prompts of {t4.get('prompt_tokens')} tokens: {t4.get('ttft_ms')} ms)")
     print("\nknob A/B (pp512 / tg128, tokens/s; agreement: logits of an 8-token step vs f32/0/0, rel L2)")
     table(["matvec/fuse/graphs", "pp512", "tg128", "tg vs base", "agreement", "status"], ab)
     print("\nsteps")
