@@ -33,8 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/text/chat_template.h"
-#include "daemon/text/pyrepr.h"
+#include "daemon/text/text.h"        /* smol_chat_json_dump: Python's json.dumps, as the daemon writes arguments */
 
 #define MAX_MESSAGES 4096           /* as the chat endpoint */
 #define MAX_CHAT_MESSAGES 16384     /* after splitting tool results into their own messages */
