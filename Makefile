@@ -159,7 +159,7 @@ MODEL ?=
 PORT  ?= 8080
 API_KEY ?=
 run: deps
-	$(MAKE) all
+	$(MAKE) $(PROGS) $(BUILD)/bin/smollm3-gateway $(CUDA_LIB)
 	@API_KEY="$(API_KEY)" exec sh deploy/run.sh $(BUILD) "$(MODEL)" "$(PORT)"
 
 # model: SmolLM3-3B Q4_K_M from Hugging Face (ggml-org/SmolLM3-3B-GGUF, pinned

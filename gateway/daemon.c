@@ -214,6 +214,7 @@ static void on_event(Smollm3__Event *ev)
             G.daemon_ready = ev->health->ready;
             if (!G.cfg.model_name && ev->health->model && *ev->health->model)
                 snprintf(G.model, sizeof G.model, "%s", ev->health->model);
+            if (ev->health->ready) G.thinking = ev->health->thinking_supported;
             if (G.daemon_ready && !was) gw_log(6, "daemon ready, model %s", G.model);
         }
         return;

@@ -164,6 +164,7 @@ struct gw {
     int daemon_connected;       /* the monitor says connected */
     int daemon_ready;           /* health replied ready */
     char model[256];
+    int thinking;               /* the daemon's model has a thinking mode (its health reply); 1 until known */
     uint64_t health_rid, stats_rid;
     double next_health, next_stats;
     Smollm3__StatsReply stats;  /* last stats (scalars only) */

@@ -295,6 +295,7 @@ int main(int argc, char **argv)
     if (G.cfg.api_key_file && gw_auth_load(G.cfg.api_key_file)) return 1;
     signal(SIGPIPE, SIG_IGN);
     snprintf(G.model, sizeof G.model, "%s", G.cfg.model_name ? G.cfg.model_name : "smollm3");
+    G.thinking = 1;             /* until the daemon's health reply says */
     gw_metrics_init();
 
     sigset_t mask;

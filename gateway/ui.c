@@ -396,7 +396,7 @@ enum MHD_Result gw_ui_stop(struct gw_req *r, const char *sid)
 enum MHD_Result gw_ui_config(struct gw_req *r)
 {
     return gw_queue_json(r, 200, json_pack("{s:s,s:b,s:f}", "model", G.model,
-                                           "thinking_supported", 1, "default_temperature", 0.6));
+                                           "thinking_supported", G.thinking, "default_temperature", 0.6));
 }
 
 void gw_ui_expire(double now)

@@ -140,6 +140,11 @@ grep -q "^smollm3 bench: cuda: " "$TMP/err" && ok || bad "bench --backend cuda m
 expect 0 "bench --backend auto without a device" env CUDA_VISIBLE_DEVICES= $S bench -m $T -p 16 -n 4 -t 2 --backend auto --json
 grep -q "using the CPU backend" "$TMP/err" && grep -q "^backend: cpu" "$TMP/out" && ok \
     || bad "bench --backend auto falls back to the CPU: $(cat "$TMP/err")"
+# where the plugin is built, no device (none visible) is said plainly, not in CUDA's words
+if [ -f "$BUILD/lib/libsmollm3_cuda.so" ]; then
+    grep -qx "<5>no NVIDIA GPU/driver found: using the CPU backend" "$TMP/err" && ok \
+        || bad "no device is said plainly: $(cat "$TMP/err")"
+fi
 expect 1 "bad SMOL_CUDA_MATVEC" env SMOL_CUDA_MATVEC=q4 $S bench -m $T -p 16 -n 4 --backend auto
 grep -q "SMOL_CUDA_MATVEC" "$TMP/err" && ok || bad "bad SMOL_CUDA_MATVEC message: $(cat "$TMP/err")"
 expect 2 "bench --backend bogus" $S bench -m $T --backend bogus

@@ -223,6 +223,9 @@
     var think = $('#think');
     think.checked = settings.think && serverConfig.thinking_supported !== false;
     think.disabled = serverConfig.thinking_supported === false;
+    /* a model without a thinking mode (SmolLM2): no Think switch at all */
+    var sw = think.closest('label');
+    if (sw) sw.hidden = serverConfig.thinking_supported === false;
     var t = temperature();
     $('#temperature').value = String(t);
     $('#temperature-value').textContent = t.toFixed(2);
@@ -934,6 +937,7 @@
       if (typeof cfg.thinking_supported === 'boolean') serverConfig.thinking_supported = cfg.thinking_supported;
       if (typeof cfg.default_temperature === 'number') serverConfig.default_temperature = cfg.default_temperature;
       ui.modelName.textContent = serverConfig.model || '—';
+      ui.message.placeholder = 'Message ' + (serverConfig.model || 'the model') + '\u2026';
       ui.modelName.title = 'Model: ' + (serverConfig.model || 'unknown');
       applySettingsToControls();
     }).catch(function () { ui.modelName.textContent = 'offline?'; });

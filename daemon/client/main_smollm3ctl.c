@@ -481,12 +481,13 @@ static int cmd_health(struct smol_client *c, int timeout_ms, int json)
     } else {
         const Smollm3__HealthReply *h = ev->health;
         if (json)
-            jprint(json_pack("{s:b, s:o, s:o, s:I}", "ready", (int)h->ready, "model", jstr(h->model),
+            jprint(json_pack("{s:b, s:o, s:o, s:I, s:b}", "ready", (int)h->ready, "model", jstr(h->model),
                              "status", jstr(h->status), "protocol_version",
-                             (json_int_t)h->protocol_version));
+                             (json_int_t)h->protocol_version, "thinking_supported", (int)h->thinking_supported));
         else
-            printf("ready: %s\nmodel: %s\nstatus: %s\nprotocol_version: %u\n",
-                   h->ready ? "yes" : "no", h->model, h->status, h->protocol_version);
+            printf("ready: %s\nmodel: %s\nstatus: %s\nprotocol_version: %u\nthinking_supported: %s\n",
+                   h->ready ? "yes" : "no", h->model, h->status, h->protocol_version,
+                   h->thinking_supported ? "yes" : "no");
         rc = h->ready ? 0 : 1;
     }
     smol_client_event_free(&ev);

@@ -480,6 +480,7 @@ static void att_task(void *a, int task, int th)
     const int t0 = j->grp[gi], T = j->grp[gi + 1] - t0, G = j->group;
     const struct smol_cpu_kernels *k = j->c->k;
     float qb[ATT_MAX_Q * ATT_MAX_HD], ob[ATT_MAX_Q * ATT_MAX_HD];
+    if (T <= 0) return;     /* (never: a group has a token; says so to -Wmaybe-uninitialized) */
     int n_min = j->b->pos[t0] + 1, n_max = n_min;
     for (int t = 0; t < T; t++) {
         const int n = j->b->pos[t0 + t] + 1;

@@ -705,6 +705,10 @@ static enum smol_err cu_new(struct smol_backend **out, int device, const struct 
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         cudaGetLastError();
+        /* no device, or no driver at all (CUDA words that "driver version is insufficient") */
+        if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
+            return errf(err, SMOL_EUNSUPPORTED, "cuda: no NVIDIA GPU/driver found (cudaGetDeviceCount: %s)",
+                        cudaGetErrorString(e));
         return errf(err, SMOL_EUNSUPPORTED, "cuda: no usable device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
     }
     if (device < 0 || device >= count)

@@ -359,7 +359,10 @@ enum smol_err smol_model_open(struct smol_model **out, const char *path, const s
                 memcpy(err, why, SMOL_ERRLEN);
                 goto fail;
             }
-            fprintf(stderr, "<5>%s; using the CPU backend\n", why); /* even when quiet: operators need it */
+            /* even when quiet: operators need it; a machine without a GPU or its driver is the
+             * common case, said plainly (CUDA's own words for it are "driver version is insufficient") */
+            if (strstr(why, "no NVIDIA GPU/driver found")) fprintf(stderr, "<5>no NVIDIA GPU/driver found: using the CPU backend\n");
+            else fprintf(stderr, "<5>%s; using the CPU backend\n", why);
             e = SMOL_OK;
         }
     }

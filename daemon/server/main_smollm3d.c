@@ -40,6 +40,17 @@
 #define ENGINE_ENDPOINT "inproc://smollm3d-engine"
 #define SMOLLM3D_VERSION "0.1"
 
+/* The model has a thinking mode: SmolLM3's chat template and its <think> </think> tokens. */
+static int has_thinking(struct smol_model *m, struct smol_tokenizer *tok)
+{
+    struct smol_gguf_str tpl = {0};
+    enum smol_chat_tpl kind;
+    const struct smol_special_ids *sp = smol_tokenizer_special(tok);
+    return smol_gguf_get_str(m->gguf, "tokenizer.chat_template", &tpl, 0, NULL) == SMOL_OK && tpl.ptr &&
+           smol_chat_tpl_detect(tpl.ptr, tpl.len, 0, &kind, NULL) == SMOL_OK && kind == SMOL_CHAT_TPL_SMOLLM3 &&
+           sp->think >= 0 && sp->think_end >= 0;
+}
+
 struct sigctx {
     int fd;
     int terms;              /* SIGTERM/SIGINT seen */
@@ -192,6 +203,7 @@ int main(int argc, char **argv)
         .max_routes = 4 * (cfg.max_running + cfg.max_queued) + 1024,
         .watchdog_usec = wd_usec,
         .model_name = name,
+        .thinking = has_thinking(m, tok),
     };
     if (!(zctx = zmq_ctx_new())) { smol_log_err("zmq_ctx_new: %s", zmq_strerror(errno)); goto out; }
     if (smol_rpc_new(&rpc, zctx, &rc_cfg, err) || smol_rpc_bind_engine(rpc, ENGINE_ENDPOINT, err) ||

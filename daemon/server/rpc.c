@@ -439,6 +439,7 @@ static void handle_request(struct smol_rpc *rpc, const unsigned char *ident, siz
         Smollm3__HealthReply h = SMOLLM3__HEALTH_REPLY__INIT;
         h.ready = rpc->ready && !rpc->draining;
         h.model = rpc->model_name;
+        h.thinking_supported = rpc->cfg.thinking != 0;
         h.status = rpc->draining ? "draining" : rpc->ready ? "serving" : "starting";
         h.protocol_version = SMOL_PROTOCOL_VERSION;
         ev.kind_case = SMOLLM3__EVENT__KIND_HEALTH;

@@ -68,6 +68,7 @@ struct smol_rpc_config {
     int max_routes;             /* in-flight requests + queued replies; beyond: ERROR_QUEUE_FULL */
     uint64_t watchdog_usec;     /* 0 = no systemd watchdog */
     const char *model_name;     /* health reply (copied) */
+    int thinking;               /* health reply: the model has a thinking mode (SmolLM3's template) */
 };
 
 struct smol_rpc_counters {

@@ -290,7 +290,8 @@ def wait_terminal(c, rid, timeout=20.0, cancel_after_start=False):
 def t_health(d):
     r = d.ctl("health", "--json")
     h = json.loads(r.stdout)
-    check(h["ready"] is True and h["protocol_version"] == 1, "health reply %s" % h)
+    check(h["ready"] is True and h["protocol_version"] == 1 and h["thinking_supported"] is True,
+          "health reply %s (the fixture has SmolLM3's template and <think> tokens)" % h)
     d.ctl("health")
     h2 = d.client().health()
     check(h2.ready, "python health")

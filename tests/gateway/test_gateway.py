@@ -617,7 +617,7 @@ def t_ui(gw, d):
     st, h, b = gw.request("GET", "/ui/config")
     j = json.loads(b)
     check(st == 200 and j["model"] and j["default_temperature"] == 0.6 and
-          "thinking_supported" in j, "config %s" % b)
+          j["thinking_supported"] is True, "config %s (the fixture has SmolLM3's template)" % b)
     st, h, b = ui_post(gw, message="<script>alert('x')</script> & \"q\"",
                        history=json.dumps([{"role": "user", "content": "a"},
                                            {"role": "assistant", "content": "b"}]),
@@ -1027,6 +1027,11 @@ def t_fake_ping(gw, fd):
 
 
 def t_fake_ui(gw, fd):
+    # the fake daemon's health reply says no thinking mode (as SmolLM2's daemon does): the UI
+    # config says so, so the page hides its Think switch
+    st, h, b = gw.request("GET", "/ui/config")
+    check(st == 200 and json.loads(b)["thinking_supported"] is False and json.loads(b)["model"] == "fake",
+          "config from a daemon without thinking: %s" % b)
     st, h, b = ui_post(gw, message="go")
     sid = sid_of(b.decode())
     st, h, chunks = read_stream(gw, None, path="/ui/stream/" + sid, method="GET")
