@@ -60,6 +60,7 @@ static void req_free(struct req *q)
     smol_detok_deinit(&q->detok);
     smol_chat_parser_deinit(&q->parser);
     smol_chat_buf_deinit(&q->content);
+    json_decref(q->tool_calls);
     smol_chat_buf_deinit(&q->rendered);
     free(q->tok);
     if (q->r && --q->r->refs > 0) q->r = NULL;     /* other choices still use it */
@@ -149,6 +150,11 @@ static void on_parse(void *ud, const struct smol_chat_event *pe)
         tc.id = id;
         tc.name = (char *)pe->name;
         tc.arguments_json = (char *)pe->arguments;
+        /* the history renders the call back as the model wrote it (chat_template.c) */
+        if (!q->tool_calls) q->tool_calls = json_array();
+        if (q->tool_calls)
+            json_array_append_new(q->tool_calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function",
+                                                           "function", "name", pe->name, "arguments", pe->arguments));
         ev.request_id = q->r->client_id;
         ev.kind_case = SMOLLM3__EVENT__KIND_TOOL_CALL;
         ev.tool_call = &tc;
@@ -242,7 +248,8 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
                 struct smol_chat_buf content;
                 smol_chat_buf_init(&content);
                 smol_chat_buf_append(&content, q->content.data ? q->content.data : "", q->content.len);
-                msgs[cr.n_msgs] = (struct smol_chat_msg){.role = SMOL_CHAT_ASSISTANT, .content = content.data ? content.data : ""};
+                msgs[cr.n_msgs] = (struct smol_chat_msg){.role = SMOL_CHAT_ASSISTANT, .content = content.data ? content.data : "",
+                                                         .tool_calls = q->tool_calls};
                 cr.msgs = msgs;
                 cr.n_msgs++;
                 cr.add_generation_prompt = 0;
@@ -254,11 +261,16 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
                 if (smol_chat_render(e->tpl, &cr, &txt, NULL, NULL) == SMOL_OK) smol_session_set_text(s, txt.data, txt.len);
                 /* and as messages, for clients that send only the new turn */
                 json_t *all = json_deep_copy(json_object_get(q->r->chat_body, "messages"));
-                if (all && !json_array_append_new(all, json_pack("{s:s,s:s%}", "role", "assistant", "content",
-                                                                  content.data ? content.data : "", content.len))) {
+                json_t *am = json_pack("{s:s,s:s%}", "role", "assistant", "content", content.data ? content.data : "",
+                                       content.len);
+                if (am && q->tool_calls) json_object_set(am, "tool_calls", q->tool_calls);
+                if (all && am && !json_array_append_new(all, am)) {
                     if (s->msgs) json_decref(s->msgs);
                     s->msgs = all;
-                } else if (all) json_decref(all);
+                } else {
+                    if (!all) json_decref(am);  /* else append_new consumed it */
+                    json_decref(all);
+                }
                 smol_chat_buf_deinit(&txt);
                 smol_chat_buf_deinit(&content);
                 free(msgs);

@@ -45,6 +45,7 @@ struct req {
     struct smol_detok detok;
     struct smol_chat_parser parser;
     struct smol_chat_buf content;   /* content text, for the session's history */
+    json_t *tool_calls;             /* the calls made (OpenAI tool_calls array), for the history; NULL: none */
     struct smol_chat_buf rendered;  /* rendered prompt text (chat) */
     int cur_token, seg_in_token;    /* token being parsed; segments emitted for it */
     int tok_reasoning;              /* the current token emitted reasoning text */
