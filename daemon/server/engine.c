@@ -386,6 +386,16 @@ static enum smol_err build_prompt(struct smol_engine *e, struct req *q, struct s
     struct smol_chat_spans spans;
     smol_chat_spans_init(&spans);
     enum smol_err rc = smol_chat_render_spans(e->tpl, &cr, &q->rendered, &spans, &q->thinking, err);
+    /* no session: the longest cached prefix (anonymous, so stateless
+     * requests only) whose recorded conversation starts this render is
+     * continued the same way, so a client sending its history back (an
+     * agent after a tool call) reuses the previous turn's KV even where the
+     * model's tokens were not the canonical tokenization of its text */
+    if (!rc && !s)
+        for (struct smol_session *x = e->sessions.head; x; x = x->next)
+            if (!x->id[0] && !x->busy && x->hist_text && x->hist_len <= q->rendered.len && x->seq.n_tokens > 0 &&
+                (!s || x->hist_len > s->hist_len) && !memcmp(x->hist_text, q->rendered.data, x->hist_len))
+                s = x;
     if (!rc && s && s->hist_text && s->hist_len <= q->rendered.len && s->seq.n_tokens > 0 &&
         !memcmp(s->hist_text, q->rendered.data, s->hist_len)) {
         for (int i = 0; i < s->n_tokens && !rc; i++)
@@ -526,15 +536,22 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
 
     /* commit */
     if (r->session[0] && !s) {
+        if (src) src->busy = 1;             /* the prefix it starts from stays */
         if (e->sessions.n_named >= e->cfg.max_sessions) {
             for (struct smol_session *x = e->sessions.tail; x; x = x->prev)
                 if (x->id[0] && !x->busy) { smol_sessions_evict(&e->sessions, x); break; }
         }
+        if (src) src->busy = 0;
         if (e->sessions.n_named >= e->cfg.max_sessions) { reject(e, q, SMOL_EBUSY, "too many sessions"); return -1; }
         if (!(s = smol_sessions_add(&e->sessions, r->session))) { reject(e, q, SMOL_ENOMEM, "out of memory"); return -1; }
         char date[32];
         if (r->chat.date) snprintf(s->date, sizeof s->date, "%s", r->chat.date);
         else { today(date); snprintf(s->date, sizeof s->date, "%s", date); }
+        /* a new session starts from the best cached prefix, as a request
+         * without one does (before, lcp was reported but recomputed) */
+        if (src && lcp > 0 && smol_kv_seq_share(kv, &s->seq, &src->seq, lcp, err)) lcp = 0;
+        if (src && lcp > 0) smol_sessions_touch(&e->sessions, src, now);
+        if (!src) lcp = 0;
     }
     if (s) {
         smol_kv_seq_truncate(kv, &s->seq, lcp);
@@ -545,6 +562,9 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
         struct smol_session *a = smol_sessions_add(&e->sessions, "");
         if (!a) { reject(e, q, SMOL_ENOMEM, "out of memory"); return -1; }
         a->busy = 1;
+        /* its date, as for a session: the recorded conversation (finish) is rendered with it */
+        if (r->chat.date) snprintf(a->date, sizeof a->date, "%s", r->chat.date);
+        else today(a->date);
         if (src && lcp > 0 && smol_kv_seq_share(kv, &a->seq, &src->seq, lcp, err)) lcp = 0;
         if (src && lcp > 0) smol_sessions_touch(&e->sessions, src, now);
         if (src && !src->id[0] && src->restored_kv) { /* a prefix just read back: reported once */
