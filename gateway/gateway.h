@@ -28,8 +28,8 @@
 #include "gateway/util.h"
 
 enum gw_kind {
-    GW_OPENAI_SSE,              /* POST /v1/chat/completions, stream=true */
-    GW_OPENAI_JSON,             /* POST /v1/chat/completions, stream=false */
+    GW_OPENAI_SSE,              /* POST /v1/chat/completions (and /v1/responses: api), stream=true */
+    GW_OPENAI_JSON,             /* POST /v1/chat/completions (and /v1/responses), stream=false */
     GW_UI,                      /* GET /ui/stream/SID */
     GW_QUERY,                   /* POST /tokenize, /detokenize: one reply */
 };
@@ -37,8 +37,12 @@ enum gw_kind {
 enum gw_endpoint {
     GW_EP_CHAT, GW_EP_MODELS, GW_EP_HEALTH, GW_EP_METRICS, GW_EP_UI_CHAT, GW_EP_UI_STREAM,
     GW_EP_UI_STOP, GW_EP_UI_CONFIG, GW_EP_OTHER, GW_EP_COMPLETIONS, GW_EP_TOKENIZE, GW_EP_DETOKENIZE,
-    GW_EP_MODEL, GW_EP_COUNT
+    GW_EP_MODEL, GW_EP_RESPONSES, GW_EP_RESPONSE, GW_EP_COUNT
 };
+
+#define GW_API_RESPONSES 4      /* gw_stream.api of a /v1/responses stream (beside params.h's) */
+
+struct gw_resp_state;
 
 struct gw_conn;
 struct gw_req;
@@ -90,6 +94,7 @@ struct gw_stream {
     uint32_t drafted_tokens, accepted_tokens;   /* speculative decoding */
     const char *finish;         /* "stop", "length", "tool_calls", "cancelled" */
     int key;                    /* API key of the request that made it (index), or < 0 */
+    struct gw_resp_state *rs;   /* /v1/responses: its items and store entry (responses.c) */
 };
 
 /* One HTTP request (MHD's req_cls). */
@@ -126,6 +131,7 @@ struct gw_config {
     unsigned ping_interval;     /* s of silence before ': ping' on a stream */
     int ignore_unknown;         /* --ignore-unknown-fields: accept (and ignore) unknown request fields */
     const char *api_key_file;   /* --api-key-file: NULL = no keys */
+    size_t responses_store;     /* --responses-store: stored /v1/responses kept (LRU) */
 };
 
 struct gw_metrics;
@@ -247,6 +253,15 @@ enum MHD_Result gw_detokenize(struct gw_req *r);
 enum MHD_Result gw_models_one(struct gw_req *r, const char *id);
 void gw_query_event(struct gw_stream *s, const Smollm3__Event *ev);
 enum MHD_Result gw_query_finish(struct gw_req *r, struct gw_stream *s);
+
+/* responses.c: /v1/responses */
+enum MHD_Result gw_responses_create(struct gw_req *r);
+enum MHD_Result gw_responses_one(struct gw_req *r, const char *method, const char *arg);
+void gw_responses_event(struct gw_stream *s, const Smollm3__Event *ev);
+void gw_responses_error(struct gw_stream *s, const char *code, const char *msg);
+enum MHD_Result gw_responses_finish_json(struct gw_req *r, struct gw_stream *s);
+void gw_responses_stream_free(struct gw_stream *s);
+void gw_responses_store_clear(void);
 
 /* ui.c */
 enum MHD_Result gw_ui_chat(struct gw_req *r);
