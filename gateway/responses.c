@@ -1064,8 +1064,7 @@ enum MHD_Result gw_responses_one(struct gw_req *r, const char *method, const cha
     int cancel = slash && !strcmp(slash, "/cancel");
     if (slash && !cancel)
         return gw_queue_error(r, 404, "not_found_error", "not_found", "unknown route");
-    if (!strcmp(slash ? "" : arg, "input_items") || n >= sizeof id)
-        return gw_queue_error(r, 404, "not_found_error", "not_found", "unknown route");
+    if (n >= sizeof id) return gw_queue_error(r, 404, "not_found_error", "not_found", "unknown route");
     memcpy(id, arg, n);
     id[n] = 0;
     const char *want = cancel ? "POST" : NULL;
