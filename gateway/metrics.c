@@ -186,6 +186,9 @@ enum MHD_Result gw_metrics_serve(struct gw_req *r)
             (double)s->requests_total);
         one(&b, "smollm3_daemon_prefill_tokens_total", "counter",
             "Prompt positions run through the model (cached ones are not).", (double)s->prefill_tokens_total);
+        one(&b, "smollm3_daemon_prompt_builds_total", "counter",
+            "Prompts rendered and tokenized (a waiting request without a session is built once).",
+            (double)s->prompt_builds_total);
         one(&b, "smollm3_daemon_shared_choices_total", "counter",
             "Choices (n > 1) started on another choice's prefilled prompt.", (double)s->shared_choices_total);
         one(&b, "smollm3_daemon_requests_rejected_total", "counter", "Requests the daemon refused.",

@@ -76,6 +76,7 @@ static uint64_t submit_ids(struct rig *g, const int32_t *ids, int n, int max_tok
     r->sp = smol_sampler_defaults();
     r->sp.temperature = 0;
     r->max_tokens = max_tokens;
+    r->t_received = smol_engine_now();  /* as the RPC thread stamps it: the queue timeout counts from here */
     if (session) snprintf(r->session, sizeof r->session, "%s", session);
     uint64_t id = r->id; /* r belongs to the engine once sent */
     ck_assert(smol_engine_send_submit(g->sock, r) == 0);
@@ -287,6 +288,60 @@ START_TEST(t_chat_session_turns)
 }
 END_TEST
 
+/* The engine's counters: a stats query answered between steps. */
+static Smollm3__StatsReply *query_stats(struct rig *g, Smollm3__Event **hold)
+{
+    const uint64_t qid = 4242;
+    Smollm3__StatsRequest sr = SMOLLM3__STATS_REQUEST__INIT;
+    Smollm3__Request rq = SMOLLM3__REQUEST__INIT;
+    rq.kind_case = SMOLLM3__REQUEST__KIND_STATS;
+    rq.stats = &sr;
+    uint8_t packed[64];
+    const size_t plen = smollm3__request__pack(&rq, packed);
+    ck_assert_int_eq(smol_engine_send_query(g->sock, qid, packed, plen), 0);
+    unsigned fl;
+    ck_assert(recv_event(g, &fl, hold) == qid);
+    ck_assert_int_eq((*hold)->kind_case, SMOLLM3__EVENT__KIND_STATS);
+    return (*hold)->stats;
+}
+
+/* A request waiting for KV memory is rendered and tokenized once, not at
+ * every step it waits (try_admit used to rebuild it each time), and runs as it
+ * would alone.  The budget holds 4 pages of 32 tokens: A takes 12 + 80 (3
+ * pages), B 19 + 40 (2): B waits until A ends. */
+START_TEST(t_waiting_prompt_built_once)
+{
+    struct rig g;
+    size_t per_tok = smol_kv_bytes_per_token(8, 1, 16, 1 /* f16 */);
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", per_tok * 128, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    enum { GEN_A = 80, GEN_B = 40 };
+    int32_t a_ids[64], b_ids[64];
+    int na, nb;
+    prompt_of(1, a_ids, &na);
+    prompt_of(2, b_ids, &nb);
+    const uint64_t a = submit_ids(&g, a_ids, na, GEN_A, NULL);
+    submit_ids(&g, b_ids, nb, GEN_B, NULL);
+    struct result res[2];
+    memset(res, 0, sizeof res);
+    collect(&g, a, 2, res);
+    ck_assert_msg(res[0].n == GEN_A, "A: %d tokens, error %d", res[0].n, res[0].err);
+    ck_assert_msg(res[1].n == GEN_B, "B: %d tokens, error %d", res[1].n, res[1].err);
+    Smollm3__Event *hold;
+    Smollm3__StatsReply *st = query_stats(&g, &hold);
+    ck_assert_msg(st->prompt_builds_total == 2, "2 prompts built %llu times: the waiting one was rebuilt",
+                  (unsigned long long)st->prompt_builds_total);
+    smollm3__event__free_unpacked(hold, NULL);
+    /* B again, alone: the same greedy tokens */
+    const uint64_t b2 = submit_ids(&g, b_ids, nb, GEN_B, NULL);
+    struct result alone;
+    memset(&alone, 0, sizeof alone);
+    collect(&g, b2, 1, &alone);
+    ck_assert_msg(alone.n == GEN_B, "alone: %d tokens, error %d", alone.n, alone.err);
+    ck_assert_mem_eq(alone.ids, res[1].ids, GEN_B * sizeof(int32_t));
+    rig_close(&g);
+}
+END_TEST
+
 /* A cancel is honoured at the engine's next step: no token of the request
  * follows the reply to a query sent right after the cancel (commands are
  * read in order between steps).  Tokens already on their way when the
@@ -444,6 +499,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_batched_equals_sequential);
     tcase_add_test(tc, t_prefix_reuse);
     tcase_add_test(tc, t_cancel);
+    tcase_add_test(tc, t_waiting_prompt_built_once);
     tcase_add_test(tc, t_chat_session_turns);
     tcase_add_test(tc, t_kv_budget);
     tcase_add_test(tc, t_queue_full_and_context);

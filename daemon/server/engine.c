@@ -426,6 +426,15 @@ static enum smol_chat_start parser_start(const struct smol_engine *e, const stru
                                                                                         : SMOL_CHAT_START_PLAIN;
 }
 
+/* A request that must wait: a session's prompt is built again when it is retried (the session
+ * may change meanwhile); one without a session keeps its prompt. */
+static void unbuild_prompt(struct req *q)
+{
+    if (q->prompt_built) return;
+    q->n_tok = 0;
+    smol_chat_buf_reset(&q->rendered);
+}
+
 /* 1 admitted, 0 must wait, -1 refused (error sent, q freed). */
 static int try_admit(struct smol_engine *e, struct req *q, double now)
 {
@@ -452,8 +461,12 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
             return -1;
         }
     }
-    enum smol_err rc = build_prompt(e, q, s, err);
-    if (rc) { reject(e, q, rc, err); return -1; }
+    enum smol_err rc;
+    if (!q->prompt_built) {
+        e->n_prompt_builds++;
+        if ((rc = build_prompt(e, q, s, err))) { reject(e, q, rc, err); return -1; }
+        q->prompt_built = !r->session[0]; /* a session's prompt depends on its history: built again after a wait */
+    }
     const int n_prompt = q->n_tok;
     if (n_prompt == 0) { reject(e, q, SMOL_EINVAL, "empty prompt"); return -1; }
     if (r->n_choices > e->cfg.max_running) {
@@ -462,8 +475,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
         return -1;
     }
     if (e->n_running + r->n_choices > e->cfg.max_running) {   /* wait until all choices can run */
-        q->n_tok = 0;
-        smol_chat_buf_reset(&q->rendered);
+        unbuild_prompt(q);
         return 0;
     }
     if (n_prompt >= n_ctx) {
@@ -502,8 +514,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
         if ((dl < n_prompt - 1 ? dl : n_prompt - 1) >= (lcp < n_prompt - 1 ? lcp : n_prompt - 1) + SMOL_KV_PAGE) {
             if (!smol_spill_prefetch(e->cfg.spill, pid)) {
                 e->waiting_read = 1;
-                q->n_tok = 0;               /* rebuilt when retried */
-                smol_chat_buf_reset(&q->rendered);
+                unbuild_prompt(q);
                 return 0;
             }
             smol_sessions_restore_prefix(&e->sessions, pid, now);
@@ -529,8 +540,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
             reject(e, q, SMOL_EBUSY, msg);
             return -1;
         }
-        q->n_tok = 0;                       /* rebuilt when retried */
-        smol_chat_buf_reset(&q->rendered);
+        unbuild_prompt(q);
         return 0;
     }
 
