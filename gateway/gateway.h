@@ -262,6 +262,11 @@ void gw_responses_error(struct gw_stream *s, const char *code, const char *msg);
 enum MHD_Result gw_responses_finish_json(struct gw_req *r, struct gw_stream *s);
 void gw_responses_stream_free(struct gw_stream *s);
 void gw_responses_store_clear(void);
+/* Parses a POST /v1/responses body without I/O (previous_response_id looks
+ * in the store) and hands the GenerateRequest to check (the fuzz harness);
+ * 0, or -1 with the reason in why and the field at fault in param. */
+int gw_responses_parse(const char *body, size_t len, void (*check)(Smollm3__GenerateRequest *g), char *param,
+                       size_t pn, char *why, size_t wn);
 
 /* ui.c */
 enum MHD_Result gw_ui_chat(struct gw_req *r);

@@ -697,6 +697,17 @@ static int parse_request(struct parsed *p, const char *body, size_t len, char *w
 
 #undef FAIL
 
+int gw_responses_parse(const char *body, size_t len, void (*check)(Smollm3__GenerateRequest *g), char *param,
+                       size_t pn, char *why, size_t wn)
+{
+    struct parsed p;
+    int rc = parse_request(&p, body, len, why, wn);
+    snprintf(param, pn, "%s", p.param);
+    if (!rc && check) check(&p.gen);
+    parsed_deinit(&p);
+    return rc;
+}
+
 /* ---- the Response object -------------------------------------------------------- */
 
 static json_t *usage_json(const struct gw_stream *s)

@@ -6,7 +6,7 @@
 # FUZZ_RUNS=N stops after N executions instead (whichever comes first);
 # FUZZ_MAX_LEN (default 4096) bounds the input size.
 #
-# Build: gateway/openai.c, params.c, structured.c, ui.c, util.c and the generated
+# Build: gateway/openai.c, params.c, structured.c, ui.c, util.c, responses.c and the generated
 # protobuf-c code with clang -fsanitize=fuzzer,address,undefined; the rest of
 # the gateway (HTTP, daemon link) is stubbed in the harness and traps if
 # called.  Seeds (requests of every shape, with the target byte in front) are
@@ -31,10 +31,10 @@ CFLAGS="-std=gnu11 -D_GNU_SOURCE -g -O1 -I. -I$OUT/gen -fno-omit-frame-pointer \
  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(pkg-config --cflags $PKG)"
 # shellcheck disable=SC2086
 nice -n 10 $CC $CFLAGS tests/fuzz/fuzz_gateway.c gateway/openai.c gateway/params.c gateway/structured.c \
-    gateway/ui.c gateway/util.c \
+    gateway/ui.c gateway/util.c gateway/responses.c \
     "$OUT/gen/smollm3.pb-c.c" -ljansson -lprotobuf-c -lm -o "$OUT/fuzz_gateway"
 
-# seeds: one byte for the target (0 OpenAI, 1 UI form, 2 HTML), then the body
+# seeds: one byte for the target (0 OpenAI, 1 UI form, 2 HTML, 3 Responses), then the body
 seed() { printf "$1" >"$SEEDS/$2.tmp"; printf '%s' "$3" >>"$SEEDS/$2.tmp"; mv "$SEEDS/$2.tmp" "$SEEDS/$2"; }
 seed '\000' openai-min '{"messages":[{"role":"user","content":"Hi"}]}'
 seed '\000' openai-full '{"model":"smollm3","messages":[{"role":"system","content":"Be brief"},{"role":"developer","content":null},{"role":"user","content":[{"type":"text","text":"h\u00e9llo "},{"type":"text","text":"world"}]},{"role":"assistant","content":"","reasoning_content":"hmm","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","name":"f","content":"{\"ok\":true}"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"stream":true,"stream_options":{"include_usage":true},"n":1,"max_tokens":64,"max_completion_tokens":32,"temperature":0.7,"top_p":0.9,"presence_penalty":0.5,"frequency_penalty":-0.5,"seed":42,"stop":["END","\n\n"],"chat_template_kwargs":{"enable_thinking":false},"session_id":"chat:1_a-b.c"}'
@@ -45,6 +45,9 @@ seed '\000' openai-dup '{"messages":[],"messages":[]}'
 seed '\001' ui-min 'conversation=conv-1&message=hi'
 seed '\001' ui-full 'conversation=conv_1-a&history=%5B%7B%22role%22%3A%22user%22%2C%22content%22%3A%22hi%22%7D%2C%7B%22role%22%3A%22assistant%22%2C%22content%22%3A%22hello%22%7D%5D&message=Tell+me+%3Cb%3Emore%3C%2Fb%3E+%26+%22quote%22&think=0&temperature=0.25&system=You+are+%C3%A9l%C3%A8ve'
 seed '\001' ui-bad 'conversation=&message=%FF%FE&think=2&temperature=abc&history=%7B%7D'
+seed '\003' responses-min '{"input":"Hi"}'
+seed '\003' responses-full '{"model":"m","instructions":"Be brief","input":[{"role":"user","content":[{"type":"input_text","text":"Weather?"}]},{"type":"reasoning","id":"rs_1","summary":[],"content":[{"type":"reasoning_text","text":"hmm"}]},{"type":"function_call","call_id":"c1","name":"get_weather","arguments":"{\"city\":\"Paris\"}"},{"type":"function_call_output","call_id":"c1","output":"21 C"},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Warm."}]}],"tools":[{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}},"strict":true}],"tool_choice":{"type":"function","name":"get_weather"},"text":{"format":{"type":"json_schema","name":"x","schema":{"type":"object"}}},"reasoning":{"effort":"none"},"max_output_tokens":64,"temperature":0.5,"top_p":0.9,"metadata":{"k":"v"},"store":false,"stream":true,"include":[],"truncation":"disabled"}'
+seed '\003' responses-bad '{"input":[{"type":"input_image"}],"tools":[{"type":"web_search"}],"previous_response_id":"resp_x","background":true}'
 seed '\002' html '<script>alert("x&y")</script> it'"'"'s'
 
 echo "fuzz: running fuzz_gateway for ${SECONDS_TO_RUN}s${FUZZ_RUNS:+ or $FUZZ_RUNS runs} (corpus $CORPUS, seeds $SEEDS)"
