@@ -38,6 +38,7 @@
 #include "gateway/gateway.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -624,8 +625,21 @@ static int to_chat(struct parsed *p, char *why, size_t wn)
 {
     json_t *all = p->all = json_array();
     json_t *ins = get(p->root, "instructions");
-    if (ins) json_array_append_new(all, json_pack("{s:s,s:O}", "role", "system", "content", ins));
-    json_array_extend(all, p->messages);
+    json_t *m0 = json_array_get(p->messages, 0);
+    const char *r0 = json_string_value(json_object_get(m0, "role"));
+    if (ins && r0 && !strcmp(r0, "system")) {
+        /* one system block (the template's): the instructions, then the input's system text */
+        char *both = NULL;
+        if (asprintf(&both, "%s\n\n%s", json_string_value(ins), json_string_value(json_object_get(m0, "content"))) < 0)
+            FAIL("", "out of memory");
+        json_array_append_new(all, json_pack("{s:s,s:s}", "role", "system", "content", both));
+        free(both);
+        for (size_t i = 1; i < json_array_size(p->messages); i++)
+            json_array_append(all, json_array_get(p->messages, i));
+    } else {
+        if (ins) json_array_append_new(all, json_pack("{s:s,s:O}", "role", "system", "content", ins));
+        json_array_extend(all, p->messages);
+    }
     size_t n = json_array_size(all);
     if (!n) FAIL("input", "nothing to answer: 'input' is empty");
     p->msgs = calloc(n, sizeof *p->msgs);

@@ -54,7 +54,9 @@ REFUSED_VALUES = [("background", True), ("include", ["reasoning.encrypted_conten
                   ("reasoning", {"effort": "huge"}), ("reasoning", {"summary": "auto"}),
                   ("max_output_tokens", 0), ("previous_response_id", "resp_doesnotexist"),
                   ("input", [{"type": "input_image", "image_url": "x"}]),
-                  ("input", [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}])]
+                  ("input", [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]),
+                  # one system block: a system / developer message only first
+                  ("input", [{"role": "user", "content": "a"}, {"role": "developer", "content": "b"}])]
 
 
 def client(gw):
@@ -118,6 +120,12 @@ def t_create(gw, d):
     msgs = [o for o in r.output if o.type == "message"]
     check(len(msgs) <= 1, "output %r" % r.output)
     check(r.output_text == "".join(c.text for m in msgs for c in m.content), "output_text")
+    # instructions and a first system message make one system block
+    r2 = cl.responses.create(model="x", instructions="Be brief.", max_output_tokens=2, temperature=0,
+                             input=[{"role": "developer", "content": "Answer in French."},
+                                    {"role": "user", "content": "Hi"}])
+    check(r2.status in ("completed", "incomplete") and r2.usage.input_tokens > r.usage.input_tokens - 8,
+          "instructions + developer message: %r" % r2)
     u = r.usage
     check(u.input_tokens > 20 and u.output_tokens >= 1 and u.total_tokens == u.input_tokens + u.output_tokens,
           "usage %r" % u)
