@@ -34,7 +34,9 @@
  *  - null/absent content renders "" for user/assistant/tool turns; a
  *    system message needs string content (Jinja fails otherwise).
  * Rejected (the template would silently drop them): unknown roles, content
- * that is a list of parts or any non-string, non-null value, non-array tools.
+ * that is a list of parts or any non-string, non-null value, non-array tools;
+ * (SmolLM3) tool_calls on a non-assistant message, a call without a string
+ * function.name, arguments neither a string nor an object.
  *
  * SmolLM2's template (and the ChatML fallback) render every message as
  * "<|im_start|>{role}\n{content}<|im_end|>\n" (tool turns keep the role
