@@ -449,6 +449,13 @@ START_TEST(rejected_inputs)
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\", \"content\": {}}]}", SMOL_EINVAL, "string or null"},
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\\u0000b\"}]}", SMOL_EINVAL, "NUL"},
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": {}}]}", SMOL_EINVAL, "tool_calls"},
+        /* the calls it renders (issue 29) must be renderable */
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"tool_calls\": "
+                                "[{\"function\": {\"name\": \"f\"}}]}]}", SMOL_EINVAL, "only assistant"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{}]}]}", SMOL_EINVAL,
+         "tool_calls[0].function.name"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": "
+                                "{\"name\": \"f\", \"arguments\": 3}}]}]}", SMOL_EINVAL, "arguments"},
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"assistant\", \"reasoning\": 1}]}", SMOL_EINVAL, "reasoning"},
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}], \"tools\": {}}", SMOL_EINVAL, "tools must be a list"},
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}], \"tools\": \"x\"}", SMOL_EINVAL, "tools must be a list"},
