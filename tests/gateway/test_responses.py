@@ -190,6 +190,21 @@ def t_tools_previous_response(gw, d):
         prev, seen = r, r.usage.input_tokens + r.usage.output_tokens
 
 
+def t_thinking_previous_response(gw, d):
+    """Thinking mode (the think-mode render, no pre-filled empty think): a
+    follow-up still computes only its new tokens.  (The fixture rarely opens
+    <think>; when the model reasons, the session's tokens hold the reasoning
+    the client never sends back, and the daemon continues from them.)"""
+    cl = client(gw)
+    kw = dict(model="x", temperature=0, reasoning={"effort": "high"}, max_output_tokens=8)
+    r1 = cl.responses.create(input="Think about it.", **kw)
+    r2 = cl.responses.create(input="And then?", previous_response_id=r1.id, **kw)
+    seen = r1.usage.input_tokens + r1.usage.output_tokens
+    cached = r2.usage.input_tokens_details.cached_tokens
+    check(cached >= seen - 1, "thinking follow-up: cached %d < previous prompt + output %d - 1" % (cached, seen))
+    check(r2.usage.input_tokens - cached <= 30, "computed %d" % (r2.usage.input_tokens - cached))
+
+
 def t_tools_stateless(gw, d):
     """The agent-SDK way: no previous_response_id, store false, the whole
     history (function_call item + output) sent back.  Turn 2's prompt starts
@@ -428,6 +443,7 @@ def main():
         gw = tg.Gateway(d.endpoint, tmp)
         for name, fn in (("responses_field_walk", t_field_walk), ("responses_create", t_create),
                          ("responses_stream", t_stream), ("responses_tools_previous", t_tools_previous_response),
+                         ("responses_thinking_previous", t_thinking_previous_response),
                          ("responses_tools_stateless", t_tools_stateless), ("responses_tools_stream", t_tools_stream),
                          ("chat_tool_history", t_chat_tool_history),
                          ("responses_json_schema", t_json_schema), ("responses_retrieve_delete", t_retrieve_delete),
