@@ -23,7 +23,7 @@
 /* The flags a file may set (not --config, --help). */
 static const char *const keys[] = {
     "listen", "daemon", "model-name", "max-body-bytes", "max-connections", "request-timeout",
-    "max-inflight", "ping-interval", "ignore-unknown-fields", "api-key-file",
+    "max-inflight", "ping-interval", "ignore-unknown-fields", "api-key-file", "responses-store",
 };
 
 struct cfg_ctx {

@@ -72,6 +72,7 @@ void gw_stream_free(struct gw_stream *s)
     if (!s) return;
     if (s->sent && !s->terminal && G.n_inflight) G.n_inflight--;
     if (s->req) s->req->stream = NULL;
+    if (s->rs) gw_responses_stream_free(s);
     if (s->prev) s->prev->next = s->next;
     else G.streams = s->next;
     if (s->next) s->next->prev = s->prev;
@@ -134,6 +135,7 @@ void gw_stream_fail(struct gw_stream *s, int status, const char *code, const cha
     }
     if (s->kind == GW_UI) gw_ui_error(s, msg);
     else if (gw_kind_anthropic(s->kind)) gw_anthropic_error(s, code, msg);
+    else if (s->api == GW_API_RESPONSES) gw_responses_error(s, code, msg);
     else gw_openai_error(s, code, msg);
     gw_stream_push(s);
 }
@@ -271,6 +273,7 @@ static void on_event(Smollm3__Event *ev)
     }
     if (s->kind == GW_UI) gw_ui_event(s, ev);
     else if (gw_kind_anthropic(s->kind)) gw_anthropic_event(s, ev);
+    else if (s->api == GW_API_RESPONSES) gw_responses_event(s, ev);
     else gw_openai_event(s, ev);
     struct gw_req *r = s->req;
     if (r && r->waiting) {

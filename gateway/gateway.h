@@ -28,8 +28,8 @@
 #include "gateway/util.h"
 
 enum gw_kind {
-    GW_OPENAI_SSE,              /* POST /v1/chat/completions, stream=true */
-    GW_OPENAI_JSON,             /* POST /v1/chat/completions, stream=false */
+    GW_OPENAI_SSE,              /* POST /v1/chat/completions (and /v1/responses: api), stream=true */
+    GW_OPENAI_JSON,             /* POST /v1/chat/completions (and /v1/responses), stream=false */
     GW_UI,                      /* GET /ui/stream/SID */
     GW_QUERY,                   /* POST /tokenize, /detokenize: one reply */
     GW_ANTHROPIC_SSE,           /* POST /v1/messages, stream=true (anthropic.c) */
@@ -52,7 +52,7 @@ static inline int gw_kind_anthropic(enum gw_kind k)
 enum gw_endpoint {
     GW_EP_CHAT, GW_EP_MODELS, GW_EP_HEALTH, GW_EP_METRICS, GW_EP_UI_CHAT, GW_EP_UI_STREAM,
     GW_EP_UI_STOP, GW_EP_UI_CONFIG, GW_EP_OTHER, GW_EP_COMPLETIONS, GW_EP_TOKENIZE, GW_EP_DETOKENIZE,
-    GW_EP_MODEL, GW_EP_MESSAGES, GW_EP_MESSAGES_COUNT_TOKENS, GW_EP_COUNT
+    GW_EP_MODEL, GW_EP_MESSAGES, GW_EP_MESSAGES_COUNT_TOKENS, GW_EP_RESPONSES, GW_EP_RESPONSE, GW_EP_COUNT
 };
 
 /* Endpoints whose errors are in Anthropic's shape (http.c). */
@@ -60,6 +60,10 @@ static inline int gw_ep_anthropic(enum gw_endpoint ep)
 {
     return ep == GW_EP_MESSAGES || ep == GW_EP_MESSAGES_COUNT_TOKENS;
 }
+
+#define GW_API_RESPONSES 4      /* gw_stream.api of a /v1/responses stream (beside params.h's) */
+
+struct gw_resp_state;
 
 struct gw_conn;
 struct gw_req;
@@ -116,6 +120,7 @@ struct gw_stream {
     int an_thinking_omitted;    /* thinking.display "omitted" */
     char *an_stop;              /* the stop sequence that ended it (malloc'd), or NULL */
     int key;                    /* API key of the request that made it (index), or < 0 */
+    struct gw_resp_state *rs;   /* /v1/responses: its items and store entry (responses.c) */
 };
 
 /* One HTTP request (MHD's req_cls). */
@@ -152,6 +157,7 @@ struct gw_config {
     unsigned ping_interval;     /* s of silence before ': ping' on a stream */
     int ignore_unknown;         /* --ignore-unknown-fields: accept (and ignore) unknown request fields */
     const char *api_key_file;   /* --api-key-file: NULL = no keys */
+    size_t responses_store;     /* --responses-store: stored /v1/responses kept (LRU) */
 };
 
 struct gw_metrics;
@@ -274,6 +280,20 @@ enum MHD_Result gw_detokenize(struct gw_req *r);
 enum MHD_Result gw_models_one(struct gw_req *r, const char *id);
 void gw_query_event(struct gw_stream *s, const Smollm3__Event *ev);
 enum MHD_Result gw_query_finish(struct gw_req *r, struct gw_stream *s);
+
+/* responses.c: /v1/responses */
+enum MHD_Result gw_responses_create(struct gw_req *r);
+enum MHD_Result gw_responses_one(struct gw_req *r, const char *method, const char *arg);
+void gw_responses_event(struct gw_stream *s, const Smollm3__Event *ev);
+void gw_responses_error(struct gw_stream *s, const char *code, const char *msg);
+enum MHD_Result gw_responses_finish_json(struct gw_req *r, struct gw_stream *s);
+void gw_responses_stream_free(struct gw_stream *s);
+void gw_responses_store_clear(void);
+/* Parses a POST /v1/responses body without I/O (previous_response_id looks
+ * in the store) and hands the GenerateRequest to check (the fuzz harness);
+ * 0, or -1 with the reason in why and the field at fault in param. */
+int gw_responses_parse(const char *body, size_t len, void (*check)(Smollm3__GenerateRequest *g), char *param,
+                       size_t pn, char *why, size_t wn);
 
 /* ui.c */
 enum MHD_Result gw_ui_chat(struct gw_req *r);

@@ -234,7 +234,8 @@ enum MHD_Result gw_req_answer(struct gw_req *r)
                            : st >= 500 ? "server_error" : "invalid_request_error";
         return gw_queue_error(r, st, type, code, "%s", msg);
     }
-    if (s->kind == GW_OPENAI_JSON) return gw_openai_finish_json(r, s);
+    if (s->kind == GW_OPENAI_JSON)
+        return s->api == GW_API_RESPONSES ? gw_responses_finish_json(r, s) : gw_openai_finish_json(r, s);
     if (s->kind == GW_ANTHROPIC_JSON || s->kind == GW_ANTHROPIC_COUNT) return gw_anthropic_finish(r, s);
     if (s->kind == GW_QUERY) return gw_query_finish(r, s);
     return gw_queue_sse(r, s);
@@ -281,6 +282,11 @@ static enum gw_endpoint route_of(const char *url, const char **arg)
     if (!strcmp(url, "/v1/messages")) return GW_EP_MESSAGES;
     if (!strcmp(url, "/v1/messages/count_tokens")) return GW_EP_MESSAGES_COUNT_TOKENS;
     if (!strcmp(url, "/tokenize")) return GW_EP_TOKENIZE;
+    if (!strcmp(url, "/v1/responses")) return GW_EP_RESPONSES;
+    if (!strncmp(url, "/v1/responses/", 14)) {
+        *arg = url + 14;
+        return GW_EP_RESPONSE;
+    }
     if (!strcmp(url, "/detokenize")) return GW_EP_DETOKENIZE;
     if (!strncmp(url, "/v1/models/", 11)) {
         *arg = url + 11;
@@ -306,7 +312,9 @@ static const char *method_of(enum gw_endpoint ep)
     switch (ep) {
     case GW_EP_CHAT: case GW_EP_UI_CHAT: case GW_EP_UI_STOP: case GW_EP_COMPLETIONS:
     case GW_EP_TOKENIZE: case GW_EP_DETOKENIZE: case GW_EP_MESSAGES: case GW_EP_MESSAGES_COUNT_TOKENS:
+    case GW_EP_RESPONSES:
         return "POST";
+    case GW_EP_RESPONSE: return NULL;   /* GET, DELETE, POST .../cancel: responses.c */
     default: return "GET";
     }
 }
@@ -319,9 +327,11 @@ static enum MHD_Result health(struct gw_req *r)
     return gw_queue_json(r, G.daemon_ready ? 200 : 503, b);
 }
 
-static enum MHD_Result dispatch(struct gw_req *r, const char *arg)
+static enum MHD_Result dispatch(struct gw_req *r, const char *method, const char *arg)
 {
     switch (r->ep) {
+    case GW_EP_RESPONSES: return gw_responses_create(r);
+    case GW_EP_RESPONSE: return gw_responses_one(r, method, arg);
     case GW_EP_CHAT: return gw_openai_chat(r);
     case GW_EP_MODELS: return gw_openai_models(r);
     case GW_EP_MODEL: return gw_models_one(r, arg);
@@ -420,7 +430,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
     if (r->too_large)
         return gw_queue_error(r, 413, "invalid_request_error", "request_too_large",
                               "request body over %zu bytes", G.cfg.max_body);
-    if (r->ep != GW_EP_OTHER && strcmp(method, method_of(r->ep))) {
+    if (r->ep != GW_EP_OTHER && method_of(r->ep) && strcmp(method, method_of(r->ep))) {
         if (!(r->ep != GW_EP_CHAT && !strcmp(method, "HEAD") && !strcmp(method_of(r->ep), "GET")))
             return gw_queue_error(r, 405, "invalid_request_error", "method_not_allowed",
                                   "method %s not allowed on %s", method, url);
@@ -430,7 +440,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
                               "too many connections (limit %u)", G.cfg.max_connections);
     const char *arg;
     route_of(url, &arg);
-    return dispatch(r, arg);
+    return dispatch(r, method, arg);
 }
 
 struct MHD_Daemon *gw_http_start(int listen_fd)

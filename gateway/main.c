@@ -53,6 +53,8 @@ static void usage(FILE *f)
         "  --ignore-unknown-fields  accept request fields the gateway does not know (default: 400)\n"
         "  --api-key-file FILE      require 'Authorization: Bearer KEY' on /v1/* and /ui/*: one key\n"
         "                           per line, an optional name after whitespace, # comments\n"
+        "  --responses-store N      stored /v1/responses kept for previous_response_id and GET,\n"
+        "                           least recently used dropped first (default 1024, 0 = none)\n"
         "  --config FILE            settings under [gateway]: the flags above as key = value\n"
         "                           (api_key_file = FILE, ...); flags given here override them\n");
 }
@@ -180,6 +182,7 @@ static int parse_args(int argc, char **argv)
         { "ping-interval", required_argument, 0, 'p' },
         { "ignore-unknown-fields", no_argument, 0, 'u' },
         { "api-key-file", required_argument, 0, 'k' },
+        { "responses-store", required_argument, 0, 'r' },
         { "config", required_argument, 0, 'f' },
         { "help", no_argument, 0, 'h' },
         { 0, 0, 0, 0 },
@@ -190,6 +193,7 @@ static int parse_args(int argc, char **argv)
     c->request_timeout = 60;
     c->max_inflight = 256;
     c->ping_interval = 15;
+    c->responses_store = 1024;
     int o;
     unsigned long long v;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -217,6 +221,10 @@ static int parse_args(int argc, char **argv)
             if (parse_uint(optarg, 1, 3600, &v)) goto bad;
             c->ping_interval = (unsigned)v;
             break;
+        case 'r':
+            if (parse_uint(optarg, 0, 1000000, &v)) goto bad;
+            c->responses_store = (size_t)v;
+            break;
         case 'u': c->ignore_unknown = 1; break;
         case 'k': c->api_key_file = optarg; break;
         case 'f': break;                        /* read first (config_path) */
@@ -226,7 +234,7 @@ static int parse_args(int argc, char **argv)
         continue;
     bad:
         fprintf(stderr, "smollm3-gateway: bad value '%s' for --%s%s%s\n", optarg,
-                opts[o == 'b' ? 3 : o == 'c' ? 4 : o == 't' ? 5 : o == 'i' ? 6 : 7].name,
+                opts[o == 'b' ? 3 : o == 'c' ? 4 : o == 't' ? 5 : o == 'i' ? 6 : o == 'r' ? 10 : 7].name,
                 optind - 1 <= n_cfg ? " in " : "", optind - 1 <= n_cfg ? conf : "");
         return -1;
     }

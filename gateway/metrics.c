@@ -44,6 +44,7 @@ static const char *ep_name[GW_EP_COUNT] = {
     [GW_EP_COMPLETIONS] = "/v1/completions", [GW_EP_TOKENIZE] = "/tokenize",
     [GW_EP_DETOKENIZE] = "/detokenize", [GW_EP_MODEL] = "/v1/models/{id}",
     [GW_EP_MESSAGES] = "/v1/messages", [GW_EP_MESSAGES_COUNT_TOKENS] = "/v1/messages/count_tokens",
+    [GW_EP_RESPONSES] = "/v1/responses", [GW_EP_RESPONSE] = "/v1/responses/{id}",
 };
 
 void gw_metrics_init(void)

@@ -193,6 +193,12 @@ START_TEST(tool_calls)
     check(SMOL_CHAT_START_CONTENT,
           "<tool_call>{\"name\": \"s\", \"arguments\": \"{\\\"k\\\": 1}\"}</tool_call> then <tool_call>{\"name\": \"n\"}</tool_call>",
           "", "then", "0:s|{\"k\": 1}\n1:n|{}\n");
+    /* arguments come back byte for byte as written (compact, as the tool
+     * grammar makes them; odd spacing; number spellings), so the call
+     * renders back to the same tokens (chat_template.c, issue 29) */
+    check(SMOL_CHAT_START_CONTENT,
+          "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\":1.50,\"b\":[1 ,2],\"c\":\"\\u00e9\"} }\n</tool_call>",
+          "", "", "0:f|{\"a\":1.50,\"b\":[1 ,2],\"c\":\"\\u00e9\"}\n");
     /* unclosed at the end but complete JSON: still a call */
     check(SMOL_CHAT_START_CONTENT, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n", "", "",
           "0:f|{\"a\": 1}\n");

@@ -18,6 +18,8 @@
 
 #include "daemon/text/chat_template.h"
 #include "daemon/model/gguf.h"
+#include "daemon/text/chat_parse.h"
+#include "daemon/text/tokenizer.h"
 
 /* ------------------------------------------------------------ helpers */
 
@@ -98,6 +100,61 @@ static void report_mismatch(const char *name, const char *got, size_t got_len, c
 
 /* ------------------------------------------------------ golden renders */
 
+/* Whether a SmolLM3 request has assistant tool_calls: the one place the
+ * native render departs from the official Jinja template (it renders them,
+ * chat_template.h).  *stripped = a copy without them, whose render must be
+ * the Jinja one byte for byte. */
+static int has_tool_calls(const json_t *body, json_t **stripped)
+{
+    json_t *msgs = json_object_get(body, "messages");
+    int has = 0;
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        json_t *tc = json_object_get(json_array_get(msgs, i), "tool_calls");
+        has |= json_is_array(tc) && json_array_size(tc) > 0;
+    }
+    *stripped = NULL;
+    if (!has) return 0;
+    *stripped = json_deep_copy(body);
+    msgs = json_object_get(*stripped, "messages");
+    for (size_t i = 0; i < json_array_size(msgs); i++) json_object_del(json_array_get(msgs, i), "tool_calls");
+    return 1;
+}
+
+/* want (the Jinja render without tool calls) with each assistant turn's
+ * calls inserted before its <|im_end|>, as chat_template.c writes them. */
+static char *with_calls(const json_t *body, const char *want)
+{
+    json_t *msgs = json_object_get(body, "messages");
+    struct smol_chat_buf o;
+    smol_chat_buf_init(&o);
+    const char *p = want;
+    size_t n_asst = 0;
+    /* the k-th "<|im_start|>assistant\n" of want is the k-th assistant message */
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        json_t *m = json_array_get(msgs, i);
+        if (strcmp(json_string_value(json_object_get(m, "role")), "assistant")) continue;
+        const char *a = strstr(p, "<|im_start|>assistant\n");
+        ck_assert_ptr_nonnull(a);
+        const char *end = strstr(a, "<|im_end|>");
+        ck_assert_ptr_nonnull(end);
+        smol_chat_buf_append(&o, p, (size_t)(end - p));
+        json_t *tc = json_object_get(m, "tool_calls");
+        int had = end[-1] != '\n' && strncmp(end - 18, "<think>\n\n</think>\n", 18) != 0;
+        for (size_t k = 0; json_is_array(tc) && k < json_array_size(tc); k++) {
+            json_t *fn = json_object_get(json_array_get(tc, k), "function");
+            char tmp[512];
+            snprintf(tmp, sizeof tmp, "%s<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>",
+                     k || had ? "\n" : "", json_string_value(json_object_get(fn, "name")),
+                     json_string_value(json_object_get(fn, "arguments")));
+            smol_chat_buf_puts(&o, tmp);
+        }
+        p = end;
+        n_asst++;
+    }
+    smol_chat_buf_puts(&o, p);
+    return o.data;
+}
+
 START_TEST(llamacpp_renders)
 {
     json_t *root = load_json("tests/fixtures/chat/chat_template_renders.json");
@@ -134,7 +191,7 @@ START_TEST(jinja2_renders)
     json_t *cases = json_object_get(root, "cases");
     size_t n = json_array_size(cases);
     ck_assert_uint_ge(n, 100);
-    int bad = 0, n3 = 0, n2 = 0;
+    int bad = 0, n3 = 0, n2 = 0, n_departed = 0;
     for (size_t i = 0; i < n; i++) {
         json_t *c = json_array_get(cases, i);
         const char *name = json_string_value(json_object_get(c, "name"));
@@ -146,13 +203,30 @@ START_TEST(jinja2_renders)
         char err[SMOL_ERRLEN] = "";
         smol_chat_buf_init(&out);
         int thinking = -1;
+        json_t *stripped = NULL;
+        char *dep = NULL;
+        if (tpl == SMOL_CHAT_TPL_SMOLLM3 && has_tool_calls(json_object_get(c, "request"), &stripped)) {
+            /* without the calls: Jinja's bytes; with them: those plus the calls */
+            struct smol_chat_buf o2;
+            smol_chat_buf_init(&o2);
+            enum smol_err e2 = render_json(tpl, stripped, json_string_value(json_object_get(c, "date")), &o2, NULL, err);
+            if (e2 || o2.len != json_string_length(want) || memcmp(o2.data, json_string_value(want), o2.len)) {
+                report_mismatch(name, o2.data ? o2.data : "", o2.len, json_string_value(want));
+                bad++;
+            }
+            smol_chat_buf_deinit(&o2);
+            json_decref(stripped);
+            dep = with_calls(json_object_get(c, "request"), json_string_value(want));
+            n_departed++;
+        }
+        const char *wanted = dep ? dep : json_string_value(want);
         enum smol_err e = render_json(tpl, json_object_get(c, "request"),
                                       json_string_value(json_object_get(c, "date")), &out, &thinking, err);
         if (e) {
             fprintf(stderr, "%s: error %s: %s\n", name, smol_err_name(e), err);
             bad++;
-        } else if (out.len != json_string_length(want) || memcmp(out.data, json_string_value(want), out.len)) {
-            report_mismatch(name, out.data, out.len, json_string_value(want));
+        } else if (out.len != strlen(wanted) || memcmp(out.data, wanted, out.len)) {
+            report_mismatch(name, out.data, out.len, wanted);
             bad++;
         } else if (tpl == SMOL_CHAT_TPL_SMOLLM3) {
             /* the effective mode is what the header says */
@@ -163,8 +237,11 @@ START_TEST(jinja2_renders)
             }
         }
         smol_chat_buf_deinit(&out);
+        free(dep);
     }
-    fprintf(stderr, "jinja2 renders: %d SmolLM3 + %d SmolLM2 cases, %d mismatches\n", n3, n2, bad);
+    fprintf(stderr, "jinja2 renders: %d SmolLM3 + %d SmolLM2 cases (%d with tool calls rendered), %d mismatches\n",
+            n3, n2, n_departed, bad);
+    ck_assert_int_ge(n_departed, 4);
     json_decref(root);
     ck_assert_int_ge(n2, 5);
     ck_assert_int_eq(bad, 0);
@@ -372,6 +449,13 @@ START_TEST(rejected_inputs)
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\", \"content\": {}}]}", SMOL_EINVAL, "string or null"},
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\\u0000b\"}]}", SMOL_EINVAL, "NUL"},
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": {}}]}", SMOL_EINVAL, "tool_calls"},
+        /* the calls it renders (issue 29) must be renderable */
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"tool_calls\": "
+                                "[{\"function\": {\"name\": \"f\"}}]}]}", SMOL_EINVAL, "only assistant"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{}]}]}", SMOL_EINVAL,
+         "tool_calls[0].function.name"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": "
+                                "{\"name\": \"f\", \"arguments\": 3}}]}]}", SMOL_EINVAL, "arguments"},
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"assistant\", \"reasoning\": 1}]}", SMOL_EINVAL, "reasoning"},
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}], \"tools\": {}}", SMOL_EINVAL, "tools must be a list"},
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}], \"tools\": \"x\"}", SMOL_EINVAL, "tools must be a list"},
@@ -538,6 +622,13 @@ static size_t expected_spans(enum smol_chat_tpl tpl, const struct smol_chat_requ
         case SMOL_CHAT_ASSISTANT:
             while (*c == '\n') c++;
             ADD((int32_t)i, -1, SMOL_CHAT_FIELD_CONTENT, c);
+            for (size_t k = 0; req->msgs[i].tool_calls && k < json_array_size(req->msgs[i].tool_calls); k++) {
+                const json_t *fn = json_object_get(json_array_get(req->msgs[i].tool_calls, k), "function");
+                char q[160];
+                snprintf(q, sizeof q, "\"%s\"", json_string_value(json_object_get(fn, "name")));
+                ADD((int32_t)i, -1, SMOL_CHAT_FIELD_TOOL_CALL, q);
+                ADD((int32_t)i, -1, SMOL_CHAT_FIELD_TOOL_CALL, json_string_value(json_object_get(fn, "arguments")));
+            }
             break;
         case SMOL_CHAT_SYSTEM: break;
         }
@@ -692,8 +783,13 @@ START_TEST(spans_on_golden_renders)
         smol_chat_buf_init(&out);
         smol_chat_spans_init(&sp);
         ck_assert_int_eq(smol_chat_render_spans(tpl, &req, &out, &sp, NULL, err), SMOL_OK);
-        json_t *want = json_object_get(c, "expected");
-        ck_assert(out.len == json_string_length(want) && !memcmp(out.data, json_string_value(want), out.len));
+        json_t *want = json_object_get(c, "expected"), *stripped;
+        char *dep = tpl == SMOL_CHAT_TPL_SMOLLM3 && has_tool_calls(json_object_get(c, "request"), &stripped)
+                        ? with_calls(json_object_get(c, "request"), json_string_value(want)) : NULL;
+        if (dep) json_decref(stripped);
+        const char *wanted = dep ? dep : json_string_value(want);
+        ck_assert(out.len == strlen(wanted) && !memcmp(out.data, wanted, out.len));
+        free(dep);
         int fits = 1;   /* the model above handles strings up to 1 KiB */
         for (size_t k = 0; k < req.n_msgs; k++) fits &= !req.msgs[k].content || strlen(req.msgs[k].content) < 1000;
         if (fits && req.n_msgs < 40) {
@@ -720,6 +816,116 @@ START_TEST(spans_on_golden_renders)
 }
 END_TEST
 
+/* ------------------------------------------------ tool history round trip */
+
+struct rt_calls {
+    json_t *calls;              /* OpenAI tool_calls, as the gateway passes them on */
+    struct smol_chat_buf content;
+};
+
+static void rt_collect(void *ud, const struct smol_chat_event *ev)
+{
+    struct rt_calls *r = ud;
+    if (ev->kind == SMOL_CHAT_EV_CONTENT) smol_chat_buf_append(&r->content, ev->text, ev->len);
+    if (ev->kind != SMOL_CHAT_EV_TOOL_CALL) return;
+    char id[32];
+    snprintf(id, sizeof id, "call_7_%d", ev->index);
+    json_array_append_new(r->calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function",
+                                              "name", ev->name, "arguments", ev->arguments));
+}
+
+/* Tokens of a rendered request as the daemon makes them (untrusted spans). */
+static void rt_encode(const struct smol_tokenizer *t, const json_t *body, int think, struct smol_ids *ids)
+{
+    struct smol_chat_request req;
+    char err[SMOL_ERRLEN] = "";
+    ck_assert_msg(smol_chat_request_from_json(&req, body, err) == SMOL_OK, "%s", err);
+    req.date = "09 July 2025";
+    req.enable_thinking = think;
+    struct smol_chat_buf out;
+    struct smol_chat_spans sp;
+    smol_chat_buf_init(&out);
+    smol_chat_spans_init(&sp);
+    ck_assert_msg(smol_chat_render_spans(SMOL_CHAT_TPL_SMOLLM3, &req, &out, &sp, NULL, err) == SMOL_OK, "%s", err);
+    ck_assert_int_eq(smol_tokenizer_encode_spans(t, out.data, out.len, 1, sp.v, sp.n, ids, err), SMOL_OK);
+    smol_chat_spans_deinit(&sp);
+    smol_chat_buf_deinit(&out);
+    smol_chat_request_deinit(&req);
+}
+
+/* Issue 29: an agent's turn 2, sent statelessly with turn 1's tool calls and
+ * their results, must start with exactly the tokens of turn 1 (prompt and
+ * output), so the daemon's KV of turn 1 is reused.  The output is what the
+ * tool grammar makes the model write (compact arguments, as json_schema.c
+ * generates them), parsed as the engine parses it; the history is rebuilt
+ * from the parsed calls as a client sends it back. */
+START_TEST(tool_history_roundtrip)
+{
+    char err[SMOL_ERRLEN] = "";
+    char *path = find_file("tests/fixtures/models/fixture-t.Q8_0.gguf");
+    ck_assert_ptr_nonnull(path);
+    struct smol_gguf *g = NULL;
+    struct smol_tokenizer *t = NULL;
+    ck_assert_msg(smol_gguf_open(&g, path, err) == SMOL_OK && smol_tokenizer_new(&t, g, err) == SMOL_OK, "%s", err);
+    free(path);
+    static const char *const outputs[] = {
+        /* forced call (tool_choice "required" / named), no content */
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\",\"days\":3}}\n</tool_call><|im_end|>",
+        /* parallel calls, in order */
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>\n"
+        "<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expr\": \"2+2\", \"exact\": true}}\n</tool_call><|im_end|>",
+        /* content, then a call */
+        "Let me check that.\n<tool_call>\n{\"name\": \"calc\", \"arguments\": {}}\n</tool_call><|im_end|>",
+    };
+    const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
+                        "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}, "
+                        "{\"type\": \"function\", \"function\": {\"name\": \"calc\"}}]";
+    for (size_t k = 0; k < sizeof outputs / sizeof *outputs; k++) {
+        json_t *t1 = json_pack("{s:[{s:s,s:s},{s:s,s:s}],s:o}", "messages", "role", "system", "content", "Use tools.",
+                               "role", "user", "content", "Weather in Paris? And 2+2?", "tools", json_loads(tools, 0, NULL));
+        ck_assert_ptr_nonnull(t1);
+        struct smol_ids p1 = {0}, out = {0}, p2 = {0};
+        rt_encode(t, t1, 0, &p1);
+        ck_assert_int_eq(smol_tokenizer_encode(t, outputs[k], strlen(outputs[k]), 1, &out, err), SMOL_OK);
+        /* the engine's parse of the output */
+        struct rt_calls rc = {.calls = json_array()};
+        smol_chat_buf_init(&rc.content);
+        struct smol_chat_parser ps;
+        smol_chat_parser_init(&ps, SMOL_CHAT_START_CONTENT, rt_collect, &rc);
+        /* <|im_end|> ends generation: the engine never feeds it to the parser */
+        ck_assert_int_eq(smol_chat_parser_feed(&ps, outputs[k], strlen(outputs[k]) - strlen("<|im_end|>"), 0), SMOL_OK);
+        ck_assert_int_eq(smol_chat_parser_finish(&ps), SMOL_OK);
+        smol_chat_parser_deinit(&ps);
+        ck_assert_uint_ge(json_array_size(rc.calls), 1);
+        /* turn 2: the history with the calls and their results */
+        json_t *msgs = json_object_get(t1, "messages");
+        json_array_append_new(msgs, json_pack("{s:s,s:s,s:O}", "role", "assistant", "content",
+                                              rc.content.data ? rc.content.data : "", "tool_calls", rc.calls));
+        for (size_t c = 0; c < json_array_size(rc.calls); c++)
+            json_array_append_new(msgs, json_pack("{s:s,s:s,s:s}", "role", "tool", "tool_call_id", "x", "content",
+                                                  c ? "4" : "{\"temp_c\": 21}"));
+        rt_encode(t, t1, 0, &p2);
+        ck_assert_uint_gt(p2.n, p1.n + out.n);
+        if (getenv("RT_DEBUG"))
+            for (size_t i = p1.n - 6; i < p1.n + out.n && i < p2.n; i++)
+                fprintf(stderr, "%zu: p1 %d out %d p2 %d\n", i, i < p1.n ? p1.v[i] : -1, i >= p1.n ? out.v[i - p1.n] : -1,
+                        p2.v[i]);
+        for (size_t i = 0; i < p1.n; i++) ck_assert_int_eq(p2.v[i], p1.v[i]);
+        for (size_t i = 0; i < out.n; i++)
+            ck_assert_msg(p2.v[p1.n + i] == out.v[i], "output %zu: token %zu of turn 1's output is %d, turn 2 has %d",
+                          k, i, out.v[i], p2.v[p1.n + i]);
+        json_decref(rc.calls);
+        smol_chat_buf_deinit(&rc.content);
+        smol_ids_free(&p1);
+        smol_ids_free(&out);
+        smol_ids_free(&p2);
+        json_decref(t1);
+    }
+    smol_tokenizer_free(&t);
+    smol_gguf_close(&g);
+}
+END_TEST
+
 static Suite *template_suite(void)
 {
     Suite *s = suite_create("chat_template");
@@ -738,6 +944,7 @@ static Suite *template_suite(void)
     tcase_add_test(tc, rejected_struct_inputs);
     tcase_add_test(tc, spans_exact_random);
     tcase_add_test(tc, spans_on_golden_renders);
+    tcase_add_test(tc, tool_history_roundtrip);
     suite_add_tcase(s, tc);
     return s;
 }

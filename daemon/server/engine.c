@@ -60,6 +60,7 @@ static void req_free(struct req *q)
     smol_detok_deinit(&q->detok);
     smol_chat_parser_deinit(&q->parser);
     smol_chat_buf_deinit(&q->content);
+    json_decref(q->tool_calls);
     smol_chat_buf_deinit(&q->rendered);
     free(q->tok);
     if (q->r && --q->r->refs > 0) q->r = NULL;     /* other choices still use it */
@@ -149,6 +150,11 @@ static void on_parse(void *ud, const struct smol_chat_event *pe)
         tc.id = id;
         tc.name = (char *)pe->name;
         tc.arguments_json = (char *)pe->arguments;
+        /* the history renders the call back as the model wrote it (chat_template.c) */
+        if (!q->tool_calls) q->tool_calls = json_array();
+        if (q->tool_calls)
+            json_array_append_new(q->tool_calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function",
+                                                           "function", "name", pe->name, "arguments", pe->arguments));
         ev.request_id = q->r->client_id;
         ev.kind_case = SMOLLM3__EVENT__KIND_TOOL_CALL;
         ev.tool_call = &tc;
@@ -242,7 +248,8 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
                 struct smol_chat_buf content;
                 smol_chat_buf_init(&content);
                 smol_chat_buf_append(&content, q->content.data ? q->content.data : "", q->content.len);
-                msgs[cr.n_msgs] = (struct smol_chat_msg){.role = SMOL_CHAT_ASSISTANT, .content = content.data ? content.data : ""};
+                msgs[cr.n_msgs] = (struct smol_chat_msg){.role = SMOL_CHAT_ASSISTANT, .content = content.data ? content.data : "",
+                                                         .tool_calls = q->tool_calls};
                 cr.msgs = msgs;
                 cr.n_msgs++;
                 cr.add_generation_prompt = 0;
@@ -254,11 +261,16 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
                 if (smol_chat_render(e->tpl, &cr, &txt, NULL, NULL) == SMOL_OK) smol_session_set_text(s, txt.data, txt.len);
                 /* and as messages, for clients that send only the new turn */
                 json_t *all = json_deep_copy(json_object_get(q->r->chat_body, "messages"));
-                if (all && !json_array_append_new(all, json_pack("{s:s,s:s%}", "role", "assistant", "content",
-                                                                  content.data ? content.data : "", content.len))) {
+                json_t *am = json_pack("{s:s,s:s%}", "role", "assistant", "content", content.data ? content.data : "",
+                                       content.len);
+                if (am && q->tool_calls) json_object_set(am, "tool_calls", q->tool_calls);
+                if (all && am && !json_array_append_new(all, am)) {
                     if (s->msgs) json_decref(s->msgs);
                     s->msgs = all;
-                } else if (all) json_decref(all);
+                } else {
+                    if (!all) json_decref(am);  /* else append_new consumed it */
+                    json_decref(all);
+                }
                 smol_chat_buf_deinit(&txt);
                 smol_chat_buf_deinit(&content);
                 free(msgs);
@@ -374,6 +386,16 @@ static enum smol_err build_prompt(struct smol_engine *e, struct req *q, struct s
     struct smol_chat_spans spans;
     smol_chat_spans_init(&spans);
     enum smol_err rc = smol_chat_render_spans(e->tpl, &cr, &q->rendered, &spans, &q->thinking, err);
+    /* no session: the longest cached prefix (anonymous, so stateless
+     * requests only) whose recorded conversation starts this render is
+     * continued the same way, so a client sending its history back (an
+     * agent after a tool call) reuses the previous turn's KV even where the
+     * model's tokens were not the canonical tokenization of its text */
+    if (!rc && !s)
+        for (struct smol_session *x = e->sessions.head; x; x = x->next)
+            if (!x->id[0] && !x->busy && x->hist_text && x->hist_len <= q->rendered.len && x->seq.n_tokens > 0 &&
+                (!s || x->hist_len > s->hist_len) && !memcmp(x->hist_text, q->rendered.data, x->hist_len))
+                s = x;
     if (!rc && s && s->hist_text && s->hist_len <= q->rendered.len && s->seq.n_tokens > 0 &&
         !memcmp(s->hist_text, q->rendered.data, s->hist_len)) {
         for (int i = 0; i < s->n_tokens && !rc; i++)
@@ -524,15 +546,22 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
 
     /* commit */
     if (r->session[0] && !s) {
+        if (src) src->busy = 1;             /* the prefix it starts from stays */
         if (e->sessions.n_named >= e->cfg.max_sessions) {
             for (struct smol_session *x = e->sessions.tail; x; x = x->prev)
                 if (x->id[0] && !x->busy) { smol_sessions_evict(&e->sessions, x); break; }
         }
+        if (src) src->busy = 0;
         if (e->sessions.n_named >= e->cfg.max_sessions) { reject(e, q, SMOL_EBUSY, "too many sessions"); return -1; }
         if (!(s = smol_sessions_add(&e->sessions, r->session))) { reject(e, q, SMOL_ENOMEM, "out of memory"); return -1; }
         char date[32];
         if (r->chat.date) snprintf(s->date, sizeof s->date, "%s", r->chat.date);
         else { today(date); snprintf(s->date, sizeof s->date, "%s", date); }
+        /* a new session starts from the best cached prefix, as a request
+         * without one does (before, lcp was reported but recomputed) */
+        if (src && lcp > 0 && smol_kv_seq_share(kv, &s->seq, &src->seq, lcp, err)) lcp = 0;
+        if (src && lcp > 0) smol_sessions_touch(&e->sessions, src, now);
+        if (!src) lcp = 0;
     }
     if (s) {
         smol_kv_seq_truncate(kv, &s->seq, lcp);
@@ -543,6 +572,9 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
         struct smol_session *a = smol_sessions_add(&e->sessions, "");
         if (!a) { reject(e, q, SMOL_ENOMEM, "out of memory"); return -1; }
         a->busy = 1;
+        /* its date, as for a session: the recorded conversation (finish) is rendered with it */
+        if (r->chat.date) snprintf(a->date, sizeof a->date, "%s", r->chat.date);
+        else today(a->date);
         if (src && lcp > 0 && smol_kv_seq_share(kv, &a->seq, &src->seq, lcp, err)) lcp = 0;
         if (src && lcp > 0) smol_sessions_touch(&e->sessions, src, now);
         if (src && !src->id[0] && src->restored_kv) { /* a prefix just read back: reported once */

@@ -45,6 +45,7 @@ struct req {
     struct smol_detok detok;
     struct smol_chat_parser parser;
     struct smol_chat_buf content;   /* content text, for the session's history */
+    json_t *tool_calls;             /* the calls made (OpenAI tool_calls array), for the history; NULL: none */
     struct smol_chat_buf rendered;  /* rendered prompt text (chat) */
     int prompt_built;               /* tok[0, n_tok), rendered and thinking hold the prompt while it
                                        waits: a request without a session (its prompt depends on

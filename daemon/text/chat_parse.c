@@ -51,6 +51,11 @@ static void emit_text(struct smol_chat_parser *p, enum smol_chat_ev_kind kind, c
     p->emit(p->ud, &ev);
 }
 
+static int is_ws_c(char c)
+{
+    return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
+
 static int is_ws(char c)
 {
     return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
@@ -93,6 +98,36 @@ static void seg_end(struct smol_chat_parser *p)
 
 /* ========================================================== tool calls */
 
+/* Where the value of the body's top-level "arguments" key lies, byte for
+ * byte as the model wrote it (so the call renders back to the same text:
+ * chat_template.c).  1 when found and it parses to a value equal to args,
+ * else 0 (the caller then serialises args). */
+static int raw_arguments(const char *body, size_t len, const json_t *args, size_t *off, size_t *n)
+{
+    static const char key[] = "\"arguments\"";
+    const size_t kl = sizeof key - 1;
+    for (size_t i = 0; i + kl <= len; i++) {
+        if (memcmp(body + i, key, kl)) continue;
+        size_t j = i + kl;
+        while (j < len && is_ws_c(body[j])) j++;
+        if (j >= len || body[j] != ':') continue;
+        j++;
+        while (j < len && is_ws_c(body[j])) j++;
+        json_error_t je;
+        json_t *v = json_loadb(body + j, len - j, JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY, &je);
+        int same = v && json_equal(v, args);
+        json_decref(v);
+        if (!same) continue;
+        size_t e = j + (size_t)je.position;
+        if (e > len) continue;
+        while (e > j && is_ws_c(body[e - 1])) e--;
+        *off = j;
+        *n = e - j;
+        return 1;
+    }
+    return 0;
+}
+
 /* Parses the call body; emits a TOOL_CALL or, when malformed, the raw text. */
 static int call_end(struct smol_chat_parser *p, int closed)
 {
@@ -104,8 +139,11 @@ static int call_end(struct smol_chat_parser *p, int closed)
     smol_chat_buf_reset(&p->scratch);
     if (json_is_string(name) && json_string_length(name) > 0 &&
         strlen(json_string_value(name)) == json_string_length(name)) {
+        size_t raw_off, raw_len;
         if (!args) rc = smol_chat_buf_puts(&p->scratch, "{}");
         else if (json_is_string(args)) rc = smol_chat_buf_append(&p->scratch, json_string_value(args), json_string_length(args));
+        else if (raw_arguments(body, p->call.len, args, &raw_off, &raw_len))
+            rc = smol_chat_buf_append(&p->scratch, body + raw_off, raw_len);
         else rc = smol_chat_json_dump(&p->scratch, args);
         if (!rc) {
             struct smol_chat_event ev = {.kind = SMOL_CHAT_EV_TOOL_CALL, .name = json_string_value(name),

@@ -22,9 +22,11 @@
  *    history.  Whitespace inside a segment is streamed once followed by text.
  *  - `<tool_call>` in content starts a call; at `</tool_call>` (or at the end
  *    of the reply if unclosed) its JSON is parsed: an object with a string
- *    "name" and "arguments" (any JSON, re-serialised like Python's
- *    json.dumps; a string is passed through as already-serialised JSON;
- *    absent = "{}").  Anything else is malformed: the raw text, tags
+ *    "name" and "arguments" (any JSON: reported as the exact bytes the
+ *    model wrote for it, so the call renders back into the history as the
+ *    same tokens, chat_template.c; re-serialised like Python's json.dumps
+ *    only if those bytes cannot be located; a string is passed through as
+ *    already-serialised JSON; absent = "{}").  Anything else is malformed: the raw text, tags
  *    included, is emitted as content and counted in n_malformed.
  *  - A tag that means nothing where it appears (</think> in content,
  *    <tool_call> inside reasoning, <think> mid-answer) is literal text of

@@ -334,6 +334,24 @@ static enum smol_err validate(enum smol_chat_tpl tpl, const struct smol_chat_req
             return e;
         if (m->tool_calls && !json_is_array(m->tool_calls))
             return smol_errf(err, SMOL_EINVAL, "messages[%zu].tool_calls must be a list", i);
+        for (size_t k = 0; tpl == SMOL_CHAT_TPL_SMOLLM3 && m->tool_calls && k < json_array_size(m->tool_calls); k++) {
+            const json_t *fn = json_object_get(json_array_get(m->tool_calls, k), "function");
+            const json_t *nm = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+            if (m->role != SMOL_CHAT_ASSISTANT)
+                return smol_errf(err, SMOL_EINVAL, "messages[%zu].tool_calls: only assistant messages carry tool calls", i);
+            if (!json_is_object(fn) || !json_is_string(nm) || !json_string_length(nm) ||
+                strlen(json_string_value(nm)) != json_string_length(nm) ||
+                !smol_chat_utf8_valid(json_string_value(nm), json_string_length(nm)))
+                return smol_errf(err, SMOL_EINVAL, "messages[%zu].tool_calls[%zu].function.name must be a non-empty string",
+                                 i, k);
+            if (args && !json_is_null(args) && !json_is_object(args) &&
+                !(json_is_string(args) && strlen(json_string_value(args)) == json_string_length(args) &&
+                  smol_chat_utf8_valid(json_string_value(args), json_string_length(args))))
+                return smol_errf(err, SMOL_EINVAL, "messages[%zu].tool_calls[%zu].function.arguments must be a JSON "
+                                 "string or an object", i, k);
+            if (json_depth(args) > 256)
+                return smol_errf(err, SMOL_EINVAL, "messages[%zu].tool_calls[%zu] nested deeper than 256 levels", i, k);
+        }
         if (!m->content && (tpl != SMOL_CHAT_TPL_SMOLLM3 || (i == 0 && m->role == SMOL_CHAT_SYSTEM)))
             return smol_errf(err, SMOL_ETEMPLATE, "messages[%zu].content: the %s template needs string content in a %s message",
                              i, smol_chat_tpl_name(tpl), role_name(m->role));
@@ -444,6 +462,40 @@ out:
     return rc;
 }
 
+/* An assistant turn's tool calls as the model writes them (a departure
+ * from the official template, which drops them; see chat_template.h):
+ * "\n" after non-empty content, then each call as
+ *     <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>
+ * with "\n" between calls; NAME is the JSON string of the name, ARGS the
+ * `arguments` string verbatim (the chat parser reports the bytes the model
+ * wrote, so a call renders back to the tokens it came from) or, given as
+ * an object, its json.dumps.  The tags are template text; NAME and ARGS are
+ * untrusted spans (SMOL_CHAT_FIELD_TOOL_CALL). */
+static int tool_calls_smollm3(struct smol_chat_buf *o, struct smol_chat_spans *sp, const struct smol_chat_msg *m,
+                              int32_t i, int had_content)
+{
+    size_t n = m->tool_calls ? json_array_size(m->tool_calls) : 0;
+    for (size_t k = 0; k < n; k++) {
+        const json_t *fn = json_object_get(json_array_get(m->tool_calls, k), "function");
+        const json_t *args = json_object_get(fn, "arguments");
+        if (((k || had_content) && smol_chat_buf_puts(o, "\n")) || smol_chat_buf_puts(o, "<tool_call>\n{\"name\": "))
+            return -1;
+        size_t off = o->len;
+        if (smol_chat_json_dump(o, json_object_get(fn, "name")) ||
+            span_add(sp, off, o->len - off, i, -1, SMOL_CHAT_FIELD_TOOL_CALL) ||
+            smol_chat_buf_puts(o, ", \"arguments\": "))
+            return -1;
+        off = o->len;
+        int bad = json_is_string(args) ? smol_chat_buf_append(o, json_string_value(args), json_string_length(args))
+                  : json_is_object(args) ? smol_chat_json_dump(o, args)
+                                         : smol_chat_buf_puts(o, "{}");
+        if (bad || span_add(sp, off, o->len - off, i, -1, SMOL_CHAT_FIELD_TOOL_CALL) ||
+            smol_chat_buf_puts(o, "}\n</tool_call>"))
+            return -1;
+    }
+    return 0;
+}
+
 static int render_smollm3(struct smol_chat_buf *o, struct smol_chat_spans *sp, const struct smol_chat_request *req,
                           int *think)
 {
@@ -464,7 +516,7 @@ static int render_smollm3(struct smol_chat_buf *o, struct smol_chat_spans *sp, c
             if (smol_chat_buf_puts(o, "<|im_start|>assistant\n") ||
                 (!*think && smol_chat_buf_puts(o, no_think_prefill)) ||
                 emit_user(o, sp, c, strlen(c), (int32_t)i, -1, SMOL_CHAT_FIELD_CONTENT) ||
-                smol_chat_buf_puts(o, "<|im_end|>\n"))
+                tool_calls_smollm3(o, sp, m, (int32_t)i, *c != '\0') || smol_chat_buf_puts(o, "<|im_end|>\n"))
                 return -1;
             break;
         case SMOL_CHAT_SYSTEM:  /* only messages[0] counts, in the header */

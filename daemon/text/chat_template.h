@@ -21,12 +21,22 @@
  *  - only messages[0] may act as system; later system messages render
  *    nothing.  Tool results render as user turns.  Assistant turns render
  *    content.lstrip("\n"), prefixed "<think>\n\n</think>\n" in no-think mode;
- *    tool_calls, reasoning_content, name and tool_call_id are accepted and
- *    NOT rendered (the template ignores them).
+ *    reasoning_content, name and tool_call_id are accepted and NOT rendered
+ *    (the template ignores them).
+ *  - DEPARTURE from the official template, which drops an assistant
+ *    message's tool_calls (so on an agent's second turn the model would not
+ *    see what it called, and the KV of the first turn could not be reused):
+ *    the calls are rendered after the content as the model writes them,
+ *    "<tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>" ("\n"
+ *    after non-empty content and between calls, ARGS the arguments string
+ *    verbatim), so turn 2's prompt holds turn 1's prompt + output as tokens.
+ *    Without tool_calls the render is byte-identical to the Jinja one.
  *  - null/absent content renders "" for user/assistant/tool turns; a
  *    system message needs string content (Jinja fails otherwise).
  * Rejected (the template would silently drop them): unknown roles, content
- * that is a list of parts or any non-string, non-null value, non-array tools.
+ * that is a list of parts or any non-string, non-null value, non-array tools;
+ * (SmolLM3) tool_calls on a non-assistant message, a call without a string
+ * function.name, arguments neither a string nor an object.
  *
  * SmolLM2's template (and the ChatML fallback) render every message as
  * "<|im_start|>{role}\n{content}<|im_end|>\n" (tool turns keep the role
@@ -83,7 +93,7 @@ struct smol_chat_msg {
     enum smol_chat_role role;
     const char *content;            /* UTF-8, NUL-terminated; NULL = null or absent */
     const char *reasoning_content;  /* NULL when absent; not rendered by these templates */
-    const json_t *tool_calls;       /* assistant: JSON array or NULL; not rendered */
+    const json_t *tool_calls;       /* assistant: JSON array or NULL; SmolLM3 renders them (above) */
     const char *tool_call_id;       /* tool: NULL when absent; not rendered */
     const char *name;               /* NULL when absent; not rendered */
 };
@@ -137,6 +147,8 @@ enum smol_chat_field {
     SMOL_CHAT_FIELD_TOOL,       /* tools[tool] as `tool | string`: Python repr of the object
                                  * (a JSON string element: its text) */
     SMOL_CHAT_FIELD_DATE,       /* req->date (validated "DD Month YYYY") */
+    SMOL_CHAT_FIELD_TOOL_CALL,  /* SmolLM3 msgs[msg].tool_calls[]: a call's name (as a JSON string) or its
+                                 * arguments (the string verbatim, an object as json.dumps) */
 };
 
 struct smol_chat_span_src {
@@ -151,8 +163,8 @@ struct smol_chat_span_src {
  * counts the bytes out held before).  src[i] says where v[i] came from.
  * Every byte the template copies from the request lies in a span; the other
  * bytes are literal template text (markers, headers, default personas, the
- * no-think pre-fill).  Request fields these templates do not render
- * (reasoning_content, tool_calls, tool_call_id, name) have no span.  A
+ * no-think pre-fill, the <tool_call> tags).  Request fields these templates
+ * do not render (reasoning_content, tool_call_id, name) have no span.  A
  * SmolLM3 system message whose custom instructions come out empty renders
  * the default persona instead and so has no span (unless /system_override).
  * v can go straight to smol_tokenizer_encode_spans. */

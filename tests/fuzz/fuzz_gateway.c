@@ -14,6 +14,9 @@
  *      -> function tools, tool_choice, thinking, stop_sequences) -> the
  *      same round trip
  *   4  POST /v1/messages/count_tokens: the same parser, its own field set
+ *   5  POST /v1/responses: gw_responses_parse (input items -> chat messages,
+ *      function_call -> tool_calls JSON, tools in chat's shape, text.format,
+ *      reasoning) -> the same invariants and round trip as 0
  *
  * A crash, a sanitizer report or a leak is a bug; a refusal is expected and
  * must come with a reason.  An accepted request must keep the invariants
@@ -53,6 +56,9 @@ void gw_daemon_cancel(struct gw_stream *s) NEVER
 void gw_stream_fail(struct gw_stream *s, int status, const char *code, const char *msg) NEVER
 void gw_stream_free(struct gw_stream *s) NEVER
 struct gw_stream *gw_stream_new(enum gw_kind kind) NEVER
+enum MHD_Result gw_req_send(struct gw_req *r, struct gw_stream *s) NEVER
+void gw_req_resume(struct gw_req *r) NEVER
+void gw_daemon_cancel(struct gw_stream *s) NEVER
 const char *smol_client_error_name(int code) NEVER
 const char *smol_client_finish_name(int finish_reason) NEVER
 enum smol_err smol_client_send_cancel(struct smol_client *c, uint64_t target_id, uint64_t *id_out,
@@ -161,6 +167,37 @@ static void fuzz_openai(const char *body, size_t n)
     gw_openai_parsed_deinit(&p);
 }
 
+static void check_responses(Smollm3__GenerateRequest *g)
+{
+    CHECK(g->input_case == SMOLLM3__GENERATE_REQUEST__INPUT_CHAT && g->chat);
+    CHECK(g->chat->n_messages >= 1);
+    for (size_t i = 0; i < g->chat->n_messages; i++) {
+        Smollm3__ChatMessage *m = g->chat->messages[i];
+        CHECK(role_ok(m->role) && m->content);
+        CHECK(strcmp(m->role, "system") || i == 0);     /* the template has one system block */
+        if (m->tool_calls_json && m->tool_calls_json[0]) {
+            json_t *tc = json_loads(m->tool_calls_json, 0, NULL);
+            CHECK(json_is_array(tc) && !strcmp(m->role, "assistant"));
+            json_decref(tc);
+        }
+    }
+    if (g->chat->tools_json && g->chat->tools_json[0]) {
+        json_t *t = json_loads(g->chat->tools_json, 0, NULL);
+        CHECK(json_is_array(t));
+        json_decref(t);
+    }
+    CHECK(g->max_tokens <= 1000000);
+    check_sampling(g->sampling);
+    if (!g->session_id) g->session_id = "";
+    round_trip(g);
+}
+
+static void fuzz_responses(const char *body, size_t n)
+{
+    char why[320] = "", param[64];
+    if (gw_responses_parse(body, n, check_responses, param, sizeof param, why, sizeof why)) CHECK(why[0]);
+}
+
 static void fuzz_ui(const uint8_t *data, size_t n)
 {
     char *body = malloc(n + 1);         /* decoded in place; body[n] becomes NUL */
@@ -261,12 +298,13 @@ static void fuzz_anthropic(const char *body, size_t n, enum gw_anthropic_ep ep)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
-    uint8_t sel = data[0] % 5;
+    uint8_t sel = data[0] % 6;
     data++;
     size--;
     if (sel == 0) fuzz_openai((const char *)data, size);
     else if (sel == 1) fuzz_ui(data, size);
     else if (sel == 2) html_of((const char *)data, size);
+    else if (sel == 5) fuzz_responses((const char *)data, size);
     else fuzz_anthropic((const char *)data, size, sel == 3 ? GW_AN_MESSAGES : GW_AN_COUNT_TOKENS);
     return 0;
 }

@@ -1,0 +1,1133 @@
+/*
+ * responses.c - OpenAI's Responses API: POST /v1/responses (streaming and
+ * not), GET and DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel.
+ *
+ * A request becomes the same chat GenerateRequest /v1/chat/completions
+ * sends: `instructions` the system message, `input` (a string or a list of
+ * items: messages with input_text / output_text parts, function_call,
+ * function_call_output, reasoning) the messages, function_call items an
+ * assistant message's tool_calls (rendered back as the model wrote them:
+ * daemon/text/chat_template.h), function_call_output items tool messages;
+ * `tools` (type function) in chat's shape, `tool_choice`, `text.format`
+ * (json_schema / json_object / text: the structured-output constraint),
+ * `reasoning.effort` (none / minimal: SmolLM3's /no_think, else think),
+ * `max_output_tokens`, `temperature`, `top_p`.  Every field of the SDK's
+ * ResponseCreateParams is in the table below: honoured, metadata (echoed,
+ * changes nothing) or refused with a 400 naming it; unknown fields are
+ * refused unless --ignore-unknown-fields.
+ *
+ * Stored responses (store, default true) live in a bounded in-memory LRU
+ * (--responses-store N).  Each keeps the daemon session id of its
+ * conversation ("resp-" + the first response's id) and the conversation as
+ * chat messages (without the instructions, which OpenAI does not carry
+ * over), so a follow-up with previous_response_id sends the whole history
+ * on that session: the daemon finds its recorded history as a prefix of the
+ * render and continues from the session's own tokens (reasoning included),
+ * computing only the new ones (usage.input_tokens_details.cached_tokens).
+ *
+ * Daemon events become the Responses stream (event: TYPE / data: JSON, each
+ * with sequence_number): response.created, response.in_progress, per item
+ * response.output_item.added, response.content_part.added,
+ * response.output_text.delta / response.reasoning_text.delta /
+ * response.function_call_arguments.delta, their .done events,
+ * response.content_part.done, response.output_item.done, then
+ * response.completed (response.incomplete when max_output_tokens cut it,
+ * error + response.failed on a failure).  Without stream the same items are
+ * collected into one Response object.
+ */
+#include "gateway/gateway.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_ITEMS 4096
+#define MAX_METADATA 16
+
+/* ---- the field table ------------------------------------------------------ */
+
+enum disp { OWN, METADATA, REFUSED };
+
+static const struct { const char *name; enum disp d; } fields[] = {
+    { "model", OWN },                   /* any name: the one model answers, and says so */
+    { "input", OWN },
+    { "instructions", OWN },
+    { "tools", OWN },
+    { "tool_choice", OWN },
+    { "parallel_tool_calls", OWN },
+    { "text", OWN },
+    { "reasoning", OWN },
+    { "max_output_tokens", OWN },
+    { "temperature", OWN },
+    { "top_p", OWN },
+    { "stream", OWN },
+    { "stream_options", OWN },
+    { "store", OWN },
+    { "previous_response_id", OWN },
+    { "metadata", OWN },                /* echoed in the response */
+    { "include", OWN },                 /* [] only */
+    { "truncation", OWN },              /* "disabled" only */
+    { "service_tier", OWN },            /* "auto" / "default": the one tier there is */
+    { "background", OWN },              /* false only */
+    { "top_logprobs", OWN },            /* 0 only */
+    { "user", METADATA },
+    { "safety_identifier", METADATA },
+    { "prompt_cache_key", METADATA },   /* the prefix cache is automatic */
+    { "prompt_cache_retention", METADATA },
+    { "prompt_cache_options", METADATA },
+    { "conversation", REFUSED },        /* use previous_response_id */
+    { "prompt", REFUSED },              /* stored prompt templates */
+    { "max_tool_calls", REFUSED },
+    { "context_management", REFUSED },
+    { "moderation", REFUSED },
+};
+
+/* ---- the store -------------------------------------------------------------- */
+
+struct gw_resp {
+    struct gw_resp *prev, *next;        /* most recently used first */
+    char id[48];
+    char session[64];                   /* daemon session of the conversation, "" = none */
+    json_t *obj;                        /* the Response object */
+    json_t *history;                    /* the conversation as chat messages, this answer included */
+    struct gw_stream *live;             /* generating now */
+};
+
+/* Per-stream state (gw_stream.rs). */
+struct gw_resp_state {
+    struct gw_resp *stored;             /* its store entry, NULL with store false (or deleted) */
+    json_t *echo;                       /* request fields echoed in the Response object */
+    json_t *history;                    /* the messages sent (for the store) */
+    char session[64];
+    char prev_id[48];
+    int store;
+    unsigned seq;                       /* next sequence_number */
+    json_t *output;                     /* finished items */
+    int open;                           /* 0 none, 1 message, 2 reasoning */
+    int open_index;
+    char open_id[64];
+    struct gw_buf text;                 /* the open item's text */
+    struct gw_buf content;              /* all content text (history) */
+    json_t *calls;                      /* tool calls made (history) */
+    int n_items;
+    const char *status;                 /* final status, NULL while running */
+    json_t *error;                      /* failed: {code, message} */
+};
+
+static struct {
+    struct gw_resp *head, *tail;
+    size_t n;
+} S;
+
+static void store_unlink(struct gw_resp *e)
+{
+    if (e->prev) e->prev->next = e->next;
+    else S.head = e->next;
+    if (e->next) e->next->prev = e->prev;
+    else S.tail = e->prev;
+    e->prev = e->next = NULL;
+    S.n--;
+}
+
+static void store_front(struct gw_resp *e)
+{
+    e->next = S.head;
+    e->prev = NULL;
+    if (S.head) S.head->prev = e;
+    S.head = e;
+    if (!S.tail) S.tail = e;
+    S.n++;
+}
+
+static void entry_free(struct gw_resp *e)
+{
+    if (!e) return;
+    if (e->live && e->live->rs) e->live->rs->stored = NULL;
+    json_decref(e->obj);
+    json_decref(e->history);
+    free(e);
+}
+
+static void store_remove(struct gw_resp *e)
+{
+    store_unlink(e);
+    entry_free(e);
+}
+
+static struct gw_resp *store_find(const char *id)
+{
+    for (struct gw_resp *e = S.head; e; e = e->next)
+        if (!strcmp(e->id, id)) {
+            store_unlink(e);    /* used: to the front */
+            store_front(e);
+            return e;
+        }
+    return NULL;
+}
+
+/* Adds e, evicting the least recently used finished entries over the limit. */
+static void store_add(struct gw_resp *e)
+{
+    store_front(e);
+    struct gw_resp *v = S.tail;
+    while (S.n > G.cfg.responses_store && v) {
+        struct gw_resp *p = v->prev;
+        if (!v->live && v != e) store_remove(v);
+        v = p;
+    }
+}
+
+/* ---- request parsing ---------------------------------------------------------- */
+
+/* Everything the GenerateRequest points into. */
+struct parsed {
+    Smollm3__GenerateRequest gen;
+    Smollm3__SamplingParams sampling;
+    Smollm3__ChatInput chat;
+    Smollm3__ChatMessage *msgs;
+    Smollm3__ChatMessage **msgp;
+    json_t *root;
+    json_t *messages;                   /* chat messages (owned) */
+    json_t *tools;                      /* chat-shaped tools (owned) */
+    json_t *echo;                       /* echoed fields (owned) */
+    json_t *all;                        /* the messages sent: instructions + history + input (owned) */
+    json_t *dumps;                      /* tool_calls_json strings (owned) */
+    char *strs[8];                      /* owned strings */
+    int n_strs;
+    int stream, store;
+    struct gw_resp *prev;
+    char param[64];
+};
+
+#define FAIL(key, ...)                                                        \
+    do {                                                                      \
+        snprintf(p->param, sizeof p->param, "%s", key);                       \
+        snprintf(why, wn, __VA_ARGS__);                                       \
+        return -1;                                                            \
+    } while (0)
+
+static json_t *get(json_t *o, const char *k)
+{
+    json_t *x = json_object_get(o, k);
+    return x && !json_is_null(x) ? x : NULL;
+}
+
+static char *own(struct parsed *p, char *s)
+{
+    if (!s || p->n_strs >= (int)(sizeof p->strs / sizeof *p->strs)) {
+        free(s);
+        return NULL;
+    }
+    return p->strs[p->n_strs++] = s;
+}
+
+static void parsed_deinit(struct parsed *p)
+{
+    free(p->msgs);
+    free(p->msgp);
+    for (int i = 0; i < p->n_strs; i++) free(p->strs[i]);
+    json_decref(p->messages);
+    json_decref(p->tools);
+    json_decref(p->echo);
+    json_decref(p->all);
+    json_decref(p->dumps);
+    json_decref(p->root);
+}
+
+static int check_fields(struct parsed *p, json_t *root, char *why, size_t wn)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        int found = -1;
+        for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+            if (!strcmp(fields[i].name, key)) found = (int)i;
+        if (found < 0) {
+            if (G.cfg.ignore_unknown) continue;
+            FAIL(key, "unknown field '%.40s' (the gateway refuses fields it does not know; "
+                 "--ignore-unknown-fields accepts them)", key);
+        }
+        if (json_is_null(v)) continue;
+        if (fields[found].d == REFUSED) FAIL(key, "'%s' is not supported", key);
+        if (fields[found].d == METADATA && strcmp(key, "prompt_cache_options") && !json_is_string(v))
+            FAIL(key, "'%s' must be a string", key);
+        if (!strcmp(key, "prompt_cache_options") && !json_is_object(v))
+            FAIL(key, "'%s' must be an object", key);
+    }
+    return 0;
+}
+
+/* The text of a content value: a string or a list of text parts. */
+static int text_of(struct parsed *p, json_t *c, const char *where, struct gw_buf *b, char *why, size_t wn)
+{
+    if (json_is_string(c)) return gw_buf_add(b, json_string_value(c), json_string_length(c)) ? -1 : 0;
+    if (!json_is_array(c)) FAIL("input", "%s must be a string or a list of content parts", where);
+    size_t k;
+    json_t *part;
+    json_array_foreach(c, k, part) {
+        const char *t = json_string_value(json_object_get(part, "type"));
+        json_t *tx = json_object_get(part, "text");
+        if (!json_is_object(part) || !t)
+            FAIL("input", "%s[%zu] must be an object with a 'type'", where, k);
+        if (!strcmp(t, "refusal")) tx = json_object_get(part, "refusal");
+        else if (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text") &&
+                 strcmp(t, "reasoning_text") && strcmp(t, "summary_text"))
+            FAIL("input", "%s[%zu]: content of type '%.32s' is not supported (text only)", where, k, t);
+        if (!json_is_string(tx)) FAIL("input", "%s[%zu].text must be a string", where, k);
+        if (gw_buf_add(b, json_string_value(tx), json_string_length(tx))) FAIL("", "out of memory");
+    }
+    return 0;
+}
+
+static json_t *last_assistant_open(json_t *msgs)
+{
+    size_t n = json_array_size(msgs);
+    json_t *m = n ? json_array_get(msgs, n - 1) : NULL;
+    const char *role = json_string_value(json_object_get(m, "role"));
+    return role && !strcmp(role, "assistant") ? m : NULL;
+}
+
+/* input items -> chat messages appended to p->messages. */
+static int parse_input(struct parsed *p, json_t *root, char *why, size_t wn)
+{
+    json_t *in = get(root, "input");
+    json_t *msgs = p->messages;
+    if (!in) {
+        if (!p->prev) FAIL("input", "'input' is required (a string or a list of items)");
+        return 0;
+    }
+    if (json_is_string(in)) {
+        json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", in));
+        return 0;
+    }
+    if (!json_is_array(in) || !json_array_size(in)) FAIL("input", "'input' must be a string or a non-empty list of items");
+    if (json_array_size(in) > MAX_ITEMS) FAIL("input", "too many input items (max %d)", MAX_ITEMS);
+    const char *pending_reasoning = NULL;
+    struct gw_buf rbuf = { 0 };
+    size_t i;
+    json_t *it;
+    char where[64];
+    json_array_foreach(in, i, it) {
+        if (!json_is_object(it)) { gw_buf_deinit(&rbuf); FAIL("input", "input[%zu] must be an object", i); }
+        const char *type = json_string_value(json_object_get(it, "type"));
+        const char *role = json_string_value(json_object_get(it, "role"));
+        if (!type && role) type = "message";
+        if (!type) { gw_buf_deinit(&rbuf); FAIL("input", "input[%zu] needs a 'type' (or a 'role')", i); }
+        snprintf(where, sizeof where, "input[%zu].content", i);
+        if (!strcmp(type, "message")) {
+            if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") &&
+                          strcmp(role, "developer"))) {
+                gw_buf_deinit(&rbuf);
+                FAIL("input", "input[%zu].role must be user, assistant, system or developer", i);
+            }
+            struct gw_buf b = { 0 };
+            if (text_of(p, json_object_get(it, "content"), where, &b, why, wn)) {
+                gw_buf_deinit(&b);
+                gw_buf_deinit(&rbuf);
+                return -1;
+            }
+            int sys = !strcmp(role, "system") || !strcmp(role, "developer");
+            if (sys && json_array_size(msgs) > 0) {
+                gw_buf_deinit(&b);
+                gw_buf_deinit(&rbuf);
+                FAIL("input", "input[%zu]: a %s message is only supported first (the model's template has one "
+                     "system block; or use 'instructions')", i, role);
+            }
+            json_t *m = json_pack("{s:s,s:s}", "role", sys ? "system" : role, "content", b.p ? b.p : "");
+            if (!strcmp(role, "assistant") && pending_reasoning)
+                json_object_set_new(m, "reasoning_content", json_string(pending_reasoning));
+            pending_reasoning = NULL;
+            json_array_append_new(msgs, m);
+            gw_buf_deinit(&b);
+        } else if (!strcmp(type, "function_call")) {
+            json_t *cid = json_object_get(it, "call_id"), *name = json_object_get(it, "name"),
+                   *args = json_object_get(it, "arguments");
+            if (!json_is_string(cid) || !json_is_string(name) || !json_is_string(args)) {
+                gw_buf_deinit(&rbuf);
+                FAIL("input", "input[%zu]: a function_call needs string 'call_id', 'name' and 'arguments'", i);
+            }
+            json_t *m = last_assistant_open(msgs);
+            if (!m) {
+                m = json_pack("{s:s,s:s}", "role", "assistant", "content", "");
+                if (pending_reasoning) json_object_set_new(m, "reasoning_content", json_string(pending_reasoning));
+                pending_reasoning = NULL;
+                json_array_append_new(msgs, m);
+            }
+            json_t *tc = json_object_get(m, "tool_calls");
+            if (!tc) json_object_set_new(m, "tool_calls", tc = json_array());
+            json_array_append_new(tc, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", cid, "type", "function", "function",
+                                                "name", name, "arguments", args));
+        } else if (!strcmp(type, "function_call_output")) {
+            json_t *cid = json_object_get(it, "call_id");
+            struct gw_buf b = { 0 };
+            snprintf(where, sizeof where, "input[%zu].output", i);
+            if (!json_is_string(cid) || text_of(p, json_object_get(it, "output"), where, &b, why, wn)) {
+                gw_buf_deinit(&b);
+                gw_buf_deinit(&rbuf);
+                if (!json_is_string(cid))
+                    FAIL("input", "input[%zu]: a function_call_output needs a string 'call_id' and 'output'", i);
+                return -1;
+            }
+            json_array_append_new(msgs, json_pack("{s:s,s:O,s:s}", "role", "tool", "tool_call_id", cid, "content",
+                                                  b.p ? b.p : ""));
+            gw_buf_deinit(&b);
+        } else if (!strcmp(type, "reasoning")) {
+            /* kept as the next assistant message's reasoning_content; the
+             * template does not render it (the session keeps the real tokens) */
+            json_t *c = json_object_get(it, "content");
+            gw_buf_reset(&rbuf);
+            if (c && !json_is_null(c) && text_of(p, c, where, &rbuf, why, wn)) {
+                gw_buf_deinit(&rbuf);
+                return -1;
+            }
+            pending_reasoning = rbuf.len ? rbuf.p + rbuf.off : "";
+        } else {
+            gw_buf_deinit(&rbuf);
+            FAIL("input", "input[%zu]: items of type '%.40s' are not supported (message, function_call, "
+                 "function_call_output, reasoning)", i, type);
+        }
+    }
+    gw_buf_deinit(&rbuf);
+    return 0;
+}
+
+static int tool_name_ok(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n > 64) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-') return 0;
+    return 1;
+}
+
+/* tools (function only) in chat's shape; tool_choice; parallel_tool_calls. */
+static int parse_tools(struct parsed *p, json_t *root, char *why, size_t wn)
+{
+    json_t *tools = get(root, "tools");
+    size_t n = 0;
+    if (tools) {
+        if (!json_is_array(tools)) FAIL("tools", "'tools' must be an array");
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t) {
+            const char *type = json_string_value(json_object_get(t, "type"));
+            if (!json_is_object(t) || !type) FAIL("tools", "tools[%zu] must be an object with a 'type'", i);
+            if (strcmp(type, "function"))
+                FAIL("tools", "tools[%zu]: tools of type '%.40s' are not supported (function only)", i, type);
+            const char *name = json_string_value(json_object_get(t, "name"));
+            if (!tool_name_ok(name)) FAIL("tools", "tools[%zu].name must be 1-64 of [a-zA-Z0-9_-]", i);
+            json_t *fn = json_pack("{s:s}", "name", name);
+            json_t *d = get(t, "description"), *par = get(t, "parameters"), *strict = get(t, "strict");
+            if (d && !json_is_string(d)) { json_decref(fn); FAIL("tools", "tools[%zu].description must be a string", i); }
+            if (par && !json_is_object(par)) { json_decref(fn); FAIL("tools", "tools[%zu].parameters must be an object", i); }
+            if (strict && !json_is_boolean(strict)) { json_decref(fn); FAIL("tools", "tools[%zu].strict must be a boolean", i); }
+            if (d) json_object_set(fn, "description", d);
+            if (par) json_object_set(fn, "parameters", par);
+            json_array_append_new(p->tools, json_pack("{s:s,s:o}", "type", "function", "function", fn));
+            n++;
+        }
+        json_object_set(p->echo, "tools", tools);
+    }
+    json_t *tc = get(root, "tool_choice");
+    int none = 0;
+    const char *forced = NULL;
+    if (tc) {
+        const char *v = json_string_value(tc);
+        if (v && !strcmp(v, "none")) none = 1;
+        else if (v && !strcmp(v, "required")) forced = "required";
+        else if (v && !strcmp(v, "auto")) ;
+        else if (json_is_object(tc) && json_is_string(json_object_get(tc, "type")) &&
+                 !strcmp(json_string_value(json_object_get(tc, "type")), "function")) {
+            forced = json_string_value(json_object_get(tc, "name"));
+            if (!tool_name_ok(forced)) FAIL("tool_choice", "'tool_choice.name' must be 1-64 of [a-zA-Z0-9_-]");
+        } else {
+            FAIL("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                 "\"name\": ...} (hosted and allowed_tools choices are not supported)");
+        }
+        if (forced && !n) FAIL("tool_choice", "'tool_choice' \"%.64s\" needs a non-empty 'tools' list", forced);
+        json_object_set(p->echo, "tool_choice", tc);
+    }
+    if (forced && !(p->gen.tool_choice = own(p, strdup(forced)))) FAIL("", "out of memory");
+    json_t *ptc = get(root, "parallel_tool_calls");
+    if (ptc && !json_is_boolean(ptc)) FAIL("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    if (ptc && json_is_false(ptc))
+        FAIL("parallel_tool_calls", "'parallel_tool_calls': false is not supported (the model may call several "
+             "tools in one answer)");
+    if (n && !none && !(p->chat.tools_json = own(p, json_dumps(p->tools, JSON_COMPACT)))) FAIL("", "out of memory");
+    return 0;
+}
+
+/* text.format -> the constraint; reasoning.effort -> thinking. */
+static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_t wn)
+{
+    json_t *text = get(root, "text");
+    if (text) {
+        if (!json_is_object(text)) FAIL("text", "'text' must be an object");
+        const char *k;
+        json_t *v;
+        json_object_foreach(text, k, v) {
+            if (json_is_null(v)) continue;
+            if (!strcmp(k, "verbosity")) {
+                if (!json_is_string(v) || strcmp(json_string_value(v), "medium"))
+                    FAIL("text.verbosity", "'text.verbosity' other than \"medium\" is not supported");
+            } else if (strcmp(k, "format")) {
+                FAIL("text", "unknown field 'text.%.40s'", k);
+            }
+        }
+        json_t *f = get(text, "format");
+        if (f) {
+            const char *t = json_string_value(json_object_get(f, "type"));
+            if (!json_is_object(f) || !t) FAIL("text.format", "'text.format' must be an object with a 'type'");
+            if (!strcmp(t, "json_object")) {
+                p->gen.constraint_case = SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_OBJECT;
+                p->gen.json_object = 1;
+            } else if (!strcmp(t, "json_schema")) {
+                json_t *sch = json_object_get(f, "schema"), *strict = json_object_get(f, "strict");
+                if (!json_is_string(json_object_get(f, "name")))
+                    FAIL("text.format", "'text.format' of type json_schema needs a 'name'");
+                if (!json_is_object(sch) && !json_is_boolean(sch))
+                    FAIL("text.format", "'text.format.schema' must be a JSON Schema object");
+                if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+                    FAIL("text.format", "'text.format.strict' must be a boolean");
+                char *s = own(p, json_dumps(sch, JSON_COMPACT | JSON_ENCODE_ANY));
+                if (!s) FAIL("", "out of memory");
+                p->gen.constraint_case = SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_SCHEMA;
+                p->gen.json_schema = s;
+            } else if (strcmp(t, "text")) {
+                FAIL("text.format", "'text.format.type' must be \"text\", \"json_object\" or \"json_schema\", not "
+                     "\"%.20s\"", t);
+            }
+        }
+        json_object_set(p->echo, "text", text);
+    }
+    json_t *r = get(root, "reasoning");
+    if (r) {
+        if (!json_is_object(r)) FAIL("reasoning", "'reasoning' must be an object");
+        const char *k;
+        json_t *v;
+        json_object_foreach(r, k, v) {
+            if (json_is_null(v) || !strcmp(k, "effort")) continue;
+            FAIL("reasoning", "'reasoning.%.40s' is not supported (the reasoning text comes back as reasoning_text; "
+                 "only 'effort' is honoured)", k);
+        }
+        json_t *e = get(r, "effort");
+        if (e) {
+            static const char *const levels[] = { "none", "minimal", "low", "medium", "high", "xhigh" };
+            const char *v = json_string_value(e);
+            int lvl = -1;
+            for (int i = 0; v && i < 6; i++)
+                if (!strcmp(v, levels[i])) lvl = i;
+            if (lvl < 0)
+                FAIL("reasoning", "'reasoning.effort' must be one of none, minimal, low, medium, high, xhigh");
+            p->gen.enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;
+            p->gen.enable_thinking = lvl >= 2;
+        }
+        json_object_set(p->echo, "reasoning", r);
+    }
+    return 0;
+}
+
+static int parse_scalars(struct parsed *p, json_t *root, char *why, size_t wn)
+{
+    json_t *x = get(root, "model");
+    if (x && !json_is_string(x)) FAIL("model", "'model' must be a string");
+    x = get(root, "stream");
+    if (x && !json_is_boolean(x)) FAIL("stream", "'stream' must be a boolean");
+    p->stream = json_is_true(x);
+    x = get(root, "stream_options");
+    if (x) {
+        const char *k;
+        json_t *v;
+        if (!json_is_object(x)) FAIL("stream_options", "'stream_options' must be an object");
+        json_object_foreach(x, k, v) {
+            if (strcmp(k, "include_obfuscation")) FAIL("stream_options", "unknown field 'stream_options.%.40s'", k);
+            if (json_is_true(v))
+                FAIL("stream_options", "'stream_options.include_obfuscation': true is not supported");
+        }
+    }
+    x = get(root, "store");
+    if (x && !json_is_boolean(x)) FAIL("store", "'store' must be a boolean");
+    p->store = !json_is_false(x);
+    x = get(root, "background");
+    if (x && !json_is_boolean(x)) FAIL("background", "'background' must be a boolean");
+    if (json_is_true(x)) FAIL("background", "'background': true is not supported (stream, or wait for the answer)");
+    x = get(root, "include");
+    if (x && (!json_is_array(x) || json_array_size(x)))
+        FAIL("include", "'include' is not supported (only [] : the reasoning text is always included)");
+    x = get(root, "truncation");
+    if (x && (!json_is_string(x) || strcmp(json_string_value(x), "disabled")))
+        FAIL("truncation", "'truncation' other than \"disabled\" is not supported (a prompt over the context is "
+             "refused)");
+    x = get(root, "service_tier");
+    if (x && (!json_is_string(x) || (strcmp(json_string_value(x), "auto") && strcmp(json_string_value(x), "default"))))
+        FAIL("service_tier", "'service_tier' must be \"auto\" or \"default\" (there is one tier)");
+    x = get(root, "top_logprobs");
+    if (x && (!json_is_integer(x) || json_integer_value(x) != 0))
+        FAIL("top_logprobs", "'top_logprobs' is not supported on /v1/responses (use /v1/chat/completions)");
+    x = get(root, "max_output_tokens");
+    if (x) {
+        if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 1000000)
+            FAIL("max_output_tokens", "'max_output_tokens' must be an integer in [1, 1000000]");
+        p->gen.max_tokens = (uint32_t)json_integer_value(x);
+        json_object_set(p->echo, "max_output_tokens", x);
+    }
+    x = get(root, "temperature");
+    if (x) {
+        if (!json_is_number(x) || json_number_value(x) < 0 || json_number_value(x) > 2)
+            FAIL("temperature", "'temperature' must be a number in [0, 2]");
+        p->sampling.temperature_opt_case = SMOLLM3__SAMPLING_PARAMS__TEMPERATURE_OPT_TEMPERATURE;
+        p->sampling.temperature = (float)json_number_value(x);
+        json_object_set(p->echo, "temperature", x);
+    }
+    x = get(root, "top_p");
+    if (x) {
+        if (!json_is_number(x) || !(json_number_value(x) > 0) || json_number_value(x) > 1)
+            FAIL("top_p", "'top_p' must be a number in (0, 1]");
+        p->sampling.top_p_opt_case = SMOLLM3__SAMPLING_PARAMS__TOP_P_OPT_TOP_P;
+        p->sampling.top_p = (float)json_number_value(x);
+        json_object_set(p->echo, "top_p", x);
+    }
+    x = get(root, "metadata");
+    if (x) {
+        const char *k;
+        json_t *v;
+        if (!json_is_object(x) || json_object_size(x) > MAX_METADATA)
+            FAIL("metadata", "'metadata' must be an object of at most %d string values", MAX_METADATA);
+        json_object_foreach(x, k, v)
+            if (strlen(k) > 64 || !json_is_string(v) || json_string_length(v) > 512)
+                FAIL("metadata", "'metadata' keys are at most 64 characters, values strings of at most 512");
+        json_object_set(p->echo, "metadata", x);
+    }
+    x = get(root, "instructions");
+    if (x) {
+        if (!json_is_string(x)) FAIL("instructions", "'instructions' must be a string");
+        json_object_set(p->echo, "instructions", x);
+    }
+    x = get(root, "previous_response_id");
+    if (x) {
+        if (!json_is_string(x)) FAIL("previous_response_id", "'previous_response_id' must be a string");
+        p->prev = store_find(json_string_value(x));
+        if (!p->prev)
+            FAIL("previous_response_id", "Previous response with id '%.60s' not found (stored responses: the most "
+                 "recent %zu)", json_string_value(x), G.cfg.responses_store);
+        if (p->prev->live)
+            FAIL("previous_response_id", "Previous response with id '%.60s' is still in progress", json_string_value(x));
+        json_object_set(p->echo, "previous_response_id", x);
+    }
+    return 0;
+}
+
+/* The chat messages as the protobuf's ChatMessages (pointing into p->messages). */
+static int to_chat(struct parsed *p, char *why, size_t wn)
+{
+    json_t *all = p->all = json_array();
+    json_t *ins = get(p->root, "instructions");
+    json_t *m0 = json_array_get(p->messages, 0);
+    const char *r0 = json_string_value(json_object_get(m0, "role"));
+    if (ins && r0 && !strcmp(r0, "system")) {
+        /* one system block (the template's): the instructions, then the input's system text */
+        char *both = NULL;
+        if (asprintf(&both, "%s\n\n%s", json_string_value(ins), json_string_value(json_object_get(m0, "content"))) < 0)
+            FAIL("", "out of memory");
+        json_array_append_new(all, json_pack("{s:s,s:s}", "role", "system", "content", both));
+        free(both);
+        for (size_t i = 1; i < json_array_size(p->messages); i++)
+            json_array_append(all, json_array_get(p->messages, i));
+    } else {
+        if (ins) json_array_append_new(all, json_pack("{s:s,s:O}", "role", "system", "content", ins));
+        json_array_extend(all, p->messages);
+    }
+    size_t n = json_array_size(all);
+    if (!n) FAIL("input", "nothing to answer: 'input' is empty");
+    p->msgs = calloc(n, sizeof *p->msgs);
+    p->msgp = calloc(n, sizeof *p->msgp);
+    if (!p->msgs || !p->msgp) FAIL("", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(all, i);
+        Smollm3__ChatMessage *cm = &p->msgs[i];
+        smollm3__chat_message__init(cm);
+        p->msgp[i] = cm;
+        cm->role = (char *)json_string_value(json_object_get(m, "role"));
+        cm->content = (char *)json_string_value(json_object_get(m, "content"));
+        if (!cm->content) cm->content = "";
+        json_t *rc = json_object_get(m, "reasoning_content");
+        if (json_is_string(rc)) cm->reasoning_content = (char *)json_string_value(rc);
+        json_t *tcid = json_object_get(m, "tool_call_id");
+        if (json_is_string(tcid)) cm->tool_call_id = (char *)json_string_value(tcid);
+        json_t *tc = json_object_get(m, "tool_calls");
+        if (tc) {
+            char *d = json_dumps(tc, JSON_COMPACT);
+            json_t *js = d ? json_string(d) : NULL;
+            free(d);
+            if (!js || json_array_append_new(p->dumps, js)) FAIL("", "out of memory");
+            cm->tool_calls_json = (char *)json_string_value(js);
+        }
+    }
+    p->chat.messages = p->msgp;
+    p->chat.n_messages = n;
+    p->chat.append_to_session = 0;
+    return 0;
+}
+
+static int parse_request(struct parsed *p, const char *body, size_t len, char *why, size_t wn)
+{
+    json_error_t je;
+    memset(p, 0, sizeof *p);
+    smollm3__generate_request__init(&p->gen);
+    smollm3__sampling_params__init(&p->sampling);
+    smollm3__chat_input__init(&p->chat);
+    p->gen.sampling = &p->sampling;
+    p->messages = json_array();
+    p->tools = json_array();
+    p->echo = json_object();
+    p->dumps = json_array();
+    p->root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &je);
+    if (!p->root) {
+        snprintf(why, wn, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+        snprintf(p->param, sizeof p->param, "\x01json");
+        return -1;
+    }
+    if (!json_is_object(p->root)) FAIL("", "the request body must be a JSON object");
+    if (check_fields(p, p->root, why, wn) || parse_scalars(p, p->root, why, wn)) return -1;
+    if (p->prev) {
+        json_t *h = json_deep_copy(p->prev->history);
+        if (!h || json_array_extend(p->messages, h)) {
+            json_decref(h);
+            snprintf(why, wn, "out of memory");
+            return -1;
+        }
+        json_decref(h);
+    }
+    if (parse_input(p, p->root, why, wn) || parse_tools(p, p->root, why, wn) ||
+        parse_text_reasoning(p, p->root, why, wn) || to_chat(p, why, wn))
+        return -1;
+    p->gen.input_case = SMOLLM3__GENERATE_REQUEST__INPUT_CHAT;
+    p->gen.chat = &p->chat;
+    return 0;
+}
+
+#undef FAIL
+
+int gw_responses_parse(const char *body, size_t len, void (*check)(Smollm3__GenerateRequest *g), char *param,
+                       size_t pn, char *why, size_t wn)
+{
+    struct parsed p;
+    int rc = parse_request(&p, body, len, why, wn);
+    snprintf(param, pn, "%s", p.param);
+    if (!rc && check) check(&p.gen);
+    parsed_deinit(&p);
+    return rc;
+}
+
+/* ---- the Response object -------------------------------------------------------- */
+
+static json_t *usage_json(const struct gw_stream *s)
+{
+    return json_pack("{s:i,s:{s:i,s:i},s:i,s:{s:i},s:i}", "input_tokens", (int)s->prompt_tokens,
+                     "input_tokens_details", "cached_tokens", (int)s->cached_tokens, "cache_write_tokens", 0,
+                     "output_tokens", (int)s->completion_tokens, "output_tokens_details", "reasoning_tokens",
+                     (int)s->reasoning_tokens, "total_tokens", (int)(s->prompt_tokens + s->completion_tokens));
+}
+
+static json_t *response_json(const struct gw_stream *s, const char *status, int with_usage)
+{
+    const struct gw_resp_state *rs = s->rs;
+    json_t *e = rs->echo;
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:O,s:b,s:b,s:s,s:b}", "id", s->id, "object", "response",
+                          "created_at", (json_int_t)s->created, "status", status, "model", G.model, "output",
+                          rs->output, "parallel_tool_calls", 1, "store", rs->store, "truncation", "disabled",
+                          "background", 0);
+    static const char *const echoed[] = { "instructions", "metadata", "temperature", "top_p", "max_output_tokens",
+                                          "previous_response_id", "reasoning", "text" };
+    for (size_t i = 0; i < sizeof echoed / sizeof *echoed; i++) {
+        json_t *v = json_object_get(e, echoed[i]);
+        json_object_set(o, echoed[i], v ? v : json_null());
+    }
+    if (!json_object_get(e, "text")) json_object_set_new(o, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
+    if (!json_object_get(e, "reasoning"))
+        json_object_set_new(o, "reasoning", json_pack("{s:n,s:n}", "effort", "summary"));
+    if (!json_object_get(e, "metadata")) json_object_set_new(o, "metadata", json_object());
+    json_t *tc = json_object_get(e, "tool_choice");
+    json_object_set_new(o, "tool_choice", tc ? json_incref(tc) : json_string("auto"));
+    json_t *tools = json_object_get(e, "tools");
+    json_object_set_new(o, "tools", tools ? json_incref(tools) : json_array());
+    json_object_set_new(o, "error", rs->error ? json_incref(rs->error) : json_null());
+    json_object_set_new(o, "incomplete_details", !strcmp(status, "incomplete")
+                                                     ? json_pack("{s:s}", "reason", "max_output_tokens")
+                                                     : json_null());
+    json_object_set_new(o, "usage", with_usage ? usage_json(s) : json_null());
+    if (strcmp(status, "in_progress") && strcmp(status, "queued"))
+        json_object_set_new(o, "completed_at", json_integer((json_int_t)time(NULL)));
+    return o;
+}
+
+/* ---- events ------------------------------------------------------------------------ */
+
+/* Writes one SSE event (streams only) with its type and sequence number; consumes d. */
+static void emit(struct gw_stream *s, const char *type, json_t *d)
+{
+    struct gw_resp_state *rs = s->rs;
+    if (s->kind != GW_OPENAI_SSE || !d) {
+        json_decref(d);
+        return;
+    }
+    json_object_set_new(d, "type", json_string(type));
+    json_object_set_new(d, "sequence_number", json_integer(rs->seq++));
+    char *txt = json_dumps(d, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    json_decref(d);
+    if (txt) gw_buf_printf(&s->out, "event: %s\ndata: %s\n\n", type, txt);
+    free(txt);
+}
+
+static void item_id(struct gw_stream *s, const char *prefix, char *out, size_t n)
+{
+    /* unique and unguessable enough: the response id's random part + the index */
+    snprintf(out, n, "%s_%s_%d", prefix, s->id + 5, s->rs->n_items);
+}
+
+static void close_item(struct gw_stream *s, const char *status)
+{
+    struct gw_resp_state *rs = s->rs;
+    if (!rs->open) return;
+    const char *t = rs->text.p ? rs->text.p : "";
+    json_t *item;
+    if (rs->open == 1) {
+        emit(s, "response.output_text.done", json_pack("{s:s,s:i,s:i,s:s,s:[]}", "item_id", rs->open_id,
+                                                       "output_index", rs->open_index, "content_index", 0, "text", t,
+                                                       "logprobs"));
+        json_t *part = json_pack("{s:s,s:s,s:[],s:[]}", "type", "output_text", "text", t, "annotations", "logprobs");
+        emit(s, "response.content_part.done", json_pack("{s:s,s:i,s:i,s:O}", "item_id", rs->open_id, "output_index",
+                                                        rs->open_index, "content_index", 0, "part", part));
+        item = json_pack("{s:s,s:s,s:s,s:s,s:[o]}", "id", rs->open_id, "type", "message", "role", "assistant",
+                         "status", status, "content", part);
+    } else {
+        emit(s, "response.reasoning_text.done", json_pack("{s:s,s:i,s:i,s:s}", "item_id", rs->open_id,
+                                                          "output_index", rs->open_index, "content_index", 0, "text",
+                                                          t));
+        json_t *part = json_pack("{s:s,s:s}", "type", "reasoning_text", "text", t);
+        emit(s, "response.content_part.done", json_pack("{s:s,s:i,s:i,s:O}", "item_id", rs->open_id, "output_index",
+                                                        rs->open_index, "content_index", 0, "part", part));
+        item = json_pack("{s:s,s:s,s:[],s:[o],s:s}", "id", rs->open_id, "type", "reasoning", "summary", "content",
+                         part, "status", status);
+    }
+    emit(s, "response.output_item.done", json_pack("{s:i,s:O}", "output_index", rs->open_index, "item", item));
+    json_array_append_new(rs->output, item);
+    rs->open = 0;
+    gw_buf_reset(&rs->text);
+}
+
+static void open_item(struct gw_stream *s, int kind)
+{
+    struct gw_resp_state *rs = s->rs;
+    close_item(s, "completed");
+    rs->open = kind;
+    rs->open_index = (int)json_array_size(rs->output);
+    item_id(s, kind == 1 ? "msg" : "rs", rs->open_id, sizeof rs->open_id);
+    rs->n_items++;
+    if (kind == 1) {
+        emit(s, "response.output_item.added", json_pack("{s:i,s:{s:s,s:s,s:s,s:s,s:[]}}", "output_index",
+                                                        rs->open_index, "item", "id", rs->open_id, "type", "message",
+                                                        "role", "assistant", "status", "in_progress", "content"));
+        emit(s, "response.content_part.added",
+             json_pack("{s:s,s:i,s:i,s:{s:s,s:s,s:[],s:[]}}", "item_id", rs->open_id, "output_index", rs->open_index,
+                       "content_index", 0, "part", "type", "output_text", "text", "", "annotations", "logprobs"));
+    } else {
+        emit(s, "response.output_item.added", json_pack("{s:i,s:{s:s,s:s,s:[],s:[],s:s}}", "output_index",
+                                                        rs->open_index, "item", "id", rs->open_id, "type",
+                                                        "reasoning", "summary", "content", "status", "in_progress"));
+        emit(s, "response.content_part.added",
+             json_pack("{s:s,s:i,s:i,s:{s:s,s:s}}", "item_id", rs->open_id, "output_index", rs->open_index,
+                       "content_index", 0, "part", "type", "reasoning_text", "text", ""));
+    }
+}
+
+static void on_tool_call(struct gw_stream *s, const Smollm3__ToolCall *tc)
+{
+    struct gw_resp_state *rs = s->rs;
+    close_item(s, "completed");
+    char id[64];
+    item_id(s, "fc", id, sizeof id);
+    rs->n_items++;
+    int idx = (int)json_array_size(rs->output);
+    const char *name = tc->name ? tc->name : "", *args = tc->arguments_json ? tc->arguments_json : "";
+    const char *cid = tc->id ? tc->id : "";
+    emit(s, "response.output_item.added",
+         json_pack("{s:i,s:{s:s,s:s,s:s,s:s,s:s,s:s}}", "output_index", idx, "item", "id", id, "type", "function_call",
+                   "call_id", cid, "name", name, "arguments", "", "status", "in_progress"));
+    emit(s, "response.function_call_arguments.delta",
+         json_pack("{s:s,s:i,s:s}", "item_id", id, "output_index", idx, "delta", args));
+    emit(s, "response.function_call_arguments.done",
+         json_pack("{s:s,s:i,s:s,s:s}", "item_id", id, "output_index", idx, "name", name, "arguments", args));
+    json_t *item = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "id", id, "type", "function_call", "call_id", cid, "name",
+                             name, "arguments", args, "status", "completed");
+    emit(s, "response.output_item.done", json_pack("{s:i,s:O}", "output_index", idx, "item", item));
+    json_array_append_new(rs->output, item);
+    if (!rs->calls) rs->calls = json_array();
+    json_array_append_new(rs->calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", cid, "type", "function", "function",
+                                               "name", name, "arguments", args));
+}
+
+/* The conversation through this answer, for a follow-up. */
+static json_t *history_with_answer(struct gw_resp_state *rs)
+{
+    json_t *h = json_deep_copy(rs->history);
+    json_t *m = json_pack("{s:s,s:s}", "role", "assistant", "content", rs->content.p ? rs->content.p : "");
+    if (rs->calls) json_object_set(m, "tool_calls", rs->calls);
+    json_array_append_new(h, m);
+    return h;
+}
+
+/* The end: status, the final event, the store entry. */
+static void finish(struct gw_stream *s, const char *status)
+{
+    struct gw_resp_state *rs = s->rs;
+    if (rs->status) return;
+    rs->status = status;
+    close_item(s, !strcmp(status, "completed") ? "completed" : "incomplete");
+    json_t *obj = response_json(s, status, strcmp(status, "failed") != 0);
+    if (rs->stored) {
+        json_decref(rs->stored->obj);
+        rs->stored->obj = json_incref(obj);
+        rs->stored->live = NULL;
+        if (!strcmp(status, "completed") || !strcmp(status, "incomplete")) {
+            json_decref(rs->stored->history);
+            rs->stored->history = history_with_answer(rs);
+        }
+    }
+    const char *ev = !strcmp(status, "completed")    ? "response.completed"
+                     : !strcmp(status, "incomplete") ? "response.incomplete"
+                                                     : "response.failed";
+    if (!strcmp(status, "cancelled")) ev = "response.failed";
+    emit(s, ev, json_pack("{s:o}", "response", obj));
+    if (s->kind == GW_OPENAI_SSE) s->ended = 1;
+}
+
+void gw_responses_event(struct gw_stream *s, const Smollm3__Event *ev)
+{
+    struct gw_resp_state *rs = s->rs;
+    if (!rs || rs->status) return;
+    switch (ev->kind_case) {
+    case SMOLLM3__EVENT__KIND_STARTED:
+        emit(s, "response.created", json_pack("{s:o}", "response", response_json(s, "in_progress", 0)));
+        emit(s, "response.in_progress", json_pack("{s:o}", "response", response_json(s, "in_progress", 0)));
+        break;
+    case SMOLLM3__EVENT__KIND_TOKEN: {
+        const Smollm3__Token *tk = ev->token;
+        const char *t = tk->text ? tk->text : "";
+        if (!*t) break;
+        int kind = tk->channel == SMOLLM3__CHANNEL__CHANNEL_REASONING ? 2 : 1;
+        if (rs->open != kind) open_item(s, kind);
+        gw_buf_str(&rs->text, t);
+        if (kind == 1) gw_buf_str(&rs->content, t);
+        emit(s, kind == 1 ? "response.output_text.delta" : "response.reasoning_text.delta",
+             kind == 1 ? json_pack("{s:s,s:i,s:i,s:s,s:[]}", "item_id", rs->open_id, "output_index", rs->open_index,
+                                   "content_index", 0, "delta", t, "logprobs")
+                       : json_pack("{s:s,s:i,s:i,s:s}", "item_id", rs->open_id, "output_index", rs->open_index,
+                                   "content_index", 0, "delta", t));
+        break;
+    }
+    case SMOLLM3__EVENT__KIND_TOOL_CALL:
+        on_tool_call(s, ev->tool_call);
+        break;
+    case SMOLLM3__EVENT__KIND_DONE: {
+        const char *f = smol_client_finish_name(ev->done->finish_reason);
+        finish(s, !strcmp(f, "length") ? "incomplete" : !strcmp(f, "cancelled") ? "cancelled" : "completed");
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* A failure after the stream started (or of a non-streaming request, which
+ * then answers with the plain HTTP error: daemon.c's err_status). */
+void gw_responses_error(struct gw_stream *s, const char *code, const char *msg)
+{
+    struct gw_resp_state *rs = s->rs;
+    if (s->kind == GW_OPENAI_SSE && rs && !rs->status) {
+        emit(s, "error", json_pack("{s:s,s:s,s:n}", "code", code, "message", msg, "param"));
+        json_decref(rs->error);
+        rs->error = json_pack("{s:s,s:s}", "code", code, "message", msg);
+        finish(s, "failed");
+    } else if (s->kind != GW_OPENAI_SSE) {
+        s->err_status = 503;
+        snprintf(s->err_code, sizeof s->err_code, "%s", code);
+        snprintf(s->err_msg, sizeof s->err_msg, "%s", msg);
+    }
+    s->ended = 1;
+}
+
+enum MHD_Result gw_responses_finish_json(struct gw_req *r, struct gw_stream *s)
+{
+    struct gw_resp_state *rs = s->rs;
+    if (!rs->status) finish(s, s->finish && !strcmp(s->finish, "length") ? "incomplete" : "completed");
+    json_t *obj = rs->stored ? json_incref(rs->stored->obj) : response_json(s, rs->status, 1);
+    r->stream = NULL;
+    s->req = NULL;
+    gw_stream_free(s);
+    return gw_queue_json(r, 200, obj);
+}
+
+void gw_responses_stream_free(struct gw_stream *s)
+{
+    struct gw_resp_state *rs = s->rs;
+    if (!rs) return;
+    if (rs->stored) {
+        rs->stored->live = NULL;
+        /* never answered (refused before it started, or its client went
+         * away): there is no response to keep */
+        if (!rs->status) store_remove(rs->stored);
+    }
+    json_decref(rs->echo);
+    json_decref(rs->history);
+    json_decref(rs->output);
+    json_decref(rs->calls);
+    json_decref(rs->error);
+    gw_buf_deinit(&rs->text);
+    gw_buf_deinit(&rs->content);
+    free(rs);
+    s->rs = NULL;
+}
+
+/* ---- the endpoints ------------------------------------------------------------------ */
+
+enum MHD_Result gw_responses_create(struct gw_req *r)
+{
+    struct parsed p;
+    char why[320];
+    enum MHD_Result ret;
+    if (parse_request(&p, r->body.p ? r->body.p : "", r->body.len, why, sizeof why)) {
+        ret = !strcmp(p.param, "\x01json")
+                  ? gw_queue_error(r, 400, "invalid_request_error", "invalid_json", "%s", why)
+                  : gw_queue_error_param(r, 400, "invalid_request_error", "invalid_value", p.param, "%s", why);
+        parsed_deinit(&p);
+        return ret;
+    }
+    if (!G.daemon_connected || !G.daemon_ready) {
+        parsed_deinit(&p);
+        return gw_queue_error(r, 503, "server_error", "daemon_unavailable", "the inference daemon is not %s",
+                              G.daemon_connected ? "ready" : "connected");
+    }
+    if (G.n_inflight >= G.cfg.max_inflight) {
+        parsed_deinit(&p);
+        return gw_queue_error(r, 429, "rate_limit_error", "too_many_requests",
+                              "too many requests in flight (limit %u)", G.cfg.max_inflight);
+    }
+    struct gw_stream *s = gw_stream_new(p.stream ? GW_OPENAI_SSE : GW_OPENAI_JSON);
+    struct gw_resp_state *rs = s ? calloc(1, sizeof *rs) : NULL;
+    if (s) s->rs = rs;
+    if (!rs || !(s->ch = calloc(1, sizeof *s->ch))) {
+        gw_stream_free(s);
+        parsed_deinit(&p);
+        return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
+    }
+    s->api = GW_API_RESPONSES;
+    s->n_choices = 1;
+    s->created = (long long)time(NULL);
+    memcpy(s->id, "resp_", 5);
+    if (gw_random_alnum(s->id + 5, 32)) {
+        gw_log(3, "responses: no randomness for a response id (getrandom: %s): request refused", strerror(errno));
+        gw_stream_free(s);
+        parsed_deinit(&p);
+        return gw_queue_error(r, 503, "server_error", "no_randomness",
+                              "the server cannot make a response id right now: try again shortly");
+    }
+    rs->store = p.store;
+    rs->echo = json_incref(p.echo);
+    rs->output = json_array();
+    rs->history = json_deep_copy(p.messages);
+    /* the daemon session of the conversation, "resp-" + its first response's
+     * id: the first response runs without one (the daemon keeps its KV and
+     * history as a cached prefix, which a client sending the whole history
+     * back also hits), its follow-ups on it (a new session starts from that
+     * prefix and persists, on disk too with kv_spill_dir) */
+    if (p.prev) snprintf(rs->session, sizeof rs->session, "%s", p.prev->session);
+    else snprintf(rs->session, sizeof rs->session, "resp-%s", s->id + 5);
+    if (p.prev) p.gen.session_id = rs->session;
+    if (p.store && G.cfg.responses_store) {
+        struct gw_resp *e = calloc(1, sizeof *e);
+        if (!e) {
+            gw_stream_free(s);
+            parsed_deinit(&p);
+            return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
+        }
+        snprintf(e->id, sizeof e->id, "%s", s->id);
+        snprintf(e->session, sizeof e->session, "%s", rs->session);
+        e->live = s;
+        e->history = json_deep_copy(p.messages);
+        e->obj = response_json(s, "in_progress", 0);
+        store_add(e);
+        rs->stored = e;
+    }
+    int bad = gw_pack_generate(s, &p.gen);
+    parsed_deinit(&p);
+    if (bad) {
+        gw_stream_free(s);
+        return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
+    }
+    return gw_req_send(r, s);
+}
+
+static int id_ok(const char *id)
+{
+    size_t n = strlen(id);
+    if (n < 6 || n > 47 || strncmp(id, "resp_", 5)) return 0;
+    for (size_t i = 5; i < n; i++)
+        if (!isalnum((unsigned char)id[i])) return 0;
+    return 1;
+}
+
+/* GET / DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel. */
+enum MHD_Result gw_responses_one(struct gw_req *r, const char *method, const char *arg)
+{
+    char id[64];
+    const char *slash = strchr(arg, '/');
+    size_t n = slash ? (size_t)(slash - arg) : strlen(arg);
+    int cancel = slash && !strcmp(slash, "/cancel");
+    if (slash && !cancel)
+        return gw_queue_error(r, 404, "not_found_error", "not_found", "unknown route");
+    if (n >= sizeof id) return gw_queue_error(r, 404, "not_found_error", "not_found", "unknown route");
+    memcpy(id, arg, n);
+    id[n] = 0;
+    const char *want = cancel ? "POST" : NULL;
+    if (want ? strcmp(method, want) : (strcmp(method, "GET") && strcmp(method, "HEAD") && strcmp(method, "DELETE")))
+        return gw_queue_error(r, 405, "invalid_request_error", "method_not_allowed", "method %s not allowed here",
+                              method);
+    struct gw_resp *e = id_ok(id) ? store_find(id) : NULL;
+    if (!e)
+        return gw_queue_error_param(r, 404, "invalid_request_error", "not_found", "response_id",
+                                    "Response with id '%.60s' not found (stored responses: the most recent %zu)", id,
+                                    G.cfg.responses_store);
+    if (cancel) {
+        /* only a response still generating can be cancelled; background
+         * mode (the only one OpenAI cancels) is not offered */
+        if (!e->live)
+            return gw_queue_error(r, 400, "invalid_request_error", "not_cancellable",
+                                  "Response '%s' is not in progress (status %s): nothing to cancel", id,
+                                  json_string_value(json_object_get(e->obj, "status")));
+        struct gw_stream *s = e->live;
+        gw_daemon_cancel(s);
+        if (s->rs) finish(s, "cancelled");
+        if (s->req) gw_req_resume(s->req);
+        return gw_queue_json(r, 200, json_incref(e->obj));
+    }
+    if (!strcmp(method, "DELETE")) {
+        if (e->live) {
+            struct gw_stream *s = e->live;
+            s->rs->stored = NULL;       /* the stream finishes without it */
+            e->live = NULL;
+        }
+        store_remove(e);
+        return gw_queue_json(r, 200, json_pack("{s:s,s:s,s:b}", "id", id, "object", "response", "deleted", 1));
+    }
+    return gw_queue_json(r, 200, json_incref(e->obj));
+}
+
+/* Test and shutdown: frees every stored response. */
+void gw_responses_store_clear(void)
+{
+    while (S.head) store_remove(S.head);
+}
