@@ -60,7 +60,7 @@ struct gw_stream *gw_stream_new(enum gw_kind kind)
     s->key = GW_AUTH_NONE;
     s->n_choices = 1;
     s->rid = smol_client_next_id(G.cli);
-    s->born = s->last_write = gw_now();
+    s->born = s->last_write = smol_mono_s();
     s->next = G.streams;
     if (G.streams) G.streams->prev = s;
     G.streams = s;
@@ -98,7 +98,7 @@ struct gw_stream *gw_stream_by_rid(uint64_t rid)
 /* New bytes in s->out (or the end): wake the connection. */
 void gw_stream_push(struct gw_stream *s)
 {
-    s->last_write = gw_now();
+    s->last_write = smol_mono_s();
     if (gw_buf_pending(&s->out) > GW_MAX_PENDING && !s->ended) {
         /* the client stopped reading: stop generating for it, never buffer without bound */
         gw_log(4, "client of request %llu not reading: cancelled", (unsigned long long)s->rid);
@@ -163,7 +163,7 @@ int gw_daemon_send_stream(struct gw_stream *s)
     free(s->packed);
     s->packed = NULL;
     s->sent = 1;
-    s->t_sent = gw_now();
+    s->t_sent = smol_mono_s();
     G.n_inflight++;
     gw_daemon_drain();
     return 0;
@@ -248,7 +248,7 @@ static void on_event(Smollm3__Event *ev)
     } else if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) {
         s->n_tokens++;
         if (!s->t_first) {
-            s->t_first = gw_now();
+            s->t_first = smol_mono_s();
             gw_metrics_first_token(s->t_first - s->t_sent);
         }
     } else if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE) {

@@ -24,6 +24,7 @@
 #include <microhttpd.h>
 #include <jansson.h>
 #include "daemon/client/client.h"
+#include "daemon/model/rules.h"
 #include "gateway/params.h"
 #include "gateway/util.h"
 

@@ -339,14 +339,14 @@ int main(int argc, char **argv)
                 while (read(sfd, &si, sizeof si) == sizeof si) {
                     if (!G.stopping) {
                         begin_stop();
-                        stop_deadline = gw_now() + 5.0;
+                        stop_deadline = smol_mono_s() + 5.0;
                     }
                 }
             } else if (p != &tag_mhd && p != &tag_zmq) {
                 gw_conn_rdhup(p);
             }
         }
-        double now = gw_now();
+        double now = smol_mono_s();
         gw_daemon_drain();
         if (!G.stopping) {
             gw_daemon_tick(now);

@@ -366,7 +366,7 @@ enum MHD_Result gw_ui_stream(struct gw_req *r, const char *sid)
                               "unknown or already claimed stream");
     s->req = r;
     r->stream = s;
-    s->last_write = gw_now();
+    s->last_write = smol_mono_s();
     if (!G.daemon_connected || !G.daemon_ready) {
         s->terminal = 1;
         gw_ui_error(s, "the model is not available right now");
