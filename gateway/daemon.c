@@ -21,35 +21,6 @@
 
 #define GW_MAX_PENDING (8u << 20)   /* SSE bytes queued for one slow client */
 
-/* ---- error mapping: one table ------------------------------------------ */
-
-static const struct { int status; const char *type; } err_map[SMOL_ERR_COUNT] = {
-    [SMOL_OK] = { 200, "" },
-    [SMOL_EINVAL] = { 400, "invalid_request_error" },
-    [SMOL_EIO] = { 503, "server_error" },
-    [SMOL_EFORMAT] = { 400, "invalid_request_error" },
-    [SMOL_EUNSUPPORTED] = { 400, "invalid_request_error" },
-    [SMOL_ENOMEM] = { 503, "server_error" },
-    [SMOL_ECONTEXT] = { 400, "invalid_request_error" },
-    [SMOL_EBUSY] = { 429, "rate_limit_error" },
-    [SMOL_EQUEUE_FULL] = { 429, "rate_limit_error" },
-    [SMOL_ENOSESSION] = { 404, "not_found_error" },
-    [SMOL_ECANCELLED] = { 499, "invalid_request_error" },
-    [SMOL_ETOOLARGE] = { 413, "invalid_request_error" },
-    [SMOL_EUTF8] = { 400, "invalid_request_error" },
-    [SMOL_ESHUTDOWN] = { 503, "server_error" },
-    [SMOL_ENOTREADY] = { 503, "server_error" },
-    [SMOL_ETEMPLATE] = { 400, "invalid_request_error" },
-    [SMOL_EINTERNAL] = { 500, "server_error" },
-};
-
-int gw_http_status_of(int code, const char **type)
-{
-    if (code <= 0 || code >= SMOL_ERR_COUNT) code = SMOL_EINTERNAL;
-    if (type) *type = err_map[code].type;
-    return err_map[code].status;
-}
-
 /* ---- streams ------------------------------------------------------------ */
 
 struct gw_stream *gw_stream_new(enum gw_kind kind)
@@ -118,25 +89,23 @@ static void mark_terminal(struct gw_stream *s)
 }
 
 /* Ends s with an error, whatever state it is in. */
-void gw_stream_fail(struct gw_stream *s, int status, const char *code, const char *msg)
+void gw_stream_fail(struct gw_stream *s, const struct gw_error *e)
 {
     if (s->ended) return;
     mark_terminal(s);
     struct gw_req *r = s->req;
     if (r && r->waiting && !(s->kind != GW_OPENAI_JSON && s->started)) {
         /* no response yet and not accepted: a plain HTTP error */
-        s->err_status = status;
-        snprintf(s->err_code, sizeof s->err_code, "%s", code);
-        snprintf(s->err_msg, sizeof s->err_msg, "%s", msg);
+        s->err = *e;
         gw_req_resume(r);
         return;
     }
-    if (s->kind == GW_UI) gw_ui_error(s, msg);
-    else gw_openai_error(s, code, msg);
+    if (s->kind == GW_UI) gw_ui_error(s, e->msg);
+    else gw_openai_error(s, e);
     gw_stream_push(s);
 }
 
-void gw_streams_fail_all(int status, const char *code, const char *msg)
+void gw_streams_fail_all(const struct gw_error *e)
 {
     struct gw_stream *s = G.streams, *next;
     for (; s; s = next) {
@@ -145,7 +114,7 @@ void gw_streams_fail_all(int status, const char *code, const char *msg)
             if (!s->req) gw_stream_free(s);     /* unclaimed UI stream */
             continue;
         }
-        if (!s->terminal) gw_stream_fail(s, status, code, msg);
+        if (!s->terminal) gw_stream_fail(s, e);
     }
 }
 
@@ -199,7 +168,9 @@ static void daemon_lost(void)
 {
     if (G.daemon_ready || G.n_inflight) gw_log(3, "daemon connection lost");
     G.daemon_ready = 0;
-    gw_streams_fail_all(503, "daemon_unavailable", "the inference daemon went away");
+    struct gw_error e;
+    gw_error_http(&e, 503, "server_error", "daemon_unavailable", NULL, "the inference daemon went away");
+    gw_streams_fail_all(&e);
     G.next_health = 0;
 }
 
@@ -227,12 +198,14 @@ static void on_event(Smollm3__Event *ev)
     struct gw_stream *s = gw_stream_by_rid(ev->request_id);
     if (!s || s->terminal) return;      /* cancelled or gone */
     if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) {
-        const char *type;
+        /* the daemon's code through the one map (rules.h), carried as it is */
         int code = ev->error ? (int)ev->error->code : SMOL_EINTERNAL;
-        int status = gw_http_status_of(code, &type);
-        gw_stream_fail(s, status, smol_client_error_name(code),
-                       ev->error && ev->error->message && *ev->error->message
-                           ? ev->error->message : smol_client_error_name(code));
+        if (code <= 0 || code >= SMOL_ERR_COUNT) code = SMOL_EINTERNAL;
+        struct gw_error e;
+        gw_error_set(&e, (enum smol_err)code, NULL, "%s",
+                     ev->error && ev->error->message && *ev->error->message ? ev->error->message
+                                                                            : smol_err_name(code));
+        gw_stream_fail(s, &e);
         return;
     }
     if (s->kind == GW_QUERY) {          /* one reply: the response */

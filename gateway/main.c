@@ -267,7 +267,9 @@ static void begin_stop(void)
             continue;
         }
         gw_daemon_cancel(s);    /* marks it terminal: later daemon events are dropped */
-        gw_stream_fail(s, 503, "shutting_down", "the gateway is shutting down");
+        struct gw_error e;
+        gw_error_http(&e, 503, "server_error", "shutting_down", NULL, "the gateway is shutting down");
+        gw_stream_fail(s, &e);
     }
 }
 

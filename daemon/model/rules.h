@@ -25,7 +25,7 @@
  *   logit_bias         at most 1024 entries, each bias in [-100, 100]
  *   stop               at most 8 strings, each 1..256 bytes of UTF-8
  *   messages           1..4096
- *   prompt             at most 1 MiB: the bytes of every message's content and
+ *   prompt             at most 512 KiB: the bytes of every message's content and
  *                      reasoning_content, or of a completion's prompt (413)
  *   session id         1..128 bytes of [A-Za-z0-9._:-]
  *   tool name          1..64 bytes of [A-Za-z0-9_-] (OpenAI's function names)
@@ -57,8 +57,10 @@
 #define SMOL_RULE_MAX_TOKENS 1000000
 #define SMOL_RULE_TOP_K_MAX (1 << 20)
 #define SMOL_RULE_MAX_CONSTRAINT_BYTES ((size_t)1 << 20)
-#define SMOL_RULE_MAX_PROMPT_BYTES ((size_t)1 << 20)   /* the text of all messages (or the prompt) */
-#define SMOL_RULE_MAX_REQUEST_BYTES ((size_t)4 << 20)  /* the default frame / body limit of both processes */
+/* the text of all messages (or the prompt): twice the 64k-token context in
+ * English, and well inside the transport limits (the gateway's 1 MiB body,
+ * the daemon's 4 MiB frame) for JSON-escaped text */
+#define SMOL_RULE_MAX_PROMPT_BYTES ((size_t)512 << 10)
 
 /* The numeric fields, each with its range (rules.c's table). */
 enum smol_rule_num {

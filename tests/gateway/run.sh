@@ -4,7 +4,9 @@
 # gateway on loopback ports in temp dirs, drives them with curl, raw sockets,
 # the openai SDK and a scripted fake daemon (tests/gateway/test_gateway.py),
 # and the OpenAI API surface with the openai SDK, curl and langchain-openai
-# (tests/gateway/test_api.py).
+# (tests/gateway/test_api.py), and the one set of input rules: the same good
+# and bad inputs through the gateway (HTTP) and straight to the daemon
+# (ZeroMQ), the same verdicts required (tests/gateway/test_rules.py).
 # Prints "N passed, N failed" and exits non-zero on failure; a missing
 # prerequisite is a failure ("FAIL: cannot run: why"; `make deps` installs
 # them all: promtool from Debian's prometheus, the Python packages in build/venv).
@@ -43,8 +45,12 @@ rc=0
 { python3 tests/gateway/test_api.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/api.rc"; } 2>&1 |
     tee "$PB2/api.out"
 [ "$(cat "$PB2/api.rc")" = 0 ] || rc=1
-# one result line for both (tests/run_all.sh reads the last one)
-sum() { sed -n "s/^\([0-9]*\) passed, \([0-9]*\) failed$/\\$1/p" "$PB2/gateway.out" "$PB2/api.out" |
+# one set of rules: the same inputs through the gateway and straight to the daemon (test_rules.py)
+{ python3 tests/gateway/test_rules.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/rules.rc"; } 2>&1 |
+    tee "$PB2/rules.out"
+[ "$(cat "$PB2/rules.rc")" = 0 ] || rc=1
+# one result line for all three (tests/run_all.sh reads the last one)
+sum() { sed -n "s/^\([0-9]*\) passed, \([0-9]*\) failed$/\\$1/p" "$PB2/gateway.out" "$PB2/api.out" "$PB2/rules.out" |
         awk '{ n += $1 } END { print n + 0 }'; }
 p=$(sum 1) f=$(sum 2)
 [ "$rc" != 0 ] && [ "$f" = 0 ] && f=1
