@@ -12,7 +12,6 @@
 #include "gateway/gateway.h"
 #include "gateway/params.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>

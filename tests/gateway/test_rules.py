@@ -12,7 +12,8 @@ fixture model:
   * as the equivalent GenerateRequest straight to the daemon over ZeroMQ
     (a DEALER speaking proto/smollm3.proto, no gateway in between).
 
-Both must give the same verdict (accepted, or refused with the same error
+(and, for a raw prompt, POST /v1/completions against the daemon's text
+input).  Both must give the same verdict (accepted, or refused with the same error
 code), and the verdict must be the one the table expects, so the two sides
 cannot agree on a wrong answer.  Each error code must also come with one
 HTTP status and type through the gateway (the one map, smol_rule_http).
@@ -166,6 +167,8 @@ CASES = [
                                                                                "function": {"name": "other"}}},
      None, INV),
     ("tools 128", {"tools": [tool("t%d" % i) for i in range(128)]}, None, OK),
+    ("tools with a bad name, auto", {"tools": [tool("a b")]}, None, "any"),
+    ("tools with a 65-byte name, auto", {"tools": [tool("f" * 65)]}, None, "any"),
     ("tools 129", {"tools": [tool("t%d" % i) for i in range(129)]}, None, INV),
     # messages: 1..4096, roles
     ("messages empty", {"messages": []}, None, INV),
@@ -186,6 +189,13 @@ CASES = [
                                              {"role": "assistant", "content": "y" * (256 * KIB + 1)}]},
      None, BIG),
     ("prompt 512 KiB", {"messages": msgs("x " * (PROMPT_MAX // 2))}, None, CTX),
+    # /v1/completions: a raw prompt (the daemon's text input)
+    ("completion prompt", {"prompt": "Once upon a time"}, None, OK),
+    ("completion prompt empty", {"prompt": ""}, None, INV),
+    ("completion prompt bad UTF-8", {"prompt": MARK}, b"abc\xfedefghijk", UTF8),
+    ("completion prompt 512 KiB + 1", {"prompt": "x" * (PROMPT_MAX + 1)}, None, BIG),
+    ("completion temperature 2.01", {"prompt": "Hi", "temperature": 2.01}, None, INV),
+    ("completion stop 9", {"prompt": "Hi", "stop": ["s%d" % i for i in range(9)]}, None, INV),
     # structured output
     ("grammar ok", {"grammar": 'root ::= "a"'}, None, OK),
     ("grammar bad", {"grammar": "root ::= ("}, None, INV),
@@ -199,7 +209,9 @@ CASES = [
 # ---- the two doors ---------------------------------------------------------------
 
 def body_of(fields):
-    b = {"messages": msgs(), "max_tokens": 1, "temperature": 0}
+    b = {"max_tokens": 1, "temperature": 0}
+    if "prompt" not in fields:
+        b["messages"] = msgs()
     b.update(fields)
     return b
 
@@ -213,7 +225,8 @@ def http_bytes(body, raw):
 
 
 def via_http(gw, body, raw):
-    st, _, data = gw.request("POST", "/v1/chat/completions", http_bytes(body, raw),
+    path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
+    st, _, data = gw.request("POST", path, http_bytes(body, raw),
                              {"Content-Type": "application/json"}, timeout=120)
     if st == 200:
         return OK, st, None, data
@@ -224,9 +237,11 @@ def via_http(gw, body, raw):
 def generate_of(pb, body):
     """The GenerateRequest the same body asks the daemon for (proto/smollm3.proto)."""
     g = pb.GenerateRequest()
-    for m in body["messages"]:
+    if "prompt" in body:
+        g.text = body["prompt"]
+    for m in body.get("messages", ()):
         g.chat.messages.add(role=m["role"], content=m["content"])
-    if not body["messages"]:
+    if "messages" in body and not body["messages"]:
         g.chat.SetInParent()
     if "tools" in body and body.get("tool_choice") != "none":
         g.chat.tools_json = json.dumps(body["tools"], separators=(",", ":"))
