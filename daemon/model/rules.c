@@ -111,8 +111,8 @@ int smol_tool_name_ok(const char *s)
 enum smol_err smol_rule_tool_name(const char *s, const char *field, char *err)
 {
     if (smol_tool_name_ok(s)) return SMOL_OK;
-    return smol_errf(err, SMOL_EINVAL, "'%s' must be 1-%d characters of [a-zA-Z0-9_-], got \"%.64s\"", field,
-                     SMOL_RULE_TOOL_NAME_MAX, s);
+    return smol_errf(err, SMOL_EINVAL, "'%s' must be a function name: 1-%d characters of [a-zA-Z0-9_-], "
+                     "got \"%.64s\"", field, SMOL_RULE_TOOL_NAME_MAX, s);
 }
 
 /* -------------------------------------------------------------- stops --- */
