@@ -154,7 +154,6 @@ static int parse_tools(struct gw_openai_parsed *p, json_t *root, char *why, size
 {
     json_t *tools = json_object_get(root, "tools");
     if (tools && !json_is_null(tools) && !json_is_array(tools)) FAIL("tools", "'tools' must be an array");
-    if (json_is_array(tools)) RULE("tools", smol_rule_tools(json_array_size(tools), m_));
     json_t *tc = json_object_get(root, "tool_choice");
     int none = 0;
     const char *forced = NULL;      /* "required" or the function's name */
@@ -183,6 +182,8 @@ static int parse_tools(struct gw_openai_parsed *p, json_t *root, char *why, size
             FAILC(SMOL_EUNSUPPORTED, "parallel_tool_calls", "'parallel_tool_calls': false is not supported (the model may call "
                  "several tools in one answer)");
     }
+    /* the tools the daemon gets (none: not rendered, not sent) obey its limit */
+    if (json_is_array(tools) && !none) RULE("tools", smol_rule_tools(json_array_size(tools), m_));
     if (tools && json_is_array(tools) && json_array_size(tools) && !none &&
         !(p->chat.tools_json = own(p, json_dumps(tools, JSON_COMPACT))))
         FAILC(SMOL_ENOMEM, "tools", "out of memory");

@@ -170,6 +170,8 @@ CASES = [
     ("tools with a bad name, auto", {"tools": [tool("a b")]}, None, "any"),
     ("tools with a 65-byte name, auto", {"tools": [tool("f" * 65)]}, None, "any"),
     ("tools 129", {"tools": [tool("t%d" % i) for i in range(129)]}, None, INV),
+    ("tools 129, tool_choice none (not sent)", {"tools": [tool("t%d" % i) for i in range(129)],
+                                               "tool_choice": "none"}, None, OK),
     # messages: 1..4096, roles
     ("messages empty", {"messages": []}, None, INV),
     ("messages 4096", {"messages": [{"role": "user", "content": "m"}] * 4096}, None, "any"),
