@@ -150,7 +150,7 @@ static char *take(struct gw_anthropic_parsed *p, struct gw_buf *b)
 
 #define FAIL(key, ...)                                                        \
     do {                                                                      \
-        snprintf(p->prm.param, sizeof p->prm.param, "%s", key);               \
+        snprintf(p->prm.err.param, sizeof p->prm.err.param, "%s", key);               \
         snprintf(why, wn, __VA_ARGS__);                                       \
         return -1;                                                            \
     } while (0)
@@ -225,7 +225,7 @@ static int text_of(struct gw_anthropic_parsed *p, json_t *c, const char *at, con
         const char *type = json_string_value(json_object_get(blk, "type"));
         int rc;
         if (!json_is_object(blk) || !type) {
-            snprintf(p->prm.param, sizeof p->prm.param, "%s", param);
+            snprintf(p->prm.err.param, sizeof p->prm.err.param, "%s", param);
             snprintf(why, wn, "%s must be a block with a 'type'", where);
             rc = -1;
         } else if (strcmp(type, "text")) {
@@ -258,7 +258,7 @@ static int user_blocks(struct gw_anthropic_parsed *p, json_t *c, size_t i, char 
         snprintf(at, sizeof at, "messages[%zu].content[%zu]", i, j);
         const char *type = json_string_value(json_object_get(blk, "type"));
         if (!json_is_object(blk) || !type) {
-            snprintf(p->prm.param, sizeof p->prm.param, "messages");
+            snprintf(p->prm.err.param, sizeof p->prm.err.param, "messages");
             snprintf(why, wn, "%s must be a block with a 'type'", at);
             rc = -1;
             break;
@@ -269,7 +269,7 @@ static int user_blocks(struct gw_anthropic_parsed *p, json_t *c, size_t i, char 
         }
         if (strcmp(type, "tool_result")) {
             if (!strcmp(type, "thinking") || !strcmp(type, "redacted_thinking") || !strcmp(type, "tool_use")) {
-                snprintf(p->prm.param, sizeof p->prm.param, "messages");
+                snprintf(p->prm.err.param, sizeof p->prm.err.param, "messages");
                 snprintf(why, wn, "%s: '%s' blocks belong in assistant messages", at, type);
                 rc = -1;
             } else {
@@ -285,15 +285,15 @@ static int user_blocks(struct gw_anthropic_parsed *p, json_t *c, size_t i, char 
         char where[80];
         snprintf(where, sizeof where, "%s.content", at);
         if (bad) {
-            snprintf(p->prm.param, sizeof p->prm.param, "messages");
+            snprintf(p->prm.err.param, sizeof p->prm.err.param, "messages");
             snprintf(why, wn, "%s: unknown field '%.40s'", at, bad);
             rc = -1;
         } else if (!json_is_string(id) || !json_string_length(id)) {
-            snprintf(p->prm.param, sizeof p->prm.param, "messages");
+            snprintf(p->prm.err.param, sizeof p->prm.err.param, "messages");
             snprintf(why, wn, "%s.tool_use_id must be a non-empty string", at);
             rc = -1;
         } else if (err && !json_is_boolean(err)) {
-            snprintf(p->prm.param, sizeof p->prm.param, "messages");
+            snprintf(p->prm.err.param, sizeof p->prm.err.param, "messages");
             snprintf(why, wn, "%s.is_error must be a boolean", at);
             rc = -1;
         } else if (get(blk, "content")) {
@@ -357,7 +357,7 @@ static int assistant_blocks(struct gw_anthropic_parsed *p, json_t *c, size_t i, 
         const char *type = json_string_value(json_object_get(blk, "type"));
         const char *bad = NULL;
         rc = -1;
-        snprintf(p->prm.param, sizeof p->prm.param, "messages");
+        snprintf(p->prm.err.param, sizeof p->prm.err.param, "messages");
         if (!json_is_object(blk) || !type) {
             snprintf(why, wn, "%s must be a block with a 'type'", at);
             break;
@@ -476,7 +476,7 @@ static int parse_messages(struct gw_anthropic_parsed *p, json_t *root, char *why
         static const char *const known[] = { "role", "content", NULL };
         const char *role = json_string_value(json_object_get(m, "role")), *bad;
         json_t *c = json_object_get(m, "content");
-        snprintf(p->prm.param, sizeof p->prm.param, "messages");
+        snprintf(p->prm.err.param, sizeof p->prm.err.param, "messages");
         if (!json_is_object(m)) {
             snprintf(why, wn, "messages[%zu] must be an object", i);
             goto fail;
@@ -572,7 +572,7 @@ static int parse_tools(struct gw_anthropic_parsed *p, json_t *root, char *why, s
                                              "defer_loading", "allowed_callers", NULL };
         const char *type = json_string_value(get(t, "type")), *bad, *name;
         json_t *schema = json_object_get(t, "input_schema"), *desc = get(t, "description");
-        snprintf(p->prm.param, sizeof p->prm.param, "tools");
+        snprintf(p->prm.err.param, sizeof p->prm.err.param, "tools");
         if (!json_is_object(t)) {
             snprintf(why, wn, "tools[%zu] must be an object", i);
             goto fail;
@@ -635,7 +635,7 @@ static int parse_tools(struct gw_anthropic_parsed *p, json_t *root, char *why, s
         static const char *const known[] = { "type", "name", "disable_parallel_tool_use", NULL };
         const char *type = json_string_value(json_object_get(tc, "type")), *bad;
         json_t *dp = get(tc, "disable_parallel_tool_use");
-        snprintf(p->prm.param, sizeof p->prm.param, "tool_choice");
+        snprintf(p->prm.err.param, sizeof p->prm.err.param, "tool_choice");
         if (!json_is_object(tc) || !type) {
             snprintf(why, wn, "'tool_choice' must be an object with a 'type' (auto, any, tool, none)");
             goto fail;
@@ -895,9 +895,9 @@ int gw_anthropic_parse(struct gw_anthropic_parsed *p, const char *body, size_t l
     p->root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &je);
     if (!p->root) {
         snprintf(why, wn, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
-        return GW_PARSE_BAD_JSON;
+        return GW_AN_BAD_JSON;
     }
-    return parse_request(p, p->root, (unsigned)ep, why, wn) ? GW_PARSE_BAD_VALUE : GW_PARSE_OK;
+    return parse_request(p, p->root, (unsigned)ep, why, wn) ? GW_AN_BAD_VALUE : GW_AN_OK;
 }
 
 /* ---- errors ---------------------------------------------------------------------------- */
@@ -931,8 +931,8 @@ static enum MHD_Result handle(struct gw_req *r, enum gw_anthropic_ep ep)
     int rc = gw_anthropic_parse(&p, r->body.p ? r->body.p : "", r->body.len, ep, why, sizeof why);
     if (rc) {
         enum MHD_Result ret = gw_queue_error_param(r, 400, "invalid_request_error",
-                                                   rc == GW_PARSE_BAD_JSON ? "invalid_json" : "invalid_value",
-                                                   p.prm.param, "%s", why);
+                                                   rc == GW_AN_BAD_JSON ? "invalid_json" : "invalid_value",
+                                                   p.prm.err.param, "%s", why);
         gw_anthropic_parsed_deinit(&p);
         return ret;
     }
@@ -1149,18 +1149,10 @@ void gw_anthropic_event(struct gw_stream *s, const Smollm3__Event *ev)
 }
 
 /* An error after the response started: an `error` event ends the stream. */
-void gw_anthropic_error(struct gw_stream *s, const char *code, const char *msg)
+void gw_anthropic_error(struct gw_stream *s, const struct gw_error *e)
 {
-    int st = 500;
-    for (int c = 1; c < SMOL_ERR_COUNT; c++)
-        if (!strcmp(smol_client_error_name(c), code)) st = gw_http_status_of(c, NULL);
-    if (s->kind == GW_ANTHROPIC_SSE) {
-        emit(s, "error", gw_anthropic_error_body(st, msg));
-    } else {
-        s->err_status = st;
-        snprintf(s->err_code, sizeof s->err_code, "%s", code);
-        snprintf(s->err_msg, sizeof s->err_msg, "%s", msg);
-    }
+    if (s->kind == GW_ANTHROPIC_SSE) emit(s, "error", gw_anthropic_error_body(e->status ? e->status : 500, e->msg));
+    else s->err = *e;       /* queued in Anthropic's shape (http.c: the endpoint's) */
     s->ended = 1;
 }
 

@@ -34,8 +34,9 @@ struct gw_anthropic_parsed {
     long long budget_tokens;    /* thinking.budget_tokens (0: none) */
 };
 
-/* Parses body[0..len) for ep: GW_PARSE_OK, or GW_PARSE_BAD_JSON /
- * GW_PARSE_BAD_VALUE with the reason in why (a 400).  Call
+enum { GW_AN_OK, GW_AN_BAD_JSON, GW_AN_BAD_VALUE };
+/* Parses body[0..len) for ep: GW_AN_OK, or GW_AN_BAD_JSON /
+ * GW_AN_BAD_VALUE with the reason in why (a 400).  Call
  * gw_anthropic_parsed_deinit in every case. */
 int gw_anthropic_parse(struct gw_anthropic_parsed *p, const char *body, size_t len, enum gw_anthropic_ep ep,
                        char *why, size_t wn);

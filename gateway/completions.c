@@ -19,12 +19,14 @@
 
 /* ---- /v1/completions ------------------------------------------------------ */
 
-#define FAIL(key, ...)                                                        \
+/* A refusal (params.h's convention) with code (FAILC) or SMOL_EINVAL (FAIL). */
+#define FAILC(code, key, ...)                                                 \
     do {                                                                      \
-        snprintf(p->param, sizeof p->param, "%s", key);                       \
-        snprintf(why, wn, __VA_ARGS__);                                       \
+        gw_error_set(&p->err, code, key, __VA_ARGS__);                        \
+        snprintf(why, wn, "%s", p->err.msg);                                  \
         return -1;                                                            \
     } while (0)
+#define FAIL(key, ...) FAILC(SMOL_EINVAL, key, __VA_ARGS__)
 
 /* prompt: a string, an array of token ids, or a one-element array of
  * either (a batch of several prompts is refused: send one request each). */
@@ -36,7 +38,10 @@ static int parse_prompt(struct gw_params *p, json_t *root, Smollm3__TokenInput *
         (json_is_string(json_array_get(x, 0)) || json_is_array(json_array_get(x, 0))))
         x = json_array_get(x, 0);
     if (json_is_string(x)) {
+        char m[SMOL_ERRLEN];
+        enum smol_err e;
         if (!*json_string_value(x)) FAIL("prompt", "'prompt' must not be empty");
+        if ((e = smol_rule_prompt_bytes(strlen(json_string_value(x)), m))) FAILC(e, "prompt", "%s", m);
         p->gen.input_case = SMOLLM3__GENERATE_REQUEST__INPUT_TEXT;
         p->gen.text = (char *)json_string_value(x);
         return 0;
@@ -45,8 +50,8 @@ static int parse_prompt(struct gw_params *p, json_t *root, Smollm3__TokenInput *
         FAIL("prompt", "'prompt' must be a non-empty string or array of token ids");
     size_t n = json_array_size(x);
     if (json_is_string(json_array_get(x, 0)) || json_is_array(json_array_get(x, 0)))
-        FAIL("prompt", "'prompt' with %zu prompts is not supported (one prompt per request)", n);
-    if (!(*ids = malloc(n * sizeof **ids))) FAIL("", "out of memory");
+        FAILC(SMOL_EUNSUPPORTED, "prompt", "'prompt' with %zu prompts is not supported (one prompt per request)", n);
+    if (!(*ids = malloc(n * sizeof **ids))) FAILC(SMOL_ENOMEM, "", "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(x, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
@@ -68,14 +73,14 @@ static int parse_completion(struct gw_params *p, json_t *root, Smollm3__TokenInp
     if (parse_prompt(p, root, ti, ids, why, wn)) return -1;
     json_t *x = json_object_get(root, "echo");
     if (x && !json_is_null(x) && !json_is_boolean(x)) FAIL("echo", "'echo' must be a boolean");
-    if (json_is_true(x)) FAIL("echo", "'echo': true is not supported");
+    if (json_is_true(x)) FAILC(SMOL_EUNSUPPORTED, "echo", "'echo': true is not supported");
     x = json_object_get(root, "suffix");
     if (x && !json_is_null(x) && !(json_is_string(x) && !*json_string_value(x)))
-        FAIL("suffix", "'suffix' is not supported (no fill-in-the-middle)");
+        FAILC(SMOL_EUNSUPPORTED, "suffix", "'suffix' is not supported (no fill-in-the-middle)");
     x = json_object_get(root, "best_of");
     long long n = p->gen.n ? p->gen.n : 1;
     if (x && !json_is_null(x) && !(json_is_integer(x) && json_integer_value(x) == n))
-        FAIL("best_of", "'best_of' other than n is not supported (no server-side ranking)");
+        FAILC(SMOL_EUNSUPPORTED, "best_of", "'best_of' other than n is not supported (no server-side ranking)");
     return 0;
 }
 
@@ -85,9 +90,11 @@ enum MHD_Result gw_completions(struct gw_req *r)
 {
     json_error_t je;
     json_t *root = json_loadb(r->body.p ? r->body.p : "", r->body.len, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return gw_queue_error(r, 400, "invalid_request_error", "invalid_json",
-                              "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+    struct gw_error e;
+    if (!root) {
+        gw_error_json(&e, &je);
+        return gw_queue_gw_error(r, &e);
+    }
     struct gw_params p = { 0 };
     Smollm3__TokenInput ti;
     int32_t *ids = NULL;
@@ -148,13 +155,14 @@ static json_t *body_object(struct gw_req *r, enum MHD_Result *ret)
     json_error_t je;
     json_t *root = json_loadb(r->body.p ? r->body.p : "", r->body.len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        *ret = gw_queue_error(r, 400, "invalid_request_error", "invalid_json", "invalid JSON at line %d column %d: %s",
-                              je.line, je.column, je.text);
+        struct gw_error e;
+        gw_error_json(&e, &je);
+        *ret = gw_queue_gw_error(r, &e);
         return NULL;
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        *ret = gw_queue_error(r, 400, "invalid_request_error", "invalid_value", "the request body must be a JSON object");
+        *ret = gw_queue_error(r, 400, "invalid_request_error", "invalid_argument", "the request body must be a JSON object");
         return NULL;
     }
     return root;
@@ -197,12 +205,12 @@ enum MHD_Result gw_tokenize(struct gw_req *r)
     Smollm3__TokenizeRequest t = SMOLLM3__TOKENIZE_REQUEST__INIT;
     int add, parse, pieces;
     if (bad) {
-        ret = gw_queue_error_param(r, 400, "invalid_request_error", "invalid_value", bad, "unknown field '%.40s'", bad);
+        ret = gw_queue_error_param(r, 400, "invalid_request_error", "invalid_argument", bad, "unknown field '%.40s'", bad);
     } else if (!json_is_string(c)) {
-        ret = gw_queue_error_param(r, 400, "invalid_request_error", "invalid_value", "content", "'content' must be a string");
+        ret = gw_queue_error_param(r, 400, "invalid_request_error", "invalid_argument", "content", "'content' must be a string");
     } else if (opt_bool(root, "add_special", 0, &add) || opt_bool(root, "parse_special", 1, &parse) ||
                opt_bool(root, "with_pieces", 0, &pieces)) {
-        ret = gw_queue_error(r, 400, "invalid_request_error", "invalid_value",
+        ret = gw_queue_error(r, 400, "invalid_request_error", "invalid_argument",
                              "'add_special', 'parse_special' and 'with_pieces' must be booleans");
     } else {
         t.content = (char *)json_string_value(c);
@@ -227,8 +235,8 @@ enum MHD_Result gw_detokenize(struct gw_req *r)
     const char *bad = unknown_key(root, known);
     json_t *a = json_object_get(root, "tokens");
     if (bad || !json_is_array(a)) {
-        ret = bad ? gw_queue_error_param(r, 400, "invalid_request_error", "invalid_value", bad, "unknown field '%.40s'", bad)
-                  : gw_queue_error_param(r, 400, "invalid_request_error", "invalid_value", "tokens",
+        ret = bad ? gw_queue_error_param(r, 400, "invalid_request_error", "invalid_argument", bad, "unknown field '%.40s'", bad)
+                  : gw_queue_error_param(r, 400, "invalid_request_error", "invalid_argument", "tokens",
                                          "'tokens' must be an array of token ids");
         json_decref(root);
         return ret;
@@ -242,7 +250,7 @@ enum MHD_Result gw_detokenize(struct gw_req *r)
         if (ok) ids[i] = (int32_t)json_integer_value(v);
     }
     if (!ok) {
-        ret = gw_queue_error_param(r, 400, "invalid_request_error", "invalid_value", "tokens",
+        ret = gw_queue_error_param(r, 400, "invalid_request_error", "invalid_argument", "tokens",
                                    "'tokens' must be an array of token ids (non-negative integers)");
     } else {
         Smollm3__DetokenizeRequest d = SMOLLM3__DETOKENIZE_REQUEST__INIT;
@@ -291,16 +299,14 @@ void gw_query_event(struct gw_stream *s, const Smollm3__Event *ev)
         s->reply = json_pack("{s:s}", "content", t.p ? t.p : "");
         gw_buf_deinit(&t);
     } else {
-        s->err_status = 500;
-        snprintf(s->err_code, sizeof s->err_code, "internal");
-        snprintf(s->err_msg, sizeof s->err_msg, "unexpected reply from the daemon");
+        gw_error_http(&s->err, 500, "server_error", "internal", NULL, "unexpected reply from the daemon");
     }
 }
 
 enum MHD_Result gw_query_finish(struct gw_req *r, struct gw_stream *s)
 {
     json_t *body = s->reply ? json_incref(s->reply) : json_object();
-    int st = s->err_status ? s->err_status : 200;
+    int st = s->err.status ? s->err.status : 200;
     r->stream = NULL;
     s->req = NULL;
     gw_stream_free(s);

@@ -21,35 +21,6 @@
 
 #define GW_MAX_PENDING (8u << 20)   /* SSE bytes queued for one slow client */
 
-/* ---- error mapping: one table ------------------------------------------ */
-
-static const struct { int status; const char *type; } err_map[SMOL_ERR_COUNT] = {
-    [SMOL_OK] = { 200, "" },
-    [SMOL_EINVAL] = { 400, "invalid_request_error" },
-    [SMOL_EIO] = { 503, "server_error" },
-    [SMOL_EFORMAT] = { 400, "invalid_request_error" },
-    [SMOL_EUNSUPPORTED] = { 400, "invalid_request_error" },
-    [SMOL_ENOMEM] = { 503, "server_error" },
-    [SMOL_ECONTEXT] = { 400, "invalid_request_error" },
-    [SMOL_EBUSY] = { 429, "rate_limit_error" },
-    [SMOL_EQUEUE_FULL] = { 429, "rate_limit_error" },
-    [SMOL_ENOSESSION] = { 404, "not_found_error" },
-    [SMOL_ECANCELLED] = { 499, "invalid_request_error" },
-    [SMOL_ETOOLARGE] = { 413, "invalid_request_error" },
-    [SMOL_EUTF8] = { 400, "invalid_request_error" },
-    [SMOL_ESHUTDOWN] = { 503, "server_error" },
-    [SMOL_ENOTREADY] = { 503, "server_error" },
-    [SMOL_ETEMPLATE] = { 400, "invalid_request_error" },
-    [SMOL_EINTERNAL] = { 500, "server_error" },
-};
-
-int gw_http_status_of(int code, const char **type)
-{
-    if (code <= 0 || code >= SMOL_ERR_COUNT) code = SMOL_EINTERNAL;
-    if (type) *type = err_map[code].type;
-    return err_map[code].status;
-}
-
 /* ---- streams ------------------------------------------------------------ */
 
 struct gw_stream *gw_stream_new(enum gw_kind kind)
@@ -60,7 +31,7 @@ struct gw_stream *gw_stream_new(enum gw_kind kind)
     s->key = GW_AUTH_NONE;
     s->n_choices = 1;
     s->rid = smol_client_next_id(G.cli);
-    s->born = s->last_write = gw_now();
+    s->born = s->last_write = smol_mono_s();
     s->next = G.streams;
     if (G.streams) G.streams->prev = s;
     G.streams = s;
@@ -100,7 +71,7 @@ struct gw_stream *gw_stream_by_rid(uint64_t rid)
 /* New bytes in s->out (or the end): wake the connection. */
 void gw_stream_push(struct gw_stream *s)
 {
-    s->last_write = gw_now();
+    s->last_write = smol_mono_s();
     if (gw_buf_pending(&s->out) > GW_MAX_PENDING && !s->ended) {
         /* the client stopped reading: stop generating for it, never buffer without bound */
         gw_log(4, "client of request %llu not reading: cancelled", (unsigned long long)s->rid);
@@ -120,27 +91,25 @@ static void mark_terminal(struct gw_stream *s)
 }
 
 /* Ends s with an error, whatever state it is in. */
-void gw_stream_fail(struct gw_stream *s, int status, const char *code, const char *msg)
+void gw_stream_fail(struct gw_stream *s, const struct gw_error *e)
 {
     if (s->ended) return;
     mark_terminal(s);
     struct gw_req *r = s->req;
     if (r && r->waiting && !(gw_kind_sse(s->kind) && s->started)) {
         /* no response yet and not accepted: a plain HTTP error */
-        s->err_status = status;
-        snprintf(s->err_code, sizeof s->err_code, "%s", code);
-        snprintf(s->err_msg, sizeof s->err_msg, "%s", msg);
+        s->err = *e;
         gw_req_resume(r);
         return;
     }
-    if (s->kind == GW_UI) gw_ui_error(s, msg);
-    else if (gw_kind_anthropic(s->kind)) gw_anthropic_error(s, code, msg);
-    else if (s->api == GW_API_RESPONSES) gw_responses_error(s, code, msg);
-    else gw_openai_error(s, code, msg);
+    if (s->kind == GW_UI) gw_ui_error(s, e->msg);
+    else if (gw_kind_anthropic(s->kind)) gw_anthropic_error(s, e);
+    else if (s->api == GW_API_RESPONSES) gw_responses_error(s, e);
+    else gw_openai_error(s, e);
     gw_stream_push(s);
 }
 
-void gw_streams_fail_all(int status, const char *code, const char *msg)
+void gw_streams_fail_all(const struct gw_error *e)
 {
     struct gw_stream *s = G.streams, *next;
     for (; s; s = next) {
@@ -149,7 +118,7 @@ void gw_streams_fail_all(int status, const char *code, const char *msg)
             if (!s->req) gw_stream_free(s);     /* unclaimed UI stream */
             continue;
         }
-        if (!s->terminal) gw_stream_fail(s, status, code, msg);
+        if (!s->terminal) gw_stream_fail(s, e);
     }
 }
 
@@ -167,7 +136,7 @@ int gw_daemon_send_stream(struct gw_stream *s)
     free(s->packed);
     s->packed = NULL;
     s->sent = 1;
-    s->t_sent = gw_now();
+    s->t_sent = smol_mono_s();
     G.n_inflight++;
     gw_daemon_drain();
     return 0;
@@ -203,7 +172,9 @@ static void daemon_lost(void)
 {
     if (G.daemon_ready || G.n_inflight) gw_log(3, "daemon connection lost");
     G.daemon_ready = 0;
-    gw_streams_fail_all(503, "daemon_unavailable", "the inference daemon went away");
+    struct gw_error e;
+    gw_error_http(&e, 503, "server_error", "daemon_unavailable", NULL, "the inference daemon went away");
+    gw_streams_fail_all(&e);
     G.next_health = 0;
 }
 
@@ -232,12 +203,14 @@ static void on_event(Smollm3__Event *ev)
     struct gw_stream *s = gw_stream_by_rid(ev->request_id);
     if (!s || s->terminal) return;      /* cancelled or gone */
     if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) {
-        const char *type;
+        /* the daemon's code through the one map (rules.h), carried as it is */
         int code = ev->error ? (int)ev->error->code : SMOL_EINTERNAL;
-        int status = gw_http_status_of(code, &type);
-        gw_stream_fail(s, status, smol_client_error_name(code),
-                       ev->error && ev->error->message && *ev->error->message
-                           ? ev->error->message : smol_client_error_name(code));
+        if (code <= 0 || code >= SMOL_ERR_COUNT) code = SMOL_EINTERNAL;
+        struct gw_error e;
+        gw_error_set(&e, (enum smol_err)code, NULL, "%s",
+                     ev->error && ev->error->message && *ev->error->message ? ev->error->message
+                                                                            : smol_err_name(code));
+        gw_stream_fail(s, &e);
         return;
     }
     if (s->kind == GW_QUERY) {          /* one reply: the response */
@@ -253,7 +226,7 @@ static void on_event(Smollm3__Event *ev)
     } else if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) {
         s->n_tokens++;
         if (!s->t_first) {
-            s->t_first = gw_now();
+            s->t_first = smol_mono_s();
             gw_metrics_first_token(s->t_first - s->t_sent);
         }
     } else if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE) {

@@ -24,6 +24,7 @@
 #include <microhttpd.h>
 #include <jansson.h>
 #include "daemon/client/client.h"
+#include "daemon/model/rules.h"
 #include "gateway/params.h"
 #include "gateway/util.h"
 
@@ -91,9 +92,7 @@ struct gw_stream {
     /* response */
     struct gw_buf out;          /* SSE bytes not yet handed to MHD */
     double last_write;          /* monotonic s of the last bytes queued (pings) */
-    int err_status;             /* daemon refused before start: HTTP status, message below */
-    char err_code[32];
-    char err_msg[256];
+    struct gw_error err;        /* refused before start (err.status != 0): what the client gets */
     /* OpenAI */
     char id[40];                /* chatcmpl-… */
     long long created;
@@ -208,24 +207,24 @@ void gw_daemon_drain(void);
 void gw_daemon_tick(double now);
 int gw_daemon_send_stream(struct gw_stream *s);
 void gw_daemon_cancel(struct gw_stream *s);
-int gw_http_status_of(int smol_code, const char **type);
 struct gw_stream *gw_stream_new(enum gw_kind kind);
 void gw_stream_free(struct gw_stream *s);
 struct gw_stream *gw_stream_by_rid(uint64_t rid);
 void gw_stream_push(struct gw_stream *s);
-void gw_stream_fail(struct gw_stream *s, int status, const char *code, const char *msg);
-void gw_streams_fail_all(int status, const char *code, const char *msg);
+/* Ends s (every live stream) with error e: an HTTP error if no response
+ * began, else the flavour's error event. */
+void gw_stream_fail(struct gw_stream *s, const struct gw_error *e);
+void gw_streams_fail_all(const struct gw_error *e);
 
 /* ---- request parsing without I/O (openai.c, ui.c; tests/fuzz/fuzz_gateway.c) */
 
-enum { GW_PARSE_OK, GW_PARSE_BAD_JSON, GW_PARSE_BAD_VALUE };
 #define GW_OPENAI_MAX_STOPS GW_MAX_STOPS
 
 /* An OpenAI chat body as a GenerateRequest (prm.gen; params.h holds the
  * shared fields).  Its strings point into root (the parsed JSON) and strs:
  * valid until gw_openai_parsed_deinit. */
 struct gw_openai_parsed {
-    struct gw_params prm;       /* shared fields; prm.gen is the request; prm.param the field at fault */
+    struct gw_params prm;       /* shared fields; prm.gen is the request; prm.err the refusal */
     Smollm3__ChatInput chat;
     Smollm3__ChatMessage *msgs;
     Smollm3__ChatMessage **msgp;
@@ -233,15 +232,16 @@ struct gw_openai_parsed {
     size_t n_strs;
     json_t *root;
 };
-/* Parses body[0..len) (POST /v1/chat/completions): GW_PARSE_OK, or
- * GW_PARSE_BAD_JSON / GW_PARSE_BAD_VALUE with the reason in why (a 400).
- * Call gw_openai_parsed_deinit in every case. */
+/* Parses body[0..len) (POST /v1/chat/completions): 0, or -1 with the
+ * refusal in p->prm.err (invalid JSON: 400 "invalid_json"; a rule: as
+ * gw_error_set) and its message in why.  Call gw_openai_parsed_deinit in
+ * every case. */
 int gw_openai_parse(struct gw_openai_parsed *p, const char *body, size_t len, char *why, size_t wn);
 void gw_openai_parsed_deinit(struct gw_openai_parsed *p);
 /* response_format / grammar of a chat body as g's constraint (structured.c).
  * *owned: a string g points to that the caller must keep and free (or NULL).
- * -1 with the reason in why (a 400). */
-int gw_structured_parse(Smollm3__GenerateRequest *g, json_t *root, char **owned, char *why, size_t wn);
+ * -1 with the refusal in *e. */
+int gw_structured_parse(Smollm3__GenerateRequest *g, json_t *root, char **owned, struct gw_error *e);
 
 /* A POST /ui/chat form as a GenerateRequest for session "ui-<conversation>".
  * Strings point into the body (decoded in place), hist and session. */
@@ -257,10 +257,10 @@ struct gw_ui_parsed {
     char session[80];
 };
 /* Parses the form body[0..n), which it decodes in place: body must hold
- * n + 1 bytes (body[n] is overwritten with NUL).  Returns 0, or the HTTP
- * status (400, 413, 500) with a constant reason in *why.  Call
+ * n + 1 bytes (body[n] is overwritten with NUL).  Returns 0, or -1 with the
+ * refusal in *e (status 400, 413 or 503; the message for the page).  Call
  * gw_ui_parsed_deinit in every case. */
-int gw_ui_parse(struct gw_ui_parsed *p, char *body, size_t n, const char **why);
+int gw_ui_parse(struct gw_ui_parsed *p, char *body, size_t n, struct gw_error *e);
 void gw_ui_parsed_deinit(struct gw_ui_parsed *p);
 
 /* openai.c */
@@ -269,7 +269,7 @@ enum MHD_Result gw_openai_models(struct gw_req *r);
 struct gw_params;
 enum MHD_Result gw_openai_start(struct gw_req *r, struct gw_stream *s, int api, const struct gw_params *prm);
 void gw_openai_event(struct gw_stream *s, const Smollm3__Event *ev);
-void gw_openai_error(struct gw_stream *s, const char *code, const char *msg);
+void gw_openai_error(struct gw_stream *s, const struct gw_error *e);
 enum MHD_Result gw_openai_finish_json(struct gw_req *r, struct gw_stream *s);
 int gw_pack_generate(struct gw_stream *s, Smollm3__GenerateRequest *g);
 
@@ -285,7 +285,7 @@ enum MHD_Result gw_query_finish(struct gw_req *r, struct gw_stream *s);
 enum MHD_Result gw_responses_create(struct gw_req *r);
 enum MHD_Result gw_responses_one(struct gw_req *r, const char *method, const char *arg);
 void gw_responses_event(struct gw_stream *s, const Smollm3__Event *ev);
-void gw_responses_error(struct gw_stream *s, const char *code, const char *msg);
+void gw_responses_error(struct gw_stream *s, const struct gw_error *e);
 enum MHD_Result gw_responses_finish_json(struct gw_req *r, struct gw_stream *s);
 void gw_responses_stream_free(struct gw_stream *s);
 void gw_responses_store_clear(void);
@@ -309,7 +309,7 @@ void gw_ui_expire(double now);
 enum MHD_Result gw_anthropic_messages(struct gw_req *r);
 enum MHD_Result gw_anthropic_count_tokens(struct gw_req *r);
 void gw_anthropic_event(struct gw_stream *s, const Smollm3__Event *ev);
-void gw_anthropic_error(struct gw_stream *s, const char *code, const char *msg);
+void gw_anthropic_error(struct gw_stream *s, const struct gw_error *e);
 enum MHD_Result gw_anthropic_finish(struct gw_req *r, struct gw_stream *s);
 /* {"type": "error", "error": {"type", "message"}}, the type by HTTP status */
 json_t *gw_anthropic_error_body(int status, const char *msg);

@@ -97,6 +97,13 @@ enum MHD_Result gw_queue_error_param(struct gw_req *r, int status, const char *t
     return ret;
 }
 
+enum MHD_Result gw_queue_gw_error(struct gw_req *r, const struct gw_error *e)
+{
+    if (!e->status) return gw_queue_error(r, 500, "server_error", "internal", "a refusal without a status (a bug)");
+    return gw_queue_error_param(r, e->status, e->type ? e->type : "server_error", e->code ? e->code : "internal",
+                                e->param, "%s", e->msg);
+}
+
 /* ---- SSE ---------------------------------------------------------------- */
 
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
@@ -222,17 +229,12 @@ enum MHD_Result gw_req_answer(struct gw_req *r)
     r->waiting = 0;
     struct gw_stream *s = r->stream;
     if (!s) return gw_queue_error(r, 500, "server_error", "internal", "stream lost");
-    if (s->err_status) {
-        int st = s->err_status;
-        char code[sizeof s->err_code], msg[sizeof s->err_msg];
-        memcpy(code, s->err_code, sizeof code);
-        memcpy(msg, s->err_msg, sizeof msg);
+    if (s->err.status) {
+        struct gw_error e = s->err;     /* carried as the refusal came: status, type, code */
         r->stream = NULL;
         s->req = NULL;
         gw_stream_free(s);
-        const char *type = st == 429 ? "rate_limit_error"
-                           : st >= 500 ? "server_error" : "invalid_request_error";
-        return gw_queue_error(r, st, type, code, "%s", msg);
+        return gw_queue_gw_error(r, &e);
     }
     if (s->kind == GW_OPENAI_JSON)
         return s->api == GW_API_RESPONSES ? gw_responses_finish_json(r, s) : gw_openai_finish_json(r, s);
@@ -245,7 +247,7 @@ enum MHD_Result gw_req_answer(struct gw_req *r)
 enum MHD_Result gw_req_wait(struct gw_req *r)
 {
     struct gw_stream *s = r->stream;
-    if (s && (s->err_status || s->terminal ||
+    if (s && (s->err.status || s->terminal ||
               (gw_kind_sse(s->kind) && s->started)))
         return gw_req_answer(r);
     r->suspended = 1;

@@ -276,7 +276,9 @@ static void begin_stop(void)
             continue;
         }
         gw_daemon_cancel(s);    /* marks it terminal: later daemon events are dropped */
-        gw_stream_fail(s, 503, "shutting_down", "the gateway is shutting down");
+        struct gw_error e;
+        gw_error_http(&e, 503, "server_error", "shutting_down", NULL, "the gateway is shutting down");
+        gw_stream_fail(s, &e);
     }
 }
 
@@ -349,14 +351,14 @@ int main(int argc, char **argv)
                 while (read(sfd, &si, sizeof si) == sizeof si) {
                     if (!G.stopping) {
                         begin_stop();
-                        stop_deadline = gw_now() + 5.0;
+                        stop_deadline = smol_mono_s() + 5.0;
                     }
                 }
             } else if (p != &tag_mhd && p != &tag_zmq) {
                 gw_conn_rdhup(p);
             }
         }
-        double now = gw_now();
+        double now = smol_mono_s();
         gw_daemon_drain();
         if (!G.stopping) {
             gw_daemon_tick(now);

@@ -101,7 +101,7 @@ void gw_metrics_stream_done(const struct gw_stream *s)
         M.key_completion[s->key] += s->completion_tokens;
     }
     if (s->t_first && s->n_tokens > 1) {
-        double per = (gw_now() - s->t_first) / (double)(s->n_tokens - 1);
+        double per = (smol_mono_s() - s->t_first) / (double)(s->n_tokens - 1);
         observe(&M.tpot, tpot_le, per);
     }
 }

@@ -12,14 +12,11 @@
 #include "gateway/gateway.h"
 #include "gateway/params.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define MAX_MESSAGES 4096
 
 /* ---- request parsing ---------------------------------------------------- */
 
@@ -47,11 +44,21 @@ void gw_openai_parsed_deinit(struct gw_openai_parsed *p)
     p->root = NULL;             /* the scalars of prm stay readable */
 }
 
-#define FAIL(key, ...)                                                        \
+/* A refusal (params.h's convention) with code (FAILC) or SMOL_EINVAL (FAIL),
+ * naming key; the message also goes to why. */
+#define FAILC(code, key, ...)                                                 \
     do {                                                                      \
-        snprintf(p->prm.param, sizeof p->prm.param, "%s", key);               \
-        snprintf(why, wn, __VA_ARGS__);                                       \
+        gw_error_set(&p->prm.err, code, key, __VA_ARGS__);                    \
+        snprintf(why, wn, "%s", p->prm.err.msg);                              \
         return -1;                                                            \
+    } while (0)
+#define FAIL(key, ...) FAILC(SMOL_EINVAL, key, __VA_ARGS__)
+/* A rule of daemon/model/rules.h: call writes its message into m_. */
+#define RULE(key, call)                                                       \
+    do {                                                                      \
+        char m_[SMOL_ERRLEN];                                                 \
+        enum smol_err e_ = (call);                                            \
+        if (e_) FAILC(e_, key, "%s", m_);                                     \
     } while (0)
 
 /* Message content: a string, null, or an array of {type:"text", text}. */
@@ -73,13 +80,13 @@ static int content_of(struct gw_openai_parsed *p, json_t *c, const char **out, c
             json_t *t = json_object_get(part, "text");
             if (!json_is_object(part) || !json_is_string(t)) {
                 gw_buf_deinit(&b);
-                FAIL("messages", "messages[%d].content[%zu]: only text parts are supported", i, k);
+                FAILC(SMOL_EUNSUPPORTED, "messages", "messages[%d].content[%zu]: only text parts are supported", i, k);
             }
             gw_buf_str(&b, json_string_value(t));
         }
         if (!b.p) gw_buf_add(&b, "", 0);
-        *out = own(p, b.p);
-        return *out ? 0 : -1;
+        if (!(*out = own(p, b.p))) FAILC(SMOL_ENOMEM, "", "out of memory");
+        return 0;
     }
     FAIL("messages", "messages[%d].content must be a string, an array of parts or null", i);
 }
@@ -87,13 +94,12 @@ static int content_of(struct gw_openai_parsed *p, json_t *c, const char **out, c
 static int parse_messages(struct gw_openai_parsed *p, json_t *root, char *why, size_t wn)
 {
     json_t *msgs = json_object_get(root, "messages");
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        FAIL("messages", "'messages' must be a non-empty array");
-    size_t n = json_array_size(msgs);
-    if (n > MAX_MESSAGES) FAIL("messages", "too many messages (max %d)", MAX_MESSAGES);
+    if (!json_is_array(msgs)) FAIL("messages", "'messages' must be a non-empty array");
+    size_t n = json_array_size(msgs), prompt_bytes = 0;
+    RULE("messages", smol_rule_messages(n, m_));
     p->msgs = calloc(n, sizeof *p->msgs);
     p->msgp = calloc(n, sizeof *p->msgp);
-    if (!p->msgs || !p->msgp) FAIL("", "out of memory");
+    if (!p->msgs || !p->msgp) FAILC(SMOL_ENOMEM, "", "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(msgs, i);
         Smollm3__ChatMessage *cm = &p->msgs[i];
@@ -108,16 +114,18 @@ static int parse_messages(struct gw_openai_parsed *p, json_t *root, char *why, s
         const char *content;
         if (content_of(p, json_object_get(m, "content"), &content, why, wn, (int)i)) return -1;
         cm->content = (char *)content;
+        prompt_bytes += strlen(content);
         json_t *rc = json_object_get(m, "reasoning_content");
         if (!rc || json_is_null(rc)) rc = json_object_get(m, "reasoning");
         if (rc && !json_is_null(rc)) {
             if (!json_is_string(rc)) FAIL("messages", "messages[%zu].reasoning_content must be a string", i);
             cm->reasoning_content = (char *)json_string_value(rc);
+            prompt_bytes += strlen(cm->reasoning_content);
         }
         json_t *tc = json_object_get(m, "tool_calls");
         if (tc && !json_is_null(tc)) {
             if (!json_is_array(tc)) FAIL("messages", "messages[%zu].tool_calls must be an array", i);
-            cm->tool_calls_json = own(p, json_dumps(tc, JSON_COMPACT));
+            if (!(cm->tool_calls_json = own(p, json_dumps(tc, JSON_COMPACT)))) FAILC(SMOL_ENOMEM, "", "out of memory");
         }
         const char *fields[] = { "tool_call_id", "name" };
         for (int f = 0; f < 2; f++) {
@@ -130,20 +138,11 @@ static int parse_messages(struct gw_openai_parsed *p, json_t *root, char *why, s
             }
         }
     }
+    RULE("messages", smol_rule_prompt_bytes(prompt_bytes, m_));
     p->chat.n_messages = n;
     p->chat.messages = p->msgp;
     p->chat.append_to_session = 0;
     return 0;
-}
-
-/* OpenAI's function names: 1 to 64 of [a-zA-Z0-9_-]. */
-static int tool_name_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 64) return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-') return 0;
-    return 1;
 }
 
 /* tools, tool_choice ("auto": the model chooses; "none": the tools are not
@@ -169,23 +168,25 @@ static int parse_tools(struct gw_openai_parsed *p, json_t *root, char *why, size
             if (!json_is_string(type) || strcmp(json_string_value(type), "function") || !name)
                 FAIL("tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", \"function\": "
                      "{\"name\": ...}}");
-            if (!tool_name_ok(name))
-                FAIL("tool_choice", "'tool_choice.function.name' must be 1-64 of [a-zA-Z0-9_-]");
+            RULE("tool_choice", smol_rule_tool_name(name, "tool_choice.function.name", m_));
             forced = name;
         } else FAIL("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or an object");
     }
     if (forced && !(tools && json_is_array(tools) && json_array_size(tools)))
         FAIL("tool_choice", "'tool_choice' \"%.64s\" needs a non-empty 'tools' list", forced);
-    if (forced && !(p->prm.gen.tool_choice = own(p, strdup(forced)))) FAIL("tool_choice", "out of memory");
+    if (forced && !(p->prm.gen.tool_choice = own(p, strdup(forced)))) FAILC(SMOL_ENOMEM, "tool_choice", "out of memory");
     json_t *ptc = json_object_get(root, "parallel_tool_calls");
     if (ptc && !json_is_null(ptc)) {
         if (!json_is_boolean(ptc)) FAIL("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
         if (json_is_false(ptc))
-            FAIL("parallel_tool_calls", "'parallel_tool_calls': false is not supported (the model may call "
+            FAILC(SMOL_EUNSUPPORTED, "parallel_tool_calls", "'parallel_tool_calls': false is not supported (the model may call "
                  "several tools in one answer)");
     }
-    if (tools && json_is_array(tools) && json_array_size(tools) && !none)
-        p->chat.tools_json = own(p, json_dumps(tools, JSON_COMPACT));
+    /* the tools the daemon gets (none: not rendered, not sent) obey its limit */
+    if (json_is_array(tools) && !none) RULE("tools", smol_rule_tools(json_array_size(tools), m_));
+    if (tools && json_is_array(tools) && json_array_size(tools) && !none &&
+        !(p->chat.tools_json = own(p, json_dumps(tools, JSON_COMPACT))))
+        FAILC(SMOL_ENOMEM, "tools", "out of memory");
     return 0;
 }
 
@@ -202,7 +203,7 @@ static int parse_thinking(struct gw_openai_parsed *p, json_t *root, char *why, s
         if (!json_is_object(x)) FAIL("chat_template_kwargs", "'chat_template_kwargs' must be an object");
         json_object_foreach(x, k, v) {
             if (strcmp(k, "enable_thinking"))
-                FAIL("chat_template_kwargs", "'chat_template_kwargs.%.40s' is not supported (only enable_thinking)", k);
+                FAILC(SMOL_EUNSUPPORTED, "chat_template_kwargs", "'chat_template_kwargs.%.40s' is not supported (only enable_thinking)", k);
             if (json_is_null(v)) continue;
             if (!json_is_boolean(v))
                 FAIL("chat_template_kwargs", "'chat_template_kwargs.enable_thinking' must be a boolean");
@@ -251,27 +252,22 @@ static int parse_request(struct gw_openai_parsed *p, json_t *root, char *why, si
         if (!json_is_array(x)) FAIL("modalities", "'modalities' must be an array");
         json_array_foreach(x, k, m)
             if (!json_is_string(m) || strcmp(json_string_value(m), "text"))
-                FAIL("modalities", "'modalities' may only hold \"text\"");
+                FAILC(SMOL_EUNSUPPORTED, "modalities", "'modalities' may only hold \"text\"");
     }
     x = json_object_get(root, "session_id");
     if (x && !json_is_null(x)) {
         const char *sid = json_string_value(x);
-        size_t len = sid ? strlen(sid) : 0;
-        int ok = sid && len >= 1 && len <= 128;
-        for (size_t i = 0; ok && i < len; i++)
-            ok = (sid[i] >= 'a' && sid[i] <= 'z') || (sid[i] >= 'A' && sid[i] <= 'Z') ||
-                 (sid[i] >= '0' && sid[i] <= '9') || strchr("_-.:", sid[i]);
-        if (!ok) FAIL("session_id", "'session_id' must be 1-128 characters of [A-Za-z0-9_.:-]");
+        RULE("session_id", smol_rule_session_id(sid ? sid : "", "session_id", m_));
         g->session_id = (char *)sid;
         if (g->n > 1) FAIL("n", "'n' > 1 cannot be combined with 'session_id'");
     }
     char *owned = NULL;
-    if (gw_structured_parse(g, root, &owned, why, wn)) {
+    if (gw_structured_parse(g, root, &owned, &p->prm.err)) {
         free(owned);
-        snprintf(p->prm.param, sizeof p->prm.param, "%s", !strncmp(why, "'grammar'", 9) ? "grammar" : "response_format");
+        snprintf(why, wn, "%s", p->prm.err.msg);
         return -1;
     }
-    if (owned && !own(p, owned)) { snprintf(why, wn, "out of memory"); return -1; }
+    if (owned && !own(p, owned)) FAILC(SMOL_ENOMEM, "", "out of memory");
     return 0;
 }
 
@@ -305,21 +301,19 @@ int gw_openai_parse(struct gw_openai_parsed *p, const char *body, size_t len, ch
     memset(p, 0, sizeof *p);
     p->root = json_loadb(body ? body : "", body ? len : 0, JSON_REJECT_DUPLICATES, &je);
     if (!p->root) {
-        snprintf(why, wn, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
-        return GW_PARSE_BAD_JSON;
+        gw_error_json(&p->prm.err, &je);
+        snprintf(why, wn, "%s", p->prm.err.msg);
+        return -1;
     }
-    return parse_request(p, p->root, why, wn) ? GW_PARSE_BAD_VALUE : GW_PARSE_OK;
+    return parse_request(p, p->root, why, wn) ? -1 : 0;
 }
 
 enum MHD_Result gw_openai_chat(struct gw_req *r)
 {
     struct gw_openai_parsed p;
     char why[256];
-    int rc = gw_openai_parse(&p, r->body.p ? r->body.p : "", r->body.len, why, sizeof why);
-    if (rc) {
-        enum MHD_Result ret = rc == GW_PARSE_BAD_JSON
-                                  ? gw_queue_error(r, 400, "invalid_request_error", "invalid_json", "%s", why)
-                                  : gw_params_error(r, &p.prm, why);
+    if (gw_openai_parse(&p, r->body.p ? r->body.p : "", r->body.len, why, sizeof why)) {
+        enum MHD_Result ret = gw_queue_gw_error(r, &p.prm.err);
         gw_openai_parsed_deinit(&p);
         return ret;
     }
@@ -574,26 +568,17 @@ void gw_openai_event(struct gw_stream *s, const Smollm3__Event *ev)
 }
 
 /* An error after the response started: SSE error chunk then [DONE]. */
-void gw_openai_error(struct gw_stream *s, const char *code, const char *msg)
+void gw_openai_error(struct gw_stream *s, const struct gw_error *e)
 {
     if (s->kind == GW_OPENAI_SSE) {
-        const char *type;
-        int st = 500;
-        for (int c = 1; c < SMOL_ERR_COUNT; c++)
-            if (!strcmp(smol_client_error_name(c), code)) st = gw_http_status_of(c, &type);
-        json_t *e = json_pack("{s:{s:s,s:s,s:s}}", "error", "message", msg, "type",
-                              st == 429 ? "rate_limit_error" : st >= 500 ? "server_error"
-                                                                         : "invalid_request_error",
-                              "code", code);
-        char *txt = json_dumps(e, JSON_COMPACT);
-        json_decref(e);
+        json_t *j = json_pack("{s:{s:s,s:s,s:s}}", "error", "message", e->msg, "type", e->type, "code", e->code);
+        char *txt = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
         if (txt) gw_buf_printf(&s->out, "data: %s\n\n", txt);
         free(txt);
         gw_buf_str(&s->out, "data: [DONE]\n\n");
     } else {
-        s->err_status = 503;
-        snprintf(s->err_code, sizeof s->err_code, "%s", code);
-        snprintf(s->err_msg, sizeof s->err_msg, "%s", msg);
+        s->err = *e;
     }
     s->ended = 1;
 }

@@ -8,6 +8,8 @@
 #include "gateway/gateway.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,11 +91,62 @@ static const struct field *field_of(const char *name, enum gw_api api)
 
 /* ---- helpers -------------------------------------------------------------- */
 
-#define FAIL(p, key, ...)                                                     \
+/* ---- the error convention (params.h) ------------------------------------- */
+
+static void error_vset(struct gw_error *e, int status, const char *type, const char *code, const char *param,
+                       const char *fmt, va_list ap)
+{
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+}
+
+int gw_error_set(struct gw_error *e, enum smol_err code, const char *param, const char *fmt, ...)
+{
+    struct smol_http_error h = smol_rule_http(code);
+    va_list ap;
+    va_start(ap, fmt);
+    error_vset(e, h.status, h.type, smol_err_name(code), param, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int gw_error_http(struct gw_error *e, int status, const char *type, const char *code, const char *param,
+                  const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_vset(e, status, type, code, param, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int gw_error_json(struct gw_error *e, const json_error_t *je)
+{
+    if (json_error_code(je) == json_error_invalid_utf8)
+        return gw_error_set(e, SMOL_EUTF8, NULL, "the body is not valid UTF-8 (line %d column %d: %s)", je->line,
+                            je->column, je->text);
+    return gw_error_http(e, 400, "invalid_request_error", "invalid_json", NULL, "invalid JSON at line %d column %d: %s",
+                         je->line, je->column, je->text);
+}
+
+/* A refusal with code (FAILC) or SMOL_EINVAL (FAIL), naming key; the
+ * message also goes to why. */
+#define FAILC(p, code, key, ...)                                              \
     do {                                                                      \
-        snprintf((p)->param, sizeof (p)->param, "%s", key);                   \
-        snprintf(why, wn, __VA_ARGS__);                                       \
+        gw_error_set(&(p)->err, code, key, __VA_ARGS__);                      \
+        snprintf(why, wn, "%s", (p)->err.msg);                                \
         return -1;                                                            \
+    } while (0)
+#define FAIL(p, key, ...) FAILC(p, SMOL_EINVAL, key, __VA_ARGS__)
+/* A rule of daemon/model/rules.h: call writes its message into m_. */
+#define RULE(p, key, call)                                                    \
+    do {                                                                      \
+        char m_[SMOL_ERRLEN];                                                 \
+        enum smol_err e_ = (call);                                            \
+        if (e_) FAILC(p, e_, key, "%s", m_);                                  \
     } while (0)
 
 /* A present, non-null member (else NULL). */
@@ -103,7 +156,8 @@ static json_t *get(json_t *root, const char *key)
     return x && !json_is_null(x) ? x : NULL;
 }
 
-static int number(struct gw_params *p, json_t *root, const char *key, double lo, double hi, int *has,
+/* A number within the rule's range (rules.h). */
+static int number(struct gw_params *p, json_t *root, const char *key, enum smol_rule_num rule, int *has,
                   double *v, char *why, size_t wn)
 {
     json_t *x = get(root, key);
@@ -111,20 +165,21 @@ static int number(struct gw_params *p, json_t *root, const char *key, double lo,
     if (!x) return 0;
     if (!json_is_number(x)) FAIL(p, key, "'%s' must be a number", key);
     *v = json_number_value(x);
-    if (!(*v >= lo && *v <= hi)) FAIL(p, key, "'%s' must be in [%g, %g]", key, lo, hi);
+    RULE(p, key, smol_rule_number(rule, *v, key, m_));
     *has = 1;
     return 0;
 }
 
-static int integer(struct gw_params *p, json_t *root, const char *key, long long lo, long long hi,
+/* An integer within the rule's range (rules.h). */
+static int integer(struct gw_params *p, json_t *root, const char *key, enum smol_rule_num rule,
                    int *has, long long *v, char *why, size_t wn)
 {
     json_t *x = get(root, key);
     *has = 0;
     if (!x) return 0;
-    if (!json_is_integer(x) || json_integer_value(x) < lo || json_integer_value(x) > hi)
-        FAIL(p, key, "'%s' must be an integer in [%lld, %lld]", key, lo, hi);
+    if (!json_is_integer(x)) FAIL(p, key, "'%s' must be an integer", key);
     *v = json_integer_value(x);
+    RULE(p, key, smol_rule_number(rule, (double)*v, key, m_));
     *has = 1;
     return 0;
 }
@@ -144,7 +199,7 @@ static int check_fields(struct gw_params *p, json_t *root, enum gw_api api, int 
                  "--ignore-unknown-fields accepts them)", key);
         }
         if (f->d == REFUSED && !json_is_null(v))
-            FAIL(p, key, "'%s' is not supported%s", key,
+            FAILC(p, SMOL_EUNSUPPORTED, key, "'%s' is not supported%s", key,
                  !strcmp(key, "grammar") ? " yet" : "");
         if (f->d != METADATA || json_is_null(v)) continue;
         if ((!strcmp(key, "user") || !strcmp(key, "safety_identifier") ||
@@ -163,15 +218,16 @@ static int parse_stop(struct gw_params *p, json_t *root, char *why, size_t wn)
     json_t *x = get(root, "stop");
     if (!x) return 0;
     if (json_is_string(x)) {
-        if (!*json_string_value(x)) FAIL(p, "stop", "'stop' must not be empty");
+        RULE(p, "stop", smol_rule_stop(json_string_value(x), 0, m_));
         p->stops[0] = (char *)json_string_value(x);
         p->gen.n_stop = 1;
-    } else if (json_is_array(x) && json_array_size(x) <= GW_MAX_STOPS) {
+    } else if (json_is_array(x)) {
+        RULE(p, "stop", smol_rule_stop_count(json_array_size(x), m_));
         size_t k;
         json_t *s;
         json_array_foreach(x, k, s) {
-            if (!json_is_string(s) || !*json_string_value(s))
-                FAIL(p, "stop", "'stop' entries must be non-empty strings");
+            if (!json_is_string(s)) FAIL(p, "stop", "'stop' entries must be strings");
+            RULE(p, "stop", smol_rule_stop(json_string_value(s), k, m_));
             p->stops[p->gen.n_stop++] = (char *)json_string_value(s);
         }
     } else {
@@ -189,11 +245,11 @@ static int parse_logit_bias(struct gw_params *p, json_t *root, char *why, size_t
     if (!x) return 0;
     if (!json_is_object(x)) FAIL(p, "logit_bias", "'logit_bias' must be an object of token id -> bias");
     size_t n = json_object_size(x);
-    if (n > GW_MAX_BIAS) FAIL(p, "logit_bias", "'logit_bias' has %zu entries (at most %d)", n, GW_MAX_BIAS);
+    RULE(p, "logit_bias", smol_rule_bias_count(n, m_));
     if (!n) return 0;
     p->bias = calloc(n, sizeof *p->bias);
     p->biasp = calloc(n, sizeof *p->biasp);
-    if (!p->bias || !p->biasp) FAIL(p, "logit_bias", "out of memory");
+    if (!p->bias || !p->biasp) FAILC(p, SMOL_ENOMEM, "logit_bias", "out of memory");
     const char *key;
     json_t *v;
     size_t i = 0;
@@ -204,8 +260,10 @@ static int parse_logit_bias(struct gw_params *p, json_t *root, char *why, size_t
         if (!*key || *end || errno || id < 0 || id > INT32_MAX)
             FAIL(p, "logit_bias", "'logit_bias' keys must be token ids (non-negative integers), got '%.20s'",
                  key);
-        if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
-            FAIL(p, "logit_bias", "'logit_bias[%ld]' must be a number in [-100, 100]", id);
+        char field[40];
+        snprintf(field, sizeof field, "logit_bias[%ld]", id);
+        if (!json_is_number(v)) FAIL(p, "logit_bias", "'%s' must be a number", field);
+        RULE(p, "logit_bias", smol_rule_number(SMOL_RULE_LOGIT_BIAS, json_number_value(v), field, m_));
         smollm3__logit_bias__init(&p->bias[i]);
         p->bias[i].token_id = (int32_t)id;
         p->bias[i].bias = (float)json_number_value(v);
@@ -223,7 +281,7 @@ static int parse_logprobs(struct gw_params *p, json_t *root, enum gw_api api, ch
     int has;
     long long v;
     if (api == GW_API_COMPLETIONS) {    /* an integer: how many alternatives */
-        if (integer(p, root, "logprobs", 0, GW_MAX_TOP_LOGPROBS, &has, &v, why, wn)) return -1;
+        if (integer(p, root, "logprobs", SMOL_RULE_TOP_LOGPROBS, &has, &v, why, wn)) return -1;
         if (has) {
             p->logprobs = 1;
             p->gen.logprobs = 1;
@@ -234,9 +292,8 @@ static int parse_logprobs(struct gw_params *p, json_t *root, enum gw_api api, ch
     if (x && !json_is_boolean(x)) FAIL(p, "logprobs", "'logprobs' must be a boolean");
     p->logprobs = json_is_true(x);
     p->gen.logprobs = p->logprobs;
-    if (integer(p, root, "top_logprobs", 0, GW_MAX_TOP_LOGPROBS, &has, &v, why, wn)) return -1;
-    if (has && v > 0 && !p->logprobs)
-        FAIL(p, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (integer(p, root, "top_logprobs", SMOL_RULE_TOP_LOGPROBS, &has, &v, why, wn)) return -1;
+    if (has) RULE(p, "top_logprobs", smol_rule_logprobs(p->logprobs, v, m_));
     if (has) p->gen.top_logprobs = (uint32_t)v;
     return 0;
 }
@@ -244,6 +301,7 @@ static int parse_logprobs(struct gw_params *p, json_t *root, enum gw_api api, ch
 int gw_params_parse(struct gw_params *p, json_t *root, enum gw_api api, int ignore_unknown,
                     char *why, size_t wn)
 {
+    memset(&p->err, 0, sizeof p->err);
     smollm3__generate_request__init(&p->gen);
     smollm3__sampling_params__init(&p->sampling);
     p->gen.sampling = &p->sampling;
@@ -267,7 +325,7 @@ int gw_params_parse(struct gw_params *p, json_t *root, enum gw_api api, int igno
                 p->include_usage = json_is_true(v);
             } else if (!strcmp(k, "include_obfuscation")) {
                 if (json_is_true(v))
-                    FAIL(p, "stream_options.include_obfuscation",
+                    FAILC(p, SMOL_EUNSUPPORTED, "stream_options.include_obfuscation",
                          "'stream_options.include_obfuscation' is not supported");
             } else if (!ignore_unknown) {
                 FAIL(p, "stream_options", "unknown field 'stream_options.%.40s'", k);
@@ -276,48 +334,46 @@ int gw_params_parse(struct gw_params *p, json_t *root, enum gw_api api, int igno
     }
     int has;
     long long iv;
-    if (integer(p, root, "n", 1, GW_MAX_CHOICES, &has, &iv, why, wn)) return -1;
+    if (integer(p, root, "n", SMOL_RULE_N, &has, &iv, why, wn)) return -1;
     if (has) p->gen.n = (uint32_t)iv;
     const char *mt_keys[] = { "max_completion_tokens", "max_tokens" };
     for (int k = 0; k < 2; k++) {
-        if (integer(p, root, mt_keys[k], 1, 1000000, &has, &iv, why, wn)) return -1;
+        if (integer(p, root, mt_keys[k], SMOL_RULE_MAX_TOKENS_FIELD, &has, &iv, why, wn)) return -1;
         if (has && !p->gen.max_tokens) p->gen.max_tokens = (uint32_t)iv;
     }
     double v;
     Smollm3__SamplingParams *sp = &p->sampling;
-    if (number(p, root, "temperature", 0, 2, &has, &v, why, wn)) return -1;
+    if (number(p, root, "temperature", SMOL_RULE_TEMPERATURE, &has, &v, why, wn)) return -1;
     if (has) {
         sp->temperature_opt_case = SMOLLM3__SAMPLING_PARAMS__TEMPERATURE_OPT_TEMPERATURE;
         sp->temperature = (float)v;
     }
-    if (number(p, root, "top_p", 0, 1, &has, &v, why, wn)) return -1;
-    if (has && v == 0) FAIL(p, "top_p", "'top_p' must be in (0, 1]");
+    if (number(p, root, "top_p", SMOL_RULE_TOP_P, &has, &v, why, wn)) return -1;
     if (has) {
         sp->top_p_opt_case = SMOLLM3__SAMPLING_PARAMS__TOP_P_OPT_TOP_P;
         sp->top_p = (float)v;
     }
-    if (integer(p, root, "top_k", -1, 1 << 20, &has, &iv, why, wn)) return -1;
-    if (has) {                  /* -1 (vLLM) and 0 (llama.cpp) both mean off */
+    if (integer(p, root, "top_k", SMOL_RULE_TOP_K, &has, &iv, why, wn)) return -1;
+    if (has) {                  /* -1 (vLLM) and 0 (llama.cpp) both mean off: sent as is */
         sp->top_k_opt_case = SMOLLM3__SAMPLING_PARAMS__TOP_K_OPT_TOP_K;
-        sp->top_k = iv < 0 ? 0 : (int32_t)iv;
+        sp->top_k = (int32_t)iv;
     }
-    if (number(p, root, "min_p", 0, 1, &has, &v, why, wn)) return -1;
+    if (number(p, root, "min_p", SMOL_RULE_MIN_P, &has, &v, why, wn)) return -1;
     if (has) {
         sp->min_p_opt_case = SMOLLM3__SAMPLING_PARAMS__MIN_P_OPT_MIN_P;
         sp->min_p = (float)v;
     }
-    if (number(p, root, "repetition_penalty", 0, 10, &has, &v, why, wn)) return -1;
-    if (has && v == 0) FAIL(p, "repetition_penalty", "'repetition_penalty' must be in (0, 10]");
+    if (number(p, root, "repetition_penalty", SMOL_RULE_REPETITION_PENALTY, &has, &v, why, wn)) return -1;
     if (has) {
         sp->repetition_penalty_opt_case = SMOLLM3__SAMPLING_PARAMS__REPETITION_PENALTY_OPT_REPETITION_PENALTY;
         sp->repetition_penalty = (float)v;
     }
-    if (number(p, root, "presence_penalty", -2, 2, &has, &v, why, wn)) return -1;
+    if (number(p, root, "presence_penalty", SMOL_RULE_PRESENCE_PENALTY, &has, &v, why, wn)) return -1;
     if (has) {
         sp->presence_penalty_opt_case = SMOLLM3__SAMPLING_PARAMS__PRESENCE_PENALTY_OPT_PRESENCE_PENALTY;
         sp->presence_penalty = (float)v;
     }
-    if (number(p, root, "frequency_penalty", -2, 2, &has, &v, why, wn)) return -1;
+    if (number(p, root, "frequency_penalty", SMOL_RULE_FREQUENCY_PENALTY, &has, &v, why, wn)) return -1;
     if (has) {
         sp->frequency_penalty_opt_case = SMOLLM3__SAMPLING_PARAMS__FREQUENCY_PENALTY_OPT_FREQUENCY_PENALTY;
         sp->frequency_penalty = (float)v;
@@ -354,5 +410,8 @@ void gw_params_deinit(struct gw_params *p)
 
 enum MHD_Result gw_params_error(struct gw_req *r, const struct gw_params *p, const char *why)
 {
-    return gw_queue_error_param(r, 400, "invalid_request_error", "invalid_value", p->param, "%s", why);
+    struct gw_error e = p->err;
+    if (!e.status) gw_error_set(&e, SMOL_EINVAL, "", "%s", why && *why ? why : "invalid request");
+    if (why && *why) snprintf(e.msg, sizeof e.msg, "%s", why);
+    return gw_queue_gw_error(r, &e);
 }

@@ -944,18 +944,17 @@ void gw_responses_event(struct gw_stream *s, const Smollm3__Event *ev)
 
 /* A failure after the stream started (or of a non-streaming request, which
  * then answers with the plain HTTP error: daemon.c's err_status). */
-void gw_responses_error(struct gw_stream *s, const char *code, const char *msg)
+void gw_responses_error(struct gw_stream *s, const struct gw_error *e)
 {
     struct gw_resp_state *rs = s->rs;
+    const char *code = e->code ? e->code : "internal";
     if (s->kind == GW_OPENAI_SSE && rs && !rs->status) {
-        emit(s, "error", json_pack("{s:s,s:s,s:n}", "code", code, "message", msg, "param"));
+        emit(s, "error", json_pack("{s:s,s:s,s:n}", "code", code, "message", e->msg, "param"));
         json_decref(rs->error);
-        rs->error = json_pack("{s:s,s:s}", "code", code, "message", msg);
+        rs->error = json_pack("{s:s,s:s}", "code", code, "message", e->msg);
         finish(s, "failed");
     } else if (s->kind != GW_OPENAI_SSE) {
-        s->err_status = 503;
-        snprintf(s->err_code, sizeof s->err_code, "%s", code);
-        snprintf(s->err_msg, sizeof s->err_msg, "%s", msg);
+        s->err = *e;
     }
     s->ended = 1;
 }

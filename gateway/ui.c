@@ -43,29 +43,6 @@ static size_t url_decode(char *s, size_t n)
     return o;
 }
 
-static int utf8_valid(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        size_t k;
-        unsigned min;
-        if (c < 0x80) { i++; continue; }
-        else if ((c & 0xE0) == 0xC0) { k = 1; min = 0x80; c &= 0x1F; }
-        else if ((c & 0xF0) == 0xE0) { k = 2; min = 0x800; c &= 0x0F; }
-        else if ((c & 0xF8) == 0xF0) { k = 3; min = 0x10000; c &= 0x07; }
-        else return 0;
-        if (i + k >= n) return 0;
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xC0) != 0x80) return 0;
-            c = (c << 6) | (s[i + j] & 0x3F);
-        }
-        if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-        i += k + 1;
-    }
-    return 1;
-}
-
 struct form {
     char *conversation, *history, *message, *think, *temperature, *system;
     size_t message_len, system_len;
@@ -129,60 +106,44 @@ void gw_ui_parsed_deinit(struct gw_ui_parsed *p)
     memset(p, 0, sizeof *p);
 }
 
-int gw_ui_parse(struct gw_ui_parsed *p, char *body, size_t n, const char **why)
+int gw_ui_parse(struct gw_ui_parsed *p, char *body, size_t n, struct gw_error *e)
 {
     struct form f = { 0 };
+    char m[SMOL_ERRLEN];
     memset(p, 0, sizeof *p);
+    memset(e, 0, sizeof *e);
     form_parse(&f, body, n);
-    if (!valid_id(f.conversation, 1, 64, 1)) {
-        *why = "invalid conversation id";
-        return 400;
-    }
-    if (!f.message || !f.message_len || !utf8_valid((unsigned char *)f.message, f.message_len) ||
-        strlen(f.message) != f.message_len) {
-        *why = "the message must be non-empty UTF-8 text";
-        return 400;
-    }
-    if (f.message_len > UI_MAX_MESSAGE) {
-        *why = "the message is too long";
-        return 413;
-    }
-    if (f.system && (!utf8_valid((unsigned char *)f.system, f.system_len) ||
-                     strlen(f.system) != f.system_len)) {
-        *why = "the system prompt must be UTF-8 text";
-        return 400;
-    }
+    if (!valid_id(f.conversation, 1, 64, 1))
+        return gw_error_set(e, SMOL_EINVAL, "conversation", "invalid conversation id");
+    if (!f.message || !f.message_len)
+        return gw_error_set(e, SMOL_EINVAL, "message", "the message must be non-empty UTF-8 text");
+    if (smol_rule_text(f.message, f.message_len, "message", m))
+        return gw_error_set(e, SMOL_EUTF8, "message", "the message must be non-empty UTF-8 text");
+    if (f.message_len > UI_MAX_MESSAGE)
+        return gw_error_set(e, SMOL_ETOOLARGE, "message", "the message is too long");
+    if (f.system && smol_rule_text(f.system, f.system_len, "system", m))
+        return gw_error_set(e, SMOL_EUTF8, "system", "the system prompt must be UTF-8 text");
     int think = 1;
     if (f.think) {
         if (!strcmp(f.think, "1")) think = 1;
         else if (!strcmp(f.think, "0")) think = 0;
-        else {
-            *why = "think must be 1 or 0";
-            return 400;
-        }
+        else return gw_error_set(e, SMOL_EINVAL, "think", "think must be 1 or 0");
     }
     double temp = 0.6;
     if (f.temperature && *f.temperature) {
-        char *e;
-        temp = strtod(f.temperature, &e);
-        if (*e || !(temp >= 0 && temp <= 2)) {
-            *why = "temperature must be in [0, 2]";
-            return 400;
-        }
+        char *end;
+        temp = strtod(f.temperature, &end);
+        if (*end || smol_rule_number(SMOL_RULE_TEMPERATURE, temp, "temperature", m))
+            return gw_error_set(e, SMOL_EINVAL, "temperature", "temperature must be in [0, 2]");
     }
     json_error_t je;
     p->hist = json_loads(f.history && *f.history ? f.history : "[]", JSON_REJECT_DUPLICATES, &je);
-    if (!json_is_array(p->hist)) {
-        *why = "history must be a JSON array";
-        return 400;
-    }
+    if (!json_is_array(p->hist)) return gw_error_set(e, SMOL_EINVAL, "history", "history must be a JSON array");
     size_t nh = json_array_size(p->hist), nm = nh + 2, k = 0;
+    if (smol_rule_messages(nm, m)) return gw_error_set(e, SMOL_EINVAL, "history", "%s", m);
     p->msgs = calloc(nm, sizeof *p->msgs);
     p->msgp = calloc(nm, sizeof *p->msgp);
-    if (!p->msgs || !p->msgp) {
-        *why = "out of memory";
-        return 500;
-    }
+    if (!p->msgs || !p->msgp) return gw_error_set(e, SMOL_ENOMEM, NULL, "out of memory");
     Smollm3__ChatMessage *msgs = p->msgs;
     if (f.system && *f.system) {
         smollm3__chat_message__init(&msgs[k]);
@@ -194,10 +155,8 @@ int gw_ui_parse(struct gw_ui_parsed *p, char *body, size_t n, const char **why)
         json_t *m = json_array_get(p->hist, i);
         const char *role = json_string_value(json_object_get(m, "role"));
         const char *content = json_string_value(json_object_get(m, "content"));
-        if (!role || !content || (strcmp(role, "user") && strcmp(role, "assistant"))) {
-            *why = "history entries must be {role: user|assistant, content}";
-            return 400;
-        }
+        if (!role || !content || (strcmp(role, "user") && strcmp(role, "assistant")))
+            return gw_error_set(e, SMOL_EINVAL, "history", "history entries must be {role: user|assistant, content}");
         smollm3__chat_message__init(&msgs[k]);
         msgs[k].role = (char *)role;
         msgs[k].content = (char *)content;
@@ -231,12 +190,11 @@ int gw_ui_parse(struct gw_ui_parsed *p, char *body, size_t n, const char **why)
 enum MHD_Result gw_ui_chat(struct gw_req *r)
 {
     struct gw_ui_parsed p;
-    const char *why;
+    struct gw_error e;
     if (!r->body.p) gw_buf_add(&r->body, "", 0);
-    int status = gw_ui_parse(&p, r->body.p, r->body.len, &why);
-    if (status) {
+    if (gw_ui_parse(&p, r->body.p, r->body.len, &e)) {
         gw_ui_parsed_deinit(&p);
-        return html_error(r, status, why);
+        return html_error(r, e.status, e.msg);
     }
     if (!G.daemon_connected || !G.daemon_ready) {
         gw_ui_parsed_deinit(&p);
@@ -366,7 +324,7 @@ enum MHD_Result gw_ui_stream(struct gw_req *r, const char *sid)
                               "unknown or already claimed stream");
     s->req = r;
     r->stream = s;
-    s->last_write = gw_now();
+    s->last_write = smol_mono_s();
     if (!G.daemon_connected || !G.daemon_ready) {
         s->terminal = 1;
         gw_ui_error(s, "the model is not available right now");
@@ -386,8 +344,11 @@ enum MHD_Result gw_ui_stop(struct gw_req *r, const char *sid)
     } else if (s->sent && !s->terminal) {
         char err[SMOL_ERRLEN];
         /* not terminal yet: the daemon's done(cancelled) ends the stream */
-        if (smol_client_send_cancel(G.cli, s->rid, NULL, err) != SMOL_OK)
-            gw_stream_fail(s, 503, "daemon_unavailable", "the inference daemon is not reachable");
+        if (smol_client_send_cancel(G.cli, s->rid, NULL, err) != SMOL_OK) {
+            struct gw_error e;
+            gw_error_http(&e, 503, "server_error", "daemon_unavailable", NULL, "the inference daemon is not reachable");
+            gw_stream_fail(s, &e);
+        }
         gw_daemon_drain();
     }
     return gw_queue_text(r, 204, "text/plain", "", 0);

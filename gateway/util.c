@@ -95,13 +95,6 @@ void gw_buf_deinit(struct gw_buf *b)
     b->len = b->off = b->cap = 0;
 }
 
-double gw_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int gw_random_fail_next;         /* test hook (util.h) */
 
 int gw_random_bytes(void *out, size_t n)

@@ -1,6 +1,6 @@
 /*
  * util.h - small helpers of smollm3-gateway: a growable byte buffer, the
- * monotonic clock, random ids, HTML escaping and stderr logging with
+ * random ids, HTML escaping and stderr logging with
  * systemd <N> priority prefixes (journald reads them from stderr).
  */
 #ifndef GW_UTIL_H
@@ -28,7 +28,6 @@ void gw_buf_deinit(struct gw_buf *b);
 /* Appends b[0, n) as UTF-8, each byte of an invalid sequence as U+FFFD. */
 int gw_utf8_lossy(struct gw_buf *out, const unsigned char *b, size_t n);
 
-double gw_now(void);            /* CLOCK_MONOTONIC seconds */
 /* n bytes from getrandom(2).  0, or -1 (errno set) when the kernel has none
  * to give (pool not ready at early boot, seccomp, ...): there is no weaker
  * fallback, the caller refuses what needed them. */

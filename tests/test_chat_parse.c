@@ -27,7 +27,7 @@ static void collect(void *ud, const struct smol_chat_event *ev)
     case SMOL_CHAT_EV_REASONING:
     case SMOL_CHAT_EV_CONTENT:
         if (!ev->len) r->empty++;
-        if (!smol_chat_utf8_valid(ev->text, ev->len)) r->bad_utf8++;
+        if (!smol_utf8_valid(ev->text, ev->len)) r->bad_utf8++;
         smol_chat_buf_append(ev->kind == SMOL_CHAT_EV_REASONING ? &r->reasoning : &r->content, ev->text, ev->len);
         if (ev->kind == SMOL_CHAT_EV_REASONING && r->last_kind != -1 && r->last_kind != SMOL_CHAT_EV_REASONING)
             r->order_bad++;   /* reasoning only comes first */

@@ -79,7 +79,7 @@ static uint64_t submit_ids(struct rig *g, const int32_t *ids, int n, int max_tok
     r->sp = smol_sampler_defaults();
     r->sp.temperature = 0;
     r->max_tokens = max_tokens;
-    r->t_received = smol_engine_now();  /* as the RPC thread stamps it: the queue timeout counts from here */
+    r->t_received = smol_mono_s();  /* as the RPC thread stamps it: the queue timeout counts from here */
     if (session) snprintf(r->session, sizeof r->session, "%s", session);
     uint64_t id = r->id; /* r belongs to the engine once sent */
     ck_assert(smol_engine_send_submit(g->sock, r) == 0);
@@ -363,7 +363,7 @@ static uint64_t submit_sampled(struct rig *g, const int32_t *ids, int n, int max
     r->sp.seed = seed;
     r->logprobs = logprobs;
     r->max_tokens = max_tokens;
-    r->t_received = smol_engine_now();
+    r->t_received = smol_mono_s();
     ck_assert(smol_engine_send_submit(g->sock, r) == 0);
     return id;
 }

@@ -154,7 +154,10 @@ START_TEST(build_chat_ok)
     struct smol_request *r = NULL, *r2 = NULL;
     char err[SMOL_ERRLEN] = "";
     x.g.session_id = "s1";
-    x.g.max_tokens = 4000000000u;   /* capped to the context */
+    x.g.max_tokens = 4000000000u;   /* over the rules' 1000000: refused */
+    ck_assert_int_eq(build(&x, &r, err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "max_tokens"), "%s", err);
+    x.g.max_tokens = SMOL_RULE_MAX_TOKENS;   /* within the rules: capped to the context */
     x.g.enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;
     x.g.enable_thinking = 0;
     x.ci.tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
@@ -315,7 +318,7 @@ START_TEST(build_bad_sampling_session_stops)
     for (int i = 0; i <= SMOL_MAX_STOPS; i++) stops[i] = "END";
     x.g.stop = stops;
     x.g.n_stop = SMOL_MAX_STOPS + 1;
-    build_fails(&x, SMOL_ETOOLARGE);
+    build_fails(&x, SMOL_EINVAL);
     x.g.n_stop = SMOL_MAX_STOPS;
     ck_assert_msg(build(&x, &r, err) == SMOL_OK, "%s", err);
     ck_assert_int_eq(r->n_stops, SMOL_MAX_STOPS);
@@ -327,7 +330,10 @@ START_TEST(build_bad_sampling_session_stops)
     memset(longstop, 'x', sizeof longstop - 1);
     longstop[sizeof longstop - 1] = 0;
     stops[0] = longstop;
-    build_fails(&x, SMOL_ETOOLARGE);
+    build_fails(&x, SMOL_EINVAL);
+    longstop[SMOL_STOP_MAX_LEN] = 0;    /* exactly the maximum: fine */
+    ck_assert_msg(build(&x, &r, err) == SMOL_OK, "%s", err);
+    smol_request_free(&r);
     stops[0] = "\x80";
     build_fails(&x, SMOL_EUTF8);
 }

@@ -124,14 +124,17 @@ END_TEST
 
 START_TEST(test_bad_params)
 {
-    struct { const char *field; struct smol_sampler_params p; } t[16];
+    struct { const char *field; struct smol_sampler_params p; } t[24];
     int n = 0;
 #define BAD(name, stmt) do { t[n].field = name; t[n].p = smol_sampler_defaults(); \
                              { struct smol_sampler_params *q = &t[n].p; stmt; } n++; } while (0)
     BAD("temperature", q->temperature = NAN);
     BAD("temperature", q->temperature = -0.1f);
     BAD("temperature", q->temperature = INFINITY);
-    BAD("top_k", q->top_k = -1);
+    BAD("temperature", q->temperature = 2.01f);       /* the rules: [0, 2] */
+    BAD("top_k", q->top_k = -2);                      /* -1 and 0 are off */
+    BAD("top_k", q->top_k = SMOL_RULE_TOP_K_MAX + 1);
+    BAD("repetition_penalty", q->repetition_penalty = 10.5f);
     BAD("top_p", q->top_p = 0.0f);
     BAD("top_p", q->top_p = 1.01f);
     BAD("top_p", q->top_p = NAN);
@@ -272,7 +275,7 @@ START_TEST(test_top_k)
     ck_assert(c5[0] == 0 && c5[3] == 0 && c5[4] == 0);
     /* k = 1 is greedy whatever the temperature */
     p.top_k = 1;
-    p.temperature = 5.0f;
+    p.temperature = 2.0f;   /* the highest the rules allow */
     draw(&p, logits, V, 1000, counts);
     int best = 0;
     for (int i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
@@ -584,7 +587,7 @@ START_TEST(test_nonfinite_logits)
     l[5] = -INFINITY;
     struct smol_sampler_params p = smol_sampler_defaults();
     p.top_k = 0;
-    p.temperature = 3.0f;
+    p.temperature = 2.0f;
     long counts[V];
     draw(&p, l, V, 20000, counts);
     for (int i = 0; i < V; i++)

@@ -288,7 +288,7 @@ static int turn(struct chat *c, const char *line, size_t len)
     struct smol_chat_parser parser;
     int parser_live = 0;
 
-    if (!smol_chat_utf8_valid(line, len)) {
+    if (!smol_utf8_valid(line, len)) {
         fprintf(stderr, "smollm3 " CMD ": your message is not valid UTF-8; not sent\n");
         goto out;
     }
@@ -323,15 +323,14 @@ static int turn(struct chat *c, const char *line, size_t len)
     c->kv_ids.n = lcp;
     fprintf(stderr, "[prefill %zu new tokens, %zu reused]\n", target.n - lcp, lcp);
     if (smol_sampler_accept(c->smp, target.v + lcp, target.n - lcp, false, err)) goto fail_quiet;
-    struct timespec t0, t1, t2;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = smol_mono_s(), t1, t2;
     int r = prefill(c, &target);
     if (r == -2) goto oom;
     if (r) {
         if (r > 0) fprintf(stderr, "[interrupted]\n");
         goto drop;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    t1 = smol_mono_s();
 
     /* generate */
     if ((e = smol_detok_init(&dt, NULL, 0, err))) goto fail;
@@ -361,7 +360,7 @@ static int turn(struct chat *c, const char *line, size_t len)
             break;
         }
     }
-    clock_gettime(CLOCK_MONOTONIC, &t2);
+    t2 = smol_mono_s();
     struct smol_detok_out out;
     if (!smol_detok_flush(&dt, &out) && out.len) smol_chat_parser_feed(&parser, out.text, out.len, 0);
     smol_chat_parser_finish(&parser);
@@ -369,8 +368,7 @@ static int turn(struct chat *c, const char *line, size_t len)
     fflush(stdout);
     if (why) fprintf(stderr, "[%s]\n", why);
     if (c->o.verbose) {
-        double pp = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-        double tg = (t2.tv_sec - t1.tv_sec) + (t2.tv_nsec - t1.tv_nsec) * 1e-9;
+        double pp = t1 - t0, tg = t2 - t1;
         fprintf(stderr, "[prefill %.2f s; generated %zu tokens in %.2f s, %.1f tokens/s; context %d/%d]\n", pp,
                 gen.n, tg, tg > 0 ? gen.n / tg : 0.0, c->seq.n_tokens, n_ctx);
     }

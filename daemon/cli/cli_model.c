@@ -84,13 +84,6 @@ struct opts {
     struct smol_cuda_opts cuda; /* --cuda-matvec / --cuda-fuse / --cuda-graphs */
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Common flag parser; returns 0, or 2 for a usage error (message printed). */
 static int parse(const char *cmd, int argc, char **argv, struct opts *o)
 {
@@ -464,7 +457,7 @@ int smol_cli_generate(int argc, char **argv)
     smol_spec_ctl_init(&ctl, o.spec_k, have_cost ? cost : NULL);
     int n_gen = 0, n_steps = 0, drafted = 0, accepted = 0, eog = 0, by_k[SMOL_SPEC_MAX_DRAFT + 1] = {0};
     int32_t last = prompt.v[prompt.n - 1];
-    double t0 = now_s();
+    double t0 = smol_mono_s();
     /* each step: the last token and a draft of k, verified in one forward
      * pass of k + 1 positions; the rejected positions' KV is dropped */
     while (n_gen < o.n && !eog) {
@@ -510,7 +503,7 @@ int smol_cli_generate(int argc, char **argv)
         if (smol_lookup_append(lk, got, n_got, err)) { fprintf(stderr, "smollm3 generate: %s\n", err); goto out; }
     }
     if (o.stats) {
-        double dt = now_s() - t0;
+        double dt = smol_mono_s() - t0;
         fprintf(stderr, "generate: %d tokens in %d steps (drafted %d, accepted %d), %.3f s, %.2f tokens/s\n", n_gen,
                 n_steps, drafted, accepted, dt, dt > 0 ? n_gen / dt : 0.0);
         fprintf(stderr, "generate: steps by draft length 0..%d:", SMOL_SPEC_MAX_DRAFT);
@@ -563,7 +556,7 @@ static int bench_batch(struct smol_model *m, const struct opts *o, const int32_t
     for (int i = 0; i < B && o->d > 0; i++)
         for (long k = 0; k < o->d; k += o->p)
             if (smol_model_eval(m, &seqs[i], ids + k, (int)(o->d - k < o->p ? o->d - k : o->p), 0, NULL, err)) goto out;
-    double t0 = now_s();
+    double t0 = smol_mono_s();
     for (long s = 0; s < o->n; s++) {
         for (int i = 0; i < B; i++) {
             pos[i] = seqs[i].n_tokens;
@@ -573,7 +566,7 @@ static int bench_batch(struct smol_model *m, const struct opts *o, const int32_t
         const struct smol_batch b = {.n_tokens = B, .tokens = tok, .pos = pos, .seq = sp, .n_out = B, .out_idx = idx};
         if (smol_model_forward(m, &b, logits, err)) goto out;
     }
-    *tps = (double)o->n * B / (now_s() - t0);
+    *tps = (double)o->n * B / (smol_mono_s() - t0);
     rc = 0;
 out:
     for (int i = 0; i < B; i++) smol_kv_seq_deinit(&m->kv, &seqs[i]);
@@ -612,13 +605,13 @@ static int bench_verify(struct smol_model *m, const struct opts *o, struct smol_
             for (int i = 0; i <= k; i++) { pos[i] = base + i; sp[i] = seq; idx[i] = i; }
             const struct smol_batch b = {.n_tokens = k + 1, .tokens = ids + (s * 7 + k) % (n_ids - K), .pos = pos,
                                          .seq = sp, .n_out = k + 1, .out_idx = idx};
-            double t0 = now_s();
+            double t0 = smol_mono_s();
             if (smol_kv_seq_reserve(&m->kv, seq, base, base + k + 1, err) || smol_model_forward(m, &b, logits, err)) {
                 free(logits);
                 free(t);
                 return -1;
             }
-            t[k * o->n + s] = now_s() - t0;
+            t[k * o->n + s] = smol_mono_s() - t0;
             smol_kv_seq_truncate(&m->kv, seq, base);
         }
     for (int k = 0; k <= K; k++) {
@@ -667,20 +660,20 @@ int smol_cli_bench(int argc, char **argv)
     if (smol_model_eval(m, &seq, ids, 1, 0, logits, err)) goto fail;
     smol_kv_seq_truncate(&m->kv, &seq, 0);
 
-    double t0 = now_s();
+    double t0 = smol_mono_s();
     if (smol_model_eval(m, &seq, ids, (int)o.p, 0, logits, err)) goto fail;
-    double t_pp = now_s() - t0;
+    double t_pp = smol_mono_s() - t0;
     smol_kv_seq_truncate(&m->kv, &seq, 0);
     /* generation after -d tokens of context (untimed, in prompt-sized
      * steps), by default at an empty one as llama-bench's tg */
     for (long i = 0; i < o.d; i += o.p)
         if (smol_model_eval(m, &seq, ids + i, (int)(o.d - i < o.p ? o.d - i : o.p), 0, logits, err)) goto fail;
-    t0 = now_s();
+    t0 = smol_mono_s();
     for (long i = 0; i < o.n; i++) {
         int32_t t = ids[i % n_ids];
         if (smol_model_eval(m, &seq, &t, 1, 0, logits, err)) goto fail;
     }
-    double t_tg = now_s() - t0;
+    double t_tg = smol_mono_s() - t0;
     double pp = o.p / t_pp, tg = o.n / t_tg, tgb = 0, vms[SMOL_SPEC_MAX_DRAFT + 1];
     if (o.b > 1 && bench_batch(m, &o, ids, &tgb, err)) goto fail;
     if (o.verify && bench_verify(m, &o, &seq, ids, n_ids, vms, err)) goto fail;

@@ -14,6 +14,7 @@
  * clears the latch, since it went out on a new connection.
  */
 #include "daemon/client/client.h"
+#include "daemon/model/rules.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -49,25 +50,18 @@ struct smol_client {
 
 /* ---- small helpers ----------------------------------------------------- */
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* Milliseconds left until deadline (deadline < 0: forever = -1). */
 static int left_ms(double deadline)
 {
     if (deadline < 0) return -1;
-    double l = deadline - now_ms();
+    double l = deadline - smol_mono_ms();
     if (l <= 0) return 0;
     return l > 1e9 ? 1000000000 : (int)(l + 0.999);
 }
 
 static double deadline_of(int timeout_ms)
 {
-    return timeout_ms < 0 ? -1.0 : now_ms() + timeout_ms;
+    return timeout_ms < 0 ? -1.0 : smol_mono_ms() + timeout_ms;
 }
 
 char *smol_client_default_endpoint(char *buf, size_t n)

@@ -16,6 +16,7 @@
  * decode 1.5x slower than 1 thread beside a niced 2-job compile).
  */
 #include "daemon/model/threadpool.h"
+#include "daemon/model/rules.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -36,13 +37,6 @@ static inline void cpu_relax(void)
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
 #endif
-}
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
 }
 
 struct smol_pool {
@@ -110,8 +104,8 @@ static void *worker(void *a)
         while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
                !atomic_load(&p->stop)) {
             if (++spins % 256) continue; /* the clock every 256 loads */
-            if (spins == 256) t0 = now_us();
-            if (now_us() - t0 < SPIN_US) { sched_yield(); continue; } /* a thread waiting for a core gets it */
+            if (spins == 256) t0 = (smol_mono_ns() * 1e-3);
+            if ((smol_mono_ns() * 1e-3) - t0 < SPIN_US) { sched_yield(); continue; } /* a thread waiting for a core gets it */
             pthread_mutex_lock(&p->mu);
             while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop))
                 pthread_cond_wait(&p->cv, &p->mu);

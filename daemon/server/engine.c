@@ -170,7 +170,7 @@ static void on_parse(void *ud, const struct smol_chat_event *pe)
 
 static void send_done(struct smol_engine *e, struct req *q)
 {
-    double t = smol_engine_now();
+    double t = smol_mono_s();
     Smollm3__Event ev = SMOLLM3__EVENT__INIT;
     Smollm3__Done dn = SMOLLM3__DONE__INIT;
     Smollm3__Usage us = SMOLLM3__USAGE__INIT;
@@ -236,7 +236,7 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
         if (q->seq->n_tokens > q->n_tok) smol_kv_seq_truncate(&e->m->kv, q->seq, q->n_tok);
         smol_session_set_tokens(s, q->tok, q->n_tok);
         s->busy = 0;
-        smol_sessions_touch(&e->sessions, s, smol_engine_now());
+        smol_sessions_touch(&e->sessions, s, smol_mono_s());
         /* the conversation as a client will send it back: the prompt plus
          * this answer's content (reasoning is not sent back) */
         smol_session_set_text(s, NULL, 0);
@@ -693,16 +693,16 @@ struct spec_ctx {
 static enum smol_err sample_row(struct smol_engine *e, struct req *q, int i, float *logits, int32_t *t,
                                 struct smol_sampler_logprobs *lp, char *err)
 {
-    double tg = q->gm_active ? smol_engine_now() : 0;
+    double tg = q->gm_active ? smol_mono_s() : 0;
     if (q->gm_active) apply_grammar(e, q, logits);
-    if (q->gm_active) e->grammar_s += smol_engine_now() - tg;
+    if (q->gm_active) e->grammar_s += smol_mono_s() - tg;
     lp->n_top = q->r->top_logprobs;
     enum smol_err rc = smol_sampler_sample_lp(q->smp, e->sc, logits, t, q->r->logprobs ? lp : NULL, err);
     if (rc) return rc;
     if (q->gm_active && !smol_grammar_matcher_is_done(q->gm)) {
         const int kv_len = q->seq->n_tokens - q->n_draft, by_ctx = e->m->cfg.n_ctx - kv_len;
         long budget = (q->max_gen - q->n_gen < by_ctx ? q->max_gen - q->n_gen : by_ctx) - i;
-        tg = smol_engine_now();
+        tg = smol_mono_s();
         if (!smol_grammar_matcher_fits(q->gm, *t, budget > 0 ? (size_t)budget : 0)) {
             smol_grammar_matcher_mask_shortest(q->gm, e->gmask, budget > 0 ? (size_t)budget : 0);
             smol_grammar_mask_logits(e->gmask, smol_tokenizer_n_vocab(e->tok), logits, e->m->cfg.vocab);
@@ -710,10 +710,10 @@ static enum smol_err sample_row(struct smol_engine *e, struct req *q, int i, flo
             rc = smol_sampler_sample_lp(q->smp, e->sc, logits, t, q->r->logprobs ? lp : NULL, err);
             if (rc) return rc;
         }
-        e->grammar_s += smol_engine_now() - tg;
-        tg = smol_engine_now();
+        e->grammar_s += smol_mono_s() - tg;
+        tg = smol_mono_s();
         rc = smol_grammar_matcher_accept_token(q->gm, *t);
-        e->grammar_s += smol_engine_now() - tg;
+        e->grammar_s += smol_mono_s() - tg;
         e->n_grammar_tokens++;
         if (rc) return smol_errf(err, SMOL_EINTERNAL, "structured output: the sampled token is outside the grammar");
     }
@@ -931,7 +931,7 @@ static void spawn_choices(struct smol_engine *e, struct req *q, float *logits, d
 
 static void step(struct smol_engine *e)
 {
-    const double now = smol_engine_now();
+    const double now = smol_mono_s();
     struct smol_kv *kv = &e->m->kv;
     char err[SMOL_ERRLEN];
 
@@ -1018,7 +1018,7 @@ static void step(struct smol_engine *e)
         }
         return;
     }
-    const double t1 = smol_engine_now();
+    const double t1 = smol_mono_s();
     for (int i = 0, rows; i < n_out; i += rows) {
         struct req *q = e->b_req[i];
         rows = q->n_draft + 1;              /* its draft's rows follow its first */
@@ -1109,7 +1109,7 @@ static int handle_cmd(struct smol_engine *e)
         uint32_t ms = 0;
         if (n > 1 && zmq_msg_size(&part[1]) == 4) memcpy(&ms, zmq_msg_data(&part[1]), 4);
         e->draining = 1;
-        e->drain_deadline = smol_engine_now() + ms / 1e3;
+        e->drain_deadline = smol_mono_s() + ms / 1e3;
         while (e->queue) {
             struct req *q = e->queue;
             reject(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down");
@@ -1127,7 +1127,7 @@ static void *engine_main(void *arg)
 {
     struct smol_engine *e = arg;
     int drained_sent = 0, spilled_one = 0;
-    double last_expire = smol_engine_now();
+    double last_expire = smol_mono_s();
     while (!atomic_load_explicit(&e->stop, memory_order_acquire)) {
         int runnable = e->n_queued > 0 && !e->waiting_read;
         for (struct req *q = e->running; q && !runnable; q = q->next) runnable = !q->paused || q->cancelled;
@@ -1135,7 +1135,7 @@ static void *engine_main(void *arg)
         long timeout = runnable || spilled_one ? 0 : e->waiting_read ? 2 : e->n_running ? 10 : 1000;
         if (zmq_poll(&it, 1, timeout) < 0 && zmq_errno() == ETERM) break;
         while (handle_cmd(e)) {}
-        double now = smol_engine_now();
+        double now = smol_mono_s();
         if (e->draining && now > e->drain_deadline)
             for (struct req *q = e->running; q; q = q->next) q->cancelled = 1;
         if (now - last_expire > 1.0) {
@@ -1182,7 +1182,7 @@ enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const c
     if (e->cfg.max_running > e->cfg.step_tokens) e->cfg.max_running = e->cfg.step_tokens;
     e->m = m;
     e->tok = tok;
-    e->t_start = smol_engine_now();
+    e->t_start = smol_mono_s();
     smol_sessions_init(&e->sessions, &m->kv);
     e->sessions.spill = e->cfg.spill;
     e->sessions.vocab = m->cfg.vocab;

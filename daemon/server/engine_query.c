@@ -50,7 +50,7 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         st.decode_steps = e->n_decode_steps;
         st.requests_rejected = e->n_rejected;
         st.requests_cancelled = e->n_cancelled;
-        st.uptime_s = smol_engine_now() - e->t_start;
+        st.uptime_s = smol_mono_s() - e->t_start;
         st.context_length = (uint32_t)e->m->cfg.n_ctx;
         st.kv_bytes_per_token = smol_kv_bytes_per_token(kv->n_layers, kv->n_kv_heads, kv->head_dim, kv->type);
         st.kv_type = (char *)smol_type_name(kv->type);
@@ -169,7 +169,7 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         if (get) {
             si.session_id = x->id;
             si.tokens = (uint32_t)x->n_tokens;
-            si.idle_s = x->busy ? 0 : smol_engine_now() - x->last_used;
+            si.idle_s = x->busy ? 0 : smol_mono_s() - x->last_used;
             si.busy = x->busy;
             si.on_disk = e->cfg.spill && x->on_disk && x->n_tokens > 0;
             si.kv_bytes = session_kv_bytes(kv, x);
@@ -193,7 +193,7 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         Smollm3__SessionInfo **sp = calloc(n ? n : 1, sizeof *sp);
         Smollm3__SessionList sl = SMOLLM3__SESSION_LIST__INIT;
         if (!si || !sp) { free(si); free(sp); smol_engine_send_error(e, id, rq->request_id, SMOL_ENOMEM, "out of memory"); break; }
-        double t = smol_engine_now();
+        double t = smol_mono_s();
         for (struct smol_session *x = e->sessions.head; x && k < n; x = x->next) {
             if (!x->id[0]) continue;
             smollm3__session_info__init(&si[k]);

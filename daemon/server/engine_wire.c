@@ -16,13 +16,6 @@
 #include "daemon/server/engine_internal.h"
 #include "daemon/server/log.h"
 
-double smol_engine_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ---- fault injection (tests) ------------------------------------------------- */
 
 static atomic_int faults[SMOL_FAULT_N];

@@ -13,7 +13,6 @@
 
 struct smol_engine;
 
-double smol_engine_now(void);   /* CLOCK_MONOTONIC seconds */
 /* Sends [id][flags][packed ev] to the RPC thread; 0, or -1 when it was lost
  * (logged and counted in n_events_lost).  A terminal event is never lost to
  * a failed allocation: when ev cannot be packed, an ENOMEM error event ends

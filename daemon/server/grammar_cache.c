@@ -87,13 +87,6 @@ static void push_front(struct smol_grammar_cache *c, struct smol_grammar_entry *
     c->n++;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 static void notify(struct smol_grammar_cache *c)
 {
     uint64_t one = 1;
@@ -137,7 +130,7 @@ static void *worker_main(void *arg)
             atomic_store(&e->state, ENTRY_FAILED);
         } else {
             c->stats.compiles++;
-            c->stats.compile_ms += now_ms() - e->t0;
+            c->stats.compile_ms += smol_mono_ms() - e->t0;
             atomic_store(&e->state, ENTRY_READY);
         }
         unref(e);    /* the job's */
@@ -244,7 +237,7 @@ enum smol_err smol_grammar_cache_get(struct smol_grammar_cache *c, enum smol_con
     }
     pthread_mutex_unlock(&c->mu);
     /* the grammar now, outside the lock (only this thread adds entries) */
-    double t0 = now_ms();
+    double t0 = smol_mono_ms();
     char e2[SMOL_ERRLEN];
     enum smol_err rc = SMOL_OK;
     e = calloc(1, sizeof *e);

@@ -16,30 +16,12 @@
 
 #include "daemon/text/text.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ============================================================ validation */
 
-static int utf8_ok(const char *s) { return smol_chat_utf8_valid(s, strlen(s)); }
-
-enum smol_err smol_rpc_session_id_check(const char *s, const char *field, char *err)
+/* Every string field is checked with the rules' text check (UTF-8, no NUL). */
+static enum smol_err text_ok(const char *s, const char *field, char *err)
 {
-    size_t n = strlen(s);
-    if (n == 0) return smol_errf(err, SMOL_EINVAL, "%s must not be empty", field);
-    if (n > SMOL_SESSION_ID_MAX)
-        return smol_errf(err, SMOL_EINVAL, "%s is longer than %d bytes", field, SMOL_SESSION_ID_MAX);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-              c == ':' || c == '-'))
-            return smol_errf(err, SMOL_EINVAL, "%s: byte %zu (0x%02x) is not one of [A-Za-z0-9._:-]", field, i, c);
-    }
-    return SMOL_OK;
+    return smol_rule_text(s, strlen(s), field, err);
 }
 
 enum smol_err smol_rpc_decode(const void *buf, size_t len, const struct smol_rpc_limits *lim,
@@ -67,10 +49,7 @@ enum smol_err smol_rpc_decode(const void *buf, size_t len, const struct smol_rpc
     case SMOLLM3__REQUEST__KIND_STATS:
         break;
     case SMOLLM3__REQUEST__KIND_TOKENIZE:
-        if (!utf8_ok(rq->tokenize->content)) {
-            e = smol_errf(err, SMOL_EUTF8, "tokenize.content is not valid UTF-8");
-            goto fail;
-        }
+        if ((e = text_ok(rq->tokenize->content, "tokenize.content", err))) goto fail;
         break;
     case SMOLLM3__REQUEST__KIND_DETOKENIZE:
         for (size_t i = 0; i < rq->detokenize->n_ids; i++)
@@ -81,18 +60,13 @@ enum smol_err smol_rpc_decode(const void *buf, size_t len, const struct smol_rpc
             }
         break;
     case SMOLLM3__REQUEST__KIND_SESSION_GET:
-        if (!utf8_ok(rq->session_get->session_id)) {
-            e = smol_errf(err, SMOL_EUTF8, "session_get.session_id is not valid UTF-8");
+        if ((e = text_ok(rq->session_get->session_id, "session_get.session_id", err)) ||
+            (e = smol_rule_session_id(rq->session_get->session_id, "session_get.session_id", err)))
             goto fail;
-        }
-        if ((e = smol_rpc_session_id_check(rq->session_get->session_id, "session_get.session_id", err))) goto fail;
         break;
     case SMOLLM3__REQUEST__KIND_SESSION_DELETE:
-        if (!utf8_ok(rq->session_delete->session_id)) {
-            e = smol_errf(err, SMOL_EUTF8, "session_delete.session_id is not valid UTF-8");
-            goto fail;
-        }
-        if ((e = smol_rpc_session_id_check(rq->session_delete->session_id, "session_delete.session_id", err)))
+        if ((e = text_ok(rq->session_delete->session_id, "session_delete.session_id", err)) ||
+            (e = smol_rule_session_id(rq->session_delete->session_id, "session_delete.session_id", err)))
             goto fail;
         break;
     default:
@@ -140,7 +114,8 @@ static int put_str(json_t *obj, const char *key, const char *s, int skip_empty)
 static enum smol_err build_chat(struct smol_request *r, const Smollm3__ChatInput *ci, const char *date, char *err)
 {
     enum smol_err e;
-    if (ci->n_messages == 0) return smol_errf(err, SMOL_EINVAL, "chat.messages must not be empty");
+    if ((e = smol_rule_messages(ci->n_messages, err))) return e;
+    size_t prompt_bytes = 0;
     json_t *body = json_object(), *msgs = json_array(), *tools = NULL;
     if (!body || !msgs || json_object_set_new(body, "messages", msgs)) goto oom;
     for (size_t i = 0; i < ci->n_messages; i++) {
@@ -149,11 +124,12 @@ static enum smol_err build_chat(struct smol_request *r, const Smollm3__ChatInput
                                 m->name};
         static const char *const names[] = {"role", "content", "reasoning_content", "tool_calls_json",
                                             "tool_call_id", "name"};
-        for (int k = 0; k < 6; k++)
-            if (!utf8_ok(fields[k])) {
-                e = smol_errf(err, SMOL_EUTF8, "chat.messages[%zu].%s is not valid UTF-8", i, names[k]);
-                goto fail;
-            }
+        for (int k = 0; k < 6; k++) {
+            char field[64];
+            snprintf(field, sizeof field, "chat.messages[%zu].%s", i, names[k]);
+            if ((e = text_ok(fields[k], field, err))) goto fail;
+        }
+        prompt_bytes += strlen(m->content) + strlen(m->reasoning_content);
         if (!known_role(m->role)) {
             e = smol_errf(err, SMOL_EINVAL,
                           "chat.messages[%zu].role: unknown role \"%.32s\" (system, user, assistant, tool)", i,
@@ -172,8 +148,13 @@ static enum smol_err build_chat(struct smol_request *r, const Smollm3__ChatInput
             (tc && json_object_set_new(o, "tool_calls", tc)))
             goto oom;
     }
-    if (!utf8_ok(ci->tools_json)) { e = smol_errf(err, SMOL_EUTF8, "chat.tools_json is not valid UTF-8"); goto fail; }
+    if ((e = smol_rule_prompt_bytes(prompt_bytes, err))) goto fail;
+    if ((e = text_ok(ci->tools_json, "chat.tools_json", err))) goto fail;
     if ((e = parse_json_array(ci->tools_json, "chat.tools_json", &tools, err))) goto fail;
+    if (tools && (e = smol_rule_tools(json_array_size(tools), err))) {
+        json_decref(tools);
+        goto fail;
+    }
     for (size_t i = 0; tools && i < json_array_size(tools); i++)
         if (!json_is_object(json_array_get(tools, i))) {
             json_decref(tools);
@@ -238,7 +219,8 @@ static enum smol_err build_sampling(struct smol_request *r, const Smollm3__Sampl
                          strerror(errno));
     char e2[SMOL_ERRLEN];
     enum smol_err e = smol_sampler_params_check(&p, e2);
-    if (e) return smol_errf(err, e, "sampling: %s", e2);
+    if (e) return smol_errf(err, e, "%s", e2);
+    if (p.top_k < 0) p.top_k = 0;   /* -1 (vLLM's spelling) is off, as 0 is */
     r->sp = p;
     return SMOL_OK;
 }
@@ -263,10 +245,10 @@ static enum smol_err build_constraint(struct smol_request *r, const Smollm3__Gen
                              g->tool_choice);
         if (g->input_case != SMOLLM3__GENERATE_REQUEST__INPUT_CHAT || !*g->chat->tools_json)
             return smol_errf(err, SMOL_EINVAL, "tool_choice \"%.64s\" needs a chat request with tools", g->tool_choice);
-        if (strcmp(g->tool_choice, "required") && !smol_tool_name_ok(g->tool_choice))
-            return smol_errf(err, SMOL_EINVAL, "tool_choice must be \"auto\", \"required\" or a function name "
-                             "(1-64 of [a-zA-Z0-9_-]), got \"%.64s\"", g->tool_choice);
-        if (!utf8_ok(g->chat->tools_json)) return smol_errf(err, SMOL_EUTF8, "tools_json is not valid UTF-8");
+        enum smol_err e;
+        if (strcmp(g->tool_choice, "required") && (e = smol_rule_tool_name(g->tool_choice, "tool_choice", err)))
+            return e;
+        if ((e = text_ok(g->chat->tools_json, "chat.tools_json", err))) return e;
         size_t a = strlen(g->tool_choice), b = strlen(g->chat->tools_json);
         if (!(owned = malloc(a + b + 2))) return smol_errf(err, SMOL_ENOMEM, "out of memory");
         memcpy(owned, g->tool_choice, a);
@@ -286,9 +268,11 @@ static enum smol_err build_constraint(struct smol_request *r, const Smollm3__Gen
             break;
         default: return SMOL_OK;
         }
-        if (!utf8_ok(text)) return smol_errf(err, SMOL_EUTF8, "constraint text is not valid UTF-8");
+        enum smol_err e;
+        if ((e = text_ok(text, "the constraint", err))) return e;
         if (r->constraint != SMOL_CONSTRAINT_JSON_OBJECT && !*text)
             return smol_errf(err, SMOL_EINVAL, "constraint text must not be empty");
+        if ((e = smol_rule_constraint_size(strlen(text), "the constraint", err))) return e;
     }
     enum smol_err e = SMOL_OK;
     char e2[SMOL_ERRLEN];
@@ -310,14 +294,14 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
     struct smol_request *r = calloc(1, sizeof *r);
     if (!r) return smol_errf(err, SMOL_ENOMEM, "out of memory");
     r->client_id = client_id;
-    r->t_received = now_s();
+    r->t_received = smol_mono_s();
 
-    if (!utf8_ok(g->session_id)) { e = smol_errf(err, SMOL_EUTF8, "session_id is not valid UTF-8"); goto fail; }
+    if ((e = text_ok(g->session_id, "session_id", err))) goto fail;
     if (g->session_id[0]) {
-        if ((e = smol_rpc_session_id_check(g->session_id, "session_id", err))) goto fail;
+        if ((e = smol_rule_session_id(g->session_id, "session_id", err))) goto fail;
         strcpy(r->session, g->session_id);
     }
-    if (!utf8_ok(g->date)) { e = smol_errf(err, SMOL_EUTF8, "date is not valid UTF-8"); goto fail; }
+    if ((e = text_ok(g->date, "date", err))) goto fail;
     if (g->date[0] && (strlen(g->date) >= sizeof r->date_buf || smol_chat_date_check(g->date))) {
         e = smol_errf(err, SMOL_EINVAL, "date must read \"DD Month YYYY\" (e.g. \"09 July 2025\"), got \"%.40s\"",
                       g->date);
@@ -331,49 +315,26 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
     }
     if ((e = build_sampling(r, g->sampling, err))) goto fail;
 
-    if (g->n_stop > SMOL_MAX_STOPS) {
-        e = smol_errf(err, SMOL_ETOOLARGE, "%zu stop strings (at most %d)", g->n_stop, SMOL_MAX_STOPS);
-        goto fail;
-    }
+    if ((e = smol_rule_stops((const char *const *)g->stop, g->n_stop, err))) goto fail;
     for (size_t i = 0; i < g->n_stop; i++) {
-        size_t n = strlen(g->stop[i]);
-        if (n == 0) { e = smol_errf(err, SMOL_EINVAL, "stop[%zu] is empty", i); goto fail; }
-        if (n > SMOL_STOP_MAX_LEN) {
-            e = smol_errf(err, SMOL_ETOOLARGE, "stop[%zu] is %zu bytes (at most %d)", i, n, SMOL_STOP_MAX_LEN);
-            goto fail;
-        }
-        if (!smol_chat_utf8_valid(g->stop[i], n)) {
-            e = smol_errf(err, SMOL_EUTF8, "stop[%zu] is not valid UTF-8", i);
-            goto fail;
-        }
         if (!(r->stops[r->n_stops] = strdup(g->stop[i]))) { e = smol_errf(err, SMOL_ENOMEM, "out of memory"); goto fail; }
         r->n_stops++;
     }
+    /* proto3: 0 is "unset" for max_tokens and n */
+    if (g->max_tokens && (e = smol_rule_number(SMOL_RULE_MAX_TOKENS_FIELD, g->max_tokens, NULL, err))) goto fail;
     r->max_tokens = g->max_tokens > (uint32_t)lim->n_ctx && lim->n_ctx > 0 ? lim->n_ctx
                   : g->max_tokens > (uint32_t)INT32_MAX ? INT32_MAX : (int)g->max_tokens;
     r->logprobs = g->logprobs != 0;
-    if (g->top_logprobs > SMOL_SAMPLER_MAX_TOP_LOGPROBS) {
-        e = smol_errf(err, SMOL_EINVAL, "top_logprobs must be in [0, %d] (got %u)", SMOL_SAMPLER_MAX_TOP_LOGPROBS,
-                      g->top_logprobs);
-        goto fail;
-    }
+    if ((e = smol_rule_logprobs(r->logprobs, g->top_logprobs, err))) goto fail;
     r->top_logprobs = (int)g->top_logprobs;
     r->refs = 1;
     r->n_choices = g->n ? (int)g->n : 1;
-    if (g->n > SMOL_MAX_CHOICES) {
-        e = smol_errf(err, SMOL_EINVAL, "n must be in [1, %d] (got %u)", SMOL_MAX_CHOICES, g->n);
-        goto fail;
-    }
+    if (g->n && (e = smol_rule_number(SMOL_RULE_N, g->n, NULL, err))) goto fail;
     if (r->n_choices > 1 && r->session[0]) {
-        e = smol_errf(err, SMOL_EINVAL, "n > 1 cannot be combined with a session_id");
+        e = smol_errf(err, SMOL_EINVAL, "'n' > 1 cannot be combined with 'session_id'");
         goto fail;
     }
-    if (r->top_logprobs) r->logprobs = 1;
-    if (g->n_logit_bias > SMOL_SAMPLER_MAX_BIAS) {
-        e = smol_errf(err, SMOL_ETOOLARGE, "logit_bias has %zu entries (at most %d)", g->n_logit_bias,
-                      SMOL_SAMPLER_MAX_BIAS);
-        goto fail;
-    }
+    if ((e = smol_rule_bias_count(g->n_logit_bias, err))) goto fail;
     if (g->n_logit_bias) {
         r->bias_id = malloc(g->n_logit_bias * sizeof *r->bias_id);
         r->bias = malloc(g->n_logit_bias * sizeof *r->bias);
@@ -386,11 +347,9 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
                           lb->token_id, lim->n_vocab);
             goto fail;
         }
-        if (!(lb->bias >= -100.0f && lb->bias <= 100.0f)) {
-            e = smol_errf(err, SMOL_EINVAL, "logit_bias[%d] must be in [-100, 100] (got %g)", lb->token_id,
-                          (double)lb->bias);
-            goto fail;
-        }
+        char field[40];
+        snprintf(field, sizeof field, "logit_bias[%d]", lb->token_id);
+        if ((e = smol_rule_number(SMOL_RULE_LOGIT_BIAS, lb->bias, field, err))) goto fail;
         r->bias_id[i] = lb->token_id;
         r->bias[i] = lb->bias;
         r->n_bias++;
@@ -408,10 +367,9 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
         r->kind = SMOL_INPUT_TEXT;
         r->text_len = strlen(g->text);
         if (r->text_len == 0) { e = smol_errf(err, SMOL_EINVAL, "text must not be empty"); goto fail; }
-        if (!smol_chat_utf8_valid(g->text, r->text_len)) {
-            e = smol_errf(err, SMOL_EUTF8, "text is not valid UTF-8");
+        if ((e = smol_rule_text(g->text, r->text_len, "text", err)) ||
+            (e = smol_rule_prompt_bytes(r->text_len, err)))
             goto fail;
-        }
         if (!(r->text = strdup(g->text))) { e = smol_errf(err, SMOL_ENOMEM, "out of memory"); goto fail; }
         break;
     case SMOLLM3__GENERATE_REQUEST__INPUT_TOKENS: {

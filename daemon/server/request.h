@@ -15,16 +15,18 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "daemon/model/error.h"
+#include "daemon/model/rules.h"
 #include "daemon/text/text.h"
 #include "daemon/server/grammar_cache.h"
 #include "smollm3.pb-c.h"     /* generated into $(BUILD)/gen */
 
 #define SMOL_PROTOCOL_VERSION 1
 
-#define SMOL_SESSION_ID_MAX 128   /* bytes, printable ASCII [A-Za-z0-9._:-] */
-#define SMOL_MAX_STOPS 8
-#define SMOL_STOP_MAX_LEN 256
-#define SMOL_MAX_CHOICES 16
+/* the limits are the one set of rules (daemon/model/rules.h); short names here */
+#define SMOL_SESSION_ID_MAX SMOL_RULE_SESSION_ID_MAX
+#define SMOL_MAX_STOPS SMOL_RULE_MAX_STOPS
+#define SMOL_STOP_MAX_LEN SMOL_RULE_STOP_MAX_LEN
+#define SMOL_MAX_CHOICES SMOL_RULE_MAX_CHOICES
 
 enum smol_input_kind { SMOL_INPUT_CHAT = 0, SMOL_INPUT_TEXT = 1, SMOL_INPUT_TOKENS = 2 };
 
@@ -92,12 +94,14 @@ enum smol_err smol_rpc_decode(const void *buf, size_t len, const struct smol_rpc
                               Smollm3__Request **out, uint64_t *request_id, char *err);
 
 /* Validates a GenerateRequest and builds the engine's struct smol_request
- * (client_id set, id 0: the caller assigns it).  Checks UTF-8 of every
- * string, the session id, chat roles, tools_json / tool_calls_json (JSON
- * arrays, parsed with jansson), the date, sampling ranges
- * (smol_sampler_params_check), stop strings (at most SMOL_MAX_STOPS, each
- * 1..SMOL_STOP_MAX_LEN bytes), token ids (< n_vocab), max_tokens (capped to
- * n_ctx), the constraint (json_schema / gbnf / regex / json_object,
+ * (client_id set, id 0: the caller assigns it).  Checks, with the rules of
+ * daemon/model/rules.h (the gateway's too): UTF-8 of every string, the
+ * session id, the message count and prompt bytes, chat roles, tools_json /
+ * tool_calls_json (JSON arrays, parsed with jansson; at most
+ * SMOL_RULE_MAX_TOOLS tools), the date, sampling ranges
+ * (smol_sampler_params_check; top_k -1 becomes 0, off), stop strings,
+ * max_tokens, n, top_logprobs (needs logprobs), logit_bias, token ids
+ * (< n_vocab), max_tokens (capped to n_ctx), the constraint (json_schema / gbnf / regex / json_object,
  * compiled through lim->grammars: an inexpressible keyword is SMOL_EINVAL
  * naming it).  A missing seed is drawn with getrandom().
  * The chat input becomes the JSON body engine.h describes (chat_body) and is
@@ -107,8 +111,5 @@ enum smol_err smol_rpc_decode(const void *buf, size_t len, const struct smol_rpc
 enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t client_id,
                                      const struct smol_rpc_limits *lim, struct smol_request **out,
                                      char *err);
-/* SMOL_OK if s is a valid non-empty session id (<= SMOL_SESSION_ID_MAX bytes
- * of [A-Za-z0-9._:-]), else SMOL_EINVAL naming field. */
-enum smol_err smol_rpc_session_id_check(const char *s, const char *field, char *err);
 
 #endif

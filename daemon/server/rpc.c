@@ -18,13 +18,6 @@
 #include "daemon/text/text.h"
 #include "daemon/server/log.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ================================================================ routes */
 
 enum route_kind {
@@ -619,7 +612,7 @@ static int recv_engine(struct smol_rpc *rpc)
         if (nf < 3) { memcpy(&f[nf++], &t, sizeof t); continue; }
         zmq_msg_close(&t);      /* cannot happen with a correct engine */
     }
-    double now = now_s();
+    double now = smol_mono_s();
     rpc->wd_last_alive = now;
     uint64_t id;
     uint8_t flags;
@@ -706,7 +699,7 @@ static int finished(struct smol_rpc *rpc, double now)
 int smol_rpc_poll_once(struct smol_rpc *rpc, int timeout_ms, int extra_fd,
                        void (*on_extra)(struct smol_rpc *rpc, void *user), void *user)
 {
-    double now = now_s();
+    double now = smol_mono_s();
     if (finished(rpc, now)) return 0;
     if (rpc->pending && timeout_ms > RETRY_MS) timeout_ms = RETRY_MS;
     if (rpc->cfg.watchdog_usec) {
@@ -734,8 +727,8 @@ int smol_rpc_poll_once(struct smol_rpc *rpc, int timeout_ms, int extra_fd,
     if ((it[2].revents & ZMQ_POLLIN) && rpc->cfg.lim.grammars) unpark_ready(rpc);
     if (n_it == 4 && (it[3].revents & ZMQ_POLLIN) && on_extra) on_extra(rpc, user);
     if (rpc->pending) flush_pending(rpc);
-    watchdog_tick(rpc, now_s());
-    return !finished(rpc, now_s());
+    watchdog_tick(rpc, smol_mono_s());
+    return !finished(rpc, smol_mono_s());
 }
 
 void smol_rpc_run(struct smol_rpc *rpc, int extra_fd, void (*on_extra)(struct smol_rpc *rpc, void *user), void *user)
@@ -747,7 +740,7 @@ void smol_rpc_drain(struct smol_rpc *rpc)
 {
     if (rpc->draining) return;
     rpc->draining = 1;
-    rpc->drain_started = now_s();
+    rpc->drain_started = smol_mono_s();
     smol_log_notice("rpc: draining: refusing new requests, %u ms for in-flight ones", rpc->cfg.drain_grace_ms);
     for (size_t i = 0; i < rpc->n_parked; i++) {   /* the engine refuses them behind DRAIN */
         struct route *rt = route_by_id(rpc, rpc->parked[i]);
@@ -789,7 +782,7 @@ enum smol_err smol_rpc_new(struct smol_rpc **out, void *zctx, const struct smol_
     snprintf(rpc->model_name, sizeof rpc->model_name, "%s", cfg->model_name ? cfg->model_name : "");
     rpc->cfg.model_name = rpc->model_name;
     rpc->next_id = 1;
-    rpc->wd_last_alive = rpc->wd_next_tick = now_s();
+    rpc->wd_last_alive = rpc->wd_next_tick = smol_mono_s();
     if (tables_grow(rpc)) { free(rpc); return smol_errf(err, SMOL_ENOMEM, "out of memory"); }
     rpc->router = zmq_socket(zctx, ZMQ_ROUTER);
     rpc->engine = zmq_socket(zctx, ZMQ_PAIR);

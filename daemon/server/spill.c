@@ -2,6 +2,7 @@
 #include "daemon/server/spill.h"
 #include "daemon/server/log.h"
 #include "daemon/server/sessions.h"
+#include "daemon/model/rules.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -104,13 +105,6 @@ static int64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static struct entry *find_ent(const struct smol_spill *sp, const char *name)
@@ -351,7 +345,7 @@ static void *writer_main(void *arg)
         if (!j) break; /* stopping, nothing left */
         j->running = 1;
         pthread_mutex_unlock(&sp->mu);
-        double t0 = mono_s();
+        double t0 = smol_mono_s();
         int bad = 0;
         if (j->kind == JOB_WRITE) bad = run_write(sp, j);
         else if (j->kind == JOB_READ) run_read(sp, j);
@@ -360,7 +354,7 @@ static void *writer_main(void *arg)
         if (j->kind == JOB_WRITE && !bad)
             smol_log_info("spill: %s '%s' written to %s: %d tokens, %.1f MiB in %.0f ms",
                           j->prefix ? "cached prefix" : "session", j->id, j->name, j->n_kv, j->bytes / 1048576.0,
-                          (mono_s() - t0) * 1e3);
+                          (smol_mono_s() - t0) * 1e3);
         pthread_mutex_lock(&sp->mu);
         if (j->kind == JOB_WRITE) {
             if (!bad && j->prefix) sp->st.prefixes_written++;
@@ -756,7 +750,7 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, s
     }
     /* the file's image in memory (the KV pages copied out of the pool); the
      * writer thread checksums and writes it */
-    const double t0 = mono_s();
+    const double t0 = smol_mono_s();
     pthread_mutex_lock(&sp->mu);
     while (sp->q_head && sp->q_bytes + total > SPILL_QUEUE_MAX && !sp->paused) pthread_cond_wait(&sp->done, &sp->mu);
     pthread_mutex_unlock(&sp->mu);
@@ -786,7 +780,7 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, s
     j->prefix = prefix;
     enqueue(sp, j);
     smol_log_debug("spill: '%s' queued for %s: %.1f MiB copied in %.1f ms", key, name, total / 1048576.0,
-                   (mono_s() - t0) * 1e3);
+                   (smol_mono_s() - t0) * 1e3);
     put_ent(sp, name, total, now_ns(), prefix ? key : NULL, x->tokens, n_kv);
     if (prefix) drop_extended(sp, x->tokens, n_kv);
     x->on_disk = 1;
@@ -833,7 +827,7 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
     reap_failed(sp);
     struct entry *ent = find_ent(sp, name);
     if (!ent) return smol_errf(err, SMOL_ENOSESSION, "no spilled %s '%s'", what, key);
-    double t0 = mono_s();
+    double t0 = smol_mono_s();
     /* a write of this file still queued: its image is the session (the file
      * is old or absent); else no job touches the file while we read it */
     struct job *pj = pending_for(sp, name), *rd = NULL;
@@ -940,7 +934,7 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
         pthread_mutex_unlock(&sp->mu);
         smol_log_info("spill: %s '%s' restored%s: %u tokens, %.1f MiB in %.0f ms", what, key,
                       pj ? " (from its write still queued)" : rd ? " (read ahead)" : "", h.n_kv,
-                      (sizeof h + h.payload_bytes) / 1048576.0, (mono_s() - t0) * 1e3);
+                      (sizeof h + h.payload_bytes) / 1048576.0, (smol_mono_s() - t0) * 1e3);
     }
 out:
     if (j) json_decref(j);

@@ -116,30 +116,6 @@ static int emit_user(struct smol_chat_buf *o, struct smol_chat_spans *sp, const 
 
 /* ============================================================ unicode */
 
-int smol_chat_utf8_valid(const char *str, size_t n)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) { i++; continue; }
-        size_t k;
-        uint32_t cp, min;
-        if ((c & 0xE0) == 0xC0) { k = 1; cp = c & 0x1F; min = 0x80; }
-        else if ((c & 0xF0) == 0xE0) { k = 2; cp = c & 0x0F; min = 0x800; }
-        else if ((c & 0xF8) == 0xF0) { k = 3; cp = c & 0x07; min = 0x10000; }
-        else return 0;
-        if (n - i <= k) return 0;
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + j] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-        i += k + 1;
-    }
-    return 1;
-}
-
 /* Decodes the code point at s (valid UTF-8 assumed); returns its length. */
 size_t smol_chat_utf8_decode(const unsigned char *s, uint32_t *cp)
 {
@@ -292,7 +268,7 @@ static const char *role_name(enum smol_chat_role r)
 
 static enum smol_err check_str(const char *s, size_t i, const char *field, char *err)
 {
-    if (s && !smol_chat_utf8_valid(s, strlen(s)))
+    if (s && !smol_utf8_valid(s, strlen(s)))
         return smol_errf(err, SMOL_EUTF8, "messages[%zu].%s is not valid UTF-8", i, field);
     return SMOL_OK;
 }
@@ -341,12 +317,12 @@ static enum smol_err validate(enum smol_chat_tpl tpl, const struct smol_chat_req
                 return smol_errf(err, SMOL_EINVAL, "messages[%zu].tool_calls: only assistant messages carry tool calls", i);
             if (!json_is_object(fn) || !json_is_string(nm) || !json_string_length(nm) ||
                 strlen(json_string_value(nm)) != json_string_length(nm) ||
-                !smol_chat_utf8_valid(json_string_value(nm), json_string_length(nm)))
+                !smol_utf8_valid(json_string_value(nm), json_string_length(nm)))
                 return smol_errf(err, SMOL_EINVAL, "messages[%zu].tool_calls[%zu].function.name must be a non-empty string",
                                  i, k);
             if (args && !json_is_null(args) && !json_is_object(args) &&
                 !(json_is_string(args) && strlen(json_string_value(args)) == json_string_length(args) &&
-                  smol_chat_utf8_valid(json_string_value(args), json_string_length(args))))
+                  smol_utf8_valid(json_string_value(args), json_string_length(args))))
                 return smol_errf(err, SMOL_EINVAL, "messages[%zu].tool_calls[%zu].function.arguments must be a JSON "
                                  "string or an object", i, k);
             if (json_depth(args) > 256)

@@ -52,6 +52,7 @@
 #include <stdint.h>
 #include <jansson.h>
 #include "daemon/model/error.h"
+#include "daemon/model/rules.h"      /* smol_utf8_valid, the input rules */
 #include "daemon/text/tokenizer.h"      /* struct smol_span */
 
 /* ---- growable output buffer ------------------------------------------ */
@@ -194,8 +195,7 @@ int smol_chat_date_check(const char *date);
  * "DD Month YYYY" into out (at least 24 bytes).  -1 when out of range. */
 int smol_chat_date_format(int year, int month, int day, char *out, size_t cap);
 
-/* 1 if s[0..n) is valid UTF-8 (no overlongs, surrogates or > U+10FFFF). */
-int smol_chat_utf8_valid(const char *s, size_t n);
+/* UTF-8 validity: smol_utf8_valid (daemon/model/rules.h). */
 /* Decodes the code point at s (valid UTF-8 assumed); returns its length. */
 size_t smol_chat_utf8_decode(const unsigned char *s, uint32_t *cp);
 

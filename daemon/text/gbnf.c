@@ -284,7 +284,7 @@ enum smol_err smol_grammar_compile_gbnf(const char *text, size_t len, const stru
 {
     *out = NULL;
     if (!opts) opts = &defaults;
-    size_t max_in = opts->max_input ? opts->max_input : (size_t)1 << 20;
+    size_t max_in = opts->max_input ? opts->max_input : SMOL_RULE_MAX_CONSTRAINT_BYTES;
     if (len > max_in) return smol_errf(err, SMOL_ETOOLARGE, "GBNF of %zu bytes is over the %zu-byte limit", len, max_in);
     struct gp g = {.s = text, .end = text + len, .p = text};
     enum smol_err rc = gb_new(&g.b, err);

@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "daemon/model/error.h"
+#include "daemon/model/rules.h"
 
 struct smol_tokenizer;
 struct smol_grammar;
@@ -95,8 +96,7 @@ enum smol_err smol_grammar_compile_regex(const char *re, size_t len, const struc
 enum smol_err smol_grammar_compile_tool_calls(const char *tools_json, size_t len, const char *choice,
                                               const struct smol_grammar_opts *opts, struct smol_grammar **out,
                                               char *err);
-/* 1 if s is a valid function name (1-64 of [a-zA-Z0-9_-]). */
-int smol_tool_name_ok(const char *s);
+/* A valid function name: smol_tool_name_ok (daemon/model/rules.h). */
 /* Frees; accepts NULL and *g == NULL; sets *g = NULL. */
 void smol_grammar_free(struct smol_grammar **g);
 /* Automaton states and rules, for logs and limits. */

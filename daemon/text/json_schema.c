@@ -645,7 +645,7 @@ enum smol_err smol_grammar_compile_json_schema(const char *json, size_t len, con
 {
     *out = NULL;
     if (!opts) opts = &defaults;
-    size_t max_in = opts->max_input ? opts->max_input : (size_t)1 << 20;
+    size_t max_in = opts->max_input ? opts->max_input : SMOL_RULE_MAX_CONSTRAINT_BYTES;
     if (len > max_in) return smol_errf(err, SMOL_ETOOLARGE, "JSON schema of %zu bytes is over the %zu-byte limit", len, max_in);
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);

@@ -400,7 +400,7 @@ enum smol_err smol_grammar_compile_regex(const char *re, size_t len, const struc
 {
     *out = NULL;
     if (!opts) opts = &defaults;
-    size_t max_in = opts->max_input ? opts->max_input : (size_t)1 << 20;
+    size_t max_in = opts->max_input ? opts->max_input : SMOL_RULE_MAX_CONSTRAINT_BYTES;
     if (len > max_in) return smol_errf(err, SMOL_ETOOLARGE, "regex of %zu bytes is over the %zu-byte limit", len, max_in);
     struct gb *b;
     enum smol_err rc = gb_new(&b, err);

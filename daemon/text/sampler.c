@@ -26,6 +26,7 @@
 #include "daemon/text/sampler.h"
 
 #include <float.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,25 +105,20 @@ struct smol_sampler_params smol_sampler_defaults(void)
 enum smol_err smol_sampler_params_check(const struct smol_sampler_params *p, char *err)
 {
     if (!p) return smol_errf(err, SMOL_EINVAL, "sampler: no parameters");
-    /* written as !(in range) so that NaN fails every test */
-    if (!(p->temperature >= 0.0f && isfinite(p->temperature)))
-        return smol_errf(err, SMOL_EINVAL, "temperature must be a finite number >= 0 (got %g)",
-                         (double)p->temperature);
-    if (p->top_k < 0)
-        return smol_errf(err, SMOL_EINVAL, "top_k must be >= 0, 0 = off (got %d)", p->top_k);
-    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
-        return smol_errf(err, SMOL_EINVAL, "top_p must be in (0, 1] (got %g)", (double)p->top_p);
-    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
-        return smol_errf(err, SMOL_EINVAL, "min_p must be in [0, 1] (got %g)", (double)p->min_p);
-    if (!(p->repetition_penalty > 0.0f && isfinite(p->repetition_penalty)))
-        return smol_errf(err, SMOL_EINVAL, "repetition_penalty must be a finite number > 0 (got %g)",
-                         (double)p->repetition_penalty);
-    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
-        return smol_errf(err, SMOL_EINVAL, "presence_penalty must be in [-2, 2] (got %g)",
-                         (double)p->presence_penalty);
-    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
-        return smol_errf(err, SMOL_EINVAL, "frequency_penalty must be in [-2, 2] (got %g)",
-                         (double)p->frequency_penalty);
+    /* the ranges are the one set of rules (daemon/model/rules.h) */
+    const struct { enum smol_rule_num rule; double v; } f[] = {
+        {SMOL_RULE_TEMPERATURE, p->temperature},
+        {SMOL_RULE_TOP_K, p->top_k},
+        {SMOL_RULE_TOP_P, p->top_p},
+        {SMOL_RULE_MIN_P, p->min_p},
+        {SMOL_RULE_REPETITION_PENALTY, p->repetition_penalty},
+        {SMOL_RULE_PRESENCE_PENALTY, p->presence_penalty},
+        {SMOL_RULE_FREQUENCY_PENALTY, p->frequency_penalty},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+        enum smol_err e = smol_rule_number(f[i].rule, f[i].v, NULL, err);
+        if (e) return e;
+    }
     if (p->penalty_last_n < 0 || p->penalty_last_n > SMOL_SAMPLER_MAX_WINDOW)
         return smol_errf(err, SMOL_EINVAL, "penalty_last_n must be in [0, %d] (got %d)",
                          SMOL_SAMPLER_MAX_WINDOW, p->penalty_last_n);
@@ -251,15 +247,15 @@ int smol_sampler_is_plain(const struct smol_sampler *s)
 enum smol_err smol_sampler_set_logit_bias(struct smol_sampler *s, const int32_t *ids, const float *bias,
                                           size_t n, char *err)
 {
-    if (n > SMOL_SAMPLER_MAX_BIAS)
-        return smol_errf(err, SMOL_EINVAL, "logit_bias has %zu entries (at most %d)", n, SMOL_SAMPLER_MAX_BIAS);
+    enum smol_err e = smol_rule_bias_count(n, err);
+    if (e) return e;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= s->n_vocab)
             return smol_errf(err, SMOL_EINVAL, "logit_bias: token id %d is outside the vocabulary [0, %d)", ids[i],
                              s->n_vocab);
-        if (!(bias[i] >= -100.0f && bias[i] <= 100.0f))
-            return smol_errf(err, SMOL_EINVAL, "logit_bias[%d] must be in [-100, 100] (got %g)", ids[i],
-                             (double)bias[i]);
+        char field[40];
+        snprintf(field, sizeof field, "logit_bias[%d]", ids[i]);
+        if ((e = smol_rule_number(SMOL_RULE_LOGIT_BIAS, bias[i], field, err))) return e;
     }
     int32_t *ni = NULL;
     float *nb = NULL;

@@ -53,16 +53,18 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "daemon/model/error.h"
+#include "daemon/model/rules.h"
 
 /* Largest accepted penalty_last_n (tokens): bounds the per-request history. */
 #define SMOL_SAMPLER_MAX_WINDOW (1 << 17)
 
 struct smol_sampler_params {
-    float temperature;          /* >= 0; 0 = greedy (argmax, ties -> lowest id) */
-    int32_t top_k;              /* >= 0; 0 = off */
+    /* ranges: the rules of daemon/model/rules.h */
+    float temperature;          /* [0, 2]; 0 = greedy (argmax, ties -> lowest id) */
+    int32_t top_k;              /* [-1, 2^20]; -1 and 0 = off */
     float top_p;                /* (0, 1]; 1 = off */
     float min_p;                /* [0, 1]; 0 = off */
-    float repetition_penalty;   /* > 0; 1 = off */
+    float repetition_penalty;   /* (0, 10]; 1 = off */
     float presence_penalty;     /* [-2, 2]; 0 = off */
     float frequency_penalty;    /* [-2, 2]; 0 = off */
     int32_t penalty_last_n;     /* [0, SMOL_SAMPLER_MAX_WINDOW] tokens of history the
@@ -121,7 +123,7 @@ enum smol_err smol_sampler_sample(struct smol_sampler *s, struct smol_sampler_sc
  * every draw (an id listed twice adds up).  Replaces any earlier list.
  * SMOL_EINVAL naming the entry if an id is outside [0, n_vocab) or a bias
  * outside [-100, 100] (NaN included); the sampler is then unchanged. */
-#define SMOL_SAMPLER_MAX_BIAS 1024
+#define SMOL_SAMPLER_MAX_BIAS SMOL_RULE_MAX_BIAS
 enum smol_err smol_sampler_set_logit_bias(struct smol_sampler *s, const int32_t *ids, const float *bias,
                                           size_t n, char *err);
 
@@ -130,7 +132,7 @@ enum smol_err smol_sampler_set_logit_bias(struct smol_sampler *s, const int32_t 
  * penalties, before temperature, top-k, top-p and min-p), i.e. the model's
  * distribution as the request shaped it, whatever the sampling settings.
  * Tokens with a -inf (or NaN) logit get -INFINITY. */
-#define SMOL_SAMPLER_MAX_TOP_LOGPROBS 20
+#define SMOL_SAMPLER_MAX_TOP_LOGPROBS SMOL_RULE_MAX_TOP_LOGPROBS
 struct smol_sampler_logprobs {
     int32_t n_top;                  /* in: alternatives wanted, [0, SMOL_SAMPLER_MAX_TOP_LOGPROBS] */
     float logprob;                  /* out: the chosen token's */

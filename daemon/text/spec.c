@@ -514,13 +514,6 @@ void smol_spec_ctl_shadow(struct smol_spec_ctl *c, int match, int32_t predicted,
     observe(c, match, predicted == actual ? 1.0f : 0.0f);
 }
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 enum smol_err smol_spec_calibrate(struct smol_model *m, int k_max, int reps, float *cost, char *err)
 {
     enum { CTX = 64 };
@@ -543,11 +536,11 @@ enum smol_err smol_spec_calibrate(struct smol_model *m, int k_max, int reps, flo
             for (int i = 0; i <= k; i++) { pos[i] = CTX + i; sp[i] = &seq; idx[i] = i; }
             const struct smol_batch b = {.n_tokens = k + 1, .tokens = ids + CTX, .pos = pos, .seq = sp,
                                          .n_out = k + 1, .out_idx = idx};
-            double t0 = mono_s();
+            double t0 = smol_mono_s();
             if ((rc = smol_kv_seq_reserve(&m->kv, &seq, CTX, CTX + k + 1, err)) ||
                 (rc = smol_model_forward(m, &b, logits, err)))
                 break;
-            double dt = mono_s() - t0;
+            double dt = smol_mono_s() - t0;
             if (dt < best[k]) best[k] = dt;
             smol_kv_seq_truncate(&m->kv, &seq, CTX);
         }

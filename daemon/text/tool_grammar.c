@@ -21,21 +21,6 @@
 #include "daemon/text/grammar_build.h"
 #include "daemon/text/json_schema_impl.h"
 
-#define MAX_TOOLS 128
-
-/* OpenAI's function names: 1 to 64 of [a-zA-Z0-9_-]. */
-int smol_tool_name_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 64) return 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '-'))
-            return 0;
-    }
-    return 1;
-}
-
 /* One call's body for tool i: \n{"name": "NAME", "arguments": ARGS}\n */
 static int call_body(struct gb *b, json_t *fn, size_t i, const char *name, const struct smol_grammar_opts *opts)
 {
@@ -55,26 +40,21 @@ enum smol_err smol_grammar_compile_tool_calls(const char *tools_json, size_t len
                                               char *err)
 {
     *out = NULL;
-    size_t max_in = opts && opts->max_input ? opts->max_input : (size_t)1 << 20;
+    size_t max_in = opts && opts->max_input ? opts->max_input : SMOL_RULE_MAX_CONSTRAINT_BYTES;
     if (len > max_in) return smol_errf(err, SMOL_ETOOLARGE, "tools of %zu bytes are over the %zu-byte limit", len, max_in);
     int required = !strcmp(choice, "required");
-    if (!required && !smol_tool_name_ok(choice))
-        return smol_errf(err, SMOL_EINVAL, "tool_choice must be \"auto\", \"required\" or a function name "
-                         "(1-64 of [a-zA-Z0-9_-]), got \"%.64s\"", choice);
+    if (!required && smol_rule_tool_name(choice, "tool_choice", err)) return SMOL_EINVAL;
     json_error_t je;
     json_t *tools = json_loadb(tools_json, len, 0, &je);
     if (!tools) return smol_errf(err, SMOL_EFORMAT, "tools: %s at line %d column %d", je.text, je.line, je.column);
     enum smol_err rc = SMOL_OK;
     struct gb *b = NULL;
-    int alts[MAX_TOOLS], n = 0;
+    int alts[SMOL_RULE_MAX_TOOLS], n = 0;
     if (!json_is_array(tools) || json_array_size(tools) == 0) {
         rc = smol_errf(err, SMOL_EINVAL, "tool_choice \"%.64s\" needs a non-empty tools list", choice);
         goto out;
     }
-    if (json_array_size(tools) > MAX_TOOLS) {
-        rc = smol_errf(err, SMOL_ETOOLARGE, "%zu tools (at most %d)", json_array_size(tools), MAX_TOOLS);
-        goto out;
-    }
+    if ((rc = smol_rule_tools(json_array_size(tools), err))) goto out;
     if ((rc = gb_new(&b, err))) goto out;
     size_t i;
     json_t *t;

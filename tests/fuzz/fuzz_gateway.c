@@ -41,7 +41,6 @@ struct gw G;
 #define NEVER { __builtin_trap(); }
 void gw_daemon_drain(void) NEVER
 int gw_daemon_send_stream(struct gw_stream *s) NEVER
-int gw_http_status_of(int smol_code, const char **type) NEVER
 enum MHD_Result gw_queue_error(struct gw_req *r, int status, const char *type, const char *code,
                                const char *fmt, ...) NEVER
 enum MHD_Result gw_queue_error_param(struct gw_req *r, int status, const char *type, const char *code,
@@ -53,7 +52,8 @@ enum MHD_Result gw_queue_text(struct gw_req *r, int status, const char *ctype, c
 enum MHD_Result gw_req_wait(struct gw_req *r) NEVER
 enum MHD_Result gw_req_send(struct gw_req *r, struct gw_stream *s) NEVER
 void gw_daemon_cancel(struct gw_stream *s) NEVER
-void gw_stream_fail(struct gw_stream *s, int status, const char *code, const char *msg) NEVER
+enum MHD_Result gw_queue_gw_error(struct gw_req *r, const struct gw_error *e) NEVER
+void gw_stream_fail(struct gw_stream *s, const struct gw_error *e) NEVER
 void gw_stream_free(struct gw_stream *s) NEVER
 struct gw_stream *gw_stream_new(enum gw_kind kind) NEVER
 enum MHD_Result gw_req_send(struct gw_req *r, struct gw_stream *s) NEVER
@@ -137,19 +137,22 @@ static void fuzz_openai(const char *body, size_t n)
     char why[256] = "";
     int rc = gw_openai_parse(&p, body, n, why, sizeof why);
     if (rc) {
-        CHECK(rc == GW_PARSE_BAD_JSON || rc == GW_PARSE_BAD_VALUE);
-        CHECK(why[0]);
+        /* one error convention: a refusal carries its status, type and code */
+        const struct gw_error *e = &p.prm.err;
+        CHECK(rc == -1 && why[0] && e->msg[0] && e->type && e->code);
+        CHECK(e->status == 400 || e->status == 413 || e->status == 503);
     } else {
         Smollm3__GenerateRequest *g = &p.prm.gen;
         CHECK(g->input_case == SMOLLM3__GENERATE_REQUEST__INPUT_CHAT && g->chat);
-        CHECK(g->chat->n_messages >= 1 && g->chat->n_messages <= 4096);
+        CHECK(g->chat->n_messages >= 1 && g->chat->n_messages <= SMOL_RULE_MAX_MESSAGES);
         for (size_t i = 0; i < g->chat->n_messages; i++) {
             CHECK(role_ok(g->chat->messages[i]->role));
             CHECK(g->chat->messages[i]->content);
         }
         CHECK(g->n_stop <= GW_OPENAI_MAX_STOPS);
         for (size_t i = 0; i < g->n_stop; i++) CHECK(g->stop[i] && g->stop[i][0]);
-        CHECK(g->max_tokens <= 1000000);
+        CHECK(g->max_tokens <= SMOL_RULE_MAX_TOKENS);
+        for (size_t i = 0; i < g->n_stop; i++) CHECK(strlen(g->stop[i]) <= SMOL_RULE_STOP_MAX_LEN);
         check_sampling(g->sampling);
         if (g->session_id && g->session_id[0]) {
             size_t len = strlen(g->session_id);
@@ -204,11 +207,10 @@ static void fuzz_ui(const uint8_t *data, size_t n)
     CHECK(body);
     memcpy(body, data, n);
     struct gw_ui_parsed p;
-    const char *why = NULL;
-    int status = gw_ui_parse(&p, body, n, &why);
-    if (status) {
-        CHECK(status == 400 || status == 413 || status == 500);
-        CHECK(why && why[0]);
+    struct gw_error e;
+    if (gw_ui_parse(&p, body, n, &e)) {
+        CHECK(e.status == 400 || e.status == 413 || e.status == 503);
+        CHECK(e.msg[0] && e.type && e.code);
     } else {
         Smollm3__GenerateRequest *g = &p.gen;
         size_t k = g->chat->n_messages;
@@ -250,7 +252,7 @@ static void fuzz_anthropic(const char *body, size_t n, enum gw_anthropic_ep ep)
     char why[256] = "";
     int rc = gw_anthropic_parse(&p, body, n, ep, why, sizeof why);
     if (rc) {
-        CHECK(rc == GW_PARSE_BAD_JSON || rc == GW_PARSE_BAD_VALUE);
+        CHECK(rc == GW_AN_BAD_JSON || rc == GW_AN_BAD_VALUE);
         CHECK(why[0]);
     } else {
         Smollm3__GenerateRequest *g = &p.prm.gen;

@@ -5,8 +5,11 @@
 # the openai SDK and a scripted fake daemon (tests/gateway/test_gateway.py),
 # the OpenAI API surface with the openai SDK, curl and langchain-openai
 # (tests/gateway/test_api.py), the Responses API (tests/gateway/test_responses.py:
-# the openai SDK and openai-agents), and Anthropic's Messages API with the
-# anthropic SDK and langchain-anthropic (tests/gateway/test_anthropic.py).
+# the openai SDK and openai-agents), Anthropic's Messages API with the
+# anthropic SDK and langchain-anthropic (tests/gateway/test_anthropic.py), and
+# the one set of input rules: the same good and bad inputs through the gateway
+# (HTTP) and straight to the daemon (ZeroMQ), the same verdicts required
+# (tests/gateway/test_rules.py).
 # Prints "N passed, N failed" and exits non-zero on failure; a missing
 # prerequisite is a failure ("FAIL: cannot run: why"; `make deps` installs
 # them all: promtool from Debian's prometheus, the Python packages in build/venv).
@@ -53,9 +56,13 @@ rc=0
 { python3 tests/gateway/test_anthropic.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/anthropic.rc"; } 2>&1 |
     tee "$PB2/anthropic.out"
 [ "$(cat "$PB2/anthropic.rc")" = 0 ] || rc=1
-# one result line for all four (tests/run_all.sh reads the last one)
+# one set of rules: the same inputs through the gateway and straight to the daemon (test_rules.py)
+{ python3 tests/gateway/test_rules.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/rules.rc"; } 2>&1 |
+    tee "$PB2/rules.out"
+[ "$(cat "$PB2/rules.rc")" = 0 ] || rc=1
+# one result line for all five (tests/run_all.sh reads the last one)
 sum() { sed -n "s/^\([0-9]*\) passed, \([0-9]*\) failed$/\\$1/p" "$PB2/gateway.out" "$PB2/api.out" "$PB2/responses.out" \
-        "$PB2/anthropic.out" |
+        "$PB2/anthropic.out" "$PB2/rules.out" |
         awk '{ n += $1 } END { print n + 0 }'; }
 p=$(sum 1) f=$(sum 2)
 [ "$rc" != 0 ] && [ "$f" = 0 ] && f=1
