@@ -6,12 +6,16 @@
  * that the loader says so with SMOL_EUNSUPPORTED and a reason, prints
  * "SKIPPED: no CUDA device (<reason>)" and passes.  With a device, two
  * cases (CK_RUN_CASE selects one; the device check runs the sanitizers on
- * "ops"):
+ * "ops" and "fattn"):
  *   ops    every op through the backend interface on random data (fresh per
  *          run, outputs poisoned with NaN first) against its _ref twin in
  *          double; the q8 mat-vec (knob cuda_matvec = q8) against a float64
  *          dot of the same q8a activations; the fused steps (cuda_fuse)
  *          against their composition from the plain ops.
+ *   fattn  knob cuda_attn = tiled: the tiled attention (f16 and q8_0 KV) on
+ *          prompts of 1..300 tokens over prefixes, mixed and decode batches,
+ *          against a float64 attention of the cache's own K/V, within the
+ *          bound its f16 rounding of Q, P (and q8_0's K, V) implies.
  *   model  for each knob setting: the tracked fixtures' logits against the
  *          exact references, no further from them than the CPU backend's;
  *          models `smollm3 synth` writes at test time (every weight type)
@@ -31,6 +35,7 @@
 #include "daemon/model/model.h"
 #include "kernels/ops_ref.h"
 #include "kernels/quant_ref.h"
+#include "kernels/fp16.h"
 #include "kernels/cuda/mmvq.h"
 #include "testutil.h"
 
@@ -356,6 +361,216 @@ END_TEST
 START_TEST(t_attention_q8_0) { attention_case(SMOL_TYPE_Q8_0); }
 END_TEST
 
+/* ---- knob cuda_attn = tiled (kernels/cuda/fattn.cu) against a float64 attention ---------------
+ * The reference reads the cache back from the device (f16 rows, or q8_0 rows through the
+ * reference decoder), so it sees exactly the K/V the kernel reads, and computes the causal GQA
+ * attention of the f32 q in double.  What the tiled kernel rounds, and the bound it implies for
+ * every output element of a (token, head) row, with u = 2^-11 (f16's unit roundoff), maxV the
+ * largest |V| the row sees and delta = u * scale * max_i sum_d |q_d K_id| (twice that for q8_0,
+ * whose K is rounded to f16 once more):
+ *   - q * scale rounded to f16 (and q8_0's K): every score moves by at most delta, so every
+ *     softmax weight by a factor within e^(+-2 delta): |dO| <= expm1(2 delta) maxV;
+ *   - P rounded to f16 before P V, normalised by the f32 sum: |dO| <= u maxV;
+ *   - q8_0's V rounded to f16: |dO| <= u maxV; f32 sums and __expf (~400 terms, 2^-24 each) are
+ *     far inside one more u maxV.
+ * So |dO| <= maxV (3u + expm1(2 delta)) + 1e-6.  This is loose for a single element (~0.02 here)
+ * but an error of the kernel's own (a mask off by one, a fragment out of place) is larger on the
+ * short rows, and the rows' relative L2 must also stay under 5e-3: random rounding of that kind
+ * predicts ~6e-4 (u / sqrt(3) from P, about as much from Q). */
+struct fa_ref {
+    struct smol_backend *be;
+    struct smol_kv kv;
+    int n_heads;
+    float scale;
+    double worst;   /* max over elements of |d| / bound */
+    double num, den;
+};
+
+static void fa_row(const struct smol_kv *kv, const uint8_t *layer, const struct smol_kv_seq *s, int h, int pos,
+                   float *out)
+{
+    const uint8_t *r = layer + (size_t)s->pages[pos / SMOL_KV_PAGE] * kv->page_bytes +
+                       ((size_t)h * SMOL_KV_PAGE + pos % SMOL_KV_PAGE) * kv->row_bytes;
+    if (kv->type == SMOL_TYPE_Q8_0) {
+        smol_dequant_q8_0_ref(r, out, kv->head_dim);
+        return;
+    }
+    for (int d = 0; d < kv->head_dim; d++) {
+        smol_half x;
+        memcpy(&x, r + 2 * d, 2);
+        out[d] = smol_half_to_f32(x);
+    }
+}
+
+/* One batch: tokens t < n of seqs[t] at pos[t] (their positions reserved here), fresh random
+ * k, v, q stored and attended on the device, compared with the float64 attention. */
+static void fa_batch(struct fa_ref *f, int n, struct smol_kv_seq **seqs, const int32_t *pos, const char *what)
+{
+    struct smol_backend *be = f->be;
+    struct smol_kv *kv = &f->kv;
+    const int hd = kv->head_dim, n_kv = kv->n_kv_heads, G = f->n_heads / n_kv, kv_dim = n_kv * hd,
+              q_dim = f->n_heads * hd;
+    char err[SMOL_ERRLEN];
+    for (int t = 0; t < n; t++)
+        ck_assert_msg(smol_kv_seq_reserve(kv, seqs[t], pos[t], pos[t] + 1, err) == SMOL_OK, "%s", err);
+    struct smol_batch b = {.n_tokens = n, .pos = pos, .seq = seqs};
+    float *k = rand_vec((size_t)n * kv_dim, 2), *v = rand_vec((size_t)n * kv_dim, 2), *q = rand_vec((size_t)n * q_dim, 2);
+    float *dk = to_dev(be, k, n, kv_dim), *dv = to_dev(be, v, n, kv_dim), *dq = to_dev(be, q, n, q_dim);
+    float *dout = be->alloc(be, (size_t)n * q_dim * 4);
+    be->kv_store(be, kv, 0, dk, dv, &b);
+    for (int t = 0; t < n; t++)
+        if (seqs[t]->n_tokens < pos[t] + 1) seqs[t]->n_tokens = pos[t] + 1;
+    be->attention(be, dout, dq, kv, 0, &b, f->n_heads, f->scale);
+    float *got = from_dev(be, dout, (size_t)n * q_dim);
+    uint8_t *hk = malloc(kv->layer_bytes), *hv = malloc(kv->layer_bytes);
+    be->to_host(be, hk, kv->k, kv->layer_bytes);
+    be->to_host(be, hv, kv->v, kv->layer_bytes);
+    const double u = 1.0 / 2048, kq = kv->type == SMOL_TYPE_Q8_0 ? 2 : 1;
+    double worst = 0, num = 0, den = 0;
+    float *kr = malloc((size_t)(pos[0] + 1) * hd * 4), *vr = NULL;
+    for (int t = 0; t < n; t++) {
+        const int np = pos[t] + 1;
+        kr = realloc(kr, (size_t)np * hd * 4);
+        vr = realloc(vr, (size_t)np * hd * 4);
+        for (int h = 0; h < n_kv; h++) {
+            double maxv = 0;
+            for (int i = 0; i < np; i++) {
+                fa_row(kv, hk, seqs[t], h, i, kr + (size_t)i * hd);
+                fa_row(kv, hv, seqs[t], h, i, vr + (size_t)i * hd);
+                for (int d = 0; d < hd; d++) maxv = fmax(maxv, fabs(vr[(size_t)i * hd + d]));
+            }
+            for (int g = 0; g < G; g++) {
+                const int hq = h * G + g;
+                const float *qt = q + (size_t)t * q_dim + (size_t)hq * hd;
+                double *s = malloc((size_t)np * sizeof *s), mx = -INFINITY, sabs = 0, l = 0;
+                for (int i = 0; i < np; i++) {
+                    double acc = 0, aa = 0;
+                    for (int d = 0; d < hd; d++) {
+                        acc += (double)qt[d] * kr[(size_t)i * hd + d];
+                        aa += fabs((double)qt[d] * kr[(size_t)i * hd + d]);
+                    }
+                    s[i] = acc * f->scale;
+                    sabs = fmax(sabs, aa * f->scale);
+                    mx = fmax(mx, s[i]);
+                }
+                for (int i = 0; i < np; i++) l += (s[i] = exp(s[i] - mx));
+                const double bound = maxv * (3 * u + expm1(2 * kq * u * sabs)) + 1e-6;
+                for (int d = 0; d < hd; d++) {
+                    double o = 0;
+                    for (int i = 0; i < np; i++) o += s[i] * vr[(size_t)i * hd + d];
+                    o /= l;
+                    const float x = got[(size_t)t * q_dim + (size_t)hq * hd + d];
+                    const double e = isfinite(x) ? fabs(x - o) : INFINITY;
+                    worst = fmax(worst, e / bound);
+                    num += e * e;
+                    den += o * o;
+                }
+                free(s);
+            }
+        }
+    }
+    const double rel = sqrt(num / (den > 0 ? den : 1));
+    printf("stats: attention tiled kv=%s %s: rel L2 %.2e, worst |d| / bound %.3f\n", smol_type_name(kv->type), what,
+           rel, worst);
+    ck_assert_msg(worst <= 1.0 && rel < 5e-3, "attention tiled kv=%s %s: rel L2 %.3e, worst |d| / bound %.3f",
+                  smol_type_name(kv->type), what, rel, worst);
+    f->worst = fmax(f->worst, worst);
+    free(kr); free(vr); free(hk); free(hv); free(got); free(k); free(v); free(q);
+    be->free(be, dk); be->free(be, dv); be->free(be, dq); be->free(be, dout);
+}
+
+/* A prompt of n tokens from position p0 of s, as one batch */
+static void fa_chunk(struct fa_ref *f, struct smol_kv_seq *s, int p0, int n, const char *what)
+{
+    struct smol_kv_seq **seqs = malloc((size_t)n * sizeof *seqs);
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    for (int i = 0; i < n; i++) {
+        seqs[i] = s;
+        pos[i] = p0 + i;
+    }
+    fa_batch(f, n, seqs, pos, what);
+    free(seqs);
+    free(pos);
+}
+
+static void fattn_case(uint32_t type)
+{
+    const char *ev = getenv("SMOL_CUDA_ATTN");  /* it would override the knob this case is about */
+    if (ev && strcmp(ev, "tiled")) {
+        printf("note: SMOL_CUDA_ATTN=%s cleared: the fattn case runs cuda_attn = tiled\n", ev);
+        unsetenv("SMOL_CUDA_ATTN");
+    }
+    struct smol_cuda_opts o;
+    smol_cuda_opts_default(&o);
+    o.attn = SMOL_CUDA_ATTN_TILED;
+    struct smol_backend *be = open_cuda_opts(&o);
+    if (!be) return;
+    char err[SMOL_ERRLEN];
+    ck_assert_msg(be->reserve(be, 320, 4096, 4096, err) == SMOL_OK, "%s", err);
+    /* SmolLM3's attention: 4 query heads per KV head of 128; 2 KV heads */
+    struct fa_ref f = {.be = be, .n_heads = 8, .scale = 0.0884f};
+    ck_assert(smol_kv_init(&f.kv, be, 1, 2, 128, type, 128, err) == SMOL_OK);
+    struct smol_kv_seq a, b, c, d;
+    smol_kv_seq_init(&a);
+    smol_kv_seq_init(&b);
+    smol_kv_seq_init(&c);
+    smol_kv_seq_init(&d);
+    /* one sequence's prompt in chunks of 7, 1, 65, 300 and 64 tokens (tiles of 16 tokens with
+     * tails; every chunk after the first over a prefix already in the cache; pages crossed) */
+    fa_chunk(&f, &a, 0, 7, "n_q 7 from 0");
+    fa_chunk(&f, &a, 7, 1, "n_q 1 at 7");
+    fa_chunk(&f, &a, 8, 65, "n_q 65 at 8");
+    fa_chunk(&f, &a, 73, 300, "n_q 300 at 73");
+    fa_chunk(&f, &a, 373, 64, "n_q 64 at 373");
+    /* a mixed batch: a new prompt of 20 (tiles 16 + 4), a decode row, a 1-token prompt */
+    {
+        struct smol_kv_seq *s[22];
+        int32_t pos[22];
+        for (int i = 0; i < 20; i++) { s[i] = &b; pos[i] = i; }
+        s[20] = &a; pos[20] = 437;
+        s[21] = &c; pos[21] = 0;
+        fa_batch(&f, 22, s, pos, "mixed batch (20-token prompt, decode at 437, 1-token prompt)");
+    }
+    /* decode rows of three sequences (one token per tile, split-K over pages) */
+    {
+        struct smol_kv_seq *s[3] = {&a, &b, &c};
+        int32_t pos[3] = {438, 20, 1};
+        fa_batch(&f, 3, s, pos, "decode of 3 sequences at 438, 20, 1");
+    }
+    /* a deep decode: ~2,000 positions written (unchecked chunks), then one token over 63 pages */
+    {
+        struct smol_kv_seq *s[300];
+        int32_t pos[300];
+        for (int p0 = 0; p0 < 1980; p0 += 300) {
+            const int m = 1980 - p0 < 300 ? 1980 - p0 : 300;
+            for (int i = 0; i < m; i++) { s[i] = &d; pos[i] = p0 + i; }
+            ck_assert(smol_kv_seq_reserve(&f.kv, &d, p0, p0 + m, err) == SMOL_OK);
+            float *k = rand_vec((size_t)m * 256, 2), *v = rand_vec((size_t)m * 256, 2);
+            float *dk = to_dev(be, k, m, 256), *dv = to_dev(be, v, m, 256);
+            struct smol_batch bt = {.n_tokens = m, .pos = pos, .seq = s};
+            be->kv_store(be, &f.kv, 0, dk, dv, &bt);
+            d.n_tokens = p0 + m;
+            free(k); free(v);
+            be->free(be, dk); be->free(be, dv);
+        }
+        s[0] = &d;
+        pos[0] = 1980;
+        fa_batch(&f, 1, s, pos, "decode at 1980");
+    }
+    printf("stats: attention tiled kv=%s worst |d| / bound over all batches %.3f\n", smol_type_name(type), f.worst);
+    smol_kv_seq_deinit(&f.kv, &a);
+    smol_kv_seq_deinit(&f.kv, &b);
+    smol_kv_seq_deinit(&f.kv, &c);
+    smol_kv_seq_deinit(&f.kv, &d);
+    smol_kv_deinit(&f.kv);
+    smol_backend_free(&be);
+}
+
+START_TEST(t_fattn_f16) { fattn_case(SMOL_TYPE_F16); }
+END_TEST
+START_TEST(t_fattn_q8_0) { fattn_case(SMOL_TYPE_Q8_0); }
+END_TEST
+
 /* ---- the q8 mat-vec and the fused steps (knobs cuda_matvec = q8, cuda_fuse) ------------------ */
 
 static const struct smol_cuda_opts Q8 = {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 0, .graphs = 0};
@@ -621,6 +836,8 @@ static const struct smol_cuda_opts knobs[] = {
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 0, .graphs = 0},
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0},
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 1},
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0, .attn = SMOL_CUDA_ATTN_TILED},
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 1, .attn = SMOL_CUDA_ATTN_TILED},
 };
 #define N_KNOBS ((int)(sizeof knobs / sizeof knobs[0]))
 
@@ -629,7 +846,8 @@ static const struct smol_cuda_opts knobs[] = {
 static int graph_twin(int k)
 {
     for (int j = 0; j < N_KNOBS; j++)
-        if (knobs[k].graphs && !knobs[j].graphs && knobs[j].matvec == knobs[k].matvec && knobs[j].fuse == knobs[k].fuse)
+        if (knobs[k].graphs && !knobs[j].graphs && knobs[j].matvec == knobs[k].matvec && knobs[j].fuse == knobs[k].fuse &&
+            knobs[j].attn == knobs[k].attn)
             return j;
     return -1;
 }
@@ -1003,7 +1221,7 @@ static void synthesize(void)
  * (elsewhere every case SKIPs at once) writes the synthesized models. */
 static void model_setup(void)
 {
-    static const char *const vars[] = {"SMOL_CUDA_MATVEC", "SMOL_CUDA_FUSE", "SMOL_CUDA_GRAPHS"};
+    static const char *const vars[] = {"SMOL_CUDA_MATVEC", "SMOL_CUDA_FUSE", "SMOL_CUDA_GRAPHS", "SMOL_CUDA_ATTN"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         if (getenv(vars[i])) {
             printf("note: %s=%s cleared: the model cases run every setting of their table\n", vars[i], getenv(vars[i]));
@@ -1069,6 +1287,11 @@ Suite *test_suite(void)
     tcase_add_test(ops, t_fused);
     tcase_add_test(ops, t_sample);
     suite_add_tcase(s, ops);
+    TCase *fattn = tcase_create("fattn");  /* knob cuda_attn = tiled; its own case for the sanitizer run */
+    tcase_set_timeout(fattn, 300);
+    tcase_add_test(fattn, t_fattn_f16);
+    tcase_add_test(fattn, t_fattn_q8_0);
+    suite_add_tcase(s, fattn);
     TCase *model = tcase_create("model");
     tcase_set_timeout(model, 600);
     tcase_add_unchecked_fixture(model, model_setup, model_teardown);
