@@ -20,7 +20,9 @@
  *          exact references, no further from them than the CPU backend's;
  *          models `smollm3 synth` writes at test time (every weight type)
  *          against the CPU backend; greedy tokens equal where the margin is
- *          clear; a recorded step (cuda_graphs) bit for bit the unrecorded.
+ *          clear; a recorded step (cuda_graphs) bit for bit the unrecorded;
+ *          hf-long's 16K-token prompt (head_dim 128) against transformers
+ *          with cuda_attn paged and tiled.
  * Host data reaches device buffers through the interface only: an f32
  * "weight" uploaded, then get_rows.
  */
@@ -973,10 +975,13 @@ static float *prefill(struct smol_model *m, const struct prompt_case *pc, struct
 }
 
 /* The CPU side of a model: every prompt's stats (or logits), greedy tokens and decode logits. */
+static int cpu_head_dim;  /* the head_dim of the model cpu_side last opened */
+
 static struct model_bounds cpu_side(const char *path, struct prompt_case *pcs, int np, int *vocab)
 {
     struct smol_model *m = open_model(path, NULL);
     const int V = *vocab = m->cfg.vocab;
+    cpu_head_dim = m->cfg.head_dim;
     struct model_bounds b = bounds_of(m);
     for (int p = 0; p < np; p++) {
         struct prompt_case *pc = &pcs[p];
@@ -1063,6 +1068,11 @@ static void cuda_side(const char *path, const char *name, int k, struct prompt_c
 {
     char desc[64];
     smol_cuda_opts_describe(&knobs[k], desc, sizeof desc);
+    if (knobs[k].attn == SMOL_CUDA_ATTN_TILED && cpu_head_dim != 128) {  /* the same kernels as paged: no new check */
+        printf("note: %s [%s] not run: head_dim %d takes the paged kernels under cuda_attn = tiled\n", name, desc,
+               cpu_head_dim);
+        return;
+    }
     struct smol_model *m = open_model(path, &knobs[k]);
     ck_assert_int_eq(m->cfg.vocab, V);
     struct cuda_tally t = {0};
@@ -1161,6 +1171,116 @@ END_TEST
 START_TEST(t_model_q8) { tracked_case("models/fixture-t.Q8_0.gguf", "fixture-t.Q8_0"); }
 END_TEST
 START_TEST(t_model_q4km) { tracked_case("models/fixture-a.Q4_K_M.gguf", "fixture-a.Q4_K_M"); }
+END_TEST
+
+/* hf-long (tests/fixtures/hf, test_yarn.c's t_yarn_16k): the real SmolLM3-3B rope and head_dim
+ * 128 (2 query heads on 1 KV head) on a 2-layer micro model; with --yarn, the logits at the last
+ * 8 positions of a 16,384-token prompt against transformers with float64 angles, then 4 greedy
+ * tokens against transformers' (margins 0.12 .. 2.9).  On CUDA with the default f16 cache, for
+ * cuda_attn = paged and tiled: the tiled kernel's long-context check against an outside
+ * reference (prefill chunks of 512 tokens over prefixes up to 15.9K positions, tiles of 32
+ * tokens, splits; decode at depth 16K with 256 splits, recorded as a graph).  Bounds: both
+ * within test_yarn.c's f16-KV tolerance (mean 1.5e-2, max 0.25) with every argmax and greedy
+ * token equal; tiled, which rounds Q and P to f16 as the cache rounds K and V, at most twice
+ * paged's mean and max distance (+ 1e-3 / 1e-2). */
+static int32_t *long_ids(int n)
+{
+    int32_t *ids = malloc(n * sizeof *ids);
+    uint64_t x = 19;
+    for (int i = 0; i < n; i++) {
+        x = (1103515245u * x + 12345u) % (1u << 31);
+        ids[i] = (int32_t)((x >> 16) % 504);
+    }
+    return ids;
+}
+
+START_TEST(t_model_long)
+{
+    if (!have_cuda()) return;
+    const char *rp = fixture_path("hf/hf-yarn.refs.json");
+    if (!rp) {
+        printf("SKIPPED: tests/fixtures/hf/hf-yarn.refs.json not found\n");
+        return;
+    }
+    json_error_t je;
+    json_t *r = json_load_file(rp, 0, &je);
+    ck_assert_msg(r, "%s", je.text);
+    json_t *lg = json_object_get(r, "long"), *ck = json_object_get(json_object_get(lg, "checks"), "p16k");
+    char rel[256], err[SMOL_ERRLEN];
+    snprintf(rel, sizeof rel, "hf/%s", json_string_value(json_object_get(lg, "gguf")));
+    const char *path = fixture_path(rel);
+    ck_assert_msg(path && ck, "hf-long fixture or its checks missing");
+    const int n = (int)json_integer_value(json_object_get(ck, "n_tokens")), last = 8, n_gen = 4;
+    snprintf(rel, sizeof rel, "hf/%s", json_string_value(json_object_get(ck, "last_logits_file_rope64")));
+    size_t nb;
+    float *ref = read_file(fixture_path(rel), &nb);
+    ck_assert(ref);
+    json_t *gids = json_object_get(ck, "gen_ids_rope64");
+    ck_assert_int_eq(json_array_size(gids), n_gen);
+    int32_t *ids = long_ids(n);
+    double mean[2] = {0, 0}, mx[2] = {0, 0};
+    for (int a = 0; a < 2; a++) {
+        struct smol_model_settings set;
+        smol_model_settings_default(&set);
+        set.quiet = 1;
+        set.yarn = 1;
+        set.n_ctx = n + n_gen + 1;
+        set.max_tokens = 512;
+        set.backend = "cuda";
+        smol_cuda_opts_default(&set.cuda);
+        set.cuda.attn = a ? SMOL_CUDA_ATTN_TILED : SMOL_CUDA_ATTN_PAGED;
+        struct smol_model *m = NULL;
+        ck_assert_msg(smol_model_open(&m, path, &set, err) == SMOL_OK, "%s", err);
+        ck_assert_int_eq(m->cfg.head_dim, 128);
+        const int V = m->cfg.vocab;
+        ck_assert(nb == (size_t)last * V * 4);
+        float *out = malloc((size_t)last * V * 4), *row = malloc((size_t)V * 4);
+        struct smol_kv_seq seq;
+        smol_kv_seq_init(&seq);
+        ck_assert_msg(smol_model_eval(m, &seq, ids, n - last, 0, NULL, err) == SMOL_OK, "%s", err);
+        ck_assert_msg(smol_model_eval(m, &seq, ids + n - last, last, 1, out, err) == SMOL_OK, "%s", err);
+        int agree = 0;
+        for (int t = 0; t < last; t++) {
+            int am = 0, rm = 0;
+            for (int v = 0; v < V; v++) {
+                const double d = isfinite(out[(size_t)t * V + v]) ? fabs((double)out[(size_t)t * V + v] - ref[(size_t)t * V + v])
+                                                                   : INFINITY;
+                mean[a] += d;
+                mx[a] = fmax(mx[a], d);
+                if (out[(size_t)t * V + v] > out[(size_t)t * V + am]) am = v;
+                if (ref[(size_t)t * V + v] > ref[(size_t)t * V + rm]) rm = v;
+            }
+            agree += am == rm;
+        }
+        mean[a] /= (double)last * V;
+        /* greedy from the last prompt position, fed back one token at a time (decode steps) */
+        memcpy(row, out + (size_t)(last - 1) * V, (size_t)V * 4);
+        int greedy = 0, first_miss = -1;
+        for (int s = 0; s < n_gen; s++) {
+            int32_t tk = argmax_margin(row, V, NULL);
+            if (tk == (int32_t)json_integer_value(json_array_get(gids, s))) greedy++;
+            else if (first_miss < 0) first_miss = s;
+            tk = (int32_t)json_integer_value(json_array_get(gids, s));  /* continue on transformers' tokens */
+            ck_assert_msg(smol_model_eval(m, &seq, &tk, 1, 0, row, err) == SMOL_OK, "%s", err);
+        }
+        printf("stats: hf-long cuda attn=%s %d tokens (yarn), positions %d..%d vs rope64: mean |d| %.2e max %.2e "
+               "argmax %d/%d; greedy %d/%d\n", a ? "tiled" : "paged", n, n - last, n - 1, mean[a], mx[a], agree, last,
+               greedy, n_gen);
+        ck_assert_msg(mean[a] <= 1.5e-2 && mx[a] <= 0.25 && agree == last && greedy == n_gen,
+                      "hf-long attn=%s: mean %g max %g argmax %d/%d greedy %d/%d (first miss at step %d)",
+                      a ? "tiled" : "paged", mean[a], mx[a], agree, last, greedy, n_gen, first_miss);
+        smol_kv_seq_deinit(&m->kv, &seq);
+        smol_model_close(&m);
+        free(out);
+        free(row);
+    }
+    ck_assert_msg(mean[1] <= 2 * mean[0] + 1e-3 && mx[1] <= 2 * mx[0] + 1e-2,
+                  "hf-long: tiled (mean %g max %g) further from rope64 than twice paged (mean %g max %g)", mean[1],
+                  mx[1], mean[0], mx[0]);
+    free(ids);
+    free(ref);
+    json_decref(r);
+}
 END_TEST
 
 /* ---- synthesized models: `smollm3 synth --preset fixture --type T`, written when the model
@@ -1298,6 +1418,7 @@ Suite *test_suite(void)
     tcase_add_test(model, t_model_f32);
     tcase_add_test(model, t_model_q8);
     tcase_add_test(model, t_model_q4km);
+    tcase_add_test(model, t_model_long);
     tcase_add_loop_test(model, t_model_synth, 0, N_SYNTH);
     suite_add_tcase(s, model);
     return s;
