@@ -21,7 +21,7 @@ extern "C" {
 
 /* kernel arguments for the fibers */
 static float *A_out, *A_part; static const float *A_q; static const void *A_kc, *A_vc;
-static const int32_t *A_tok, *A_pages, *A_tiles; static int A_ntok, A_nh, A_nkv, A_kvtype, A_nsplit, A_rows;
+static const int32_t *A_tok, *A_pages, *A_tiles; static int A_ntok, A_nh, A_nkv, A_nsplit, A_rows;
 static float A_scale;
 static void run_f16() { fattn_kernel<SMOL_TYPE_F16>(A_out, A_q, A_kc, A_vc, A_tok, A_pages, A_tiles, A_ntok, A_nh, A_nkv, A_scale, A_part); }
 static void run_q8() { fattn_kernel<SMOL_TYPE_Q8_0>(A_out, A_q, A_kc, A_vc, A_tok, A_pages, A_tiles, A_ntok, A_nh, A_nkv, A_scale, A_part); }
@@ -49,9 +49,9 @@ struct Seq { std::vector<int32_t> pages; int len; };
 
 /* a batch: tokens (seq, pos); runs the kernel as the backend would, compares with float64 */
 static int check(Cache &c, std::vector<Seq> &seqs, const std::vector<std::pair<int, int>> &toks, int n_split, bool use_tiles,
-                 const char *what)
+                 const char *what, int nh = 8)
 {
-    const int n = (int)toks.size(), nh = 8, nkv = c.nkv, G = nh / nkv, hd = 128;
+    const int n = (int)toks.size(), nkv = c.nkv, G = nh / nkv, hd = 128;
     /* descriptor: tok pairs then page tables per run */
     std::vector<int32_t> desc(2 * n);
     int cur_off = 0;
@@ -124,7 +124,7 @@ static int check(Cache &c, std::vector<Seq> &seqs, const std::vector<std::pair<i
     }
     const double rel = sqrt(num / den);
     const int ok = worst <= 1 && rel < 5e-3;
-    printf("%-58s kv=%s split=%d tiles=%s: rel L2 %.2e worst/bound %.3f  %s\n", what, c.type == SMOL_TYPE_F16 ? "f16" : "q8_0",
+    printf("%-58s G=%-2d kv=%s split=%d tiles=%s: rel L2 %.2e worst/bound %.3f  %s\n", what, G, c.type == SMOL_TYPE_F16 ? "f16" : "q8_0",
            n_split, use_tiles ? "desc" : "1/token", rel, worst, ok ? "ok" : "FAIL");
     return ok;
 }
@@ -167,6 +167,32 @@ int main()
         fails += !check(c, seqs, b, 7, false, "decode @150 (5 pages, 7 splits: 2 empty)");
         b.clear(); for (int i = 130; i < 200; i++) b.push_back({0, i});
         fails += !check(c, seqs, b, 1, true, "seq0 prompt 130..199 over a 130 prefix");
+    }
+    /* other GQA groups (G = 2: the synthesized test models, 32 tokens a tile; G = 16: 4 a tile) on
+     * one KV head, and a decode at depth 2,000 with FATTN_MAX_SPLIT splits (most of them empty) */
+    {
+        Cache c; c.type = SMOL_TYPE_F16; c.n_pages = 64; c.nkv = 1; c.row_bytes = 256;
+        c.k.assign((size_t)c.n_pages * c.nkv * 32 * c.row_bytes, 0); c.v = c.k;
+        std::vector<Seq> seqs(1);
+        std::vector<int> perm(c.n_pages);
+        for (int i = 0; i < c.n_pages; i++) perm[i] = i;
+        std::shuffle(perm.begin(), perm.end(), rng);
+        seqs[0].len = 2000;
+        for (int p = 0; p < 63; p++) seqs[0].pages.push_back(perm[p]);
+        float x[128];
+        for (int i = 0; i < 2000; i++) {
+            for (auto &e : x) e = urand();
+            put_row(c, c.k, seqs[0].pages[i / 32], 0, i % 32, x);
+            for (auto &e : x) e = urand();
+            put_row(c, c.v, seqs[0].pages[i / 32], 0, i % 32, x);
+        }
+        std::vector<std::pair<int, int>> b;
+        for (int i = 60; i < 130; i++) b.push_back({0, i});
+        fails += !check(c, seqs, b, 1, true, "prompt 60..129 (G 2: tiles 32 + 32 + 6)", 2);
+        fails += !check(c, seqs, b, 2, true, "prompt 60..129 (G 16: tiles of 4), 2 splits", 16);
+        b.clear();
+        b.push_back({0, 1999});
+        fails += !check(c, seqs, b, FATTN_MAX_SPLIT, false, "decode @1999, FATTN_MAX_SPLIT splits", 2);
     }
     printf("mma calls %ld; %s\n", n_mma, fails ? "FAILURES" : "all ok");
     return fails != 0;
