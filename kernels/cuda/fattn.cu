@@ -55,6 +55,7 @@
 #define FA_THREADS 128
 #define FA_LD (FA_HD + 8)           /* shared row stride in halves: 272 bytes, a multiple of 16 */
 #define FM_WARPS 4                  /* merge: (token, head) rows per block, a warp each */
+#define FA_SMEM (4 * FATTN_KEYS * FA_LD * 2)  /* two K and two V tiles of f16: 69,632 bytes */
 
 static_assert(FATTN_ROWS == 16 * (FA_THREADS / 32), "a warp per 16 rows");
 static_assert(FATTN_KEYS == FATTN_ROWS, "the Q tile is staged in the K tile's shared memory");
@@ -87,9 +88,21 @@ static __device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const __half *p)
                  : "r"(a));
 }
 
+/* 16 bytes global -> shared, asynchronous (sm_80+), in the current commit group */
+static __device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
+{
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/* waits until at most one commit group (the most recent) is pending */
+static __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
 /* Rows j < FATTN_KEYS of dst = positions k0 + j of KV head h of the sequence with page table pt,
  * as f16; zeros where k0 + j >= k_end.  Bounds: a cache row is read only for a position below
- * k_end, which is at most the tile's context (<= 32 x its page table's entries). */
+ * k_end, which is at most the tile's context (<= 32 x its page table's entries).  f16 rows are
+ * copied with cp.async (complete after the caller's cp_async_wait1 and a barrier); q8_0 rows are
+ * loaded, dequantized and stored by the thread (complete after a barrier). */
 template <int KV>
 static __device__ __forceinline__ void stage_rows(__half (*dst)[FA_LD], const void *cache, const int32_t *pt,
                                                   int n_kv_heads, int h, int k0, int k_end, int tid)
@@ -99,13 +112,13 @@ static __device__ __forceinline__ void stage_rows(__half (*dst)[FA_LD], const vo
 #pragma unroll
         for (int it = 0; it < FATTN_KEYS * CH / FA_THREADS; it++) {
             const int idx = it * FA_THREADS + tid, j = idx / CH, c = idx % CH, pos = k0 + j;
-            uint4 v = make_uint4(0, 0, 0, 0);
             if (pos < k_end) {
                 const size_t row = ((size_t)pt[pos / SMOL_KV_PAGE_CUDA] * n_kv_heads + h) * SMOL_KV_PAGE_CUDA +
                                    pos % SMOL_KV_PAGE_CUDA;
-                v = ((const uint4 *)((const __half *)cache + row * FA_HD))[c];
+                cp_async16(&dst[j][8 * c], (const uint4 *)((const __half *)cache + row * FA_HD) + c);
+            } else {
+                *(uint4 *)&dst[j][8 * c] = make_uint4(0, 0, 0, 0);
             }
-            *(uint4 *)&dst[j][8 * c] = v;
         }
     } else {  /* q8_0: a row is FA_HD / 32 blocks of 34 bytes; a thread takes one block (32 values) */
         constexpr int BPR = FA_HD / QK8_0;
@@ -141,8 +154,13 @@ static __global__ void __launch_bounds__(FA_THREADS)
 fattn_kernel(float *out, const float *q, const void *kc, const void *vc, const int32_t *tok, const int32_t *pages,
              const int32_t *tiles, int n_tokens, int n_heads, int n_kv_heads, float scale, float *part)
 {
-    __shared__ __align__(16) __half Ks[FATTN_KEYS][FA_LD];  /* the Q tile first, then each K tile */
-    __shared__ __align__(16) __half Vs[FATTN_KEYS][FA_LD];
+    /* two buffers of a K and a V tile (FA_SMEM bytes, dynamic): tile i + 1 is copied in while tile i
+     * is computed on; the Q tile is staged in buffer 1's K first */
+    extern __shared__ __align__(16) __half fa_sm[];
+    typedef __half row_t[FA_LD];
+    row_t *const sm_rows = (row_t *)fa_sm;  /* buffer b: K at rows 2b x 64, V at (2b + 1) x 64 */
+#define FA_K(b) (sm_rows + (b) * 2 * FATTN_KEYS)
+#define FA_V(b) (sm_rows + ((b) * 2 + 1) * FATTN_KEYS)
     const int G = n_heads / n_kv_heads;
     const int tile = blockIdx.x, h = blockIdx.y, split = blockIdx.z, n_split = gridDim.z;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, gid = lane >> 2, tig = lane & 3;
@@ -171,24 +189,31 @@ fattn_kernel(float *out, const float *q, const void *kc, const void *vc, const i
     const int npA = rA < n_rows ? tok[2 * (t0 + rA / G)] : 0;  /* positions the row sees */
     const int npB = rB < n_rows ? tok[2 * (t0 + rB / G)] : 0;
 
+    /* the first K/V tile on its way while Q is staged */
+    const int n_kt = k_end > k_begin ? (k_end - k_begin + FATTN_KEYS - 1) / FATTN_KEYS : 0;
+    if (n_kt > 0) {
+        stage_rows<KV>(FA_K(0), kc, pt, n_kv_heads, h, k_begin, k_end, tid);
+        stage_rows<KV>(FA_V(0), vc, pt, n_kv_heads, h, k_begin, k_end, tid);
+    }
+    cp_async_commit();
+
     /* 1. Q tile: row r = token t0 + r / G, head h * G + r % G (the G heads are adjacent in q) */
     for (int idx = tid; idx < FATTN_ROWS * (FA_HD / 4); idx += FA_THREADS) {
         const int r = idx / (FA_HD / 4), c = idx % (FA_HD / 4);
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (r < n_rows)
             v = *(const float4 *)(q + ((size_t)(t0 + r / G) * n_heads + (size_t)h * G + r % G) * FA_HD + 4 * c);
-        *(uint2 *)&Ks[r][4 * c] = make_uint2(pack_h2(v.x * scale, v.y * scale), pack_h2(v.z * scale, v.w * scale));
+        *(uint2 *)&FA_K(1)[r][4 * c] = make_uint2(pack_h2(v.x * scale, v.y * scale), pack_h2(v.z * scale, v.w * scale));
     }
     __syncthreads();
     uint32_t qa[FA_HD / 16][4];
 #pragma unroll
     for (int ks = 0; ks < FA_HD / 16; ks++) {
-        qa[ks][0] = lds32(&Ks[rA][16 * ks + 2 * tig]);
-        qa[ks][1] = lds32(&Ks[rB][16 * ks + 2 * tig]);
-        qa[ks][2] = lds32(&Ks[rA][16 * ks + 8 + 2 * tig]);
-        qa[ks][3] = lds32(&Ks[rB][16 * ks + 8 + 2 * tig]);
+        qa[ks][0] = lds32(&FA_K(1)[rA][16 * ks + 2 * tig]);
+        qa[ks][1] = lds32(&FA_K(1)[rB][16 * ks + 2 * tig]);
+        qa[ks][2] = lds32(&FA_K(1)[rA][16 * ks + 8 + 2 * tig]);
+        qa[ks][3] = lds32(&FA_K(1)[rB][16 * ks + 8 + 2 * tig]);
     }
-    __syncthreads();  /* Ks is overwritten by the first K tile */
 
     float o[FA_HD / 8][4];
 #pragma unroll
@@ -196,9 +221,20 @@ fattn_kernel(float *out, const float *q, const void *kc, const void *vc, const i
     float mA = -INFINITY, mB = -INFINITY, lA = 0.0f, lB = 0.0f;
     const bool active = 16 * w < n_rows;  /* warp-uniform: a warp of padding rows only helps stage */
 
-    for (int k0 = k_begin; k0 < k_end; k0 += FATTN_KEYS) {
-        stage_rows<KV>(Ks, kc, pt, n_kv_heads, h, k0, k_end, tid);
-        stage_rows<KV>(Vs, vc, pt, n_kv_heads, h, k0, k_end, tid);
+    /* Tile it is in buffer it & 1.  Per iteration: (a) a barrier: every thread is done with the
+     * other buffer (the previous tile, or the Q fragments); tile it + 1 is issued into it, its own
+     * commit group (empty at the end); (b) wait for all but that newest group, i.e. tile it, and
+     * a barrier, so that every thread's copies and zero stores of tile it are visible. */
+    for (int it = 0; it < n_kt; it++) {
+        const int k0 = k_begin + it * FATTN_KEYS;
+        row_t *const Ks = FA_K(it & 1), *const Vs = FA_V(it & 1);
+        __syncthreads();
+        if (it + 1 < n_kt) {
+            stage_rows<KV>(FA_K((it + 1) & 1), kc, pt, n_kv_heads, h, k0 + FATTN_KEYS, k_end, tid);
+            stage_rows<KV>(FA_V((it + 1) & 1), vc, pt, n_kv_heads, h, k0 + FATTN_KEYS, k_end, tid);
+        }
+        cp_async_commit();
+        cp_async_wait1();
         __syncthreads();
         if (active) {
             /* 3. S = Q K^T (16 rows x 64 keys per warp) */
@@ -265,9 +301,10 @@ fattn_kernel(float *out, const float *q, const void *kc, const void *vc, const i
                 }
             }
         }
-        __syncthreads();  /* the next tile overwrites Ks, Vs */
     }
 
+#undef FA_K
+#undef FA_V
     lA += __shfl_xor_sync(0xffffffffu, lA, 1);
     lA += __shfl_xor_sync(0xffffffffu, lA, 2);
     lB += __shfl_xor_sync(0xffffffffu, lB, 1);
@@ -346,12 +383,22 @@ cudaError_t smol_fattn_cuda(float *out, const float *q, const void *k_layer, con
         n_tiles < 1 || n_tiles > n_tokens || (!tiles && n_tiles != n_tokens) || (n_split > 1 && !part) ||
         n_kv_heads > 65535)
         return cudaErrorInvalidValue;
+    static int smem_set[2];  /* the opt-in beyond 48 KB, once per instance (the engine thread) */
+    const int ki = kv_type == SMOL_TYPE_F16 ? 0 : 1;
+    if (!smem_set[ki]) {
+        const cudaError_t e = ki ? cudaFuncSetAttribute(fattn_kernel<SMOL_TYPE_Q8_0>,
+                                                        cudaFuncAttributeMaxDynamicSharedMemorySize, FA_SMEM)
+                                 : cudaFuncSetAttribute(fattn_kernel<SMOL_TYPE_F16>,
+                                                        cudaFuncAttributeMaxDynamicSharedMemorySize, FA_SMEM);
+        if (e != cudaSuccess) return e;
+        smem_set[ki] = 1;
+    }
     const dim3 grid(n_tiles, n_kv_heads, n_split);
     if (kv_type == SMOL_TYPE_F16)
-        fattn_kernel<SMOL_TYPE_F16><<<grid, FA_THREADS, 0, st>>>(out, q, k_layer, v_layer, tok, pages, tiles, n_tokens,
+        fattn_kernel<SMOL_TYPE_F16><<<grid, FA_THREADS, FA_SMEM, st>>>(out, q, k_layer, v_layer, tok, pages, tiles, n_tokens,
                                                                  n_heads, n_kv_heads, scale, part);
     else
-        fattn_kernel<SMOL_TYPE_Q8_0><<<grid, FA_THREADS, 0, st>>>(out, q, k_layer, v_layer, tok, pages, tiles,
+        fattn_kernel<SMOL_TYPE_Q8_0><<<grid, FA_THREADS, FA_SMEM, st>>>(out, q, k_layer, v_layer, tok, pages, tiles,
                                                                   n_tokens, n_heads, n_kv_heads, scale, part);
     if (n_split > 1) {
         const int rows = n_tokens * n_heads;

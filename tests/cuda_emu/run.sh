@@ -18,6 +18,11 @@ for m in marks:
     if m not in s:
         sys.exit("cuda_emu: marker %r not found in %s: update tests/cuda_emu/run.sh" % (m, sys.argv[1]))
 s = s.replace(marks[0], '#include "shim.h"\n')
+# dynamic shared memory: a static array of the launch's size (one block runs at a time)
+dyn = 'extern __shared__ __align__(16) __half fa_sm[];'
+if dyn not in s:
+    sys.exit("cuda_emu: %r not found in %s: update tests/cuda_emu/run.sh" % (dyn, sys.argv[1]))
+s = s.replace(dyn, 'static __half fa_sm[FA_SMEM / 2] __attribute__((aligned(16)));')
 s = s[:s.index(marks[1])] + s[s.index(marks[2]):]
 open(sys.argv[2], "w").write(s[:s.index(marks[3])])
 PY
