@@ -13,8 +13,8 @@
 #              median of 10, bytes read + written) = BW
 #    3 test    build/tests/test_cuda (CK_RUN_CASE honoured): its "stats:" lines and summary
 #    4 sanit   compute-sanitizer memcheck and racecheck on test_cuda's kernel cases (CK_RUN_CASE=ops)
-#   4b sanitfa compute-sanitizer memcheck on test_cuda's tiled attention (CK_RUN_CASE=fattn,
-#              SMOL_CUDA_ATTN=tiled)
+#   4b sanitfa compute-sanitizer memcheck and racecheck on test_cuda's tiled attention
+#              (CK_RUN_CASE=fattn SMOL_CUDA_ATTN=tiled SMOL_TEST_QUICK=1: its shorter batches)
 #    5 synth   smollm3 synth -> /dev/shm/3b.gguf (full-size SmolLM3-3B Q4_K_M, random weights)
 #    6 matvec  build/bench/bench_cuda --bw BW: mat-vec per type / shape / n, f32 vs q8, checked
 #    7 bench   smollm3 bench -p 512 -n 128 on cuda per knob combination (SMOL_CUDA_MATVEC /
@@ -278,22 +278,35 @@ s_sanit() {
 
 # ---------------------------------------------------------------- 4b: memcheck of the tiled attention
 s_sanit_fattn() {
-    local cs rc errs t=${GPU_CHECK_SANITIZE_FATTN_S:-60}
+    local cs rc errs tool bad=0 t=${GPU_CHECK_SANITIZE_FATTN_S:-60}
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     [ -x "$cs" ] || { NOTE="no compute-sanitizer"; return 77; }
     [ -x "$B/tests/test_cuda" ] || { NOTE="no $B/tests/test_cuda"; return 1; }
     [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
-    CK_RUN_CASE=fattn SMOL_CUDA_ATTN=tiled tmo "$t" "$cs" --tool memcheck "$B/tests/test_cuda" > "$W/memcheck_fattn.out" 2>&1
-    rc=$?
-    cat "$W/memcheck_fattn.out"
-    errs=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$W/memcheck_fattn.out" | tail -n 1 | grep -oE '[0-9]+$')
-    local sum
-    sum=$(grep -E '^[0-9]+%: Checks:' "$W/memcheck_fattn.out" | tail -n 1)
-    say "  memcheck (fattn): ${errs:-?} errors; test ${sum:-gave no summary} (rc $rc)"
-    put fact.memcheck_fattn "errors=${errs:-?} rc=$rc ${sum}"
-    NOTE="memcheck ${errs:-?} errors, ${sum:-no summary} (rc $rc)"
-    grep -qE 'Checks: 0,' "$W/memcheck_fattn.out" && { NOTE="no tcase 'fattn' in test_cuda"; return 1; }
-    [ "${errs:-x}" = 0 ] && [ $rc -eq 0 ]
+    NOTE=""
+    for tool in memcheck racecheck; do
+        over && { NOTE="$NOTE $tool: skipped (budget);"; continue; }
+        CK_RUN_CASE=fattn SMOL_CUDA_ATTN=tiled SMOL_TEST_QUICK=1 tmo "$t" "$cs" --tool "$tool" "$B/tests/test_cuda" \
+            > "$W/${tool}_fattn.out" 2>&1
+        rc=$?
+        cat "$W/${tool}_fattn.out"
+        if [ "$tool" = memcheck ]; then
+            errs=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$W/${tool}_fattn.out" | tail -n 1 | grep -oE '[0-9]+$')
+        else
+            errs=$(grep -oE 'RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?' "$W/${tool}_fattn.out" |
+                   tail -n 1 | grep -oE '[0-9]+ errors?' | grep -oE '[0-9]+')
+            [ -n "$errs" ] || errs=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$W/${tool}_fattn.out" | tail -n 1 | grep -oE '[0-9]+$')
+        fi
+        local sum
+        sum=$(grep -E '^[0-9]+%: Checks:' "$W/${tool}_fattn.out" | tail -n 1)
+        say "  $tool (fattn): ${errs:-?} errors; test ${sum:-gave no summary} (rc $rc)"
+        put "fact.${tool}_fattn" "errors=${errs:-?} rc=$rc ${sum}"
+        NOTE="$NOTE $tool ${errs:-?} errors (rc $rc);"
+        grep -qE 'Checks: 0,' "$W/${tool}_fattn.out" && { NOTE="$NOTE no tcase 'fattn' in test_cuda;"; bad=1; }
+        { [ "${errs:-x}" = 0 ] && [ $rc -eq 0 ]; } || bad=1
+    done
+    NOTE=${NOTE# }
+    return $bad
 }
 
 # ---------------------------------------------------------------- 5: the full-size model
@@ -676,7 +689,7 @@ step llama 0 "llama.cpp CUDA build in the background" s_llama
 step device 0 "device facts, copy bandwidth" s_device
 step test 0 "$B/tests/test_cuda" s_test
 step sanit 1 "compute-sanitizer memcheck + racecheck (CK_RUN_CASE=${GPU_CHECK_SANITIZE_CASE:-ops})" s_sanit
-step sanitfa 1 "compute-sanitizer memcheck, tiled attention (CK_RUN_CASE=fattn SMOL_CUDA_ATTN=tiled)" s_sanit_fattn
+step sanitfa 1 "compute-sanitizer memcheck + racecheck, tiled attention (CK_RUN_CASE=fattn)" s_sanit_fattn
 step synth 0 "smollm3 synth --preset $PRESET -> $MODEL" s_synth
 step matvec 0 "bench_cuda --bw ${BW:-?}" s_matvec
 step bench 0 "smollm3 bench: knob combinations, best, baseline, cpu" s_bench
