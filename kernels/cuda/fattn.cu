@@ -15,10 +15,12 @@
  *      the A fragments of the 8 k-steps of head_dim 128 (32 registers).
  *   2. Per K/V tile of FATTN_KEYS = 64 positions (two pages): all 128
  *      threads stage K and V rows as f16 in shared memory ([64][136]: 8
- *      halves of padding make every fragment load below conflict-free);
- *      q8_0 rows are dequantized on the way (d * q in f32, rounded to f16).
- *      Positions past the split's end are stored as zeros (so a masked
- *      probability 0 meets a finite V, never 0 * garbage).
+ *      halves of padding make every fragment load below conflict-free), in
+ *      two buffers: tile i + 1 is copied (cp.async, f16) while tile i is
+ *      computed on; q8_0 rows are loaded and dequantized by the threads
+ *      (d * q in f32, rounded to f16).  Positions past the split's end are
+ *      stored as zeros (so a masked probability 0 meets a finite V, never
+ *      0 * garbage).
  *   3. S = Q K^T: 8 n-tiles of 8 keys x 8 k-steps of mma.sync m16n8k16
  *      (f16 in, f32 accumulate); B fragments are 32-bit loads of K rows.
  *   4. Causal mask per row (row's token sees positions < its tok[2t]) and the
@@ -58,7 +60,7 @@
 #define FA_SMEM (4 * FATTN_KEYS * FA_LD * 2)  /* two K and two V tiles of f16: 69,632 bytes */
 
 static_assert(FATTN_ROWS == 16 * (FA_THREADS / 32), "a warp per 16 rows");
-static_assert(FATTN_KEYS == FATTN_ROWS, "the Q tile is staged in the K tile's shared memory");
+static_assert(FATTN_KEYS == FATTN_ROWS, "the Q tile is staged in a K tile's shared memory");
 static_assert(FATTN_KEYS % SMOL_KV_PAGE_CUDA == 0 || SMOL_KV_PAGE_CUDA % FATTN_KEYS == 0, "tile and page");
 
 static __device__ __forceinline__ uint32_t pack_h2(float a, float b)
