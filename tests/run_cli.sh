@@ -153,6 +153,11 @@ expect 2 "bench --cuda-matvec bogus" $S bench -m $T --cuda-matvec bogus
 grep -q "f32 or q8" "$TMP/err" && ok || bad "--cuda-matvec message: $(cat "$TMP/err")"
 expect 2 "generate --cuda-fuse bogus" $S generate -m $T --ids 1 -n 1 --cuda-fuse bogus
 expect 2 "logits --cuda-graphs bogus" $S logits -m $T --ids 1 -o "$TMP/x" --cuda-graphs bogus
+expect 2 "bench --cuda-attn bogus" $S bench -m $T --cuda-attn bogus
+grep -q "paged or tiled" "$TMP/err" && ok || bad "--cuda-attn message: $(cat "$TMP/err")"
+expect 0 "bench --cuda-attn tiled on the CPU" $S bench -m $T -p 16 -n 4 -t 2 --cuda-attn tiled --json
+expect 1 "bad SMOL_CUDA_ATTN" env SMOL_CUDA_ATTN=flash $S bench -m $T -p 16 -n 4 --backend auto
+grep -q "SMOL_CUDA_ATTN" "$TMP/err" && ok || bad "bad SMOL_CUDA_ATTN message: $(cat "$TMP/err")"
 expect 2 "bench --cuda-device -1" $S bench -m $T --cuda-device -1
 
 # ---- make bench (tests/bench.sh): the table names the CPU and each engine's ISA; a peer that

@@ -133,21 +133,22 @@ START_TEST(cuda_opts_set_and_describe)
     ck_assert_int_eq(o.matvec, SMOL_CUDA_MATVEC_Q8);    /* the paths device run 1 verified (NOTES.md) */
     ck_assert_int_eq(o.fuse, 1);
     ck_assert_int_eq(o.graphs, 1);
+    ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_PAGED);     /* tiled: not yet run on a device */
     smol_cuda_opts_describe(&o, buf, sizeof buf);
-    ck_assert_str_eq(buf, "matvec=q8 fuse=on graphs=on");
+    ck_assert_str_eq(buf, "matvec=q8 fuse=on graphs=on attn=paged");
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_matvec", "f32", err), SMOL_OK);
     ck_assert_int_eq(o.matvec, SMOL_CUDA_MATVEC_F32);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_fuse", "off", err), SMOL_OK);
     ck_assert_int_eq(o.fuse, 0);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_graphs", "off", err), SMOL_OK);
     smol_cuda_opts_describe(&o, buf, sizeof buf);
-    ck_assert_str_eq(buf, "matvec=f32 fuse=off graphs=off");
+    ck_assert_str_eq(buf, "matvec=f32 fuse=off graphs=off attn=paged");
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_matvec", "q8", err), SMOL_OK);
     ck_assert_int_eq(o.matvec, SMOL_CUDA_MATVEC_Q8);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_fuse", "on", err), SMOL_OK);
     ck_assert_int_eq(o.fuse, 1);
     smol_cuda_opts_describe(&o, buf, sizeof buf);
-    ck_assert_str_eq(buf, "matvec=q8 fuse=on graphs=off");
+    ck_assert_str_eq(buf, "matvec=q8 fuse=on graphs=off attn=paged");
     const char *on[] = {"on", "1", "true"}, *off[] = {"off", "0", "false"};
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_graphs", on[i], err), SMOL_OK);
@@ -166,6 +167,15 @@ START_TEST(cuda_opts_set_and_describe)
     ck_assert_int_eq(o.fuse, 1);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_bogus", "on", err), SMOL_EINVAL);
     ck_assert_msg(strstr(err, "cuda_bogus"), "%s", err);
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_attn", "tiled", err), SMOL_OK);
+    ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_TILED);
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_attn", "flash", err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "cuda_attn") && strstr(err, "paged or tiled") && strstr(err, "flash"), "%s", err);
+    ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_TILED);
+    smol_cuda_opts_describe(&o, buf, sizeof buf);
+    ck_assert_msg(strstr(buf, " attn=tiled"), "%s", buf);
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_attn", "paged", err), SMOL_OK);
+    ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_PAGED);
     smol_cuda_opts_describe(&o, buf, 8);    /* truncated, terminated */
     ck_assert_uint_eq(strlen(buf), 7);
 }
@@ -180,19 +190,28 @@ START_TEST(cuda_opts_env)
     unsetenv("SMOL_CUDA_MATVEC");
     unsetenv("SMOL_CUDA_FUSE");
     unsetenv("SMOL_CUDA_GRAPHS");
+    unsetenv("SMOL_CUDA_ATTN");
     smol_cuda_opts_default(&o);
     o.matvec = SMOL_CUDA_MATVEC_F32;
     o.fuse = 1;
     o.graphs = 0;
     ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);    /* nothing set: unchanged */
     smol_cuda_opts_describe(&o, buf, sizeof buf);
-    ck_assert_str_eq(buf, "matvec=f32 fuse=on graphs=off");
+    ck_assert_str_eq(buf, "matvec=f32 fuse=on graphs=off attn=paged");
     setenv("SMOL_CUDA_MATVEC", "q8", 1);
     setenv("SMOL_CUDA_FUSE", "0", 1);
     setenv("SMOL_CUDA_GRAPHS", "true", 1);
     ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);
     smol_cuda_opts_describe(&o, buf, sizeof buf);
-    ck_assert_str_eq(buf, "matvec=q8 fuse=off graphs=on");
+    ck_assert_str_eq(buf, "matvec=q8 fuse=off graphs=on attn=paged");
+    setenv("SMOL_CUDA_ATTN", "tiled", 1);
+    ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);
+    ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_TILED);
+    setenv("SMOL_CUDA_ATTN", "fast", 1);
+    ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "SMOL_CUDA_ATTN") && strstr(err, "paged or tiled"), "%s", err);
+    unsetenv("SMOL_CUDA_ATTN");
+    o.attn = SMOL_CUDA_ATTN_PAGED;
     setenv("SMOL_CUDA_GRAPHS", "", 1);                              /* empty = unset */
     ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);
     ck_assert_int_eq(o.graphs, 1);
@@ -234,6 +253,7 @@ START_TEST(cuda_options)
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_matvec", c.cuda_matvec, err), SMOL_OK);
     o.fuse = c.cuda_fuse;
     o.graphs = c.cuda_graphs;
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_attn", c.cuda_attn, err), SMOL_OK);
     ck_assert_msg(!memcmp(&o, &d, sizeof o), "the cuda_* defaults of config.c differ from smol_cuda_opts_default");
     ck_assert_str_eq(c.cuda_matvec, "q8");
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-matvec", "f32", "--cuda-fuse=off", "--cuda-graphs=off",
@@ -243,6 +263,11 @@ START_TEST(cuda_options)
     ck_assert_int_eq(c.cuda_graphs, 0);
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-matvec", "bogus", NULL), SMOL_EINVAL);
     ck_assert_msg(strstr(err, "cuda_matvec") && strstr(err, "f32 or q8") && strstr(err, "bogus"), "%s", err);
+    ck_assert_str_eq(c.cuda_attn, "paged");
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-attn", "tiled", NULL), SMOL_OK);
+    ck_assert_str_eq(c.cuda_attn, "tiled");
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-attn", "flash", NULL), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "cuda_attn") && strstr(err, "paged or tiled"), "%s", err);
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-graphs=sometimes", NULL), SMOL_EINVAL);
     ck_assert_msg(strstr(err, "cuda_graphs"), "%s", err);
     smol_config_defaults(&c);

@@ -6,17 +6,23 @@
  * that the loader says so with SMOL_EUNSUPPORTED and a reason, prints
  * "SKIPPED: no CUDA device (<reason>)" and passes.  With a device, two
  * cases (CK_RUN_CASE selects one; the device check runs the sanitizers on
- * "ops"):
+ * "ops" and "fattn"):
  *   ops    every op through the backend interface on random data (fresh per
  *          run, outputs poisoned with NaN first) against its _ref twin in
  *          double; the q8 mat-vec (knob cuda_matvec = q8) against a float64
  *          dot of the same q8a activations; the fused steps (cuda_fuse)
  *          against their composition from the plain ops.
+ *   fattn  knob cuda_attn = tiled: the tiled attention (f16 and q8_0 KV) on
+ *          prompts of 1..300 tokens over prefixes, mixed and decode batches,
+ *          against a float64 attention of the cache's own K/V, within the
+ *          bound its f16 rounding of Q, P (and q8_0's K, V) implies.
  *   model  for each knob setting: the tracked fixtures' logits against the
  *          exact references, no further from them than the CPU backend's;
  *          models `smollm3 synth` writes at test time (every weight type)
  *          against the CPU backend; greedy tokens equal where the margin is
- *          clear; a recorded step (cuda_graphs) bit for bit the unrecorded.
+ *          clear; a recorded step (cuda_graphs) bit for bit the unrecorded;
+ *          hf-long's 16K-token prompt (head_dim 128) against transformers
+ *          with cuda_attn paged and tiled.
  * Host data reaches device buffers through the interface only: an f32
  * "weight" uploaded, then get_rows.
  */
@@ -31,6 +37,7 @@
 #include "daemon/model/model.h"
 #include "kernels/ops_ref.h"
 #include "kernels/quant_ref.h"
+#include "kernels/fp16.h"
 #include "kernels/cuda/mmvq.h"
 #include "testutil.h"
 
@@ -356,6 +363,218 @@ END_TEST
 START_TEST(t_attention_q8_0) { attention_case(SMOL_TYPE_Q8_0); }
 END_TEST
 
+/* ---- knob cuda_attn = tiled (kernels/cuda/fattn.cu) against a float64 attention ---------------
+ * The reference reads the cache back from the device (f16 rows, or q8_0 rows through the
+ * reference decoder), so it sees exactly the K/V the kernel reads, and computes the causal GQA
+ * attention of the f32 q in double.  What the tiled kernel rounds, and the bound it implies for
+ * every output element of a (token, head) row, with u = 2^-11 (f16's unit roundoff), maxV the
+ * largest |V| the row sees and delta = u * scale * max_i sum_d |q_d K_id| (twice that for q8_0,
+ * whose K is rounded to f16 once more):
+ *   - q * scale rounded to f16 (and q8_0's K): every score moves by at most delta, so every
+ *     softmax weight by a factor within e^(+-2 delta): |dO| <= expm1(2 delta) maxV;
+ *   - P rounded to f16 before P V, normalised by the f32 sum: |dO| <= u maxV;
+ *   - q8_0's V rounded to f16: |dO| <= u maxV; f32 sums and __expf (~400 terms, 2^-24 each) are
+ *     far inside one more u maxV.
+ * So |dO| <= maxV (3u + expm1(2 delta)) + 1e-6.  This is loose for a single element (~0.02 here)
+ * but an error of the kernel's own (a mask off by one, a fragment out of place) is larger on the
+ * short rows, and the rows' relative L2 must also stay under 5e-3: random rounding of that kind
+ * predicts ~6e-4 (u / sqrt(3) from P, about as much from Q). */
+struct fa_ref {
+    struct smol_backend *be;
+    struct smol_kv kv;
+    int n_heads;
+    float scale;
+    double worst;   /* max over elements of |d| / bound */
+    double num, den;
+};
+
+static void fa_row(const struct smol_kv *kv, const uint8_t *layer, const struct smol_kv_seq *s, int h, int pos,
+                   float *out)
+{
+    const uint8_t *r = layer + (size_t)s->pages[pos / SMOL_KV_PAGE] * kv->page_bytes +
+                       ((size_t)h * SMOL_KV_PAGE + pos % SMOL_KV_PAGE) * kv->row_bytes;
+    if (kv->type == SMOL_TYPE_Q8_0) {
+        smol_dequant_q8_0_ref(r, out, kv->head_dim);
+        return;
+    }
+    for (int d = 0; d < kv->head_dim; d++) {
+        smol_half x;
+        memcpy(&x, r + 2 * d, 2);
+        out[d] = smol_half_to_f32(x);
+    }
+}
+
+/* One batch: tokens t < n of seqs[t] at pos[t] (their positions reserved here), fresh random
+ * k, v, q stored and attended on the device, compared with the float64 attention. */
+static void fa_batch(struct fa_ref *f, int n, struct smol_kv_seq **seqs, const int32_t *pos, const char *what)
+{
+    struct smol_backend *be = f->be;
+    struct smol_kv *kv = &f->kv;
+    const int hd = kv->head_dim, n_kv = kv->n_kv_heads, G = f->n_heads / n_kv, kv_dim = n_kv * hd,
+              q_dim = f->n_heads * hd;
+    char err[SMOL_ERRLEN];
+    for (int t = 0; t < n; t++)
+        ck_assert_msg(smol_kv_seq_reserve(kv, seqs[t], pos[t], pos[t] + 1, err) == SMOL_OK, "%s", err);
+    struct smol_batch b = {.n_tokens = n, .pos = pos, .seq = seqs};
+    float *k = rand_vec((size_t)n * kv_dim, 2), *v = rand_vec((size_t)n * kv_dim, 2), *q = rand_vec((size_t)n * q_dim, 2);
+    float *dk = to_dev(be, k, n, kv_dim), *dv = to_dev(be, v, n, kv_dim), *dq = to_dev(be, q, n, q_dim);
+    float *dout = be->alloc(be, (size_t)n * q_dim * 4);
+    be->kv_store(be, kv, 0, dk, dv, &b);
+    for (int t = 0; t < n; t++)
+        if (seqs[t]->n_tokens < pos[t] + 1) seqs[t]->n_tokens = pos[t] + 1;
+    be->attention(be, dout, dq, kv, 0, &b, f->n_heads, f->scale);
+    float *got = from_dev(be, dout, (size_t)n * q_dim);
+    uint8_t *hk = malloc(kv->layer_bytes), *hv = malloc(kv->layer_bytes);
+    be->to_host(be, hk, kv->k, kv->layer_bytes);
+    be->to_host(be, hv, kv->v, kv->layer_bytes);
+    const double u = 1.0 / 2048, kq = kv->type == SMOL_TYPE_Q8_0 ? 2 : 1;
+    double worst = 0, num = 0, den = 0;
+    float *kr = malloc((size_t)(pos[0] + 1) * hd * 4), *vr = NULL;
+    for (int t = 0; t < n; t++) {
+        const int np = pos[t] + 1;
+        kr = realloc(kr, (size_t)np * hd * 4);
+        vr = realloc(vr, (size_t)np * hd * 4);
+        for (int h = 0; h < n_kv; h++) {
+            double maxv = 0;
+            for (int i = 0; i < np; i++) {
+                fa_row(kv, hk, seqs[t], h, i, kr + (size_t)i * hd);
+                fa_row(kv, hv, seqs[t], h, i, vr + (size_t)i * hd);
+                for (int d = 0; d < hd; d++) maxv = fmax(maxv, fabs(vr[(size_t)i * hd + d]));
+            }
+            for (int g = 0; g < G; g++) {
+                const int hq = h * G + g;
+                const float *qt = q + (size_t)t * q_dim + (size_t)hq * hd;
+                double *s = malloc((size_t)np * sizeof *s), mx = -INFINITY, sabs = 0, l = 0;
+                for (int i = 0; i < np; i++) {
+                    double acc = 0, aa = 0;
+                    for (int d = 0; d < hd; d++) {
+                        acc += (double)qt[d] * kr[(size_t)i * hd + d];
+                        aa += fabs((double)qt[d] * kr[(size_t)i * hd + d]);
+                    }
+                    s[i] = acc * f->scale;
+                    sabs = fmax(sabs, aa * f->scale);
+                    mx = fmax(mx, s[i]);
+                }
+                for (int i = 0; i < np; i++) l += (s[i] = exp(s[i] - mx));
+                const double bound = maxv * (3 * u + expm1(2 * kq * u * sabs)) + 1e-6;
+                for (int d = 0; d < hd; d++) {
+                    double o = 0;
+                    for (int i = 0; i < np; i++) o += s[i] * vr[(size_t)i * hd + d];
+                    o /= l;
+                    const float x = got[(size_t)t * q_dim + (size_t)hq * hd + d];
+                    const double e = isfinite(x) ? fabs(x - o) : INFINITY;
+                    worst = fmax(worst, e / bound);
+                    num += e * e;
+                    den += o * o;
+                }
+                free(s);
+            }
+        }
+    }
+    const double rel = sqrt(num / (den > 0 ? den : 1));
+    printf("stats: attention tiled kv=%s %s: rel L2 %.2e, worst |d| / bound %.3f\n", smol_type_name(kv->type), what,
+           rel, worst);
+    ck_assert_msg(worst <= 1.0 && rel < 5e-3, "attention tiled kv=%s %s: rel L2 %.3e, worst |d| / bound %.3f",
+                  smol_type_name(kv->type), what, rel, worst);
+    f->worst = fmax(f->worst, worst);
+    free(kr); free(vr); free(hk); free(hv); free(got); free(k); free(v); free(q);
+    be->free(be, dk); be->free(be, dv); be->free(be, dq); be->free(be, dout);
+}
+
+/* A prompt of n tokens from position p0 of s, as one batch */
+static void fa_chunk(struct fa_ref *f, struct smol_kv_seq *s, int p0, int n, const char *what)
+{
+    struct smol_kv_seq **seqs = malloc((size_t)n * sizeof *seqs);
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    for (int i = 0; i < n; i++) {
+        seqs[i] = s;
+        pos[i] = p0 + i;
+    }
+    fa_batch(f, n, seqs, pos, what);
+    free(seqs);
+    free(pos);
+}
+
+static void fattn_case(uint32_t type)
+{
+    const char *ev = getenv("SMOL_CUDA_ATTN");  /* it would override the knob this case is about */
+    if (ev && strcmp(ev, "tiled")) {
+        printf("note: SMOL_CUDA_ATTN=%s cleared: the fattn case runs cuda_attn = tiled\n", ev);
+        unsetenv("SMOL_CUDA_ATTN");
+    }
+    struct smol_cuda_opts o;
+    smol_cuda_opts_default(&o);
+    o.attn = SMOL_CUDA_ATTN_TILED;
+    struct smol_backend *be = open_cuda_opts(&o);
+    if (!be) return;
+    char err[SMOL_ERRLEN];
+    ck_assert_msg(be->reserve(be, 320, 4096, 4096, err) == SMOL_OK, "%s", err);
+    /* SmolLM3's attention: 4 query heads per KV head of 128; 2 KV heads */
+    struct fa_ref f = {.be = be, .n_heads = 8, .scale = 0.0884f};
+    ck_assert(smol_kv_init(&f.kv, be, 1, 2, 128, type, 128, err) == SMOL_OK);
+    struct smol_kv_seq a, b, c, d;
+    smol_kv_seq_init(&a);
+    smol_kv_seq_init(&b);
+    smol_kv_seq_init(&c);
+    smol_kv_seq_init(&d);
+    /* one sequence's prompt in chunks of 7, 1, 65, 300 and 64 tokens (tiles of 16 tokens with
+     * tails; every chunk after the first over a prefix already in the cache; pages crossed) */
+    fa_chunk(&f, &a, 0, 7, "n_q 7 from 0");
+    fa_chunk(&f, &a, 7, 1, "n_q 1 at 7");
+    fa_chunk(&f, &a, 8, 65, "n_q 65 at 8");
+    /* SMOL_TEST_QUICK (the sanitizer runs): 30 tokens for the 300 and no deep decode */
+    const int quick = getenv("SMOL_TEST_QUICK") != NULL, big = quick ? 30 : 300;
+    fa_chunk(&f, &a, 73, big, big == 300 ? "n_q 300 at 73" : "n_q 30 at 73");
+    fa_chunk(&f, &a, 73 + big, 64, "n_q 64 after it");
+    /* a mixed batch: a new prompt of 20 (tiles 16 + 4), a decode row, a 1-token prompt */
+    {
+        struct smol_kv_seq *s[22];
+        int32_t pos[22];
+        for (int i = 0; i < 20; i++) { s[i] = &b; pos[i] = i; }
+        s[20] = &a; pos[20] = 137 + big;
+        s[21] = &c; pos[21] = 0;
+        fa_batch(&f, 22, s, pos, "mixed batch (20-token prompt, a decode row, 1-token prompt)");
+    }
+    /* decode rows of three sequences (one token per tile, split-K over pages) */
+    {
+        struct smol_kv_seq *s[3] = {&a, &b, &c};
+        int32_t pos[3] = {138 + big, 20, 1};
+        fa_batch(&f, 3, s, pos, "decode of 3 sequences");
+    }
+    /* a deep decode: ~2,000 positions written (unchecked chunks), then one token over 63 pages */
+    if (!quick) {
+        struct smol_kv_seq *s[300];
+        int32_t pos[300];
+        for (int p0 = 0; p0 < 1980; p0 += 300) {
+            const int m = 1980 - p0 < 300 ? 1980 - p0 : 300;
+            for (int i = 0; i < m; i++) { s[i] = &d; pos[i] = p0 + i; }
+            ck_assert(smol_kv_seq_reserve(&f.kv, &d, p0, p0 + m, err) == SMOL_OK);
+            float *k = rand_vec((size_t)m * 256, 2), *v = rand_vec((size_t)m * 256, 2);
+            float *dk = to_dev(be, k, m, 256), *dv = to_dev(be, v, m, 256);
+            struct smol_batch bt = {.n_tokens = m, .pos = pos, .seq = s};
+            be->kv_store(be, &f.kv, 0, dk, dv, &bt);
+            d.n_tokens = p0 + m;
+            free(k); free(v);
+            be->free(be, dk); be->free(be, dv);
+        }
+        s[0] = &d;
+        pos[0] = 1980;
+        fa_batch(&f, 1, s, pos, "decode at 1980");
+    }
+    printf("stats: attention tiled kv=%s worst |d| / bound over all batches %.3f\n", smol_type_name(type), f.worst);
+    smol_kv_seq_deinit(&f.kv, &a);
+    smol_kv_seq_deinit(&f.kv, &b);
+    smol_kv_seq_deinit(&f.kv, &c);
+    smol_kv_seq_deinit(&f.kv, &d);
+    smol_kv_deinit(&f.kv);
+    smol_backend_free(&be);
+}
+
+START_TEST(t_fattn_f16) { fattn_case(SMOL_TYPE_F16); }
+END_TEST
+START_TEST(t_fattn_q8_0) { fattn_case(SMOL_TYPE_Q8_0); }
+END_TEST
+
 /* ---- the q8 mat-vec and the fused steps (knobs cuda_matvec = q8, cuda_fuse) ------------------ */
 
 static const struct smol_cuda_opts Q8 = {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 0, .graphs = 0};
@@ -648,6 +867,8 @@ static const struct smol_cuda_opts knobs[] = {
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 0, .graphs = 0},
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0},
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 1},
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0, .attn = SMOL_CUDA_ATTN_TILED},
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 1, .attn = SMOL_CUDA_ATTN_TILED},
 };
 #define N_KNOBS ((int)(sizeof knobs / sizeof knobs[0]))
 
@@ -656,7 +877,8 @@ static const struct smol_cuda_opts knobs[] = {
 static int graph_twin(int k)
 {
     for (int j = 0; j < N_KNOBS; j++)
-        if (knobs[k].graphs && !knobs[j].graphs && knobs[j].matvec == knobs[k].matvec && knobs[j].fuse == knobs[k].fuse)
+        if (knobs[k].graphs && !knobs[j].graphs && knobs[j].matvec == knobs[k].matvec && knobs[j].fuse == knobs[k].fuse &&
+            knobs[j].attn == knobs[k].attn)
             return j;
     return -1;
 }
@@ -782,10 +1004,13 @@ static float *prefill(struct smol_model *m, const struct prompt_case *pc, struct
 }
 
 /* The CPU side of a model: every prompt's stats (or logits), greedy tokens and decode logits. */
+static int cpu_head_dim;  /* the head_dim of the model cpu_side last opened */
+
 static struct model_bounds cpu_side(const char *path, struct prompt_case *pcs, int np, int *vocab)
 {
     struct smol_model *m = open_model(path, NULL);
     const int V = *vocab = m->cfg.vocab;
+    cpu_head_dim = m->cfg.head_dim;
     struct model_bounds b = bounds_of(m);
     for (int p = 0; p < np; p++) {
         struct prompt_case *pc = &pcs[p];
@@ -872,6 +1097,11 @@ static void cuda_side(const char *path, const char *name, int k, struct prompt_c
 {
     char desc[64];
     smol_cuda_opts_describe(&knobs[k], desc, sizeof desc);
+    if (knobs[k].attn == SMOL_CUDA_ATTN_TILED && cpu_head_dim != 128) {  /* the same kernels as paged: no new check */
+        printf("note: %s [%s] not run: head_dim %d takes the paged kernels under cuda_attn = tiled\n", name, desc,
+               cpu_head_dim);
+        return;
+    }
     struct smol_model *m = open_model(path, &knobs[k]);
     ck_assert_int_eq(m->cfg.vocab, V);
     struct cuda_tally t = {0};
@@ -972,6 +1202,116 @@ END_TEST
 START_TEST(t_model_q4km) { tracked_case("models/fixture-a.Q4_K_M.gguf", "fixture-a.Q4_K_M"); }
 END_TEST
 
+/* hf-long (tests/fixtures/hf, test_yarn.c's t_yarn_16k): the real SmolLM3-3B rope and head_dim
+ * 128 (2 query heads on 1 KV head) on a 2-layer micro model; with --yarn, the logits at the last
+ * 8 positions of a 16,384-token prompt against transformers with float64 angles, then 4 greedy
+ * tokens against transformers' (margins 0.12 .. 2.9).  On CUDA with the default f16 cache, for
+ * cuda_attn = paged and tiled: the tiled kernel's long-context check against an outside
+ * reference (prefill chunks of 512 tokens over prefixes up to 15.9K positions, tiles of 32
+ * tokens, splits; decode at depth 16K with 256 splits, recorded as a graph).  Bounds: both
+ * within test_yarn.c's f16-KV tolerance (mean 1.5e-2, max 0.25) with every argmax and greedy
+ * token equal; tiled, which rounds Q and P to f16 as the cache rounds K and V, at most twice
+ * paged's mean and max distance (+ 1e-3 / 1e-2). */
+static int32_t *long_ids(int n)
+{
+    int32_t *ids = malloc(n * sizeof *ids);
+    uint64_t x = 19;
+    for (int i = 0; i < n; i++) {
+        x = (1103515245u * x + 12345u) % (1u << 31);
+        ids[i] = (int32_t)((x >> 16) % 504);
+    }
+    return ids;
+}
+
+START_TEST(t_model_long)
+{
+    if (!have_cuda()) return;
+    const char *rp = fixture_path("hf/hf-yarn.refs.json");
+    if (!rp) {
+        printf("SKIPPED: tests/fixtures/hf/hf-yarn.refs.json not found\n");
+        return;
+    }
+    json_error_t je;
+    json_t *r = json_load_file(rp, 0, &je);
+    ck_assert_msg(r, "%s", je.text);
+    json_t *lg = json_object_get(r, "long"), *ck = json_object_get(json_object_get(lg, "checks"), "p16k");
+    char rel[256], err[SMOL_ERRLEN];
+    snprintf(rel, sizeof rel, "hf/%s", json_string_value(json_object_get(lg, "gguf")));
+    const char *path = fixture_path(rel);
+    ck_assert_msg(path && ck, "hf-long fixture or its checks missing");
+    const int n = (int)json_integer_value(json_object_get(ck, "n_tokens")), last = 8, n_gen = 4;
+    snprintf(rel, sizeof rel, "hf/%s", json_string_value(json_object_get(ck, "last_logits_file_rope64")));
+    size_t nb;
+    float *ref = read_file(fixture_path(rel), &nb);
+    ck_assert(ref);
+    json_t *gids = json_object_get(ck, "gen_ids_rope64");
+    ck_assert_int_eq(json_array_size(gids), n_gen);
+    int32_t *ids = long_ids(n);
+    double mean[2] = {0, 0}, mx[2] = {0, 0};
+    for (int a = 0; a < 2; a++) {
+        struct smol_model_settings set;
+        smol_model_settings_default(&set);
+        set.quiet = 1;
+        set.yarn = 1;
+        set.n_ctx = n + n_gen + 1;
+        set.max_tokens = 512;
+        set.backend = "cuda";
+        smol_cuda_opts_default(&set.cuda);
+        set.cuda.attn = a ? SMOL_CUDA_ATTN_TILED : SMOL_CUDA_ATTN_PAGED;
+        struct smol_model *m = NULL;
+        ck_assert_msg(smol_model_open(&m, path, &set, err) == SMOL_OK, "%s", err);
+        ck_assert_int_eq(m->cfg.head_dim, 128);
+        const int V = m->cfg.vocab;
+        ck_assert(nb == (size_t)last * V * 4);
+        float *out = malloc((size_t)last * V * 4), *row = malloc((size_t)V * 4);
+        struct smol_kv_seq seq;
+        smol_kv_seq_init(&seq);
+        ck_assert_msg(smol_model_eval(m, &seq, ids, n - last, 0, NULL, err) == SMOL_OK, "%s", err);
+        ck_assert_msg(smol_model_eval(m, &seq, ids + n - last, last, 1, out, err) == SMOL_OK, "%s", err);
+        int agree = 0;
+        for (int t = 0; t < last; t++) {
+            int am = 0, rm = 0;
+            for (int v = 0; v < V; v++) {
+                const double d = isfinite(out[(size_t)t * V + v]) ? fabs((double)out[(size_t)t * V + v] - ref[(size_t)t * V + v])
+                                                                   : INFINITY;
+                mean[a] += d;
+                mx[a] = fmax(mx[a], d);
+                if (out[(size_t)t * V + v] > out[(size_t)t * V + am]) am = v;
+                if (ref[(size_t)t * V + v] > ref[(size_t)t * V + rm]) rm = v;
+            }
+            agree += am == rm;
+        }
+        mean[a] /= (double)last * V;
+        /* greedy from the last prompt position, fed back one token at a time (decode steps) */
+        memcpy(row, out + (size_t)(last - 1) * V, (size_t)V * 4);
+        int greedy = 0, first_miss = -1;
+        for (int s = 0; s < n_gen; s++) {
+            int32_t tk = argmax_margin(row, V, NULL);
+            if (tk == (int32_t)json_integer_value(json_array_get(gids, s))) greedy++;
+            else if (first_miss < 0) first_miss = s;
+            tk = (int32_t)json_integer_value(json_array_get(gids, s));  /* continue on transformers' tokens */
+            ck_assert_msg(smol_model_eval(m, &seq, &tk, 1, 0, row, err) == SMOL_OK, "%s", err);
+        }
+        printf("stats: hf-long cuda attn=%s %d tokens (yarn), positions %d..%d vs rope64: mean |d| %.2e max %.2e "
+               "argmax %d/%d; greedy %d/%d\n", a ? "tiled" : "paged", n, n - last, n - 1, mean[a], mx[a], agree, last,
+               greedy, n_gen);
+        ck_assert_msg(mean[a] <= 1.5e-2 && mx[a] <= 0.25 && agree == last && greedy == n_gen,
+                      "hf-long attn=%s: mean %g max %g argmax %d/%d greedy %d/%d (first miss at step %d)",
+                      a ? "tiled" : "paged", mean[a], mx[a], agree, last, greedy, n_gen, first_miss);
+        smol_kv_seq_deinit(&m->kv, &seq);
+        smol_model_close(&m);
+        free(out);
+        free(row);
+    }
+    ck_assert_msg(mean[1] <= 2 * mean[0] + 1e-3 && mx[1] <= 2 * mx[0] + 1e-2,
+                  "hf-long: tiled (mean %g max %g) further from rope64 than twice paged (mean %g max %g)", mean[1],
+                  mx[1], mean[0], mx[0]);
+    free(ids);
+    free(ref);
+    json_decref(r);
+}
+END_TEST
+
 /* ---- synthesized models: `smollm3 synth --preset fixture --type T`, written when the model
  * tcase starts (in parallel: the K-quants' reference quantizers take seconds) and removed at
  * its end.  No exact reference exists for them: CUDA is held to the CPU within model_bounds. */
@@ -1030,7 +1370,7 @@ static void synthesize(void)
  * (elsewhere every case SKIPs at once) writes the synthesized models. */
 static void model_setup(void)
 {
-    static const char *const vars[] = {"SMOL_CUDA_MATVEC", "SMOL_CUDA_FUSE", "SMOL_CUDA_GRAPHS"};
+    static const char *const vars[] = {"SMOL_CUDA_MATVEC", "SMOL_CUDA_FUSE", "SMOL_CUDA_GRAPHS", "SMOL_CUDA_ATTN"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         if (getenv(vars[i])) {
             printf("note: %s=%s cleared: the model cases run every setting of their table\n", vars[i], getenv(vars[i]));
@@ -1096,12 +1436,18 @@ Suite *test_suite(void)
     tcase_add_test(ops, t_fused);
     tcase_add_test(ops, t_sample);
     suite_add_tcase(s, ops);
+    TCase *fattn = tcase_create("fattn");  /* knob cuda_attn = tiled; its own case for the sanitizer run */
+    tcase_set_timeout(fattn, 300);
+    tcase_add_test(fattn, t_fattn_f16);
+    tcase_add_test(fattn, t_fattn_q8_0);
+    suite_add_tcase(s, fattn);
     TCase *model = tcase_create("model");
     tcase_set_timeout(model, 600);
     tcase_add_unchecked_fixture(model, model_setup, model_teardown);
     tcase_add_test(model, t_model_f32);
     tcase_add_test(model, t_model_q8);
     tcase_add_test(model, t_model_q4km);
+    tcase_add_test(model, t_model_long);
     tcase_add_loop_test(model, t_model_synth, 0, N_SYNTH);
     suite_add_tcase(s, model);
     return s;

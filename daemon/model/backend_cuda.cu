@@ -26,7 +26,9 @@
  * graph and replays it: everything a step varies (ids, positions, page
  * tables, output rows) is read from the slots' fixed device buffers, and
  * attention splits the pages on the device.  A buffer that a record uses
- * being reallocated drops the records (gen).
+ * being reallocated drops the records (gen).  attn = tiled sends attention
+ * with head_dim 128 and an f16 or q8_0 cache to fattn.cu (query tiles of a
+ * sequence sharing K/V tiles on tensor cores; split-K with a warp merge).
  *
  * Errors: ops cannot return one (backend.h), so the first CUDA error is
  * kept, logged once, and to_host then fills its output with NaN rather than
@@ -41,6 +43,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.cuh"
+#include "kernels/cuda/fattn.cuh"
 extern "C" {
 #include "daemon/model/backend.h"
 #include "daemon/model/backend_cuda_loader.h"
@@ -48,7 +51,7 @@ extern "C" {
 
 static_assert(SMOL_KV_PAGE == SMOL_KV_PAGE_CUDA, "kv page size");
 
-enum { SLOT_IDS, SLOT_POS, SLOT_IDX, SLOT_KV, SLOT_SAMPLE, SLOT_COUNT };
+enum { SLOT_IDS, SLOT_POS, SLOT_IDX, SLOT_KV, SLOT_SAMPLE, SLOT_TILES, SLOT_COUNT };
 
 struct slot {
     int32_t *host;      /* shadow of dev */
@@ -84,6 +87,8 @@ struct cuda {
     struct slot slot[SLOT_COUNT];
     int32_t *kv_build;          /* host: descriptor being built (tok pairs + pages) */
     size_t kv_build_cap;
+    int32_t *tile_build;        /* host: knob attn = tiled, the step's query tiles (t0, count) being built */
+    size_t tile_build_cap;      /* int32 elements */
     float *part;                /* attention split partials */
     size_t part_cap;            /* floats */
     int32_t *sample_out;        /* device [max_tokens] */
@@ -492,6 +497,52 @@ static void cu_kv_store(struct smol_backend *be, struct smol_kv *kv, int layer, 
        "kv_store");
 }
 
+/* Knob attn = tiled (fattn.cu).  Tiles: runs of consecutive tokens of one sequence (one page table
+ * in the KV descriptor), cut every smol_fattn_tile_tokens(G) tokens, uploaded as (t0, count)
+ * pairs; when every tile would be one token (decode rows of distinct sequences), and in a
+ * recorded step (which uploads nothing), tiles is NULL: one token per tile.  Splits so that
+ * tiles x KV heads x splits fills the GPU twice, within FATTN_MAX_SPLIT and the partials buffer;
+ * the kernel divides each tile's pages among them on the device. */
+static void cu_fattn(struct cuda *c, float *out, const float *q, const struct smol_kv *kv, int layer,
+                     const struct smol_batch *b, int n_heads, float scale, const int32_t *d, int max_pages)
+{
+    const int n = b->n_tokens, per = smol_fattn_tile_tokens(n_heads / kv->n_kv_heads);
+    int n_tiles = 0;
+    for (int t = 0, e; t < n; t = e, n_tiles++)
+        for (e = t + 1; e < n && e - t < per && b->seq[e] == b->seq[t];) e++;
+    const int32_t *tiles = NULL;
+    if (c->capturing || n_tiles == n) {
+        n_tiles = n;
+    } else {
+        if ((size_t)2 * n_tiles > c->tile_build_cap) {
+            int32_t *p = (int32_t *)realloc(c->tile_build, (size_t)2 * n_tiles * sizeof *p);
+            if (!p) return (void)ck(c, cudaErrorMemoryAllocation, "attention tiles");
+            c->tile_build = p;
+            c->tile_build_cap = (size_t)2 * n_tiles;
+        }
+        int i = 0;
+        for (int t = 0, e; t < n; t = e, i++) {
+            for (e = t + 1; e < n && e - t < per && b->seq[e] == b->seq[t];) e++;
+            c->tile_build[2 * i] = t;
+            c->tile_build[2 * i + 1] = e - t;
+        }
+        tiles = slot_put(c, SLOT_TILES, c->tile_build, (size_t)2 * n_tiles);
+        if (!tiles) return (void)ck(c, cudaErrorMemoryAllocation, "attention tiles");
+    }
+    const int blocks = n_tiles * kv->n_kv_heads;
+    int n_split = (2 * c->n_sm + blocks - 1) / blocks;
+    const int ctx_pages = (c->max_ctx + SMOL_KV_PAGE - 1) / SMOL_KV_PAGE;
+    if (n_split > (c->capturing ? ctx_pages : max_pages)) n_split = c->capturing ? ctx_pages : max_pages;
+    if (n_split > FATTN_MAX_SPLIT) n_split = FATTN_MAX_SPLIT;
+    const size_t per_split = (size_t)n * n_heads * (kv->head_dim + 2);
+    while (n_split > 1 && per_split * n_split > c->part_cap) n_split--;
+    if (n_split < 1) n_split = 1;
+    ck(c, smol_fattn_cuda(out, q, (const char *)kv->k + layer * kv->layer_bytes,
+                          (const char *)kv->v + layer * kv->layer_bytes, n, d, d, tiles, n_tiles, n_heads,
+                          kv->n_kv_heads, kv->head_dim, (int)kv->type, scale, n_split, c->part, c->st),
+       "attention (tiled)");
+}
+
 static void cu_attention(struct smol_backend *be, float *out, const float *q, const struct smol_kv *kv, int layer,
                          const struct smol_batch *b, int n_heads, float scale)
 {
@@ -499,6 +550,8 @@ static void cu_attention(struct smol_backend *be, float *out, const float *q, co
     int max_pages;
     const int32_t *d = kv_desc(c, b, &max_pages);
     if (!d) return (void)ck(c, cudaErrorMemoryAllocation, "kv descriptor");
+    if (c->opts.attn == SMOL_CUDA_ATTN_TILED && smol_fattn_ok(kv->head_dim, (int)kv->type, n_heads, kv->n_kv_heads))
+        return cu_fattn(c, out, q, kv, layer, b, n_heads, scale, d, max_pages);
     /* splits so that tokens x kv heads x splits fills the GPU twice, within the partials buffer */
     const int n = b->n_tokens, blocks = n * kv->n_kv_heads;
     int n_split = (2 * c->n_sm + blocks - 1) / blocks;
@@ -694,6 +747,7 @@ static void cu_destroy(struct smol_backend *be)
     cudaStreamDestroy(c->st);
     free(c->weights);
     free(c->kv_build);
+    free(c->tile_build);
     free(c);
     free(be);
 }
@@ -762,10 +816,10 @@ static enum smol_err cu_new(struct smol_backend **out, int device, const struct 
     be->ffn = cu_ffn;
     be->step_begin = cu_step_begin;
     be->step_end = cu_step_end;
-    fprintf(stderr, "<6>cuda: device %d: %s, sm_%d%d, %d SMs, %.1f GiB; matvec=%s fuse=%s graphs=%s\n", device,
-            prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0,
+    fprintf(stderr, "<6>cuda: device %d: %s, sm_%d%d, %d SMs, %.1f GiB; matvec=%s fuse=%s graphs=%s attn=%s\n",
+            device, prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0,
             c->opts.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32", c->opts.fuse ? "on" : "off",
-            c->opts.graphs ? "on" : "off");
+            c->opts.graphs ? "on" : "off", c->opts.attn == SMOL_CUDA_ATTN_TILED ? "tiled" : "paged");
     *out = be;
     return SMOL_OK;
 }

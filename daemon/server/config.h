@@ -44,6 +44,7 @@ struct smol_daemon_config {
     char cuda_matvec[8];        /* "f32" | "q8" (checked when set): the CUDA decode mat-vec */
     int cuda_fuse;              /* bool: the CUDA backend's fused steps */
     int cuda_graphs;            /* bool: the CUDA decode step as a CUDA graph */
+    char cuda_attn[8];          /* "paged" | "tiled" (checked when set): the CUDA attention kernels */
     int speculative;            /* longest prompt-lookup draft per step; 0 = off by default */
     int speculative_calibrate;  /* bool: measure the verify costs at start */
     int backend_sampling;       /* bool: plain rows sampled by the backend (engine.h) */
@@ -67,7 +68,8 @@ struct smol_daemon_config {
 
 enum smol_opt_type {
     SMOL_OPT_STR, SMOL_OPT_INT, SMOL_OPT_BOOL, SMOL_OPT_MODE, SMOL_OPT_LEVEL, SMOL_OPT_KVTYPE,
-    SMOL_OPT_MATVEC,            /* "f32" | "q8" (smol_cuda_opts_set's cuda_matvec) */
+    SMOL_OPT_MATVEC,            /* a CUDA knob's text, char[8], checked by smol_cuda_opts_set under the option's
+                                   name: cuda_matvec "f32" | "q8", cuda_attn "paged" | "tiled" */
 };
 
 struct smol_option {

@@ -30,6 +30,10 @@
  * against a double-precision reference on 64 sampled rows (the _ref
  * dequantizer; f32 < 1e-4, q8 < 2e-2).  Exit status 1 when any check fails.
  *
+ * bench_cuda --attn [--kv f16|q8_0]: attention instead (be->attention, knob
+ * cuda_attn = paged vs tiled): prefill of 512, 2048 and 8192 tokens, decode
+ * at depth 4096 and 16384; see attn_main.
+ *
  * It reaches the GPU only through the backend interface (daemon/model/
  * backend.h, backend_cuda_loader.h): no CUDA headers.  Without a device it
  * prints "SKIPPED: no CUDA device (<reason>)" and exits 0.
@@ -293,10 +297,176 @@ out:
     free(oh[1]);
 }
 
+/* ---------------------------------------------------------------- attention (--attn) */
+
+/* --attn: be->attention on SmolLM3-3B's attention (16 query heads on 4 KV heads of 128, one
+ * layer's paged cache), knob cuda_attn = paged and tiled on the same inputs: a prompt of n
+ * tokens attending to itself (prefill, causal: n (n + 1) / 2 query-key pairs per head) and one
+ * token at depth d (decode: reads d K and V rows per KV head).  Each case checks tiled against
+ * paged (relative L2 < 5e-3: paged computes in f32, tiled rounds Q and P to f16; see fattn.cu)
+ * before timing, outputs poisoned with NaN; then the median of --reps runs of >= --ms of calls
+ * between two device marks.  Prefill: tokens/s = n / time and the attention's TFLOP/s (4 x 16
+ * heads x 128 x pairs); decode: the KV bytes read per call / time. */
+#define ATT_HEADS 16
+#define ATT_KV_HEADS 4
+#define ATT_HD 128
+
+struct attn_case { const char *what; int n, depth; };  /* depth 0: prefill of n tokens from position 0 */
+
+static double attn_time(struct smol_backend *be, float *out, const float *q, struct smol_kv *kv,
+                        const struct smol_batch *b, const struct opts *o)
+{
+    const float scale = 1.0f / sqrtf((float)ATT_HD);
+    smol_backend_cuda_mark(be);
+    be->attention(be, out, q, kv, 0, b, ATT_HEADS, scale);
+    const double est = smol_backend_cuda_mark(be);
+    int calls = est > 0 ? (int)ceil(o->ms / est) : 4;
+    if (calls < 2) calls = 2;
+    if (calls > 10000) calls = 10000;
+    double t[64];
+    for (int r = 0; r < o->reps; r++) {
+        smol_backend_cuda_mark(be);
+        for (int i = 0; i < calls; i++) be->attention(be, out, q, kv, 0, b, ATT_HEADS, scale);
+        t[r] = smol_backend_cuda_mark(be) / calls;
+    }
+    return median(t, o->reps);
+}
+
+static int attn_main(const struct opts *o, uint32_t kv_type)
+{
+    static const struct attn_case cases[] = {
+        {"prefill", 512, 0}, {"prefill", 2048, 0}, {"prefill", 8192, 0}, {"decode", 1, 4096}, {"decode", 1, 16384},
+    };
+    const int n_cases = (int)(sizeof cases / sizeof cases[0]), max_n = 8192, max_ctx = 16384 + 64;
+    const int kv_dim = ATT_KV_HEADS * ATT_HD, q_dim = ATT_HEADS * ATT_HD;
+    static const char *const knob[2] = {"paged", "tiled"};
+    struct smol_backend *be[2] = {NULL, NULL};
+    struct smol_kv kv[2];
+    float *dq[2] = {0}, *dout[2] = {0}, *dk[2] = {0}, *dv[2] = {0};
+    int made_kv[2] = {0, 0}, rc = 1;
+    char err[SMOL_ERRLEN];
+    float *hq = malloc(sizeof(float) * (size_t)max_n * q_dim), *hk = malloc(sizeof(float) * (size_t)max_n * kv_dim);
+    float *hv = malloc(sizeof(float) * (size_t)max_n * kv_dim), *ho[2];
+    ho[0] = malloc(sizeof(float) * (size_t)max_n * q_dim);
+    ho[1] = malloc(sizeof(float) * (size_t)max_n * q_dim);
+    int32_t *pos = malloc(sizeof(int32_t) * max_n);
+    struct smol_kv_seq **seqs = malloc(sizeof *seqs * max_n);
+    if (!hq || !hk || !hv || !ho[0] || !ho[1] || !pos || !seqs) { fprintf(stderr, "bench_cuda: out of memory\n"); goto out; }
+    for (int k = 0; k < 2; k++) {
+        struct smol_cuda_opts co;
+        smol_cuda_opts_default(&co);
+        co.attn = k ? SMOL_CUDA_ATTN_TILED : SMOL_CUDA_ATTN_PAGED;
+        enum smol_err e = smol_backend_cuda_new(&be[k], 0, &co, err);
+        if (e == SMOL_EUNSUPPORTED) {
+            printf("SKIPPED: no CUDA device (%s)\n", err);
+            rc = 0;
+            goto out;
+        }
+        if (e || be[k]->reserve(be[k], max_n, q_dim, max_ctx, err)) { fprintf(stderr, "bench_cuda: %s\n", err); goto out; }
+        if (smol_kv_init(&kv[k], be[k], 1, ATT_KV_HEADS, ATT_HD, kv_type, (max_ctx + 31) / 32 + 2, err)) {
+            fprintf(stderr, "bench_cuda: %s\n", err);
+            goto out;
+        }
+        made_kv[k] = 1;
+        dq[k] = be[k]->alloc(be[k], sizeof(float) * (size_t)max_n * q_dim);
+        dout[k] = be[k]->alloc(be[k], sizeof(float) * (size_t)max_n * q_dim);
+        dk[k] = be[k]->alloc(be[k], sizeof(float) * (size_t)max_n * kv_dim);
+        dv[k] = be[k]->alloc(be[k], sizeof(float) * (size_t)max_n * kv_dim);
+        if (!dq[k] || !dout[k] || !dk[k] || !dv[k]) { fprintf(stderr, "bench_cuda: cannot allocate\n"); goto out; }
+    }
+    if (!o->json)
+        printf("bench_cuda --attn: be->attention, 16 heads on 4 KV heads x 128, kv %s, cuda_attn paged vs tiled, "
+               "median of %d x >= %.1f ms\n", smol_type_name(kv_type), o->reps, o->ms);
+    uint64_t seed = 0x2545f4914f6cdd1dull;
+    for (int ci = 0; ci < n_cases; ci++) {
+        const struct attn_case *c = &cases[ci];
+        const int ctx = c->depth ? c->depth + 1 : c->n;     /* positions written */
+        double ms[2], e = INFINITY;
+        for (int k = 0; k < 2; k++) {
+            struct smol_kv_seq seq;
+            smol_kv_seq_init(&seq);
+            if (smol_kv_seq_reserve(&kv[k], &seq, 0, ctx, err)) { fprintf(stderr, "bench_cuda: %s\n", err); goto out; }
+            /* the context's K/V, written in batches of up to max_n positions (the same bytes for both knobs) */
+            uint64_t s = seed;
+            for (int p0 = 0; p0 < ctx; p0 += max_n) {
+                const int m = ctx - p0 < max_n ? ctx - p0 : max_n;
+                for (size_t i = 0; i < (size_t)m * kv_dim; i++) {
+                    hk[i] = (float)((int64_t)(rng_next(&s) >> 40) - (1 << 23)) / (1 << 22);
+                    hv[i] = (float)((int64_t)(rng_next(&s) >> 40) - (1 << 23)) / (1 << 22);
+                }
+                for (int i = 0; i < m; i++) { pos[i] = p0 + i; seqs[i] = &seq; }
+                be[k]->from_host(be[k], dk[k], hk, sizeof(float) * (size_t)m * kv_dim);
+                be[k]->from_host(be[k], dv[k], hv, sizeof(float) * (size_t)m * kv_dim);
+                struct smol_batch b = {.n_tokens = m, .pos = pos, .seq = seqs};
+                be[k]->kv_store(be[k], &kv[k], 0, dk[k], dv[k], &b);
+            }
+            seq.n_tokens = ctx;
+            const int n = c->n;
+            for (size_t i = 0; i < (size_t)n * q_dim; i++) hq[i] = (float)((int64_t)(rng_next(&s) >> 40) - (1 << 23)) / (1 << 22);
+            for (int i = 0; i < n; i++) { pos[i] = ctx - n + i; seqs[i] = &seq; }
+            be[k]->from_host(be[k], dq[k], hq, sizeof(float) * (size_t)n * q_dim);
+            for (size_t i = 0; i < (size_t)n * q_dim; i++) ho[k][i] = NAN;
+            be[k]->from_host(be[k], dout[k], ho[k], sizeof(float) * (size_t)n * q_dim);
+            struct smol_batch b = {.n_tokens = n, .pos = pos, .seq = seqs};
+            be[k]->attention(be[k], dout[k], dq[k], &kv[k], 0, &b, ATT_HEADS, 1.0f / sqrtf((float)ATT_HD));
+            be[k]->to_host(be[k], ho[k], dout[k], sizeof(float) * (size_t)n * q_dim);
+            ms[k] = attn_time(be[k], dout[k], dq[k], &kv[k], &b, o);
+            smol_kv_seq_deinit(&kv[k], &seq);
+        }
+        seed = rng_next(&seed);
+        {
+            const size_t cnt = (size_t)c->n * q_dim;
+            double *ref = malloc(sizeof(double) * cnt);
+            if (ref) {
+                for (size_t i = 0; i < cnt; i++) ref[i] = ho[0][i];
+                e = rel_l2(ho[1], ref, cnt);
+                free(ref);
+            }
+        }
+        const int ok = e < 5e-3;
+        if (!ok) failures++;
+        const double pairs = c->depth ? (double)(c->depth + 1) : 0.5 * c->n * (c->n + 1.0);
+        const double flop = 4.0 * ATT_HEADS * ATT_HD * pairs;
+        const double kv_bytes = (double)(c->depth + 1) * ATT_KV_HEADS * smol_kv_row_bytes(ATT_HD, kv_type) * 2;
+        if (o->json) {
+            printf("{\"attn\": \"%s\", \"n\": %d, \"depth\": %d, \"kv\": \"%s\"", c->what, c->n, c->depth,
+                   smol_type_name(kv_type));
+            for (int k = 0; k < 2; k++) printf(", \"%s_us\": %.3f", knob[k], ms[k] * 1e3);
+            printf(", \"tflops\": [%.3f, %.3f]", flop / (ms[0] * 1e-3) / 1e12, flop / (ms[1] * 1e-3) / 1e12);
+            if (c->depth) printf(", \"kv_gbps\": [%.1f, %.1f]", kv_bytes / (ms[0] * 1e-3) / 1e9, kv_bytes / (ms[1] * 1e-3) / 1e9);
+            printf(", \"rel_err_tiled_vs_paged\": %.3e, \"ok\": %s}\n", e, ok ? "true" : "false");
+        } else {
+            printf("%-7s n=%-5d depth=%-5d kv=%-4s paged %10.1f us  tiled %10.1f us  (%.2fx)", c->what, c->n, c->depth,
+                   smol_type_name(kv_type), ms[0] * 1e3, ms[1] * 1e3, ms[0] / ms[1]);
+            if (c->depth)
+                printf("  KV %.0f / %.0f GB/s", kv_bytes / (ms[0] * 1e-3) / 1e9, kv_bytes / (ms[1] * 1e-3) / 1e9);
+            else
+                printf("  %.1f / %.1f TFLOP/s", flop / (ms[0] * 1e-3) / 1e12, flop / (ms[1] * 1e-3) / 1e12);
+            printf("  err %.1e  %s\n", e, ok ? "ok" : "FAIL");
+        }
+        fflush(stdout);
+    }
+    if (!o->json) printf("bench_cuda --attn: %s\n", failures ? "FAILED checks (see FAIL lines)" : "all checks passed");
+    rc = failures ? 1 : 0;
+out:
+    for (int k = 0; k < 2; k++) {
+        if (!be[k]) continue;
+        be[k]->free(be[k], dq[k]);
+        be[k]->free(be[k], dout[k]);
+        be[k]->free(be[k], dk[k]);
+        be[k]->free(be[k], dv[k]);
+        if (made_kv[k]) smol_kv_deinit(&kv[k]);
+        smol_backend_free(&be[k]);
+    }
+    free(hq); free(hk); free(hv); free(ho[0]); free(ho[1]); free(pos); free(seqs);
+    return rc;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_cuda [--types q4_K,q6_K,q8_0,q4_0] [--shapes q,kv,o,gate_up,down,head] [--n 1,2,4,8]\n"
-               "                  [--bw GBPS] [--reps R] [--ms MS] [--l2-mb MB] [--json]\n");
+               "                  [--bw GBPS] [--reps R] [--ms MS] [--l2-mb MB] [--json]\n"
+               "       bench_cuda --attn [--kv f16|q8_0] [--reps R] [--ms MS] [--json]\n");
 }
 
 int main(int argc, char **argv)
@@ -305,6 +475,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < N_TYPES; i++) o.types[i] = i;
     for (int i = 0; i < N_SHAPES; i++) o.shapes[i] = i;
     const int ns_default[] = {1, 2, 4, 8};
+    int attn = 0;
+    uint32_t attn_kv = SMOL_TYPE_F16;
     memcpy(o.ns, ns_default, sizeof ns_default);
     const char *type_names[N_TYPES], *shape_names[N_SHAPES];
     const char *const n_names[MAX_N] = {"1", "2", "3", "4", "5", "6", "7", "8"};
@@ -314,6 +486,7 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(a, "--json")) o.json = 1;
+        else if (!strcmp(a, "--attn")) attn = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!v) bad = 1;
         else if (!strcmp(a, "--types")) bad = (o.n_types = parse_list(v, type_names, N_TYPES, o.types)) <= 0, i++;
@@ -321,6 +494,10 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--n")) {
             bad = (o.n_ns = parse_list(v, n_names, MAX_N, o.ns)) <= 0, i++;
             for (int k = 0; k < o.n_ns; k++) o.ns[k]++;          /* index -> count */
+        }
+        else if (!strcmp(a, "--kv")) {
+            bad = strcmp(v, "f16") && strcmp(v, "q8_0"), i++;
+            attn_kv = strcmp(v, "q8_0") ? SMOL_TYPE_F16 : SMOL_TYPE_Q8_0;
         }
         else if (!strcmp(a, "--bw")) bad = !((o.bw = atof(v)) > 0), i++;
         else if (!strcmp(a, "--ms")) bad = !((o.ms = atof(v)) > 0), i++;
@@ -337,6 +514,8 @@ int main(int argc, char **argv)
     unsetenv("SMOL_CUDA_MATVEC");
     unsetenv("SMOL_CUDA_FUSE");
     unsetenv("SMOL_CUDA_GRAPHS");
+    unsetenv("SMOL_CUDA_ATTN");
+    if (attn) return attn_main(&o, attn_kv);
 
     struct dev dv[2] = {{0}};
     char err[SMOL_ERRLEN];

@@ -14,6 +14,8 @@
 #              median of 10, bytes read + written) = BW
 #    3 test    build/tests/test_cuda (CK_RUN_CASE honoured): its "stats:" lines and summary
 #    4 sanit   compute-sanitizer memcheck and racecheck on test_cuda's kernel cases (CK_RUN_CASE=ops)
+#   4b sanitfa compute-sanitizer memcheck and racecheck on test_cuda's tiled attention
+#              (CK_RUN_CASE=fattn SMOL_CUDA_ATTN=tiled SMOL_TEST_QUICK=1: its shorter batches)
 #    5 synth   smollm3 synth -> /dev/shm/3b.gguf (full-size SmolLM3-3B Q4_K_M, random weights)
 #    6 matvec  build/bench/bench_cuda --bw BW: mat-vec per type / shape / n, f32 vs q8, checked
 #    7 bench   smollm3 bench -p 512 -n 128 on cuda per knob combination (SMOL_CUDA_MATVEC /
@@ -21,6 +23,10 @@
 #              8-token step against f32/0/0's; the best combination (fastest tg128 that agrees)
 #              and the baseline at -d 4096, -p 2048 -b 4, -b 16; the CPU backend once
 #              (-t 16 -p 128 -n 32, the llama.cpp build paused meanwhile)
+#   7b attn    knob cuda_attn, paged vs tiled: bench_cuda --attn (be->attention alone: prefill 512 /
+#              2048 / 8192, decode at 4096 / 16384, tiled checked against paged), then smollm3 bench
+#              (best combination) pp512 + tg64 at d4096, pp2048, pp8192 per value, and the logits of an
+#              8-token step tiled vs paged
 #    8 daemon  smollm3d on cuda (best combination): 1, 16, 64 concurrent `smollm3ctl generate
 #              -n 128`: tokens/s in all, TTFT (the Done event's timings)
 #   8b load    tests/load/loadgen.py --mode ctl (smollm3ctl clients, python3's standard library) on a
@@ -96,12 +102,12 @@ tmo() {
     timeout -k 5 "$s" "$@"
 }
 have() { command -v "$1" >/dev/null 2>&1; }
-# combo_env m-f-g: the environment of a knob combination (nothing for "cpu")
+# combo_env m-f-g[-a]: the environment of a knob combination (nothing for "cpu"); a: cuda_attn
 combo_env() {
     [ "$1" = cpu ] && return
-    local m f g
-    IFS=- read -r m f g <<< "$1"
-    echo "SMOL_CUDA_MATVEC=$m SMOL_CUDA_FUSE=$f SMOL_CUDA_GRAPHS=$g"
+    local m f g a
+    IFS=- read -r m f g a <<< "$1"
+    echo "SMOL_CUDA_MATVEC=$m SMOL_CUDA_FUSE=$f SMOL_CUDA_GRAPHS=$g${a:+ SMOL_CUDA_ATTN=$a}"
 }
 # tree_pids PID: PID and its descendants (ninja puts its jobs in their own process groups)
 tree_pids() {
@@ -222,7 +228,7 @@ EOF
 # ---------------------------------------------------------------- 3: test_cuda
 s_test() {
     [ -x "$B/tests/test_cuda" ] || { NOTE="no $B/tests/test_cuda"; return 1; }
-    tmo 90 "$B/tests/test_cuda" > "$W/test_cuda.out" 2>&1
+    tmo 150 "$B/tests/test_cuda" > "$W/test_cuda.out" 2>&1
     local rc=$?
     cat "$W/test_cuda.out"
     grep '^stats:' "$W/test_cuda.out" | head -n 24 | show
@@ -276,6 +282,39 @@ s_sanit() {
     done
     NOTE=${NOTE# }
     [ "$bad" = 1 ] && NOTE="$NOTE test_cuda under the sanitizer: rc $rc"
+    return $bad
+}
+
+# ---------------------------------------------------------------- 4b: memcheck of the tiled attention
+s_sanit_fattn() {
+    local cs rc errs tool bad=0 t=${GPU_CHECK_SANITIZE_FATTN_S:-60}
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    [ -x "$cs" ] || { NOTE="no compute-sanitizer"; return 77; }
+    [ -x "$B/tests/test_cuda" ] || { NOTE="no $B/tests/test_cuda"; return 1; }
+    [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
+    NOTE=""
+    for tool in memcheck racecheck; do
+        over && { NOTE="$NOTE $tool: skipped (budget);"; continue; }
+        CK_RUN_CASE=fattn SMOL_CUDA_ATTN=tiled SMOL_TEST_QUICK=1 tmo "$t" "$cs" --tool "$tool" "$B/tests/test_cuda" \
+            > "$W/${tool}_fattn.out" 2>&1
+        rc=$?
+        cat "$W/${tool}_fattn.out"
+        if [ "$tool" = memcheck ]; then
+            errs=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$W/${tool}_fattn.out" | tail -n 1 | grep -oE '[0-9]+$')
+        else
+            errs=$(grep -oE 'RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?' "$W/${tool}_fattn.out" |
+                   tail -n 1 | grep -oE '[0-9]+ errors?' | grep -oE '[0-9]+')
+            [ -n "$errs" ] || errs=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$W/${tool}_fattn.out" | tail -n 1 | grep -oE '[0-9]+$')
+        fi
+        local sum
+        sum=$(grep -E '^[0-9]+%: Checks:' "$W/${tool}_fattn.out" | tail -n 1)
+        say "  $tool (fattn): ${errs:-?} errors; test ${sum:-gave no summary} (rc $rc)"
+        put "fact.${tool}_fattn" "errors=${errs:-?} rc=$rc ${sum}"
+        NOTE="$NOTE $tool ${errs:-?} errors (rc $rc);"
+        grep -qE 'Checks: 0,' "$W/${tool}_fattn.out" && { NOTE="$NOTE no tcase 'fattn' in test_cuda;"; bad=1; }
+        { [ "${errs:-x}" = 0 ] && [ $rc -eq 0 ]; } || bad=1
+    done
+    NOTE=${NOTE# }
     return $bad
 }
 
@@ -381,6 +420,42 @@ s_bench() {
     sbench cpu cpu 60 -t 16 -p 128 -n 32 || fails=$((fails + 1))
     llama_signal CONT
     NOTE="$fails of the runs failed; best $BEST"
+    [ $fails -eq 0 ]
+}
+
+# ---------------------------------------------------------------- 7b: cuda_attn paged vs tiled
+s_attn() {
+    [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
+    local fails=0 rc a
+    if [ -x "$B/bench/bench_cuda" ]; then
+        tmo 60 "$B/bench/bench_cuda" --attn --json --reps 3 > "$W/attn.jsonl" 2> "$W/attn.err"
+        rc=$?
+        cat "$W/attn.jsonl" "$W/attn.err"
+        report attn "$W/attn.jsonl" | show
+        [ "${PIPESTATUS[0]}" -eq 0 ] && [ $rc -eq 0 ] || fails=$((fails + 1))
+    else
+        say "  no $B/bench/bench_cuda"
+        fails=$((fails + 1))
+    fi
+    [ -s "$MODEL" ] || { NOTE="no model (step synth)"; return 1; }
+    local m f g
+    IFS=- read -r m f g _ <<< "$BEST"
+    [ "$BEST" = cpu ] && { m=q8; f=1; g=1; }
+    put fact.attn_combo "$m/$f/$g"
+    for a in paged tiled; do
+        over && { say "  cuda_attn=$a: skipped (budget)"; continue; }
+        sbench "attn-$a-p512d4096" "$m-$f-$g-$a" 60 -p 512 -n 64 -d 4096 || fails=$((fails + 1))
+        sbench "attn-$a-p2048" "$m-$f-$g-$a" 60 -p 2048 -n 1 || fails=$((fails + 1))
+        sbench "attn-$a-p8192" "$m-$f-$g-$a" 90 -p 8192 -n 1 || fails=$((fails + 1))
+        # shellcheck disable=SC2046
+        tmo 40 env $(combo_env "$m-$f-$g-$a") "$SM" logits -m "$MODEL" ${BACKEND_ARGS[@]+"${BACKEND_ARGS[@]}"} \
+            --ids 791,3301,1200,5512,100,2048,64000,17 --all -o "$W/agree/attn-$a.bin" || echo "logits attn $a failed"
+    done
+    if [ -s "$W/agree/attn-paged.bin" ] && [ -s "$W/agree/attn-tiled.bin" ]; then
+        report agree "$W/agree/attn-tiled.bin" "$W/agree/attn-paged.bin" > "$W/agree/attn-tiled.txt"
+        say "  logits cuda_attn tiled vs paged: rel L2 $(cat "$W/agree/attn-tiled.txt")"
+    fi
+    NOTE="$fails failed (bench_cuda --attn and smollm3 bench runs)"
     [ $fails -eq 0 ]
 }
 
@@ -710,9 +785,11 @@ step llama 0 "llama.cpp CUDA build in the background" s_llama
 step device 0 "device facts, copy bandwidth" s_device
 step test 0 "$B/tests/test_cuda" s_test
 step sanit 1 "compute-sanitizer memcheck + racecheck (CK_RUN_CASE=${GPU_CHECK_SANITIZE_CASE:-ops})" s_sanit
+step sanitfa 1 "compute-sanitizer memcheck + racecheck, tiled attention (CK_RUN_CASE=fattn)" s_sanit_fattn
 step synth 0 "smollm3 synth --preset $PRESET -> $MODEL" s_synth
 step matvec 0 "bench_cuda --bw ${BW:-?}" s_matvec
 step bench 0 "smollm3 bench: knob combinations, best, baseline, cpu" s_bench
+step attn 1 "cuda_attn paged vs tiled: bench_cuda --attn, smollm3 bench pp512/2048/8192, tg d4096" s_attn
 step daemon 1 "smollm3d on cuda: 1 / 16 / 64 streams" s_daemon
 step load 1 "tests/load/loadgen.py --mode ctl on cuda: ${GPU_CHECK_LOAD_STREAMS:-1 16 64 256} streams" s_load
 step ncu 1 "ncu: one decode step per kernel" s_ncu

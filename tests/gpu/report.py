@@ -8,6 +8,7 @@
                                            embedding lookup that opens each step), per kernel: share, us, GB/s
   report.py agree A.bin B.bin              relative L2 error of two float32 files (A against B)
   report.py bench-brief FILE               one line from a `smollm3 bench --json` output
+  report.py attn FILE.jsonl                bench_cuda --attn --json lines -> cuda_attn paged vs tiled per case; exit 1 on a failed check
   report.py best W                         the fastest knob combination (tg128) that ran on cuda and agreed
   report.py final W OUT                    the final tables (printed last by check.sh) and OUT/results.json
 
@@ -107,6 +108,43 @@ def bench_cuda(path):
         rows.append(row)
     table(headers, rows)
     return 1 if bad else 0
+
+
+# ---------------------------------------------------------------- bench_cuda --attn (knob cuda_attn)
+
+def attn_kernels(path):
+    recs = [r for r in jsonl(path) if "attn" in r]
+    if not recs:
+        print("bench_cuda --attn: no results")
+        return 1
+    rows = []
+    for r in recs:
+        p, t = r.get("paged_us"), r.get("tiled_us")
+        case = f"{r['attn']} n={r['n']}" + (f" d={r['depth']}" if r.get("depth") else "")
+        rate = r.get("kv_gbps") if r.get("depth") else r.get("tflops")
+        rows.append([case, r.get("kv", "?"), fnum(p), fnum(t), fnum(p / t if p and t else None, "{:.2f}x"),
+                     " / ".join(fnum(x, "{:.1f}") for x in rate) + (" GB/s" if r.get("depth") else " TFLOP/s") if rate else "—",
+                     f"{r['rel_err_tiled_vs_paged']:.1e}", "ok" if r.get("ok") else "FAIL"])
+    table(["attention (be->attention)", "kv", "paged us", "tiled us", "paged/tiled", "paged / tiled rate", "err", "ok"], rows)
+    return 0 if all(r.get("ok") for r in recs) else 1
+
+
+ATTN_RUNS = [("pp512", "p512d4096", "pp_tps"), ("pp2048", "p2048", "pp_tps"), ("pp8192", "p8192", "pp_tps"),
+             ("tg64 d4096", "p512d4096", "tg_tps")]
+
+
+def attn_ab(W, runs):
+    """cuda_attn paged vs tiled: smollm3 bench runs attn-{paged,tiled}-LABEL of check.sh's step attn."""
+    rows, out = [], []
+    for name, label, key in ATTN_RUNS:
+        v = {}
+        for a in ("paged", "tiled"):
+            j = runs.get(f"attn-{a}-{label}")
+            v[a] = j.get(key) if j and j.get("ok") else None
+        out.append({"row": name, "paged": v["paged"], "tiled": v["tiled"],
+                    "ratio": v["tiled"] / v["paged"] if v["paged"] and v["tiled"] else None})
+        rows.append([name, fnum(v["paged"]), fnum(v["tiled"]), fnum(out[-1]["ratio"], "{:.2f}x")])
+    return rows, out
 
 
 # ---------------------------------------------------------------- ncu
@@ -281,6 +319,9 @@ def final(W, OUT):
             for p in glob.glob(os.path.join(W, "sb", "*.out"))}
     res["smollm3_bench"] = runs
     res["agreement_vs_baseline"] = {c: agreement(W, c) for c in COMBOS[1:]}
+    attn_rows, res["attn_ab"] = attn_ab(W, runs)
+    res["attn_agreement_tiled_vs_paged"] = agreement(W, "attn-tiled")
+    res["bench_cuda_attn"] = jsonl(os.path.join(W, "attn.jsonl"))
 
     # llama.cpp
     lb = jsonl(os.path.join(W, "llama", "bench.jsonl")) + jsonl(os.path.join(W, "llama", "d4096.jsonl"))
@@ -429,6 +470,14 @@ def final(W, OUT):
               f"(prompts of {t4.get('prompt_tokens')} tokens: {t4.get('ttft_ms')} ms)")
     print("\nknob A/B (pp512 / tg128, tokens/s; agreement: logits of an 8-token step vs f32/0/0, rel L2)")
     table(["matvec/fuse/graphs", "pp512", "tg128", "tg vs base", "agreement", "status"], ab)
+    if any(r["paged"] or r["tiled"] for r in res["attn_ab"]) or res["bench_cuda_attn"]:
+        e = res["attn_agreement_tiled_vs_paged"]
+        print(f"\ncuda_attn A/B (smollm3 bench, tokens/s, combination {facts.get('fact.attn_combo', '?')}; logits of an "
+              f"8-token step tiled vs paged: rel L2 {fnum(e, '{:.1e}')})")
+        table(["row", "paged", "tiled", "tiled/paged"], attn_rows)
+        if res["bench_cuda_attn"]:
+            print()
+            attn_kernels(os.path.join(W, "attn.jsonl"))
     print("\nsteps")
     table(["step", "status", "time", "note"], steps, left=(0, 1, 3))
     nfail = sum(1 for s in steps if s[1] == "fail")
@@ -461,6 +510,8 @@ def main(argv):
         print(" ".join(f"{k[:-4]} {j[k]:.1f}" for k in ("pp_tps", "tg_tps", "tg_batch_tps") if k in j)
               + f"  [{m.group(1) if m else j.get('backend', '?')}]")
         return 0
+    if cmd == "attn":
+        return attn_kernels(args[0])
     if cmd == "best":
         return best(args[0])
     if cmd == "final":
