@@ -94,12 +94,19 @@ static void list_append(struct req **head, struct req *q)
     *p = q;
 }
 
+/* Part of q's stream is lost: it stops at the next step and ends with an error (finish). */
+static void lose(struct req *q)
+{
+    q->lost = 1;
+    q->cancelled = 1;
+}
+
 static void emit_text(struct req *q, const char *text, size_t len, int channel)
 {
     Smollm3__Event ev = SMOLLM3__EVENT__INIT;
     Smollm3__Token tk = SMOLLM3__TOKEN__INIT;
     char *s = malloc(len + 1);
-    if (!s) return;
+    if (!s) { lose(q); return; }
     memcpy(s, text, len);
     s[len] = 0;
     tk.text = s;
@@ -128,7 +135,7 @@ static void emit_text(struct req *q, const char *text, size_t len, int channel)
     ev.request_id = q->r->client_id;
     ev.kind_case = SMOLLM3__EVENT__KIND_TOKEN;
     ev.token = &tk;
-    smol_engine_send_event(q->e, q->r->id, 0, &ev);
+    if (smol_engine_send_event(q->e, q->r->id, 0, &ev)) lose(q);
     free(s);
 }
 
@@ -152,7 +159,7 @@ static void on_parse(void *ud, const struct smol_chat_event *pe)
         ev.request_id = q->r->client_id;
         ev.kind_case = SMOLLM3__EVENT__KIND_TOOL_CALL;
         ev.tool_call = &tc;
-        smol_engine_send_event(q->e, q->r->id, 0, &ev);
+        if (smol_engine_send_event(q->e, q->r->id, 0, &ev)) lose(q);
         q->seg_in_token++;
         return;
     }
@@ -202,15 +209,25 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
 {
     if (q->state != RS_QUEUED) {
         struct smol_detok_out out;
-        if (smol_detok_flush(&q->detok, &out) == SMOL_OK && out.len && !q->cancelled)
-            smol_chat_parser_feed(&q->parser, out.text, out.len, 0);
-        smol_chat_parser_finish(&q->parser);
+        if (smol_detok_flush(&q->detok, &out) == SMOL_OK && out.len && !q->cancelled &&
+            smol_chat_parser_feed(&q->parser, out.text, out.len, 0))
+            lose(q);
+        if (smol_chat_parser_finish(&q->parser) && !q->cancelled) lose(q);
         if (reason == SMOLLM3__FINISH_REASON__FINISH_REASON_STOP && q->parser.n_tool_calls > 0)
             reason = SMOLLM3__FINISH_REASON__FINISH_REASON_TOOL_CALLS;
     }
     q->finish_reason = reason;
-    if (reason == SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED) e->n_cancelled++;
-    send_done(e, q);
+    if (q->lost) {
+        /* the client did not get the whole stream: it ends with an error (with n > 1, once,
+         * when the last choice ends; the others stop) */
+        for (struct req *o = e->running; o; o = o->next)
+            if (o != q && o->r == q->r) lose(o);
+        if (q->r->refs == 1)
+            smol_engine_send_error(e, q->r->id, q->r->client_id, SMOL_ENOMEM, "out of memory: part of the stream was lost");
+    } else {
+        if (reason == SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED) e->n_cancelled++;
+        send_done(e, q);
+    }
     e->n_generated += (uint64_t)q->n_gen;
 
     struct smol_session *s = q->sess ? q->sess : q->anon;
@@ -597,7 +614,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
     ev.request_id = r->client_id;
     ev.kind_case = SMOLLM3__EVENT__KIND_STARTED;
     ev.started = &st;
-    smol_engine_send_event(e, r->id, 0, &ev);
+    if (smol_engine_send_event(e, r->id, 0, &ev)) lose(q);
     return 1;
 }
 
@@ -733,11 +750,12 @@ static int emit_token(struct smol_engine *e, struct req *q, int32_t t, double no
     struct smol_detok_out out;
     q->tok_reasoning = 0;
     if (smol_tokenizer_is_special(e->tok, t)) {
-        if (smol_detok_flush(&q->detok, &out) == SMOL_OK && out.len) smol_chat_parser_feed(&q->parser, out.text, out.len, 0);
-        smol_chat_parser_feed(&q->parser, piece ? piece : "", len, 1);
+        if (smol_detok_flush(&q->detok, &out) == SMOL_OK && out.len && smol_chat_parser_feed(&q->parser, out.text, out.len, 0))
+            lose(q);
+        if (smol_chat_parser_feed(&q->parser, piece ? piece : "", len, 1)) lose(q);
     } else {
         if ((rc = smol_detok_push(&q->detok, piece ? piece : "", len, &out))) { fail_request(e, q, rc, "detokenizer error"); return 0; }
-        if (out.len) smol_chat_parser_feed(&q->parser, out.text, out.len, 0);
+        if (out.len && smol_chat_parser_feed(&q->parser, out.text, out.len, 0)) lose(q);
         if (out.stopped) {
             q->stop_index = out.stop_index;
             finish(e, q, SMOLLM3__FINISH_REASON__FINISH_REASON_STOP);
