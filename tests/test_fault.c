@@ -179,9 +179,11 @@ int __wrap_posix_memalign(void **p, size_t a, size_t n)
     if (fault(P_MEMALIGN, FC_ALLOC)) return ENOMEM;
     return __real_posix_memalign(p, a, n);
 }
+/* libzmq keeps a message of up to 33 bytes inside the zmq_msg_t (a "very small
+ * message", 64-bit): it never allocates, so it never fails */
 int __wrap_zmq_msg_init_size(zmq_msg_t *m, size_t n)
 {
-    if (fault(P_MSG_INIT, FC_ALLOC)) { errno = ENOMEM; return -1; }
+    if (n > 33 && fault(P_MSG_INIT, FC_ALLOC)) { errno = ENOMEM; return -1; }
     return __real_zmq_msg_init_size(m, n);
 }
 static void *json_alloc(size_t n)
@@ -272,6 +274,7 @@ struct world {              /* what lives across runs */
     char dir[64];           /* the spill directory */
     int32_t ref[16];        /* the fresh request's greedy tokens, clean */
     int n_ref;
+    struct result *clean;   /* [9]: each request of the clean run, by request id */
 };
 
 struct daemon {             /* one start of the daemon: context, RPC thread, engine, spill, grammars */
@@ -468,6 +471,7 @@ static Smollm3__Event *recv_ev(void *s)
 struct result {
     int ended, done, err, finish;   /* err: the Error's code */
     int started, cached, restored;
+    int completion;                 /* Done's completion_tokens */
     int32_t ids[64];
     int n;
     char text[1024];
@@ -488,7 +492,11 @@ static void take(struct result *r, const Smollm3__Event *ev)
             snprintf(r->text + have, sizeof r->text - have, "%s", ev->token->text);
         }
         break;
-    case SMOLLM3__EVENT__KIND_DONE: r->ended = r->done = 1; r->finish = ev->done->finish_reason; break;
+    case SMOLLM3__EVENT__KIND_DONE:
+        r->ended = r->done = 1;
+        r->finish = ev->done->finish_reason;
+        r->completion = ev->done->usage ? (int)ev->done->usage->completion_tokens : -1;
+        break;
     case SMOLLM3__EVENT__KIND_ERROR: r->ended = 1; r->err = ev->error->code ? ev->error->code : -1; break;
     default: break;
     }
@@ -521,6 +529,7 @@ static const char *FRESH = "Once upon a time";
 
 struct run {
     int clean;                      /* the reference run: every request must succeed */
+    struct result res[9];           /* by request id (the vanishing client's is not kept) */
     struct result fresh;            /* the fresh request after the fault was cleared */
 };
 
@@ -531,8 +540,7 @@ static void phase1(struct world *w, struct run *run, char *turn1, char *turn2)
     struct daemon d;
     daemon_start(w, &d);
     void *a = cli_new(&d);
-    struct result r[8];
-    memset(r, 0, sizeof r);
+    struct result *r = run->res;
 
     send_gen(a, &(struct genreq){.id = 1, .text = "The quick brown fox", .max_tokens = 8});
     collect(a, 1, &r[1], "generate");
@@ -597,13 +605,13 @@ static void phase2(struct world *w, struct run *run, const char *turn1, const ch
     struct daemon d;
     daemon_start(w, &d);
     void *a = cli_new(&d);
-    struct result r = {0};
+    struct result *rr = &run->res[7];
     struct msg m7[] = {{"system", "Be brief."}, {"user", "Hello there"}, {"assistant", turn1}, {"user", "And again?"},
                        {"assistant", turn2}, {"user", "Once more."}};
     send_gen(a, &(struct genreq){.id = 7, .msgs = m7, .n_msgs = 6, .session = "s1", .max_tokens = 4});
-    collect(a, 7, &r, "session turn 3 (restored)");
-    if (run->clean && !fail_msg[0] && (r.err || r.restored <= 0))
-        FAILF("clean run: session turn 3 error %d, %d tokens restored from the spill directory", r.err, r.restored);
+    collect(a, 7, rr, "session turn 3 (restored)");
+    if (run->clean && !fail_msg[0] && (rr->err || rr->restored <= 0))
+        FAILF("clean run: session turn 3 error %d, %d tokens restored from the spill directory", rr->err, rr->restored);
 
     fault_disarm();
     send_gen(a, &(struct genreq){.id = 8, .text = FRESH, .max_tokens = 12});
@@ -673,6 +681,31 @@ static long one_run(struct world *w, int mask, long target, int clean)
         else if (w->n_ref >= 0 && (f->n != w->n_ref || memcmp(f->ids, w->ref, sizeof(int32_t) * (size_t)f->n)))
             FAILF("the fresh request after the fault: %d tokens, not the clean run's %d greedy tokens", f->n, w->n_ref);
     }
+    /* a request that ended with Done gave what the clean run gave (greedy),
+     * when its prompt was the clean run's: a fault ends a stream with an
+     * error or not at all, never with lost or different text */
+    static const struct { int id, dep1, dep2; } cmp[] = {{1, 0, 0}, {2, 0, 0}, {5, 0, 0}, {6, 2, 0}, {7, 2, 6}};
+    for (size_t i = 0; !clean && !fail_msg[0] && i < sizeof cmp / sizeof cmp[0]; i++) {
+        const struct result *g = &run.res[cmp[i].id], *c = &w->clean[cmp[i].id];
+        int same_prompt = 1;
+        for (int k = 1; k <= 2; k++) {
+            int dep = k == 1 ? cmp[i].dep1 : cmp[i].dep2;
+            if (dep && strcmp(run.res[dep].text, w->clean[dep].text)) same_prompt = 0;
+        }
+        /* a session turn whose history was not kept (recording it, writing or reading its
+         * file failed) is tokenized from the text and may legitimately differ: compared when
+         * it reused what the clean run reused */
+        if (!g->done || !same_prompt || g->cached != c->cached || g->restored != c->restored) continue;
+        if (g->finish != c->finish || g->completion != c->completion || strcmp(g->text, c->text))
+        {
+            size_t k = 0;
+            while (g->text[k] && g->text[k] == c->text[k]) k++;
+            FAILF("request %d ended Done (reason %d, %d tokens, \"%.60s\") but the clean run gave reason %d, %d tokens, "
+                  "\"%.60s\" (texts differ from byte %zu)", cmp[i].id, g->finish, g->completion, g->text + k, c->finish,
+                  c->completion, c->text + k, k);
+        }
+    }
+    if (clean) memcpy(w->clean, run.res, sizeof run.res);
     if (clean && w->n_ref < 0) {
         w->n_ref = run.fresh.n < 16 ? run.fresh.n : 16;
         memcpy(w->ref, run.fresh.ids, sizeof(int32_t) * (size_t)w->n_ref);
@@ -731,6 +764,7 @@ START_TEST(t_fault_sweep)
     struct world w;
     memset(&w, 0, sizeof w);
     w.n_ref = -1;
+    w.clean = calloc(9, sizeof *w.clean);
     char err[SMOL_ERRLEN];
     struct smol_model_settings set;
     smol_model_settings_default(&set);
@@ -765,6 +799,7 @@ START_TEST(t_fault_sweep)
     rmdir(w.dir);
     smol_tokenizer_free(&w.tok);
     smol_model_close(&w.m);
+    free(w.clean);
     ck_assert_msg(failures == 0, "%d fault runs failed (above)", failures);
 }
 END_TEST
