@@ -34,7 +34,8 @@
  * run is swept at N = 1..DENSE, then every S-th N with S = C / RUNS (about
  * RUNS runs; the first DENSE calls are where start-up paths live).
  * SMOL_FAULT_FULL=1: every N (S = 1).  SMOL_FAULT_CLASSES=alloc,zmq,io picks
- * classes.  Each run prints nothing unless it fails (then N, the point that
+ * classes (default those three, RUNS 60, 30 with SMOL_TEST_QUICK); "all" is one
+ * countdown over every point of the three.  Each run prints nothing unless it fails (then N, the point that
  * failed, and what was wrong); the summary prints every point's visits.
  */
 #include <check.h>
@@ -74,8 +75,10 @@
 #endif
 #endif
 #ifdef FAULT_LSAN
+#include <sanitizer/common_interface_defs.h>
 #include <sanitizer/lsan_interface.h>
 #endif
+#include <signal.h>
 
 /* ================================================================ the layer */
 
@@ -275,6 +278,9 @@ struct world {              /* what lives across runs */
     int32_t ref[16];        /* the fresh request's greedy tokens, clean */
     int n_ref;
     struct result *clean;   /* [9]: each request of the clean run, by request id */
+    struct smol_grammar_cache *gc;  /* kept across runs (its vocabulary is costly to build);
+                                       each run's schema is new to it (its description) */
+    long run;               /* runs so far */
 };
 
 struct daemon {             /* one start of the daemon: context, RPC thread, engine, spill, grammars */
@@ -316,7 +322,7 @@ static void daemon_start(struct world *w, struct daemon *d)
     char err[SMOL_ERRLEN];
     memset(d, 0, sizeof *d);
     ck_assert(pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) == 0);
-    ck_assert_msg(smol_grammar_cache_new(&d->gc, w->tok, 0, err) == SMOL_OK, "%s", err);
+    d->gc = w->gc;
     ck_assert_msg(smol_spill_open(&d->spill, w->dir, 0, w->m, err) == SMOL_OK, "%s", err);
     d->ctx = zmq_ctx_new();
     int32_t nv = smol_tokenizer_n_vocab(w->tok);
@@ -364,7 +370,6 @@ static void daemon_stop(struct daemon *d, const char *phase)
     smol_engine_stop(&d->eng);
     smol_spill_close(&d->spill);
     smol_rpc_free(&d->rpc);
-    smol_grammar_cache_free(&d->gc);
     zmq_ctx_term(d->ctx);
     close(d->pipe[0]);
     close(d->pipe[1]);
@@ -523,7 +528,7 @@ static int collect(void *s, uint64_t id, struct result *r, const char *what)
 
 /* ============================================================ workload */
 
-static const char *SCHEMA = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},"
+static const char *SCHEMA = "{\"description\":\"fault run %ld\",\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},"
                             "\"b\":{\"type\":\"string\",\"maxLength\":8}},\"required\":[\"a\"]}";
 static const char *FRESH = "Once upon a time";
 
@@ -579,7 +584,9 @@ static void phase1(struct world *w, struct run *run, char *turn1, char *turn2)
     cli_close(v);
 
     struct msg m5[] = {{"user", "Give me a JSON object."}};
-    send_gen(a, &(struct genreq){.id = 5, .msgs = m5, .n_msgs = 1, .schema = SCHEMA, .max_tokens = 24});
+    char schema[512];
+    snprintf(schema, sizeof schema, SCHEMA, ++w->run);
+    send_gen(a, &(struct genreq){.id = 5, .msgs = m5, .n_msgs = 1, .schema = schema, .max_tokens = 24});
     collect(a, 5, &r[5], "json schema");
 
     struct msg m6[] = {{"system", "Be brief."}, {"user", "Hello there"}, {"assistant", turn1}, {"user", "And again?"}};
@@ -716,6 +723,37 @@ static long one_run(struct world *w, int mask, long target, int clean)
     return calls;
 }
 
+/* A crash names the run it happened in. */
+static char crash_note[128];
+ssize_t __real_write(int fd, const void *b, size_t n);
+
+static void note_crash(void)
+{
+    if (__real_write(2, crash_note, strlen(crash_note)) < 0) {}
+}
+
+#ifndef FAULT_LSAN
+static void on_crash(int sig)
+{
+    note_crash();
+    raise(sig);     /* SA_RESETHAND: the default action now */
+}
+#endif
+
+static void catch_crashes(void)
+{
+#ifdef FAULT_LSAN
+    __sanitizer_set_death_callback(note_crash);     /* ASan reports the crash itself */
+#else
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_crash;
+    sa.sa_flags = SA_RESETHAND;
+    int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+#endif
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -726,13 +764,16 @@ static double now_s(void)
 static void sweep(struct world *w, const char *name, int mask, int runs, int full, int *failures)
 {
     double t0 = now_s();
+    snprintf(crash_note, sizeof crash_note, "\nfault %s: the clean run crashed\n", name);
     long calls = one_run(w, mask, 0, 1);
     ck_assert_msg(!fail_msg[0], "%s: the clean run failed: %s", name, fail_msg);
     enum { DENSE = 16 };
     long stride = full || calls <= runs ? 1 : (calls + runs - 1) / runs;
     int n_runs = 0, fired = 0;
     for (long n = 1;; n = n < DENSE ? n + 1 : n + stride) {
+        snprintf(crash_note, sizeof crash_note, "\nfault %s N=%ld: crashed (the Nth call of the class failed)\n", name, n);
         long got = one_run(w, mask, n, 0);
+        crash_note[0] = 0;
         n_runs++;
         int p = atomic_load(&f_fired);
         if (p >= 0) fired++;
@@ -756,6 +797,7 @@ static void sweep(struct world *w, const char *name, int mask, int runs, int ful
 START_TEST(t_fault_sweep)
 {
     f_exempt = 1;
+    catch_crashes();
     const char *p = fixture_path("models/fixture-t.Q8_0.gguf");
     if (!p) { printf("SKIPPED: fixture missing\n"); return; }
     const char *verbose = getenv("SMOL_FAULT_VERBOSE");
@@ -775,6 +817,7 @@ START_TEST(t_fault_sweep)
     set.kv_budget = 2u << 20;
     ck_assert_msg(smol_model_open(&w.m, p, &set, err) == SMOL_OK, "%s", err);
     ck_assert_msg(smol_tokenizer_new(&w.tok, w.m->gguf, err) == SMOL_OK, "%s", err);
+    ck_assert_msg(smol_grammar_cache_new(&w.gc, w.tok, 0, err) == SMOL_OK, "%s", err);
     snprintf(w.dir, sizeof w.dir, "/tmp/smol-fault-XXXXXX");
     ck_assert(mkdtemp(w.dir));
 
@@ -786,10 +829,12 @@ START_TEST(t_fault_sweep)
     int quick = getenv("SMOL_TEST_QUICK") != NULL;
     int failures = 0;
     struct { const char *name; int mask, runs; } cl[] = {
-        {"alloc", FC_ALLOC, quick ? 40 : 120}, {"zmq", FC_ZMQ, quick ? 40 : 120}, {"io", FC_IO, 1000},
+        {"alloc", FC_ALLOC, quick ? 30 : 60}, {"zmq", FC_ZMQ, quick ? 30 : 60}, {"io", FC_IO, 1000},
+        {"all", FC_ALLOC | FC_ZMQ | FC_IO, quick ? 30 : 60},   /* one countdown over every point: on demand */
     };
     for (size_t i = 0; i < sizeof cl / sizeof cl[0]; i++)
-        if (!cls || strstr(cls, cl[i].name)) sweep(&w, cl[i].name, cl[i].mask, cl[i].runs, is_full, &failures);
+        if (cls ? !!strstr(cls, cl[i].name) : cl[i].mask != (FC_ALLOC | FC_ZMQ | FC_IO))
+            sweep(&w, cl[i].name, cl[i].mask, cl[i].runs, is_full, &failures);
 
     printf("stats: fault points visited:");
     for (int i = 0; i < P_N; i++) printf(" %s %ld", point_name[i], atomic_load(&f_visits[i]));
@@ -797,6 +842,7 @@ START_TEST(t_fault_sweep)
     json_set_alloc_funcs(malloc, free);
     clear_dir(w.dir);
     rmdir(w.dir);
+    smol_grammar_cache_free(&w.gc);
     smol_tokenizer_free(&w.tok);
     smol_model_close(&w.m);
     free(w.clean);
