@@ -209,8 +209,8 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
 {
     if (q->state != RS_QUEUED) {
         struct smol_detok_out out;
-        if (smol_detok_flush(&q->detok, &out) == SMOL_OK && out.len && !q->cancelled &&
-            smol_chat_parser_feed(&q->parser, out.text, out.len, 0))
+        enum smol_err fr = smol_detok_flush(&q->detok, &out);
+        if (!q->cancelled && (fr || (out.len && smol_chat_parser_feed(&q->parser, out.text, out.len, 0))))
             lose(q);
         if (smol_chat_parser_finish(&q->parser) && !q->cancelled) lose(q);
         if (reason == SMOLLM3__FINISH_REASON__FINISH_REASON_STOP && q->parser.n_tool_calls > 0)
@@ -668,6 +668,8 @@ struct spec_ctx {
 static enum smol_err sample_row(struct smol_engine *e, struct req *q, int i, float *logits, int32_t *t,
                                 struct smol_sampler_logprobs *lp, char *err)
 {
+    if (q->gm_active && smol_grammar_matcher_failed(q->gm))   /* is_done says 1: not "the end" */
+        return smol_errf(err, SMOL_ENOMEM, "structured output: out of memory");
     double tg = q->gm_active ? smol_engine_now() : 0;
     if (q->gm_active) apply_grammar(e, q, logits);
     if (q->gm_active) e->grammar_s += smol_engine_now() - tg;
@@ -686,10 +688,12 @@ static enum smol_err sample_row(struct smol_engine *e, struct req *q, int i, flo
             if (rc) return rc;
         }
         e->grammar_s += smol_engine_now() - tg;
+        if (smol_grammar_matcher_failed(q->gm)) return smol_errf(err, SMOL_ENOMEM, "structured output: out of memory");
         tg = smol_engine_now();
         rc = smol_grammar_matcher_accept_token(q->gm, *t);
         e->grammar_s += smol_engine_now() - tg;
         e->n_grammar_tokens++;
+        if (rc == SMOL_ENOMEM) return smol_errf(err, SMOL_ENOMEM, "structured output: out of memory");
         if (rc) return smol_errf(err, SMOL_EINTERNAL, "structured output: the sampled token is outside the grammar");
     }
     if (q->gm && !q->gm_active && *t == smol_tokenizer_special(e->tok)->think_end) q->gm_active = 1;
@@ -750,7 +754,7 @@ static int emit_token(struct smol_engine *e, struct req *q, int32_t t, double no
     struct smol_detok_out out;
     q->tok_reasoning = 0;
     if (smol_tokenizer_is_special(e->tok, t)) {
-        if (smol_detok_flush(&q->detok, &out) == SMOL_OK && out.len && smol_chat_parser_feed(&q->parser, out.text, out.len, 0))
+        if (smol_detok_flush(&q->detok, &out) || (out.len && smol_chat_parser_feed(&q->parser, out.text, out.len, 0)))
             lose(q);
         if (smol_chat_parser_feed(&q->parser, piece ? piece : "", len, 1)) lose(q);
     } else {
