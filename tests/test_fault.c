@@ -35,7 +35,8 @@
  * RUNS runs; the first DENSE calls are where start-up paths live).
  * SMOL_FAULT_FULL=1: every N (S = 1).  SMOL_FAULT_CLASSES=alloc,zmq,io picks
  * classes (default those three, RUNS 60, 30 with SMOL_TEST_QUICK); "all" is one
- * countdown over every point of the three.  Each run prints nothing unless it fails (then N, the point that
+ * countdown over every point of the three.  SMOL_FAULT_N=n runs that N alone
+ * (with SMOL_FAULT_TRACE=1: the stack of the call that failed).  Each run prints nothing unless it fails (then N, the point that
  * failed, and what was wrong); the summary prints every point's visits.
  */
 #include <check.h>
@@ -770,7 +771,15 @@ static void sweep(struct world *w, const char *name, int mask, int runs, int ful
     enum { DENSE = 16 };
     long stride = full || calls <= runs ? 1 : (calls + runs - 1) / runs;
     int n_runs = 0, fired = 0;
-    for (long n = 1;; n = n < DENSE ? n + 1 : n + stride) {
+    const char *only = getenv("SMOL_FAULT_N");     /* N or FROM-TO, every N (reproducing a failure) */
+    long from = 1, to = -1;
+    if (only) {
+        char *end;
+        from = to = strtol(only, &end, 10);
+        if (*end == '-') to = strtol(end + 1, NULL, 10);
+        stride = 1;
+    }
+    for (long n = from;; n = n < DENSE || only ? n + 1 : n + stride) {
         snprintf(crash_note, sizeof crash_note, "\nfault %s N=%ld: crashed (the Nth call of the class failed)\n", name, n);
         long got = one_run(w, mask, n, 0);
         crash_note[0] = 0;
@@ -787,11 +796,20 @@ static void sweep(struct world *w, const char *name, int mask, int runs, int ful
             fflush(stdout);
             ++*failures;
         }
-        if (got < n) break;     /* the run completed with no injected failure */
+        if (got < n || (only && n >= to)) break;     /* the run completed with no injected failure */
     }
     printf("stats: fault %s: %ld calls in the clean run, %d runs (N = 1..%d, then every %ld), %d injected, %.1f s\n",
            name, calls, n_runs, DENSE, stride, fired, now_s() - t0);
     fflush(stdout);
+}
+
+/* "alloc,io" has "io", not "all" */
+static int has_word(const char *list, const char *w)
+{
+    size_t n = strlen(w);
+    for (const char *p = list; (p = strstr(p, w)); p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return 1;
+    return 0;
 }
 
 START_TEST(t_fault_sweep)
@@ -833,7 +851,7 @@ START_TEST(t_fault_sweep)
         {"all", FC_ALLOC | FC_ZMQ | FC_IO, quick ? 30 : 60},   /* one countdown over every point: on demand */
     };
     for (size_t i = 0; i < sizeof cl / sizeof cl[0]; i++)
-        if (cls ? !!strstr(cls, cl[i].name) : cl[i].mask != (FC_ALLOC | FC_ZMQ | FC_IO))
+        if (cls ? has_word(cls, cl[i].name) : cl[i].mask != (FC_ALLOC | FC_ZMQ | FC_IO))
             sweep(&w, cl[i].name, cl[i].mask, cl[i].runs, is_full, &failures);
 
     printf("stats: fault points visited:");
