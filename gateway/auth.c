@@ -10,6 +10,10 @@
  * key is compared with every key, over a fixed width, whatever matches, so
  * the time says nothing about which key or how many bytes were right.
  *
+ * The key comes as `Authorization: Bearer KEY` or, as Anthropic's clients
+ * send it, `x-api-key: KEY` (the same keys; Authorization wins when both
+ * are present).
+ *
  * A UI stream (GET /ui/stream/SID) is authorised by its SID: the 128-bit
  * random id was handed out by an authorised POST /ui/chat, and a browser's
  * EventSource cannot send an Authorization header.
@@ -139,8 +143,12 @@ int gw_auth_check(struct MHD_Connection *mc)
 {
     if (!n_keys) return GW_AUTH_OPEN;
     const char *h = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7)) return GW_AUTH_NONE;
-    h += 7;
+    if (h) {
+        if (strncasecmp(h, "Bearer ", 7)) return GW_AUTH_NONE;
+        h += 7;
+    } else if (!(h = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "x-api-key"))) {
+        return GW_AUTH_NONE;     /* Anthropic's clients send the key as x-api-key */
+    }
     while (*h == ' ') h++;
     size_t n = strlen(h);
     while (n && h[n - 1] == ' ') n--;

@@ -83,6 +83,7 @@ void gw_stream_free(struct gw_stream *s)
         json_decref(s->ch[i].lp);
     }
     free(s->ch);
+    free(s->an_stop);
     json_decref(s->reply);
     free(s->packed);
     free(s);
@@ -113,7 +114,7 @@ static void mark_terminal(struct gw_stream *s)
     if (!s->terminal) {
         s->terminal = 1;
         if (s->sent && G.n_inflight) G.n_inflight--;
-        if (s->kind != GW_QUERY) gw_metrics_stream_done(s);
+        if (s->kind != GW_QUERY && s->kind != GW_ANTHROPIC_COUNT) gw_metrics_stream_done(s);
     }
 }
 
@@ -123,7 +124,7 @@ void gw_stream_fail(struct gw_stream *s, int status, const char *code, const cha
     if (s->ended) return;
     mark_terminal(s);
     struct gw_req *r = s->req;
-    if (r && r->waiting && !(s->kind != GW_OPENAI_JSON && s->started)) {
+    if (r && r->waiting && !(gw_kind_sse(s->kind) && s->started)) {
         /* no response yet and not accepted: a plain HTTP error */
         s->err_status = status;
         snprintf(s->err_code, sizeof s->err_code, "%s", code);
@@ -132,6 +133,7 @@ void gw_stream_fail(struct gw_stream *s, int status, const char *code, const cha
         return;
     }
     if (s->kind == GW_UI) gw_ui_error(s, msg);
+    else if (gw_kind_anthropic(s->kind)) gw_anthropic_error(s, code, msg);
     else gw_openai_error(s, code, msg);
     gw_stream_push(s);
 }
@@ -267,11 +269,12 @@ static void on_event(Smollm3__Event *ev)
         if (++s->n_done >= s->n_choices) mark_terminal(s);
     }
     if (s->kind == GW_UI) gw_ui_event(s, ev);
+    else if (gw_kind_anthropic(s->kind)) gw_anthropic_event(s, ev);
     else gw_openai_event(s, ev);
     struct gw_req *r = s->req;
     if (r && r->waiting) {
         /* streaming: answer once started; non-streaming: once finished */
-        if ((s->kind != GW_OPENAI_JSON && s->started) || s->terminal) gw_req_resume(r);
+        if ((gw_kind_sse(s->kind) && s->started) || s->terminal) gw_req_resume(r);
     } else {
         gw_stream_push(s);
     }

@@ -32,13 +32,34 @@ enum gw_kind {
     GW_OPENAI_JSON,             /* POST /v1/chat/completions, stream=false */
     GW_UI,                      /* GET /ui/stream/SID */
     GW_QUERY,                   /* POST /tokenize, /detokenize: one reply */
+    GW_ANTHROPIC_SSE,           /* POST /v1/messages, stream=true (anthropic.c) */
+    GW_ANTHROPIC_JSON,          /* POST /v1/messages, stream=false */
+    GW_ANTHROPIC_COUNT,         /* POST /v1/messages/count_tokens: cancelled at `started` */
 };
+
+/* Kinds whose response (SSE) starts at the daemon's `started`; the others
+ * are answered once the daemon is done with them. */
+static inline int gw_kind_sse(enum gw_kind k)
+{
+    return k == GW_OPENAI_SSE || k == GW_UI || k == GW_ANTHROPIC_SSE;
+}
+
+static inline int gw_kind_anthropic(enum gw_kind k)
+{
+    return k == GW_ANTHROPIC_SSE || k == GW_ANTHROPIC_JSON || k == GW_ANTHROPIC_COUNT;
+}
 
 enum gw_endpoint {
     GW_EP_CHAT, GW_EP_MODELS, GW_EP_HEALTH, GW_EP_METRICS, GW_EP_UI_CHAT, GW_EP_UI_STREAM,
     GW_EP_UI_STOP, GW_EP_UI_CONFIG, GW_EP_OTHER, GW_EP_COMPLETIONS, GW_EP_TOKENIZE, GW_EP_DETOKENIZE,
-    GW_EP_MODEL, GW_EP_COUNT
+    GW_EP_MODEL, GW_EP_MESSAGES, GW_EP_MESSAGES_COUNT_TOKENS, GW_EP_COUNT
 };
+
+/* Endpoints whose errors are in Anthropic's shape (http.c). */
+static inline int gw_ep_anthropic(enum gw_endpoint ep)
+{
+    return ep == GW_EP_MESSAGES || ep == GW_EP_MESSAGES_COUNT_TOKENS;
+}
 
 struct gw_conn;
 struct gw_req;
@@ -89,6 +110,11 @@ struct gw_stream {
     uint32_t prompt_tokens, cached_tokens, completion_tokens, reasoning_tokens;
     uint32_t drafted_tokens, accepted_tokens;   /* speculative decoding */
     const char *finish;         /* "stop", "length", "tool_calls", "cancelled" */
+    /* Anthropic (anthropic.c); non-streaming: ch[0].tool_calls holds the content blocks */
+    int an_block;               /* the open text / thinking block (0: none) */
+    int an_next;                /* index of the next content block */
+    int an_thinking_omitted;    /* thinking.display "omitted" */
+    char *an_stop;              /* the stop sequence that ended it (malloc'd), or NULL */
     int key;                    /* API key of the request that made it (index), or < 0 */
 };
 
@@ -258,11 +284,21 @@ void gw_ui_error(struct gw_stream *s, const char *msg);
 struct gw_stream *gw_ui_find(const char *sid);
 void gw_ui_expire(double now);
 
+/* anthropic.c: POST /v1/messages, /v1/messages/count_tokens (anthropic.h) */
+enum MHD_Result gw_anthropic_messages(struct gw_req *r);
+enum MHD_Result gw_anthropic_count_tokens(struct gw_req *r);
+void gw_anthropic_event(struct gw_stream *s, const Smollm3__Event *ev);
+void gw_anthropic_error(struct gw_stream *s, const char *code, const char *msg);
+enum MHD_Result gw_anthropic_finish(struct gw_req *r, struct gw_stream *s);
+/* {"type": "error", "error": {"type", "message"}}, the type by HTTP status */
+json_t *gw_anthropic_error_body(int status, const char *msg);
+
 /* auth.c: API keys */
 #define GW_AUTH_OPEN (-2)       /* no keys configured: everything is open */
 #define GW_AUTH_NONE (-1)       /* keys configured, none (or a wrong one) presented */
 int gw_auth_load(const char *path);
-/* The key index the request's Authorization: Bearer header matches, or one of the above. */
+/* The key index the request's Authorization: Bearer header (else its
+ * x-api-key header, Anthropic's) matches, or one of the above. */
 int gw_auth_check(struct MHD_Connection *mc);
 int gw_auth_n_keys(void);
 const char *gw_auth_key_name(int i);

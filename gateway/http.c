@@ -71,6 +71,7 @@ static enum MHD_Result queue_error(struct gw_req *r, int status, const char *typ
 {
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
+    if (gw_ep_anthropic(r->ep)) return gw_queue_json(r, status, gw_anthropic_error_body(status, msg));
     json_t *e = json_pack("{s:{s:s,s:s,s:o,s:s}}", "error", "message", msg, "type", type, "param",
                           param && *param ? json_string(param) : json_null(), "code", code);
     return gw_queue_json(r, status, e);
@@ -234,6 +235,7 @@ enum MHD_Result gw_req_answer(struct gw_req *r)
         return gw_queue_error(r, st, type, code, "%s", msg);
     }
     if (s->kind == GW_OPENAI_JSON) return gw_openai_finish_json(r, s);
+    if (s->kind == GW_ANTHROPIC_JSON || s->kind == GW_ANTHROPIC_COUNT) return gw_anthropic_finish(r, s);
     if (s->kind == GW_QUERY) return gw_query_finish(r, s);
     return gw_queue_sse(r, s);
 }
@@ -243,7 +245,7 @@ enum MHD_Result gw_req_wait(struct gw_req *r)
 {
     struct gw_stream *s = r->stream;
     if (s && (s->err_status || s->terminal ||
-              (s->kind != GW_OPENAI_JSON && s->kind != GW_QUERY && s->started)))
+              (gw_kind_sse(s->kind) && s->started)))
         return gw_req_answer(r);
     r->suspended = 1;
     MHD_suspend_connection(r->mc);
@@ -276,6 +278,8 @@ static enum gw_endpoint route_of(const char *url, const char **arg)
     if (!strcmp(url, "/v1/chat/completions")) return GW_EP_CHAT;
     if (!strcmp(url, "/v1/models")) return GW_EP_MODELS;
     if (!strcmp(url, "/v1/completions")) return GW_EP_COMPLETIONS;
+    if (!strcmp(url, "/v1/messages")) return GW_EP_MESSAGES;
+    if (!strcmp(url, "/v1/messages/count_tokens")) return GW_EP_MESSAGES_COUNT_TOKENS;
     if (!strcmp(url, "/tokenize")) return GW_EP_TOKENIZE;
     if (!strcmp(url, "/detokenize")) return GW_EP_DETOKENIZE;
     if (!strncmp(url, "/v1/models/", 11)) {
@@ -301,7 +305,8 @@ static const char *method_of(enum gw_endpoint ep)
 {
     switch (ep) {
     case GW_EP_CHAT: case GW_EP_UI_CHAT: case GW_EP_UI_STOP: case GW_EP_COMPLETIONS:
-    case GW_EP_TOKENIZE: case GW_EP_DETOKENIZE: return "POST";
+    case GW_EP_TOKENIZE: case GW_EP_DETOKENIZE: case GW_EP_MESSAGES: case GW_EP_MESSAGES_COUNT_TOKENS:
+        return "POST";
     default: return "GET";
     }
 }
@@ -321,6 +326,8 @@ static enum MHD_Result dispatch(struct gw_req *r, const char *arg)
     case GW_EP_MODELS: return gw_openai_models(r);
     case GW_EP_MODEL: return gw_models_one(r, arg);
     case GW_EP_COMPLETIONS: return gw_completions(r);
+    case GW_EP_MESSAGES: return gw_anthropic_messages(r);
+    case GW_EP_MESSAGES_COUNT_TOKENS: return gw_anthropic_count_tokens(r);
     case GW_EP_TOKENIZE: return gw_tokenize(r);
     case GW_EP_DETOKENIZE: return gw_detokenize(r);
     case GW_EP_HEALTH: return health(r);
@@ -345,14 +352,16 @@ static int needs_key(enum gw_endpoint ep, const char *url)
     }
 }
 
-/* 401 in OpenAI's shape, with the challenge RFC 6750 asks for. */
+/* 401 in OpenAI's shape (Anthropic's on its endpoints), with the challenge
+ * RFC 6750 asks for. */
 static enum MHD_Result unauthorized(struct gw_req *r, int presented)
 {
-    json_t *e = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message",
-                          presented ? "Incorrect API key provided."
-                                    : "You didn't provide an API key: send 'Authorization: Bearer KEY'.",
-                          "type", "invalid_request_error", "param", "code",
-                          presented ? "invalid_api_key" : "missing_api_key");
+    const char *msg = presented ? "Incorrect API key provided."
+                                : "You didn't provide an API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'.";
+    json_t *e = gw_ep_anthropic(r->ep)
+                    ? gw_anthropic_error_body(401, msg)
+                    : json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", msg, "type", "invalid_request_error",
+                                "param", "code", presented ? "invalid_api_key" : "missing_api_key");
     char *s = json_dumps(e, JSON_COMPACT);
     json_decref(e);
     if (!s) return MHD_NO;
@@ -385,7 +394,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
         r->ep = route_of(url, &arg);
         r->key = gw_auth_check(mc);
         if (r->key == GW_AUTH_NONE && needs_key(r->ep, url))
-            return unauthorized(r, MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization") != NULL);
+            return unauthorized(r, MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization") != NULL ||
+                                       MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "x-api-key") != NULL);
         const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
         /* far over the limit: refuse before reading (the connection closes);
          * a little over: read and drop the body, then 413 (clients see it) */

@@ -244,7 +244,8 @@ static void ping_idle(double now)
     for (struct gw_stream *s = G.streams; s; s = s->next) {
         if (!s->req || s->req->waiting || !s->req->responded || s->ended) continue;
         if (now - s->last_write >= (double)G.cfg.ping_interval) {
-            gw_buf_str(&s->out, ": ping\n\n");
+            gw_buf_str(&s->out, s->kind == GW_ANTHROPIC_SSE ? "event: ping\ndata: {\"type\":\"ping\"}\n\n"
+                                                            : ": ping\n\n");
             gw_stream_push(s);
         }
     }

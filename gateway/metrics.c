@@ -43,6 +43,7 @@ static const char *ep_name[GW_EP_COUNT] = {
     [GW_EP_UI_CONFIG] = "/ui/config", [GW_EP_OTHER] = "other",
     [GW_EP_COMPLETIONS] = "/v1/completions", [GW_EP_TOKENIZE] = "/tokenize",
     [GW_EP_DETOKENIZE] = "/detokenize", [GW_EP_MODEL] = "/v1/models/{id}",
+    [GW_EP_MESSAGES] = "/v1/messages", [GW_EP_MESSAGES_COUNT_TOKENS] = "/v1/messages/count_tokens",
 };
 
 void gw_metrics_init(void)
@@ -185,6 +186,11 @@ enum MHD_Result gw_metrics_serve(struct gw_req *r)
             (double)s->requests_total);
         one(&b, "smollm3_daemon_prefill_tokens_total", "counter",
             "Prompt positions run through the model (cached ones are not).", (double)s->prefill_tokens_total);
+        one(&b, "smollm3_daemon_prompt_builds_total", "counter",
+            "Prompts rendered and tokenized (a waiting request without a session is built once).",
+            (double)s->prompt_builds_total);
+        one(&b, "smollm3_daemon_backend_sampled_tokens_total", "counter",
+            "Tokens drawn by the backend's batch sampler (backend_sampling).", (double)s->backend_sampled_tokens);
         one(&b, "smollm3_daemon_shared_choices_total", "counter",
             "Choices (n > 1) started on another choice's prefilled prompt.", (double)s->shared_choices_total);
         one(&b, "smollm3_daemon_requests_rejected_total", "counter", "Requests the daemon refused.",

@@ -175,3 +175,54 @@ void smol_kv_accum_q8_0_ref(int hd, const void *v, int n_rows, const float *p, s
             }
         }
 }
+
+int32_t smol_sample_row_ref(const float *x, int vocab, float temp, float top_p, float u, double *margin)
+{
+    int best = -1;
+    for (int i = 0; i < vocab; i++)
+        if (x[i] == x[i] && (best < 0 ? x[i] > -INFINITY : x[i] > x[best])) best = i;
+    if (margin) *margin = 1.0;
+    if (!(temp > 0.0f) || best < 0) return best;
+    const double it = 1.0 / temp, mx = x[best];
+#define P(i) (x[i] == x[i] ? exp(((double)x[i] - mx) * it) : 0.0)
+    double z = 0;
+    for (int i = 0; i < vocab; i++) z += P(i);
+    double lo = 0;
+    if (top_p < 1.0f) {
+        const double target = (double)top_p * z;
+        double hi = 1;
+        for (int k = 0; k < 30; k++) {
+            const double mid = 0.5 * (lo + hi);
+            double m = 0;
+            for (int i = 0; i < vocab; i++) {
+                const double p = P(i);
+                m += p >= mid ? p : 0;
+            }
+            if (m >= target) lo = mid;
+            else hi = mid;
+        }
+    }
+    double total = 0;
+    for (int i = 0; i < vocab; i++) {
+        const double p = P(i);
+        total += p >= lo ? p : 0;
+    }
+    const double want = (double)u * total;
+    double acc = 0;
+    int chosen = best;
+    for (int i = 0; i < vocab; i++) {
+        const double p = P(i);
+        if (!(p >= lo && p > 0)) continue;
+        chosen = i;
+        acc += p;
+        if (want < acc) {
+            if (margin) {
+                const double a = (want - (acc - p)) / total, b = (acc - want) / total;
+                *margin = a < b ? a : b;
+            }
+            break;
+        }
+    }
+#undef P
+    return chosen;
+}

@@ -76,4 +76,17 @@ void smol_kv_scores_q8_0_ref(int hd, const void *k, int n_rows, const float *q, 
 void smol_kv_accum_q8_0_ref(int hd, const void *v, int n_rows, const float *p, size_t p_stride, int G, float *out,
                             const void *next);
 
+/* Token sampling as the backends' batch sampler does it (kernels/cuda/sample.cu is tested against
+ * this; the CPU backend runs it): for a row of logits x[vocab],
+ *   - temp <= 0 (or no finite maximum): the argmax, lowest id on ties, never NaN; -1 if no logit is
+ *     samplable (all NaN / -inf);
+ *   - else p_i = exp((x_i - max) / temp) (NaN and -inf: 0), Z = sum p_i; with top_p < 1 the
+ *     nucleus threshold tau is the largest value whose mass sum_{p_i >= tau} p_i still reaches
+ *     top_p * Z, found by 30 bisection steps of [0, 1] (the argmax has p = 1); the token is the
+ *     one at u * (kept mass) in the cumulative kept mass in id order (u in [0, 1)).
+ * Sums in double here (the device's are float): ids agree unless u * kept lands within float
+ * rounding of a boundary.  *margin (may be NULL) receives that distance, relative to the kept
+ * mass, for tests to tell such a row from a disagreement. */
+int32_t smol_sample_row_ref(const float *x, int vocab, float temp, float top_p, float u, double *margin);
+
 #endif

@@ -11,14 +11,17 @@
 #      (the table gives the median of those fractions, and of the bandwidths);
 #   3. runs `smollm3 bench -p 512 -n 128` and llama.cpp (llama-cpp-python's
 #      low-level API, tests/bench/llama_cpp_bench.py; its wheel is built
-#      from PyPI source once, niced, and cached in build/wheels and
-#      /tmp/wheels) under /usr/bin/time for peak RSS, best of BENCH_REPS;
+#      from PyPI source once per CPU feature set, niced, and cached in
+#      build/wheels/<cpu key>-<build> and /tmp/wheels: tests/bench/llama_peer.sh;
+#      a native build that dies by a signal is replaced by the portable one,
+#      AMX off) under /usr/bin/time for peak RSS, best of BENCH_REPS;
 #      With BENCH_B > 1 (default 4) both also generate with that many
 #      sequences at once (one batch per step, as the daemon's continuous
 #      batching does): all tokens per second;
 #   4. with BENCH_D set, generation after that many tokens of context too
 #      (both engines, -d as llama-bench's: attention over a long cache);
-#   5. prints one table.
+#   5. prints one table, headed by the CPU, the ISA of our kernels and the
+#      peer's build and ISA (llama_print_system_info).
 # Environment: BENCH_THREADS (2), BENCH_REPS (3), BENCH_P (512), BENCH_N (128),
 # BENCH_B (4; 1: no batch row), BENCH_D (0: no depth row), BENCH_MODEL (path),
 # BENCH_NO_LLAMA=1 to skip llama.cpp.
@@ -42,27 +45,52 @@ if [ ! -f "$MODEL" ]; then
 fi
 MODEL_BYTES=$(stat -c %s "$MODEL")
 
-# ---- llama.cpp (optional: the table says n/a when it cannot be had)
-PY=""
+# ---- llama.cpp (optional: the table says n/a when it cannot be had).  The peer's wheel is
+# built for this CPU (tests/bench/llama_peer.sh); one that dies by a signal is replaced, once, by
+# the portable build (AMX off), and the table says which build ran and why.
+PY=""; PEER_BUILD=""; PEER_NOTE=""; LL_ISA=""
 if [ "${BENCH_NO_LLAMA:-0}" != 1 ]; then
-    if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import llama_cpp' 2>/dev/null; then
-        PY=$VENV/bin/python
-    else
-        WHL=$(ls "$WHEELS"/llama_cpp_python-*.whl /tmp/wheels/llama_cpp_python-*.whl 2>/dev/null | head -1)
-        if [ -z "$WHL" ]; then
-            echo "bench: building llama-cpp-python from source (once; niced, 2 jobs; cached in $WHEELS)"
-            CMAKE_BUILD_PARALLEL_LEVEL=2 nice -n 15 pip wheel --no-deps -w "$WHEELS" llama-cpp-python \
-                > "$OUT/llama-wheel.log" 2>&1 || echo "bench: llama-cpp-python build failed (see $OUT/llama-wheel.log)"
-            WHL=$(ls "$WHEELS"/llama_cpp_python-*.whl 2>/dev/null | head -1)
-            [ -n "$WHL" ] && mkdir -p /tmp/wheels && cp "$WHL" /tmp/wheels/ 2>/dev/null
-        fi
-        [ -n "$WHL" ] && [ ! -f "$WHEELS/$(basename "$WHL")" ] && cp "$WHL" "$WHEELS/"
-        if [ -n "$WHL" ]; then
-            python3 -m venv "$VENV" && "$VENV/bin/pip" install -q "$WHL" > "$OUT/llama-venv.log" 2>&1 &&
-                PY=$VENV/bin/python
+    . tests/bench/llama_peer.sh
+    PEER_BUILD=$(peer_first_build)
+    [ "$PEER_BUILD" = portable ] && PEER_NOTE="the native build died by $(peer_crash_note) in an earlier run on this CPU"
+    PY=$(peer_python "$PEER_BUILD" "$OUT/llama-$PEER_BUILD.log") || PY=""
+    [ -z "$PY" ] && PEER_NOTE="no $PEER_BUILD build (see $OUT/llama-$PEER_BUILD.log)"
+fi
+
+# llama OUT ARGS...: the peer's tests/bench/llama_cpp_bench.py ARGS into OUT (OUT.time: /usr/bin/time
+# -v).  A native build that dies by a signal is replaced by the portable one and the run repeated;
+# any other failure drops the peer (PY="") with the reason in PEER_NOTE.
+llama() {
+    lo=$1; shift
+    export BENCH_PEER_BUILD=$PEER_BUILD
+    nice /usr/bin/time -v "$PY" tests/bench/llama_cpp_bench.py "$MODEL" "$@" > "$lo" 2> "$lo.time"
+    rc=$?
+    [ $rc = 0 ] && return 0
+    sig=$(peer_signal_name $rc)
+    tail -3 "$lo.time"
+    if [ -n "$sig" ] && [ "$PEER_BUILD" = native ]; then
+        echo "bench: llama.cpp's native build died by $sig; building the portable one (AMX off) and rerunning"
+        peer_mark_crashed native "$sig"
+        PEER_NOTE="the native build died by $sig"
+        PEER_BUILD=portable
+        PY=$(peer_python portable "$OUT/llama-portable.log") || PY=""
+        if [ -n "$PY" ]; then
+            export BENCH_PEER_BUILD=$PEER_BUILD
+            nice /usr/bin/time -v "$PY" tests/bench/llama_cpp_bench.py "$MODEL" "$@" > "$lo" 2> "$lo.time"
+            rc=$?
+            [ $rc = 0 ] && return 0
+            sig=$(peer_signal_name $rc)
+            tail -3 "$lo.time"
+        else
+            PEER_NOTE="$PEER_NOTE; no portable build (see $OUT/llama-portable.log)"
+            return 1
         fi
     fi
-fi
+    if [ -n "$sig" ]; then why="died by $sig"; else why="failed (exit $rc)"; fi
+    PEER_NOTE="${PEER_NOTE:+$PEER_NOTE; }the $PEER_BUILD build $why"
+    PY=""
+    return 1
+}
 
 # ---- runs
 json_field() { sed -n 's/.*"'"$2"'": *\([0-9.]*\).*/\1/p' "$1" | tail -1; }
@@ -89,12 +117,13 @@ while [ $i -lt "$REPS" ]; do
     OUR_FR="$OUR_FR $(frac "$(json_field "$OUT/ours.$i.txt" tg_tps)" "$BW_I")"
     if [ -n "$PY" ]; then
         echo "bench: run $i/$REPS: llama.cpp pp$P tg$N -t $T"
-        nice /usr/bin/time -v "$PY" tests/bench/llama_cpp_bench.py "$MODEL" -p "$P" -n "$N" -t "$T" \
-            > "$OUT/llama.$i.txt" 2> "$OUT/llama.$i.time" || { tail -5 "$OUT/llama.$i.time"; PY=""; }
-        LL_PP=$(best "$(json_field "$OUT/llama.$i.txt" pp_tps)" "$LL_PP")
-        LL_TG=$(best "$(json_field "$OUT/llama.$i.txt" tg_tps)" "$LL_TG")
-        LL_RSS=$(best "$(rss_kb "$OUT/llama.$i.time")" "$LL_RSS")
-        LL_FR="$LL_FR $(frac "$(json_field "$OUT/llama.$i.txt" tg_tps)" "$BW_I")"
+        if llama "$OUT/llama.$i.txt" -p "$P" -n "$N" -t "$T"; then
+            LL_PP=$(best "$(json_field "$OUT/llama.$i.txt" pp_tps)" "$LL_PP")
+            LL_TG=$(best "$(json_field "$OUT/llama.$i.txt" tg_tps)" "$LL_TG")
+            LL_RSS=$(best "$(rss_kb "$OUT/llama.$i.txt.time")" "$LL_RSS")
+            LL_FR="$LL_FR $(frac "$(json_field "$OUT/llama.$i.txt" tg_tps)" "$BW_I")"
+            LL_ISA=$(sed -n 's/.*"system": *"\([^"]*\)".*/\1/p' "$OUT/llama.$i.txt" | tail -1)
+        fi
     fi
 done
 
@@ -109,9 +138,8 @@ if [ "$B" -gt 1 ]; then
         OUR_TGB=$(best "$(json_field "$OUT/ours-b.$i.txt" tg_batch_tps)" "$OUR_TGB")
         if [ -n "$PY" ]; then
             echo "bench: run $i/$REPS: llama.cpp tg$N x b$B -t $T"
-            nice "$PY" tests/bench/llama_cpp_bench.py "$MODEL" -p 64 -n "$N" -b "$B" -t "$T" \
-                > "$OUT/llama-b.$i.txt" 2>&1 || tail -5 "$OUT/llama-b.$i.txt"
-            LL_TGB=$(best "$(json_field "$OUT/llama-b.$i.txt" tg_batch_tps)" "$LL_TGB")
+            llama "$OUT/llama-b.$i.txt" -p 64 -n "$N" -b "$B" -t "$T" &&
+                LL_TGB=$(best "$(json_field "$OUT/llama-b.$i.txt" tg_batch_tps)" "$LL_TGB")
         fi
     done
 fi
@@ -127,14 +155,22 @@ if [ "$D" -gt 0 ]; then
         OUR_TGD=$(best "$(json_field "$OUT/ours-d.$i.txt" tg_tps)" "$OUR_TGD")
         if [ -n "$PY" ]; then
             echo "bench: run $i/$REPS: llama.cpp tg$N @ d$D -t $T"
-            nice "$PY" tests/bench/llama_cpp_bench.py "$MODEL" -p "$P" -n "$N" -d "$D" -t "$T" \
-                > "$OUT/llama-d.$i.txt" 2>&1 || tail -5 "$OUT/llama-d.$i.txt"
-            LL_TGD=$(best "$(json_field "$OUT/llama-d.$i.txt" tg_tps)" "$LL_TGD")
+            llama "$OUT/llama-d.$i.txt" -p "$P" -n "$N" -d "$D" -t "$T" &&
+                LL_TGD=$(best "$(json_field "$OUT/llama-d.$i.txt" tg_tps)" "$LL_TGD")
         fi
     done
 fi
 
 BW=$(echo "$BWS" | median)
+OUR_ISA=$(sed -n 's/.*"backend": *"\([^"]*\)".*/\1/p' "$OUT/ours.1.txt" | tail -1)
+if [ "${BENCH_NO_LLAMA:-0}" = 1 ]; then PEER_LINE="not run (BENCH_NO_LLAMA=1)"
+elif [ -n "$PY" ]; then PEER_LINE="llama-cpp-python $PEER_BUILD build ($LL_ISA)${PEER_NOTE:+; $PEER_NOTE}"
+else PEER_LINE="n/a: ${PEER_NOTE:-no peer}"
+fi
+printf '\ncpu: %s; SIMD flags: %s\n' "$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)" \
+    "$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512(f|bw|vl|_vnni|_bf16|vbmi)|amx_[a-z0-9]*)$' | tr '\n' ' ')"
+printf 'smollm3d: %s kernels (SMOL_CPU=%s)\n' "$OUR_ISA" "${SMOL_CPU:-auto}"
+printf 'llama.cpp: %s\n' "$PEER_LINE"
 awk -v bw="$BW" -v ofr="$(echo "$OUR_FR" | median)" -v lfr="$(echo "$LL_FR" | median)" -v mb="$MODEL_BYTES" -v t="$T" -v p="$P" -v n="$N" -v reps="$REPS" \
     -v opp="$OUR_PP" -v otg="$OUR_TG" -v orss="$OUR_RSS" -v lpp="$LL_PP" -v ltg="$LL_TG" -v lrss="$LL_RSS" \
     -v d="$D" -v otgd="$OUR_TGD" -v ltgd="$LL_TGD" -v b="$B" -v otgb="$OUR_TGB" -v ltgb="$LL_TGB" \

@@ -150,6 +150,35 @@ expect 2 "generate --cuda-fuse bogus" $S generate -m $T --ids 1 -n 1 --cuda-fuse
 expect 2 "logits --cuda-graphs bogus" $S logits -m $T --ids 1 -o "$TMP/x" --cuda-graphs bogus
 expect 2 "bench --cuda-device -1" $S bench -m $T --cuda-device -1
 
+# ---- make bench (tests/bench.sh): the table names the CPU and each engine's ISA; a peer that
+# dies by a signal is reported, its native build replaced by the portable one and the crash
+# remembered per CPU; one that fails otherwise gives n/a with the reason.  The peer is a stand-in
+# (BENCH_LLAMA_PY) that dies by SIGILL as the native build and exits 3 when FAIL is set.
+cat > "$TMP/peer" <<'PEER'
+#!/bin/sh
+ulimit -c 0
+[ "$BENCH_PEER_BUILD" = native ] && kill -ILL $$
+[ -n "$PEER_FAIL" ] && exit 3
+echo '{"pp_tps": 123.5, "tg_tps": 4.5, "maxrss_kb": 2048, "system": "AVX2 AVX512 AVX512_VNNI"}'
+PEER
+chmod +x "$TMP/peer"
+benchsh() { env LLAMA_WHEELS="$TMP/wheels" BENCH_LLAMA_PY="$TMP/peer" BENCH_MODEL=$T BENCH_REPS=1 BENCH_P=16 \
+    BENCH_N=4 BENCH_B=1 "$@" sh tests/bench.sh "$BUILD" > "$TMP/bench.out" 2>&1; }
+benchsh; rc=$?
+[ $rc = 0 ] && ok || bad "bench.sh with a crashing peer exits $rc: $(tail -5 "$TMP/bench.out")"
+grep -q "^cpu: .*; SIMD flags: " "$TMP/bench.out" && grep -q "^smollm3d: cpu-[a-z0-9]* kernels (SMOL_CPU=auto)$" "$TMP/bench.out" \
+    && ok || bad "bench.sh names the CPU and our ISA: $(grep -E '^(cpu|smollm3d):' "$TMP/bench.out")"
+grep -q "native build died by SIGILL; building the portable one" "$TMP/bench.out" &&
+    grep -q "^llama.cpp: llama-cpp-python portable build (AVX2 AVX512 AVX512_VNNI); the native build died by SIGILL$" "$TMP/bench.out" \
+    && ok || bad "bench.sh reports the peer's SIGILL and the build that ran: $(grep -i 'llama.cpp' "$TMP/bench.out")"
+grep -Eq "^pp16 tokens/s +[0-9.]+ +123.50 +[0-9.]+x$" "$TMP/bench.out" && ok || bad "bench.sh measures the portable peer: $(grep '^pp16' "$TMP/bench.out")"
+ls "$TMP"/wheels/*-native/CRASHED >/dev/null 2>&1 && [ "$(cat "$TMP"/wheels/*-native/CRASHED)" = SIGILL ] \
+    && ok || bad "bench.sh remembers the native build's crash for this CPU"
+benchsh PEER_FAIL=1
+grep -q "^llama.cpp: n/a: the native build died by SIGILL in an earlier run on this CPU; the portable build failed (exit 3)$" "$TMP/bench.out" \
+    && ! grep -q "building the portable" "$TMP/bench.out" && grep -Eq "^pp16 tokens/s +[0-9.]+ +n/a +n/a$" "$TMP/bench.out" \
+    && ok || bad "bench.sh starts with the portable build and says n/a with the reason: $(grep -E 'llama.cpp|^pp16' "$TMP/bench.out")"
+
 # ---- synth: small models of every weight type (tiny preset: 4 layers, dim 256), quantized with the
 # reference quantizers; each opens, has the planned types and file_type, and gives finite logits
 # on the CPU backend.  The fixture preset's q4_K_m has fixture A's mix.  Written in parallel (the

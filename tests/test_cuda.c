@@ -588,6 +588,33 @@ START_TEST(t_sample)
     for (int i = 1; i < vocab; i++) if (lg[2 * vocab + i] > lg[2 * vocab + am]) am = i;
     ck_assert_int_eq(out[2], am);      /* a tiny nucleus is the argmax */
     ck_assert(out[3] >= 0 && out[3] < vocab);
+    /* against the reference twin (smol_sample_row_ref, what the CPU backend runs): 32 rows at
+     * assorted temperatures, nuclei and draws; a row may differ only where u * kept mass lands
+     * within float rounding of a boundary (the twin sums in double) */
+    enum { R = 32 };
+    float *lg2 = rand_vec((size_t)R * vocab, 6);
+    float t2[R], p2[R], u2[R];
+    int32_t o2[R];
+    for (int r = 0; r < R; r++) {
+        t2[r] = (float[]){0.0f, 0.3f, 0.7f, 1.0f, 1.5f}[r % 5];
+        p2[r] = (float[]){1.0f, 0.95f, 0.8f, 0.5f}[r % 4];
+        u2[r] = (r * 0.618034f) - (int)(r * 0.618034f);
+    }
+    float *d2 = to_dev(be, lg2, R, vocab);
+    ck_assert_msg(smol_backend_cuda_sample(be, d2, R, vocab, t2, p2, u2, o2, err) == SMOL_OK, "%s", err);
+    int differ = 0;
+    for (int r = 0; r < R; r++) {
+        double margin;
+        const int32_t want = smol_sample_row_ref(lg2 + (size_t)r * vocab, vocab, t2[r], p2[r], u2[r], &margin);
+        if (o2[r] != want) {
+            differ++;
+            ck_assert_msg(margin < 1e-4, "row %d (T %g, top_p %g, u %g): device %d, reference %d, %.3g from a boundary",
+                          r, t2[r], p2[r], u2[r], o2[r], want, margin);
+        }
+    }
+    ck_assert_msg(differ <= 1, "%d of %d rows differ from the reference at boundaries", differ, R);
+    be->free(be, d2);
+    free(lg2);
     free(lg);
     smol_backend_free(&be);
 }

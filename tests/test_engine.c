@@ -23,6 +23,8 @@ struct rig {
     uint64_t next_id;
 };
 
+static int rig_backend_sampling; /* the next rig's engine option backend_sampling */
+
 static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int max_running, int max_queued)
 {
     memset(g, 0, sizeof *g);
@@ -47,6 +49,7 @@ static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int ma
     cfg.max_queued = max_queued;
     cfg.step_tokens = 64;
     cfg.queue_timeout_s = 2;
+    cfg.backend_sampling = rig_backend_sampling;
     ck_assert_msg(smol_engine_start(&g->e, g->ctx, "inproc://engine-test", g->m, g->tok, &cfg, err) == SMOL_OK, "%s", err);
     g->next_id = 1;
     return 1;
@@ -76,6 +79,7 @@ static uint64_t submit_ids(struct rig *g, const int32_t *ids, int n, int max_tok
     r->sp = smol_sampler_defaults();
     r->sp.temperature = 0;
     r->max_tokens = max_tokens;
+    r->t_received = smol_engine_now();  /* as the RPC thread stamps it: the queue timeout counts from here */
     if (session) snprintf(r->session, sizeof r->session, "%s", session);
     uint64_t id = r->id; /* r belongs to the engine once sent */
     ck_assert(smol_engine_send_submit(g->sock, r) == 0);
@@ -287,6 +291,146 @@ START_TEST(t_chat_session_turns)
 }
 END_TEST
 
+/* The engine's counters: a stats query answered between steps. */
+static Smollm3__StatsReply *query_stats(struct rig *g, Smollm3__Event **hold)
+{
+    const uint64_t qid = 4242;
+    Smollm3__StatsRequest sr = SMOLLM3__STATS_REQUEST__INIT;
+    Smollm3__Request rq = SMOLLM3__REQUEST__INIT;
+    rq.kind_case = SMOLLM3__REQUEST__KIND_STATS;
+    rq.stats = &sr;
+    uint8_t packed[64];
+    const size_t plen = smollm3__request__pack(&rq, packed);
+    ck_assert_int_eq(smol_engine_send_query(g->sock, qid, packed, plen), 0);
+    unsigned fl;
+    ck_assert(recv_event(g, &fl, hold) == qid);
+    ck_assert_int_eq((*hold)->kind_case, SMOLLM3__EVENT__KIND_STATS);
+    return (*hold)->stats;
+}
+
+/* A request waiting for KV memory is rendered and tokenized once, not at
+ * every step it waits (try_admit used to rebuild it each time), and runs as it
+ * would alone.  The budget holds 4 pages of 32 tokens: A takes 12 + 80 (3
+ * pages), B 19 + 40 (2): B waits until A ends. */
+START_TEST(t_waiting_prompt_built_once)
+{
+    struct rig g;
+    size_t per_tok = smol_kv_bytes_per_token(8, 1, 16, 1 /* f16 */);
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", per_tok * 128, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    enum { GEN_A = 80, GEN_B = 40 };
+    int32_t a_ids[64], b_ids[64];
+    int na, nb;
+    prompt_of(1, a_ids, &na);
+    prompt_of(2, b_ids, &nb);
+    const uint64_t a = submit_ids(&g, a_ids, na, GEN_A, NULL);
+    submit_ids(&g, b_ids, nb, GEN_B, NULL);
+    struct result res[2];
+    memset(res, 0, sizeof res);
+    collect(&g, a, 2, res);
+    ck_assert_msg(res[0].n == GEN_A, "A: %d tokens, error %d", res[0].n, res[0].err);
+    ck_assert_msg(res[1].n == GEN_B, "B: %d tokens, error %d", res[1].n, res[1].err);
+    Smollm3__Event *hold;
+    Smollm3__StatsReply *st = query_stats(&g, &hold);
+    ck_assert_msg(st->prompt_builds_total == 2, "2 prompts built %llu times: the waiting one was rebuilt",
+                  (unsigned long long)st->prompt_builds_total);
+    smollm3__event__free_unpacked(hold, NULL);
+    /* B again, alone: the same greedy tokens */
+    const uint64_t b2 = submit_ids(&g, b_ids, nb, GEN_B, NULL);
+    struct result alone;
+    memset(&alone, 0, sizeof alone);
+    collect(&g, b2, 1, &alone);
+    ck_assert_msg(alone.n == GEN_B, "alone: %d tokens, error %d", alone.n, alone.err);
+    ck_assert_mem_eq(alone.ids, res[1].ids, GEN_B * sizeof(int32_t));
+    rig_close(&g);
+}
+END_TEST
+
+/* A token request with sampling settings (temperature 0: greedy), logprobs when asked. */
+static uint64_t submit_sampled(struct rig *g, const int32_t *ids, int n, int max_tokens, float temp, float top_p,
+                               uint64_t seed, int logprobs)
+{
+    const uint64_t id = g->next_id;
+    struct smol_request *r = calloc(1, sizeof *r);
+    r->id = g->next_id++;
+    r->client_id = 1000 + r->id;
+    r->kind = SMOL_INPUT_TOKENS;
+    r->ids = malloc(n * sizeof *ids);
+    memcpy(r->ids, ids, n * sizeof *ids);
+    r->n_ids = n;
+    r->sp = smol_sampler_defaults();
+    r->sp.temperature = temp;
+    r->sp.top_p = top_p;
+    r->sp.seed = seed;
+    r->logprobs = logprobs;
+    r->max_tokens = max_tokens;
+    r->t_received = smol_engine_now();
+    ck_assert(smol_engine_send_submit(g->sock, r) == 0);
+    return id;
+}
+
+/* backend_sampling: plain rows drawn by the backend's batch sampler (on the CPU,
+ * smol_sample_row_ref on the host logits): greedy batches give the host sampler's tokens; a
+ * seeded request repeats itself; rows needing logprobs stay on the host sampler. */
+START_TEST(t_backend_sampling)
+{
+    enum { N = 4, GEN = 16 };
+    int32_t ids[N][64];
+    int n[N];
+    for (int k = 0; k < N; k++) prompt_of(k + 3, ids[k], &n[k]);
+    struct result host[N], dev[N];
+    memset(host, 0, sizeof host);
+    memset(dev, 0, sizeof dev);
+    for (int on = 0; on < 2; on++) {
+        struct rig g;
+        rig_backend_sampling = on;
+        const int opened = rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 8, 16);
+        rig_backend_sampling = 0;
+        if (!opened) { printf("SKIPPED: fixture missing\n"); return; }
+        const uint64_t first = g.next_id;
+        for (int k = 0; k < N; k++) submit_sampled(&g, ids[k], n[k], GEN, 0.0f, 1.0f, 1, 0);
+        collect(&g, first, N, on ? dev : host);
+        Smollm3__Event *hold;
+        const uint64_t sampled = query_stats(&g, &hold)->backend_sampled_tokens;
+        smollm3__event__free_unpacked(hold, NULL);
+        if (!on) {
+            ck_assert_int_eq(sampled, 0);
+            rig_close(&g);
+            continue;
+        }
+        ck_assert_msg(sampled > 0 && sampled <= N * GEN, "%llu of %d tokens drawn by the backend",
+                      (unsigned long long)sampled, N * GEN);
+        for (int k = 0; k < N; k++) {
+            ck_assert_int_eq(dev[k].n, GEN);
+            ck_assert_mem_eq(dev[k].ids, host[k].ids, GEN * sizeof(int32_t));
+        }
+        /* seeded sampling at T 0.9, top_p 0.9: twice the same */
+        struct result s1, s2;
+        memset(&s1, 0, sizeof s1);
+        memset(&s2, 0, sizeof s2);
+        uint64_t a = submit_sampled(&g, ids[0], n[0], GEN, 0.9f, 0.9f, 77, 0);
+        collect(&g, a, 1, &s1);
+        a = submit_sampled(&g, ids[0], n[0], GEN, 0.9f, 0.9f, 77, 0);
+        collect(&g, a, 1, &s2);
+        ck_assert_int_eq(s1.n, GEN);
+        ck_assert_int_eq(s2.n, GEN);
+        ck_assert_mem_eq(s1.ids, s2.ids, GEN * sizeof(int32_t));
+        /* logprobs: the host sampler draws every token */
+        const uint64_t before = query_stats(&g, &hold)->backend_sampled_tokens;
+        smollm3__event__free_unpacked(hold, NULL);
+        a = submit_sampled(&g, ids[1], n[1], GEN, 0.0f, 1.0f, 1, 1);
+        struct result lp;
+        memset(&lp, 0, sizeof lp);
+        collect(&g, a, 1, &lp);
+        ck_assert_int_eq(lp.n, GEN);
+        ck_assert_mem_eq(lp.ids, host[1].ids, GEN * sizeof(int32_t));
+        const uint64_t after = query_stats(&g, &hold)->backend_sampled_tokens;
+        smollm3__event__free_unpacked(hold, NULL);
+        ck_assert_int_eq(after, before);
+        rig_close(&g);
+    }
+}
+END_TEST
+
 /* A cancel is honoured at the engine's next step: no token of the request
  * follows the reply to a query sent right after the cancel (commands are
  * read in order between steps).  Tokens already on their way when the
@@ -444,6 +588,8 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_batched_equals_sequential);
     tcase_add_test(tc, t_prefix_reuse);
     tcase_add_test(tc, t_cancel);
+    tcase_add_test(tc, t_waiting_prompt_built_once);
+    tcase_add_test(tc, t_backend_sampling);
     tcase_add_test(tc, t_chat_session_turns);
     tcase_add_test(tc, t_kv_budget);
     tcase_add_test(tc, t_queue_full_and_context);

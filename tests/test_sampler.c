@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "daemon/text/sampler.h"
+#include "kernels/ops_ref.h"
 
 /* ------------------------------------------------------------- helpers --- */
 
@@ -819,6 +820,108 @@ START_TEST(test_full_vocab)
 }
 END_TEST
 
+
+/* The backends' batch sampler (smol_sample_row_ref, the CUDA kernel's twin): argmax rules, and
+ * the distribution over a fine grid of u equal to the sort-based nucleus (the host sampler's
+ * top_p rule) computed in double: the bisection finds the same set. */
+static int cmp_desc(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+START_TEST(test_batch_sampler_ref)
+{
+    float x[64];
+    for (int i = 0; i < 64; i++) x[i] = -1.0f;
+    x[7] = x[3] = 2.0f;
+    x[5] = NAN;
+    ck_assert_int_eq(smol_sample_row_ref(x, 64, 0.0f, 1.0f, 0.5f, NULL), 3);      /* ties: lowest id */
+    /* a tiny nucleus keeps every token at the maximum (the threshold is a probability): 3 and 7 */
+    ck_assert_int_eq(smol_sample_row_ref(x, 64, 1.0f, 1e-6f, 0.25f, NULL), 3);
+    ck_assert_int_eq(smol_sample_row_ref(x, 64, 1.0f, 1e-6f, 0.75f, NULL), 7);
+    x[7] = 1.5f;
+    ck_assert_int_eq(smol_sample_row_ref(x, 64, 1.0f, 1e-6f, 0.99f, NULL), 3);
+    for (int i = 0; i < 64; i++) x[i] = i == 9 ? NAN : -INFINITY;
+    ck_assert_int_eq(smol_sample_row_ref(x, 64, 1.0f, 0.9f, 0.5f, NULL), -1);     /* nothing samplable */
+    x[11] = 0.0f;
+    ck_assert_int_eq(smol_sample_row_ref(x, 64, 1.0f, 0.9f, 0.5f, NULL), 11);
+    /* distributions: 40 random logits, temperatures and nuclei */
+    uint64_t st = 12345;
+    const float temps[] = {0.3f, 0.7f, 1.0f, 1.6f}, tops[] = {1.0f, 0.95f, 0.8f, 0.5f, 0.2f};
+    enum { NV = 40, GRID = 20000 };
+    for (int ti = 0; ti < 4; ti++)
+        for (int pi = 0; pi < 5; pi++) {
+            for (int i = 0; i < NV; i++) {
+                st = st * 6364136223846793005ull + 1442695040888963407ull;
+                x[i] = (float)((st >> 40) % 4000) / 1000.0f;
+            }
+            double p[NV], sorted[NV], z = 0, mx = -1e30;
+            for (int i = 0; i < NV; i++) mx = x[i] > mx ? x[i] : mx;
+            for (int i = 0; i < NV; i++) z += (p[i] = exp((x[i] - mx) / temps[ti]));
+            memcpy(sorted, p, sizeof p);
+            qsort(sorted, NV, sizeof *sorted, cmp_desc);
+            double acc = 0, tau = 0;        /* the smallest prefix reaching top_p, the crossing one included */
+            for (int k = 0; k < NV; k++) {
+                acc += sorted[k];
+                tau = sorted[k];
+                if (tops[pi] < 1.0f && acc >= tops[pi] * z) break;
+            }
+            double kept = 0;
+            for (int i = 0; i < NV; i++) kept += p[i] >= tau ? p[i] : 0;
+            int count[NV] = {0};
+            for (int g = 0; g < GRID; g++) {
+                const int t = smol_sample_row_ref(x, NV, temps[ti], tops[pi], (g + 0.5f) / GRID, NULL);
+                ck_assert(t >= 0 && t < NV);
+                count[t]++;
+            }
+            for (int i = 0; i < NV; i++) {
+                const double want = p[i] >= tau ? p[i] / kept : 0;
+                ck_assert_msg(fabs(count[i] / (double)GRID - want) <= 1.0 / GRID + 1e-9,
+                              "T %g top_p %g token %d: drawn %g of the time, the nucleus gives %g", temps[ti],
+                              tops[pi], i, count[i] / (double)GRID, want);
+            }
+        }
+}
+END_TEST
+
+/* The draws the backend sampler is handed: the request's seeded RNG, reproducible; "plain" is
+ * exactly temperature + top_p. */
+START_TEST(test_uniform_and_plain)
+{
+    char err[SMOL_ERRLEN];
+    struct smol_sampler_params p = smol_sampler_defaults();
+    p.seed = 99;
+    struct smol_sampler *a, *b;
+    ck_assert(smol_sampler_new(&a, &p, 1000, err) == SMOL_OK);
+    ck_assert(smol_sampler_new(&b, &p, 1000, err) == SMOL_OK);
+    for (int i = 0; i < 100; i++) {
+        const float u = smol_sampler_uniform(a);
+        ck_assert(u >= 0.0f && u < 1.0f);
+        ck_assert(u == smol_sampler_uniform(b));
+    }
+    ck_assert(smol_sampler_is_plain(a));        /* the model card's defaults: T 0.6, top_p 0.95 */
+    int32_t id = 5;
+    float bias = 1.0f;
+    ck_assert(smol_sampler_set_logit_bias(a, &id, &bias, 1, err) == SMOL_OK);
+    ck_assert(!smol_sampler_is_plain(a));
+    smol_sampler_free(&a);
+    smol_sampler_free(&b);
+    const struct { float *f; int32_t *i; float v; } not_plain[] = {
+        {&p.repetition_penalty, NULL, 1.1f}, {&p.presence_penalty, NULL, 0.5f}, {&p.frequency_penalty, NULL, 0.5f},
+        {&p.min_p, NULL, 0.05f}, {NULL, &p.top_k, 40},
+    };
+    for (size_t k = 0; k < sizeof not_plain / sizeof *not_plain; k++) {
+        struct smol_sampler_params q = p;
+        if (not_plain[k].f) *(float *)((char *)&q + ((char *)not_plain[k].f - (char *)&p)) = not_plain[k].v;
+        else *(int32_t *)((char *)&q + ((char *)not_plain[k].i - (char *)&p)) = (int32_t)not_plain[k].v;
+        ck_assert(smol_sampler_new(&a, &q, 1000, err) == SMOL_OK);
+        ck_assert_msg(!smol_sampler_is_plain(a), "setting %zu is not plain", k);
+        smol_sampler_free(&a);
+    }
+}
+END_TEST
+
 static Suite *sampler_suite(void)
 {
     Suite *s = suite_create("sampler");
@@ -841,6 +944,8 @@ static Suite *sampler_suite(void)
     tcase_add_test(tc, test_full_vocab);
     tcase_add_test(tc, test_logit_bias);
     tcase_add_test(tc, test_logprobs_processed);
+    tcase_add_test(tc, test_batch_sampler_ref);
+    tcase_add_test(tc, test_uniform_and_plain);
     suite_add_tcase(s, tc);
     return s;
 }

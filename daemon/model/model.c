@@ -19,6 +19,7 @@
  */
 #include "daemon/model/model.h"
 #include "daemon/model/backend_cuda_loader.h"
+#include "kernels/ops_ref.h"
 #include "kernels/quant_ref.h"
 
 #include <math.h>
@@ -550,6 +551,43 @@ static void step_ops(struct smol_model *m, const struct smol_batch *b)
 
 enum smol_err smol_model_forward(struct smol_model *m, const struct smol_batch *b, float *logits, char *err)
 {
+    return smol_model_forward_sample(m, b, logits, NULL, NULL, err);
+}
+
+/* Rows [r0, r0 + n) of the head's chunk at dev (n <= SMOL_LOGIT_ROWS): the sampled ones' tokens to
+ * ids, the others' logits to the host. */
+static enum smol_err chunk_out(struct smol_model *m, const float *dev, int r0, int n, float *logits,
+                               const struct smol_row_sample *rs, int32_t *ids, char *err)
+{
+    const int V = m->cfg.vocab;
+    struct smol_backend *be = m->be;
+    const int on_cuda = !strncmp(be->name, "cuda", 4);
+    for (int a = 0, z; a < n; a = z) {
+        const int on = rs && rs[r0 + a].on;
+        for (z = a + 1; z < n && (rs && rs[r0 + z].on) == on; z++) {}
+        if (!on) {
+            be->to_host(be, logits + (size_t)(r0 + a) * V, dev + (size_t)a * V, (size_t)(z - a) * V * 4);
+        } else if (on_cuda) {
+            float temp[SMOL_LOGIT_ROWS], top_p[SMOL_LOGIT_ROWS], u[SMOL_LOGIT_ROWS];
+            for (int r = a; r < z; r++) temp[r - a] = rs[r0 + r].temp, top_p[r - a] = rs[r0 + r].top_p, u[r - a] = rs[r0 + r].u;
+            enum smol_err e = smol_backend_cuda_sample(be, dev + (size_t)a * V, z - a, V, temp, top_p, u, ids + r0 + a, err);
+            if (e) return e;
+        } else {                /* the CPU backend's logits are host memory */
+            for (int r = a; r < z; r++) {
+                const struct smol_row_sample *x = &rs[r0 + r];
+                ids[r0 + r] = smol_sample_row_ref(dev + (size_t)r * V, V, x->temp, x->top_p, x->u, NULL);
+            }
+        }
+    }
+    for (int r = 0; rs && r < n; r++)
+        if (rs[r0 + r].on && (ids[r0 + r] < 0 || ids[r0 + r] >= V))
+            return smol_errf(err, SMOL_EINVAL, "sampling: no samplable logit in row %d", r0 + r);
+    return SMOL_OK;
+}
+
+enum smol_err smol_model_forward_sample(struct smol_model *m, const struct smol_batch *b, float *logits,
+                                        const struct smol_row_sample *rs, int32_t *ids, char *err)
+{
     enum smol_err e = check_batch(m, b, err);
     if (e) return e;
     const struct smol_config *c = &m->cfg;
@@ -567,7 +605,7 @@ enum smol_err smol_model_forward(struct smol_model *m, const struct smol_batch *
     for (int r = 0; r < b->n_out; r += SMOL_LOGIT_ROWS) {
         int rows = b->n_out - r < SMOL_LOGIT_ROWS ? b->n_out - r : SMOL_LOGIT_ROWS;
         if (r) be->matmul(be, s->logits, &m->w.output, s->xb + (size_t)r * c->dim, rows);
-        be->to_host(be, logits + (size_t)r * c->vocab, s->logits, (size_t)rows * c->vocab * 4);
+        if ((e = chunk_out(m, s->logits, r, rows, logits, rs, ids, err))) return e;
     }
     return SMOL_OK;
 }

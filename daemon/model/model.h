@@ -132,6 +132,21 @@ void smol_model_close(struct smol_model **m);
  * tokens in b->out_idx, and advances each sequence's n_tokens. */
 enum smol_err smol_model_forward(struct smol_model *m, const struct smol_batch *b, float *logits, char *err);
 
+/* What a step does with one output row: sampled by the backend (on = 1) at temperature temp
+ * (<= 0: argmax) and nucleus top_p (>= 1: off) with the uniform draw u in [0, 1), by
+ * smol_sample_row_ref's rule (kernels/ops_ref.h), or (on = 0) its logits copied to the host. */
+struct smol_row_sample {
+    int on;
+    float temp, top_p, u;
+};
+
+/* smol_model_forward where rows with rs[r].on get their token in ids[r] from the backend's
+ * sampler instead of logits (their rows of logits are left as they were): on CUDA the device
+ * samples them and 4 bytes a row come to the host instead of vocab * 4; on the CPU the same rule
+ * runs on the host.  rs and ids are [b->n_out]; rs == NULL is smol_model_forward. */
+enum smol_err smol_model_forward_sample(struct smol_model *m, const struct smol_batch *b, float *logits,
+                                        const struct smol_row_sample *rs, int32_t *ids, char *err);
+
 /* Convenience for one sequence: appends ids[0..n) at seq->n_tokens, in
  * chunks of max_tokens; writes logits of every position ([n][vocab]) if
  * all, else of the last position only ([vocab]); logits may be NULL. */

@@ -62,6 +62,8 @@ static const struct smol_option options[] = {
      "speculative decoding by prompt lookup: longest draft (tokens copied from the context) verified per step; same output; 0 = off unless a request asks"},
     {"speculative_calibrate", SMOL_OPT_BOOL, OFF(speculative_calibrate), 0, 1, "true",
      "measure the cost of verifying drafts at start (seconds on a 3B); false = assume 1 + 0.06 per drafted token"},
+    {"backend_sampling", SMOL_OPT_BOOL, OFF(backend_sampling), 0, 1, "false",
+     "rows that need only temperature / top_p are sampled by the backend (CUDA: on the device, 4 bytes a row to the host instead of the logits); seeded draws differ from the host sampler's"},
     {"max_running", SMOL_OPT_INT, OFF(max_running), 1, 4096, "16",
      "requests decoding together (batch slots)"},
     {"max_queued", SMOL_OPT_INT, OFF(max_queued), 0, 1 << 20, "64",

@@ -46,6 +46,7 @@ struct smol_daemon_config {
     int cuda_graphs;            /* bool: the CUDA decode step as a CUDA graph */
     int speculative;            /* longest prompt-lookup draft per step; 0 = off by default */
     int speculative_calibrate;  /* bool: measure the verify costs at start */
+    int backend_sampling;       /* bool: plain rows sampled by the backend (engine.h) */
     int step_tokens;            /* tokens per engine step (decode + prefill chunks) */
     int max_running;            /* requests decoding together */
     int max_queued;             /* admission queue length */

@@ -421,6 +421,15 @@ static enum smol_chat_start parser_start(const struct smol_engine *e, const stru
                                                                                         : SMOL_CHAT_START_PLAIN;
 }
 
+/* A request that must wait: a session's prompt is built again when it is retried (the session
+ * may change meanwhile); one without a session keeps its prompt. */
+static void unbuild_prompt(struct req *q)
+{
+    if (q->prompt_built) return;
+    q->n_tok = 0;
+    smol_chat_buf_reset(&q->rendered);
+}
+
 /* 1 admitted, 0 must wait, -1 refused (error sent, q freed). */
 static int try_admit(struct smol_engine *e, struct req *q, double now)
 {
@@ -447,8 +456,12 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
             return -1;
         }
     }
-    enum smol_err rc = build_prompt(e, q, s, err);
-    if (rc) { reject(e, q, rc, err); return -1; }
+    enum smol_err rc;
+    if (!q->prompt_built) {
+        e->n_prompt_builds++;
+        if ((rc = build_prompt(e, q, s, err))) { reject(e, q, rc, err); return -1; }
+        q->prompt_built = !r->session[0]; /* a session's prompt depends on its history: built again after a wait */
+    }
     const int n_prompt = q->n_tok;
     if (n_prompt == 0) { reject(e, q, SMOL_EINVAL, "empty prompt"); return -1; }
     if (r->n_choices > e->cfg.max_running) {
@@ -457,8 +470,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
         return -1;
     }
     if (e->n_running + r->n_choices > e->cfg.max_running) {   /* wait until all choices can run */
-        q->n_tok = 0;
-        smol_chat_buf_reset(&q->rendered);
+        unbuild_prompt(q);
         return 0;
     }
     if (n_prompt >= n_ctx) {
@@ -497,8 +509,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
         if ((dl < n_prompt - 1 ? dl : n_prompt - 1) >= (lcp < n_prompt - 1 ? lcp : n_prompt - 1) + SMOL_KV_PAGE) {
             if (!smol_spill_prefetch(e->cfg.spill, pid)) {
                 e->waiting_read = 1;
-                q->n_tok = 0;               /* rebuilt when retried */
-                smol_chat_buf_reset(&q->rendered);
+                unbuild_prompt(q);
                 return 0;
             }
             smol_sessions_restore_prefix(&e->sessions, pid, now);
@@ -524,8 +535,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
             reject(e, q, SMOL_EBUSY, msg);
             return -1;
         }
-        q->n_tok = 0;                       /* rebuilt when retried */
-        smol_chat_buf_reset(&q->rendered);
+        unbuild_prompt(q);
         return 0;
     }
 
@@ -813,6 +823,34 @@ static void sample_and_emit(struct smol_engine *e, struct req *q, float *logits,
     }
 }
 
+/* backend_sampling: whether q's next token can be drawn by the backend's batch sampler
+ * (temperature and top_p only: nothing that needs the logits on the host). */
+static int backend_samples(const struct req *q)
+{
+    const struct smol_request *r = q->r;
+    return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs &&
+           smol_sampler_is_plain(q->smp);
+}
+
+/* Streams token t, drawn by the backend for q's one row (no draft, no grammar), with the
+ * bookkeeping of sample_and_emit's one-row step: the sampler's history, the lookup's.  May
+ * finish (and free) q. */
+static void emit_sampled(struct smol_engine *e, struct req *q, int32_t t, double now)
+{
+    char err[SMOL_ERRLEN];
+    enum smol_err rc = smol_sampler_accept(q->smp, &t, 1, true, err);
+    if (rc) { fail_request(e, q, rc, err); return; }
+    q->n_steps++;
+    e->n_decode_steps++;
+    e->n_backend_sampled++;
+    if (q->lk) {
+        if (q->draft_first >= 0) smol_spec_ctl_shadow(&q->ctl, q->draft_match, q->draft_first, t);
+        if ((rc = smol_lookup_append(q->lk, &t, 1, err))) { fail_request(e, q, rc, err); return; }
+    }
+    memset(&q->cur_lp, 0, sizeof q->cur_lp);
+    emit_token(e, q, t, now, q->seq->n_tokens);
+}
+
 /* n > 1: once choice 0 has prefilled the prompt, choices 1..n-1 start
  * from its KV (pages shared, copied on write), its logits row and their own
  * sampler (seed + i), and stream their tokens with their choice index.
@@ -949,7 +987,20 @@ static void step(struct smol_engine *e)
     struct smol_batch b = {.n_tokens = n, .tokens = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .n_out = n_out,
                            .out_idx = e->b_out};
     /* out_idx must ascend: decode rows come first, prefill rows after */
-    enum smol_err rc = smol_model_forward(e->m, &b, e->logits, err);
+    int n_rs = 0;
+    for (int i = 0, rows; e->cfg.backend_sampling && i < n_out; i += rows) {
+        struct req *q = e->b_req[i];
+        rows = q->n_draft + 1;
+        n_rs += (e->b_rs[i].on = backend_samples(q));
+        if (e->b_rs[i].on) {
+            const struct smol_sampler_params *sp = smol_sampler_get_params(q->smp);
+            e->b_rs[i].temp = sp->temperature;
+            e->b_rs[i].top_p = sp->top_p;
+            e->b_rs[i].u = smol_sampler_uniform(q->smp);
+        }
+        for (int k = 1; k < rows; k++) e->b_rs[i + k].on = 0;
+    }
+    enum smol_err rc = smol_model_forward_sample(e->m, &b, e->logits, n_rs ? e->b_rs : NULL, e->b_ids, err);
     if (rc) {
         for (int i = 0, rows; i < n_out; i += rows) {
             rows = e->b_req[i]->n_draft + 1;
@@ -966,7 +1017,8 @@ static void step(struct smol_engine *e)
             q->t_prefill_done = t1;
             if (q->r->n_choices > 1) spawn_choices(e, q, e->logits + (size_t)i * V, t1);
         }
-        sample_and_emit(e, q, e->logits + (size_t)i * V, e->b_tok + e->b_out[i] + 1, t1);
+        if (n_rs && e->b_rs[i].on) emit_sampled(e, q, e->b_ids[i], t1);
+        else sample_and_emit(e, q, e->logits + (size_t)i * V, e->b_tok + e->b_out[i] + 1, t1);
     }
     for (struct req *q = e->running; q; q = q->next)
         q->kv_promise = smol_kv_seq_pages_needed(kv, q->seq, q->seq->n_tokens, q->n_prompt + q->max_gen) +
@@ -1103,7 +1155,7 @@ static void engine_free(struct smol_engine *e)
     smol_sessions_deinit(&e->sessions);
     smol_sampler_scratch_free(&e->sc);
     if (e->sock) zmq_close(e->sock);
-    free(e->b_tok); free(e->b_pos); free(e->b_out); free(e->gmask); free(e->b_seq); free(e->b_req); free(e->logits); free(e->pack);
+    free(e->b_tok); free(e->b_pos); free(e->b_out); free(e->gmask); free(e->b_seq); free(e->b_req); free(e->b_rs); free(e->b_ids); free(e->logits); free(e->pack);
     free(e);
 }
 
@@ -1141,6 +1193,8 @@ enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const c
     e->gmask = malloc(((size_t)gv + 31) / 32 * sizeof *e->gmask);
     e->b_seq = malloc((size_t)T * sizeof *e->b_seq);
     e->b_req = malloc((size_t)T * sizeof *e->b_req);
+    e->b_rs = calloc((size_t)T, sizeof *e->b_rs);
+    e->b_ids = malloc((size_t)T * sizeof *e->b_ids);
     e->logits = malloc((size_t)e->max_out * m->cfg.vocab * sizeof *e->logits);
     /* what a verify step of k + 1 positions costs here (the default costs
      * when the KV cannot hold the measurement) */
@@ -1152,7 +1206,8 @@ enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const c
     if (e->cfg.speculative_calibrate && smol_spec_calibrate(m, SMOL_SPEC_MAX_DRAFT, 2, cost, cerr) == SMOL_OK)
         memcpy(e->spec_cost, cost, sizeof cost);
     enum smol_err rc = smol_sampler_scratch_new(&e->sc, m->cfg.vocab, err);
-    if (!rc && (!e->b_tok || !e->b_pos || !e->b_out || !e->gmask || !e->b_seq || !e->b_req || !e->logits))
+    if (!rc && (!e->b_tok || !e->b_pos || !e->b_out || !e->gmask || !e->b_seq || !e->b_req || !e->b_rs || !e->b_ids ||
+                !e->logits))
         rc = smol_errf(err, SMOL_ENOMEM, "engine: out of memory");
     if (!rc) {
         e->sock = zmq_socket(zmq_ctx, ZMQ_PAIR);

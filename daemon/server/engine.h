@@ -66,6 +66,10 @@ struct smol_engine_config {
     int spill_when_idle;        /* write changed sessions to it whenever nothing runs */
     int speculative;            /* longest prompt-lookup draft verified per step (0..SMOL_SPEC_MAX_DRAFT);
                                    0 = off unless a request asks; default SMOL_SPEC_MAX_DRAFT */
+    int backend_sampling;       /* 1: rows that need only temperature / top_p (no grammar, bias,
+                                   penalties, top_k, min_p, logprobs, draft, n > 1) are sampled
+                                   by the backend (CUDA: on the device), with the request's own
+                                   seeded draws; default 0 (the host sampler) */
     int speculative_calibrate;  /* measure the verify step's cost at start (default 1); 0: the
                                    batched kernels' model, 1 + 0.06 per drafted token */
 };

@@ -49,6 +49,9 @@ struct req {
     struct smol_chat_parser parser;
     struct smol_chat_buf content;   /* content text, for the session's history */
     struct smol_chat_buf rendered;  /* rendered prompt text (chat) */
+    int prompt_built;               /* tok[0, n_tok), rendered and thinking hold the prompt while it
+                                       waits: a request without a session (its prompt depends on
+                                       nothing else) is rendered and tokenized once, not every step */
     int cur_token, seg_in_token;    /* token being parsed; segments emitted for it */
     int tok_reasoning;              /* the current token emitted reasoning text */
     struct smol_sampler_logprobs cur_lp; /* the current token's logprobs (when asked) */
@@ -82,6 +85,8 @@ struct smol_engine {
     uint32_t *gmask;                /* token bitmask for constrained requests, ceil(vocab / 32) words */
     struct smol_kv_seq **b_seq;
     struct req **b_req;             /* request of each out row */
+    struct smol_row_sample *b_rs;   /* backend_sampling: how each out row is sampled */
+    int32_t *b_ids;                 /* and the tokens the backend drew */
     float *logits;                  /* [max_out][vocab] */
     int max_out;                    /* rows: max_running + spec_rows */
     int spec_rows;                  /* draft rows a step may verify, all requests together */
@@ -94,6 +99,8 @@ struct smol_engine {
     uint64_t n_grammar_tokens;      /* tokens sampled under a grammar */
     uint64_t n_grammar_forced;      /* of those, drawn again to end within the length limit */
     uint64_t n_prefilled;           /* prompt positions run through forward() */
+    uint64_t n_prompt_builds;       /* prompts rendered and tokenized (build_prompt) */
+    uint64_t n_backend_sampled;     /* tokens the backend sampled (backend_sampling) */
     uint64_t n_shared_choices;      /* n > 1: choices started on another's prefilled prompt */
     uint64_t n_events_lost;         /* events the RPC thread never got (out of memory, socket refused) */
     uint64_t n_spec_drafted, n_spec_accepted, n_spec_steps, n_decode_steps;

@@ -69,6 +69,8 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
             st.spill_bytes = ss.bytes;
         }
         st.prefill_tokens_total = e->n_prefilled;
+        st.prompt_builds_total = e->n_prompt_builds;
+        st.backend_sampled_tokens = e->n_backend_sampled;
         st.shared_choices_total = e->n_shared_choices;
         if (e->cfg.grammars) {
             struct smol_grammar_cache_stats gs;

@@ -216,6 +216,7 @@ int main(int argc, char **argv)
     ec.spill_when_idle = cfg.kv_spill_when_idle;
     ec.speculative = cfg.speculative;
     ec.speculative_calibrate = cfg.speculative_calibrate;
+    ec.backend_sampling = cfg.backend_sampling;
     if (smol_engine_start(&eng, zctx, ENGINE_ENDPOINT, m, tok, &ec, err)) {
         smol_log_err("engine: %s", err);
         goto out;

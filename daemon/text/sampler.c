@@ -235,6 +235,19 @@ const struct smol_sampler_params *smol_sampler_get_params(const struct smol_samp
     return &s->p;
 }
 
+float smol_sampler_uniform(struct smol_sampler *s)
+{
+    return (float)(xoshiro_next(s->rng) >> 40) * 0x1.0p-24f;
+}
+
+int smol_sampler_is_plain(const struct smol_sampler *s)
+{
+    const struct smol_sampler_params *p = &s->p;
+    const int penalties = p->penalty_last_n > 0 && (p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f ||
+                                                    p->frequency_penalty != 0.0f);
+    return s->n_bias == 0 && !penalties && (p->top_k == 0 || p->top_k >= s->n_vocab) && p->min_p == 0.0f;
+}
+
 enum smol_err smol_sampler_set_logit_bias(struct smol_sampler *s, const int32_t *ids, const float *bias,
                                           size_t n, char *err)
 {

@@ -151,6 +151,15 @@ enum smol_err smol_sampler_sample_lp(struct smol_sampler *s, struct smol_sampler
  * logits). */
 void smol_sampler_apply_penalties(const struct smol_sampler *s, float *logits);
 
+/* The next uniform draw in [0, 1) (24 bits) from the sampler's RNG, for a caller that samples
+ * elsewhere (the backend's batch sampler, smol_sample_row_ref's rule) but keeps the request's
+ * seeded sequence: same seed, same draws. */
+float smol_sampler_uniform(struct smol_sampler *s);
+
+/* 1 if a draw needs nothing but temperature and top_p (no logit bias, penalties, top_k or min_p):
+ * what the backend's batch sampler can do. */
+int smol_sampler_is_plain(const struct smol_sampler *s);
+
 /* The parameters the sampler was created with. */
 const struct smol_sampler_params *smol_sampler_get_params(const struct smol_sampler *s);
 

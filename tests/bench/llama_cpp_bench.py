@@ -32,6 +32,22 @@ def decode(ctx, ids):
     L.llama_synchronize(ctx)
 
 
+def system_info():
+    """The ISA features this llama.cpp build uses: "AVX2 AVX512 AVX512_VNNI AMX_INT8 ..." (those = 1
+    in llama_print_system_info)."""
+    try:
+        text = L.llama_print_system_info().decode(errors="replace")
+    except Exception:  # an older binding
+        return "?"
+    on = []
+    for part in text.replace("\n", "|").split("|"):
+        k, _, v = part.partition("=")
+        k = k.split(":")[-1].strip()
+        if v.strip() == "1" and k and k not in on:
+            on.append(k)
+    return " ".join(on)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -114,7 +130,7 @@ def main():
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     at = f" @ d{a.d}" if a.d else ""
     print(f"llama.cpp {getattr(L, '__version__', '?')}: pp{a.p} {pp:.2f} tokens/s, tg{a.n}{at} {tg:.2f} tokens/s")
-    out = {"pp_tps": round(pp, 3), "tg_tps": round(tg, 3), "maxrss_kb": rss}
+    out = {"pp_tps": round(pp, 3), "tg_tps": round(tg, 3), "maxrss_kb": rss, "system": system_info()}
     if a.b > 1:
         print(f"tg{a.n} x b{a.b}: {tgb:.2f} tokens/s in all")
         out["tg_batch_tps"] = round(tgb, 3)

@@ -80,13 +80,13 @@ class Client:
         self.port = port
         self.c = None
 
-    def get(self, path, auth=None):
+    def get(self, path, auth=None, headers=None):
         """(status, content type, body); one keep-alive connection, reopened if nginx closes it."""
         for _ in range(2):
             if self.c is None:
                 self.c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
             try:
-                self.c.request("GET", path, headers={"Authorization": auth} if auth else {})
+                self.c.request("GET", path, headers=dict({"Authorization": auth} if auth else {}, **(headers or {})))
                 r = self.c.getresponse()
                 body = r.read()
                 if r.getheader("Connection", "").lower() == "close":
@@ -196,6 +196,11 @@ http {
         v_ok = sum(cl.get("/v1/models", v)[0] == 200 for v in variants)
         check(v_ok <= 1, "case and whitespace variants of the key share its bucket: %d of %d passed"
               % (v_ok, len(variants)))
+        # x-api-key (Anthropic's clients): the same key is the same bucket; another key its own
+        x_ok = sum(cl.get("/v1/models", headers={"x-api-key": key_a})[0] == 200 for _ in range(4))
+        check(x_ok <= 1, "x-api-key: KEY shares the bucket of Bearer KEY: %d of 4 passed" % x_ok)
+        st = cl.get("/v1/models", headers={"x-api-key": "sk-" + secrets.token_hex(8)})[0]
+        check(st == 200, "another x-api-key is served at once (%d)" % st)
 
         time.sleep(refill)
         passed, secs, r429, other = until_429(cl, lambda i: None)

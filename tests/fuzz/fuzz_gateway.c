@@ -10,6 +10,10 @@
  *      think, temperature, the history JSON) -> the same round trip, and the
  *      user message through gw_buf_html as the fragment echoes it
  *   2  gw_buf_html on raw bytes (every user/model text the UI sees)
+ *   3  POST /v1/messages: gw_anthropic_parse (blocks -> chat messages, tools
+ *      -> function tools, tool_choice, thinking, stop_sequences) -> the
+ *      same round trip
+ *   4  POST /v1/messages/count_tokens: the same parser, its own field set
  *
  * A crash, a sanitizer report or a leak is a bug; a refusal is expected and
  * must come with a reason.  An accepted request must keep the invariants
@@ -26,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gateway/anthropic.h"
 #include "gateway/gateway.h"
 
 /* ---- the rest of the gateway: never called by the parsers ---------------- */
@@ -43,6 +48,8 @@ enum MHD_Result gw_queue_sse(struct gw_req *r, struct gw_stream *s) NEVER
 enum MHD_Result gw_queue_text(struct gw_req *r, int status, const char *ctype, const char *text,
                               size_t len) NEVER
 enum MHD_Result gw_req_wait(struct gw_req *r) NEVER
+enum MHD_Result gw_req_send(struct gw_req *r, struct gw_stream *s) NEVER
+void gw_daemon_cancel(struct gw_stream *s) NEVER
 void gw_stream_fail(struct gw_stream *s, int status, const char *code, const char *msg) NEVER
 void gw_stream_free(struct gw_stream *s) NEVER
 struct gw_stream *gw_stream_new(enum gw_kind kind) NEVER
@@ -182,14 +189,84 @@ static void fuzz_ui(const uint8_t *data, size_t n)
     free(body);
 }
 
+/* Whether the tools JSON the parser wrote names `name` (function tools). */
+static int tools_name(const char *tools_json, const char *name)
+{
+    json_t *t = json_loads(tools_json, 0, NULL);
+    int found = 0;
+    size_t i;
+    json_t *x;
+    CHECK(json_is_array(t) && json_array_size(t) >= 1);
+    json_array_foreach(t, i, x) {
+        json_t *fn = json_object_get(x, "function");
+        CHECK(!strcmp(json_string_value(json_object_get(x, "type")), "function") && json_is_object(fn));
+        CHECK(json_is_string(json_object_get(fn, "name")) && json_is_object(json_object_get(fn, "parameters")));
+        found |= !strcmp(json_string_value(json_object_get(fn, "name")), name);
+    }
+    json_decref(t);
+    return found;
+}
+
+static void fuzz_anthropic(const char *body, size_t n, enum gw_anthropic_ep ep)
+{
+    struct gw_anthropic_parsed p;
+    char why[256] = "";
+    int rc = gw_anthropic_parse(&p, body, n, ep, why, sizeof why);
+    if (rc) {
+        CHECK(rc == GW_PARSE_BAD_JSON || rc == GW_PARSE_BAD_VALUE);
+        CHECK(why[0]);
+    } else {
+        Smollm3__GenerateRequest *g = &p.prm.gen;
+        CHECK(g->input_case == SMOLLM3__GENERATE_REQUEST__INPUT_CHAT && g->chat);
+        size_t k = g->chat->n_messages;
+        CHECK(k >= 1 && k <= 16384 + 1);
+        for (size_t i = 0; i < k; i++) {
+            const Smollm3__ChatMessage *m = g->chat->messages[i];
+            CHECK(role_ok(m->role) && m->content);
+            CHECK(strcmp(m->role, "system") || i == 0);     /* one system turn, first */
+            if (!strcmp(m->role, "tool")) CHECK(m->tool_call_id && m->tool_call_id[0]);
+            if (m->tool_calls_json && m->tool_calls_json[0]) {     /* [{id, type, function: {name, arguments}}] */
+                json_t *a = json_loads(m->tool_calls_json, 0, NULL);
+                size_t j;
+                json_t *c;
+                CHECK(!strcmp(m->role, "assistant") && json_is_array(a) && json_array_size(a) >= 1);
+                json_array_foreach(a, j, c) {
+                    json_t *args = json_loads(json_string_value(json_object_get(json_object_get(c, "function"),
+                                                                                "arguments")), 0, NULL);
+                    CHECK(json_is_object(args));
+                    json_decref(args);
+                }
+                json_decref(a);
+            }
+        }
+        CHECK(strcmp(g->chat->messages[k - 1]->role, "assistant"));
+        CHECK(g->n_stop <= GW_MAX_STOPS);
+        for (size_t i = 0; i < g->n_stop; i++) CHECK(g->stop[i] && g->stop[i][0]);
+        CHECK(ep == GW_AN_MESSAGES ? g->max_tokens >= 1 && g->max_tokens <= 1000000 : g->max_tokens == 0);
+        const Smollm3__SamplingParams *s = g->sampling;
+        if (s->temperature_opt_case) CHECK(s->temperature >= 0 && s->temperature <= 1);
+        if (s->top_p_opt_case) CHECK(s->top_p > 0 && s->top_p <= 1);
+        if (s->top_k_opt_case) CHECK(s->top_k >= 0);
+        CHECK(g->enable_thinking_opt_case == SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING);
+        if (g->tool_choice && g->tool_choice[0]) {
+            CHECK(g->chat->tools_json && g->chat->tools_json[0]);
+            CHECK(!strcmp(g->tool_choice, "required") || tools_name(g->chat->tools_json, g->tool_choice));
+        }
+        if (g->chat->tools_json && g->chat->tools_json[0]) tools_name(g->chat->tools_json, "");
+        round_trip(g);
+    }
+    gw_anthropic_parsed_deinit(&p);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
-    uint8_t sel = data[0] % 3;
+    uint8_t sel = data[0] % 5;
     data++;
     size--;
     if (sel == 0) fuzz_openai((const char *)data, size);
     else if (sel == 1) fuzz_ui(data, size);
-    else html_of((const char *)data, size);
+    else if (sel == 2) html_of((const char *)data, size);
+    else fuzz_anthropic((const char *)data, size, sel == 3 ? GW_AN_MESSAGES : GW_AN_COUNT_TOKENS);
     return 0;
 }

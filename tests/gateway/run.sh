@@ -3,8 +3,9 @@
 # the real BUILD/bin/smollm3d (--threads 1) on the fixture model and the
 # gateway on loopback ports in temp dirs, drives them with curl, raw sockets,
 # the openai SDK and a scripted fake daemon (tests/gateway/test_gateway.py),
-# and the OpenAI API surface with the openai SDK, curl and langchain-openai
-# (tests/gateway/test_api.py).
+# the OpenAI API surface with the openai SDK, curl and langchain-openai
+# (tests/gateway/test_api.py), and Anthropic's Messages API with the
+# anthropic SDK and langchain-anthropic (tests/gateway/test_anthropic.py).
 # Prints "N passed, N failed" and exits non-zero on failure; a missing
 # prerequisite is a failure ("FAIL: cannot run: why"; `make deps` installs
 # them all: promtool from Debian's prometheus, the Python packages in build/venv).
@@ -26,7 +27,7 @@ command -v protoc >/dev/null 2>&1 || skip "protoc not found (make deps: protobuf
 python3 -c "import openai, zmq, google.protobuf, prometheus_client" 2>/dev/null ||
     skip "python packages missing: openai, pyzmq, protobuf, prometheus_client (make deps: build/venv)"
 # the API tests' clients, pinned (tests/requirements-api.txt), into the same venv
-python3 -c "import langchain_openai" 2>/dev/null ||
+python3 -c "import langchain_openai, anthropic, langchain_anthropic" 2>/dev/null ||
     python3 -m pip install -q -r tests/requirements-api.txt ||
     skip "pip install -r tests/requirements-api.txt failed"
 
@@ -43,8 +44,12 @@ rc=0
 { python3 tests/gateway/test_api.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/api.rc"; } 2>&1 |
     tee "$PB2/api.out"
 [ "$(cat "$PB2/api.rc")" = 0 ] || rc=1
-# one result line for both (tests/run_all.sh reads the last one)
-sum() { sed -n "s/^\([0-9]*\) passed, \([0-9]*\) failed$/\\$1/p" "$PB2/gateway.out" "$PB2/api.out" |
+# Anthropic's Messages API (test_anthropic.py)
+{ python3 tests/gateway/test_anthropic.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/anthropic.rc"; } 2>&1 |
+    tee "$PB2/anthropic.out"
+[ "$(cat "$PB2/anthropic.rc")" = 0 ] || rc=1
+# one result line for all three (tests/run_all.sh reads the last one)
+sum() { sed -n "s/^\([0-9]*\) passed, \([0-9]*\) failed$/\\$1/p" "$PB2/gateway.out" "$PB2/api.out" "$PB2/anthropic.out" |
         awk '{ n += $1 } END { print n + 0 }'; }
 p=$(sum 1) f=$(sum 2)
 [ "$rc" != 0 ] && [ "$f" = 0 ] && f=1

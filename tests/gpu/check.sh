@@ -8,7 +8,8 @@
 # Steps, each timed, each command under `timeout`; a step's pass / fail / skip is recorded and
 # the next step runs regardless:
 #    1 llama   .gpu/llama.cpp.tar.xz unpacked to /tmp, llama.cpp's CUDA build (llama-bench,
-#              llama-batched-bench) started in the background (nice, -j LLAMA_JOBS = 12)
+#              llama-batched-bench, then llama-server unless GPU_CHECK_LLAMA_SERVER=OFF) started
+#              in the background (nice, -j LLAMA_JOBS = 12)
 #    2 device  nvidia-smi facts; device-to-device copy bandwidth (PyTorch, 2 GiB, events,
 #              median of 10, bytes read + written) = BW
 #    3 test    build/tests/test_cuda (CK_RUN_CASE honoured): its "stats:" lines and summary
@@ -28,7 +29,9 @@
 #              at most GPU_CHECK_LOAD_S (60) s each: tokens/s, requests/s, TTFT and ITL p50/p99
 #    9 ncu     per-kernel time and DRAM bytes of one decode step (best combination)
 #   10 peer    llama-bench -fa 1 (pp512, pp2048, tg128, tg128 at depth 4096) and
-#              llama-batched-bench (1/4/16/64 sequences of 128+128), if built in time
+#              llama-batched-bench (1/4/16/64 sequences of 128+128), if built in time; then
+#              llama-server (-np 64) under tests/load/loadgen.py --mode http at the load step's
+#              stream counts and plans, printed beside the daemon's in the load table
 #   11 summary the tables, printed last, and $OUT/results.json
 #
 # $OUT (default build/gpu-check) gets at most 7 files: check.log (every step's full output),
@@ -56,6 +59,7 @@ MODEL=${GPU_CHECK_MODEL:-/dev/shm/3b.gguf}
 PRESET=${GPU_CHECK_PRESET:-smollm3-3b}  # "tiny": a dry run of the script where there is no GPU
 LLAMA_DIR=/tmp/llama.cpp
 LLAMA_JOBS=${LLAMA_JOBS:-12}
+LLAMA_SERVER=${GPU_CHECK_LLAMA_SERVER:-ON}   # OFF: no llama-server build, no load against it
 B=${GPU_CHECK_BUILD:-build}              # where the binaries are (make gpu-check passes $(BUILD))
 SM=$B/bin/smollm3
 CTL=$B/bin/smollm3ctl
@@ -158,10 +162,15 @@ s_llama() {
         nice -n 19 cmake -S . -B b "${gen[@]}" -DCMAKE_CUDA_COMPILER="$nvcc" \
             -DGGML_CUDA=ON -DGGML_CUDA_NO_VMM=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
             -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DGGML_CUDA_FA_ALL_QUANTS=OFF \
-            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER="$LLAMA_SERVER" \
             -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CCACHE=OFF -DCMAKE_BUILD_TYPE=Release &&
         nice -n 19 cmake --build b -j "$LLAMA_JOBS" --target llama-bench llama-batched-bench
         echo "llama build: exit $? after $(($(date +%s) - t0)) s"
+        # then the server (its own command: a failure there leaves the benches built)
+        if [ "$LLAMA_SERVER" = ON ]; then
+            nice -n 19 cmake --build b -j "$LLAMA_JOBS" --target llama-server
+            echo "llama-server build: exit $? after $(($(date +%s) - t0)) s"
+        fi
     ) > "$OUT/llama_build.log" 2>&1 < /dev/null &
     LLAMA_PID=$!
     set +m
@@ -452,7 +461,7 @@ backend = cuda
 max_running = 64
 max_queued = 256
 step_tokens = 512
-ctx = 4096
+ctx = 8192
 kv_budget_mb = 4096
 speculative = 0
 speculative_calibrate = false
@@ -475,11 +484,41 @@ EOF
     [ "$rc" -eq 0 ] && [ "$failed" -eq 0 ]
 }
 
+# ttft_4k EP: a ~4,096-token prompt's time to first token on the idle daemon (the Done event's
+# ttft_ms), three different prompts (no prefix reuse), one token each: $W/load/ttft4k.json
+ttft_4k() {
+    local i out
+    [ $((HARD - SECONDS)) -lt 40 ] && { say "  4K-token TTFT: skipped (time)"; return 0; }
+    for i in 1 2 3; do
+        sys python3 -c 'import random, sys
+r = random.Random(int(sys.argv[1]))
+w = "the of and a to in is you that it he was for on are as with his they at be this have from or one had by word but not what all were we when your can said there use an each which she do how their if will up other about out many then them these so some her would make like him into time has look two more write go see number no way could people my than first water been call who oil its now find long down day did get come made may part".split()
+print(str(r.random()), " ".join(r.choice(w) for _ in range(4000)))' "$i" |
+            sys tmo 30 "$CTL" --connect "$1" generate --json --no-think --no-speculative -n 1 - \
+            > "$W/load/ttft4k.$i.out" 2>&1
+    done
+    sys python3 - "$W/load" <<'EOF' | tee "$W/load/ttft4k.json" | show
+import glob, json, statistics, sys
+ttft, toks = [], []
+for f in sorted(glob.glob(sys.argv[1] + "/ttft4k.*.out")):
+    for l in open(f, errors="replace"):
+        try:
+            j = json.loads(l)
+        except ValueError:
+            continue
+        if j.get("event") == "done" and j.get("timings"):
+            ttft.append(j["timings"]["ttft_ms"]); toks.append(j["usage"]["prompt_tokens"])
+print(json.dumps({"ttft4k": {"prompt_tokens": toks, "ttft_ms": ttft,
+                             "ttft_ms_median": statistics.median(ttft) if ttft else None}}))
+EOF
+}
+
 # ---------------------------------------------------------------- 8b: the load generator
 # tests/load/loadgen.py --mode ctl (python3's standard library and smollm3ctl: the device has no
 # nginx and not the venv) against a daemon with max_running 256, at 1 / 16 / 64 / 256 streams
 # (GPU_CHECK_LOAD_STREAMS), each level `streams` requests (at least 4) of GPU_CHECK_LOAD_ARGS
-# (--mix chat --max-tokens 128) under at most GPU_CHECK_LOAD_S (60) seconds
+# (--mix chat --max-tokens 128) under at most GPU_CHECK_LOAD_S (60) seconds; then
+# GPU_CHECK_LOAD_BS_STREAMS (64) again with backend_sampling = true (empty: not)
 s_load() {
     if [ ! -x "$DAEMON" ] || [ ! -x "$CTL" ]; then NOTE="no $DAEMON or $CTL"; return 1; fi
     [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
@@ -487,8 +526,17 @@ s_load() {
     [ -f tests/load/loadgen.py ] || { NOTE="no tests/load/loadgen.py"; return 1; }
     sys python3 -c 'import asyncio, json' 2>/dev/null || { NOTE="SKIPPED: no python3 with asyncio here"; return 77; }
     local sock=/tmp/smollm3d-load-$$.sock conf=$W/smollm3d-load.conf
-    EP=ipc://$sock
-    cat > "$conf" <<EOF
+    local n req t fails=0 ran=0 rc bs levels tag drc=0
+    mkdir -p "$W/load"
+    # the levels with the host sampler, then GPU_CHECK_LOAD_BS_STREAMS (64) again with
+    # backend_sampling = true (rows sampled on the device): its A/B
+    for bs in false true; do
+        if [ $bs = false ]; then levels=${GPU_CHECK_LOAD_STREAMS:-1 16 64 256}; tag=""
+        else levels=${GPU_CHECK_LOAD_BS_STREAMS-64}; tag="bs"; fi
+        [ -n "$levels" ] || continue
+        if over || [ $((HARD - SECONDS)) -lt 45 ]; then say "  backend_sampling = $bs: skipped (time)"; continue; fi
+        EP=ipc://$sock
+        cat > "$conf" <<EOF
 [smollm3d]
 model = $MODEL
 listen = $EP
@@ -496,41 +544,42 @@ backend = cuda
 max_running = 256
 max_queued = 1024
 step_tokens = 512
-ctx = 4096
+ctx = 8192
 kv_budget_mb = 8192
 speculative = 0
 speculative_calibrate = false
 default_max_tokens = 128
+backend_sampling = $bs
 log_level = notice
 EOF
-    cat "$conf"
-    daemon_up "$conf" || return 1
-    mkdir -p "$W/load"
-    local n req t fails=0 ran=0 rc
-    for n in ${GPU_CHECK_LOAD_STREAMS:-1 16 64 256}; do
-        if over || [ $((HARD - SECONDS)) -lt 30 ]; then say "  $n streams: skipped (time)"; continue; fi
-        req=$n
-        [ "$req" -lt 4 ] && req=4
-        t=${GPU_CHECK_LOAD_S:-60}
-        # shellcheck disable=SC2086  # GPU_CHECK_LOAD_ARGS: words
-        LOADGEN_CTL_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} sys tmo "$t" python3 tests/load/loadgen.py --mode ctl \
-            --connect "$EP" --ctl "$CTL" --ctl-arg=--no-think --ctl-arg=--no-speculative --streams "$n" \
-            --requests "$req" --timeout "$t" --seed "$n" ${GPU_CHECK_LOAD_ARGS:---mix chat --max-tokens 128} \
-            > "$W/load/$n.out" 2>&1
-        rc=$?
-        cat "$W/load/$n.out"
-        grep '^{"load"' "$W/load/$n.out" | tail -n 1 > "$W/load/$n.json"
-        ran=$((ran + 1))
-        if [ -s "$W/load/$n.json" ]; then
-            grep -A3 '^load:' "$W/load/$n.out" | sed -n '2,4p' | sed "s/^ */  $n streams: /" | show
-        else
-            say "  $n streams: no result (rc $rc$( { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && echo ", timed out after ${t}s"))"
-            rm -f "$W/load/$n.json"
-        fi
-        [ $rc -eq 0 ] || fails=$((fails + 1))
+        cat "$conf"
+        daemon_up "$conf" || return 1
+        for n in $levels; do
+            if over || [ $((HARD - SECONDS)) -lt 30 ]; then say "  $n$tag streams: skipped (time)"; continue; fi
+            req=$n
+            [ "$req" -lt 4 ] && req=4
+            t=${GPU_CHECK_LOAD_S:-60}
+            # shellcheck disable=SC2086  # GPU_CHECK_LOAD_ARGS: words
+            LOADGEN_CTL_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} sys tmo "$t" python3 tests/load/loadgen.py --mode ctl \
+                --connect "$EP" --ctl "$CTL" --ctl-arg=--no-think --ctl-arg=--no-speculative --streams "$n" \
+                --requests "$req" --timeout "$t" --seed "$n" ${GPU_CHECK_LOAD_ARGS:---mix chat --max-tokens 128} \
+                > "$W/load/$n$tag.out" 2>&1
+            rc=$?
+            cat "$W/load/$n$tag.out"
+            grep '^{"load"' "$W/load/$n$tag.out" | tail -n 1 > "$W/load/$n$tag.json"
+            ran=$((ran + 1))
+            if [ -s "$W/load/$n$tag.json" ]; then
+                grep -A3 '^load:' "$W/load/$n$tag.out" | sed -n '2,4p' |
+                    sed "s/^ */  $n streams${tag:+ (backend_sampling)}: /" | show
+            else
+                say "  $n$tag streams: no result (rc $rc$( { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && echo ", timed out after ${t}s"))"
+                rm -f "$W/load/$n$tag.json"
+            fi
+            [ $rc -eq 0 ] || fails=$((fails + 1))
+        done
+        [ $bs = false ] && ttft_4k "$EP"
+        daemon_down || drc=$?
     done
-    daemon_down
-    local drc=$?
     [ -n "$NOTE" ] && return 1
     NOTE="$ran levels, $fails with failed requests or no result; daemon stopped with rc $drc"
     [ $fails -eq 0 ] && [ $drc -eq 0 ] && [ $ran -gt 0 ]
@@ -567,8 +616,9 @@ s_peer() {
     [ -n "$LLAMA_PID" ] || { NOTE="not built (no .gpu/llama.cpp.tar.xz: tests/gpu/prepare.sh)"; return 77; }
     [ -s "$MODEL" ] || { NOTE="no model (step synth)"; return 1; }
     local waited=$SECONDS
-    while kill -0 "$LLAMA_PID" 2>/dev/null && [ $((HARD - SECONDS)) -gt 35 ]; do sleep 2; done
-    if kill -0 "$LLAMA_PID" 2>/dev/null; then
+    while kill -0 "$LLAMA_PID" 2>/dev/null && ! grep -q '^llama build:' "$OUT/llama_build.log" &&
+        [ $((HARD - SECONDS)) -gt 35 ]; do sleep 2; done
+    if ! grep -q '^llama build:' "$OUT/llama_build.log"; then
         llama_signal TERM
         NOTE="build not finished in time: $(grep -oE '^\[[0-9]+/[0-9]+\]' "$OUT/llama_build.log" | tail -n 1)"
         return 1
@@ -605,7 +655,53 @@ for f in sorted(glob.glob(sys.argv[1] + "/*.jsonl")):
                 print(f"  batched-bench {r['pl']} x (128+128): tg {r['speed_tg']:.1f} tokens/s in all, pp {r['speed_pp']:.1f}")
 EOF
     NOTE="llama-bench rc $rc"
+    peer_server
+    [ -n "$SERVER_NOTE" ] && NOTE="$NOTE; llama-server: $SERVER_NOTE"
     return $rc
+}
+
+# The same load generator against llama.cpp's llama-server (built after the benches, -np
+# GPU_CHECK_SERVER_SLOTS (64), -fa on, the same model), in http mode with the same plans
+# (--seed N, --mix chat --max-tokens 128; --ignore-eos, so each request generates its 128 as
+# ours do on random weights): $W/llama/load-N.json, beside the daemon's in the load table.
+peer_server() {
+    SERVER_NOTE=""
+    [ "$LLAMA_SERVER" = ON ] || { SERVER_NOTE="not built (GPU_CHECK_LLAMA_SERVER=OFF)"; return 0; }
+    while kill -0 "$LLAMA_PID" 2>/dev/null && [ $((HARD - SECONDS)) -gt 60 ]; do sleep 2; done
+    local ls=$LLAMA_DIR/b/bin/llama-server port=18091 slots=${GPU_CHECK_SERVER_SLOTS:-64} n rc t
+    [ -x "$ls" ] || { SERVER_NOTE="no binary ($(grep 'llama-server build:' "$OUT/llama_build.log" | tail -n 1))"; return 0; }
+    LD_LIBRARY_PATH=$SYS_LD "$ls" -m "$MODEL" -ngl 99 -fa on -np "$slots" -c $((slots * 1024)) \
+        --host 127.0.0.1 --port $port > "$W/llama/server.log" 2>&1 &
+    local spid=$!
+    sys tmo 90 python3 - "$port" <<'EOF' || { SERVER_NOTE="not ready in 90 s: $(tail -n 3 "$W/llama/server.log" | tr '\n' ' ' | cut -c1-200)"; kill "$spid" 2>/dev/null; return 0; }
+import sys, time, urllib.request
+while True:
+    try:
+        if urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=2).status == 200:
+            break
+    except Exception:
+        pass
+    time.sleep(0.5)
+EOF
+    for n in ${GPU_CHECK_LOAD_STREAMS:-1 16 64 256}; do
+        if over || [ $((HARD - SECONDS)) -lt 30 ]; then say "  llama-server $n streams: skipped (time)"; continue; fi
+        t=${GPU_CHECK_LOAD_S:-60}
+        # shellcheck disable=SC2086  # GPU_CHECK_LOAD_ARGS: words
+        sys tmo "$t" python3 tests/load/loadgen.py --mode http --url "http://127.0.0.1:$port" --ignore-eos \
+            --streams "$n" --requests "$([ "$n" -lt 4 ] && echo 4 || echo "$n")" --timeout "$t" --seed "$n" \
+            ${GPU_CHECK_LOAD_ARGS:---mix chat --max-tokens 128} > "$W/llama/load-$n.out" 2>&1
+        rc=$?
+        grep '^{"load"' "$W/llama/load-$n.out" | tail -n 1 > "$W/llama/load-$n.json"
+        if [ -s "$W/llama/load-$n.json" ]; then
+            grep -A3 '^load:' "$W/llama/load-$n.out" | sed -n '2,4p' | sed "s/^ */  llama-server $n streams: /" | show
+        else
+            say "  llama-server $n streams: no result (rc $rc): $(tail -n 2 "$W/llama/load-$n.out" | tr '\n' ' ' | cut -c1-160)"
+            rm -f "$W/llama/load-$n.json"
+        fi
+    done
+    kill "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
+    return 0
 }
 
 # ---------------------------------------------------------------- run

@@ -326,9 +326,19 @@ def final(W, OUT):
     ld = {}
     for f in glob.glob(os.path.join(W, "load", "*.json")):
         j = last_json(read(f))
-        if j and "load" in j:
-            ld[j["load"]["streams"]] = j["load"]
+        if j and "load" in j:  # N.json: the host sampler; Nbs.json: backend_sampling = true
+            bs = os.path.basename(f).endswith("bs.json")
+            ld[f'{j["load"]["streams"]}{" bs" if bs else ""}'] = dict(j["load"], backend_sampling=bs)
     res["load"] = ld
+    # the same plans against llama-server (step peer): llama/load-N.json
+    sv = {}
+    for f in glob.glob(os.path.join(W, "llama", "load-*.json")):
+        j = last_json(read(f))
+        if j and "load" in j:
+            sv[j["load"]["streams"]] = j["load"]
+    res["llama_server_load"] = sv
+    j = last_json(read(os.path.join(W, "load", "ttft4k.json")))
+    res["ttft4k"] = j.get("ttft4k") if j else None
 
     def g(label, key):
         j = runs.get(label)
@@ -400,11 +410,23 @@ def final(W, OUT):
             for n, v in sorted(dm.items())))
     if ld or "step.load" in facts:
         print("\nload (tests/load/loadgen.py --mode ctl: smollm3ctl clients straight to the daemon on cuda)")
+        def srv(n, key):
+            v = sv.get(n)
+            return v.get(key) if v and not v.get("errors") else None
         table(["streams", "requests", "errors", "tokens/s in all", "requests/s", "TTFT p50 ms", "TTFT p99 ms",
-               "ITL p50 ms", "ITL p99 ms", "llama.cpp b"],
-              [[str(n), str(v["requests"]), str(v["errors"]), fnum(v.get("tokens_per_s")), fnum(v.get("requests_per_s"), "{:.2f}"),
+               "ITL p50 ms", "ITL p99 ms", "llama.cpp b", "llama-server", "ratio", "server ITL p99"],
+              [[str(v["streams"]) + (" (backend_sampling)" if v.get("backend_sampling") else ""), str(v["requests"]), str(v["errors"]), fnum(v.get("tokens_per_s")), fnum(v.get("requests_per_s"), "{:.2f}"),
                 fnum(v.get("ttft_ms_p50")), fnum(v.get("ttft_ms_p99")), fnum(v.get("itl_ms_p50")), fnum(v.get("itl_ms_p99")),
-                fnum(llama_b(n))] for n, v in sorted(ld.items())] or [["-", "no result", "", "", "", "", "", "", "", ""]])
+                fnum(llama_b(v["streams"])), fnum(srv(v["streams"], "tokens_per_s")),
+                (f'{v["tokens_per_s"] / srv(v["streams"], "tokens_per_s"):.2f}x'
+                 if v.get("tokens_per_s") and srv(v["streams"], "tokens_per_s") else "-"),
+                fnum(srv(v["streams"], "itl_ms_p99"))]
+               for n, v in sorted(ld.items(), key=lambda kv: (kv[1]["streams"], kv[1]["backend_sampling"]))]
+              or [["-", "no result"] + [""] * 11])
+    if res.get("ttft4k"):
+        t4 = res["ttft4k"]
+        print(f"  TTFT of a ~4K-token prompt on the idle daemon: {fnum(t4.get('ttft_ms_median'))} ms median "
+              f"(prompts of {t4.get('prompt_tokens')} tokens: {t4.get('ttft_ms')} ms)")
     print("\nknob A/B (pp512 / tg128, tokens/s; agreement: logits of an 8-token step vs f32/0/0, rel L2)")
     table(["matvec/fuse/graphs", "pp512", "tg128", "tg vs base", "agreement", "status"], ab)
     print("\nsteps")
