@@ -203,6 +203,21 @@ static void send_done(struct smol_engine *e, struct req *q)
     smol_engine_send_event(e, q->r->id, q->r->refs == 1 ? SMOL_EV_TERMINAL : 0, &ev);
 }
 
+/* A session whose history could not be recorded whole (out of memory) keeps
+ * none: its next turn is computed from what the client sends, never matched
+ * against a record that disagrees with the KV or the text (test_fault alloc
+ * N=1007: the "\n" after <|im_end|> missing from the tokens, the next turn's
+ * prompt silently different). */
+static void forget_history(struct smol_engine *e, struct smol_session *s)
+{
+    smol_kv_seq_truncate(&e->m->kv, &s->seq, 0);
+    s->n_tokens = 0;
+    s->on_disk = 0;     /* its file (if any) is rewritten empty: removed */
+    smol_session_set_text(s, NULL, 0);
+    if (s->msgs) json_decref(s->msgs);
+    s->msgs = NULL;
+}
+
 /* Ends a running (or queued) request: flushes text, sends Done, leaves its
  * KV to its session or as a cached prefix, frees it. */
 static void finish(struct smol_engine *e, struct req *q, int reason)
@@ -236,16 +251,18 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
          * renders it: <|im_end|> (also when the answer was cut short or
          * ended on another end-of-generation token) and "\n" */
         const int32_t im_end = smol_tokenizer_special(e->tok)->im_end;
+        int bad = 0;    /* the history could not be recorded whole: forget_history */
         if (q->r->kind == SMOL_INPUT_CHAT && e->have_tpl && im_end >= 0 && q->n_gen > 0) {
             int32_t last = q->tok[q->n_tok - 1];
             if (last != im_end && smol_tokenizer_is_eog(e->tok, last)) q->tok[q->n_tok - 1] = im_end;
-            else if (last != im_end) tok_push(q, im_end);
+            else if (last != im_end && tok_push(q, im_end)) bad = 1;
             struct smol_ids ids = {0};
-            if (smol_tokenizer_encode(e->tok, "\n", 1, 0, &ids, NULL) == SMOL_OK && ids.n == 1) tok_push(q, ids.v[0]);
+            if (smol_tokenizer_encode(e->tok, "\n", 1, 0, &ids, NULL)) bad = 1;
+            else if (ids.n == 1 && tok_push(q, ids.v[0])) bad = 1;
             smol_ids_free(&ids);
         }
         if (q->seq->n_tokens > q->n_tok) smol_kv_seq_truncate(&e->m->kv, q->seq, q->n_tok);
-        smol_session_set_tokens(s, q->tok, q->n_tok);
+        if (smol_session_set_tokens(s, q->tok, q->n_tok)) bad = 1;
         s->busy = 0;
         smol_sessions_touch(&e->sessions, s, smol_engine_now());
         /* the conversation as a client will send it back: the prompt plus
@@ -254,11 +271,12 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
         if (q->r->kind == SMOL_INPUT_CHAT && reason != SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED && e->have_tpl) {
             struct smol_chat_request cr = q->r->chat;
             struct smol_chat_msg *msgs = calloc(cr.n_msgs + 1, sizeof *msgs);
+            if (!msgs) bad = 1;
             if (msgs) {
                 memcpy(msgs, cr.msgs, cr.n_msgs * sizeof *msgs);
                 struct smol_chat_buf content;
                 smol_chat_buf_init(&content);
-                smol_chat_buf_append(&content, q->content.data ? q->content.data : "", q->content.len);
+                if (smol_chat_buf_append(&content, q->content.data ? q->content.data : "", q->content.len)) bad = 1;
                 msgs[cr.n_msgs] = (struct smol_chat_msg){.role = SMOL_CHAT_ASSISTANT, .content = content.data ? content.data : ""};
                 cr.msgs = msgs;
                 cr.n_msgs++;
@@ -275,12 +293,16 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
                                                                   content.data ? content.data : "", content.len))) {
                     if (s->msgs) json_decref(s->msgs);
                     s->msgs = all;
-                } else if (all) json_decref(all);
+                } else {
+                    if (all) json_decref(all);
+                    bad = 1;
+                }
                 smol_chat_buf_deinit(&txt);
                 smol_chat_buf_deinit(&content);
                 free(msgs);
             }
         }
+        if (bad) forget_history(e, s);
         if (!s->id[0] && e->sessions.n_anon > e->cfg.max_cached_prefixes) smol_sessions_evict_one(&e->sessions, 1);
     } else if (s) {
         s->busy = 0;
