@@ -142,7 +142,8 @@ static enum smol_err build_chat(struct smol_request *r, const Smollm3__ChatInput
     enum smol_err e;
     if (ci->n_messages == 0) return smol_errf(err, SMOL_EINVAL, "chat.messages must not be empty");
     json_t *body = json_object(), *msgs = json_array(), *tools = NULL;
-    if (!body || !msgs || json_object_set_new(body, "messages", msgs)) goto oom;
+    if (!body || !msgs) { json_decref(msgs); goto oom; }    /* (json_object_set_new frees msgs itself) */
+    if (json_object_set_new(body, "messages", msgs)) goto oom;
     for (size_t i = 0; i < ci->n_messages; i++) {
         const Smollm3__ChatMessage *m = ci->messages[i];
         const char *fields[] = {m->role, m->content, m->reasoning_content, m->tool_calls_json, m->tool_call_id,
