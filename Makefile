@@ -89,6 +89,12 @@ $(BUILD)/tests/test_%: $(BUILD)/obj/tests/test_%.o $(BUILD)/obj/tests/check_main
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< $(BUILD)/obj/tests/check_main.o $(LIB) $(CHECK_LIBS) $(LDLIBS) -o $@
 
+# test_fault (tests/test_fault.c): the library's allocations, ZeroMQ sends and file I/O go
+# through the test's fault layer first (--wrap); only this test binary, never a product one.
+FAULT_WRAP := malloc calloc realloc strdup strndup posix_memalign zmq_msg_init_size zmq_send zmq_msg_send \
+              open openat write read pread fsync renameat
+$(BUILD)/tests/test_fault: LDFLAGS += $(foreach f,$(FAULT_WRAP),-Xlinker --wrap=$(f))
+
 # Each tests/bench/NAME.c is a program $(BUILD)/bench/NAME linked with the library, bench_cuda
 # too: it reaches the GPU through the backend interface (the dlopened plugin), no CUDA headers.
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIB)

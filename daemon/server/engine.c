@@ -95,12 +95,19 @@ static void list_append(struct req **head, struct req *q)
     *p = q;
 }
 
+/* Part of q's stream is lost: it stops at the next step and ends with an error (finish). */
+static void lose(struct req *q)
+{
+    q->lost = 1;
+    q->cancelled = 1;
+}
+
 static void emit_text(struct req *q, const char *text, size_t len, int channel)
 {
     Smollm3__Event ev = SMOLLM3__EVENT__INIT;
     Smollm3__Token tk = SMOLLM3__TOKEN__INIT;
     char *s = malloc(len + 1);
-    if (!s) return;
+    if (!s) { lose(q); return; }
     memcpy(s, text, len);
     s[len] = 0;
     tk.text = s;
@@ -129,7 +136,7 @@ static void emit_text(struct req *q, const char *text, size_t len, int channel)
     ev.request_id = q->r->client_id;
     ev.kind_case = SMOLLM3__EVENT__KIND_TOKEN;
     ev.token = &tk;
-    smol_engine_send_event(q->e, q->r->id, 0, &ev);
+    if (smol_engine_send_event(q->e, q->r->id, 0, &ev)) lose(q);
     free(s);
 }
 
@@ -158,7 +165,7 @@ static void on_parse(void *ud, const struct smol_chat_event *pe)
         ev.request_id = q->r->client_id;
         ev.kind_case = SMOLLM3__EVENT__KIND_TOOL_CALL;
         ev.tool_call = &tc;
-        smol_engine_send_event(q->e, q->r->id, 0, &ev);
+        if (smol_engine_send_event(q->e, q->r->id, 0, &ev)) lose(q);
         q->seg_in_token++;
         return;
     }
@@ -202,21 +209,46 @@ static void send_done(struct smol_engine *e, struct req *q)
     smol_engine_send_event(e, q->r->id, q->r->refs == 1 ? SMOL_EV_TERMINAL : 0, &ev);
 }
 
+/* A session whose history could not be recorded whole (out of memory) keeps
+ * none: its next turn is computed from what the client sends, never matched
+ * against a record that disagrees with the KV or the text (test_fault alloc
+ * N=1007: the "\n" after <|im_end|> missing from the tokens, the next turn's
+ * prompt silently different). */
+static void forget_history(struct smol_engine *e, struct smol_session *s)
+{
+    smol_kv_seq_truncate(&e->m->kv, &s->seq, 0);
+    s->n_tokens = 0;
+    s->on_disk = 0;     /* its file (if any) is rewritten empty: removed */
+    smol_session_set_text(s, NULL, 0);
+    if (s->msgs) json_decref(s->msgs);
+    s->msgs = NULL;
+}
+
 /* Ends a running (or queued) request: flushes text, sends Done, leaves its
  * KV to its session or as a cached prefix, frees it. */
 static void finish(struct smol_engine *e, struct req *q, int reason)
 {
     if (q->state != RS_QUEUED) {
         struct smol_detok_out out;
-        if (smol_detok_flush(&q->detok, &out) == SMOL_OK && out.len && !q->cancelled)
-            smol_chat_parser_feed(&q->parser, out.text, out.len, 0);
-        smol_chat_parser_finish(&q->parser);
+        enum smol_err fr = smol_detok_flush(&q->detok, &out);
+        if (!q->cancelled && (fr || (out.len && smol_chat_parser_feed(&q->parser, out.text, out.len, 0))))
+            lose(q);
+        if (smol_chat_parser_finish(&q->parser) && !q->cancelled) lose(q);
         if (reason == SMOLLM3__FINISH_REASON__FINISH_REASON_STOP && q->parser.n_tool_calls > 0)
             reason = SMOLLM3__FINISH_REASON__FINISH_REASON_TOOL_CALLS;
     }
     q->finish_reason = reason;
-    if (reason == SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED) e->n_cancelled++;
-    send_done(e, q);
+    if (q->lost) {
+        /* the client did not get the whole stream: it ends with an error (with n > 1, once,
+         * when the last choice ends; the others stop) */
+        for (struct req *o = e->running; o; o = o->next)
+            if (o != q && o->r == q->r) lose(o);
+        if (q->r->refs == 1)
+            smol_engine_send_error(e, q->r->id, q->r->client_id, SMOL_ENOMEM, "out of memory: part of the stream was lost");
+    } else {
+        if (reason == SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED) e->n_cancelled++;
+        send_done(e, q);
+    }
     e->n_generated += (uint64_t)q->n_gen;
 
     struct smol_session *s = q->sess ? q->sess : q->anon;
@@ -225,16 +257,18 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
          * renders it: <|im_end|> (also when the answer was cut short or
          * ended on another end-of-generation token) and "\n" */
         const int32_t im_end = smol_tokenizer_special(e->tok)->im_end;
+        int bad = 0;    /* the history could not be recorded whole: forget_history */
         if (q->r->kind == SMOL_INPUT_CHAT && e->have_tpl && im_end >= 0 && q->n_gen > 0) {
             int32_t last = q->tok[q->n_tok - 1];
             if (last != im_end && smol_tokenizer_is_eog(e->tok, last)) q->tok[q->n_tok - 1] = im_end;
-            else if (last != im_end) tok_push(q, im_end);
+            else if (last != im_end && tok_push(q, im_end)) bad = 1;
             struct smol_ids ids = {0};
-            if (smol_tokenizer_encode(e->tok, "\n", 1, 0, &ids, NULL) == SMOL_OK && ids.n == 1) tok_push(q, ids.v[0]);
+            if (smol_tokenizer_encode(e->tok, "\n", 1, 0, &ids, NULL)) bad = 1;
+            else if (ids.n == 1 && tok_push(q, ids.v[0])) bad = 1;
             smol_ids_free(&ids);
         }
         if (q->seq->n_tokens > q->n_tok) smol_kv_seq_truncate(&e->m->kv, q->seq, q->n_tok);
-        smol_session_set_tokens(s, q->tok, q->n_tok);
+        if (smol_session_set_tokens(s, q->tok, q->n_tok)) bad = 1;
         s->busy = 0;
         smol_sessions_touch(&e->sessions, s, smol_mono_s());
         /* the conversation as a client will send it back: the prompt plus
@@ -243,11 +277,12 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
         if (q->r->kind == SMOL_INPUT_CHAT && reason != SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED && e->have_tpl) {
             struct smol_chat_request cr = q->r->chat;
             struct smol_chat_msg *msgs = calloc(cr.n_msgs + 1, sizeof *msgs);
+            if (!msgs) bad = 1;
             if (msgs) {
                 memcpy(msgs, cr.msgs, cr.n_msgs * sizeof *msgs);
                 struct smol_chat_buf content;
                 smol_chat_buf_init(&content);
-                smol_chat_buf_append(&content, q->content.data ? q->content.data : "", q->content.len);
+                if (smol_chat_buf_append(&content, q->content.data ? q->content.data : "", q->content.len)) bad = 1;
                 msgs[cr.n_msgs] = (struct smol_chat_msg){.role = SMOL_CHAT_ASSISTANT, .content = content.data ? content.data : "",
                                                          .tool_calls = q->tool_calls};
                 cr.msgs = msgs;
@@ -270,12 +305,14 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
                 } else {
                     if (!all) json_decref(am);  /* else append_new consumed it */
                     json_decref(all);
+                    bad = 1;
                 }
                 smol_chat_buf_deinit(&txt);
                 smol_chat_buf_deinit(&content);
                 free(msgs);
             }
         }
+        if (bad) forget_history(e, s);
         if (!s->id[0] && e->sessions.n_anon > e->cfg.max_cached_prefixes) smol_sessions_evict_one(&e->sessions, 1);
     } else if (s) {
         s->busy = 0;
@@ -639,7 +676,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
     ev.request_id = r->client_id;
     ev.kind_case = SMOLLM3__EVENT__KIND_STARTED;
     ev.started = &st;
-    smol_engine_send_event(e, r->id, 0, &ev);
+    if (smol_engine_send_event(e, r->id, 0, &ev)) lose(q);
     return 1;
 }
 
@@ -693,6 +730,8 @@ struct spec_ctx {
 static enum smol_err sample_row(struct smol_engine *e, struct req *q, int i, float *logits, int32_t *t,
                                 struct smol_sampler_logprobs *lp, char *err)
 {
+    if (q->gm_active && smol_grammar_matcher_failed(q->gm))   /* is_done says 1: not "the end" */
+        return smol_errf(err, SMOL_ENOMEM, "structured output: out of memory");
     double tg = q->gm_active ? smol_mono_s() : 0;
     if (q->gm_active) apply_grammar(e, q, logits);
     if (q->gm_active) e->grammar_s += smol_mono_s() - tg;
@@ -711,10 +750,12 @@ static enum smol_err sample_row(struct smol_engine *e, struct req *q, int i, flo
             if (rc) return rc;
         }
         e->grammar_s += smol_mono_s() - tg;
+        if (smol_grammar_matcher_failed(q->gm)) return smol_errf(err, SMOL_ENOMEM, "structured output: out of memory");
         tg = smol_mono_s();
         rc = smol_grammar_matcher_accept_token(q->gm, *t);
         e->grammar_s += smol_mono_s() - tg;
         e->n_grammar_tokens++;
+        if (rc == SMOL_ENOMEM) return smol_errf(err, SMOL_ENOMEM, "structured output: out of memory");
         if (rc) return smol_errf(err, SMOL_EINTERNAL, "structured output: the sampled token is outside the grammar");
     }
     if (q->gm && !q->gm_active && *t == smol_tokenizer_special(e->tok)->think_end) q->gm_active = 1;
@@ -775,11 +816,12 @@ static int emit_token(struct smol_engine *e, struct req *q, int32_t t, double no
     struct smol_detok_out out;
     q->tok_reasoning = 0;
     if (smol_tokenizer_is_special(e->tok, t)) {
-        if (smol_detok_flush(&q->detok, &out) == SMOL_OK && out.len) smol_chat_parser_feed(&q->parser, out.text, out.len, 0);
-        smol_chat_parser_feed(&q->parser, piece ? piece : "", len, 1);
+        if (smol_detok_flush(&q->detok, &out) || (out.len && smol_chat_parser_feed(&q->parser, out.text, out.len, 0)))
+            lose(q);
+        if (smol_chat_parser_feed(&q->parser, piece ? piece : "", len, 1)) lose(q);
     } else {
         if ((rc = smol_detok_push(&q->detok, piece ? piece : "", len, &out))) { fail_request(e, q, rc, "detokenizer error"); return 0; }
-        if (out.len) smol_chat_parser_feed(&q->parser, out.text, out.len, 0);
+        if (out.len && smol_chat_parser_feed(&q->parser, out.text, out.len, 0)) lose(q);
         if (out.stopped) {
             q->stop_index = out.stop_index;
             finish(e, q, SMOLLM3__FINISH_REASON__FINISH_REASON_STOP);

@@ -30,6 +30,9 @@ struct req {
     int n_tok, cap;
     int n_prompt, n_cached, max_gen, n_gen, n_reasoning;
     int thinking, cancelled, paused, finished;
+    int lost;                       /* an event of its stream could not be made or sent (out of
+                                       memory): it stops and ends with an error, never with a Done
+                                       that would vouch for a stream the client did not get whole */
     enum smol_chat_tpl tpl;
     struct smol_sampler *smp;
     struct smol_grammar_matcher *gm;  /* structured output: NULL = unconstrained */

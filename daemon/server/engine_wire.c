@@ -145,11 +145,22 @@ void smol_engine_send_error(struct smol_engine *e, uint64_t id, uint64_t client_
 
 /* ---- command senders (RPC side) ------------------------------------------------------ */
 
+/* A command's frame; a send interrupted by a signal (EINTR) is sent again:
+ * giving up would lose the command (a CANCEL the client was told was
+ * accepted) or, after the first frame, glue the next command to this one. */
+static int send_cmd_frame(void *sock, const void *p, size_t n, int flags)
+{
+    for (int tries = 0;; tries++) {
+        if (zmq_send(sock, p, n, flags) >= 0) return 0;
+        if (errno != EINTR || tries >= 100) return -1;
+    }
+}
+
 static int send2(void *sock, uint8_t cmd, const void *p, size_t n)
 {
     SMOL_HB_SEND();
-    if (zmq_send(sock, &cmd, 1, n || p ? ZMQ_SNDMORE : 0) < 0) return -1;
-    if ((n || p) && zmq_send(sock, p, n, 0) < 0) return -1;
+    if (send_cmd_frame(sock, &cmd, 1, n || p ? ZMQ_SNDMORE : 0)) return -1;
+    if ((n || p) && send_cmd_frame(sock, p, n, 0)) return -1;
     return 0;
 }
 
@@ -169,6 +180,6 @@ int smol_engine_send_query(void *sock, uint64_t id, const void *packed, size_t l
 {
     uint8_t cmd = SMOL_CMD_QUERY;
     SMOL_HB_SEND();
-    if (zmq_send(sock, &cmd, 1, ZMQ_SNDMORE) < 0 || zmq_send(sock, &id, sizeof id, ZMQ_SNDMORE) < 0) return -1;
-    return zmq_send(sock, packed, len, 0) < 0 ? -1 : 0;
+    if (send_cmd_frame(sock, &cmd, 1, ZMQ_SNDMORE) || send_cmd_frame(sock, &id, sizeof id, ZMQ_SNDMORE)) return -1;
+    return send_cmd_frame(sock, packed, len, 0);
 }

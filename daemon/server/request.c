@@ -117,7 +117,8 @@ static enum smol_err build_chat(struct smol_request *r, const Smollm3__ChatInput
     if ((e = smol_rule_messages(ci->n_messages, err))) return e;
     size_t prompt_bytes = 0;
     json_t *body = json_object(), *msgs = json_array(), *tools = NULL;
-    if (!body || !msgs || json_object_set_new(body, "messages", msgs)) goto oom;
+    if (!body || !msgs) { json_decref(msgs); goto oom; }    /* (json_object_set_new frees msgs itself) */
+    if (json_object_set_new(body, "messages", msgs)) goto oom;
     for (size_t i = 0; i < ci->n_messages; i++) {
         const Smollm3__ChatMessage *m = ci->messages[i];
         const char *fields[] = {m->role, m->content, m->reasoning_content, m->tool_calls_json, m->tool_call_id,

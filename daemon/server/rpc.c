@@ -297,9 +297,26 @@ static int pack_event(const Smollm3__Event *ev, zmq_msg_t *m)
     return 0;
 }
 
+/* Packs ev into m, or when that is out of memory an out-of-memory ERROR of
+ * the same request in its place: at most 30 bytes, which libzmq keeps inside
+ * the message without allocating (its "very small messages", up to 33), so
+ * the client still gets its answer or its stream's end.  -1 if even that fails. */
+static int pack_event_or_oom(const Smollm3__Event *ev, zmq_msg_t *m)
+{
+    if (!pack_event(ev, m)) return 0;
+    Smollm3__Event fb = SMOLLM3__EVENT__INIT;
+    Smollm3__Error er = SMOLLM3__ERROR__INIT;
+    er.code = (Smollm3__ErrorCode)SMOL_ENOMEM;
+    er.message = "out of memory";
+    fb.request_id = ev->request_id;
+    fb.kind_case = SMOLLM3__EVENT__KIND_ERROR;
+    fb.error = &er;
+    return pack_event(&fb, m);
+}
+
 /* Ends a generate stream the engine never got: rt becomes terminal and its
- * client (unless gone) gets the error as the last event, queued behind what
- * it has not read yet and sent by the loop's flush.  Never frees rt. */
+ * client (unless gone) gets the error as the last event: sent now, or queued
+ * behind what it has not read yet and sent by the loop's flush.  Never frees rt. */
 static void end_with_error(struct smol_rpc *rpc, struct route *rt, enum smol_err code, const char *msg)
 {
     rt->terminal = 1;
@@ -312,9 +329,14 @@ static void end_with_error(struct smol_rpc *rpc, struct route *rt, enum smol_err
     ev.kind_case = SMOLLM3__EVENT__KIND_ERROR;
     ev.error = &er;
     zmq_msg_t m;
-    if (pack_event(&ev, &m)) {
+    if (pack_event_or_oom(&ev, &m)) {
         smol_log_err("rpc: out of memory ending request %llu with an error", (unsigned long long)rt->id);
         return;
+    }
+    if (rt->q_len == 0) {       /* nothing ahead of it: sent now, without a queue to allocate */
+        int rc = send_frame(rpc, rt, &m);
+        if (rc == 0) return;
+        if (rc != EAGAIN) { zmq_msg_close(&m); return; }   /* the client is gone (found by the next send) */
     }
     if (enqueue(rpc, rt, &m)) {
         smol_log_err("rpc: out of memory ending request %llu with an error", (unsigned long long)rt->id);
@@ -378,7 +400,7 @@ static void peer_gone(struct smol_rpc *rpc, struct route *rt)
 static void reply(struct smol_rpc *rpc, const unsigned char *ident, size_t ilen, int delim, const Smollm3__Event *ev)
 {
     zmq_msg_t m;
-    if (pack_event(ev, &m)) { smol_log_err("rpc: out of memory packing a reply"); return; }
+    if (pack_event_or_oom(ev, &m)) { smol_log_err("rpc: out of memory packing a reply"); return; }
     struct route tmp;
     memcpy(tmp.ident, ident, ilen);
     tmp.ident_len = (uint8_t)ilen;

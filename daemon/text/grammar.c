@@ -289,6 +289,8 @@ int smol_grammar_matcher_can_end(const struct smol_grammar_matcher *m)
     return !m->oom && (m->steps[m->n_steps - 1].flags & GF_ACCEPT) != 0;
 }
 
+int smol_grammar_matcher_failed(const struct smol_grammar_matcher *m) { return m->oom != 0; }
+
 int smol_grammar_matcher_is_done(const struct smol_grammar_matcher *m)
 {
     if (m->oom) return 1;

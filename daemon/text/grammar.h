@@ -166,6 +166,10 @@ int smol_grammar_matcher_can_end(const struct smol_grammar_matcher *m);
 /* 1 if nothing can follow: the grammar must end here, or an end token was
  * accepted. */
 int smol_grammar_matcher_is_done(const struct smol_grammar_matcher *m);
+/* 1 once the matcher ran out of memory: it can no longer tell what is
+ * allowed (is_done says 1, accepting says SMOL_ENOMEM); its output must not
+ * be trusted to follow the grammar. */
+int smol_grammar_matcher_failed(const struct smol_grammar_matcher *m);
 /* Within a length limit (max_tokens, the context), grammar_budget.c: the
  * bytes of the shortest text that completes the grammar from here (0: it
  * may end here; SIZE_MAX: none).  A byte-level vocabulary has a token for

@@ -247,7 +247,11 @@ static uint32_t completion_tokens(struct smol_grammar_matcher *m, size_t limit, 
             uint8_t *t = realloc(m->btext, c + 1);
             if (t) m->btext = t;
             uint32_t *d = t ? realloc(m->bdp, (c + 1) * sizeof *d) : NULL;
-            if (!d) break;
+            if (!d) {   /* out of memory: the matcher fails (its next token is refused with ENOMEM),
+                         * rather than let the output run past its budget unforced */
+                m->oom = 1;
+                return UINT32_MAX;
+            }
             m->bdp = d;
             m->cap_btext = c + 1;
         }
