@@ -53,8 +53,9 @@
  *            device, auto falls back to the CPU with a line on stderr),
  *            --cuda-device N, and the CUDA backend's knobs, each a newer path
  *            off by default until verified on a device (kernels/cuda/NOTES.md):
- *            --cuda-matvec f32|q8, --cuda-fuse on|off, --cuda-graphs on|off
- *            (SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS override them).
+ *            --cuda-matvec f32|q8, --cuda-fuse on|off, --cuda-graphs on|off,
+ *            --cuda-gemm tiled|mma (SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE /
+ *            SMOL_CUDA_GRAPHS / SMOL_CUDA_GEMM override them).
  */
 #include "daemon/cli/cli.h"
 #include "daemon/model/model.h"
@@ -81,7 +82,7 @@ struct opts {
     long verify;                /* bench: --verify K */
     const char *backend;        /* --backend cpu | cuda | auto; NULL = cpu */
     int cuda_device;            /* --cuda-device N */
-    struct smol_cuda_opts cuda; /* --cuda-matvec / --cuda-fuse / --cuda-graphs */
+    struct smol_cuda_opts cuda; /* --cuda-matvec / --cuda-fuse / --cuda-graphs / --cuda-gemm */
 };
 
 static double now_s(void)
@@ -135,10 +136,11 @@ static int parse(const char *cmd, int argc, char **argv, struct opts *o)
         else if (!strcmp(a, "--cuda-device")) {
             NEED(); if (smol_cli_parse_int(cmd, a, v, 0, 64, &lv)) return 2; o->cuda_device = (int)lv;
         }
-        else if (!strcmp(a, "--cuda-matvec") || !strcmp(a, "--cuda-fuse") || !strcmp(a, "--cuda-graphs")) {
+        else if (!strcmp(a, "--cuda-matvec") || !strcmp(a, "--cuda-fuse") || !strcmp(a, "--cuda-graphs") ||
+                 !strcmp(a, "--cuda-gemm")) {
             NEED();
             const char *key = !strcmp(a, "--cuda-matvec") ? "cuda_matvec" : !strcmp(a, "--cuda-fuse") ? "cuda_fuse"
-                              : "cuda_graphs";
+                              : !strcmp(a, "--cuda-gemm") ? "cuda_gemm" : "cuda_graphs";
             char why[SMOL_ERRLEN];
             if (smol_cuda_opts_set(&o->cuda, key, v, why)) { fprintf(stderr, "smollm3 %s: %s: %s\n", cmd, a, why); return 2; }
         }
@@ -706,9 +708,9 @@ int smol_cli_bench(int argc, char **argv)
         }
         printf(", \"backend\": \"%s\", \"cuda\": ", m->be->name);
         if (on_cuda)
-            printf("{\"matvec\": \"%s\", \"fuse\": %s, \"graphs\": %s}",
+            printf("{\"matvec\": \"%s\", \"fuse\": %s, \"graphs\": %s, \"gemm\": \"%s\"}",
                    m->cuda.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32", m->cuda.fuse ? "true" : "false",
-                   m->cuda.graphs ? "true" : "false");
+                   m->cuda.graphs ? "true" : "false", m->cuda.gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled");
         else
             printf("null");
         printf("}\n");

@@ -24,8 +24,8 @@
 
 /* The CUDA backend's knobs: each newer path stays off by default until a device run has shown
  * it correct and faster than the path before it (kernels/cuda/NOTES.md).  Config keys
- * cuda_matvec, cuda_fuse, cuda_graphs; the environment (SMOL_CUDA_MATVEC, SMOL_CUDA_FUSE,
- * SMOL_CUDA_GRAPHS) overrides them when the backend is made. */
+ * cuda_matvec, cuda_fuse, cuda_graphs, cuda_gemm; the environment (SMOL_CUDA_MATVEC, SMOL_CUDA_FUSE,
+ * SMOL_CUDA_GRAPHS, SMOL_CUDA_GEMM) overrides them when the backend is made. */
 enum { SMOL_CUDA_MATVEC_F32 = 0, SMOL_CUDA_MATVEC_Q8 = 1 };
 struct smol_cuda_opts {
     int matvec;     /* decode mat-vec (<= 8 tokens): SMOL_CUDA_MATVEC_F32 (f32 activations, a warp per
@@ -33,16 +33,21 @@ struct smol_cuda_opts {
                        to q8_1, integer dot products on repacked weights) */
     int fuse;       /* 1: fused steps (norm + q/k/v, rope + KV store, mat-vec + residual, the FFN) */
     int graphs;     /* 1: a decode step captured once per shape as a CUDA graph and replayed */
+    int gemm;       /* mat-muls of more tokens than the mat-vec takes (> 8: batched decode, prefill):
+                       SMOL_CUDA_GEMM_TILED (f16 tiles, wmma: matmul.cu) or SMOL_CUDA_GEMM_MMA
+                       (quantized tiles decoded in shared memory, cp.async, mma.sync: mmq_tc.cu) */
 };
+enum { SMOL_CUDA_GEMM_TILED = 0, SMOL_CUDA_GEMM_MMA = 1 };
 
 /* The defaults (the verified paths). */
 void smol_cuda_opts_default(struct smol_cuda_opts *o);
 /* Sets one knob from text: key "cuda_matvec" ("f32" | "q8"), "cuda_fuse" / "cuda_graphs"
- * ("on" | "off" | "1" | "0" | "true" | "false"); SMOL_EINVAL with a message otherwise. */
+ * ("on" | "off" | "1" | "0" | "true" | "false"), "cuda_gemm" ("tiled" | "mma"); SMOL_EINVAL with
+ * a message otherwise. */
 enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, const char *val, char *err);
-/* Applies SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS where set. */
+/* Applies SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS / SMOL_CUDA_GEMM where set. */
 enum smol_err smol_cuda_opts_from_env(struct smol_cuda_opts *o, char *err);
-/* "matvec=q8 fuse=on graphs=off" */
+/* "matvec=q8 fuse=on graphs=off gemm=tiled" */
 void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t cap);
 
 /* What the plugin's entry symbol returns (const struct smol_cuda_plugin *smol_cuda_plugin_v1(void)). */

@@ -56,6 +56,8 @@ static const struct smol_option options[] = {
      "CUDA fused steps (norm + q/k/v, rope + KV store, mat-vec + residual, the FFN; needs cuda_matvec = q8); false = one kernel per op"},
     {"cuda_graphs", SMOL_OPT_BOOL, OFF(cuda_graphs), 0, 1, "true",
      "CUDA decode steps (<= 8 tokens) recorded once per shape as CUDA graphs and replayed; false = every kernel launched from the host"},
+    {"cuda_gemm", SMOL_OPT_MATVEC, OFF(cuda_gemm), 0, 0, "tiled",
+     "CUDA mat-muls of > 8 tokens (batched decode, prefill): tiled (f16 tiles, wmma; verified) or mma (quantized tiles, cp.async, mma.sync; not yet run on a device, kernels/cuda/NOTES.md)"},
     {"step_tokens", SMOL_OPT_INT, OFF(step_tokens), 1, 65536, "256",
      "tokens per engine step: one per running request plus prefill chunks"},
     {"speculative", SMOL_OPT_INT, OFF(speculative), 0, 7, "7",
@@ -169,8 +171,9 @@ static enum smol_err set_opt(struct smol_daemon_config *c, const struct smol_opt
         struct smol_cuda_opts co;
         char why[SMOL_ERRLEN];
         smol_cuda_opts_default(&co);
-        if (smol_cuda_opts_set(&co, "cuda_matvec", v, why)) return smol_errf(err, SMOL_EINVAL, "%s", why);
-        snprintf(p, sizeof c->cuda_matvec, "%s", v);
+        if (smol_cuda_opts_set(&co, o->name, v, why)) return smol_errf(err, SMOL_EINVAL, "%s", why);
+        _Static_assert(sizeof c->cuda_gemm == sizeof c->cuda_matvec, "SMOL_OPT_MATVEC knobs are char[8]");
+        snprintf(p, sizeof c->cuda_matvec, "%s", v);  /* every knob of this type is a char[8] */
         return SMOL_OK;
     }
     case SMOL_OPT_LEVEL:

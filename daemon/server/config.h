@@ -44,6 +44,7 @@ struct smol_daemon_config {
     char cuda_matvec[8];        /* "f32" | "q8" (checked when set): the CUDA decode mat-vec */
     int cuda_fuse;              /* bool: the CUDA backend's fused steps */
     int cuda_graphs;            /* bool: the CUDA decode step as a CUDA graph */
+    char cuda_gemm[8];          /* "tiled" | "mma" (checked when set): CUDA mat-muls of > 8 tokens */
     int speculative;            /* longest prompt-lookup draft per step; 0 = off by default */
     int speculative_calibrate;  /* bool: measure the verify costs at start */
     int step_tokens;            /* tokens per engine step (decode + prefill chunks) */
@@ -66,7 +67,8 @@ struct smol_daemon_config {
 
 enum smol_opt_type {
     SMOL_OPT_STR, SMOL_OPT_INT, SMOL_OPT_BOOL, SMOL_OPT_MODE, SMOL_OPT_LEVEL, SMOL_OPT_KVTYPE,
-    SMOL_OPT_MATVEC,            /* "f32" | "q8" (smol_cuda_opts_set's cuda_matvec) */
+    SMOL_OPT_MATVEC,            /* a CUDA knob's word, char[8], checked by smol_cuda_opts_set under the
+                                   option's name: cuda_matvec "f32" | "q8", cuda_gemm "tiled" | "mma" */
 };
 
 struct smol_option {

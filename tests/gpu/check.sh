@@ -20,6 +20,10 @@
 #              8-token step against f32/0/0's; the best combination (fastest tg128 that agrees)
 #              and the baseline at -d 4096, -p 2048 -b 4, -b 16; the CPU backend once
 #              (-t 16 -p 128 -n 32, the llama.cpp build paused meanwhile)
+#   7b gemm    cuda_gemm A/B (SMOL_CUDA_GEMM=tiled|mma on the best combination), pairs in turn:
+#              smollm3 bench -p 512 -n 16 -b 4, -p 2048 -n 16 -b 16, -p 128 -n 32 -b 64,
+#              -p 8192 -n 8 (each <= 45 s; ~100 s in all on an H100 at today's tiled speed), and the
+#              logits of a 40-token step (the GEMM's path) mma vs tiled; GPU_CHECK_GEMM=0 skips it
 #    8 daemon  smollm3d on cuda (best combination): 1, 16, 64 concurrent `smollm3ctl generate
 #              -n 128`: tokens/s in all, TTFT (the Done event's timings)
 #   8b load    tests/load/loadgen.py --mode ctl (smollm3ctl clients, python3's standard library) on a
@@ -92,12 +96,12 @@ tmo() {
     timeout -k 5 "$s" "$@"
 }
 have() { command -v "$1" >/dev/null 2>&1; }
-# combo_env m-f-g: the environment of a knob combination (nothing for "cpu")
+# combo_env m-f-g[-gemm]: the environment of a knob combination (nothing for "cpu")
 combo_env() {
     [ "$1" = cpu ] && return
-    local m f g
-    IFS=- read -r m f g <<< "$1"
-    echo "SMOL_CUDA_MATVEC=$m SMOL_CUDA_FUSE=$f SMOL_CUDA_GRAPHS=$g"
+    local m f g G
+    IFS=- read -r m f g G <<< "$1"
+    echo "SMOL_CUDA_MATVEC=$m SMOL_CUDA_FUSE=$f SMOL_CUDA_GRAPHS=$g${G:+ SMOL_CUDA_GEMM=$G}"
 }
 # tree_pids PID: PID and its descendants (ninja puts its jobs in their own process groups)
 tree_pids() {
@@ -375,6 +379,36 @@ s_bench() {
     [ $fails -eq 0 ]
 }
 
+# ---------------------------------------------------------------- 7b: cuda_gemm tiled vs mma
+s_gemm() {
+    [ "${GPU_CHECK_GEMM:-1}" = 0 ] && { NOTE="GPU_CHECK_GEMM=0"; return 77; }
+    [ -x "$SM" ] || { NOTE="no $SM"; return 1; }
+    [ -s "$MODEL" ] || { NOTE="no model (step synth)"; return 1; }
+    [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
+    local g run fails=0 done=0 ids
+    ids=$(seq 11 97 3890 | paste -sd, -)   # 40 tokens: one step through the GEMM (> 8 tokens)
+    for g in tiled mma; do
+        # shellcheck disable=SC2046
+        tmo 40 env $(combo_env "$BEST-$g") "$SM" logits -m "$MODEL" ${BACKEND_ARGS[@]+"${BACKEND_ARGS[@]}"} \
+            --ids "$ids" --all -o "$W/agree/gemm-$g.bin" || echo "logits gemm=$g failed"
+    done
+    if [ -s "$W/agree/gemm-mma.bin" ] && [ -s "$W/agree/gemm-tiled.bin" ]; then
+        report agree "$W/agree/gemm-mma.bin" "$W/agree/gemm-tiled.bin" > "$W/agree/gemm.txt"
+        say "  logits of a 40-token step, gemm mma vs tiled: rel L2 $(cat "$W/agree/gemm.txt")"
+    fi
+    for run in "p512b4:-p 512 -n 16 -b 4" "p2048b16:-p 2048 -n 16 -b 16" "p128b64:-p 128 -n 32 -b 64" \
+               "p8192:-p 8192 -n 8"; do
+        for g in tiled mma; do
+            over && { say "  gemm ${run%%:*}: skipped (budget)"; break 2; }
+            # shellcheck disable=SC2086  # the run's arguments are words
+            sbench "gemm-$g-${run%%:*}" "$BEST-$g" 45 ${run#*:} || fails=$((fails + 1))
+            done=$((done + 1))
+        done
+    done
+    NOTE="$done runs, $fails failed; mma vs tiled logits rel L2 $(cat "$W/agree/gemm.txt" 2>/dev/null || echo '?')"
+    [ $fails -eq 0 ]
+}
+
 # ---------------------------------------------------------------- 8: the daemon
 clients() {   # N: N concurrent generates of 128 tokens
     local n=$1 i pids=()
@@ -617,6 +651,7 @@ step sanit 1 "compute-sanitizer memcheck + racecheck (CK_RUN_CASE=${GPU_CHECK_SA
 step synth 0 "smollm3 synth --preset $PRESET -> $MODEL" s_synth
 step matvec 0 "bench_cuda --bw ${BW:-?}" s_matvec
 step bench 0 "smollm3 bench: knob combinations, best, baseline, cpu" s_bench
+step gemm 1 "cuda_gemm A/B: tiled vs mma (pp512/2048/8192, b4/16/64)" s_gemm
 step daemon 1 "smollm3d on cuda: 1 / 16 / 64 streams" s_daemon
 step load 1 "tests/load/loadgen.py --mode ctl on cuda: ${GPU_CHECK_LOAD_STREAMS:-1 16 64 256} streams" s_load
 step ncu 1 "ncu: one decode step per kernel" s_ncu
