@@ -8,13 +8,13 @@
  * would not fill the device: warps 2 x 4 of 32 x 16) and walks K in steps
  * of 128 (SMOL_GEMM_BK: half a q4_K / q6_K super-block, four 32-blocks):
  *
- *   1. cp.async brings the step's raw weight bytes (the mmvq.h layouts:
- *      16-byte pieces, 8- and 4-byte ones for the scales) and its 64 x 128
+ *   1. cp.async brings the step's raw weight bytes (smol_gemm_piece,
+ *      mmq_tc.h: 16-byte pieces, 8- and 4-byte ones for scales) and its 64 x 128
  *      f16 activations into stage (step & 1) of shared memory, while the
  *      step before is being decoded and multiplied (double buffering);
  *   2. every thread decodes BM * 4 / 256 (row, 32-chunk) pieces of the raw
- *      stage into an f16 weight tile (the decoders follow quant_ref.c: the
- *      same float products, then one rounding to f16);
+ *      stage into an f16 weight tile (smol_gemm_decode, mmq_tc.h: the
+ *      quant_ref.c float products, then one rounding to f16);
  *   3. each warp runs mma.sync.m16n8k16 (f16 x f16, f32 accumulate) over
  *      the tile, fragments by ldmatrix from rows padded to 272 bytes (no
  *      bank conflicts);
@@ -92,131 +92,6 @@ static __device__ __forceinline__ void store32(__half *dst, const float y[32])
     }
 }
 
-static __device__ __forceinline__ float sh2f(const uint8_t *p) { return __half2float(*(const __half *)p); }
-
-/* ---- per type: the raw bytes of one row and one K step, and their decoding ----------------------
- * A row's step is NP pieces, copied into RB bytes of shared memory; piece(p) gives its source,
- * its offset in the RB bytes and its size (16, 8 or 4).  k = the K step (128 elements), sb its
- * super-block (k / 2), h = k & 1; i = the tensor-wide block index (mmvq.h), N = blocks in all. */
-
-template <int T> struct tc;
-
-template <> struct tc<SMOL_TYPE_Q4_K> {  /* GGUF blocks: [d dmin scales[12]] [qs 64 of this half] */
-    enum { NP = 5, RB = 80 };
-    static __device__ __forceinline__ int piece(int p, const uint8_t *w, size_t N, int r, int k, int cols,
-                                                const uint8_t **src)
-    {
-        const uint8_t *b = w + ((size_t)r * (cols >> 8) + (k >> 1)) * sizeof(struct block_q4_K);
-        *src = p == 0 ? b : b + 16 + 64 * (k & 1) + 16 * (p - 1);
-        return 16;
-    }
-    static __device__ __forceinline__ int off(int p) { return 16 * p; }
-    /* chunk j (0..3) of this half = sub-block 4h + j */
-    static __device__ __forceinline__ void decode(const uint8_t *s, int r, int k, int cols, int j, float y[32])
-    {
-        float sc, mn;
-        scale_min_k4(4 * (k & 1) + j, s + 4, &sc, &mn);
-        const float d1 = sh2f(s) * sc, m1 = sh2f(s + 2) * mn;
-        const uint4 *q4 = (const uint4 *)(s + 16 + 32 * (j >> 1));
-        const uint4 a = q4[0], e = q4[1];
-        const uint32_t w[8] = {a.x, a.y, a.z, a.w, e.x, e.y, e.z, e.w};
-        const int sh = 4 * (j & 1);
-#pragma unroll
-        for (int l = 0; l < 32; l++) y[l] = d1 * (float)((w[l >> 2] >> (8 * (l & 3) + sh)) & 0xF) - m1;
-    }
-};
-
-template <> struct tc<SMOL_TYPE_Q6_K> {  /* [q4 64][q2 32][scales 8][d word 4] */
-    enum { NP = 8, RB = 112 };
-    static __device__ __forceinline__ int piece(int p, const uint8_t *w, size_t N, int r, int k, int cols,
-                                                const uint8_t **src)
-    {
-        const size_t i = (size_t)r * (cols >> 8) + (k >> 1);
-        const int h = k & 1;
-        if (p < 4) { *src = w + i * 128 + 64 * h + 16 * p; return 16; }
-        if (p < 6) { *src = w + N * 128 + i * 64 + 32 * h + 16 * (p - 4); return 16; }
-        if (p == 6) { *src = w + N * 192 + i * 16 + 8 * h; return 8; }
-        *src = w + N * 208 + (i & ~(size_t)1) * 2;  /* the aligned word holding d (SMOL_GEMM_PAD) */
-        return 4;
-    }
-    static __device__ __forceinline__ int off(int p) { return p < 6 ? 16 * p : p == 6 ? 96 : 104; }
-    static __device__ __forceinline__ void decode(const uint8_t *s, int r, int k, int cols, int j, float y[32])
-    {
-        const size_t i = (size_t)r * (cols >> 8) + (k >> 1);
-        const float d = sh2f(s + 104 + 2 * (int)(i & 1));
-        const int8_t *sc = (const int8_t *)(s + 96) + 2 * j;
-        const float d0 = d * (float)sc[0], d1 = d * (float)sc[1];
-        const uint4 L = *(const uint4 *)(s + 16 * j);
-        const uint2 H = *(const uint2 *)(s + 64 + 8 * j);
-        const uint32_t Lw[4] = {L.x, L.y, L.z, L.w}, Hw[2] = {H.x, H.y};
-#pragma unroll
-        for (int l = 0; l < 32; l++) {
-            const int b = l & 15;  /* q4 byte: low nibble for l < 16, high for l >= 16 */
-            const int lo = (Lw[b >> 2] >> (8 * (b & 3) + 4 * (l >> 4))) & 0xF;
-            const int e = l & 7, s2 = l >> 3;  /* q2 byte e, bits 2 s2 */
-            const int hi = (Hw[e >> 2] >> (8 * (e & 3) + 2 * s2)) & 3;
-            y[l] = (l < 16 ? d0 : d1) * (float)((lo | hi << 4) - 32);
-        }
-    }
-};
-
-template <> struct tc<SMOL_TYPE_Q8_0> {  /* [qs 4 x 32][d 4 x 2][pad 8] */
-    enum { NP = 9, RB = 144 };
-    static __device__ __forceinline__ int piece(int p, const uint8_t *w, size_t N, int r, int k, int cols,
-                                                const uint8_t **src)
-    {
-        const size_t i = (size_t)r * (cols >> 5) + 4 * (size_t)k;
-        if (p < 8) { *src = w + i * 32 + 16 * p; return 16; }
-        *src = w + N * 32 + i * 2;
-        return 8;
-    }
-    static __device__ __forceinline__ int off(int p) { return 16 * p; }
-    static __device__ __forceinline__ void decode(const uint8_t *s, int r, int k, int cols, int j, float y[32])
-    {
-        const float d = sh2f(s + 128 + 2 * j);
-        const uint4 *q4 = (const uint4 *)(s + 32 * j);
-        const uint4 a = q4[0], e = q4[1];
-        const uint32_t w[8] = {a.x, a.y, a.z, a.w, e.x, e.y, e.z, e.w};
-#pragma unroll
-        for (int l = 0; l < 32; l++) y[l] = d * (float)(int8_t)(w[l >> 2] >> (8 * (l & 3)));
-    }
-};
-
-/* q4_0 and q4_1: [qs 4 x 16][d 4 x 2 | d, m 4 x 4] */
-template <int T> struct tc_q4 {
-    enum { NP = 5, RB = 80 };
-    static __device__ __forceinline__ int piece(int p, const uint8_t *w, size_t N, int r, int k, int cols,
-                                                const uint8_t **src)
-    {
-        const size_t i = (size_t)r * (cols >> 5) + 4 * (size_t)k;
-        if (p < 4) { *src = w + i * 16 + 16 * p; return 16; }
-        if (T == SMOL_TYPE_Q4_0) { *src = w + N * 16 + i * 2; return 8; }
-        *src = w + N * 16 + i * 4;
-        return 16;
-    }
-    static __device__ __forceinline__ int off(int p) { return 16 * p; }
-    static __device__ __forceinline__ void decode(const uint8_t *s, int r, int k, int cols, int j, float y[32])
-    {
-        const float d = T == SMOL_TYPE_Q4_0 ? sh2f(s + 64 + 2 * j) : sh2f(s + 64 + 4 * j);
-        const float m = T == SMOL_TYPE_Q4_0 ? 0.0f : sh2f(s + 66 + 4 * j);
-        const uint4 q = *(const uint4 *)(s + 16 * j);
-        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-        for (int l = 0; l < 16; l++) {
-            const int b = (w[l >> 2] >> (8 * (l & 3))) & 0xFF;
-            if (T == SMOL_TYPE_Q4_0) {
-                y[l] = d * (float)((b & 0xF) - 8);
-                y[l + 16] = d * (float)((b >> 4) - 8);
-            } else {
-                y[l] = d * (float)(b & 0xF) + m;
-                y[l + 16] = d * (float)(b >> 4) + m;
-            }
-        }
-    }
-};
-template <> struct tc<SMOL_TYPE_Q4_0> : tc_q4<SMOL_TYPE_Q4_0> {};
-template <> struct tc<SMOL_TYPE_Q4_1> : tc_q4<SMOL_TYPE_Q4_1> {};
-
 /* ---- the kernel ---------------------------------------------------------------------------------- */
 
 struct gemm_args {
@@ -230,7 +105,7 @@ struct gemm_args {
 template <int T, int BM>
 constexpr int smem_bytes()
 {
-    return BM * TC_LDS * 2 + 2 * TC_BN * TC_LDS * 2 + 2 * BM * tc<T>::RB;
+    return BM * TC_LDS * 2 + 2 * TC_BN * TC_LDS * 2 + 2 * BM * SMOL_GEMM_RB(T);
 }
 
 template <int T, int BM>
@@ -238,7 +113,7 @@ static __global__ void __launch_bounds__(TC_THREADS) gemm_kernel(const struct ge
 {
     constexpr int WM = BM / 32, WN = 8 / WM;      /* warps along rows and tokens */
     constexpr int NT = TC_BN / (8 * WN);          /* n8 tiles per warp: 4 (BM 128) or 2 (BM 64) */
-    constexpr int NP = tc<T>::NP, RB = tc<T>::RB;
+    constexpr int NP = SMOL_GEMM_NP(T), RB = SMOL_GEMM_RB(T);  /* a row's pieces and bytes (mmq_tc.h) */
     extern __shared__ __align__(16) uint8_t smem[];
     __half *Ws = (__half *)smem;                                  /* [BM][TC_LDS] */
     __half *Xs = Ws + BM * TC_LDS;                                /* [2][TC_BN][TC_LDS] */
@@ -257,12 +132,13 @@ static __global__ void __launch_bounds__(TC_THREADS) gemm_kernel(const struct ge
         for (int idx = tid; idx < BM * NP; idx += TC_THREADS) {
             const int rr = idx / NP, p = idx - rr * NP;
             const int r = min(r0 + rr, a.rows - 1);
-            const uint8_t *src;
-            const int bytes = tc<T>::piece(p, a.w, a.n_blocks, r, k, a.cols, &src);
-            uint8_t *dst = raw + rr * RB + tc<T>::off(p);
-            if (bytes == 16) cp_async<16>(dst, src);
-            else if (bytes == 8) cp_async<8>(dst, src);
-            else cp_async<4>(dst, src);
+            size_t src;
+            int off;
+            const int bytes = smol_gemm_piece(T, p, a.n_blocks, r, k, a.cols, &src, &off);
+            uint8_t *dst = raw + rr * RB + off;
+            if (bytes == 16) cp_async<16>(dst, a.w + src);
+            else if (bytes == 8) cp_async<8>(dst, a.w + src);
+            else cp_async<4>(dst, a.w + src);
         }
         __half *xs = Xs + s * TC_BN * TC_LDS;
         for (int idx = tid; idx < TC_BN * (SMOL_GEMM_BK / 8); idx += TC_THREADS) {
@@ -297,7 +173,7 @@ static __global__ void __launch_bounds__(TC_THREADS) gemm_kernel(const struct ge
         for (int task = tid; task < BM * 4; task += TC_THREADS) {
             const int rr = task % BM, j = task / BM;
             float y[32];
-            tc<T>::decode(raw + rr * RB, min(r0 + rr, a.rows - 1), k, a.cols, j, y);
+            smol_gemm_decode(T, raw + rr * RB, min(r0 + rr, a.rows - 1), k, a.cols, j, y);
             store32(Ws + rr * TC_LDS + 32 * j, y);
         }
         __syncthreads();

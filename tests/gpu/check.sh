@@ -23,7 +23,8 @@
 #   7b gemm    cuda_gemm A/B (SMOL_CUDA_GEMM=tiled|mma on the best combination), pairs in turn:
 #              smollm3 bench -p 512 -n 16 -b 4, -p 2048 -n 16 -b 16, -p 128 -n 32 -b 64,
 #              -p 8192 -n 8 (each <= 45 s; ~100 s in all on an H100 at today's tiled speed), and the
-#              logits of a 40-token step (the GEMM's path) mma vs tiled; GPU_CHECK_GEMM=0 skips it
+#              logits of a 40-token step (the GEMM's path) mma vs tiled; bench_cuda --gemm on gate_up
+#              and down (q4_K, q6_K; n 16 64 512 2048, <= 40 s); GPU_CHECK_GEMM=0 skips it
 #    8 daemon  smollm3d on cuda (best combination): 1, 16, 64 concurrent `smollm3ctl generate
 #              -n 128`: tokens/s in all, TTFT (the Done event's timings)
 #   8b load    tests/load/loadgen.py --mode ctl (smollm3ctl clients, python3's standard library) on a
@@ -395,6 +396,11 @@ s_gemm() {
     if [ -s "$W/agree/gemm-mma.bin" ] && [ -s "$W/agree/gemm-tiled.bin" ]; then
         report agree "$W/agree/gemm-mma.bin" "$W/agree/gemm-tiled.bin" > "$W/agree/gemm.txt"
         say "  logits of a 40-token step, gemm mma vs tiled: rel L2 $(cat "$W/agree/gemm.txt")"
+    fi
+    if [ -x "$B/bench/bench_cuda" ]; then   # the kernels alone: TFLOP/s and the cuBLAS dense rate
+        tmo 40 "$B/bench/bench_cuda" --gemm --types q4_K,q6_K --shapes gate_up,down --n-gemm 16,64,512,2048 --reps 3 \
+            > "$W/bench_gemm.txt" 2>&1 || fails=$((fails + 1))
+        grep -E '^gemm|^bench_cuda' "$W/bench_gemm.txt" | show
     fi
     for run in "p512b4:-p 512 -n 16 -b 4" "p2048b16:-p 2048 -n 16 -b 16" "p128b64:-p 128 -n 32 -b 64" \
                "p8192:-p 8192 -n 8"; do
