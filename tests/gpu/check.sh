@@ -218,7 +218,7 @@ EOF
 # ---------------------------------------------------------------- 3: test_cuda
 s_test() {
     [ -x "$B/tests/test_cuda" ] || { NOTE="no $B/tests/test_cuda"; return 1; }
-    tmo 90 "$B/tests/test_cuda" > "$W/test_cuda.out" 2>&1
+    tmo 120 "$B/tests/test_cuda" > "$W/test_cuda.out" 2>&1   # 90 before t_gemm_mma and the mma model setting
     local rc=$?
     cat "$W/test_cuda.out"
     grep '^stats:' "$W/test_cuda.out" | head -n 24 | show
