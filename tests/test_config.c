@@ -135,20 +135,20 @@ START_TEST(cuda_opts_set_and_describe)
     ck_assert_int_eq(o.graphs, 1);
     ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_PAGED);     /* tiled: not yet run on a device */
     smol_cuda_opts_describe(&o, buf, sizeof buf);
-    ck_assert_str_eq(buf, "matvec=q8 fuse=on graphs=on attn=paged");
+    ck_assert_str_eq(buf, "matvec=q8 fuse=on graphs=on gemm=tiled attn=paged");
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_matvec", "f32", err), SMOL_OK);
     ck_assert_int_eq(o.matvec, SMOL_CUDA_MATVEC_F32);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_fuse", "off", err), SMOL_OK);
     ck_assert_int_eq(o.fuse, 0);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_graphs", "off", err), SMOL_OK);
     smol_cuda_opts_describe(&o, buf, sizeof buf);
-    ck_assert_str_eq(buf, "matvec=f32 fuse=off graphs=off attn=paged");
+    ck_assert_str_eq(buf, "matvec=f32 fuse=off graphs=off gemm=tiled attn=paged");
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_matvec", "q8", err), SMOL_OK);
     ck_assert_int_eq(o.matvec, SMOL_CUDA_MATVEC_Q8);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_fuse", "on", err), SMOL_OK);
     ck_assert_int_eq(o.fuse, 1);
     smol_cuda_opts_describe(&o, buf, sizeof buf);
-    ck_assert_str_eq(buf, "matvec=q8 fuse=on graphs=off attn=paged");
+    ck_assert_str_eq(buf, "matvec=q8 fuse=on graphs=off gemm=tiled attn=paged");
     const char *on[] = {"on", "1", "true"}, *off[] = {"off", "0", "false"};
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_graphs", on[i], err), SMOL_OK);
@@ -176,6 +176,17 @@ START_TEST(cuda_opts_set_and_describe)
     ck_assert_msg(strstr(buf, " attn=tiled"), "%s", buf);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_attn", "paged", err), SMOL_OK);
     ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_PAGED);
+    /* cuda_gemm: tiled (the default) or mma */
+    ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_TILED);
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", "mma", err), SMOL_OK);
+    ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_MMA);
+    smol_cuda_opts_describe(&o, buf, sizeof buf);
+    ck_assert_str_eq(buf, "matvec=f32 fuse=on graphs=off gemm=mma attn=paged");
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", "wgmma", err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "cuda_gemm") && strstr(err, "tiled or mma") && strstr(err, "wgmma"), "%s", err);
+    ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_MMA);
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", "tiled", err), SMOL_OK);
+    ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_TILED);
     smol_cuda_opts_describe(&o, buf, 8);    /* truncated, terminated */
     ck_assert_uint_eq(strlen(buf), 7);
 }
@@ -191,19 +202,20 @@ START_TEST(cuda_opts_env)
     unsetenv("SMOL_CUDA_FUSE");
     unsetenv("SMOL_CUDA_GRAPHS");
     unsetenv("SMOL_CUDA_ATTN");
+    unsetenv("SMOL_CUDA_GEMM");
     smol_cuda_opts_default(&o);
     o.matvec = SMOL_CUDA_MATVEC_F32;
     o.fuse = 1;
     o.graphs = 0;
     ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);    /* nothing set: unchanged */
     smol_cuda_opts_describe(&o, buf, sizeof buf);
-    ck_assert_str_eq(buf, "matvec=f32 fuse=on graphs=off attn=paged");
+    ck_assert_str_eq(buf, "matvec=f32 fuse=on graphs=off gemm=tiled attn=paged");
     setenv("SMOL_CUDA_MATVEC", "q8", 1);
     setenv("SMOL_CUDA_FUSE", "0", 1);
     setenv("SMOL_CUDA_GRAPHS", "true", 1);
     ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);
     smol_cuda_opts_describe(&o, buf, sizeof buf);
-    ck_assert_str_eq(buf, "matvec=q8 fuse=off graphs=on attn=paged");
+    ck_assert_str_eq(buf, "matvec=q8 fuse=off graphs=on gemm=tiled attn=paged");
     setenv("SMOL_CUDA_ATTN", "tiled", 1);
     ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);
     ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_TILED);
@@ -212,6 +224,16 @@ START_TEST(cuda_opts_env)
     ck_assert_msg(strstr(err, "SMOL_CUDA_ATTN") && strstr(err, "paged or tiled"), "%s", err);
     unsetenv("SMOL_CUDA_ATTN");
     o.attn = SMOL_CUDA_ATTN_PAGED;
+    setenv("SMOL_CUDA_GEMM", "mma", 1);
+    ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);
+    ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_MMA);
+    setenv("SMOL_CUDA_GEMM", "fast", 1);
+    ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "SMOL_CUDA_GEMM") && strstr(err, "tiled or mma"), "%s", err);
+    setenv("SMOL_CUDA_GEMM", "tiled", 1);
+    ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);
+    ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_TILED);
+    unsetenv("SMOL_CUDA_GEMM");
     setenv("SMOL_CUDA_GRAPHS", "", 1);                              /* empty = unset */
     ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);
     ck_assert_int_eq(o.graphs, 1);
@@ -254,8 +276,17 @@ START_TEST(cuda_options)
     o.fuse = c.cuda_fuse;
     o.graphs = c.cuda_graphs;
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_attn", c.cuda_attn, err), SMOL_OK);
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", c.cuda_gemm, err), SMOL_OK);
     ck_assert_msg(!memcmp(&o, &d, sizeof o), "the cuda_* defaults of config.c differ from smol_cuda_opts_default");
     ck_assert_str_eq(c.cuda_matvec, "q8");
+    ck_assert_str_eq(c.cuda_gemm, "tiled");
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-gemm", "mma", NULL), SMOL_OK);
+    ck_assert_str_eq(c.cuda_gemm, "mma");
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-gemm", "cublas", NULL), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "cuda_gemm") && strstr(err, "tiled or mma") && strstr(err, "cublas"), "%s", err);
+    ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\ncuda_gemm = mma\n", err), SMOL_OK);
+    ck_assert_str_eq(c.cuda_gemm, "mma");
+    smol_config_defaults(&c);
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-matvec", "f32", "--cuda-fuse=off", "--cuda-graphs=off",
                            NULL), SMOL_OK);
     ck_assert_str_eq(c.cuda_matvec, "f32");

@@ -11,7 +11,9 @@
  *          run, outputs poisoned with NaN first) against its _ref twin in
  *          double; the q8 mat-vec (knob cuda_matvec = q8) against a float64
  *          dot of the same q8a activations; the fused steps (cuda_fuse)
- *          against their composition from the plain ops.
+ *          against their composition from the plain ops; the tensor-core
+ *          GEMM (cuda_gemm = mma) against a float64 dot of the same
+ *          f16-rounded activations.
  *   fattn  knob cuda_attn = tiled: the tiled attention (f16 and q8_0 KV) on
  *          prompts of 1..300 tokens over prefixes, mixed and decode batches,
  *          against a float64 attention of the cache's own K/V, within the
@@ -788,6 +790,125 @@ START_TEST(t_fused)
 }
 END_TEST
 
+/* ---- the tensor-core GEMM (knob cuda_gemm = mma) ---------------------------------------------- */
+
+static const struct smol_cuda_opts MMA = {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0,
+                                          .gemm = SMOL_CUDA_GEMM_MMA};
+
+/* ref[t][r] = float64 dot(deq row r, f16(x[t])) for the sampled (t, r): every token and row of
+ * small cases; of large ones (above 2^26 multiply-adds per token x row sweep) every 7th token
+ * (and the last) and the rows r % 5 == 0, the last 9 and the first 130 (two tiles of 64 and 128
+ * rows, a tail): want[t][r] = 1 where sampled. */
+static double *gemm_ref(const float *deq, int rows, int cols, const float *x, int n, char **want)
+{
+    const int big = (double)rows * cols * n > 67108864.0;
+    double *ref = calloc((size_t)n * rows, sizeof *ref);
+    *want = calloc((size_t)n * rows, 1);
+    double *xh = malloc((size_t)cols * sizeof *xh);
+    for (int t = 0; t < n; t++) {
+        if (big && t % 7 && t != n - 1) continue;
+        for (int c = 0; c < cols; c++) xh[c] = smol_half_to_f32(smol_f32_to_half(x[(size_t)t * cols + c]));
+        for (int r = 0; r < rows; r++) {
+            if (big && r % 5 && r < rows - 9 && r >= 130) continue;
+            double acc = 0;
+            const float *wr = deq + (size_t)r * cols;
+            for (int c = 0; c < cols; c++) acc += (double)wr[c] * xh[c];
+            ref[(size_t)t * rows + r] = acc;
+            (*want)[(size_t)t * rows + r] = 1;
+        }
+    }
+    free(xh);
+    return ref;
+}
+
+/* ||got - ref|| / ||ref|| over the sampled entries (base[] added to ref where given); NaN fails */
+static double gemm_err(const float *got, const double *ref, const char *want, const float *base, size_t count)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (!want[i]) continue;
+        if (!isfinite(got[i])) return INFINITY;
+        const double r = ref[i] + (base ? base[i] : 0.0);
+        num += (got[i] - r) * (got[i] - r);
+        den += r * r;
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+/* matmul (store) and matmul_add (the residual epilogue, cuda_fuse = on) of q4_K q6_K q8_0 q4_0
+ * q4_1 weights for N = 9, 16, 33, 64, 512 tokens: the 3B's shapes (q and o 2048 x 2048, k and v
+ * 512 x 2048, down 2048 x 11008 for Q4_K_M's q4_K and q6_K: 86 K steps, split-K at N <= 64;
+ * gate/up's 11008 rows take the same row tiles as 2048 and cost the CPU 3 s to quantize), odd row
+ * counts (37, 300: tails of both tile heights), cols 384 (three K steps: half a super-block's
+ * worth past a whole one, for the 32-blocks).  Bound: the device rounds each weight once to f16
+ * (relative error <= 2^-11 = 4.9e-4, about 2e-4 RMS over random values, independent from one
+ * weight to the next, so the relative L2 error of the dots is about that too), the products of
+ * two f16 are exact in f32, and the f32 sums over K <= 11008 add ~sqrt(K) 2^-24 < 1e-5:
+ * 1e-3 (~5x the expected; a wrong nibble, scale or tile offset gives 1e-2 and more).  The
+ * reference rounds the activations to f16 as the device does (round to nearest even), so their
+ * rounding is not part of the error.  Shapes the GEMM does not take (cols 2080: not a multiple
+ * of its K step of 128) go to the tiled path and are held to its bound, 2e-3 (t_matmul's). */
+START_TEST(t_gemm_mma)
+{
+    struct smol_backend *be = open_cuda_opts(&MMA);
+    if (!be) return;
+    char err[SMOL_ERRLEN];
+    ck_assert_msg(be->reserve(be, 512, 11008, 4096, err) == SMOL_OK, "%s", err);
+    ck_assert(be->matmul_add);
+    const uint32_t types[] = {SMOL_TYPE_Q4_K, SMOL_TYPE_Q6_K, SMOL_TYPE_Q8_0, SMOL_TYPE_Q4_0, SMOL_TYPE_Q4_1};
+    const int ns[] = {9, 16, 33, 64, 512};
+    struct shape { int rows, cols, kquant_only, blocks32_only; };
+    const struct shape shapes[] = {
+        {2048, 2048, 0, 0}, {512, 2048, 0, 0}, {300, 768, 0, 0}, {37, 512, 0, 0},
+        {2048, 11008, 1, 0}, {200, 384, 0, 1}, {64, 2080, 0, 1},
+    };
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const int kq = types[ti] == SMOL_TYPE_Q4_K || types[ti] == SMOL_TYPE_Q6_K;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const struct shape sh = shapes[si];
+            if ((sh.kquant_only && !kq) || (sh.blocks32_only && kq)) continue;
+            const int rows = sh.rows, cols = sh.cols, mma = cols % 128 == 0;
+            float *deq;
+            struct smol_weight *w = rand_weight(be, types[ti], rows, cols, &deq);
+            ck_assert_msg(w->dev_aux != NULL, "%s: no copy in the GEMM's layout", w->name);
+            float *dout = be->alloc(be, (size_t)512 * rows * 4);
+            for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+                const int n = ns[k];
+                float *x = rand_vec((size_t)n * cols, 2), *dx = to_dev(be, x, n, cols);
+                char *want;
+                double *ref = gemm_ref(deq, rows, cols, x, n, &want);
+                const double tol = mma ? 1e-3 : 2e-3;
+                be->matmul(be, dout, w, dx, n);
+                float *got = from_dev(be, dout, (size_t)n * rows);
+                double e = gemm_err(got, ref, want, NULL, (size_t)n * rows);
+                printf("stats: gemm %s %s %dx%d n=%d rel err %.2e (bound %.0e)\n", mma ? "mma" : "tiled", w->name,
+                       rows, cols, n, e, tol);
+                ck_assert_msg(e < tol, "gemm %s %dx%d n=%d: rel err %g", w->name, rows, cols, n, e);
+                free(got);
+                /* the residual epilogue on the 3B's o / down shapes (and the small ones): x += W in */
+                if (mma && (rows == 2048 || rows < 512)) {
+                    float *base = rand_vec((size_t)n * rows, 1), *dbase = to_dev(be, base, n, rows);
+                    ck_assert_int_eq(be->matmul_add(be, dbase, w, dx, n), 1);
+                    got = from_dev(be, dbase, (size_t)n * rows);
+                    e = gemm_err(got, ref, want, base, (size_t)n * rows);
+                    if (n == 33 || n == 512)
+                        printf("stats: gemm add %s %s %dx%d n=%d rel err %.2e\n", mma ? "mma" : "tiled", w->name,
+                               rows, cols, n, e);
+                    ck_assert_msg(e < tol, "gemm add %s %dx%d n=%d: rel err %g", w->name, rows, cols, n, e);
+                    free(got); free(base);
+                    be->free(be, dbase);
+                }
+                free(ref); free(want); free(x);
+                be->free(be, dx);
+            }
+            be->free(be, dout);
+            free(deq);
+        }
+    }
+    smol_backend_free(&be);
+}
+END_TEST
+
 START_TEST(t_sample)
 {
     struct smol_backend *be = open_cuda();
@@ -869,6 +990,7 @@ static const struct smol_cuda_opts knobs[] = {
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 1},
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0, .attn = SMOL_CUDA_ATTN_TILED},
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 1, .attn = SMOL_CUDA_ATTN_TILED},
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 1, .gemm = SMOL_CUDA_GEMM_MMA},
 };
 #define N_KNOBS ((int)(sizeof knobs / sizeof knobs[0]))
 
@@ -878,7 +1000,7 @@ static int graph_twin(int k)
 {
     for (int j = 0; j < N_KNOBS; j++)
         if (knobs[k].graphs && !knobs[j].graphs && knobs[j].matvec == knobs[k].matvec && knobs[j].fuse == knobs[k].fuse &&
-            knobs[j].attn == knobs[k].attn)
+            knobs[j].attn == knobs[k].attn && knobs[j].gemm == knobs[k].gemm)
             return j;
     return -1;
 }
@@ -1370,7 +1492,8 @@ static void synthesize(void)
  * (elsewhere every case SKIPs at once) writes the synthesized models. */
 static void model_setup(void)
 {
-    static const char *const vars[] = {"SMOL_CUDA_MATVEC", "SMOL_CUDA_FUSE", "SMOL_CUDA_GRAPHS", "SMOL_CUDA_ATTN"};
+    static const char *const vars[] = {"SMOL_CUDA_MATVEC", "SMOL_CUDA_FUSE", "SMOL_CUDA_GRAPHS", "SMOL_CUDA_GEMM",
+                                       "SMOL_CUDA_ATTN"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         if (getenv(vars[i])) {
             printf("note: %s=%s cleared: the model cases run every setting of their table\n", vars[i], getenv(vars[i]));
@@ -1434,6 +1557,7 @@ Suite *test_suite(void)
     tcase_add_test(ops, t_attention_q8_0);
     tcase_add_test(ops, t_matmul_q8);
     tcase_add_test(ops, t_fused);
+    tcase_add_test(ops, t_gemm_mma);
     tcase_add_test(ops, t_sample);
     suite_add_tcase(s, ops);
     TCase *fattn = tcase_create("fattn");  /* knob cuda_attn = tiled; its own case for the sanitizer run */

@@ -28,6 +28,7 @@
 #include "daemon/model/gguf.h"
 #include "kernels/quant_ref.h"
 #include "kernels/cuda/mmvq.h"
+#include "kernels/cuda/mmq_tc.h"
 
 /* ============================================================== helpers */
 
@@ -643,6 +644,67 @@ START_TEST(test_mmvq_host)
 }
 END_TEST
 
+/* kernels/cuda/mmq_tc.h on the CPU: the tensor-core GEMM's tile rows.  For every row and K step
+ * of a weight in the device layout (mmvq.h, plus SMOL_GEMM_PAD bytes), the pieces the kernel
+ * copies with cp.async are aligned to their size (a cp.async requirement), stay inside the copy,
+ * fill the row's shared bytes without overlap, and decode (the kernel's own smol_gemm_decode,
+ * from bytes poisoned where no piece wrote) to the reference dequantization of those 128
+ * elements, to float rounding. */
+START_TEST(test_gemm_host)
+{
+    const uint32_t t = mmvq_types[_i];
+    const struct smol_type_traits *tr = smol_type_traits(t);
+    const int kq = t == SMOL_TYPE_Q4_K || t == SMOL_TYPE_Q6_K;
+    const int widths[2] = {768, kq ? 512 : 384};   /* 384: an odd number of 128-steps of 32-blocks */
+    ck_assert(smol_gemm_type_ok(t));
+    for (int wi = 0; wi < 2; wi++) {
+        const int rows = 5, cols = widths[wi], np = SMOL_GEMM_NP(t), rb = SMOL_GEMM_RB(t);
+        unsigned seed = 7 + _i + 31 * wi;
+        float *wf = malloc((size_t)rows * cols * 4), *wd = malloc((size_t)rows * cols * 4);
+        for (int i = 0; i < rows * cols; i++) wf[i] = (float)((rand_r(&seed) % 2001) - 1000) / 1000.0f;
+        const size_t row_bytes = smol_row_size(t, cols), nb = (size_t)rows * cols / tr->block_size;
+        const size_t total = row_bytes * rows;
+        uint8_t *wq = malloc(total), *w = calloc(1, total + SMOL_GEMM_PAD);
+        for (int r = 0; r < rows; r++) tr->quantize(wf + (size_t)r * cols, wq + r * row_bytes, cols);
+        for (int r = 0; r < rows; r++) tr->dequant(wq + r * row_bytes, wd + (size_t)r * cols, cols);
+        if (smol_mmvq_repacked(t)) smol_mmvq_repack(t, w, wq, nb);
+        else memcpy(w, wq, total);
+        ck_assert_int_le(rb, 144);
+        for (int r = 0; r < rows; r++)
+            for (int k = 0; k < cols / SMOL_GEMM_BK; k++) {
+                uint8_t raw[144], used[144] = {0};
+                memset(raw, 0xA5, sizeof raw);
+                for (int p = 0; p < np; p++) {
+                    size_t src;
+                    int off;
+                    const int bytes = smol_gemm_piece(t, p, nb, r, k, cols, &src, &off);
+                    ck_assert_msg(bytes == 16 || bytes == 8 || bytes == 4, "%s piece %d: %d bytes", tr->name, p, bytes);
+                    ck_assert_msg(src % bytes == 0 && off % bytes == 0, "%s row %d step %d piece %d: src %zu off %d "
+                                  "not aligned to %d", tr->name, r, k, p, src, off, bytes);
+                    ck_assert_msg(src + bytes <= total + SMOL_GEMM_PAD && off + bytes <= rb, "%s piece %d out of bounds",
+                                  tr->name, p);
+                    for (int b = 0; b < bytes; b++) {
+                        ck_assert_msg(!used[off + b], "%s piece %d overlaps another at byte %d", tr->name, p, off + b);
+                        used[off + b] = 1;
+                    }
+                    memcpy(raw + off, w + src, bytes);
+                }
+                for (int j = 0; j < 4; j++) {
+                    float y[32];
+                    smol_gemm_decode(t, raw, r, k, cols, j, y);
+                    for (int l = 0; l < 32; l++) {
+                        const float ref = wd[(size_t)r * cols + SMOL_GEMM_BK * k + 32 * j + l];
+                        ck_assert_msg(fabsf(y[l] - ref) <= 1e-6f * (fabsf(ref) + 1.0f), "%s %dx%d row %d step %d "
+                                      "element %d: tile %.8g, reference %.8g", tr->name, rows, cols, r, k,
+                                      32 * j + l, (double)y[l], (double)ref);
+                    }
+                }
+            }
+        free(wf); free(wd); free(wq); free(w);
+    }
+}
+END_TEST
+
 /* ================================================================ suite */
 
 static Suite *quant_suite(void)
@@ -660,6 +722,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tc, test_quantize_q8_0_q8_1);
     tcase_add_loop_test(tc, test_roundtrip_error, 0, (int)(sizeof(roundtrip) / sizeof(roundtrip[0])));
     tcase_add_loop_test(tc, test_mmvq_host, 0, (int)(sizeof(mmvq_types) / sizeof(mmvq_types[0])));
+    tcase_add_loop_test(tc, test_gemm_host, 0, (int)(sizeof(mmvq_types) / sizeof(mmvq_types[0])));
     suite_add_tcase(s, tc);
     return s;
 }

@@ -54,8 +54,8 @@
  *            --cuda-device N, and the CUDA backend's knobs, each a newer path
  *            off by default until verified on a device (kernels/cuda/NOTES.md):
  *            --cuda-matvec f32|q8, --cuda-fuse on|off, --cuda-graphs on|off,
- *            --cuda-attn paged|tiled (SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE /
- *            SMOL_CUDA_GRAPHS / SMOL_CUDA_ATTN override them).
+ *            --cuda-gemm tiled|mma, --cuda-attn paged|tiled (SMOL_CUDA_MATVEC /
+ *            SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS / SMOL_CUDA_GEMM / SMOL_CUDA_ATTN override them).
  */
 #include "daemon/cli/cli.h"
 #include "daemon/model/model.h"
@@ -82,7 +82,7 @@ struct opts {
     long verify;                /* bench: --verify K */
     const char *backend;        /* --backend cpu | cuda | auto; NULL = cpu */
     int cuda_device;            /* --cuda-device N */
-    struct smol_cuda_opts cuda; /* --cuda-matvec / --cuda-fuse / --cuda-graphs / --cuda-attn */
+    struct smol_cuda_opts cuda; /* --cuda-matvec / --cuda-fuse / --cuda-graphs / --cuda-gemm / --cuda-attn */
 };
 
 /* Common flag parser; returns 0, or 2 for a usage error (message printed). */
@@ -130,10 +130,11 @@ static int parse(const char *cmd, int argc, char **argv, struct opts *o)
             NEED(); if (smol_cli_parse_int(cmd, a, v, 0, 64, &lv)) return 2; o->cuda_device = (int)lv;
         }
         else if (!strcmp(a, "--cuda-matvec") || !strcmp(a, "--cuda-fuse") || !strcmp(a, "--cuda-graphs") ||
-                 !strcmp(a, "--cuda-attn")) {
+                 !strcmp(a, "--cuda-gemm") || !strcmp(a, "--cuda-attn")) {
             NEED();
             const char *key = !strcmp(a, "--cuda-matvec") ? "cuda_matvec" : !strcmp(a, "--cuda-fuse") ? "cuda_fuse"
-                              : !strcmp(a, "--cuda-attn") ? "cuda_attn" : "cuda_graphs";
+                              : !strcmp(a, "--cuda-gemm") ? "cuda_gemm" : !strcmp(a, "--cuda-attn") ? "cuda_attn"
+                              : "cuda_graphs";
             char why[SMOL_ERRLEN];
             if (smol_cuda_opts_set(&o->cuda, key, v, why)) { fprintf(stderr, "smollm3 %s: %s: %s\n", cmd, a, why); return 2; }
         }
@@ -701,9 +702,10 @@ int smol_cli_bench(int argc, char **argv)
         }
         printf(", \"backend\": \"%s\", \"cuda\": ", m->be->name);
         if (on_cuda)
-            printf("{\"matvec\": \"%s\", \"fuse\": %s, \"graphs\": %s, \"attn\": \"%s\"}",
+            printf("{\"matvec\": \"%s\", \"fuse\": %s, \"graphs\": %s, \"gemm\": \"%s\", \"attn\": \"%s\"}",
                    m->cuda.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32", m->cuda.fuse ? "true" : "false",
-                   m->cuda.graphs ? "true" : "false", m->cuda.attn == SMOL_CUDA_ATTN_TILED ? "tiled" : "paged");
+                   m->cuda.graphs ? "true" : "false", m->cuda.gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
+                   m->cuda.attn == SMOL_CUDA_ATTN_TILED ? "tiled" : "paged");
         else
             printf("null");
         printf("}\n");

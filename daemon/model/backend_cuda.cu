@@ -29,6 +29,10 @@
  * being reallocated drops the records (gen).  attn = tiled sends attention
  * with head_dim 128 and an f16 or q8_0 cache to fattn.cu (query tiles of a
  * sequence sharing K/V tiles on tensor cores; split-K with a warp merge).
+ * gemm = mma sends mat-muls of
+ * more than 8 tokens of those types to mmq_tc.cu (the same w->dev_aux
+ * copies, uploaded for it whatever matvec says; activations rounded to f16
+ * once into x16) instead of matmul.cu's f16 tiles.
  *
  * Errors: ops cannot return one (backend.h), so the first CUDA error is
  * kept, logged once, and to_host then fills its output with NaN rather than
@@ -44,6 +48,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.cuh"
 #include "kernels/cuda/fattn.cuh"
+#include "kernels/cuda/mmq_tc.h"
 extern "C" {
 #include "daemon/model/backend.h"
 #include "daemon/model/backend_cuda_loader.h"
@@ -78,6 +83,10 @@ struct cuda {
     size_t stage_used;
     int8_t *xq;                 /* q8a activations: SMOL_MMVQ_MAX_TOKENS rows of max_cols */
     struct smol_q8a *xs;
+    uint16_t *x16;              /* knob gemm = mma: f16 activations, x16_cap halfs */
+    size_t x16_cap;
+    float *gpart;               /* its split-K partials, gpart_cap floats */
+    size_t gpart_cap;
     struct graph graphs[MAX_GRAPHS];
     int n_graphs, next_graph;
     unsigned gen;               /* bumped when a buffer recorded steps use moves */
@@ -291,7 +300,8 @@ static enum smol_err cu_upload(struct smol_backend *be, struct smol_weight *w, c
     c->weights[c->n_weights++] = d;
     w->dev = d;
     w->dev_aux = NULL;
-    if (c->opts.matvec == SMOL_CUDA_MATVEC_Q8 && smol_mmvq_type_ok(w->type) && w->rows > 0) {
+    const int mma = c->opts.gemm == SMOL_CUDA_GEMM_MMA;
+    if ((c->opts.matvec == SMOL_CUDA_MATVEC_Q8 || mma) && smol_mmvq_type_ok(w->type) && w->rows > 0) {
         if (!smol_mmvq_repacked(w->type)) {
             w->dev_aux = d;
         } else {  /* the q8 mat-vec's layout (mmvq.h), a second copy: the other kernels read GGUF blocks */
@@ -306,7 +316,9 @@ static enum smol_err cu_upload(struct smol_backend *be, struct smol_weight *w, c
             void *d2 = NULL;
             if (!h) return errf(err, SMOL_ENOMEM, "cuda: out of memory repacking '%s'", w->name ? w->name : "?");
             smol_mmvq_repack(w->type, h, (const uint8_t *)w->data, (size_t)w->rows * (w->cols / blk));
-            e = cudaMalloc(&d2, bytes);
+            /* the GEMM reads q6_K's d as aligned 4-byte words: SMOL_GEMM_PAD bytes past the end */
+            e = cudaMalloc(&d2, bytes + (mma ? SMOL_GEMM_PAD : 0));
+            if (e == cudaSuccess && mma) e = cudaMemset(d2, 0, bytes + SMOL_GEMM_PAD);
             if (e == cudaSuccess) e = cudaMemcpy(d2, h, bytes, cudaMemcpyHostToDevice);
             free(h);
             if (e != cudaSuccess) {
@@ -348,6 +360,18 @@ static enum smol_err cu_reserve(struct smol_backend *be, int max_tokens, int max
     if (!c->part || !c->sample_out || !c->xq || !c->xs)
         return errf(err, SMOL_ENOMEM, "cuda: cannot allocate scratch (%zu MiB)", part_cap * 4 >> 20);
     c->part_cap = part_cap;
+    if (c->opts.gemm == SMOL_CUDA_GEMM_MMA) {  /* f16 activations and split-K partials of the GEMM */
+        cu_free(be, c->x16);
+        cu_free(be, c->gpart);
+        c->x16_cap = c->gpart_cap = 0;
+        const size_t x16_cap = (size_t)max_tokens * max_cols, gpart_cap = smol_gemm_part_need(c->n_sm);
+        c->x16 = (uint16_t *)cu_alloc(be, x16_cap * sizeof(uint16_t));
+        c->gpart = (float *)cu_alloc(be, gpart_cap * sizeof(float));
+        if (!c->x16 || !c->gpart)
+            return errf(err, SMOL_ENOMEM, "cuda: cannot allocate the GEMM's scratch (%zu MiB)", x16_cap * 2 >> 20);
+        c->x16_cap = x16_cap;
+        c->gpart_cap = gpart_cap;
+    }
     /* slots sized for a full step so the decode loop never grows them */
     const size_t pages = (size_t)(max_ctx + SMOL_KV_PAGE - 1) / SMOL_KV_PAGE;
     if (!slot_grow(c, &c->slot[SLOT_IDS], max_tokens) || !slot_grow(c, &c->slot[SLOT_POS], max_tokens) ||
@@ -407,10 +431,40 @@ static void mmvq(struct cuda *c, float *const *outs, const struct smol_weight *c
         ck(c, smol_mmvq_cuda(p, n_w, mode, c->xq, c->xs, ws[0]->cols, n, c->st), "mmvq");
 }
 
+/* ---- the tensor-core GEMM (knob gemm = mma) ------------------------------------------------------- */
+
+/* 1 if w x for n tokens goes to mmq_tc.cu */
+static int gemm_ok(const struct cuda *c, const struct smol_weight *w, int n)
+{
+    return c->opts.gemm == SMOL_CUDA_GEMM_MMA && n > SMOL_MMVQ_MAX_TOKENS && w->dev_aux &&
+           smol_gemm_type_ok(w->type) && w->cols % SMOL_GEMM_BK == 0 &&
+           (w->cols % QK_K == 0 || (w->type != SMOL_TYPE_Q4_K && w->type != SMOL_TYPE_Q6_K));
+}
+
+/* outs[i] (mode) ws[i] x for n tokens of x: one f16 rounding of x, a launch per weight */
+static void gemm(struct cuda *c, float *const *outs, const struct smol_weight *const *ws, int n_w, int mode,
+                 const float *x, int n)
+{
+    const size_t need = (size_t)n * ws[0]->cols;
+    if (need > c->x16_cap) {  /* more than reserve planned for (a caller past max_tokens): grow */
+        sync(c, "free f16 activations");
+        cudaFree(c->x16);
+        c->x16 = NULL;
+        c->x16_cap = 0;
+        if (ck(c, cudaMalloc((void **)&c->x16, need * sizeof(uint16_t)), "alloc f16 activations")) return;
+        c->x16_cap = need;
+    }
+    if (ck(c, smol_f16_from_f32_cuda(c->x16, x, need, c->st), "f16 activations")) return;
+    for (int i = 0; i < n_w; i++)
+        ck(c, smol_gemm_mma_cuda(outs[i], mode, ws[i]->type, (const uint8_t *)ws[i]->dev_aux, ws[i]->rows, ws[i]->cols,
+                                 c->x16, n, c->n_sm, c->gpart, c->gpart_cap, c->st), "gemm mma");
+}
+
 static void cu_matmul(struct smol_backend *be, float *out, const struct smol_weight *w, const float *x, int n)
 {
     struct cuda *c = C(be);
     if (q8_ok(c, w, n)) return mmvq(c, &out, &w, 1, SMOL_MV_STORE, x, n);
+    if (gemm_ok(c, w, n)) return gemm(c, &out, &w, 1, SMOL_MV_STORE, x, n);
     ck(c, smol_matmul_cuda(out, w->type, w->dev, w->row_bytes, w->rows, w->cols, x, n, c->st), "matmul");
 }
 
@@ -421,6 +475,9 @@ static void cu_matmul_n(struct smol_backend *be, float *const *outs, const struc
     int all = n_w >= 1 && n_w <= 3;
     for (int i = 0; i < n_w && all; i++) all = q8_ok(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
     if (all) return mmvq(c, outs, ws, n_w, SMOL_MV_STORE, x, n);
+    all = n_w >= 1;
+    for (int i = 0; i < n_w && all; i++) all = gemm_ok(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
+    if (all) return gemm(c, outs, ws, n_w, SMOL_MV_STORE, x, n);
     for (int i = 0; i < n_w; i++) cu_matmul(be, outs[i], ws[i], x, n);
 }
 
@@ -457,6 +514,10 @@ static int cu_rope_store(struct smol_backend *be, float *q, float *k, const floa
 static int cu_matmul_add(struct smol_backend *be, float *x, const struct smol_weight *w, const float *in, int n)
 {
     struct cuda *c = C(be);
+    if (c->opts.fuse && gemm_ok(c, w, n)) {  /* the residual added in the GEMM's epilogue */
+        gemm(c, &x, &w, 1, SMOL_MV_ADD, in, n);
+        return 1;
+    }
     if (!c->opts.fuse || !q8_ok(c, w, n)) return 0;
     mmvq(c, &x, &w, 1, SMOL_MV_ADD, in, n);
     return 1;
@@ -736,6 +797,8 @@ static void cu_destroy(struct smol_backend *be)
         if (c->mark_ev[i]) cudaEventDestroy(c->mark_ev[i]);
     cudaFree(c->xq);
     cudaFree(c->xs);
+    cudaFree(c->x16);
+    cudaFree(c->gpart);
     cudaFreeHost(c->stage);
     for (int i = 0; i < c->n_weights; i++) cudaFree(c->weights[i]);
     for (int k = 0; k < SLOT_COUNT; k++) {
@@ -816,10 +879,11 @@ static enum smol_err cu_new(struct smol_backend **out, int device, const struct 
     be->ffn = cu_ffn;
     be->step_begin = cu_step_begin;
     be->step_end = cu_step_end;
-    fprintf(stderr, "<6>cuda: device %d: %s, sm_%d%d, %d SMs, %.1f GiB; matvec=%s fuse=%s graphs=%s attn=%s\n",
+    fprintf(stderr, "<6>cuda: device %d: %s, sm_%d%d, %d SMs, %.1f GiB; matvec=%s fuse=%s graphs=%s gemm=%s attn=%s\n",
             device, prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0,
             c->opts.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32", c->opts.fuse ? "on" : "off",
-            c->opts.graphs ? "on" : "off", c->opts.attn == SMOL_CUDA_ATTN_TILED ? "tiled" : "paged");
+            c->opts.graphs ? "on" : "off", c->opts.gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
+            c->opts.attn == SMOL_CUDA_ATTN_TILED ? "tiled" : "paged");
     *out = be;
     return SMOL_OK;
 }

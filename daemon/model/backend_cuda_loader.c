@@ -27,6 +27,7 @@ static const struct smol_cuda_opts cuda_opts_default = {  /* device run 1 of ker
     .matvec = SMOL_CUDA_MATVEC_Q8,
     .fuse = 1,
     .graphs = 1,
+    .gemm = SMOL_CUDA_GEMM_TILED,  /* mma: not yet run on a device (NOTES.md, run 3) */
     .attn = SMOL_CUDA_ATTN_PAGED,  /* tiled: not yet run on a device (NOTES.md, run 3) */
 };
 
@@ -57,6 +58,12 @@ enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, cons
         else return smol_errf(err, SMOL_EINVAL, "cuda_attn must be paged or tiled (got '%.64s')", val);
         return SMOL_OK;
     }
+    if (!strcmp(key, "cuda_gemm")) {
+        if (!strcmp(val, "tiled")) o->gemm = SMOL_CUDA_GEMM_TILED;
+        else if (!strcmp(val, "mma")) o->gemm = SMOL_CUDA_GEMM_MMA;
+        else return smol_errf(err, SMOL_EINVAL, "cuda_gemm must be tiled or mma (got '%.64s')", val);
+        return SMOL_OK;
+    }
     int *sw = !strcmp(key, "cuda_fuse") ? &o->fuse : !strcmp(key, "cuda_graphs") ? &o->graphs : NULL;
     if (!sw) return smol_errf(err, SMOL_EINVAL, "cuda: unknown option '%.64s'", key);
     if (parse_switch(val, sw))
@@ -68,7 +75,7 @@ enum smol_err smol_cuda_opts_from_env(struct smol_cuda_opts *o, char *err)
 {
     static const char *const vars[][2] = {
         {"SMOL_CUDA_MATVEC", "cuda_matvec"}, {"SMOL_CUDA_FUSE", "cuda_fuse"}, {"SMOL_CUDA_GRAPHS", "cuda_graphs"},
-        {"SMOL_CUDA_ATTN", "cuda_attn"}};
+        {"SMOL_CUDA_GEMM", "cuda_gemm"}, {"SMOL_CUDA_ATTN", "cuda_attn"}};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i][0]);
         if (!v || !*v) continue;
@@ -80,8 +87,9 @@ enum smol_err smol_cuda_opts_from_env(struct smol_cuda_opts *o, char *err)
 
 void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "matvec=%s fuse=%s graphs=%s attn=%s", o->matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
-             o->fuse ? "on" : "off", o->graphs ? "on" : "off", o->attn == SMOL_CUDA_ATTN_TILED ? "tiled" : "paged");
+    snprintf(buf, cap, "matvec=%s fuse=%s graphs=%s gemm=%s attn=%s", o->matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
+             o->fuse ? "on" : "off", o->graphs ? "on" : "off", o->gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
+             o->attn == SMOL_CUDA_ATTN_TILED ? "tiled" : "paged");
 }
 
 /* ---- plugin ----------------------------------------------------------------------------- */

@@ -18,14 +18,14 @@
 #include "daemon/model/backend.h"
 #include "daemon/model/error.h"
 
-#define SMOL_CUDA_PLUGIN_ABI 3
+#define SMOL_CUDA_PLUGIN_ABI 4
 #define SMOL_CUDA_PLUGIN_ENTRY "smol_cuda_plugin_v1"
 #define SMOL_CUDA_PLUGIN_FILE "libsmollm3_cuda.so"
 
 /* The CUDA backend's knobs: each newer path stays off by default until a device run has shown
  * it correct and faster than the path before it (kernels/cuda/NOTES.md).  Config keys
- * cuda_matvec, cuda_fuse, cuda_graphs, cuda_attn; the environment (SMOL_CUDA_MATVEC, SMOL_CUDA_FUSE,
- * SMOL_CUDA_GRAPHS, SMOL_CUDA_ATTN) overrides them when the backend is made. */
+ * cuda_matvec, cuda_fuse, cuda_graphs, cuda_gemm, cuda_attn; the environment (SMOL_CUDA_MATVEC,
+ * SMOL_CUDA_FUSE, SMOL_CUDA_GRAPHS, SMOL_CUDA_GEMM, SMOL_CUDA_ATTN) overrides them when the backend is made. */
 enum { SMOL_CUDA_MATVEC_F32 = 0, SMOL_CUDA_MATVEC_Q8 = 1 };
 enum { SMOL_CUDA_ATTN_PAGED = 0, SMOL_CUDA_ATTN_TILED = 1 };
 struct smol_cuda_opts {
@@ -34,20 +34,24 @@ struct smol_cuda_opts {
                        to q8_1, integer dot products on repacked weights) */
     int fuse;       /* 1: fused steps (norm + q/k/v, rope + KV store, mat-vec + residual, the FFN) */
     int graphs;     /* 1: a decode step captured once per shape as a CUDA graph and replayed */
+    int gemm;       /* mat-muls of more tokens than the mat-vec takes (> 8: batched decode, prefill):
+                       SMOL_CUDA_GEMM_TILED (f16 tiles, wmma: matmul.cu) or SMOL_CUDA_GEMM_MMA
+                       (quantized tiles decoded in shared memory, cp.async, mma.sync: mmq_tc.cu) */
     int attn;       /* SMOL_CUDA_ATTN_PAGED (attention.cu: a block per query token) or SMOL_CUDA_ATTN_TILED
                        (fattn.cu: query tiles x K/V tiles on tensor cores, split-K with a warp merge;
                        head_dim 128 with an f16 or q8_0 cache, the paged kernels otherwise) */
 };
+enum { SMOL_CUDA_GEMM_TILED = 0, SMOL_CUDA_GEMM_MMA = 1 };
 
 /* The defaults (the verified paths). */
 void smol_cuda_opts_default(struct smol_cuda_opts *o);
 /* Sets one knob from text: key "cuda_matvec" ("f32" | "q8"), "cuda_fuse" / "cuda_graphs"
- * ("on" | "off" | "1" | "0" | "true" | "false"), "cuda_attn" ("paged" | "tiled"); SMOL_EINVAL
- * with a message otherwise. */
+ * ("on" | "off" | "1" | "0" | "true" | "false"), "cuda_gemm" ("tiled" | "mma"), "cuda_attn"
+ * ("paged" | "tiled"); SMOL_EINVAL with a message otherwise. */
 enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, const char *val, char *err);
-/* Applies SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS / SMOL_CUDA_ATTN where set. */
+/* Applies SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS / SMOL_CUDA_GEMM / SMOL_CUDA_ATTN where set. */
 enum smol_err smol_cuda_opts_from_env(struct smol_cuda_opts *o, char *err);
-/* "matvec=q8 fuse=on graphs=off attn=paged" */
+/* "matvec=q8 fuse=on graphs=off gemm=tiled attn=paged" */
 void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t cap);
 
 /* What the plugin's entry symbol returns (const struct smol_cuda_plugin *smol_cuda_plugin_v1(void)). */

@@ -56,6 +56,8 @@ static const struct smol_option options[] = {
      "CUDA fused steps (norm + q/k/v, rope + KV store, mat-vec + residual, the FFN; needs cuda_matvec = q8); false = one kernel per op"},
     {"cuda_graphs", SMOL_OPT_BOOL, OFF(cuda_graphs), 0, 1, "true",
      "CUDA decode steps (<= 8 tokens) recorded once per shape as CUDA graphs and replayed; false = every kernel launched from the host"},
+    {"cuda_gemm", SMOL_OPT_MATVEC, OFF(cuda_gemm), 0, 0, "tiled",
+     "CUDA mat-muls of > 8 tokens (batched decode, prefill): tiled (f16 tiles, wmma; verified) or mma (quantized tiles, cp.async, mma.sync; not yet run on a device, kernels/cuda/NOTES.md)"},
     {"cuda_attn", SMOL_OPT_MATVEC, OFF(cuda_attn), 0, 0, "paged",
      "CUDA attention: paged (a block per query token) or tiled (query tiles share K/V tiles on tensor cores; head_dim 128, f16 or q8_0 KV; not yet run on a device)"},
     {"step_tokens", SMOL_OPT_INT, OFF(step_tokens), 1, 65536, "256",
@@ -174,7 +176,9 @@ static enum smol_err set_opt(struct smol_daemon_config *c, const struct smol_opt
         char why[SMOL_ERRLEN];
         smol_cuda_opts_default(&co);
         if (smol_cuda_opts_set(&co, o->name, v, why)) return smol_errf(err, SMOL_EINVAL, "%s", why);
-        snprintf(p, sizeof c->cuda_matvec, "%s", v);  /* every SMOL_OPT_MATVEC field is char[8] */
+        _Static_assert(sizeof c->cuda_gemm == sizeof c->cuda_matvec && sizeof c->cuda_attn == sizeof c->cuda_matvec,
+                       "SMOL_OPT_MATVEC knobs are char[8]");
+        snprintf(p, sizeof c->cuda_matvec, "%s", v);  /* every knob of this type is a char[8] */
         return SMOL_OK;
     }
     case SMOL_OPT_LEVEL:

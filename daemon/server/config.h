@@ -44,6 +44,7 @@ struct smol_daemon_config {
     char cuda_matvec[8];        /* "f32" | "q8" (checked when set): the CUDA decode mat-vec */
     int cuda_fuse;              /* bool: the CUDA backend's fused steps */
     int cuda_graphs;            /* bool: the CUDA decode step as a CUDA graph */
+    char cuda_gemm[8];          /* "tiled" | "mma" (checked when set): CUDA mat-muls of > 8 tokens */
     char cuda_attn[8];          /* "paged" | "tiled" (checked when set): the CUDA attention kernels */
     int speculative;            /* longest prompt-lookup draft per step; 0 = off by default */
     int speculative_calibrate;  /* bool: measure the verify costs at start */
@@ -68,8 +69,9 @@ struct smol_daemon_config {
 
 enum smol_opt_type {
     SMOL_OPT_STR, SMOL_OPT_INT, SMOL_OPT_BOOL, SMOL_OPT_MODE, SMOL_OPT_LEVEL, SMOL_OPT_KVTYPE,
-    SMOL_OPT_MATVEC,            /* a CUDA knob's text, char[8], checked by smol_cuda_opts_set under the option's
-                                   name: cuda_matvec "f32" | "q8", cuda_attn "paged" | "tiled" */
+    SMOL_OPT_MATVEC,            /* a CUDA knob's word, char[8], checked by smol_cuda_opts_set under the
+                                   option's name: cuda_matvec "f32" | "q8", cuda_gemm "tiled" | "mma",
+                                   cuda_attn "paged" | "tiled" */
 };
 
 struct smol_option {

@@ -162,6 +162,7 @@ int main(int argc, char **argv)
     if (smol_cuda_opts_set(&ms.cuda, "cuda_matvec", cfg.cuda_matvec, err)) { smol_log_err("%s", err); goto out; }
     ms.cuda.fuse = cfg.cuda_fuse;
     ms.cuda.graphs = cfg.cuda_graphs;
+    if (smol_cuda_opts_set(&ms.cuda, "cuda_gemm", cfg.cuda_gemm, err)) { smol_log_err("%s", err); goto out; }
     if (smol_cuda_opts_set(&ms.cuda, "cuda_attn", cfg.cuda_attn, err)) { smol_log_err("%s", err); goto out; }
     ms.quiet = 1;
     if (smol_model_open(&m, cfg.model, &ms, err)) { smol_log_err("model %s: %s", cfg.model, err); goto out; }

@@ -33,6 +33,17 @@
  * bench_cuda --attn [--kv f16|q8_0]: attention instead (be->attention, knob
  * cuda_attn = paged vs tiled): prefill of 512, 2048 and 8192 tokens, decode
  * at depth 4096 and 16384; see attn_main.
+ * --gemm: the mat-muls of more tokens instead (cuda_gemm = tiled and mma,
+ * matvec = q8 in both, so n <= 8 is the q8 mat-vec either way): n = 1, 4, 9,
+ * 16, 32, 64, 512, 2048 (--n-gemm LIST) on the layer shapes (--shapes; the
+ * head only when named), q4_K and q6_K (--types): µs per call, TFLOP/s
+ * (2 rows cols n / time) and the fraction of the dense rate: cublasGemmEx
+ * with bf16 operands and f32 compute on the same (rows, n, cols), timed in
+ * the same run, where libcublas and libcudart can be dlopened (the product
+ * never links them), else the H100's nominal 790 TFLOP/s, said so on the
+ * line.  Each case checked first: both settings against a double reference
+ * on 64 sampled rows x every token (f16 rounding: < 3e-3; q8 at n <= 8:
+ * < 2e-2) and against each other.
  *
  * It reaches the GPU only through the backend interface (daemon/model/
  * backend.h, backend_cuda_loader.h): no CUDA headers.  Without a device it
@@ -44,6 +55,7 @@
 #include "kernels/quant.h"
 #include "kernels/quant_ref.h"
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -172,6 +184,7 @@ struct opts {
     int types[16], n_types, shapes[16], n_shapes, ns[16], n_ns;
     double bw, ms, l2_mb;
     int reps, json;
+    int gemm, gemm_ns[16], n_gemm, head;  /* --gemm, --n-gemm; head: --shapes named it */
 };
 
 struct dev {                            /* one backend per setting */
@@ -462,11 +475,212 @@ out:
     return rc;
 }
 
+/* ---------------------------------------------------------------- --gemm */
+
+/* The dense reference: cublasGemmEx through dlopen (no link-time dependency), timed with the
+ * runtime's events on the legacy stream.  Types and constants as cublas_api.h / library_types.h. */
+struct dense {
+    void *cublas;       /* cublasHandle_t */
+    int (*gemm_ex)(void *, int, int, int, int, int, const void *, const void *, int, int, const void *, int, int,
+                   const void *, void *, int, int, int, int);
+    int (*malloc_)(void **, size_t);
+    int (*free_)(void *);
+    int (*memset_)(void *, int, size_t);
+    int (*ev_create)(void **);
+    int (*ev_record)(void *, void *);
+    int (*ev_sync)(void *);
+    int (*ev_elapsed)(float *, void *, void *);
+    char why[160];      /* why there is none */
+};
+
+static int dense_open(struct dense *d)
+{
+    memset(d, 0, sizeof *d);
+    void *rt = dlopen("libcudart.so", RTLD_NOW | RTLD_GLOBAL);
+    if (!rt) rt = dlopen("/usr/local/cuda/lib64/libcudart.so", RTLD_NOW | RTLD_GLOBAL);
+    void *bl = dlopen("libcublas.so", RTLD_NOW | RTLD_GLOBAL);
+    if (!bl) bl = dlopen("/usr/local/cuda/lib64/libcublas.so", RTLD_NOW | RTLD_GLOBAL);
+    if (!rt || !bl) {
+        snprintf(d->why, sizeof d->why, "no %s", !rt ? "libcudart" : "libcublas");
+        return 0;
+    }
+    int (*create)(void **) = (int (*)(void **))dlsym(bl, "cublasCreate_v2");
+    *(void **)&d->gemm_ex = dlsym(bl, "cublasGemmEx");
+    *(void **)&d->malloc_ = dlsym(rt, "cudaMalloc");
+    *(void **)&d->free_ = dlsym(rt, "cudaFree");
+    *(void **)&d->memset_ = dlsym(rt, "cudaMemset");
+    *(void **)&d->ev_create = dlsym(rt, "cudaEventCreate");
+    *(void **)&d->ev_record = dlsym(rt, "cudaEventRecord");
+    *(void **)&d->ev_sync = dlsym(rt, "cudaEventSynchronize");
+    *(void **)&d->ev_elapsed = dlsym(rt, "cudaEventElapsedTime");
+    if (!create || !d->gemm_ex || !d->malloc_ || !d->free_ || !d->memset_ || !d->ev_create || !d->ev_record ||
+        !d->ev_sync || !d->ev_elapsed || create(&d->cublas)) {
+        snprintf(d->why, sizeof d->why, "cublas/cudart symbols or cublasCreate failed");
+        d->cublas = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+/* ms per bf16 GEMM C[n][rows] = X[n][cols] W[rows][cols]^T (f32 compute), median of reps; -1 on error */
+static double dense_ms(struct dense *d, int rows, int cols, int n, int reps)
+{
+    enum { OP_N = 0, OP_T = 1, R_16BF = 14, COMPUTE_32F = 68, ALGO_DEFAULT = -1 };
+    void *a = NULL, *b = NULL, *c = NULL, *e0 = NULL, *e1 = NULL;
+    double res = -1;
+    if (d->malloc_(&a, (size_t)rows * cols * 2) || d->malloc_(&b, (size_t)n * cols * 2) ||
+        d->malloc_(&c, (size_t)n * rows * 2) || d->ev_create(&e0) || d->ev_create(&e1))
+        goto out;
+    d->memset_(a, 0, (size_t)rows * cols * 2);
+    d->memset_(b, 0, (size_t)n * cols * 2);
+    const float one = 1, zero = 0;
+    /* column-major: C (rows x n) = W^T' ... W is [rows][cols] row-major = cols x rows column-major */
+    for (int i = 0; i < 3; i++)
+        if (d->gemm_ex(d->cublas, OP_T, OP_N, rows, n, cols, &one, a, R_16BF, cols, b, R_16BF, cols, &zero, c, R_16BF,
+                       rows, COMPUTE_32F, ALGO_DEFAULT))
+            goto out;
+    double t[64];
+    const int calls = 10;
+    for (int r = 0; r < reps; r++) {
+        float ms = 0;
+        d->ev_record(e0, NULL);
+        for (int i = 0; i < calls; i++)
+            d->gemm_ex(d->cublas, OP_T, OP_N, rows, n, cols, &one, a, R_16BF, cols, b, R_16BF, cols, &zero, c, R_16BF,
+                       rows, COMPUTE_32F, ALGO_DEFAULT);
+        d->ev_record(e1, NULL);
+        d->ev_sync(e1);
+        d->ev_elapsed(&ms, e0, e1);
+        t[r] = ms / calls;
+    }
+    res = median(t, reps);
+out:
+    if (a) d->free_(a);
+    if (b) d->free_(b);
+    if (c) d->free_(c);
+    return res;
+}
+
+#define GEMM_MAX_N 2048
+
+/* One (type, shape) of --gemm: both settings checked at every n, then timed. */
+static void run_gemm(struct dev *dv, const struct opts *o, uint32_t type, const struct shape *sh, uint64_t *seed,
+                     struct dense *dn)
+{
+    static const char *const gname[2] = {"tiled", "mma"};
+    const struct smol_type_traits *tr = smol_type_traits(type);
+    const size_t row_bytes = smol_row_size(type, sh->cols), bytes = row_bytes * (size_t)sh->rows;
+    int nmax = 0;
+    for (int i = 0; i < o->n_gemm; i++) nmax = o->gemm_ns[i] > nmax ? o->gemm_ns[i] : nmax;
+    void *host = malloc(bytes);
+    float *xh = malloc(sizeof(float) * nmax * sh->cols), *wrow = malloc(sizeof(float) * sh->cols);
+    float *oh[2] = {malloc(sizeof(float) * nmax * sh->rows), malloc(sizeof(float) * nmax * sh->rows)};
+    double *ref = malloc(sizeof(double) * nmax * REF_ROWS), *other = malloc(sizeof(double) * nmax * sh->rows);
+    float *got = malloc(sizeof(float) * nmax * REF_ROWS);
+    float *wd = malloc(sizeof(float) * REF_ROWS * sh->cols);
+    struct smol_weight *w[2] = {calloc(1, sizeof(struct smol_weight)), calloc(1, sizeof(struct smol_weight))};
+    kept[n_kept++] = w[0];
+    kept[n_kept++] = w[1];
+    float *x[2] = {NULL, NULL}, *out[2] = {NULL, NULL};
+    char err[SMOL_ERRLEN];
+    if (!host || !xh || !wrow || !oh[0] || !oh[1] || !ref || !other || !got || !wd || !w[0] || !w[1]) {
+        fprintf(stderr, "bench_cuda: out of host memory (%s %s)\n", tr->name, sh->name);
+        failures++;
+        goto out;
+    }
+    fill_weights(seed, type, host, bytes);
+    for (size_t i = 0; i < (size_t)nmax * sh->cols; i++)
+        xh[i] = (float)((int64_t)(rng_next(seed) >> 40) - (1 << 23)) / (1 << 23);
+    for (int i = 0; i < REF_ROWS; i++)
+        tr->dequant((const uint8_t *)host + (size_t)((int64_t)i * sh->rows / REF_ROWS) * row_bytes,
+                    wd + (size_t)i * sh->cols, sh->cols);
+    for (int k = 0; k < 2; k++) {
+        struct smol_backend *be = dv[k].be;
+        *w[k] = (struct smol_weight){.name = "bench", .type = type, .rows = sh->rows, .cols = sh->cols,
+                                     .row_bytes = row_bytes, .data = host};
+        x[k] = be->alloc(be, sizeof(float) * nmax * sh->cols);
+        out[k] = be->alloc(be, sizeof(float) * nmax * sh->rows);
+        if (!x[k] || !out[k] || be->upload_weight(be, w[k], err)) {
+            fprintf(stderr, "bench_cuda: %s %s: device memory\n", tr->name, sh->name);
+            failures++;
+            goto out;
+        }
+        be->from_host(be, x[k], xh, sizeof(float) * nmax * sh->cols);
+    }
+    for (int ni = 0; ni < o->n_gemm; ni++) {
+        const int n = o->gemm_ns[ni];
+        /* the reference: 64 rows x n tokens in double over the f32 activations */
+        for (int t = 0; t < n; t++)
+            for (int i = 0; i < REF_ROWS; i++) {
+                double acc = 0;
+                for (int j = 0; j < sh->cols; j++) acc += (double)wd[(size_t)i * sh->cols + j] * xh[(size_t)t * sh->cols + j];
+                ref[t * REF_ROWS + i] = acc;
+            }
+        double e_ref[2];
+        for (int k = 0; k < 2; k++) {
+            struct smol_backend *be = dv[k].be;
+            for (size_t i = 0; i < (size_t)n * sh->rows; i++) oh[k][i] = NAN;
+            be->from_host(be, out[k], oh[k], sizeof(float) * n * sh->rows);
+            be->matmul(be, out[k], w[k], x[k], n);
+            be->to_host(be, oh[k], out[k], sizeof(float) * n * sh->rows);
+            for (int t = 0; t < n; t++)
+                for (int i = 0; i < REF_ROWS; i++)
+                    got[t * REF_ROWS + i] = oh[k][(size_t)t * sh->rows + (int)((int64_t)i * sh->rows / REF_ROWS)];
+            e_ref[k] = rel_l2(got, ref, (size_t)n * REF_ROWS);
+        }
+        for (size_t i = 0; i < (size_t)n * sh->rows; i++) other[i] = oh[0][i];
+        const double e_x = rel_l2(oh[1], other, (size_t)n * sh->rows), tol = n <= MAX_N ? TOL_Q8_REF : 3e-3;
+        const int ok = e_ref[0] < tol && e_ref[1] < tol && e_x < 2 * tol;
+        if (!ok) failures++;
+        const double flop = 2.0 * sh->rows * sh->cols * n;
+        double dense = -1;
+        if (dn->cublas) dense = dense_ms(dn, sh->rows, sh->cols, n, o->reps);
+        const double dense_tflops = dense > 0 ? flop / (dense * 1e-3) / 1e12 : 790.0;
+        for (int k = 0; k < 2; k++) {
+            struct smol_backend *be = dv[k].be;
+            smol_backend_cuda_mark(be);
+            for (int i = 0; i < 3; i++) be->matmul(be, out[k], w[k], x[k], n);
+            const double est = smol_backend_cuda_mark(be) / 3;
+            int calls = est > 0 ? (int)ceil(o->ms / est) : 4;
+            if (calls < 4) calls = 4;
+            if (calls > 100000) calls = 100000;
+            double t[64];
+            for (int r = 0; r < o->reps; r++) {
+                smol_backend_cuda_mark(be);
+                for (int i = 0; i < calls; i++) be->matmul(be, out[k], w[k], x[k], n);
+                t[r] = smol_backend_cuda_mark(be) / calls;
+            }
+            const double ms = median(t, o->reps), tflops = flop / (ms * 1e-3) / 1e12;
+            if (o->json)
+                printf("{\"gemm\": \"%s\", \"type\": \"%s\", \"shape\": \"%s\", \"rows\": %d, \"cols\": %d, \"n\": %d, "
+                       "\"us\": %.3f, \"tflops\": %.2f, \"dense_tflops\": %.1f, \"dense\": \"%s\", \"dense_frac\": %.4f, "
+                       "\"rel_err_vs_ref\": %.3e, \"rel_err_mma_vs_tiled\": %.3e, \"ok\": %s}\n", gname[k], tr->name,
+                       sh->name, sh->rows, sh->cols, n, ms * 1e3, tflops, dense_tflops,
+                       dense > 0 ? "cublas bf16" : "nominal H100", tflops / dense_tflops, e_ref[k], e_x,
+                       ok ? "true" : "false");
+            else
+                printf("gemm %-5s %-5s %-7s %6dx%-5d n=%-4d: %9.2f us %7.2f TFLOP/s  %5.1f%% of %s %.0f  err ref %.1e "
+                       "mma/tiled %.1e  %s\n", gname[k], tr->name, sh->name, sh->rows, sh->cols, n, ms * 1e3, tflops,
+                       100 * tflops / dense_tflops, dense > 0 ? "cublas bf16" : "nominal", dense_tflops, e_ref[k], e_x,
+                       ok ? "ok" : "FAIL");
+            fflush(stdout);
+        }
+    }
+out:
+    for (int k = 0; k < 2; k++) {
+        if (x[k]) dv[k].be->free(dv[k].be, x[k]);
+        if (out[k]) dv[k].be->free(dv[k].be, out[k]);
+        free(oh[k]);
+    }
+    free(host); free(xh); free(wrow); free(ref); free(other); free(got); free(wd);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_cuda [--types q4_K,q6_K,q8_0,q4_0] [--shapes q,kv,o,gate_up,down,head] [--n 1,2,4,8]\n"
                "                  [--bw GBPS] [--reps R] [--ms MS] [--l2-mb MB] [--json]\n"
-               "       bench_cuda --attn [--kv f16|q8_0] [--reps R] [--ms MS] [--json]\n");
+               "       bench_cuda --attn [--kv f16|q8_0] [--reps R] [--ms MS] [--json]\n"
+               "       bench_cuda --gemm [--types q4_K,q6_K] [--shapes q,kv,o,gate_up,down] [--n-gemm 1,4,9,16,32,64,512,2048]\n"
+               "                  [--reps R] [--ms MS] [--json]\n");
 }
 
 int main(int argc, char **argv)
@@ -487,10 +701,23 @@ int main(int argc, char **argv)
         int bad = 0;
         if (!strcmp(a, "--json")) o.json = 1;
         else if (!strcmp(a, "--attn")) attn = 1;
+        else if (!strcmp(a, "--gemm")) o.gemm = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!v) bad = 1;
         else if (!strcmp(a, "--types")) bad = (o.n_types = parse_list(v, type_names, N_TYPES, o.types)) <= 0, i++;
-        else if (!strcmp(a, "--shapes")) bad = (o.n_shapes = parse_list(v, shape_names, N_SHAPES, o.shapes)) <= 0, i++;
+        else if (!strcmp(a, "--shapes")) bad = (o.n_shapes = parse_list(v, shape_names, N_SHAPES, o.shapes)) <= 0, i++, o.head = 1;
+        else if (!strcmp(a, "--n-gemm")) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            o.n_gemm = 0;
+            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && !bad; t = strtok_r(NULL, ",", &save)) {
+                const int k = atoi(t);
+                if (k < 1 || k > GEMM_MAX_N || o.n_gemm >= 16) bad = 1;
+                else o.gemm_ns[o.n_gemm++] = k;
+            }
+            bad |= o.n_gemm == 0;
+            i++;
+        }
         else if (!strcmp(a, "--n")) {
             bad = (o.n_ns = parse_list(v, n_names, MAX_N, o.ns)) <= 0, i++;
             for (int k = 0; k < o.n_ns; k++) o.ns[k]++;          /* index -> count */
@@ -515,6 +742,12 @@ int main(int argc, char **argv)
     unsetenv("SMOL_CUDA_FUSE");
     unsetenv("SMOL_CUDA_GRAPHS");
     unsetenv("SMOL_CUDA_ATTN");
+    unsetenv("SMOL_CUDA_GEMM");
+    if (o.gemm && !o.n_gemm) {
+        const int d[] = {1, 4, 9, 16, 32, 64, 512, 2048};
+        memcpy(o.gemm_ns, d, sizeof d);
+        o.n_gemm = 8;
+    }
     if (attn) return attn_main(&o, attn_kv);
 
     struct dev dv[2] = {{0}};
@@ -524,6 +757,10 @@ int main(int argc, char **argv)
         struct smol_cuda_opts co;
         smol_cuda_opts_default(&co);
         co.matvec = k ? SMOL_CUDA_MATVEC_Q8 : SMOL_CUDA_MATVEC_F32;
+        if (o.gemm) {  /* q8 mat-vec in both: the knob under test is gemm */
+            co.matvec = SMOL_CUDA_MATVEC_Q8;
+            co.gemm = k ? SMOL_CUDA_GEMM_MMA : SMOL_CUDA_GEMM_TILED;
+        }
         enum smol_err e = smol_backend_cuda_new(&dv[k].be, 0, &co, err);
         if (e == SMOL_EUNSUPPORTED) {
             printf("SKIPPED: no CUDA device (%s)\n", err);
@@ -536,10 +773,34 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_cuda: the backend has no from_host or mark\n");
             goto out;
         }
-        if (be->reserve(be, MAX_N, 11008, 256, err)) { fprintf(stderr, "bench_cuda: reserve: %s\n", err); goto out; }
+        if (be->reserve(be, o.gemm ? GEMM_MAX_N : MAX_N, 11008, 256, err)) {
+            fprintf(stderr, "bench_cuda: reserve: %s\n", err);
+            goto out;
+        }
         dv[k].x = be->alloc(be, sizeof(float) * MAX_N * 11008);
         dv[k].out = be->alloc(be, sizeof(float) * MAX_N * 128256);
         if (!dv[k].x || !dv[k].out) { fprintf(stderr, "bench_cuda: cannot allocate activations\n"); goto out; }
+    }
+    if (o.gemm) {
+        struct dense dn;
+        const int have = dense_open(&dn);
+        if (!o.json)
+            printf("bench_cuda --gemm: be->matmul, settings cuda_gemm=tiled|mma (matvec=q8), median of %d; dense rate: "
+                   "%s%s\n", o.reps, have ? "cublasGemmEx bf16 (f32 compute) at each shape, this run" :
+                   "nominal H100 790 TFLOP/s, not measured: ", have ? "" : dn.why);
+        uint64_t gseed = 0x9e3779b97f4a7c15ull;
+        for (int ti = 0; ti < o.n_types; ti++) {
+            const uint32_t t = types_all[o.types[ti]];
+            if (o.n_types == N_TYPES && t != SMOL_TYPE_Q4_K && t != SMOL_TYPE_Q6_K) continue;  /* default: Q4_K_M's */
+            for (int si = 0; si < o.n_shapes; si++) {
+                const struct shape *sh = &shapes_all[o.shapes[si]];
+                if (!strcmp(sh->name, "head") && !o.head) continue;
+                run_gemm(dv, &o, t, sh, &gseed, &dn);
+            }
+        }
+        if (!o.json) printf("bench_cuda: %s\n", failures ? "FAILED checks (see FAIL lines)" : "all checks passed");
+        rc = failures ? 1 : 0;
+        goto out;
     }
     if (!o.json)
         printf("bench_cuda: be->matmul, settings cuda_matvec=f32|q8, weight sets > %.0f MB (head: one copy), "

@@ -27,6 +27,11 @@
 #              2048 / 8192, decode at 4096 / 16384, tiled checked against paged), then smollm3 bench
 #              (best combination) pp512 + tg64 at d4096, pp2048, pp8192 per value, and the logits of an
 #              8-token step tiled vs paged
+#   7c gemm    cuda_gemm A/B (SMOL_CUDA_GEMM=tiled|mma on the best combination), pairs in turn:
+#              smollm3 bench -p 512 -n 16 -b 4, -p 2048 -n 16 -b 16, -p 128 -n 32 -b 64,
+#              -p 8192 -n 8 (each <= 45 s; ~100 s in all on an H100 at today's tiled speed), and the
+#              logits of a 40-token step (the GEMM's path) mma vs tiled; bench_cuda --gemm on gate_up
+#              and down (q4_K, q6_K; n 16 64 512 2048, <= 40 s); GPU_CHECK_GEMM=0 skips it
 #    8 daemon  smollm3d on cuda (best combination): 1, 16, 64 concurrent `smollm3ctl generate
 #              -n 128`: tokens/s in all, TTFT (the Done event's timings)
 #   8b load    tests/load/loadgen.py --mode ctl (smollm3ctl clients, python3's standard library) on a
@@ -102,12 +107,13 @@ tmo() {
     timeout -k 5 "$s" "$@"
 }
 have() { command -v "$1" >/dev/null 2>&1; }
-# combo_env m-f-g[-a]: the environment of a knob combination (nothing for "cpu"); a: cuda_attn
+# combo_env m-f-g[-gemm[-attn]]: the environment of a knob combination (nothing for "cpu");
+# an empty field leaves that knob at its default (m-f-g--tiled: cuda_attn only)
 combo_env() {
     [ "$1" = cpu ] && return
-    local m f g a
-    IFS=- read -r m f g a <<< "$1"
-    echo "SMOL_CUDA_MATVEC=$m SMOL_CUDA_FUSE=$f SMOL_CUDA_GRAPHS=$g${a:+ SMOL_CUDA_ATTN=$a}"
+    local m f g G a
+    IFS=- read -r m f g G a <<< "$1"
+    echo "SMOL_CUDA_MATVEC=$m SMOL_CUDA_FUSE=$f SMOL_CUDA_GRAPHS=$g${G:+ SMOL_CUDA_GEMM=$G}${a:+ SMOL_CUDA_ATTN=$a}"
 }
 # tree_pids PID: PID and its descendants (ninja puts its jobs in their own process groups)
 tree_pids() {
@@ -228,7 +234,7 @@ EOF
 # ---------------------------------------------------------------- 3: test_cuda
 s_test() {
     [ -x "$B/tests/test_cuda" ] || { NOTE="no $B/tests/test_cuda"; return 1; }
-    tmo 150 "$B/tests/test_cuda" > "$W/test_cuda.out" 2>&1
+    tmo 180 "$B/tests/test_cuda" > "$W/test_cuda.out" 2>&1   # 90 before fattn, t_model_long, t_gemm_mma
     local rc=$?
     cat "$W/test_cuda.out"
     grep '^stats:' "$W/test_cuda.out" | head -n 24 | show
@@ -444,11 +450,11 @@ s_attn() {
     put fact.attn_combo "$m/$f/$g"
     for a in paged tiled; do
         over && { say "  cuda_attn=$a: skipped (budget)"; continue; }
-        sbench "attn-$a-p512d4096" "$m-$f-$g-$a" 60 -p 512 -n 64 -d 4096 || fails=$((fails + 1))
-        sbench "attn-$a-p2048" "$m-$f-$g-$a" 60 -p 2048 -n 1 || fails=$((fails + 1))
-        sbench "attn-$a-p8192" "$m-$f-$g-$a" 90 -p 8192 -n 1 || fails=$((fails + 1))
+        sbench "attn-$a-p512d4096" "$m-$f-$g--$a" 60 -p 512 -n 64 -d 4096 || fails=$((fails + 1))
+        sbench "attn-$a-p2048" "$m-$f-$g--$a" 60 -p 2048 -n 1 || fails=$((fails + 1))
+        sbench "attn-$a-p8192" "$m-$f-$g--$a" 90 -p 8192 -n 1 || fails=$((fails + 1))
         # shellcheck disable=SC2046
-        tmo 40 env $(combo_env "$m-$f-$g-$a") "$SM" logits -m "$MODEL" ${BACKEND_ARGS[@]+"${BACKEND_ARGS[@]}"} \
+        tmo 40 env $(combo_env "$m-$f-$g--$a") "$SM" logits -m "$MODEL" ${BACKEND_ARGS[@]+"${BACKEND_ARGS[@]}"} \
             --ids 791,3301,1200,5512,100,2048,64000,17 --all -o "$W/agree/attn-$a.bin" || echo "logits attn $a failed"
     done
     if [ -s "$W/agree/attn-paged.bin" ] && [ -s "$W/agree/attn-tiled.bin" ]; then
@@ -456,6 +462,41 @@ s_attn() {
         say "  logits cuda_attn tiled vs paged: rel L2 $(cat "$W/agree/attn-tiled.txt")"
     fi
     NOTE="$fails failed (bench_cuda --attn and smollm3 bench runs)"
+    [ $fails -eq 0 ]
+}
+
+# ---------------------------------------------------------------- 7c: cuda_gemm tiled vs mma
+s_gemm() {
+    [ "${GPU_CHECK_GEMM:-1}" = 0 ] && { NOTE="GPU_CHECK_GEMM=0"; return 77; }
+    [ -x "$SM" ] || { NOTE="no $SM"; return 1; }
+    [ -s "$MODEL" ] || { NOTE="no model (step synth)"; return 1; }
+    [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
+    local g run fails=0 done=0 ids
+    ids=$(seq 11 97 3890 | paste -sd, -)   # 40 tokens: one step through the GEMM (> 8 tokens)
+    for g in tiled mma; do
+        # shellcheck disable=SC2046
+        tmo 40 env $(combo_env "$BEST-$g") "$SM" logits -m "$MODEL" ${BACKEND_ARGS[@]+"${BACKEND_ARGS[@]}"} \
+            --ids "$ids" --all -o "$W/agree/gemm-$g.bin" || echo "logits gemm=$g failed"
+    done
+    if [ -s "$W/agree/gemm-mma.bin" ] && [ -s "$W/agree/gemm-tiled.bin" ]; then
+        report agree "$W/agree/gemm-mma.bin" "$W/agree/gemm-tiled.bin" > "$W/agree/gemm.txt"
+        say "  logits of a 40-token step, gemm mma vs tiled: rel L2 $(cat "$W/agree/gemm.txt")"
+    fi
+    if [ -x "$B/bench/bench_cuda" ]; then   # the kernels alone: TFLOP/s and the cuBLAS dense rate
+        tmo 40 "$B/bench/bench_cuda" --gemm --types q4_K,q6_K --shapes gate_up,down --n-gemm 16,64,512,2048 --reps 3 \
+            > "$W/bench_gemm.txt" 2>&1 || fails=$((fails + 1))
+        grep -E '^gemm|^bench_cuda' "$W/bench_gemm.txt" | show
+    fi
+    for run in "p512b4:-p 512 -n 16 -b 4" "p2048b16:-p 2048 -n 16 -b 16" "p128b64:-p 128 -n 32 -b 64" \
+               "p8192:-p 8192 -n 8"; do
+        for g in tiled mma; do
+            over && { say "  gemm ${run%%:*}: skipped (budget)"; break 2; }
+            # shellcheck disable=SC2086  # the run's arguments are words
+            sbench "gemm-$g-${run%%:*}" "$BEST-$g" 45 ${run#*:} || fails=$((fails + 1))
+            done=$((done + 1))
+        done
+    done
+    NOTE="$done runs, $fails failed; mma vs tiled logits rel L2 $(cat "$W/agree/gemm.txt" 2>/dev/null || echo '?')"
     [ $fails -eq 0 ]
 }
 
@@ -790,6 +831,7 @@ step synth 0 "smollm3 synth --preset $PRESET -> $MODEL" s_synth
 step matvec 0 "bench_cuda --bw ${BW:-?}" s_matvec
 step bench 0 "smollm3 bench: knob combinations, best, baseline, cpu" s_bench
 step attn 1 "cuda_attn paged vs tiled: bench_cuda --attn, smollm3 bench pp512/2048/8192, tg d4096" s_attn
+step gemm 1 "cuda_gemm A/B: tiled vs mma (pp512/2048/8192, b4/16/64)" s_gemm
 step daemon 1 "smollm3d on cuda: 1 / 16 / 64 streams" s_daemon
 step load 1 "tests/load/loadgen.py --mode ctl on cuda: ${GPU_CHECK_LOAD_STREAMS:-1 16 64 256} streams" s_load
 step ncu 1 "ncu: one decode step per kernel" s_ncu

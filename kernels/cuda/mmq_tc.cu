@@ -1,0 +1,335 @@
+/*
+ * mmq_tc.cu - the tensor-core GEMM for quantized weights (knob cuda_gemm =
+ * mma; declarations and limits in mmq_tc.h).
+ *
+ * C[t][r] = sum_k W[r][k] X[t][k]: M = weight rows, N = tokens, K = cols.
+ * A block of 256 threads (8 warps) owns BM weight rows x 64 tokens
+ * (BM = 128: warps 4 x 2 of 32 rows x 32 tokens; BM = 64 for grids that
+ * would not fill the device: warps 2 x 4 of 32 x 16) and walks K in steps
+ * of 128 (SMOL_GEMM_BK: half a q4_K / q6_K super-block, four 32-blocks):
+ *
+ *   1. cp.async brings the step's raw weight bytes (smol_gemm_piece,
+ *      mmq_tc.h: 16-byte pieces, 8- and 4-byte ones for scales) and its 64 x 128
+ *      f16 activations into stage (step & 1) of shared memory, while the
+ *      step before is being decoded and multiplied (double buffering);
+ *   2. every thread decodes BM * 4 / 256 (row, 32-chunk) pieces of the raw
+ *      stage into an f16 weight tile (smol_gemm_decode, mmq_tc.h: the
+ *      quant_ref.c float products, then one rounding to f16);
+ *   3. each warp runs mma.sync.m16n8k16 (f16 x f16, f32 accumulate) over
+ *      the tile, fragments by ldmatrix from rows padded to 272 bytes (no
+ *      bank conflicts);
+ *   4. the epilogue writes (or adds to) out[t][r] straight from the
+ *      accumulators: 8 consecutive rows of a token per 32-byte sector.
+ * Tails: rows and tokens past the end are clamped on load (valid memory,
+ * results dropped); cols must be a multiple of 128 (the launcher refuses
+ * others).  Grids with fewer blocks than the device runs at once split K
+ * (blockIdx.z) into partials summed in a fixed order by a second kernel.
+ *
+ * Error of the result against the float64 dot of the decoded weights and
+ * the f16-rounded activations: each weight is rounded once to f16 (relative
+ * error <= 2^-11), products are exact in the f32 accumulators, sums are
+ * f32; tests/test_cuda.c (t_gemm_mma) states the bound it checks.
+ */
+#include "common.cuh"
+#include "ops_cuda.cuh"
+#include "mmq_tc.h"
+
+#define TC_THREADS 256
+#define TC_BN 64                       /* tokens per block */
+#define TC_LDS (SMOL_GEMM_BK + 8)      /* f16 row stride in shared memory: 272 bytes */
+
+/* ---- cp.async and mma ------------------------------------------------------------------------- */
+
+static __device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+template <int B>
+static __device__ __forceinline__ void cp_async(void *dst, const void *src)
+{
+    if (B == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem_u32(dst)), "l"(src), "n"(B));
+}
+static __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+static __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+static __device__ __forceinline__ void ldsm_x4(const void *p, uint32_t r[4])
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+
+static __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ uint32_t pack_h2(float a, float b)
+{
+    const __half2 h = __floats2half2_rn(a, b);
+    return *(const uint32_t *)&h;
+}
+
+/* the 32 values y to f16 at dst (16-byte aligned) */
+static __device__ __forceinline__ void store32(__half *dst, const float y[32])
+{
+#pragma unroll
+    for (int v = 0; v < 4; v++) {
+        uint4 u;
+        u.x = pack_h2(y[8 * v + 0], y[8 * v + 1]);
+        u.y = pack_h2(y[8 * v + 2], y[8 * v + 3]);
+        u.z = pack_h2(y[8 * v + 4], y[8 * v + 5]);
+        u.w = pack_h2(y[8 * v + 6], y[8 * v + 7]);
+        *(uint4 *)(dst + 8 * v) = u;
+    }
+}
+
+/* ---- the kernel ---------------------------------------------------------------------------------- */
+
+struct gemm_args {
+    float *out;             /* [n][rows], or the partials [splits][n][rows] */
+    const uint8_t *w;
+    const __half *x;        /* [n][cols] */
+    size_t n_blocks;
+    int rows, cols, n, mode, steps_per_split;
+};
+
+template <int T, int BM>
+constexpr int smem_bytes()
+{
+    return BM * TC_LDS * 2 + 2 * TC_BN * TC_LDS * 2 + 2 * BM * SMOL_GEMM_RB(T);
+}
+
+template <int T, int BM>
+static __global__ void __launch_bounds__(TC_THREADS) gemm_kernel(const struct gemm_args a)
+{
+    constexpr int WM = BM / 32, WN = 8 / WM;      /* warps along rows and tokens */
+    constexpr int NT = TC_BN / (8 * WN);          /* n8 tiles per warp: 4 (BM 128) or 2 (BM 64) */
+    constexpr int NP = SMOL_GEMM_NP(T), RB = SMOL_GEMM_RB(T);  /* a row's pieces and bytes (mmq_tc.h) */
+    extern __shared__ __align__(16) uint8_t smem[];
+    __half *Ws = (__half *)smem;                                  /* [BM][TC_LDS] */
+    __half *Xs = Ws + BM * TC_LDS;                                /* [2][TC_BN][TC_LDS] */
+    uint8_t *Raw = (uint8_t *)(Xs + 2 * TC_BN * TC_LDS);          /* [2][BM][RB] */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = (warp % WM) * 32, wn = (warp / WM) * (8 * NT);
+    const int r0 = blockIdx.x * BM, t0 = blockIdx.y * TC_BN;
+    const int nk = a.cols / SMOL_GEMM_BK;
+    const int k_begin = blockIdx.z * a.steps_per_split;
+    const int k_end = min(nk, k_begin + a.steps_per_split);
+
+    /* stage s <- step k: the raw weight pieces and the activations */
+    auto issue = [&](int k, int s) {
+        uint8_t *raw = Raw + s * BM * RB;
+        for (int idx = tid; idx < BM * NP; idx += TC_THREADS) {
+            const int rr = idx / NP, p = idx - rr * NP;
+            const int r = min(r0 + rr, a.rows - 1);
+            size_t src;
+            int off;
+            const int bytes = smol_gemm_piece(T, p, a.n_blocks, r, k, a.cols, &src, &off);
+            uint8_t *dst = raw + rr * RB + off;
+            if (bytes == 16) cp_async<16>(dst, a.w + src);
+            else if (bytes == 8) cp_async<8>(dst, a.w + src);
+            else cp_async<4>(dst, a.w + src);
+        }
+        __half *xs = Xs + s * TC_BN * TC_LDS;
+        for (int idx = tid; idx < TC_BN * (SMOL_GEMM_BK / 8); idx += TC_THREADS) {
+            const int tt = idx >> 4, p = idx & 15;
+            const int t = min(t0 + tt, a.n - 1);
+            cp_async<16>(xs + tt * TC_LDS + 8 * p, a.x + (size_t)t * a.cols + (size_t)k * SMOL_GEMM_BK + 8 * p);
+        }
+        cp_commit();
+    };
+
+    float acc[2][NT][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int v = 0; v < 4; v++) acc[i][j][v] = 0.0f;
+
+    if (k_begin < k_end) issue(k_begin, 0);
+    for (int k = k_begin; k < k_end; k++) {
+        const int s = (k - k_begin) & 1;
+        if (k + 1 < k_end) {
+            issue(k + 1, s ^ 1);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        /* decode: (row, chunk) pieces, a warp's lanes on consecutive rows of one chunk */
+        const uint8_t *raw = Raw + s * BM * RB;
+#pragma unroll 1
+        for (int task = tid; task < BM * 4; task += TC_THREADS) {
+            const int rr = task % BM, j = task / BM;
+            float y[32];
+            smol_gemm_decode(T, raw + rr * RB, min(r0 + rr, a.rows - 1), k, a.cols, j, y);
+            store32(Ws + rr * TC_LDS + 32 * j, y);
+        }
+        __syncthreads();
+        const __half *xs = Xs + s * TC_BN * TC_LDS;
+#pragma unroll
+        for (int kk = 0; kk < SMOL_GEMM_BK; kk += 16) {
+            uint32_t af[2][4], bf[NT][2];
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                ldsm_x4(Ws + (wm + 16 * i + (lane & 15)) * TC_LDS + kk + 8 * (lane >> 4), af[i]);
+#pragma unroll
+            for (int j = 0; j < NT; j += 2) {
+                uint32_t b[4];
+                ldsm_x4(xs + (wn + 8 * j + (lane & 7) + 8 * (lane >> 4)) * TC_LDS + kk + 8 * ((lane >> 3) & 1), b);
+                bf[j][0] = b[0];
+                bf[j][1] = b[1];
+                bf[j + 1][0] = b[2];
+                bf[j + 1][1] = b[3];
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < NT; j++) mma16816(acc[i][j], af[i], bf[j][0], bf[j][1]);
+        }
+        __syncthreads();  /* Ws and this stage are rewritten next */
+    }
+
+    /* epilogue: c0 c1 at row g, tokens 2q, 2q + 1; c2 c3 at row g + 8 */
+    const int g = lane >> 2, q = lane & 3;
+    float *out = a.out + (size_t)blockIdx.z * a.n * a.rows;  /* z > 0 only with partials */
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int v = 0; v < 4; v++) {
+                const int r = r0 + wm + 16 * i + g + 8 * (v >> 1), t = t0 + wn + 8 * j + 2 * q + (v & 1);
+                if (r < a.rows && t < a.n) {
+                    float *o = out + (size_t)t * a.rows + r;
+                    if (a.mode == SMOL_MV_ADD) *o += acc[i][j][v];
+                    else *o = acc[i][j][v];
+                }
+            }
+}
+
+/* out[i] (=, +=) the sum of the splits' partials part[s][i], s in order */
+static __global__ void split_sum_kernel(float *out, const float *part, size_t count, int splits, int mode)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+        float v = 0.0f;
+        for (int s = 0; s < splits; s++) v += part[(size_t)s * count + i];
+        if (mode == SMOL_MV_ADD) out[i] += v;
+        else out[i] = v;
+    }
+}
+
+static __global__ void f16_kernel(__half2 *dst, const float4 *x, size_t count4)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count4; i += (size_t)gridDim.x * blockDim.x) {
+        const float4 v = x[i];
+        dst[2 * i] = __floats2half2_rn(v.x, v.y);
+        dst[2 * i + 1] = __floats2half2_rn(v.z, v.w);
+    }
+}
+
+cudaError_t smol_f16_from_f32_cuda(uint16_t *dst, const float *x, size_t count, cudaStream_t st)
+{
+    if (!count) return cudaSuccess;
+    if (count % 4) return cudaErrorInvalidValue;
+    const size_t c4 = count / 4;
+    const int blocks = (int)(c4 / 256 + 1 < 4096 ? c4 / 256 + 1 : 4096);
+    f16_kernel<<<blocks, 256, 0, st>>>((__half2 *)dst, (const float4 *)x, c4);
+    return cudaGetLastError();
+}
+
+/* ---- launch ------------------------------------------------------------------------------------- */
+
+/* grid shape: BM 128 unless that leaves the device under two blocks per SM, then BM 64; split K
+ * while the blocks are fewer than the SMs can hold at once (two per SM), at least 8 steps a split */
+struct plan { int bm, splits, steps; };
+
+static struct plan plan_of(int rows, int cols, int n, int n_sm)
+{
+    struct plan p;
+    const int ty = (n + TC_BN - 1) / TC_BN, nk = cols / SMOL_GEMM_BK;
+    p.bm = (long)((rows + 127) / 128) * ty >= 2L * n_sm ? 128 : 64;
+    const long blocks = (long)((rows + p.bm - 1) / p.bm) * ty;
+    int splits = 1;
+    while (blocks * splits * 2 <= 2L * n_sm && nk / (splits * 2) >= 8) splits *= 2;
+    p.steps = (nk + splits - 1) / splits;
+    p.splits = (nk + p.steps - 1) / p.steps;
+    return p;
+}
+
+/* K splits only where the blocks are fewer than n_sm (BM 64 then) and their count times the
+ * splits stays <= 2 n_sm, so splits * n * rows <= 2 n_sm * TC_BN * 64 */
+size_t smol_gemm_part_need(int n_sm)
+{
+    return (size_t)2 * (n_sm > 0 ? n_sm : 1) * TC_BN * 64;
+}
+
+template <int T, int BM>
+static cudaError_t launch(const struct gemm_args &a, dim3 grid, cudaStream_t st)
+{
+    constexpr int bytes = smem_bytes<T, BM>();
+    static bool set;  /* the engine thread only; setting it twice is harmless */
+    if (!set) {
+        const cudaError_t e = cudaFuncSetAttribute(gemm_kernel<T, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        if (e != cudaSuccess) return e;
+        set = true;
+    }
+    gemm_kernel<T, BM><<<grid, TC_THREADS, bytes, st>>>(a);
+    return cudaGetLastError();
+}
+
+template <int T>
+static cudaError_t launch_bm(int bm, const struct gemm_args &a, dim3 grid, cudaStream_t st)
+{
+    return bm == 128 ? launch<T, 128>(a, grid, st) : launch<T, 64>(a, grid, st);
+}
+
+cudaError_t smol_gemm_mma_cuda(float *out, int mode, uint32_t type, const uint8_t *w, int rows, int cols,
+                               const uint16_t *x16, int n, int n_sm, float *part, size_t part_cap, cudaStream_t st)
+{
+    if (n <= 0 || rows <= 0) return cudaSuccess;
+    if (!smol_gemm_type_ok(type) || cols <= 0 || cols % SMOL_GEMM_BK ||
+        ((type == SMOL_TYPE_Q4_K || type == SMOL_TYPE_Q6_K) && cols % QK_K) ||
+        (mode != SMOL_MV_STORE && mode != SMOL_MV_ADD))
+        return cudaErrorInvalidValue;
+    struct plan p = plan_of(rows, cols, n, n_sm > 0 ? n_sm : 1);
+    if (p.splits > 1 && (!part || (size_t)p.splits * n * rows > part_cap)) {
+        p.splits = 1;
+        p.steps = cols / SMOL_GEMM_BK;
+    }
+    struct gemm_args a;
+    a.out = p.splits > 1 ? part : out;
+    a.w = w;
+    a.x = (const __half *)x16;
+    a.n_blocks = (size_t)rows * (cols / (type == SMOL_TYPE_Q4_K || type == SMOL_TYPE_Q6_K ? QK_K : 32));
+    a.rows = rows;
+    a.cols = cols;
+    a.n = n;
+    a.mode = p.splits > 1 ? SMOL_MV_STORE : mode;
+    a.steps_per_split = p.steps;
+    const dim3 grid((rows + p.bm - 1) / p.bm, (n + TC_BN - 1) / TC_BN, p.splits);
+    cudaError_t e;
+    switch (type) {
+    case SMOL_TYPE_Q4_K: e = launch_bm<SMOL_TYPE_Q4_K>(p.bm, a, grid, st); break;
+    case SMOL_TYPE_Q6_K: e = launch_bm<SMOL_TYPE_Q6_K>(p.bm, a, grid, st); break;
+    case SMOL_TYPE_Q8_0: e = launch_bm<SMOL_TYPE_Q8_0>(p.bm, a, grid, st); break;
+    case SMOL_TYPE_Q4_0: e = launch_bm<SMOL_TYPE_Q4_0>(p.bm, a, grid, st); break;
+    default: e = launch_bm<SMOL_TYPE_Q4_1>(p.bm, a, grid, st); break;
+    }
+    if (e != cudaSuccess || p.splits == 1) return e;
+    const size_t count = (size_t)n * rows;
+    const int blocks = (int)(count / 256 + 1 < 4096 ? count / 256 + 1 : 4096);
+    split_sum_kernel<<<blocks, 256, 0, st>>>(out, part, count, p.splits, mode);
+    return cudaGetLastError();
+}
