@@ -7,7 +7,8 @@
 # into build/venv, see tests/setup-env.sh), protoc (Python stubs for the
 # clients), systemd (systemd-analyze), chromium (the browser test),
 # prometheus (its promtool checks /metrics), nodejs + npm (the UI's assets and
-# the browser test driver), unzip.
+# the browser test driver), unzip, libsimde-dev (header-only: tests/test_amx_sim
+# runs the AMX kernels on any x86-64 with their AVX-512 intrinsics emulated).
 #
 # Runs apt-get only when something is missing: a second run is a dpkg query.
 # Missing packages and not root: says what to run and fails (a test that
@@ -16,7 +17,7 @@ set -e
 PKGS="build-essential pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
 libmicrohttpd-dev libjansson-dev libpcre2-dev libsystemd-dev libinih-dev libxxhash-dev uuid-dev \
 check libsubunit-dev nginx curl clang libclang-rt-14-dev python3 python3-venv python3-pip systemd \
-protobuf-compiler chromium prometheus unzip"
+protobuf-compiler chromium prometheus unzip libsimde-dev"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

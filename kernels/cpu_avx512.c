@@ -22,6 +22,7 @@
  *     GMAC/s against the 256-bit row-major tiles.
  */
 #include "cpu_kernels.h"
+#include "amx_layout.h" /* the x16 group layouts, shared with cpu_amx.c */
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -197,12 +198,7 @@ static float vec_dot_q6_K_z(int n, const void *w, const void *a)
  * acc = fma(I, d * y.d, acc) and acc = fma(M, -dmin * y.d, acc), in one
  * lane.  So a token's logits do not depend on which other tokens share its
  * batch (prefill == decode, batched == alone), bit for bit. */
-struct q4_K_x16 {
-    uint8_t qs[8][4][64];   /* [sub-block j][pair p][lane r: 4 bytes] */
-    uint32_t sd[3][16];     /* row r's 12 packed scale bytes as 3 dwords */
-    smol_half d[16], dmin[16];
-};
-_Static_assert(sizeof(struct q4_K_x16) == 16 * sizeof(struct block_q4_K), "q4_K_x16 keeps the bytes of 16 rows");
+/* struct q4_K_x16: amx_layout.h */
 
 /* n_rows (a multiple of 16) rows of n columns, w_stride apart -> out: the
  * groups in row order, each [n / 256] blocks */
@@ -350,13 +346,7 @@ static inline __attribute__((always_inline)) void q4_K_x16_tile(int nb, const st
  * Bytes: 32 x 64 (low nibbles) + 16 x 64 (high bits) + 256 (scales, as
  * pairs (sc[2i], sc[2i+1]) per row) + 32 (d) = 16 block_q6_K = 3360, so
  * every other group block is only 32-byte aligned: unaligned loads. */
-struct q6_K_x16 {
-    uint8_t lo[32][64];     /* [v / 2][lane r: 4 bytes], nibble v % 2 */
-    uint8_t hi[16][64];     /* [v / 4][lane r: 4 bytes], bits 2 (v % 4) */
-    int8_t sc[8][16][2];    /* [pair i][row r]: scales 2i, 2i+1 */
-    smol_half d[16];
-};
-_Static_assert(sizeof(struct q6_K_x16) == 16 * sizeof(struct block_q6_K), "q6_K_x16 keeps the bytes of 16 rows");
+/* struct q6_K_x16: amx_layout.h */
 
 /* the 256 quants (0..63) of a q6_K block in k order (smol_dequant_q6_K_ref) */
 static void q6_K_values(const struct block_q6_K *x, uint8_t *q)
@@ -542,17 +532,8 @@ DEFINE_GEMM_PACKED(q6_K)
  * then q4_1: acc += fma(I, d * y.d, m * y.s); q8_0: acc = fma(I, d * y.d,
  * acc), block after block in one lane.  The activations' half scales are
  * turned to float (exactly) once per tile by the gemm, [block][token]. */
-struct q4_1_x16 {
-    uint32_t qs[4][16];     /* [dword p][lane r]: row r's qs[4p..4p+3] */
-    smol_half d[16], m[16];
-};
-_Static_assert(sizeof(struct q4_1_x16) == 16 * sizeof(struct block_q4_1), "q4_1_x16 keeps the bytes of 16 rows");
-
-struct q8_0_x16 {
-    uint32_t qs[8][16];     /* [dword p][lane r]: row r's qs[4p..4p+3] ^ 0x80 each */
-    smol_half d[16];
-};
-_Static_assert(sizeof(struct q8_0_x16) == 16 * sizeof(struct block_q8_0), "q8_0_x16 keeps the bytes of 16 rows");
+/* struct q4_1_x16: amx_layout.h */
+/* struct q8_0_x16: amx_layout.h */
 
 /* a token's block terms for the tile: q4_1 {y.d, y.s}, q8_0 {y.d, -128 * sum(y.qs) as int bits} */
 struct act32 {

@@ -8,11 +8,12 @@
 #include "ops_ref.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static struct smol_cpu_kernels ref_table, avx2_table, avx512_table, best_table;
-static int have_avx2, have_avx512;
+static struct smol_cpu_kernels ref_table, avx2_table, avx512_table, amx_table, best_table;
+static int have_avx2, have_avx512, have_amx;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void fill_ref(struct smol_cpu_kernels *k)
@@ -46,13 +47,23 @@ static void init(void)
     have_avx2 = smol_cpu_fill_avx2(&avx2_table);
     avx512_table = have_avx2 ? avx2_table : ref_table;
     have_avx512 = smol_cpu_fill_avx512(&avx512_table);
+    amx_table = avx512_table;
+    have_amx = have_avx512 && smol_cpu_fill_amx(&amx_table);
 
     const char *force = getenv("SMOL_CPU");
     if (force && !strcmp(force, "ref")) best_table = ref_table;
     else if (force && !strcmp(force, "avx2") && have_avx2) best_table = avx2_table;
+    else if (force && !strcmp(force, "avx512") && have_avx512) best_table = avx512_table;
+    else if (have_amx) best_table = amx_table;
     else if (have_avx512) best_table = avx512_table;
     else if (have_avx2) best_table = avx2_table;
     else best_table = ref_table;
+    if (force && *force && strcmp(force, "ref") && strcmp(best_table.name + 4, force))
+        fprintf(stderr, "SMOL_CPU=%s: %s; using %s\n", force,
+                strcmp(force, "avx2") && strcmp(force, "avx512") && strcmp(force, "amx")
+                    ? "not a kernel variant (ref, avx2, avx512, amx)"
+                    : "not built for or not supported by this CPU",
+                best_table.name);
 }
 
 const struct smol_cpu_kernels *smol_cpu_kernels(void)
@@ -73,5 +84,6 @@ const struct smol_cpu_kernels *smol_cpu_kernels_variant(const char *name)
     if (!strcmp(name, "ref")) return &ref_table;
     if (!strcmp(name, "avx2")) return have_avx2 ? &avx2_table : NULL;
     if (!strcmp(name, "avx512")) return have_avx512 ? &avx512_table : NULL;
+    if (!strcmp(name, "amx")) return have_amx ? &amx_table : NULL;
     return NULL;
 }

@@ -4,8 +4,12 @@
  * scalar _ref twin in quant_ref.h / ops_ref.h that is the specification;
  * faster variants (AVX2, AVX-512, VNNI) replace entries and are tested
  * against those twins.  SMOL_CPU=ref in the environment forces the scalar
- * table (for tests and for bisecting a numeric difference); SMOL_CPU=avx2
- * or avx512 forces that variant (if the CPU runs it).
+ * table (for tests and for bisecting a numeric difference); SMOL_CPU=avx2,
+ * avx512 or amx forces that variant (if the CPU runs it; else a line on
+ * stderr says so and the best variant the CPU runs is used).  "amx" is the
+ * AVX-512 table whose repacked-weight matmuls run on the AMX tile unit for
+ * whole tiles of 16 tokens (cpu_amx.c); it is the automatic choice where
+ * the CPU and the kernel allow it, decode staying on the AVX-512 kernels.
  */
 #ifndef SMOL_CPU_KERNELS_H
 #define SMOL_CPU_KERNELS_H
@@ -61,13 +65,16 @@ struct smol_cpu_kernels {
 const struct smol_cpu_kernels *smol_cpu_kernels(void);
 /* The scalar reference table. */
 const struct smol_cpu_kernels *smol_cpu_kernels_ref(void);
-/* A named variant ("ref", "avx2", "avx512") if this build has it and this
+/* A named variant ("ref", "avx2", "avx512", "amx") if this build has it and this
  * CPU runs it, else NULL (for tests and benchmarks). */
 const struct smol_cpu_kernels *smol_cpu_kernels_variant(const char *name);
 
-/* Installers of the SIMD variants (cpu_avx2.c, cpu_avx512.c): override the
+/* Installers of the SIMD variants (cpu_avx2.c, cpu_avx512.c, cpu_amx.c): override the
  * entries they provide and return 1, or return 0 when the CPU lacks them. */
 int smol_cpu_fill_avx2(struct smol_cpu_kernels *k);
 int smol_cpu_fill_avx512(struct smol_cpu_kernels *k);
+/* cpu_amx.c: on top of the AVX-512 table (k must be it), when the CPU has
+ * AMX-INT8 and Linux grants the process the tile data (asked here, once). */
+int smol_cpu_fill_amx(struct smol_cpu_kernels *k);
 
 #endif

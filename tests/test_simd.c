@@ -1,8 +1,8 @@
 /*
  * test_simd.c - every SIMD kernel variant against its scalar _ref twin.
  *
- * For each variant this build has (avx2, avx512) and this CPU runs (others
- * print SKIPPED): activation quantizers byte for byte; weight x activation
+ * For each variant this build has (avx2, avx512, amx) and this CPU runs
+ * (others print SKIPPED): activation quantizers byte for byte; weight x activation
  * dots and the tiled gemm kernels on random blocks (ref-quantized rows and
  * raw random bytes with sane scales), odd block counts, odd row / token
  * counts and unaligned pointers, within float-reordering tolerance, and
@@ -22,8 +22,8 @@
 #include "kernels/ops_ref.h"
 #include "kernels/quant_ref.h"
 
-static const char *variants[] = {"avx2", "avx512"};
-#define N_VARIANTS 2
+static const char *variants[] = {"avx2", "avx512", "amx"};
+#define N_VARIANTS 3
 
 /* ------------------------------------------------------------ helpers */
 
@@ -260,11 +260,11 @@ START_TEST(test_packed)
         ck_assert_int_gt(pr, 0);
         ck_assert_ptr_nonnull(k->unpack_row[wt]);
         ck_assert_ptr_nonnull(k->gemm_packed[wt]);
-        static const int ntoks[] = {1, 5, 8, 9, 17};
-        for (int rep = 0; rep < 15; rep++) {
-            const int one = rep % 5 == 4;
+        static const int ntoks[] = {1, 5, 8, 9, 17, 16, 35}; /* amx: 16-token tiles and the rest */
+        for (int rep = 0; rep < 21; rep++) {
+            const int one = rep % 7 == 4;
             const int nb = (int[]){1, 3, 8}[rep % 3], n = nb * tr->block_size, rows = pr * (1 + rep % 3);
-            const int ntok = ntoks[rep % 5];
+            const int ntok = ntoks[rep % 7];
             const size_t sw = skew(wt), ws = (size_t)nb * tr->type_size + sw * (rep % 2);
             const size_t sa = skew(tr->vec_dot_type), as = (size_t)nb * at->type_size + sa * (rep % 2);
             uint8_t *wbuf = malloc(ws * rows + sw), *abuf = malloc(as * ntok + sa), *packed = NULL;
