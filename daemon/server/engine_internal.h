@@ -42,6 +42,14 @@ struct req {
     int n_draft, draft_match;
     int32_t draft_first;            /* what the lookup proposed first (-1: nothing), for the shadow update */
     int n_drafted, n_accepted, n_steps;  /* usage */
+    /* Predicted Outputs (NULL pred: none): the prediction's tokens; pred_pos:
+     * the one the output is expected to produce next (-1: the output left
+     * the prediction and has not come back to it); pred_seen: n_gen when
+     * pred_pos was last brought up to date; draft_pred: this step's draft
+     * comes from the prediction */
+    int32_t *pred;
+    int n_pred, pred_pos, pred_seen, draft_pred;
+    int n_pred_accepted, n_pred_rejected;
     struct smol_detok detok;
     struct smol_chat_parser parser;
     struct smol_chat_buf content;   /* content text, for the session's history */
