@@ -604,6 +604,11 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
             if (ids.n > 0) memcpy(q->pred, ids.v, ids.n * sizeof *q->pred);
             q->n_pred = (int)ids.n;
             q->pred_pos = 0;
+            q->pred_first = -1;
+            /* the client says the output copies it: trusted more than a lookup
+             * to begin with; the rates follow what verification finds */
+            smol_spec_ctl_init(&q->pctl, spec_k, e->spec_cost);
+            for (int i = 0; i < SMOL_SPEC_CLASSES; i++) q->pctl.rate[i] = 0.9f;
             q->pred_seen = q->n_gen;
             smol_ids_free(&ids);
         }
@@ -739,6 +744,7 @@ static void pred_sync(struct req *q)
         const int32_t t = out[g];
         if (q->pred_pos >= 0 && q->pred_pos < q->n_pred && q->pred[q->pred_pos] == t) {
             q->pred_pos++;
+            q->pred_run++;
             continue;
         }
         const int from = q->pred_pos > 0 ? q->pred_pos : 0, have = g + 1;
@@ -752,6 +758,7 @@ static void pred_sync(struct req *q)
             }
         }
         q->pred_pos = best;
+        q->pred_run = best >= 0 ? best_len : 0;
     }
     q->pred_seen = q->n_gen;
 }
@@ -759,23 +766,27 @@ static void pred_sync(struct req *q)
 /* Plans q's draft for this step: up to max tokens, as many as the
  * controller finds worth verifying (q->n_draft; 0: a plain decode step),
  * written to draft[].  With a prediction the output follows, the draft is
- * the prediction's next tokens (all of them, up to max: the request said
- * the output copies them); otherwise the prompt lookup's. */
+ * the prediction's next tokens, as many as its own controller finds worth
+ * it (evidence: the tokens followed since the last re-synchronisation;
+ * rates starting high: the request said the output copies it); otherwise
+ * the prompt lookup's. */
 static void plan_draft(struct smol_engine *e, struct req *q, int max, int32_t *draft)
 {
     q->n_draft = 0;
     q->draft_first = -1;
     q->draft_match = 0;
     q->draft_pred = 0;
+    q->pred_first = -1;
     if (!q->lk) return;
     struct spec_ctx c = {e, q, NULL};
     if (q->pred) {
         pred_sync(q);
         if (q->pred_pos >= 0 && q->pred_pos < q->n_pred) {
-            int n = q->n_pred - q->pred_pos;
-            if (n > SMOL_SPEC_MAX_DRAFT) n = SMOL_SPEC_MAX_DRAFT;
+            q->pred_first = q->pred[q->pred_pos];
+            q->pred_match = q->pred_run > 0 ? q->pred_run : 1;
+            int n = q->n_pred - q->pred_pos, kc = smol_spec_ctl_k(&q->pctl, q->pred_match);
+            if (n > kc) n = kc;
             if (n > max) n = max;
-            if (n > q->ctl.k_max) n = q->ctl.k_max;
             q->sg.pushed = 0;
             int k = 0;
             for (; k < n; k++) {
@@ -868,10 +879,13 @@ static void sample_and_emit(struct smol_engine *e, struct req *q, float *logits,
             if (q->draft_pred) {
                 q->n_pred_accepted += n_acc;
                 q->n_pred_rejected += k - n_acc;
+                smol_spec_ctl_update(&q->pctl, q->pred_match, k, n_acc);
             } else {
                 smol_spec_ctl_update(&q->ctl, q->draft_match, k, n_acc);
             }
-        } else if (q->draft_first >= 0) {
+        }
+        if (!q->draft_pred && q->pred_first >= 0)
+            smol_spec_ctl_shadow(&q->pctl, q->pred_match, q->pred_first, got[0]); else if (q->draft_first >= 0) {
             smol_spec_ctl_shadow(&q->ctl, q->draft_match, q->draft_first, got[0]);
         }
         if ((rc = smol_lookup_append(q->lk, got, n_got, err))) { fail_request(e, q, rc, err); return; }
@@ -905,6 +919,7 @@ static void emit_sampled(struct smol_engine *e, struct req *q, int32_t t, double
     e->n_backend_sampled++;
     if (q->lk) {
         if (q->draft_first >= 0) smol_spec_ctl_shadow(&q->ctl, q->draft_match, q->draft_first, t);
+        if (q->pred_first >= 0) smol_spec_ctl_shadow(&q->pctl, q->pred_match, q->pred_first, t);
         if ((rc = smol_lookup_append(q->lk, &t, 1, err))) { fail_request(e, q, rc, err); return; }
     }
     memset(&q->cur_lp, 0, sizeof q->cur_lp);
