@@ -240,6 +240,9 @@ static void on_event(Smollm3__Event *ev)
             s->reasoning_tokens += d->usage->reasoning_tokens;
             s->drafted_tokens += d->usage->drafted_tokens;
             s->accepted_tokens += d->usage->accepted_tokens;
+            s->pred_accepted += d->usage->prediction_accepted_tokens;
+            s->pred_rejected += d->usage->prediction_rejected_tokens;
+            s->decode_steps += d->usage->decode_steps;
         }
         s->finish = smol_client_finish_name(d->finish_reason);
         if (++s->n_done >= s->n_choices) mark_terminal(s);

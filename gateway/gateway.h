@@ -111,7 +111,9 @@ struct gw_stream {
     double t_sent, t_first;     /* monotonic s */
     uint32_t n_tokens;
     uint32_t prompt_tokens, cached_tokens, completion_tokens, reasoning_tokens;
-    uint32_t drafted_tokens, accepted_tokens;   /* speculative decoding */
+    uint32_t drafted_tokens, accepted_tokens;   /* speculative decoding (all drafts) */
+    uint32_t pred_accepted, pred_rejected;      /* of them, drafts from the request's prediction */
+    uint32_t decode_steps;                      /* steps that produced the completion (each: its accepted drafts + 1) */
     const char *finish;         /* "stop", "length", "tool_calls", "cancelled" */
     /* Anthropic (anthropic.c); non-streaming: ch[0].tool_calls holds the content blocks */
     int an_block;               /* the open text / thinking block (0: none) */

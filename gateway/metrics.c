@@ -27,6 +27,7 @@ struct gw_metrics {
     uint64_t req[GW_EP_COUNT][N_STATUS];
     uint64_t prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens;
     uint64_t drafted_tokens, accepted_tokens;
+    uint64_t pred_accepted, pred_rejected;
     uint64_t streams_done;
     struct hist ttft, tpot;
     /* per API key (auth.c index), grown as keys are first seen */
@@ -96,6 +97,8 @@ void gw_metrics_stream_done(const struct gw_stream *s)
     M.reasoning_tokens += s->reasoning_tokens;
     M.drafted_tokens += s->drafted_tokens;
     M.accepted_tokens += s->accepted_tokens;
+    M.pred_accepted += s->pred_accepted;
+    M.pred_rejected += s->pred_rejected;
     if (key_slot(s->key)) {
         M.key_prompt[s->key] += s->prompt_tokens;
         M.key_completion[s->key] += s->completion_tokens;
@@ -159,6 +162,10 @@ enum MHD_Result gw_metrics_serve(struct gw_req *r)
         "Tokens drafted by prompt lookup and verified (speculative decoding).", (double)M.drafted_tokens);
     one(&b, "smollm3_gateway_spec_accepted_tokens_total", "counter",
         "Drafted tokens accepted (each saved a decode step).", (double)M.accepted_tokens);
+    one(&b, "smollm3_gateway_prediction_accepted_tokens_total", "counter",
+        "Predicted Outputs: tokens drafted from a request's prediction and accepted.", (double)M.pred_accepted);
+    one(&b, "smollm3_gateway_prediction_rejected_tokens_total", "counter",
+        "Predicted Outputs: tokens drafted from a request's prediction and rejected.", (double)M.pred_rejected);
     hist_out(&b, "smollm3_gateway_time_to_first_token_seconds",
              "Time from sending a request to the daemon to its first token.", &M.ttft, ttft_le);
     hist_out(&b, "smollm3_gateway_time_per_output_token_seconds",

@@ -463,15 +463,17 @@ static void emit_chunk(struct gw_stream *s, int ci, json_t *delta, const char *t
 
 static json_t *usage_json(const struct gw_stream *s)
 {
-    /* speculative decoding's drafts as OpenAI's predicted-output counts:
-     * drafted tokens that appeared in the completion, and those that did not */
-    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i,s:i,s:i}}", "prompt_tokens", (int)s->prompt_tokens,
+    /* OpenAI's predicted-output counts only for a request's `prediction`
+     * (drafts taken from it, accepted / rejected by verification; 0
+     * without one); the daemon's own drafting in the x_smollm3 extension */
+    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i,s:i,s:i},s:{s:i,s:i,s:i}}", "prompt_tokens", (int)s->prompt_tokens,
                      "completion_tokens", (int)s->completion_tokens, "total_tokens",
                      (int)(s->prompt_tokens + s->completion_tokens), "prompt_tokens_details",
                      "cached_tokens", (int)s->cached_tokens, "completion_tokens_details",
                      "reasoning_tokens", (int)s->reasoning_tokens, "accepted_prediction_tokens",
-                     (int)s->accepted_tokens, "rejected_prediction_tokens",
-                     (int)(s->drafted_tokens - s->accepted_tokens));
+                     (int)s->pred_accepted, "rejected_prediction_tokens", (int)s->pred_rejected,
+                     "x_smollm3", "drafted_tokens", (int)s->drafted_tokens, "accepted_draft_tokens",
+                     (int)s->accepted_tokens, "decode_steps", (int)s->decode_steps);
 }
 
 static const char *openai_finish(const char *f)

@@ -74,7 +74,7 @@ static const struct field {
     { "audio", CHAT, REFUSED },
     { "functions", CHAT, REFUSED },                 /* deprecated: use tools */
     { "function_call", CHAT, REFUSED },
-    { "prediction", CHAT, REFUSED },
+    { "prediction", CHAT, HONOURED },               /* Predicted Outputs: the drafts' source */
     { "web_search_options", CHAT, REFUSED },
     { "verbosity", CHAT, REFUSED },
     { "moderation", CHAT, REFUSED },
@@ -390,6 +390,15 @@ int gw_params_parse(struct gw_params *p, json_t *root, enum gw_api api, int igno
         p->gen.speculative_opt_case = SMOLLM3__GENERATE_REQUEST__SPECULATIVE_OPT_SPECULATIVE;
         p->gen.speculative = json_is_true(x);
     }
+    x = get(root, "prediction");
+    if (x) {
+        char *t = NULL;
+        char pw[256];
+        if (gw_prediction_text(x, &t, pw, sizeof pw)) FAIL(p, "prediction", "%s", pw);
+        free(p->prediction);
+        p->prediction = t;
+        if (*t) p->gen.prediction = t;
+    }
     x = get(root, "service_tier");
     if (x && (!json_is_string(x) ||
               (strcmp(json_string_value(x), "auto") && strcmp(json_string_value(x), "default"))))
@@ -400,8 +409,66 @@ int gw_params_parse(struct gw_params *p, json_t *root, enum gw_api api, int igno
     return 0;
 }
 
+int gw_prediction_text(json_t *x, char **out, char *why, size_t wn)
+{
+    *out = NULL;
+    json_t *type = json_is_object(x) ? json_object_get(x, "type") : NULL;
+    if (!type || !json_is_string(type) || strcmp(json_string_value(type), "content")) {
+        snprintf(why, wn, "'prediction' must be {\"type\": \"content\", \"content\": ...}");
+        return -1;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(x, key, v) {
+        if (strcmp(key, "type") && strcmp(key, "content")) {
+            snprintf(why, wn, "'prediction.%.64s' is not supported", key);
+            return -1;
+        }
+    }
+    json_t *c = json_object_get(x, "content");
+    if (c && json_is_string(c)) {
+        *out = strdup(json_string_value(c));
+    } else if (c && json_is_array(c)) {
+        size_t i, n = 0;
+        json_array_foreach(c, i, v) {
+            json_t *ty = json_object_get(v, "type"), *tx = json_object_get(v, "text");
+            if (!json_is_object(v) || !json_is_string(ty) || strcmp(json_string_value(ty), "text") ||
+                !json_is_string(tx)) {
+                snprintf(why, wn, "'prediction.content[%zu]' must be {\"type\": \"text\", \"text\": \"...\"}", i);
+                return -1;
+            }
+            n += json_string_length(tx);
+        }
+        if ((*out = malloc(n + 1))) {
+            n = 0;
+            json_array_foreach(c, i, v) {
+                json_t *tx = json_object_get(v, "text");
+                memcpy(*out + n, json_string_value(tx), json_string_length(tx));
+                n += json_string_length(tx);
+            }
+            (*out)[n] = 0;
+        }
+    } else {
+        snprintf(why, wn, "'prediction.content' must be a string or an array of text parts");
+        return -1;
+    }
+    if (!*out) {
+        snprintf(why, wn, "out of memory");
+        return -1;
+    }
+    if (strlen(*out) != (c && json_is_string(c) ? json_string_length(c) : strlen(*out))) {
+        free(*out);
+        *out = NULL;
+        snprintf(why, wn, "'prediction.content' must not contain NUL characters");
+        return -1;
+    }
+    return 0;
+}
+
 void gw_params_deinit(struct gw_params *p)
 {
+    free(p->prediction);
+    p->prediction = NULL;
     free(p->bias);
     free(p->biasp);
     p->bias = NULL;

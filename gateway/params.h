@@ -51,6 +51,7 @@ struct gw_params {
     Smollm3__LogitBias *bias;   /* [gen.n_logit_bias] */
     Smollm3__LogitBias **biasp;
     char *stops[GW_MAX_STOPS];
+    char *prediction;           /* gen.prediction's storage (malloc'd), or NULL */
     int stream, include_usage;
     int logprobs;               /* logprobs asked (chat: true; completions: an integer) */
     struct gw_error err;        /* on error: status, type, code, the field at fault, the message */
@@ -65,6 +66,12 @@ struct gw_params {
 int gw_params_parse(struct gw_params *p, json_t *root, enum gw_api api, int ignore_unknown,
                     char *why, size_t wn);
 void gw_params_deinit(struct gw_params *p);
+
+/* Predicted Outputs: the text of an OpenAI `prediction` value
+ * ({"type": "content", "content": string | [{"type": "text", "text": ...}]},
+ * the parts concatenated) into *out (malloc'd; "" possible).  0, or -1 with
+ * why.  For any endpoint that takes a prediction (chat; Responses later). */
+int gw_prediction_text(json_t *x, char **out, char *why, size_t wn);
 
 /* Queues p->err (status, type, code, param; message why, else p->err.msg). */
 struct gw_req;

@@ -105,7 +105,8 @@ static uint64_t recv_event(struct rig *g, unsigned *flags, Smollm3__Event **ev)
     return id;
 }
 
-struct result { int32_t ids[256]; int n; int done; int finish; int prompt, cached; int err; };
+struct result { int32_t ids[256]; int n; int done; int finish; int prompt, cached; int err;
+                int drafted, accepted, pred_acc, pred_rej, steps; };
 
 /* Runs until every request in [first, first+n) has ended. */
 static void collect(struct rig *g, uint64_t first, int n, struct result *res)
@@ -121,7 +122,17 @@ static void collect(struct rig *g, uint64_t first, int n, struct result *res)
         switch (ev->kind_case) {
         case SMOLLM3__EVENT__KIND_STARTED: r->prompt = ev->started->prompt_tokens; r->cached = ev->started->cached_tokens; break;
         case SMOLLM3__EVENT__KIND_TOKEN: if (ev->token->token_id >= 0 && r->n < 256) r->ids[r->n++] = ev->token->token_id; break;
-        case SMOLLM3__EVENT__KIND_DONE: r->done = 1; r->finish = ev->done->finish_reason; break;
+        case SMOLLM3__EVENT__KIND_DONE:
+            r->done = 1;
+            r->finish = ev->done->finish_reason;
+            if (ev->done->usage) {
+                r->drafted = ev->done->usage->drafted_tokens;
+                r->accepted = ev->done->usage->accepted_tokens;
+                r->pred_acc = ev->done->usage->prediction_accepted_tokens;
+                r->pred_rej = ev->done->usage->prediction_rejected_tokens;
+                r->steps = ev->done->usage->decode_steps;
+            }
+            break;
         case SMOLLM3__EVENT__KIND_ERROR: r->err = ev->error->code; break;
         default: break;
         }
@@ -185,6 +196,125 @@ START_TEST(t_batched_equals_sequential)
         smol_kv_seq_deinit(&g.m->kv, &seq);
     }
     free(lg);
+    rig_close(&g);
+}
+END_TEST
+
+/* Predicted Outputs: a prediction equal to the greedy output is drafted
+ * whole and accepted (each step 7 drafts + 1: the counts follow exactly),
+ * an unrelated one is rejected; the output is the same as without one. */
+static uint64_t submit_pred(struct rig *g, const int32_t *ids, int n, int max_tokens, const char *pred)
+{
+    struct smol_request *r = calloc(1, sizeof *r);
+    r->id = g->next_id++;
+    r->client_id = 1000 + r->id;
+    r->kind = SMOL_INPUT_TOKENS;
+    r->ids = malloc(n * sizeof *ids);
+    memcpy(r->ids, ids, n * sizeof *ids);
+    r->n_ids = n;
+    r->sp = smol_sampler_defaults();
+    r->sp.temperature = 0;
+    r->max_tokens = max_tokens;
+    r->speculative = pred ? -1 : 0;     /* the baseline: no speculation at all */
+    if (pred) {
+        r->prediction = strdup(pred);
+        r->prediction_len = strlen(pred);
+    }
+    r->t_received = smol_mono_s();
+    uint64_t id = r->id;
+    ck_assert(smol_engine_send_submit(g->sock, r) == 0);
+    return id;
+}
+
+START_TEST(t_prediction)
+{
+    struct rig g;
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    enum { GEN = 48 };
+    int32_t ids[64];
+    int n, checked_exact = 0;
+    for (int k = 0; k < 6; k++) {
+        prompt_of(k, ids, &n);
+        struct result base = {0}, same = {0}, other = {0};
+        uint64_t id = submit_pred(&g, ids, n, GEN, NULL);
+        collect(&g, id, 1, &base);
+        ck_assert_int_eq(base.n, GEN);
+        ck_assert_int_eq(base.drafted, 0);
+        /* the output's text, and whether the daemon's tokenization of it gives its tokens back */
+        char text[8192];
+        size_t len = 0;
+        for (int i = 0; i < base.n; i++) {
+            size_t pl = 0;
+            const char *pc = smol_tokenizer_piece(g.tok, base.ids[i], &pl);
+            ck_assert(len + pl < sizeof text);
+            memcpy(text + len, pc, pl);
+            len += pl;
+        }
+        text[len] = 0;
+        struct smol_ids back = {0};
+        char err[SMOL_ERRLEN];
+        ck_assert(smol_tokenizer_encode(g.tok, text, len, 0, &back, err) == SMOL_OK);
+        int round_trip = (int)back.n == base.n && !memcmp(back.v, base.ids, back.n * sizeof *back.v) &&
+                         strlen(text) == len;
+        smol_ids_free(&back);
+        if (strlen(text) != len) continue;   /* a NUL byte in a piece: not a prediction text */
+
+        id = submit_pred(&g, ids, n, GEN, text);
+        collect(&g, id, 1, &same);
+        ck_assert_int_eq(same.n, GEN);
+        for (int i = 0; i < GEN; i++) ck_assert_int_eq(same.ids[i], base.ids[i]);
+        ck_assert_int_le(same.pred_acc + same.pred_rej, same.drafted);
+        ck_assert_int_le(same.pred_acc, same.accepted);
+        ck_assert_int_le(same.accepted, same.drafted);
+        if (round_trip) {
+            /* every draft came from the prediction and was accepted: each step (the
+             * prefill's included) gave its drafts + 1 */
+            ck_assert_int_eq(same.pred_rej, 0);
+            ck_assert_int_eq(same.pred_acc, same.drafted);
+            ck_assert_int_eq(same.pred_acc + same.steps, GEN);
+            ck_assert_int_ge(same.pred_acc, GEN / 2);
+            const int acc = same.pred_acc;
+            checked_exact++;
+
+            /* edits: " zebra" inserted after every 4th token from the 8th on: a draft
+             * running into one is rejected there (the rest of it too), the copy
+             * resumes after it; some draft must run into one, as a draft that
+             * ends just before it is followed by a token that departs */
+            struct result edit = {0};
+            char text2[16384];
+            size_t w = 0;
+            for (int i = 0; i < base.n; i++) {
+                size_t pl = 0;
+                const char *pc = smol_tokenizer_piece(g.tok, base.ids[i], &pl);
+                memcpy(text2 + w, pc, pl);
+                w += pl;
+                if (i >= 8 && i % 4 == 0) {
+                    memcpy(text2 + w, " zebra", 6);
+                    w += 6;
+                }
+            }
+            text2[w] = 0;
+            id = submit_pred(&g, ids, n, GEN, text2);
+            collect(&g, id, 1, &edit);
+            ck_assert_int_eq(edit.n, GEN);
+            for (int i = 0; i < GEN; i++) ck_assert_int_eq(edit.ids[i], base.ids[i]);
+            ck_assert_int_gt(edit.pred_rej, 0);
+            ck_assert_int_gt(edit.pred_acc, 0);
+            ck_assert_int_lt(edit.pred_acc, acc);
+            ck_assert_int_le(edit.pred_acc + edit.pred_rej, edit.drafted);
+        }
+
+        /* an unrelated prediction: the output is unchanged; its first token is not the
+         * prediction's and no 2 tokens of it occur there: nothing is drafted from it */
+        id = submit_pred(&g, ids, n, GEN, "\xe2\x88\x80 zebra quantum \xe2\x88\x80 zebra quantum \xe2\x88\x80 zebra quantum");
+        collect(&g, id, 1, &other);
+        ck_assert_int_eq(other.n, GEN);
+        for (int i = 0; i < GEN; i++) ck_assert_int_eq(other.ids[i], base.ids[i]);
+        ck_assert_int_le(other.pred_acc + other.pred_rej, other.drafted);
+        ck_assert_int_eq(other.pred_acc, 0);
+        ck_assert_int_eq(other.pred_rej, 0);
+    }
+    ck_assert_msg(checked_exact > 0, "no fixture output round-tripped through the tokenizer: exact counts unchecked");
     rig_close(&g);
 }
 END_TEST
@@ -586,6 +716,7 @@ Suite *test_suite(void)
     TCase *tc = tcase_create("engine");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, t_batched_equals_sequential);
+    tcase_add_test(tc, t_prediction);
     tcase_add_test(tc, t_prefix_reuse);
     tcase_add_test(tc, t_cancel);
     tcase_add_test(tc, t_waiting_prompt_built_once);

@@ -57,6 +57,8 @@ static void req_free(struct req *q)
     smol_sampler_free(&q->smp);
     smol_grammar_matcher_free(&q->gm);
     smol_lookup_free(&q->lk);
+    free(q->pred);
+    q->pred = NULL;
     smol_detok_deinit(&q->detok);
     smol_chat_parser_deinit(&q->parser);
     smol_chat_buf_deinit(&q->content);
@@ -190,6 +192,8 @@ static void send_done(struct smol_engine *e, struct req *q)
     us.drafted_tokens = (uint32_t)q->n_drafted;
     us.accepted_tokens = (uint32_t)q->n_accepted;
     us.decode_steps = (uint32_t)q->n_steps;
+    us.prediction_accepted_tokens = (uint32_t)q->n_pred_accepted;
+    us.prediction_rejected_tokens = (uint32_t)q->n_pred_rejected;
     double t0 = q->r->t_received;
     tm.queue_ms = q->t_first_step > 0 ? (q->t_first_step - t0) * 1e3 : 0;
     tm.prompt_ms = q->t_prefill_done > 0 ? (q->t_prefill_done - q->t_first_step) * 1e3 : 0;
@@ -646,7 +650,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
     q->gm_active = q->gm && !q->thinking;   /* thinking: constrained from </think> on */
     q->sg.m = q->gm;
     int spec_k = r->speculative == 0 ? 0 : e->cfg.speculative ? e->cfg.speculative
-                                     : r->speculative > 0 ? SMOL_SPEC_MAX_DRAFT : 0;
+                                     : r->speculative > 0 || r->prediction ? SMOL_SPEC_MAX_DRAFT : 0;
     if (spec_k > 0 && e->spec_rows > 0) {
         if ((rc = smol_lookup_new(&q->lk, e->m->cfg.vocab, err)) ||
             (rc = smol_lookup_append(q->lk, q->tok, n_prompt, err))) {
@@ -654,6 +658,29 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
             return -1;
         }
         smol_spec_ctl_init(&q->ctl, spec_k, e->spec_cost);
+        if (r->prediction) {        /* Predicted Outputs: tokenized as user text (no control tokens) */
+            struct smol_ids ids = {0};
+            if ((rc = smol_tokenizer_encode(e->tok, r->prediction, r->prediction_len, 0, &ids, err))) {
+                smol_ids_free(&ids);
+                reject(e, q, rc, err);
+                return -1;
+            }
+            if (ids.n > 0 && !(q->pred = malloc(ids.n * sizeof *q->pred))) {
+                smol_ids_free(&ids);
+                reject(e, q, SMOL_ENOMEM, "out of memory");
+                return -1;
+            }
+            if (ids.n > 0) memcpy(q->pred, ids.v, ids.n * sizeof *q->pred);
+            q->n_pred = (int)ids.n;
+            q->pred_pos = 0;
+            q->pred_first = -1;
+            /* the client says the output copies it: trusted more than a lookup
+             * to begin with; the rates follow what verification finds */
+            smol_spec_ctl_init(&q->pctl, spec_k, e->spec_cost);
+            for (int i = 0; i < SMOL_SPEC_CLASSES; i++) q->pctl.rate[i] = 0.9f;
+            q->pred_seen = q->n_gen;
+            smol_ids_free(&ids);
+        }
     }
     smol_chat_parser_init(&q->parser, parser_start(e, r), on_parse, q);
     list_remove(&e->queue, q);
@@ -776,16 +803,77 @@ static int spec_filter(void *ctx, const int32_t *draft, int i, int32_t t)
     return smol_spec_grammar_filter(&q->sg, draft, i, t);
 }
 
+/* Predicted Outputs: brings q->pred_pos up to date with the tokens
+ * generated since the last call.  A token equal to the prediction's next
+ * one advances it; any other token (an edit) re-synchronises: pred_pos
+ * follows the longest suffix of the output, at least 2 and at most 16
+ * tokens, found in the prediction (of the longest, the earliest occurrence
+ * past the point of departure, else the earliest: an output that repeats
+ * a span is not sent back to the token it just refused); -1 if none. */
+static void pred_sync(struct req *q)
+{
+    const int32_t *out = q->tok + q->n_tok - q->n_gen;    /* the generated tokens */
+    for (int g = q->pred_seen; g < q->n_gen; g++) {
+        const int32_t t = out[g];
+        if (q->pred_pos >= 0 && q->pred_pos < q->n_pred && q->pred[q->pred_pos] == t) {
+            q->pred_pos++;
+            q->pred_run++;
+            continue;
+        }
+        const int from = q->pred_pos > 0 ? q->pred_pos : 0, have = g + 1;
+        int best = -1, best_len = 1;
+        for (int j = 0; j < q->n_pred; j++) {
+            int l = 0;
+            while (l < 16 && l < have && j - l >= 0 && q->pred[j - l] == out[g - l]) l++;
+            if (l > best_len || (l == best_len && best <= from && j + 1 > from)) {
+                best = j + 1;
+                best_len = l;
+            }
+        }
+        q->pred_pos = best;
+        q->pred_run = best >= 0 ? best_len : 0;
+    }
+    q->pred_seen = q->n_gen;
+}
+
 /* Plans q's draft for this step: up to max tokens, as many as the
  * controller finds worth verifying (q->n_draft; 0: a plain decode step),
- * written to draft[]. */
+ * written to draft[].  With a prediction the output follows, the draft is
+ * the prediction's next tokens, as many as its own controller finds worth
+ * it (evidence: the tokens followed since the last re-synchronisation;
+ * rates starting high: the request said the output copies it); otherwise
+ * the prompt lookup's. */
 static void plan_draft(struct smol_engine *e, struct req *q, int max, int32_t *draft)
 {
     q->n_draft = 0;
     q->draft_first = -1;
     q->draft_match = 0;
+    q->draft_pred = 0;
+    q->pred_first = -1;
     if (!q->lk) return;
     struct spec_ctx c = {e, q, NULL};
+    if (q->pred) {
+        pred_sync(q);
+        if (q->pred_pos >= 0 && q->pred_pos < q->n_pred) {
+            q->pred_first = q->pred[q->pred_pos];
+            q->pred_match = q->pred_run > 0 ? q->pred_run : 1;
+            int n = q->n_pred - q->pred_pos, kc = smol_spec_ctl_k(&q->pctl, q->pred_match);
+            if (n > kc) n = kc;
+            if (n > max) n = max;
+            q->sg.pushed = 0;
+            int k = 0;
+            for (; k < n; k++) {
+                if (q->gm && !spec_filter(&c, draft, k, q->pred[q->pred_pos + k])) break;
+                draft[k] = q->pred[q->pred_pos + k];
+            }
+            if (q->gm) smol_spec_grammar_undo(&q->sg);
+            if (k > 0) {
+                q->n_draft = k;
+                q->draft_pred = 1;
+                return;
+            }
+        }
+    }
     q->sg.pushed = 0;
     int n = smol_lookup_draft_edit(q->lk, SMOL_SPEC_MAX_DRAFT, draft, &q->draft_match, q->gm ? spec_filter : NULL, &c);
     if (q->gm) smol_spec_grammar_undo(&q->sg);
@@ -862,8 +950,16 @@ static void sample_and_emit(struct smol_engine *e, struct req *q, float *logits,
             e->n_spec_drafted += (uint64_t)k;
             e->n_spec_accepted += (uint64_t)n_acc;
             e->n_spec_steps++;
-            smol_spec_ctl_update(&q->ctl, q->draft_match, k, n_acc);
-        } else if (q->draft_first >= 0) {
+            if (q->draft_pred) {
+                q->n_pred_accepted += n_acc;
+                q->n_pred_rejected += k - n_acc;
+                smol_spec_ctl_update(&q->pctl, q->pred_match, k, n_acc);
+            } else {
+                smol_spec_ctl_update(&q->ctl, q->draft_match, k, n_acc);
+            }
+        }
+        if (!q->draft_pred && q->pred_first >= 0)
+            smol_spec_ctl_shadow(&q->pctl, q->pred_match, q->pred_first, got[0]); else if (q->draft_first >= 0) {
             smol_spec_ctl_shadow(&q->ctl, q->draft_match, q->draft_first, got[0]);
         }
         if ((rc = smol_lookup_append(q->lk, got, n_got, err))) { fail_request(e, q, rc, err); return; }
@@ -897,6 +993,7 @@ static void emit_sampled(struct smol_engine *e, struct req *q, int32_t t, double
     e->n_backend_sampled++;
     if (q->lk) {
         if (q->draft_first >= 0) smol_spec_ctl_shadow(&q->ctl, q->draft_match, q->draft_first, t);
+        if (q->pred_first >= 0) smol_spec_ctl_shadow(&q->pctl, q->pred_match, q->pred_first, t);
         if ((rc = smol_lookup_append(q->lk, &t, 1, err))) { fail_request(e, q, rc, err); return; }
     }
     memset(&q->cur_lp, 0, sizeof q->cur_lp);

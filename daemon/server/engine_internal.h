@@ -45,6 +45,20 @@ struct req {
     int n_draft, draft_match;
     int32_t draft_first;            /* what the lookup proposed first (-1: nothing), for the shadow update */
     int n_drafted, n_accepted, n_steps;  /* usage */
+    /* Predicted Outputs (NULL pred: none): the prediction's tokens; pred_pos:
+     * the one the output is expected to produce next (-1: the output left
+     * the prediction and has not come back to it); pred_seen: n_gen when
+     * pred_pos was last brought up to date; draft_pred: this step's draft
+     * comes from the prediction; pred_run: output tokens that have followed
+     * the prediction since pred_pos was last re-synchronised (the evidence
+     * for pctl, the prediction's own draft-length controller); pred_first,
+     * pred_match: what the prediction proposed at this step's planning (-1:
+     * nothing) and pred_run then, for pctl's shadow update */
+    int32_t *pred;
+    int n_pred, pred_pos, pred_seen, draft_pred, pred_run, pred_match;
+    int32_t pred_first;
+    struct smol_spec_ctl pctl;
+    int n_pred_accepted, n_pred_rejected;
     struct smol_detok detok;
     struct smol_chat_parser parser;
     struct smol_chat_buf content;   /* content text, for the session's history */

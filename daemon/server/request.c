@@ -357,6 +357,15 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
     }
     r->speculative = g->speculative_opt_case == SMOLLM3__GENERATE_REQUEST__SPECULATIVE_OPT_SPECULATIVE ? g->speculative != 0 : -1;
 
+    if (g->prediction && *g->prediction) {
+        r->prediction_len = strlen(g->prediction);
+        if (!smol_utf8_valid(g->prediction, r->prediction_len)) {
+            e = smol_errf(err, SMOL_EUTF8, "prediction is not valid UTF-8");
+            goto fail;
+        }
+        if (!(r->prediction = strdup(g->prediction))) { e = smol_errf(err, SMOL_ENOMEM, "out of memory"); goto fail; }
+    }
+
     if ((e = build_constraint(r, g, lim, err))) goto fail;
 
     switch (g->input_case) {
@@ -412,6 +421,7 @@ void smol_request_free(struct smol_request **rp)
     smol_chat_request_deinit(&r->chat);
     if (r->chat_body) json_decref(r->chat_body);
     free(r->text);
+    free(r->prediction);
     free(r->ids);
     free(r->bias_id);
     free(r->bias);

@@ -63,6 +63,8 @@ struct smol_request {
     int n_choices;                      /* [1, SMOL_MAX_CHOICES] continuations of one prompt */
     int refs;                           /* engine: the requests (choices) sharing this struct */
     int speculative;                    /* -1: the daemon's default, 0: off, 1: on */
+    char *prediction;                   /* Predicted Outputs: UTF-8 text the drafts come from first, or NULL */
+    size_t prediction_len;
     /* structured output: the compiled constraint (a cache reference,
      * released by smol_request_free), or NULL */
     enum smol_constraint_kind constraint;

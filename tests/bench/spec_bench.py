@@ -66,6 +66,7 @@ def load_tasks():
     for t in tasks:
         body = open(os.path.join(TASKS, t["file"])).read() if "file" in t else ""
         t["text"] = t["prompt"].replace("{file}", body)
+        t["body"] = body
         if "answer" in t:  # the edit done by a script, not by a model
             old, new = t["rename"]
             t["answer_text"] = t["answer"].replace("{edited}", body.replace(old, new))
@@ -137,10 +138,19 @@ def daemon_runs(a, tasks, tmp):
                 time.sleep(0.5)
         for t in tasks:
             r = {"spec": {"tps": 0.0}, "plain": {"tps": 0.0}}
+            # Predicted Outputs: the task's file (the one being edited) as the prediction
+            modes = ("spec", "plain") + (("pred",) if t["body"] and t["name"] == "code_edit" else ())
+            if modes[-1] == "pred":
+                r["pred"] = {"tps": 0.0}
+            if a.prediction_only:
+                modes = ("pred", "plain") if "pred" in r else ()
             for rep in range(a.reps):
-                for mode in (("spec", "plain") if rep % 2 == 0 else ("plain", "spec")):
+                for mode in (modes if rep % 2 == 0 else modes[::-1]):
                     req = c.generate_request(t["text"], temperature=0.0, max_tokens=a.n)
-                    req.generate.speculative = mode == "spec"
+                    if mode == "pred":
+                        req.generate.prediction = t["body"]
+                    else:
+                        req.generate.speculative = mode == "spec"
                     rid = c.send(req)
                     ids, done = [], None
                     while done is None:
@@ -163,7 +173,13 @@ def daemon_runs(a, tasks, tmp):
                     m["steps"] = done.usage.decode_steps
                     m["drafted"] = done.usage.drafted_tokens
                     m["accepted"] = done.usage.accepted_tokens
-            r["identical"] = r["spec"]["ids"] == r["plain"]["ids"]
+                    m["pred_accepted"] = done.usage.prediction_accepted_tokens
+                    m["pred_rejected"] = done.usage.prediction_rejected_tokens
+            if not modes:
+                continue
+            r["identical"] = r["spec"].get("ids") == r["plain"]["ids"]
+            if "pred" in r:
+                r["pred_identical"] = r["pred"]["ids"] == r["plain"]["ids"]
             res[t["name"]] = r
     finally:
         d.terminate()
@@ -221,15 +237,26 @@ def main():
     ap.add_argument("--verify-n", type=int, default=15)
     ap.add_argument("--no-llama", action="store_true")
     ap.add_argument("--n-3b", type=int, default=256, help="tokens of the 3B's forced runs")
+    ap.add_argument("--prediction-only", action="store_true",
+                    help="only code_edit through the daemon with its file as the prediction, and without")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
-    for f in (SMOLLM2, SYNTH3B):
+    for f in (SMOLLM2,) if a.prediction_only else (SMOLLM2, SYNTH3B):
         if not os.path.exists(f):
             sys.exit("spec_bench: %s missing (tests/get_smollm2.sh; smollm3 synth --preset smollm3-3b)" % f)
     tasks = load_tasks()
     tmp = tempfile.mkdtemp(prefix="smollm3-spec-bench-")
     print("spec_bench: SmolLM2-135M through the daemon, greedy, %d tokens, best of %d" % (a.n, a.reps), flush=True)
     e2e = daemon_runs(a, tasks, tmp)
+    for n, r in e2e.items():
+        if "pred" in r:
+            p, o = r["pred"], r["plain"]
+            print("%s: Predicted Outputs (the file as the prediction): %.1f t/s vs %.1f t/s without speculation "
+                  "(%.2fx), %d tokens in %d steps, prediction tokens accepted %d / rejected %d, same output: %s" % (
+                      n, p["tps"], o["tps"], p["tps"] / o["tps"] if o["tps"] else 0.0, p["tokens"], p["steps"],
+                      p["pred_accepted"], p["pred_rejected"], "yes" if r["pred_identical"] else "NO"), flush=True)
+    if a.prediction_only:
+        sys.exit(0 if all(r.get("pred_identical", True) for r in e2e.values()) else 1)
     print("spec_bench: synthetic 3B verify costs", flush=True)
     costs, ms1 = verify_costs(a)
     proj = {}

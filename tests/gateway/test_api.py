@@ -77,6 +77,7 @@ HONOURED = {
     "logit_bias": {"100": 5}, "logprobs": True, "top_logprobs": 2, "n": 2, "tools": [TOOL],
     "tool_choice": "none", "parallel_tool_calls": True, "reasoning_effort": "low",
     "response_format": {"type": "text"}, "modalities": ["text"], "service_tier": "auto",
+    "prediction": {"type": "content", "content": "x"},
 }
 # field -> value: accepted, changes nothing (documented as metadata)
 METADATA = {
@@ -87,7 +88,7 @@ METADATA = {
 REFUSED = {
     "audio": {"voice": "alloy", "format": "wav"},
     "functions": [{"name": "f", "parameters": {}}], "function_call": "auto",
-    "prediction": {"type": "content", "content": "x"}, "web_search_options": {},
+    "web_search_options": {},
     "verbosity": "low", "moderation": {"model": "omni-moderation-latest"},
 }
 # honoured fields with a value the service does not do: 400 naming the field
@@ -99,6 +100,8 @@ REFUSED_VALUES = [
     ("tool_choice", {"type": "function", "function": {"name": "not a name!"}}), ("tool_choice", "always"),
     ("parallel_tool_calls", False), ("service_tier", "flex"), ("modalities", ["text", "audio"]),
     ("top_logprobs", 21), ("logit_bias", {"100": 101}), ("logit_bias", {"x": 1}),
+    ("prediction", {"type": "text", "content": "x"}), ("prediction", {"type": "content", "content": 5}),
+    ("prediction", {"type": "content", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}),
 ]
 # the gateway's extensions, honoured (not SDK fields: sent with extra_body)
 EXTENSIONS = {"top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1,
@@ -418,6 +421,61 @@ def t_tokenize(gw, d):
     check(st == 400 and j["error"]["param"] == "frob", "tokenize unknown field: %r" % j)
     st, j = post(gw, "/tokenize", {"text": "x"})
     check(st == 400, "tokenize without content")
+
+
+def t_prediction(gw, d):
+    # Predicted Outputs: the prediction drafts the speculative steps; greedy output unchanged.
+    # A prediction equal to the completion (its text tokenizes back to as many tokens) is
+    # drafted and accepted: rejected = 0, accepted = completion - decode steps.
+    c = client(gw)
+    gen, exact = 40, 0
+    kw = dict(model="m", max_tokens=gen, temperature=0, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    for i, prompt in enumerate(["Write a poem about the sea.", "List the planets.", "Say hello.", "Count to ten."]):
+        base = c.chat.completions.create(messages=msgs(prompt), **kw)
+        text = base.choices[0].message.content or ""
+        bu = base.usage.completion_tokens_details
+        check(bu.accepted_prediction_tokens == 0 and bu.rejected_prediction_tokens == 0,
+              "no prediction: OpenAI's prediction counts are 0: %r" % bu)
+        x = (base.usage.model_extra or {}).get("x_smollm3")
+        check(isinstance(x, dict) and x["accepted_draft_tokens"] <= x["drafted_tokens"], "x_smollm3 %r" % x)
+        if not text:
+            continue
+        parts = [{"type": "text", "text": text[:len(text) // 2]}, {"type": "text", "text": text[len(text) // 2:]}]
+        for pred in (text, parts):
+            r = c.chat.completions.create(messages=msgs(prompt), prediction={"type": "content", "content": pred}, **kw)
+            check(r.choices[0].message.content == text, "output differs with a prediction: %r vs %r" %
+                  (r.choices[0].message.content, text))
+            u = r.usage.completion_tokens_details
+            x = r.usage.model_extra["x_smollm3"]
+            check(u.accepted_prediction_tokens + u.rejected_prediction_tokens <= x["drafted_tokens"] and
+                  u.accepted_prediction_tokens <= x["accepted_draft_tokens"], "counts %r %r" % (u, x))
+            st, tk = post(gw, "/tokenize", {"content": text, "parse_special": False})
+            if (base.choices[0].finish_reason == "length" and st == 200 and len(tk["tokens"]) == gen and
+                    r.usage.completion_tokens == gen):
+                # every draft from the prediction, all accepted: each step gave its drafts + 1
+                check(u.rejected_prediction_tokens == 0 and u.accepted_prediction_tokens == x["drafted_tokens"] and
+                      u.accepted_prediction_tokens + x["decode_steps"] == gen and
+                      u.accepted_prediction_tokens >= gen // 2, "whole prediction: %r %r" % (u, x))
+                exact += 1
+        # unrelated text: the first token is not its first, nothing of it recurs: nothing drafted from it
+        r = c.chat.completions.create(messages=msgs(prompt), prediction={
+            "type": "content", "content": "\u2200 zebra quantum \u2200 zebra quantum"}, **kw)
+        check(r.choices[0].message.content == text, "output differs with an unrelated prediction")
+        u = r.usage.completion_tokens_details
+        check(u.accepted_prediction_tokens == 0 and u.rejected_prediction_tokens == 0, "unrelated: %r" % u)
+    check(exact > 0, "no completion's text tokenized back to its tokens: exact counts unchecked")
+    # streamed: the usage chunk carries the same counts
+    base = c.chat.completions.create(messages=msgs("Say hello."), **kw)
+    text = base.choices[0].message.content
+    got, usage = "", None
+    for ch in c.chat.completions.create(messages=msgs("Say hello."), prediction={"type": "content", "content": text},
+                                        stream=True, stream_options={"include_usage": True}, **kw):
+        if ch.choices and ch.choices[0].delta.content:
+            got += ch.choices[0].delta.content
+        if ch.usage:
+            usage = ch.usage
+    check(got == text and usage and usage.completion_tokens_details.accepted_prediction_tokens > 0,
+          "stream: %r %r" % (got, usage))
 
 
 def t_models(gw, d):
@@ -780,7 +838,7 @@ def main():
         for name, fn in (("field_walk", t_field_walk), ("sampling_effects", t_sampling_effects),
                          ("logprobs", t_logprobs), ("completions", t_completions), ("tokenize", t_tokenize),
                          ("models", t_models), ("n_choices", t_n_choices), ("n_tool_calls", t_n_tool_calls),
-                         ("tool_choice_forced", t_tool_choice_forced), ("curl", t_curl), ("langchain_stream", t_langchain_stream)):
+                         ("tool_choice_forced", t_tool_choice_forced), ("prediction", t_prediction), ("curl", t_curl), ("langchain_stream", t_langchain_stream)):
             if want(name):
                 run_test(name, fn, gw, d)
         for name, fn in (("ignore_unknown", t_ignore_unknown), ("api_keys", t_api_keys),

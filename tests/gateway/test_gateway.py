@@ -328,9 +328,14 @@ def t_speculative(gw, d):
         u = j["usage"]["completion_tokens_details"]
         check(isinstance(u.get("accepted_prediction_tokens"), int) and
               isinstance(u.get("rejected_prediction_tokens"), int), "usage %r" % u)
+        # without a prediction OpenAI's counts are 0; the daemon's own drafting is in x_smollm3
+        check(u["accepted_prediction_tokens"] == 0 and u["rejected_prediction_tokens"] == 0,
+              "no prediction: %r" % u)
+        x = j["usage"].get("x_smollm3")
+        check(isinstance(x, dict) and isinstance(x.get("drafted_tokens"), int) and
+              0 <= x.get("accepted_draft_tokens", -1) <= x["drafted_tokens"], "x_smollm3 %r" % x)
         if spec is False:
-            check(u["accepted_prediction_tokens"] == 0 and u["rejected_prediction_tokens"] == 0,
-                  "off: nothing drafted %r" % u)
+            check(x["drafted_tokens"] == 0, "off: nothing drafted %r" % x)
         outs.append(j["choices"][0]["message"]["content"])
     check(outs[0] == outs[1] == outs[2], "outputs differ with speculation: %r" % outs)
     st, h, b = gw.request("POST", "/v1/chat/completions", chat(speculative="no"))
@@ -580,6 +585,8 @@ def t_metrics(gw, d):
                  "smollm3_gateway_inflight_streams", "smollm3_daemon_queue_depth",
                  "smollm3_daemon_kv_tokens_used", "smollm3_daemon_prefix_cache_hits_total",
                  "smollm3_gateway_spec_drafted_tokens_total", "smollm3_gateway_spec_accepted_tokens_total",
+                 "smollm3_gateway_prediction_accepted_tokens_total",
+                 "smollm3_gateway_prediction_rejected_tokens_total",
                  "smollm3_daemon_spec_drafted_tokens_total", "smollm3_daemon_spec_accepted_tokens_total",
                  "smollm3_daemon_spec_verify_steps_total", "smollm3_daemon_decode_steps_total"):
         check(name in text, "metric %s missing" % name)
