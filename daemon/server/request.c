@@ -349,6 +349,7 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
         if (!(r->stops[r->n_stops] = strdup(g->stop[i]))) { e = smol_errf(err, SMOL_ENOMEM, "out of memory"); goto fail; }
         r->n_stops++;
     }
+    r->thinking_budget = g->thinking_budget > (uint32_t)INT32_MAX ? INT32_MAX : (int)g->thinking_budget;
     r->max_tokens = g->max_tokens > (uint32_t)lim->n_ctx && lim->n_ctx > 0 ? lim->n_ctx
                   : g->max_tokens > (uint32_t)INT32_MAX ? INT32_MAX : (int)g->max_tokens;
     r->logprobs = g->logprobs != 0;
