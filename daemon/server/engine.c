@@ -848,11 +848,13 @@ static void sample_and_emit(struct smol_engine *e, struct req *q, float *logits,
 }
 
 /* backend_sampling: whether q's next token can be drawn by the backend's batch sampler
- * (temperature and top_p only: nothing that needs the logits on the host). */
+ * (temperature and top_p only: nothing that needs the logits on the host; not while a
+ * thinking budget may force </think>). */
 static int backend_samples(const struct req *q)
 {
     const struct smol_request *r = q->r;
     return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs &&
+           !(q->think_open && q->think_budget > 0) &&   /* the thinking budget forces tokens (sample_row) */
            smol_sampler_is_plain(q->smp);
 }
 
