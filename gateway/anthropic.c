@@ -722,6 +722,7 @@ static int parse_thinking(struct gw_anthropic_parsed *p, json_t *root, unsigned 
                 if (!json_is_integer(b) || json_integer_value(b) < 1 || json_integer_value(b) > 1000000)
                     FAIL("thinking", "'thinking.budget_tokens' must be an integer in [1, 1000000]");
                 p->budget_tokens = json_integer_value(b);
+                g->thinking_budget = (uint32_t)p->budget_tokens;   /* the daemon forces </think> after it */
                 if (ep == GW_AN_MESSAGES && g->max_tokens && p->budget_tokens >= g->max_tokens)
                     FAIL("thinking", "'thinking.budget_tokens' (%lld) must be less than 'max_tokens' (%u)",
                          p->budget_tokens, g->max_tokens);

@@ -191,7 +191,8 @@ static int parse_tools(struct gw_openai_parsed *p, json_t *root, char *why, size
 }
 
 /* Thinking: chat_template_kwargs.enable_thinking and reasoning_effort
- * ("none" / "minimal" -> off, the others -> on) must agree when both come. */
+ * ("none" / "minimal" -> off, the others -> on) must agree when both come;
+ * the effort sets the thinking budget (gw_effort_budget). */
 static int parse_thinking(struct gw_openai_parsed *p, json_t *root, char *why, size_t wn)
 {
     Smollm3__GenerateRequest *g = &p->prm.gen;
@@ -226,6 +227,7 @@ static int parse_thinking(struct gw_openai_parsed *p, json_t *root, char *why, s
                  v, on ? "true" : "false");
         has = 1;
         on = want;
+        g->thinking_budget = gw_effort_budget(v);
     }
     if (has) {
         g->enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;

@@ -8,6 +8,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <string.h>
 
 struct gw_buf {
     char *p;                    /* bytes [off, len) are pending; NUL-terminated when len > 0 */
@@ -42,5 +43,19 @@ extern int gw_random_fail_next;
 
 /* Logs one line on stderr: prio is a syslog level (3 err, 4 warning, 6 info, 7 debug). */
 void gw_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The thinking budget (GenerateRequest.thinking_budget, tokens before the
+ * daemon forces </think>) of an OpenAI reasoning effort, for chat's
+ * reasoning_effort and Responses' reasoning.effort: low 512, medium 2048,
+ * high 8192, xhigh 16384, max 32768; none / minimal (thinking off) and
+ * anything else 0 (the daemon's default_thinking_budget). */
+static inline unsigned gw_effort_budget(const char *level)
+{
+    static const struct { const char *name; unsigned budget; } t[] = {
+        { "low", 512 }, { "medium", 2048 }, { "high", 8192 }, { "xhigh", 16384 }, { "max", 32768 } };
+    for (unsigned i = 0; level && i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(level, t[i].name)) return t[i].budget;
+    return 0;
+}
 
 #endif

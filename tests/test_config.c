@@ -364,6 +364,24 @@ START_TEST(file_then_flags_override)
 }
 END_TEST
 
+/* --default-thinking-budget / default_thinking_budget: 0 (unlimited) by
+ * default, a count of tokens, refused when negative */
+START_TEST(default_thinking_budget)
+{
+    struct smol_daemon_config c;
+    enum smol_config_action a;
+    char err[SMOL_ERRLEN] = "";
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "/m.gguf", NULL), SMOL_OK);
+    ck_assert_int_eq(c.default_thinking_budget, 0);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "/m.gguf", "--default-thinking-budget", "256", NULL), SMOL_OK);
+    ck_assert_int_eq(c.default_thinking_budget, 256);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "/m.gguf", "--default-thinking-budget", "-1", NULL), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "default-thinking-budget") || strstr(err, "default_thinking_budget"), "%s", err);
+    ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\ndefault_thinking_budget = 64\n", err), SMOL_OK);
+    ck_assert_int_eq(c.default_thinking_budget, 64);
+}
+END_TEST
+
 START_TEST(default_listen)
 {
     char buf[256];
@@ -442,6 +460,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, cuda_options);
     tcase_add_test(tc, ini_string);
     tcase_add_test(tc, file_then_flags_override);
+    tcase_add_test(tc, default_thinking_budget);
     tcase_add_test(tc, default_listen);
     tcase_add_test(tc, conf_file_matches_table);
     suite_add_tcase(s, tc);

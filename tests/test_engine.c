@@ -10,6 +10,8 @@
 
 #include "daemon/server/engine.h"
 #include "daemon/server/engine_wire.h"
+#include "daemon/server/grammar_cache.h"
+#include "daemon/server/request.h"
 #include "daemon/model/model.h"
 #include "daemon/text/tokenizer.h"
 #include "smollm3.pb-c.h"
@@ -421,6 +423,146 @@ START_TEST(t_chat_session_turns)
 }
 END_TEST
 
+
+/* Thinking budgets (issue 29 items 4 and 6).  A chat request built from its
+ * GenerateRequest as the RPC thread builds it (thinking on, the fixture
+ * never closes its thinking by itself), waited for its grammar's index. */
+struct think_out { int32_t ids[256]; int n; int finish; int reasoning, completion; char content[4096]; size_t len; };
+
+static void think_run(struct rig *g, struct smol_grammar_cache *gc, const char *tools, const char *tool_choice,
+                      const char *schema, int budget, int max_tokens, struct think_out *o)
+{
+    char err[SMOL_ERRLEN];
+    Smollm3__GenerateRequest gr = SMOLLM3__GENERATE_REQUEST__INIT;
+    Smollm3__ChatInput ci = SMOLLM3__CHAT_INPUT__INIT;
+    Smollm3__ChatMessage m = SMOLLM3__CHAT_MESSAGE__INIT, *mp = &m;
+    Smollm3__SamplingParams sp = SMOLLM3__SAMPLING_PARAMS__INIT;
+    m.role = "user";
+    m.content = "What is the weather in Paris? Answer in JSON.";
+    ci.n_messages = 1;
+    ci.messages = &mp;
+    if (tools) ci.tools_json = (char *)tools;
+    gr.input_case = SMOLLM3__GENERATE_REQUEST__INPUT_CHAT;
+    gr.chat = &ci;
+    gr.sampling = &sp;
+    sp.temperature = 0;
+    gr.max_tokens = (uint32_t)max_tokens;
+    gr.enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;
+    gr.enable_thinking = 1;
+    gr.thinking_budget = (uint32_t)budget;
+    if (tool_choice) gr.tool_choice = (char *)tool_choice;
+    if (schema) {
+        gr.constraint_case = SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_SCHEMA;
+        gr.json_schema = (char *)schema;
+    }
+    struct smol_rpc_limits lim = {.max_request_bytes = 1 << 20, .n_vocab = smol_tokenizer_n_vocab(g->tok),
+                                  .n_ctx = 1024, .grammars = gc};
+    struct smol_request *r = NULL;
+    ck_assert_msg(smol_rpc_build_request(&gr, 7, &lim, &r, err) == SMOL_OK, "%s", err);
+    if (r->grammar) {
+        enum smol_err code;
+        for (int k = 0; k < 6000 && !smol_grammar_entry_done(r->grammar, &code, err); k++) usleep(10000);
+        ck_assert(smol_grammar_entry_done(r->grammar, &code, err) && code == SMOL_OK);
+    }
+    r->id = g->next_id++;
+    r->client_id = 1000 + r->id;
+    r->t_received = smol_mono_s();
+    const uint64_t id = r->id;
+    ck_assert(smol_engine_send_submit(g->sock, r) == 0);
+    memset(o, 0, sizeof *o);
+    o->finish = -1;
+    for (;;) {
+        unsigned fl;
+        Smollm3__Event *ev;
+        ck_assert(recv_event(g, &fl, &ev) == id);
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) {
+            if (o->n < 256 && ev->token->token_id >= 0) o->ids[o->n++] = ev->token->token_id;
+            if (ev->token->channel == SMOLLM3__CHANNEL__CHANNEL_CONTENT) {
+                size_t n = strlen(ev->token->text);
+                if (o->len + n < sizeof o->content) { memcpy(o->content + o->len, ev->token->text, n + 1); o->len += n; }
+            }
+        }
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE) {
+            o->finish = ev->done->finish_reason;
+            ck_assert(ev->done->usage);
+            o->reasoning = (int)ev->done->usage->reasoning_tokens;
+            o->completion = (int)ev->done->usage->completion_tokens;
+        }
+        ck_assert_msg(ev->kind_case != SMOLLM3__EVENT__KIND_ERROR, "error: %s", ev->error->message);
+        int end = fl & SMOL_EV_TERMINAL;
+        smollm3__event__free_unpacked(ev, NULL);
+        if (end) break;
+    }
+}
+
+START_TEST(t_thinking_budget)
+{
+    struct rig g;
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    char err[SMOL_ERRLEN];
+    struct smol_grammar_cache *gc = NULL;
+    ck_assert_msg(smol_grammar_cache_new(&gc, g.tok, 0, err) == SMOL_OK, "%s", err);
+    const int32_t think_end = smol_tokenizer_special(g.tok)->think_end;
+    ck_assert(think_end >= 0);
+    static struct think_out o;
+
+    /* no budget: the fixture thinks through all of max_tokens */
+    think_run(&g, gc, NULL, NULL, NULL, 0, 40, &o);
+    ck_assert_int_eq(o.finish, SMOLLM3__FINISH_REASON__FINISH_REASON_LENGTH);
+    for (int k = 0; k < o.n; k++) ck_assert_int_ne(o.ids[k], think_end);
+    const int32_t think_start = smol_tokenizer_special(g.tok)->think;
+
+    /* budget B: token 0 opens with <think>, tokens 0..B-1 think, token B is
+     * the forced </think>, and the reasoning counts exactly B + 1; the
+     * answer follows */
+
+    for (int B = 1; B <= 17; B += 8) {
+        think_run(&g, gc, NULL, NULL, NULL, B, 40, &o);
+        ck_assert_int_eq(o.n, 40);
+        ck_assert_int_eq(o.ids[0], think_start);
+        ck_assert_int_eq(o.ids[B], think_end);
+        for (int k = 0; k < B; k++) ck_assert_int_ne(o.ids[k], think_end);
+        ck_assert_msg(o.reasoning == B + 1, "budget %d: %d reasoning tokens", B, o.reasoning);
+        ck_assert_int_eq(o.completion, 40);
+    }
+
+    /* the answer after a forced </think> follows response_format */
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":12},"
+                         "\"rain\":{\"type\":\"boolean\"}},\"required\":[\"city\",\"rain\"],\"additionalProperties\":false}";
+    think_run(&g, gc, NULL, NULL, schema, 12, 120, &o);
+    ck_assert_int_eq(o.ids[12], think_end);
+    ck_assert_int_eq(o.reasoning, 13);
+    printf("stats: thinking budget 12 then schema: %s (finish %d)\n", o.content, o.finish);
+    /* complete even when cut by length (the grammar's shortest completion) */
+    ck_assert(o.finish == SMOLLM3__FINISH_REASON__FINISH_REASON_STOP || o.finish == SMOLLM3__FINISH_REASON__FINISH_REASON_LENGTH);
+    json_error_t je;
+    json_t *v = json_loads(o.content, 0, &je);
+    ck_assert_msg(v && json_is_object(v), "answer is not a JSON object: %s", o.content);
+    ck_assert(json_object_size(v) == 2 && json_is_string(json_object_get(v, "city")) &&
+              strlen(json_string_value(json_object_get(v, "city"))) <= 12 &&
+              json_is_boolean(json_object_get(v, "rain")));
+    json_decref(v);
+
+    /* a forced tool call with thinking on and no budget: the pending grammar
+     * closes the thinking while the shortest call still fits max_tokens */
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}]";
+    think_run(&g, gc, tools, "required", NULL, 0, 80, &o);
+    ck_assert_msg(o.finish == SMOLLM3__FINISH_REASON__FINISH_REASON_TOOL_CALLS, "finish %d, %d tokens, reasoning %d: %s", o.finish, o.n, o.reasoning, o.content);
+    ck_assert_int_le(o.completion, 80);
+    int closed = 0;
+    for (int k = 0; k < o.n; k++) closed += o.ids[k] == think_end;
+    ck_assert_int_eq(closed, 1);
+    /* and with a budget (named function) */
+    think_run(&g, gc, tools, "get_weather", NULL, 5, 80, &o);
+    ck_assert_int_eq(o.ids[5], think_end);
+    ck_assert_int_eq(o.reasoning, 6);
+    ck_assert_int_eq(o.finish, SMOLLM3__FINISH_REASON__FINISH_REASON_TOOL_CALLS);
+    rig_close(&g);
+    smol_grammar_cache_free(&gc);
+}
+END_TEST
+
 /* The engine's counters: a stats query answered between steps. */
 static Smollm3__StatsReply *query_stats(struct rig *g, Smollm3__Event **hold)
 {
@@ -722,6 +864,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_waiting_prompt_built_once);
     tcase_add_test(tc, t_backend_sampling);
     tcase_add_test(tc, t_chat_session_turns);
+    tcase_add_test(tc, t_thinking_budget);
     tcase_add_test(tc, t_kv_budget);
     tcase_add_test(tc, t_queue_full_and_context);
     tcase_add_test(tc, t_no_chat_template);

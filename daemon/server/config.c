@@ -74,6 +74,8 @@ static const struct smol_option options[] = {
      "admission queue; beyond it requests get ERROR_QUEUE_FULL"},
     {"default_max_tokens", SMOL_OPT_INT, OFF(default_max_tokens), 1, 1 << 24, "2048",
      "tokens generated when a request sets no max_tokens (capped by the context)"},
+    {"default_thinking_budget", SMOL_OPT_INT, OFF(default_thinking_budget), 0, 1 << 24, "0",
+     "thinking tokens before </think> is forced when a request sets no budget (0: unlimited)"},
     {"max_sessions", SMOL_OPT_INT, OFF(max_sessions), 0, 1 << 24, "1024",
      "sessions kept; the least recently used idle one is evicted beyond it"},
     {"session_ttl", SMOL_OPT_INT, OFF(session_ttl), 1, INT_MAX, "3600",

@@ -53,6 +53,7 @@ struct smol_daemon_config {
     int max_running;            /* requests decoding together */
     int max_queued;             /* admission queue length */
     int default_max_tokens;     /* generation cap when a request gives none */
+    int default_thinking_budget; /* thinking tokens before a forced </think>; 0 = unlimited */
     int max_sessions;           /* sessions kept */
     int session_ttl;            /* seconds an idle session is kept */
     int max_cached_prefixes;    /* anonymous finished sequences kept for prefix reuse */

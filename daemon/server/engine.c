@@ -238,7 +238,11 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
         if (!q->cancelled && (fr || (out.len && smol_chat_parser_feed(&q->parser, out.text, out.len, 0))))
             lose(q);
         if (smol_chat_parser_finish(&q->parser) && !q->cancelled) lose(q);
-        if (reason == SMOLLM3__FINISH_REASON__FINISH_REASON_STOP && q->parser.n_tool_calls > 0)
+        /* calls the tool grammar may end after, reached on the last token
+         * (its shortest completion forced by the length), are complete */
+        if ((reason == SMOLLM3__FINISH_REASON__FINISH_REASON_STOP ||
+             (reason == SMOLLM3__FINISH_REASON__FINISH_REASON_LENGTH && q->gm && q->gm_active &&
+              smol_grammar_matcher_min_bytes(q->gm) == 0)) && q->parser.n_tool_calls > 0)
             reason = SMOLLM3__FINISH_REASON__FINISH_REASON_TOOL_CALLS;
     }
     q->finish_reason = reason;
@@ -648,6 +652,8 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
         return -1;
     }
     q->gm_active = q->gm && !q->thinking;   /* thinking: constrained from </think> on */
+    q->think_open = q->thinking;
+    q->think_budget = r->thinking_budget ? r->thinking_budget : e->cfg.default_thinking_budget;
     q->sg.m = q->gm;
     int spec_k = r->speculative == 0 ? 0 : e->cfg.speculative ? e->cfg.speculative
                                      : r->speculative > 0 || r->prediction ? SMOL_SPEC_MAX_DRAFT : 0;
@@ -742,6 +748,11 @@ static void apply_grammar(struct smol_engine *e, struct req *q, float *logits)
  * draft filter keeps a constrained request's draft inside its grammar (a
  * thinking request's draft ends at </think>: the constraint starts after
  * it). */
+/* Tokens kept beyond a pending grammar's shortest completion when thinking is
+ * closed early for it (room for the newline after </think> and a little
+ * slack before the shortest path is forced). */
+#define SMOL_THINK_GRAMMAR_MARGIN 4
+
 struct spec_ctx {
     struct smol_engine *e;
     struct req *q;
@@ -759,12 +770,39 @@ static enum smol_err sample_row(struct smol_engine *e, struct req *q, int i, flo
 {
     if (q->gm_active && smol_grammar_matcher_failed(q->gm))   /* is_done says 1: not "the end" */
         return smol_errf(err, SMOL_ENOMEM, "structured output: out of memory");
+    const int32_t think_end = smol_tokenizer_special(e->tok)->think_end;
+    const int32_t think_start = smol_tokenizer_special(e->tok)->think;
+    int force_close = 0;
+    int32_t forced = -1;
+    if (q->think_open && think_end >= 0 && think_start >= 0 && (q->think_budget > 0 || q->gm) && q->n_gen + i == 0)
+        forced = think_start;   /* a bounded thinking span opens with <think>, as SmolLM3's does */
+    else if (q->think_open && think_end >= 0) {
+        /* the thinking budget: the first think_budget generated tokens may
+         * think, the next is </think>; a pending grammar closes it while
+         * its shortest completion (+ a margin) still fits the tokens left */
+        long done = (long)q->n_gen + i;
+        if (q->think_budget > 0 && done >= q->think_budget) force_close = 1;
+        if (q->gm && !force_close) {
+            const int kv_len = q->seq->n_tokens - q->n_draft, by_ctx = e->m->cfg.n_ctx - kv_len;
+            long left = (q->max_gen - q->n_gen < by_ctx ? q->max_gen - q->n_gen : by_ctx) - i;
+            size_t need = smol_grammar_matcher_min_tokens(q->gm);
+            if (need != SIZE_MAX && left - 1 <= (long)need + SMOL_THINK_GRAMMAR_MARGIN) force_close = 1;
+        }
+    }
+    if (force_close) forced = think_end;
+    if (forced >= 0) {
+        const int V = e->m->cfg.vocab;
+        for (int k = 0; k < V; k++)
+            if (k != forced) logits[k] = -INFINITY;
+        logits[forced] = 0.0f;
+    }
     double tg = q->gm_active ? smol_mono_s() : 0;
     if (q->gm_active) apply_grammar(e, q, logits);
     if (q->gm_active) e->grammar_s += smol_mono_s() - tg;
     lp->n_top = q->r->top_logprobs;
     enum smol_err rc = smol_sampler_sample_lp(q->smp, e->sc, logits, t, q->r->logprobs ? lp : NULL, err);
     if (rc) return rc;
+    if (forced >= 0) *t = forced;   /* whatever the sampler's filters did */
     if (q->gm_active && !smol_grammar_matcher_is_done(q->gm)) {
         const int kv_len = q->seq->n_tokens - q->n_draft, by_ctx = e->m->cfg.n_ctx - kv_len;
         long budget = (q->max_gen - q->n_gen < by_ctx ? q->max_gen - q->n_gen : by_ctx) - i;
@@ -785,7 +823,11 @@ static enum smol_err sample_row(struct smol_engine *e, struct req *q, int i, flo
         if (rc == SMOL_ENOMEM) return smol_errf(err, SMOL_ENOMEM, "structured output: out of memory");
         if (rc) return smol_errf(err, SMOL_EINTERNAL, "structured output: the sampled token is outside the grammar");
     }
-    if (q->gm && !q->gm_active && *t == smol_tokenizer_special(e->tok)->think_end) q->gm_active = 1;
+    if (q->think_open && *t == think_end) {
+        q->think_open = 0;
+        if (force_close) e->n_think_forced++;
+    }
+    if (q->gm && !q->gm_active && *t == think_end) q->gm_active = 1;
     return SMOL_OK;
 }
 
@@ -918,7 +960,11 @@ static int emit_token(struct smol_engine *e, struct req *q, int32_t t, double no
     }
     if (q->seg_in_token == 0) emit_text(q, "", 0, SMOLLM3__CHANNEL__CHANNEL_CONTENT);
     const struct smol_special_ids *sp = smol_tokenizer_special(e->tok);
-    if (q->tok_reasoning || t == sp->think || t == sp->think_end) q->n_reasoning++;
+    /* reasoning: <think> through </think> by token (a token whose bytes the
+     * detokenizer holds back still counts), or what the parser calls it */
+    if (q->tok_reasoning || q->in_think || t == sp->think || t == sp->think_end) q->n_reasoning++;
+    if (t == sp->think) q->in_think = 1;
+    else if (t == sp->think_end) q->in_think = 0;
     if (q->n_gen >= q->max_gen || kv_len + 1 >= e->m->cfg.n_ctx) {
         finish(e, q, SMOLLM3__FINISH_REASON__FINISH_REASON_LENGTH);
         return 0;
@@ -972,11 +1018,13 @@ static void sample_and_emit(struct smol_engine *e, struct req *q, float *logits,
 }
 
 /* backend_sampling: whether q's next token can be drawn by the backend's batch sampler
- * (temperature and top_p only: nothing that needs the logits on the host). */
+ * (temperature and top_p only: nothing that needs the logits on the host; not while a
+ * thinking budget may force </think>). */
 static int backend_samples(const struct req *q)
 {
     const struct smol_request *r = q->r;
     return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs &&
+           !(q->think_open && q->think_budget > 0) &&   /* the thinking budget forces tokens (sample_row) */
            smol_sampler_is_plain(q->smp);
 }
 
@@ -1052,6 +1100,8 @@ static void spawn_choices(struct smol_engine *e, struct req *q, float *logits, d
         }
         /* its own matcher, at the start like q's: the mask q's row gets is the same */
         c->gm_active = c->gm && !c->thinking;
+        c->think_open = c->thinking;
+        c->think_budget = q->think_budget;
         smol_chat_parser_init(&c->parser, parser_start(e, q->r), on_parse, c);
         list_append(&e->running, c);
         e->n_running++;

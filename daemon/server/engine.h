@@ -56,6 +56,7 @@ struct smol_engine_config {
     int max_queued;         /* admission queue; beyond it SMOL_EQUEUE_FULL; default 64 */
     int step_tokens;        /* tokens per step (decode + prefill chunks); default 256 */
     int default_max_tokens; /* when a request gives none; default 2048 (capped by context) */
+    int default_thinking_budget; /* thinking tokens before a forced </think> when a request gives none; 0 = unlimited */
     int max_sessions;       /* default 1024 */
     double session_ttl_s;   /* idle sessions expire; default 3600 */
     int max_cached_prefixes;/* anonymous finished sequences kept for prefix reuse; default 16 */

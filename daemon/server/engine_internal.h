@@ -37,6 +37,9 @@ struct req {
     struct smol_sampler *smp;
     struct smol_grammar_matcher *gm;  /* structured output: NULL = unconstrained */
     int gm_active;                  /* the constraint applies (after </think> when thinking) */
+    int think_open;                 /* thinking, </think> not yet generated */
+    int in_think;                   /* a generated <think> not yet closed (reasoning_tokens) */
+    int think_budget;               /* tokens generated before </think> is forced; 0 = unlimited */
     /* speculative decoding (NULL lk: off): the history's n-gram index, the
      * draft-length controller, this step's draft and its lookup */
     struct smol_lookup *lk;
@@ -113,6 +116,7 @@ struct smol_engine {
     double grammar_s;               /* structured output: time in masks and grammar advances */
     uint64_t n_grammar_tokens;      /* tokens sampled under a grammar */
     uint64_t n_grammar_forced;      /* of those, drawn again to end within the length limit */
+    uint64_t n_think_forced;        /* </think> forced by a thinking budget or a pending grammar */
     uint64_t n_prefilled;           /* prompt positions run through forward() */
     uint64_t n_prompt_builds;       /* prompts rendered and tokenized (build_prompt) */
     uint64_t n_backend_sampled;     /* tokens the backend sampled (backend_sampling) */

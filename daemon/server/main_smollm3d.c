@@ -220,6 +220,7 @@ int main(int argc, char **argv)
     ec.max_queued = cfg.max_queued;
     ec.step_tokens = cfg.step_tokens;
     ec.default_max_tokens = cfg.default_max_tokens;
+    ec.default_thinking_budget = cfg.default_thinking_budget;
     ec.max_sessions = cfg.max_sessions;
     ec.session_ttl_s = cfg.session_ttl;
     ec.max_cached_prefixes = cfg.max_cached_prefixes;

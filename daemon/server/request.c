@@ -323,6 +323,7 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
     }
     /* proto3: 0 is "unset" for max_tokens and n */
     if (g->max_tokens && (e = smol_rule_number(SMOL_RULE_MAX_TOKENS_FIELD, g->max_tokens, NULL, err))) goto fail;
+    r->thinking_budget = g->thinking_budget > (uint32_t)INT32_MAX ? INT32_MAX : (int)g->thinking_budget;
     r->max_tokens = g->max_tokens > (uint32_t)lim->n_ctx && lim->n_ctx > 0 ? lim->n_ctx
                   : g->max_tokens > (uint32_t)INT32_MAX ? INT32_MAX : (int)g->max_tokens;
     r->logprobs = g->logprobs != 0;

@@ -53,6 +53,7 @@ struct smol_request {
     int think_set, enable_thinking;     /* chat: explicit thinking flag */
     struct smol_sampler_params sp;
     int max_tokens;                     /* 0 = engine default */
+    int thinking_budget;                /* tokens before a forced </think>; 0 = engine default */
     char *stops[SMOL_MAX_STOPS];
     int n_stops;
     int logprobs;

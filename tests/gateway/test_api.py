@@ -255,6 +255,13 @@ def t_sampling_effects(gw, d):
     off = gen(cl, temperature=0, max_tokens=1, reasoning_effort="minimal").usage.prompt_tokens
     off2 = gen(cl, temperature=0, max_tokens=1, extra_body=ne).usage.prompt_tokens
     check(on != off and off == off2, "reasoning_effort: high %d, minimal %d, no-think %d" % (on, off, off2))
+    # reasoning_effort "low" caps the thinking at 512 tokens: the daemon forces </think> after them,
+    # so the reasoning counts at most 512 + 1 (exactly that when the model would think on)
+    r = gen(cl, temperature=0, max_tokens=530, reasoning_effort="low")
+    rt = r.usage.completion_tokens_details.reasoning_tokens
+    check(rt <= 513 and (r.usage.completion_tokens < 530 or rt == 513 or rt < 512),
+          "reasoning_effort low: %d reasoning of %d tokens" % (rt, r.usage.completion_tokens))
+    expect_400(lambda: gen(cl, max_tokens=1, reasoning_effort="extreme"), "reasoning_effort")
     # tool_choice "none": the tools are not rendered at all
     plain = gen(cl, temperature=0, max_tokens=1).usage.prompt_tokens
     auto = gen(cl, temperature=0, max_tokens=1, tools=[TOOL], tool_choice="auto").usage.prompt_tokens
