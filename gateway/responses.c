@@ -10,7 +10,8 @@
  * daemon/text/chat_template.h), function_call_output items tool messages;
  * `tools` (type function) in chat's shape, `tool_choice`, `text.format`
  * (json_schema / json_object / text: the structured-output constraint),
- * `reasoning.effort` (none / minimal: SmolLM3's /no_think, else think),
+ * `reasoning.effort` (none / minimal: SmolLM3's /no_think, else think with
+ * chat's thinking budget for that effort, gw_effort_budget),
  * `max_output_tokens`, `temperature`, `top_p`.  Every field of the SDK's
  * ResponseCreateParams is in the table below: honoured, metadata (echoed,
  * changes nothing) or refused with a 400 naming it; unknown fields are
@@ -524,6 +525,7 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
                 FAIL("reasoning", "'reasoning.effort' must be one of none, minimal, low, medium, high, xhigh");
             p->gen.enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;
             p->gen.enable_thinking = lvl >= 2;
+            p->gen.thinking_budget = gw_effort_budget(v);   /* low 512 ... xhigh 16384 (util.h) */
         }
         json_object_set(p->echo, "reasoning", r);
     }

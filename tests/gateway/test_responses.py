@@ -135,6 +135,16 @@ def t_create(gw, d):
               "cut at max_output_tokens: %s %r" % (r.status, r.incomplete_details))
 
 
+def t_effort_budget(gw, d):
+    # reasoning.effort low: thinking on with chat's budget for it (512 tokens, then the daemon
+    # forces </think>): the reasoning counts at most 512 + 1 tokens of the 530
+    cl = client(gw)
+    r = cl.responses.create(model="x", input="Think, then answer.", max_output_tokens=530, temperature=0,
+                            reasoning={"effort": "low"})
+    rt = r.usage.output_tokens_details.reasoning_tokens
+    check(0 < rt <= 513, "effort low: %d reasoning tokens of %d" % (rt, r.usage.output_tokens))
+
+
 def t_stream(gw, d):
     cl = client(gw)
     # (reasoning text: t_fake_daemon, the fixture model does not open <think>)
@@ -442,7 +452,7 @@ def main():
         d = tg.Daemon(os.path.join(tmp, "d.sock"))
         gw = tg.Gateway(d.endpoint, tmp)
         for name, fn in (("responses_field_walk", t_field_walk), ("responses_create", t_create),
-                         ("responses_stream", t_stream), ("responses_tools_previous", t_tools_previous_response),
+                         ("responses_stream", t_stream), ("responses_effort_budget", t_effort_budget), ("responses_tools_previous", t_tools_previous_response),
                          ("responses_thinking_previous", t_thinking_previous_response),
                          ("responses_tools_stateless", t_tools_stateless), ("responses_tools_stream", t_tools_stream),
                          ("chat_tool_history", t_chat_tool_history),
