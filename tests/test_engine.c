@@ -69,7 +69,10 @@ static void rig_close(struct rig *g)
     smol_model_close(&g->m);
 }
 
-static uint64_t submit_ids(struct rig *g, const int32_t *ids, int n, int max_tokens, const char *session)
+/* A token request (greedy unless temp > 0), stamped as the RPC thread stamps it: the queue
+ * timeout counts from here.  r belongs to the engine once sent. */
+static uint64_t submit_tokens(struct rig *g, const int32_t *ids, int n, int max_tokens, const char *session,
+                              float temp, float top_p, uint64_t seed, int logprobs)
 {
     struct smol_request *r = calloc(1, sizeof *r);
     r->id = g->next_id++;
@@ -79,13 +82,21 @@ static uint64_t submit_ids(struct rig *g, const int32_t *ids, int n, int max_tok
     memcpy(r->ids, ids, n * sizeof *ids);
     r->n_ids = n;
     r->sp = smol_sampler_defaults();
-    r->sp.temperature = 0;
+    r->sp.temperature = temp;
+    r->sp.top_p = top_p;
+    r->sp.seed = seed;
+    r->logprobs = logprobs;
     r->max_tokens = max_tokens;
-    r->t_received = smol_mono_s();  /* as the RPC thread stamps it: the queue timeout counts from here */
+    r->t_received = smol_mono_s();
     if (session) snprintf(r->session, sizeof r->session, "%s", session);
-    uint64_t id = r->id; /* r belongs to the engine once sent */
+    const uint64_t id = r->id;
     ck_assert(smol_engine_send_submit(g->sock, r) == 0);
     return id;
+}
+
+static uint64_t submit_ids(struct rig *g, const int32_t *ids, int n, int max_tokens, const char *session)
+{
+    return submit_tokens(g, ids, n, max_tokens, session, 0.0f, smol_sampler_defaults().top_p, 0, 0);
 }
 
 /* Receives one event; returns its internal id, fills *flags, unpacks. */
@@ -621,23 +632,7 @@ END_TEST
 static uint64_t submit_sampled(struct rig *g, const int32_t *ids, int n, int max_tokens, float temp, float top_p,
                                uint64_t seed, int logprobs)
 {
-    const uint64_t id = g->next_id;
-    struct smol_request *r = calloc(1, sizeof *r);
-    r->id = g->next_id++;
-    r->client_id = 1000 + r->id;
-    r->kind = SMOL_INPUT_TOKENS;
-    r->ids = malloc(n * sizeof *ids);
-    memcpy(r->ids, ids, n * sizeof *ids);
-    r->n_ids = n;
-    r->sp = smol_sampler_defaults();
-    r->sp.temperature = temp;
-    r->sp.top_p = top_p;
-    r->sp.seed = seed;
-    r->logprobs = logprobs;
-    r->max_tokens = max_tokens;
-    r->t_received = smol_mono_s();
-    ck_assert(smol_engine_send_submit(g->sock, r) == 0);
-    return id;
+    return submit_tokens(g, ids, n, max_tokens, NULL, temp, top_p, seed, logprobs);
 }
 
 /* backend_sampling: plain rows drawn by the backend's batch sampler (on the CPU,
