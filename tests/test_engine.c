@@ -52,6 +52,8 @@ static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int ma
     cfg.step_tokens = 64;
     cfg.queue_timeout_s = 2;
     cfg.backend_sampling = rig_backend_sampling;
+    cfg.speculative_calibrate = 0;      /* the default verify costs: draft lengths (and prediction counts)
+                                           independent of this machine's speed and build */
     ck_assert_msg(smol_engine_start(&g->e, g->ctx, "inproc://engine-test", g->m, g->tok, &cfg, err) == SMOL_OK, "%s", err);
     g->next_id = 1;
     return 1;
