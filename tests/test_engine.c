@@ -26,6 +26,7 @@ struct rig {
 };
 
 static int rig_backend_sampling; /* the next rig's engine option backend_sampling */
+static double rig_queue_timeout_s = 2; /* and queue_timeout_s */
 
 static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int max_running, int max_queued)
 {
@@ -50,7 +51,7 @@ static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int ma
     cfg.max_running = max_running;
     cfg.max_queued = max_queued;
     cfg.step_tokens = 64;
-    cfg.queue_timeout_s = 2;
+    cfg.queue_timeout_s = rig_queue_timeout_s;
     cfg.backend_sampling = rig_backend_sampling;
     cfg.speculative_calibrate = 0;      /* the default verify costs: draft lengths (and prediction counts)
                                            independent of this machine's speed and build */
@@ -508,6 +509,14 @@ static void think_run(struct rig *g, struct smol_grammar_cache *gc, const char *
     }
 }
 
+/* Code points of a UTF-8 string (JSON Schema's maxLength counts these, not bytes). */
+static size_t utf8_chars(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
 START_TEST(t_thinking_budget)
 {
     struct rig g;
@@ -552,7 +561,7 @@ START_TEST(t_thinking_budget)
     json_t *v = json_loads(o.content, 0, &je);
     ck_assert_msg(v && json_is_object(v), "answer is not a JSON object: %s", o.content);
     ck_assert(json_object_size(v) == 2 && json_is_string(json_object_get(v, "city")) &&
-              strlen(json_string_value(json_object_get(v, "city"))) <= 12 &&
+              utf8_chars(json_string_value(json_object_get(v, "city"))) <= 12 &&   /* maxLength: characters */
               json_is_boolean(json_object_get(v, "rain")));
     json_decref(v);
 
@@ -601,7 +610,10 @@ START_TEST(t_waiting_prompt_built_once)
 {
     struct rig g;
     size_t per_tok = smol_kv_bytes_per_token(8, 1, 16, 1 /* f16 */);
-    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", per_tok * 128, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    rig_queue_timeout_s = 120;   /* B waits for all of A, however slow the build (TSan) */
+    const int opened = rig_open(&g, "models/fixture-t.Q8_0.gguf", per_tok * 128, 4, 16);
+    rig_queue_timeout_s = 2;
+    if (!opened) { printf("SKIPPED: fixture missing\n"); return; }
     enum { GEN_A = 80, GEN_B = 40 };
     int32_t a_ids[64], b_ids[64];
     int na, nb;
