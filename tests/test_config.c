@@ -133,7 +133,12 @@ START_TEST(cuda_opts_set_and_describe)
     ck_assert_int_eq(o.matvec, SMOL_CUDA_MATVEC_Q8);    /* the paths device run 1 verified (NOTES.md) */
     ck_assert_int_eq(o.fuse, 1);
     ck_assert_int_eq(o.graphs, 1);
-    ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_PAGED);     /* tiled: not yet run on a device */
+    ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_MMA);       /* device run 3 (NOTES.md) */
+    ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_PREFILL);
+    smol_cuda_opts_describe(&o, buf, sizeof buf);
+    ck_assert_str_eq(buf, "matvec=q8 fuse=on graphs=on gemm=mma attn=prefill");
+    o.gemm = SMOL_CUDA_GEMM_TILED;                      /* the older paths for what follows */
+    o.attn = SMOL_CUDA_ATTN_PAGED;
     smol_cuda_opts_describe(&o, buf, sizeof buf);
     ck_assert_str_eq(buf, "matvec=q8 fuse=on graphs=on gemm=tiled attn=paged");
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_matvec", "f32", err), SMOL_OK);
@@ -170,10 +175,14 @@ START_TEST(cuda_opts_set_and_describe)
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_attn", "tiled", err), SMOL_OK);
     ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_TILED);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_attn", "flash", err), SMOL_EINVAL);
-    ck_assert_msg(strstr(err, "cuda_attn") && strstr(err, "paged or tiled") && strstr(err, "flash"), "%s", err);
+    ck_assert_msg(strstr(err, "cuda_attn") && strstr(err, "paged, tiled or prefill") && strstr(err, "flash"), "%s", err);
     ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_TILED);
     smol_cuda_opts_describe(&o, buf, sizeof buf);
     ck_assert_msg(strstr(buf, " attn=tiled"), "%s", buf);
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_attn", "prefill", err), SMOL_OK);
+    ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_PREFILL);
+    smol_cuda_opts_describe(&o, buf, sizeof buf);
+    ck_assert_msg(strstr(buf, " attn=prefill"), "%s", buf);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_attn", "paged", err), SMOL_OK);
     ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_PAGED);
     /* cuda_gemm: tiled (the default) or mma */
@@ -207,6 +216,8 @@ START_TEST(cuda_opts_env)
     o.matvec = SMOL_CUDA_MATVEC_F32;
     o.fuse = 1;
     o.graphs = 0;
+    o.gemm = SMOL_CUDA_GEMM_TILED;
+    o.attn = SMOL_CUDA_ATTN_PAGED;
     ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);    /* nothing set: unchanged */
     smol_cuda_opts_describe(&o, buf, sizeof buf);
     ck_assert_str_eq(buf, "matvec=f32 fuse=on graphs=off gemm=tiled attn=paged");
@@ -221,7 +232,7 @@ START_TEST(cuda_opts_env)
     ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_TILED);
     setenv("SMOL_CUDA_ATTN", "fast", 1);
     ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_EINVAL);
-    ck_assert_msg(strstr(err, "SMOL_CUDA_ATTN") && strstr(err, "paged or tiled"), "%s", err);
+    ck_assert_msg(strstr(err, "SMOL_CUDA_ATTN") && strstr(err, "paged, tiled or prefill"), "%s", err);
     unsetenv("SMOL_CUDA_ATTN");
     o.attn = SMOL_CUDA_ATTN_PAGED;
     setenv("SMOL_CUDA_GEMM", "mma", 1);
@@ -279,6 +290,8 @@ START_TEST(cuda_options)
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", c.cuda_gemm, err), SMOL_OK);
     ck_assert_msg(!memcmp(&o, &d, sizeof o), "the cuda_* defaults of config.c differ from smol_cuda_opts_default");
     ck_assert_str_eq(c.cuda_matvec, "q8");
+    ck_assert_str_eq(c.cuda_gemm, "mma");
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-gemm", "tiled", NULL), SMOL_OK);
     ck_assert_str_eq(c.cuda_gemm, "tiled");
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-gemm", "mma", NULL), SMOL_OK);
     ck_assert_str_eq(c.cuda_gemm, "mma");
@@ -294,11 +307,27 @@ START_TEST(cuda_options)
     ck_assert_int_eq(c.cuda_graphs, 0);
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-matvec", "bogus", NULL), SMOL_EINVAL);
     ck_assert_msg(strstr(err, "cuda_matvec") && strstr(err, "f32 or q8") && strstr(err, "bogus"), "%s", err);
-    ck_assert_str_eq(c.cuda_attn, "paged");
+    ck_assert_str_eq(c.cuda_attn, "prefill");
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-attn", "tiled", NULL), SMOL_OK);
     ck_assert_str_eq(c.cuda_attn, "tiled");
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-attn", "flash", NULL), SMOL_EINVAL);
-    ck_assert_msg(strstr(err, "cuda_attn") && strstr(err, "paged or tiled"), "%s", err);
+    ck_assert_msg(strstr(err, "cuda_attn") && strstr(err, "paged, tiled or prefill"), "%s", err);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-graphs=sometimes", NULL), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "cuda_graphs"), "%s", err);
+    /* backend_sampling: auto (-1: on for cuda, main_smollm3d.c), true, false; the flag alone, --no- */
+    smol_config_defaults(&c);
+    ck_assert_int_eq(c.backend_sampling, -1);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--backend-sampling", NULL), SMOL_OK);
+    ck_assert_int_eq(c.backend_sampling, 1);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--no-backend-sampling", NULL), SMOL_OK);
+    ck_assert_int_eq(c.backend_sampling, 0);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--backend-sampling=auto", NULL), SMOL_OK);
+    ck_assert_int_eq(c.backend_sampling, -1);
+    ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\nbackend_sampling = true\n", err), SMOL_OK);
+    ck_assert_int_eq(c.backend_sampling, 1);
+    ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\nbackend_sampling = sometimes\n", err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "backend_sampling") && strstr(err, "auto, true or false"), "%s", err);
+    ck_assert_int_eq(c.backend_sampling, 1);
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-graphs=sometimes", NULL), SMOL_EINVAL);
     ck_assert_msg(strstr(err, "cuda_graphs"), "%s", err);
     smol_config_defaults(&c);

@@ -270,7 +270,10 @@ END_TEST
  * sequences at different lengths, then a prefill chunk. */
 static void attention_case(uint32_t type)
 {
-    struct smol_backend *be = open_cuda();
+    struct smol_cuda_opts o;   /* this case checks the paged kernel (attention.cu) to 1e-6; the   */
+    smol_cuda_opts_default(&o);/* default attn = prefill would take the tiled one for the 65-token */
+    o.attn = SMOL_CUDA_ATTN_PAGED; /* prompt (its f16 bounds: t_fattn_*; device run 4 failed here)  */
+    struct smol_backend *be = open_cuda_opts(&o);
     if (!be) return;
     struct smol_backend *cpu = NULL;
     char err[SMOL_ERRLEN];
@@ -991,6 +994,9 @@ static const struct smol_cuda_opts knobs[] = {
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0, .attn = SMOL_CUDA_ATTN_TILED},
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 1, .attn = SMOL_CUDA_ATTN_TILED},
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 1, .gemm = SMOL_CUDA_GEMM_MMA},
+    /* the defaults since device run 3 (smol_cuda_opts_default), and their graph twin */
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 1, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
 };
 #define N_KNOBS ((int)(sizeof knobs / sizeof knobs[0]))
 
@@ -1219,9 +1225,9 @@ static void cuda_side(const char *path, const char *name, int k, struct prompt_c
 {
     char desc[64];
     smol_cuda_opts_describe(&knobs[k], desc, sizeof desc);
-    if (knobs[k].attn == SMOL_CUDA_ATTN_TILED && cpu_head_dim != 128) {  /* the same kernels as paged: no new check */
-        printf("note: %s [%s] not run: head_dim %d takes the paged kernels under cuda_attn = tiled\n", name, desc,
-               cpu_head_dim);
+    if (knobs[k].attn != SMOL_CUDA_ATTN_PAGED && cpu_head_dim != 128) {  /* the same kernels as paged: no new check */
+        printf("note: %s [%s] not run: head_dim %d takes the paged kernels under cuda_attn = %s\n", name, desc,
+               cpu_head_dim, knobs[k].attn == SMOL_CUDA_ATTN_TILED ? "tiled" : "prefill");
         return;
     }
     struct smol_model *m = open_model(path, &knobs[k]);

@@ -604,6 +604,19 @@ static void cu_fattn(struct cuda *c, float *out, const float *q, const struct sm
        "attention (tiled)");
 }
 
+/* Knob attn = prefill: the tiled kernels for a step of more tokens than the mat-vec takes where
+ * some sequence has several query tokens (its tokens are contiguous); the paged ones for decode
+ * rows, where they are faster (device run 3), and for every step of <= SMOL_MMVQ_MAX_TOKENS: those
+ * are the steps CUDA graphs record and replay for any batch of their size, so a replay and a
+ * launch from the host take the same kernels (test_cuda's graph twins, bit for bit). */
+static int multi_query(const struct cuda *c, const struct smol_batch *b)
+{
+    if (c->capturing || b->n_tokens <= SMOL_MMVQ_MAX_TOKENS) return 0;
+    for (int t = 1; t < b->n_tokens; t++)
+        if (b->seq[t] == b->seq[t - 1]) return 1;
+    return 0;
+}
+
 static void cu_attention(struct smol_backend *be, float *out, const float *q, const struct smol_kv *kv, int layer,
                          const struct smol_batch *b, int n_heads, float scale)
 {
@@ -611,7 +624,8 @@ static void cu_attention(struct smol_backend *be, float *out, const float *q, co
     int max_pages;
     const int32_t *d = kv_desc(c, b, &max_pages);
     if (!d) return (void)ck(c, cudaErrorMemoryAllocation, "kv descriptor");
-    if (c->opts.attn == SMOL_CUDA_ATTN_TILED && smol_fattn_ok(kv->head_dim, (int)kv->type, n_heads, kv->n_kv_heads))
+    if ((c->opts.attn == SMOL_CUDA_ATTN_TILED || (c->opts.attn == SMOL_CUDA_ATTN_PREFILL && multi_query(c, b))) &&
+        smol_fattn_ok(kv->head_dim, (int)kv->type, n_heads, kv->n_kv_heads))
         return cu_fattn(c, out, q, kv, layer, b, n_heads, scale, d, max_pages);
     /* splits so that tokens x kv heads x splits fills the GPU twice, within the partials buffer */
     const int n = b->n_tokens, blocks = n * kv->n_kv_heads;
@@ -883,7 +897,7 @@ static enum smol_err cu_new(struct smol_backend **out, int device, const struct 
             device, prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0,
             c->opts.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32", c->opts.fuse ? "on" : "off",
             c->opts.graphs ? "on" : "off", c->opts.gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
-            c->opts.attn == SMOL_CUDA_ATTN_TILED ? "tiled" : "paged");
+            c->opts.attn == SMOL_CUDA_ATTN_TILED ? "tiled" : c->opts.attn == SMOL_CUDA_ATTN_PREFILL ? "prefill" : "paged");
     *out = be;
     return SMOL_OK;
 }

@@ -22,13 +22,13 @@ static const struct smol_cuda_plugin *plugin;  /* loaded once, never unloaded (e
 
 /* ---- knobs ------------------------------------------------------------------------------ */
 
-/* The defaults: the verified paths (f32 mat-vec, unfused steps, no graphs). */
+/* The defaults: the paths device runs have shown correct and fastest (kernels/cuda/NOTES.md). */
 static const struct smol_cuda_opts cuda_opts_default = {  /* device run 1 of kernels/cuda/NOTES.md */
     .matvec = SMOL_CUDA_MATVEC_Q8,
     .fuse = 1,
     .graphs = 1,
-    .gemm = SMOL_CUDA_GEMM_TILED,  /* mma: not yet run on a device (NOTES.md, run 3) */
-    .attn = SMOL_CUDA_ATTN_PAGED,  /* tiled: not yet run on a device (NOTES.md, run 3) */
+    .gemm = SMOL_CUDA_GEMM_MMA,      /* device run 3: pp512 5.2x tiled, 64-sequence decode 6.1x */
+    .attn = SMOL_CUDA_ATTN_PREFILL,  /* device run 3: tiled prefill 1.44x at 8K; paged decode */
 };
 
 void smol_cuda_opts_default(struct smol_cuda_opts *o) { *o = cuda_opts_default; }
@@ -55,7 +55,8 @@ enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, cons
     if (!strcmp(key, "cuda_attn")) {
         if (!strcmp(val, "paged")) o->attn = SMOL_CUDA_ATTN_PAGED;
         else if (!strcmp(val, "tiled")) o->attn = SMOL_CUDA_ATTN_TILED;
-        else return smol_errf(err, SMOL_EINVAL, "cuda_attn must be paged or tiled (got '%.64s')", val);
+        else if (!strcmp(val, "prefill")) o->attn = SMOL_CUDA_ATTN_PREFILL;
+        else return smol_errf(err, SMOL_EINVAL, "cuda_attn must be paged, tiled or prefill (got '%.64s')", val);
         return SMOL_OK;
     }
     if (!strcmp(key, "cuda_gemm")) {
@@ -89,7 +90,7 @@ void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t c
 {
     snprintf(buf, cap, "matvec=%s fuse=%s graphs=%s gemm=%s attn=%s", o->matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
              o->fuse ? "on" : "off", o->graphs ? "on" : "off", o->gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
-             o->attn == SMOL_CUDA_ATTN_TILED ? "tiled" : "paged");
+             o->attn == SMOL_CUDA_ATTN_TILED ? "tiled" : o->attn == SMOL_CUDA_ATTN_PREFILL ? "prefill" : "paged");
 }
 
 /* ---- plugin ----------------------------------------------------------------------------- */

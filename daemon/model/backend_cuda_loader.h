@@ -27,7 +27,7 @@
  * cuda_matvec, cuda_fuse, cuda_graphs, cuda_gemm, cuda_attn; the environment (SMOL_CUDA_MATVEC,
  * SMOL_CUDA_FUSE, SMOL_CUDA_GRAPHS, SMOL_CUDA_GEMM, SMOL_CUDA_ATTN) overrides them when the backend is made. */
 enum { SMOL_CUDA_MATVEC_F32 = 0, SMOL_CUDA_MATVEC_Q8 = 1 };
-enum { SMOL_CUDA_ATTN_PAGED = 0, SMOL_CUDA_ATTN_TILED = 1 };
+enum { SMOL_CUDA_ATTN_PAGED = 0, SMOL_CUDA_ATTN_TILED = 1, SMOL_CUDA_ATTN_PREFILL = 2 };
 struct smol_cuda_opts {
     int matvec;     /* decode mat-vec (<= 8 tokens): SMOL_CUDA_MATVEC_F32 (f32 activations, a warp per
                        row decoding to registers) or SMOL_CUDA_MATVEC_Q8 (activations quantized once
@@ -37,9 +37,12 @@ struct smol_cuda_opts {
     int gemm;       /* mat-muls of more tokens than the mat-vec takes (> 8: batched decode, prefill):
                        SMOL_CUDA_GEMM_TILED (f16 tiles, wmma: matmul.cu) or SMOL_CUDA_GEMM_MMA
                        (quantized tiles decoded in shared memory, cp.async, mma.sync: mmq_tc.cu) */
-    int attn;       /* SMOL_CUDA_ATTN_PAGED (attention.cu: a block per query token) or SMOL_CUDA_ATTN_TILED
+    int attn;       /* SMOL_CUDA_ATTN_PAGED (attention.cu: a block per query token), SMOL_CUDA_ATTN_TILED
                        (fattn.cu: query tiles x K/V tiles on tensor cores, split-K with a warp merge;
-                       head_dim 128 with an f16 or q8_0 cache, the paged kernels otherwise) */
+                       head_dim 128 with an f16 or q8_0 cache, the paged kernels otherwise) or
+                       SMOL_CUDA_ATTN_PREFILL (tiled for steps where a sequence has several query
+                       tokens: prefill chunks, speculative verify; paged for decode-only steps, where
+                       the paged kernel is faster: device run 3) */
 };
 enum { SMOL_CUDA_GEMM_TILED = 0, SMOL_CUDA_GEMM_MMA = 1 };
 

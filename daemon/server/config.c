@@ -56,18 +56,18 @@ static const struct smol_option options[] = {
      "CUDA fused steps (norm + q/k/v, rope + KV store, mat-vec + residual, the FFN; needs cuda_matvec = q8); false = one kernel per op"},
     {"cuda_graphs", SMOL_OPT_BOOL, OFF(cuda_graphs), 0, 1, "true",
      "CUDA decode steps (<= 8 tokens) recorded once per shape as CUDA graphs and replayed; false = every kernel launched from the host"},
-    {"cuda_gemm", SMOL_OPT_MATVEC, OFF(cuda_gemm), 0, 0, "tiled",
-     "CUDA mat-muls of > 8 tokens (batched decode, prefill): tiled (f16 tiles, wmma; verified) or mma (quantized tiles, cp.async, mma.sync; not yet run on a device, kernels/cuda/NOTES.md)"},
-    {"cuda_attn", SMOL_OPT_MATVEC, OFF(cuda_attn), 0, 0, "paged",
-     "CUDA attention: paged (a block per query token) or tiled (query tiles share K/V tiles on tensor cores; head_dim 128, f16 or q8_0 KV; not yet run on a device)"},
+    {"cuda_gemm", SMOL_OPT_MATVEC, OFF(cuda_gemm), 0, 0, "mma",
+     "CUDA mat-muls of > 8 tokens (batched decode, prefill): mma (quantized tiles on tensor cores; pp512 5.2x tiled on an H200, kernels/cuda/NOTES.md) or tiled (f16 tiles, wmma: the earlier path)"},
+    {"cuda_attn", SMOL_OPT_MATVEC, OFF(cuda_attn), 0, 0, "prefill",
+     "CUDA attention: prefill (tiled for prompts, paged for decode rows), tiled (query tiles share K/V tiles on tensor cores, split-K decode; head_dim 128) or paged (a block per query token)"},
     {"step_tokens", SMOL_OPT_INT, OFF(step_tokens), 1, 65536, "256",
      "tokens per engine step: one per running request plus prefill chunks"},
     {"speculative", SMOL_OPT_INT, OFF(speculative), 0, 7, "7",
      "speculative decoding by prompt lookup: longest draft (tokens copied from the context) verified per step; same output; 0 = off unless a request asks"},
     {"speculative_calibrate", SMOL_OPT_BOOL, OFF(speculative_calibrate), 0, 1, "true",
      "measure the cost of verifying drafts at start (seconds on a 3B); false = assume 1 + 0.06 per drafted token"},
-    {"backend_sampling", SMOL_OPT_BOOL, OFF(backend_sampling), 0, 1, "false",
-     "rows that need only temperature / top_p are sampled by the backend (CUDA: on the device, 4 bytes a row to the host instead of the logits); seeded draws differ from the host sampler's"},
+    {"backend_sampling", SMOL_OPT_AUTO_BOOL, OFF(backend_sampling), 0, 1, "auto",
+     "rows that need only temperature / top_p sampled by the backend (CUDA: on the device, 4 bytes a row instead of the logits); seeded draws differ from the host sampler's; auto = on for cuda only"},
     {"max_running", SMOL_OPT_INT, OFF(max_running), 1, 4096, "16",
      "requests decoding together (batch slots)"},
     {"max_queued", SMOL_OPT_INT, OFF(max_queued), 0, 1 << 20, "64",
@@ -165,6 +165,11 @@ static enum smol_err set_opt(struct smol_daemon_config *c, const struct smol_opt
     case SMOL_OPT_BOOL:
         if (parse_bool(v, ip))
             return smol_errf(err, SMOL_EINVAL, "%s: \"%.64s\" is not a boolean (true/false)", o->name, v);
+        return SMOL_OK;
+    case SMOL_OPT_AUTO_BOOL:
+        if (!strcmp(v, "auto")) { *ip = -1; return SMOL_OK; }
+        if (parse_bool(v, ip))
+            return smol_errf(err, SMOL_EINVAL, "%s: \"%.64s\" is not auto, true or false", o->name, v);
         return SMOL_OK;
     case SMOL_OPT_KVTYPE: {
         uint32_t t;
@@ -298,12 +303,12 @@ enum smol_err smol_config_parse_args(struct smol_daemon_config *c, int argc, cha
         const struct smol_option *o = find_opt(name);
         if (!o && !strncmp(name, "no-", 3) && !eq) {    /* --no-kv-f32 */
             const struct smol_option *b = find_opt(name + 3);
-            if (b && b->type == SMOL_OPT_BOOL) { set_opt(c, b, "false", NULL); continue; }
+            if (b && (b->type == SMOL_OPT_BOOL || b->type == SMOL_OPT_AUTO_BOOL)) { set_opt(c, b, "false", NULL); continue; }
         }
         if (!o) return smol_errf(err, SMOL_EINVAL, "unknown flag --%s (see --help)", name);
         if (eq) {
             val = eq + 1;
-        } else if (o->type == SMOL_OPT_BOOL) {
+        } else if (o->type == SMOL_OPT_BOOL || o->type == SMOL_OPT_AUTO_BOOL) {
             val = "true";       /* a boolean flag alone; an explicit value needs --flag=value */
         } else {
             if (i + 1 >= argc) return smol_errf(err, SMOL_EINVAL, "--%s needs a value", name);
@@ -353,6 +358,7 @@ static void write_value(FILE *f, const struct smol_option *o, const struct smol_
     case SMOL_OPT_INT: fprintf(f, "%d", v); break;
     case SMOL_OPT_MODE: fprintf(f, "0%o", v); break;
     case SMOL_OPT_BOOL: fputs(v ? "true" : "false", f); break;
+    case SMOL_OPT_AUTO_BOOL: fputs(v < 0 ? "auto" : v ? "true" : "false", f); break;
     case SMOL_OPT_LEVEL: fputs(smol_log_level_name(v), f); break;
     }
 }
@@ -400,7 +406,8 @@ void smol_config_usage(FILE *f, const char *prog)
         snprintf(flag, sizeof flag, "--%s", options[i].name);
         for (char *p = flag + 2; *p; p++)
             if (*p == '_') *p = '-';
-        const char *arg = options[i].type == SMOL_OPT_BOOL ? "" : options[i].type == SMOL_OPT_STR ? " S"
+        const char *arg = options[i].type == SMOL_OPT_BOOL ? "" : options[i].type == SMOL_OPT_AUTO_BOOL ? "[=W]"
+                          : options[i].type == SMOL_OPT_STR ? " S"
                           : options[i].type == SMOL_OPT_KVTYPE ? " T" : options[i].type == SMOL_OPT_MATVEC ? " M"
                           : " N";
         char lhs[80];

@@ -48,7 +48,8 @@ struct smol_daemon_config {
     char cuda_attn[8];          /* "paged" | "tiled" (checked when set): the CUDA attention kernels */
     int speculative;            /* longest prompt-lookup draft per step; 0 = off by default */
     int speculative_calibrate;  /* bool: measure the verify costs at start */
-    int backend_sampling;       /* bool: plain rows sampled by the backend (engine.h) */
+    int backend_sampling;       /* plain rows sampled by the backend (engine.h): 1, 0, or -1 = auto
+                                   (on for the cuda backend, off for the cpu one) */
     int step_tokens;            /* tokens per engine step (decode + prefill chunks) */
     int max_running;            /* requests decoding together */
     int max_queued;             /* admission queue length */
@@ -69,7 +70,7 @@ struct smol_daemon_config {
 };
 
 enum smol_opt_type {
-    SMOL_OPT_STR, SMOL_OPT_INT, SMOL_OPT_BOOL, SMOL_OPT_MODE, SMOL_OPT_LEVEL, SMOL_OPT_KVTYPE,
+    SMOL_OPT_STR, SMOL_OPT_INT, SMOL_OPT_BOOL, SMOL_OPT_AUTO_BOOL /* "auto" = -1, or a boolean */, SMOL_OPT_MODE, SMOL_OPT_LEVEL, SMOL_OPT_KVTYPE,
     SMOL_OPT_MATVEC,            /* a CUDA knob's word, char[8], checked by smol_cuda_opts_set under the
                                    option's name: cuda_matvec "f32" | "q8", cuda_gemm "tiled" | "mma",
                                    cuda_attn "paged" | "tiled" */

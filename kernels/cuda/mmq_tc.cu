@@ -20,8 +20,8 @@
  *      bank conflicts);
  *   4. the epilogue writes (or adds to) out[t][r] straight from the
  *      accumulators: 8 consecutive rows of a token per 32-byte sector.
- * Tails: rows and tokens past the end are clamped on load (valid memory,
- * results dropped); cols must be a multiple of 128 (the launcher refuses
+ * Tails: rows past the end are clamped on load (valid memory, results
+ * dropped), tokens past the end are zero rows never loaded; cols must be a multiple of 128 (the launcher refuses
  * others).  Grids with fewer blocks than the device runs at once split K
  * (blockIdx.z) into partials summed in a fixed order by a second kernel.
  *
@@ -126,6 +126,17 @@ static __global__ void __launch_bounds__(TC_THREADS) gemm_kernel(const struct ge
     const int k_begin = blockIdx.z * a.steps_per_split;
     const int k_end = min(nk, k_begin + a.steps_per_split);
 
+    /* a block's tokens past the end: zero rows in both stages, written once and never loaded
+     * (clamped loads sent up to 63 copies of the last row's bytes to one L2 line per step: the
+     * 16-token GEMM ran 2.4x slower than the 64-token one, device run 3) */
+    const int nt = min(TC_BN, a.n - t0);
+    if (nt < TC_BN)
+        for (int idx = tid; idx < 2 * (TC_BN - nt) * (SMOL_GEMM_BK / 8); idx += TC_THREADS) {
+            const int st = idx / ((TC_BN - nt) * (SMOL_GEMM_BK / 8)), rest = idx % ((TC_BN - nt) * (SMOL_GEMM_BK / 8));
+            const int tt = nt + (rest >> 4), p = rest & 15;
+            *(uint4 *)(Xs + st * TC_BN * TC_LDS + tt * TC_LDS + 8 * p) = make_uint4(0, 0, 0, 0);
+        }
+
     /* stage s <- step k: the raw weight pieces and the activations */
     auto issue = [&](int k, int s) {
         uint8_t *raw = Raw + s * BM * RB;
@@ -141,10 +152,9 @@ static __global__ void __launch_bounds__(TC_THREADS) gemm_kernel(const struct ge
             else cp_async<4>(dst, a.w + src);
         }
         __half *xs = Xs + s * TC_BN * TC_LDS;
-        for (int idx = tid; idx < TC_BN * (SMOL_GEMM_BK / 8); idx += TC_THREADS) {
+        for (int idx = tid; idx < nt * (SMOL_GEMM_BK / 8); idx += TC_THREADS) {
             const int tt = idx >> 4, p = idx & 15;
-            const int t = min(t0 + tt, a.n - 1);
-            cp_async<16>(xs + tt * TC_LDS + 8 * p, a.x + (size_t)t * a.cols + (size_t)k * SMOL_GEMM_BK + 8 * p);
+            cp_async<16>(xs + tt * TC_LDS + 8 * p, a.x + (size_t)(t0 + tt) * a.cols + (size_t)k * SMOL_GEMM_BK + 8 * p);
         }
         cp_commit();
     };

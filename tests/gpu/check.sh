@@ -23,7 +23,7 @@
 #              8-token step against f32/0/0's; the best combination (fastest tg128 that agrees)
 #              and the baseline at -d 4096, -p 2048 -b 4, -b 16; the CPU backend once
 #              (-t 16 -p 128 -n 32, the llama.cpp build paused meanwhile)
-#   7b attn    knob cuda_attn, paged vs tiled: bench_cuda --attn (be->attention alone: prefill 512 /
+#   7b attn    knob cuda_attn, paged vs tiled vs prefill: bench_cuda --attn (be->attention alone: prefill 512 /
 #              2048 / 8192, decode at 4096 / 16384, tiled checked against paged), then smollm3 bench
 #              (best combination) pp512 + tg64 at d4096, pp2048, pp8192 per value, and the logits of an
 #              8-token step tiled vs paged
@@ -45,6 +45,12 @@
 #              stream counts and plans, printed beside the daemon's in the load table
 #   11 summary the tables, printed last, and $OUT/results.json
 #
+# Knobs of the run (environment): GPU_CHECK_SKIP (step ids not to run), GPU_CHECK_COMBOS (the
+# matvec-fuse-graphs combinations of step 7), GPU_CHECK_BEST_RUNS ("best base", "" for none),
+# GPU_CHECK_BENCH_CPU (0: no CPU run), GPU_CHECK_SANITIZE_TOOLS, GPU_CHECK_ATTN_KERNELS (0: no
+# bench_cuda --attn), GPU_CHECK_LLAMA_REPS, GPU_CHECK_DAEMON_KNOBS (m-f-g-gemm-attn for the daemon's
+# steps; by default the best combination, cuda_gemm and cuda_attn at their defaults).  The peer
+# (10) runs before the daemon's steps.
 # $OUT (default build/gpu-check) gets at most 7 files: check.log (every step's full output),
 # results.json, summary.txt, bench_cuda.jsonl, ncu.csv, daemon.log, llama_build.log.
 # Time: the optional steps (4, 8, 8b, 9, 10 and the extra runs of 7) are skipped once
@@ -75,7 +81,9 @@ B=${GPU_CHECK_BUILD:-build}              # where the binaries are (make gpu-chec
 SM=$B/bin/smollm3
 CTL=$B/bin/smollm3ctl
 DAEMON=$B/bin/smollm3d
-COMBOS="f32-0-0 q8-0-0 q8-1-0 q8-1-1"   # matvec-fuse-graphs; the first is the baseline
+COMBOS=${GPU_CHECK_COMBOS:-f32-0-0 q8-0-0 q8-1-0 q8-1-1}   # matvec-fuse-graphs; the first is the baseline
+export GPU_CHECK_COMBOS=$COMBOS           # report.py reads the same list
+SKIP=" ${GPU_CHECK_SKIP:-} "              # step ids not to run, e.g. "matvec daemon ncu"
 BASE=f32-0-0
 BEST=$BASE
 BW=""
@@ -141,6 +149,11 @@ trap cleanup EXIT
 # 0 pass, 77 skipped, else fail; FUNCTION may set NOTE
 step() {
     local id=$1 opt=$2 title=$3 fn=$4 t0=$SECONDS rc st
+    if [ "${SKIP#* $id }" != "$SKIP" ]; then
+        say "$(printf '[%3ds] %-7s skipped: GPU_CHECK_SKIP' "$SECONDS" "$id")"
+        put "step.$id" "skipped	0	GPU_CHECK_SKIP"
+        return
+    fi
     if [ "$opt" = 1 ] && over; then
         say "$(printf '[%3ds] %-7s skipped: past the %ss budget' "$SECONDS" "$id" "$BUDGET")"
         put "step.$id" "skipped	0	past the ${BUDGET}s budget"
@@ -261,7 +274,7 @@ s_sanit() {
     [ -x "$B/tests/test_cuda" ] || { NOTE="no $B/tests/test_cuda"; return 1; }
     [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
     NOTE=""
-    for tool in memcheck racecheck; do
+    for tool in ${GPU_CHECK_SANITIZE_TOOLS:-memcheck racecheck}; do
         over && { NOTE="$NOTE $tool: skipped (budget);"; continue; }
         CK_RUN_CASE=$case tmo "$t" "$cs" --tool "$tool" "$B/tests/test_cuda" > "$W/$tool.out" 2>&1
         rc=$?
@@ -412,7 +425,7 @@ s_bench() {
     put fact.best "$BEST"
     say "  best combination: $BEST"
     local lab
-    for lab in best base; do
+    for lab in ${GPU_CHECK_BEST_RUNS-best base}; do
         c=$BEST
         [ "$lab" = base ] && c=$BASE
         [ "$lab" = base ] && [ "$BEST" = "$BASE" ] && { for x in d4096 p2048b4 b16; do cp "$W/sb/best-$x.out" "$W/sb/base-$x.out" 2>/dev/null; done; break; }
@@ -422,9 +435,11 @@ s_bench() {
         sbench "$lab-b16" "$c" 60 -p 512 -n 128 -b 16 || fails=$((fails + 1))
     done
     # the CPU backend, alone on the CPUs: the background build paused
-    llama_signal STOP
-    sbench cpu cpu 60 -t 16 -p 128 -n 32 || fails=$((fails + 1))
-    llama_signal CONT
+    if [ "${GPU_CHECK_BENCH_CPU:-1}" = 1 ]; then
+        llama_signal STOP
+        sbench cpu cpu 60 -t 16 -p 128 -n 32 || fails=$((fails + 1))
+        llama_signal CONT
+    fi
     NOTE="$fails of the runs failed; best $BEST"
     [ $fails -eq 0 ]
 }
@@ -433,7 +448,9 @@ s_bench() {
 s_attn() {
     [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
     local fails=0 rc a
-    if [ -x "$B/bench/bench_cuda" ]; then
+    if [ "${GPU_CHECK_ATTN_KERNELS:-1}" = 0 ]; then
+        say "  bench_cuda --attn: skipped (GPU_CHECK_ATTN_KERNELS=0)"
+    elif [ -x "$B/bench/bench_cuda" ]; then
         tmo 60 "$B/bench/bench_cuda" --attn --json --reps 3 > "$W/attn.jsonl" 2> "$W/attn.err"
         rc=$?
         cat "$W/attn.jsonl" "$W/attn.err"
@@ -448,19 +465,21 @@ s_attn() {
     IFS=- read -r m f g _ <<< "$BEST"
     [ "$BEST" = cpu ] && { m=q8; f=1; g=1; }
     put fact.attn_combo "$m/$f/$g"
-    for a in paged tiled; do
+    for a in paged tiled prefill; do
         over && { say "  cuda_attn=$a: skipped (budget)"; continue; }
         sbench "attn-$a-p512d4096" "$m-$f-$g--$a" 60 -p 512 -n 64 -d 4096 || fails=$((fails + 1))
         sbench "attn-$a-p2048" "$m-$f-$g--$a" 60 -p 2048 -n 1 || fails=$((fails + 1))
         sbench "attn-$a-p8192" "$m-$f-$g--$a" 90 -p 8192 -n 1 || fails=$((fails + 1))
         # shellcheck disable=SC2046
         tmo 40 env $(combo_env "$m-$f-$g--$a") "$SM" logits -m "$MODEL" ${BACKEND_ARGS[@]+"${BACKEND_ARGS[@]}"} \
-            --ids 791,3301,1200,5512,100,2048,64000,17 --all -o "$W/agree/attn-$a.bin" || echo "logits attn $a failed"
+            --ids "$(seq 11 97 3890 | paste -sd, -)" --all -o "$W/agree/attn-$a.bin" || echo "logits attn $a failed"
     done
-    if [ -s "$W/agree/attn-paged.bin" ] && [ -s "$W/agree/attn-tiled.bin" ]; then
-        report agree "$W/agree/attn-tiled.bin" "$W/agree/attn-paged.bin" > "$W/agree/attn-tiled.txt"
-        say "  logits cuda_attn tiled vs paged: rel L2 $(cat "$W/agree/attn-tiled.txt")"
-    fi
+    for a in tiled prefill; do   # a 40-token step: the prefill path (> 8 tokens of one sequence)
+        if [ -s "$W/agree/attn-paged.bin" ] && [ -s "$W/agree/attn-$a.bin" ]; then
+            report agree "$W/agree/attn-$a.bin" "$W/agree/attn-paged.bin" > "$W/agree/attn-$a.txt"
+            say "  logits of a 40-token step, cuda_attn $a vs paged: rel L2 $(cat "$W/agree/attn-$a.txt")"
+        fi
+    done
     NOTE="$fails failed (bench_cuda --attn and smollm3 bench runs)"
     [ $fails -eq 0 ]
 }
@@ -524,8 +543,11 @@ print(f'{int(n):2d} streams: {k} tokens in {d:.2f} s = {int(k) / d:.1f} tokens/s
 
 # daemon_up CONF: starts smollm3d (best combination) on $EP, waits until it is ready; 1 with NOTE set
 daemon_up() {
+    local knobs=$BEST
+    [ -n "${GPU_CHECK_DAEMON_KNOBS:-}" ] && knobs=$GPU_CHECK_DAEMON_KNOBS   # m-f-g-gemm-attn
+    [ "$BEST" = cpu ] && knobs=cpu
     # shellcheck disable=SC2046
-    env $(combo_env "$BEST") "$DAEMON" --config "$1" >> "$OUT/daemon.log" 2>&1 < /dev/null &
+    env $(combo_env "$knobs") "$DAEMON" --config "$1" >> "$OUT/daemon.log" 2>&1 < /dev/null &
     DAEMON_PID=$!
     local t0=$SECONDS
     until "$CTL" --connect "$EP" --timeout 2 health > /dev/null 2>&1; do
@@ -543,7 +565,7 @@ daemon_up() {
         fi
         sleep 0.5
     done
-    say "  ready after $((SECONDS - t0)) s ($BEST)"
+    say "  ready after $((SECONDS - t0)) s ($knobs)"
 }
 
 # daemon_down: SIGTERM, at most 30 s for the drain; its exit status (1 with NOTE if it hung)
@@ -610,7 +632,7 @@ ttft_4k() {
 r = random.Random(int(sys.argv[1]))
 w = "the of and a to in is you that it he was for on are as with his they at be this have from or one had by word but not what all were we when your can said there use an each which she do how their if will up other about out many then them these so some her would make like him into time has look two more write go see number no way could people my than first water been call who oil its now find long down day did get come made may part".split()
 print(str(r.random()), " ".join(r.choice(w) for _ in range(4000)))' "$i" |
-            sys tmo 30 "$CTL" --connect "$1" generate --json --no-think --no-speculative -n 1 - \
+            tmo 30 "$CTL" --connect "$1" generate --json --no-think --no-speculative -n 1 - \
             > "$W/load/ttft4k.$i.out" 2>&1
     done
     sys python3 - "$W/load" <<'EOF' | tee "$W/load/ttft4k.json" | show
@@ -634,7 +656,7 @@ EOF
 # nginx and not the venv) against a daemon with max_running 256, at 1 / 16 / 64 / 256 streams
 # (GPU_CHECK_LOAD_STREAMS), each level `streams` requests (at least 4) of GPU_CHECK_LOAD_ARGS
 # (--mix chat --max-tokens 128) under at most GPU_CHECK_LOAD_S (60) seconds; then
-# GPU_CHECK_LOAD_BS_STREAMS (64) again with backend_sampling = true (empty: not)
+# GPU_CHECK_LOAD_HOST_STREAMS (64) again with backend_sampling = false, the host sampler (empty: not)
 s_load() {
     if [ ! -x "$DAEMON" ] || [ ! -x "$CTL" ]; then NOTE="no $DAEMON or $CTL"; return 1; fi
     [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
@@ -644,11 +666,11 @@ s_load() {
     local sock=/tmp/smollm3d-load-$$.sock conf=$W/smollm3d-load.conf
     local n req t fails=0 ran=0 rc bs levels tag drc=0
     mkdir -p "$W/load"
-    # the levels with the host sampler, then GPU_CHECK_LOAD_BS_STREAMS (64) again with
-    # backend_sampling = true (rows sampled on the device): its A/B
-    for bs in false true; do
-        if [ $bs = false ]; then levels=${GPU_CHECK_LOAD_STREAMS:-1 16 64 256}; tag=""
-        else levels=${GPU_CHECK_LOAD_BS_STREAMS-64}; tag="bs"; fi
+    # the levels on the daemon's default (backend_sampling = auto: rows sampled on the device),
+    # then GPU_CHECK_LOAD_HOST_STREAMS (64) again with the host sampler: its A/B
+    for bs in auto false; do
+        if [ $bs = auto ]; then levels=${GPU_CHECK_LOAD_STREAMS:-1 16 64 256}; tag=""
+        else levels=${GPU_CHECK_LOAD_HOST_STREAMS-64}; tag="host"; fi
         [ -n "$levels" ] || continue
         if over || [ $((HARD - SECONDS)) -lt 45 ]; then say "  backend_sampling = $bs: skipped (time)"; continue; fi
         EP=ipc://$sock
@@ -686,14 +708,14 @@ EOF
             ran=$((ran + 1))
             if [ -s "$W/load/$n$tag.json" ]; then
                 grep -A3 '^load:' "$W/load/$n$tag.out" | sed -n '2,4p' |
-                    sed "s/^ */  $n streams${tag:+ (backend_sampling)}: /" | show
+                    sed "s/^ */  $n streams${tag:+ (host sampler)}: /" | show
             else
                 say "  $n$tag streams: no result (rc $rc$( { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && echo ", timed out after ${t}s"))"
                 rm -f "$W/load/$n$tag.json"
             fi
             [ $rc -eq 0 ] || fails=$((fails + 1))
         done
-        [ $bs = false ] && ttft_4k "$EP"
+        [ $bs = auto ] && ttft_4k "$EP"
         daemon_down || drc=$?
     done
     [ -n "$NOTE" ] && return 1
@@ -742,11 +764,11 @@ s_peer() {
     say "  build: $(grep 'llama build:' "$OUT/llama_build.log" | tail -n 1) (waited $((SECONDS - waited)) s)"
     local lb=$LLAMA_DIR/b/bin/llama-bench lbb=$LLAMA_DIR/b/bin/llama-batched-bench
     [ -x "$lb" ] || { NOTE="build failed (llama_build.log): $(grep -m1 -iE 'error' "$OUT/llama_build.log" | cut -c1-120)"; return 1; }
-    sys tmo 60 "$lb" -m "$MODEL" -ngl 99 -fa 1 -p 512,2048 -n 128 -r 3 -o jsonl > "$W/llama/bench.jsonl" 2> "$W/llama/bench.err"
+    sys tmo 60 "$lb" -m "$MODEL" -ngl 99 -fa 1 -p 512,2048 -n 128 -r "${GPU_CHECK_LLAMA_REPS:-3}" -o jsonl > "$W/llama/bench.jsonl" 2> "$W/llama/bench.err"
     local rc=$?
     cat "$W/llama/bench.jsonl" "$W/llama/bench.err"
     if grep -q -- '--n-depth' "$LLAMA_DIR/tools/llama-bench/llama-bench.cpp"; then
-        sys tmo 60 "$lb" -m "$MODEL" -ngl 99 -fa 1 -p 0 -n 128 -d 4096 -r 3 -o jsonl > "$W/llama/d4096.jsonl" 2> "$W/llama/d4096.err"
+        sys tmo 60 "$lb" -m "$MODEL" -ngl 99 -fa 1 -p 0 -n 128 -d 4096 -r "${GPU_CHECK_LLAMA_REPS:-3}" -o jsonl > "$W/llama/d4096.jsonl" 2> "$W/llama/d4096.err"
         cat "$W/llama/d4096.jsonl" "$W/llama/d4096.err"
     else
         say "  this llama-bench has no --n-depth: no tg at depth 4096"
@@ -832,10 +854,10 @@ step matvec 0 "bench_cuda --bw ${BW:-?}" s_matvec
 step bench 0 "smollm3 bench: knob combinations, best, baseline, cpu" s_bench
 step attn 1 "cuda_attn paged vs tiled: bench_cuda --attn, smollm3 bench pp512/2048/8192, tg d4096" s_attn
 step gemm 1 "cuda_gemm A/B: tiled vs mma (pp512/2048/8192, b4/16/64)" s_gemm
+step peer 1 "llama.cpp: llama-bench, llama-batched-bench" s_peer
 step daemon 1 "smollm3d on cuda: 1 / 16 / 64 streams" s_daemon
 step load 1 "tests/load/loadgen.py --mode ctl on cuda: ${GPU_CHECK_LOAD_STREAMS:-1 16 64 256} streams" s_load
 step ncu 1 "ncu: one decode step per kernel" s_ncu
-step peer 1 "llama.cpp: llama-bench, llama-batched-bench" s_peer
 llama_signal CONT
 llama_signal TERM
 put step.summary "pass	0	"

@@ -24,7 +24,7 @@ import statistics
 import struct
 import sys
 
-COMBOS = ["f32-0-0", "q8-0-0", "q8-1-0", "q8-1-1"]   # matvec-fuse-graphs; the first is the baseline
+COMBOS = (os.environ.get("GPU_CHECK_COMBOS") or "f32-0-0 q8-0-0 q8-1-0 q8-1-1").split()  # matvec-fuse-graphs; first: baseline
 AGREE_MAX = 0.1     # logits of an 8-token step vs the baseline combination, relative L2
 
 
@@ -134,16 +134,18 @@ ATTN_RUNS = [("pp512", "p512d4096", "pp_tps"), ("pp2048", "p2048", "pp_tps"), ("
 
 
 def attn_ab(W, runs):
-    """cuda_attn paged vs tiled: smollm3 bench runs attn-{paged,tiled}-LABEL of check.sh's step attn."""
+    """cuda_attn paged vs tiled vs prefill: smollm3 bench runs attn-{paged,tiled,prefill}-LABEL of check.sh's step attn."""
     rows, out = [], []
     for name, label, key in ATTN_RUNS:
         v = {}
-        for a in ("paged", "tiled"):
+        for a in ("paged", "tiled", "prefill"):
             j = runs.get(f"attn-{a}-{label}")
             v[a] = j.get(key) if j and j.get("ok") else None
-        out.append({"row": name, "paged": v["paged"], "tiled": v["tiled"],
-                    "ratio": v["tiled"] / v["paged"] if v["paged"] and v["tiled"] else None})
-        rows.append([name, fnum(v["paged"]), fnum(v["tiled"]), fnum(out[-1]["ratio"], "{:.2f}x")])
+        out.append({"row": name, **v,
+                    "ratio": v["tiled"] / v["paged"] if v["paged"] and v["tiled"] else None,
+                    "ratio_prefill": v["prefill"] / v["paged"] if v["paged"] and v["prefill"] else None})
+        rows.append([name, fnum(v["paged"]), fnum(v["tiled"]), fnum(v["prefill"]), fnum(out[-1]["ratio"], "{:.2f}x"),
+                     fnum(out[-1]["ratio_prefill"], "{:.2f}x")])
     return rows, out
 
 
@@ -321,6 +323,7 @@ def final(W, OUT):
     res["agreement_vs_baseline"] = {c: agreement(W, c) for c in COMBOS[1:]}
     attn_rows, res["attn_ab"] = attn_ab(W, runs)
     res["attn_agreement_tiled_vs_paged"] = agreement(W, "attn-tiled")
+    res["attn_agreement_prefill_vs_paged"] = agreement(W, "attn-prefill")
     res["bench_cuda_attn"] = jsonl(os.path.join(W, "attn.jsonl"))
 
     # llama.cpp
@@ -367,9 +370,9 @@ def final(W, OUT):
     ld = {}
     for f in glob.glob(os.path.join(W, "load", "*.json")):
         j = last_json(read(f))
-        if j and "load" in j:  # N.json: the host sampler; Nbs.json: backend_sampling = true
-            bs = os.path.basename(f).endswith("bs.json")
-            ld[f'{j["load"]["streams"]}{" bs" if bs else ""}'] = dict(j["load"], backend_sampling=bs)
+        if j and "load" in j:  # N.json: the daemon's default (backend_sampling = auto: on for cuda);
+            host = os.path.basename(f).endswith("host.json")   # Nhost.json: backend_sampling = false
+            ld[f'{j["load"]["streams"]}{" host" if host else ""}'] = dict(j["load"], backend_sampling=not host)
     res["load"] = ld
     # the same plans against llama-server (step peer): llama/load-N.json
     sv = {}
@@ -473,13 +476,13 @@ def final(W, OUT):
             return v.get(key) if v and not v.get("errors") else None
         table(["streams", "requests", "errors", "tokens/s in all", "requests/s", "TTFT p50 ms", "TTFT p99 ms",
                "ITL p50 ms", "ITL p99 ms", "llama.cpp b", "llama-server", "ratio", "server ITL p99"],
-              [[str(v["streams"]) + (" (backend_sampling)" if v.get("backend_sampling") else ""), str(v["requests"]), str(v["errors"]), fnum(v.get("tokens_per_s")), fnum(v.get("requests_per_s"), "{:.2f}"),
+              [[str(v["streams"]) + ("" if v.get("backend_sampling") else " (host sampler)"), str(v["requests"]), str(v["errors"]), fnum(v.get("tokens_per_s")), fnum(v.get("requests_per_s"), "{:.2f}"),
                 fnum(v.get("ttft_ms_p50")), fnum(v.get("ttft_ms_p99")), fnum(v.get("itl_ms_p50")), fnum(v.get("itl_ms_p99")),
                 fnum(llama_b(v["streams"])), fnum(srv(v["streams"], "tokens_per_s")),
                 (f'{v["tokens_per_s"] / srv(v["streams"], "tokens_per_s"):.2f}x'
                  if v.get("tokens_per_s") and srv(v["streams"], "tokens_per_s") else "-"),
                 fnum(srv(v["streams"], "itl_ms_p99"))]
-               for n, v in sorted(ld.items(), key=lambda kv: (kv[1]["streams"], kv[1]["backend_sampling"]))]
+               for n, v in sorted(ld.items(), key=lambda kv: (kv[1]["streams"], not kv[1]["backend_sampling"]))]
               or [["-", "no result"] + [""] * 11])
     if res.get("ttft4k"):
         t4 = res["ttft4k"]
@@ -489,9 +492,10 @@ def final(W, OUT):
     table(["matvec/fuse/graphs", "pp512", "tg128", "tg vs base", "agreement", "status"], ab)
     if any(r["paged"] or r["tiled"] for r in res["attn_ab"]) or res["bench_cuda_attn"]:
         e = res["attn_agreement_tiled_vs_paged"]
-        print(f"\ncuda_attn A/B (smollm3 bench, tokens/s, combination {facts.get('fact.attn_combo', '?')}; logits of an "
-              f"8-token step tiled vs paged: rel L2 {fnum(e, '{:.1e}')})")
-        table(["row", "paged", "tiled", "tiled/paged"], attn_rows)
+        print(f"\ncuda_attn A/B (smollm3 bench, tokens/s, combination {facts.get('fact.attn_combo', '?')}; logits of a "
+              f"40-token step vs paged, rel L2: tiled {fnum(e, '{:.1e}')}, prefill "
+              f"{fnum(res['attn_agreement_prefill_vs_paged'], '{:.1e}')})")
+        table(["row", "paged", "tiled", "prefill", "tiled/paged", "prefill/paged"], attn_rows)
         if res["bench_cuda_attn"]:
             print()
             attn_kernels(os.path.join(W, "attn.jsonl"))
