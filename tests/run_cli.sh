@@ -158,7 +158,7 @@ expect 1 "bad SMOL_CUDA_GEMM" env SMOL_CUDA_GEMM=fast $S bench -m $T -p 16 -n 4 
 grep -q "SMOL_CUDA_GEMM" "$TMP/err" && ok || bad "bad SMOL_CUDA_GEMM message: $(cat "$TMP/err")"
 expect 2 "logits --cuda-graphs bogus" $S logits -m $T --ids 1 -o "$TMP/x" --cuda-graphs bogus
 expect 2 "bench --cuda-attn bogus" $S bench -m $T --cuda-attn bogus
-grep -q "paged or tiled" "$TMP/err" && ok || bad "--cuda-attn message: $(cat "$TMP/err")"
+grep -q "paged, tiled or prefill" "$TMP/err" && ok || bad "--cuda-attn message: $(cat "$TMP/err")"
 expect 0 "bench --cuda-attn tiled on the CPU" $S bench -m $T -p 16 -n 4 -t 2 --cuda-attn tiled --json
 expect 1 "bad SMOL_CUDA_ATTN" env SMOL_CUDA_ATTN=flash $S bench -m $T -p 16 -n 4 --backend auto
 grep -q "SMOL_CUDA_ATTN" "$TMP/err" && ok || bad "bad SMOL_CUDA_ATTN message: $(cat "$TMP/err")"

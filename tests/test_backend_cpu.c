@@ -222,6 +222,76 @@ START_TEST(t_attention)
 }
 END_TEST
 
+/* smol_kv_init_fit on a backend whose memory holds cap bytes (a device's, in miniature): the
+ * largest halving of the budget whose pool and the spare bytes beside it fit; the floor last,
+ * without the spare; ENOMEM when even the floor does not fit. */
+static size_t fit_cap, fit_used;
+static struct { void *p; size_t n; } fit_live[8];
+static void *(*fit_real_alloc)(struct smol_backend *, size_t);
+static void (*fit_real_free)(struct smol_backend *, void *);
+static void *fit_alloc(struct smol_backend *be, size_t n)
+{
+    if (fit_used + n > fit_cap) return NULL;
+    for (int i = 0; i < 8; i++)
+        if (!fit_live[i].p) {
+            void *p = fit_real_alloc(be, n);
+            if (!p) return NULL;
+            fit_live[i].p = p;
+            fit_live[i].n = n;
+            fit_used += n;
+            return p;
+        }
+    return NULL;
+}
+static void fit_free(struct smol_backend *be, void *p)
+{
+    for (int i = 0; i < 8; i++)
+        if (p && fit_live[i].p == p) {
+            fit_used -= fit_live[i].n;
+            fit_live[i].p = NULL;
+        }
+    fit_real_free(be, p);
+}
+
+START_TEST(t_kv_init_fit)
+{
+    struct smol_backend *be = NULL;
+    char err[SMOL_ERRLEN];
+    ck_assert_int_eq(smol_backend_cpu_new(&be, 1, err), SMOL_OK);
+    fit_real_alloc = be->alloc;
+    fit_real_free = be->free;
+    be->alloc = fit_alloc;
+    be->free = fit_free;
+    const int L = 2, H = 2, D = 64;
+    const size_t page = smol_kv_bytes_per_token(L, H, D, SMOL_TYPE_F16) * SMOL_KV_PAGE;
+    /* want 64 pages, floor 4, spare 8: capacity -> pages the pool gets (0: ENOMEM) */
+    const struct { size_t cap, pages; } cases[] = {
+        {1000, 64}, {72, 64}, {71, 32}, {40, 32}, {39, 16}, {24, 16}, {23, 8}, {16, 8}, {15, 4}, {4, 4}, {3, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct smol_kv kv;
+        size_t got = 0;
+        fit_cap = cases[i].cap * page;
+        fit_used = 0;
+        enum smol_err e = smol_kv_init_fit(&kv, be, L, H, D, SMOL_TYPE_F16, 64 * page, 4 * page, 8 * page, &got, err);
+        if (!cases[i].pages) {
+            ck_assert_int_eq(e, SMOL_ENOMEM);
+            ck_assert_uint_eq(fit_used, 0);     /* nothing left allocated */
+            continue;
+        }
+        ck_assert_msg(e == SMOL_OK, "cap %zu pages: %s", cases[i].cap, err);
+        ck_assert_msg(kv.n_pages == (int)cases[i].pages && got == cases[i].pages * page,
+                      "cap %zu pages: got %d pages, want %zu", cases[i].cap, kv.n_pages, cases[i].pages);
+        ck_assert_uint_eq(fit_used, cases[i].pages * page);   /* the probe was freed */
+        smol_kv_deinit(&kv);
+        ck_assert_uint_eq(fit_used, 0);
+    }
+    be->alloc = fit_real_alloc;
+    be->free = fit_real_free;
+    smol_backend_free(&be);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("backend_cpu");
@@ -230,6 +300,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_matmul_n);
     tcase_add_test(tc, t_matmul_parts);
     tcase_add_test(tc, t_attention);
+    tcase_add_test(tc, t_kv_init_fit);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -30,7 +30,9 @@ START_TEST(defaults_match_table)
 {
     struct smol_daemon_config c;
     smol_config_defaults(&c);
-    ck_assert_int_eq(c.kv_budget_mb, 1024);
+    ck_assert_int_eq(c.kv_budget_mb, -1);      /* auto: per backend (config.h) */
+    ck_assert_int_eq(c.max_running, -1);
+    ck_assert_int_eq(c.step_tokens, -1);
     ck_assert_int_eq(c.max_request_bytes, 4 << 20);
     ck_assert_int_eq(c.socket_mode, 0660);
     ck_assert_int_eq(c.log_level, SMOL_LOG_INFO);
@@ -66,6 +68,26 @@ START_TEST(flags_both_spellings_and_forms)
     ck_assert_int_eq(c.kv_f32, 0);
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-f32", "--no-kv-f32", NULL), SMOL_OK);
     ck_assert_int_eq(c.kv_f32, 0);
+    /* auto sizes: "auto" or a number in range, written back as given */
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--max-running", "auto", "--step-tokens=auto", NULL), SMOL_OK);
+    ck_assert_int_eq(c.max_running, -1);
+    ck_assert_int_eq(c.step_tokens, -1);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--max-running", "0", NULL), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "max_running") && strstr(err, "out of range"), "%s", err);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--step-tokens", "lots", NULL), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "step_tokens") && strstr(err, "auto or an integer"), "%s", err);
+    ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\nkv_budget_mb = 0\nmax_running = 300\n", err), SMOL_OK);
+    ck_assert_int_eq(c.kv_budget_mb, 0);
+    ck_assert_int_eq(c.max_running, 300);
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    c.step_tokens = -1;
+    smol_config_write(f, &c);
+    fclose(f);
+    ck_assert_msg(strstr(text, "\nstep_tokens = auto\n") && strstr(text, "\nmax_running = 300\n") &&
+                  strstr(text, "\nkv_budget_mb = 0\n"), "%s", text);
+    free(text);
 }
 END_TEST
 

@@ -34,7 +34,7 @@ static void usage(FILE *f)
         if (commands[i].fn) fprintf(f, "  smollm3 %s\n", commands[i].usage);
     fprintf(f, "\nlogits, generate and bench also take --backend cpu|cuda|auto (default cpu), --cuda-device N,\n"
                "--cuda-matvec f32|q8, --cuda-fuse on|off, --cuda-graphs on|off, --cuda-gemm tiled|mma,\n"
-               "--cuda-attn paged|tiled (the CUDA backend's paths; kernels/cuda/NOTES.md)\n");
+               "--cuda-attn paged|tiled|prefill (the CUDA backend's paths; kernels/cuda/NOTES.md)\n");
 }
 
 int main(int argc, char **argv)

@@ -77,6 +77,29 @@ enum smol_err smol_kv_init(struct smol_kv *kv, struct smol_backend *be, int n_la
     return SMOL_OK;
 }
 
+enum smol_err smol_kv_init_fit(struct smol_kv *kv, struct smol_backend *be, int n_layers, int n_kv_heads,
+                               int head_dim, uint32_t type, size_t want, size_t floor, size_t spare, size_t *got,
+                               char *err)
+{
+    const size_t per_page = smol_kv_bytes_per_token(n_layers, n_kv_heads, head_dim, type) * SMOL_KV_PAGE;
+    if (floor < per_page) floor = per_page;
+    for (size_t budget = want > floor ? want : floor;; budget = budget / 2 > floor ? budget / 2 : floor) {
+        size_t pages = budget / per_page;
+        if (pages > (1u << 30)) pages = 1u << 30;
+        enum smol_err e = smol_kv_init(kv, be, n_layers, n_kv_heads, head_dim, type, (int)pages, err);
+        if (e && (e != SMOL_ENOMEM || budget == floor)) return e;
+        if (!e) {
+            void *probe = budget == floor || !spare ? NULL : be->alloc(be, spare);
+            if (probe || budget == floor || !spare) {
+                if (probe) be->free(be, probe);
+                *got = budget;
+                return SMOL_OK;
+            }
+            smol_kv_deinit(kv);
+        }
+    }
+}
+
 void smol_kv_deinit(struct smol_kv *kv)
 {
     if (kv->be) {

@@ -74,6 +74,13 @@ enum smol_err smol_kv_type_parse(const char *name, uint32_t *type, char *err);
 /* Allocates a pool of n_pages through the backend. */
 enum smol_err smol_kv_init(struct smol_kv *kv, struct smol_backend *be, int n_layers, int n_kv_heads,
                            int head_dim, uint32_t type, int n_pages, char *err);
+/* The pool for the largest of want, want / 2, want / 4, ... bytes (never below floor, which is
+ * tried last) that the backend can allocate with spare bytes more beside it (probed, then freed:
+ * room for what a step allocates later); *got = its budget.  The error of the floor's try when
+ * even that fails; other errors than SMOL_ENOMEM at once. */
+enum smol_err smol_kv_init_fit(struct smol_kv *kv, struct smol_backend *be, int n_layers, int n_kv_heads,
+                               int head_dim, uint32_t type, size_t want, size_t floor, size_t spare, size_t *got,
+                               char *err);
 void smol_kv_deinit(struct smol_kv *kv);
 
 static inline int smol_kv_pages_for(int n_tokens) { return (n_tokens + SMOL_KV_PAGE - 1) / SMOL_KV_PAGE; }

@@ -307,6 +307,33 @@ static void free_state(struct smol_model *m)
 
 /* ---- open / close --------------------------------------------------------------------- */
 
+static enum smol_err kv_pool(struct smol_model *m, size_t budget, uint32_t kv_type, size_t per_page, char *err)
+{
+    const struct smol_config *c = &m->cfg;
+    size_t pages = budget ? budget / per_page : (size_t)smol_kv_pages_for(c->n_ctx);
+    if (pages < 1)
+        return smol_errf(err, SMOL_EINVAL, "kv budget %zu bytes is below one page (%zu bytes)", budget, per_page);
+    if (pages > (1u << 30)) pages = 1u << 30;
+    return smol_kv_init(&m->kv, m->be, c->n_layers, c->n_kv_heads, c->head_dim, kv_type, (int)pages, err);
+}
+
+/* The KV pool: set->kv_budget, or on CUDA set->kv_budget_gpu fitted to the device (halved while
+ * the pool and SMOL_KV_GPU_SPARE bytes beside it, for the scratch a step allocates later, do not
+ * fit; down to kv_budget). */
+static enum smol_err kv_open(struct smol_model *m, const struct smol_model_settings *set, int gpu, uint32_t kv_type,
+                             size_t per_page, char *err)
+{
+    if (!gpu || !set->kv_budget_gpu) return kv_pool(m, set->kv_budget, kv_type, per_page, err);
+    const struct smol_config *c = &m->cfg;
+    size_t got = 0;
+    enum smol_err e = smol_kv_init_fit(&m->kv, m->be, c->n_layers, c->n_kv_heads, c->head_dim, kv_type,
+                                       set->kv_budget_gpu, set->kv_budget, SMOL_KV_GPU_SPARE, &got, err);
+    if (!e && got != set->kv_budget_gpu)
+        fprintf(stderr, "<5>kv: %zu MiB fit on the device beside %zu MiB to spare (asked for %zu MiB)\n", got >> 20,
+                SMOL_KV_GPU_SPARE >> 20, set->kv_budget_gpu >> 20);
+    return e;
+}
+
 enum smol_err smol_model_open(struct smol_model **out, const char *path, const struct smol_model_settings *set_in,
                               char *err)
 {
@@ -367,6 +394,8 @@ enum smol_err smol_model_open(struct smol_model **out, const char *path, const s
         }
     }
     if (!m->be && (e = smol_backend_cpu_new(&m->be, set.n_threads, err))) goto fail;
+    const int gpu = !strncmp(m->be->name, "cuda", 4);
+    if (gpu && set.max_tokens_gpu > 0) set.max_tokens = set.max_tokens_gpu < 65536 ? set.max_tokens_gpu : 65536;
     if ((e = upload_all(m, err))) goto fail;
     drop_norm_pages(m);
     int max_tokens = set.max_tokens < c->n_ctx ? set.max_tokens : c->n_ctx;
@@ -380,14 +409,8 @@ enum smol_err smol_model_open(struct smol_model **out, const char *path, const s
         goto fail;
     }
     size_t per_page = smol_kv_bytes_per_token(c->n_layers, c->n_kv_heads, c->head_dim, kv_type) * SMOL_KV_PAGE;
-    size_t pages = set.kv_budget ? set.kv_budget / per_page : (size_t)smol_kv_pages_for(c->n_ctx);
-    if (pages < 1) {
-        e = smol_errf(err, SMOL_EINVAL, "kv budget %zu bytes is below one page (%zu bytes)", set.kv_budget, per_page);
-        goto fail;
-    }
-    if (pages > (1u << 30)) pages = 1u << 30;
-    if ((e = smol_kv_init(&m->kv, m->be, c->n_layers, c->n_kv_heads, c->head_dim, kv_type, (int)pages, err)))
-        goto fail;
+    if ((e = kv_open(m, &set, gpu, kv_type, per_page, err))) goto fail;
+    size_t pages = (size_t)m->kv.n_pages;
     if (!set.quiet) {
         char knobs[80] = "", desc[64];
         if (!strncmp(m->be->name, "cuda", 4)) {

@@ -91,6 +91,10 @@ struct smol_model_settings {
                                NULL = f16, or f32 when kv_f32 */
     int kv_f32;             /* 1: KV cache in f32 (the older switch, an alias of kv_type "f32") */
     size_t kv_budget;       /* bytes for the KV pool; 0 = one full-context sequence */
+    int max_tokens_gpu;     /* when > 0 and the backend made is CUDA: max_tokens there */
+    size_t kv_budget_gpu;   /* when > 0 and the backend made is CUDA: the KV pool there, halved while
+                               it and SMOL_KV_GPU_SPARE bytes beside it cannot be allocated, down to
+                               kv_budget (then the error) */
     int yarn;               /* 1: YaRN rope scaling (RoPE layers only) */
     float yarn_factor;      /* 0 = 2 */
     int quiet;              /* no load log */
@@ -120,6 +124,8 @@ struct smol_model {
     void *trace_ctx;
     float *trace_buf;
 };
+
+#define SMOL_KV_GPU_SPARE ((size_t)1 << 30)   /* device memory left beside a fitted KV pool */
 
 void smol_model_settings_default(struct smol_model_settings *s);
 enum smol_err smol_model_open(struct smol_model **out, const char *path, const struct smol_model_settings *set,

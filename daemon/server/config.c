@@ -32,8 +32,8 @@ static const struct smol_option options[] = {
      "compute threads; 0 = all CPUs"},
     {"ctx", SMOL_OPT_INT, OFF(ctx), 0, 1 << 24, "0",
      "context length cap in tokens; 0 = the model's"},
-    {"kv_budget_mb", SMOL_OPT_INT, OFF(kv_budget_mb), 0, 1 << 24, "1024",
-     "KV cache memory in MiB, allocated at start; 0 = one full-context sequence"},
+    {"kv_budget_mb", SMOL_OPT_AUTO_INT, OFF(kv_budget_mb), 0, 1 << 24, "auto",
+     "KV cache memory in MiB, allocated at start; 0 = one full-context sequence; auto = 1024 on the CPU, on CUDA up to 16384 as fits"},
     {"kv_type", SMOL_OPT_KVTYPE, OFF(kv_type), 0, 0, "f16",
      "KV cache element type: f16, q8_0 (half the memory of f16, see README for its error) or f32"},
     {"kv_f32", SMOL_OPT_BOOL, OFF(kv_f32), 0, 1, "false",
@@ -60,16 +60,16 @@ static const struct smol_option options[] = {
      "CUDA mat-muls of > 8 tokens (batched decode, prefill): mma (quantized tiles on tensor cores; pp512 5.2x tiled on an H200, kernels/cuda/NOTES.md) or tiled (f16 tiles, wmma: the earlier path)"},
     {"cuda_attn", SMOL_OPT_MATVEC, OFF(cuda_attn), 0, 0, "prefill",
      "CUDA attention: prefill (tiled for prompts, paged for decode rows), tiled (query tiles share K/V tiles on tensor cores, split-K decode; head_dim 128) or paged (a block per query token)"},
-    {"step_tokens", SMOL_OPT_INT, OFF(step_tokens), 1, 65536, "256",
-     "tokens per engine step: one per running request plus prefill chunks"},
+    {"step_tokens", SMOL_OPT_AUTO_INT, OFF(step_tokens), 1, 65536, "auto",
+     "tokens per engine step: one per running request plus prefill chunks; auto = 256 on the CPU, 1024 on CUDA"},
     {"speculative", SMOL_OPT_INT, OFF(speculative), 0, 7, "7",
      "speculative decoding by prompt lookup: longest draft (tokens copied from the context) verified per step; same output; 0 = off unless a request asks"},
     {"speculative_calibrate", SMOL_OPT_BOOL, OFF(speculative_calibrate), 0, 1, "true",
      "measure the cost of verifying drafts at start (seconds on a 3B); false = assume 1 + 0.06 per drafted token"},
     {"backend_sampling", SMOL_OPT_AUTO_BOOL, OFF(backend_sampling), 0, 1, "auto",
      "rows that need only temperature / top_p sampled by the backend (CUDA: on the device, 4 bytes a row instead of the logits); seeded draws differ from the host sampler's; auto = on for cuda only"},
-    {"max_running", SMOL_OPT_INT, OFF(max_running), 1, 4096, "16",
-     "requests decoding together (batch slots)"},
+    {"max_running", SMOL_OPT_AUTO_INT, OFF(max_running), 1, 4096, "auto",
+     "requests decoding together (batch slots); auto = 16 on the CPU, 256 on CUDA"},
     {"max_queued", SMOL_OPT_INT, OFF(max_queued), 0, 1 << 20, "64",
      "admission queue; beyond it requests get ERROR_QUEUE_FULL"},
     {"default_max_tokens", SMOL_OPT_INT, OFF(default_max_tokens), 1, 1 << 24, "2048",
@@ -151,13 +151,17 @@ static enum smol_err set_opt(struct smol_daemon_config *c, const struct smol_opt
             return smol_errf(err, SMOL_ETOOLARGE, "%s: value longer than %d bytes", o->name, SMOL_CONFIG_PATH_MAX - 1);
         strcpy(p, v);
         return SMOL_OK;
+    case SMOL_OPT_AUTO_INT:
+        if (!strcmp(v, "auto")) { *ip = -1; return SMOL_OK; }
+        /* fall through */
     case SMOL_OPT_INT:
     case SMOL_OPT_MODE:
         errno = 0;
         x = strtol(v, &end, o->type == SMOL_OPT_MODE ? 8 : 10);
         if (!*v || *end || errno)
             return smol_errf(err, SMOL_EINVAL, "%s: \"%.64s\" is not %s", o->name, v,
-                             o->type == SMOL_OPT_MODE ? "an octal mode" : "an integer");
+                             o->type == SMOL_OPT_MODE ? "an octal mode"
+                             : o->type == SMOL_OPT_AUTO_INT ? "auto or an integer" : "an integer");
         if (x < o->min || x > o->max)
             return smol_errf(err, SMOL_EINVAL, "%s: %ld is out of range [%ld, %ld]", o->name, x, o->min, o->max);
         *ip = (int)x;
@@ -359,6 +363,10 @@ static void write_value(FILE *f, const struct smol_option *o, const struct smol_
     case SMOL_OPT_MODE: fprintf(f, "0%o", v); break;
     case SMOL_OPT_BOOL: fputs(v ? "true" : "false", f); break;
     case SMOL_OPT_AUTO_BOOL: fputs(v < 0 ? "auto" : v ? "true" : "false", f); break;
+    case SMOL_OPT_AUTO_INT:
+        if (v < 0) fputs("auto", f);
+        else fprintf(f, "%d", v);
+        break;
     case SMOL_OPT_LEVEL: fputs(smol_log_level_name(v), f); break;
     }
 }

@@ -32,7 +32,8 @@ struct smol_daemon_config {
     int log_level;              /* enum smol_log_level */
     int threads;                /* compute threads; 0 = all CPUs */
     int ctx;                    /* context cap, tokens; 0 = the model's */
-    int kv_budget_mb;           /* KV pool, MiB, allocated up front; 0 = one full-context sequence */
+    int kv_budget_mb;           /* KV pool, MiB, allocated up front; 0 = one full-context sequence;
+                                   -1 = auto (smol_config_sizes) */
     char kv_type[8];            /* "f32" | "f16" | "q8_0" (checked when set) */
     int kv_f32;                 /* bool: alias of kv_type = f32 (see smol_config_kv_type) */
     int yarn;                   /* bool: YaRN rope scaling */
@@ -50,8 +51,8 @@ struct smol_daemon_config {
     int speculative_calibrate;  /* bool: measure the verify costs at start */
     int backend_sampling;       /* plain rows sampled by the backend (engine.h): 1, 0, or -1 = auto
                                    (on for the cuda backend, off for the cpu one) */
-    int step_tokens;            /* tokens per engine step (decode + prefill chunks) */
-    int max_running;            /* requests decoding together */
+    int step_tokens;            /* tokens per engine step (decode + prefill chunks); -1 = auto */
+    int max_running;            /* requests decoding together; -1 = auto */
     int max_queued;             /* admission queue length */
     int default_max_tokens;     /* generation cap when a request gives none */
     int default_thinking_budget; /* thinking tokens before a forced </think>; 0 = unlimited */
@@ -70,7 +71,8 @@ struct smol_daemon_config {
 };
 
 enum smol_opt_type {
-    SMOL_OPT_STR, SMOL_OPT_INT, SMOL_OPT_BOOL, SMOL_OPT_AUTO_BOOL /* "auto" = -1, or a boolean */, SMOL_OPT_MODE, SMOL_OPT_LEVEL, SMOL_OPT_KVTYPE,
+    SMOL_OPT_STR, SMOL_OPT_INT, SMOL_OPT_BOOL, SMOL_OPT_AUTO_BOOL /* "auto" = -1, or a boolean */,
+    SMOL_OPT_AUTO_INT /* "auto" = -1, or an INT in range */, SMOL_OPT_MODE, SMOL_OPT_LEVEL, SMOL_OPT_KVTYPE,
     SMOL_OPT_MATVEC,            /* a CUDA knob's word, char[8], checked by smol_cuda_opts_set under the
                                    option's name: cuda_matvec "f32" | "q8", cuda_gemm "tiled" | "mma",
                                    cuda_attn "paged" | "tiled" */
@@ -118,6 +120,16 @@ enum smol_err smol_config_parse_args(struct smol_daemon_config *c, int argc, cha
  * and kv_type is left at f16; kv_f32 with kv_type q8_0 is a conflict
  * (smol_config_parse_args refuses it). */
 const char *smol_config_kv_type(const struct smol_daemon_config *c);
+
+/* The sizes "auto" stands for, per backend: a CPU serves a few streams from RAM, a GPU many.
+ *   max_running  16 on the CPU, 256 on CUDA
+ *   step_tokens  256 on the CPU, 1024 on CUDA (prefill chunks of ~1K tokens: a 4K prompt in 4 steps
+ *                while decode rows wait <= ~60 ms a step on an H100-class card)
+ *   kv_budget_mb 1024 on the CPU; on CUDA 16384, halved at start while the pool and 1 GiB beside
+ *                it do not fit on the device (model.h: kv_budget_gpu), never below 1024
+ * An explicit value means exactly that on either backend. */
+enum { SMOL_AUTO_RUNNING_CPU = 16, SMOL_AUTO_RUNNING_GPU = 256, SMOL_AUTO_STEP_CPU = 256, SMOL_AUTO_STEP_GPU = 1024,
+       SMOL_AUTO_KV_MB_CPU = 1024, SMOL_AUTO_KV_MB_GPU = 16384 };
 
 /* ipc://$RUNTIME_DIRECTORY/smollm3d.sock, else ipc://$XDG_RUNTIME_DIR/...,
  * else ipc:///run/smollm3d/smollm3d.sock.  ($RUNTIME_DIRECTORY may list

@@ -153,9 +153,12 @@ int main(int argc, char **argv)
     smol_model_settings_default(&ms);
     ms.n_threads = cfg.threads;
     ms.n_ctx = cfg.ctx;
-    ms.max_tokens = cfg.step_tokens;
+    /* "auto" sizes (config.h): the CPU's here, the GPU's applied by the model once it made one */
+    ms.max_tokens = cfg.step_tokens >= 0 ? cfg.step_tokens : SMOL_AUTO_STEP_CPU;
+    ms.max_tokens_gpu = cfg.step_tokens >= 0 ? 0 : SMOL_AUTO_STEP_GPU;
     ms.kv_type = smol_config_kv_type(&cfg);
-    ms.kv_budget = (size_t)cfg.kv_budget_mb << 20;
+    ms.kv_budget = (size_t)(cfg.kv_budget_mb >= 0 ? cfg.kv_budget_mb : SMOL_AUTO_KV_MB_CPU) << 20;
+    ms.kv_budget_gpu = cfg.kv_budget_mb >= 0 ? 0 : (size_t)SMOL_AUTO_KV_MB_GPU << 20;
     ms.yarn = cfg.yarn;
     ms.backend = cfg.backend;
     ms.cuda_device = cfg.cuda_device;
@@ -169,8 +172,12 @@ int main(int argc, char **argv)
     if (smol_tokenizer_new(&tok, m->gguf, err)) { smol_log_err("tokenizer: %s", err); goto out; }
     if (smol_grammar_cache_new(&grammars, tok, 0, err)) { smol_log_err("grammar vocabulary: %s", err); goto out; }
     model_name(cfg.model, name, sizeof name);
-    smol_log_info("model \"%s\": %d layers, dim %d, vocab %d, context %d, KV budget %d MiB (%s, %zu bytes/token, "
-                  "%d tokens)", name, m->cfg.n_layers, m->cfg.dim, m->cfg.vocab, m->cfg.n_ctx, cfg.kv_budget_mb,
+    const int gpu = !strncmp(m->be->name, "cuda", 4);
+    const int max_running = cfg.max_running >= 0 ? cfg.max_running : gpu ? SMOL_AUTO_RUNNING_GPU : SMOL_AUTO_RUNNING_CPU;
+    const int step_tokens = cfg.step_tokens >= 0 ? cfg.step_tokens : gpu ? SMOL_AUTO_STEP_GPU : SMOL_AUTO_STEP_CPU;
+    const size_t kv_bytes = 2 * m->kv.layer_bytes * (size_t)m->kv.n_layers;
+    smol_log_info("model \"%s\": %d layers, dim %d, vocab %d, context %d, KV budget %zu MiB (%s, %zu bytes/token, "
+                  "%d tokens)", name, m->cfg.n_layers, m->cfg.dim, m->cfg.vocab, m->cfg.n_ctx, kv_bytes >> 20,
                   smol_config_kv_type(&cfg),
                   smol_kv_bytes_per_token(m->kv.n_layers, m->kv.n_kv_heads, m->kv.head_dim, m->kv.type),
                   m->kv.n_pages * SMOL_KV_PAGE);
@@ -202,7 +209,7 @@ int main(int argc, char **argv)
         .heartbeat_timeout_ms = cfg.heartbeat_timeout_ms,
         .socket_mode = cfg.socket_mode,
         .drain_grace_ms = (uint32_t)cfg.drain_grace_ms,
-        .max_routes = 4 * (cfg.max_running + cfg.max_queued) + 1024,
+        .max_routes = 4 * (max_running + cfg.max_queued) + 1024,
         .watchdog_usec = wd_usec,
         .model_name = name,
         .thinking = has_thinking(m, tok),
@@ -216,9 +223,9 @@ int main(int argc, char **argv)
 
     struct smol_engine_config ec;
     smol_engine_config_default(&ec);
-    ec.max_running = cfg.max_running;
+    ec.max_running = max_running;
     ec.max_queued = cfg.max_queued;
-    ec.step_tokens = cfg.step_tokens;
+    ec.step_tokens = step_tokens;
     ec.default_max_tokens = cfg.default_max_tokens;
     ec.default_thinking_budget = cfg.default_thinking_budget;
     ec.max_sessions = cfg.max_sessions;
@@ -241,8 +248,8 @@ int main(int argc, char **argv)
     }
     smol_rpc_set_ready(rpc, 1);
     sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", name, cfg.listen);
-    smol_log_notice("serving %s on %s (max_running %d, max_queued %d%s)", name, cfg.listen, cfg.max_running,
-                    cfg.max_queued, wd_usec ? ", watchdog on" : "");
+    smol_log_notice("serving %s on %s (max_running %d, step_tokens %d, max_queued %d%s)", name, cfg.listen, max_running,
+                    step_tokens, cfg.max_queued, wd_usec ? ", watchdog on" : "");
 
     smol_rpc_run(rpc, sc.fd, on_signal, &sc);
 

@@ -38,7 +38,8 @@
 #              daemon with max_running 256: 1 / 16 / 64 / 256 streams (GPU_CHECK_LOAD_STREAMS), each
 #              level `streams` requests (>= 4) of GPU_CHECK_LOAD_ARGS ("--mix chat --max-tokens 128"),
 #              at most GPU_CHECK_LOAD_S (60) s each: tokens/s, requests/s, TTFT and ITL p50/p99
-#    9 ncu     per-kernel time and DRAM bytes of one decode step (best combination)
+#    9 ncu     per-kernel time and DRAM bytes of one decode step (best combination), then of one
+#              step of GPU_CHECK_NCU_BATCH (64) sequences decoding together (to the log)
 #   10 peer    llama-bench -fa 1 (pp512, pp2048, tg128, tg128 at depth 4096) and
 #              llama-batched-bench (1/4/16/64 sequences of 128+128), if built in time; then
 #              llama-server (-np 64) under tests/load/loadgen.py --mode http at the load step's
@@ -746,6 +747,20 @@ s_ncu() {
     local prc=${PIPESTATUS[0]}
     [ "$prc" -eq 0 ] || { NOTE="no kernel results (ncu rc $rc): $(grep -m1 -iE 'error|==ERROR==' "$W/ncu.out" | cut -c1-150)"; return 1; }
     NOTE="$(grep -c '' "$W/ncu.csv") csv lines (ncu rc $rc, --clock-control none)"
+    # then one step of GPU_CHECK_NCU_BATCH (64) sequences decoding together (the GEMM path, no
+    # graph): where the batched step's time goes; its table goes to the log only
+    local nb=${GPU_CHECK_NCU_BATCH:-64}
+    if [ "$nb" -gt 0 ] 2>/dev/null && ! over; then
+        # shellcheck disable=SC2046
+        tmo 150 env $(combo_env "$BEST") "$ncu" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+            --csv --print-units base --launch-skip 0 --launch-count "${GPU_CHECK_NCU_BATCH_LAUNCHES:-6000}" \
+            --log-file "$W/ncu_b.csv" "$SM" bench -m "$MODEL" ${BACKEND_ARGS[@]+"${BACKEND_ARGS[@]}"} -p 16 -n 4 -b "$nb" \
+            > "$W/ncu_b.out" 2>&1
+        rc=$?
+        say "  one step of $nb sequences decoding together (ncu rc $rc):"
+        report ncu "$W/ncu_b.csv" --top 16 | show
+        NOTE="$NOTE; batch $nb: ncu rc $rc"
+    fi
     return 0
 }
 
