@@ -42,7 +42,7 @@ BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*
 .PHONY: all test unit asan tsan fuzz deps clean check-headers bench bench-kv bench-long run model install bench-grammar soak bench-spec gpu-check
 .DEFAULT_GOAL := all
 
-all: $(PROGS) $(TESTS) $(BENCHES) $(BUILD)/bin/smollm3-gateway
+all: $(PROGS) $(TESTS) $(BENCHES) $(BUILD)/bin/smollm3-gateway $(BUILD)/tests/smollm3-gateway-fault
 
 # Generated protobuf-c code lives in build/, never in git.
 $(BUILD)/gen/smollm3.pb-c.c: proto/smollm3.proto
@@ -76,6 +76,18 @@ $(GW_OBJS): CFLAGS += $(shell pkg-config --cflags libmicrohttpd 2>/dev/null)
 $(BUILD)/bin/smollm3-gateway: $(GW_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $(GW_OBJS) $(LIB) $(shell pkg-config --libs libmicrohttpd 2>/dev/null) $(LDLIBS) -o $@
+
+# smollm3-gateway-fault: the same objects with tests/gateway/fault_shim.c's fault layer first
+# (--wrap: allocations, the daemon link, libmicrohttpd's responses); a test binary, driven by
+# tests/gateway/test_fault.py, never installed.
+GW_FAULT_WRAP := malloc calloc realloc strdup strndup posix_memalign zmq_msg_init_size zmq_send zmq_msg_send \
+                 zmq_msg_recv MHD_create_response_from_buffer MHD_create_response_from_callback \
+                 MHD_queue_response MHD_add_response_header
+$(BUILD)/obj/tests/gateway/fault_shim.o: CFLAGS += $(shell pkg-config --cflags libmicrohttpd 2>/dev/null)
+$(BUILD)/tests/smollm3-gateway-fault: $(GW_OBJS) $(BUILD)/obj/tests/gateway/fault_shim.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $(foreach f,$(GW_FAULT_WRAP),-Xlinker --wrap=$(f)) $(GW_OBJS) \
+	    $(BUILD)/obj/tests/gateway/fault_shim.o $(LIB) $(shell pkg-config --libs libmicrohttpd 2>/dev/null) $(LDLIBS) -o $@
 
 $(BUILD)/bin/smollm3d: $(BUILD)/obj/daemon/server/main_smollm3d.o $(LIB)
 	@mkdir -p $(dir $@)
@@ -187,6 +199,7 @@ asan:
 	$(MAKE) BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-sanitize=alignment -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	SMOL_TEST_QUICK=1 UNIT_JOBS=2 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    sh tests/run_unit.sh build/asan
+	ASAN_OPTIONS=detect_leaks=1 python3 tests/gateway/test_fault.py --build build/asan
 
 # fuzz: the GGUF reader, the daemon's request decoder, the gateway's request
 # parsing (tests/fuzz/run*.sh), FUZZ_SECONDS each.

@@ -178,6 +178,26 @@ static void daemon_lost(void)
     G.next_health = 0;
 }
 
+/* The event's bytes (a token's text, a chunk, the reply's pieces) were lost to a failed
+ * allocation: the answer would go on without them.  The daemon's request is cancelled and the
+ * client told with the protocol's error (before any byte: an HTTP error); when the stream had
+ * ended already, or telling it lost bytes too, its connection is closed instead of ended. */
+static void lost(struct gw_stream *s)
+{
+    gw_log(4, "request %llu: out of memory while encoding its answer: failed", (unsigned long long)s->rid);
+    if (s->sent && !s->terminal) gw_daemon_cancel(s);
+    if (s->ended) {
+        s->broken = 1;
+    } else {
+        struct gw_error e;
+        gw_error_set(&e, SMOL_ENOMEM, NULL, "out of memory: the answer lost bytes");
+        const unsigned oom = gw_oom_count;
+        gw_stream_fail(s, &e);
+        if (gw_oom_count != oom) s->broken = 1;
+    }
+    if (s->broken) s->ended = 1;
+}
+
 static void on_event(Smollm3__Event *ev)
 {
     if (ev->request_id && ev->request_id == G.health_rid) {
@@ -247,10 +267,12 @@ static void on_event(Smollm3__Event *ev)
         s->finish = smol_client_finish_name(d->finish_reason);
         if (++s->n_done >= s->n_choices) mark_terminal(s);
     }
+    const unsigned oom = gw_oom_count;
     if (s->kind == GW_UI) gw_ui_event(s, ev);
     else if (gw_kind_anthropic(s->kind)) gw_anthropic_event(s, ev);
     else if (s->api == GW_API_RESPONSES) gw_responses_event(s, ev);
     else gw_openai_event(s, ev);
+    if (gw_oom_count != oom) lost(s);   /* then answered as any failed stream: resumed below */
     struct gw_req *r = s->req;
     if (r && r->waiting) {
         /* streaming: answer once started; non-streaming: once finished */

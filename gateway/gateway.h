@@ -86,6 +86,8 @@ struct gw_stream {
     int started;                /* `started` seen */
     int terminal;               /* terminal event seen (or forced): no more daemon events */
     int ended;                  /* the last bytes are in `out`: end after draining it */
+    int broken;                 /* bytes of it were lost (out of memory) and its error could not be
+                                   told either: the connection is closed, not ended */
     struct gw_req *req;         /* the HTTP request serving it; NULL while unclaimed (UI) */
     uint8_t *packed;            /* packed Request (UI: sent when claimed) */
     size_t packed_len;

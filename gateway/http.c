@@ -37,9 +37,30 @@ static enum MHD_Result queue(struct gw_req *r, int status, struct MHD_Response *
     return ret;
 }
 
+/* gw_oom_count when MHD last called the handler: a response built since then that saw an
+ * allocation fail is replaced by queue_oom's (util.h) */
+static unsigned oom_mark;
+
+/* The out-of-memory answer, from static bytes (nothing to allocate but MHD's response). */
+static enum MHD_Result queue_oom(struct gw_req *r)
+{
+    static const char openai[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                                 "\"param\":null,\"code\":\"out_of_memory\"}}";
+    static const char anthropic[] = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\","
+                                    "\"message\":\"out of memory\"}}";
+    const int an = gw_ep_anthropic(r->ep);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(an ? sizeof anthropic - 1 : sizeof openai - 1,
+                                                                (void *)(an ? anthropic : openai),
+                                                                MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    return queue(r, 500, resp);
+}
+
 enum MHD_Result gw_queue_text(struct gw_req *r, int status, const char *ctype, const char *text,
                               size_t len)
 {
+    if (gw_oom_count != oom_mark) return queue_oom(r);
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
@@ -52,7 +73,10 @@ enum MHD_Result gw_queue_json(struct gw_req *r, int status, json_t *body)
 {
     char *s = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(10));
     json_decref(body);
-    if (!s) return MHD_NO;
+    if (!s || gw_oom_count != oom_mark) {
+        free(s);
+        return queue_oom(r);
+    }
     size_t n = strlen(s);
     s[n] = 0;
     struct MHD_Response *resp = MHD_create_response_from_buffer(n, s, MHD_RESPMEM_MUST_FREE);
@@ -111,6 +135,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
     struct gw_req *r = cls;
     struct gw_stream *s = r->stream;
     if (!s) return MHD_CONTENT_READER_END_OF_STREAM;
+    if (s->broken) return MHD_CONTENT_READER_END_WITH_ERROR;   /* lost bytes: close, do not end */
     size_t n = gw_buf_pending(&s->out);
     if (n) {
         if (n > max) n = max;
@@ -393,6 +418,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
                                size_t *upload_size, void **req_cls)
 {
     struct gw_req *r = *req_cls;
+    oom_mark = gw_oom_count;
     if (!r) {                   /* first call: headers only */
         r = calloc(1, sizeof *r);
         if (!r) return MHD_NO;

@@ -306,6 +306,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     snprintf(G.model, sizeof G.model, "%s", G.cfg.model_name ? G.cfg.model_name : "smollm3");
     G.thinking = 1;             /* until the daemon's health reply says */
+    gw_json_init();
     gw_metrics_init();
 
     sigset_t mask;

@@ -4,11 +4,23 @@
 #include "gateway/util.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+
+unsigned gw_oom_count;
+
+static void *json_alloc(size_t n)
+{
+    void *p = malloc(n);
+    if (!p) gw_oom_count++;
+    return p;
+}
+
+void gw_json_init(void) { json_set_alloc_funcs(json_alloc, free); }
 
 int gw_buf_add(struct gw_buf *b, const void *data, size_t n)
 {
@@ -23,7 +35,10 @@ int gw_buf_add(struct gw_buf *b, const void *data, size_t n)
             size_t cap = b->cap ? b->cap : 256;
             while (cap < b->len + n + 1) cap *= 2;
             char *p = realloc(b->p, cap);
-            if (!p) return -1;
+            if (!p) {
+                gw_oom_count++;
+                return -1;
+            }
             b->p = p;
             b->cap = cap;
         }

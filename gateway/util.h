@@ -15,8 +15,18 @@ struct gw_buf {
     size_t len, off, cap;
 };
 
-/* Appends n bytes; returns 0, or -1 when out of memory (the buffer is unchanged). */
+/* Appends n bytes; returns 0, or -1 when out of memory (the buffer is unchanged; gw_oom_count
+ * counts it). */
 int gw_buf_add(struct gw_buf *b, const void *data, size_t n);
+
+/* Allocations that failed where the code goes on without the bytes: jansson's (a json_t built
+ * or dumped without them: json_object_set_new's failures are silent) and gw_buf_add's.  A
+ * response is built between two reads of it (gw_oom_mark, gw_oom_since): when it moved, the
+ * response lost something and is replaced by an error (http.c, daemon.c).  The gateway is
+ * single-threaded: a plain counter. */
+extern unsigned gw_oom_count;
+/* jansson's allocator counting its failures (main, before any JSON). */
+void gw_json_init(void);
 int gw_buf_str(struct gw_buf *b, const char *s);
 int gw_buf_printf(struct gw_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends s[0..n) with & < > " ' escaped as HTML entities. */
