@@ -67,9 +67,10 @@ struct req {
     struct smol_chat_buf content;   /* content text, for the session's history */
     json_t *tool_calls;             /* the calls made (OpenAI tool_calls array), for the history; NULL: none */
     struct smol_chat_buf rendered;  /* rendered prompt text (chat) */
-    int prompt_built;               /* tok[0, n_tok), rendered and thinking hold the prompt while it
-                                       waits: a request without a session (its prompt depends on
-                                       nothing else) is rendered and tokenized once, not every step */
+    int prompt_built;               /* tok[0, n_tok), rendered and thinking hold the prompt: it is
+                                       rendered and tokenized once, not at every step it waits */
+    uint64_t prompt_stamp;          /* the stamp of the session it was built on (0: none); a
+                                       session that changed since has it built again */
     int cur_token, seg_in_token;    /* token being parsed; segments emitted for it */
     int tok_reasoning;              /* the current token emitted reasoning text */
     struct smol_sampler_logprobs cur_lp; /* the current token's logprobs (when asked) */

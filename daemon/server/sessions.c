@@ -3,6 +3,7 @@
 #include "daemon/server/log.h"
 #include "daemon/server/spill.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,12 +53,21 @@ struct smol_session *smol_sessions_find(struct smol_sessions *s, const char *id)
     return NULL;
 }
 
+void smol_session_changed(struct smol_session *x)
+{
+    /* one counter for the process (several engines may run, in tests): a
+     * session freed and another allocated at its address never match */
+    static atomic_uint_fast64_t last;
+    x->stamp = atomic_fetch_add_explicit(&last, 1, memory_order_relaxed) + 1;
+}
+
 struct smol_session *smol_sessions_add(struct smol_sessions *s, const char *id)
 {
     struct smol_session *x = calloc(1, sizeof *x);
     if (!x) return NULL;
     snprintf(x->id, sizeof x->id, "%s", id);
     smol_kv_seq_init(&x->seq);
+    smol_session_changed(x);
     push_head(s, x);
     if (id[0]) s->n_named++; else s->n_anon++;
     return x;
@@ -206,6 +216,7 @@ int smol_session_set_tokens(struct smol_session *x, const int32_t *ids, int n)
     if (n) memmove(x->tokens, ids, (size_t)n * sizeof *ids);
     x->n_tokens = n;
     x->on_disk = 0;
+    smol_session_changed(x);
     return 0;
 }
 
@@ -220,5 +231,6 @@ int smol_session_set_text(struct smol_session *x, const char *text, size_t len)
     free(x->hist_text);
     x->hist_text = t;
     x->hist_len = text ? len : 0;
+    smol_session_changed(x);
     return 0;
 }

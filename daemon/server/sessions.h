@@ -32,6 +32,9 @@ struct smol_session {
     int busy;                           /* a request runs on it */
     int on_disk;                        /* the spill directory holds this exact history and KV */
     int restored_kv;                    /* KV tokens just read back from disk, not yet reported */
+    uint64_t stamp;                     /* new whenever the history may have changed (tokens, text,
+                                           messages), unique in the process: a prompt built on this
+                                           session is still right while the stamp is the same */
     struct smol_session *prev, *next;   /* LRU: head = most recent */
 };
 
@@ -82,6 +85,8 @@ int smol_sessions_expire(struct smol_sessions *s, double now, double ttl);
 /* The idle entry whose KV shares the longest prefix with ids[0, n): its
  * length in *lcp (<= its KV length).  NULL if none shares a token. */
 struct smol_session *smol_sessions_best_prefix(struct smol_sessions *s, const int32_t *ids, int n, int *lcp);
+/* x's history changed: a new stamp.  The setters below call it. */
+void smol_session_changed(struct smol_session *x);
 /* Replaces the history with ids[0, n); 0 or -1 on OOM. */
 int smol_session_set_tokens(struct smol_session *x, const int32_t *ids, int n);
 int smol_session_set_text(struct smol_session *x, const char *text, size_t len);
