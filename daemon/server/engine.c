@@ -1,6 +1,9 @@
 /*
- * engine.c - the engine thread: admission, continuous batching with chunked
- * prefill, sampling, streaming events (see engine.h for the protocol).
+ * engine.c - the engine thread's scheduler: admission, continuous batching
+ * with chunked prefill, sampling, deciding what each request streams (see
+ * engine.h for the protocol).  It only schedules: the protobuf events and
+ * the command frames are engine_wire.c's, the sessions' conversations
+ * sessions.c's, and the spill directory is reached through sessions.c.
  *
  * One loop iteration:
  *   1. read every pending command (blocking only when there is no work);
@@ -106,48 +109,15 @@ static void lose(struct req *q)
 
 static void emit_text(struct req *q, const char *text, size_t len, int channel)
 {
-    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
-    Smollm3__Token tk = SMOLLM3__TOKEN__INIT;
-    char *s = malloc(len + 1);
-    if (!s) { lose(q); return; }
-    memcpy(s, text, len);
-    s[len] = 0;
-    tk.text = s;
-    tk.token_id = q->seg_in_token++ ? -1 : q->cur_token;
-    tk.channel = channel;
-    tk.choice = (uint32_t)q->choice;
-    Smollm3__TopLogprob top[SMOL_SAMPLER_MAX_TOP_LOGPROBS], *topp[SMOL_SAMPLER_MAX_TOP_LOGPROBS];
-    if (q->r->logprobs && tk.token_id >= 0) {
-        const struct smol_sampler_logprobs *lp = &q->cur_lp;
-        size_t n;
-        tk.logprob_opt_case = SMOLLM3__TOKEN__LOGPROB_OPT_LOGPROB;
-        tk.logprob = lp->logprob;
-        const char *pc = smol_tokenizer_piece(q->e->tok, q->cur_token, &n);
-        tk.piece = (ProtobufCBinaryData){ .len = pc ? n : 0, .data = (uint8_t *)pc };
-        for (int i = 0; i < lp->n_top; i++) {
-            smollm3__top_logprob__init(&top[i]);
-            top[i].token_id = lp->top_id[i];
-            top[i].logprob = lp->top_logprob[i];
-            pc = smol_tokenizer_piece(q->e->tok, lp->top_id[i], &n);
-            top[i].piece = (ProtobufCBinaryData){ .len = pc ? n : 0, .data = (uint8_t *)pc };
-            topp[i] = &top[i];
-        }
-        tk.n_top_logprobs = (size_t)lp->n_top;
-        tk.top_logprobs = topp;
-    }
-    ev.request_id = q->r->client_id;
-    ev.kind_case = SMOLLM3__EVENT__KIND_TOKEN;
-    ev.token = &tk;
-    if (smol_engine_send_event(q->e, q->r->id, 0, &ev)) lose(q);
-    free(s);
+    int rc = smol_engine_send_token(q->e, q, text, len, channel, q->seg_in_token ? -1 : q->cur_token);
+    if (rc != SMOL_WIRE_UNMADE) q->seg_in_token++;
+    if (rc) lose(q);
 }
 
 static void on_parse(void *ud, const struct smol_chat_event *pe)
 {
     struct req *q = ud;
     if (pe->kind == SMOL_CHAT_EV_TOOL_CALL) {
-        Smollm3__Event ev = SMOLLM3__EVENT__INIT;
-        Smollm3__ToolCall tc = SMOLLM3__TOOL_CALL__INIT;
         char id[64];
         if (q->r->n_choices > 1) {      /* the ToolCall belongs to the choice of the Token before it */
             emit_text(q, "", 0, SMOLLM3__CHANNEL__CHANNEL_CONTENT);
@@ -155,19 +125,12 @@ static void on_parse(void *ud, const struct smol_chat_event *pe)
         } else {
             snprintf(id, sizeof id, "call_%llu_%d", (unsigned long long)q->r->id, pe->index);
         }
-        tc.index = (uint32_t)pe->index;
-        tc.id = id;
-        tc.name = (char *)pe->name;
-        tc.arguments_json = (char *)pe->arguments;
         /* the history renders the call back as the model wrote it (chat_template.c) */
         if (!q->tool_calls) q->tool_calls = json_array();
         if (q->tool_calls)
             json_array_append_new(q->tool_calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function",
                                                            "function", "name", pe->name, "arguments", pe->arguments));
-        ev.request_id = q->r->client_id;
-        ev.kind_case = SMOLLM3__EVENT__KIND_TOOL_CALL;
-        ev.tool_call = &tc;
-        if (smol_engine_send_event(q->e, q->r->id, 0, &ev)) lose(q);
+        if (smol_engine_send_tool_call(q->e, q, pe, id)) lose(q);
         q->seg_in_token++;
         return;
     }
@@ -177,56 +140,36 @@ static void on_parse(void *ud, const struct smol_chat_event *pe)
     emit_text(q, pe->text, pe->len, reasoning ? SMOLLM3__CHANNEL__CHANNEL_REASONING : SMOLLM3__CHANNEL__CHANNEL_CONTENT);
 }
 
-static void send_done(struct smol_engine *e, struct req *q)
+/* A finished request's KV stays with its session (or its anonymous entry,
+ * a cached prefix): history = what the KV holds plus the turn's end as the
+ * template renders it, <|im_end|> (also when the answer was cut short or
+ * ended on another end-of-generation token) and "\n"; and, for a chat turn,
+ * the conversation as a client will send it back (sessions.c).  A history
+ * that cannot be recorded whole (out of memory) is forgotten. */
+static void keep_history(struct smol_engine *e, struct req *q, struct smol_session *s, int reason)
 {
-    double t = smol_mono_s();
-    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
-    Smollm3__Done dn = SMOLLM3__DONE__INIT;
-    Smollm3__Usage us = SMOLLM3__USAGE__INIT;
-    Smollm3__Timings tm = SMOLLM3__TIMINGS__INIT;
-    us.prompt_tokens = (uint32_t)q->n_prompt;
-    us.cached_tokens = (uint32_t)q->n_cached;
-    us.completion_tokens = (uint32_t)q->n_gen;
-    us.reasoning_tokens = (uint32_t)q->n_reasoning;
-    us.choice = (uint32_t)q->choice;
-    us.drafted_tokens = (uint32_t)q->n_drafted;
-    us.accepted_tokens = (uint32_t)q->n_accepted;
-    us.decode_steps = (uint32_t)q->n_steps;
-    us.prediction_accepted_tokens = (uint32_t)q->n_pred_accepted;
-    us.prediction_rejected_tokens = (uint32_t)q->n_pred_rejected;
-    double t0 = q->r->t_received;
-    tm.queue_ms = q->t_first_step > 0 ? (q->t_first_step - t0) * 1e3 : 0;
-    tm.prompt_ms = q->t_prefill_done > 0 ? (q->t_prefill_done - q->t_first_step) * 1e3 : 0;
-    tm.generation_ms = q->t_prefill_done > 0 ? (t - q->t_prefill_done) * 1e3 : 0;
-    tm.ttft_ms = q->t_first_token > 0 ? (q->t_first_token - t0) * 1e3 : 0;
-    int computed = q->n_prompt - q->n_cached;
-    tm.prompt_tokens_per_s = tm.prompt_ms > 0 ? computed / (tm.prompt_ms / 1e3) : 0;
-    tm.generation_tokens_per_s = tm.generation_ms > 0 && q->n_gen > 1 ? (q->n_gen - 1) / (tm.generation_ms / 1e3) : 0;
-    dn.finish_reason = q->finish_reason;
-    dn.usage = &us;
-    dn.timings = &tm;
-    dn.stop_string = q->stop_index >= 0 ? q->r->stops[q->stop_index] : "";
-    ev.request_id = q->r->client_id;
-    ev.kind_case = SMOLLM3__EVENT__KIND_DONE;
-    ev.done = &dn;
-    /* with n > 1 the last choice to finish ends the stream */
-    smol_engine_send_event(e, q->r->id, q->r->refs == 1 ? SMOL_EV_TERMINAL : 0, &ev);
-}
-
-/* A session whose history could not be recorded whole (out of memory) keeps
- * none: its next turn is computed from what the client sends, never matched
- * against a record that disagrees with the KV or the text (test_fault alloc
- * N=1007: the "\n" after <|im_end|> missing from the tokens, the next turn's
- * prompt silently different). */
-static void forget_history(struct smol_engine *e, struct smol_session *s)
-{
-    smol_kv_seq_truncate(&e->m->kv, &s->seq, 0);
-    s->n_tokens = 0;
-    s->on_disk = 0;     /* its file (if any) is rewritten empty: removed */
+    const int32_t im_end = smol_tokenizer_special(e->tok)->im_end;
+    const int chat = q->r->kind == SMOL_INPUT_CHAT && e->have_tpl;
+    int bad = 0;
+    if (chat && im_end >= 0 && q->n_gen > 0) {
+        int32_t last = q->tok[q->n_tok - 1];
+        if (last != im_end && smol_tokenizer_is_eog(e->tok, last)) q->tok[q->n_tok - 1] = im_end;
+        else if (last != im_end && tok_push(q, im_end)) bad = 1;
+        struct smol_ids ids = {0};
+        if (smol_tokenizer_encode(e->tok, "\n", 1, 0, &ids, NULL)) bad = 1;
+        else if (ids.n == 1 && tok_push(q, ids.v[0])) bad = 1;
+        smol_ids_free(&ids);
+    }
+    if (q->seq->n_tokens > q->n_tok) smol_kv_seq_truncate(&e->m->kv, q->seq, q->n_tok);
+    if (smol_session_set_tokens(s, q->tok, q->n_tok)) bad = 1;
+    s->busy = 0;
+    smol_sessions_touch(&e->sessions, s, smol_mono_s());
     smol_session_set_text(s, NULL, 0);
-    if (s->msgs) json_decref(s->msgs);
-    s->msgs = NULL;
-    smol_session_changed(s);
+    if (chat && reason != SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED &&
+        smol_session_record_turn(s, e->tpl, q->r, q->content.data, q->content.len, q->tool_calls))
+        bad = 1;
+    if (bad) smol_sessions_forget(&e->sessions, s);
+    if (!s->id[0] && e->sessions.n_anon > e->cfg.max_cached_prefixes) smol_sessions_evict_one(&e->sessions, 1);
 }
 
 /* Ends a running (or queued) request: flushes text, sends Done, leaves its
@@ -256,74 +199,13 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
             smol_engine_send_error(e, q->r->id, q->r->client_id, SMOL_ENOMEM, "out of memory: part of the stream was lost");
     } else {
         if (reason == SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED) e->n_cancelled++;
-        send_done(e, q);
+        smol_engine_send_done(e, q);
     }
     e->n_generated += (uint64_t)q->n_gen;
 
     struct smol_session *s = q->sess ? q->sess : q->anon;
     if (s && q->state != RS_QUEUED) {
-        /* history = what the KV holds plus the turn's end as the template
-         * renders it: <|im_end|> (also when the answer was cut short or
-         * ended on another end-of-generation token) and "\n" */
-        const int32_t im_end = smol_tokenizer_special(e->tok)->im_end;
-        int bad = 0;    /* the history could not be recorded whole: forget_history */
-        if (q->r->kind == SMOL_INPUT_CHAT && e->have_tpl && im_end >= 0 && q->n_gen > 0) {
-            int32_t last = q->tok[q->n_tok - 1];
-            if (last != im_end && smol_tokenizer_is_eog(e->tok, last)) q->tok[q->n_tok - 1] = im_end;
-            else if (last != im_end && tok_push(q, im_end)) bad = 1;
-            struct smol_ids ids = {0};
-            if (smol_tokenizer_encode(e->tok, "\n", 1, 0, &ids, NULL)) bad = 1;
-            else if (ids.n == 1 && tok_push(q, ids.v[0])) bad = 1;
-            smol_ids_free(&ids);
-        }
-        if (q->seq->n_tokens > q->n_tok) smol_kv_seq_truncate(&e->m->kv, q->seq, q->n_tok);
-        if (smol_session_set_tokens(s, q->tok, q->n_tok)) bad = 1;
-        s->busy = 0;
-        smol_sessions_touch(&e->sessions, s, smol_mono_s());
-        /* the conversation as a client will send it back: the prompt plus
-         * this answer's content (reasoning is not sent back) */
-        smol_session_set_text(s, NULL, 0);
-        if (q->r->kind == SMOL_INPUT_CHAT && reason != SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED && e->have_tpl) {
-            struct smol_chat_request cr = q->r->chat;
-            struct smol_chat_msg *msgs = calloc(cr.n_msgs + 1, sizeof *msgs);
-            if (!msgs) bad = 1;
-            if (msgs) {
-                memcpy(msgs, cr.msgs, cr.n_msgs * sizeof *msgs);
-                struct smol_chat_buf content;
-                smol_chat_buf_init(&content);
-                if (smol_chat_buf_append(&content, q->content.data ? q->content.data : "", q->content.len)) bad = 1;
-                msgs[cr.n_msgs] = (struct smol_chat_msg){.role = SMOL_CHAT_ASSISTANT, .content = content.data ? content.data : "",
-                                                         .tool_calls = q->tool_calls};
-                cr.msgs = msgs;
-                cr.n_msgs++;
-                cr.add_generation_prompt = 0;
-                cr.msgs_owned = 0;
-                if (q->r->think_set) cr.enable_thinking = q->r->enable_thinking;
-                cr.date = s->date;
-                struct smol_chat_buf txt;
-                smol_chat_buf_init(&txt);
-                if (smol_chat_render(e->tpl, &cr, &txt, NULL, NULL) == SMOL_OK) smol_session_set_text(s, txt.data, txt.len);
-                /* and as messages, for clients that send only the new turn */
-                json_t *all = json_deep_copy(json_object_get(q->r->chat_body, "messages"));
-                json_t *am = json_pack("{s:s,s:s%}", "role", "assistant", "content", content.data ? content.data : "",
-                                       content.len);
-                if (am && q->tool_calls) json_object_set(am, "tool_calls", q->tool_calls);
-                if (all && am && !json_array_append_new(all, am)) {
-                    if (s->msgs) json_decref(s->msgs);
-                    s->msgs = all;
-                    smol_session_changed(s);
-                } else {
-                    if (!all) json_decref(am);  /* else append_new consumed it */
-                    json_decref(all);
-                    bad = 1;
-                }
-                smol_chat_buf_deinit(&txt);
-                smol_chat_buf_deinit(&content);
-                free(msgs);
-            }
-        }
-        if (bad) forget_history(e, s);
-        if (!s->id[0] && e->sessions.n_anon > e->cfg.max_cached_prefixes) smol_sessions_evict_one(&e->sessions, 1);
+        keep_history(e, q, s, reason);
     } else if (s) {
         s->busy = 0;
         if (!s->id[0]) smol_sessions_remove(&e->sessions, s);
@@ -767,23 +649,6 @@ static int admit_start(struct smol_engine *e, struct req *q)
     return 1;
 }
 
-/* Tells the client its request runs: the prompt's tokens, how many come
- * from the cache (restored: read back from disk), the session, thinking. */
-static void send_started(struct smol_engine *e, struct req *q, int restored)
-{
-    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
-    Smollm3__Started st = SMOLLM3__STARTED__INIT;
-    st.prompt_tokens = (uint32_t)q->n_prompt;
-    st.cached_tokens = (uint32_t)q->n_cached;
-    st.restored_tokens = (uint32_t)restored;
-    st.session_id = q->r->session;
-    st.thinking = q->thinking;
-    ev.request_id = q->r->client_id;
-    ev.kind_case = SMOLLM3__EVENT__KIND_STARTED;
-    ev.started = &st;
-    if (smol_engine_send_event(e, q->r->id, 0, &ev)) lose(q);
-}
-
 /* Admits the queue's head when it can run now: 1 admitted (Started sent),
  * 0 must wait, -1 refused (error sent, q freed).  The steps run in this
  * order so that a request waits before anything changes: only commit
@@ -810,7 +675,7 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
         a.restored = q->n_cached < q->sess->restored_kv ? q->n_cached : q->sess->restored_kv;
         q->sess->restored_kv = 0;
     }
-    send_started(e, q, a.restored);
+    if (smol_engine_send_started(e, q, a.restored)) lose(q);
     return 1;
 }
 
@@ -1341,75 +1206,60 @@ static struct req *find_next(struct req *q, uint64_t id)
     return NULL;
 }
 
-/* Reads one multipart command; 0 when none was pending. */
+/* A request handed over by the RPC thread joins the queue (or is refused
+ * at once: draining, queue full, out of memory). */
+static void enqueue(struct smol_engine *e, struct smol_request *r)
+{
+    if (e->draining) { smol_engine_send_error(e, r->id, r->client_id, SMOL_ESHUTDOWN, "the daemon is shutting down"); smol_request_free(&r); return; }
+    if (e->n_queued >= e->cfg.max_queued) {
+        e->n_rejected++;
+        smol_engine_send_error(e, r->id, r->client_id, SMOL_EQUEUE_FULL, "admission queue is full; retry later");
+        smol_request_free(&r);
+        return;
+    }
+    struct req *q = calloc(1, sizeof *q);
+    if (!q) { smol_engine_send_error(e, r->id, r->client_id, SMOL_ENOMEM, "out of memory"); smol_request_free(&r); return; }
+    if (r->n_choices < 1) r->n_choices = 1;     /* requests built by hand (tests) leave these 0 */
+    r->refs = 1;
+    q->r = r;
+    q->e = e;
+    q->state = RS_QUEUED;
+    q->cancelled = r->cancelled;    /* cancelled while parked: finished by the next step */
+    smol_chat_buf_init(&q->content);
+    smol_chat_buf_init(&q->rendered);
+    list_append(&e->queue, q);
+    e->n_queued++;
+}
+
+/* Stops admitting; the queue is refused now, what runs is cancelled after grace_ms. */
+static void drain(struct smol_engine *e, uint32_t grace_ms)
+{
+    e->draining = 1;
+    e->drain_deadline = smol_mono_s() + grace_ms / 1e3;
+    while (e->queue) {
+        struct req *q = e->queue;
+        reject(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down");
+    }
+}
+
+/* Carries out one command; 0 when none was pending. */
 static int handle_cmd(struct smol_engine *e)
 {
-    zmq_msg_t part[3];
-    int n = 0, more = 1;
-    while (more) {
-        if (n < 3) zmq_msg_init(&part[n]);
-        zmq_msg_t *m = n < 3 ? &part[n] : &part[2];
-        if (zmq_msg_recv(m, e->sock, ZMQ_DONTWAIT) < 0) {
-            for (int i = 0; i < n && i < 3; i++) zmq_msg_close(&part[i]);
-            if (n < 3) zmq_msg_close(&part[n]);
-            return 0;
-        }
-        SMOL_HB_RECV();
-        more = zmq_msg_more(m);
-        if (n < 3) n++;
-    }
-    const uint8_t *c = zmq_msg_data(&part[0]);
-    uint8_t cmd = zmq_msg_size(&part[0]) ? c[0] : 0;
-    uint64_t id = 0;
-    if (n > 1 && zmq_msg_size(&part[1]) == 8) memcpy(&id, zmq_msg_data(&part[1]), 8);
-    switch (cmd) {
-    case SMOL_CMD_SUBMIT: {
-        struct smol_request *r = NULL;
-        if (n > 1 && zmq_msg_size(&part[1]) == sizeof r) memcpy(&r, zmq_msg_data(&part[1]), sizeof r);
-        if (!r) break;
-        if (e->draining) { smol_engine_send_error(e, r->id, r->client_id, SMOL_ESHUTDOWN, "the daemon is shutting down"); smol_request_free(&r); break; }
-        if (e->n_queued >= e->cfg.max_queued) {
-            e->n_rejected++;
-            smol_engine_send_error(e, r->id, r->client_id, SMOL_EQUEUE_FULL, "admission queue is full; retry later");
-            smol_request_free(&r);
-            break;
-        }
-        struct req *q = calloc(1, sizeof *q);
-        if (!q) { smol_engine_send_error(e, r->id, r->client_id, SMOL_ENOMEM, "out of memory"); smol_request_free(&r); break; }
-        if (r->n_choices < 1) r->n_choices = 1;     /* requests built by hand (tests) leave these 0 */
-        r->refs = 1;
-        q->r = r;
-        q->e = e;
-        q->state = RS_QUEUED;
-        q->cancelled = r->cancelled;    /* cancelled while parked: finished by the next step */
-        smol_chat_buf_init(&q->content);
-        smol_chat_buf_init(&q->rendered);
-        list_append(&e->queue, q);
-        e->n_queued++;
-        break;
-    }
+    struct smol_engine_cmd_msg c;
+    if (!smol_engine_recv_cmd(e->sock, &c)) return 0;
+    const uint64_t id = c.id;
+    switch (c.cmd) {
+    case SMOL_CMD_SUBMIT: if (c.r) enqueue(e, c.r); break;
     /* every choice of the request (n > 1 shares the id) */
     case SMOL_CMD_CANCEL: for (struct req *q = find_req(e, id); q; q = find_next(q, id)) q->cancelled = 1; break;
     case SMOL_CMD_PAUSE: for (struct req *q = find_req(e, id); q; q = find_next(q, id)) q->paused = 1; break;
     case SMOL_CMD_RESUME: for (struct req *q = find_req(e, id); q; q = find_next(q, id)) q->paused = 0; break;
-    case SMOL_CMD_QUERY:
-        if (n > 2) smol_engine_handle_query(e, id, zmq_msg_data(&part[2]), zmq_msg_size(&part[2]));
-        break;
-    case SMOL_CMD_DRAIN: {
-        uint32_t ms = 0;
-        if (n > 1 && zmq_msg_size(&part[1]) == 4) memcpy(&ms, zmq_msg_data(&part[1]), 4);
-        e->draining = 1;
-        e->drain_deadline = smol_mono_s() + ms / 1e3;
-        while (e->queue) {
-            struct req *q = e->queue;
-            reject(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down");
-        }
-        break;
-    }
+    case SMOL_CMD_QUERY: if (c.n > 2) smol_engine_handle_query(e, id, c.data, c.len); break;
+    case SMOL_CMD_DRAIN: drain(e, c.grace_ms); break;
     case SMOL_CMD_STOP: atomic_store_explicit(&e->stop, 1, memory_order_release); break;
     default: break;
     }
-    for (int i = 0; i < n; i++) zmq_msg_close(&part[i]);
+    smol_engine_cmd_close(&c);
     return 1;
 }
 

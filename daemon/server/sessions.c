@@ -234,3 +234,57 @@ int smol_session_set_text(struct smol_session *x, const char *text, size_t len)
     smol_session_changed(x);
     return 0;
 }
+
+/* ---- the conversation ------------------------------------------------------------ */
+
+int smol_session_record_turn(struct smol_session *x, enum smol_chat_tpl tpl, const struct smol_request *r,
+                             const char *content, size_t content_len, json_t *tool_calls)
+{
+    int bad = 0;
+    struct smol_chat_request cr = r->chat;
+    struct smol_chat_msg *msgs = calloc(cr.n_msgs + 1, sizeof *msgs);
+    if (!msgs) return -1;
+    memcpy(msgs, cr.msgs, cr.n_msgs * sizeof *msgs);
+    struct smol_chat_buf text;     /* the answer's content, NUL-terminated */
+    smol_chat_buf_init(&text);
+    if (smol_chat_buf_append(&text, content ? content : "", content_len)) bad = 1;
+    const char *answer = text.data ? text.data : "";
+    msgs[cr.n_msgs] = (struct smol_chat_msg){.role = SMOL_CHAT_ASSISTANT, .content = answer, .tool_calls = tool_calls};
+    cr.msgs = msgs;
+    cr.n_msgs++;
+    cr.add_generation_prompt = 0;
+    cr.msgs_owned = 0;
+    if (r->think_set) cr.enable_thinking = r->enable_thinking;
+    cr.date = x->date;
+    struct smol_chat_buf txt;
+    smol_chat_buf_init(&txt);
+    if (smol_chat_render(tpl, &cr, &txt, NULL, NULL) == SMOL_OK) smol_session_set_text(x, txt.data, txt.len);
+    /* and as messages, for clients that send only the new turn */
+    json_t *all = json_deep_copy(json_object_get(r->chat_body, "messages"));
+    json_t *am = json_pack("{s:s,s:s%}", "role", "assistant", "content", answer, text.len);
+    if (am && tool_calls) json_object_set(am, "tool_calls", tool_calls);
+    if (all && am && !json_array_append_new(all, am)) {
+        if (x->msgs) json_decref(x->msgs);
+        x->msgs = all;
+        smol_session_changed(x);
+    } else {
+        if (!all) json_decref(am);  /* else append_new consumed it */
+        json_decref(all);
+        bad = 1;
+    }
+    smol_chat_buf_deinit(&txt);
+    smol_chat_buf_deinit(&text);
+    free(msgs);
+    return bad ? -1 : 0;
+}
+
+void smol_sessions_forget(struct smol_sessions *s, struct smol_session *x)
+{
+    smol_kv_seq_truncate(s->kv, &x->seq, 0);
+    x->n_tokens = 0;
+    x->on_disk = 0;     /* its file (if any) is rewritten empty: removed */
+    smol_session_set_text(x, NULL, 0);
+    if (x->msgs) json_decref(x->msgs);
+    x->msgs = NULL;
+    smol_session_changed(x);
+}

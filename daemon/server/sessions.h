@@ -91,6 +91,21 @@ void smol_session_changed(struct smol_session *x);
 int smol_session_set_tokens(struct smol_session *x, const int32_t *ids, int n);
 int smol_session_set_text(struct smol_session *x, const char *text, size_t len);
 
+/* Records the conversation after a chat turn on x as a client will send it
+ * back: the request's messages plus the answer's content (reasoning is not
+ * sent back) and its tool calls (an OpenAI tool_calls array, or NULL), as
+ * text rendered with tpl and x's date (x's text is left as it was when the
+ * render fails) and as JSON messages, for clients that send only the new
+ * turn.  0, or -1 when it could not be recorded whole (out of memory). */
+int smol_session_record_turn(struct smol_session *x, enum smol_chat_tpl tpl, const struct smol_request *r,
+                             const char *content, size_t content_len, json_t *tool_calls);
+/* Forgets x's history (tokens, KV, text, messages) after one could not be
+ * recorded whole: its next turn is computed from what the client sends,
+ * never matched against a record that disagrees with the KV or the text
+ * (test_fault alloc N=1007: the "\n" after <|im_end|> missing from the
+ * tokens, the next turn's prompt silently different). */
+void smol_sessions_forget(struct smol_sessions *s, struct smol_session *x);
+
 /* Length of the common prefix of a[0, na) and b[0, nb). */
 int smol_lcp(const int32_t *a, int na, const int32_t *b, int nb);
 
