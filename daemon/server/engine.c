@@ -21,7 +21,6 @@
 #include "daemon/model/model.h"
 #include "daemon/server/log.h"
 #include "daemon/server/sessions.h"
-#include "daemon/server/spill.h"
 #include "daemon/server/grammar_cache.h"
 #include "smollm3.pb-c.h"
 
@@ -34,7 +33,6 @@
 #include <zmq.h>
 
 #include "daemon/server/engine_internal.h"
-#include "daemon/server/engine_wire.h"
 
 void smol_engine_config_default(struct smol_engine_config *c)
 {
@@ -376,7 +374,7 @@ static int admit_lookup(struct smol_engine *e, struct req *q, double now, struct
     struct smol_request *r = q->r;
     if (!r->session[0]) return 1;
     a->s = smol_sessions_find(&e->sessions, r->session);
-    if (!a->s && e->cfg.spill && !smol_spill_prefetch(e->cfg.spill, r->session)) {
+    if (!a->s && !smol_sessions_prefetch(&e->sessions, r->session)) {
         e->waiting_read = 1;
         return 0;
     }
@@ -459,17 +457,12 @@ static int admit_prefix(struct smol_engine *e, struct req *q, double now, struct
         a->lcp = smol_lcp(a->s->tokens, have, q->tok, n);
     } else {
         a->src = smol_sessions_best_prefix(&e->sessions, q->tok, n, &a->lcp);
-        char pid[SMOL_SPILL_PREFIX_ID_LEN + 1];
-        int dl = e->cfg.spill ? smol_spill_best_prefix(e->cfg.spill, q->tok, n, pid) : 0;
-        if ((dl < n - 1 ? dl : n - 1) >= (a->lcp < n - 1 ? a->lcp : n - 1) + SMOL_KV_PAGE) {
-            if (!smol_spill_prefetch(e->cfg.spill, pid)) {
-                e->waiting_read = 1;
-                return 0;
-            }
-            smol_sessions_restore_prefix(&e->sessions, pid, now);
-            /* (making room for it may have evicted src, even when it failed) */
-            a->src = smol_sessions_best_prefix(&e->sessions, q->tok, n, &a->lcp);
+        if (!smol_sessions_read_prefix(&e->sessions, q->tok, n, a->lcp, now)) {
+            e->waiting_read = 1;
+            return 0;
         }
+        /* again: what was read back, and making room for it may have evicted src */
+        a->src = smol_sessions_best_prefix(&e->sessions, q->tok, n, &a->lcp);
     }
     if (a->lcp > n - 1) a->lcp = n - 1;   /* the last prompt token is computed for its logits */
     return 1;

@@ -82,13 +82,41 @@ void smol_sessions_touch(struct smol_sessions *s, struct smol_session *x, double
 
 /* ---- the spill directory ------------------------------------------------------- */
 
+/* x as the spill's neutral record (borrowing x's storage). */
+static struct smol_spill_record record_of(struct smol_session *x)
+{
+    struct smol_spill_record rec = {.seq = &x->seq, .tokens = x->tokens, .n_tokens = x->n_tokens,
+                                    .hist_text = x->hist_text, .hist_len = x->hist_len, .msgs = x->msgs,
+                                    .think_set = x->think_set, .enable_thinking = x->enable_thinking};
+    snprintf(rec.id, sizeof rec.id, "%s", x->id);
+    snprintf(rec.date, sizeof rec.date, "%s", x->date);
+    return rec;
+}
+
+/* x takes the history of a record read back (rec is left empty). */
+static void take_record(struct smol_session *x, struct smol_spill_record *rec)
+{
+    free(x->tokens);
+    x->tokens = rec->tokens;
+    x->n_tokens = x->cap = rec->n_tokens;
+    free(x->hist_text);
+    x->hist_text = rec->hist_text;
+    x->hist_len = rec->hist_len;
+    if (x->msgs) json_decref(x->msgs);
+    x->msgs = rec->msgs;
+    snprintf(x->date, sizeof x->date, "%s", rec->date);
+    x->think_set = rec->think_set;
+    x->enable_thinking = rec->enable_thinking;
+    *rec = (struct smol_spill_record){0};
+    smol_session_changed(x);
+}
+
 static void spill(struct smol_sessions *s, struct smol_session *x)
 {
     char err[SMOL_ERRLEN];
-    if (smol_spill_save(s->spill, s->kv, x, err)) {
-        smol_log_warn("spill: %s", err);
-        x->on_disk = 1; /* not again until it changes */
-    }
+    const struct smol_spill_record rec = record_of(x);
+    if (smol_spill_save(s->spill, s->kv, &rec, err)) smol_log_warn("spill: %s", err);
+    x->on_disk = 1;     /* written, or not again until it changes */
 }
 
 /* x's history belongs on disk: a named session, or a cached prefix long
@@ -124,8 +152,9 @@ static struct smol_session *load_into(struct smol_sessions *s, struct smol_sessi
     char err[SMOL_ERRLEN];
     int need = 0;
     enum smol_err rc;
-    while ((rc = x->id[0] ? smol_spill_load(s->spill, s->kv, s->vocab, x, &need, err)
-                          : smol_spill_load_prefix(s->spill, s->kv, s->vocab, id, x, &need, err)) == SMOL_EBUSY)
+    struct smol_spill_record rec = {.seq = &x->seq};
+    while ((rc = x->id[0] ? smol_spill_load(s->spill, s->kv, s->vocab, id, &rec, &need, err)
+                          : smol_spill_load_prefix(s->spill, s->kv, s->vocab, id, &rec, &need, err)) == SMOL_EBUSY)
         if (!smol_sessions_evict_one(s, 1)) break;
     x->busy = 0;
     if (rc) {
@@ -133,6 +162,8 @@ static struct smol_session *load_into(struct smol_sessions *s, struct smol_sessi
         smol_sessions_remove(s, x);
         return NULL;
     }
+    take_record(x, &rec);
+    x->on_disk = 1;
     x->restored_kv = x->seq.n_tokens;
     x->last_used = now;
     return x;
@@ -154,6 +185,40 @@ struct smol_session *smol_sessions_restore_prefix(struct smol_sessions *s, const
     if (!s->spill) return NULL;
     struct smol_session *x = smol_sessions_add(s, "");
     return x ? load_into(s, x, id, now) : NULL;
+}
+
+int smol_sessions_prefetch(struct smol_sessions *s, const char *id)
+{
+    return !s->spill || smol_spill_prefetch(s->spill, id);
+}
+
+int smol_sessions_read_prefix(struct smol_sessions *s, const int32_t *ids, int n, int have, double now)
+{
+    if (!s->spill) return 1;
+    char pid[SMOL_SPILL_PREFIX_ID_LEN + 1];
+    const int on_disk = smol_spill_best_prefix(s->spill, ids, n, pid);
+    /* (the last prompt token is always computed: it counts in neither) */
+    if ((on_disk < n - 1 ? on_disk : n - 1) < (have < n - 1 ? have : n - 1) + SMOL_KV_PAGE) return 1;
+    if (!smol_spill_prefetch(s->spill, pid)) return 0;
+    smol_sessions_restore_prefix(s, pid, now);
+    return 1;
+}
+
+int smol_sessions_has_file(const struct smol_sessions *s, const char *id)
+{
+    return s->spill && smol_spill_has(s->spill, id);
+}
+
+void smol_sessions_remove_file(struct smol_sessions *s, const char *id)
+{
+    if (s->spill) smol_spill_remove(s->spill, id);
+}
+
+int smol_sessions_disk_stats(struct smol_sessions *s, struct smol_spill_stats *st)
+{
+    if (!s->spill) return 0;
+    smol_spill_get_stats(s->spill, st);
+    return 1;
 }
 
 /* ---- eviction -------------------------------------------------------------------- */
@@ -182,13 +247,6 @@ int smol_sessions_expire(struct smol_sessions *s, double now, double ttl)
         }
     }
     return n;
-}
-
-int smol_lcp(const int32_t *a, int na, const int32_t *b, int nb)
-{
-    int n = na < nb ? na : nb, i = 0;
-    while (i < n && a[i] == b[i]) i++;
-    return i;
 }
 
 struct smol_session *smol_sessions_best_prefix(struct smol_sessions *s, const int32_t *ids, int n, int *lcp)
