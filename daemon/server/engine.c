@@ -643,9 +643,10 @@ static int admit_start(struct smol_engine *e, struct req *q)
 }
 
 /* Admits the queue's head when it can run now: 1 admitted (Started sent),
- * 0 must wait, -1 refused (error sent, q freed).  The steps run in this
- * order so that a request waits before anything changes: only commit
- * touches the sessions. */
+ * 0 must wait, -1 refused (error sent, q freed).  A request that waits
+ * returns before commit, so it leaves nothing of its own half done: the
+ * steps before only look up, read back from disk or evict idle entries,
+ * and its prompt stays built (admit_prompt). */
 static int try_admit(struct smol_engine *e, struct req *q, double now)
 {
     struct admit a = {0};
