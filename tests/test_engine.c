@@ -603,10 +603,12 @@ static Smollm3__StatsReply *query_stats(struct rig *g, Smollm3__Event **hold)
 }
 
 /* A request waiting for KV memory is rendered and tokenized once, not at
- * every step it waits (try_admit used to rebuild it each time), and runs as it
- * would alone.  The budget holds 4 pages of 32 tokens: A takes 12 + 80 (3
- * pages), B 19 + 40 (2): B waits until A ends. */
-START_TEST(t_waiting_prompt_built_once)
+ * every step it waits (try_admit used to rebuild it each time; with a
+ * session, whose history the prompt continues, until the session's stamp),
+ * and runs as it would alone.  The budget holds 4 pages of 32 tokens: A
+ * takes 12 + 80 (3 pages), B 19 + 40 (2): B waits until A ends.  B once
+ * without a session, once on a session of its own. */
+static void waiting_prompt(const char *b_session)
 {
     struct rig g;
     size_t per_tok = smol_kv_bytes_per_token(8, 1, 16, 1 /* f16 */);
@@ -620,16 +622,17 @@ START_TEST(t_waiting_prompt_built_once)
     prompt_of(1, a_ids, &na);
     prompt_of(2, b_ids, &nb);
     const uint64_t a = submit_ids(&g, a_ids, na, GEN_A, NULL);
-    submit_ids(&g, b_ids, nb, GEN_B, NULL);
+    submit_ids(&g, b_ids, nb, GEN_B, b_session);
     struct result res[2];
     memset(res, 0, sizeof res);
     collect(&g, a, 2, res);
     ck_assert_msg(res[0].n == GEN_A, "A: %d tokens, error %d", res[0].n, res[0].err);
-    ck_assert_msg(res[1].n == GEN_B, "B: %d tokens, error %d", res[1].n, res[1].err);
+    ck_assert_msg(res[1].n == GEN_B, "B (session %s): %d tokens, error %d", b_session ? b_session : "none", res[1].n,
+                  res[1].err);
     Smollm3__Event *hold;
     Smollm3__StatsReply *st = query_stats(&g, &hold);
-    ck_assert_msg(st->prompt_builds_total == 2, "2 prompts built %llu times: the waiting one was rebuilt",
-                  (unsigned long long)st->prompt_builds_total);
+    ck_assert_msg(st->prompt_builds_total == 2, "2 prompts built %llu times: the waiting one (session %s) was rebuilt",
+                  (unsigned long long)st->prompt_builds_total, b_session ? b_session : "none");
     smollm3__event__free_unpacked(hold, NULL);
     /* B again, alone: the same greedy tokens */
     const uint64_t b2 = submit_ids(&g, b_ids, nb, GEN_B, NULL);
@@ -639,6 +642,12 @@ START_TEST(t_waiting_prompt_built_once)
     ck_assert_msg(alone.n == GEN_B, "alone: %d tokens, error %d", alone.n, alone.err);
     ck_assert_mem_eq(alone.ids, res[1].ids, GEN_B * sizeof(int32_t));
     rig_close(&g);
+}
+
+START_TEST(t_waiting_prompt_built_once)
+{
+    waiting_prompt(NULL);
+    waiting_prompt("waiter");
 }
 END_TEST
 

@@ -1,6 +1,9 @@
 /*
- * engine.c - the engine thread: admission, continuous batching with chunked
- * prefill, sampling, streaming events (see engine.h for the protocol).
+ * engine.c - the engine thread's scheduler: admission, continuous batching
+ * with chunked prefill, sampling, deciding what each request streams (see
+ * engine.h for the protocol).  It only schedules: the protobuf events and
+ * the command frames are engine_wire.c's, the sessions' conversations
+ * sessions.c's, and the spill directory is reached through sessions.c.
  *
  * One loop iteration:
  *   1. read every pending command (blocking only when there is no work);
@@ -18,7 +21,6 @@
 #include "daemon/model/model.h"
 #include "daemon/server/log.h"
 #include "daemon/server/sessions.h"
-#include "daemon/server/spill.h"
 #include "daemon/server/grammar_cache.h"
 #include "smollm3.pb-c.h"
 
@@ -31,7 +33,6 @@
 #include <zmq.h>
 
 #include "daemon/server/engine_internal.h"
-#include "daemon/server/engine_wire.h"
 
 void smol_engine_config_default(struct smol_engine_config *c)
 {
@@ -106,48 +107,15 @@ static void lose(struct req *q)
 
 static void emit_text(struct req *q, const char *text, size_t len, int channel)
 {
-    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
-    Smollm3__Token tk = SMOLLM3__TOKEN__INIT;
-    char *s = malloc(len + 1);
-    if (!s) { lose(q); return; }
-    memcpy(s, text, len);
-    s[len] = 0;
-    tk.text = s;
-    tk.token_id = q->seg_in_token++ ? -1 : q->cur_token;
-    tk.channel = channel;
-    tk.choice = (uint32_t)q->choice;
-    Smollm3__TopLogprob top[SMOL_SAMPLER_MAX_TOP_LOGPROBS], *topp[SMOL_SAMPLER_MAX_TOP_LOGPROBS];
-    if (q->r->logprobs && tk.token_id >= 0) {
-        const struct smol_sampler_logprobs *lp = &q->cur_lp;
-        size_t n;
-        tk.logprob_opt_case = SMOLLM3__TOKEN__LOGPROB_OPT_LOGPROB;
-        tk.logprob = lp->logprob;
-        const char *pc = smol_tokenizer_piece(q->e->tok, q->cur_token, &n);
-        tk.piece = (ProtobufCBinaryData){ .len = pc ? n : 0, .data = (uint8_t *)pc };
-        for (int i = 0; i < lp->n_top; i++) {
-            smollm3__top_logprob__init(&top[i]);
-            top[i].token_id = lp->top_id[i];
-            top[i].logprob = lp->top_logprob[i];
-            pc = smol_tokenizer_piece(q->e->tok, lp->top_id[i], &n);
-            top[i].piece = (ProtobufCBinaryData){ .len = pc ? n : 0, .data = (uint8_t *)pc };
-            topp[i] = &top[i];
-        }
-        tk.n_top_logprobs = (size_t)lp->n_top;
-        tk.top_logprobs = topp;
-    }
-    ev.request_id = q->r->client_id;
-    ev.kind_case = SMOLLM3__EVENT__KIND_TOKEN;
-    ev.token = &tk;
-    if (smol_engine_send_event(q->e, q->r->id, 0, &ev)) lose(q);
-    free(s);
+    int rc = smol_engine_send_token(q->e, q, text, len, channel, q->seg_in_token ? -1 : q->cur_token);
+    if (rc != SMOL_WIRE_UNMADE) q->seg_in_token++;
+    if (rc) lose(q);
 }
 
 static void on_parse(void *ud, const struct smol_chat_event *pe)
 {
     struct req *q = ud;
     if (pe->kind == SMOL_CHAT_EV_TOOL_CALL) {
-        Smollm3__Event ev = SMOLLM3__EVENT__INIT;
-        Smollm3__ToolCall tc = SMOLLM3__TOOL_CALL__INIT;
         char id[64];
         if (q->r->n_choices > 1) {      /* the ToolCall belongs to the choice of the Token before it */
             emit_text(q, "", 0, SMOLLM3__CHANNEL__CHANNEL_CONTENT);
@@ -155,19 +123,12 @@ static void on_parse(void *ud, const struct smol_chat_event *pe)
         } else {
             snprintf(id, sizeof id, "call_%llu_%d", (unsigned long long)q->r->id, pe->index);
         }
-        tc.index = (uint32_t)pe->index;
-        tc.id = id;
-        tc.name = (char *)pe->name;
-        tc.arguments_json = (char *)pe->arguments;
         /* the history renders the call back as the model wrote it (chat_template.c) */
         if (!q->tool_calls) q->tool_calls = json_array();
         if (q->tool_calls)
             json_array_append_new(q->tool_calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function",
                                                            "function", "name", pe->name, "arguments", pe->arguments));
-        ev.request_id = q->r->client_id;
-        ev.kind_case = SMOLLM3__EVENT__KIND_TOOL_CALL;
-        ev.tool_call = &tc;
-        if (smol_engine_send_event(q->e, q->r->id, 0, &ev)) lose(q);
+        if (smol_engine_send_tool_call(q->e, q, pe, id)) lose(q);
         q->seg_in_token++;
         return;
     }
@@ -177,55 +138,36 @@ static void on_parse(void *ud, const struct smol_chat_event *pe)
     emit_text(q, pe->text, pe->len, reasoning ? SMOLLM3__CHANNEL__CHANNEL_REASONING : SMOLLM3__CHANNEL__CHANNEL_CONTENT);
 }
 
-static void send_done(struct smol_engine *e, struct req *q)
+/* A finished request's KV stays with its session (or its anonymous entry,
+ * a cached prefix): history = what the KV holds plus the turn's end as the
+ * template renders it, <|im_end|> (also when the answer was cut short or
+ * ended on another end-of-generation token) and "\n"; and, for a chat turn,
+ * the conversation as a client will send it back (sessions.c).  A history
+ * that cannot be recorded whole (out of memory) is forgotten. */
+static void keep_history(struct smol_engine *e, struct req *q, struct smol_session *s, int reason)
 {
-    double t = smol_mono_s();
-    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
-    Smollm3__Done dn = SMOLLM3__DONE__INIT;
-    Smollm3__Usage us = SMOLLM3__USAGE__INIT;
-    Smollm3__Timings tm = SMOLLM3__TIMINGS__INIT;
-    us.prompt_tokens = (uint32_t)q->n_prompt;
-    us.cached_tokens = (uint32_t)q->n_cached;
-    us.completion_tokens = (uint32_t)q->n_gen;
-    us.reasoning_tokens = (uint32_t)q->n_reasoning;
-    us.choice = (uint32_t)q->choice;
-    us.drafted_tokens = (uint32_t)q->n_drafted;
-    us.accepted_tokens = (uint32_t)q->n_accepted;
-    us.decode_steps = (uint32_t)q->n_steps;
-    us.prediction_accepted_tokens = (uint32_t)q->n_pred_accepted;
-    us.prediction_rejected_tokens = (uint32_t)q->n_pred_rejected;
-    double t0 = q->r->t_received;
-    tm.queue_ms = q->t_first_step > 0 ? (q->t_first_step - t0) * 1e3 : 0;
-    tm.prompt_ms = q->t_prefill_done > 0 ? (q->t_prefill_done - q->t_first_step) * 1e3 : 0;
-    tm.generation_ms = q->t_prefill_done > 0 ? (t - q->t_prefill_done) * 1e3 : 0;
-    tm.ttft_ms = q->t_first_token > 0 ? (q->t_first_token - t0) * 1e3 : 0;
-    int computed = q->n_prompt - q->n_cached;
-    tm.prompt_tokens_per_s = tm.prompt_ms > 0 ? computed / (tm.prompt_ms / 1e3) : 0;
-    tm.generation_tokens_per_s = tm.generation_ms > 0 && q->n_gen > 1 ? (q->n_gen - 1) / (tm.generation_ms / 1e3) : 0;
-    dn.finish_reason = q->finish_reason;
-    dn.usage = &us;
-    dn.timings = &tm;
-    dn.stop_string = q->stop_index >= 0 ? q->r->stops[q->stop_index] : "";
-    ev.request_id = q->r->client_id;
-    ev.kind_case = SMOLLM3__EVENT__KIND_DONE;
-    ev.done = &dn;
-    /* with n > 1 the last choice to finish ends the stream */
-    smol_engine_send_event(e, q->r->id, q->r->refs == 1 ? SMOL_EV_TERMINAL : 0, &ev);
-}
-
-/* A session whose history could not be recorded whole (out of memory) keeps
- * none: its next turn is computed from what the client sends, never matched
- * against a record that disagrees with the KV or the text (test_fault alloc
- * N=1007: the "\n" after <|im_end|> missing from the tokens, the next turn's
- * prompt silently different). */
-static void forget_history(struct smol_engine *e, struct smol_session *s)
-{
-    smol_kv_seq_truncate(&e->m->kv, &s->seq, 0);
-    s->n_tokens = 0;
-    s->on_disk = 0;     /* its file (if any) is rewritten empty: removed */
+    const int32_t im_end = smol_tokenizer_special(e->tok)->im_end;
+    const int chat = q->r->kind == SMOL_INPUT_CHAT && e->have_tpl;
+    int bad = 0;
+    if (chat && im_end >= 0 && q->n_gen > 0) {
+        int32_t last = q->tok[q->n_tok - 1];
+        if (last != im_end && smol_tokenizer_is_eog(e->tok, last)) q->tok[q->n_tok - 1] = im_end;
+        else if (last != im_end && tok_push(q, im_end)) bad = 1;
+        struct smol_ids ids = {0};
+        if (smol_tokenizer_encode(e->tok, "\n", 1, 0, &ids, NULL)) bad = 1;
+        else if (ids.n == 1 && tok_push(q, ids.v[0])) bad = 1;
+        smol_ids_free(&ids);
+    }
+    if (q->seq->n_tokens > q->n_tok) smol_kv_seq_truncate(&e->m->kv, q->seq, q->n_tok);
+    if (smol_session_set_tokens(s, q->tok, q->n_tok)) bad = 1;
+    s->busy = 0;
+    smol_sessions_touch(&e->sessions, s, smol_mono_s());
     smol_session_set_text(s, NULL, 0);
-    if (s->msgs) json_decref(s->msgs);
-    s->msgs = NULL;
+    if (chat && reason != SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED &&
+        smol_session_record_turn(s, e->tpl, q->r, q->content.data, q->content.len, q->tool_calls))
+        bad = 1;
+    if (bad) smol_sessions_forget(&e->sessions, s);
+    if (!s->id[0] && e->sessions.n_anon > e->cfg.max_cached_prefixes) smol_sessions_evict_one(&e->sessions, 1);
 }
 
 /* Ends a running (or queued) request: flushes text, sends Done, leaves its
@@ -255,73 +197,13 @@ static void finish(struct smol_engine *e, struct req *q, int reason)
             smol_engine_send_error(e, q->r->id, q->r->client_id, SMOL_ENOMEM, "out of memory: part of the stream was lost");
     } else {
         if (reason == SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED) e->n_cancelled++;
-        send_done(e, q);
+        smol_engine_send_done(e, q);
     }
     e->n_generated += (uint64_t)q->n_gen;
 
     struct smol_session *s = q->sess ? q->sess : q->anon;
     if (s && q->state != RS_QUEUED) {
-        /* history = what the KV holds plus the turn's end as the template
-         * renders it: <|im_end|> (also when the answer was cut short or
-         * ended on another end-of-generation token) and "\n" */
-        const int32_t im_end = smol_tokenizer_special(e->tok)->im_end;
-        int bad = 0;    /* the history could not be recorded whole: forget_history */
-        if (q->r->kind == SMOL_INPUT_CHAT && e->have_tpl && im_end >= 0 && q->n_gen > 0) {
-            int32_t last = q->tok[q->n_tok - 1];
-            if (last != im_end && smol_tokenizer_is_eog(e->tok, last)) q->tok[q->n_tok - 1] = im_end;
-            else if (last != im_end && tok_push(q, im_end)) bad = 1;
-            struct smol_ids ids = {0};
-            if (smol_tokenizer_encode(e->tok, "\n", 1, 0, &ids, NULL)) bad = 1;
-            else if (ids.n == 1 && tok_push(q, ids.v[0])) bad = 1;
-            smol_ids_free(&ids);
-        }
-        if (q->seq->n_tokens > q->n_tok) smol_kv_seq_truncate(&e->m->kv, q->seq, q->n_tok);
-        if (smol_session_set_tokens(s, q->tok, q->n_tok)) bad = 1;
-        s->busy = 0;
-        smol_sessions_touch(&e->sessions, s, smol_mono_s());
-        /* the conversation as a client will send it back: the prompt plus
-         * this answer's content (reasoning is not sent back) */
-        smol_session_set_text(s, NULL, 0);
-        if (q->r->kind == SMOL_INPUT_CHAT && reason != SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED && e->have_tpl) {
-            struct smol_chat_request cr = q->r->chat;
-            struct smol_chat_msg *msgs = calloc(cr.n_msgs + 1, sizeof *msgs);
-            if (!msgs) bad = 1;
-            if (msgs) {
-                memcpy(msgs, cr.msgs, cr.n_msgs * sizeof *msgs);
-                struct smol_chat_buf content;
-                smol_chat_buf_init(&content);
-                if (smol_chat_buf_append(&content, q->content.data ? q->content.data : "", q->content.len)) bad = 1;
-                msgs[cr.n_msgs] = (struct smol_chat_msg){.role = SMOL_CHAT_ASSISTANT, .content = content.data ? content.data : "",
-                                                         .tool_calls = q->tool_calls};
-                cr.msgs = msgs;
-                cr.n_msgs++;
-                cr.add_generation_prompt = 0;
-                cr.msgs_owned = 0;
-                if (q->r->think_set) cr.enable_thinking = q->r->enable_thinking;
-                cr.date = s->date;
-                struct smol_chat_buf txt;
-                smol_chat_buf_init(&txt);
-                if (smol_chat_render(e->tpl, &cr, &txt, NULL, NULL) == SMOL_OK) smol_session_set_text(s, txt.data, txt.len);
-                /* and as messages, for clients that send only the new turn */
-                json_t *all = json_deep_copy(json_object_get(q->r->chat_body, "messages"));
-                json_t *am = json_pack("{s:s,s:s%}", "role", "assistant", "content", content.data ? content.data : "",
-                                       content.len);
-                if (am && q->tool_calls) json_object_set(am, "tool_calls", q->tool_calls);
-                if (all && am && !json_array_append_new(all, am)) {
-                    if (s->msgs) json_decref(s->msgs);
-                    s->msgs = all;
-                } else {
-                    if (!all) json_decref(am);  /* else append_new consumed it */
-                    json_decref(all);
-                    bad = 1;
-                }
-                smol_chat_buf_deinit(&txt);
-                smol_chat_buf_deinit(&content);
-                free(msgs);
-            }
-        }
-        if (bad) forget_history(e, s);
-        if (!s->id[0] && e->sessions.n_anon > e->cfg.max_cached_prefixes) smol_sessions_evict_one(&e->sessions, 1);
+        keep_history(e, q, s, reason);
     } else if (s) {
         s->busy = 0;
         if (!s->id[0]) smol_sessions_remove(&e->sessions, s);
@@ -471,180 +353,277 @@ static enum smol_chat_start parser_start(const struct smol_engine *e, const stru
                                                                                         : SMOL_CHAT_START_PLAIN;
 }
 
-/* A request that must wait: a session's prompt is built again when it is retried (the session
- * may change meanwhile); one without a session keeps its prompt. */
-static void unbuild_prompt(struct req *q)
-{
-    if (q->prompt_built) return;
-    q->n_tok = 0;
-    smol_chat_buf_reset(&q->rendered);
-}
+/* What try_admit's steps find out and hand on, one step to the next. */
+struct admit {
+    struct smol_session *s;         /* the request's named session (NULL: none asked, or a new one) */
+    struct smol_session *src;       /* the cached entry whose KV the prompt starts from, or NULL */
+    int n_prompt, max_gen;
+    int lcp;                        /* prompt tokens whose KV is reused */
+    int restored;                   /* of lcp, read back from a cached prefix's file */
+    int need;                       /* KV pages the request needs */
+    int sib_pages;                  /* n > 1: pages the other choices will take */
+};
 
-/* 1 admitted, 0 must wait, -1 refused (error sent, q freed). */
-static int try_admit(struct smol_engine *e, struct req *q, double now)
+/* Each step returns 1 (go on), 0 (q must wait: it stays queued) or -1
+ * (refused: error sent, q freed). */
+
+/* Step 1: the request's session, in memory or read back from the spill
+ * directory (its file is read on the spill's thread first: the queue waits). */
+static int admit_lookup(struct smol_engine *e, struct req *q, double now, struct admit *a)
 {
     struct smol_request *r = q->r;
-    struct smol_kv *kv = &e->m->kv;
-    const int n_ctx = e->m->cfg.n_ctx, budget = kv->n_pages * SMOL_KV_PAGE;
-    char err[SMOL_ERRLEN], msg[SMOL_ERRLEN + 64];
-    struct smol_session *s = NULL;
-
-    if (r->grammar && !smol_grammar_entry_index(r->grammar)) {  /* the RPC thread submits only built ones */
-        reject(e, q, SMOL_EINTERNAL, "structured output: the grammar's index is not built");
-        return -1;
-    }
-    if (r->session[0]) {
-        s = smol_sessions_find(&e->sessions, r->session);
-        if (!s && e->cfg.spill && !smol_spill_prefetch(e->cfg.spill, r->session)) {
-            e->waiting_read = 1; /* its file is being read on the spill's thread: the others go on */
-            return 0;
-        }
-        if (!s) s = smol_sessions_restore(&e->sessions, r->session, e->cfg.max_sessions, now);
-        if (s && s->busy) {
-            snprintf(msg, sizeof msg, "session '%s' already has a request in progress", r->session);
-            reject(e, q, SMOL_EBUSY, msg);
-            return -1;
-        }
-    }
-    enum smol_err rc;
-    if (!q->prompt_built) {
-        e->n_prompt_builds++;
-        if ((rc = build_prompt(e, q, s, err))) { reject(e, q, rc, err); return -1; }
-        q->prompt_built = !r->session[0]; /* a session's prompt depends on its history: built again after a wait */
-    }
-    const int n_prompt = q->n_tok;
-    if (n_prompt == 0) { reject(e, q, SMOL_EINVAL, "empty prompt"); return -1; }
-    if (r->n_choices > e->cfg.max_running) {
-        snprintf(msg, sizeof msg, "n = %d choices exceed max_running (%d)", r->n_choices, e->cfg.max_running);
-        reject(e, q, SMOL_EINVAL, msg);
-        return -1;
-    }
-    if (e->n_running + r->n_choices > e->cfg.max_running) {   /* wait until all choices can run */
-        unbuild_prompt(q);
+    if (!r->session[0]) return 1;
+    a->s = smol_sessions_find(&e->sessions, r->session);
+    if (!a->s && !smol_sessions_prefetch(&e->sessions, r->session)) {
+        e->waiting_read = 1;
         return 0;
     }
-    if (n_prompt >= n_ctx) {
-        snprintf(msg, sizeof msg, "prompt of %d tokens does not fit the context of %d tokens", n_prompt, n_ctx);
-        reject(e, q, SMOL_ECONTEXT, msg);
-        return -1;
-    }
-    if (r->max_tokens && n_prompt + r->max_tokens > n_ctx) {
-        snprintf(msg, sizeof msg, "prompt of %d tokens + max_tokens %d exceed the context of %d tokens", n_prompt,
-                 r->max_tokens, n_ctx);
-        reject(e, q, SMOL_ECONTEXT, msg);
-        return -1;
-    }
-    if (n_prompt + (r->max_tokens ? r->max_tokens : 1) > budget) {
-        snprintf(msg, sizeof msg, "request needs %d tokens of KV cache; the budget holds %d", n_prompt +
-                 (r->max_tokens ? r->max_tokens : 1), budget);
+    if (!a->s) a->s = smol_sessions_restore(&e->sessions, r->session, e->cfg.max_sessions, now);
+    if (a->s && a->s->busy) {
+        char msg[SMOL_ERRLEN + 64];
+        snprintf(msg, sizeof msg, "session '%s' already has a request in progress", r->session);
         reject(e, q, SMOL_EBUSY, msg);
         return -1;
     }
-    int max_gen = r->max_tokens ? r->max_tokens : e->cfg.default_max_tokens;
-    if (max_gen > n_ctx - n_prompt) max_gen = n_ctx - n_prompt;
-    if (max_gen > budget - n_prompt) max_gen = budget - n_prompt;
+    return 1;
+}
 
-    /* prefix to reuse (computed before anything changes, to be able to wait) */
-    struct smol_session *src = NULL;
-    int lcp = 0, restored = 0;          /* restored: of lcp, read back from a cached prefix's file */
-    if (s) {
-        int have = s->seq.n_tokens < s->n_tokens ? s->seq.n_tokens : s->n_tokens;
-        lcp = smol_lcp(s->tokens, have, q->tok, n_prompt);
-    } else {
-        src = smol_sessions_best_prefix(&e->sessions, q->tok, n_prompt, &lcp);
-        /* a longer cached prefix on disk (by a page or more): read it back,
-         * on the spill's thread first, like a session's file */
-        char pid[SMOL_SPILL_PREFIX_ID_LEN + 1];
-        int dl = e->cfg.spill ? smol_spill_best_prefix(e->cfg.spill, q->tok, n_prompt, pid) : 0;
-        if ((dl < n_prompt - 1 ? dl : n_prompt - 1) >= (lcp < n_prompt - 1 ? lcp : n_prompt - 1) + SMOL_KV_PAGE) {
-            if (!smol_spill_prefetch(e->cfg.spill, pid)) {
-                e->waiting_read = 1;
-                unbuild_prompt(q);
-                return 0;
-            }
-            smol_sessions_restore_prefix(&e->sessions, pid, now);
-            /* (making room for it may have evicted src, even when it failed) */
-            src = smol_sessions_best_prefix(&e->sessions, q->tok, n_prompt, &lcp);
-        }
+/* Step 2: the prompt, rendered and tokenized once per request.  It is kept
+ * while the request waits; only a session that changed since it was built
+ * (its history rewritten, or evicted and read back: a new stamp) has it
+ * built again, since the prompt continues that session's tokens. */
+static int admit_prompt(struct smol_engine *e, struct req *q, struct admit *a)
+{
+    const uint64_t stamp = a->s ? a->s->stamp : 0;
+    if (q->prompt_built && q->prompt_stamp == stamp) return 1;
+    char err[SMOL_ERRLEN];
+    smol_chat_buf_reset(&q->rendered);
+    e->n_prompt_builds++;
+    enum smol_err rc = build_prompt(e, q, a->s, err);
+    if (rc) { reject(e, q, rc, err); return -1; }
+    q->prompt_built = 1;
+    q->prompt_stamp = stamp;
+    return 1;
+}
+
+/* Step 3: the limits (refused) and a free slot for every choice (wait);
+ * sets n_prompt and max_gen. */
+static int admit_checks(struct smol_engine *e, struct req *q, struct admit *a)
+{
+    const struct smol_request *r = q->r;
+    const int n_ctx = e->m->cfg.n_ctx, budget = e->m->kv.n_pages * SMOL_KV_PAGE, n_prompt = q->n_tok;
+    const int kv_tokens = n_prompt + (r->max_tokens ? r->max_tokens : 1);
+    char msg[SMOL_ERRLEN + 64];
+    enum smol_err code = SMOL_OK;
+    if (n_prompt == 0) {
+        code = SMOL_EINVAL;
+        snprintf(msg, sizeof msg, "empty prompt");
+    } else if (r->n_choices > e->cfg.max_running) {
+        code = SMOL_EINVAL;
+        snprintf(msg, sizeof msg, "n = %d choices exceed max_running (%d)", r->n_choices, e->cfg.max_running);
+    } else if (e->n_running + r->n_choices > e->cfg.max_running) {
+        return 0;   /* wait until all choices can run */
+    } else if (n_prompt >= n_ctx) {
+        code = SMOL_ECONTEXT;
+        snprintf(msg, sizeof msg, "prompt of %d tokens does not fit the context of %d tokens", n_prompt, n_ctx);
+    } else if (r->max_tokens && n_prompt + r->max_tokens > n_ctx) {
+        code = SMOL_ECONTEXT;
+        snprintf(msg, sizeof msg, "prompt of %d tokens + max_tokens %d exceed the context of %d tokens", n_prompt,
+                 r->max_tokens, n_ctx);
+    } else if (kv_tokens > budget) {
+        code = SMOL_EBUSY;
+        snprintf(msg, sizeof msg, "request needs %d tokens of KV cache; the budget holds %d", kv_tokens, budget);
     }
-    if (lcp > n_prompt - 1) lcp = n_prompt - 1; /* the last prompt token is computed for its logits */
-    /* the other choices: their generated tokens, plus the copy of the last
-     * prompt page they share when it is partly filled */
-    const int sib_pages = (r->n_choices - 1) * (smol_kv_pages_for(max_gen) + 1);
-    int need = smol_kv_pages_for(n_prompt + max_gen) - lcp / SMOL_KV_PAGE + sib_pages;
-    int want = need + outstanding_pages(e);
-    if (s) s->busy = 1;                     /* protect what we reuse from eviction */
-    if (src) src->busy = 1;
+    if (code) {
+        reject(e, q, code, msg);
+        return -1;
+    }
+    a->n_prompt = n_prompt;
+    a->max_gen = r->max_tokens ? r->max_tokens : e->cfg.default_max_tokens;
+    if (a->max_gen > n_ctx - n_prompt) a->max_gen = n_ctx - n_prompt;
+    if (a->max_gen > budget - n_prompt) a->max_gen = budget - n_prompt;
+    return 1;
+}
+
+/* Step 4: the prefix to reuse (found before anything changes, so that the
+ * request can still wait): the session's own history, else the longest
+ * cached prefix, in memory or (a page or more longer) on disk, read back
+ * on the spill's thread first like a session's file. */
+static int admit_prefix(struct smol_engine *e, struct req *q, double now, struct admit *a)
+{
+    const int n = a->n_prompt;
+    if (a->s) {
+        int have = a->s->seq.n_tokens < a->s->n_tokens ? a->s->seq.n_tokens : a->s->n_tokens;
+        a->lcp = smol_lcp(a->s->tokens, have, q->tok, n);
+    } else {
+        a->src = smol_sessions_best_prefix(&e->sessions, q->tok, n, &a->lcp);
+        if (!smol_sessions_read_prefix(&e->sessions, q->tok, n, a->lcp, now)) {
+            e->waiting_read = 1;
+            return 0;
+        }
+        /* again: what was read back, and making room for it may have evicted src */
+        a->src = smol_sessions_best_prefix(&e->sessions, q->tok, n, &a->lcp);
+    }
+    if (a->lcp > n - 1) a->lcp = n - 1;   /* the last prompt token is computed for its logits */
+    return 1;
+}
+
+/* Step 5: room in the KV pool for the prompt past the prefix, max_gen
+ * tokens and the other choices (their generated tokens, plus the copy of
+ * the last prompt page they share when it is partly filled), idle entries
+ * evicted for it; without room it waits while others run, up to the queue
+ * timeout. */
+static int admit_kv(struct smol_engine *e, struct req *q, double now, struct admit *a)
+{
+    struct smol_kv *kv = &e->m->kv;
+    a->sib_pages = (q->r->n_choices - 1) * (smol_kv_pages_for(a->max_gen) + 1);
+    a->need = smol_kv_pages_for(a->n_prompt + a->max_gen) - a->lcp / SMOL_KV_PAGE + a->sib_pages;
+    const int want = a->need + outstanding_pages(e);
+    if (a->s) a->s->busy = 1;               /* protect what we reuse from eviction */
+    if (a->src) a->src->busy = 1;
     while (kv->n_free < want && smol_sessions_evict_one(&e->sessions, 1)) {}
-    if (s) s->busy = 0;
-    if (src) src->busy = 0;
-    if (kv->n_free < want) {
-        if (e->n_running == 0 || now - r->t_received > e->cfg.queue_timeout_s) {
-            snprintf(msg, sizeof msg, "KV cache busy: request needs %d pages of %d tokens, %d free of %d", need,
-                     SMOL_KV_PAGE, kv->n_free - (want - need), kv->n_pages);
-            reject(e, q, SMOL_EBUSY, msg);
-            return -1;
-        }
-        unbuild_prompt(q);
-        return 0;
-    }
+    if (a->s) a->s->busy = 0;
+    if (a->src) a->src->busy = 0;
+    if (kv->n_free >= want) return 1;
+    if (e->n_running > 0 && now - q->r->t_received <= e->cfg.queue_timeout_s) return 0;
+    char msg[SMOL_ERRLEN + 64];
+    snprintf(msg, sizeof msg, "KV cache busy: request needs %d pages of %d tokens, %d free of %d", a->need,
+             SMOL_KV_PAGE, kv->n_free - (want - a->need), kv->n_pages);
+    reject(e, q, SMOL_EBUSY, msg);
+    return -1;
+}
 
-    /* commit */
-    if (r->session[0] && !s) {
-        if (src) src->busy = 1;             /* the prefix it starts from stays */
-        if (e->sessions.n_named >= e->cfg.max_sessions) {
-            for (struct smol_session *x = e->sessions.tail; x; x = x->prev)
-                if (x->id[0] && !x->busy) { smol_sessions_evict(&e->sessions, x); break; }
-        }
-        if (src) src->busy = 0;
-        if (e->sessions.n_named >= e->cfg.max_sessions) { reject(e, q, SMOL_EBUSY, "too many sessions"); return -1; }
-        if (!(s = smol_sessions_add(&e->sessions, r->session))) { reject(e, q, SMOL_ENOMEM, "out of memory"); return -1; }
-        char date[32];
-        if (r->chat.date) snprintf(s->date, sizeof s->date, "%s", r->chat.date);
-        else { today(date); snprintf(s->date, sizeof s->date, "%s", date); }
-        /* a new session starts from the best cached prefix, as a request
-         * without one does (before, lcp was reported but recomputed) */
-        if (src && lcp > 0 && smol_kv_seq_share(kv, &s->seq, &src->seq, lcp, err)) lcp = 0;
-        if (src && lcp > 0) smol_sessions_touch(&e->sessions, src, now);
-        if (!src) lcp = 0;
+/* The date frozen into a new session or cached prefix (the recorded
+ * conversation, finish, is rendered with it). */
+static void set_date(struct smol_session *x, const struct smol_request *r)
+{
+    if (r->chat.date) snprintf(x->date, sizeof x->date, "%s", r->chat.date);
+    else today(x->date);
+}
+
+/* x starts from the cached entry's KV: its first lcp positions shared
+ * (none when that fails). */
+static void start_from_prefix(struct smol_engine *e, struct smol_session *x, struct admit *a, double now)
+{
+    char err[SMOL_ERRLEN];
+    if (a->src && a->lcp > 0 && smol_kv_seq_share(&e->m->kv, &x->seq, &a->src->seq, a->lcp, err)) a->lcp = 0;
+    if (a->src && a->lcp > 0) smol_sessions_touch(&e->sessions, a->src, now);
+    if (!a->src) a->lcp = 0;
+}
+
+/* The new named session q asked for (the oldest idle one evicted when the
+ * table is full), started from the best cached prefix as a request without
+ * a session is; NULL: refused. */
+static struct smol_session *new_session(struct smol_engine *e, struct req *q, struct admit *a, double now)
+{
+    if (a->src) a->src->busy = 1;           /* the prefix it starts from stays */
+    if (e->sessions.n_named >= e->cfg.max_sessions)
+        for (struct smol_session *x = e->sessions.tail; x; x = x->prev)
+            if (x->id[0] && !x->busy) { smol_sessions_evict(&e->sessions, x); break; }
+    if (a->src) a->src->busy = 0;
+    if (e->sessions.n_named >= e->cfg.max_sessions) { reject(e, q, SMOL_EBUSY, "too many sessions"); return NULL; }
+    struct smol_session *s = smol_sessions_add(&e->sessions, q->r->session);
+    if (!s) { reject(e, q, SMOL_ENOMEM, "out of memory"); return NULL; }
+    set_date(s, q->r);
+    start_from_prefix(e, s, a, now);
+    return s;
+}
+
+/* A request without a session writes into an anonymous entry of its own
+ * (which becomes a cached prefix when it ends); -1: refused. */
+static int new_anon(struct smol_engine *e, struct req *q, struct admit *a, double now)
+{
+    struct smol_session *x = smol_sessions_add(&e->sessions, "");
+    if (!x) { reject(e, q, SMOL_ENOMEM, "out of memory"); return -1; }
+    x->busy = 1;
+    set_date(x, q->r);
+    start_from_prefix(e, x, a, now);
+    if (a->src && !a->src->id[0] && a->src->restored_kv) { /* a prefix just read back: reported once */
+        a->restored = a->lcp < a->src->restored_kv ? a->lcp : a->src->restored_kv;
+        a->src->restored_kv = 0;
     }
-    if (s) {
-        smol_kv_seq_truncate(kv, &s->seq, lcp);
-        s->busy = 1;
-        q->sess = s;
-        q->seq = &s->seq;
-    } else {
-        struct smol_session *a = smol_sessions_add(&e->sessions, "");
-        if (!a) { reject(e, q, SMOL_ENOMEM, "out of memory"); return -1; }
-        a->busy = 1;
-        /* its date, as for a session: the recorded conversation (finish) is rendered with it */
-        if (r->chat.date) snprintf(a->date, sizeof a->date, "%s", r->chat.date);
-        else today(a->date);
-        if (src && lcp > 0 && smol_kv_seq_share(kv, &a->seq, &src->seq, lcp, err)) lcp = 0;
-        if (src && lcp > 0) smol_sessions_touch(&e->sessions, src, now);
-        if (src && !src->id[0] && src->restored_kv) { /* a prefix just read back: reported once */
-            restored = lcp < src->restored_kv ? lcp : src->restored_kv;
-            src->restored_kv = 0;
-        }
-        q->anon = a;
-        q->seq = &a->seq;
+    q->anon = x;
+    q->seq = &x->seq;
+    return 0;
+}
+
+/* Step 6: the request takes its session (or an anonymous entry) and the
+ * reused prefix, and is counted. */
+static int admit_commit(struct smol_engine *e, struct req *q, double now, struct admit *a)
+{
+    struct smol_kv *kv = &e->m->kv;
+    if (q->r->session[0] && !a->s && !(a->s = new_session(e, q, a, now))) return -1;
+    if (a->s) {
+        smol_kv_seq_truncate(kv, &a->s->seq, a->lcp);
+        a->s->busy = 1;
+        q->sess = a->s;
+        q->seq = &a->s->seq;
+    } else if (new_anon(e, q, a, now)) {
+        return -1;
     }
-    q->n_prompt = n_prompt;
-    q->n_cached = lcp;
-    q->max_gen = max_gen;
-    q->sib_pages = sib_pages;
-    q->kv_promise = smol_kv_seq_pages_needed(kv, q->seq, lcp, n_prompt + max_gen) + sib_pages;
+    q->n_prompt = a->n_prompt;
+    q->n_cached = a->lcp;
+    q->max_gen = a->max_gen;
+    q->sib_pages = a->sib_pages;
+    q->kv_promise = smol_kv_seq_pages_needed(kv, q->seq, a->lcp, a->n_prompt + a->max_gen) + a->sib_pages;
     q->tpl = e->tpl;
     q->stop_index = -1;
     q->t_admit = now;
     e->n_requests++;
-    e->n_prompt_tokens += (uint64_t)n_prompt;
-    e->n_cached_tokens += (uint64_t)lcp;
-    if (lcp > 0) e->n_prefix_hits++;
+    e->n_prompt_tokens += (uint64_t)a->n_prompt;
+    e->n_cached_tokens += (uint64_t)a->lcp;
+    if (a->lcp > 0) e->n_prefix_hits++;
+    return 1;
+}
 
+/* Predicted Outputs: the prediction, tokenized as user text (no control
+ * tokens), drafts with its own controller, trusted more than a lookup to
+ * begin with; the rates follow what verification finds. */
+static enum smol_err start_prediction(struct smol_engine *e, struct req *q, int spec_k, char *err)
+{
+    struct smol_ids ids = {0};
+    enum smol_err rc = smol_tokenizer_encode(e->tok, q->r->prediction, q->r->prediction_len, 0, &ids, err);
+    if (!rc && ids.n > 0 && !(q->pred = malloc(ids.n * sizeof *q->pred)))
+        rc = smol_errf(err, SMOL_ENOMEM, "out of memory");
+    if (!rc) {
+        if (ids.n > 0) memcpy(q->pred, ids.v, ids.n * sizeof *q->pred);
+        q->n_pred = (int)ids.n;
+        q->pred_pos = 0;
+        q->pred_first = -1;
+        smol_spec_ctl_init(&q->pctl, spec_k, e->spec_cost);
+        for (int i = 0; i < SMOL_SPEC_CLASSES; i++) q->pctl.rate[i] = 0.9f;
+        q->pred_seen = q->n_gen;
+    }
+    smol_ids_free(&ids);
+    return rc;
+}
+
+/* Speculative decoding when the request and the daemon allow it: the
+ * prompt's n-gram index, the draft-length controller, the prediction. */
+static enum smol_err start_speculation(struct smol_engine *e, struct req *q, char *err)
+{
+    const struct smol_request *r = q->r;
+    int spec_k = r->speculative == 0 ? 0 : e->cfg.speculative ? e->cfg.speculative
+                                     : r->speculative > 0 || r->prediction ? SMOL_SPEC_MAX_DRAFT : 0;
+    if (spec_k <= 0 || e->spec_rows <= 0) return SMOL_OK;
+    enum smol_err rc;
+    if ((rc = smol_lookup_new(&q->lk, e->m->cfg.vocab, err)) ||
+        (rc = smol_lookup_append(q->lk, q->tok, q->n_prompt, err)))
+        return rc;
+    smol_spec_ctl_init(&q->ctl, spec_k, e->spec_cost);
+    return r->prediction ? start_prediction(e, q, spec_k, err) : SMOL_OK;
+}
+
+/* Step 7: what generation needs: sampler, stop matcher, grammar matcher,
+ * speculation, output parser. */
+static int admit_start(struct smol_engine *e, struct req *q)
+{
+    const struct smol_request *r = q->r;
+    char err[SMOL_ERRLEN];
+    enum smol_err rc;
     if ((rc = smol_sampler_new(&q->smp, &r->sp, e->m->cfg.vocab, err)) ||
         (rc = smol_sampler_set_logit_bias(q->smp, r->bias_id, r->bias, (size_t)r->n_bias, err)) ||
-        (rc = smol_sampler_accept(q->smp, q->tok, (size_t)n_prompt, false, err)) ||
+        (rc = smol_sampler_accept(q->smp, q->tok, (size_t)q->n_prompt, false, err)) ||
         (rc = smol_detok_init(&q->detok, (const char *const *)r->stops, (size_t)r->n_stops, err)) ||
         (r->grammar && (rc = smol_grammar_matcher_new(&q->gm, smol_grammar_entry_grammar(r->grammar),
                                                       smol_grammar_entry_index(r->grammar), err)))) {
@@ -655,61 +634,42 @@ static int try_admit(struct smol_engine *e, struct req *q, double now)
     q->think_open = q->thinking;
     q->think_budget = r->thinking_budget ? r->thinking_budget : e->cfg.default_thinking_budget;
     q->sg.m = q->gm;
-    int spec_k = r->speculative == 0 ? 0 : e->cfg.speculative ? e->cfg.speculative
-                                     : r->speculative > 0 || r->prediction ? SMOL_SPEC_MAX_DRAFT : 0;
-    if (spec_k > 0 && e->spec_rows > 0) {
-        if ((rc = smol_lookup_new(&q->lk, e->m->cfg.vocab, err)) ||
-            (rc = smol_lookup_append(q->lk, q->tok, n_prompt, err))) {
-            reject(e, q, rc, err);
-            return -1;
-        }
-        smol_spec_ctl_init(&q->ctl, spec_k, e->spec_cost);
-        if (r->prediction) {        /* Predicted Outputs: tokenized as user text (no control tokens) */
-            struct smol_ids ids = {0};
-            if ((rc = smol_tokenizer_encode(e->tok, r->prediction, r->prediction_len, 0, &ids, err))) {
-                smol_ids_free(&ids);
-                reject(e, q, rc, err);
-                return -1;
-            }
-            if (ids.n > 0 && !(q->pred = malloc(ids.n * sizeof *q->pred))) {
-                smol_ids_free(&ids);
-                reject(e, q, SMOL_ENOMEM, "out of memory");
-                return -1;
-            }
-            if (ids.n > 0) memcpy(q->pred, ids.v, ids.n * sizeof *q->pred);
-            q->n_pred = (int)ids.n;
-            q->pred_pos = 0;
-            q->pred_first = -1;
-            /* the client says the output copies it: trusted more than a lookup
-             * to begin with; the rates follow what verification finds */
-            smol_spec_ctl_init(&q->pctl, spec_k, e->spec_cost);
-            for (int i = 0; i < SMOL_SPEC_CLASSES; i++) q->pctl.rate[i] = 0.9f;
-            q->pred_seen = q->n_gen;
-            smol_ids_free(&ids);
-        }
+    if ((rc = start_speculation(e, q, err))) {
+        reject(e, q, rc, err);
+        return -1;
     }
     smol_chat_parser_init(&q->parser, parser_start(e, r), on_parse, q);
+    return 1;
+}
+
+/* Admits the queue's head when it can run now: 1 admitted (Started sent),
+ * 0 must wait, -1 refused (error sent, q freed).  A request that waits
+ * returns before commit, so it leaves nothing of its own half done: the
+ * steps before only look up, read back from disk or evict idle entries,
+ * and its prompt stays built (admit_prompt). */
+static int try_admit(struct smol_engine *e, struct req *q, double now)
+{
+    struct admit a = {0};
+    int rc;
+    if (q->r->grammar && !smol_grammar_entry_index(q->r->grammar)) {  /* the RPC thread submits only built ones */
+        reject(e, q, SMOL_EINTERNAL, "structured output: the grammar's index is not built");
+        return -1;
+    }
+    if ((rc = admit_lookup(e, q, now, &a)) <= 0 || (rc = admit_prompt(e, q, &a)) <= 0 ||
+        (rc = admit_checks(e, q, &a)) <= 0 || (rc = admit_prefix(e, q, now, &a)) <= 0 ||
+        (rc = admit_kv(e, q, now, &a)) <= 0 || (rc = admit_commit(e, q, now, &a)) <= 0 ||
+        (rc = admit_start(e, q)) <= 0)
+        return rc;
     list_remove(&e->queue, q);
     e->n_queued--;
     list_append(&e->running, q);
     e->n_running++;
     q->state = RS_PREFILL;
-
-    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
-    Smollm3__Started st = SMOLLM3__STARTED__INIT;
-    st.prompt_tokens = (uint32_t)n_prompt;
-    st.cached_tokens = (uint32_t)lcp;
-    if (q->sess && q->sess->restored_kv) {
-        st.restored_tokens = (uint32_t)(lcp < q->sess->restored_kv ? lcp : q->sess->restored_kv);
+    if (q->sess && q->sess->restored_kv) {  /* a session just read back: reported once */
+        a.restored = q->n_cached < q->sess->restored_kv ? q->n_cached : q->sess->restored_kv;
         q->sess->restored_kv = 0;
     }
-    if (restored) st.restored_tokens = (uint32_t)restored;
-    st.session_id = r->session;
-    st.thinking = q->thinking;
-    ev.request_id = r->client_id;
-    ev.kind_case = SMOLLM3__EVENT__KIND_STARTED;
-    ev.started = &st;
-    if (smol_engine_send_event(e, r->id, 0, &ev)) lose(q);
+    if (smol_engine_send_started(e, q, a.restored)) lose(q);
     return 1;
 }
 
@@ -1240,75 +1200,60 @@ static struct req *find_next(struct req *q, uint64_t id)
     return NULL;
 }
 
-/* Reads one multipart command; 0 when none was pending. */
+/* A request handed over by the RPC thread joins the queue (or is refused
+ * at once: draining, queue full, out of memory). */
+static void enqueue(struct smol_engine *e, struct smol_request *r)
+{
+    if (e->draining) { smol_engine_send_error(e, r->id, r->client_id, SMOL_ESHUTDOWN, "the daemon is shutting down"); smol_request_free(&r); return; }
+    if (e->n_queued >= e->cfg.max_queued) {
+        e->n_rejected++;
+        smol_engine_send_error(e, r->id, r->client_id, SMOL_EQUEUE_FULL, "admission queue is full; retry later");
+        smol_request_free(&r);
+        return;
+    }
+    struct req *q = calloc(1, sizeof *q);
+    if (!q) { smol_engine_send_error(e, r->id, r->client_id, SMOL_ENOMEM, "out of memory"); smol_request_free(&r); return; }
+    if (r->n_choices < 1) r->n_choices = 1;     /* requests built by hand (tests) leave these 0 */
+    r->refs = 1;
+    q->r = r;
+    q->e = e;
+    q->state = RS_QUEUED;
+    q->cancelled = r->cancelled;    /* cancelled while parked: finished by the next step */
+    smol_chat_buf_init(&q->content);
+    smol_chat_buf_init(&q->rendered);
+    list_append(&e->queue, q);
+    e->n_queued++;
+}
+
+/* Stops admitting; the queue is refused now, what runs is cancelled after grace_ms. */
+static void drain(struct smol_engine *e, uint32_t grace_ms)
+{
+    e->draining = 1;
+    e->drain_deadline = smol_mono_s() + grace_ms / 1e3;
+    while (e->queue) {
+        struct req *q = e->queue;
+        reject(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down");
+    }
+}
+
+/* Carries out one command; 0 when none was pending. */
 static int handle_cmd(struct smol_engine *e)
 {
-    zmq_msg_t part[3];
-    int n = 0, more = 1;
-    while (more) {
-        if (n < 3) zmq_msg_init(&part[n]);
-        zmq_msg_t *m = n < 3 ? &part[n] : &part[2];
-        if (zmq_msg_recv(m, e->sock, ZMQ_DONTWAIT) < 0) {
-            for (int i = 0; i < n && i < 3; i++) zmq_msg_close(&part[i]);
-            if (n < 3) zmq_msg_close(&part[n]);
-            return 0;
-        }
-        SMOL_HB_RECV();
-        more = zmq_msg_more(m);
-        if (n < 3) n++;
-    }
-    const uint8_t *c = zmq_msg_data(&part[0]);
-    uint8_t cmd = zmq_msg_size(&part[0]) ? c[0] : 0;
-    uint64_t id = 0;
-    if (n > 1 && zmq_msg_size(&part[1]) == 8) memcpy(&id, zmq_msg_data(&part[1]), 8);
-    switch (cmd) {
-    case SMOL_CMD_SUBMIT: {
-        struct smol_request *r = NULL;
-        if (n > 1 && zmq_msg_size(&part[1]) == sizeof r) memcpy(&r, zmq_msg_data(&part[1]), sizeof r);
-        if (!r) break;
-        if (e->draining) { smol_engine_send_error(e, r->id, r->client_id, SMOL_ESHUTDOWN, "the daemon is shutting down"); smol_request_free(&r); break; }
-        if (e->n_queued >= e->cfg.max_queued) {
-            e->n_rejected++;
-            smol_engine_send_error(e, r->id, r->client_id, SMOL_EQUEUE_FULL, "admission queue is full; retry later");
-            smol_request_free(&r);
-            break;
-        }
-        struct req *q = calloc(1, sizeof *q);
-        if (!q) { smol_engine_send_error(e, r->id, r->client_id, SMOL_ENOMEM, "out of memory"); smol_request_free(&r); break; }
-        if (r->n_choices < 1) r->n_choices = 1;     /* requests built by hand (tests) leave these 0 */
-        r->refs = 1;
-        q->r = r;
-        q->e = e;
-        q->state = RS_QUEUED;
-        q->cancelled = r->cancelled;    /* cancelled while parked: finished by the next step */
-        smol_chat_buf_init(&q->content);
-        smol_chat_buf_init(&q->rendered);
-        list_append(&e->queue, q);
-        e->n_queued++;
-        break;
-    }
+    struct smol_engine_cmd_msg c;
+    if (!smol_engine_recv_cmd(e->sock, &c)) return 0;
+    const uint64_t id = c.id;
+    switch (c.cmd) {
+    case SMOL_CMD_SUBMIT: if (c.r) enqueue(e, c.r); break;
     /* every choice of the request (n > 1 shares the id) */
     case SMOL_CMD_CANCEL: for (struct req *q = find_req(e, id); q; q = find_next(q, id)) q->cancelled = 1; break;
     case SMOL_CMD_PAUSE: for (struct req *q = find_req(e, id); q; q = find_next(q, id)) q->paused = 1; break;
     case SMOL_CMD_RESUME: for (struct req *q = find_req(e, id); q; q = find_next(q, id)) q->paused = 0; break;
-    case SMOL_CMD_QUERY:
-        if (n > 2) smol_engine_handle_query(e, id, zmq_msg_data(&part[2]), zmq_msg_size(&part[2]));
-        break;
-    case SMOL_CMD_DRAIN: {
-        uint32_t ms = 0;
-        if (n > 1 && zmq_msg_size(&part[1]) == 4) memcpy(&ms, zmq_msg_data(&part[1]), 4);
-        e->draining = 1;
-        e->drain_deadline = smol_mono_s() + ms / 1e3;
-        while (e->queue) {
-            struct req *q = e->queue;
-            reject(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down");
-        }
-        break;
-    }
+    case SMOL_CMD_QUERY: if (c.n > 2) smol_engine_handle_query(e, id, c.data, c.len); break;
+    case SMOL_CMD_DRAIN: drain(e, c.grace_ms); break;
     case SMOL_CMD_STOP: atomic_store_explicit(&e->stop, 1, memory_order_release); break;
     default: break;
     }
-    for (int i = 0; i < n; i++) zmq_msg_close(&part[i]);
+    smol_engine_cmd_close(&c);
     return 1;
 }
 

@@ -1,14 +1,17 @@
 /*
- * engine_internal.h - state shared by engine.c (scheduler, steps),
- * engine_query.c (queries) and engine_wire.c (event senders).  Not a public header: only the
- * engine's own files include it; everything here belongs to the engine
- * thread.
+ * engine_internal.h - the engine's private header, shared by its files:
+ * engine.c (the scheduler), engine_query.c (queries) and engine_wire.c (the
+ * wire: events built from a request's state, command frames read).  Not a
+ * public header: only the engine's own files include it; everything here
+ * belongs to the engine thread.
  */
 #ifndef SMOL_ENGINE_INTERNAL_H
 #define SMOL_ENGINE_INTERNAL_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <zmq.h>
 #include "daemon/text/text.h"
 #include "daemon/server/engine.h"
 #include "daemon/server/sessions.h"
@@ -67,9 +70,10 @@ struct req {
     struct smol_chat_buf content;   /* content text, for the session's history */
     json_t *tool_calls;             /* the calls made (OpenAI tool_calls array), for the history; NULL: none */
     struct smol_chat_buf rendered;  /* rendered prompt text (chat) */
-    int prompt_built;               /* tok[0, n_tok), rendered and thinking hold the prompt while it
-                                       waits: a request without a session (its prompt depends on
-                                       nothing else) is rendered and tokenized once, not every step */
+    int prompt_built;               /* tok[0, n_tok), rendered and thinking hold the prompt: it is
+                                       rendered and tokenized once, not at every step it waits */
+    uint64_t prompt_stamp;          /* the stamp of the session it was built on (0: none); a
+                                       session that changed since has it built again */
     int cur_token, seg_in_token;    /* token being parsed; segments emitted for it */
     int tok_reasoning;              /* the current token emitted reasoning text */
     struct smol_sampler_logprobs cur_lp; /* the current token's logprobs (when asked) */
@@ -125,6 +129,57 @@ struct smol_engine {
     uint64_t n_spec_drafted, n_spec_accepted, n_spec_steps, n_decode_steps;
     double t_start;
 };
+
+/* ---- the engine thread's end of the inproc PAIR (engine_wire.c) ---- */
+
+/* Sends [id][flags][packed ev] to the RPC thread; 0, or -1 when it was lost
+ * (logged and counted in n_events_lost).  A terminal event is never lost to
+ * a failed allocation: when ev cannot be packed, an ENOMEM error event ends
+ * the stream in its place.  Only a socket that refuses it for ~100 ms
+ * (ETERM: shutting down) loses one. */
+int smol_engine_send_event(struct smol_engine *e, uint64_t id, unsigned flags, const Smollm3__Event *ev);
+/* Sends [0][SMOL_EV_DRAINED][]; 0, or -1 (logged). */
+int smol_engine_send_drained(struct smol_engine *e);
+/* Sends a terminal error event. */
+void smol_engine_send_error(struct smol_engine *e, uint64_t id, uint64_t client_id, enum smol_err code,
+                            const char *msg);
+/* ---- a request's events, built from its state (q is only read) ---- */
+
+/* Started: the prompt's tokens, those from the cache (restored: of them,
+ * read back from disk), the session, thinking.  0, or -1 when it was lost. */
+int smol_engine_send_started(struct smol_engine *e, const struct req *q, int restored);
+/* A Token carrying text[0, len) on channel (Smollm3__Channel); token_id:
+ * q's current token on its first segment, -1 on the others (logprobs, when
+ * asked, ride on the first).  0 sent; -1 lost; SMOL_WIRE_UNMADE: out of
+ * memory before anything was made (the segment does not count). */
+#define SMOL_WIRE_UNMADE (-2)
+int smol_engine_send_token(struct smol_engine *e, const struct req *q, const char *text, size_t len, int channel,
+                           int32_t token_id);
+/* A ToolCall: the parser's call pe, named call_id.  0, or -1 when lost. */
+int smol_engine_send_tool_call(struct smol_engine *e, const struct req *q, const struct smol_chat_event *pe,
+                               const char *call_id);
+/* Done: finish reason, usage and timings of q (terminal when q is the last
+ * of its choices to end). */
+void smol_engine_send_done(struct smol_engine *e, const struct req *q);
+
+/* ---- commands from the RPC thread (the framing is in engine.h) ---- */
+
+/* One command read off the PAIR, its frames held until
+ * smol_engine_cmd_close (data points into them). */
+struct smol_engine_cmd_msg {
+    uint8_t cmd;                    /* enum smol_engine_cmd; 0: an empty first frame */
+    uint64_t id;                    /* CANCEL, PAUSE, RESUME, QUERY: the request (0: none) */
+    struct smol_request *r;         /* SUBMIT: the request handed over (NULL: malformed) */
+    uint32_t grace_ms;              /* DRAIN */
+    const uint8_t *data;            /* QUERY: the packed Request, len bytes (when n > 2) */
+    size_t len;
+    zmq_msg_t part[3];              /* frames past the third are read and dropped */
+    int n;                          /* frames held */
+};
+/* Reads one multipart command without waiting: 1, or 0 when none was
+ * pending (nothing to close). */
+int smol_engine_recv_cmd(void *sock, struct smol_engine_cmd_msg *c);
+void smol_engine_cmd_close(struct smol_engine_cmd_msg *c);
 
 /* Answers a stats / session / health query (engine_query.c). */
 void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t *data, size_t len);

@@ -4,9 +4,7 @@
  * engine_wire.c's senders between steps.  See engine.h for the protocol.
  */
 #include "daemon/server/engine_internal.h"
-#include "daemon/server/engine_wire.h"
 #include "daemon/model/model.h"
-#include "daemon/server/spill.h"
 #include "daemon/server/grammar_cache.h"
 #include "kernels/quant_ref.h"
 
@@ -56,9 +54,8 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         st.kv_type = (char *)smol_type_name(kv->type);
         st.kv_bytes_total = st.kv_tokens_total * st.kv_bytes_per_token;
         st.kv_bytes_used = st.kv_tokens_used * st.kv_bytes_per_token;
-        if (e->cfg.spill) {
-            struct smol_spill_stats ss;
-            smol_spill_get_stats(e->cfg.spill, &ss);
+        struct smol_spill_stats ss;
+        if (smol_sessions_disk_stats(&e->sessions, &ss)) {
             st.spill_sessions_written = ss.written;
             st.spill_sessions_restored = ss.restored;
             st.spill_prefixes_written = ss.prefixes_written;
@@ -148,10 +145,10 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         int get = rq->kind_case == SMOLLM3__REQUEST__KIND_SESSION_GET;
         const char *sid = get ? rq->session_get->session_id : rq->session_delete->session_id;
         struct smol_session *x = sid && sid[0] ? smol_sessions_find(&e->sessions, sid) : NULL;
-        if (!x && !get && sid && sid[0] && e->cfg.spill && smol_spill_has(e->cfg.spill, sid)) {
+        if (!x && !get && sid && sid[0] && smol_sessions_has_file(&e->sessions, sid)) {
             /* only on disk */
             Smollm3__Ack ack = SMOLLM3__ACK__INIT;
-            smol_spill_remove(e->cfg.spill, sid);
+            smol_sessions_remove_file(&e->sessions, sid);
             ev.kind_case = SMOLLM3__EVENT__KIND_ACK;
             ev.ack = &ack;
             smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
@@ -176,7 +173,7 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
             ev.kind_case = SMOLLM3__EVENT__KIND_SESSION;
             ev.session = &si;
         } else {
-            if (e->cfg.spill) smol_spill_remove(e->cfg.spill, x->id);
+            smol_sessions_remove_file(&e->sessions, x->id);
             if (x->busy) { /* cancel its request; the session goes when it ends */
                 for (struct req *q = e->running; q; q = q->next)
                     if (q->sess == x) { q->cancelled = 1; q->sess = NULL; q->anon = x; x->id[0] = 0; e->sessions.n_named--; e->sessions.n_anon++; }

@@ -9,7 +9,9 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <zmq.h>
 
@@ -141,6 +143,152 @@ void smol_engine_send_error(struct smol_engine *e, uint64_t id, uint64_t client_
     ev.kind_case = SMOLLM3__EVENT__KIND_ERROR;
     ev.error = &er;
     smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
+}
+
+/* ---- a request's events ------------------------------------------------------------ */
+
+int smol_engine_send_started(struct smol_engine *e, const struct req *q, int restored)
+{
+    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
+    Smollm3__Started st = SMOLLM3__STARTED__INIT;
+    st.prompt_tokens = (uint32_t)q->n_prompt;
+    st.cached_tokens = (uint32_t)q->n_cached;
+    st.restored_tokens = (uint32_t)restored;
+    st.session_id = q->r->session;
+    st.thinking = q->thinking;
+    ev.request_id = q->r->client_id;
+    ev.kind_case = SMOLLM3__EVENT__KIND_STARTED;
+    ev.started = &st;
+    return smol_engine_send_event(e, q->r->id, 0, &ev);
+}
+
+int smol_engine_send_token(struct smol_engine *e, const struct req *q, const char *text, size_t len, int channel,
+                           int32_t token_id)
+{
+    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
+    Smollm3__Token tk = SMOLLM3__TOKEN__INIT;
+    char *s = malloc(len + 1);      /* protobuf-c strings end with a NUL: text need not */
+    if (!s) return SMOL_WIRE_UNMADE;
+    memcpy(s, text, len);
+    s[len] = 0;
+    tk.text = s;
+    tk.token_id = token_id;
+    tk.channel = channel;
+    tk.choice = (uint32_t)q->choice;
+    Smollm3__TopLogprob top[SMOL_SAMPLER_MAX_TOP_LOGPROBS], *topp[SMOL_SAMPLER_MAX_TOP_LOGPROBS];
+    if (q->r->logprobs && tk.token_id >= 0) {
+        const struct smol_sampler_logprobs *lp = &q->cur_lp;
+        size_t n;
+        tk.logprob_opt_case = SMOLLM3__TOKEN__LOGPROB_OPT_LOGPROB;
+        tk.logprob = lp->logprob;
+        const char *pc = smol_tokenizer_piece(e->tok, q->cur_token, &n);
+        tk.piece = (ProtobufCBinaryData){ .len = pc ? n : 0, .data = (uint8_t *)pc };
+        for (int i = 0; i < lp->n_top; i++) {
+            smollm3__top_logprob__init(&top[i]);
+            top[i].token_id = lp->top_id[i];
+            top[i].logprob = lp->top_logprob[i];
+            pc = smol_tokenizer_piece(e->tok, lp->top_id[i], &n);
+            top[i].piece = (ProtobufCBinaryData){ .len = pc ? n : 0, .data = (uint8_t *)pc };
+            topp[i] = &top[i];
+        }
+        tk.n_top_logprobs = (size_t)lp->n_top;
+        tk.top_logprobs = topp;
+    }
+    ev.request_id = q->r->client_id;
+    ev.kind_case = SMOLLM3__EVENT__KIND_TOKEN;
+    ev.token = &tk;
+    int rc = smol_engine_send_event(e, q->r->id, 0, &ev);
+    free(s);
+    return rc;
+}
+
+int smol_engine_send_tool_call(struct smol_engine *e, const struct req *q, const struct smol_chat_event *pe,
+                               const char *call_id)
+{
+    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
+    Smollm3__ToolCall tc = SMOLLM3__TOOL_CALL__INIT;
+    tc.index = (uint32_t)pe->index;
+    tc.id = (char *)call_id;
+    tc.name = (char *)pe->name;
+    tc.arguments_json = (char *)pe->arguments;
+    ev.request_id = q->r->client_id;
+    ev.kind_case = SMOLLM3__EVENT__KIND_TOOL_CALL;
+    ev.tool_call = &tc;
+    return smol_engine_send_event(e, q->r->id, 0, &ev);
+}
+
+void smol_engine_send_done(struct smol_engine *e, const struct req *q)
+{
+    double t = smol_mono_s();
+    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
+    Smollm3__Done dn = SMOLLM3__DONE__INIT;
+    Smollm3__Usage us = SMOLLM3__USAGE__INIT;
+    Smollm3__Timings tm = SMOLLM3__TIMINGS__INIT;
+    us.prompt_tokens = (uint32_t)q->n_prompt;
+    us.cached_tokens = (uint32_t)q->n_cached;
+    us.completion_tokens = (uint32_t)q->n_gen;
+    us.reasoning_tokens = (uint32_t)q->n_reasoning;
+    us.choice = (uint32_t)q->choice;
+    us.drafted_tokens = (uint32_t)q->n_drafted;
+    us.accepted_tokens = (uint32_t)q->n_accepted;
+    us.decode_steps = (uint32_t)q->n_steps;
+    us.prediction_accepted_tokens = (uint32_t)q->n_pred_accepted;
+    us.prediction_rejected_tokens = (uint32_t)q->n_pred_rejected;
+    double t0 = q->r->t_received;
+    tm.queue_ms = q->t_first_step > 0 ? (q->t_first_step - t0) * 1e3 : 0;
+    tm.prompt_ms = q->t_prefill_done > 0 ? (q->t_prefill_done - q->t_first_step) * 1e3 : 0;
+    tm.generation_ms = q->t_prefill_done > 0 ? (t - q->t_prefill_done) * 1e3 : 0;
+    tm.ttft_ms = q->t_first_token > 0 ? (q->t_first_token - t0) * 1e3 : 0;
+    int computed = q->n_prompt - q->n_cached;
+    tm.prompt_tokens_per_s = tm.prompt_ms > 0 ? computed / (tm.prompt_ms / 1e3) : 0;
+    tm.generation_tokens_per_s = tm.generation_ms > 0 && q->n_gen > 1 ? (q->n_gen - 1) / (tm.generation_ms / 1e3) : 0;
+    dn.finish_reason = q->finish_reason;
+    dn.usage = &us;
+    dn.timings = &tm;
+    dn.stop_string = q->stop_index >= 0 ? q->r->stops[q->stop_index] : "";
+    ev.request_id = q->r->client_id;
+    ev.kind_case = SMOLLM3__EVENT__KIND_DONE;
+    ev.done = &dn;
+    /* with n > 1 the last choice to finish ends the stream */
+    smol_engine_send_event(e, q->r->id, q->r->refs == 1 ? SMOL_EV_TERMINAL : 0, &ev);
+}
+
+/* ---- commands from the RPC thread ------------------------------------------------------ */
+
+int smol_engine_recv_cmd(void *sock, struct smol_engine_cmd_msg *c)
+{
+    memset(c, 0, sizeof *c);
+    int n = 0, more = 1;
+    while (more) {
+        if (n < 3) zmq_msg_init(&c->part[n]);
+        zmq_msg_t *m = n < 3 ? &c->part[n] : &c->part[2];
+        if (zmq_msg_recv(m, sock, ZMQ_DONTWAIT) < 0) {
+            for (int i = 0; i < n && i < 3; i++) zmq_msg_close(&c->part[i]);
+            if (n < 3) zmq_msg_close(&c->part[n]);
+            return 0;
+        }
+        SMOL_HB_RECV();
+        more = zmq_msg_more(m);
+        if (n < 3) n++;
+    }
+    c->n = n;
+    const uint8_t *p0 = zmq_msg_data(&c->part[0]);
+    c->cmd = zmq_msg_size(&c->part[0]) ? p0[0] : 0;
+    const size_t n1 = n > 1 ? zmq_msg_size(&c->part[1]) : 0;
+    if (n1 == sizeof c->id) memcpy(&c->id, zmq_msg_data(&c->part[1]), sizeof c->id);
+    if (c->cmd == SMOL_CMD_SUBMIT && n1 == sizeof c->r) memcpy(&c->r, zmq_msg_data(&c->part[1]), sizeof c->r);
+    if (n1 == sizeof c->grace_ms) memcpy(&c->grace_ms, zmq_msg_data(&c->part[1]), sizeof c->grace_ms);
+    if (n > 2) {
+        c->data = zmq_msg_data(&c->part[2]);
+        c->len = zmq_msg_size(&c->part[2]);
+    }
+    return 1;
+}
+
+void smol_engine_cmd_close(struct smol_engine_cmd_msg *c)
+{
+    for (int i = 0; i < c->n; i++) zmq_msg_close(&c->part[i]);
+    c->n = 0;
 }
 
 /* ---- command senders (RPC side) ------------------------------------------------------ */

@@ -1,29 +1,14 @@
 /*
- * engine_wire.h - the engine thread's side of the inproc protocol (engine.h):
- * events to the RPC thread.  The RPC side's command senders are declared in
- * engine.h, which is what the RPC thread includes; both are implemented in
- * engine_wire.c.
+ * engine_wire.h - what both threads of the inproc PAIR (engine.h) need of
+ * it beyond engine.h: the happens-before its messages carry, told to
+ * ThreadSanitizer.  engine_wire.c implements both ends of the protocol: the
+ * command senders the RPC thread calls (engine.h), and the engine thread's
+ * event builders, event senders and command reader (engine_internal.h:
+ * they read the engine's requests).
  */
 #ifndef SMOL_ENGINE_WIRE_H
 #define SMOL_ENGINE_WIRE_H
 
-#include <stdint.h>
-#include "daemon/model/error.h"
-#include "smollm3.pb-c.h"
-
-struct smol_engine;
-
-/* Sends [id][flags][packed ev] to the RPC thread; 0, or -1 when it was lost
- * (logged and counted in n_events_lost).  A terminal event is never lost to
- * a failed allocation: when ev cannot be packed, an ENOMEM error event ends
- * the stream in its place.  Only a socket that refuses it for ~100 ms
- * (ETERM: shutting down) loses one. */
-int smol_engine_send_event(struct smol_engine *e, uint64_t id, unsigned flags, const Smollm3__Event *ev);
-/* Sends [0][SMOL_EV_DRAINED][]; 0, or -1 (logged). */
-int smol_engine_send_drained(struct smol_engine *e);
-/* Sends a terminal error event. */
-void smol_engine_send_error(struct smol_engine *e, uint64_t id, uint64_t client_id, enum smol_err code,
-                            const char *msg);
 /* ZeroMQ orders an inproc message's send before its receive, but libzmq is not instrumented, so
  * ThreadSanitizer (make tsan) would take what rides on those messages (a request handed from the
  * RPC thread to the engine by pointer) for races.  Every send on the engine's PAIR says

@@ -3,6 +3,7 @@
 #include "daemon/server/log.h"
 #include "daemon/server/spill.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,12 +53,21 @@ struct smol_session *smol_sessions_find(struct smol_sessions *s, const char *id)
     return NULL;
 }
 
+void smol_session_changed(struct smol_session *x)
+{
+    /* one counter for the process (several engines may run, in tests): a
+     * session freed and another allocated at its address never match */
+    static atomic_uint_fast64_t last;
+    x->stamp = atomic_fetch_add_explicit(&last, 1, memory_order_relaxed) + 1;
+}
+
 struct smol_session *smol_sessions_add(struct smol_sessions *s, const char *id)
 {
     struct smol_session *x = calloc(1, sizeof *x);
     if (!x) return NULL;
     snprintf(x->id, sizeof x->id, "%s", id);
     smol_kv_seq_init(&x->seq);
+    smol_session_changed(x);
     push_head(s, x);
     if (id[0]) s->n_named++; else s->n_anon++;
     return x;
@@ -72,13 +82,41 @@ void smol_sessions_touch(struct smol_sessions *s, struct smol_session *x, double
 
 /* ---- the spill directory ------------------------------------------------------- */
 
+/* x as the spill's neutral record (borrowing x's storage). */
+static struct smol_spill_record record_of(struct smol_session *x)
+{
+    struct smol_spill_record rec = {.seq = &x->seq, .tokens = x->tokens, .n_tokens = x->n_tokens,
+                                    .hist_text = x->hist_text, .hist_len = x->hist_len, .msgs = x->msgs,
+                                    .think_set = x->think_set, .enable_thinking = x->enable_thinking};
+    snprintf(rec.id, sizeof rec.id, "%s", x->id);
+    snprintf(rec.date, sizeof rec.date, "%s", x->date);
+    return rec;
+}
+
+/* x takes the history of a record read back (rec is left empty). */
+static void take_record(struct smol_session *x, struct smol_spill_record *rec)
+{
+    free(x->tokens);
+    x->tokens = rec->tokens;
+    x->n_tokens = x->cap = rec->n_tokens;
+    free(x->hist_text);
+    x->hist_text = rec->hist_text;
+    x->hist_len = rec->hist_len;
+    if (x->msgs) json_decref(x->msgs);
+    x->msgs = rec->msgs;
+    snprintf(x->date, sizeof x->date, "%s", rec->date);
+    x->think_set = rec->think_set;
+    x->enable_thinking = rec->enable_thinking;
+    *rec = (struct smol_spill_record){0};
+    smol_session_changed(x);
+}
+
 static void spill(struct smol_sessions *s, struct smol_session *x)
 {
     char err[SMOL_ERRLEN];
-    if (smol_spill_save(s->spill, s->kv, x, err)) {
-        smol_log_warn("spill: %s", err);
-        x->on_disk = 1; /* not again until it changes */
-    }
+    const struct smol_spill_record rec = record_of(x);
+    if (smol_spill_save(s->spill, s->kv, &rec, err)) smol_log_warn("spill: %s", err);
+    x->on_disk = 1;     /* written, or not again until it changes */
 }
 
 /* x's history belongs on disk: a named session, or a cached prefix long
@@ -114,8 +152,9 @@ static struct smol_session *load_into(struct smol_sessions *s, struct smol_sessi
     char err[SMOL_ERRLEN];
     int need = 0;
     enum smol_err rc;
-    while ((rc = x->id[0] ? smol_spill_load(s->spill, s->kv, s->vocab, x, &need, err)
-                          : smol_spill_load_prefix(s->spill, s->kv, s->vocab, id, x, &need, err)) == SMOL_EBUSY)
+    struct smol_spill_record rec = {.seq = &x->seq};
+    while ((rc = x->id[0] ? smol_spill_load(s->spill, s->kv, s->vocab, id, &rec, &need, err)
+                          : smol_spill_load_prefix(s->spill, s->kv, s->vocab, id, &rec, &need, err)) == SMOL_EBUSY)
         if (!smol_sessions_evict_one(s, 1)) break;
     x->busy = 0;
     if (rc) {
@@ -123,6 +162,8 @@ static struct smol_session *load_into(struct smol_sessions *s, struct smol_sessi
         smol_sessions_remove(s, x);
         return NULL;
     }
+    take_record(x, &rec);
+    x->on_disk = 1;
     x->restored_kv = x->seq.n_tokens;
     x->last_used = now;
     return x;
@@ -144,6 +185,40 @@ struct smol_session *smol_sessions_restore_prefix(struct smol_sessions *s, const
     if (!s->spill) return NULL;
     struct smol_session *x = smol_sessions_add(s, "");
     return x ? load_into(s, x, id, now) : NULL;
+}
+
+int smol_sessions_prefetch(struct smol_sessions *s, const char *id)
+{
+    return !s->spill || smol_spill_prefetch(s->spill, id);
+}
+
+int smol_sessions_read_prefix(struct smol_sessions *s, const int32_t *ids, int n, int have, double now)
+{
+    if (!s->spill) return 1;
+    char pid[SMOL_SPILL_PREFIX_ID_LEN + 1];
+    const int on_disk = smol_spill_best_prefix(s->spill, ids, n, pid);
+    /* (the last prompt token is always computed: it counts in neither) */
+    if ((on_disk < n - 1 ? on_disk : n - 1) < (have < n - 1 ? have : n - 1) + SMOL_KV_PAGE) return 1;
+    if (!smol_spill_prefetch(s->spill, pid)) return 0;
+    smol_sessions_restore_prefix(s, pid, now);
+    return 1;
+}
+
+int smol_sessions_has_file(const struct smol_sessions *s, const char *id)
+{
+    return s->spill && smol_spill_has(s->spill, id);
+}
+
+void smol_sessions_remove_file(struct smol_sessions *s, const char *id)
+{
+    if (s->spill) smol_spill_remove(s->spill, id);
+}
+
+int smol_sessions_disk_stats(struct smol_sessions *s, struct smol_spill_stats *st)
+{
+    if (!s->spill) return 0;
+    smol_spill_get_stats(s->spill, st);
+    return 1;
 }
 
 /* ---- eviction -------------------------------------------------------------------- */
@@ -174,13 +249,6 @@ int smol_sessions_expire(struct smol_sessions *s, double now, double ttl)
     return n;
 }
 
-int smol_lcp(const int32_t *a, int na, const int32_t *b, int nb)
-{
-    int n = na < nb ? na : nb, i = 0;
-    while (i < n && a[i] == b[i]) i++;
-    return i;
-}
-
 struct smol_session *smol_sessions_best_prefix(struct smol_sessions *s, const int32_t *ids, int n, int *lcp)
 {
     struct smol_session *best = NULL;
@@ -206,6 +274,7 @@ int smol_session_set_tokens(struct smol_session *x, const int32_t *ids, int n)
     if (n) memmove(x->tokens, ids, (size_t)n * sizeof *ids);
     x->n_tokens = n;
     x->on_disk = 0;
+    smol_session_changed(x);
     return 0;
 }
 
@@ -220,5 +289,60 @@ int smol_session_set_text(struct smol_session *x, const char *text, size_t len)
     free(x->hist_text);
     x->hist_text = t;
     x->hist_len = text ? len : 0;
+    smol_session_changed(x);
     return 0;
+}
+
+/* ---- the conversation ------------------------------------------------------------ */
+
+int smol_session_record_turn(struct smol_session *x, enum smol_chat_tpl tpl, const struct smol_request *r,
+                             const char *content, size_t content_len, json_t *tool_calls)
+{
+    int bad = 0;
+    struct smol_chat_request cr = r->chat;
+    struct smol_chat_msg *msgs = calloc(cr.n_msgs + 1, sizeof *msgs);
+    if (!msgs) return -1;
+    memcpy(msgs, cr.msgs, cr.n_msgs * sizeof *msgs);
+    struct smol_chat_buf text;     /* the answer's content, NUL-terminated */
+    smol_chat_buf_init(&text);
+    if (smol_chat_buf_append(&text, content ? content : "", content_len)) bad = 1;
+    const char *answer = text.data ? text.data : "";
+    msgs[cr.n_msgs] = (struct smol_chat_msg){.role = SMOL_CHAT_ASSISTANT, .content = answer, .tool_calls = tool_calls};
+    cr.msgs = msgs;
+    cr.n_msgs++;
+    cr.add_generation_prompt = 0;
+    cr.msgs_owned = 0;
+    if (r->think_set) cr.enable_thinking = r->enable_thinking;
+    cr.date = x->date;
+    struct smol_chat_buf txt;
+    smol_chat_buf_init(&txt);
+    if (smol_chat_render(tpl, &cr, &txt, NULL, NULL) == SMOL_OK) smol_session_set_text(x, txt.data, txt.len);
+    /* and as messages, for clients that send only the new turn */
+    json_t *all = json_deep_copy(json_object_get(r->chat_body, "messages"));
+    json_t *am = json_pack("{s:s,s:s%}", "role", "assistant", "content", answer, text.len);
+    if (am && tool_calls) json_object_set(am, "tool_calls", tool_calls);
+    if (all && am && !json_array_append_new(all, am)) {
+        if (x->msgs) json_decref(x->msgs);
+        x->msgs = all;
+        smol_session_changed(x);
+    } else {
+        if (!all) json_decref(am);  /* else append_new consumed it */
+        json_decref(all);
+        bad = 1;
+    }
+    smol_chat_buf_deinit(&txt);
+    smol_chat_buf_deinit(&text);
+    free(msgs);
+    return bad ? -1 : 0;
+}
+
+void smol_sessions_forget(struct smol_sessions *s, struct smol_session *x)
+{
+    smol_kv_seq_truncate(s->kv, &x->seq, 0);
+    x->n_tokens = 0;
+    x->on_disk = 0;     /* its file (if any) is rewritten empty: removed */
+    smol_session_set_text(x, NULL, 0);
+    if (x->msgs) json_decref(x->msgs);
+    x->msgs = NULL;
+    smol_session_changed(x);
 }

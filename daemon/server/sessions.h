@@ -8,6 +8,10 @@
  * as a client will send it back (for continuing a turn without
  * re-tokenizing reasoning the client dropped), and the date frozen at its
  * creation.  Owned by the engine thread only.
+ *
+ * The spill directory (spill.h) lies below: sessions go there and come
+ * back through the functions here, which hand the spill plain records; the
+ * engine never calls the spill itself.
  */
 #ifndef SMOL_SESSIONS_H
 #define SMOL_SESSIONS_H
@@ -15,7 +19,8 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "daemon/server/engine.h"
+#include "daemon/server/request.h"
+#include "daemon/server/spill.h"
 #include "daemon/model/model.h"
 
 struct smol_session {
@@ -32,10 +37,11 @@ struct smol_session {
     int busy;                           /* a request runs on it */
     int on_disk;                        /* the spill directory holds this exact history and KV */
     int restored_kv;                    /* KV tokens just read back from disk, not yet reported */
+    uint64_t stamp;                     /* new whenever the history may have changed (tokens, text,
+                                           messages), unique in the process: a prompt built on this
+                                           session is still right while the stamp is the same */
     struct smol_session *prev, *next;   /* LRU: head = most recent */
 };
-
-struct smol_spill;
 
 /* A cached prefix goes to the spill directory (on eviction and at the
  * drain) only when its KV holds at least this many tokens: a shorter one is
@@ -74,6 +80,22 @@ struct smol_session *smol_sessions_restore(struct smol_sessions *s, const char *
 /* The same for the cached prefix `id` of the spill directory
  * (smol_spill_best_prefix): a new anonymous entry. */
 struct smol_session *smol_sessions_restore_prefix(struct smol_sessions *s, const char *id, double now);
+/* Has session id's file read ahead on the spill's thread: 1 when it can be
+ * restored now (read, or no file, or no spill directory), 0 while the read
+ * runs (smol_spill_prefetch). */
+int smol_sessions_prefetch(struct smol_sessions *s, const char *id);
+/* A cached prefix on disk that covers a page or more of ids[0, n) beyond
+ * the have tokens a cache entry in memory does (the last token counts in
+ * neither: it is always computed) is read back as a new anonymous entry,
+ * its file first read ahead on the spill's thread: 0 while that read runs
+ * (call again), 1 when done or when there is none. */
+int smol_sessions_read_prefix(struct smol_sessions *s, const int32_t *ids, int n, int have, double now);
+/* 1 when the spill directory holds a file for session id. */
+int smol_sessions_has_file(const struct smol_sessions *s, const char *id);
+/* Removes session id's file, if any. */
+void smol_sessions_remove_file(struct smol_sessions *s, const char *id);
+/* The spill directory's counters into *st: 1, or 0 when there is none (st untouched). */
+int smol_sessions_disk_stats(struct smol_sessions *s, struct smol_spill_stats *st);
 /* Evicts the least recently used idle entry (anonymous ones first when
  * prefer_anon); 1 if one was evicted. */
 int smol_sessions_evict_one(struct smol_sessions *s, int prefer_anon);
@@ -82,11 +104,25 @@ int smol_sessions_expire(struct smol_sessions *s, double now, double ttl);
 /* The idle entry whose KV shares the longest prefix with ids[0, n): its
  * length in *lcp (<= its KV length).  NULL if none shares a token. */
 struct smol_session *smol_sessions_best_prefix(struct smol_sessions *s, const int32_t *ids, int n, int *lcp);
+/* x's history changed: a new stamp.  The setters below call it. */
+void smol_session_changed(struct smol_session *x);
 /* Replaces the history with ids[0, n); 0 or -1 on OOM. */
 int smol_session_set_tokens(struct smol_session *x, const int32_t *ids, int n);
 int smol_session_set_text(struct smol_session *x, const char *text, size_t len);
 
-/* Length of the common prefix of a[0, na) and b[0, nb). */
-int smol_lcp(const int32_t *a, int na, const int32_t *b, int nb);
+/* Records the conversation after a chat turn on x as a client will send it
+ * back: the request's messages plus the answer's content (reasoning is not
+ * sent back) and its tool calls (an OpenAI tool_calls array, or NULL), as
+ * text rendered with tpl and x's date (x's text is left as it was when the
+ * render fails) and as JSON messages, for clients that send only the new
+ * turn.  0, or -1 when it could not be recorded whole (out of memory). */
+int smol_session_record_turn(struct smol_session *x, enum smol_chat_tpl tpl, const struct smol_request *r,
+                             const char *content, size_t content_len, json_t *tool_calls);
+/* Forgets x's history (tokens, KV, text, messages) after one could not be
+ * recorded whole: its next turn is computed from what the client sends,
+ * never matched against a record that disagrees with the KV or the text
+ * (test_fault alloc N=1007: the "\n" after <|im_end|> missing from the
+ * tokens, the next turn's prompt silently different). */
+void smol_sessions_forget(struct smol_sessions *s, struct smol_session *x);
 
 #endif

@@ -1,7 +1,7 @@
 /* spill.c - sessions on disk (see spill.h for the format and the rules). */
 #include "daemon/server/spill.h"
 #include "daemon/server/log.h"
-#include "daemon/server/sessions.h"
+#include "daemon/text/text.h"
 #include "daemon/model/rules.h"
 
 #include <dirent.h>
@@ -41,7 +41,7 @@ struct job {
     struct job *next;
     enum job_kind kind;
     char name[NAME_LEN + 1];
-    char id[SMOL_SESSION_ID_MAX + 1];   /* for the log */
+    char id[SMOL_RULE_SESSION_ID_MAX + 1];   /* for the log */
     unsigned char *image;               /* JOB_WRITE: header + payload, hashes not yet set;
                                            JOB_READ: the file's bytes once read */
     uint64_t bytes;
@@ -218,7 +218,7 @@ static const char *check_header(const struct smol_spill *sp, const struct smol_s
     if (h->n_layers != (uint32_t)kv->n_layers || h->n_kv_heads != (uint32_t)kv->n_kv_heads ||
         h->head_dim != (uint32_t)kv->head_dim || h->page_tokens != SMOL_KV_PAGE)
         return "another KV type or geometry";
-    if (h->id_len == 0 || h->id_len > SMOL_SESSION_ID_MAX || h->n_kv > h->n_tokens || h->n_tokens > (1u << 26) ||
+    if (h->id_len == 0 || h->id_len > SMOL_RULE_SESSION_ID_MAX || h->n_kv > h->n_tokens || h->n_tokens > (1u << 26) ||
         h->reserved || memchr(h->date, 0, sizeof h->date) == NULL)
         return "inconsistent header";
     uint64_t want = (uint64_t)h->id_len + 4ull * h->n_tokens + h->hist_len + h->msgs_len + kv_payload_bytes(sp, h->n_kv, kv);
@@ -699,22 +699,19 @@ static void drop_extended(struct smol_spill *sp, const int32_t *tokens, int n)
     }
 }
 
-enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, struct smol_session *x, char *err)
+enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, const struct smol_spill_record *x,
+                              char *err)
 {
     reap_failed(sp);
     const int prefix = !x->id[0];
-    char key[SMOL_SESSION_ID_MAX + 1], name[NAME_LEN + 1];
-    int n_kv = x->seq.n_tokens < x->n_tokens ? x->seq.n_tokens : x->n_tokens;
-    if (prefix && (n_kv <= 0 || prefix_covered(sp, x->tokens, n_kv))) {
-        x->on_disk = 1;
-        return SMOL_OK;
-    }
+    char key[SMOL_RULE_SESSION_ID_MAX + 1], name[NAME_LEN + 1];
+    int n_kv = x->seq->n_tokens < x->n_tokens ? x->seq->n_tokens : x->n_tokens;
+    if (prefix && (n_kv <= 0 || prefix_covered(sp, x->tokens, n_kv))) return SMOL_OK;
     if (prefix) prefix_id(x->tokens, n_kv, key);
     else snprintf(key, sizeof key, "%s", x->id);
     file_name(key, name);
     if (n_kv <= 0) {
         unlink_file(sp, name);
-        x->on_disk = 1;
         return SMOL_OK;
     }
     /* a cached prefix keeps its KV tokens only: no text, messages or date */
@@ -768,7 +765,7 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, s
     p = put(p, msgs, h.msgs_len);
     free(msgs);
     const int n_pages = smol_kv_pages_for(n_kv);
-    for (int i = 0; i < n_pages; i++, p += sp->page_buf_bytes) smol_kv_page_read(kv, x->seq.pages[i], p);
+    for (int i = 0; i < n_pages; i++, p += sp->page_buf_bytes) smol_kv_page_read(kv, x->seq->pages[i], p);
     SMOL_ASSERT((uint64_t)(p - img) == total);
     drop_ready(sp, name);
     j->kind = JOB_WRITE;
@@ -783,7 +780,6 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, s
                    (smol_mono_s() - t0) * 1e3);
     put_ent(sp, name, total, now_ns(), prefix ? key : NULL, x->tokens, n_kv);
     if (prefix) drop_extended(sp, x->tokens, n_kv);
-    x->on_disk = 1;
     trim(sp, name);
     return SMOL_OK;
 }
@@ -816,11 +812,10 @@ static int get(struct src *s, XXH3_state_t *st, void *p, size_t n)
     return 0;
 }
 
-/* key: x->id, or the cached prefix's id (x anonymous) */
-static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *key, struct smol_session *x,
-                          int *pages_needed, char *err)
+/* key: the session's id, or the cached prefix's id (prefix) */
+static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *key, int prefix,
+                          struct smol_spill_record *x, int *pages_needed, char *err)
 {
-    const int prefix = !x->id[0];
     const char *what = prefix ? "cached prefix" : "session";
     char name[NAME_LEN + 1];
     file_name(key, name);
@@ -884,7 +879,7 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
         return smol_errf(err, SMOL_EBUSY, "spilled %s '%s' needs %d free KV pages", what, key, n_pages);
     }
     XXH3_state_t *st = XXH3_createState();
-    char id[SMOL_SESSION_ID_MAX + 1];
+    char id[SMOL_RULE_SESSION_ID_MAX + 1];
     int32_t *tokens = malloc(4ull * h.n_tokens + 4);
     char *hist = malloc((size_t)h.hist_len + 1), *msgs = malloc((size_t)h.msgs_len + 1);
     enum smol_err rc = SMOL_OK;
@@ -896,10 +891,10 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
     if (get(&src, st, id, h.id_len) || get(&src, st, tokens, 4ull * h.n_tokens) || get(&src, st, hist, h.hist_len) ||
         get(&src, st, msgs, h.msgs_len)) { why = "short read"; goto out; }
     id[h.id_len] = 0;
-    if ((rc = smol_kv_seq_reserve(kv, &x->seq, 0, (int)h.n_kv, err))) goto out;
+    if ((rc = smol_kv_seq_reserve(kv, x->seq, 0, (int)h.n_kv, err))) goto out;
     for (int i = 0; i < n_pages && !why && !rc; i++) {
         if (get(&src, st, sp->page_buf, sp->page_buf_bytes)) why = "short read";
-        else rc = smol_kv_page_write(kv, x->seq.pages[i], sp->page_buf, err);
+        else rc = smol_kv_page_write(kv, x->seq->pages[i], sp->page_buf, err);
     }
     /* (an image in memory has no checksum yet: the writer computes it) */
     if (!why && !rc && !src.trusted && XXH3_64bits_digest(st) != h.payload_hash) why = "payload checksum mismatch";
@@ -911,20 +906,22 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
     msgs[h.msgs_len] = 0;
     if (!why && !rc && h.msgs_len && !(j = json_loadb(msgs, h.msgs_len, 0, NULL))) why = "bad messages JSON";
     if (!why && !rc && j && !json_is_array(j)) why = "bad messages JSON";
-    if (!why && !rc) {
-        if (smol_session_set_tokens(x, tokens, (int)h.n_tokens) ||
-            smol_session_set_text(x, (h.flags & SMOL_SPILL_F_HIST) ? hist : NULL, h.hist_len))
-            rc = smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
-    }
-    if (!why && !rc) {
-        x->seq.n_tokens = (int32_t)h.n_kv;
-        snprintf(x->date, sizeof x->date, "%s", h.date);
-        if (x->msgs) json_decref(x->msgs);
+    if (!why && !rc) {   /* the record takes what was read */
+        snprintf(x->id, sizeof x->id, "%s", prefix ? "" : key);
+        x->tokens = tokens;
+        tokens = NULL;
+        x->n_tokens = (int)h.n_tokens;
+        x->seq->n_tokens = (int32_t)h.n_kv;
+        if (h.flags & SMOL_SPILL_F_HIST) {
+            x->hist_text = hist;
+            x->hist_len = h.hist_len;
+            hist = NULL;
+        }
         x->msgs = j;
         j = NULL;
+        snprintf(x->date, sizeof x->date, "%s", h.date);
         x->think_set = !!(h.flags & SMOL_SPILL_F_THINK_SET);
         x->enable_thinking = !!(h.flags & SMOL_SPILL_F_THINKING);
-        x->on_disk = 1;
         if (src.fd >= 0) futimens(src.fd, NULL); /* recently used, also for the next process */
         ent->stamp = now_ns();
         pthread_mutex_lock(&sp->mu);
@@ -941,11 +938,7 @@ out:
     if (src.fd >= 0) close(src.fd);
     if (pj) release(sp, pj);
     if (rd) release(sp, rd);
-    if (why || rc) {
-        smol_kv_seq_truncate(kv, &x->seq, 0);
-        x->n_tokens = 0;
-        smol_session_set_text(x, NULL, 0);
-    }
+    if (why || rc) smol_kv_seq_truncate(kv, x->seq, 0);
     if (why) {
         reject_file(sp, name, why);
         rc = smol_errf(err, SMOL_EFORMAT, "spilled %s '%s': %s", what, key, why);
@@ -957,18 +950,29 @@ out:
     return rc;
 }
 
-enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int vocab, struct smol_session *x,
-                              int *pages_needed, char *err)
+void smol_spill_record_deinit(struct smol_spill_record *rec)
 {
-    SMOL_ASSERT(x->id[0]);
-    return load(sp, kv, vocab, x->id, x, pages_needed, err);
+    free(rec->tokens);
+    rec->tokens = NULL;
+    rec->n_tokens = 0;
+    free(rec->hist_text);
+    rec->hist_text = NULL;
+    rec->hist_len = 0;
+    if (rec->msgs) json_decref(rec->msgs);
+    rec->msgs = NULL;
+}
+
+enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *id,
+                              struct smol_spill_record *rec, int *pages_needed, char *err)
+{
+    SMOL_ASSERT(id[0]);
+    return load(sp, kv, vocab, id, 0, rec, pages_needed, err);
 }
 
 enum smol_err smol_spill_load_prefix(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *id,
-                                     struct smol_session *x, int *pages_needed, char *err)
+                                     struct smol_spill_record *rec, int *pages_needed, char *err)
 {
-    SMOL_ASSERT(!x->id[0]);
-    return load(sp, kv, vocab, id, x, pages_needed, err);
+    return load(sp, kv, vocab, id, 1, rec, pages_needed, err);
 }
 
 int smol_spill_best_prefix(struct smol_spill *sp, const int32_t *ids, int n, char id_out[SMOL_SPILL_PREFIX_ID_LEN + 1])

@@ -32,6 +32,12 @@
  * the final name, fsync of the directory.  A disk budget is kept least
  * recently used first (file mtime survives restarts; a read touches it).
  *
+ * The spill reads and writes records (struct smol_spill_record), plain
+ * fields with no sessions type: sessions.c fills one from a session to save
+ * it and makes a session of one read back, and is the only module that
+ * calls the spill on the engine's behalf (sessions.h -> spill.h, never the
+ * reverse).
+ *
  * Threads: the API belongs to the engine thread (not thread-safe).  Writing
  * and removing files run on a writer thread of the spill's own:
  * smol_spill_save copies the session (its KV pages out of the pool) into an
@@ -49,9 +55,11 @@
 #ifndef SMOL_SPILL_H
 #define SMOL_SPILL_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "daemon/model/model.h"
+#include "daemon/model/rules.h"
 
 #define SMOL_SPILL_VERSION 1u
 #define SMOL_SPILL_MAGIC "SMOLKV\r\n"
@@ -91,8 +99,25 @@ struct smol_spill_stats {
     uint64_t bytes;
 };
 
+/* What one file holds: a session's (or a cached prefix's) history.  To
+ * save, every pointer is borrowed from the caller; a load fills it and the
+ * caller takes what it points to (smol_spill_record_deinit frees it). */
+struct smol_spill_record {
+    char id[SMOL_RULE_SESSION_ID_MAX + 1];  /* the session's id; "" for a cached prefix */
+    struct smol_kv_seq *seq;    /* KV of the first seq->n_tokens history tokens (always the caller's) */
+    int32_t *tokens;            /* history [n_tokens] */
+    int n_tokens;
+    char *hist_text;            /* rendered conversation, NUL-terminated, or NULL: none */
+    size_t hist_len;
+    json_t *msgs;               /* the conversation as messages (JSON array), or NULL */
+    char date[32];              /* frozen "DD Month YYYY" */
+    int think_set, enable_thinking;  /* mode of the last turn */
+};
+
+/* Frees what a load put in rec (tokens, text, messages; not seq). */
+void smol_spill_record_deinit(struct smol_spill_record *rec);
+
 struct smol_spill;
-struct smol_session;
 
 /* The model's identity as far as its KV is concerned: XXH3-128 of the GGUF
  * bytes before the tensor data (header, metadata, tensor table), of the
@@ -108,27 +133,30 @@ enum smol_err smol_spill_open(struct smol_spill **out, const char *dir, uint64_t
 /* Accepts NULL; nulls the pointer. */
 void smol_spill_close(struct smol_spill **sp);
 
-/* Writes session x (idle) with the KV of its first x->seq.n_tokens
- * positions (queued: see Threads above); an empty session removes its file.
- * An anonymous x (id "") is written as a cached prefix (see above; an empty
- * one is not written).  Then trims the directory to the budget (the oldest
- * files first).  On error nothing is left behind. */
-enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, struct smol_session *x, char *err);
+/* Writes the record of an idle session with the KV of its first
+ * rec->seq->n_tokens positions (queued: see Threads above); an empty one
+ * removes its file.  An anonymous one (id "") is written as a cached prefix
+ * (see above; an empty one, or one a prefix on disk already covers, is not
+ * written).  Then trims the directory to the budget (the oldest files
+ * first).  On error nothing is left behind. */
+enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, const struct smol_spill_record *rec,
+                              char *err);
 
-/* Reads the session named x->id into x (empty, its seq without pages):
- * history, text, date, mode, and the KV pages, reserved from kv.
- *   SMOL_OK           x filled, x->seq.n_tokens positions hold the file's KV
+/* Reads the session `id` into rec (zeroed, but for rec->seq: an empty
+ * sequence without pages): id, history, text, messages, date, mode, and the
+ * KV pages, reserved from kv into rec->seq.
+ *   SMOL_OK           rec filled (the caller's to deinit), rec->seq->n_tokens positions hold the file's KV
  *   SMOL_ENOSESSION   no file for this id
  *   SMOL_EBUSY        the pool lacks free pages for it (*pages_needed set); file kept
- *   other             the file was bad: logged, counted, removed; x left empty
+ *   other             the file was bad: logged, counted, removed; rec left empty
  * vocab bounds the token ids. */
-enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int vocab, struct smol_session *x,
-                              int *pages_needed, char *err);
+enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *id,
+                              struct smol_spill_record *rec, int *pages_needed, char *err);
 
-/* The same for the cached prefix `id` (from smol_spill_best_prefix) into
- * the anonymous entry x. */
+/* The same for the cached prefix `id` (from smol_spill_best_prefix): a
+ * record with id "". */
 enum smol_err smol_spill_load_prefix(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *id,
-                                     struct smol_session *x, int *pages_needed, char *err);
+                                     struct smol_spill_record *rec, int *pages_needed, char *err);
 
 /* The prefix file whose KV tokens share the longest common prefix with
  * ids[0, n): returns that length (0: none) and its id in id_out. */

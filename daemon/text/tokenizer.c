@@ -110,6 +110,13 @@ void smol_ids_free(struct smol_ids *ids)
     ids->n = ids->cap = 0;
 }
 
+int smol_lcp(const int32_t *a, int na, const int32_t *b, int nb)
+{
+    int n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
 /* ---------------------------------------------------------------- byte-level alphabet */
 
 /* GPT-2 bytes_to_unicode: printable Latin-1 bytes map to themselves, the

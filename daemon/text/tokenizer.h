@@ -48,6 +48,9 @@ struct smol_ids {
 enum smol_err smol_ids_push(struct smol_ids *ids, int32_t id);
 /* Frees the storage and zeroes the struct; accepts NULL. */
 void smol_ids_free(struct smol_ids *ids);
+/* Length of the common prefix of a[0, na) and b[0, nb) (how much of a
+ * cached KV sequence a prompt can reuse). */
+int smol_lcp(const int32_t *a, int na, const int32_t *b, int nb);
 
 /* Ids of named tokens, looked up by text at load; -1 when the vocab has none. */
 struct smol_special_ids {
