@@ -199,6 +199,12 @@ enum MHD_Result gw_metrics_serve(struct gw_req *r)
             (double)s->prompt_builds_total);
         one(&b, "smollm3_daemon_backend_sampled_tokens_total", "counter",
             "Tokens drawn by the backend's batch sampler (backend_sampling).", (double)s->backend_sampled_tokens);
+        one(&b, "smollm3_daemon_engine_steps_total", "counter", "Engine steps that ran the model.",
+            (double)s->engine_steps);
+        one(&b, "smollm3_daemon_step_tokens_total", "counter", "Tokens in those steps.", (double)s->step_tokens_total);
+        one(&b, "smollm3_daemon_step_seconds_total", "counter", "Wall time of those steps.", s->step_ms_total / 1e3);
+        one(&b, "smollm3_daemon_forward_seconds_total", "counter",
+            "Of it, time in the model (the rest is the engine's own host time).", s->forward_ms_total / 1e3);
         one(&b, "smollm3_daemon_shared_choices_total", "counter",
             "Choices (n > 1) started on another choice's prefilled prompt.", (double)s->shared_choices_total);
         one(&b, "smollm3_daemon_requests_rejected_total", "counter", "Requests the daemon refused.",

@@ -680,7 +680,17 @@ START_TEST(t_backend_sampling)
         for (int k = 0; k < N; k++) submit_sampled(&g, ids[k], n[k], GEN, 0.0f, 1.0f, 1, 0);
         collect(&g, first, N, on ? dev : host);
         Smollm3__Event *hold;
-        const uint64_t sampled = query_stats(&g, &hold)->backend_sampled_tokens;
+        const Smollm3__StatsReply *st = query_stats(&g, &hold);
+        const uint64_t sampled = st->backend_sampled_tokens;
+        /* where the steps' time went: every token in some step, the model's time inside the steps' */
+        uint64_t prompt = 0;
+        for (int k = 0; k < N; k++) prompt += (uint64_t)n[k];
+        ck_assert_msg(st->engine_steps >= GEN && st->engine_steps <= (uint64_t)N * GEN,
+                      "%llu steps for %d requests of %d tokens", (unsigned long long)st->engine_steps, N, GEN);
+        ck_assert_msg(st->step_tokens_total >= prompt + (uint64_t)N * (GEN - 1), "%llu tokens in the steps",
+                      (unsigned long long)st->step_tokens_total);
+        ck_assert_msg(st->forward_ms_total > 0 && st->forward_ms_total <= st->step_ms_total,
+                      "model %.3f ms of %.3f ms", st->forward_ms_total, st->step_ms_total);
         smollm3__event__free_unpacked(hold, NULL);
         if (!on) {
             ck_assert_int_eq(sampled, 0);

@@ -540,6 +540,10 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         { "grammar_compiles", s->grammar_compiles },
         { "grammar_tokens", s->grammar_tokens },
         { "grammar_forced_tokens", s->grammar_forced_tokens },
+        { "prompt_builds_total", s->prompt_builds_total },
+        { "backend_sampled_tokens", s->backend_sampled_tokens },
+        { "engine_steps", s->engine_steps },
+        { "step_tokens_total", s->step_tokens_total },
     };
     size_t n = sizeof rows / sizeof rows[0];
     if (json) {
@@ -547,11 +551,15 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         for (size_t i = 0; i < n; i++)
             json_object_set_new(o, rows[i].name, json_integer((json_int_t)rows[i].v));
         json_object_set_new(o, "uptime_s", json_real(s->uptime_s));
+        json_object_set_new(o, "step_ms_total", json_real(s->step_ms_total));
+        json_object_set_new(o, "forward_ms_total", json_real(s->forward_ms_total));
         json_object_set_new(o, "kv_type", json_string(s->kv_type ? s->kv_type : ""));
         jprint(o);
     } else {
         for (size_t i = 0; i < n; i++) printf("%-24s %llu\n", rows[i].name, rows[i].v);
         printf("%-24s %.1f\n", "uptime_s", s->uptime_s);
+        printf("%-24s %.1f\n", "step_ms_total", s->step_ms_total);
+        printf("%-24s %.1f\n", "forward_ms_total", s->forward_ms_total);
         printf("%-24s %s\n", "kv_type", s->kv_type ? s->kv_type : "");
     }
     smol_client_event_free(&ev);

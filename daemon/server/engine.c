@@ -1159,6 +1159,7 @@ static void step(struct smol_engine *e)
         }
         for (int k = 1; k < rows; k++) e->b_rs[i + k].on = 0;
     }
+    const double t0 = smol_mono_s();
     enum smol_err rc = smol_model_forward_sample(e->m, &b, e->logits, n_rs ? e->b_rs : NULL, e->b_ids, err);
     if (rc) {
         for (int i = 0, rows; i < n_out; i += rows) {
@@ -1182,6 +1183,10 @@ static void step(struct smol_engine *e)
     for (struct req *q = e->running; q; q = q->next)
         q->kv_promise = smol_kv_seq_pages_needed(kv, q->seq, q->seq->n_tokens, q->n_prompt + q->max_gen) +
                         (q->state == RS_PREFILL ? q->sib_pages : 0);
+    e->n_steps++;
+    e->n_step_tokens += (uint64_t)n;
+    e->forward_s += t1 - t0;
+    e->step_s += smol_mono_s() - now;
 }
 
 /* ---- commands --------------------------------------------------------------------- */

@@ -124,6 +124,8 @@ struct smol_engine {
     uint64_t n_prefilled;           /* prompt positions run through forward() */
     uint64_t n_prompt_builds;       /* prompts rendered and tokenized (build_prompt) */
     uint64_t n_backend_sampled;     /* tokens the backend sampled (backend_sampling) */
+    uint64_t n_steps, n_step_tokens;/* steps that ran the model, and their tokens */
+    double step_s, forward_s;       /* their wall time, and the model's part of it */
     uint64_t n_shared_choices;      /* n > 1: choices started on another's prefilled prompt */
     uint64_t n_events_lost;         /* events the RPC thread never got (out of memory, socket refused) */
     uint64_t n_spec_drafted, n_spec_accepted, n_spec_steps, n_decode_steps;

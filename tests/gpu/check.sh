@@ -698,6 +698,7 @@ EOF
             req=$n
             [ "$req" -lt 4 ] && req=4
             t=${GPU_CHECK_LOAD_S:-60}
+            "$CTL" --connect "$EP" --timeout 5 stats --json > "$W/load/$n$tag.st0" 2>/dev/null
             # shellcheck disable=SC2086  # GPU_CHECK_LOAD_ARGS: words
             LOADGEN_CTL_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} sys tmo "$t" python3 tests/load/loadgen.py --mode ctl \
                 --connect "$EP" --ctl "$CTL" --ctl-arg=--no-think --ctl-arg=--no-speculative --streams "$n" \
@@ -715,6 +716,17 @@ EOF
                 rm -f "$W/load/$n$tag.json"
             fi
             [ $rc -eq 0 ] || fails=$((fails + 1))
+            # the engine's steps during the level: mean batch, ms a step, the model's part, the host's
+            "$CTL" --connect "$EP" --timeout 5 stats --json > "$W/load/$n$tag.st1" 2>/dev/null &&
+                sys python3 - "$W/load/$n$tag.st0" "$W/load/$n$tag.st1" <<'EOF' | sed "s/^/  $n$tag streams: /" | show
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+d = {k: b.get(k, 0) - a.get(k, 0) for k in ("engine_steps", "step_tokens_total", "step_ms_total", "forward_ms_total")}
+n = d["engine_steps"]
+if n:
+    print(f"engine {n} steps, mean batch {d['step_tokens_total'] / n:.1f} tokens, {d['step_ms_total'] / n:.2f} ms a step "
+          f"(model {d['forward_ms_total'] / n:.2f}, host {(d['step_ms_total'] - d['forward_ms_total']) / n:.2f})")
+EOF
         done
         [ $bs = auto ] && ttft_4k "$EP"
         daemon_down || drc=$?
