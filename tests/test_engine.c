@@ -26,6 +26,7 @@ struct rig {
 };
 
 static int rig_backend_sampling; /* the next rig's engine option backend_sampling */
+static int rig_sample_threads;  /* the next rig's engine option sample_threads (0: the default) */
 static double rig_queue_timeout_s = 2; /* and queue_timeout_s */
 
 static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int max_running, int max_queued)
@@ -53,6 +54,7 @@ static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int ma
     cfg.step_tokens = 64;
     cfg.queue_timeout_s = rig_queue_timeout_s;
     cfg.backend_sampling = rig_backend_sampling;
+    cfg.sample_threads = rig_sample_threads;
     cfg.speculative_calibrate = 0;      /* the default verify costs: draft lengths (and prediction counts)
                                            independent of this machine's speed and build */
     ck_assert_msg(smol_engine_start(&g->e, g->ctx, "inproc://engine-test", g->m, g->tok, &cfg, err) == SMOL_OK, "%s", err);
@@ -731,6 +733,42 @@ START_TEST(t_backend_sampling)
 }
 END_TEST
 
+/* The host's rows of a step drawn on a pool of threads (sample_threads) are the serial path's
+ * draws: six seeded requests at T 0.9 / top_p 0.9 and two greedy ones, decoding together, give
+ * the same tokens with one thread and with four. */
+START_TEST(t_host_sample_pool)
+{
+    enum { N = 8, GEN = 12 };
+    static const int32_t ids[N][4] = {{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10, 11, 12}, {13, 14, 15, 16},
+                                      {17, 18, 19, 20}, {21, 22, 23, 24}, {25, 26, 27, 28}, {29, 30, 31, 32}};
+    struct result r[2][N];
+    memset(r, 0, sizeof r);
+    for (int pool = 0; pool < 2; pool++) {
+        struct rig g;
+        rig_sample_threads = pool ? 4 : 1;
+        const int opened = rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 8, 16);
+        rig_sample_threads = 0;
+        if (!opened) { printf("SKIPPED: fixture missing\n"); return; }
+        const uint64_t first = g.next_id;
+        for (int k = 0; k < N; k++)
+            submit_sampled(&g, ids[k], 4, GEN, k < 6 ? 0.9f : 0.0f, k < 6 ? 0.9f : 1.0f, 100 + k, 0);
+        collect(&g, first, N, r[pool]);
+        Smollm3__Event *hold;
+        const uint64_t pooled = query_stats(&g, &hold)->host_pool_sampled_tokens;
+        smollm3__event__free_unpacked(hold, NULL);
+        /* one thread: no pool; four: the steps with >= 4 plain rows drew on it */
+        ck_assert_msg(pool ? pooled >= GEN && pooled <= N * GEN : pooled == 0, "%llu tokens drawn on the pool",
+                      (unsigned long long)pooled);
+        rig_close(&g);
+    }
+    for (int k = 0; k < N; k++) {
+        ck_assert_int_eq(r[0][k].n, GEN);
+        ck_assert_int_eq(r[1][k].n, GEN);
+        ck_assert_msg(!memcmp(r[0][k].ids, r[1][k].ids, GEN * sizeof(int32_t)), "request %d: pool and serial differ", k);
+    }
+}
+END_TEST
+
 /* A cancel is honoured at the engine's next step: no token of the request
  * follows the reply to a query sent right after the cancel (commands are
  * read in order between steps).  Tokens already on their way when the
@@ -891,6 +929,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_cancel);
     tcase_add_test(tc, t_waiting_prompt_built_once);
     tcase_add_test(tc, t_backend_sampling);
+    tcase_add_test(tc, t_host_sample_pool);
     tcase_add_test(tc, t_chat_session_turns);
     tcase_add_test(tc, t_thinking_budget);
     tcase_add_test(tc, t_kv_budget);

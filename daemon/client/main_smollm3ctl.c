@@ -544,6 +544,7 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         { "backend_sampled_tokens", s->backend_sampled_tokens },
         { "engine_steps", s->engine_steps },
         { "step_tokens_total", s->step_tokens_total },
+        { "host_pool_sampled_tokens", s->host_pool_sampled_tokens },
     };
     size_t n = sizeof rows / sizeof rows[0];
     if (json) {

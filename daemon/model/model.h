@@ -23,6 +23,7 @@
 #include "daemon/model/error.h"
 #include "daemon/model/gguf.h"
 #include "daemon/model/kv.h"
+#include "daemon/model/threadpool.h"  /* the engine samples host rows on a pool of its own */
 
 /* SmolLM3 "NoPE": layer il (0-based) applies no rotary embedding when
  * (il + 1) % 4 == 0, i.e. layers 3, 7, ..., 35 (HF no_rope_layers =

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 #include <zmq.h>
 
@@ -988,6 +989,50 @@ static int backend_samples(const struct req *q)
            smol_sampler_is_plain(q->smp);
 }
 
+/* Rows the host may sample on the pool, all of a step's together, before its emits: one row (no
+ * draft), no grammar, no logprobs, one choice, no thinking budget (sample_row forces tokens
+ * there); penalties, top_k, min_p and logit bias are the sampler's own.  Each request's sampler
+ * is its own and each thread has its own scratch, so the draws are those of the serial path. */
+static int host_samples(const struct req *q)
+{
+    const struct smol_request *r = q->r;
+    return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs && !(q->think_open && q->think_budget > 0);
+}
+
+#define HOST_POOL_MIN_ROWS 4    /* fewer rows: serial (the pool's wake-up costs ~10 us) */
+
+static void host_sample_task(void *arg, int i, int thread)
+{
+    struct smol_engine *e = arg;
+    if (!e->b_host[i]) return;
+    char err[SMOL_ERRLEN];
+    struct req *q = e->b_req[i];
+    if (smol_sampler_sample_lp(q->smp, e->scs[thread], e->logits + (size_t)i * e->m->cfg.vocab, &e->b_ids[i], NULL,
+                               err))
+        e->b_host[i] = 0;       /* the serial path draws it again and reports the error in its words */
+}
+
+/* Streams token t, drawn on the pool for q's one row (host_samples): the rest of
+ * sample_and_emit's one-row step.  May finish (and free) q. */
+static void emit_host_sampled(struct smol_engine *e, struct req *q, int32_t t, double now)
+{
+    char err[SMOL_ERRLEN];
+    const int32_t think_end = smol_tokenizer_special(e->tok)->think_end;
+    if (q->think_open && t == think_end) q->think_open = 0;   /* as sample_row does */
+    q->n_steps++;
+    e->n_decode_steps++;
+    e->n_host_pooled++;
+    if (q->lk) {
+        if (!q->draft_pred && q->pred_first >= 0) smol_spec_ctl_shadow(&q->pctl, q->pred_match, q->pred_first, t);
+        else if (q->draft_first >= 0) smol_spec_ctl_shadow(&q->ctl, q->draft_match, q->draft_first, t);
+        enum smol_err rc = smol_lookup_append(q->lk, &t, 1, err);
+        if (rc) { fail_request(e, q, rc, err); return; }
+    }
+    q->n_draft = 0;
+    memset(&q->cur_lp, 0, sizeof q->cur_lp);
+    emit_token(e, q, t, now, q->seq->n_tokens);
+}
+
 /* Streams token t, drawn by the backend for q's one row (no draft, no grammar), with the
  * bookkeeping of sample_and_emit's one-row step: the sampler's history, the lookup's.  May
  * finish (and free) q. */
@@ -1169,6 +1214,18 @@ static void step(struct smol_engine *e)
         return;
     }
     const double t1 = smol_mono_s();
+    /* the host's plain rows drawn on the pool, all together, before any emit (an emit may free
+     * its request) */
+    int n_host = 0;
+    for (int i = 0, rows; e->spool && i < n_out; i += rows) {
+        struct req *q = e->b_req[i];
+        rows = q->n_draft + 1;
+        e->b_host[i] = !(n_rs && e->b_rs[i].on) && host_samples(q) && !(q->state == RS_PREFILL && q->r->n_choices > 1);
+        n_host += e->b_host[i];
+        for (int k = 1; k < rows; k++) e->b_host[i + k] = 0;
+    }
+    if (n_host >= HOST_POOL_MIN_ROWS) smol_pool_run(e->spool, n_out, host_sample_task, e);
+    else if (e->spool && n_out > 0) memset(e->b_host, 0, (size_t)n_out);
     for (int i = 0, rows; i < n_out; i += rows) {
         struct req *q = e->b_req[i];
         rows = q->n_draft + 1;              /* its draft's rows follow its first */
@@ -1178,6 +1235,7 @@ static void step(struct smol_engine *e)
             if (q->r->n_choices > 1) spawn_choices(e, q, e->logits + (size_t)i * V, t1);
         }
         if (n_rs && e->b_rs[i].on) emit_sampled(e, q, e->b_ids[i], t1);
+        else if (e->spool && e->b_host[i]) emit_host_sampled(e, q, e->b_ids[i], t1);
         else sample_and_emit(e, q, e->logits + (size_t)i * V, e->b_tok + e->b_out[i] + 1, t1);
     }
     for (struct req *q = e->running; q; q = q->next)
@@ -1297,12 +1355,33 @@ static void *engine_main(void *arg)
 
 /* ---- lifecycle ---------------------------------------------------------------------- */
 
+/* The host-sampling pool: up to 8 threads where the machine has more than one CPU (cfg
+ * sample_threads: 0 = that, 1 = none, every row serial). */
+static enum smol_err host_pool_new(struct smol_engine *e, int T, char *err)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = e->cfg.sample_threads > 0 ? e->cfg.sample_threads : cpus > 8 ? 8 : (int)cpus;
+    if (n <= 1) return SMOL_OK;
+    enum smol_err rc = smol_pool_new(&e->spool, n, err);
+    if (rc) return rc;
+    e->scs = calloc((size_t)n, sizeof *e->scs);
+    e->b_host = calloc((size_t)T, 1);
+    if (!e->scs || !e->b_host) return smol_errf(err, SMOL_ENOMEM, "engine: out of memory");
+    for (int i = 0; i < n; i++)
+        if ((rc = smol_sampler_scratch_new(&e->scs[i], e->m->cfg.vocab, err))) return rc;
+    return SMOL_OK;
+}
+
 static void engine_free(struct smol_engine *e)
 {
     while (e->running) { struct req *q = e->running; e->running = q->next; req_free(q); }
     while (e->queue) { struct req *q = e->queue; e->queue = q->next; req_free(q); }
     smol_sessions_deinit(&e->sessions);
     smol_sampler_scratch_free(&e->sc);
+    for (int i = 0; e->scs && e->spool && i < smol_pool_threads(e->spool); i++) smol_sampler_scratch_free(&e->scs[i]);
+    free(e->scs);
+    smol_pool_free(&e->spool);
+    free(e->b_host);
     if (e->sock) zmq_close(e->sock);
     free(e->b_tok); free(e->b_pos); free(e->b_out); free(e->gmask); free(e->b_seq); free(e->b_req); free(e->b_rs); free(e->b_ids); free(e->logits); free(e->pack);
     free(e);
@@ -1355,6 +1434,7 @@ enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const c
     if (e->cfg.speculative_calibrate && smol_spec_calibrate(m, SMOL_SPEC_MAX_DRAFT, 2, cost, cerr) == SMOL_OK)
         memcpy(e->spec_cost, cost, sizeof cost);
     enum smol_err rc = smol_sampler_scratch_new(&e->sc, m->cfg.vocab, err);
+    if (!rc) rc = host_pool_new(e, T, err);
     if (!rc && (!e->b_tok || !e->b_pos || !e->b_out || !e->gmask || !e->b_seq || !e->b_req || !e->b_rs || !e->b_ids ||
                 !e->logits))
         rc = smol_errf(err, SMOL_ENOMEM, "engine: out of memory");

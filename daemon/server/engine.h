@@ -67,6 +67,8 @@ struct smol_engine_config {
     int spill_when_idle;        /* write changed sessions to it whenever nothing runs */
     int speculative;            /* longest prompt-lookup draft verified per step (0..SMOL_SPEC_MAX_DRAFT);
                                    0 = off unless a request asks; default SMOL_SPEC_MAX_DRAFT */
+    int sample_threads;         /* rows sampled on the host on a pool of this many threads (one
+                                   step's rows together); 0 = up to 8 where there are CPUs, 1 = serial */
     int backend_sampling;       /* 1: rows that need only temperature / top_p (no grammar, bias,
                                    penalties, top_k, min_p, logprobs, draft, n > 1) are sampled
                                    by the backend (CUDA: on the device), with the request's own

@@ -108,7 +108,10 @@ struct smol_engine {
     struct smol_kv_seq **b_seq;
     struct req **b_req;             /* request of each out row */
     struct smol_row_sample *b_rs;   /* backend_sampling: how each out row is sampled */
-    int32_t *b_ids;                 /* and the tokens the backend drew */
+    int32_t *b_ids;                 /* and the tokens the backend drew (or the host's pool: b_host) */
+    uint8_t *b_host;                /* out rows the host samples on the pool, before the step's emits */
+    struct smol_pool *spool;        /* those rows' threads (NULL: one CPU, every row serial) */
+    struct smol_sampler_scratch **scs; /* a scratch per pool thread */
     float *logits;                  /* [max_out][vocab] */
     int max_out;                    /* rows: max_running + spec_rows */
     int spec_rows;                  /* draft rows a step may verify, all requests together */
@@ -125,6 +128,7 @@ struct smol_engine {
     uint64_t n_prompt_builds;       /* prompts rendered and tokenized (build_prompt) */
     uint64_t n_backend_sampled;     /* tokens the backend sampled (backend_sampling) */
     uint64_t n_steps, n_step_tokens;/* steps that ran the model, and their tokens */
+    uint64_t n_host_pooled;         /* tokens the host drew on its pool (emit_host_sampled) */
     double step_s, forward_s;       /* their wall time, and the model's part of it */
     uint64_t n_shared_choices;      /* n > 1: choices started on another's prefilled prompt */
     uint64_t n_events_lost;         /* events the RPC thread never got (out of memory, socket refused) */

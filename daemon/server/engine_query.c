@@ -69,6 +69,7 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         st.prompt_builds_total = e->n_prompt_builds;
         st.backend_sampled_tokens = e->n_backend_sampled;
         st.engine_steps = e->n_steps;
+        st.host_pool_sampled_tokens = e->n_host_pooled;
         st.step_tokens_total = e->n_step_tokens;
         st.step_ms_total = e->step_s * 1e3;
         st.forward_ms_total = e->forward_s * 1e3;
