@@ -211,6 +211,9 @@ void gw_daemon_drain(void);
 void gw_daemon_tick(double now);
 int gw_daemon_send_stream(struct gw_stream *s);
 void gw_daemon_cancel(struct gw_stream *s);
+/* 1 when an allocation counted by gw_oom_count (util.h) failed since MHD called the handler for
+ * the request being served: what it parsed or built may lack bytes (http.c) */
+int gw_oom_in_request(void);
 struct gw_stream *gw_stream_new(enum gw_kind kind);
 void gw_stream_free(struct gw_stream *s);
 struct gw_stream *gw_stream_by_rid(uint64_t rid);

@@ -41,6 +41,8 @@ static enum MHD_Result queue(struct gw_req *r, int status, struct MHD_Response *
  * allocation fail is replaced by queue_oom's (util.h) */
 static unsigned oom_mark;
 
+int gw_oom_in_request(void) { return gw_oom_count != oom_mark; }
+
 /* The out-of-memory answer, from static bytes (nothing to allocate but MHD's response). */
 static enum MHD_Result queue_oom(struct gw_req *r)
 {
@@ -284,6 +286,12 @@ enum MHD_Result gw_req_wait(struct gw_req *r)
  * then waits as gw_req_wait; a send that fails frees s and answers 503. */
 enum MHD_Result gw_req_send(struct gw_req *r, struct gw_stream *s)
 {
+    if (gw_oom_count != oom_mark) {
+        /* an allocation failed while this request was parsed or built (jansson's parser goes on
+         * with what it has: a prompt can come out mangled): nothing goes to the daemon */
+        gw_stream_free(s);
+        return queue_oom(r);
+    }
     s->req = r;
     s->key = r->key;
     r->stream = s;

@@ -196,6 +196,10 @@ enum MHD_Result gw_ui_chat(struct gw_req *r)
         gw_ui_parsed_deinit(&p);
         return html_error(r, e.status, e.msg);
     }
+    if (gw_oom_in_request()) {   /* the form or its history may have been parsed without bytes */
+        gw_ui_parsed_deinit(&p);
+        return html_error(r, 500, "out of memory");
+    }
     if (!G.daemon_connected || !G.daemon_ready) {
         gw_ui_parsed_deinit(&p);
         return html_error(r, 503, "the model is not available right now");

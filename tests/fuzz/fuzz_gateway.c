@@ -57,6 +57,7 @@ void gw_stream_fail(struct gw_stream *s, const struct gw_error *e) NEVER
 void gw_stream_free(struct gw_stream *s) NEVER
 struct gw_stream *gw_stream_new(enum gw_kind kind) NEVER
 void gw_req_resume(struct gw_req *r) NEVER
+int gw_oom_in_request(void) { return 0; }
 const char *smol_client_error_name(int code) NEVER
 const char *smol_client_finish_name(int finish_reason) NEVER
 enum smol_err smol_client_send_cancel(struct smol_client *c, uint64_t target_id, uint64_t *id_out,

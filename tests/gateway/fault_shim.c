@@ -13,11 +13,13 @@
  *   SMOL_FAULT_N=n         the n-th counted call fails (once); 0 or unset: count only
  *   SMOL_FAULT_CLASSES=... a comma list of the classes above (default: all)
  *   SMOL_FAULT_REPORT=path at exit: "calls N\nfired POINT\n" and "visit POINT COUNT" lines
+ *   SMOL_FAULT_TRACE=1     the failing call's stack to stderr (the gateway's log)
  * Counting starts at SIGUSR2 (the driver sends it once the gateway answers /health), so start-up
  * is never failed: a gateway that cannot start is a different test (its flags and the daemon).
  * Driver: tests/gateway/test_fault.py.
  */
 #include <errno.h>
+#include <execinfo.h>
 #include <microhttpd.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -51,6 +53,7 @@ static long calls;                      /* counted calls since armed */
 static int fired = -1;                  /* the point that failed */
 static long visits[P_N];
 static const char *report;
+static int tracing;
 
 /* 1 when this call is to fail (the gateway is single-threaded: plain counters) */
 static int fault(enum point p)
@@ -59,6 +62,11 @@ static int fault(enum point p)
     visits[p]++;
     if (++calls != target) return 0;
     fired = p;
+    if (tracing) {                  /* SMOL_FAULT_TRACE=1: where it failed, to the gateway's log */
+        void *bt[24];
+        int n = backtrace(bt, 24);
+        backtrace_symbols_fd(bt, n, 2);
+    }
     return 1;
 }
 
@@ -180,6 +188,7 @@ __attribute__((constructor)) static void shim_init(void)
         if (strstr(cls, "http")) mask |= C_HTTP;
     }
     report = getenv("SMOL_FAULT_REPORT");
+    tracing = getenv("SMOL_FAULT_TRACE") != NULL;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_arm;
