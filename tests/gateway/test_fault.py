@@ -6,7 +6,7 @@ the N-th counted call among its allocations (its own and jansson's), its daemon 
 sends, receives, message allocations) and libmicrohttpd's responses fails, once.  One daemon
 (the fixture model, greedy) serves every run.  A clean pass counts the calls of a scripted
 workload (health, models, chat and completions, stream and not, Responses and Messages, stream
-and not, a bad request, metrics, the UI's config) and records every answer; then for each chosen
+and not, a bad request, metrics, the UI's config, a web UI turn: its form, then its stream) and records every answer; then for each chosen
 N a fresh gateway is armed after start (SIGUSR2), the workload runs, and:
   - every request ends: the clean answer, an HTTP error with a JSON body, a stream that ends
     with an error event, or a closed connection; never a hang (15 s) and never a different
@@ -81,6 +81,7 @@ WORKLOAD = [
     ("bad-json", "POST", "/v1/chat/completions", b"{\"model\": ", "json"),
     ("metrics", "GET", "/metrics", None, "text"),
     ("ui-config", "GET", "/ui/config", None, "json"),
+    ("ui-chat", "POST", "/ui/chat", "history=%5B%5D&message=Hi&think=0&temperature=0", "ui"),
 ]
 
 
@@ -147,13 +148,46 @@ def sse_text(raw):
     return "".join(text), terminal, error
 
 
+UI_CONV = __import__("itertools").count(1)
+
+
+def ui_text(raw):
+    """(text, terminal, error) of the UI's stream: its content events' data, then done."""
+    text, terminal, error, event = [], False, False, None
+    for line in raw.decode("utf-8", "replace").split("\n"):
+        if line.startswith("event:"):
+            event = line[6:].strip()
+            terminal |= event == "done"
+            error |= event == "error"
+        elif line.startswith("data:") and event == "content":
+            text.append(line[5:].lstrip(" "))
+    return "".join(text), terminal, error
+
+
+def ask_ui(port, item):
+    """The web UI's turn: the form (HTML naming a stream), then that stream (SSE)."""
+    import re
+    # a new conversation each time (the daemon keeps a conversation's turns in its session)
+    form = "conversation=c%d&%s" % (next(UI_CONV), item[3])
+    got = ask(port, item[:3] + (form.encode(),) + ("form",))
+    if got[0] != "ok" or got[1] != 200:
+        return got
+    m = re.search(rb'data-stream="([A-Za-z0-9]{16,32})"', got[3])
+    if not m:
+        return ("ok", got[1], "text/html", b"no stream id: " + got[3][:200])
+    return ask(port, ("ui-stream", "GET", "/ui/stream/" + m.group(1).decode(), None, "sse"))
+
+
 def ask(port, item):
     """One request: ("ok", status, answer) / ("closed", why) / ("hang", why)."""
     name, method, path, body, kind = item
+    if kind == "ui":
+        return ask_ui(port, item)
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
     try:
         data = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else None
-        c.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
+        ctype = "application/x-www-form-urlencoded" if kind == "form" else "application/json"
+        c.request(method, path, body=data, headers={"Content-Type": ctype} if data else {})
         r = c.getresponse()
         raw = r.read()
         return "ok", r.status, r.getheader("Content-Type") or "", raw
@@ -174,6 +208,19 @@ def verdict(item, got, clean):
         return None
     _, status, ctype, raw = got
     cstatus = clean[1]
+    if kind == "ui":
+        if status >= 400:
+            return None         # the UI's errors are HTML fragments for the page
+        if "text/event-stream" not in ctype:
+            return "the UI's turn: %d %s %r" % (status, ctype, raw[:120])
+        text, terminal, error = ui_text(raw)
+        if error:
+            return None
+        if not terminal:
+            return "a UI stream that ended without done (%d bytes)" % len(raw)
+        if text != clean[2]:
+            return "a complete UI stream with other text: %r, clean %r" % (text, clean[2])
+        return None
     if kind == "sse" and status == 200 and "text/event-stream" in ctype:
         text, terminal, error = sse_text(raw)
         if error:
@@ -212,6 +259,11 @@ def clean_answer(item, got):
     if got[0] != "ok":
         raise RuntimeError("clean run: %s: %s" % (name, got))
     _, status, ctype, raw = got
+    if kind == "ui":
+        text, terminal, error = ui_text(raw)
+        if status != 200 or not terminal or error:
+            raise RuntimeError("clean run: the UI's turn: %d %r" % (status, raw[-300:]))
+        return (name, status, text, raw)
     if kind == "sse" and status == 200:
         text, terminal, error = sse_text(raw)
         if not terminal or error:
@@ -228,7 +280,8 @@ class Daemon:
         self.endpoint = "ipc://" + os.path.join(tmp, "d.sock")
         self.log = open(os.path.join(tmp, "daemon.log"), "wb")
         self.proc = subprocess.Popen([os.path.join(build, "bin/smollm3d"), "--model", MODEL, "--listen",
-                                      self.endpoint, "--threads", "1", "--kv-budget-mb", "64", "--max-queued", "64"],
+                                      self.endpoint, "--threads", "1", "--kv-budget-mb", "64", "--max-queued", "64",
+                                      "--default-max-tokens", "6", "--max-sessions", "16"],
                                      stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
         ctl = os.path.join(build, "bin/smollm3ctl")
         deadline = time.monotonic() + 60
