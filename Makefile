@@ -29,7 +29,7 @@ CFLAGS   := -std=gnu11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wno-unused-paramet
 LDLIBS   := $(PKG_LIBS) -lm -lpthread -ldl
 LDFLAGS  := $(SAN) -pthread
 
-LAYERS   := model text server client
+LAYERS   := model grammar text server client
 LIB_SRCS := $(wildcard kernels/*.c) $(filter-out %/main_smollm3d.c %/main_smollm3ctl.c,$(foreach l,$(LAYERS),$(wildcard daemon/$(l)/*.c)))
 LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen/smollm3.pb-c.o
 PROTO_H  := $(BUILD)/gen/smollm3.pb-c.h

@@ -1,11 +1,11 @@
 #!/bin/sh
 # check_layers.sh - the dependency direction of the source tree, enforced:
 #
-#   kernels <- daemon/model <- daemon/text <- daemon/server <- daemon/client, daemon/cli <- gateway
+#   kernels <- daemon/model <- daemon/grammar <- daemon/text <- daemon/server <- daemon/client, daemon/cli <- gateway
 #
 # A file may include headers of its own folder freely.  From another folder it
 # may include only a LOWER layer, and there only that layer's public face:
-# daemon/model/model.h, daemon/text/text.h, daemon/client/client.h (the
+# daemon/model/model.h, daemon/grammar/grammar.h, daemon/text/text.h, daemon/client/client.h (the
 # server is a program: nothing includes it but its own main, except its log
 # convention daemon/server/log.h); daemon/model/error.h (the one error enum),
 # daemon/model/rules.h (the one set of input rules, and the clock)
@@ -16,13 +16,13 @@
 cd "$(dirname "$0")/.." || exit 2
 rank() {
     case $1 in
-        kernels) echo 0 ;; model) echo 1 ;; text) echo 2 ;; server) echo 3 ;;
-        client|cli) echo 4 ;; gateway) echo 5 ;; *) echo 99 ;;
+        kernels) echo 0 ;; model) echo 1 ;; grammar) echo 2 ;; text) echo 3 ;; server) echo 4 ;;
+        client|cli) echo 5 ;; gateway) echo 6 ;; *) echo 99 ;;
     esac
 }
 face_ok() {  # folder header
     case "$1/$2" in
-        model/model.h|model/error.h|model/rules.h|text/text.h|client/client.h) return 0 ;;
+        model/model.h|model/error.h|model/rules.h|grammar/grammar.h|text/text.h|client/client.h) return 0 ;;
         server/log.h) return 0 ;;   # the logging convention, shared with the gateway
     esac
     return 1
@@ -65,7 +65,7 @@ rm -f "$out"
 KNOWN_CYCLES='
 daemon/model/backend daemon/model/kv|kv.c reaches device pages through backend.h, whose interface takes kv.h types (both are CUDA build inputs)
 daemon/text/chat_template daemon/text/pyrepr|pyrepr writes into the template renderer buffer (smol_chat_buf), the renderer calls pyrepr for tools
-daemon/text/grammar daemon/text/grammar_mask daemon/text/grammar_share|the grammar engine, to become one folder with one face (issue 28 item 4, left)
+daemon/grammar/grammar daemon/grammar/grammar_mask daemon/grammar/grammar_share|inside the grammar engine (one folder, one face): the matcher, its masks and the shared compiled grammars call each other
 '
 edges=$(mktemp)
 for f in $(find daemon \( -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name '*.inc' \) | sort); do

@@ -26,7 +26,8 @@
  *     force on a sample, on walks to the bound; strings at boundary counts.
  */
 #include "daemon/model/gguf.h"
-#include "daemon/text/grammar.h"
+#include "daemon/grammar/grammar.h"
+#include "daemon/text/grammar_vocab.h"
 #include "daemon/text/tokenizer.h"
 
 #include <check.h>

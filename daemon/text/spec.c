@@ -1,6 +1,6 @@
 /* spec.c - prompt-lookup drafting, draft-length control, verification (see spec.h). */
 #include "daemon/text/spec.h"
-#include "daemon/text/grammar.h"
+#include "daemon/grammar/grammar.h"
 #include "daemon/model/model.h"
 
 #include <math.h>

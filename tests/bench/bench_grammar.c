@@ -13,7 +13,8 @@
 #include <time.h>
 
 #include "daemon/model/gguf.h"
-#include "daemon/text/grammar.h"
+#include "daemon/grammar/grammar.h"
+#include "daemon/text/grammar_vocab.h"
 #include "daemon/text/tokenizer.h"
 
 static double now_us(void)

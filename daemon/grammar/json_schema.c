@@ -32,7 +32,7 @@
  * type dispatch); the leaves (generic JSON, literals, strings, integers,
  * numbers) are built by json_values.c.
  */
-#include "daemon/text/grammar.h"
+#include "daemon/grammar/grammar.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -40,9 +40,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/text/grammar_build.h"
-#include "daemon/text/json_schema_impl.h"
-#include "daemon/text/json_values.h"
+#include "daemon/grammar/grammar_build.h"
+#include "daemon/grammar/json_schema_impl.h"
+#include "daemon/grammar/json_values.h"
 
 static int sch(struct js *c, json_t *s, const char *at);
 

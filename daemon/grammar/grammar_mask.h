@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/text/grammar.h"
-#include "daemon/text/grammar_impl.h"
+#include "daemon/grammar/grammar.h"
+#include "daemon/grammar/grammar_impl.h"
 
 struct mstep {
     size_t off, n;       /* its top set in the log */

@@ -27,13 +27,13 @@
  * leave a rest that fits (smol_grammar_matcher_mask_shortest).  So once the
  * budget covers the grammar's shortest sentence, the output ends complete.
  */
-#include "daemon/text/grammar.h"
+#include "daemon/grammar/grammar.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/text/grammar_impl.h"
-#include "daemon/text/grammar_mask.h"
+#include "daemon/grammar/grammar_impl.h"
+#include "daemon/grammar/grammar_mask.h"
 
 #define INF UINT32_MAX
 

@@ -17,13 +17,13 @@
  * everything a mask computation made; a rollback frees back to the pool
  * size recorded at that step.
  */
-#include "daemon/text/grammar.h"
+#include "daemon/grammar/grammar.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/text/grammar_impl.h"
-#include "daemon/text/grammar_mask.h"
+#include "daemon/grammar/grammar_impl.h"
+#include "daemon/grammar/grammar_mask.h"
 
 /* ---- node pool ---------------------------------------------------------------------- */
 

@@ -18,12 +18,12 @@
  * The search is bounded by a pair budget; running out only makes r smaller,
  * never a wrong agreement.
  */
-#include "daemon/text/grammar_share.h"
+#include "daemon/grammar/grammar_share.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/text/grammar_impl.h"
+#include "daemon/grammar/grammar_impl.h"
 
 struct pairmap {
     uint64_t *key;          /* (u << 32 | v) + 1, 0 = empty */

@@ -13,13 +13,13 @@
  * <think>, !<...>) are SMOL_EUNSUPPORTED: a byte grammar has no tokens.
  * Errors carry the line and column.
  */
-#include "daemon/text/grammar.h"
+#include "daemon/grammar/grammar.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/text/grammar_build.h"
+#include "daemon/grammar/grammar_build.h"
 
 struct gp {
     struct gb *b;

@@ -14,12 +14,12 @@
  * as our grammars write it: '"' and '\' escaped, control characters as
  * \b \f \n \r \t or \u00XX, everything else raw UTF-8.
  */
-#include "daemon/text/grammar.h"
+#include "daemon/grammar/grammar.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/text/grammar_build.h"
+#include "daemon/grammar/grammar_build.h"
 
 struct rx {
     struct gb *b;

@@ -102,8 +102,23 @@ void smol_grammar_free(struct smol_grammar **g);
 /* Automaton states and rules, for logs and limits. */
 uint32_t smol_grammar_n_states(const struct smol_grammar *g);
 
-/* The vocabulary trie, built once per tokenizer (~10 MB for 128K tokens). */
-enum smol_err smol_grammar_vocab_new(struct smol_grammar_vocab **out, const struct smol_tokenizer *tok, char *err);
+/* The vocabulary trie, built once per tokenizer (~10 MB for 128K tokens) from each token's
+ * kind and bytes (the text layer's smol_grammar_vocab_new reads them off a tokenizer: this
+ * layer knows no tokenizer).  Pieces are borrowed: they must outlive the vocabulary. */
+enum smol_grammar_token_kind {
+    SMOL_GT_SKIP,               /* never in a grammar's output (special, empty, unusable bytes) */
+    SMOL_GT_TEXT,               /* piece[0..len) */
+    SMOL_GT_END,                /* ends generation: allowed exactly where the grammar may end */
+    SMOL_GT_TOOL_CALL,          /* <tool_call>: the grammar's pseudo bytes SMOL_GRAMMAR_TOOL_CALL */
+    SMOL_GT_TOOL_CALL_END,      /* </tool_call>: SMOL_GRAMMAR_TOOL_CALL_END */
+};
+struct smol_grammar_token {
+    const char *piece;
+    size_t len;
+    enum smol_grammar_token_kind kind;
+};
+enum smol_err smol_grammar_vocab_build(struct smol_grammar_vocab **out, int32_t n_vocab,
+                                       const struct smol_grammar_token *tokens, char *err);
 void smol_grammar_vocab_free(struct smol_grammar_vocab **v);
 int32_t smol_grammar_vocab_size(const struct smol_grammar_vocab *v);
 /* 1 if the vocabulary has the <tool_call> and </tool_call> tokens (a tool

@@ -5,7 +5,7 @@
  * walks a schema's keywords and calls these for its leaves (see
  * json_values.h).
  */
-#include "daemon/text/json_values.h"
+#include "daemon/grammar/json_values.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/text/grammar.h"
-#include "daemon/text/grammar_build.h"
+#include "daemon/grammar/grammar.h"
+#include "daemon/grammar/grammar_build.h"
 
 int js_fail(struct js *c, enum smol_err code, const char *fmt, const char *a, const char *at)
 {

@@ -12,14 +12,14 @@
  * takes one or more calls of any of the tools (parallel calls: the chat
  * parser reports each block), a name exactly one call of that function.
  */
-#include "daemon/text/grammar.h"
+#include "daemon/grammar/grammar.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "daemon/text/grammar_build.h"
-#include "daemon/text/json_schema_impl.h"
+#include "daemon/grammar/grammar_build.h"
+#include "daemon/grammar/json_schema_impl.h"
 
 /* One call's body for tool i: \n{"name": "NAME", "arguments": ARGS}\n */
 static int call_body(struct gb *b, json_t *fn, size_t i, const char *name, const struct smol_grammar_opts *opts)

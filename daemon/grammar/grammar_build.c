@@ -10,15 +10,15 @@
  * rule that can reach a reference to itself without consuming a byte would
  * make the matcher's closure push forever.
  */
-#include "daemon/text/grammar_build.h"
+#include "daemon/grammar/grammar_build.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/text/grammar.h"
-#include "daemon/text/grammar_impl.h"
+#include "daemon/grammar/grammar.h"
+#include "daemon/grammar/grammar_impl.h"
 
 enum { GX_EMPTY, GX_SET, GX_SEQ, GX_ALT, GX_REP, GX_REF };
 

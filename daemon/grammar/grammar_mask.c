@@ -31,14 +31,13 @@
  * closure of its parent node.  Nodes made by a mask are freed before it
  * returns.
  */
-#include "daemon/text/grammar_mask.h"
+#include "daemon/grammar/grammar_mask.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/text/grammar_share.h"
-#include "daemon/text/tokenizer.h"
+#include "daemon/grammar/grammar_share.h"
 
 struct smol_grammar_vocab {
     int32_t n_vocab;
@@ -110,12 +109,12 @@ void smol_grammar_vocab_free(struct smol_grammar_vocab **vp)
     *vp = NULL;
 }
 
-enum smol_err smol_grammar_vocab_new(struct smol_grammar_vocab **out, const struct smol_tokenizer *tok, char *err)
+enum smol_err smol_grammar_vocab_build(struct smol_grammar_vocab **out, int32_t n_vocab,
+                                       const struct smol_grammar_token *tokens, char *err)
 {
     *out = NULL;
     struct smol_grammar_vocab *v = calloc(1, sizeof *v);
-    int32_t n = smol_tokenizer_n_vocab(tok), *order = NULL, *path = NULL;
-    const struct smol_special_ids *sp = smol_tokenizer_special(tok);
+    int32_t n = n_vocab, *order = NULL, *path = NULL;
     if (!v) goto oom;
     v->n_vocab = n;
     v->piece = calloc(n, sizeof *v->piece);
@@ -126,19 +125,20 @@ enum smol_err smol_grammar_vocab_new(struct smol_grammar_vocab **out, const stru
     if (!v->piece || !v->len || !v->is_end || !v->ends || !order) goto oom;
     size_t total = 1, m = 0;
     for (int32_t i = 0; i < n; i++) {
-        if (smol_tokenizer_is_eog(tok, i)) {
+        const struct smol_grammar_token *t = &tokens[i];
+        if (t->kind == SMOL_GT_END) {
             v->is_end[i] = 1;
             v->ends[v->n_ends++] = i;
             continue;
         }
-        size_t len = 0;
-        const char *p = smol_tokenizer_piece(tok, i, &len);
-        if (i == sp->tool_call || i == sp->tool_call_end) {  /* the grammar's pseudo bytes */
-            p = i == sp->tool_call ? SMOL_GRAMMAR_TOOL_CALL : SMOL_GRAMMAR_TOOL_CALL_END;
+        size_t len = t->len;
+        const char *p = t->piece;
+        if (t->kind == SMOL_GT_TOOL_CALL || t->kind == SMOL_GT_TOOL_CALL_END) {  /* the grammar's pseudo bytes */
+            p = t->kind == SMOL_GT_TOOL_CALL ? SMOL_GRAMMAR_TOOL_CALL : SMOL_GRAMMAR_TOOL_CALL_END;
             len = 2;
             v->n_tool_tags++;
         }
-        else if (!p || !len || smol_tokenizer_is_special(tok, i) || len > 65535 || memchr(p, 0xff, len)) continue;
+        else if (t->kind != SMOL_GT_TEXT || !p || !len || len > 65535 || memchr(p, 0xff, len)) continue;
         v->piece[i] = p;
         v->len[i] = (uint32_t)len;
         if (len > v->max_len) v->max_len = (uint32_t)len;
