@@ -64,7 +64,10 @@ int gw_buf_printf(struct gw_buf *b, const char *fmt, ...)
     if (n < 0) return -1;
     if ((size_t)n < sizeof small) return gw_buf_add(b, small, (size_t)n);
     char *big = malloc((size_t)n + 1);
-    if (!big) return -1;
+    if (!big) {
+        gw_oom_count++;         /* the bytes are lost: as gw_buf_add's failure */
+        return -1;
+    }
     va_start(ap, fmt);
     vsnprintf(big, (size_t)n + 1, fmt, ap);
     va_end(ap);
