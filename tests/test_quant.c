@@ -764,7 +764,8 @@ START_TEST(test_imma_host)
         for (int r = 0; r < rows; r++) tr->dequant(wq + r * row_bytes, wd + (size_t)r * cols, cols);
         if (smol_mmvq_repacked(t)) smol_mmvq_repack(t, w, wq, nb);
         else memcpy(w, wq, total);
-        for (int tk = 0; tk < NTOK; tk++) smol_q8a_quantize_ref(x + (size_t)tk * cols, cols, q + (size_t)tk * cols, sa + (size_t)tk * (cols / 32));
+        for (int tk = 0; tk < NTOK; tk++)
+            smol_q8a_quantize_ref(x + (size_t)tk * cols, cols, q + (size_t)tk * cols, sa + (size_t)tk * (cols / 32));
         for (int r = 0; r < rows; r++) {
             const uint8_t *grow = wq + r * row_bytes;
             for (int k = 0; k < cols / SMOL_GEMM_BK; k++) {

@@ -806,7 +806,8 @@ int main(int argc, char **argv)
             printf("bench_cuda --gemm: be->matmul, settings cuda_gemm=%s%s%s%s%s (matvec=q8), median of %d; dense rate: "
                    "%s%s\n", gemm_names[o.gemm_with[0]], o.n_gemm_with > 1 ? "|" : "",
                    o.n_gemm_with > 1 ? gemm_names[o.gemm_with[1]] : "", o.n_gemm_with > 2 ? "|" : "",
-                   o.n_gemm_with > 2 ? gemm_names[o.gemm_with[2]] : "", o.reps, have ? "cublasGemmEx bf16 (f32 compute) at each shape, this run" :
+                   o.n_gemm_with > 2 ? gemm_names[o.gemm_with[2]] : "", o.reps,
+                   have ? "cublasGemmEx bf16 (f32 compute) at each shape, this run" :
                    "nominal H100 790 TFLOP/s, not measured: ", have ? "" : dn.why);
         uint64_t gseed = 0x9e3779b97f4a7c15ull;
         for (int ti = 0; ti < o.n_types; ti++) {
