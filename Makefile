@@ -127,7 +127,7 @@ CUDA_LIB  := $(if $(NVCC),$(BUILD)/lib/libsmollm3_cuda.so)
 
 all: $(CUDA_LIB)
 
-CUDA_DEPS := $(wildcard kernels/cuda/*.cuh) kernels/cuda/mmvq.h kernels/cuda/mmq_tc.h kernels/quant.h kernels/fp16.h kernels/ops_ref.h \
+CUDA_DEPS := $(wildcard kernels/cuda/*.cuh) kernels/cuda/mmvq.h kernels/cuda/mmq_tc.h kernels/cuda/mmq_imma.h kernels/quant.h kernels/fp16.h kernels/ops_ref.h \
              daemon/model/backend.h daemon/model/backend_cuda_loader.h daemon/model/kv.h
 $(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)

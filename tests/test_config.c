@@ -207,15 +207,21 @@ START_TEST(cuda_opts_set_and_describe)
     ck_assert_msg(strstr(buf, " attn=prefill"), "%s", buf);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_attn", "paged", err), SMOL_OK);
     ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_PAGED);
-    /* cuda_gemm: tiled (the default) or mma */
+    /* cuda_gemm: tiled, mma or imma */
     ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_TILED);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", "mma", err), SMOL_OK);
     ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_MMA);
     smol_cuda_opts_describe(&o, buf, sizeof buf);
     ck_assert_str_eq(buf, "matvec=f32 fuse=on graphs=off gemm=mma attn=paged");
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", "wgmma", err), SMOL_EINVAL);
-    ck_assert_msg(strstr(err, "cuda_gemm") && strstr(err, "tiled or mma") && strstr(err, "wgmma"), "%s", err);
+    ck_assert_msg(strstr(err, "cuda_gemm") && strstr(err, "tiled, mma or imma") && strstr(err, "wgmma"), "%s", err);
     ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_MMA);
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", "imma", err), SMOL_OK);
+    ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_IMMA);
+    smol_cuda_opts_describe(&o, buf, sizeof buf);
+    ck_assert_str_eq(buf, "matvec=f32 fuse=on graphs=off gemm=imma attn=paged");
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", "IMMA", err), SMOL_EINVAL);  /* names are exact */
+    ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_IMMA);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", "tiled", err), SMOL_OK);
     ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_TILED);
     smol_cuda_opts_describe(&o, buf, 8);    /* truncated, terminated */
@@ -262,7 +268,10 @@ START_TEST(cuda_opts_env)
     ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_MMA);
     setenv("SMOL_CUDA_GEMM", "fast", 1);
     ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_EINVAL);
-    ck_assert_msg(strstr(err, "SMOL_CUDA_GEMM") && strstr(err, "tiled or mma"), "%s", err);
+    ck_assert_msg(strstr(err, "SMOL_CUDA_GEMM") && strstr(err, "tiled, mma or imma"), "%s", err);
+    setenv("SMOL_CUDA_GEMM", "imma", 1);
+    ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);
+    ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_IMMA);
     setenv("SMOL_CUDA_GEMM", "tiled", 1);
     ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);
     ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_TILED);
@@ -318,7 +327,9 @@ START_TEST(cuda_options)
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-gemm", "mma", NULL), SMOL_OK);
     ck_assert_str_eq(c.cuda_gemm, "mma");
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-gemm", "cublas", NULL), SMOL_EINVAL);
-    ck_assert_msg(strstr(err, "cuda_gemm") && strstr(err, "tiled or mma") && strstr(err, "cublas"), "%s", err);
+    ck_assert_msg(strstr(err, "cuda_gemm") && strstr(err, "tiled, mma or imma") && strstr(err, "cublas"), "%s", err);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-gemm", "imma", NULL), SMOL_OK);
+    ck_assert_str_eq(c.cuda_gemm, "imma");
     ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\ncuda_gemm = mma\n", err), SMOL_OK);
     ck_assert_str_eq(c.cuda_gemm, "mma");
     smol_config_defaults(&c);

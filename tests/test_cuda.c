@@ -13,7 +13,8 @@
  *          dot of the same q8a activations; the fused steps (cuda_fuse)
  *          against their composition from the plain ops; the tensor-core
  *          GEMM (cuda_gemm = mma) against a float64 dot of the same
- *          f16-rounded activations.
+ *          f16-rounded activations, the int8 one (cuda_gemm = imma)
+ *          against a float64 dot of the same q8a activations.
  *   fattn  knob cuda_attn = tiled: the tiled attention (f16 and q8_0 KV) on
  *          prompts of 1..300 tokens over prefixes, mixed and decode batches,
  *          against a float64 attention of the cache's own K/V, within the
@@ -912,6 +913,129 @@ START_TEST(t_gemm_mma)
 }
 END_TEST
 
+/* ---- the int8 tensor-core GEMM (knob cuda_gemm = imma) ------------------------------------------ */
+
+static const struct smol_cuda_opts IMMA = {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0,
+                                           .gemm = SMOL_CUDA_GEMM_IMMA};
+
+/* ref[t][r] = float64 dot(deq row r, the q8a of x[t] (d * q, as the device quantizes:
+ * smol_q8a_quantize_ref)), sampled as gemm_ref */
+static double *gemm_ref_q8(const float *deq, int rows, int cols, const float *x, int n, char **want)
+{
+    const int big = (double)rows * cols * n > 67108864.0;
+    double *ref = calloc((size_t)n * rows, sizeof *ref);
+    *want = calloc((size_t)n * rows, 1);
+    int8_t *q = malloc(cols);
+    struct smol_q8a *sa = malloc((size_t)cols / 32 * sizeof *sa);
+    for (int t = 0; t < n; t++) {
+        if (big && t % 7 && t != n - 1) continue;
+        smol_q8a_quantize_ref(x + (size_t)t * cols, cols, q, sa);
+        for (int r = 0; r < rows; r++) {
+            if (big && r % 5 && r < rows - 9 && r >= 130) continue;
+            double acc = 0;
+            const float *wr = deq + (size_t)r * cols;
+            for (int c = 0; c < cols; c++) acc += (double)wr[c] * ((double)sa[c / 32].d * q[c]);
+            ref[(size_t)t * rows + r] = acc;
+            (*want)[(size_t)t * rows + r] = 1;
+        }
+    }
+    free(q);
+    free(sa);
+    return ref;
+}
+
+/* t_gemm_mma's cases under cuda_gemm = imma.  q4_K, q6_K and q8_0 go to the int8 kernel, held to
+ * the float64 dot of the reference-dequantized weights and the same q8a activations (the device
+ * quantizes as smol_q8a_quantize_ref): the integer dots are exact, the scales and the f32 sums
+ * round (test_quant's twin: ~1e-7 of the terms' magnitude), so 1e-4 (a wrong nibble, scale, min
+ * or fragment gives 1e-2 and more).  q4_0 (no int8 decoder) must take the f16 GEMM and meet its
+ * bound against f16-rounded activations (1e-3); cols 2080 the tiled path (2e-3).  Then one
+ * matmul_n of a q6_K and a q4_0 weight on the same input: the q8a and then the f16 activations
+ * share one scratch buffer, written in stream order. */
+START_TEST(t_gemm_imma)
+{
+    struct smol_backend *be = open_cuda_opts(&IMMA);
+    if (!be) return;
+    char err[SMOL_ERRLEN];
+    ck_assert_msg(be->reserve(be, 512, 11008, 4096, err) == SMOL_OK, "%s", err);
+    ck_assert(be->matmul_add && be->matmul_n);
+    const uint32_t types[] = {SMOL_TYPE_Q4_K, SMOL_TYPE_Q6_K, SMOL_TYPE_Q8_0, SMOL_TYPE_Q4_0};
+    const int ns[] = {9, 16, 33, 64, 512};
+    struct shape { int rows, cols, kquant_only, blocks32_only; };
+    const struct shape shapes[] = {
+        {2048, 2048, 0, 0}, {512, 2048, 0, 0}, {300, 768, 0, 0}, {37, 512, 0, 0},
+        {2048, 11008, 1, 0}, {200, 384, 0, 1}, {64, 2080, 0, 1},
+    };
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const int kq = types[ti] == SMOL_TYPE_Q4_K || types[ti] == SMOL_TYPE_Q6_K;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const struct shape sh = shapes[si];
+            if ((sh.kquant_only && !kq) || (sh.blocks32_only && kq)) continue;
+            const int rows = sh.rows, cols = sh.cols, tc = cols % 128 == 0;
+            const int i8 = tc && types[ti] != SMOL_TYPE_Q4_0;
+            const char *path = i8 ? "imma" : tc ? "mma" : "tiled";
+            float *deq;
+            struct smol_weight *w = rand_weight(be, types[ti], rows, cols, &deq);
+            ck_assert_msg(w->dev_aux != NULL, "%s: no copy in the GEMM's layout", w->name);
+            float *dout = be->alloc(be, (size_t)512 * rows * 4);
+            for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+                const int n = ns[k];
+                float *x = rand_vec((size_t)n * cols, 2), *dx = to_dev(be, x, n, cols);
+                char *want;
+                double *ref = i8 ? gemm_ref_q8(deq, rows, cols, x, n, &want) : gemm_ref(deq, rows, cols, x, n, &want);
+                const double tol = i8 ? 1e-4 : tc ? 1e-3 : 2e-3;
+                be->matmul(be, dout, w, dx, n);
+                float *got = from_dev(be, dout, (size_t)n * rows);
+                double e = gemm_err(got, ref, want, NULL, (size_t)n * rows);
+                printf("stats: gemm %s %s %dx%d n=%d rel err %.2e (bound %.0e)\n", path, w->name, rows, cols, n, e, tol);
+                ck_assert_msg(e < tol, "gemm %s %s %dx%d n=%d: rel err %g", path, w->name, rows, cols, n, e);
+                free(got);
+                if (tc && (rows == 2048 || rows < 512)) {  /* the residual epilogue */
+                    float *base = rand_vec((size_t)n * rows, 1), *dbase = to_dev(be, base, n, rows);
+                    ck_assert_int_eq(be->matmul_add(be, dbase, w, dx, n), 1);
+                    got = from_dev(be, dbase, (size_t)n * rows);
+                    e = gemm_err(got, ref, want, base, (size_t)n * rows);
+                    if (n == 33 || n == 512)
+                        printf("stats: gemm add %s %s %dx%d n=%d rel err %.2e\n", path, w->name, rows, cols, n, e);
+                    ck_assert_msg(e < tol, "gemm add %s %s %dx%d n=%d: rel err %g", path, w->name, rows, cols, n, e);
+                    free(got); free(base);
+                    be->free(be, dbase);
+                }
+                free(ref); free(want); free(x);
+                be->free(be, dx);
+            }
+            be->free(be, dout);
+            free(deq);
+        }
+    }
+    /* matmul_n: an int8 weight and an f16 one on one input */
+    {
+        const int n = 33, cols = 768;
+        float *deq[2];
+        struct smol_weight *ws[2] = {rand_weight(be, SMOL_TYPE_Q6_K, 300, cols, &deq[0]),
+                                     rand_weight(be, SMOL_TYPE_Q4_0, 37, cols, &deq[1])};
+        float *outs[2] = {be->alloc(be, (size_t)n * 300 * 4), be->alloc(be, (size_t)n * 37 * 4)};
+        float *x = rand_vec((size_t)n * cols, 2), *dx = to_dev(be, x, n, cols);
+        be->matmul_n(be, outs, (const struct smol_weight *const *)ws, 2, dx, n);
+        for (int i = 0; i < 2; i++) {
+            char *want;
+            const int rows = i ? 37 : 300;
+            double *ref = i ? gemm_ref(deq[i], rows, cols, x, n, &want) : gemm_ref_q8(deq[i], rows, cols, x, n, &want);
+            float *got = from_dev(be, outs[i], (size_t)n * rows);
+            const double e = gemm_err(got, ref, want, NULL, (size_t)n * rows), tol = i ? 1e-3 : 1e-4;
+            printf("stats: gemm matmul_n %s %dx%d n=%d rel err %.2e (bound %.0e)\n", i ? "mma q4_0" : "imma q6_K", rows,
+                   cols, n, e, tol);
+            ck_assert_msg(e < tol, "matmul_n weight %d: rel err %g", i, e);
+            free(got); free(ref); free(want); free(deq[i]);
+            be->free(be, outs[i]);
+        }
+        free(x);
+        be->free(be, dx);
+    }
+    smol_backend_free(&be);
+}
+END_TEST
+
 START_TEST(t_sample)
 {
     struct smol_backend *be = open_cuda();
@@ -997,6 +1121,8 @@ static const struct smol_cuda_opts knobs[] = {
     /* the defaults since device run 3 (smol_cuda_opts_default), and their graph twin */
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 1, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
+    /* the int8 GEMM (not yet run on a device) */
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0, .gemm = SMOL_CUDA_GEMM_IMMA, .attn = SMOL_CUDA_ATTN_PREFILL},
 };
 #define N_KNOBS ((int)(sizeof knobs / sizeof knobs[0]))
 
@@ -1564,6 +1690,7 @@ Suite *test_suite(void)
     tcase_add_test(ops, t_matmul_q8);
     tcase_add_test(ops, t_fused);
     tcase_add_test(ops, t_gemm_mma);
+    tcase_add_test(ops, t_gemm_imma);
     tcase_add_test(ops, t_sample);
     suite_add_tcase(s, ops);
     TCase *fattn = tcase_create("fattn");  /* knob cuda_attn = tiled; its own case for the sanitizer run */

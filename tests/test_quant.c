@@ -29,6 +29,7 @@
 #include "kernels/quant_ref.h"
 #include "kernels/cuda/mmvq.h"
 #include "kernels/cuda/mmq_tc.h"
+#include "kernels/cuda/mmq_imma.h"
 
 /* ============================================================== helpers */
 
@@ -705,6 +706,152 @@ START_TEST(test_gemm_host)
 }
 END_TEST
 
+/* kernels/cuda/mmq_imma.h on the CPU: the int8 GEMM's tile rows.  For every row, K step and
+ * 32-element chunk of a q4_K / q6_K / q8_0 weight in the device layout, the int8 values the
+ * kernel hands the mma (smol_imma_unpack, from the cp.async pieces of mmq_tc.h) equal the
+ * integers of the GGUF block as quant_ref.c reads them (q6_K less 32), the chunk's scales times
+ * them give the reference dequantization, the integer dots (smol_imma_isum: what the mma's
+ * int32 accumulators hold) equal a plain scalar loop over those integers and the q8a bytes, bit
+ * for bit, and the (row, token) twin (smol_imma_row_ref: the kernel's order and expressions) is
+ * the float64 dot of the reference-dequantized weights and the dequantized activations (d * q)
+ * to f32 rounding: err <= 2^-24 * (4 per chunk + 4) * (the magnitudes of every term the kernel
+ * adds: scaled integer dots, q4_K min terms; plus sum |w x| for the reference's own rounding). */
+static const uint32_t imma_types[] = {SMOL_TYPE_Q4_K, SMOL_TYPE_Q6_K, SMOL_TYPE_Q8_0};
+
+/* integer e of a row of GGUF blocks as quant_ref.c's decoders read it (q6_K: minus 32) */
+static int imma_ref_int(uint32_t t, const uint8_t *row, int e)
+{
+    if (t == SMOL_TYPE_Q4_K) {
+        const struct block_q4_K *b = (const struct block_q4_K *)row + e / QK_K;
+        const int el = e % QK_K;
+        return (b->qs[32 * (el / 64) + el % 32] >> (4 * ((el % 64) / 32))) & 0xF;
+    }
+    if (t == SMOL_TYPE_Q6_K) {
+        const struct block_q6_K *b = (const struct block_q6_K *)row + e / QK_K;
+        const int el = e % QK_K, h = el / 128, kq = (el % 128) / 32, l = el % 32;
+        const int lo = (b->ql[64 * h + l + 32 * (kq & 1)] >> (4 * (kq >> 1))) & 0xF;
+        const int hi = (b->qh[32 * h + l] >> (2 * kq)) & 3;
+        return (lo | hi << 4) - 32;
+    }
+    return ((const struct block_q8_0 *)row + e / 32)->qs[e % 32];
+}
+
+START_TEST(test_imma_host)
+{
+    const uint32_t t = imma_types[_i];
+    const struct smol_type_traits *tr = smol_type_traits(t);
+    const int kq = t != SMOL_TYPE_Q8_0;
+    const int widths[2] = {768, kq ? 512 : 384};
+    enum { NTOK = 3 };
+    ck_assert(smol_imma_type_ok(t) && smol_gemm_type_ok(t));
+    ck_assert(!smol_imma_type_ok(SMOL_TYPE_Q4_0) && !smol_imma_type_ok(SMOL_TYPE_Q4_1));
+    double worst = 0;
+    for (int wi = 0; wi < 2; wi++) {
+        const int rows = 5, cols = widths[wi];
+        unsigned seed = 1234 + 17 * _i + 101 * wi;
+        float *wf = malloc((size_t)rows * cols * 4), *wd = malloc((size_t)rows * cols * 4);
+        float *x = malloc((size_t)NTOK * cols * 4);
+        int8_t *q = malloc((size_t)NTOK * cols);
+        struct smol_q8a *sa = malloc((size_t)NTOK * (cols / 32) * sizeof *sa);
+        for (int i = 0; i < rows * cols; i++)  /* some rows all positive: q4_K's mins at work */
+            wf[i] = (float)((rand_r(&seed) % 2001) - (i / cols == 1 ? 0 : 1000)) / 1000.0f;
+        for (int i = 0; i < NTOK * cols; i++)  /* token 2 all negative: sums far from 0 */
+            x[i] = (float)((rand_r(&seed) % 2001) - (i / cols == 2 ? 2001 : 1000)) / 250.0f * (i % 7 == 0 ? 3 : 1);
+        const size_t row_bytes = smol_row_size(t, cols), nb = (size_t)rows * cols / tr->block_size;
+        const size_t total = row_bytes * rows;
+        uint8_t *wq = malloc(total), *w = calloc(1, total + SMOL_GEMM_PAD);
+        for (int r = 0; r < rows; r++) tr->quantize(wf + (size_t)r * cols, wq + r * row_bytes, cols);
+        for (int r = 0; r < rows; r++) tr->dequant(wq + r * row_bytes, wd + (size_t)r * cols, cols);
+        if (smol_mmvq_repacked(t)) smol_mmvq_repack(t, w, wq, nb);
+        else memcpy(w, wq, total);
+        for (int tk = 0; tk < NTOK; tk++)
+            smol_q8a_quantize_ref(x + (size_t)tk * cols, cols, q + (size_t)tk * cols, sa + (size_t)tk * (cols / 32));
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *grow = wq + r * row_bytes;
+            for (int k = 0; k < cols / SMOL_GEMM_BK; k++) {
+                uint8_t raw[144];
+                memset(raw, 0xA5, sizeof raw);
+                for (int p = 0; p < SMOL_GEMM_NP(t); p++) {
+                    size_t src;
+                    int off;
+                    const int bytes = smol_gemm_piece(t, p, nb, r, k, cols, &src, &off);
+                    memcpy(raw + off, w + src, (size_t)bytes);
+                }
+                for (int j = 0; j < 4; j++) {
+                    const int e0 = SMOL_GEMM_BK * k + 32 * j;
+                    uint32_t wv[8];
+                    float sc[2], mn;
+                    smol_imma_unpack(t, raw, j, wv);
+                    smol_imma_scales(t, raw, r, k, cols, j, sc, &mn);
+                    int qi[32];
+                    for (int l = 0; l < 32; l++) {
+                        qi[l] = imma_ref_int(t, grow, e0 + l);
+                        const int got = (int8_t)(wv[l / 4] >> (8 * (l % 4)));
+                        ck_assert_msg(got == qi[l], "%s row %d step %d chunk %d element %d: int8 %d, block %d", tr->name,
+                                      r, k, j, l, got, qi[l]);
+                        const float y = sc[l / 16] * (float)qi[l] - mn, ref = wd[(size_t)r * cols + e0 + l];
+                        ck_assert_msg(fabsf(y - ref) <= 1e-6f * (fabsf(ref) + 1.0f), "%s row %d element %d: scales give "
+                                      "%.8g, reference %.8g", tr->name, r, e0 + l, (double)y, (double)ref);
+                    }
+                    for (int tk = 0; tk < NTOK; tk++) {
+                        int32_t a[8];
+                        const int8_t *qa = q + (size_t)tk * cols + e0;
+                        memcpy(a, qa, 32);
+                        int s0 = 0, s1 = 0;
+                        for (int l = 0; l < 16; l++) s0 += qi[l] * qa[l];
+                        for (int l = 16; l < 32; l++) s1 += qi[l] * qa[l];
+                        ck_assert_int_eq(smol_imma_isum(wv, a, 0, 4), s0);
+                        ck_assert_int_eq(smol_imma_isum(wv, a, 4, 8), s1);
+                        ck_assert_int_eq(smol_imma_isum(wv, a, 0, 8), s0 + s1);
+                    }
+                }
+            }
+            for (int tk = 0; tk < NTOK; tk++) {
+                const int8_t *qt = q + (size_t)tk * cols;
+                const struct smol_q8a *st = sa + (size_t)tk * (cols / 32);
+                double ref = 0, mag = 0;
+                for (int c = 0; c < cols; c++) {
+                    const double v = (double)wd[(size_t)r * cols + c] * ((double)st[c / 32].d * qt[c]);
+                    ref += v;
+                    mag += fabs(v);  /* the reference's rounding of each weight to f32 */
+                }
+                /* the magnitudes of the twin's own terms, in float64 */
+                double terms = 0;
+                for (int k = 0; k < cols / SMOL_GEMM_BK; k++) {
+                    uint8_t raw[144];
+                    for (int p = 0; p < SMOL_GEMM_NP(t); p++) {
+                        size_t src;
+                        int off;
+                        const int bytes = smol_gemm_piece(t, p, nb, r, k, cols, &src, &off);
+                        memcpy(raw + off, w + src, (size_t)bytes);
+                    }
+                    for (int j = 0; j < 4; j++) {
+                        uint32_t wv[8];
+                        int32_t a[8];
+                        float sc[2], mn;
+                        const struct smol_q8a xs = st[4 * k + j];
+                        smol_imma_unpack(t, raw, j, wv);
+                        smol_imma_scales(t, raw, r, k, cols, j, sc, &mn);
+                        memcpy(a, qt + SMOL_GEMM_BK * k + 32 * j, 32);
+                        terms += fabs((double)sc[0] * xs.d * smol_imma_isum(wv, a, 0, 4)) +
+                                 fabs((double)sc[1] * xs.d * smol_imma_isum(wv, a, 4, 8)) +
+                                 fabs((double)mn * ((double)xs.s0 + xs.s1));
+                    }
+                }
+                const float got = smol_imma_row_ref(t, w, nb, r, cols, qt, st);
+                const double bound = ldexp(1.0, -24) * (4.0 * (cols / 32) + 4.0) * (terms + mag);
+                const double err = fabs((double)got - ref);
+                if (terms > 0 && err / terms > worst) worst = err / terms;
+                ck_assert_msg(err <= bound, "%s %dx%d row %d token %d: twin %.9g, float64 %.9g (err %.3g, bound %.3g)",
+                              tr->name, rows, cols, r, tk, (double)got, ref, err, bound);
+            }
+        }
+        free(wf); free(wd); free(x); free(q); free(sa); free(wq); free(w);
+    }
+    if (getenv("QUANT_PRINT_ERR")) printf("imma %s: worst |twin - float64| / sum|terms| %.3g\n", tr->name, worst);
+}
+END_TEST
+
 /* ================================================================ suite */
 
 static Suite *quant_suite(void)
@@ -723,6 +870,7 @@ static Suite *quant_suite(void)
     tcase_add_loop_test(tc, test_roundtrip_error, 0, (int)(sizeof(roundtrip) / sizeof(roundtrip[0])));
     tcase_add_loop_test(tc, test_mmvq_host, 0, (int)(sizeof(mmvq_types) / sizeof(mmvq_types[0])));
     tcase_add_loop_test(tc, test_gemm_host, 0, (int)(sizeof(mmvq_types) / sizeof(mmvq_types[0])));
+    tcase_add_loop_test(tc, test_imma_host, 0, (int)(sizeof(imma_types) / sizeof(imma_types[0])));
     suite_add_tcase(s, tc);
     return s;
 }

@@ -54,7 +54,7 @@
  *            --cuda-device N, and the CUDA backend's knobs, each a newer path
  *            off by default until verified on a device (kernels/cuda/NOTES.md):
  *            --cuda-matvec f32|q8, --cuda-fuse on|off, --cuda-graphs on|off,
- *            --cuda-gemm tiled|mma, --cuda-attn paged|tiled|prefill (SMOL_CUDA_MATVEC /
+ *            --cuda-gemm tiled|mma|imma, --cuda-attn paged|tiled|prefill (SMOL_CUDA_MATVEC /
  *            SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS / SMOL_CUDA_GEMM / SMOL_CUDA_ATTN override them).
  */
 #include "daemon/cli/cli.h"

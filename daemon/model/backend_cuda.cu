@@ -49,6 +49,7 @@
 #include "kernels/cuda/ops_cuda.cuh"
 #include "kernels/cuda/fattn.cuh"
 #include "kernels/cuda/mmq_tc.h"
+#include "kernels/cuda/mmq_imma.h"
 extern "C" {
 #include "daemon/model/backend.h"
 #include "daemon/model/backend_cuda_loader.h"
@@ -300,7 +301,7 @@ static enum smol_err cu_upload(struct smol_backend *be, struct smol_weight *w, c
     c->weights[c->n_weights++] = d;
     w->dev = d;
     w->dev_aux = NULL;
-    const int mma = c->opts.gemm == SMOL_CUDA_GEMM_MMA;
+    const int mma = c->opts.gemm == SMOL_CUDA_GEMM_MMA || c->opts.gemm == SMOL_CUDA_GEMM_IMMA;
     if ((c->opts.matvec == SMOL_CUDA_MATVEC_Q8 || mma) && smol_mmvq_type_ok(w->type) && w->rows > 0) {
         if (!smol_mmvq_repacked(w->type)) {
             w->dev_aux = d;
@@ -360,7 +361,9 @@ static enum smol_err cu_reserve(struct smol_backend *be, int max_tokens, int max
     if (!c->part || !c->sample_out || !c->xq || !c->xs)
         return errf(err, SMOL_ENOMEM, "cuda: cannot allocate scratch (%zu MiB)", part_cap * 4 >> 20);
     c->part_cap = part_cap;
-    if (c->opts.gemm == SMOL_CUDA_GEMM_MMA) {  /* f16 activations and split-K partials of the GEMM */
+    if (c->opts.gemm == SMOL_CUDA_GEMM_MMA || c->opts.gemm == SMOL_CUDA_GEMM_IMMA) {
+        /* f16 activations (imma: the q8a ones, 1.5 bytes an element, in the same buffer) and the
+         * split-K partials of the GEMM */
         cu_free(be, c->x16);
         cu_free(be, c->gpart);
         c->x16_cap = c->gpart_cap = 0;
@@ -436,12 +439,16 @@ static void mmvq(struct cuda *c, float *const *outs, const struct smol_weight *c
 /* 1 if w x for n tokens goes to mmq_tc.cu */
 static int gemm_ok(const struct cuda *c, const struct smol_weight *w, int n)
 {
-    return c->opts.gemm == SMOL_CUDA_GEMM_MMA && n > SMOL_MMVQ_MAX_TOKENS && w->dev_aux &&
+    return (c->opts.gemm == SMOL_CUDA_GEMM_MMA || c->opts.gemm == SMOL_CUDA_GEMM_IMMA) && n > SMOL_MMVQ_MAX_TOKENS &&
+           w->dev_aux &&
            smol_gemm_type_ok(w->type) && w->cols % SMOL_GEMM_BK == 0 &&
            (w->cols % QK_K == 0 || (w->type != SMOL_TYPE_Q4_K && w->type != SMOL_TYPE_Q6_K));
 }
 
-/* outs[i] (mode) ws[i] x for n tokens of x: one f16 rounding of x, a launch per weight */
+/* outs[i] (mode) ws[i] x for n tokens of x: a launch per weight.  gemm = imma: the weights whose
+ * type the int8 GEMM takes read x quantized once to q8a (int8 rows, then their 32-block scales, in
+ * the x16 buffer: n * cols * 1.5 bytes); the others (and all under gemm = mma) read x rounded once
+ * to f16, written over the q8a after the int8 launches (one stream: in order). */
 static void gemm(struct cuda *c, float *const *outs, const struct smol_weight *const *ws, int n_w, int mode,
                  const float *x, int n)
 {
@@ -454,9 +461,25 @@ static void gemm(struct cuda *c, float *const *outs, const struct smol_weight *c
         if (ck(c, cudaMalloc((void **)&c->x16, need * sizeof(uint16_t)), "alloc f16 activations")) return;
         c->x16_cap = need;
     }
+    const int imma = c->opts.gemm == SMOL_CUDA_GEMM_IMMA;
+    int n_imma = 0;
+    for (int i = 0; i < n_w; i++) n_imma += imma && smol_imma_type_ok(ws[i]->type);
+    if (n_imma) {
+        int8_t *xq = (int8_t *)c->x16;
+        struct smol_q8a *xs = (struct smol_q8a *)(xq + need);  /* need: a multiple of 128 (gemm_ok) */
+        if (ck(c, smol_q8a_cuda(x, n, ws[0]->cols, xq, xs, c->st), "q8a activations")) return;
+        for (int i = 0; i < n_w; i++)
+            if (smol_imma_type_ok(ws[i]->type) &&
+                ck(c, smol_gemm_imma_cuda(outs[i], mode, ws[i]->type, (const uint8_t *)ws[i]->dev_aux, ws[i]->rows,
+                                          ws[i]->cols, xq, xs, n, c->n_sm, c->gpart, c->gpart_cap, c->st),
+                   "gemm imma"))
+                return;
+        if (n_imma == n_w) return;
+    }
     if (ck(c, smol_f16_from_f32_cuda(c->x16, x, need, c->st), "f16 activations")) return;
     for (int i = 0; i < n_w; i++)
-        ck(c, smol_gemm_mma_cuda(outs[i], mode, ws[i]->type, (const uint8_t *)ws[i]->dev_aux, ws[i]->rows, ws[i]->cols,
+        if (!imma || !smol_imma_type_ok(ws[i]->type))
+            ck(c, smol_gemm_mma_cuda(outs[i], mode, ws[i]->type, (const uint8_t *)ws[i]->dev_aux, ws[i]->rows, ws[i]->cols,
                                  c->x16, n, c->n_sm, c->gpart, c->gpart_cap, c->st), "gemm mma");
 }
 
@@ -896,7 +919,8 @@ static enum smol_err cu_new(struct smol_backend **out, int device, const struct 
     fprintf(stderr, "<6>cuda: device %d: %s, sm_%d%d, %d SMs, %.1f GiB; matvec=%s fuse=%s graphs=%s gemm=%s attn=%s\n",
             device, prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0,
             c->opts.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32", c->opts.fuse ? "on" : "off",
-            c->opts.graphs ? "on" : "off", c->opts.gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
+            c->opts.graphs ? "on" : "off",
+            c->opts.gemm == SMOL_CUDA_GEMM_IMMA ? "imma" : c->opts.gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
             c->opts.attn == SMOL_CUDA_ATTN_TILED ? "tiled" : c->opts.attn == SMOL_CUDA_ATTN_PREFILL ? "prefill" : "paged");
     *out = be;
     return SMOL_OK;

@@ -62,7 +62,8 @@ enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, cons
     if (!strcmp(key, "cuda_gemm")) {
         if (!strcmp(val, "tiled")) o->gemm = SMOL_CUDA_GEMM_TILED;
         else if (!strcmp(val, "mma")) o->gemm = SMOL_CUDA_GEMM_MMA;
-        else return smol_errf(err, SMOL_EINVAL, "cuda_gemm must be tiled or mma (got '%.64s')", val);
+        else if (!strcmp(val, "imma")) o->gemm = SMOL_CUDA_GEMM_IMMA;
+        else return smol_errf(err, SMOL_EINVAL, "cuda_gemm must be tiled, mma or imma (got '%.64s')", val);
         return SMOL_OK;
     }
     int *sw = !strcmp(key, "cuda_fuse") ? &o->fuse : !strcmp(key, "cuda_graphs") ? &o->graphs : NULL;
@@ -89,7 +90,7 @@ enum smol_err smol_cuda_opts_from_env(struct smol_cuda_opts *o, char *err)
 void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t cap)
 {
     snprintf(buf, cap, "matvec=%s fuse=%s graphs=%s gemm=%s attn=%s", o->matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
-             o->fuse ? "on" : "off", o->graphs ? "on" : "off", o->gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
+             o->fuse ? "on" : "off", o->graphs ? "on" : "off", o->gemm == SMOL_CUDA_GEMM_IMMA ? "imma" : o->gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
              o->attn == SMOL_CUDA_ATTN_TILED ? "tiled" : o->attn == SMOL_CUDA_ATTN_PREFILL ? "prefill" : "paged");
 }
 

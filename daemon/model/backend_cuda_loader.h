@@ -36,7 +36,10 @@ struct smol_cuda_opts {
     int graphs;     /* 1: a decode step captured once per shape as a CUDA graph and replayed */
     int gemm;       /* mat-muls of more tokens than the mat-vec takes (> 8: batched decode, prefill):
                        SMOL_CUDA_GEMM_TILED (f16 tiles, wmma: matmul.cu) or SMOL_CUDA_GEMM_MMA
-                       (quantized tiles decoded in shared memory, cp.async, mma.sync: mmq_tc.cu) */
+                       (quantized tiles decoded in shared memory, cp.async, mma.sync: mmq_tc.cu) or
+                       SMOL_CUDA_GEMM_IMMA (q4_K / q6_K / q8_0 weights unpacked to int8, q8a
+                       activations, int8 mma.sync, scales on the int32 sums: mmq_tc.cu and mmq_imma.h;
+                       other types take the mma path) */
     int attn;       /* SMOL_CUDA_ATTN_PAGED (attention.cu: a block per query token), SMOL_CUDA_ATTN_TILED
                        (fattn.cu: query tiles x K/V tiles on tensor cores, split-K with a warp merge;
                        head_dim 128 with an f16 or q8_0 cache, the paged kernels otherwise) or
@@ -44,12 +47,12 @@ struct smol_cuda_opts {
                        tokens: prefill chunks, speculative verify; paged for decode-only steps, where
                        the paged kernel is faster: device run 3) */
 };
-enum { SMOL_CUDA_GEMM_TILED = 0, SMOL_CUDA_GEMM_MMA = 1 };
+enum { SMOL_CUDA_GEMM_TILED = 0, SMOL_CUDA_GEMM_MMA = 1, SMOL_CUDA_GEMM_IMMA = 2 };
 
 /* The defaults (the verified paths). */
 void smol_cuda_opts_default(struct smol_cuda_opts *o);
 /* Sets one knob from text: key "cuda_matvec" ("f32" | "q8"), "cuda_fuse" / "cuda_graphs"
- * ("on" | "off" | "1" | "0" | "true" | "false"), "cuda_gemm" ("tiled" | "mma"), "cuda_attn"
+ * ("on" | "off" | "1" | "0" | "true" | "false"), "cuda_gemm" ("tiled" | "mma" | "imma"), "cuda_attn"
  * ("paged" | "tiled"); SMOL_EINVAL with a message otherwise. */
 enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, const char *val, char *err);
 /* Applies SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS / SMOL_CUDA_GEMM / SMOL_CUDA_ATTN where set. */

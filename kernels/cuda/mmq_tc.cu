@@ -33,6 +33,7 @@
 #include "common.cuh"
 #include "ops_cuda.cuh"
 #include "mmq_tc.h"
+#include "mmq_imma.h"
 
 #define TC_THREADS 256
 #define TC_BN 64                       /* tokens per block */
@@ -336,6 +337,277 @@ cudaError_t smol_gemm_mma_cuda(float *out, int mode, uint32_t type, const uint8_
     case SMOL_TYPE_Q8_0: e = launch_bm<SMOL_TYPE_Q8_0>(p.bm, a, grid, st); break;
     case SMOL_TYPE_Q4_0: e = launch_bm<SMOL_TYPE_Q4_0>(p.bm, a, grid, st); break;
     default: e = launch_bm<SMOL_TYPE_Q4_1>(p.bm, a, grid, st); break;
+    }
+    if (e != cudaSuccess || p.splits == 1) return e;
+    const size_t count = (size_t)n * rows;
+    const int blocks = (int)(count / 256 + 1 < 4096 ? count / 256 + 1 : 4096);
+    split_sum_kernel<<<blocks, 256, 0, st>>>(out, part, count, p.splits, mode);
+    return cudaGetLastError();
+}
+
+/* ==== the int8 GEMM (knob cuda_gemm = imma; data path in mmq_imma.h) ====================================
+ *
+ * The f16 kernel's block shape, K steps, raw weight pieces, zero token rows, split-K and epilogue;
+ * what differs: the activations arrive as q8a (int8 rows and their 32-block scales, cp.async'd
+ * beside the weights), each thread unpacks BM * 4 / 256 (row, chunk) pieces of the raw stage to
+ * int8 (smol_imma_unpack) and their float scales (smol_imma_scales) into shared memory, and per
+ * 32-element chunk each warp runs mma.sync m16n8k32 s8 (q6_K: two m16n8k16, a scale per 16) into
+ * int32 fragments that are scaled into the f32 accumulators right away (smol_imma_fma, for q4_K
+ * also smol_imma_min): per (row, token) the order and expressions of smol_imma_row_ref.
+ * Fragments: an int8 m16n8k32 A / B / C fragment holds the same bytes in the same lanes as an f16
+ * m16n8k16 one, so the f16 kernel's ldmatrix addressing serves, in bytes; tile rows are padded to
+ * 144 bytes (36 words: ldmatrix, unpack stores and cp.async writes conflict-free). */
+
+static __device__ __forceinline__ void imma16832(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%10, %10, %10, %10};\n"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+
+static __device__ __forceinline__ void imma16816(int c[4], uint32_t a0, uint32_t a1, uint32_t b0)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%7, %7, %7, %7};\n"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0), "r"(0));
+}
+
+struct imma_args {
+    float *out;                    /* [n][rows], or the partials [splits][n][rows] */
+    const uint8_t *w;
+    const int8_t *xq;              /* [n][cols] */
+    const struct smol_q8a *xs;     /* [n][cols / 32] */
+    size_t n_blocks;
+    int rows, cols, n, mode, steps_per_split;
+};
+
+/* int8 tile [BM][LDS], chunk scales [4][BM] float2, activations [2][TC_BN][LDS] int8, their q8a
+ * [2][4][TC_BN], raw weight stages [2][BM][RB] */
+template <int T, int BM>
+constexpr int imma_smem_bytes()
+{
+    return BM * SMOL_IMMA_LDS + 4 * BM * 8 + 2 * TC_BN * SMOL_IMMA_LDS + 2 * 4 * TC_BN * 16 + 2 * BM * SMOL_GEMM_RB(T);
+}
+
+template <int T, int BM>
+static __global__ void __launch_bounds__(TC_THREADS) imma_kernel(const struct imma_args a)
+{
+    constexpr int WM = BM / 32, WN = 8 / WM;
+    constexpr int NT = TC_BN / (8 * WN);
+    constexpr int NP = SMOL_GEMM_NP(T), RB = SMOL_GEMM_RB(T), LDS = SMOL_IMMA_LDS;
+    extern __shared__ __align__(16) uint8_t smem[];
+    uint8_t *Ws = smem;                                                /* [BM][LDS] int8 */
+    float2 *Sw = (float2 *)(Ws + BM * LDS);                            /* [4][BM] */
+    uint8_t *Xs = (uint8_t *)(Sw + 4 * BM);                            /* [2][TC_BN][LDS] int8 */
+    struct smol_q8a *Xc = (struct smol_q8a *)(Xs + 2 * TC_BN * LDS);   /* [2][4][TC_BN] */
+    uint8_t *Raw = (uint8_t *)(Xc + 2 * 4 * TC_BN);                    /* [2][BM][RB] */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = (warp % WM) * 32, wn = (warp / WM) * (8 * NT);
+    const int r0 = blockIdx.x * BM, t0 = blockIdx.y * TC_BN;
+    const int nk = a.cols / SMOL_GEMM_BK, nb32 = a.cols >> 5;
+    const int k_begin = blockIdx.z * a.steps_per_split;
+    const int k_end = min(nk, k_begin + a.steps_per_split);
+
+    /* tokens past the end: zero rows and zero scales in both stages, never loaded (as the f16 kernel) */
+    const int nt = min(TC_BN, a.n - t0);
+    if (nt < TC_BN) {
+        for (int idx = tid; idx < 2 * (TC_BN - nt) * (LDS / 16); idx += TC_THREADS) {
+            const int st = idx / ((TC_BN - nt) * (LDS / 16)), rest = idx % ((TC_BN - nt) * (LDS / 16));
+            const int tt = nt + rest / (LDS / 16), p = rest % (LDS / 16);
+            *(uint4 *)(Xs + st * TC_BN * LDS + tt * LDS + 16 * p) = make_uint4(0, 0, 0, 0);
+        }
+        for (int idx = tid; idx < 2 * 4 * (TC_BN - nt); idx += TC_THREADS) {
+            const int sj = idx / (TC_BN - nt), tt = nt + idx % (TC_BN - nt);
+            *(uint4 *)(Xc + sj * TC_BN + tt) = make_uint4(0, 0, 0, 0);
+        }
+    }
+
+    auto issue = [&](int k, int s) {
+        uint8_t *raw = Raw + s * BM * RB;
+        for (int idx = tid; idx < BM * NP; idx += TC_THREADS) {
+            const int rr = idx / NP, p = idx - rr * NP;
+            const int r = min(r0 + rr, a.rows - 1);
+            size_t src;
+            int off;
+            const int bytes = smol_gemm_piece(T, p, a.n_blocks, r, k, a.cols, &src, &off);
+            uint8_t *dst = raw + rr * RB + off;
+            if (bytes == 16) cp_async<16>(dst, a.w + src);
+            else if (bytes == 8) cp_async<8>(dst, a.w + src);
+            else cp_async<4>(dst, a.w + src);
+        }
+        uint8_t *xs = Xs + s * TC_BN * LDS;
+        for (int idx = tid; idx < nt * (SMOL_GEMM_BK / 16); idx += TC_THREADS) {
+            const int tt = idx >> 3, p = idx & 7;
+            cp_async<16>(xs + tt * LDS + 16 * p, a.xq + (size_t)(t0 + tt) * a.cols + (size_t)k * SMOL_GEMM_BK + 16 * p);
+        }
+        struct smol_q8a *xc = Xc + s * 4 * TC_BN;
+        for (int idx = tid; idx < nt * 4; idx += TC_THREADS) {
+            const int tt = idx >> 2, j = idx & 3;
+            cp_async<16>(xc + j * TC_BN + tt, a.xs + (size_t)(t0 + tt) * nb32 + 4 * k + j);
+        }
+        cp_commit();
+    };
+
+    float acc[2][NT][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int v = 0; v < 4; v++) acc[i][j][v] = 0.0f;
+
+    const int g = lane >> 2, q = lane & 3;
+    if (k_begin < k_end) issue(k_begin, 0);
+    for (int k = k_begin; k < k_end; k++) {
+        const int s = (k - k_begin) & 1;
+        if (k + 1 < k_end) {
+            issue(k + 1, s ^ 1);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        /* unpack: (row, chunk) pieces, a warp's lanes on consecutive rows of one chunk */
+        const uint8_t *raw = Raw + s * BM * RB;
+#pragma unroll 1
+        for (int task = tid; task < BM * 4; task += TC_THREADS) {
+            const int rr = task % BM, j = task / BM;
+            uint32_t wv[8];
+            float sc[2], mn;
+            smol_imma_unpack(T, raw + rr * RB, j, wv);
+            smol_imma_scales(T, raw + rr * RB, min(r0 + rr, a.rows - 1), k, a.cols, j, sc, &mn);
+            *(uint4 *)(Ws + rr * LDS + 32 * j) = make_uint4(wv[0], wv[1], wv[2], wv[3]);
+            *(uint4 *)(Ws + rr * LDS + 32 * j + 16) = make_uint4(wv[4], wv[5], wv[6], wv[7]);
+            Sw[j * BM + rr] = T == SMOL_TYPE_Q6_K ? make_float2(sc[0], sc[1]) : make_float2(sc[0], mn);
+        }
+        __syncthreads();
+        const uint8_t *xs = Xs + s * TC_BN * LDS;
+        const struct smol_q8a *xc = Xc + s * 4 * TC_BN;
+#pragma unroll 1
+        for (int j = 0; j < 4; j++) {
+            uint32_t bf[NT][2];
+#pragma unroll
+            for (int jj = 0; jj < NT; jj += 2) {
+                uint32_t b[4];
+                ldsm_x4(xs + (wn + 8 * jj + (lane & 7) + 8 * (lane >> 4)) * LDS + 32 * j + 16 * ((lane >> 3) & 1), b);
+                bf[jj][0] = b[0];
+                bf[jj][1] = b[1];
+                bf[jj + 1][0] = b[2];
+                bf[jj + 1][1] = b[3];
+            }
+            float xd[NT][2], xm[NT][2];  /* the tokens' d and (q4_K) d * their sum */
+#pragma unroll
+            for (int jj = 0; jj < NT; jj++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float4 v = *(const float4 *)(xc + j * TC_BN + wn + 8 * jj + 2 * q + e);
+                    xd[jj][e] = v.x;
+                    xm[jj][e] = v.y + v.z;
+                }
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                uint32_t af[4];
+                ldsm_x4(Ws + (wm + 16 * i + (lane & 15)) * LDS + 32 * j + 16 * (lane >> 4), af);
+                const float2 sr[2] = {Sw[j * BM + wm + 16 * i + g], Sw[j * BM + wm + 16 * i + g + 8]};
+                if (T == SMOL_TYPE_Q6_K) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int jj = 0; jj < NT; jj++) {
+                            int c[4];
+                            imma16816(c, af[2 * h], af[2 * h + 1], bf[jj][h]);
+#pragma unroll
+                            for (int v = 0; v < 4; v++)
+                                acc[i][jj][v] = smol_imma_fma(acc[i][jj][v], h ? sr[v >> 1].y : sr[v >> 1].x,
+                                                              xd[jj][v & 1], c[v]);
+                        }
+                } else {
+#pragma unroll
+                    for (int jj = 0; jj < NT; jj++) {
+                        int c[4];
+                        imma16832(c, af, bf[jj][0], bf[jj][1]);
+#pragma unroll
+                        for (int v = 0; v < 4; v++) {
+                            acc[i][jj][v] = smol_imma_fma(acc[i][jj][v], sr[v >> 1].x, xd[jj][v & 1], c[v]);
+                            if (T == SMOL_TYPE_Q4_K) acc[i][jj][v] = smol_imma_min(acc[i][jj][v], sr[v >> 1].y, xm[jj][v & 1]);
+                        }
+                    }
+                }
+            }
+        }
+        __syncthreads();  /* Ws, Sw and this stage are rewritten next */
+    }
+
+    float *out = a.out + (size_t)blockIdx.z * a.n * a.rows;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int v = 0; v < 4; v++) {
+                const int r = r0 + wm + 16 * i + g + 8 * (v >> 1), t = t0 + wn + 8 * j + 2 * q + (v & 1);
+                if (r < a.rows && t < a.n) {
+                    float *o = out + (size_t)t * a.rows + r;
+                    if (a.mode == SMOL_MV_ADD) *o += acc[i][j][v];
+                    else *o = acc[i][j][v];
+                }
+            }
+}
+
+template <int T, int BM>
+static cudaError_t launch_imma(const struct imma_args &a, dim3 grid, cudaStream_t st)
+{
+    constexpr int bytes = imma_smem_bytes<T, BM>();
+    static bool set;
+    if (!set) {
+        const cudaError_t e = cudaFuncSetAttribute(imma_kernel<T, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        if (e != cudaSuccess) return e;
+        set = true;
+    }
+    imma_kernel<T, BM><<<grid, TC_THREADS, bytes, st>>>(a);
+    return cudaGetLastError();
+}
+
+template <int T>
+static cudaError_t launch_imma_bm(int bm, const struct imma_args &a, dim3 grid, cudaStream_t st)
+{
+    return bm == 128 ? launch_imma<T, 128>(a, grid, st) : launch_imma<T, 64>(a, grid, st);
+}
+
+cudaError_t smol_gemm_imma_cuda(float *out, int mode, uint32_t type, const uint8_t *w, int rows, int cols,
+                                const int8_t *xq, const struct smol_q8a *xs, int n, int n_sm, float *part,
+                                size_t part_cap, cudaStream_t st)
+{
+    if (n <= 0 || rows <= 0) return cudaSuccess;
+    if (!smol_imma_type_ok(type) || cols <= 0 || cols % SMOL_GEMM_BK ||
+        ((type == SMOL_TYPE_Q4_K || type == SMOL_TYPE_Q6_K) && cols % QK_K) ||
+        (mode != SMOL_MV_STORE && mode != SMOL_MV_ADD))
+        return cudaErrorInvalidValue;
+    struct plan p = plan_of(rows, cols, n, n_sm > 0 ? n_sm : 1);
+    if (p.splits > 1 && (!part || (size_t)p.splits * n * rows > part_cap)) {
+        p.splits = 1;
+        p.steps = cols / SMOL_GEMM_BK;
+    }
+    struct imma_args a;
+    a.out = p.splits > 1 ? part : out;
+    a.w = w;
+    a.xq = xq;
+    a.xs = xs;
+    a.n_blocks = (size_t)rows * (cols / (type == SMOL_TYPE_Q8_0 ? 32 : QK_K));
+    a.rows = rows;
+    a.cols = cols;
+    a.n = n;
+    a.mode = p.splits > 1 ? SMOL_MV_STORE : mode;
+    a.steps_per_split = p.steps;
+    const dim3 grid((rows + p.bm - 1) / p.bm, (n + TC_BN - 1) / TC_BN, p.splits);
+    cudaError_t e;
+    switch (type) {
+    case SMOL_TYPE_Q4_K: e = launch_imma_bm<SMOL_TYPE_Q4_K>(p.bm, a, grid, st); break;
+    case SMOL_TYPE_Q6_K: e = launch_imma_bm<SMOL_TYPE_Q6_K>(p.bm, a, grid, st); break;
+    default: e = launch_imma_bm<SMOL_TYPE_Q8_0>(p.bm, a, grid, st); break;
     }
     if (e != cudaSuccess || p.splits == 1) return e;
     const size_t count = (size_t)n * rows;

@@ -33,8 +33,9 @@
  * bench_cuda --attn [--kv f16|q8_0]: attention instead (be->attention, knob
  * cuda_attn = paged vs tiled): prefill of 512, 2048 and 8192 tokens, decode
  * at depth 4096 and 16384; see attn_main.
- * --gemm: the mat-muls of more tokens instead (cuda_gemm = tiled and mma,
- * matvec = q8 in both, so n <= 8 is the q8 mat-vec either way): n = 1, 4, 9,
+ * --gemm: the mat-muls of more tokens instead (cuda_gemm = tiled, mma and imma,
+ * or those --gemm-with names, the first the others are compared with; matvec
+ * = q8 in all, so n <= 8 is the q8 mat-vec either way): n = 1, 4, 9,
  * 16, 32, 64, 512, 2048 (--n-gemm LIST) on the layer shapes (--shapes; the
  * head only when named), q4_K and q6_K (--types): µs per call, TFLOP/s
  * (2 rows cols n / time) and the fraction of the dense rate: cublasGemmEx
@@ -42,8 +43,8 @@
  * the same run, where libcublas and libcudart can be dlopened (the product
  * never links them), else the H100's nominal 790 TFLOP/s, said so on the
  * line.  Each case checked first: both settings against a double reference
- * on 64 sampled rows x every token (f16 rounding: < 3e-3; q8 at n <= 8:
- * < 2e-2) and against each other.
+ * on 64 sampled rows x every token (f16 rounding, or imma's q8
+ * activations: < 3e-3; q8 at n <= 8: < 2e-2) and against the first setting.
  *
  * It reaches the GPU only through the backend interface (daemon/model/
  * backend.h, backend_cuda_loader.h): no CUDA headers.  Without a device it
@@ -185,7 +186,11 @@ struct opts {
     double bw, ms, l2_mb;
     int reps, json;
     int gemm, gemm_ns[16], n_gemm, head;  /* --gemm, --n-gemm; head: --shapes named it */
+    int gemm_with[16], n_gemm_with;       /* --gemm-with: indices into gemm_names */
 };
+
+static const char *const gemm_names[3] = {"tiled", "mma", "imma"};
+static const int gemm_values[3] = {SMOL_CUDA_GEMM_TILED, SMOL_CUDA_GEMM_MMA, SMOL_CUDA_GEMM_IMMA};
 
 struct dev {                            /* one backend per setting */
     struct smol_backend *be;
@@ -193,7 +198,7 @@ struct dev {                            /* one backend per setting */
 };
 
 static int failures;
-static struct smol_weight *kept[2 * 16 * 16];  /* weight structs, freed after the backends */
+static struct smol_weight *kept[3 * 16 * 16];  /* weight structs, freed after the backends */
 static int n_kept;
 
 /* One (type, shape): upload, check both settings, time them at each n. */
@@ -562,27 +567,31 @@ out:
 
 #define GEMM_MAX_N 2048
 
-/* One (type, shape) of --gemm: both settings checked at every n, then timed. */
+/* One (type, shape) of --gemm: every setting checked at every n, then timed. */
 static void run_gemm(struct dev *dv, const struct opts *o, uint32_t type, const struct shape *sh, uint64_t *seed,
                      struct dense *dn)
 {
-    static const char *const gname[2] = {"tiled", "mma"};
+    const int nd = o->n_gemm_with;
     const struct smol_type_traits *tr = smol_type_traits(type);
     const size_t row_bytes = smol_row_size(type, sh->cols), bytes = row_bytes * (size_t)sh->rows;
     int nmax = 0;
     for (int i = 0; i < o->n_gemm; i++) nmax = o->gemm_ns[i] > nmax ? o->gemm_ns[i] : nmax;
     void *host = malloc(bytes);
     float *xh = malloc(sizeof(float) * nmax * sh->cols), *wrow = malloc(sizeof(float) * sh->cols);
-    float *oh[2] = {malloc(sizeof(float) * nmax * sh->rows), malloc(sizeof(float) * nmax * sh->rows)};
+    float *oh[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < nd; k++) oh[k] = malloc(sizeof(float) * nmax * sh->rows);
     double *ref = malloc(sizeof(double) * nmax * REF_ROWS), *other = malloc(sizeof(double) * nmax * sh->rows);
     float *got = malloc(sizeof(float) * nmax * REF_ROWS);
     float *wd = malloc(sizeof(float) * REF_ROWS * sh->cols);
-    struct smol_weight *w[2] = {calloc(1, sizeof(struct smol_weight)), calloc(1, sizeof(struct smol_weight))};
-    kept[n_kept++] = w[0];
-    kept[n_kept++] = w[1];
-    float *x[2] = {NULL, NULL}, *out[2] = {NULL, NULL};
+    struct smol_weight *w[3] = {NULL, NULL, NULL};
+    float *x[3] = {NULL, NULL, NULL}, *out[3] = {NULL, NULL, NULL};
+    int have_all = 1;
+    for (int k = 0; k < nd; k++) {
+        kept[n_kept++] = w[k] = calloc(1, sizeof(struct smol_weight));
+        have_all &= oh[k] && w[k];
+    }
     char err[SMOL_ERRLEN];
-    if (!host || !xh || !wrow || !oh[0] || !oh[1] || !ref || !other || !got || !wd || !w[0] || !w[1]) {
+    if (!host || !xh || !wrow || !have_all || !ref || !other || !got || !wd) {
         fprintf(stderr, "bench_cuda: out of host memory (%s %s)\n", tr->name, sh->name);
         failures++;
         goto out;
@@ -593,7 +602,7 @@ static void run_gemm(struct dev *dv, const struct opts *o, uint32_t type, const 
     for (int i = 0; i < REF_ROWS; i++)
         tr->dequant((const uint8_t *)host + (size_t)((int64_t)i * sh->rows / REF_ROWS) * row_bytes,
                     wd + (size_t)i * sh->cols, sh->cols);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < nd; k++) {
         struct smol_backend *be = dv[k].be;
         *w[k] = (struct smol_weight){.name = "bench", .type = type, .rows = sh->rows, .cols = sh->cols,
                                      .row_bytes = row_bytes, .data = host};
@@ -615,8 +624,8 @@ static void run_gemm(struct dev *dv, const struct opts *o, uint32_t type, const 
                 for (int j = 0; j < sh->cols; j++) acc += (double)wd[(size_t)i * sh->cols + j] * xh[(size_t)t * sh->cols + j];
                 ref[t * REF_ROWS + i] = acc;
             }
-        double e_ref[2];
-        for (int k = 0; k < 2; k++) {
+        double e_ref[3], e_x[3] = {0, 0, 0};
+        for (int k = 0; k < nd; k++) {
             struct smol_backend *be = dv[k].be;
             for (size_t i = 0; i < (size_t)n * sh->rows; i++) oh[k][i] = NAN;
             be->from_host(be, out[k], oh[k], sizeof(float) * n * sh->rows);
@@ -628,15 +637,20 @@ static void run_gemm(struct dev *dv, const struct opts *o, uint32_t type, const 
             e_ref[k] = rel_l2(got, ref, (size_t)n * REF_ROWS);
         }
         for (size_t i = 0; i < (size_t)n * sh->rows; i++) other[i] = oh[0][i];
-        const double e_x = rel_l2(oh[1], other, (size_t)n * sh->rows), tol = n <= MAX_N ? TOL_Q8_REF : 3e-3;
-        const int ok = e_ref[0] < tol && e_ref[1] < tol && e_x < 2 * tol;
+        const double tol = n <= MAX_N ? TOL_Q8_REF : 3e-3;
+        int ok = 1;
+        for (int k = 0; k < nd; k++) {
+            if (k) e_x[k] = rel_l2(oh[k], other, (size_t)n * sh->rows);
+            ok &= e_ref[k] < tol && e_x[k] < 2 * tol;
+        }
         if (!ok) failures++;
         const double flop = 2.0 * sh->rows * sh->cols * n;
         double dense = -1;
         if (dn->cublas) dense = dense_ms(dn, sh->rows, sh->cols, n, o->reps);
         const double dense_tflops = dense > 0 ? flop / (dense * 1e-3) / 1e12 : 790.0;
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < nd; k++) {
             struct smol_backend *be = dv[k].be;
+            const char *gname = gemm_names[o->gemm_with[k]], *first = gemm_names[o->gemm_with[0]];
             smol_backend_cuda_mark(be);
             for (int i = 0; i < 3; i++) be->matmul(be, out[k], w[k], x[k], n);
             const double est = smol_backend_cuda_mark(be) / 3;
@@ -653,20 +667,20 @@ static void run_gemm(struct dev *dv, const struct opts *o, uint32_t type, const 
             if (o->json)
                 printf("{\"gemm\": \"%s\", \"type\": \"%s\", \"shape\": \"%s\", \"rows\": %d, \"cols\": %d, \"n\": %d, "
                        "\"us\": %.3f, \"tflops\": %.2f, \"dense_tflops\": %.1f, \"dense\": \"%s\", \"dense_frac\": %.4f, "
-                       "\"rel_err_vs_ref\": %.3e, \"rel_err_mma_vs_tiled\": %.3e, \"ok\": %s}\n", gname[k], tr->name,
-                       sh->name, sh->rows, sh->cols, n, ms * 1e3, tflops, dense_tflops,
-                       dense > 0 ? "cublas bf16" : "nominal H100", tflops / dense_tflops, e_ref[k], e_x,
+                       "\"rel_err_vs_ref\": %.3e, \"vs\": \"%s\", \"rel_err_vs\": %.3e, \"ok\": %s}\n", gname,
+                       tr->name, sh->name, sh->rows, sh->cols, n, ms * 1e3, tflops, dense_tflops,
+                       dense > 0 ? "cublas bf16" : "nominal H100", tflops / dense_tflops, e_ref[k], first, e_x[k],
                        ok ? "true" : "false");
             else
                 printf("gemm %-5s %-5s %-7s %6dx%-5d n=%-4d: %9.2f us %7.2f TFLOP/s  %5.1f%% of %s %.0f  err ref %.1e "
-                       "mma/tiled %.1e  %s\n", gname[k], tr->name, sh->name, sh->rows, sh->cols, n, ms * 1e3, tflops,
-                       100 * tflops / dense_tflops, dense > 0 ? "cublas bf16" : "nominal", dense_tflops, e_ref[k], e_x,
-                       ok ? "ok" : "FAIL");
+                       "vs %s %.1e  %s\n", gname, tr->name, sh->name, sh->rows, sh->cols, n, ms * 1e3, tflops,
+                       100 * tflops / dense_tflops, dense > 0 ? "cublas bf16" : "nominal", dense_tflops, e_ref[k], first,
+                       e_x[k], ok ? "ok" : "FAIL");
             fflush(stdout);
         }
     }
 out:
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < nd; k++) {
         if (x[k]) dv[k].be->free(dv[k].be, x[k]);
         if (out[k]) dv[k].be->free(dv[k].be, out[k]);
         free(oh[k]);
@@ -680,12 +694,13 @@ static void usage(FILE *f)
                "                  [--bw GBPS] [--reps R] [--ms MS] [--l2-mb MB] [--json]\n"
                "       bench_cuda --attn [--kv f16|q8_0] [--reps R] [--ms MS] [--json]\n"
                "       bench_cuda --gemm [--types q4_K,q6_K] [--shapes q,kv,o,gate_up,down] [--n-gemm 1,4,9,16,32,64,512,2048]\n"
-               "                  [--reps R] [--ms MS] [--json]\n");
+               "                  [--gemm-with tiled,mma,imma] [--reps R] [--ms MS] [--json]\n");
 }
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.n_types = N_TYPES, .n_shapes = N_SHAPES, .n_ns = 4, .ms = 2, .l2_mb = 50, .reps = 5};
+    struct opts o = {.n_types = N_TYPES, .n_shapes = N_SHAPES, .n_ns = 4, .ms = 2, .l2_mb = 50, .reps = 5,
+                     .gemm_with = {0, 1, 2}, .n_gemm_with = 3};
     for (int i = 0; i < N_TYPES; i++) o.types[i] = i;
     for (int i = 0; i < N_SHAPES; i++) o.shapes[i] = i;
     const int ns_default[] = {1, 2, 4, 8};
@@ -706,6 +721,8 @@ int main(int argc, char **argv)
         else if (!v) bad = 1;
         else if (!strcmp(a, "--types")) bad = (o.n_types = parse_list(v, type_names, N_TYPES, o.types)) <= 0, i++;
         else if (!strcmp(a, "--shapes")) bad = (o.n_shapes = parse_list(v, shape_names, N_SHAPES, o.shapes)) <= 0, i++, o.head = 1;
+        else if (!strcmp(a, "--gemm-with"))
+            bad = (o.n_gemm_with = parse_list(v, gemm_names, 3, o.gemm_with)) <= 0 || o.n_gemm_with > 3, i++;
         else if (!strcmp(a, "--n-gemm")) {
             char buf[256];
             snprintf(buf, sizeof buf, "%s", v);
@@ -750,16 +767,17 @@ int main(int argc, char **argv)
     }
     if (attn) return attn_main(&o, attn_kv);
 
-    struct dev dv[2] = {{0}};
+    struct dev dv[3] = {{0}};
+    const int n_dev = o.gemm ? o.n_gemm_with : 2;
     char err[SMOL_ERRLEN];
     int rc = 1;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < n_dev; k++) {
         struct smol_cuda_opts co;
         smol_cuda_opts_default(&co);
         co.matvec = k ? SMOL_CUDA_MATVEC_Q8 : SMOL_CUDA_MATVEC_F32;
         if (o.gemm) {  /* q8 mat-vec in both: the knob under test is gemm */
             co.matvec = SMOL_CUDA_MATVEC_Q8;
-            co.gemm = k ? SMOL_CUDA_GEMM_MMA : SMOL_CUDA_GEMM_TILED;
+            co.gemm = gemm_values[o.gemm_with[k]];
         }
         enum smol_err e = smol_backend_cuda_new(&dv[k].be, 0, &co, err);
         if (e == SMOL_EUNSUPPORTED) {
@@ -785,8 +803,11 @@ int main(int argc, char **argv)
         struct dense dn;
         const int have = dense_open(&dn);
         if (!o.json)
-            printf("bench_cuda --gemm: be->matmul, settings cuda_gemm=tiled|mma (matvec=q8), median of %d; dense rate: "
-                   "%s%s\n", o.reps, have ? "cublasGemmEx bf16 (f32 compute) at each shape, this run" :
+            printf("bench_cuda --gemm: be->matmul, settings cuda_gemm=%s%s%s%s%s (matvec=q8), median of %d; dense rate: "
+                   "%s%s\n", gemm_names[o.gemm_with[0]], o.n_gemm_with > 1 ? "|" : "",
+                   o.n_gemm_with > 1 ? gemm_names[o.gemm_with[1]] : "", o.n_gemm_with > 2 ? "|" : "",
+                   o.n_gemm_with > 2 ? gemm_names[o.gemm_with[2]] : "", o.reps,
+                   have ? "cublasGemmEx bf16 (f32 compute) at each shape, this run" :
                    "nominal H100 790 TFLOP/s, not measured: ", have ? "" : dn.why);
         uint64_t gseed = 0x9e3779b97f4a7c15ull;
         for (int ti = 0; ti < o.n_types; ti++) {
@@ -811,7 +832,7 @@ int main(int argc, char **argv)
     if (!o.json) printf("bench_cuda: %s\n", failures ? "FAILED checks (see FAIL lines)" : "all checks passed");
     rc = failures ? 1 : 0;
 out:
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         if (!dv[k].be) continue;
         dv[k].be->free(dv[k].be, dv[k].x);
         dv[k].be->free(dv[k].be, dv[k].out);

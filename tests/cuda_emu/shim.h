@@ -1,6 +1,6 @@
 /* shim.h - host emulation of the CUDA features kernels/cuda/fattn.cu uses (tests/cuda_emu/fattn_emu.cpp):
  * a block as fibers (ucontext) with real block and warp barriers, warp shuffles, and mma.sync
- * m16n8k16 / ldmatrix .x4 .trans by the PTX ISA fragment layouts (the comments below). */
+ * m16n8k16 / ldmatrix .x4 .trans by the PTX ISA fragment layouts (the comments below); up to 256 threads. */
 #pragma once
 #include <ucontext.h>
 #include <stdint.h>
@@ -39,15 +39,15 @@ static inline uint2 make_uint2(uint32_t a, uint32_t b) { return {a, b}; }
 struct EmuDim { unsigned x, y, z; };
 
 /* ---- fibers ---- */
-#define NT_MAX 128
+#define NT_MAX 256
 static ucontext_t sched_ctx;
 static ucontext_t fctx[NT_MAX];
 static char *fstack[NT_MAX];
 static int fstate[NT_MAX];      /* 0 runnable, 1 waiting warp, 2 waiting block, 3 done */
 static unsigned fgen[NT_MAX];
 static int cur, nthreads;
-static int warp_arr[4], block_arr;
-static unsigned warp_gen[4], block_gen;
+static int warp_arr[8], block_arr;
+static unsigned warp_gen[8], block_gen;
 static EmuDim blockIdx, gridDim;
 #define threadIdx (EmuDim{(unsigned)cur, 0, 0})
 static inline void yield_() { swapcontext(&fctx[cur], &sched_ctx); }
@@ -67,7 +67,7 @@ static void __syncthreads()
     yield_();
 }
 static void __syncwarp() { warp_barrier(); }
-static float shf[4][32];
+static float shf[8][32];
 static float __shfl_xor_sync(unsigned, float v, int o)
 {
     const int w = cur >> 5, l = cur & 31;
@@ -80,7 +80,7 @@ static float warp_max(float v) { for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, _
 static inline float lo_h(uint32_t u) { return smol_half_to_f32((uint16_t)(u & 0xffff)); }
 static inline float hi_h(uint32_t u) { return smol_half_to_f32((uint16_t)(u >> 16)); }
 struct MmaIn { uint32_t a[4], b0, b1; };
-static MmaIn mbuf[4][32];
+static MmaIn mbuf[8][32];
 long n_mma;
 /* PTX ISA m16n8k16 .f16 layouts: groupID g = lane >> 2, t = lane & 3.
  * A: a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..)
@@ -111,7 +111,7 @@ static void mma16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
     n_mma++;
     warp_barrier();
 }
-static const __half *lbuf[4][32];
+static const __half *lbuf[8][32];
 /* ldmatrix .x4 .trans: lanes 8i..8i+7 give the rows of matrix i -> r[i]; lane T holds
  * (row 2 (T % 4), col T / 4) low and (row 2 (T % 4) + 1, col T / 4) high */
 static void ldsm_x4_t(uint32_t *r, const __half *p)

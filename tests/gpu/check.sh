@@ -27,11 +27,12 @@
 #              2048 / 8192, decode at 4096 / 16384, tiled checked against paged), then smollm3 bench
 #              (best combination) pp512 + tg64 at d4096, pp2048, pp8192 per value, and the logits of an
 #              8-token step tiled vs paged
-#   7c gemm    cuda_gemm A/B (SMOL_CUDA_GEMM=tiled|mma on the best combination), pairs in turn:
+#   7c gemm    cuda_gemm A/B/C (SMOL_CUDA_GEMM=tiled|mma|imma on the best combination), in turn:
 #              smollm3 bench -p 512 -n 16 -b 4, -p 2048 -n 16 -b 16, -p 128 -n 32 -b 64,
 #              -p 8192 -n 8 (each <= 45 s; ~100 s in all on an H100 at today's tiled speed), and the
-#              logits of a 40-token step (the GEMM's path) mma vs tiled; bench_cuda --gemm on gate_up
-#              and down (q4_K, q6_K; n 16 64 512 2048, <= 40 s); GPU_CHECK_GEMM=0 skips it
+#              logits of a 40-token step (the GEMM's path) mma vs tiled and imma vs mma; bench_cuda
+#              --gemm on gate_up and down (q4_K, q6_K; n 16 64 512 2048; tiled, mma, imma; <= 60 s);
+#              GPU_CHECK_GEMM=0 skips it
 #    8 daemon  smollm3d on cuda (best combination): 1, 16, 64 concurrent `smollm3ctl generate
 #              -n 128`: tokens/s in all, TTFT (the Done event's timings)
 #   8b load    tests/load/loadgen.py --mode ctl (smollm3ctl clients, python3's standard library) on a
@@ -485,7 +486,7 @@ s_attn() {
     [ $fails -eq 0 ]
 }
 
-# ---------------------------------------------------------------- 7c: cuda_gemm tiled vs mma
+# ---------------------------------------------------------------- 7c: cuda_gemm tiled vs mma vs imma
 s_gemm() {
     [ "${GPU_CHECK_GEMM:-1}" = 0 ] && { NOTE="GPU_CHECK_GEMM=0"; return 77; }
     [ -x "$SM" ] || { NOTE="no $SM"; return 1; }
@@ -493,7 +494,7 @@ s_gemm() {
     [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
     local g run fails=0 done=0 ids
     ids=$(seq 11 97 3890 | paste -sd, -)   # 40 tokens: one step through the GEMM (> 8 tokens)
-    for g in tiled mma; do
+    for g in tiled mma imma; do
         # shellcheck disable=SC2046
         tmo 40 env $(combo_env "$BEST-$g") "$SM" logits -m "$MODEL" ${BACKEND_ARGS[@]+"${BACKEND_ARGS[@]}"} \
             --ids "$ids" --all -o "$W/agree/gemm-$g.bin" || echo "logits gemm=$g failed"
@@ -502,21 +503,25 @@ s_gemm() {
         report agree "$W/agree/gemm-mma.bin" "$W/agree/gemm-tiled.bin" > "$W/agree/gemm.txt"
         say "  logits of a 40-token step, gemm mma vs tiled: rel L2 $(cat "$W/agree/gemm.txt")"
     fi
+    if [ -s "$W/agree/gemm-imma.bin" ] && [ -s "$W/agree/gemm-mma.bin" ]; then
+        report agree "$W/agree/gemm-imma.bin" "$W/agree/gemm-mma.bin" > "$W/agree/gemm_imma.txt"
+        say "  logits of a 40-token step, gemm imma vs mma: rel L2 $(cat "$W/agree/gemm_imma.txt")"
+    fi
     if [ -x "$B/bench/bench_cuda" ]; then   # the kernels alone: TFLOP/s and the cuBLAS dense rate
-        tmo 40 "$B/bench/bench_cuda" --gemm --types q4_K,q6_K --shapes gate_up,down --n-gemm 16,64,512,2048 --reps 3 \
+        tmo 60 "$B/bench/bench_cuda" --gemm --types q4_K,q6_K --shapes gate_up,down --n-gemm 16,64,512,2048 --reps 3 \
             > "$W/bench_gemm.txt" 2>&1 || fails=$((fails + 1))
         grep -E '^gemm|^bench_cuda' "$W/bench_gemm.txt" | show
     fi
     for run in "p512b4:-p 512 -n 16 -b 4" "p2048b16:-p 2048 -n 16 -b 16" "p128b64:-p 128 -n 32 -b 64" \
                "p8192:-p 8192 -n 8"; do
-        for g in tiled mma; do
+        for g in tiled mma imma; do
             over && { say "  gemm ${run%%:*}: skipped (budget)"; break 2; }
             # shellcheck disable=SC2086  # the run's arguments are words
             sbench "gemm-$g-${run%%:*}" "$BEST-$g" 45 ${run#*:} || fails=$((fails + 1))
             done=$((done + 1))
         done
     done
-    NOTE="$done runs, $fails failed; mma vs tiled logits rel L2 $(cat "$W/agree/gemm.txt" 2>/dev/null || echo '?')"
+    NOTE="$done runs, $fails failed; logits rel L2 mma vs tiled $(cat "$W/agree/gemm.txt" 2>/dev/null || echo '?'), imma vs mma $(cat "$W/agree/gemm_imma.txt" 2>/dev/null || echo '?')"
     [ $fails -eq 0 ]
 }
 
@@ -880,7 +885,7 @@ step synth 0 "smollm3 synth --preset $PRESET -> $MODEL" s_synth
 step matvec 0 "bench_cuda --bw ${BW:-?}" s_matvec
 step bench 0 "smollm3 bench: knob combinations, best, baseline, cpu" s_bench
 step attn 1 "cuda_attn paged vs tiled: bench_cuda --attn, smollm3 bench pp512/2048/8192, tg d4096" s_attn
-step gemm 1 "cuda_gemm A/B: tiled vs mma (pp512/2048/8192, b4/16/64)" s_gemm
+step gemm 1 "cuda_gemm A/B/C: tiled vs mma vs imma (pp512/2048/8192, b4/16/64)" s_gemm
 step peer 1 "llama.cpp: llama-bench, llama-batched-bench" s_peer
 step daemon 1 "smollm3d on cuda: 1 / 16 / 64 streams" s_daemon
 step load 1 "tests/load/loadgen.py --mode ctl on cuda: ${GPU_CHECK_LOAD_STREAMS:-1 16 64 256} streams" s_load

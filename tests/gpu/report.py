@@ -423,22 +423,24 @@ def final(W, OUT):
     ab.append(["cpu -t 16 (pp128/tg32)", fnum(cpu and cpu.get("pp_tps")), fnum(cpu and cpu.get("tg_tps")), "", "",
                "ok" if cpu and cpu.get("ok") else "failed"])
 
-    # cuda_gemm A/B (step gemm): runs gemm-<tiled|mma>-<run>
+    # cuda_gemm A/B/C (step gemm): runs gemm-<tiled|mma|imma>-<run>
     gab, gj = [], {}
     for run, what in (("p512b4", "pp512 / b4"), ("p2048b16", "pp2048 / b16"), ("p128b64", "b64"), ("p8192", "pp8192")):
-        t, m = runs.get(f"gemm-tiled-{run}"), runs.get(f"gemm-mma-{run}")
-        if not t and not m:
+        t, m, i8 = runs.get(f"gemm-tiled-{run}"), runs.get(f"gemm-mma-{run}"), runs.get(f"gemm-imma-{run}")
+        if not t and not m and not i8:
             continue
         def v(j, k):
             return j.get(k) if j and j.get("ok") else None
         for k, lab in (("pp_tps", "pp"), ("tg_batch_tps", "tg batch (in all)")):
-            a, b = v(t, k), v(m, k)
-            if a is None and b is None:
+            a, b, c = v(t, k), v(m, k), v(i8, k)
+            if a is None and b is None and c is None:
                 continue
-            gj[f"{run}.{k}"] = {"tiled": a, "mma": b}
-            gab.append([f"{what}: {lab}", fnum(a), fnum(b), fnum(b / a if a and b else None, "{:.2f}x")])
+            gj[f"{run}.{k}"] = {"tiled": a, "mma": b, "imma": c}
+            gab.append([f"{what}: {lab}", fnum(a), fnum(b), fnum(c), fnum(b / a if a and b else None, "{:.2f}x"),
+                        fnum(c / b if b and c else None, "{:.2f}x")])
     gagree = read(os.path.join(W, "agree", "gemm.txt")).strip()
-    res["gemm_ab"] = {"runs": gj, "logits_mma_vs_tiled": gagree or None}
+    gagree8 = read(os.path.join(W, "agree", "gemm_imma.txt")).strip()
+    res["gemm_ab"] = {"runs": gj, "logits_mma_vs_tiled": gagree or None, "logits_imma_vs_mma": gagree8 or None}
 
     steps = []
     for k, v in facts.items():
@@ -499,9 +501,10 @@ def final(W, OUT):
         if res["bench_cuda_attn"]:
             print()
             attn_kernels(os.path.join(W, "attn.jsonl"))
-    if gab or gagree:
-        print(f"\ncuda_gemm A/B (tokens/s, best combination; logits of a 40-token step mma vs tiled: rel L2 {gagree or '?'})")
-        table(["run", "tiled", "mma", "mma/tiled"], gab or [["-", "no result", "", ""]])
+    if gab or gagree or gagree8:
+        print(f"\ncuda_gemm A/B/C (tokens/s, best combination; logits of a 40-token step, rel L2: mma vs tiled "
+              f"{gagree or '?'}, imma vs mma {gagree8 or '?'})")
+        table(["run", "tiled", "mma", "imma", "mma/tiled", "imma/mma"], gab or [["-", "no result", "", "", "", ""]])
     print("\nsteps")
     table(["step", "status", "time", "note"], steps, left=(0, 1, 3))
     nfail = sum(1 for s in steps if s[1] == "fail")
