@@ -56,9 +56,7 @@ enum MHD_Result gw_queue_gw_error(struct gw_req *r, const struct gw_error *e) NE
 void gw_stream_fail(struct gw_stream *s, const struct gw_error *e) NEVER
 void gw_stream_free(struct gw_stream *s) NEVER
 struct gw_stream *gw_stream_new(enum gw_kind kind) NEVER
-enum MHD_Result gw_req_send(struct gw_req *r, struct gw_stream *s) NEVER
 void gw_req_resume(struct gw_req *r) NEVER
-void gw_daemon_cancel(struct gw_stream *s) NEVER
 const char *smol_client_error_name(int code) NEVER
 const char *smol_client_finish_name(int finish_reason) NEVER
 enum smol_err smol_client_send_cancel(struct smol_client *c, uint64_t target_id, uint64_t *id_out,
