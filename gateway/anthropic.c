@@ -748,10 +748,7 @@ static int parse_output_config(struct gw_anthropic_parsed *p, json_t *root, char
             FAIL("output_config", "'output_config.format' must be {\"type\": \"json_schema\", \"schema\": {...}}");
         if ((bad = unknown_key(f, kf))) FAIL("output_config", "'output_config.format': unknown field '%.40s'", bad);
         if (!json_is_object(schema)) FAIL("output_config", "'output_config.format.schema' must be a JSON Schema object");
-        char *s = own(p, json_dumps(schema, JSON_COMPACT));
-        if (!s) FAIL("", "out of memory");
-        p->prm.gen.constraint_case = SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_SCHEMA;
-        p->prm.gen.json_schema = s;
+        if (gw_core_json_schema(&p->prm.gen, &p->strs, schema)) FAIL("", "out of memory");
     }
     return 0;
 }

@@ -151,6 +151,21 @@ int gw_core_top_p(json_t *x, Smollm3__SamplingParams *sp, struct gw_error *e)
     return 0;
 }
 
+void gw_core_json_object(Smollm3__GenerateRequest *g)
+{
+    g->constraint_case = SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_OBJECT;
+    g->json_object = 1;
+}
+
+int gw_core_json_schema(Smollm3__GenerateRequest *g, struct gw_owned *o, json_t *schema)
+{
+    char *s = gw_own(o, json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY));
+    if (!s) return -1;
+    g->constraint_case = SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_SCHEMA;
+    g->json_schema = s;
+    return 0;
+}
+
 void gw_core_thinking(Smollm3__GenerateRequest *g, int on, unsigned budget)
 {
     g->enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;

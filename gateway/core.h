@@ -66,6 +66,13 @@ int gw_core_max_tokens(json_t *x, const char *key, Smollm3__GenerateRequest *g, 
 int gw_core_temperature(json_t *x, double hi, Smollm3__SamplingParams *sp, struct gw_error *e);
 int gw_core_top_p(json_t *x, Smollm3__SamplingParams *sp, struct gw_error *e);
 
+/* Structured output (chat's response_format: structured.c; Responses'
+ * text.format; Messages' output_config.format): any JSON object, or the
+ * schema (an object or boolean; its compact dump, owned by o) as g's
+ * constraint.  0, or -1 out of memory. */
+void gw_core_json_object(Smollm3__GenerateRequest *g);
+int gw_core_json_schema(Smollm3__GenerateRequest *g, struct gw_owned *o, json_t *schema);
+
 /* Thinking mode on / off, and its budget (0: the daemon's default). */
 void gw_core_thinking(Smollm3__GenerateRequest *g, int on, unsigned budget);
 

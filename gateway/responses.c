@@ -215,11 +215,6 @@ struct parsed {
 
 #define get gw_get
 
-static char *own(struct parsed *p, char *s)
-{
-    return gw_own(&p->strs, s);
-}
-
 static void parsed_deinit(struct parsed *p)
 {
     free(p->msgs);
@@ -438,9 +433,8 @@ static int parse_tools(struct parsed *p, json_t *root, char *why, size_t wn)
         CORE(gw_core_forced_needs_tools(forced, n, &p->prm.err));
         json_object_set(p->echo, "tool_choice", tc);
     }
-    if (forced && !(p->prm.gen.tool_choice = own(p, strdup(forced)))) FAIL("", "out of memory");
     CORE(gw_core_parallel_tool_calls(root, &p->prm.err));
-    if (gw_core_tools(&p->prm.gen, &p->chat, &p->strs, p->tools, NULL, none)) FAIL("", "out of memory");
+    if (gw_core_tools(&p->prm.gen, &p->chat, &p->strs, p->tools, forced, none)) FAIL("", "out of memory");
     return 0;
 }
 
@@ -466,8 +460,7 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
             const char *t = json_string_value(json_object_get(f, "type"));
             if (!json_is_object(f) || !t) FAIL("text.format", "'text.format' must be an object with a 'type'");
             if (!strcmp(t, "json_object")) {
-                p->prm.gen.constraint_case = SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_OBJECT;
-                p->prm.gen.json_object = 1;
+                gw_core_json_object(&p->prm.gen);
             } else if (!strcmp(t, "json_schema")) {
                 json_t *sch = json_object_get(f, "schema"), *strict = json_object_get(f, "strict");
                 if (!json_is_string(json_object_get(f, "name")))
@@ -476,10 +469,7 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
                     FAIL("text.format", "'text.format.schema' must be a JSON Schema object");
                 if (strict && !json_is_null(strict) && !json_is_boolean(strict))
                     FAIL("text.format", "'text.format.strict' must be a boolean");
-                char *s = own(p, json_dumps(sch, JSON_COMPACT | JSON_ENCODE_ANY));
-                if (!s) FAIL("", "out of memory");
-                p->prm.gen.constraint_case = SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_SCHEMA;
-                p->prm.gen.json_schema = s;
+                if (gw_core_json_schema(&p->prm.gen, &p->strs, sch)) FAIL("", "out of memory");
             } else if (strcmp(t, "text")) {
                 FAIL("text.format", "'text.format.type' must be \"text\", \"json_object\" or \"json_schema\", not "
                      "\"%.20s\"", t);
