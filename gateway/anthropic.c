@@ -27,9 +27,8 @@
  * /v1/messages would run (the template lives in the daemon).
  */
 #include "gateway/anthropic.h"
+#include "gateway/core.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,31 +90,21 @@ static const struct field *field_of(const char *name, unsigned ep)
 
 static char *own(struct gw_anthropic_parsed *p, char *s)
 {
-    if (!s) return NULL;
-    char **n = realloc(p->strs, (p->n_strs + 1) * sizeof *n);
-    if (!n) {
-        free(s);
-        return NULL;
-    }
-    p->strs = n;
-    p->strs[p->n_strs++] = s;
-    return s;
+    return gw_own(&p->strs, s);
 }
 
 void gw_anthropic_parsed_deinit(struct gw_anthropic_parsed *p)
 {
-    for (size_t i = 0; i < p->n_strs; i++) free(p->strs[i]);
-    free(p->strs);
+    gw_owned_free(&p->strs);
     free(p->msgs);
     free(p->msgp);
     json_decref(p->tool_names);
     gw_params_deinit(&p->prm);
     json_decref(p->root);
-    p->strs = NULL;
     p->msgs = NULL;
     p->msgp = NULL;
     p->tool_names = p->root = NULL;
-    p->n_strs = p->n_msgs = 0;
+    p->n_msgs = 0;
 }
 
 /* A new chat message (role a literal); NULL when out of memory or over the
@@ -155,12 +144,16 @@ static char *take(struct gw_anthropic_parsed *p, struct gw_buf *b)
         return -1;                                                            \
     } while (0)
 
-/* A present, non-null member (else NULL). */
-static json_t *get(json_t *o, const char *key)
-{
-    json_t *x = json_object_get(o, key);
-    return x && !json_is_null(x) ? x : NULL;
-}
+/* A refusal the core set in p->prm.err (its param): the message into why. */
+#define CORE(call)                                                            \
+    do {                                                                      \
+        if (call) {                                                           \
+            snprintf(why, wn, "%s", p->prm.err.msg);                          \
+            return -1;                                                        \
+        }                                                                     \
+    } while (0)
+
+#define get gw_get
 
 /* The first key of object o not in known (NULL-terminated), unless unknown
  * fields are ignored. */
@@ -544,17 +537,6 @@ fail:
 
 /* ---- tools ------------------------------------------------------------------------ */
 
-/* Anthropic's tool names are [a-zA-Z0-9_-]{1,128}; the engine's tool
- * grammar (OpenAI's rule) takes 64 at most. */
-static int tool_name_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 64) return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-') return 0;
-    return 1;
-}
-
 /* tools -> OpenAI function tools ({"type": "function", "function": {name,
  * description, parameters: input_schema}}), the shape the template renders
  * and the tool-call grammar reads; tool_choice -> the GenerateRequest's. */
@@ -591,7 +573,7 @@ static int parse_tools(struct gw_anthropic_parsed *p, json_t *root, char *why, s
             goto fail;
         }
         name = json_string_value(json_object_get(t, "name"));
-        if (!name || !tool_name_ok(name)) {
+        if (!name || !gw_tool_name_ok(name)) {   /* Anthropic's are 1-128: the engine takes 64 */
             snprintf(why, wn, "tools[%zu].name must be 1-64 of [a-zA-Z0-9_-]", i);
             goto fail;
         }
@@ -682,11 +664,7 @@ static int parse_tools(struct gw_anthropic_parsed *p, json_t *root, char *why, s
             goto fail;
         }
     }
-    if (forced && !(p->prm.gen.tool_choice = own(p, strdup(forced)))) {
-        snprintf(why, wn, "out of memory");
-        goto fail;
-    }
-    if (n && !none && !(p->chat.tools_json = own(p, json_dumps(conv, JSON_COMPACT)))) {
+    if (gw_core_tools(&p->prm.gen, &p->chat, &p->strs, conv, forced, none)) {
         snprintf(why, wn, "out of memory");
         goto fail;
     }
@@ -739,8 +717,7 @@ static int parse_thinking(struct gw_anthropic_parsed *p, json_t *root, unsigned 
             FAIL("thinking", "'thinking.type' \"%.40s\" is not supported (enabled, adaptive, disabled)", type);
         }
     }
-    g->enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;
-    g->enable_thinking = on;
+    gw_core_thinking(g, on, 0);     /* the budget: budget_tokens above */
     return 0;
 }
 
@@ -771,10 +748,7 @@ static int parse_output_config(struct gw_anthropic_parsed *p, json_t *root, char
             FAIL("output_config", "'output_config.format' must be {\"type\": \"json_schema\", \"schema\": {...}}");
         if ((bad = unknown_key(f, kf))) FAIL("output_config", "'output_config.format': unknown field '%.40s'", bad);
         if (!json_is_object(schema)) FAIL("output_config", "'output_config.format.schema' must be a JSON Schema object");
-        char *s = own(p, json_dumps(schema, JSON_COMPACT));
-        if (!s) FAIL("", "out of memory");
-        p->prm.gen.constraint_case = SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_SCHEMA;
-        p->prm.gen.json_schema = s;
+        if (gw_core_json_schema(&p->prm.gen, &p->strs, schema)) FAIL("", "out of memory");
     }
     return 0;
 }
@@ -814,31 +788,14 @@ static int parse_sampling(struct gw_anthropic_parsed *p, json_t *root, unsigned 
 {
     Smollm3__GenerateRequest *g = &p->prm.gen;
     Smollm3__SamplingParams *sp = &p->prm.sampling;
-    json_t *x = get(root, "model");
-    if (x && !json_is_string(x)) FAIL("model", "'model' must be a string");
+    CORE(gw_core_model(root, &p->prm.err));
     if (ep != GW_AN_MESSAGES) return 0;
-    x = get(root, "max_tokens");
+    json_t *x = get(root, "max_tokens");
     if (!x) FAIL("max_tokens", "'max_tokens' is required");
-    if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 1000000)
-        FAIL("max_tokens", "'max_tokens' must be an integer in [1, 1000000]");
-    g->max_tokens = (uint32_t)json_integer_value(x);
-    x = get(root, "stream");
-    if (x && !json_is_boolean(x)) FAIL("stream", "'stream' must be a boolean");
-    p->prm.stream = json_is_true(x);
-    x = get(root, "temperature");
-    if (x) {
-        if (!json_is_number(x) || !(json_number_value(x) >= 0 && json_number_value(x) <= 1))
-            FAIL("temperature", "'temperature' must be a number in [0, 1]");
-        sp->temperature_opt_case = SMOLLM3__SAMPLING_PARAMS__TEMPERATURE_OPT_TEMPERATURE;
-        sp->temperature = (float)json_number_value(x);
-    }
-    x = get(root, "top_p");
-    if (x) {
-        if (!json_is_number(x) || !(json_number_value(x) > 0 && json_number_value(x) <= 1))
-            FAIL("top_p", "'top_p' must be a number in (0, 1]");
-        sp->top_p_opt_case = SMOLLM3__SAMPLING_PARAMS__TOP_P_OPT_TOP_P;
-        sp->top_p = (float)json_number_value(x);
-    }
+    CORE(gw_core_max_tokens(x, "max_tokens", g, &p->prm.err));
+    CORE(gw_core_stream_flag(root, &p->prm.stream, &p->prm.err));
+    if ((x = get(root, "temperature"))) CORE(gw_core_temperature(x, 1, sp, &p->prm.err));
+    if ((x = get(root, "top_p"))) CORE(gw_core_top_p(x, sp, &p->prm.err));
     x = get(root, "top_k");
     if (x) {
         if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > (1 << 20))
@@ -859,10 +816,7 @@ static int parse_sampling(struct gw_anthropic_parsed *p, json_t *root, unsigned 
         }
         g->stop = p->prm.stops;
     }
-    x = get(root, "service_tier");
-    if (x && (!json_is_string(x) ||
-              (strcmp(json_string_value(x), "auto") && strcmp(json_string_value(x), "standard_only"))))
-        FAIL("service_tier", "'service_tier' must be \"auto\" or \"standard_only\" (there is one tier)");
+    CORE(gw_core_service_tier(root, "standard_only", &p->prm.err));
     return 0;
 }
 
@@ -931,21 +885,14 @@ static enum MHD_Result handle(struct gw_req *r, enum gw_anthropic_ep ep)
     char why[256];
     int rc = gw_anthropic_parse(&p, r->body.p ? r->body.p : "", r->body.len, ep, why, sizeof why);
     if (rc) {
-        enum MHD_Result ret = gw_queue_error_param(r, 400, "invalid_request_error",
-                                                   rc == GW_AN_BAD_JSON ? "invalid_json" : "invalid_value",
-                                                   p.prm.err.param, "%s", why);
+        enum MHD_Result ret = gw_core_refuse(r, rc == GW_AN_BAD_JSON, p.prm.err.param, why);
         gw_anthropic_parsed_deinit(&p);
         return ret;
     }
-    if (!G.daemon_connected || !G.daemon_ready) {
+    enum MHD_Result ret;
+    if (!gw_core_admit(r, &ret)) {
         gw_anthropic_parsed_deinit(&p);
-        return gw_queue_error(r, 503, "server_error", "daemon_unavailable", "the inference daemon is not %s",
-                              G.daemon_connected ? "ready" : "connected");
-    }
-    if (G.n_inflight >= G.cfg.max_inflight) {
-        gw_anthropic_parsed_deinit(&p);
-        return gw_queue_error(r, 429, "rate_limit_error", "too_many_requests",
-                              "too many requests in flight (limit %u)", G.cfg.max_inflight);
+        return ret;
     }
     Smollm3__GenerateRequest *g = &p.prm.gen;
     enum gw_kind kind = GW_ANTHROPIC_JSON;
@@ -960,23 +907,10 @@ static enum MHD_Result handle(struct gw_req *r, enum gw_anthropic_ep ep)
     } else if (p.prm.stream) {
         kind = GW_ANTHROPIC_SSE;
     }
-    struct gw_stream *s = gw_stream_new(kind);
-    int bad = !s || gw_pack_generate(s, g) || !(s->ch = calloc(1, sizeof *s->ch));
+    struct gw_stream *s = gw_core_stream(r, &gw_proto_anthropic, kind, g, 1, "msg_", 24, "message", &ret);
     if (s) s->an_thinking_omitted = p.thinking_omitted;
     gw_anthropic_parsed_deinit(&p);
-    if (bad) {
-        gw_stream_free(s);
-        return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
-    }
-    s->n_choices = 1;
-    snprintf(s->id, sizeof s->id, "msg_");
-    if (gw_random_alnum(s->id + 4, 24)) {
-        gw_log(3, "anthropic: no randomness for a message id (getrandom: %s): request refused", strerror(errno));
-        gw_stream_free(s);
-        return gw_queue_error(r, 503, "server_error", "no_randomness",
-                              "the server cannot make a message id right now: try again shortly");
-    }
-    return gw_req_send(r, s);
+    return s ? gw_req_send(r, s) : ret;
 }
 
 enum MHD_Result gw_anthropic_messages(struct gw_req *r)
@@ -1176,3 +1110,6 @@ enum MHD_Result gw_anthropic_finish(struct gw_req *r, struct gw_stream *s)
     if (!body) return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
     return gw_queue_json(r, 200, body);
 }
+
+const struct gw_proto gw_proto_anthropic = { "anthropic", gw_anthropic_event, gw_anthropic_error, gw_anthropic_finish,
+                                             NULL };

@@ -26,8 +26,7 @@ struct gw_anthropic_parsed {
     Smollm3__ChatMessage *msgs; /* the conversation as chat messages */
     size_t n_msgs, cap_msgs;
     Smollm3__ChatMessage **msgp;
-    char **strs;                /* owned strings */
-    size_t n_strs;
+    struct gw_owned strs;       /* owned strings */
     json_t *root;
     json_t *tool_names;         /* tool_use id -> name (tool_result's name) */
     int thinking_omitted;       /* thinking.display "omitted": blocks without their text */

@@ -104,23 +104,7 @@ enum MHD_Result gw_completions(struct gw_req *r)
         ret = gw_params_error(r, &p, why);
         goto out;
     }
-    if (!G.daemon_connected || !G.daemon_ready) {
-        ret = gw_queue_error(r, 503, "server_error", "daemon_unavailable", "the inference daemon is not %s",
-                             G.daemon_connected ? "ready" : "connected");
-        goto out;
-    }
-    if (G.n_inflight >= G.cfg.max_inflight) {
-        ret = gw_queue_error(r, 429, "rate_limit_error", "too_many_requests",
-                             "too many requests in flight (limit %u)", G.cfg.max_inflight);
-        goto out;
-    }
-    struct gw_stream *s = gw_stream_new(p.stream ? GW_OPENAI_SSE : GW_OPENAI_JSON);
-    if (!s || gw_pack_generate(s, &p.gen)) {
-        gw_stream_free(s);
-        ret = gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
-        goto out;
-    }
-    ret = gw_openai_start(r, s, GW_API_COMPLETIONS, &p);
+    ret = gw_openai_start(r, GW_API_COMPLETIONS, &p);
 out:
     gw_params_deinit(&p);
     free(ids);

@@ -14,7 +14,7 @@
  * until the daemon (reconnected by ZeroMQ on its own) answers ready again.
  * Stats are polled every 2 s for /metrics.
  */
-#include "gateway/gateway.h"
+#include "gateway/core.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +30,7 @@ struct gw_stream *gw_stream_new(enum gw_kind kind)
     s->kind = kind;
     s->key = GW_AUTH_NONE;
     s->n_choices = 1;
+    if (kind == GW_UI) s->proto = &gw_proto_ui;
     s->rid = smol_client_next_id(G.cli);
     s->born = s->last_write = smol_mono_s();
     s->next = G.streams;
@@ -43,7 +44,7 @@ void gw_stream_free(struct gw_stream *s)
     if (!s) return;
     if (s->sent && !s->terminal && G.n_inflight) G.n_inflight--;
     if (s->req) s->req->stream = NULL;
-    if (s->rs) gw_responses_stream_free(s);
+    if (s->proto && s->proto->free) s->proto->free(s);
     if (s->prev) s->prev->next = s->next;
     else G.streams = s->next;
     if (s->next) s->next->prev = s->prev;
@@ -102,10 +103,7 @@ void gw_stream_fail(struct gw_stream *s, const struct gw_error *e)
         gw_req_resume(r);
         return;
     }
-    if (s->kind == GW_UI) gw_ui_error(s, e->msg);
-    else if (gw_kind_anthropic(s->kind)) gw_anthropic_error(s, e);
-    else if (s->api == GW_API_RESPONSES) gw_responses_error(s, e);
-    else gw_openai_error(s, e);
+    gw_core_error(s, e);
     gw_stream_push(s);
 }
 
@@ -268,10 +266,7 @@ static void on_event(Smollm3__Event *ev)
         if (++s->n_done >= s->n_choices) mark_terminal(s);
     }
     const unsigned oom = gw_oom_count;
-    if (s->kind == GW_UI) gw_ui_event(s, ev);
-    else if (gw_kind_anthropic(s->kind)) gw_anthropic_event(s, ev);
-    else if (s->api == GW_API_RESPONSES) gw_responses_event(s, ev);
-    else gw_openai_event(s, ev);
+    gw_core_event(s, ev);       /* the stream's protocol encoder */
     if (gw_oom_count != oom) lost(s);   /* then answered as any failed stream: resumed below */
     struct gw_req *r = s->req;
     if (r && r->waiting) {

@@ -6,9 +6,10 @@
  * (main.c).  An HTTP request that generates text owns a struct gw_stream:
  * the daemon request id, the pending output bytes of the response and the
  * accumulators of a non-streaming answer.  Daemon events are routed to
- * their stream by request id (daemon.c); the stream formats them for its
- * flavour (openai.c: OpenAI SSE or JSON; ui.c: the web UI's named SSE
- * events) and resumes the suspended HTTP connection (http.c).
+ * their stream by request id (daemon.c); the stream's protocol encoder
+ * (gw_stream.proto, core.h: openai.c, responses.c, anthropic.c, ui.c)
+ * formats them and the suspended HTTP connection is resumed (http.c).
+ * core.h is the protocol-independent part every generating endpoint shares.
  *
  * Lifetimes: a gw_req lives as long as one HTTP request (MHD req_cls); a
  * gw_stream lives from its creation until its terminal event has been
@@ -65,6 +66,7 @@ static inline int gw_ep_anthropic(enum gw_endpoint ep)
 #define GW_API_RESPONSES 4      /* gw_stream.api of a /v1/responses stream (beside params.h's) */
 
 struct gw_resp_state;
+struct gw_proto;                /* a protocol's encoder (core.h) */
 
 struct gw_conn;
 struct gw_req;
@@ -124,6 +126,7 @@ struct gw_stream {
     char *an_stop;              /* the stop sequence that ended it (malloc'd), or NULL */
     int key;                    /* API key of the request that made it (index), or < 0 */
     struct gw_resp_state *rs;   /* /v1/responses: its items and store entry (responses.c) */
+    const struct gw_proto *proto;   /* what its events become (core.h) */
 };
 
 /* One HTTP request (MHD's req_cls). */
@@ -235,8 +238,7 @@ struct gw_openai_parsed {
     Smollm3__ChatInput chat;
     Smollm3__ChatMessage *msgs;
     Smollm3__ChatMessage **msgp;
-    char **strs;                /* owned strings (JSON dumps, joined parts) */
-    size_t n_strs;
+    struct gw_owned strs;       /* owned strings (JSON dumps, joined parts) */
     json_t *root;
 };
 /* Parses body[0..len) (POST /v1/chat/completions): 0, or -1 with the
@@ -274,10 +276,12 @@ void gw_ui_parsed_deinit(struct gw_ui_parsed *p);
 enum MHD_Result gw_openai_chat(struct gw_req *r);
 enum MHD_Result gw_openai_models(struct gw_req *r);
 struct gw_params;
-enum MHD_Result gw_openai_start(struct gw_req *r, struct gw_stream *s, int api, const struct gw_params *prm);
+/* Admits and sends prm's request as a new chat / completions stream (core.h). */
+enum MHD_Result gw_openai_start(struct gw_req *r, int api, const struct gw_params *prm);
 void gw_openai_event(struct gw_stream *s, const Smollm3__Event *ev);
 void gw_openai_error(struct gw_stream *s, const struct gw_error *e);
 enum MHD_Result gw_openai_finish_json(struct gw_req *r, struct gw_stream *s);
+/* core.c: g packed with s's request id into s->packed; 0 or -1 (out of memory) */
 int gw_pack_generate(struct gw_stream *s, Smollm3__GenerateRequest *g);
 
 /* completions.c */

@@ -16,7 +16,7 @@
  * in our epoll set for EPOLLRDHUP (gw_conn_rdhup): the daemon request is
  * cancelled at once and the connection resumed so MHD closes it.
  */
-#include "gateway/gateway.h"
+#include "gateway/core.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -263,10 +263,8 @@ enum MHD_Result gw_req_answer(struct gw_req *r)
         gw_stream_free(s);
         return gw_queue_gw_error(r, &e);
     }
-    if (s->kind == GW_OPENAI_JSON)
-        return s->api == GW_API_RESPONSES ? gw_responses_finish_json(r, s) : gw_openai_finish_json(r, s);
-    if (s->kind == GW_ANTHROPIC_JSON || s->kind == GW_ANTHROPIC_COUNT) return gw_anthropic_finish(r, s);
     if (s->kind == GW_QUERY) return gw_query_finish(r, s);
+    if (!gw_kind_sse(s->kind) && s->proto && s->proto->finish) return s->proto->finish(r, s);
     return gw_queue_sse(r, s);
 }
 

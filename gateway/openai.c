@@ -9,34 +9,23 @@
  * history each turn, so a session_id maps to a daemon session with
  * append_to_session = false (the daemon reuses its KV for the common prefix).
  */
-#include "gateway/gateway.h"
+#include "gateway/core.h"
 #include "gateway/params.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* ---- request parsing ---------------------------------------------------- */
 
 static char *own(struct gw_openai_parsed *p, char *s)
 {
-    if (!s) return NULL;
-    char **n = realloc(p->strs, (p->n_strs + 1) * sizeof *n);
-    if (!n) {
-        free(s);
-        return NULL;
-    }
-    p->strs = n;
-    p->strs[p->n_strs++] = s;
-    return s;
+    return gw_own(&p->strs, s);
 }
 
 void gw_openai_parsed_deinit(struct gw_openai_parsed *p)
 {
-    for (size_t i = 0; i < p->n_strs; i++) free(p->strs[i]);
-    free(p->strs);
+    gw_owned_free(&p->strs);
     free(p->msgs);
     free(p->msgp);
     gw_params_deinit(&p->prm);
@@ -59,6 +48,15 @@ void gw_openai_parsed_deinit(struct gw_openai_parsed *p)
         char m_[SMOL_ERRLEN];                                                 \
         enum smol_err e_ = (call);                                            \
         if (e_) FAILC(e_, key, "%s", m_);                                     \
+    } while (0)
+
+/* A refusal the core already set in p->prm.err: its message also goes to why. */
+#define CORE(call)                                                            \
+    do {                                                                      \
+        if (call) {                                                           \
+            snprintf(why, wn, "%s", p->prm.err.msg);                          \
+            return -1;                                                        \
+        }                                                                     \
     } while (0)
 
 /* Message content: a string, null, or an array of {type:"text", text}. */
@@ -172,21 +170,12 @@ static int parse_tools(struct gw_openai_parsed *p, json_t *root, char *why, size
             forced = name;
         } else FAIL("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or an object");
     }
-    if (forced && !(tools && json_is_array(tools) && json_array_size(tools)))
-        FAIL("tool_choice", "'tool_choice' \"%.64s\" needs a non-empty 'tools' list", forced);
+    CORE(gw_core_forced_needs_tools(forced, json_is_array(tools) ? json_array_size(tools) : 0, &p->prm.err));
     if (forced && !(p->prm.gen.tool_choice = own(p, strdup(forced)))) FAILC(SMOL_ENOMEM, "tool_choice", "out of memory");
-    json_t *ptc = json_object_get(root, "parallel_tool_calls");
-    if (ptc && !json_is_null(ptc)) {
-        if (!json_is_boolean(ptc)) FAIL("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
-        if (json_is_false(ptc))
-            FAILC(SMOL_EUNSUPPORTED, "parallel_tool_calls", "'parallel_tool_calls': false is not supported (the model may call "
-                 "several tools in one answer)");
-    }
+    CORE(gw_core_parallel_tool_calls(root, &p->prm.err));
     /* the tools the daemon gets (none: not rendered, not sent) obey its limit */
     if (json_is_array(tools) && !none) RULE("tools", smol_rule_tools(json_array_size(tools), m_));
-    if (tools && json_is_array(tools) && json_array_size(tools) && !none &&
-        !(p->chat.tools_json = own(p, json_dumps(tools, JSON_COMPACT))))
-        FAILC(SMOL_ENOMEM, "tools", "out of memory");
+    if (gw_core_tools(&p->prm.gen, &p->chat, &p->strs, tools, NULL, none)) FAILC(SMOL_ENOMEM, "tools", "out of memory");
     return 0;
 }
 
@@ -212,27 +201,18 @@ static int parse_thinking(struct gw_openai_parsed *p, json_t *root, char *why, s
             on = json_is_true(v);
         }
     }
-    x = json_object_get(root, "reasoning_effort");
-    if (x && !json_is_null(x)) {
-        const char *v = json_string_value(x);
-        static const char *const levels[] = { "none", "minimal", "low", "medium", "high", "xhigh", "max" };
-        int lvl = -1;
-        for (int i = 0; v && i < 7; i++)
-            if (!strcmp(v, levels[i])) lvl = i;
-        if (lvl < 0)
-            FAIL("reasoning_effort", "'reasoning_effort' must be one of none, minimal, low, medium, high, xhigh, max");
-        int want = lvl >= 2;
+    x = gw_get(root, "reasoning_effort");
+    unsigned budget = 0;
+    if (x) {
+        int want;
+        CORE(gw_core_effort(x, "reasoning_effort", "reasoning_effort", 1, &want, &budget, &p->prm.err));
         if (has && want != on)
             FAIL("reasoning_effort", "'reasoning_effort' \"%s\" contradicts chat_template_kwargs.enable_thinking: %s",
-                 v, on ? "true" : "false");
+                 json_string_value(x), on ? "true" : "false");
         has = 1;
         on = want;
-        g->thinking_budget = gw_effort_budget(v);
     }
-    if (has) {
-        g->enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;
-        g->enable_thinking = on;
-    }
+    if (has) gw_core_thinking(g, on, budget);
     return 0;
 }
 
@@ -275,26 +255,6 @@ static int parse_request(struct gw_openai_parsed *p, json_t *root, char *why, si
 
 #undef FAIL
 
-/* Packs the request with the stream's id into s->packed. */
-static int pack_into(struct gw_stream *s, Smollm3__GenerateRequest *g)
-{
-    Smollm3__Request req = SMOLLM3__REQUEST__INIT;
-    req.protocol_version = SMOLLM3__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
-    req.request_id = s->rid;
-    req.kind_case = SMOLLM3__REQUEST__KIND_GENERATE;
-    req.generate = g;
-    s->packed_len = smollm3__request__get_packed_size(&req);
-    s->packed = malloc(s->packed_len ? s->packed_len : 1);
-    if (!s->packed) return -1;
-    smollm3__request__pack(&req, s->packed);
-    return 0;
-}
-
-int gw_pack_generate(struct gw_stream *s, Smollm3__GenerateRequest *g)
-{
-    return pack_into(s, g);
-}
-
 /* ---- the endpoint ------------------------------------------------------- */
 
 int gw_openai_parse(struct gw_openai_parsed *p, const char *body, size_t len, char *why, size_t wn)
@@ -319,47 +279,24 @@ enum MHD_Result gw_openai_chat(struct gw_req *r)
         gw_openai_parsed_deinit(&p);
         return ret;
     }
-    if (!G.daemon_connected || !G.daemon_ready) {
-        gw_openai_parsed_deinit(&p);
-        return gw_queue_error(r, 503, "server_error", "daemon_unavailable",
-                              "the inference daemon is not %s",
-                              G.daemon_connected ? "ready" : "connected");
-    }
-    if (G.n_inflight >= G.cfg.max_inflight) {
-        gw_openai_parsed_deinit(&p);
-        return gw_queue_error(r, 429, "rate_limit_error", "too_many_requests",
-                              "too many requests in flight (limit %u)", G.cfg.max_inflight);
-    }
-    struct gw_stream *s = gw_stream_new(p.prm.stream ? GW_OPENAI_SSE : GW_OPENAI_JSON);
-    int bad = !s || pack_into(s, &p.prm.gen);
+    enum MHD_Result ret = gw_openai_start(r, GW_API_CHAT, &p.prm);
     gw_openai_parsed_deinit(&p);
-    if (bad) {
-        gw_stream_free(s);
-        return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
-    }
-    return gw_openai_start(r, s, GW_API_CHAT, &p.prm);
+    return ret;
 }
 
-/* Sends the packed request of a new OpenAI stream and waits for the daemon. */
-enum MHD_Result gw_openai_start(struct gw_req *r, struct gw_stream *s, int api, const struct gw_params *prm)
+/* Sends prm's request (its storage may go after) as a new OpenAI stream of
+ * api (chat or completions) and waits for the daemon. */
+enum MHD_Result gw_openai_start(struct gw_req *r, int api, const struct gw_params *prm)
 {
+    enum MHD_Result ret;
+    if (!gw_core_admit(r, &ret)) return ret;
+    struct gw_stream *s = gw_core_stream(r, &gw_proto_openai, prm->stream ? GW_OPENAI_SSE : GW_OPENAI_JSON,
+                                         (Smollm3__GenerateRequest *)&prm->gen, prm->gen.n > 1 ? (int)prm->gen.n : 1,
+                                         api == GW_API_CHAT ? "chatcmpl-" : "cmpl-", 24, "completion", &ret);
+    if (!s) return ret;
     s->api = api;
     s->include_usage = prm->include_usage;
     s->logprobs = prm->logprobs;
-    s->n_choices = prm->gen.n > 1 ? (int)prm->gen.n : 1;
-    if (!(s->ch = calloc((size_t)s->n_choices, sizeof *s->ch))) {
-        gw_stream_free(s);
-        return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
-    }
-    const char *prefix = api == GW_API_CHAT ? "chatcmpl-" : "cmpl-";
-    snprintf(s->id, sizeof s->id, "%s", prefix);
-    if (gw_random_alnum(s->id + strlen(prefix), 24)) {
-        gw_log(3, "openai: no randomness for a completion id (getrandom: %s): request refused", strerror(errno));
-        gw_stream_free(s);
-        return gw_queue_error(r, 503, "server_error", "no_randomness",
-                              "the server cannot make a completion id right now: try again shortly");
-    }
-    s->created = (long long)time(NULL);
     return gw_req_send(r, s);
 }
 
@@ -617,3 +554,5 @@ enum MHD_Result gw_openai_finish_json(struct gw_req *r, struct gw_stream *s)
     gw_stream_free(s);
     return gw_queue_json(r, 200, body);
 }
+
+const struct gw_proto gw_proto_openai = { "openai", gw_openai_event, gw_openai_error, gw_openai_finish_json, NULL };

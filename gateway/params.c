@@ -5,7 +5,7 @@
  * (logit_bias ids against the vocabulary) comes back as its 400.
  */
 #include "gateway/params.h"
-#include "gateway/gateway.h"
+#include "gateway/core.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -149,12 +149,15 @@ int gw_error_json(struct gw_error *e, const json_error_t *je)
         if (e_) FAILC(p, e_, key, "%s", m_);                                  \
     } while (0)
 
-/* A present, non-null member (else NULL). */
-static json_t *get(json_t *root, const char *key)
-{
-    json_t *x = json_object_get(root, key);
-    return x && !json_is_null(x) ? x : NULL;
-}
+#define get gw_get
+/* A refusal of the core's (core.h), already in p->err: its message to why. */
+#define CORE(p, call)                                                         \
+    do {                                                                      \
+        if (call) {                                                           \
+            snprintf(why, wn, "%s", (p)->err.msg);                            \
+            return -1;                                                        \
+        }                                                                     \
+    } while (0)
 
 /* A number within the rule's range (rules.h). */
 static int number(struct gw_params *p, json_t *root, const char *key, enum smol_rule_num rule, int *has,
@@ -308,12 +311,9 @@ int gw_params_parse(struct gw_params *p, json_t *root, enum gw_api api, int igno
     if (!json_is_object(root)) FAIL(p, "", "the request body must be a JSON object");
     if (check_fields(p, root, api, ignore_unknown, why, wn)) return -1;
 
-    json_t *x = get(root, "model");
-    if (x && !json_is_string(x)) FAIL(p, "model", "'model' must be a string");
-    x = get(root, "stream");
-    if (x && !json_is_boolean(x)) FAIL(p, "stream", "'stream' must be a boolean");
-    p->stream = json_is_true(x);
-    x = get(root, "stream_options");
+    CORE(p, gw_core_model(root, &p->err));
+    CORE(p, gw_core_stream_flag(root, &p->stream, &p->err));
+    json_t *x = get(root, "stream_options");
     if (x) {
         const char *k;
         json_t *v;
@@ -399,10 +399,7 @@ int gw_params_parse(struct gw_params *p, json_t *root, enum gw_api api, int igno
         p->prediction = t;
         if (*t) p->gen.prediction = t;
     }
-    x = get(root, "service_tier");
-    if (x && (!json_is_string(x) ||
-              (strcmp(json_string_value(x), "auto") && strcmp(json_string_value(x), "default"))))
-        FAIL(p, "service_tier", "'service_tier' must be \"auto\" or \"default\" (there is one tier)");
+    CORE(p, gw_core_service_tier(root, "default", &p->err));
     if (parse_stop(p, root, why, wn) || parse_logit_bias(p, root, why, wn) ||
         parse_logprobs(p, root, api, why, wn))
         return -1;

@@ -36,11 +36,10 @@
  * error + response.failed on a failure).  Without stream the same items are
  * collected into one Response object.
  */
-#include "gateway/gateway.h"
+#include "gateway/core.h"
 
 #include <ctype.h>
 #include <stdio.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -185,8 +184,7 @@ static void store_add(struct gw_resp *e)
 
 /* Everything the GenerateRequest points into. */
 struct parsed {
-    Smollm3__GenerateRequest gen;
-    Smollm3__SamplingParams sampling;
+    struct gw_params prm;               /* gen, sampling; prm.err: a core rule's refusal */
     Smollm3__ChatInput chat;
     Smollm3__ChatMessage *msgs;
     Smollm3__ChatMessage **msgp;
@@ -196,8 +194,7 @@ struct parsed {
     json_t *echo;                       /* echoed fields (owned) */
     json_t *all;                        /* the messages sent: instructions + history + input (owned) */
     json_t *dumps;                      /* tool_calls_json strings (owned) */
-    char *strs[8];                      /* owned strings */
-    int n_strs;
+    struct gw_owned strs;               /* owned strings */
     int stream, store;
     struct gw_resp *prev;
     char param[64];
@@ -210,26 +207,20 @@ struct parsed {
         return -1;                                                            \
     } while (0)
 
-static json_t *get(json_t *o, const char *k)
-{
-    json_t *x = json_object_get(o, k);
-    return x && !json_is_null(x) ? x : NULL;
-}
+/* A refusal of the core's (core.h) in p->prm.err: its field and message. */
+#define CORE(call)                                                            \
+    do {                                                                      \
+        if (call) FAIL(p->prm.err.param, "%s", p->prm.err.msg);               \
+    } while (0)
 
-static char *own(struct parsed *p, char *s)
-{
-    if (!s || p->n_strs >= (int)(sizeof p->strs / sizeof *p->strs)) {
-        free(s);
-        return NULL;
-    }
-    return p->strs[p->n_strs++] = s;
-}
+#define get gw_get
 
 static void parsed_deinit(struct parsed *p)
 {
     free(p->msgs);
     free(p->msgp);
-    for (int i = 0; i < p->n_strs; i++) free(p->strs[i]);
+    gw_owned_free(&p->strs);
+    gw_params_deinit(&p->prm);
     json_decref(p->messages);
     json_decref(p->tools);
     json_decref(p->echo);
@@ -395,15 +386,6 @@ static int parse_input(struct parsed *p, json_t *root, char *why, size_t wn)
     return 0;
 }
 
-static int tool_name_ok(const char *s)
-{
-    size_t n = s ? strlen(s) : 0;
-    if (n == 0 || n > 64) return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-') return 0;
-    return 1;
-}
-
 /* tools (function only) in chat's shape; tool_choice; parallel_tool_calls. */
 static int parse_tools(struct parsed *p, json_t *root, char *why, size_t wn)
 {
@@ -419,7 +401,7 @@ static int parse_tools(struct parsed *p, json_t *root, char *why, size_t wn)
             if (strcmp(type, "function"))
                 FAIL("tools", "tools[%zu]: tools of type '%.40s' are not supported (function only)", i, type);
             const char *name = json_string_value(json_object_get(t, "name"));
-            if (!tool_name_ok(name)) FAIL("tools", "tools[%zu].name must be 1-64 of [a-zA-Z0-9_-]", i);
+            if (!gw_tool_name_ok(name)) FAIL("tools", "tools[%zu].name must be 1-64 of [a-zA-Z0-9_-]", i);
             json_t *fn = json_pack("{s:s}", "name", name);
             json_t *d = get(t, "description"), *par = get(t, "parameters"), *strict = get(t, "strict");
             if (d && !json_is_string(d)) { json_decref(fn); FAIL("tools", "tools[%zu].description must be a string", i); }
@@ -443,21 +425,16 @@ static int parse_tools(struct parsed *p, json_t *root, char *why, size_t wn)
         else if (json_is_object(tc) && json_is_string(json_object_get(tc, "type")) &&
                  !strcmp(json_string_value(json_object_get(tc, "type")), "function")) {
             forced = json_string_value(json_object_get(tc, "name"));
-            if (!tool_name_ok(forced)) FAIL("tool_choice", "'tool_choice.name' must be 1-64 of [a-zA-Z0-9_-]");
+            if (!gw_tool_name_ok(forced)) FAIL("tool_choice", "'tool_choice.name' must be 1-64 of [a-zA-Z0-9_-]");
         } else {
             FAIL("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
                  "\"name\": ...} (hosted and allowed_tools choices are not supported)");
         }
-        if (forced && !n) FAIL("tool_choice", "'tool_choice' \"%.64s\" needs a non-empty 'tools' list", forced);
+        CORE(gw_core_forced_needs_tools(forced, n, &p->prm.err));
         json_object_set(p->echo, "tool_choice", tc);
     }
-    if (forced && !(p->gen.tool_choice = own(p, strdup(forced)))) FAIL("", "out of memory");
-    json_t *ptc = get(root, "parallel_tool_calls");
-    if (ptc && !json_is_boolean(ptc)) FAIL("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
-    if (ptc && json_is_false(ptc))
-        FAIL("parallel_tool_calls", "'parallel_tool_calls': false is not supported (the model may call several "
-             "tools in one answer)");
-    if (n && !none && !(p->chat.tools_json = own(p, json_dumps(p->tools, JSON_COMPACT)))) FAIL("", "out of memory");
+    CORE(gw_core_parallel_tool_calls(root, &p->prm.err));
+    if (gw_core_tools(&p->prm.gen, &p->chat, &p->strs, p->tools, forced, none)) FAIL("", "out of memory");
     return 0;
 }
 
@@ -483,8 +460,7 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
             const char *t = json_string_value(json_object_get(f, "type"));
             if (!json_is_object(f) || !t) FAIL("text.format", "'text.format' must be an object with a 'type'");
             if (!strcmp(t, "json_object")) {
-                p->gen.constraint_case = SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_OBJECT;
-                p->gen.json_object = 1;
+                gw_core_json_object(&p->prm.gen);
             } else if (!strcmp(t, "json_schema")) {
                 json_t *sch = json_object_get(f, "schema"), *strict = json_object_get(f, "strict");
                 if (!json_is_string(json_object_get(f, "name")))
@@ -493,10 +469,7 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
                     FAIL("text.format", "'text.format.schema' must be a JSON Schema object");
                 if (strict && !json_is_null(strict) && !json_is_boolean(strict))
                     FAIL("text.format", "'text.format.strict' must be a boolean");
-                char *s = own(p, json_dumps(sch, JSON_COMPACT | JSON_ENCODE_ANY));
-                if (!s) FAIL("", "out of memory");
-                p->gen.constraint_case = SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_SCHEMA;
-                p->gen.json_schema = s;
+                if (gw_core_json_schema(&p->prm.gen, &p->strs, sch)) FAIL("", "out of memory");
             } else if (strcmp(t, "text")) {
                 FAIL("text.format", "'text.format.type' must be \"text\", \"json_object\" or \"json_schema\", not "
                      "\"%.20s\"", t);
@@ -516,16 +489,10 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
         }
         json_t *e = get(r, "effort");
         if (e) {
-            static const char *const levels[] = { "none", "minimal", "low", "medium", "high", "xhigh" };
-            const char *v = json_string_value(e);
-            int lvl = -1;
-            for (int i = 0; v && i < 6; i++)
-                if (!strcmp(v, levels[i])) lvl = i;
-            if (lvl < 0)
-                FAIL("reasoning", "'reasoning.effort' must be one of none, minimal, low, medium, high, xhigh");
-            p->gen.enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;
-            p->gen.enable_thinking = lvl >= 2;
-            p->gen.thinking_budget = gw_effort_budget(v);   /* low 512 ... xhigh 16384 (util.h) */
+            int on;
+            unsigned budget;    /* low 512 ... xhigh 16384 (util.h) */
+            CORE(gw_core_effort(e, "reasoning.effort", "reasoning", 0, &on, &budget, &p->prm.err));
+            gw_core_thinking(&p->prm.gen, on, budget);
         }
         json_object_set(p->echo, "reasoning", r);
     }
@@ -534,12 +501,9 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
 
 static int parse_scalars(struct parsed *p, json_t *root, char *why, size_t wn)
 {
-    json_t *x = get(root, "model");
-    if (x && !json_is_string(x)) FAIL("model", "'model' must be a string");
-    x = get(root, "stream");
-    if (x && !json_is_boolean(x)) FAIL("stream", "'stream' must be a boolean");
-    p->stream = json_is_true(x);
-    x = get(root, "stream_options");
+    CORE(gw_core_model(root, &p->prm.err));
+    CORE(gw_core_stream_flag(root, &p->stream, &p->prm.err));
+    json_t *x = get(root, "stream_options");
     if (x) {
         const char *k;
         json_t *v;
@@ -563,33 +527,23 @@ static int parse_scalars(struct parsed *p, json_t *root, char *why, size_t wn)
     if (x && (!json_is_string(x) || strcmp(json_string_value(x), "disabled")))
         FAIL("truncation", "'truncation' other than \"disabled\" is not supported (a prompt over the context is "
              "refused)");
-    x = get(root, "service_tier");
-    if (x && (!json_is_string(x) || (strcmp(json_string_value(x), "auto") && strcmp(json_string_value(x), "default"))))
-        FAIL("service_tier", "'service_tier' must be \"auto\" or \"default\" (there is one tier)");
+    CORE(gw_core_service_tier(root, "default", &p->prm.err));
     x = get(root, "top_logprobs");
     if (x && (!json_is_integer(x) || json_integer_value(x) != 0))
         FAIL("top_logprobs", "'top_logprobs' is not supported on /v1/responses (use /v1/chat/completions)");
     x = get(root, "max_output_tokens");
     if (x) {
-        if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 1000000)
-            FAIL("max_output_tokens", "'max_output_tokens' must be an integer in [1, 1000000]");
-        p->gen.max_tokens = (uint32_t)json_integer_value(x);
+        CORE(gw_core_max_tokens(x, "max_output_tokens", &p->prm.gen, &p->prm.err));
         json_object_set(p->echo, "max_output_tokens", x);
     }
     x = get(root, "temperature");
     if (x) {
-        if (!json_is_number(x) || json_number_value(x) < 0 || json_number_value(x) > 2)
-            FAIL("temperature", "'temperature' must be a number in [0, 2]");
-        p->sampling.temperature_opt_case = SMOLLM3__SAMPLING_PARAMS__TEMPERATURE_OPT_TEMPERATURE;
-        p->sampling.temperature = (float)json_number_value(x);
+        CORE(gw_core_temperature(x, 2, &p->prm.sampling, &p->prm.err));
         json_object_set(p->echo, "temperature", x);
     }
     x = get(root, "top_p");
     if (x) {
-        if (!json_is_number(x) || !(json_number_value(x) > 0) || json_number_value(x) > 1)
-            FAIL("top_p", "'top_p' must be a number in (0, 1]");
-        p->sampling.top_p_opt_case = SMOLLM3__SAMPLING_PARAMS__TOP_P_OPT_TOP_P;
-        p->sampling.top_p = (float)json_number_value(x);
+        CORE(gw_core_top_p(x, &p->prm.sampling, &p->prm.err));
         json_object_set(p->echo, "top_p", x);
     }
     x = get(root, "metadata");
@@ -678,10 +632,10 @@ static int parse_request(struct parsed *p, const char *body, size_t len, char *w
 {
     json_error_t je;
     memset(p, 0, sizeof *p);
-    smollm3__generate_request__init(&p->gen);
-    smollm3__sampling_params__init(&p->sampling);
+    smollm3__generate_request__init(&p->prm.gen);
+    smollm3__sampling_params__init(&p->prm.sampling);
     smollm3__chat_input__init(&p->chat);
-    p->gen.sampling = &p->sampling;
+    p->prm.gen.sampling = &p->prm.sampling;
     p->messages = json_array();
     p->tools = json_array();
     p->echo = json_object();
@@ -706,8 +660,8 @@ static int parse_request(struct parsed *p, const char *body, size_t len, char *w
     if (parse_input(p, p->root, why, wn) || parse_tools(p, p->root, why, wn) ||
         parse_text_reasoning(p, p->root, why, wn) || to_chat(p, why, wn))
         return -1;
-    p->gen.input_case = SMOLLM3__GENERATE_REQUEST__INPUT_CHAT;
-    p->gen.chat = &p->chat;
+    p->prm.gen.input_case = SMOLLM3__GENERATE_REQUEST__INPUT_CHAT;
+    p->prm.gen.chat = &p->chat;
     return 0;
 }
 
@@ -719,7 +673,7 @@ int gw_responses_parse(const char *body, size_t len, void (*check)(Smollm3__Gene
     struct parsed p;
     int rc = parse_request(&p, body, len, why, wn);
     snprintf(param, pn, "%s", p.param);
-    if (!rc && check) check(&p.gen);
+    if (!rc && check) check(&p.prm.gen);
     parsed_deinit(&p);
     return rc;
 }
@@ -1001,41 +955,29 @@ enum MHD_Result gw_responses_create(struct gw_req *r)
     char why[320];
     enum MHD_Result ret;
     if (parse_request(&p, r->body.p ? r->body.p : "", r->body.len, why, sizeof why)) {
-        ret = !strcmp(p.param, "\x01json")
-                  ? gw_queue_error(r, 400, "invalid_request_error", "invalid_json", "%s", why)
-                  : gw_queue_error_param(r, 400, "invalid_request_error", "invalid_value", p.param, "%s", why);
+        ret = gw_core_refuse(r, !strcmp(p.param, "\x01json"), p.param, why);
         parsed_deinit(&p);
         return ret;
     }
-    if (!G.daemon_connected || !G.daemon_ready) {
+    if (!gw_core_admit(r, &ret)) {
         parsed_deinit(&p);
-        return gw_queue_error(r, 503, "server_error", "daemon_unavailable", "the inference daemon is not %s",
-                              G.daemon_connected ? "ready" : "connected");
+        return ret;
     }
-    if (G.n_inflight >= G.cfg.max_inflight) {
+    /* a follow-up runs on its conversation's daemon session (below) */
+    if (p.prev) p.prm.gen.session_id = p.prev->session;
+    struct gw_stream *s = gw_core_stream(r, &gw_proto_responses, p.stream ? GW_OPENAI_SSE : GW_OPENAI_JSON,
+                                         &p.prm.gen, 1, "resp_", 32, "response", &ret);
+    if (!s) {
         parsed_deinit(&p);
-        return gw_queue_error(r, 429, "rate_limit_error", "too_many_requests",
-                              "too many requests in flight (limit %u)", G.cfg.max_inflight);
+        return ret;
     }
-    struct gw_stream *s = gw_stream_new(p.stream ? GW_OPENAI_SSE : GW_OPENAI_JSON);
-    struct gw_resp_state *rs = s ? calloc(1, sizeof *rs) : NULL;
-    if (s) s->rs = rs;
-    if (!rs || !(s->ch = calloc(1, sizeof *s->ch))) {
+    struct gw_resp_state *rs = s->rs = calloc(1, sizeof *rs);
+    if (!rs) {
         gw_stream_free(s);
         parsed_deinit(&p);
         return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
     }
     s->api = GW_API_RESPONSES;
-    s->n_choices = 1;
-    s->created = (long long)time(NULL);
-    memcpy(s->id, "resp_", 5);
-    if (gw_random_alnum(s->id + 5, 32)) {
-        gw_log(3, "responses: no randomness for a response id (getrandom: %s): request refused", strerror(errno));
-        gw_stream_free(s);
-        parsed_deinit(&p);
-        return gw_queue_error(r, 503, "server_error", "no_randomness",
-                              "the server cannot make a response id right now: try again shortly");
-    }
     rs->store = p.store;
     rs->echo = json_incref(p.echo);
     rs->output = json_array();
@@ -1047,7 +989,6 @@ enum MHD_Result gw_responses_create(struct gw_req *r)
      * prefix and persists, on disk too with kv_spill_dir) */
     if (p.prev) snprintf(rs->session, sizeof rs->session, "%s", p.prev->session);
     else snprintf(rs->session, sizeof rs->session, "resp-%s", s->id + 5);
-    if (p.prev) p.gen.session_id = rs->session;
     if (p.store && G.cfg.responses_store) {
         struct gw_resp *e = calloc(1, sizeof *e);
         if (!e) {
@@ -1063,12 +1004,7 @@ enum MHD_Result gw_responses_create(struct gw_req *r)
         store_add(e);
         rs->stored = e;
     }
-    int bad = gw_pack_generate(s, &p.gen);
     parsed_deinit(&p);
-    if (bad) {
-        gw_stream_free(s);
-        return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
-    }
     return gw_req_send(r, s);
 }
 
@@ -1132,3 +1068,6 @@ void gw_responses_store_clear(void)
 {
     while (S.head) store_remove(S.head);
 }
+
+const struct gw_proto gw_proto_responses = { "responses", gw_responses_event, gw_responses_error,
+                                             gw_responses_finish_json, gw_responses_stream_free };

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway/gateway.h"
+#include "gateway/core.h"
 
 /* A refusal naming its field (response_format / grammar): SMOL_EINVAL. */
 #define FAIL(key, ...) return gw_error_set(e, SMOL_EINVAL, key, __VA_ARGS__)
@@ -33,8 +33,7 @@ int gw_structured_parse(Smollm3__GenerateRequest *g, json_t *root, char **owned,
         if (!json_is_object(rf) || !t)
             FAIL("response_format", "'response_format' must be an object with a 'type'");
         if (!strcmp(t, "json_object")) {
-            g->constraint_case = SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_OBJECT;
-            g->json_object = 1;
+            gw_core_json_object(g);
             have_rf = 1;
         } else if (!strcmp(t, "json_schema")) {
             json_t *js = json_object_get(rf, "json_schema");

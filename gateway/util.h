@@ -36,6 +36,16 @@ size_t gw_buf_pending(const struct gw_buf *b);
 void gw_buf_reset(struct gw_buf *b);
 void gw_buf_deinit(struct gw_buf *b);
 
+/* Strings a parsed request owns (JSON dumps, joined text): freed together
+ * (core.c). */
+struct gw_owned {
+    char **v;
+    size_t n;
+};
+/* Takes s (malloc'd): s, or NULL (s freed) when s is NULL or out of memory. */
+char *gw_own(struct gw_owned *o, char *s);
+void gw_owned_free(struct gw_owned *o);
+
 /* Appends b[0, n) as UTF-8, each byte of an invalid sequence as U+FFFD. */
 int gw_utf8_lossy(struct gw_buf *out, const unsigned char *b, size_t n);
 

@@ -28,13 +28,9 @@ langchain-anthropic.
 Reuses the process helpers of test_gateway.py.  Prints "ok NAME" /
 "FAIL NAME: why" and "N passed, N failed" last.
 """
-import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_gateway as tg  # noqa: E402
@@ -69,9 +65,7 @@ def user(text):
     return [{"role": "user", "content": text}]
 
 
-def post(gw, path, body, headers=None):
-    st, h, b = gw.request("POST", path, body, headers=headers)
-    return st, json.loads(b) if b else None
+post = tg.post_json
 
 
 def as_openai_tool(t):
@@ -626,16 +620,8 @@ def t_fake_ping(gw, fd):
 # ---- main -------------------------------------------------------------------------------
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--pb2-dir", default=None)
-    ap.add_argument("filter", nargs="*")
-    tg.ARGS = ap.parse_args()
-    tg.ARGS.build = os.path.abspath(tg.ARGS.build)
-    want = lambda n: not tg.ARGS.filter or any(f in n for f in tg.ARGS.filter)  # noqa: E731
-    tmp = tempfile.mkdtemp(prefix="smollm3-anthropic-test-")
-    d = gw = None
-    try:
+    want = tg.suite_args()
+    with tg.Suite("smollm3-anthropic-test-") as st:
         real = [(n, f) for n, f in (("an_field_walk", t_field_walk), ("an_create_and_stream", t_create_and_stream),
                                     ("an_count_tokens", t_count_tokens), ("an_sampling", t_sampling),
                                     ("an_stop_sequences", t_stop_sequences), ("an_tool_use", t_tool_use),
@@ -643,16 +629,16 @@ def main():
         procs = [(n, f) for n, f in (("an_ignore_unknown", t_ignore_unknown), ("an_api_keys", t_api_keys))
                  if want(n)]
         if real or procs:
-            d = tg.Daemon(os.path.join(tmp, "d.sock"))
-            gw = tg.Gateway(d.endpoint, tmp)
+            st.d = tg.Daemon(os.path.join(st.tmp, "d.sock"))
+            st.gw = tg.Gateway(st.d.endpoint, st.tmp)
             for name, fn in real:
-                run_test(name, fn, gw, d)
+                run_test(name, fn, st.gw, st.d)
             for name, fn in procs:
-                run_test(name, fn, d, tmp)
-            gw.stop()
-            gw = None
-            d.stop()
-            d = None
+                run_test(name, fn, st.d, st.tmp)
+            st.gw.stop()
+            st.gw = None
+            st.d.stop()
+            st.d = None
         fake = [(n, f) for n, f in (("an_fake_thinking", t_fake_thinking), ("an_fake_tools", t_fake_tools),
                                     ("an_fake_errors", t_fake_errors), ("an_fake_ping", t_fake_ping),
                                     ("an_langchain_tools", t_langchain_tools)) if want(n)]
@@ -667,27 +653,14 @@ def main():
                     print("FAIL %s: cannot run: %s" % (n, e), flush=True)
                 pb2 = None
             if pb2:
-                fd = tg.FakeDaemon(os.path.join(tmp, "fake.sock"), pb2)
-                gw = tg.Gateway(fd.endpoint, tmp, ["--ping-interval", "1"])
+                fd = tg.FakeDaemon(os.path.join(st.tmp, "fake.sock"), pb2)
+                st.gw = tg.Gateway(fd.endpoint, st.tmp, ["--ping-interval", "1"])
                 for n, f in fake:
-                    run_test(n, f, gw, fd)
-                gw.stop()
-                gw = None
+                    run_test(n, f, st.gw, fd)
+                st.gw.stop()
+                st.gw = None
                 fd.close()
-    except Exception as e:  # noqa: BLE001
-        RESULTS["fail"] += 1
-        print("FAIL setup: %s" % e, flush=True)
-        traceback.print_exc()
-    finally:
-        if gw:
-            if RESULTS["fail"]:
-                print("--- gateway log ---\n" + gw.log_tail(), flush=True)
-            gw.stop()
-        if d:
-            d.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-    print("%d passed, %d failed" % (RESULTS["pass"], RESULTS["fail"]), flush=True)
-    return 1 if RESULTS["fail"] else 0
+    return st.result()
 
 
 if __name__ == "__main__":

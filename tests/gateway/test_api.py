@@ -21,7 +21,6 @@
 Reuses the process helpers of test_gateway.py.  Prints "ok NAME" /
 "FAIL NAME: why" / "SKIPPED NAME: why" and "N passed, N failed" last.
 """
-import argparse
 import array
 import json
 import math
@@ -30,12 +29,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import traceback
-import typing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_gateway as tg  # noqa: E402
-from test_gateway import Skip, check, run_test, RESULTS  # noqa: E402
+from test_gateway import Skip, check, run_test  # noqa: E402
 
 MODEL = tg.MODEL
 TOL = 1e-4          # logprobs vs log-softmax of `smollm3 logits` (the issue's goal)
@@ -48,19 +45,14 @@ def smollm3(*args, stdin=None):
     return r.stdout
 
 
-def client(gw, **kw):
-    import openai
-    return openai.OpenAI(base_url=gw.url("/v1"), api_key=kw.pop("api_key", "none"), max_retries=0,
-                         timeout=60, **kw)
+client = tg.openai_client
 
 
 def msgs(text="Hello!"):
     return [{"role": "user", "content": text}]
 
 
-def post(gw, path, body, headers=None):
-    st, h, b = gw.request("POST", path, body, headers=headers)
-    return st, json.loads(b) if b else None
+post = tg.post_json
 
 
 # ---- the field table ---------------------------------------------------------
@@ -110,22 +102,10 @@ EXTENSIONS = {"top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1,
 
 def sdk_fields():
     from openai.types.chat import completion_create_params as ccp
-    names = set()
-    for cls in (ccp.CompletionCreateParamsNonStreaming, ccp.CompletionCreateParamsStreaming):
-        names |= set(typing.get_type_hints(cls))
-    return names
+    return tg.sdk_type_fields(ccp.CompletionCreateParamsNonStreaming, ccp.CompletionCreateParamsStreaming)
 
 
-def expect_400(fn, field):
-    import openai
-    try:
-        fn()
-    except openai.BadRequestError as e:
-        err = (e.body or {}) if isinstance(e.body, dict) else {}
-        check(err.get("param") == field or field in str(err.get("message", "")),
-              "400 for %s does not name it: %r" % (field, e.body))
-        return
-    raise AssertionError("%s was accepted" % field)
+expect_400 = tg.expect_openai_400
 
 
 def t_field_walk(gw, d):
@@ -830,32 +810,25 @@ def ids_of_choice(c):
 # ---- main ------------------------------------------------------------------------------
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--pb2-dir", default=None)
-    ap.add_argument("filter", nargs="*")
-    tg.ARGS = ap.parse_args()
-    tg.ARGS.build = os.path.abspath(tg.ARGS.build)
-    want = lambda n: not tg.ARGS.filter or any(f in n for f in tg.ARGS.filter)  # noqa: E731
-    tmp = tempfile.mkdtemp(prefix="smollm3-api-test-")
-    d = gw = None
-    try:
-        d = tg.Daemon(os.path.join(tmp, "d.sock"))
-        gw = tg.Gateway(d.endpoint, tmp)
+    want = tg.suite_args()
+    with tg.Suite("smollm3-api-test-") as st:
+        st.d = tg.Daemon(os.path.join(st.tmp, "d.sock"))
+        st.gw = tg.Gateway(st.d.endpoint, st.tmp)
         for name, fn in (("field_walk", t_field_walk), ("sampling_effects", t_sampling_effects),
                          ("logprobs", t_logprobs), ("completions", t_completions), ("tokenize", t_tokenize),
                          ("models", t_models), ("n_choices", t_n_choices), ("n_tool_calls", t_n_tool_calls),
-                         ("tool_choice_forced", t_tool_choice_forced), ("prediction", t_prediction), ("curl", t_curl), ("langchain_stream", t_langchain_stream)):
+                         ("tool_choice_forced", t_tool_choice_forced), ("prediction", t_prediction), ("curl", t_curl),
+                         ("langchain_stream", t_langchain_stream)):
             if want(name):
-                run_test(name, fn, gw, d)
+                run_test(name, fn, st.gw, st.d)
         for name, fn in (("ignore_unknown", t_ignore_unknown), ("api_keys", t_api_keys),
                          ("config_file", t_config_file)):
             if want(name):
-                run_test(name, fn, d, tmp)
-        gw.stop()
-        gw = None
-        d.stop()
-        d = None
+                run_test(name, fn, st.d, st.tmp)
+        st.gw.stop()
+        st.gw = None
+        st.d.stop()
+        st.d = None
         if want("langchain_tools"):
             try:
                 import zmq  # noqa: F401
@@ -865,26 +838,13 @@ def main():
                 print("SKIPPED langchain_tools: %s" % e, flush=True)
                 pb2 = None
             if pb2:
-                fd = tg.FakeDaemon(os.path.join(tmp, "fake.sock"), pb2)
-                gw = tg.Gateway(fd.endpoint, tmp)
-                run_test("langchain_tools", t_langchain_tools, gw, fd)
-                gw.stop()
-                gw = None
+                fd = tg.FakeDaemon(os.path.join(st.tmp, "fake.sock"), pb2)
+                st.gw = tg.Gateway(fd.endpoint, st.tmp)
+                run_test("langchain_tools", t_langchain_tools, st.gw, fd)
+                st.gw.stop()
+                st.gw = None
                 fd.close()
-    except Exception as e:  # noqa: BLE001
-        RESULTS["fail"] += 1
-        print("FAIL setup: %s" % e, flush=True)
-        traceback.print_exc()
-    finally:
-        if gw:
-            if RESULTS["fail"]:
-                print("--- gateway log ---\n" + gw.log_tail(), flush=True)
-            gw.stop()
-        if d:
-            d.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-    print("%d passed, %d failed" % (RESULTS["pass"], RESULTS["fail"]), flush=True)
-    return 1 if RESULTS["fail"] else 0
+    return st.result()
 
 
 if __name__ == "__main__":

@@ -56,6 +56,86 @@ def run_test(name, fn, *a):
         traceback.print_exc(limit=3, file=sys.stdout)
 
 
+# ---- the harness the API suites share (test_api, test_responses, test_anthropic, test_rules) ----
+
+def suite_args():
+    """Parses the suites' command line (--build, --pb2-dir, test-name filters) into ARGS; returns the
+    filter as a predicate on test names."""
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--pb2-dir", default=None)
+    ap.add_argument("filter", nargs="*")
+    ARGS = ap.parse_args()
+    ARGS.build = os.path.abspath(ARGS.build)
+    return lambda n: not ARGS.filter or any(f in n for f in ARGS.filter)
+
+
+class Suite:
+    """One suite's temp dir and processes (st.gw, st.d: a Gateway, a Daemon or FakeDaemon).  Leaving
+    the with block stops whatever still runs (the gateway's log shown when a test failed), counts an
+    exception as a failed setup, and removes the temp dir; result() prints the summary line."""
+
+    def __init__(self, prefix):
+        self.tmp = tempfile.mkdtemp(prefix=prefix)
+        self.gw = self.d = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, e, tb):
+        if isinstance(e, Exception):
+            RESULTS["fail"] += 1
+            print("FAIL setup: %s" % e, flush=True)
+            traceback.print_exception(et, e, tb)
+        if self.gw:
+            if RESULTS["fail"]:
+                print("--- gateway log ---\n" + self.gw.log_tail(), flush=True)
+            self.gw.stop()
+        if self.d:
+            self.d.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return isinstance(e, Exception)
+
+    def result(self):
+        print("%d passed, %d failed" % (RESULTS["pass"], RESULTS["fail"]), flush=True)
+        return 1 if RESULTS["fail"] else 0
+
+
+def post_json(gw, path, body, headers=None):
+    """POSTs body (JSON) to path: (status, the parsed reply or None)."""
+    st, h, b = gw.request("POST", path, body, headers=headers)
+    return st, json.loads(b) if b else None
+
+
+def openai_client(gw, timeout=60, **kw):
+    import openai
+    return openai.OpenAI(base_url=gw.url("/v1"), api_key=kw.pop("api_key", "none"), max_retries=0,
+                         timeout=timeout, **kw)
+
+
+def expect_openai_400(fn, field):
+    """fn must fail with the openai SDK's BadRequestError naming field (param or message)."""
+    import openai
+    try:
+        fn()
+    except openai.BadRequestError as e:
+        err = e.body if isinstance(e.body, dict) else {}
+        check(err.get("param") == field or field in str(err.get("message", "")),
+              "400 for %s does not name it: %r" % (field, e.body))
+        return
+    raise AssertionError("%s was accepted" % field)
+
+
+def sdk_type_fields(*classes):
+    """Every field name of the SDK's request TypedDicts."""
+    import typing
+    names = set()
+    for cls in classes:
+        names |= set(typing.get_type_hints(cls))
+    return names
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

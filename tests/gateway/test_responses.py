@@ -18,18 +18,13 @@ fixture model (random weights: a call is forced with tool_choice).
 
 Prints "ok NAME" / "FAIL NAME: why" and "N passed, N failed" last.
 """
-import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
-import traceback
-import typing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_gateway as tg  # noqa: E402
-from test_gateway import Skip, check, run_test, RESULTS  # noqa: E402
+from test_gateway import Skip, check, run_test  # noqa: E402
 
 TOOL = {"type": "function", "name": "get_weather", "description": "weather of a city",
         "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
@@ -60,28 +55,15 @@ REFUSED_VALUES = [("background", True), ("include", ["reasoning.encrypted_conten
 
 
 def client(gw):
-    import openai
-    return openai.OpenAI(base_url=gw.url("/v1"), api_key="none", max_retries=0, timeout=120)
+    return tg.openai_client(gw, timeout=120)
 
 
-def expect_400(fn, field):
-    import openai
-    try:
-        fn()
-    except openai.BadRequestError as e:
-        err = e.body if isinstance(e.body, dict) else {}
-        check(err.get("param") == field or field in str(err.get("message", "")),
-              "400 for %s does not name it: %r" % (field, e.body))
-        return
-    raise AssertionError("%s was accepted" % field)
+expect_400 = tg.expect_openai_400
 
 
 def sdk_fields():
     from openai.types.responses import response_create_params as rcp
-    names = set()
-    for cls in (rcp.ResponseCreateParamsNonStreaming, rcp.ResponseCreateParamsStreaming):
-        names |= set(typing.get_type_hints(cls))
-    return names
+    return tg.sdk_type_fields(rcp.ResponseCreateParamsNonStreaming, rcp.ResponseCreateParamsStreaming)
 
 
 def t_field_walk(gw, d):
@@ -438,55 +420,35 @@ def t_fake_daemon(gw, fd):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--pb2-dir", default=None)
-    ap.add_argument("filter", nargs="*")
-    tg.ARGS = ap.parse_args()
-    tg.ARGS.build = os.path.abspath(tg.ARGS.build)
-    want = lambda n: not tg.ARGS.filter or any(f in n for f in tg.ARGS.filter)  # noqa: E731
-    tmp = tempfile.mkdtemp(prefix="smollm3-responses-test-")
-    d = gw = None
-    try:
+    want = tg.suite_args()
+    with tg.Suite("smollm3-responses-test-") as st:
         import openai  # noqa: F401
-        d = tg.Daemon(os.path.join(tmp, "d.sock"))
-        gw = tg.Gateway(d.endpoint, tmp)
+        st.d = tg.Daemon(os.path.join(st.tmp, "d.sock"))
+        st.gw = tg.Gateway(st.d.endpoint, st.tmp)
         for name, fn in (("responses_field_walk", t_field_walk), ("responses_create", t_create),
-                         ("responses_stream", t_stream), ("responses_effort_budget", t_effort_budget), ("responses_tools_previous", t_tools_previous_response),
+                         ("responses_stream", t_stream), ("responses_effort_budget", t_effort_budget),
+                         ("responses_tools_previous", t_tools_previous_response),
                          ("responses_thinking_previous", t_thinking_previous_response),
                          ("responses_tools_stateless", t_tools_stateless), ("responses_tools_stream", t_tools_stream),
                          ("chat_tool_history", t_chat_tool_history),
                          ("responses_json_schema", t_json_schema), ("responses_retrieve_delete", t_retrieve_delete),
                          ("responses_agents_sdk", t_agents_sdk)):
             if want(name):
-                run_test(name, fn, gw, d)
+                run_test(name, fn, st.gw, st.d)
         if want("responses_store_lru"):
-            run_test("responses_store_lru", t_store_lru, d, tmp)
-        gw.stop()
-        gw = None
+            run_test("responses_store_lru", t_store_lru, st.d, st.tmp)
+        st.gw.stop()
+        st.gw = None
         if want("responses_fake_daemon"):
             sys.path.insert(0, tg.ARGS.pb2_dir or "")
             import smollm3_pb2 as pb2
-            fd = tg.FakeDaemon(os.path.join(tmp, "fake.sock"), pb2)
-            gw = tg.Gateway(fd.endpoint, tmp)
-            run_test("responses_fake_daemon", t_fake_daemon, gw, fd)
-            gw.stop()
-            gw = None
+            fd = tg.FakeDaemon(os.path.join(st.tmp, "fake.sock"), pb2)
+            st.gw = tg.Gateway(fd.endpoint, st.tmp)
+            run_test("responses_fake_daemon", t_fake_daemon, st.gw, fd)
+            st.gw.stop()
+            st.gw = None
             fd.close()
-    except Exception as e:  # noqa: BLE001
-        RESULTS["fail"] += 1
-        print("FAIL setup: %s" % e, flush=True)
-        traceback.print_exc()
-    finally:
-        if gw:
-            if RESULTS["fail"]:
-                print("--- gateway log ---\n" + gw.log_tail(), flush=True)
-            gw.stop()
-        if d:
-            d.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-    print("%d passed, %d failed" % (RESULTS["pass"], RESULTS["fail"]), flush=True)
-    return 1 if RESULTS["fail"] else 0
+    return st.result()
 
 
 if __name__ == "__main__":

@@ -23,19 +23,15 @@ out; raw invalid UTF-8 is sent as raw bytes in both (in the HTTP body and
 patched into the protobuf frame).  Prints "ok NAME" / "FAIL NAME: why" and
 "N passed, N failed" last.
 """
-import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_gateway as tg  # noqa: E402  (Daemon, Gateway, check)
 
-RESULTS = {"pass": 0, "fail": 0}
+RESULTS = tg.RESULTS  # the harness counts (tg.Suite)
 check = tg.check
 
 # a marker in the JSON text / the protobuf frame that becomes raw bytes
@@ -335,53 +331,33 @@ def run_case(gw, z, seen, name, fields, raw, want):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--pb2-dir", default=None)
-    ap.add_argument("filter", nargs="*")
-    args = ap.parse_args()
-    args.build = os.path.abspath(args.build)
-    tg.ARGS = args
-    tmp = tempfile.mkdtemp(prefix="smollm3-rules-test-")
-    d = gw = z = None
-    try:
+    want_name = tg.suite_args()
+    with tg.Suite("smollm3-rules-test-") as st:
         import zmq  # noqa: F401
-        sys.path.insert(0, args.pb2_dir or "")
+        sys.path.insert(0, tg.ARGS.pb2_dir or "")
         import smollm3_pb2 as pb
-        d = tg.Daemon(os.path.join(tmp, "d.sock"))
-        gw = tg.Gateway(d.endpoint, tmp)
-        z = Zmq(d.endpoint, pb)
-        seen = {}
-        n = 0
-        for name, fields, raw, want in CASES:
-            if args.filter and not any(f in name for f in args.filter):
-                continue
-            n += 1
-            try:
-                run_case(gw, z, seen, name, fields, raw, want)
-                RESULTS["pass"] += 1
-                print("ok %s" % name, flush=True)
-            except Exception as e:  # noqa: BLE001 - report every case
-                RESULTS["fail"] += 1
-                print("FAIL %s: %s" % (name, e), flush=True)
-        print("verdicts: %d inputs through both doors; codes seen: %s" %
-              (n, ", ".join("%s=%d %s" % (c, s, t) for c, (s, t) in sorted(seen.items()))), flush=True)
-    except Exception as e:  # noqa: BLE001
-        RESULTS["fail"] += 1
-        print("FAIL setup: %s" % e, flush=True)
-        traceback.print_exc()
-    finally:
-        if z:
+        st.d = tg.Daemon(os.path.join(st.tmp, "d.sock"))
+        st.gw = tg.Gateway(st.d.endpoint, st.tmp)
+        z = Zmq(st.d.endpoint, pb)
+        try:
+            seen = {}
+            n = 0
+            for name, fields, raw, want in CASES:
+                if not want_name(name):
+                    continue
+                n += 1
+                try:
+                    run_case(st.gw, z, seen, name, fields, raw, want)
+                    RESULTS["pass"] += 1
+                    print("ok %s" % name, flush=True)
+                except Exception as e:  # noqa: BLE001 - report every case
+                    RESULTS["fail"] += 1
+                    print("FAIL %s: %s" % (name, e), flush=True)
+            print("verdicts: %d inputs through both doors; codes seen: %s" %
+                  (n, ", ".join("%s=%d %s" % (c, s, t) for c, (s, t) in sorted(seen.items()))), flush=True)
+        finally:
             z.close()
-        if gw:
-            if RESULTS["fail"]:
-                print("--- gateway log ---\n" + gw.log_tail(), flush=True)
-            gw.stop()
-        if d:
-            d.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-    print("%d passed, %d failed" % (RESULTS["pass"], RESULTS["fail"]), flush=True)
-    return 1 if RESULTS["fail"] else 0
+    return st.result()
 
 
 if __name__ == "__main__":
