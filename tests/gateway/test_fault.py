@@ -380,7 +380,15 @@ def main():
                "clean pass: %d counted calls, exit %s" % (total, rc))
         print("points visited by the workload (%s):" % args.classes)
         for p, v in sorted(rep["visits"].items()):
-            print("  %-36s %6d" % (p, v))
+            print("  %-36s %6d%s" % (p, v, "" if v else "   (the gateway's code does not call it here)"))
+        # the points the gateway's serving path does call: every one reached by the workload
+        need = [p for p, c in (("malloc", "alloc"), ("calloc", "alloc"), ("realloc", "alloc"), ("zmq_send", "zmq"),
+                               ("zmq_msg_recv", "zmq"), ("MHD_create_response_from_buffer", "http"),
+                               ("MHD_create_response_from_callback", "http"), ("MHD_queue_response", "http"),
+                               ("MHD_add_response_header", "http")) if c in args.classes]
+        missed = [p for p in need if not rep["visits"].get(p)]
+        result(not missed, "every point of the serving path visited (%d)%s" % (len(need), ": missed " + ", ".join(missed)
+                                                                             if missed else ""))
         if os.environ.get("SMOL_FAULT_FULL") == "1":
             ns = list(range(1, total + 1))
         else:
