@@ -63,9 +63,6 @@ rm -f "$out"
 # why they stay for now) are reported, not failed; any other fails, and so does a listed
 # one that is gone (take it off the list).
 KNOWN_CYCLES='
-daemon/model/backend daemon/model/kv|kv.c reaches device pages through backend.h, whose interface takes kv.h types (both are CUDA build inputs)
-daemon/text/chat_template daemon/text/pyrepr|pyrepr writes into the template renderer buffer (smol_chat_buf), the renderer calls pyrepr for tools
-daemon/grammar/grammar daemon/grammar/grammar_mask daemon/grammar/grammar_share|inside the grammar engine (one folder, one face): the matcher, its masks and the shared compiled grammars call each other
 '
 edges=$(mktemp)
 for f in $(find daemon \( -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name '*.inc' \) | sort); do

@@ -7,7 +7,7 @@
  * it (gbnf.c) and regular expressions in the JSON-Schema `pattern` dialect
  * (regex.c).  The automaton is nondeterministic; the matcher keeps the set
  * of live stacks, each a persistent, hash-consed linked list of return
- * nodes, so a rollback is restoring an earlier set (grammar.c).
+ * nodes, so a rollback is restoring an earlier set (matcher.c).
  *
  * Token masks (grammar_mask.c), the XGrammar approach: the vocabulary's
  * token byte strings form a trie (smol_grammar_vocab, once per tokenizer).

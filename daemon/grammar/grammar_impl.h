@@ -1,13 +1,13 @@
 /*
  * grammar_impl.h - the compiled grammar as the matcher sees it.  Internal to
- * daemon/text/ (grammar_build.c writes it, grammar.c and grammar_mask.c read it).
+ * daemon/grammar/ (grammar_build.c writes it, matcher.c and grammar_mask.c read it).
  *
  * Every rule is an NFA without epsilon edges; states of all rules share one
  * numbering.  A state's edges are its byte edges (a byte set and a target
  * state, in the same rule) followed by its rule edges (push: run rule arg,
  * then continue at the target).  A final state may pop: the rule can end
  * there.  A stack of the pushdown automaton is a state plus the stack of
- * return nodes below it (see grammar.c).
+ * return nodes below it (see matcher.c).
  */
 #ifndef SMOL_GRAMMAR_IMPL_H
 #define SMOL_GRAMMAR_IMPL_H

@@ -1,5 +1,5 @@
 /*
- * grammar_mask.h - internals shared by grammar.c (matcher) and
+ * grammar_mask.h - internals shared by matcher.c and
  * grammar_mask.c (vocabulary trie, token index, masks).  Not a public API.
  */
 #ifndef SMOL_GRAMMAR_MASK_H

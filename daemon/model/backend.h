@@ -18,8 +18,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "daemon/model/error.h"
-#include "daemon/model/kv.h"
 #include "kernels/ops_ref.h"
+
+struct smol_kv;         /* kv.h: the paged cache the attention ops read and write (by pointer only:
+                           kv.c allocates its pages through this interface) */
+struct smol_kv_seq;
 
 struct smol_weight {
     const char *name;           /* GGUF tensor name (owned by the GGUF reader) */

@@ -17,6 +17,7 @@
  * after reserve().
  */
 #include "daemon/model/backend.h"
+#include "daemon/model/kv.h"
 #include "daemon/model/threadpool.h"
 #include "kernels/quant_ref.h"
 #include "kernels/cpu_kernels.h"

@@ -52,6 +52,7 @@
 #include "kernels/cuda/mmq_imma.h"
 extern "C" {
 #include "daemon/model/backend.h"
+#include "daemon/model/kv.h"
 #include "daemon/model/backend_cuda_loader.h"
 }
 

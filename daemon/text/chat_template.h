@@ -53,22 +53,10 @@
 #include <jansson.h>
 #include "daemon/model/error.h"
 #include "daemon/model/rules.h"      /* smol_utf8_valid, the input rules */
+#include "daemon/text/chat_buf.h"       /* struct smol_chat_buf, smol_chat_utf8_decode */
 #include "daemon/text/tokenizer.h"      /* struct smol_span */
 
-/* ---- growable output buffer ------------------------------------------ */
-
-struct smol_chat_buf {
-    char *data;                 /* NUL-terminated after every append; NULL while empty */
-    size_t len;                 /* bytes, excluding the NUL */
-    size_t cap;                 /* bytes allocated */
-};
-
-void smol_chat_buf_init(struct smol_chat_buf *b);
-void smol_chat_buf_deinit(struct smol_chat_buf *b);   /* frees; b is reusable after */
-void smol_chat_buf_reset(struct smol_chat_buf *b);    /* len = 0, keeps memory */
-/* 0 on success, -1 when out of memory (the buffer is unchanged). */
-int smol_chat_buf_append(struct smol_chat_buf *b, const char *s, size_t n);
-int smol_chat_buf_puts(struct smol_chat_buf *b, const char *s);
+/* ---- growable output buffer: chat_buf.h ------------------------------- */
 
 /* ---- templates --------------------------------------------------------- */
 
@@ -194,10 +182,6 @@ int smol_chat_date_check(const char *date);
 /* Formats a calendar date (year 1..9999, month 1..12, day 1..31) as
  * "DD Month YYYY" into out (at least 24 bytes).  -1 when out of range. */
 int smol_chat_date_format(int year, int month, int day, char *out, size_t cap);
-
-/* UTF-8 validity: smol_utf8_valid (daemon/model/rules.h). */
-/* Decodes the code point at s (valid UTF-8 assumed); returns its length. */
-size_t smol_chat_utf8_decode(const unsigned char *s, uint32_t *cp);
 
 #include "daemon/text/pyrepr.h"  /* repr / json.dumps of tools, part of the template's face */
 

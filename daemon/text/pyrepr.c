@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/text/chat_template.h"
+#include "daemon/text/chat_buf.h"
 
 /* ====================================================== python repr */
 

@@ -51,6 +51,7 @@
  * prints "SKIPPED: no CUDA device (<reason>)" and exits 0.
  */
 #include "daemon/model/backend.h"
+#include "daemon/model/kv.h"
 #include "daemon/model/backend_cuda_loader.h"
 #include "kernels/fp16.h"
 #include "kernels/quant.h"

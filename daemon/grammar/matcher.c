@@ -1,5 +1,5 @@
 /*
- * grammar.c - the pushdown automaton's stacks and the per-request matcher.
+ * matcher.c - the pushdown automaton's stacks and the per-request matcher.
  *
  * Stacks are persistent: a node is (state, parent node), hash-consed in a
  * pool, so a set of live stacks is a small set of node ids and two paths
