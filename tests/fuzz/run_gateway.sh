@@ -34,7 +34,7 @@ CFLAGS="-std=gnu11 -D_GNU_SOURCE -g -O1 -I. -I$OUT/gen -fno-omit-frame-pointer \
 # shellcheck disable=SC2086
 nice -n 10 $CC $CFLAGS tests/fuzz/fuzz_gateway.c gateway/core.c gateway/openai.c gateway/anthropic.c gateway/params.c \
     gateway/structured.c gateway/ui.c gateway/util.c gateway/responses.c \
-    daemon/text/chat_template.c daemon/text/pyrepr.c daemon/model/rules.c daemon/model/error.c \
+    daemon/text/chat_template.c daemon/text/chat_buf.c daemon/text/pyrepr.c daemon/model/rules.c daemon/model/error.c \
     "$OUT/gen/smollm3.pb-c.c" -ljansson -lprotobuf-c -lm -o "$OUT/fuzz_gateway"
 
 # seeds: one byte for the target (0 OpenAI, 1 UI form, 2 HTML, 3 Anthropic, 4 count_tokens, 5 Responses),

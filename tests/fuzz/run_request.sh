@@ -29,7 +29,7 @@ PKG="libzmq libprotobuf-c libsystemd libpcre2-8 jansson inih libxxhash"
 CFLAGS="-std=gnu11 -D_GNU_SOURCE -g -O1 -I. -I$OUT/gen -fno-omit-frame-pointer -pthread \
  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(pkg-config --cflags $PKG)"
 nice -n 10 make -s BUILD="$OUT/lib" -j2 "$OUT/lib/lib/libsmollm3.a"
-SRCS="daemon/server/request.c daemon/text/chat_template.c daemon/text/sampler.c daemon/model/error.c daemon/server/log.c"
+SRCS="daemon/server/request.c daemon/text/chat_template.c daemon/text/chat_buf.c daemon/text/sampler.c daemon/model/error.c daemon/server/log.c"
 # shellcheck disable=SC2086
 nice -n 10 $CC $CFLAGS tests/fuzz/fuzz_request.c $SRCS "$OUT/gen/smollm3.pb-c.c" "$OUT/lib/lib/libsmollm3.a" \
     $(pkg-config --libs $PKG) -lm -o "$OUT/fuzz_request"
