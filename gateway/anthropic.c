@@ -144,14 +144,6 @@ static char *take(struct gw_anthropic_parsed *p, struct gw_buf *b)
         return -1;                                                            \
     } while (0)
 
-/* A refusal the core set in p->prm.err (its param): the message into why. */
-#define CORE(call)                                                            \
-    do {                                                                      \
-        if (call) {                                                           \
-            snprintf(why, wn, "%s", p->prm.err.msg);                          \
-            return -1;                                                        \
-        }                                                                     \
-    } while (0)
 
 #define get gw_get
 
@@ -788,14 +780,14 @@ static int parse_sampling(struct gw_anthropic_parsed *p, json_t *root, unsigned 
 {
     Smollm3__GenerateRequest *g = &p->prm.gen;
     Smollm3__SamplingParams *sp = &p->prm.sampling;
-    CORE(gw_core_model(root, &p->prm.err));
+    GW_CORE_REFUSE(gw_core_model(root, &p->prm.err));
     if (ep != GW_AN_MESSAGES) return 0;
     json_t *x = get(root, "max_tokens");
     if (!x) FAIL("max_tokens", "'max_tokens' is required");
-    CORE(gw_core_max_tokens(x, "max_tokens", g, &p->prm.err));
-    CORE(gw_core_stream_flag(root, &p->prm.stream, &p->prm.err));
-    if ((x = get(root, "temperature"))) CORE(gw_core_temperature(x, 1, sp, &p->prm.err));
-    if ((x = get(root, "top_p"))) CORE(gw_core_top_p(x, sp, &p->prm.err));
+    GW_CORE_REFUSE(gw_core_max_tokens(x, "max_tokens", g, &p->prm.err));
+    GW_CORE_REFUSE(gw_core_stream_flag(root, &p->prm.stream, &p->prm.err));
+    if ((x = get(root, "temperature"))) GW_CORE_REFUSE(gw_core_temperature(x, 1, sp, &p->prm.err));
+    if ((x = get(root, "top_p"))) GW_CORE_REFUSE(gw_core_top_p(x, sp, &p->prm.err));
     x = get(root, "top_k");
     if (x) {
         if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > (1 << 20))
@@ -816,7 +808,7 @@ static int parse_sampling(struct gw_anthropic_parsed *p, json_t *root, unsigned 
         }
         g->stop = p->prm.stops;
     }
-    CORE(gw_core_service_tier(root, "standard_only", &p->prm.err));
+    GW_CORE_REFUSE(gw_core_service_tier(root, "standard_only", &p->prm.err));
     return 0;
 }
 

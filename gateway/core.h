@@ -111,4 +111,14 @@ struct gw_stream *gw_core_stream(struct gw_req *r, const struct gw_proto *proto,
 void gw_core_event(struct gw_stream *s, const Smollm3__Event *ev);
 void gw_core_error(struct gw_stream *s, const struct gw_error *e);
 
+/* In a front end's parser (locals p with p->prm, and why / wn): a refusal the core set in
+ * p->prm.err, its message also into why, and the parser returns -1. */
+#define GW_CORE_REFUSE(call)                                                          \
+    do {                                                                      \
+        if (call) {                                                           \
+            snprintf(why, wn, "%s", p->prm.err.msg);                          \
+            return -1;                                                        \
+        }                                                                     \
+    } while (0)
+
 #endif

@@ -50,14 +50,6 @@ void gw_openai_parsed_deinit(struct gw_openai_parsed *p)
         if (e_) FAILC(e_, key, "%s", m_);                                     \
     } while (0)
 
-/* A refusal the core already set in p->prm.err: its message also goes to why. */
-#define CORE(call)                                                            \
-    do {                                                                      \
-        if (call) {                                                           \
-            snprintf(why, wn, "%s", p->prm.err.msg);                          \
-            return -1;                                                        \
-        }                                                                     \
-    } while (0)
 
 /* Message content: a string, null, or an array of {type:"text", text}. */
 static int content_of(struct gw_openai_parsed *p, json_t *c, const char **out, char *why, size_t wn, int i)
@@ -170,9 +162,9 @@ static int parse_tools(struct gw_openai_parsed *p, json_t *root, char *why, size
             forced = name;
         } else FAIL("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or an object");
     }
-    CORE(gw_core_forced_needs_tools(forced, json_is_array(tools) ? json_array_size(tools) : 0, &p->prm.err));
+    GW_CORE_REFUSE(gw_core_forced_needs_tools(forced, json_is_array(tools) ? json_array_size(tools) : 0, &p->prm.err));
     if (forced && !(p->prm.gen.tool_choice = own(p, strdup(forced)))) FAILC(SMOL_ENOMEM, "tool_choice", "out of memory");
-    CORE(gw_core_parallel_tool_calls(root, &p->prm.err));
+    GW_CORE_REFUSE(gw_core_parallel_tool_calls(root, &p->prm.err));
     /* the tools the daemon gets (none: not rendered, not sent) obey its limit */
     if (json_is_array(tools) && !none) RULE("tools", smol_rule_tools(json_array_size(tools), m_));
     if (gw_core_tools(&p->prm.gen, &p->chat, &p->strs, tools, NULL, none)) FAILC(SMOL_ENOMEM, "tools", "out of memory");
@@ -205,7 +197,7 @@ static int parse_thinking(struct gw_openai_parsed *p, json_t *root, char *why, s
     unsigned budget = 0;
     if (x) {
         int want;
-        CORE(gw_core_effort(x, "reasoning_effort", "reasoning_effort", 1, &want, &budget, &p->prm.err));
+        GW_CORE_REFUSE(gw_core_effort(x, "reasoning_effort", "reasoning_effort", 1, &want, &budget, &p->prm.err));
         if (has && want != on)
             FAIL("reasoning_effort", "'reasoning_effort' \"%s\" contradicts chat_template_kwargs.enable_thinking: %s",
                  json_string_value(x), on ? "true" : "false");

@@ -1012,43 +1012,25 @@ static void host_sample_task(void *arg, int i, int thread)
         e->b_host[i] = 0;       /* the serial path draws it again and reports the error in its words */
 }
 
-/* Streams token t, drawn on the pool for q's one row (host_samples): the rest of
- * sample_and_emit's one-row step.  May finish (and free) q. */
-static void emit_host_sampled(struct smol_engine *e, struct req *q, int32_t t, double now)
+/* Streams token t, drawn for q's one row (no draft, no grammar) outside sample_and_emit: by the
+ * backend (its sampler's history does not have it yet) or on the host's pool (smol_sampler_sample
+ * recorded it); the rest is sample_and_emit's one-row step.  May finish (and free) q. */
+static void emit_drawn(struct smol_engine *e, struct req *q, int32_t t, double now, int by_backend)
 {
     char err[SMOL_ERRLEN];
-    const int32_t think_end = smol_tokenizer_special(e->tok)->think_end;
-    if (q->think_open && t == think_end) q->think_open = 0;   /* as sample_row does */
+    enum smol_err rc;
+    if (by_backend && (rc = smol_sampler_accept(q->smp, &t, 1, true, err))) { fail_request(e, q, rc, err); return; }
+    if (by_backend) e->n_backend_sampled++;
+    else e->n_host_pooled++;
+    if (q->think_open && t == smol_tokenizer_special(e->tok)->think_end) q->think_open = 0;  /* as sample_row */
     q->n_steps++;
     e->n_decode_steps++;
-    e->n_host_pooled++;
     if (q->lk) {
         if (!q->draft_pred && q->pred_first >= 0) smol_spec_ctl_shadow(&q->pctl, q->pred_match, q->pred_first, t);
         else if (q->draft_first >= 0) smol_spec_ctl_shadow(&q->ctl, q->draft_match, q->draft_first, t);
-        enum smol_err rc = smol_lookup_append(q->lk, &t, 1, err);
-        if (rc) { fail_request(e, q, rc, err); return; }
-    }
-    q->n_draft = 0;
-    memset(&q->cur_lp, 0, sizeof q->cur_lp);
-    emit_token(e, q, t, now, q->seq->n_tokens);
-}
-
-/* Streams token t, drawn by the backend for q's one row (no draft, no grammar), with the
- * bookkeeping of sample_and_emit's one-row step: the sampler's history, the lookup's.  May
- * finish (and free) q. */
-static void emit_sampled(struct smol_engine *e, struct req *q, int32_t t, double now)
-{
-    char err[SMOL_ERRLEN];
-    enum smol_err rc = smol_sampler_accept(q->smp, &t, 1, true, err);
-    if (rc) { fail_request(e, q, rc, err); return; }
-    q->n_steps++;
-    e->n_decode_steps++;
-    e->n_backend_sampled++;
-    if (q->lk) {
-        if (q->draft_first >= 0) smol_spec_ctl_shadow(&q->ctl, q->draft_match, q->draft_first, t);
-        if (q->pred_first >= 0) smol_spec_ctl_shadow(&q->pctl, q->pred_match, q->pred_first, t);
         if ((rc = smol_lookup_append(q->lk, &t, 1, err))) { fail_request(e, q, rc, err); return; }
     }
+    q->n_draft = 0;
     memset(&q->cur_lp, 0, sizeof q->cur_lp);
     emit_token(e, q, t, now, q->seq->n_tokens);
 }
@@ -1234,8 +1216,8 @@ static void step(struct smol_engine *e)
             q->t_prefill_done = t1;
             if (q->r->n_choices > 1) spawn_choices(e, q, e->logits + (size_t)i * V, t1);
         }
-        if (n_rs && e->b_rs[i].on) emit_sampled(e, q, e->b_ids[i], t1);
-        else if (e->spool && e->b_host[i]) emit_host_sampled(e, q, e->b_ids[i], t1);
+        if (n_rs && e->b_rs[i].on) emit_drawn(e, q, e->b_ids[i], t1, 1);
+        else if (e->spool && e->b_host[i]) emit_drawn(e, q, e->b_ids[i], t1, 0);
         else sample_and_emit(e, q, e->logits + (size_t)i * V, e->b_tok + e->b_out[i] + 1, t1);
     }
     for (struct req *q = e->running; q; q = q->next)
