@@ -20,12 +20,13 @@ mkdir -p "$LOGS"
 [ -x build/venv/bin/python3 ] && PATH=$(pwd)/build/venv/bin:$PATH && export PATH
 export SOAK_SECONDS=${SOAK_SECONDS:-60}
 
-ALL="unit cli chat-cli daemon chaos gateway web deploy load soak"
+ALL="links unit cli chat-cli daemon chaos gateway web deploy examples load soak"
 SUITES=${SUITES:-$ALL}
 HW_SKIP='SKIPPED: (no CUDA device|cpu variant [a-z0-9]+ \(not built for or not supported by this CPU\))'
 
 cmd_of() {
     case $1 in
+        links)    echo "python3 tests/docs/check_links.py" ;;
         unit)     echo "sh tests/run_unit.sh $BUILD" ;;
         cli)      echo "sh tests/run_cli.sh $BUILD" ;;
         chat-cli) echo "sh tests/test_chat_cli.sh $BUILD" ;;
@@ -34,6 +35,7 @@ cmd_of() {
         gateway)  echo "sh tests/gateway/run.sh $BUILD" ;;
         web)      echo "bash tests/web/run.sh $BUILD" ;;
         deploy)   echo "sh tests/deploy/run.sh $BUILD" ;;
+        examples) echo "python3 tests/docs/test_readme_examples.py --build $BUILD" ;;
         load)     echo "sh tests/load/run.sh $BUILD" ;;
         soak)     echo "bash tests/soak/run.sh $BUILD" ;;
         *)        return 1 ;;
