@@ -6,7 +6,7 @@
  * `metadata`, `store`, ...), or refused (a 400 naming the field whenever
  * its value asks for something the service does not do).  A field in no
  * row is unknown: refused, unless the gateway runs with
- * --ignore-unknown-fields.  README's field table is this table.
+ * --ignore-unknown-fields.  gateway/README.md's field table is this table.
  */
 #ifndef GW_PARAMS_H
 #define GW_PARAMS_H

@@ -21,7 +21,7 @@ q4_0 cache would cost; smollm3 does not offer one).
 
 Writes tests/fixtures/kvquant/<model>.ids (the prompt ids, read by
 tests/test_kvquant.c) and tests/fixtures/kvquant/figures.json, and prints a
-table (copied into README.md).  Run from the repository root:
+table (copied into daemon/README.md, "KV cache types").  Run from the repository root:
 
     build/venv-llama/bin/python tests/kv_quant_llama.py [--n 512]
 

@@ -129,7 +129,7 @@ static void check_hf_yarn(int kv_f32, const double tol_hf[2], const double tol64
 }
 
 /* f32 KV: float32 math, angles in double.  Tolerances: about 3x the
- * measured figures (see the stats lines; README "YaRN"). */
+ * measured figures (see the stats lines; daemon/README.md, "YaRN"). */
 START_TEST(t_yarn_hf_f32) { check_hf_yarn(1, (const double[]){6e-5, 1.5e-3}, (const double[]){3e-5, 5e-4}); }
 END_TEST
 /* the default f16 KV rounds K/V */

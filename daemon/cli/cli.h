@@ -5,7 +5,7 @@
  * (argv[0] is the subcommand name) and returning the process exit code:
  * 0 on success, 1 on a runtime error (bad model, bad input), 2 on a usage
  * error.  Errors go to stderr as "smollm3 <cmd>: <message>".  Names, flags
- * and output formats are a contract checked from outside: see README.md.
+ * and output formats are a contract checked from outside: see daemon/cli/README.md.
  */
 #ifndef SMOL_CLI_H
 #define SMOL_CLI_H

@@ -17,7 +17,7 @@
  * attention output back with the same matrix (H = H^-1).  The rotation
  * spreads a head's outlier channels over the whole block, so that one large
  * element no longer sets a coarse scale for its 31 neighbours: on
- * SmolLM2-135M it cuts the logits' KL from q8_0 KV by a sixth (README, KV
+ * SmolLM2-135M it cuts the logits' KL from q8_0 KV by a sixth (daemon/README.md, KV
  * cache types).  Heads that are not a multiple of 64 are stored unrotated.
  * Pages are reference counted: a new sequence can share the full pages of a
  * cached prefix (prefix reuse); a shared page is copied before it is

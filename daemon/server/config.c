@@ -35,7 +35,7 @@ static const struct smol_option options[] = {
     {"kv_budget_mb", SMOL_OPT_AUTO_INT, OFF(kv_budget_mb), 0, 1 << 24, "auto",
      "KV cache memory in MiB, allocated at start; 0 = one full-context sequence; auto = 1024 on the CPU, on CUDA up to 16384 as fits"},
     {"kv_type", SMOL_OPT_KVTYPE, OFF(kv_type), 0, 0, "f16",
-     "KV cache element type: f16, q8_0 (half the memory of f16, see README for its error) or f32"},
+     "KV cache element type: f16, q8_0 (half the memory of f16, see daemon/README.md for its error) or f32"},
     {"kv_f32", SMOL_OPT_BOOL, OFF(kv_f32), 0, 1, "false",
      "alias of kv_type = f32 (kept for older configs)"},
     {"yarn", SMOL_OPT_BOOL, OFF(yarn), 0, 1, "false",

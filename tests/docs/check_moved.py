@@ -50,8 +50,6 @@ CHANGED = {
         "daemon/text/README.md: 'steps (below)' now links kernels/README.md",
     "Benchmarks are not part of `make test`: `make bench` (see `tests/bench.sh`).":
         "tests/README.md: with a link to the figures",
-    "Clients: `smollm3ctl` (`generate`, `stats`, `health`, `sessions`, `delete`;":
-        "daemon/README.md: smollm3ctl's options go before or after the command; links",
     "Includes only point down:":
         "daemon/README.md#layers: no include cycle is left; check-headers covers kernels/*.h and daemon/*/*.h (issue 38)",
 }

@@ -375,7 +375,7 @@ def t_tool_use(gw, d):
           len(calls) == len(uses), "messages %r vs chat %r" % (uses, calls))
     # (chat's arguments are the model's own bytes, which may be compact JSON; a tool_use block
     # carries only the object, re-serialised in json.dumps form when it comes back in history:
-    # README, "Tool history")
+    # daemon/text/README.md, "tool history round-trips")
     # sampled (temperature 1): always valid calls; "tool" -> exactly one call of it; streamed too
     for choice, named in (({"type": "any"}, None), ({"type": "tool", "name": "add"}, "add"),
                           ({"type": "tool", "name": "add", "disable_parallel_tool_use": True}, "add")):
