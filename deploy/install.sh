@@ -8,7 +8,7 @@
 #   PREFIX/lib/tmpfiles.d/           smollm3d.conf   (/var/lib/smollm3d/models)
 #   PREFIX/share/smollm3d/web/       the chat UI (+ its npm runtime packages when
 #                                    web/node_modules exists: run `npm ci` in web/)
-#   PREFIX/share/doc/smollm3d/       README.md, proto, nginx scale-out example
+#   PREFIX/share/doc/smollm3d/       README.md and the READMEs it links, proto, nginx scale-out example
 #   /etc/smollm3d/gateway.conf       the gateway's settings (API keys; kept if present)
 #   /etc/smollm3d/smollm3d.conf      default config (model = /var/lib/smollm3d/
 #                                    models/SmolLM3-3B-Q4_K_M.gguf); an existing
@@ -106,6 +106,12 @@ if [ -d web ]; then
 fi
 
 install -m 0644 README.md "$D$PREFIX/share/doc/smollm3d/README.md"
+# the front page's onward READMEs, at the same relative paths so its links resolve
+for f in daemon/README.md daemon/*/README.md gateway/README.md gateway/UI_API.md kernels/README.md \
+         kernels/cuda/README.md kernels/cuda/NOTES.md proto/README.md deploy/README.md web/README.md \
+         tests/README.md tests/*/README.md; do
+    if [ -f "$f" ]; then install -D -m 0644 "$f" "$D$PREFIX/share/doc/smollm3d/$f"; fi
+done
 install -m 0644 deploy/nginx/scale-out.conf deploy/nginx/smollm3-nodes.conf.example "$D$PREFIX/share/doc/smollm3d/"
 [ -f proto/smollm3.proto ] && install -m 0644 proto/smollm3.proto "$D$PREFIX/share/doc/smollm3d/"
 
