@@ -43,6 +43,7 @@ void smol_engine_config_default(struct smol_engine_config *c)
     c->step_tokens = 256;
     c->default_max_tokens = 2048;
     c->max_sessions = 1024;
+    c->max_sessions_per_key = 0;
     c->session_ttl_s = 3600;
     c->max_cached_prefixes = 16;
     c->model_name = "smollm3";
@@ -321,7 +322,7 @@ static enum smol_err build_prompt(struct smol_engine *e, struct req *q, struct s
      * model's tokens were not the canonical tokenization of its text */
     if (!rc && !s)
         for (struct smol_session *x = e->sessions.head; x; x = x->next)
-            if (!x->id[0] && !x->busy && x->hist_text && x->hist_len <= q->rendered.len && x->seq.n_tokens > 0 &&
+            if (!x->id[0] && !x->busy && !strcmp(x->tenant, r->tenant) && x->hist_text && x->hist_len <= q->rendered.len && x->seq.n_tokens > 0 &&
                 (!s || x->hist_len > s->hist_len) && !memcmp(x->hist_text, q->rendered.data, x->hist_len))
                 s = x;
     if (!rc && s && s->hist_text && s->hist_len <= q->rendered.len && s->seq.n_tokens > 0 &&
@@ -374,12 +375,23 @@ static int admit_lookup(struct smol_engine *e, struct req *q, double now, struct
 {
     struct smol_request *r = q->r;
     if (!r->session[0]) return 1;
-    a->s = smol_sessions_find(&e->sessions, r->session);
-    if (!a->s && !smol_sessions_prefetch(&e->sessions, r->session)) {
+    a->s = smol_sessions_find(&e->sessions, r->tenant, r->session);
+    if (!a->s && !smol_sessions_prefetch(&e->sessions, r->tenant, r->session)) {
         e->waiting_read = 1;
         return 0;
     }
-    if (!a->s) a->s = smol_sessions_restore(&e->sessions, r->session, e->cfg.max_sessions, now);
+    if (!a->s)
+        a->s = smol_sessions_restore(&e->sessions, r->tenant, r->session, e->cfg.max_sessions,
+                                     e->cfg.max_sessions_per_key, now);
+    if (!a->s && r->append && !r->create_session) {
+        /* appending to a conversation the daemon does not hold (never made,
+         * deleted, evicted without a file, or another tenant's: the same
+         * answer) would silently start an empty one */
+        char msg[SMOL_UNKNOWN_SESSION_MSG];
+        e->n_unknown_session++;
+        reject(e, q, SMOL_ENOSESSION, smol_unknown_session_msg(msg, r->session));
+        return -1;
+    }
     if (a->s && a->s->busy) {
         char msg[SMOL_ERRLEN + 64];
         snprintf(msg, sizeof msg, "session '%s' already has a request in progress", r->session);
@@ -457,13 +469,14 @@ static int admit_prefix(struct smol_engine *e, struct req *q, double now, struct
         int have = a->s->seq.n_tokens < a->s->n_tokens ? a->s->seq.n_tokens : a->s->n_tokens;
         a->lcp = smol_lcp(a->s->tokens, have, q->tok, n);
     } else {
-        a->src = smol_sessions_best_prefix(&e->sessions, q->tok, n, &a->lcp);
-        if (!smol_sessions_read_prefix(&e->sessions, q->tok, n, a->lcp, now)) {
+        const char *tenant = q->r->tenant;   /* only its own prefixes */
+        a->src = smol_sessions_best_prefix(&e->sessions, tenant, q->tok, n, &a->lcp);
+        if (!smol_sessions_read_prefix(&e->sessions, tenant, q->tok, n, a->lcp, now)) {
             e->waiting_read = 1;
             return 0;
         }
         /* again: what was read back, and making room for it may have evicted src */
-        a->src = smol_sessions_best_prefix(&e->sessions, q->tok, n, &a->lcp);
+        a->src = smol_sessions_best_prefix(&e->sessions, tenant, q->tok, n, &a->lcp);
     }
     if (a->lcp > n - 1) a->lcp = n - 1;   /* the last prompt token is computed for its logits */
     return 1;
@@ -512,18 +525,17 @@ static void start_from_prefix(struct smol_engine *e, struct smol_session *x, str
     if (!a->src) a->lcp = 0;
 }
 
-/* The new named session q asked for (the oldest idle one evicted when the
- * table is full), started from the best cached prefix as a request without
- * a session is; NULL: refused. */
+/* The new named session q asked for (an idle one evicted when its tenant
+ * or the table is full: smol_sessions_make_room), started from the best
+ * cached prefix as a request without a session is; NULL: refused. */
 static struct smol_session *new_session(struct smol_engine *e, struct req *q, struct admit *a, double now)
 {
     if (a->src) a->src->busy = 1;           /* the prefix it starts from stays */
-    if (e->sessions.n_named >= e->cfg.max_sessions)
-        for (struct smol_session *x = e->sessions.tail; x; x = x->prev)
-            if (x->id[0] && !x->busy) { smol_sessions_evict(&e->sessions, x); break; }
+    const int room = smol_sessions_make_room(&e->sessions, q->r->tenant, e->cfg.max_sessions,
+                                             e->cfg.max_sessions_per_key);
     if (a->src) a->src->busy = 0;
-    if (e->sessions.n_named >= e->cfg.max_sessions) { reject(e, q, SMOL_EBUSY, "too many sessions"); return NULL; }
-    struct smol_session *s = smol_sessions_add(&e->sessions, q->r->session);
+    if (room) { reject(e, q, SMOL_EBUSY, "too many sessions"); return NULL; }
+    struct smol_session *s = smol_sessions_add(&e->sessions, q->r->tenant, q->r->session);
     if (!s) { reject(e, q, SMOL_ENOMEM, "out of memory"); return NULL; }
     set_date(s, q->r);
     start_from_prefix(e, s, a, now);
@@ -534,7 +546,7 @@ static struct smol_session *new_session(struct smol_engine *e, struct req *q, st
  * (which becomes a cached prefix when it ends); -1: refused. */
 static int new_anon(struct smol_engine *e, struct req *q, struct admit *a, double now)
 {
-    struct smol_session *x = smol_sessions_add(&e->sessions, "");
+    struct smol_session *x = smol_sessions_add(&e->sessions, q->r->tenant, "");
     if (!x) { reject(e, q, SMOL_ENOMEM, "out of memory"); return -1; }
     x->busy = 1;
     set_date(x, q->r);
@@ -1047,7 +1059,7 @@ static void spawn_choices(struct smol_engine *e, struct req *q, float *logits, d
     q->sib_pages = 0;
     for (int i = 1; i < q->r->n_choices && !rc; i++) {
         struct req *c = calloc(1, sizeof *c);
-        struct smol_session *a = c ? smol_sessions_add(&e->sessions, "") : NULL;
+        struct smol_session *a = c ? smol_sessions_add(&e->sessions, q->r->tenant, "") : NULL;
         if (!a) { free(c); rc = smol_errf(err, SMOL_ENOMEM, "out of memory"); break; }
         a->busy = 1;
         c->r = q->r;

@@ -132,6 +132,7 @@ struct smol_engine {
     double step_s, forward_s;       /* their wall time, and the model's part of it */
     uint64_t n_shared_choices;      /* n > 1: choices started on another's prefilled prompt */
     uint64_t n_events_lost;         /* events the RPC thread never got (out of memory, socket refused) */
+    uint64_t n_unknown_session;     /* appends refused: the tenant holds no such session (ENOSESSION) */
     uint64_t n_spec_drafted, n_spec_accepted, n_spec_steps, n_decode_steps;
     double t_start;
 };
@@ -149,6 +150,12 @@ int smol_engine_send_drained(struct smol_engine *e);
 /* Sends a terminal error event. */
 void smol_engine_send_error(struct smol_engine *e, uint64_t id, uint64_t client_id, enum smol_err code,
                             const char *msg);
+/* The one message for a session the asking tenant does not hold (never
+ * made, deleted, evicted without a file, or another tenant's: the same
+ * words, so that an answer never tells which) into msg; returns msg. */
+#define SMOL_UNKNOWN_SESSION_MSG (SMOL_SESSION_ID_MAX + 32)
+const char *smol_unknown_session_msg(char msg[SMOL_UNKNOWN_SESSION_MSG], const char *session_id);
+
 /* ---- a request's events, built from its state (q is only read) ---- */
 
 /* Started: the prompt's tokens, those from the cache (restored: of them,
