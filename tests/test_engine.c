@@ -18,6 +18,35 @@
 #include "smollm3.pb-c.h"
 #include "testutil.h"
 
+/* Allocations counted (malloc, calloc, realloc) on every thread but those
+ * that set alloc_exempt: the engine's decode path, its pools, libzmq's,
+ * jansson's (t_allocs_per_token).  Not under a sanitizer, which has its own
+ * malloc. */
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define COUNT_ALLOCS 1
+#include <stdatomic.h>
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *p, size_t n);
+static atomic_long n_allocs;
+static _Thread_local int alloc_exempt;
+void *malloc(size_t n)
+{
+    if (!alloc_exempt) atomic_fetch_add_explicit(&n_allocs, 1, memory_order_relaxed);
+    return __libc_malloc(n);
+}
+void *calloc(size_t n, size_t size)
+{
+    if (!alloc_exempt) atomic_fetch_add_explicit(&n_allocs, 1, memory_order_relaxed);
+    return __libc_calloc(n, size);
+}
+void *realloc(void *p, size_t n)
+{
+    if (!alloc_exempt) atomic_fetch_add_explicit(&n_allocs, 1, memory_order_relaxed);
+    return __libc_realloc(p, n);
+}
+#endif
+
 struct rig {
     void *ctx, *sock;
     struct smol_model *m;
@@ -1205,6 +1234,47 @@ START_TEST(t_session_eviction)
 }
 END_TEST
 
+#ifdef COUNT_ALLOCS
+/* The decode path's allocations per generated token (engine.c's header):
+ * two runs alike but for the tokens they generate, each between two stats
+ * queries (so that the engine is idle at both counts); their difference
+ * over the difference in tokens.  A Token event's text was a malloc of its
+ * own (engine_wire.c), now a reused buffer: what is left is amortized
+ * growth (libzmq's pipe chunks, the history arrays). */
+START_TEST(t_allocs_per_token)
+{
+    alloc_exempt = 1;       /* this thread: the test's own receiving and unpacking */
+    const int want[2] = {8, 88};
+    long count[2];
+    int got[2];
+    for (int run = 0; run < 2; run++) {
+        struct rig g;
+        if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 2, 4)) { printf("SKIPPED: fixture missing\n"); return; }
+        int32_t warm[12], ids[12];
+        for (int i = 0; i < 12; i++) warm[i] = 300 + 7 * i, ids[i] = 700 + 11 * i;
+        struct result w = {0}, r = {0};
+        collect(&g, submit_ids(&g, warm, 12, 4, NULL), 1, &w);     /* the engine's first-use allocations */
+        Smollm3__Event *hold;
+        query_stats(&g, &hold);
+        smollm3__event__free_unpacked(hold, NULL);
+        const long a0 = atomic_load(&n_allocs);
+        collect(&g, submit_ids(&g, ids, 12, want[run], NULL), 1, &r);
+        query_stats(&g, &hold);
+        smollm3__event__free_unpacked(hold, NULL);
+        count[run] = atomic_load(&n_allocs) - a0;
+        got[run] = r.n;
+        ck_assert_msg(r.done && r.n > 0, "run %d: %d tokens, error %d", run, r.n, r.err);
+        rig_close(&g);
+    }
+    ck_assert_msg(got[1] >= got[0] + 40, "the runs generated %d and %d tokens", got[0], got[1]);
+    const double per = (double)(count[1] - count[0]) / (got[1] - got[0]);
+    printf("stats: %.3f allocations per decoded token (%ld for %d tokens, %ld for %d)\n", per, count[0], got[0],
+           count[1], got[1]);
+    ck_assert_msg(per < 0.5, "%.3f allocations per decoded token", per);
+}
+END_TEST
+#endif
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("engine");
@@ -1225,6 +1295,9 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_terminal_event_survives_oom);
     tcase_add_test(tc, t_tenants);
     tcase_add_test(tc, t_session_eviction);
+#ifdef COUNT_ALLOCS
+    tcase_add_test(tc, t_allocs_per_token);
+#endif
     suite_add_tcase(s, tc);
     return s;
 }

@@ -16,8 +16,12 @@
  *      prompt chunks of prefilling requests up to step_tokens;
  *   5. forward, then sample, detokenize and parse for each request whose
  *      row of logits came back, emitting events as text becomes final.
- * Requests own their memory; nothing in the decode path allocates except
- * protobuf packing into a reused buffer and growth of reused arrays.
+ * Requests own their memory.  The decode path allocates nothing per token:
+ * the step's arrays, the packing buffer and a Token's text buffer are
+ * reused, and what grows (a request's token history, libzmq's pipe chunks)
+ * grows by doubling or in chunks; test_engine's t_allocs_per_token holds it
+ * under 0.5 allocations per decoded token, all threads counted (0.013 on
+ * the fixture model).
  */
 #include "daemon/server/engine.h"
 #include "daemon/text/text.h"
@@ -547,7 +551,7 @@ static void engine_free(struct smol_engine *e)
     smol_pool_free(&e->spool);
     free(e->b_host);
     if (e->sock) zmq_close(e->sock);
-    free(e->b_tok); free(e->b_pos); free(e->b_out); free(e->gmask); free(e->b_seq); free(e->b_req); free(e->b_rs); free(e->b_ids); free(e->logits); free(e->pack);
+    free(e->b_tok); free(e->b_pos); free(e->b_out); free(e->gmask); free(e->b_seq); free(e->b_req); free(e->b_rs); free(e->b_ids); free(e->logits); free(e->pack); free(e->text_buf);
     free(e);
 }
 

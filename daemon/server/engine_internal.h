@@ -122,6 +122,8 @@ struct smol_engine {
     float spec_cost[SMOL_SPEC_MAX_DRAFT + 1]; /* verify step of k + 1 positions / a 1-token step, measured at start */
     uint8_t *pack;                  /* protobuf packing buffer */
     size_t pack_cap;
+    char *text_buf;                 /* a Token's text, NUL-terminated for protobuf-c (engine_wire.c) */
+    size_t text_cap;
     /* counters for stats */
     uint64_t n_requests, n_prompt_tokens, n_cached_tokens, n_generated, n_prefix_hits, n_rejected, n_cancelled;
     double grammar_s;               /* structured output: time in masks and grammar advances */
