@@ -68,6 +68,24 @@ static struct smol_session *lru_idle(struct smol_sessions *s, const char *tenant
     return NULL;
 }
 
+/* make_room's count of one tenant: its slot in tb (cap slots, more than
+ * there are tenants), found or taken (FNV-1a, linear probing). */
+struct tally {
+    const char *tenant;         /* NULL: a free slot */
+    int n;
+};
+
+static struct tally *tally_slot(struct tally *tb, size_t cap, const char *tenant)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)tenant; *p; p++) h = (h ^ *p) * 1099511628211ull;
+    for (size_t i = h % cap;; i = (i + 1) % cap)
+        if (!tb[i].tenant || !strcmp(tb[i].tenant, tenant)) {
+            tb[i].tenant = tenant;
+            return &tb[i];
+        }
+}
+
 int smol_sessions_make_room(struct smol_sessions *s, const char *tenant, int max_named, int max_per_tenant)
 {
     struct smol_session *x;
@@ -78,13 +96,23 @@ int smol_sessions_make_room(struct smol_sessions *s, const char *tenant, int max
     }
     if (s->n_named < max_named) return 0;
     /* the table is full: the tenant holding the most sessions gives up its
-     * least recently used idle one (the oldest wins a tie) */
+     * least recently used idle one (the oldest wins a tie); tenants counted
+     * in one pass (an open-addressed table of 2 x n slots), not n passes */
+    const size_t cap = 2 * (size_t)s->n_named + 2;
+    struct tally *tb = calloc(cap, sizeof *tb);
     struct smol_session *victim = NULL;
-    int most = 0;
-    for (x = s->tail; x; x = x->prev) {
-        if (!x->id[0] || x->busy) continue;
-        const int n = smol_sessions_count(s, x->tenant);
-        if (n > most) { most = n; victim = x; }
+    if (!tb) {      /* out of memory: the least recently used idle session */
+        victim = lru_idle(s, NULL);
+    } else {
+        for (x = s->head; x; x = x->next)
+            if (x->id[0]) tally_slot(tb, cap, x->tenant)->n++;
+        int most = 0;
+        for (x = s->tail; x; x = x->prev) {
+            if (!x->id[0] || x->busy) continue;
+            const int n = tally_slot(tb, cap, x->tenant)->n;
+            if (n > most) { most = n; victim = x; }
+        }
+        free(tb);
     }
     if (victim) smol_sessions_evict(s, victim);
     return s->n_named < max_named ? 0 : -1;
