@@ -20,7 +20,7 @@ mkdir -p "$LOGS"
 [ -x build/venv/bin/python3 ] && PATH=$(pwd)/build/venv/bin:$PATH && export PATH
 export SOAK_SECONDS=${SOAK_SECONDS:-60}
 
-ALL="links unit cli chat-cli daemon chaos gateway web deploy examples load soak"
+ALL="links unit cuda-emu cli chat-cli daemon chaos gateway web deploy examples load soak"
 SUITES=${SUITES:-$ALL}
 HW_SKIP='SKIPPED: (no CUDA device|cpu variant [a-z0-9]+ \(not built for or not supported by this CPU\))'
 
@@ -28,6 +28,7 @@ cmd_of() {
     case $1 in
         links)    echo "python3 tests/docs/check_links.py" ;;
         unit)     echo "sh tests/run_unit.sh $BUILD" ;;
+        cuda-emu) echo "sh tests/cuda_emu/suite.sh $BUILD" ;;
         cli)      echo "sh tests/run_cli.sh $BUILD" ;;
         chat-cli) echo "sh tests/test_chat_cli.sh $BUILD" ;;
         daemon)   echo "sh tests/daemon/run.sh $BUILD" ;;

@@ -145,6 +145,12 @@ void smol_engine_send_error(struct smol_engine *e, uint64_t id, uint64_t client_
     smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
 }
 
+const char *smol_unknown_session_msg(char msg[SMOL_UNKNOWN_SESSION_MSG], const char *session_id)
+{
+    snprintf(msg, SMOL_UNKNOWN_SESSION_MSG, "unknown session '%.128s'", session_id);
+    return msg;
+}
+
 /* ---- a request's events ------------------------------------------------------------ */
 
 int smol_engine_send_started(struct smol_engine *e, const struct req *q, int restored)
@@ -167,11 +173,16 @@ int smol_engine_send_token(struct smol_engine *e, const struct req *q, const cha
 {
     Smollm3__Event ev = SMOLLM3__EVENT__INIT;
     Smollm3__Token tk = SMOLLM3__TOKEN__INIT;
-    char *s = malloc(len + 1);      /* protobuf-c strings end with a NUL: text need not */
-    if (!s) return SMOL_WIRE_UNMADE;
-    memcpy(s, text, len);
-    s[len] = 0;
-    tk.text = s;
+    if (len + 1 > e->text_cap) {    /* protobuf-c strings end with a NUL: text need not (a reused buffer) */
+        size_t cap = len + 1 > 256 ? len + 1 : 256;
+        char *p = realloc(e->text_buf, cap);
+        if (!p) return SMOL_WIRE_UNMADE;
+        e->text_buf = p;
+        e->text_cap = cap;
+    }
+    memcpy(e->text_buf, text, len);
+    e->text_buf[len] = 0;
+    tk.text = e->text_buf;
     tk.token_id = token_id;
     tk.channel = channel;
     tk.choice = (uint32_t)q->choice;
@@ -197,9 +208,7 @@ int smol_engine_send_token(struct smol_engine *e, const struct req *q, const cha
     ev.request_id = q->r->client_id;
     ev.kind_case = SMOLLM3__EVENT__KIND_TOKEN;
     ev.token = &tk;
-    int rc = smol_engine_send_event(e, q->r->id, 0, &ev);
-    free(s);
-    return rc;
+    return smol_engine_send_event(e, q->r->id, 0, &ev);
 }
 
 int smol_engine_send_tool_call(struct smol_engine *e, const struct req *q, const struct smol_chat_event *pe,

@@ -476,6 +476,64 @@ def t_second_turn_cached(d):
     check(s not in [x["session_id"] for x in json.loads(r.stdout)["sessions"]], "deleted")
 
 
+def t_tenants(d):
+    """Issue 38 at the protocol level: two tenants over one session id and one
+    prompt never read or write each other's sessions or cached prefixes;
+    another tenant's id is refused in the words of a nonexistent one; an append
+    to a session the daemon does not hold is ERROR_UNKNOWN_SESSION unless
+    create_session; health says the largest frame the daemon decodes."""
+    E = PB
+    with d.client() as c:
+        check(c.health().max_request_bytes == 4 << 20, "health max_request_bytes: %s" % c.health())
+
+        def turn(tenant, session, text, append=True, create=False):
+            req = c.generate_request(text, session=session, temperature=0.0, max_tokens=4)
+            req.generate.tenant = tenant
+            req.generate.chat.append_to_session = append
+            req.generate.chat.create_session = create
+            return wait_terminal(c, c.send(req), 60)
+
+        def query(kind, tenant, sid=None):
+            req = PB.Request()
+            q = getattr(req, kind)
+            q.SetInParent()
+            q.tenant = tenant
+            if sid is not None:
+                q.session_id = sid
+            return send_expect_reply(c, req)
+
+        first = {}
+        for t in ("key-a", "key-b"):
+            evs = turn(t, "shared", "My name is Ada.", create=True)
+            check(evs[-1].WhichOneof("kind") == "done", "%s first turn: %s" % (t, evs[-1]))
+            first[t] = evs[0].started
+            check(evs[0].started.cached_tokens == 0,
+                  "%s reused %d tokens of another tenant's" % (t, evs[0].started.cached_tokens))
+        evs = turn("key-a", "shared", "What is my name?")
+        check(evs[-1].WhichOneof("kind") == "done" and evs[0].started.cached_tokens >= first["key-a"].prompt_tokens,
+              "key-a's own second turn reuses its session: %s" % evs[0])
+        unknown = turn("key-c", "shared", "hi")[-1]
+        never = turn("key-c", "never-made", "hi")[-1]
+        check(is_error(unknown, E.ERROR_UNKNOWN_SESSION) and is_error(never, E.ERROR_UNKNOWN_SESSION),
+              "append to another tenant's / a nonexistent session: %s / %s" % (unknown, never))
+        check(unknown.error.message.replace("shared", "ID") == never.error.message.replace("never-made", "ID"),
+              "the same words: %r vs %r" % (unknown.error.message, never.error.message))
+        evs = turn("key-c", "shared", "hi", create=True)
+        check(evs[-1].WhichOneof("kind") == "done", "create_session: %s" % evs[-1])
+        for t, want in (("key-a", ["shared"]), ("key-b", ["shared"]), ("key-c", ["shared"]), ("key-d", [])):
+            ev = query("session_list", t)
+            check([x.session_id for x in ev.sessions.sessions] == want, "%s lists %s" % (t, ev))
+        check(is_error(query("session_get", "key-d", "shared"), E.ERROR_UNKNOWN_SESSION), "get of another's")
+        check(is_error(query("session_delete", "key-d", "shared"), E.ERROR_UNKNOWN_SESSION), "delete of another's")
+        check(query("session_delete", "key-b", "shared").WhichOneof("kind") == "ack", "own delete")
+        check(query("session_get", "key-a", "shared").WhichOneof("kind") == "session", "key-b's delete left key-a's")
+        check(is_error(turn("key-b", "shared", "again")[-1], E.ERROR_UNKNOWN_SESSION), "append after delete")
+        bad = turn("a/b", "shared", "hi")[-1]
+        check(is_error(bad, E.ERROR_INVALID_ARGUMENT) and "tenant" in bad.error.message, "bad tenant: %s" % bad)
+        st = c.stats()
+        check(st.unknown_session_refusals >= 3, "stats unknown_session_refusals: %d" % st.unknown_session_refusals)
+
+
 def t_second_turn_history_sent_back(d):
     """OpenAI style: the client sends the whole conversation back (without the
     reasoning); the session continues from its own tokens."""
@@ -1324,6 +1382,7 @@ def main():
         ("batched_equals_sequential", t_batched_equals_sequential),
         ("second_turn_cached", t_second_turn_cached),
         ("second_turn_history_sent_back", t_second_turn_history_sent_back),
+        ("tenants", t_tenants),
         ("client_vanishes", t_client_vanishes),
         ("bad_input", t_bad_input),
         ("python_example_client", t_python_example),
