@@ -11,7 +11,7 @@
  * detokenize are one-reply daemon queries (a GW_QUERY stream): the reply
  * becomes the response body here.
  */
-#include "gateway/gateway.h"
+#include "gateway/core.h"
 #include "gateway/params.h"
 
 #include <stdlib.h>
@@ -114,12 +114,12 @@ out:
 
 /* ---- /tokenize, /detokenize ---------------------------------------------- */
 
-/* Sends a one-reply query and waits; the reply comes to gw_query_event. */
+/* Sends a one-reply query and waits; the reply comes to gw_query_event.  Admitted as every
+ * request to the daemon is (gw_core_admit): it counts in flight until its reply. */
 static enum MHD_Result send_query(struct gw_req *r, Smollm3__Request *req)
 {
-    if (!G.daemon_connected || !G.daemon_ready)
-        return gw_queue_error(r, 503, "server_error", "daemon_unavailable", "the inference daemon is not %s",
-                              G.daemon_connected ? "ready" : "connected");
+    enum MHD_Result ret;
+    if (!gw_core_admit(r, &ret)) return ret;
     struct gw_stream *s = gw_stream_new(GW_QUERY);
     if (!s) return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
     req->protocol_version = SMOLLM3__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;

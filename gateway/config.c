@@ -24,6 +24,7 @@
 static const char *const keys[] = {
     "listen", "daemon", "model-name", "max-body-bytes", "max-connections", "request-timeout",
     "max-inflight", "ping-interval", "ignore-unknown-fields", "api-key-file", "responses-store",
+    "responses-store-mb", "ui-unclaimed-max", "ui-unclaimed-per-key",
 };
 
 struct cfg_ctx {

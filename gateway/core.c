@@ -189,6 +189,7 @@ int gw_core_admit(struct gw_req *r, enum MHD_Result *ret)
         return 0;
     }
     if (G.n_inflight >= G.cfg.max_inflight) {
+        gw_metrics_refusal(GW_REFUSE_INFLIGHT, r->key);
         *ret = gw_queue_error(r, 429, "rate_limit_error", "too_many_requests",
                               "too many requests in flight (limit %u)", G.cfg.max_inflight);
         return 0;
@@ -203,6 +204,7 @@ int gw_pack_generate(struct gw_stream *s, Smollm3__GenerateRequest *g)
     req.request_id = s->rid;
     req.kind_case = SMOLLM3__REQUEST__KIND_GENERATE;
     req.generate = g;
+    g->tenant = (char *)s->tenant;      /* sessions and cached prefixes are the key's own (auth.c) */
     s->packed_len = smollm3__request__get_packed_size(&req);
     s->packed = malloc(s->packed_len ? s->packed_len : 1);
     if (!s->packed) return -1;
@@ -215,7 +217,11 @@ struct gw_stream *gw_core_stream(struct gw_req *r, const struct gw_proto *proto,
                                  const char *noun, enum MHD_Result *ret)
 {
     struct gw_stream *s = gw_stream_new(kind);
-    if (s) s->proto = proto;
+    if (s) {
+        s->proto = proto;
+        s->key = r->key;
+        s->tenant = gw_auth_tenant(r->key);
+    }
     if (!s || gw_pack_generate(s, g) || !(s->ch = calloc((size_t)n_choices, sizeof *s->ch))) {
         gw_stream_free(s);
         *ret = gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");

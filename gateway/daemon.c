@@ -29,6 +29,7 @@ struct gw_stream *gw_stream_new(enum gw_kind kind)
     if (!s) return NULL;
     s->kind = kind;
     s->key = GW_AUTH_NONE;
+    s->tenant = "";
     s->n_choices = 1;
     if (kind == GW_UI) s->proto = &gw_proto_ui;
     s->rid = smol_client_next_id(G.cli);
@@ -39,10 +40,27 @@ struct gw_stream *gw_stream_new(enum gw_kind kind)
     return s;
 }
 
+/* In flight: counted against --max-inflight until terminal or freed. */
+void gw_stream_hold(struct gw_stream *s)
+{
+    if (!s->counted) {
+        s->counted = 1;
+        G.n_inflight++;
+    }
+}
+
+static void release(struct gw_stream *s)
+{
+    if (s->counted) {
+        s->counted = 0;
+        G.n_inflight--;
+    }
+}
+
 void gw_stream_free(struct gw_stream *s)
 {
     if (!s) return;
-    if (s->sent && !s->terminal && G.n_inflight) G.n_inflight--;
+    release(s);
     if (s->req) s->req->stream = NULL;
     if (s->proto && s->proto->free) s->proto->free(s);
     if (s->prev) s->prev->next = s->next;
@@ -86,7 +104,7 @@ static void mark_terminal(struct gw_stream *s)
 {
     if (!s->terminal) {
         s->terminal = 1;
-        if (s->sent && G.n_inflight) G.n_inflight--;
+        release(s);
         if (s->kind != GW_QUERY && s->kind != GW_ANTHROPIC_COUNT) gw_metrics_stream_done(s);
     }
 }
@@ -122,6 +140,13 @@ void gw_streams_fail_all(const struct gw_error *e)
 
 /* ---- sending ------------------------------------------------------------ */
 
+int gw_daemon_fits(const struct gw_stream *s)
+{
+    if (!G.daemon_max_request || s->packed_len <= G.daemon_max_request) return 1;
+    gw_metrics_refusal(GW_REFUSE_DAEMON_FRAME, s->key);
+    return 0;
+}
+
 /* Sends s->packed.  0 on success; else fails nothing and returns -1. */
 int gw_daemon_send_stream(struct gw_stream *s)
 {
@@ -135,7 +160,7 @@ int gw_daemon_send_stream(struct gw_stream *s)
     s->packed = NULL;
     s->sent = 1;
     s->t_sent = smol_mono_s();
-    G.n_inflight++;
+    gw_stream_hold(s);
     gw_daemon_drain();
     return 0;
 }
@@ -202,6 +227,19 @@ static void on_event(Smollm3__Event *ev)
         G.health_rid = 0;
         if (ev->kind_case == SMOLLM3__EVENT__KIND_HEALTH) {
             int was = G.daemon_ready;
+            G.daemon_max_request = ev->health->max_request_bytes;
+            if (G.daemon_max_request && G.cfg.max_body > G.daemon_max_request) {
+                /* a body the gateway accepts would be a frame the daemon drops, and with it the
+                 * link every stream in flight shares: refuse to serve until configured right */
+                if (!G.daemon_refused)
+                    gw_log(3, "--max-body-bytes %zu is over what the daemon accepts (max_request_bytes %llu): "
+                           "lower --max-body-bytes (or raise the daemon's max_request_bytes); not serving",
+                           G.cfg.max_body, (unsigned long long)G.daemon_max_request);
+                G.daemon_refused = 1;
+                G.daemon_ready = 0;
+                return;
+            }
+            G.daemon_refused = 0;
             G.daemon_ready = ev->health->ready;
             if (!G.cfg.model_name && ev->health->model && *ev->health->model)
                 snprintf(G.model, sizeof G.model, "%s", ev->health->model);
@@ -213,7 +251,9 @@ static void on_event(Smollm3__Event *ev)
     if (ev->request_id && ev->request_id == G.stats_rid) {
         G.stats_rid = 0;
         if (ev->kind_case == SMOLLM3__EVENT__KIND_STATS) {
-            G.stats = *ev->stats;
+            G.stats = *ev->stats;       /* its strings go with ev: copied */
+            snprintf(G.stats_kv_type, sizeof G.stats_kv_type, "%s", ev->stats->kv_type ? ev->stats->kv_type : "");
+            G.stats.kv_type = G.stats_kv_type;
             G.have_stats = 1;
         }
         return;

@@ -125,6 +125,9 @@ struct gw_stream {
     int an_thinking_omitted;    /* thinking.display "omitted" */
     char *an_stop;              /* the stop sequence that ended it (malloc'd), or NULL */
     int key;                    /* API key of the request that made it (index), or < 0 */
+    const char *tenant;         /* its owner, the key's tenant (gw_auth_tenant; "" with keys off): sent
+                                   as GenerateRequest.tenant, checked when another request names it */
+    int counted;                /* counted in G.n_inflight (sent and not terminal; UI: from creation) */
     struct gw_resp_state *rs;   /* /v1/responses: its items and store entry (responses.c) */
     const struct gw_proto *proto;   /* what its events become (core.h) */
 };
@@ -163,7 +166,10 @@ struct gw_config {
     unsigned ping_interval;     /* s of silence before ': ping' on a stream */
     int ignore_unknown;         /* --ignore-unknown-fields: accept (and ignore) unknown request fields */
     const char *api_key_file;   /* --api-key-file: NULL = no keys */
-    size_t responses_store;     /* --responses-store: stored /v1/responses kept (LRU) */
+    size_t responses_store;     /* --responses-store: stored /v1/responses kept (LRU), count */
+    size_t responses_store_bytes;   /* --responses-store-mb: the memory they may hold, bytes */
+    unsigned ui_unclaimed_max;      /* --ui-unclaimed-max: UI streams waiting to be claimed, in all */
+    unsigned ui_unclaimed_per_key;  /* --ui-unclaimed-per-key: of them, one key's */
 };
 
 struct gw_metrics;
@@ -179,7 +185,10 @@ struct gw {
     int thinking;               /* the daemon's model has a thinking mode (its health reply); 1 until known */
     uint64_t health_rid, stats_rid;
     double next_health, next_stats;
-    Smollm3__StatsReply stats;  /* last stats (scalars only) */
+    Smollm3__StatsReply stats;  /* last stats (scalars; kv_type points to stats_kv_type) */
+    char stats_kv_type[16];
+    uint64_t daemon_max_request;    /* the daemon's largest accepted Request frame (health); 0 = unknown */
+    int daemon_refused;         /* --max-body-bytes is over daemon_max_request: never ready (logged) */
     int have_stats;
     struct gw_stream *streams;  /* all live streams */
     unsigned n_inflight;        /* streams sent to the daemon, not terminal */
@@ -213,11 +222,17 @@ void gw_daemon_open(void);
 void gw_daemon_drain(void);
 void gw_daemon_tick(double now);
 int gw_daemon_send_stream(struct gw_stream *s);
+/* 1 when s's packed request is within the daemon's max_request_bytes (or that is unknown); else 0,
+ * counted (a larger frame would be dropped by the daemon, closing the link of every stream). */
+int gw_daemon_fits(const struct gw_stream *s);
 void gw_daemon_cancel(struct gw_stream *s);
 /* 1 when an allocation counted by gw_oom_count (util.h) failed since MHD called the handler for
  * the request being served: what it parsed or built may lack bytes (http.c) */
 int gw_oom_in_request(void);
 struct gw_stream *gw_stream_new(enum gw_kind kind);
+/* Counts s in G.n_inflight now (a send does; a UI stream is counted from its creation, so
+ * streams nobody claimed yet cannot take the daemon past --max-inflight when claimed). */
+void gw_stream_hold(struct gw_stream *s);
 void gw_stream_free(struct gw_stream *s);
 struct gw_stream *gw_stream_by_rid(uint64_t rid);
 void gw_stream_push(struct gw_stream *s);
@@ -300,6 +315,9 @@ void gw_responses_error(struct gw_stream *s, const struct gw_error *e);
 enum MHD_Result gw_responses_finish_json(struct gw_req *r, struct gw_stream *s);
 void gw_responses_stream_free(struct gw_stream *s);
 void gw_responses_store_clear(void);
+/* Stored responses and the bytes they hold (the accounting of --responses-store-mb). */
+size_t gw_responses_store_count(void);
+size_t gw_responses_store_bytes(void);
 /* Parses a POST /v1/responses body without I/O (previous_response_id looks
  * in the store) and hands the GenerateRequest to check (the fuzz harness);
  * 0, or -1 with the reason in why and the field at fault in param. */
@@ -315,6 +333,7 @@ void gw_ui_event(struct gw_stream *s, const Smollm3__Event *ev);
 void gw_ui_error(struct gw_stream *s, const char *msg);
 struct gw_stream *gw_ui_find(const char *sid);
 void gw_ui_expire(double now);
+unsigned gw_ui_unclaimed_count(void);
 
 /* anthropic.c: POST /v1/messages, /v1/messages/count_tokens (anthropic.h) */
 enum MHD_Result gw_anthropic_messages(struct gw_req *r);
@@ -334,11 +353,27 @@ int gw_auth_load(const char *path);
 int gw_auth_check(struct MHD_Connection *mc);
 int gw_auth_n_keys(void);
 const char *gw_auth_key_name(int i);
+/* The tenant of key index i (auth.c: an id derived from the key, never the
+ * key): "" for GW_AUTH_OPEN / GW_AUTH_NONE.  Valid until exit. */
+const char *gw_auth_tenant(int i);
 
 /* config.c: --config FILE as flags ("--name", "value", ...; malloc'd), 0 or -1 (logged) */
 int gw_config_args(const char *path, char ***args, int *n);
 
 /* metrics.c */
+/* Why a request was refused, or what it asked dropped, to protect the others (/metrics:
+ * smollm3_gateway_refusals_total{reason}). */
+enum gw_refusal {
+    GW_REFUSE_INFLIGHT,         /* --max-inflight reached: 429 */
+    GW_REFUSE_UI_UNCLAIMED,     /* --ui-unclaimed-max streams wait to be claimed: 429 */
+    GW_REFUSE_UI_UNCLAIMED_KEY, /* the key's --ui-unclaimed-per-key wait: 429 */
+    GW_REFUSE_DAEMON_FRAME,     /* the packed request is over the daemon's max_request_bytes: 413 */
+    GW_REFUSE_STORE_SHARE,      /* a stored response alone is over its key's share: not kept */
+    GW_REFUSE_COUNT
+};
+void gw_metrics_refusal(enum gw_refusal why, int key);
+/* a stored response dropped to make room (the least recently used of its key's) */
+void gw_metrics_store_evicted(void);
 void gw_metrics_init(void);
 void gw_metrics_request(enum gw_endpoint ep, int status, int key);
 void gw_metrics_stream_done(const struct gw_stream *s);

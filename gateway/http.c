@@ -290,6 +290,13 @@ enum MHD_Result gw_req_send(struct gw_req *r, struct gw_stream *s)
         gw_stream_free(s);
         return queue_oom(r);
     }
+    if (!gw_daemon_fits(s)) {
+        size_t n = s->packed_len;
+        gw_stream_free(s);
+        return gw_queue_error(r, 413, "invalid_request_error", "request_too_large",
+                              "the request is %zu bytes for the daemon, over its limit of %llu", n,
+                              (unsigned long long)G.daemon_max_request);
+    }
     s->req = r;
     s->key = r->key;
     r->stream = s;
@@ -357,6 +364,10 @@ static enum MHD_Result health(struct gw_req *r)
     json_t *b = json_pack("{s:s,s:b,s:b,s:s}", "status", G.daemon_ready ? "ok" : "unavailable",
                           "daemon_connected", G.daemon_connected, "ready", G.daemon_ready,
                           "model", G.model);
+    if (G.daemon_refused)
+        json_object_set_new(b, "error", json_sprintf("--max-body-bytes %zu is over the daemon's max_request_bytes "
+                                                     "%llu", G.cfg.max_body,
+                                                     (unsigned long long)G.daemon_max_request));
     return gw_queue_json(r, G.daemon_ready ? 200 : 503, b);
 }
 

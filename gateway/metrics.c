@@ -30,6 +30,8 @@ struct gw_metrics {
     uint64_t pred_accepted, pred_rejected;
     uint64_t streams_done;
     struct hist ttft, tpot;
+    uint64_t refused[GW_REFUSE_COUNT];  /* gw_metrics_refusal */
+    uint64_t store_evicted;
     /* per API key (auth.c index), grown as keys are first seen */
     uint64_t *key_req, *key_prompt, *key_completion;
     int n_key;
@@ -82,6 +84,14 @@ void gw_metrics_request(enum gw_endpoint ep, int status, int key)
     if (ep >= 0 && ep < GW_EP_COUNT && status >= 100 && status < N_STATUS) M.req[ep][status]++;
     if (key_slot(key)) M.key_req[key]++;
 }
+
+void gw_metrics_refusal(enum gw_refusal why, int key)
+{
+    if (why >= 0 && why < GW_REFUSE_COUNT) M.refused[why]++;
+    gw_log(7, "refused (%d) for key %s", (int)why, key >= 0 ? gw_auth_key_name(key) : "-");
+}
+
+void gw_metrics_store_evicted(void) { M.store_evicted++; }
 
 void gw_metrics_first_token(double ttft_s)
 {
@@ -173,6 +183,24 @@ enum MHD_Result gw_metrics_serve(struct gw_req *r)
     one(&b, "smollm3_gateway_inflight_streams", "gauge", "Generation requests in flight.",
         (double)G.n_inflight);
     one(&b, "smollm3_gateway_connections", "gauge", "Open HTTP connections.", (double)G.n_conns);
+    static const char *const reason[GW_REFUSE_COUNT] = {
+        [GW_REFUSE_INFLIGHT] = "max_inflight", [GW_REFUSE_UI_UNCLAIMED] = "ui_unclaimed",
+        [GW_REFUSE_UI_UNCLAIMED_KEY] = "ui_unclaimed_per_key", [GW_REFUSE_DAEMON_FRAME] = "daemon_frame",
+        [GW_REFUSE_STORE_SHARE] = "responses_store_share",
+    };
+    gw_buf_str(&b, "# HELP smollm3_gateway_refusals_total Requests refused (or a stored response not kept) "
+                   "to keep within a limit, by reason.\n# TYPE smollm3_gateway_refusals_total counter\n");
+    for (int i = 0; i < GW_REFUSE_COUNT; i++)
+        gw_buf_printf(&b, "smollm3_gateway_refusals_total{reason=\"%s\"} %llu\n", reason[i],
+                      (unsigned long long)M.refused[i]);
+    one(&b, "smollm3_gateway_responses_evicted_total", "counter",
+        "Stored responses dropped to keep their key within its share of the store.", (double)M.store_evicted);
+    one(&b, "smollm3_gateway_responses_stored", "gauge", "Stored responses (/v1/responses).",
+        (double)gw_responses_store_count());
+    one(&b, "smollm3_gateway_responses_store_bytes", "gauge",
+        "Memory the stored responses hold (estimated from their JSON).", (double)gw_responses_store_bytes());
+    one(&b, "smollm3_gateway_ui_unclaimed_streams", "gauge", "Web UI streams waiting to be claimed.",
+        (double)gw_ui_unclaimed_count());
     one(&b, "smollm3_daemon_up", "gauge", "1 when the daemon is connected and ready.",
         (double)(G.daemon_connected && G.daemon_ready));
     if (G.have_stats) {
