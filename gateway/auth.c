@@ -28,7 +28,8 @@
  * its tenant's).  Two keys whose ids collide are refused at load.  With no
  * keys configured everything is the default tenant "".
  */
-#include "gateway/gateway.h"
+#include "gateway/auth.h"
+#include "gateway/util.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -12,7 +12,8 @@
  * before the command line's, so main.c's one getopt loop checks every value
  * and a flag on the command line overrides the file.
  */
-#include "gateway/gateway.h"
+#include "gateway/config.h"
+#include "gateway/util.h"
 
 #include <errno.h>
 #include <ini.h>

@@ -1,7 +1,8 @@
 /*
- * daemon.c - the gateway's link to smollm3d: one DEALER (daemon/client/client.h)
- * polled from the main epoll loop, stream bookkeeping and routing of
- * daemon events to their streams.
+ * daemon.c - the gateway's link to smollm3d (daemon.h): one DEALER
+ * (daemon/client/client.h) polled from the main epoll loop, stream
+ * bookkeeping and routing of daemon events to their stream's encoder; the
+ * HTTP side is reached only through the hooks it registered.
  *
  * ZMQ_FD is edge-triggered: gw_daemon_drain() reads until nothing is left,
  * and the loop calls it after every wake-up and after every send.  The
@@ -14,7 +15,8 @@
  * until the daemon (reconnected by ZeroMQ on its own) answers ready again.
  * Stats are polled every 2 s for /metrics.
  */
-#include "gateway/core.h"
+#include "gateway/daemon.h"
+#include "gateway/auth.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,17 @@
 #define GW_MAX_PENDING (8u << 20)   /* SSE bytes queued for one slow client */
 
 /* ---- streams ------------------------------------------------------------ */
+
+static struct gw_stream_hooks H;
+
+void gw_stream_hooks_set(const struct gw_stream_hooks *h) { H = *h; }
+
+static int waiting(const struct gw_stream *s) { return s->req && H.waiting && H.waiting(s); }
+
+static void wake(struct gw_stream *s)
+{
+    if (s->req && H.wake) H.wake(s);
+}
 
 struct gw_stream *gw_stream_new(enum gw_kind kind)
 {
@@ -31,7 +44,6 @@ struct gw_stream *gw_stream_new(enum gw_kind kind)
     s->key = GW_AUTH_NONE;
     s->tenant = "";
     s->n_choices = 1;
-    if (kind == GW_UI) s->proto = &gw_proto_ui;
     s->rid = smol_client_next_id(G.cli);
     s->born = s->last_write = smol_mono_s();
     s->next = G.streams;
@@ -61,7 +73,7 @@ void gw_stream_free(struct gw_stream *s)
 {
     if (!s) return;
     release(s);
-    if (s->req) s->req->stream = NULL;
+    if (s->req && H.detach) H.detach(s);
     if (s->proto && s->proto->free) s->proto->free(s);
     if (s->prev) s->prev->next = s->next;
     else G.streams = s->next;
@@ -97,7 +109,7 @@ void gw_stream_push(struct gw_stream *s)
         gw_daemon_cancel(s);
         s->ended = 1;
     }
-    if (s->req && !s->req->waiting) gw_req_resume(s->req);
+    if (s->req && !waiting(s)) wake(s);
 }
 
 static void mark_terminal(struct gw_stream *s)
@@ -105,7 +117,28 @@ static void mark_terminal(struct gw_stream *s)
     if (!s->terminal) {
         s->terminal = 1;
         release(s);
-        if (s->kind != GW_QUERY && s->kind != GW_ANTHROPIC_COUNT) gw_metrics_stream_done(s);
+        if (s->kind != GW_QUERY && s->kind != GW_ANTHROPIC_COUNT) {
+            struct gw_metrics_done d = {
+                .key = s->key, .n_tokens = s->n_tokens, .prompt_tokens = s->prompt_tokens,
+                .cached_tokens = s->cached_tokens, .completion_tokens = s->completion_tokens,
+                .reasoning_tokens = s->reasoning_tokens, .drafted_tokens = s->drafted_tokens,
+                .accepted_tokens = s->accepted_tokens, .pred_accepted = s->pred_accepted,
+                .pred_rejected = s->pred_rejected, .t_first = s->t_first,
+            };
+            gw_metrics_stream_done(&d);
+        }
+    }
+}
+
+/* The protocol's error (an SSE error event, or kept in s->err for the answer); a one-reply
+ * query's is the HTTP error. */
+static void encode_error(struct gw_stream *s, const struct gw_error *e)
+{
+    if (s->proto && s->proto->error) {
+        s->proto->error(s, e);
+    } else {
+        s->err = *e;
+        s->ended = 1;
     }
 }
 
@@ -114,14 +147,13 @@ void gw_stream_fail(struct gw_stream *s, const struct gw_error *e)
 {
     if (s->ended) return;
     mark_terminal(s);
-    struct gw_req *r = s->req;
-    if (r && r->waiting && !(gw_kind_sse(s->kind) && s->started)) {
+    if (waiting(s) && !(gw_kind_sse(s->kind) && s->started)) {
         /* no response yet and not accepted: a plain HTTP error */
         s->err = *e;
-        gw_req_resume(r);
+        wake(s);
         return;
     }
-    gw_core_error(s, e);
+    encode_error(s, e);
     gw_stream_push(s);
 }
 
@@ -272,9 +304,9 @@ static void on_event(Smollm3__Event *ev)
         return;
     }
     if (s->kind == GW_QUERY) {          /* one reply: the response */
-        gw_query_event(s, ev);
+        if (s->proto && s->proto->event) s->proto->event(s, ev);
         mark_terminal(s);
-        if (s->req && s->req->waiting) gw_req_resume(s->req);
+        if (waiting(s)) wake(s);
         return;
     }
     if (ev->kind_case == SMOLLM3__EVENT__KIND_STARTED) {
@@ -306,12 +338,11 @@ static void on_event(Smollm3__Event *ev)
         if (++s->n_done >= s->n_choices) mark_terminal(s);
     }
     const unsigned oom = gw_oom_count;
-    gw_core_event(s, ev);       /* the stream's protocol encoder */
+    if (s->proto && s->proto->event) s->proto->event(s, ev);  /* the stream's protocol encoder */
     if (gw_oom_count != oom) lost(s);   /* then answered as any failed stream: resumed below */
-    struct gw_req *r = s->req;
-    if (r && r->waiting) {
+    if (waiting(s)) {
         /* streaming: answer once started; non-streaming: once finished */
-        if ((gw_kind_sse(s->kind) && s->started) || s->terminal) gw_req_resume(r);
+        if ((gw_kind_sse(s->kind) && s->started) || s->terminal) wake(s);
     } else {
         gw_stream_push(s);
     }

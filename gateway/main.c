@@ -19,7 +19,14 @@
  * a Unix socket unlinked), end every stream with an error event, give the
  * connections up to 5 s to drain, resume all, MHD_stop_daemon, exit 0.
  */
-#include "gateway/gateway.h"
+#include "gateway/routes.h"
+#include "gateway/auth.h"
+#include "gateway/config.h"
+#include "gateway/daemon.h"
+#include "gateway/http.h"
+#include "gateway/metrics.h"
+#include "gateway/responses.h"
+#include "gateway/ui.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -352,7 +359,7 @@ int main(int argc, char **argv)
     int lfd = open_listen(G.cfg.listen);
     if (lfd < 0 || G.epfd < 0 || sfd < 0) return 1;
     gw_daemon_open();
-    G.mhd = gw_http_start(lfd);
+    G.mhd = gw_http_start(lfd, gw_route);
     if (!G.mhd) {
         gw_log(3, "cannot start the HTTP server");
         return 1;

@@ -42,7 +42,8 @@
  * error + response.failed on a failure).  Without stream the same items are
  * collected into one Response object.
  */
-#include "gateway/core.h"
+#include "gateway/responses.h"
+#include "gateway/auth.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -51,6 +52,7 @@
 #include <time.h>
 
 #define MAX_ITEMS 4096
+#define GW_API_RESPONSES 4      /* gw_stream.api of a /v1/responses stream (beside params.h's) */
 #define MAX_METADATA 16
 
 /* ---- the field table ------------------------------------------------------ */
@@ -172,6 +174,7 @@ static size_t json_cost(json_t *v)
     size_t c = node, i;
     const char *k;
     json_t *x;
+    if (!v) return 0;                   /* not built (out of memory): holds nothing */
     switch (json_typeof(v)) {
     case JSON_STRING:
         return c + json_string_length(v) + 1 + 16;
@@ -539,11 +542,11 @@ static int parse_tools(struct parsed *p, json_t *root, char *why, size_t wn)
             FAIL("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
                  "\"name\": ...} (hosted and allowed_tools choices are not supported)");
         }
-        CORE(gw_core_forced_needs_tools(forced, n, &p->prm.err));
+        CORE(gw_field_forced_needs_tools(forced, n, &p->prm.err));
         json_object_set(p->echo, "tool_choice", tc);
     }
-    CORE(gw_core_parallel_tool_calls(root, &p->prm.err));
-    if (gw_core_tools(&p->prm.gen, &p->chat, &p->strs, p->tools, forced, none)) FAIL("", "out of memory");
+    CORE(gw_field_parallel_tool_calls(root, &p->prm.err));
+    if (gw_field_tools(&p->prm.gen, &p->chat, &p->strs, p->tools, forced, none)) FAIL("", "out of memory");
     return 0;
 }
 
@@ -569,7 +572,7 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
             const char *t = json_string_value(json_object_get(f, "type"));
             if (!json_is_object(f) || !t) FAIL("text.format", "'text.format' must be an object with a 'type'");
             if (!strcmp(t, "json_object")) {
-                gw_core_json_object(&p->prm.gen);
+                gw_field_json_object(&p->prm.gen);
             } else if (!strcmp(t, "json_schema")) {
                 json_t *sch = json_object_get(f, "schema"), *strict = json_object_get(f, "strict");
                 if (!json_is_string(json_object_get(f, "name")))
@@ -578,7 +581,7 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
                     FAIL("text.format", "'text.format.schema' must be a JSON Schema object");
                 if (strict && !json_is_null(strict) && !json_is_boolean(strict))
                     FAIL("text.format", "'text.format.strict' must be a boolean");
-                if (gw_core_json_schema(&p->prm.gen, &p->strs, sch)) FAIL("", "out of memory");
+                if (gw_field_json_schema(&p->prm.gen, &p->strs, sch)) FAIL("", "out of memory");
             } else if (strcmp(t, "text")) {
                 FAIL("text.format", "'text.format.type' must be \"text\", \"json_object\" or \"json_schema\", not "
                      "\"%.20s\"", t);
@@ -600,8 +603,8 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
         if (e) {
             int on;
             unsigned budget;    /* low 512 ... xhigh 16384 (util.h) */
-            CORE(gw_core_effort(e, "reasoning.effort", "reasoning", 0, &on, &budget, &p->prm.err));
-            gw_core_thinking(&p->prm.gen, on, budget);
+            CORE(gw_field_effort(e, "reasoning.effort", "reasoning", 0, &on, &budget, &p->prm.err));
+            gw_field_thinking(&p->prm.gen, on, budget);
         }
         json_object_set(p->echo, "reasoning", r);
     }
@@ -610,8 +613,8 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
 
 static int parse_scalars(struct parsed *p, json_t *root, char *why, size_t wn)
 {
-    CORE(gw_core_model(root, &p->prm.err));
-    CORE(gw_core_stream_flag(root, &p->stream, &p->prm.err));
+    CORE(gw_field_model(root, &p->prm.err));
+    CORE(gw_field_stream_flag(root, &p->stream, &p->prm.err));
     json_t *x = get(root, "stream_options");
     if (x) {
         const char *k;
@@ -636,23 +639,23 @@ static int parse_scalars(struct parsed *p, json_t *root, char *why, size_t wn)
     if (x && (!json_is_string(x) || strcmp(json_string_value(x), "disabled")))
         FAIL("truncation", "'truncation' other than \"disabled\" is not supported (a prompt over the context is "
              "refused)");
-    CORE(gw_core_service_tier(root, "default", &p->prm.err));
+    CORE(gw_field_service_tier(root, "default", &p->prm.err));
     x = get(root, "top_logprobs");
     if (x && (!json_is_integer(x) || json_integer_value(x) != 0))
         FAIL("top_logprobs", "'top_logprobs' is not supported on /v1/responses (use /v1/chat/completions)");
     x = get(root, "max_output_tokens");
     if (x) {
-        CORE(gw_core_max_tokens(x, "max_output_tokens", &p->prm.gen, &p->prm.err));
+        CORE(gw_field_max_tokens(x, "max_output_tokens", &p->prm.gen, &p->prm.err));
         json_object_set(p->echo, "max_output_tokens", x);
     }
     x = get(root, "temperature");
     if (x) {
-        CORE(gw_core_temperature(x, 2, &p->prm.sampling, &p->prm.err));
+        CORE(gw_field_temperature(x, 2, &p->prm.sampling, &p->prm.err));
         json_object_set(p->echo, "temperature", x);
     }
     x = get(root, "top_p");
     if (x) {
-        CORE(gw_core_top_p(x, &p->prm.sampling, &p->prm.err));
+        CORE(gw_field_top_p(x, &p->prm.sampling, &p->prm.err));
         json_object_set(p->echo, "top_p", x);
     }
     x = get(root, "metadata");

@@ -16,7 +16,8 @@
  * (--ui-unclaimed-max) and per key (--ui-unclaimed-per-key): one client
  * cannot park memory here, nor take the daemon past --max-inflight later.
  */
-#include "gateway/gateway.h"
+#include "gateway/ui.h"
+#include "gateway/auth.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -263,6 +264,7 @@ enum MHD_Result gw_ui_chat(struct gw_req *r)
     }
     struct gw_stream *s = gw_stream_new(GW_UI);
     if (s) {
+        s->proto = &gw_proto_ui;
         s->key = r->key;
         s->tenant = gw_auth_tenant(r->key);
         gw_stream_hold(s);
@@ -435,3 +437,12 @@ void gw_ui_expire(double now)
             gw_stream_free(s);
     }
 }
+
+/* ---- the encoder ------------------------------------------------------------------ */
+
+static void ui_error(struct gw_stream *s, const struct gw_error *e)
+{
+    gw_ui_error(s, e->msg);
+}
+
+const struct gw_proto gw_proto_ui = { "ui", gw_ui_event, ui_error, NULL, NULL };

@@ -246,3 +246,26 @@ uint64_t gw_siphash24(const unsigned char key[16], const void *data, size_t n)
     SIPROUND;
     return v0 ^ v1 ^ v2 ^ v3;
 }
+
+/* ---- owned strings -------------------------------------------------------------- */
+
+char *gw_own(struct gw_owned *o, char *s)
+{
+    if (!s) return NULL;
+    char **n = realloc(o->v, (o->n + 1) * sizeof *n);
+    if (!n) {
+        free(s);
+        return NULL;
+    }
+    o->v = n;
+    o->v[o->n++] = s;
+    return s;
+}
+
+void gw_owned_free(struct gw_owned *o)
+{
+    for (size_t i = 0; i < o->n; i++) free(o->v[i]);
+    free(o->v);
+    o->v = NULL;
+    o->n = 0;
+}
