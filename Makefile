@@ -225,7 +225,10 @@ fuzz:
 # includes follow the layers (tests/check_layers.sh).
 check-headers:
 	@for h in kernels/*.h daemon/*/*.h; do \
-	    echo "#include \"$$h\"" | $(CC) $(CFLAGS) -x c -fsyntax-only - || exit 1; done; echo "headers ok"
+	    echo "#include \"$$h\"" | $(CC) $(CFLAGS) -x c -fsyntax-only - || exit 1; done
+	@for h in gateway/*.h; do \
+	    echo "#include \"$$h\"" | $(CC) $(CFLAGS) $(shell pkg-config --cflags libmicrohttpd 2>/dev/null) -x c \
+	        -fsyntax-only - || exit 1; done; echo "headers ok"
 	@sh tests/check_layers.sh
 
 # bench: smollm3d vs llama.cpp on a synthetic full-size SmolLM3-3B (tests/bench.sh; not part of test).

@@ -656,7 +656,7 @@ static int parse_tools(struct gw_anthropic_parsed *p, json_t *root, char *why, s
             goto fail;
         }
     }
-    if (gw_core_tools(&p->prm.gen, &p->chat, &p->strs, conv, forced, none)) {
+    if (gw_field_tools(&p->prm.gen, &p->chat, &p->strs, conv, forced, none)) {
         snprintf(why, wn, "out of memory");
         goto fail;
     }
@@ -709,7 +709,7 @@ static int parse_thinking(struct gw_anthropic_parsed *p, json_t *root, unsigned 
             FAIL("thinking", "'thinking.type' \"%.40s\" is not supported (enabled, adaptive, disabled)", type);
         }
     }
-    gw_core_thinking(g, on, 0);     /* the budget: budget_tokens above */
+    gw_field_thinking(g, on, 0);     /* the budget: budget_tokens above */
     return 0;
 }
 
@@ -740,7 +740,7 @@ static int parse_output_config(struct gw_anthropic_parsed *p, json_t *root, char
             FAIL("output_config", "'output_config.format' must be {\"type\": \"json_schema\", \"schema\": {...}}");
         if ((bad = unknown_key(f, kf))) FAIL("output_config", "'output_config.format': unknown field '%.40s'", bad);
         if (!json_is_object(schema)) FAIL("output_config", "'output_config.format.schema' must be a JSON Schema object");
-        if (gw_core_json_schema(&p->prm.gen, &p->strs, schema)) FAIL("", "out of memory");
+        if (gw_field_json_schema(&p->prm.gen, &p->strs, schema)) FAIL("", "out of memory");
     }
     return 0;
 }
@@ -780,14 +780,14 @@ static int parse_sampling(struct gw_anthropic_parsed *p, json_t *root, unsigned 
 {
     Smollm3__GenerateRequest *g = &p->prm.gen;
     Smollm3__SamplingParams *sp = &p->prm.sampling;
-    GW_CORE_REFUSE(gw_core_model(root, &p->prm.err));
+    GW_FIELD_REFUSE(gw_field_model(root, &p->prm.err));
     if (ep != GW_AN_MESSAGES) return 0;
     json_t *x = get(root, "max_tokens");
     if (!x) FAIL("max_tokens", "'max_tokens' is required");
-    GW_CORE_REFUSE(gw_core_max_tokens(x, "max_tokens", g, &p->prm.err));
-    GW_CORE_REFUSE(gw_core_stream_flag(root, &p->prm.stream, &p->prm.err));
-    if ((x = get(root, "temperature"))) GW_CORE_REFUSE(gw_core_temperature(x, 1, sp, &p->prm.err));
-    if ((x = get(root, "top_p"))) GW_CORE_REFUSE(gw_core_top_p(x, sp, &p->prm.err));
+    GW_FIELD_REFUSE(gw_field_max_tokens(x, "max_tokens", g, &p->prm.err));
+    GW_FIELD_REFUSE(gw_field_stream_flag(root, &p->prm.stream, &p->prm.err));
+    if ((x = get(root, "temperature"))) GW_FIELD_REFUSE(gw_field_temperature(x, 1, sp, &p->prm.err));
+    if ((x = get(root, "top_p"))) GW_FIELD_REFUSE(gw_field_top_p(x, sp, &p->prm.err));
     x = get(root, "top_k");
     if (x) {
         if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > (1 << 20))
@@ -808,7 +808,7 @@ static int parse_sampling(struct gw_anthropic_parsed *p, json_t *root, unsigned 
         }
         g->stop = p->prm.stops;
     }
-    GW_CORE_REFUSE(gw_core_service_tier(root, "standard_only", &p->prm.err));
+    GW_FIELD_REFUSE(gw_field_service_tier(root, "standard_only", &p->prm.err));
     return 0;
 }
 

@@ -8,12 +8,15 @@
  * an assistant's tool_calls, tool_result as a tool message, thinking as
  * reasoning_content), `tools` become OpenAI function tools (input_schema as
  * parameters), tool_choice any / tool the constrained "required" / named
- * call.  The hooks the rest of the gateway calls are in gateway.h.
+ * call.  Its endpoints and stream encoder are declared below too.
+ *
+ * Layer 5 of the gateway, the protocol front ends (tests/check_layers.sh):
+ * the core and everything beneath it.
  */
 #ifndef GW_ANTHROPIC_H
 #define GW_ANTHROPIC_H
 
-#include "gateway/gateway.h"
+#include "gateway/core.h"
 
 enum gw_anthropic_ep { GW_AN_MESSAGES = 1, GW_AN_COUNT_TOKENS = 2 };
 
@@ -40,5 +43,16 @@ enum { GW_AN_OK, GW_AN_BAD_JSON, GW_AN_BAD_VALUE };
 int gw_anthropic_parse(struct gw_anthropic_parsed *p, const char *body, size_t len, enum gw_anthropic_ep ep,
                        char *why, size_t wn);
 void gw_anthropic_parsed_deinit(struct gw_anthropic_parsed *p);
+
+/* POST /v1/messages, /v1/messages/count_tokens */
+enum MHD_Result gw_anthropic_messages(struct gw_req *r);
+enum MHD_Result gw_anthropic_count_tokens(struct gw_req *r);
+void gw_anthropic_event(struct gw_stream *s, const Smollm3__Event *ev);
+void gw_anthropic_error(struct gw_stream *s, const struct gw_error *e);
+enum MHD_Result gw_anthropic_finish(struct gw_req *r, struct gw_stream *s);
+/* {"type": "error", "error": {"type", "message"}}, the type by HTTP status */
+json_t *gw_anthropic_error_body(int status, const char *msg);
+
+extern const struct gw_proto gw_proto_anthropic;
 
 #endif

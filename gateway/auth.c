@@ -16,9 +16,20 @@
  *
  * A UI stream (GET /ui/stream/SID) is authorised by its SID: the 128-bit
  * random id was handed out by an authorised POST /ui/chat, and a browser's
- * EventSource cannot send an Authorization header.
+ * EventSource cannot send an Authorization header (a GET that does present
+ * another key is answered as for an unknown SID: ui.c).
+ *
+ * Tenants: each key is its own tenant, named to the daemon by an id derived
+ * from the key (GenerateRequest.tenant: sessions and the prefix cache are
+ * per tenant) and used by the gateway as the owner of what a key stores
+ * (stored responses, UI streams).  The id is 32 hex digits of two SipHash-2-4
+ * values of the key: the daemon, its logs and its session files never see
+ * the key, and the id is the same after a restart (a session on disk stays
+ * its tenant's).  Two keys whose ids collide are refused at load.  With no
+ * keys configured everything is the default tenant "".
  */
-#include "gateway/gateway.h"
+#include "gateway/auth.h"
+#include "gateway/util.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -34,6 +45,7 @@ struct gw_key {
     char key[KEY_MAX + 1];      /* NUL-padded to the full width */
     size_t len;
     char name[NAME_MAX_ + 1];   /* [A-Za-z0-9_.-] */
+    char tenant[33];            /* hex of the two SipHashes of the key (tenant_of) */
 };
 
 static struct gw_key *keys;
@@ -44,6 +56,24 @@ int gw_auth_n_keys(void) { return n_keys; }
 const char *gw_auth_key_name(int i)
 {
     return i >= 0 && i < n_keys ? keys[i].name : "";
+}
+
+const char *gw_auth_tenant(int i)
+{
+    return i >= 0 && i < n_keys ? keys[i].tenant : "";
+}
+
+/* The two SipHash keys of a tenant id: fixed, so the id of a key stays the
+ * same across restarts and gateways (a deployment's sessions outlive them). */
+static const unsigned char tenant_k[2][16] = {
+    { 's', 'm', 'o', 'l', 'l', 'm', '3', ' ', 't', 'e', 'n', 'a', 'n', 't', ' ', '1' },
+    { 's', 'm', 'o', 'l', 'l', 'm', '3', ' ', 't', 'e', 'n', 'a', 'n', 't', ' ', '2' },
+};
+
+static void tenant_of(const char *key, size_t n, char out[33])
+{
+    snprintf(out, 33, "%016llx%016llx", (unsigned long long)gw_siphash24(tenant_k[0], key, n),
+             (unsigned long long)gw_siphash24(tenant_k[1], key, n));
 }
 
 int gw_auth_load(const char *path)
@@ -106,9 +136,14 @@ int gw_auth_load(const char *path)
         x->len = klen;
         if (nlen) memcpy(x->name, nm, nlen);
         else snprintf(x->name, sizeof x->name, "key%d", ln);
+        tenant_of(x->key, klen, x->tenant);
         for (int i = 0; i < n_keys; i++)
             if (keys[i].len == klen && !memcmp(keys[i].key, x->key, klen)) {
                 gw_log(3, "%s:%d: the same key as '%s'", path, ln, keys[i].name);
+                rc = -1;
+            } else if (!strcmp(keys[i].tenant, x->tenant)) {
+                gw_log(3, "%s:%d: the key's tenant id collides with '%s''s: use another key", path, ln,
+                       keys[i].name);
                 rc = -1;
             }
         if (rc) break;

@@ -11,7 +11,8 @@
  * detokenize are one-reply daemon queries (a GW_QUERY stream): the reply
  * becomes the response body here.
  */
-#include "gateway/gateway.h"
+#include "gateway/completions.h"
+#include "gateway/openai.h"
 #include "gateway/params.h"
 
 #include <stdlib.h>
@@ -114,13 +115,19 @@ out:
 
 /* ---- /tokenize, /detokenize ---------------------------------------------- */
 
-/* Sends a one-reply query and waits; the reply comes to gw_query_event. */
+static void query_event(struct gw_stream *s, const Smollm3__Event *ev);
+static enum MHD_Result query_finish(struct gw_req *r, struct gw_stream *s);
+/* A query's reply: kept as the response (no error event: a refusal is the HTTP error). */
+static const struct gw_proto query_proto = { "query", query_event, NULL, query_finish, NULL };
+
+/* Sends a one-reply query and waits; the reply comes to query_event (below).  Admitted as every
+ * request to the daemon is (gw_core_admit): it counts in flight until its reply. */
 static enum MHD_Result send_query(struct gw_req *r, Smollm3__Request *req)
 {
-    if (!G.daemon_connected || !G.daemon_ready)
-        return gw_queue_error(r, 503, "server_error", "daemon_unavailable", "the inference daemon is not %s",
-                              G.daemon_connected ? "ready" : "connected");
+    enum MHD_Result ret;
+    if (!gw_core_admit(r, &ret)) return ret;
     struct gw_stream *s = gw_stream_new(GW_QUERY);
+    if (s) s->proto = &query_proto;
     if (!s) return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
     req->protocol_version = SMOLLM3__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
     req->request_id = s->rid;
@@ -267,7 +274,7 @@ static json_t *piece_json(const ProtobufCBinaryData *b)
 }
 
 /* The daemon's reply to a query stream: kept as the response body. */
-void gw_query_event(struct gw_stream *s, const Smollm3__Event *ev)
+static void query_event(struct gw_stream *s, const Smollm3__Event *ev)
 {
     if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKENIZED) {
         const Smollm3__TokenizeReply *t = ev->tokenized;
@@ -287,7 +294,7 @@ void gw_query_event(struct gw_stream *s, const Smollm3__Event *ev)
     }
 }
 
-enum MHD_Result gw_query_finish(struct gw_req *r, struct gw_stream *s)
+static enum MHD_Result query_finish(struct gw_req *r, struct gw_stream *s)
 {
     json_t *body = s->reply ? json_incref(s->reply) : json_object();
     int st = s->err.status ? s->err.status : 200;

@@ -12,7 +12,8 @@
  * before the command line's, so main.c's one getopt loop checks every value
  * and a flag on the command line overrides the file.
  */
-#include "gateway/gateway.h"
+#include "gateway/config.h"
+#include "gateway/util.h"
 
 #include <errno.h>
 #include <ini.h>
@@ -24,6 +25,7 @@
 static const char *const keys[] = {
     "listen", "daemon", "model-name", "max-body-bytes", "max-connections", "request-timeout",
     "max-inflight", "ping-interval", "ignore-unknown-fields", "api-key-file", "responses-store",
+    "responses-store-mb", "ui-unclaimed-max", "ui-unclaimed-per-key",
 };
 
 struct cfg_ctx {

@@ -1,7 +1,8 @@
 /*
- * daemon.c - the gateway's link to smollm3d: one DEALER (daemon/client/client.h)
- * polled from the main epoll loop, stream bookkeeping and routing of
- * daemon events to their streams.
+ * daemon.c - the gateway's link to smollm3d (daemon.h): one DEALER
+ * (daemon/client/client.h) polled from the main epoll loop, stream
+ * bookkeeping and routing of daemon events to their stream's encoder; the
+ * HTTP side is reached only through the hooks it registered.
  *
  * ZMQ_FD is edge-triggered: gw_daemon_drain() reads until nothing is left,
  * and the loop calls it after every wake-up and after every send.  The
@@ -14,7 +15,8 @@
  * until the daemon (reconnected by ZeroMQ on its own) answers ready again.
  * Stats are polled every 2 s for /metrics.
  */
-#include "gateway/core.h"
+#include "gateway/daemon.h"
+#include "gateway/auth.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -23,14 +25,25 @@
 
 /* ---- streams ------------------------------------------------------------ */
 
+static struct gw_stream_hooks H;
+
+void gw_stream_hooks_set(const struct gw_stream_hooks *h) { H = *h; }
+
+static int waiting(const struct gw_stream *s) { return s->req && H.waiting && H.waiting(s); }
+
+static void wake(struct gw_stream *s)
+{
+    if (s->req && H.wake) H.wake(s);
+}
+
 struct gw_stream *gw_stream_new(enum gw_kind kind)
 {
     struct gw_stream *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->kind = kind;
     s->key = GW_AUTH_NONE;
+    s->tenant = "";
     s->n_choices = 1;
-    if (kind == GW_UI) s->proto = &gw_proto_ui;
     s->rid = smol_client_next_id(G.cli);
     s->born = s->last_write = smol_mono_s();
     s->next = G.streams;
@@ -39,11 +52,28 @@ struct gw_stream *gw_stream_new(enum gw_kind kind)
     return s;
 }
 
+/* In flight: counted against --max-inflight until terminal or freed. */
+void gw_stream_hold(struct gw_stream *s)
+{
+    if (!s->counted) {
+        s->counted = 1;
+        G.n_inflight++;
+    }
+}
+
+static void release(struct gw_stream *s)
+{
+    if (s->counted) {
+        s->counted = 0;
+        G.n_inflight--;
+    }
+}
+
 void gw_stream_free(struct gw_stream *s)
 {
     if (!s) return;
-    if (s->sent && !s->terminal && G.n_inflight) G.n_inflight--;
-    if (s->req) s->req->stream = NULL;
+    release(s);
+    if (s->req && H.detach) H.detach(s);
     if (s->proto && s->proto->free) s->proto->free(s);
     if (s->prev) s->prev->next = s->next;
     else G.streams = s->next;
@@ -79,15 +109,36 @@ void gw_stream_push(struct gw_stream *s)
         gw_daemon_cancel(s);
         s->ended = 1;
     }
-    if (s->req && !s->req->waiting) gw_req_resume(s->req);
+    if (s->req && !waiting(s)) wake(s);
 }
 
 static void mark_terminal(struct gw_stream *s)
 {
     if (!s->terminal) {
         s->terminal = 1;
-        if (s->sent && G.n_inflight) G.n_inflight--;
-        if (s->kind != GW_QUERY && s->kind != GW_ANTHROPIC_COUNT) gw_metrics_stream_done(s);
+        release(s);
+        if (s->kind != GW_QUERY && s->kind != GW_ANTHROPIC_COUNT) {
+            struct gw_metrics_done d = {
+                .key = s->key, .n_tokens = s->n_tokens, .prompt_tokens = s->prompt_tokens,
+                .cached_tokens = s->cached_tokens, .completion_tokens = s->completion_tokens,
+                .reasoning_tokens = s->reasoning_tokens, .drafted_tokens = s->drafted_tokens,
+                .accepted_tokens = s->accepted_tokens, .pred_accepted = s->pred_accepted,
+                .pred_rejected = s->pred_rejected, .t_first = s->t_first,
+            };
+            gw_metrics_stream_done(&d);
+        }
+    }
+}
+
+/* The protocol's error (an SSE error event, or kept in s->err for the answer); a one-reply
+ * query's is the HTTP error. */
+static void encode_error(struct gw_stream *s, const struct gw_error *e)
+{
+    if (s->proto && s->proto->error) {
+        s->proto->error(s, e);
+    } else {
+        s->err = *e;
+        s->ended = 1;
     }
 }
 
@@ -96,14 +147,13 @@ void gw_stream_fail(struct gw_stream *s, const struct gw_error *e)
 {
     if (s->ended) return;
     mark_terminal(s);
-    struct gw_req *r = s->req;
-    if (r && r->waiting && !(gw_kind_sse(s->kind) && s->started)) {
+    if (waiting(s) && !(gw_kind_sse(s->kind) && s->started)) {
         /* no response yet and not accepted: a plain HTTP error */
         s->err = *e;
-        gw_req_resume(r);
+        wake(s);
         return;
     }
-    gw_core_error(s, e);
+    encode_error(s, e);
     gw_stream_push(s);
 }
 
@@ -122,6 +172,13 @@ void gw_streams_fail_all(const struct gw_error *e)
 
 /* ---- sending ------------------------------------------------------------ */
 
+int gw_daemon_fits(const struct gw_stream *s)
+{
+    if (!G.daemon_max_request || s->packed_len <= G.daemon_max_request) return 1;
+    gw_metrics_refusal(GW_REFUSE_DAEMON_FRAME, s->key);
+    return 0;
+}
+
 /* Sends s->packed.  0 on success; else fails nothing and returns -1. */
 int gw_daemon_send_stream(struct gw_stream *s)
 {
@@ -135,7 +192,7 @@ int gw_daemon_send_stream(struct gw_stream *s)
     s->packed = NULL;
     s->sent = 1;
     s->t_sent = smol_mono_s();
-    G.n_inflight++;
+    gw_stream_hold(s);
     gw_daemon_drain();
     return 0;
 }
@@ -202,6 +259,19 @@ static void on_event(Smollm3__Event *ev)
         G.health_rid = 0;
         if (ev->kind_case == SMOLLM3__EVENT__KIND_HEALTH) {
             int was = G.daemon_ready;
+            G.daemon_max_request = ev->health->max_request_bytes;
+            if (G.daemon_max_request && G.cfg.max_body > G.daemon_max_request) {
+                /* a body the gateway accepts would be a frame the daemon drops, and with it the
+                 * link every stream in flight shares: refuse to serve until configured right */
+                if (!G.daemon_refused)
+                    gw_log(3, "--max-body-bytes %zu is over what the daemon accepts (max_request_bytes %llu): "
+                           "lower --max-body-bytes (or raise the daemon's max_request_bytes); not serving",
+                           G.cfg.max_body, (unsigned long long)G.daemon_max_request);
+                G.daemon_refused = 1;
+                G.daemon_ready = 0;
+                return;
+            }
+            G.daemon_refused = 0;
             G.daemon_ready = ev->health->ready;
             if (!G.cfg.model_name && ev->health->model && *ev->health->model)
                 snprintf(G.model, sizeof G.model, "%s", ev->health->model);
@@ -213,7 +283,9 @@ static void on_event(Smollm3__Event *ev)
     if (ev->request_id && ev->request_id == G.stats_rid) {
         G.stats_rid = 0;
         if (ev->kind_case == SMOLLM3__EVENT__KIND_STATS) {
-            G.stats = *ev->stats;
+            G.stats = *ev->stats;       /* its strings go with ev: copied */
+            snprintf(G.stats_kv_type, sizeof G.stats_kv_type, "%s", ev->stats->kv_type ? ev->stats->kv_type : "");
+            G.stats.kv_type = G.stats_kv_type;
             G.have_stats = 1;
         }
         return;
@@ -232,9 +304,9 @@ static void on_event(Smollm3__Event *ev)
         return;
     }
     if (s->kind == GW_QUERY) {          /* one reply: the response */
-        gw_query_event(s, ev);
+        if (s->proto && s->proto->event) s->proto->event(s, ev);
         mark_terminal(s);
-        if (s->req && s->req->waiting) gw_req_resume(s->req);
+        if (waiting(s)) wake(s);
         return;
     }
     if (ev->kind_case == SMOLLM3__EVENT__KIND_STARTED) {
@@ -266,12 +338,11 @@ static void on_event(Smollm3__Event *ev)
         if (++s->n_done >= s->n_choices) mark_terminal(s);
     }
     const unsigned oom = gw_oom_count;
-    gw_core_event(s, ev);       /* the stream's protocol encoder */
+    if (s->proto && s->proto->event) s->proto->event(s, ev);  /* the stream's protocol encoder */
     if (gw_oom_count != oom) lost(s);   /* then answered as any failed stream: resumed below */
-    struct gw_req *r = s->req;
-    if (r && r->waiting) {
+    if (waiting(s)) {
         /* streaming: answer once started; non-streaming: once finished */
-        if ((gw_kind_sse(s->kind) && s->started) || s->terminal) gw_req_resume(r);
+        if ((gw_kind_sse(s->kind) && s->started) || s->terminal) wake(s);
     } else {
         gw_stream_push(s);
     }

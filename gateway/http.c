@@ -1,5 +1,5 @@
 /*
- * http.c - libmicrohttpd side of the gateway: daemon setup, routing, body
+ * http.c - libmicrohttpd side of the gateway (http.h): daemon setup, body
  * limits, suspend/resume, SSE responses and client-disconnect detection.
  *
  * Requests that need the daemon are answered asynchronously: the handler
@@ -16,7 +16,7 @@
  * in our epoll set for EPOLLRDHUP (gw_conn_rdhup): the daemon request is
  * cancelled at once and the connection resumed so MHD closes it.
  */
-#include "gateway/core.h"
+#include "gateway/http.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -50,7 +50,7 @@ static enum MHD_Result queue_oom(struct gw_req *r)
                                  "\"param\":null,\"code\":\"out_of_memory\"}}";
     static const char anthropic[] = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\","
                                     "\"message\":\"out of memory\"}}";
-    const int an = gw_ep_anthropic(r->ep);
+    const int an = r->route && r->route->error_body;   /* the one other shape there is: Anthropic's */
     struct MHD_Response *resp = MHD_create_response_from_buffer(an ? sizeof anthropic - 1 : sizeof openai - 1,
                                                                 (void *)(an ? anthropic : openai),
                                                                 MHD_RESPMEM_PERSISTENT);
@@ -97,7 +97,7 @@ static enum MHD_Result queue_error(struct gw_req *r, int status, const char *typ
 {
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    if (gw_ep_anthropic(r->ep)) return gw_queue_json(r, status, gw_anthropic_error_body(status, msg));
+    if (r->route && r->route->error_body) return gw_queue_json(r, status, r->route->error_body(status, msg));
     json_t *e = json_pack("{s:{s:s,s:s,s:o,s:s}}", "error", "message", msg, "type", type, "param",
                           param && *param ? json_string(param) : json_null(), "code", code);
     return gw_queue_json(r, status, e);
@@ -263,7 +263,6 @@ enum MHD_Result gw_req_answer(struct gw_req *r)
         gw_stream_free(s);
         return gw_queue_gw_error(r, &e);
     }
-    if (s->kind == GW_QUERY) return gw_query_finish(r, s);
     if (!gw_kind_sse(s->kind) && s->proto && s->proto->finish) return s->proto->finish(r, s);
     return gw_queue_sse(r, s);
 }
@@ -290,6 +289,13 @@ enum MHD_Result gw_req_send(struct gw_req *r, struct gw_stream *s)
         gw_stream_free(s);
         return queue_oom(r);
     }
+    if (!gw_daemon_fits(s)) {
+        size_t n = s->packed_len;
+        gw_stream_free(s);
+        return gw_queue_error(r, 413, "invalid_request_error", "request_too_large",
+                              "the request is %zu bytes for the daemon, over its limit of %llu", n,
+                              (unsigned long long)G.daemon_max_request);
+    }
     s->req = r;
     s->key = r->key;
     r->stream = s;
@@ -306,94 +312,7 @@ enum MHD_Result gw_req_send(struct gw_req *r, struct gw_stream *s)
 
 /* ---- routing ------------------------------------------------------------ */
 
-static enum gw_endpoint route_of(const char *url, const char **arg)
-{
-    *arg = NULL;
-    if (!strcmp(url, "/v1/chat/completions")) return GW_EP_CHAT;
-    if (!strcmp(url, "/v1/models")) return GW_EP_MODELS;
-    if (!strcmp(url, "/v1/completions")) return GW_EP_COMPLETIONS;
-    if (!strcmp(url, "/v1/messages")) return GW_EP_MESSAGES;
-    if (!strcmp(url, "/v1/messages/count_tokens")) return GW_EP_MESSAGES_COUNT_TOKENS;
-    if (!strcmp(url, "/tokenize")) return GW_EP_TOKENIZE;
-    if (!strcmp(url, "/v1/responses")) return GW_EP_RESPONSES;
-    if (!strncmp(url, "/v1/responses/", 14)) {
-        *arg = url + 14;
-        return GW_EP_RESPONSE;
-    }
-    if (!strcmp(url, "/detokenize")) return GW_EP_DETOKENIZE;
-    if (!strncmp(url, "/v1/models/", 11)) {
-        *arg = url + 11;
-        return GW_EP_MODEL;
-    }
-    if (!strcmp(url, "/health")) return GW_EP_HEALTH;
-    if (!strcmp(url, "/metrics")) return GW_EP_METRICS;
-    if (!strcmp(url, "/ui/chat")) return GW_EP_UI_CHAT;
-    if (!strcmp(url, "/ui/config")) return GW_EP_UI_CONFIG;
-    if (!strncmp(url, "/ui/stream/", 11)) {
-        *arg = url + 11;
-        return GW_EP_UI_STREAM;
-    }
-    if (!strncmp(url, "/ui/stop/", 9)) {
-        *arg = url + 9;
-        return GW_EP_UI_STOP;
-    }
-    return GW_EP_OTHER;
-}
-
-static const char *method_of(enum gw_endpoint ep)
-{
-    switch (ep) {
-    case GW_EP_CHAT: case GW_EP_UI_CHAT: case GW_EP_UI_STOP: case GW_EP_COMPLETIONS:
-    case GW_EP_TOKENIZE: case GW_EP_DETOKENIZE: case GW_EP_MESSAGES: case GW_EP_MESSAGES_COUNT_TOKENS:
-    case GW_EP_RESPONSES:
-        return "POST";
-    case GW_EP_RESPONSE: return NULL;   /* GET, DELETE, POST .../cancel: responses.c */
-    default: return "GET";
-    }
-}
-
-static enum MHD_Result health(struct gw_req *r)
-{
-    json_t *b = json_pack("{s:s,s:b,s:b,s:s}", "status", G.daemon_ready ? "ok" : "unavailable",
-                          "daemon_connected", G.daemon_connected, "ready", G.daemon_ready,
-                          "model", G.model);
-    return gw_queue_json(r, G.daemon_ready ? 200 : 503, b);
-}
-
-static enum MHD_Result dispatch(struct gw_req *r, const char *method, const char *arg)
-{
-    switch (r->ep) {
-    case GW_EP_RESPONSES: return gw_responses_create(r);
-    case GW_EP_RESPONSE: return gw_responses_one(r, method, arg);
-    case GW_EP_CHAT: return gw_openai_chat(r);
-    case GW_EP_MODELS: return gw_openai_models(r);
-    case GW_EP_MODEL: return gw_models_one(r, arg);
-    case GW_EP_COMPLETIONS: return gw_completions(r);
-    case GW_EP_MESSAGES: return gw_anthropic_messages(r);
-    case GW_EP_MESSAGES_COUNT_TOKENS: return gw_anthropic_count_tokens(r);
-    case GW_EP_TOKENIZE: return gw_tokenize(r);
-    case GW_EP_DETOKENIZE: return gw_detokenize(r);
-    case GW_EP_HEALTH: return health(r);
-    case GW_EP_METRICS: return gw_metrics_serve(r);
-    case GW_EP_UI_CHAT: return gw_ui_chat(r);
-    case GW_EP_UI_STREAM: return gw_ui_stream(r, arg);
-    case GW_EP_UI_STOP: return gw_ui_stop(r, arg);
-    case GW_EP_UI_CONFIG: return gw_ui_config(r);
-    default: return gw_queue_error(r, 404, "not_found_error", "not_found", "unknown route");
-    }
-}
-
-/* Whether the endpoint needs an API key when keys are configured: the API
- * and the UI do; /health and /metrics do not; a UI stream is authorised by
- * its SID (auth.c). */
-static int needs_key(enum gw_endpoint ep, const char *url)
-{
-    switch (ep) {
-    case GW_EP_HEALTH: case GW_EP_METRICS: case GW_EP_UI_STREAM: return 0;
-    case GW_EP_OTHER: return !strncmp(url, "/v1/", 4) || !strncmp(url, "/ui/", 4);
-    default: return 1;
-    }
-}
+static gw_router router;
 
 /* 401 in OpenAI's shape (Anthropic's on its endpoints), with the challenge
  * RFC 6750 asks for. */
@@ -401,8 +320,8 @@ static enum MHD_Result unauthorized(struct gw_req *r, int presented)
 {
     const char *msg = presented ? "Incorrect API key provided."
                                 : "You didn't provide an API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'.";
-    json_t *e = gw_ep_anthropic(r->ep)
-                    ? gw_anthropic_error_body(401, msg)
+    json_t *e = r->route && r->route->error_body
+                    ? r->route->error_body(401, msg)
                     : json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", msg, "type", "invalid_request_error",
                                 "param", "code", presented ? "invalid_api_key" : "missing_api_key");
     char *s = json_dumps(e, JSON_COMPACT);
@@ -435,9 +354,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
         r->conn = ci ? ci->socket_context : NULL;
         if (r->conn) r->conn->req = r;
         const char *arg;
-        r->ep = route_of(url, &arg);
+        r->route = router(url, &arg);
+        r->ep = r->route->ep;
         r->key = gw_auth_check(mc);
-        if (r->key == GW_AUTH_NONE && needs_key(r->ep, url))
+        if (r->key == GW_AUTH_NONE && !r->route->open)
             return unauthorized(r, MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization") != NULL ||
                                        MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "x-api-key") != NULL);
         const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
@@ -464,21 +384,31 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
     if (r->too_large)
         return gw_queue_error(r, 413, "invalid_request_error", "request_too_large",
                               "request body over %zu bytes", G.cfg.max_body);
-    if (r->ep != GW_EP_OTHER && method_of(r->ep) && strcmp(method, method_of(r->ep))) {
-        if (!(r->ep != GW_EP_CHAT && !strcmp(method, "HEAD") && !strcmp(method_of(r->ep), "GET")))
-            return gw_queue_error(r, 405, "invalid_request_error", "method_not_allowed",
-                                  "method %s not allowed on %s", method, url);
-    }
+    const char *want = r->route->method;
+    if (want && strcmp(method, want) && !(!strcmp(method, "HEAD") && !strcmp(want, "GET")))
+        return gw_queue_error(r, 405, "invalid_request_error", "method_not_allowed",
+                              "method %s not allowed on %s", method, url);
     if (G.n_conns > G.cfg.max_connections)
         return gw_queue_error(r, 503, "server_error", "too_many_connections",
                               "too many connections (limit %u)", G.cfg.max_connections);
     const char *arg;
-    route_of(url, &arg);
-    return dispatch(r, method, arg);
+    router(url, &arg);
+    return r->route->handle(r, method, arg);
 }
 
-struct MHD_Daemon *gw_http_start(int listen_fd)
+/* ---- the stream hooks (daemon.h) ------------------------------------------ */
+
+static int stream_waiting(const struct gw_stream *s) { return s->req->waiting; }
+
+static void stream_wake(struct gw_stream *s) { gw_req_resume(s->req); }
+
+static void stream_detach(struct gw_stream *s) { s->req->stream = NULL; }
+
+struct MHD_Daemon *gw_http_start(int listen_fd, gw_router route)
 {
+    static const struct gw_stream_hooks hooks = { stream_waiting, stream_wake, stream_detach };
+    gw_stream_hooks_set(&hooks);
+    router = route;
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     return MHD_start_daemon(
         flags, 0, NULL, NULL, handler, NULL,

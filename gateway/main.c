@@ -5,7 +5,9 @@
  *   smollm3-gateway --listen unix:PATH | 127.0.0.1:PORT --daemon ipc://PATH
  *                   [--model-name NAME] [--max-body-bytes N] [--max-connections N]
  *                   [--request-timeout S] [--max-inflight N] [--ping-interval S]
- *                   [--ignore-unknown-fields] [--api-key-file FILE] [--config FILE]
+ *                   [--ignore-unknown-fields] [--api-key-file FILE] [--responses-store N]
+ *                   [--responses-store-mb MB] [--ui-unclaimed-max N] [--ui-unclaimed-per-key N]
+ *                   [--config FILE]
  *
  * The loop watches MHD's epoll fd, the daemon socket's ZMQ_FD (edge-
  * triggered: drained after every wake-up and every send), a signalfd for
@@ -17,7 +19,14 @@
  * a Unix socket unlinked), end every stream with an error event, give the
  * connections up to 5 s to drain, resume all, MHD_stop_daemon, exit 0.
  */
-#include "gateway/gateway.h"
+#include "gateway/routes.h"
+#include "gateway/auth.h"
+#include "gateway/config.h"
+#include "gateway/daemon.h"
+#include "gateway/http.h"
+#include "gateway/metrics.h"
+#include "gateway/responses.h"
+#include "gateway/ui.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -45,16 +54,25 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: smollm3-gateway --listen unix:PATH|127.0.0.1:PORT --daemon ipc://PATH [options]\n"
         "  --model-name NAME        name reported by /v1/models (default: the daemon's)\n"
-        "  --max-body-bytes N       request body limit (default 1048576)\n"
+        "  --max-body-bytes N       request body limit (default 1048576); at most the daemon's\n"
+        "                           max_request_bytes (its health reply says; over it: not served)\n"
         "  --max-connections N      open connections before 503 (default 512)\n"
         "  --request-timeout S      idle connection timeout in seconds (default 60)\n"
         "  --max-inflight N         generations in flight before 429 (default 256)\n"
         "  --ping-interval S        ': ping' on streams idle this long (default 15)\n"
         "  --ignore-unknown-fields  accept request fields the gateway does not know (default: 400)\n"
-        "  --api-key-file FILE      require 'Authorization: Bearer KEY' on /v1/* and /ui/*: one key\n"
-        "                           per line, an optional name after whitespace, # comments\n"
+        "  --api-key-file FILE      require a key ('Authorization: Bearer KEY' or 'x-api-key: KEY')\n"
+        "                           on /v1/*, /ui/* (but GET /ui/stream/SID: its SID admits it),\n"
+        "                           /tokenize and /detokenize; /health and /metrics stay open. One key\n"
+        "                           per line, an optional name after whitespace, # comments. Each\n"
+        "                           key is a tenant: its sessions, cached prefixes, stored responses\n"
+        "                           and UI streams are its own\n"
         "  --responses-store N      stored /v1/responses kept for previous_response_id and GET,\n"
         "                           least recently used dropped first (default 1024, 0 = none)\n"
+        "  --responses-store-mb MB  the memory they may hold (default 256); with keys, each key\n"
+        "                           gets an equal share of both limits and drops only its own\n"
+        "  --ui-unclaimed-max N     web UI chats waiting for their stream's GET (default 64)\n"
+        "  --ui-unclaimed-per-key N of them, one key's (default 8; with --api-key-file)\n"
         "  --config FILE            settings under [gateway]: the flags above as key = value\n"
         "                           (api_key_file = FILE, ...); flags given here override them\n");
 }
@@ -183,6 +201,9 @@ static int parse_args(int argc, char **argv)
         { "ignore-unknown-fields", no_argument, 0, 'u' },
         { "api-key-file", required_argument, 0, 'k' },
         { "responses-store", required_argument, 0, 'r' },
+        { "responses-store-mb", required_argument, 0, 'R' },
+        { "ui-unclaimed-max", required_argument, 0, 'U' },
+        { "ui-unclaimed-per-key", required_argument, 0, 'K' },
         { "config", required_argument, 0, 'f' },
         { "help", no_argument, 0, 'h' },
         { 0, 0, 0, 0 },
@@ -194,6 +215,9 @@ static int parse_args(int argc, char **argv)
     c->max_inflight = 256;
     c->ping_interval = 15;
     c->responses_store = 1024;
+    c->responses_store_bytes = (size_t)256 << 20;
+    c->ui_unclaimed_max = 64;
+    c->ui_unclaimed_per_key = 8;
     int o;
     unsigned long long v;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -225,6 +249,18 @@ static int parse_args(int argc, char **argv)
             if (parse_uint(optarg, 0, 1000000, &v)) goto bad;
             c->responses_store = (size_t)v;
             break;
+        case 'R':
+            if (parse_uint(optarg, 0, 1 << 20, &v)) goto bad;
+            c->responses_store_bytes = (size_t)v << 20;
+            break;
+        case 'U':
+            if (parse_uint(optarg, 0, 100000, &v)) goto bad;
+            c->ui_unclaimed_max = (unsigned)v;
+            break;
+        case 'K':
+            if (parse_uint(optarg, 0, 100000, &v)) goto bad;
+            c->ui_unclaimed_per_key = (unsigned)v;
+            break;
         case 'u': c->ignore_unknown = 1; break;
         case 'k': c->api_key_file = optarg; break;
         case 'f': break;                        /* read first (config_path) */
@@ -232,11 +268,14 @@ static int parse_args(int argc, char **argv)
         default: usage(stderr); return -1;
         }
         continue;
-    bad:
-        fprintf(stderr, "smollm3-gateway: bad value '%s' for --%s%s%s\n", optarg,
-                opts[o == 'b' ? 3 : o == 'c' ? 4 : o == 't' ? 5 : o == 'i' ? 6 : o == 'r' ? 10 : 7].name,
+    bad: {
+        const char *name = "?";
+        for (const struct option *x = opts; x->name; x++)
+            if (x->val == o) name = x->name;
+        fprintf(stderr, "smollm3-gateway: bad value '%s' for --%s%s%s\n", optarg, name,
                 optind - 1 <= n_cfg ? " in " : "", optind - 1 <= n_cfg ? conf : "");
         return -1;
+    }
     }
     if (optind < argc || !c->listen || !c->daemon) {
         usage(stderr);
@@ -320,7 +359,7 @@ int main(int argc, char **argv)
     int lfd = open_listen(G.cfg.listen);
     if (lfd < 0 || G.epfd < 0 || sfd < 0) return 1;
     gw_daemon_open();
-    G.mhd = gw_http_start(lfd);
+    G.mhd = gw_http_start(lfd, gw_route);
     if (!G.mhd) {
         gw_log(3, "cannot start the HTTP server");
         return 1;

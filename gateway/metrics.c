@@ -1,11 +1,16 @@
 /*
- * metrics.c - GET /metrics in the Prometheus text format (0.0.4), written
- * by hand: requests by endpoint and status, tokens, time-to-first-token and
- * time-per-output-token histograms, in-flight streams, and the daemon's
- * own numbers (queue depth, KV use, prefix-cache hits) from the stats reply
- * polled every 2 s.  Checked with `promtool check metrics` in the tests.
+ * metrics.c - the gateway's counters in the Prometheus text format (0.0.4),
+ * written by hand (metrics.h): requests by endpoint and status, tokens,
+ * time-to-first-token and time-per-output-token histograms, refusals by
+ * reason, per API key.  GET /metrics (routes.c) adds the gauges of the
+ * layers above and the daemon's own numbers.  Checked with `promtool check
+ * metrics` in the tests.
  */
-#include "gateway/gateway.h"
+#include "gateway/metrics.h"
+#include "gateway/auth.h"
+#include "daemon/model/rules.h"       /* smol_mono_s: the one clock */
+
+#include <stdio.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +35,8 @@ struct gw_metrics {
     uint64_t pred_accepted, pred_rejected;
     uint64_t streams_done;
     struct hist ttft, tpot;
+    uint64_t refused[GW_REFUSE_COUNT];  /* gw_metrics_refusal */
+    uint64_t store_evicted;
     /* per API key (auth.c index), grown as keys are first seen */
     uint64_t *key_req, *key_prompt, *key_completion;
     int n_key;
@@ -51,7 +58,6 @@ static const char *ep_name[GW_EP_COUNT] = {
 void gw_metrics_init(void)
 {
     memset(&M, 0, sizeof M);
-    G.metrics = &M;
 }
 
 static void observe(struct hist *h, const double *le, double v)
@@ -83,12 +89,20 @@ void gw_metrics_request(enum gw_endpoint ep, int status, int key)
     if (key_slot(key)) M.key_req[key]++;
 }
 
+void gw_metrics_refusal(enum gw_refusal why, int key)
+{
+    if (why >= 0 && why < GW_REFUSE_COUNT) M.refused[why]++;
+    gw_log(7, "refused (%d) for key %s", (int)why, key >= 0 ? gw_auth_key_name(key) : "-");
+}
+
+void gw_metrics_store_evicted(void) { M.store_evicted++; }
+
 void gw_metrics_first_token(double ttft_s)
 {
     observe(&M.ttft, ttft_le, ttft_s);
 }
 
-void gw_metrics_stream_done(const struct gw_stream *s)
+void gw_metrics_stream_done(const struct gw_metrics_done *s)
 {
     M.streams_done++;
     M.prompt_tokens += s->prompt_tokens;
@@ -119,22 +133,21 @@ static void hist_out(struct gw_buf *b, const char *name, const char *help, const
                   (unsigned long long)h->count, name, h->sum, name, (unsigned long long)h->count);
 }
 
-static void one(struct gw_buf *b, const char *name, const char *type, const char *help, double v)
+void gw_metrics_one(struct gw_buf *b, const char *name, const char *type, const char *help, double v)
 {
     gw_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
-enum MHD_Result gw_metrics_serve(struct gw_req *r)
+void gw_metrics_text(struct gw_buf *out)
 {
-    struct gw_buf b = { 0 };
-    gw_buf_str(&b, "# HELP smollm3_gateway_requests_total HTTP requests answered, by endpoint "
+    gw_buf_str(out, "# HELP smollm3_gateway_requests_total HTTP requests answered, by endpoint "
                    "and status.\n# TYPE smollm3_gateway_requests_total counter\n");
     for (int e = 0; e < GW_EP_COUNT; e++)
         for (int s = 100; s < N_STATUS; s++)
             if (M.req[e][s])
-                gw_buf_printf(&b, "smollm3_gateway_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
+                gw_buf_printf(out, "smollm3_gateway_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
                               ep_name[e], s, (unsigned long long)M.req[e][s]);
-    one(&b, "smollm3_gateway_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+    gw_metrics_one(out, "smollm3_gateway_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
         (double)M.prompt_tokens);
     if (gw_auth_n_keys()) {     /* label: the key's name from the key file, never the key */
         static const char *const what[3][2] = {
@@ -144,85 +157,42 @@ enum MHD_Result gw_metrics_serve(struct gw_req *r)
         };
         key_slot(0);
         for (int w = 0; w < 3; w++) {
-            gw_buf_printf(&b, "# HELP %s %s\n# TYPE %s counter\n", what[w][0], what[w][1], what[w][0]);
+            gw_buf_printf(out, "# HELP %s %s\n# TYPE %s counter\n", what[w][0], what[w][1], what[w][0]);
             for (int k = 0; k < M.n_key; k++) {
                 uint64_t v = w == 0 ? M.key_req[k] : w == 1 ? M.key_prompt[k] : M.key_completion[k];
-                gw_buf_printf(&b, "%s{key=\"%s\"} %llu\n", what[w][0], gw_auth_key_name(k),
+                gw_buf_printf(out, "%s{key=\"%s\"} %llu\n", what[w][0], gw_auth_key_name(k),
                               (unsigned long long)v);
             }
         }
     }
-    one(&b, "smollm3_gateway_completion_tokens_total", "counter",
+    gw_metrics_one(out, "smollm3_gateway_completion_tokens_total", "counter",
         "Generated tokens of finished requests.", (double)M.completion_tokens);
-    one(&b, "smollm3_gateway_cached_tokens_total", "counter",
+    gw_metrics_one(out, "smollm3_gateway_cached_tokens_total", "counter",
         "Prompt tokens reused from the KV cache.", (double)M.cached_tokens);
-    one(&b, "smollm3_gateway_reasoning_tokens_total", "counter",
+    gw_metrics_one(out, "smollm3_gateway_reasoning_tokens_total", "counter",
         "Generated tokens spent thinking.", (double)M.reasoning_tokens);
-    one(&b, "smollm3_gateway_spec_drafted_tokens_total", "counter",
+    gw_metrics_one(out, "smollm3_gateway_spec_drafted_tokens_total", "counter",
         "Tokens drafted by prompt lookup and verified (speculative decoding).", (double)M.drafted_tokens);
-    one(&b, "smollm3_gateway_spec_accepted_tokens_total", "counter",
+    gw_metrics_one(out, "smollm3_gateway_spec_accepted_tokens_total", "counter",
         "Drafted tokens accepted (each saved a decode step).", (double)M.accepted_tokens);
-    one(&b, "smollm3_gateway_prediction_accepted_tokens_total", "counter",
+    gw_metrics_one(out, "smollm3_gateway_prediction_accepted_tokens_total", "counter",
         "Predicted Outputs: tokens drafted from a request's prediction and accepted.", (double)M.pred_accepted);
-    one(&b, "smollm3_gateway_prediction_rejected_tokens_total", "counter",
+    gw_metrics_one(out, "smollm3_gateway_prediction_rejected_tokens_total", "counter",
         "Predicted Outputs: tokens drafted from a request's prediction and rejected.", (double)M.pred_rejected);
-    hist_out(&b, "smollm3_gateway_time_to_first_token_seconds",
+    hist_out(out, "smollm3_gateway_time_to_first_token_seconds",
              "Time from sending a request to the daemon to its first token.", &M.ttft, ttft_le);
-    hist_out(&b, "smollm3_gateway_time_per_output_token_seconds",
+    hist_out(out, "smollm3_gateway_time_per_output_token_seconds",
              "Mean time between output tokens of a finished request.", &M.tpot, tpot_le);
-    one(&b, "smollm3_gateway_inflight_streams", "gauge", "Generation requests in flight.",
-        (double)G.n_inflight);
-    one(&b, "smollm3_gateway_connections", "gauge", "Open HTTP connections.", (double)G.n_conns);
-    one(&b, "smollm3_daemon_up", "gauge", "1 when the daemon is connected and ready.",
-        (double)(G.daemon_connected && G.daemon_ready));
-    if (G.have_stats) {
-        const Smollm3__StatsReply *s = &G.stats;
-        one(&b, "smollm3_daemon_requests_active", "gauge", "Requests the daemon is running.",
-            s->requests_active);
-        one(&b, "smollm3_daemon_queue_depth", "gauge", "Requests waiting in the daemon's queue.",
-            s->requests_queued);
-        one(&b, "smollm3_daemon_sessions", "gauge", "Sessions the daemon keeps.", s->sessions);
-        one(&b, "smollm3_daemon_kv_tokens_used", "gauge", "KV cache tokens in use.",
-            (double)s->kv_tokens_used);
-        one(&b, "smollm3_daemon_kv_tokens_capacity", "gauge", "KV cache capacity in tokens.",
-            (double)s->kv_tokens_total);
-        one(&b, "smollm3_daemon_kv_usage_ratio", "gauge", "Fraction of the KV cache in use.",
-            s->kv_tokens_total ? (double)s->kv_tokens_used / (double)s->kv_tokens_total : 0.0);
-        one(&b, "smollm3_daemon_prefix_cache_hits_total", "counter",
-            "Requests that reused a cached prefix.", (double)s->prefix_cache_hits);
-        one(&b, "smollm3_daemon_requests_total", "counter", "Requests the daemon accepted.",
-            (double)s->requests_total);
-        one(&b, "smollm3_daemon_prefill_tokens_total", "counter",
-            "Prompt positions run through the model (cached ones are not).", (double)s->prefill_tokens_total);
-        one(&b, "smollm3_daemon_prompt_builds_total", "counter",
-            "Prompts rendered and tokenized (a waiting request without a session is built once).",
-            (double)s->prompt_builds_total);
-        one(&b, "smollm3_daemon_backend_sampled_tokens_total", "counter",
-            "Tokens drawn by the backend's batch sampler (backend_sampling).", (double)s->backend_sampled_tokens);
-        one(&b, "smollm3_daemon_engine_steps_total", "counter", "Engine steps that ran the model.",
-            (double)s->engine_steps);
-        one(&b, "smollm3_daemon_step_tokens_total", "counter", "Tokens in those steps.", (double)s->step_tokens_total);
-        one(&b, "smollm3_daemon_step_seconds_total", "counter", "Wall time of those steps.", s->step_ms_total / 1e3);
-        one(&b, "smollm3_daemon_forward_seconds_total", "counter",
-            "Of it, time in the model (the rest is the engine's own host time).", s->forward_ms_total / 1e3);
-        one(&b, "smollm3_daemon_shared_choices_total", "counter",
-            "Choices (n > 1) started on another choice's prefilled prompt.", (double)s->shared_choices_total);
-        one(&b, "smollm3_daemon_requests_rejected_total", "counter", "Requests the daemon refused.",
-            (double)s->requests_rejected);
-        one(&b, "smollm3_daemon_requests_cancelled_total", "counter",
-            "Requests cancelled in the daemon.", (double)s->requests_cancelled);
-        one(&b, "smollm3_daemon_uptime_seconds", "gauge", "Daemon uptime.", s->uptime_s);
-        one(&b, "smollm3_daemon_spec_drafted_tokens_total", "counter",
-            "Tokens the daemon drafted by prompt lookup and verified.", (double)s->spec_drafted_tokens);
-        one(&b, "smollm3_daemon_spec_accepted_tokens_total", "counter",
-            "Drafted tokens the daemon accepted.", (double)s->spec_accepted_tokens);
-        one(&b, "smollm3_daemon_spec_verify_steps_total", "counter",
-            "Decode steps that verified a draft.", (double)s->spec_verify_steps);
-        one(&b, "smollm3_daemon_decode_steps_total", "counter",
-            "Decode steps of all requests.", (double)s->decode_steps);
-    }
-    enum MHD_Result ret =
-        gw_queue_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.len);
-    gw_buf_deinit(&b);
-    return ret;
+    static const char *const reason[GW_REFUSE_COUNT] = {
+        [GW_REFUSE_INFLIGHT] = "max_inflight", [GW_REFUSE_UI_UNCLAIMED] = "ui_unclaimed",
+        [GW_REFUSE_UI_UNCLAIMED_KEY] = "ui_unclaimed_per_key", [GW_REFUSE_DAEMON_FRAME] = "daemon_frame",
+        [GW_REFUSE_STORE_SHARE] = "responses_store_share",
+    };
+    gw_buf_str(out, "# HELP smollm3_gateway_refusals_total Requests refused (or a stored response not kept) "
+                   "to keep within a limit, by reason.\n# TYPE smollm3_gateway_refusals_total counter\n");
+    for (int i = 0; i < GW_REFUSE_COUNT; i++)
+        gw_buf_printf(out, "smollm3_gateway_refusals_total{reason=\"%s\"} %llu\n", reason[i],
+                      (unsigned long long)M.refused[i]);
+    gw_metrics_one(out, "smollm3_gateway_responses_evicted_total", "counter",
+        "Stored responses dropped to keep their key within its share of the store.", (double)M.store_evicted);
 }

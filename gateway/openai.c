@@ -9,7 +9,8 @@
  * history each turn, so a session_id maps to a daemon session with
  * append_to_session = false (the daemon reuses its KV for the common prefix).
  */
-#include "gateway/core.h"
+#include "gateway/openai.h"
+#include "gateway/structured.h"
 #include "gateway/params.h"
 
 #include <math.h>
@@ -162,12 +163,12 @@ static int parse_tools(struct gw_openai_parsed *p, json_t *root, char *why, size
             forced = name;
         } else FAIL("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or an object");
     }
-    GW_CORE_REFUSE(gw_core_forced_needs_tools(forced, json_is_array(tools) ? json_array_size(tools) : 0, &p->prm.err));
+    GW_FIELD_REFUSE(gw_field_forced_needs_tools(forced, json_is_array(tools) ? json_array_size(tools) : 0, &p->prm.err));
     if (forced && !(p->prm.gen.tool_choice = own(p, strdup(forced)))) FAILC(SMOL_ENOMEM, "tool_choice", "out of memory");
-    GW_CORE_REFUSE(gw_core_parallel_tool_calls(root, &p->prm.err));
+    GW_FIELD_REFUSE(gw_field_parallel_tool_calls(root, &p->prm.err));
     /* the tools the daemon gets (none: not rendered, not sent) obey its limit */
     if (json_is_array(tools) && !none) RULE("tools", smol_rule_tools(json_array_size(tools), m_));
-    if (gw_core_tools(&p->prm.gen, &p->chat, &p->strs, tools, NULL, none)) FAILC(SMOL_ENOMEM, "tools", "out of memory");
+    if (gw_field_tools(&p->prm.gen, &p->chat, &p->strs, tools, NULL, none)) FAILC(SMOL_ENOMEM, "tools", "out of memory");
     return 0;
 }
 
@@ -197,14 +198,14 @@ static int parse_thinking(struct gw_openai_parsed *p, json_t *root, char *why, s
     unsigned budget = 0;
     if (x) {
         int want;
-        GW_CORE_REFUSE(gw_core_effort(x, "reasoning_effort", "reasoning_effort", 1, &want, &budget, &p->prm.err));
+        GW_FIELD_REFUSE(gw_field_effort(x, "reasoning_effort", "reasoning_effort", 1, &want, &budget, &p->prm.err));
         if (has && want != on)
             FAIL("reasoning_effort", "'reasoning_effort' \"%s\" contradicts chat_template_kwargs.enable_thinking: %s",
                  json_string_value(x), on ? "true" : "false");
         has = 1;
         on = want;
     }
-    if (has) gw_core_thinking(g, on, budget);
+    if (has) gw_field_thinking(g, on, budget);
     return 0;
 }
 

@@ -5,7 +5,7 @@
  * (logit_bias ids against the vocabulary) comes back as its 400.
  */
 #include "gateway/params.h"
-#include "gateway/core.h"
+#include "gateway/fields.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -92,45 +92,6 @@ static const struct field *field_of(const char *name, enum gw_api api)
 /* ---- helpers -------------------------------------------------------------- */
 
 /* ---- the error convention (params.h) ------------------------------------- */
-
-static void error_vset(struct gw_error *e, int status, const char *type, const char *code, const char *param,
-                       const char *fmt, va_list ap)
-{
-    e->status = status;
-    e->type = type;
-    e->code = code;
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-}
-
-int gw_error_set(struct gw_error *e, enum smol_err code, const char *param, const char *fmt, ...)
-{
-    struct smol_http_error h = smol_rule_http(code);
-    va_list ap;
-    va_start(ap, fmt);
-    error_vset(e, h.status, h.type, smol_err_name(code), param, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-int gw_error_http(struct gw_error *e, int status, const char *type, const char *code, const char *param,
-                  const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    error_vset(e, status, type, code, param, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-int gw_error_json(struct gw_error *e, const json_error_t *je)
-{
-    if (json_error_code(je) == json_error_invalid_utf8)
-        return gw_error_set(e, SMOL_EUTF8, NULL, "the body is not valid UTF-8 (line %d column %d: %s)", je->line,
-                            je->column, je->text);
-    return gw_error_http(e, 400, "invalid_request_error", "invalid_json", NULL, "invalid JSON at line %d column %d: %s",
-                         je->line, je->column, je->text);
-}
 
 /* A refusal with code (FAILC) or SMOL_EINVAL (FAIL), naming key; the
  * message also goes to why. */
@@ -311,8 +272,8 @@ int gw_params_parse(struct gw_params *p, json_t *root, enum gw_api api, int igno
     if (!json_is_object(root)) FAIL(p, "", "the request body must be a JSON object");
     if (check_fields(p, root, api, ignore_unknown, why, wn)) return -1;
 
-    CORE(p, gw_core_model(root, &p->err));
-    CORE(p, gw_core_stream_flag(root, &p->stream, &p->err));
+    CORE(p, gw_field_model(root, &p->err));
+    CORE(p, gw_field_stream_flag(root, &p->stream, &p->err));
     json_t *x = get(root, "stream_options");
     if (x) {
         const char *k;
@@ -399,7 +360,7 @@ int gw_params_parse(struct gw_params *p, json_t *root, enum gw_api api, int igno
         p->prediction = t;
         if (*t) p->gen.prediction = t;
     }
-    CORE(p, gw_core_service_tier(root, "default", &p->err));
+    CORE(p, gw_field_service_tier(root, "default", &p->err));
     if (parse_stop(p, root, why, wn) || parse_logit_bias(p, root, why, wn) ||
         parse_logprobs(p, root, api, why, wn))
         return -1;
@@ -470,12 +431,4 @@ void gw_params_deinit(struct gw_params *p)
     free(p->biasp);
     p->bias = NULL;
     p->biasp = NULL;
-}
-
-enum MHD_Result gw_params_error(struct gw_req *r, const struct gw_params *p, const char *why)
-{
-    struct gw_error e = p->err;
-    if (!e.status) gw_error_set(&e, SMOL_EINVAL, "", "%s", why && *why ? why : "invalid request");
-    if (why && *why) snprintf(e.msg, sizeof e.msg, "%s", why);
-    return gw_queue_gw_error(r, &e);
 }

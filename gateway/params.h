@@ -6,41 +6,19 @@
  * `metadata`, `store`, ...), or refused (a 400 naming the field whenever
  * its value asks for something the service does not do).  A field in no
  * row is unknown: refused, unless the gateway runs with
- * --ignore-unknown-fields.  gateway/README.md's field table is this table.
+ * --ignore-unknown-fields.  gateway/README.md's field table is this table.  Layer 1
+ * of the gateway (tests/check_layers.sh): util.h and fields.h beside it.
  */
 #ifndef GW_PARAMS_H
 #define GW_PARAMS_H
 
 #include <jansson.h>
-#include <microhttpd.h>
 #include "daemon/client/client.h"
 #include "daemon/model/rules.h"
+#include "gateway/error.h"
 
 /* The limits are the one set of rules (daemon/model/rules.h), the daemon's too. */
 #define GW_MAX_STOPS SMOL_RULE_MAX_STOPS
-
-/* The one error convention of the gateway's parsers: a refusal carries what
- * the client gets, never re-derived later from a name.  From a rule (an
- * error code of daemon/model/error.h: gw_error_set) the status and type
- * come from smol_rule_http and the code is smol_err_name's ("invalid_argument",
- * "invalid_utf8", "too_large", "unsupported"), exactly as when the daemon
- * refuses the request itself; the gateway's own conditions (invalid JSON,
- * 503 without a daemon, ...) use gw_error_http. */
-struct gw_error {
-    int status;                 /* HTTP status; 0 = no error */
-    const char *type;           /* OpenAI error type (static string) */
-    const char *code;           /* OpenAI error code (static string) */
-    char param[64];             /* the field at fault ("" = the body / none) */
-    char msg[256];
-};
-/* Both return -1, for `return gw_error_set(...)` in a parser. */
-int gw_error_set(struct gw_error *e, enum smol_err code, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-int gw_error_http(struct gw_error *e, int status, const char *type, const char *code, const char *param,
-                  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-/* A body jansson could not parse: invalid UTF-8 is the rules' SMOL_EUTF8
- * (what the daemon says of bad UTF-8), anything else 400 "invalid_json". */
-int gw_error_json(struct gw_error *e, const json_error_t *je);
 
 enum gw_api { GW_API_CHAT = 1, GW_API_COMPLETIONS = 2 };
 
@@ -72,11 +50,5 @@ void gw_params_deinit(struct gw_params *p);
  * the parts concatenated) into *out (malloc'd; "" possible).  0, or -1 with
  * why.  For any endpoint that takes a prediction (chat; Responses later). */
 int gw_prediction_text(json_t *x, char **out, char *why, size_t wn);
-
-/* Queues p->err (status, type, code, param; message why, else p->err.msg). */
-struct gw_req;
-enum MHD_Result gw_params_error(struct gw_req *r, const struct gw_params *p, const char *why);
-/* Queues e as OpenAI's error object with e's status. */
-enum MHD_Result gw_queue_gw_error(struct gw_req *r, const struct gw_error *e);
 
 #endif

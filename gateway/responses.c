@@ -17,8 +17,14 @@
  * changes nothing) or refused with a 400 naming it; unknown fields are
  * refused unless --ignore-unknown-fields.
  *
- * Stored responses (store, default true) live in a bounded in-memory LRU
- * (--responses-store N).  Each keeps the daemon session id of its
+ * Stored responses (store, default true) live in a bounded in-memory LRU:
+ * at most --responses-store N entries holding --responses-store-mb of memory
+ * (each entry's JSON measured as jansson holds it, json_cost), split in
+ * equal shares among the API keys.  An entry is its key's (the tenant of the
+ * request that made it): another key's GET, DELETE, cancel or
+ * previous_response_id finds nothing, with the same answer, byte for byte,
+ * as an id that never existed; a key over its share drops its own least
+ * recently used entries, never another key's.  Each keeps the daemon session id of its
  * conversation ("resp-" + the first response's id) and the conversation as
  * chat messages (without the instructions, which OpenAI does not carry
  * over), so a follow-up with previous_response_id sends the whole history
@@ -36,7 +42,8 @@
  * error + response.failed on a failure).  Without stream the same items are
  * collected into one Response object.
  */
-#include "gateway/core.h"
+#include "gateway/responses.h"
+#include "gateway/auth.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -45,6 +52,7 @@
 #include <time.h>
 
 #define MAX_ITEMS 4096
+#define GW_API_RESPONSES 4      /* gw_stream.api of a /v1/responses stream (beside params.h's) */
 #define MAX_METADATA 16
 
 /* ---- the field table ------------------------------------------------------ */
@@ -91,6 +99,9 @@ struct gw_resp {
     struct gw_resp *prev, *next;        /* most recently used first */
     char id[48];
     char session[64];                   /* daemon session of the conversation, "" = none */
+    const char *tenant;                 /* its owner (gw_auth_tenant of the request's key) */
+    int slot;                           /* its key's share of the store (S.bytes, S.count) */
+    size_t bytes;                       /* what it holds (json_cost), counted in S.bytes[slot] */
     json_t *obj;                        /* the Response object */
     json_t *history;                    /* the conversation as chat messages, this answer included */
     struct gw_stream *live;             /* generating now */
@@ -119,11 +130,92 @@ struct gw_resp_state {
 
 static struct {
     struct gw_resp *head, *tail;
-    size_t n;
+    size_t n, total;                    /* entries, and the bytes they hold */
+    size_t *bytes, *count;              /* per key (slot): [n_slots] */
+    int n_slots;
 } S;
+
+/* The share of a key: slot 0 with keys off (one tenant) and for key 0. */
+static int slot_of(int key)
+{
+    return key >= 0 ? key : 0;
+}
+
+static int slots_ready(void)
+{
+    if (S.bytes) return 0;
+    int n = gw_auth_n_keys() > 0 ? gw_auth_n_keys() : 1;
+    S.bytes = calloc((size_t)n, sizeof *S.bytes);
+    S.count = calloc((size_t)n, sizeof *S.count);
+    if (!S.bytes || !S.count) {
+        free(S.bytes);
+        free(S.count);
+        S.bytes = S.count = NULL;
+        return -1;
+    }
+    S.n_slots = n;
+    return 0;
+}
+
+static size_t share_bytes(void) { return G.cfg.responses_store_bytes / (size_t)(S.n_slots ? S.n_slots : 1); }
+
+static size_t share_count(void)
+{
+    size_t c = G.cfg.responses_store / (size_t)(S.n_slots ? S.n_slots : 1);
+    return c ? c : 1;
+}
+
+/* Bytes the allocator holds for v, estimated from jansson's structures (json_t headers, string
+ * copies, hash table entries and keys, array slots) with malloc's rounding: an upper bound
+ * for the shapes a request can build, whatever the mix of many small and few large values. */
+static size_t json_cost(json_t *v)
+{
+    const size_t node = 48;             /* a json_t with its type's struct, rounded */
+    size_t c = node, i;
+    const char *k;
+    json_t *x;
+    if (!v) return 0;                   /* not built (out of memory): holds nothing */
+    switch (json_typeof(v)) {
+    case JSON_STRING:
+        return c + json_string_length(v) + 1 + 16;
+    case JSON_ARRAY:
+        c += 8 * json_array_size(v) + 16;
+        json_array_foreach(v, i, x) c += json_cost(x);
+        return c;
+    case JSON_OBJECT:
+        c += 64;                        /* the hash table */
+        json_object_foreach(v, k, x) c += 64 + strlen(k) + json_cost(x);
+        return c;
+    default:
+        return c;
+    }
+}
+
+static void account(struct gw_resp *e, int sign)
+{
+    size_t b = e->bytes;
+    if (sign > 0) {
+        S.bytes[e->slot] += b;
+        S.count[e->slot]++;
+        S.total += b;
+    } else {
+        S.bytes[e->slot] -= b;
+        S.count[e->slot]--;
+        S.total -= b;
+    }
+}
+
+/* e's size measured again (its object and history changed). */
+static void remeasure(struct gw_resp *e)
+{
+    account(e, -1);
+    e->bytes = sizeof *e + json_cost(e->obj) + json_cost(e->history);
+    account(e, +1);
+}
 
 static void store_unlink(struct gw_resp *e)
 {
+    account(e, -1);
     if (e->prev) e->prev->next = e->next;
     else S.head = e->next;
     if (e->next) e->next->prev = e->prev;
@@ -134,6 +226,7 @@ static void store_unlink(struct gw_resp *e)
 
 static void store_front(struct gw_resp *e)
 {
+    account(e, +1);
     e->next = S.head;
     e->prev = NULL;
     if (S.head) S.head->prev = e;
@@ -157,10 +250,11 @@ static void store_remove(struct gw_resp *e)
     entry_free(e);
 }
 
-static struct gw_resp *store_find(const char *id)
+/* The entry id of tenant's, or NULL: another tenant's is not found. */
+static struct gw_resp *store_find(const char *id, const char *tenant)
 {
     for (struct gw_resp *e = S.head; e; e = e->next)
-        if (!strcmp(e->id, id)) {
+        if (!strcmp(e->id, id) && !strcmp(e->tenant, tenant)) {
             store_unlink(e);    /* used: to the front */
             store_front(e);
             return e;
@@ -168,17 +262,34 @@ static struct gw_resp *store_find(const char *id)
     return NULL;
 }
 
-/* Adds e, evicting the least recently used finished entries over the limit. */
-static void store_add(struct gw_resp *e)
+/* Evicts the least recently used finished entries of keep's key (never keep, never another
+ * key's) until the key is within its share: 0, or -1 when it still is not (keep alone, or with
+ * the key's entries still generating, is over it). */
+static int store_fit(struct gw_resp *keep)
 {
-    store_front(e);
+    const int k = keep->slot;
     struct gw_resp *v = S.tail;
-    while (S.n > G.cfg.responses_store && v) {
+    while ((S.bytes[k] > share_bytes() || S.count[k] > share_count()) && v) {
         struct gw_resp *p = v->prev;
-        if (!v->live && v != e) store_remove(v);
+        if (v->slot == k && !v->live && v != keep) {
+            store_remove(v);
+            gw_metrics_store_evicted();
+        }
         v = p;
     }
+    return S.bytes[k] > share_bytes() || S.count[k] > share_count() ? -1 : 0;
 }
+
+/* Adds e (generating: kept while it runs, measured again when it ends). */
+static void store_add(struct gw_resp *e)
+{
+    e->bytes = sizeof *e + json_cost(e->obj) + json_cost(e->history);
+    store_front(e);
+    store_fit(e);
+}
+
+size_t gw_responses_store_count(void) { return S.n; }
+size_t gw_responses_store_bytes(void) { return S.total; }
 
 /* ---- request parsing ---------------------------------------------------------- */
 
@@ -197,6 +308,7 @@ struct parsed {
     struct gw_owned strs;               /* owned strings */
     int stream, store;
     struct gw_resp *prev;
+    const char *tenant;                 /* of the request's key: previous_response_id must be its own */
     char param[64];
 };
 
@@ -430,11 +542,11 @@ static int parse_tools(struct parsed *p, json_t *root, char *why, size_t wn)
             FAIL("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
                  "\"name\": ...} (hosted and allowed_tools choices are not supported)");
         }
-        CORE(gw_core_forced_needs_tools(forced, n, &p->prm.err));
+        CORE(gw_field_forced_needs_tools(forced, n, &p->prm.err));
         json_object_set(p->echo, "tool_choice", tc);
     }
-    CORE(gw_core_parallel_tool_calls(root, &p->prm.err));
-    if (gw_core_tools(&p->prm.gen, &p->chat, &p->strs, p->tools, forced, none)) FAIL("", "out of memory");
+    CORE(gw_field_parallel_tool_calls(root, &p->prm.err));
+    if (gw_field_tools(&p->prm.gen, &p->chat, &p->strs, p->tools, forced, none)) FAIL("", "out of memory");
     return 0;
 }
 
@@ -460,7 +572,7 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
             const char *t = json_string_value(json_object_get(f, "type"));
             if (!json_is_object(f) || !t) FAIL("text.format", "'text.format' must be an object with a 'type'");
             if (!strcmp(t, "json_object")) {
-                gw_core_json_object(&p->prm.gen);
+                gw_field_json_object(&p->prm.gen);
             } else if (!strcmp(t, "json_schema")) {
                 json_t *sch = json_object_get(f, "schema"), *strict = json_object_get(f, "strict");
                 if (!json_is_string(json_object_get(f, "name")))
@@ -469,7 +581,7 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
                     FAIL("text.format", "'text.format.schema' must be a JSON Schema object");
                 if (strict && !json_is_null(strict) && !json_is_boolean(strict))
                     FAIL("text.format", "'text.format.strict' must be a boolean");
-                if (gw_core_json_schema(&p->prm.gen, &p->strs, sch)) FAIL("", "out of memory");
+                if (gw_field_json_schema(&p->prm.gen, &p->strs, sch)) FAIL("", "out of memory");
             } else if (strcmp(t, "text")) {
                 FAIL("text.format", "'text.format.type' must be \"text\", \"json_object\" or \"json_schema\", not "
                      "\"%.20s\"", t);
@@ -491,8 +603,8 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
         if (e) {
             int on;
             unsigned budget;    /* low 512 ... xhigh 16384 (util.h) */
-            CORE(gw_core_effort(e, "reasoning.effort", "reasoning", 0, &on, &budget, &p->prm.err));
-            gw_core_thinking(&p->prm.gen, on, budget);
+            CORE(gw_field_effort(e, "reasoning.effort", "reasoning", 0, &on, &budget, &p->prm.err));
+            gw_field_thinking(&p->prm.gen, on, budget);
         }
         json_object_set(p->echo, "reasoning", r);
     }
@@ -501,8 +613,8 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
 
 static int parse_scalars(struct parsed *p, json_t *root, char *why, size_t wn)
 {
-    CORE(gw_core_model(root, &p->prm.err));
-    CORE(gw_core_stream_flag(root, &p->stream, &p->prm.err));
+    CORE(gw_field_model(root, &p->prm.err));
+    CORE(gw_field_stream_flag(root, &p->stream, &p->prm.err));
     json_t *x = get(root, "stream_options");
     if (x) {
         const char *k;
@@ -527,23 +639,23 @@ static int parse_scalars(struct parsed *p, json_t *root, char *why, size_t wn)
     if (x && (!json_is_string(x) || strcmp(json_string_value(x), "disabled")))
         FAIL("truncation", "'truncation' other than \"disabled\" is not supported (a prompt over the context is "
              "refused)");
-    CORE(gw_core_service_tier(root, "default", &p->prm.err));
+    CORE(gw_field_service_tier(root, "default", &p->prm.err));
     x = get(root, "top_logprobs");
     if (x && (!json_is_integer(x) || json_integer_value(x) != 0))
         FAIL("top_logprobs", "'top_logprobs' is not supported on /v1/responses (use /v1/chat/completions)");
     x = get(root, "max_output_tokens");
     if (x) {
-        CORE(gw_core_max_tokens(x, "max_output_tokens", &p->prm.gen, &p->prm.err));
+        CORE(gw_field_max_tokens(x, "max_output_tokens", &p->prm.gen, &p->prm.err));
         json_object_set(p->echo, "max_output_tokens", x);
     }
     x = get(root, "temperature");
     if (x) {
-        CORE(gw_core_temperature(x, 2, &p->prm.sampling, &p->prm.err));
+        CORE(gw_field_temperature(x, 2, &p->prm.sampling, &p->prm.err));
         json_object_set(p->echo, "temperature", x);
     }
     x = get(root, "top_p");
     if (x) {
-        CORE(gw_core_top_p(x, &p->prm.sampling, &p->prm.err));
+        CORE(gw_field_top_p(x, &p->prm.sampling, &p->prm.err));
         json_object_set(p->echo, "top_p", x);
     }
     x = get(root, "metadata");
@@ -565,10 +677,10 @@ static int parse_scalars(struct parsed *p, json_t *root, char *why, size_t wn)
     x = get(root, "previous_response_id");
     if (x) {
         if (!json_is_string(x)) FAIL("previous_response_id", "'previous_response_id' must be a string");
-        p->prev = store_find(json_string_value(x));
+        p->prev = store_find(json_string_value(x), p->tenant);
         if (!p->prev)
-            FAIL("previous_response_id", "Previous response with id '%.60s' not found (stored responses: the most "
-                 "recent %zu)", json_string_value(x), G.cfg.responses_store);
+            FAIL("previous_response_id", "Previous response with id '%.60s' not found (stored responses are "
+                 "kept in a bounded store, the least recently used dropped first)", json_string_value(x));
         if (p->prev->live)
             FAIL("previous_response_id", "Previous response with id '%.60s' is still in progress", json_string_value(x));
         json_object_set(p->echo, "previous_response_id", x);
@@ -628,10 +740,12 @@ static int to_chat(struct parsed *p, char *why, size_t wn)
     return 0;
 }
 
-static int parse_request(struct parsed *p, const char *body, size_t len, char *why, size_t wn)
+static int parse_request(struct parsed *p, const char *body, size_t len, const char *tenant, char *why,
+                         size_t wn)
 {
     json_error_t je;
     memset(p, 0, sizeof *p);
+    p->tenant = tenant;
     smollm3__generate_request__init(&p->prm.gen);
     smollm3__sampling_params__init(&p->prm.sampling);
     smollm3__chat_input__init(&p->chat);
@@ -671,7 +785,7 @@ int gw_responses_parse(const char *body, size_t len, void (*check)(Smollm3__Gene
                        size_t pn, char *why, size_t wn)
 {
     struct parsed p;
-    int rc = parse_request(&p, body, len, why, wn);
+    int rc = parse_request(&p, body, len, "", why, wn);
     snprintf(param, pn, "%s", p.param);
     if (!rc && check) check(&p.prm.gen);
     parsed_deinit(&p);
@@ -852,6 +966,13 @@ static void finish(struct gw_stream *s, const char *status)
             json_decref(rs->stored->history);
             rs->stored->history = history_with_answer(rs);
         }
+        remeasure(rs->stored);
+        if (store_fit(rs->stored)) {
+            /* alone (or beside the key's running ones) over the key's share: not kept */
+            gw_metrics_refusal(GW_REFUSE_STORE_SHARE, s->key);
+            store_remove(rs->stored);
+            rs->stored = NULL;
+        }
     }
     const char *ev = !strcmp(status, "completed")    ? "response.completed"
                      : !strcmp(status, "incomplete") ? "response.incomplete"
@@ -954,7 +1075,7 @@ enum MHD_Result gw_responses_create(struct gw_req *r)
     struct parsed p;
     char why[320];
     enum MHD_Result ret;
-    if (parse_request(&p, r->body.p ? r->body.p : "", r->body.len, why, sizeof why)) {
+    if (parse_request(&p, r->body.p ? r->body.p : "", r->body.len, gw_auth_tenant(r->key), why, sizeof why)) {
         ret = gw_core_refuse(r, !strcmp(p.param, "\x01json"), p.param, why);
         parsed_deinit(&p);
         return ret;
@@ -989,8 +1110,8 @@ enum MHD_Result gw_responses_create(struct gw_req *r)
      * prefix and persists, on disk too with kv_spill_dir) */
     if (p.prev) snprintf(rs->session, sizeof rs->session, "%s", p.prev->session);
     else snprintf(rs->session, sizeof rs->session, "resp-%s", s->id + 5);
-    if (p.store && G.cfg.responses_store) {
-        struct gw_resp *e = calloc(1, sizeof *e);
+    if (p.store && G.cfg.responses_store && G.cfg.responses_store_bytes) {
+        struct gw_resp *e = slots_ready() ? NULL : calloc(1, sizeof *e);
         if (!e) {
             gw_stream_free(s);
             parsed_deinit(&p);
@@ -998,6 +1119,8 @@ enum MHD_Result gw_responses_create(struct gw_req *r)
         }
         snprintf(e->id, sizeof e->id, "%s", s->id);
         snprintf(e->session, sizeof e->session, "%s", rs->session);
+        e->tenant = s->tenant;
+        e->slot = slot_of(s->key);
         e->live = s;
         e->history = json_deep_copy(p.messages);
         e->obj = response_json(s, "in_progress", 0);
@@ -1033,11 +1156,12 @@ enum MHD_Result gw_responses_one(struct gw_req *r, const char *method, const cha
     if (want ? strcmp(method, want) : (strcmp(method, "GET") && strcmp(method, "HEAD") && strcmp(method, "DELETE")))
         return gw_queue_error(r, 405, "invalid_request_error", "method_not_allowed", "method %s not allowed here",
                               method);
-    struct gw_resp *e = id_ok(id) ? store_find(id) : NULL;
+    /* another key's response is not found: the same answer as an id never stored */
+    struct gw_resp *e = id_ok(id) ? store_find(id, gw_auth_tenant(r->key)) : NULL;
     if (!e)
         return gw_queue_error_param(r, 404, "invalid_request_error", "not_found", "response_id",
-                                    "Response with id '%.60s' not found (stored responses: the most recent %zu)", id,
-                                    G.cfg.responses_store);
+                                    "Response with id '%.60s' not found (stored responses are kept in a bounded "
+                                    "store, the least recently used dropped first)", id);
     if (cancel) {
         /* only a response still generating can be cancelled; background
          * mode (the only one OpenAI cancels) is not offered */
@@ -1067,6 +1191,10 @@ enum MHD_Result gw_responses_one(struct gw_req *r, const char *method, const cha
 void gw_responses_store_clear(void)
 {
     while (S.head) store_remove(S.head);
+    free(S.bytes);
+    free(S.count);
+    S.bytes = S.count = NULL;
+    S.n_slots = 0;
 }
 
 const struct gw_proto gw_proto_responses = { "responses", gw_responses_event, gw_responses_error,

@@ -16,7 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway/core.h"
+#include "gateway/structured.h"
+#include "gateway/fields.h"
 
 /* A refusal naming its field (response_format / grammar): SMOL_EINVAL. */
 #define FAIL(key, ...) return gw_error_set(e, SMOL_EINVAL, key, __VA_ARGS__)
@@ -33,7 +34,7 @@ int gw_structured_parse(Smollm3__GenerateRequest *g, json_t *root, char **owned,
         if (!json_is_object(rf) || !t)
             FAIL("response_format", "'response_format' must be an object with a 'type'");
         if (!strcmp(t, "json_object")) {
-            gw_core_json_object(g);
+            gw_field_json_object(g);
             have_rf = 1;
         } else if (!strcmp(t, "json_schema")) {
             json_t *js = json_object_get(rf, "json_schema");

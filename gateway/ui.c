@@ -8,8 +8,16 @@
  * leaves here.  A stream id can be claimed once: a second GET (an
  * EventSource reconnect) is 404, so a generation never restarts.  Streams
  * nobody claims within 30 s are dropped (gw_ui_expire).
+ *
+ * A stream is its key's (gw_stream.tenant): a GET or stop that presents
+ * another key gets the 404 of an unknown id, byte for byte.  It counts in
+ * the in-flight limit from its creation (it holds its packed request and will
+ * be sent when claimed), and the streams nobody claimed yet are capped in all
+ * (--ui-unclaimed-max) and per key (--ui-unclaimed-per-key): one client
+ * cannot park memory here, nor take the daemon past --max-inflight later.
  */
-#include "gateway/gateway.h"
+#include "gateway/ui.h"
+#include "gateway/auth.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -187,6 +195,51 @@ int gw_ui_parse(struct gw_ui_parsed *p, char *body, size_t n, struct gw_error *e
     return 0;
 }
 
+/* Streams nobody has claimed yet: in all, and key's. */
+static void unclaimed(int key, unsigned *all, unsigned *mine)
+{
+    *all = *mine = 0;
+    for (struct gw_stream *s = G.streams; s; s = s->next)
+        if (s->kind == GW_UI && !s->req && !s->sent) {
+            ++*all;
+            *mine += s->key == key;
+        }
+}
+
+unsigned gw_ui_unclaimed_count(void)
+{
+    unsigned all, mine;
+    unclaimed(GW_AUTH_NONE, &all, &mine);
+    return all;
+}
+
+/* NULL when a new stream of key's may wait to be claimed; else the refusal (429), counted. */
+static const char *admit_unclaimed(int key)
+{
+    if (G.n_inflight >= G.cfg.max_inflight) {
+        gw_metrics_refusal(GW_REFUSE_INFLIGHT, key);
+        return "too many requests: try again shortly";
+    }
+    unsigned all, mine;
+    unclaimed(key, &all, &mine);
+    if (all >= G.cfg.ui_unclaimed_max) {
+        gw_metrics_refusal(GW_REFUSE_UI_UNCLAIMED, key);
+        return "too many chats waiting to be read: try again shortly";
+    }
+    if (key >= 0 && mine >= G.cfg.ui_unclaimed_per_key) {
+        gw_metrics_refusal(GW_REFUSE_UI_UNCLAIMED_KEY, key);
+        return "too many of your chats are waiting to be read: open them, or try again shortly";
+    }
+    return NULL;
+}
+
+/* s belongs to the request's key, or the request presents none (a browser's EventSource cannot:
+ * the SID admits it, auth.c). */
+static int owns(const struct gw_req *r, const struct gw_stream *s)
+{
+    return r->key == GW_AUTH_NONE || !strcmp(s->tenant, gw_auth_tenant(r->key));
+}
+
 enum MHD_Result gw_ui_chat(struct gw_req *r)
 {
     struct gw_ui_parsed p;
@@ -204,16 +257,27 @@ enum MHD_Result gw_ui_chat(struct gw_req *r)
         gw_ui_parsed_deinit(&p);
         return html_error(r, 503, "the model is not available right now");
     }
-    if (G.n_inflight >= G.cfg.max_inflight) {
+    const char *full = admit_unclaimed(r->key);
+    if (full) {
         gw_ui_parsed_deinit(&p);
-        return html_error(r, 429, "too many requests: try again shortly");
+        return html_error(r, 429, full);
     }
     struct gw_stream *s = gw_stream_new(GW_UI);
-    if (s) s->key = r->key;
+    if (s) {
+        s->proto = &gw_proto_ui;
+        s->key = r->key;
+        s->tenant = gw_auth_tenant(r->key);
+        gw_stream_hold(s);
+    }
     if (!s || gw_pack_generate(s, &p.gen)) {
         gw_stream_free(s);
         gw_ui_parsed_deinit(&p);
         return html_error(r, 500, "out of memory");
+    }
+    if (!gw_daemon_fits(s)) {
+        gw_stream_free(s);
+        gw_ui_parsed_deinit(&p);
+        return html_error(r, 413, "the conversation is too long for the model server");
     }
     if (gw_random_alnum(s->sid, 24)) {  /* the id admits its holder to the stream: never a guessable one */
         gw_log(3, "ui: no randomness for a stream id (getrandom: %s): request refused", strerror(errno));
@@ -323,7 +387,7 @@ void gw_ui_error(struct gw_stream *s, const char *msg)
 enum MHD_Result gw_ui_stream(struct gw_req *r, const char *sid)
 {
     struct gw_stream *s = gw_ui_find(sid);
-    if (!s || s->req || s->sent || s->ended)
+    if (!s || !owns(r, s) || s->req || s->sent || s->ended)
         return gw_queue_error(r, 404, "not_found_error", "unknown_stream",
                               "unknown or already claimed stream");
     s->req = r;
@@ -342,7 +406,7 @@ enum MHD_Result gw_ui_stream(struct gw_req *r, const char *sid)
 enum MHD_Result gw_ui_stop(struct gw_req *r, const char *sid)
 {
     struct gw_stream *s = gw_ui_find(sid);
-    if (!s) return gw_queue_error(r, 404, "not_found_error", "unknown_stream", "unknown stream");
+    if (!s || !owns(r, s)) return gw_queue_error(r, 404, "not_found_error", "unknown_stream", "unknown stream");
     if (!s->sent && !s->req) {
         gw_stream_free(s);      /* never claimed: nothing runs */
     } else if (s->sent && !s->terminal) {
@@ -373,3 +437,12 @@ void gw_ui_expire(double now)
             gw_stream_free(s);
     }
 }
+
+/* ---- the encoder ------------------------------------------------------------------ */
+
+static void ui_error(struct gw_stream *s, const struct gw_error *e)
+{
+    gw_ui_error(s, e->msg);
+}
+
+const struct gw_proto gw_proto_ui = { "ui", gw_ui_event, ui_error, NULL, NULL };

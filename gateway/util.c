@@ -199,3 +199,73 @@ int gw_utf8_lossy(struct gw_buf *out, const unsigned char *b, size_t n)
     }
     return gw_buf_add(out, "", 0);
 }
+
+/* ---- SipHash-2-4 ---------------------------------------------------------- */
+
+/* Aumasson and Bernstein's reference (github.com/veorq/SipHash), 64-bit output. */
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                              \
+    do {                                                                      \
+        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);             \
+        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                                \
+        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                                \
+        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);             \
+    } while (0)
+
+static uint64_t le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+uint64_t gw_siphash24(const unsigned char key[16], const void *data, size_t n)
+{
+    const unsigned char *in = data;
+    uint64_t k0 = le64(key), k1 = le64(key + 8);
+    uint64_t v0 = 0x736f6d6570736575ULL ^ k0, v1 = 0x646f72616e646f6dULL ^ k1;
+    uint64_t v2 = 0x6c7967656e657261ULL ^ k0, v3 = 0x7465646279746573ULL ^ k1;
+    size_t full = n - n % 8;
+    for (size_t i = 0; i < full; i += 8) {
+        uint64_t m = le64(in + i);
+        v3 ^= m;
+        SIPROUND;
+        SIPROUND;
+        v0 ^= m;
+    }
+    uint64_t b = (uint64_t)n << 56;
+    for (size_t i = 0; i < n % 8; i++) b |= (uint64_t)in[full + i] << (8 * i);
+    v3 ^= b;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* ---- owned strings -------------------------------------------------------------- */
+
+char *gw_own(struct gw_owned *o, char *s)
+{
+    if (!s) return NULL;
+    char **n = realloc(o->v, (o->n + 1) * sizeof *n);
+    if (!n) {
+        free(s);
+        return NULL;
+    }
+    o->v = n;
+    o->v[o->n++] = s;
+    return s;
+}
+
+void gw_owned_free(struct gw_owned *o)
+{
+    for (size_t i = 0; i < o->n; i++) free(o->v[i]);
+    free(o->v);
+    o->v = NULL;
+    o->n = 0;
+}

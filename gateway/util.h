@@ -8,6 +8,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 struct gw_buf {
@@ -60,6 +61,10 @@ int gw_random_alnum(char *out, size_t n);
 /* Test hook: while > 0, each gw_random_bytes call fails (EAGAIN) and
  * decrements it.  0 (off) unless a test sets it. */
 extern int gw_random_fail_next;
+
+/* SipHash-2-4 of data[0, n) under key: a keyed hash (pseudo-random function) whose output says
+ * nothing about the input to one who does not hold the key (auth.c's tenant ids). */
+uint64_t gw_siphash24(const unsigned char key[16], const void *data, size_t n);
 
 /* Logs one line on stderr: prio is a syslog level (3 err, 4 warning, 6 info, 7 debug). */
 void gw_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

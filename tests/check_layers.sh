@@ -10,9 +10,18 @@
 # convention daemon/server/log.h); daemon/model/error.h (the one error enum),
 # daemon/model/rules.h (the one set of input rules, and the clock)
 # and kernels/*.h (pure functions) are open to all layers above them.  Tests are white-box and exempt.
-# C, CUDA (.cu, .cuh) and included bodies (.inc) alike.  Then no include cycle
-# between the modules of daemon/ (below).  Prints each violation; exit 1 if
-# any, else "layers ok" and "cycles ok".
+# C, CUDA (.cu, .cuh) and included bodies (.inc) alike.
+#
+# Inside gateway/ the layers are, bottom to top (gw_rank below):
+#
+#   0 util <- 1 error, fields, params, auth, structured, config <- 2 metrics, daemon (the stream
+#   registry and the link to the daemon) <- 3 http (the transport) <- 4 core <- 5 openai,
+#   completions, responses, anthropic, ui (the protocol front ends) <- 6 routes, main
+#
+# A gateway file includes gateway headers of its own layer or below; a lower layer reaches an
+# upper one only through callbacks the upper one registers (the stream's encoder and hooks,
+# the route table).  Then no include cycle between the modules of daemon/ and of gateway/
+# (below).  Prints each violation; exit 1 if any, else "layers ok" and "cycles ok".
 cd "$(dirname "$0")/.." || exit 2
 rank() {
     case $1 in
@@ -26,6 +35,13 @@ face_ok() {  # folder header
         server/log.h) return 0 ;;   # the logging convention, shared with the gateway
     esac
     return 1
+}
+gw_rank() {
+    case $1 in
+        util) echo 0 ;; error|fields|params|auth|structured|config) echo 1 ;; metrics|daemon) echo 2 ;;
+        http) echo 3 ;; core) echo 4 ;; openai|completions|responses|anthropic|ui) echo 5 ;;
+        routes|main) echo 6 ;; *) echo 99 ;;
+    esac
 }
 out=$(mktemp)
 for f in $(find kernels daemon gateway \( -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name '*.inc' \) | sort); do
@@ -50,11 +66,22 @@ for f in $(find kernels daemon gateway \( -name '*.[ch]' -o -name '*.cu' -o -nam
         fi
     done
 done > "$out" 2>&1
+for f in $(find gateway -name '*.[ch]' | sort); do
+    me=$(basename "$f"); me=${me%.*}
+    r=$(gw_rank "$me")
+    [ "$r" = 99 ] && { echo "layers: $f is in no gateway layer (tests/check_layers.sh: gw_rank)"; echo x; }
+    grep -o '^#include "gateway/[^"]*"' "$f" | sed 's/#include "gateway\/\(.*\)\.h"/\1/' | while read -r inc; do
+        gr=$(gw_rank "$inc")
+        if [ "$gr" -gt "$r" ]; then
+            echo "layers: $f includes gateway/$inc.h (layer $gr, above its $r)"; echo x
+        fi
+    done
+done >> "$out" 2>&1
 status=0
 if grep -q '^x$' "$out"; then grep -v '^x$' "$out"; status=1; else echo "layers ok"; fi
 rm -f "$out"
 
-# ---- include cycles inside daemon/ -------------------------------------------------------
+# ---- include cycles inside daemon/ and gateway/ -------------------------------------------------------
 # A module is a .c with its .h, in one folder (a private X_internal.h or X_impl.h belongs to
 # X); module A uses B when a file of A includes a header of B.  A cycle (A uses B uses ... A)
 # means none of its modules can be read, tested or replaced alone: spill.c including
@@ -65,8 +92,8 @@ rm -f "$out"
 KNOWN_CYCLES='
 '
 edges=$(mktemp)
-for f in $(find daemon \( -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name '*.inc' \) | sort); do
-    grep -o '^#include "daemon/[^"]*"' "$f" | sed 's/#include "\(.*\)"/\1/' | while read -r inc; do
+for f in $(find daemon gateway \( -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name '*.inc' \) | sort); do
+    grep -o '^#include "\(daemon\|gateway\)/[^"]*"' "$f" | sed 's/#include "\(.*\)"/\1/' | while read -r inc; do
         echo "$f $inc"
     done
 done > "$edges"
@@ -123,5 +150,5 @@ END {
 rm -f "$edges"
 [ -n "$cycles" ] && echo "$cycles" | grep -v '^x$'
 if echo "$cycles" | grep -q '^x$'; then status=1
-else echo "cycles ok (daemon/: no include cycle between modules but the known ones above)"; fi
+else echo "cycles ok (daemon/, gateway/: no include cycle between modules but the known ones above)"; fi
 exit $status

@@ -34,7 +34,10 @@
 #include <string.h>
 
 #include "gateway/anthropic.h"
-#include "gateway/gateway.h"
+#include "gateway/openai.h"
+#include "gateway/responses.h"
+#include "gateway/structured.h"
+#include "gateway/ui.h"
 
 /* ---- the rest of the gateway: never called by the parsers ---------------- */
 struct gw G;
@@ -57,6 +60,12 @@ void gw_stream_fail(struct gw_stream *s, const struct gw_error *e) NEVER
 void gw_stream_free(struct gw_stream *s) NEVER
 struct gw_stream *gw_stream_new(enum gw_kind kind) NEVER
 void gw_req_resume(struct gw_req *r) NEVER
+void gw_stream_hold(struct gw_stream *s) NEVER
+int gw_daemon_fits(const struct gw_stream *s) NEVER
+void gw_metrics_refusal(enum gw_refusal why, int key) NEVER
+void gw_metrics_store_evicted(void) NEVER
+const char *gw_auth_tenant(int i) NEVER
+int gw_auth_n_keys(void) NEVER
 int gw_oom_in_request(void) { return 0; }
 const char *smol_client_error_name(int code) NEVER
 const char *smol_client_finish_name(int finish_reason) NEVER

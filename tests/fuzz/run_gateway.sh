@@ -6,7 +6,8 @@
 # FUZZ_RUNS=N stops after N executions instead (whichever comes first);
 # FUZZ_MAX_LEN (default 4096) bounds the input size.
 #
-# Build: gateway/core.c, openai.c, anthropic.c, params.c, structured.c, ui.c, util.c, responses.c
+# Build: gateway/core.c, openai.c, anthropic.c, params.c, structured.c, ui.c, util.c, responses.c,
+# fields.c, error.c
 # (with the daemon's chat_template.c, pyrepr.c, error.c: json.dumps of tool
 # inputs) and the generated
 # protobuf-c code with clang -fsanitize=fuzzer,address,undefined; the rest of
@@ -33,7 +34,7 @@ CFLAGS="-std=gnu11 -D_GNU_SOURCE -g -O1 -I. -I$OUT/gen -fno-omit-frame-pointer \
  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(pkg-config --cflags $PKG)"
 # shellcheck disable=SC2086
 nice -n 10 $CC $CFLAGS tests/fuzz/fuzz_gateway.c gateway/core.c gateway/openai.c gateway/anthropic.c gateway/params.c \
-    gateway/structured.c gateway/ui.c gateway/util.c gateway/responses.c \
+    gateway/structured.c gateway/ui.c gateway/util.c gateway/responses.c gateway/fields.c gateway/error.c \
     daemon/text/chat_template.c daemon/text/chat_buf.c daemon/text/pyrepr.c daemon/model/rules.c daemon/model/error.c \
     "$OUT/gen/smollm3.pb-c.c" -ljansson -lprotobuf-c -lm -o "$OUT/fuzz_gateway"
 

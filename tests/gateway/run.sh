@@ -9,7 +9,8 @@
 # anthropic SDK and langchain-anthropic (tests/gateway/test_anthropic.py), and
 # the one set of input rules: the same good and bad inputs through the gateway
 # (HTTP) and straight to the daemon (ZeroMQ), the same verdicts required
-# (tests/gateway/test_rules.py), and faults injected into the gateway (tests/gateway/test_fault.py).
+# (tests/gateway/test_rules.py), faults injected into the gateway (tests/gateway/test_fault.py), and
+# tenancy and bounded memory with two API keys and hostile clients (tests/gateway/test_tenancy.py).
 # Prints "N passed, N failed" and exits non-zero on failure; a missing
 # prerequisite is a failure ("FAIL: cannot run: why"; `make deps` installs
 # them all: promtool from Debian's prometheus, the Python packages in build/venv).
@@ -48,6 +49,11 @@ rc=0
 { python3 tests/gateway/test_api.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/api.rc"; } 2>&1 |
     tee "$PB2/api.out"
 [ "$(cat "$PB2/api.rc")" = 0 ] || rc=1
+# tenancy and bounded memory: two keys over every id a client can name, hostile clients (test_tenancy.py;
+# SMOL_HOSTILE_N=10000 for the full flood of stored responses)
+{ python3 tests/gateway/test_tenancy.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/tenancy.rc"; } 2>&1 |
+    tee "$PB2/tenancy.out"
+[ "$(cat "$PB2/tenancy.rc")" = 0 ] || rc=1
 # the Responses API with the openai SDK and openai-agents (test_responses.py)
 { python3 tests/gateway/test_responses.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/responses.rc"; } 2>&1 |
     tee "$PB2/responses.out"
@@ -64,9 +70,9 @@ rc=0
 # libmicrohttpd's responses; a sample of the N, SMOL_FAULT_FULL=1 for all)
 { python3 tests/gateway/test_fault.py --build "$BUILD"; echo $? > "$PB2/fault.rc"; } 2>&1 | tee "$PB2/fault.out"
 [ "$(cat "$PB2/fault.rc")" = 0 ] || rc=1
-# one result line for all six (tests/run_all.sh reads the last one)
+# one result line for all seven (tests/run_all.sh reads the last one)
 sum() { sed -n "s/^\([0-9]*\) passed, \([0-9]*\) failed$/\\$1/p" "$PB2/gateway.out" "$PB2/api.out" "$PB2/responses.out" \
-        "$PB2/anthropic.out" "$PB2/rules.out" "$PB2/fault.out" |
+        "$PB2/anthropic.out" "$PB2/rules.out" "$PB2/fault.out" "$PB2/tenancy.out" |
         awk '{ n += $1 } END { print n + 0 }'; }
 p=$(sum 1) f=$(sum 2)
 [ "$rc" != 0 ] && [ "$f" = 0 ] && f=1

@@ -952,6 +952,7 @@ class FakeDaemon:
         self.endpoint = "ipc://" + path
         self.sock.bind(self.endpoint)
         self.running = True
+        self.max_request_bytes = 0  # HealthReply.max_request_bytes (0: unknown)
         self.cancels = []
         self.out = []               # (when, ident, Event) to send
         self.lock = threading.Lock()
@@ -966,7 +967,7 @@ class FakeDaemon:
 
     def script(self, ident, rid, g):
         pb = self.pb
-        text = g.chat.messages[-1].content
+        text = g.chat.messages[-1].content if g.WhichOneof("input") == "chat" and g.chat.messages else ""
         now = time.monotonic()
         evs = []
         usage = pb.Usage(prompt_tokens=10, cached_tokens=4, completion_tokens=5,
@@ -1013,8 +1014,8 @@ class FakeDaemon:
                 req.ParseFromString(data)
                 kind = req.WhichOneof("kind")
                 if kind == "health":
-                    r = self.ev(req.request_id, health=pb.HealthReply(ready=True, model="fake",
-                                                                       protocol_version=1))
+                    r = self.ev(req.request_id, health=pb.HealthReply(
+                        ready=True, model="fake", protocol_version=1, max_request_bytes=self.max_request_bytes))
                     self.sock.send_multipart([ident, r.SerializeToString()])
                 elif kind == "stats":
                     r = self.ev(req.request_id, stats=pb.StatsReply(requests_queued=2))

@@ -1,0 +1,184 @@
+/*
+ * routes.c - the route table of smollm3-gateway (routes.h): every path the
+ * gateway serves, the one method it takes, whether it needs an API key when
+ * keys are configured (the API, the UI and /tokenize, /detokenize do;
+ * /health and /metrics do not; a UI stream is admitted by its SID: auth.c),
+ * the shape of its errors, and the handler.  Also the two endpoints that
+ * read every layer: /health and /metrics (the counters of metrics.c, the
+ * stream registry's gauges, the store's and the UI's, the daemon's stats).
+ *
+ * The HTTP transport (http.c) looks a URL up here (gw_route, handed to
+ * gw_http_start): it never names an endpoint.  Layer 6 of the gateway, with
+ * main.c (tests/check_layers.sh).
+ */
+#include "gateway/routes.h"
+#include "gateway/anthropic.h"
+#include "gateway/completions.h"
+#include "gateway/openai.h"
+#include "gateway/responses.h"
+#include "gateway/ui.h"
+
+#include <string.h>
+
+/* ---- /health, /metrics ------------------------------------------------------ */
+
+static enum MHD_Result health(struct gw_req *r)
+{
+    json_t *b = json_pack("{s:s,s:b,s:b,s:s}", "status", G.daemon_ready ? "ok" : "unavailable",
+                          "daemon_connected", G.daemon_connected, "ready", G.daemon_ready,
+                          "model", G.model);
+    if (G.daemon_refused)
+        json_object_set_new(b, "error", json_sprintf("--max-body-bytes %zu is over the daemon's max_request_bytes "
+                                                     "%llu", G.cfg.max_body,
+                                                     (unsigned long long)G.daemon_max_request));
+    return gw_queue_json(r, G.daemon_ready ? 200 : 503, b);
+}
+
+static enum MHD_Result metrics(struct gw_req *r)
+{
+    struct gw_buf b = { 0 };
+    gw_metrics_text(&b);
+    gw_metrics_one(&b, "smollm3_gateway_inflight_streams", "gauge", "Generation requests in flight.",
+        (double)G.n_inflight);
+    gw_metrics_one(&b, "smollm3_gateway_connections", "gauge", "Open HTTP connections.", (double)G.n_conns);
+    gw_metrics_one(&b, "smollm3_gateway_responses_stored", "gauge", "Stored responses (/v1/responses).",
+        (double)gw_responses_store_count());
+    gw_metrics_one(&b, "smollm3_gateway_responses_store_bytes", "gauge",
+        "Memory the stored responses hold (estimated from their JSON).", (double)gw_responses_store_bytes());
+    gw_metrics_one(&b, "smollm3_gateway_ui_unclaimed_streams", "gauge", "Web UI streams waiting to be claimed.",
+        (double)gw_ui_unclaimed_count());
+    gw_metrics_one(&b, "smollm3_daemon_up", "gauge", "1 when the daemon is connected and ready.",
+        (double)(G.daemon_connected && G.daemon_ready));
+    if (G.have_stats) {
+        const Smollm3__StatsReply *s = &G.stats;
+        gw_metrics_one(&b, "smollm3_daemon_requests_active", "gauge", "Requests the daemon is running.",
+            s->requests_active);
+        gw_metrics_one(&b, "smollm3_daemon_queue_depth", "gauge", "Requests waiting in the daemon's queue.",
+            s->requests_queued);
+        gw_metrics_one(&b, "smollm3_daemon_sessions", "gauge", "Sessions the daemon keeps.", s->sessions);
+        gw_metrics_one(&b, "smollm3_daemon_kv_tokens_used", "gauge", "KV cache tokens in use.",
+            (double)s->kv_tokens_used);
+        gw_metrics_one(&b, "smollm3_daemon_kv_tokens_capacity", "gauge", "KV cache capacity in tokens.",
+            (double)s->kv_tokens_total);
+        gw_metrics_one(&b, "smollm3_daemon_kv_usage_ratio", "gauge", "Fraction of the KV cache in use.",
+            s->kv_tokens_total ? (double)s->kv_tokens_used / (double)s->kv_tokens_total : 0.0);
+        gw_metrics_one(&b, "smollm3_daemon_prefix_cache_hits_total", "counter",
+            "Requests that reused a cached prefix.", (double)s->prefix_cache_hits);
+        gw_metrics_one(&b, "smollm3_daemon_requests_total", "counter", "Requests the daemon accepted.",
+            (double)s->requests_total);
+        gw_metrics_one(&b, "smollm3_daemon_prefill_tokens_total", "counter",
+            "Prompt positions run through the model (cached ones are not).", (double)s->prefill_tokens_total);
+        gw_metrics_one(&b, "smollm3_daemon_prompt_builds_total", "counter",
+            "Prompts rendered and tokenized (a waiting request without a session is built once).",
+            (double)s->prompt_builds_total);
+        gw_metrics_one(&b, "smollm3_daemon_backend_sampled_tokens_total", "counter",
+            "Tokens drawn by the backend's batch sampler (backend_sampling).", (double)s->backend_sampled_tokens);
+        gw_metrics_one(&b, "smollm3_daemon_engine_steps_total", "counter", "Engine steps that ran the model.",
+            (double)s->engine_steps);
+        gw_metrics_one(&b, "smollm3_daemon_step_tokens_total", "counter", "Tokens in those steps.", (double)s->step_tokens_total);
+        gw_metrics_one(&b, "smollm3_daemon_step_seconds_total", "counter", "Wall time of those steps.", s->step_ms_total / 1e3);
+        gw_metrics_one(&b, "smollm3_daemon_forward_seconds_total", "counter",
+            "Of it, time in the model (the rest is the engine's own host time).", s->forward_ms_total / 1e3);
+        gw_metrics_one(&b, "smollm3_daemon_shared_choices_total", "counter",
+            "Choices (n > 1) started on another choice's prefilled prompt.", (double)s->shared_choices_total);
+        gw_metrics_one(&b, "smollm3_daemon_requests_rejected_total", "counter", "Requests the daemon refused.",
+            (double)s->requests_rejected);
+        gw_metrics_one(&b, "smollm3_daemon_requests_cancelled_total", "counter",
+            "Requests cancelled in the daemon.", (double)s->requests_cancelled);
+        gw_metrics_one(&b, "smollm3_daemon_uptime_seconds", "gauge", "Daemon uptime.", s->uptime_s);
+        gw_metrics_one(&b, "smollm3_daemon_spec_drafted_tokens_total", "counter",
+            "Tokens the daemon drafted by prompt lookup and verified.", (double)s->spec_drafted_tokens);
+        gw_metrics_one(&b, "smollm3_daemon_spec_accepted_tokens_total", "counter",
+            "Drafted tokens the daemon accepted.", (double)s->spec_accepted_tokens);
+        gw_metrics_one(&b, "smollm3_daemon_spec_verify_steps_total", "counter",
+            "Decode steps that verified a draft.", (double)s->spec_verify_steps);
+        gw_metrics_one(&b, "smollm3_daemon_decode_steps_total", "counter",
+            "Decode steps of all requests.", (double)s->decode_steps);
+    }
+    enum MHD_Result ret =
+        gw_queue_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.len);
+    gw_buf_deinit(&b);
+    return ret;
+}
+
+/* ---- handlers in the table's shape --------------------------------------------- */
+
+#define PLAIN(name, fn)                                                                   \
+    static enum MHD_Result name(struct gw_req *r, const char *method, const char *arg)   \
+    {                                                                                     \
+        return fn(r);                                                                     \
+    }
+#define WITH_ARG(name, fn)                                                                \
+    static enum MHD_Result name(struct gw_req *r, const char *method, const char *arg)   \
+    {                                                                                     \
+        return fn(r, arg);                                                                \
+    }
+PLAIN(h_chat, gw_openai_chat)
+PLAIN(h_models, gw_openai_models)
+PLAIN(h_completions, gw_completions)
+PLAIN(h_messages, gw_anthropic_messages)
+PLAIN(h_count_tokens, gw_anthropic_count_tokens)
+PLAIN(h_tokenize, gw_tokenize)
+PLAIN(h_detokenize, gw_detokenize)
+PLAIN(h_responses, gw_responses_create)
+PLAIN(h_health, health)
+PLAIN(h_metrics, metrics)
+PLAIN(h_ui_chat, gw_ui_chat)
+PLAIN(h_ui_config, gw_ui_config)
+WITH_ARG(h_model, gw_models_one)
+WITH_ARG(h_ui_stream, gw_ui_stream)
+WITH_ARG(h_ui_stop, gw_ui_stop)
+
+static enum MHD_Result h_response(struct gw_req *r, const char *method, const char *arg)
+{
+    return gw_responses_one(r, method, arg);    /* GET, DELETE, POST .../cancel: responses.c */
+}
+
+static enum MHD_Result h_unknown(struct gw_req *r, const char *method, const char *arg)
+{
+    return gw_queue_error(r, 404, "not_found_error", "not_found", "unknown route");
+}
+
+/* ---- the table -------------------------------------------------------------------- */
+
+static const struct {
+    const char *path;
+    int prefix;                 /* the path is a prefix: what follows is the handler's arg */
+    struct gw_route route;
+} table[] = {
+    { "/v1/chat/completions", 0, { GW_EP_CHAT, "POST", 0, NULL, h_chat } },
+    { "/v1/models", 0, { GW_EP_MODELS, "GET", 0, NULL, h_models } },
+    { "/v1/completions", 0, { GW_EP_COMPLETIONS, "POST", 0, NULL, h_completions } },
+    { "/v1/messages", 0, { GW_EP_MESSAGES, "POST", 0, gw_anthropic_error_body, h_messages } },
+    { "/v1/messages/count_tokens", 0,
+      { GW_EP_MESSAGES_COUNT_TOKENS, "POST", 0, gw_anthropic_error_body, h_count_tokens } },
+    { "/tokenize", 0, { GW_EP_TOKENIZE, "POST", 0, NULL, h_tokenize } },
+    { "/v1/responses", 0, { GW_EP_RESPONSES, "POST", 0, NULL, h_responses } },
+    { "/v1/responses/", 1, { GW_EP_RESPONSE, NULL, 0, NULL, h_response } },
+    { "/detokenize", 0, { GW_EP_DETOKENIZE, "POST", 0, NULL, h_detokenize } },
+    { "/v1/models/", 1, { GW_EP_MODEL, "GET", 0, NULL, h_model } },
+    { "/health", 0, { GW_EP_HEALTH, "GET", 1, NULL, h_health } },
+    { "/metrics", 0, { GW_EP_METRICS, "GET", 1, NULL, h_metrics } },
+    { "/ui/chat", 0, { GW_EP_UI_CHAT, "POST", 0, NULL, h_ui_chat } },
+    { "/ui/config", 0, { GW_EP_UI_CONFIG, "GET", 0, NULL, h_ui_config } },
+    { "/ui/stream/", 1, { GW_EP_UI_STREAM, "GET", 1, NULL, h_ui_stream } },  /* its SID admits it */
+    { "/ui/stop/", 1, { GW_EP_UI_STOP, "POST", 0, NULL, h_ui_stop } },
+};
+
+/* Unknown paths: under /v1/ and /ui/ a key is asked for first (no path is told to a client
+ * without one), elsewhere the 404 at once. */
+static const struct gw_route unknown_keyed = { GW_EP_OTHER, NULL, 0, NULL, h_unknown };
+static const struct gw_route unknown_open = { GW_EP_OTHER, NULL, 1, NULL, h_unknown };
+
+const struct gw_route *gw_route(const char *url, const char **arg)
+{
+    *arg = "";
+    for (size_t i = 0; i < sizeof table / sizeof *table; i++) {
+        size_t n = strlen(table[i].path);
+        if (table[i].prefix ? !strncmp(url, table[i].path, n) : !strcmp(url, table[i].path)) {
+            if (table[i].prefix) *arg = url + n;
+            return &table[i].route;
+        }
+    }
+    return !strncmp(url, "/v1/", 4) || !strncmp(url, "/ui/", 4) ? &unknown_keyed : &unknown_open;
+}
