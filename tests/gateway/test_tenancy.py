@@ -373,20 +373,26 @@ def usage(gw, h, text, **kw):
 
 def t_daemon_sessions_cross_key(gw, d):
     text = "Tell me about the history of the town of Quibbleton in detail. " * 4
+    # what B may hit of its own: the template's head, cached by B's earlier requests
+    usage(gw, HB, "Control: a text B sends first, unlike the one below. " * 4)
+    _, own = usage(gw, HB, "Second control, B's own too, unlike both. " * 4)
     pa, ca = usage(gw, HA, text, session_id="conv-shared")
     pb, cb = usage(gw, HB, text, session_id="conv-shared")
-    check(cb == 0, "B read A's session KV: %d of %d prompt tokens cached" % (cb, pb))
+    check(cb <= own + 2, "B read A's session KV: %d of %d prompt tokens cached (B's own head: %d)" % (cb, pb, own))
     pa2, ca2 = usage(gw, HA, text, session_id="conv-shared")
     check(ca2 >= pa - 1, "A's session spoiled by B: %d of %d cached" % (ca2, pa2))
 
 
 def t_daemon_prefix_cross_key(gw, d):
     text = "A unique prefix nobody else sends: zebra harmonica 4711 lantern. " * 4
+    # B's earlier requests cached the template's head for B: that much B may hit, no more
+    usage(gw, HB, "Control: another text of B's own, sent before. " * 4)
+    _, own = usage(gw, HB, "Second control, B's own too, unlike both. " * 4)
     pa, _ = usage(gw, HA, text)
     pb, cb = usage(gw, HB, text)
-    check(cb == 0, "B hit A's cached prefix: %d of %d tokens" % (cb, pb))
+    check(cb <= own + 2, "B hit A's cached prefix: %d of %d tokens (B's own head: %d)" % (cb, pb, own))
     _, ca = usage(gw, HA, text)
-    check(ca > 0, "A's own prefix not cached (the test proves nothing)")
+    check(ca > own + 10, "A's own prefix not cached past the head: %d (the test proves nothing)" % ca)
 
 
 def main():
