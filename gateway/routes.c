@@ -94,6 +94,14 @@ static enum MHD_Result metrics(struct gw_req *r)
             "Decode steps that verified a draft.", (double)s->spec_verify_steps);
         gw_metrics_one(&b, "smollm3_daemon_decode_steps_total", "counter",
             "Decode steps of all requests.", (double)s->decode_steps);
+        gw_metrics_one(&b, "smollm3_daemon_sessions_evicted_total", "counter",
+            "Named sessions taken out of memory by eviction (max_sessions, the KV budget, per key).",
+            (double)s->sessions_evicted);
+        gw_metrics_one(&b, "smollm3_daemon_sessions_evicted_per_key_total", "counter",
+            "Of those, evicted by their own tenant's max_sessions_per_key.", (double)s->sessions_evicted_per_key);
+        gw_metrics_one(&b, "smollm3_daemon_unknown_session_refusals_total", "counter",
+            "Turns appended to a session the daemon does not hold, refused unknown_session.",
+            (double)s->unknown_session_refusals);
     }
     enum MHD_Result ret =
         gw_queue_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.len);

@@ -670,7 +670,9 @@ def t_metrics(gw, d):
                  "smollm3_daemon_spec_drafted_tokens_total", "smollm3_daemon_spec_accepted_tokens_total",
                  "smollm3_daemon_spec_verify_steps_total", "smollm3_daemon_decode_steps_total",
                  "smollm3_daemon_engine_steps_total", "smollm3_daemon_step_seconds_total",
-                 "smollm3_daemon_forward_seconds_total"):
+                 "smollm3_daemon_forward_seconds_total", "smollm3_daemon_sessions_evicted_total",
+                 "smollm3_daemon_sessions_evicted_per_key_total",
+                 "smollm3_daemon_unknown_session_refusals_total"):
         check(name in text, "metric %s missing" % name)
     check('endpoint="/v1/chat/completions",status="200"' in text, "request counter by status")
     check('status="400"' in text, "400s not counted")
