@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""check_moved.py [REV] - nothing of the old README was lost when it was split (issue 39).
+"""check_moved.py [REV [AT]] - nothing of the old README was lost when it was split (issue 39).
 
 One-off check of the move of README.md's reference material into the READMEs beside
 the code: every unit of README.md as it stood at REV (default cfc9053, the last
@@ -12,7 +12,9 @@ with why; each must be missing (else it is not a change, and the list is stale).
 
 Prints every unit that is missing without a reason, then
 "N units: N found, N changed on purpose, N missing"; exits 1 on any missing.
-Not part of `make test`: the docs will keep changing after the move.
+Not part of `make test`: the docs keep changing after the move, so the new docs are
+read as they stood at AT (default d9f8953, the move's last commit; "." = the working
+tree).
 """
 import os
 import re
@@ -113,18 +115,26 @@ def units(text):
 HEADING = re.compile(r"#+ (.*)")
 
 
-def markdown_files():
-    r = subprocess.run(["git", "-C", ROOT, "ls-files", "-co", "--exclude-standard", "*.md"],
-                       capture_output=True, text=True, check=True)
-    return [p for p in r.stdout.split("\n") if p and "node_modules/" not in p]
+def markdown_files(at):
+    cmd = ["ls-files", "-co", "--exclude-standard", "*.md"] if at == "." else ["ls-tree", "-r", "--name-only", at]
+    r = subprocess.run(["git", "-C", ROOT] + cmd, capture_output=True, text=True, check=True)
+    return [p for p in r.stdout.split("\n") if p.endswith(".md") and "node_modules/" not in p]
+
+
+def read_doc(at, p):
+    if at == ".":
+        with open(os.path.join(ROOT, p), encoding="utf-8") as f:
+            return f.read()
+    return subprocess.run(["git", "-C", ROOT, "show", at + ":" + p], check=True, capture_output=True,
+                          text=True).stdout
 
 
 def main():
     rev = sys.argv[1] if len(sys.argv) > 1 else "cfc9053"
+    at = sys.argv[2] if len(sys.argv) > 2 else "d9f8953"
     docs = {}
-    for p in markdown_files():
-        with open(os.path.join(ROOT, p), encoding="utf-8") as f:
-            text = f.read()
+    for p in markdown_files(at):
+        text = read_doc(at, p)
         # each heading on a line of its own, the rest normalized
         docs[p] = "\n".join(norm(l) if l.startswith("#") else l for l in text.split("\n"))
         docs[p] = "\n".join(norm(part) for part in re.split(r"(?m)^(#+ .*)$", docs[p]) if part.strip())
