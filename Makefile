@@ -207,9 +207,12 @@ model:
 
 # install: binaries, systemd units, sysusers/tmpfiles, /etc/smollm3d/smollm3d.conf
 # (kept if present), web UI, nginx site; PREFIX and DESTDIR as usual (deploy/install.sh).
+# It builds only the programs it installs (and the CUDA plugin where make run would: a usable
+# GPU or CUDA=1; one already built is installed too), then prints what it installed and the
+# commands that start the service.
 PREFIX  ?= /usr/local
 DESTDIR ?=
-install: all
+install: $(PROGS) $(BUILD)/bin/smollm3-gateway $(if $(filter 1,$(RUN_CUDA)),$(CUDA_LIB))
 	@sh deploy/install.sh "$(BUILD)" "$(DESTDIR)" "$(PREFIX)"
 
 # UBSan's alignment check is off: quant blocks (2-byte halves inside packed

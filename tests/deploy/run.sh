@@ -4,6 +4,9 @@
 #   install    `make install DESTDIR=tmp` lays out the expected tree (PREFIX
 #              /usr/local and /usr), paths in units/site follow PREFIX, an
 #              existing /etc/smollm3d/smollm3d.conf is kept
+#              and prints what it installed and the next commands; it builds
+#              the programs only (no tests, no benchmarks: make -n); every group
+#              the units name is one sysusers.d creates (on an empty root too)
 #   verify     `systemd-analyze verify` on both installed units (--root at the
 #              DESTDIR tree): exit 0 and nothing on stderr; a broken copy must
 #              produce stderr (the check is live)
@@ -114,6 +117,36 @@ for f in usr/local/bin/smollm3 usr/local/bin/smollm3d usr/local/bin/smollm3ctl \
 done
 [ "$have_gateway" = 1 ] && { [ -x "$D/usr/local/bin/smollm3-gateway" ] || missing="$missing usr/local/bin/smollm3-gateway"; }
 check '[ -z "$missing" ]' "installed tree complete${missing:+ (missing:$missing)}"
+check 'grep -q "^install: installed under $D:" "$TMP/install.log" &&
+       grep -q "^  /usr/local/bin/ .*smollm3d" "$TMP/install.log" &&
+       grep -q "^  systemctl daemon-reload$" "$TMP/install.log" &&
+       grep -q "^  systemctl enable --now smollm3d smollm3-gateway$" "$TMP/install.log" &&
+       grep -q "ln -s ../sites-available/smollm3 /etc/nginx/sites-enabled/smollm3 && nginx -t" "$TMP/install.log"' \
+      "make install prints what it installed and the next commands (daemon-reload, enable --now, the nginx site)"
+# what make install would build from nothing: the programs, no tests, no benchmarks
+make -n --no-print-directory install BUILD="$TMP/nobuild" DESTDIR="$TMP/nodest" CUDA=0 > "$TMP/install-n.log" 2>&1
+check 'grep -q "$TMP/nobuild/bin/smollm3d" "$TMP/install-n.log" && grep -q "$TMP/nobuild/bin/smollm3-gateway" "$TMP/install-n.log" &&
+       ! grep -q "$TMP/nobuild/tests/\|$TMP/nobuild/bench/\|gateway-fault" "$TMP/install-n.log"' \
+      "make install builds the programs it installs and no tests or benchmarks"
+# every group the units run as is one sysusers.d makes (User=/Group=/SupplementaryGroups=; a
+# `u NAME` line makes group NAME too), and systemd-sysusers makes them on an empty root
+SU=$D/usr/local/lib/sysusers.d/smollm3d.conf
+groups=$(sed -n 's/^\(User\|Group\|SupplementaryGroups\)=//p' "$D"/usr/local/lib/systemd/system/smollm3d.service \
+         "$D"/usr/local/lib/systemd/system/smollm3-gateway.service | tr ' ' '\n' | sort -u)
+undeclared=
+for g in $groups; do
+    awk -v g="$g" '($1 == "u" || $1 == "g") && $2 == g { f = 1 } END { exit !f }' "$SU" || undeclared="$undeclared $g"
+done
+check '[ -n "$groups" ] && [ -z "$undeclared" ]' "the units' users and groups ($(echo $groups)) are all made by sysusers.d${undeclared:+ (not:$undeclared)}"
+if command -v systemd-sysusers > /dev/null 2>&1; then
+    mkdir -p "$TMP/sysroot/etc"
+    systemd-sysusers --root="$TMP/sysroot" "$SU" > /dev/null 2>&1
+    made=
+    for g in $groups; do grep -q "^$g:" "$TMP/sysroot/etc/group" || made="$made $g"; done
+    check '[ -z "$made" ]' "systemd-sysusers on an empty root makes every group the units use${made:+ (missing:$made)}"
+else
+    skip "systemd-sysusers not found (make deps: systemd)"
+fi
 if [ -d web/node_modules/htmx.org ]; then
     check '[ -f "$D/usr/local/share/smollm3d/web/node_modules/htmx.org/package.json" ] &&
            [ ! -e "$D/usr/local/share/smollm3d/web/node_modules/@types" ] &&
