@@ -184,19 +184,19 @@ API_KEY ?=
 NPROC     := $(shell nproc 2>/dev/null || echo 1)
 GPU_FOUND  = $(shell { [ -e /dev/nvidia0 ] || nvidia-smi -L 2>/dev/null | grep -q '^GPU'; } && echo 1)
 RUN_CUDA   = $(if $(filter 1,$(CUDA)),1,$(if $(filter auto,$(CUDA)),$(GPU_FOUND)))
+# the plugin's step of run: built, or a line saying why not and how
+RUN_CUDA_STEP = $(if $(RUN_CUDA),$(if $(NVCC),\
+    @+echo "run: building the CUDA plugin (nvcc: several minutes the first time)" && \
+    $(MAKE) -j$(NPROC) --no-print-directory $(CUDA_LIB) CUDA=1,\
+    @echo "run: CUDA=1 or a GPU found, but no nvcc (/usr/local/cuda/bin or PATH): CPU only"),\
+    $(if $(filter 0,$(CUDA)),@echo "run: CUDA=0: CPU only",\
+    @echo "run: no usable GPU (nvidia-smi -L lists none, no /dev/nvidia0): CPU only; the CUDA plugin is not built (with a GPU and nvcc: make run CUDA=1)"))
 run:
 	@echo "run: [1/4] checking the system packages (deploy/install-deps.sh run)"
 	@sh deploy/install-deps.sh run
-	@echo "run: [2/4] building smollm3d, smollm3-gateway, smollm3ctl, smollm3 on $(NPROC) cores (about 1 min on 2 cores the first time)"
+	@echo "run: [2/4] building smollm3d, smollm3-gateway, smollm3ctl, smollm3 on $(NPROC) cores (the first time only)"
 	@$(MAKE) -j$(NPROC) --no-print-directory $(PROGS) $(BUILD)/bin/smollm3-gateway
-	@if [ "$(RUN_CUDA)" = 1 ] && [ -z "$(NVCC)" ]; then \
-	    echo "run: CUDA=1 or a GPU found, but no nvcc (/usr/local/cuda/bin or PATH): CPU only"; \
-	elif [ "$(RUN_CUDA)" = 1 ]; then \
-	    echo "run: building the CUDA plugin $(CUDA_LIB) (nvcc: several minutes the first time)"; \
-	    $(MAKE) -j$(NPROC) --no-print-directory $(CUDA_LIB) CUDA=1 || exit 1; \
-	elif [ "$(CUDA)" = auto ]; then \
-	    echo "run: no usable GPU (nvidia-smi -L lists none, no /dev/nvidia0): CPU only; the CUDA plugin is not built (with a GPU and nvcc: make run CUDA=1)"; \
-	fi
+	$(RUN_CUDA_STEP)
 	@echo "run: [3/4] the model and the web UI's assets, then [4/4] starting daemon, gateway and nginx (deploy/run.sh)"
 	@API_KEY="$(API_KEY)" exec sh deploy/run.sh $(BUILD) "$(MODEL)" "$(PORT)"
 

@@ -24,6 +24,10 @@
 #              smollm3ctl), sessions spread over both; the UI's POST + stream
 #              GET meet on one node (cookie, or client address); a node
 #              stopped -> its sessions are served by the other [needs gateway]
+#   run-plan   what `make run` would do from nothing (make -n): the programs on
+#              every core, never the tests' venv or tests/web's npm packages;
+#              without a usable GPU no nvcc and a line saying how (CUDA=1), with
+#              CUDA=1 (and nvcc) the plugin; each stage announced
 #   make-run   `make run MODEL=fixture PORT=free` in the background: /health 200
 #              through nginx, the UI page, one chat completion, one streamed
 #              (SSE, data: [DONE]); SIGTERM to deploy/run.sh -> all
@@ -455,6 +459,28 @@ EOF
     fi
     for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
     sleep 0.5
+fi
+
+# ---------------------------------------------------------------- make run: the plan
+echo "# make run: what it builds (make -n)"
+make -n --no-print-directory run BUILD="$TMP/runplan" PORT=1 > "$TMP/run-n.log" 2>&1
+check 'grep -q "^make -j$(nproc) .*$TMP/runplan/bin/smollm3d .*$TMP/runplan/bin/smollm3-gateway" "$TMP/run-n.log" ||
+       grep -q "make\(\[[0-9]*\]\)\{0,1\}.* -j$(nproc) .*$TMP/runplan/bin/smollm3-gateway" "$TMP/run-n.log"' \
+      "make run builds the programs with -j$(nproc)"
+check '! grep -q "setup-env\|venv\|tests/web\|$TMP/runplan/tests/\|$TMP/runplan/bench/" "$TMP/run-n.log"' \
+      "make run sets up no test venv, no tests/web npm packages, builds no tests or benchmarks"
+check 'grep -q "run: \[1/4\]" "$TMP/run-n.log" && grep -q "run: \[2/4\]" "$TMP/run-n.log" && grep -q "run: \[3/4\]" "$TMP/run-n.log"' \
+      "make run announces its stages"
+if [ ! -e /dev/nvidia0 ] && ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    check '! grep -q "nvcc -\|libsmollm3_cuda" "$TMP/run-n.log" && grep -q "no usable GPU.*make run CUDA=1" "$TMP/run-n.log"' \
+          "no GPU here: make run builds no CUDA plugin and says how to get one (CUDA=1)"
+fi
+if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc > /dev/null 2>&1; then
+    make -n --no-print-directory run BUILD="$TMP/runplan" PORT=1 CUDA=1 > "$TMP/run-n1.log" 2>&1
+    check 'grep -q "nvcc .*backend_cuda.cu" "$TMP/run-n1.log" && grep -q "$TMP/runplan/lib/libsmollm3_cuda.so" "$TMP/run-n1.log"' \
+          "make run CUDA=1 builds the CUDA plugin (nvcc found)"
+    make -n --no-print-directory all BUILD="$TMP/runplan" > "$TMP/all-n.log" 2>&1
+    check 'grep -q "$TMP/runplan/lib/libsmollm3_cuda.so" "$TMP/all-n.log"' "make all still builds the CUDA plugin where nvcc is (CI, tests/gpu)"
 fi
 
 # ---------------------------------------------------------------- make run
