@@ -212,7 +212,8 @@ model:
 # commands that start the service.
 PREFIX  ?= /usr/local
 DESTDIR ?=
-install: $(PROGS) $(BUILD)/bin/smollm3-gateway $(if $(filter 1,$(RUN_CUDA)),$(CUDA_LIB))
+install: $(PROGS) $(BUILD)/bin/smollm3-gateway
+	$(if $(RUN_CUDA),$(if $(NVCC),@$(MAKE) --no-print-directory $(CUDA_LIB) CUDA=1))
 	@sh deploy/install.sh "$(BUILD)" "$(DESTDIR)" "$(PREFIX)"
 
 # UBSan's alignment check is off: quant blocks (2-byte halves inside packed
