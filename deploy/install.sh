@@ -17,7 +17,8 @@
 # Paths inside the units and the nginx site follow PREFIX.  Everything goes
 # under DESTDIR when set (packaging); without DESTDIR, as root, the users and
 # directories are created (systemd-sysusers, systemd-tmpfiles) and systemd is
-# reloaded when it is running.
+# reloaded when it is running.  Last it prints what it installed and the
+# commands that start the service (enable the units, the nginx site).
 set -eu
 BUILD=${1:-build}
 DESTDIR=${2:-}
@@ -28,6 +29,7 @@ BIN=$D$PREFIX/bin
 UNITDIR=$D$PREFIX/lib/systemd/system
 SHARE=$PREFIX/share/smollm3d
 say() { echo "install: $*"; }
+CUDA_PLUGIN=no WEB_ASSETS=no
 
 install -d "$BIN" "$UNITDIR" "$D$PREFIX/lib/sysusers.d" "$D$PREFIX/lib/tmpfiles.d" \
     "$D$SHARE/web" "$D$PREFIX/share/doc/smollm3d" "$D$SYSCONFDIR/smollm3d" "$D$SYSCONFDIR/nginx/sites-available"
@@ -46,6 +48,7 @@ done
 if [ -f "$BUILD/lib/libsmollm3_cuda.so" ]; then
     install -d "$D$PREFIX/lib"
     install -m 0755 "$BUILD/lib/libsmollm3_cuda.so" "$D$PREFIX/lib/libsmollm3_cuda.so"
+    CUDA_PLUGIN=yes
 fi
 
 # Units, with ExecStart following PREFIX.
@@ -96,6 +99,7 @@ if [ -d web ]; then
             if [ -d "web/node_modules/$m" ]; then
                 install -d "$D$SHARE/web/node_modules/$m"
                 (cd web/node_modules && tar cf - "$m") | (cd "$D$SHARE/web/node_modules" && tar xf - --no-same-owner)
+                WEB_ASSETS=yes
             else
                 say "WARNING: web/node_modules/$m missing (npm ci in web/)" >&2
             fi
@@ -115,10 +119,29 @@ done
 install -m 0644 deploy/nginx/scale-out.conf deploy/nginx/smollm3-nodes.conf.example "$D$PREFIX/share/doc/smollm3d/"
 [ -f proto/smollm3.proto ] && install -m 0644 proto/smollm3.proto "$D$PREFIX/share/doc/smollm3d/"
 
+USERS_MADE=no
 if [ -z "$DESTDIR" ] && [ "$(id -u)" = 0 ]; then
-    command -v systemd-sysusers >/dev/null && systemd-sysusers "$PREFIX/lib/sysusers.d/smollm3d.conf" || true
+    command -v systemd-sysusers >/dev/null && systemd-sysusers "$PREFIX/lib/sysusers.d/smollm3d.conf" && USERS_MADE=yes || true
     command -v systemd-tmpfiles >/dev/null && systemd-tmpfiles --create "$PREFIX/lib/tmpfiles.d/smollm3d.conf" || true
     [ -d /run/systemd/system ] && systemctl daemon-reload || true
-    say "done.  Put a model at /var/lib/smollm3d/models/SmolLM3-3B-Q4_K_M.gguf (or edit $SYSCONFDIR/smollm3d/smollm3d.conf),"
-    say "then: systemctl enable --now smollm3d smollm3-gateway; ln -s ../sites-available/smollm3 $SYSCONFDIR/nginx/sites-enabled/ && nginx -s reload"
 fi
+
+# What went where, and the way on.
+echo "install: installed${DESTDIR:+ under $DESTDIR}:"
+echo "  $PREFIX/bin/            smollm3 smollm3d smollm3ctl$([ -x "$BIN/smollm3-gateway" ] && echo ' smollm3-gateway')"
+[ "$CUDA_PLUGIN" = yes ] && echo "  $PREFIX/lib/libsmollm3_cuda.so   the CUDA backend plugin"
+echo "  $PREFIX/lib/systemd/system/   smollm3d.service smollm3-gateway.service"
+echo "  $PREFIX/lib/sysusers.d/smollm3d.conf, $PREFIX/lib/tmpfiles.d/smollm3d.conf   users smollm3d, smollm3-gateway (group www-data if missing), /var/lib/smollm3d"
+echo "  $SYSCONFDIR/smollm3d/smollm3d.conf, $SYSCONFDIR/smollm3d/gateway.conf   the settings (kept when present)"
+echo "  $SYSCONFDIR/nginx/sites-available/smollm3   the nginx site (not enabled)"
+echo "  $SHARE/web/   the web UI$([ "$WEB_ASSETS" = yes ] && echo ' and its npm assets')"
+echo "  $PREFIX/share/doc/smollm3d/   README.md, smollm3.proto, the nginx scale-out example"
+echo "install: next, as root${DESTDIR:+ on the target machine}:"
+if [ "$USERS_MADE" != yes ]; then
+    echo "  systemd-sysusers $PREFIX/lib/sysusers.d/smollm3d.conf && systemd-tmpfiles --create $PREFIX/lib/tmpfiles.d/smollm3d.conf"
+fi
+echo "  put the model at /var/lib/smollm3d/models/SmolLM3-3B-Q4_K_M.gguf (make model; or edit model = in $SYSCONFDIR/smollm3d/smollm3d.conf)"
+echo "  systemctl daemon-reload"
+echo "  systemctl enable --now smollm3d smollm3-gateway"
+echo "  ln -s ../sites-available/smollm3 $SYSCONFDIR/nginx/sites-enabled/smollm3 && nginx -t && systemctl reload nginx"
+echo "  then: smollm3ctl health; curl http://localhost/health"

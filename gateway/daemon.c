@@ -297,7 +297,8 @@ static void on_event(Smollm3__Event *ev)
         int code = ev->error ? (int)ev->error->code : SMOL_EINTERNAL;
         if (code <= 0 || code >= SMOL_ERR_COUNT) code = SMOL_EINTERNAL;
         struct gw_error e;
-        gw_error_set(&e, (enum smol_err)code, NULL, "%s",
+        /* and the field it names (Error.param, smol_err_param) */
+        gw_error_set(&e, (enum smol_err)code, ev->error && ev->error->param && *ev->error->param ? ev->error->param : NULL, "%s",
                      ev->error && ev->error->message && *ev->error->message ? ev->error->message
                                                                             : smol_err_name(code));
         gw_stream_fail(s, &e);

@@ -234,6 +234,55 @@ START_TEST(stops_and_counts)
 }
 END_TEST
 
+/* ---- the field a message names (Error.param, the HTTP error's "param") ------ */
+
+START_TEST(field_named_by_a_message)
+{
+    static const struct { const char *msg, *want; } t[] = {
+        {"'temperature' must be a number in [0, 2] (got 3)", "temperature"},
+        {"'stop[3]' is not valid UTF-8", "stop[3]"},
+        {"tools: the smollm2 chat template does not support tools", "tools"},
+        {"tool_choice: \"none\" is not supported", "tool_choice"},
+        {"messages[12].content: the chatml template needs string content", "messages[12].content"},
+        {"logit_bias: token id 70000 is outside the vocabulary [0, 49152)", "logit_bias"},
+        /* no field: a sentence, a field not followed by ": ", a bad name, an unclosed quote */
+        {"the smollm2 chat template does not support tools", ""},
+        {"tools must be a list", ""},
+        {"request of 9 bytes exceeds max_request_bytes (8)", ""},
+        {"tools:no space", ""},
+        {"9lives: a name starts with a letter", ""},
+        {"'temperature must", ""},
+        {"'' must", ""},
+        {": nothing", ""},
+        {"", ""},
+    };
+    char p[64];
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+        size_t k = smol_err_param(t[i].msg, p, sizeof p);
+        ck_assert_msg(!strcmp(p, t[i].want), "\"%s\" -> \"%s\", want \"%s\"", t[i].msg, p, t[i].want);
+        ck_assert_uint_eq(k, strlen(t[i].want));
+    }
+    /* a name that does not fit is no name; NULL is none */
+    ck_assert_uint_eq(smol_err_param("abcdefgh: x", p, 8), 0);
+    ck_assert_str_eq(p, "");
+    ck_assert_uint_eq(smol_err_param("abcdefg: x", p, 8), 7);
+    ck_assert_str_eq(p, "abcdefg");
+    ck_assert_uint_eq(smol_err_param(NULL, p, sizeof p), 0);
+    ck_assert_str_eq(p, "");
+    /* the rules' own refusals name their field */
+    char err[SMOL_ERRLEN];
+    ck_assert_int_eq(smol_rule_number(SMOL_RULE_TEMPERATURE, 3, NULL, err), SMOL_EINVAL);
+    smol_err_param(err, p, sizeof p);
+    ck_assert_str_eq(p, "temperature");
+    ck_assert_int_eq(smol_rule_tool_name("a b", "tool_choice", err), SMOL_EINVAL);
+    smol_err_param(err, p, sizeof p);
+    ck_assert_str_eq(p, "tool_choice");
+    ck_assert_int_eq(smol_rule_tools(SMOL_RULE_MAX_TOOLS + 1, err), SMOL_EINVAL);
+    smol_err_param(err, p, sizeof p);
+    ck_assert_str_eq(p, "tools");
+}
+END_TEST
+
 /* ---- the HTTP map and the clock -------------------------------------------- */
 
 START_TEST(http_map_and_clock)
@@ -281,6 +330,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, utf8_against_unicode_table);
     tcase_add_test(tc, session_ids_and_tool_names);
     tcase_add_test(tc, stops_and_counts);
+    tcase_add_test(tc, field_named_by_a_message);
     tcase_add_test(tc, http_map_and_clock);
     suite_add_tcase(s, tc);
     return s;

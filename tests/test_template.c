@@ -457,8 +457,8 @@ START_TEST(rejected_inputs)
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": "
                                 "{\"name\": \"f\", \"arguments\": 3}}]}]}", SMOL_EINVAL, "arguments"},
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"assistant\", \"reasoning\": 1}]}", SMOL_EINVAL, "reasoning"},
-        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}], \"tools\": {}}", SMOL_EINVAL, "tools must be a list"},
-        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}], \"tools\": \"x\"}", SMOL_EINVAL, "tools must be a list"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}], \"tools\": {}}", SMOL_EINVAL, "'tools' must be a list"},
+        {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}], \"tools\": \"x\"}", SMOL_EINVAL, "'tools' must be a list"},
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}], \"add_generation_prompt\": 1}", SMOL_EINVAL,
          "add_generation_prompt must be true or false"},
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"user\"}], \"chat_template_kwargs\": []}", SMOL_EINVAL,
@@ -470,7 +470,10 @@ START_TEST(rejected_inputs)
         {SMOL_CHAT_TPL_SMOLLM3, "{\"messages\": [{\"role\": \"system\"}]}", SMOL_ETEMPLATE, "system message"},
         {SMOL_CHAT_TPL_SMOLLM2, "{\"messages\": [{\"role\": \"user\", \"content\": null}]}", SMOL_ETEMPLATE, "smollm2"},
         {SMOL_CHAT_TPL_SMOLLM2, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{}]}",
-         SMOL_EUNSUPPORTED, "tools"},
+         SMOL_EUNSUPPORTED, "tools: the smollm2 chat template does not support tools"},
+        /* and the refusal says how to try tools: the model that has them */
+        {SMOL_CHAT_TPL_SMOLLM2, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{}]}",
+         SMOL_EUNSUPPORTED, "serve SmolLM3-3B: `make model` then `make run`, or MODEL=path to a SmolLM3 GGUF"},
         {SMOL_CHAT_TPL_CHATML, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": []}]}", SMOL_ETEMPLATE, "chatml"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

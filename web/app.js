@@ -492,23 +492,25 @@
     if (empty) { empty.updated = Date.now(); saveConvs(); renderList(); }
   }
 
-  // Wide (>= 768 px): the sidebar is a column, the button collapses it.
-  // Narrow (phones): it starts closed and opens OVER the chat (a drawer with a
-  // scrim); picking a conversation, the scrim, Esc or the button close it.
+  // Wide (>= 768 px): the sidebar is a column, always shown (no menu button:
+  // style.css hides it there).  Narrow (phones): it starts closed and opens
+  // OVER the chat (a drawer with a scrim); picking a conversation, the scrim,
+  // Esc or the menu button close it.
   var narrowQuery = window.matchMedia ? window.matchMedia('(max-width: 767.98px)') : null;
   function isNarrow() { return !!(narrowQuery && narrowQuery.matches); }
   function sidebarOpen() {
-    return isNarrow() ? ui.app.classList.contains('sidebar-open') : !ui.app.classList.contains('sidebar-closed');
+    return isNarrow() ? ui.app.classList.contains('sidebar-open') : true;
   }
   function setSidebar(open) {
-    if (isNarrow()) ui.app.classList.toggle('sidebar-open', open);
-    else ui.app.classList.toggle('sidebar-closed', !open);
+    if (!isNarrow()) open = true;
+    ui.app.classList.toggle('sidebar-open', isNarrow() && open);
     ui.sidebarToggle.setAttribute('aria-expanded', String(open));
     ui.scrim.hidden = !(open && isNarrow());
   }
   function onWidthChange() {
     ui.app.classList.remove('sidebar-open');   // a phone always starts with the chat
-    setSidebar(isNarrow() ? false : !ui.app.classList.contains('sidebar-closed'));
+    setSidebar(!isNarrow());
+    fitPlaceholder();
   }
 
   /* ----------------------------------------------------------- streaming */
@@ -817,6 +819,25 @@
     t.style.height = Math.min(t.scrollHeight, Math.round(window.innerHeight * 0.4)) + 'px';
   }
 
+  // The placeholder names the model ("Message SmolLM2-135M-Instruct.Q4_1…") where that
+  // fits on the box's one line, else (and until the model is known) it is just
+  // "Message…": never a placeholder cut off (the model's name is in the sidebar too).
+  // Measured: an empty textarea's scrollHeight is its placeholder's.  Again when the
+  // width changes.
+  var SHORT_PLACEHOLDER = 'Message\u2026';
+  function fitPlaceholder() {
+    var t = ui.message;
+    if (!t) return;
+    var full = serverConfig.model ? 'Message ' + serverConfig.model + '\u2026' : SHORT_PLACEHOLDER;
+    if (t.value) { t.placeholder = full; return; }
+    t.style.height = 'auto';
+    t.placeholder = SHORT_PLACEHOLDER;
+    var one = t.scrollHeight;
+    t.placeholder = full;
+    if (t.scrollHeight > one) t.placeholder = SHORT_PLACEHOLDER;
+    autosize();
+  }
+
   function copyText(text, btn) {
     function ok() { var o = btn.textContent; btn.textContent = 'Copied'; setTimeout(function () { btn.textContent = o; }, 1200); }
     if (navigator.clipboard && navigator.clipboard.writeText) navigator.clipboard.writeText(text).then(ok, function () {});
@@ -937,7 +958,7 @@
       if (typeof cfg.thinking_supported === 'boolean') serverConfig.thinking_supported = cfg.thinking_supported;
       if (typeof cfg.default_temperature === 'number') serverConfig.default_temperature = cfg.default_temperature;
       ui.modelName.textContent = serverConfig.model || '—';
-      ui.message.placeholder = 'Message ' + (serverConfig.model || 'the model') + '\u2026';
+      fitPlaceholder();
       ui.modelName.title = 'Model: ' + (serverConfig.model || 'unknown');
       applySettingsToControls();
     }).catch(function () { ui.modelName.textContent = 'offline?'; });
@@ -965,6 +986,11 @@
       if (narrowQuery.addEventListener) narrowQuery.addEventListener('change', onWidthChange);
       else if (narrowQuery.addListener) narrowQuery.addListener(onWidthChange);
     }
+    var fitTimer = null;
+    window.addEventListener('resize', function () {
+      clearTimeout(fitTimer);
+      fitTimer = setTimeout(fitPlaceholder, 100);
+    });
     autosize();
     loadConfig();
     ui.message.focus();

@@ -540,29 +540,32 @@ enum smol_err smol_client_stats(struct smol_client *c, int timeout_ms, Smollm3__
     return smol_client_call(c, &req, timeout_ms, reply, err);
 }
 
-enum smol_err smol_client_session_list(struct smol_client *c, int timeout_ms,
+enum smol_err smol_client_session_list(struct smol_client *c, const char *tenant, int timeout_ms,
                                        Smollm3__Event **reply, char *err)
 {
     SIMPLE_CALL(SMOLLM3__REQUEST__KIND_SESSION_LIST, session_list, Smollm3__SessionListRequest,
                 SMOLLM3__SESSION_LIST_REQUEST__INIT)
+    if (tenant && *tenant) body.tenant = (char *)tenant;
     return smol_client_call(c, &req, timeout_ms, reply, err);
 }
 
-enum smol_err smol_client_session_get(struct smol_client *c, const char *session_id,
+enum smol_err smol_client_session_get(struct smol_client *c, const char *tenant, const char *session_id,
                                       int timeout_ms, Smollm3__Event **reply, char *err)
 {
     SIMPLE_CALL(SMOLLM3__REQUEST__KIND_SESSION_GET, session_get, Smollm3__SessionGetRequest,
                 SMOLLM3__SESSION_GET_REQUEST__INIT)
     body.session_id = (char *)session_id;
+    if (tenant && *tenant) body.tenant = (char *)tenant;
     return smol_client_call(c, &req, timeout_ms, reply, err);
 }
 
-enum smol_err smol_client_session_delete(struct smol_client *c, const char *session_id,
+enum smol_err smol_client_session_delete(struct smol_client *c, const char *tenant, const char *session_id,
                                          int timeout_ms, Smollm3__Event **reply, char *err)
 {
     SIMPLE_CALL(SMOLLM3__REQUEST__KIND_SESSION_DELETE, session_delete,
                 Smollm3__SessionDeleteRequest, SMOLLM3__SESSION_DELETE_REQUEST__INIT)
     body.session_id = (char *)session_id;
+    if (tenant && *tenant) body.tenant = (char *)tenant;
     return smol_client_call(c, &req, timeout_ms, reply, err);
 }
 
@@ -654,7 +657,7 @@ Smollm3__GenerateRequest *smol_client_chat_build(struct smol_client_chat *p)
         p->chat.append_to_session = 1;
         p->chat.create_session = p->create_session != 0;
     }
-    if (p->tenant) p->gen.tenant = (char *)p->tenant;
+    if (p->tenant && *p->tenant) p->gen.tenant = (char *)p->tenant;
     if (p->thinking >= 0) {
         p->gen.enable_thinking_opt_case =
             SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;

@@ -131,11 +131,12 @@ enum smol_err smol_client_health(struct smol_client *c, int timeout_ms, Smollm3_
                                  char *err);
 enum smol_err smol_client_stats(struct smol_client *c, int timeout_ms, Smollm3__Event **reply,
                                 char *err);
-enum smol_err smol_client_session_list(struct smol_client *c, int timeout_ms,
+/* The session calls name their tenant (the sessions' namespace; NULL or "" = the default). */
+enum smol_err smol_client_session_list(struct smol_client *c, const char *tenant, int timeout_ms,
                                        Smollm3__Event **reply, char *err);
-enum smol_err smol_client_session_get(struct smol_client *c, const char *session_id,
+enum smol_err smol_client_session_get(struct smol_client *c, const char *tenant, const char *session_id,
                                       int timeout_ms, Smollm3__Event **reply, char *err);
-enum smol_err smol_client_session_delete(struct smol_client *c, const char *session_id,
+enum smol_err smol_client_session_delete(struct smol_client *c, const char *tenant, const char *session_id,
                                          int timeout_ms, Smollm3__Event **reply, char *err);
 
 /* ---- streaming --------------------------------------------------------- */
@@ -166,10 +167,11 @@ enum smol_err smol_client_stream(struct smol_client *c, Smollm3__GenerateRequest
 struct smol_client_chat {
     const char *session_id;     /* NULL/"" = no session; else the turn is appended to the
                                    conversation the daemon keeps for it */
-    int create_session;         /* 1 (the default): a session the daemon does not hold starts
-                                   empty; 0: such a turn is refused ERROR_UNKNOWN_SESSION
-                                   (a conversation evicted without a spill file) */
-    const char *tenant;         /* NULL/"" = the default tenant (proto GenerateRequest.tenant) */
+    int create_session;         /* with session_id: 1 (the init default) = this turn may start the
+                                   conversation
+                                   (ChatInput.create_session); 0 = it continues one the daemon
+                                   holds (else ERROR_UNKNOWN_SESSION) */
+    const char *tenant;         /* GenerateRequest.tenant: NULL/"" = the default namespace */
     const char *system;         /* NULL = no system message */
     const char *user;           /* the user message (required) */
     int thinking;               /* -1 = daemon default, 0 = /no_think, 1 = think */

@@ -1,8 +1,9 @@
 /*
  * main_smollm3ctl.c - smollm3ctl, the command-line client of smollm3d.
  *
- *   smollm3ctl [--connect ENDPOINT] [--timeout SECONDS] COMMAND [ARGS]
+ *   smollm3ctl [--connect ENDPOINT] [--timeout SECONDS] [--tenant ID] [--json] COMMAND [ARGS]
  *
+ * The global options may come before or after the command.
  * A thin shell around daemon/client/client.h: it parses flags, builds one request
  * and prints the events.  The output formats are a contract checked from
  * outside (tests/daemon/, the gateway's tests): with --json, exactly one
@@ -47,10 +48,10 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: smollm3ctl [--connect ENDPOINT] [--timeout SECONDS] COMMAND [ARGS]\n"
+        "usage: smollm3ctl [--connect ENDPOINT] [--timeout SECONDS] [--tenant ID] [--json] COMMAND [ARGS]\n"
         "\n"
         "commands:\n"
-        "  generate [--session ID] [--no-think|--think] [--system TEXT] [--temp T]\n"
+        "  generate [--new-session ID | --session ID] [--no-think|--think] [--system TEXT] [--temp T]\n"
         "           [--top-p P] [--top-k K] [--seed S] [-n N] [--stop STR]... [--logprobs]\n"
         "           [--no-speculative]\n"
         "           [--json] MESSAGE...      one chat turn, streamed (MESSAGE '-' = stdin)\n"
@@ -60,12 +61,19 @@ static void usage(FILE *f)
         "  session ID [--json]               one session\n"
         "  delete ID                         delete a session (exit 1 if unknown)\n"
         "\n"
-        "options:\n"
+        "sessions (the daemon keeps the history): --new-session ID starts a conversation,\n"
+        "--session ID continues it (a session the daemon no longer holds -- deleted, or\n"
+        "evicted -- is an error then, not a silent fresh start)\n"
+        "\n"
+        "options (before or after the command):\n"
         "  --connect ENDPOINT  default ipc://$RUNTIME_DIRECTORY/smollm3d.sock, else\n"
         "                      ipc://$XDG_RUNTIME_DIR/smollm3d.sock, else\n"
         "                      ipc:///run/smollm3d/smollm3d.sock\n"
         "  --timeout SECONDS   reply timeout (default 30); for generate, the longest\n"
         "                      wait between two events (default 600)\n"
+        "  --tenant ID         the sessions' namespace (generate, sessions, session,\n"
+        "                      delete); default: the default one\n"
+        "  --json              one JSON object per line\n"
         "\n"
         "exit status: 0 ok, 1 failure, 2 usage error, 130 generate cancelled by Ctrl-C\n");
 }
@@ -347,7 +355,7 @@ static struct smol_client *connect_daemon(const char *endpoint, int timeout_ms, 
     return c;
 }
 
-static int cmd_generate(const char *endpoint, int argc, char **argv, int timeout_set,
+static int cmd_generate(const char *endpoint, const char *tenant, int argc, char **argv, int timeout_set,
                         int timeout_ms, int json)
 {
     struct smol_client *c = NULL;
@@ -360,6 +368,7 @@ static int cmd_generate(const char *endpoint, int argc, char **argv, int timeout
 
     smol_client_chat_init(&p);
     p.stops = stops;
+    p.tenant = tenant;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -391,8 +400,13 @@ static int cmd_generate(const char *endpoint, int argc, char **argv, int timeout
             p.logprobs = 1;
         } else if (!strcmp(a, "--no-speculative")) {
             p.speculative = 0;
-        } else if (!strcmp(a, "--session") && v) {
+        } else if ((!strcmp(a, "--session") || !strcmp(a, "--new-session")) && v) {
+            if (p.session_id) {
+                fprintf(stderr, "smollm3ctl generate: one of --session or --new-session, once\n");
+                goto usage;
+            }
             p.session_id = v; i++;
+            p.create_session = !strcmp(a, "--new-session");
         } else if (!strcmp(a, "--system") && v) {
             p.system = v; i++;
         } else if (!strcmp(a, "--temp") && v && !parse_double(v, &d)) {
@@ -440,6 +454,10 @@ static int cmd_generate(const char *endpoint, int argc, char **argv, int timeout
         rc = g_interrupted && st.cancelled ? EXIT_INTERRUPTED : 0;
     } else if (st.error_event) {
         if (!st.json) fprintf(stderr, "smollm3ctl: error %s\n", err);
+        if (!st.json && r == SMOL_ENOSESSION && p.session_id && !p.create_session)
+            fprintf(stderr, "smollm3ctl: session '%s' is not held by the daemon (never started, deleted, "
+                    "or evicted): its history is gone; --new-session %s starts it anew\n", p.session_id,
+                    p.session_id);
         rc = g_interrupted && r == SMOL_ECANCELLED ? EXIT_INTERRUPTED : 1;
     } else {
         if (st.json) jprint(jerror(smol_err_name(r), err));
@@ -580,11 +598,11 @@ static void session_row(const Smollm3__SessionInfo *s)
            (uint64_t)s->kv_bytes);
 }
 
-static int cmd_sessions(struct smol_client *c, int timeout_ms, int json)
+static int cmd_sessions(struct smol_client *c, const char *tenant, int timeout_ms, int json)
 {
     Smollm3__Event *ev = NULL;
     char err[SMOL_ERRLEN];
-    enum smol_err r = smol_client_session_list(c, timeout_ms, &ev, err);
+    enum smol_err r = smol_client_session_list(c, tenant, timeout_ms, &ev, err);
     if (r || ev->kind_case != SMOLLM3__EVENT__KIND_SESSIONS) {
         if (!r) snprintf(err, sizeof err, "unexpected reply kind %d", (int)ev->kind_case);
         smol_client_event_free(&ev);
@@ -603,11 +621,11 @@ static int cmd_sessions(struct smol_client *c, int timeout_ms, int json)
     return 0;
 }
 
-static int cmd_session(struct smol_client *c, const char *id, int timeout_ms, int json)
+static int cmd_session(struct smol_client *c, const char *tenant, const char *id, int timeout_ms, int json)
 {
     Smollm3__Event *ev = NULL;
     char err[SMOL_ERRLEN];
-    enum smol_err r = smol_client_session_get(c, id, timeout_ms, &ev, err);
+    enum smol_err r = smol_client_session_get(c, tenant, id, timeout_ms, &ev, err);
     if (r || ev->kind_case != SMOLLM3__EVENT__KIND_SESSION) {
         if (!r) snprintf(err, sizeof err, "unexpected reply kind %d", (int)ev->kind_case);
         smol_client_event_free(&ev);
@@ -623,11 +641,11 @@ static int cmd_session(struct smol_client *c, const char *id, int timeout_ms, in
     return 0;
 }
 
-static int cmd_delete(struct smol_client *c, const char *id, int timeout_ms, int json)
+static int cmd_delete(struct smol_client *c, const char *tenant, const char *id, int timeout_ms, int json)
 {
     Smollm3__Event *ev = NULL;
     char err[SMOL_ERRLEN];
-    enum smol_err r = smol_client_session_delete(c, id, timeout_ms, &ev, err);
+    enum smol_err r = smol_client_session_delete(c, tenant, id, timeout_ms, &ev, err);
     int ok = !r && ev->kind_case == SMOLLM3__EVENT__KIND_ACK;
     if (!ok && !r) snprintf(err, sizeof err, "unexpected reply kind %d", (int)ev->kind_case);
     smol_client_event_free(&ev);
@@ -642,7 +660,7 @@ static int cmd_delete(struct smol_client *c, const char *id, int timeout_ms, int
 int main(int argc, char **argv)
 {
     char endpoint[4096];
-    const char *cmd = NULL;
+    const char *cmd = NULL, *tenant = NULL;
     char **rest = NULL;
     int nrest = 0, json = 0, timeout_set = 0, timeout_ms = 30000;
     char *args[argc > 0 ? argc : 1];
@@ -650,8 +668,9 @@ int main(int argc, char **argv)
     int npos = 0;
 
     smol_client_default_endpoint(endpoint, sizeof endpoint);
-    /* Global options may come before or after the command; everything the
-     * command does not know stays in args[] for it (generate has many). */
+    /* Global options (--connect, --timeout, --tenant, --json) may come before
+     * or after the command; everything else stays in args[] for the command
+     * (generate has many).  After generate's "--" everything is its message. */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--connect") || !strcmp(a, "-c")) {
@@ -667,6 +686,14 @@ int main(int argc, char **argv)
             if (timeout_ms < 1) timeout_ms = 1;
             timeout_set = 1;
             i++;
+        } else if (!strcmp(a, "--tenant")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "smollm3ctl: --tenant needs an ID\n");
+                return EXIT_USAGE;
+            }
+            tenant = argv[++i];
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -688,8 +715,7 @@ int main(int argc, char **argv)
     int is_generate = !strcmp(cmd, "generate");
     if (!is_generate) {
         for (int i = 0; i < nrest; i++) {
-            if (!strcmp(rest[i], "--json")) json = 1;
-            else if (rest[i][0] == '-' && rest[i][1]) {
+            if (rest[i][0] == '-' && rest[i][1]) {
                 fprintf(stderr, "smollm3ctl %s: unknown option %s\n", cmd, rest[i]);
                 goto usage;
             } else if (npos < 2) pos[npos++] = rest[i];
@@ -708,7 +734,7 @@ int main(int argc, char **argv)
 
     int rc;
     if (is_generate) {
-        rc = cmd_generate(endpoint, nrest, rest, timeout_set, timeout_ms, json);
+        rc = cmd_generate(endpoint, tenant, nrest, rest, timeout_set, timeout_ms, json);
         if (rc == EXIT_USAGE) fprintf(stderr, "try 'smollm3ctl --help'\n");
         return rc;
     }
@@ -716,9 +742,9 @@ int main(int argc, char **argv)
     if (!c) return 1;
     if (!strcmp(cmd, "stats")) rc = cmd_stats(c, timeout_ms, json);
     else if (!strcmp(cmd, "health")) rc = cmd_health(c, timeout_ms, json);
-    else if (!strcmp(cmd, "sessions")) rc = cmd_sessions(c, timeout_ms, json);
-    else if (!strcmp(cmd, "session")) rc = cmd_session(c, pos[0], timeout_ms, json);
-    else rc = cmd_delete(c, pos[0], timeout_ms, json);
+    else if (!strcmp(cmd, "sessions")) rc = cmd_sessions(c, tenant, timeout_ms, json);
+    else if (!strcmp(cmd, "session")) rc = cmd_session(c, tenant, pos[0], timeout_ms, json);
+    else rc = cmd_delete(c, tenant, pos[0], timeout_ms, json);
     smol_client_close(&c);
     return rc;
 usage:

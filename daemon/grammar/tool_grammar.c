@@ -51,7 +51,7 @@ enum smol_err smol_grammar_compile_tool_calls(const char *tools_json, size_t len
     struct gb *b = NULL;
     int alts[SMOL_RULE_MAX_TOOLS], n = 0;
     if (!json_is_array(tools) || json_array_size(tools) == 0) {
-        rc = smol_errf(err, SMOL_EINVAL, "tool_choice \"%.64s\" needs a non-empty tools list", choice);
+        rc = smol_errf(err, SMOL_EINVAL, "tool_choice: \"%.64s\" needs a non-empty tools list", choice);
         goto out;
     }
     if ((rc = smol_rule_tools(json_array_size(tools), err))) goto out;
@@ -72,7 +72,7 @@ enum smol_err smol_grammar_compile_tool_calls(const char *tools_json, size_t len
         alts[n++] = call_body(b, fn, i, name, opts);
     }
     if (n == 0) {
-        rc = smol_errf(err, SMOL_EINVAL, "tool_choice names function \"%.64s\", which is not among the tools", choice);
+        rc = smol_errf(err, SMOL_EINVAL, "tool_choice: names function \"%.64s\", which is not among the tools", choice);
         goto out;
     }
     int call = gb_rule_new(b, "tool_call", 9);

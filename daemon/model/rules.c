@@ -131,6 +131,29 @@ enum smol_err smol_rule_tool_name(const char *s, const char *field, char *err)
                      "got \"%.64s\"", field, SMOL_RULE_TOOL_NAME_MAX, s);
 }
 
+/* ------------------------------------------------ the field at fault --- */
+
+static int field_char(unsigned char c, int first)
+{
+    if (alnum(c) || c == '_') return !first || !(c >= '0' && c <= '9');
+    return !first && (c == '.' || c == '[' || c == ']');
+}
+
+size_t smol_err_param(const char *msg, char *param, size_t n)
+{
+    if (n) *param = 0;
+    if (!msg || !n) return 0;
+    int quoted = *msg == '\'';
+    const char *s = msg + quoted;
+    size_t k = 0;
+    while (field_char((unsigned char)s[k], k == 0)) k++;
+    if (k == 0 || k >= n) return 0;
+    if (quoted ? s[k] != '\'' : (s[k] != ':' || s[k + 1] != ' ')) return 0;
+    memcpy(param, s, k);
+    param[k] = 0;
+    return k;
+}
+
 /* -------------------------------------------------------------- stops --- */
 
 enum smol_err smol_rule_stop_count(size_t n, char *err)

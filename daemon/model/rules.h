@@ -139,6 +139,15 @@ enum smol_err smol_rule_prompt_bytes(size_t n, char *err);
 /* top_logprobs > 0 needs logprobs (OpenAI's rule). */
 enum smol_err smol_rule_logprobs(int logprobs, long long top_logprobs, char *err);
 
+/* The request field a refusal's message names at its head, by the messages'
+ * two conventions: "'<field>' must ..." (the rules above) and "<field>: ..."
+ * (a refusal about one field's value), <field> being [A-Za-z_] then
+ * [A-Za-z0-9_.[]] ("tools", "tool_choice", "messages[2].content").  Copies it
+ * into param (n bytes, NUL-terminated; "" when the message names none, or
+ * the name does not fit) and returns its length.  The daemon sends it as
+ * Error.param and the gateway as the HTTP error's "param". */
+size_t smol_err_param(const char *msg, char *param, size_t n);
+
 /* The one map from an error code to the HTTP status and the OpenAI error
  * type ("invalid_request_error", "not_found_error", "rate_limit_error",
  * "server_error") a client sees for it; SMOL_OK is 200 "", an unknown code

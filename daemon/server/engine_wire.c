@@ -16,6 +16,7 @@
 #include <zmq.h>
 
 #include "daemon/server/engine_internal.h"
+#include "daemon/model/rules.h"
 #include "daemon/server/log.h"
 
 /* ---- fault injection (tests) ------------------------------------------------- */
@@ -137,8 +138,11 @@ void smol_engine_send_error(struct smol_engine *e, uint64_t id, uint64_t client_
 {
     Smollm3__Event ev = SMOLLM3__EVENT__INIT;
     Smollm3__Error er = SMOLLM3__ERROR__INIT;
+    char param[64];
+    smol_err_param(msg, param, sizeof param);
     er.code = (Smollm3__ErrorCode)code;
     er.message = (char *)msg;
+    er.param = param;
     ev.request_id = client_id;
     ev.kind_case = SMOLLM3__EVENT__KIND_ERROR;
     ev.error = &er;

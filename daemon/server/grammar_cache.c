@@ -220,7 +220,7 @@ enum smol_err smol_grammar_cache_get(struct smol_grammar_cache *c, enum smol_con
         return smol_errf(err, SMOL_EINVAL, "unknown constraint kind %d", (int)kind);
     if (kind == SMOL_CONSTRAINT_TOOL_CALLS && !smol_grammar_vocab_has_tool_tags(c->vocab))
         return smol_errf(err, SMOL_EUNSUPPORTED, "tool_choice: this model's vocabulary has no <tool_call> and "
-                         "</tool_call> tokens");
+                         "</tool_call> tokens (SmolLM3-3B has them: `make model`, or MODEL=path to a SmolLM3 GGUF)");
     uint64_t h = fnv1a(kind, text, len);
     pthread_mutex_lock(&c->mu);
     struct smol_grammar_entry *e = NULL;

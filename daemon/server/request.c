@@ -244,13 +244,13 @@ static enum smol_err build_constraint(struct smol_request *r, const Smollm3__Gen
     char *owned = NULL;
     if (*g->tool_choice && strcmp(g->tool_choice, "auto")) {
         if (!strcmp(g->tool_choice, "none"))
-            return smol_errf(err, SMOL_EUNSUPPORTED, "tool_choice \"none\" is not supported (leave the tools out)");
+            return smol_errf(err, SMOL_EUNSUPPORTED, "tool_choice: \"none\" is not supported (leave the tools out)");
         if (g->constraint_case != SMOLLM3__GENERATE_REQUEST__CONSTRAINT__NOT_SET &&
             !(g->constraint_case == SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_OBJECT && !g->json_object))
-            return smol_errf(err, SMOL_EINVAL, "tool_choice \"%.64s\" and a response constraint cannot be combined",
+            return smol_errf(err, SMOL_EINVAL, "tool_choice: \"%.64s\" and a response constraint cannot be combined",
                              g->tool_choice);
         if (g->input_case != SMOLLM3__GENERATE_REQUEST__INPUT_CHAT || !*g->chat->tools_json)
-            return smol_errf(err, SMOL_EINVAL, "tool_choice \"%.64s\" needs a chat request with tools", g->tool_choice);
+            return smol_errf(err, SMOL_EINVAL, "tool_choice: \"%.64s\" needs a chat request with tools", g->tool_choice);
         enum smol_err e;
         if (strcmp(g->tool_choice, "required") && (e = smol_rule_tool_name(g->tool_choice, "tool_choice", err)))
             return e;
@@ -311,7 +311,7 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
     strcpy(r->tenant, g->tenant);
     if ((e = text_ok(g->date, "date", err))) goto fail;
     if (g->date[0] && (strlen(g->date) >= sizeof r->date_buf || smol_chat_date_check(g->date))) {
-        e = smol_errf(err, SMOL_EINVAL, "date must read \"DD Month YYYY\" (e.g. \"09 July 2025\"), got \"%.40s\"",
+        e = smol_errf(err, SMOL_EINVAL, "'date' must read \"DD Month YYYY\" (e.g. \"09 July 2025\"), got \"%.40s\"",
                       g->date);
         goto fail;
     }
@@ -410,7 +410,7 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
         break;
     }
     default:
-        e = smol_errf(err, SMOL_EINVAL, "generate: input missing or unknown (chat, text or tokens)");
+        e = smol_errf(err, SMOL_EINVAL, "the generate request has no input (chat, text or tokens)");
         goto fail;
     }
     *out = r;

@@ -16,6 +16,7 @@
 #include <zmq.h>
 
 #include "daemon/text/text.h"
+#include "daemon/model/rules.h"
 #include "daemon/server/log.h"
 
 /* ================================================================ routes */
@@ -323,8 +324,11 @@ static void end_with_error(struct smol_rpc *rpc, struct route *rt, enum smol_err
     if (rt->gone) return;
     Smollm3__Event ev = SMOLLM3__EVENT__INIT;
     Smollm3__Error er = SMOLLM3__ERROR__INIT;
+    char param[64];
+    smol_err_param(msg, param, sizeof param);
     er.code = (Smollm3__ErrorCode)code;
     er.message = (char *)msg;
+    er.param = param;
     ev.request_id = rt->client_id;
     ev.kind_case = SMOLLM3__EVENT__KIND_ERROR;
     ev.error = &er;
@@ -422,8 +426,11 @@ static void reply_error(struct smol_rpc *rpc, const unsigned char *ident, size_t
 {
     Smollm3__Event ev = SMOLLM3__EVENT__INIT;
     Smollm3__Error er = SMOLLM3__ERROR__INIT;
+    char param[64];
+    smol_err_param(msg, param, sizeof param);
     er.code = (Smollm3__ErrorCode)code;
     er.message = (char *)msg;
+    er.param = param;
     ev.request_id = rid;
     ev.kind_case = SMOLLM3__EVENT__KIND_ERROR;
     ev.error = &er;

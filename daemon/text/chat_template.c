@@ -278,16 +278,18 @@ static enum smol_err validate(enum smol_chat_tpl tpl, const struct smol_chat_req
                              i, smol_chat_tpl_name(tpl), role_name(m->role));
     }
     if (req->tools && !json_is_array(req->tools) && !json_is_null(req->tools))
-        return smol_errf(err, SMOL_EINVAL, "tools must be a list");
+        return smol_errf(err, SMOL_EINVAL, "'tools' must be a list");
     if (req->tools && json_depth(req->tools) > 256)
-        return smol_errf(err, SMOL_EINVAL, "tools are nested deeper than 256 levels");
+        return smol_errf(err, SMOL_EINVAL, "'tools' are nested deeper than 256 levels");
     int has_tools = req->tools && json_is_array(req->tools) && json_array_size(req->tools) > 0;
     if (tpl == SMOL_CHAT_TPL_SMOLLM3) {
         if (smol_chat_date_check(req->date))
-            return smol_errf(err, SMOL_EINVAL, "date must read \"DD Month YYYY\" (e.g. \"09 July 2025\"), got \"%.40s\"",
+            return smol_errf(err, SMOL_EINVAL, "'date' must read \"DD Month YYYY\" (e.g. \"09 July 2025\"), got \"%.40s\"",
                              req->date ? req->date : "(none)");
     } else if (has_tools) {
-        return smol_errf(err, SMOL_EUNSUPPORTED, "the %s chat template does not support tools", smol_chat_tpl_name(tpl));
+        return smol_errf(err, SMOL_EUNSUPPORTED, "tools: the %s chat template does not support tools (this model "
+                         "cannot call them); to try tools and agents, serve SmolLM3-3B: `make model` then `make run`, "
+                         "or MODEL=path to a SmolLM3 GGUF", smol_chat_tpl_name(tpl));
     }
     return SMOL_OK;
 }
@@ -572,7 +574,7 @@ enum smol_err smol_chat_request_from_json(struct smol_chat_request *req, const j
         return smol_errf(err, SMOL_EINVAL, "messages must be a non-empty list");
     const json_t *tools = json_object_get(body, "tools");
     if (tools && !json_is_null(tools) && !json_is_array(tools))
-        return smol_errf(err, SMOL_EINVAL, "tools must be a list");
+        return smol_errf(err, SMOL_EINVAL, "'tools' must be a list");
     req->tools = json_is_array(tools) ? tools : NULL;
     if ((e = get_opt_bool(body, "add_generation_prompt", "", &req->add_generation_prompt, err))) return e;
     const json_t *kw = json_object_get(body, "chat_template_kwargs");

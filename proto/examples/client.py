@@ -4,7 +4,15 @@
 Streams one chat turn and prints the tokens, the reasoning apart:
 
     python3 proto/examples/client.py --connect ipc:///run/smollm3d/smollm3d.sock \\
-        [--session ID] [--no-think] [--temp T] [--seed S] [-n N] "Hello!"
+        [--new-session ID | --session ID] [--tenant T] [--no-think] [--temp T] [--seed S] [-n N] "Hello!"
+
+A conversation with history kept by the daemon (as smollm3ctl's): the first
+turn with --new-session ID (ChatInput.create_session), each later one with
+--session ID; both send only the new message, appended to the session's
+history (ChatInput.append_to_session).  A session the daemon no longer
+holds (deleted, or evicted without a record on disk) is then reported as
+ERROR_UNKNOWN_SESSION, not silently started over.  --tenant names the
+sessions' namespace (GenerateRequest.tenant; default: the default one).
 
 Needs `pip install pyzmq protobuf` and `protoc` (Debian: protobuf-compiler).
 The smollm3_pb2 module is generated from proto/smollm3.proto at run time
@@ -134,9 +142,13 @@ class Client:
 
     def generate_request(self, messages=None, text=None, token_ids=None, session=None,
                          thinking=None, temperature=None, top_p=None, top_k=None, seed=None,
-                         max_tokens=0, stop=(), logprobs=False, **sampling):
+                         max_tokens=0, stop=(), logprobs=False, append_to_session=False,
+                         create_session=False, tenant=None, **sampling):
         """Builds a Request(generate=...).  messages: [(role, content)] or a str
-        (one user message)."""
+        (one user message).  With session: messages are the whole conversation
+        (the daemon reuses its KV), or with append_to_session the new turn(s) of
+        the history the daemon keeps, create_session on the turn that starts it.
+        tenant: the sessions' namespace (None = the default)."""
         req = self.pb.Request()
         g = req.generate
         if text is not None:
@@ -150,6 +162,11 @@ class Client:
                 g.chat.messages.add(role=role, content=content)
         if session:
             g.session_id = session
+            if append_to_session:
+                g.chat.append_to_session = True
+                g.chat.create_session = bool(create_session)
+        if tenant:
+            g.tenant = tenant
         if thinking is not None:
             g.enable_thinking = bool(thinking)
         for name, v in dict(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
@@ -235,26 +252,39 @@ class Client:
         req.stats.SetInParent()
         return self.call(req, timeout_ms).stats
 
-    def sessions(self, timeout_ms=30000):
+    def sessions(self, timeout_ms=30000, tenant=None):
         req = self.pb.Request()
         req.session_list.SetInParent()
+        if tenant:
+            req.session_list.tenant = tenant
         return list(self.call(req, timeout_ms).sessions.sessions)
 
-    def session_get(self, session_id, timeout_ms=30000):
+    def session_get(self, session_id, timeout_ms=30000, tenant=None):
         req = self.pb.Request()
         req.session_get.session_id = session_id
+        if tenant:
+            req.session_get.tenant = tenant
         return self.call(req, timeout_ms).session
 
-    def session_delete(self, session_id, timeout_ms=30000):
+    def session_delete(self, session_id, timeout_ms=30000, tenant=None):
         req = self.pb.Request()
         req.session_delete.session_id = session_id
+        if tenant:
+            req.session_delete.tenant = tenant
         return self.call(req, timeout_ms)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Stream one chat turn from smollm3d.")
+    ap = argparse.ArgumentParser(
+        description="Stream one chat turn from smollm3d.",
+        epilog="History: --new-session ID on a conversation's first turn, --session ID on each later "
+               "one; the daemon keeps the history and appends each turn to it.  A session it no longer "
+               "holds is reported (ERROR_UNKNOWN_SESSION), not silently started over.")
     ap.add_argument("--connect", default=default_endpoint())
-    ap.add_argument("--session")
+    sess = ap.add_mutually_exclusive_group()
+    sess.add_argument("--session", metavar="ID", help="continue the conversation ID the daemon keeps")
+    sess.add_argument("--new-session", metavar="ID", help="start the conversation ID (its first turn)")
+    ap.add_argument("--tenant", metavar="ID", help="the sessions' namespace (default: the default one)")
     ap.add_argument("--system")
     ap.add_argument("--no-think", action="store_true")
     ap.add_argument("--temp", type=float)
@@ -269,7 +299,10 @@ def main(argv=None):
     with Client(a.connect) as c:
         channel = None
         try:
-            for ev in c.chat(msgs, session=a.session, thinking=False if a.no_think else None,
+            session = a.session or a.new_session
+            for ev in c.chat(msgs, session=session, append_to_session=bool(session),
+                             create_session=bool(a.new_session), tenant=a.tenant,
+                             thinking=False if a.no_think else None,
                              temperature=a.temp, seed=a.seed, max_tokens=a.max_tokens,
                              idle_timeout_ms=int(a.timeout * 1000)):
                 kind = ev.WhichOneof("kind")
@@ -294,6 +327,10 @@ def main(argv=None):
                 elif kind == "error":
                     print("\nerror %s: %s" % (c.pb.ErrorCode.Name(ev.error.code),
                                               ev.error.message), file=sys.stderr)
+                    if ev.error.code == c.pb.ERROR_UNKNOWN_SESSION and a.session:
+                        print("session %r is not held by the daemon (never started, deleted, or evicted): "
+                              "its history is gone; --new-session %s starts it anew" % (a.session, a.session),
+                              file=sys.stderr)
                     return 1
         except TimeoutError as e:
             print("error: %s" % e, file=sys.stderr)

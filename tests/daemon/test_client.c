@@ -151,7 +151,22 @@ START_TEST(t_chat_build)
     ck_assert_ptr_nonnull(back);
     ck_assert_int_eq(back->generate->sampling->seed, 42);
     ck_assert_str_eq(back->generate->stop[0], "END");
+    /* a session's turn continues the conversation: appended, not created; the default tenant */
+    ck_assert(back->generate->chat->append_to_session);
+    ck_assert(!back->generate->chat->create_session);
+    ck_assert_str_eq(back->generate->tenant, "");
     smollm3__request__free_unpacked(back, NULL);
+    /* the turn that starts it creates it; a tenant is sent as given */
+    p.create_session = 1;
+    p.tenant = "team-a";
+    g = smol_client_chat_build(&p);
+    ck_assert(g->chat->append_to_session && g->chat->create_session);
+    ck_assert_str_eq(g->tenant, "team-a");
+    /* no session: neither (create_session means nothing without one) */
+    p.session_id = NULL;
+    g = smol_client_chat_build(&p);
+    ck_assert(!g->chat->append_to_session && !g->chat->create_session);
+    ck_assert_str_eq(g->session_id, "");
 }
 END_TEST
 
@@ -335,12 +350,12 @@ START_TEST(t_bad_frames_and_unknowns)
         smol_client_event_free(&ev);
     }
     /* unknown session */
-    e = smol_client_session_get(c, "no-such-session-c", 10000, &ev, err);
+    e = smol_client_session_get(c, NULL, "no-such-session-c", 10000, &ev, err);
     ck_assert_int_eq(e, SMOL_ENOSESSION);
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(ev->kind_case, SMOLLM3__EVENT__KIND_ERROR);
     smol_client_event_free(&ev);
-    e = smol_client_session_delete(c, "no-such-session-c", 10000, &ev, err);
+    e = smol_client_session_delete(c, NULL, "no-such-session-c", 10000, &ev, err);
     ck_assert_int_eq(e, SMOL_ENOSESSION);
     smol_client_event_free(&ev);
     /* cancel of an id never used: ack, error, or nothing */

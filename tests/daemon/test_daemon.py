@@ -19,6 +19,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -355,7 +356,7 @@ def t_ctl_contract(d):
     check(a[0]["prompt_tokens"] == b[0]["prompt_tokens"] and token_ids(a) == token_ids(b),
           "words joined with spaces")
     # session get (--json and table), health/sessions tables
-    d.ctl("generate", "--session", "ctl-s", "-n", "2", "hi")
+    d.ctl("generate", "--new-session", "ctl-s", "-n", "2", "hi")
     info = json.loads(d.ctl("session", "ctl-s", "--json").stdout)
     check(info["session_id"] == "ctl-s" and info["tokens"] > 0, "session --json: %s" % info)
     check(b"ctl-s" in d.ctl("session", "ctl-s").stdout, "session table")
@@ -416,10 +417,10 @@ def t_batched_equals_sequential(d):
     n = "16"
     alone = []
     for i, m in enumerate(msgs):
-        evs = gen_json(d, "--session", "seq-%d" % i, "--temp", "0", "-n", n, m)
+        evs = gen_json(d, "--new-session", "seq-%d" % i, "--temp", "0", "-n", n, m)
         check_stream_shape(evs, 16)
         alone.append(token_ids(evs))
-    procs = [d.ctl_popen("generate", "--json", "--session", "par-%d" % i, "--temp", "0", "-n", n, m)
+    procs = [d.ctl_popen("generate", "--json", "--new-session", "par-%d" % i, "--temp", "0", "-n", n, m)
              for i, m in enumerate(msgs)]
     together = []
     for i, p in enumerate(procs):
@@ -448,7 +449,7 @@ def t_batched_equals_sequential(d):
 
 def t_second_turn_cached(d):
     s = "turns-1"
-    e1 = gen_json(d, "--session", s, "--temp", "0", "-n", "8", "My name is Ada.")
+    e1 = gen_json(d, "--new-session", s, "--temp", "0", "-n", "8", "My name is Ada.")
     check_stream_shape(e1, 8)
     u1 = e1[-1]["usage"]
     e2 = gen_json(d, "--session", s, "--temp", "0", "-n", "8", "What is my name?")
@@ -555,6 +556,159 @@ def t_second_turn_history_sent_back(d):
                                                  u1.completion_tokens))
         check(new <= 40, "only the new part is processed: %d new tokens" % new)
         c.session_delete(s, timeout_ms=10000)
+
+
+def t_example_session_history(d):
+    """proto/examples/client.py keeps a conversation as smollm3ctl does: --new-session on the
+    first turn, --session on the next, each sending only the new message; the daemon appends
+    it to the history it keeps, so the second turn's prompt holds the first turn (cached)."""
+    ex = os.path.join(ROOT, "proto/examples/client.py")
+    env = dict(os.environ, SMOLLM3_PB2_DIR=ARGS.pb2_dir)
+
+    def turn(*args):
+        r = subprocess.run([sys.executable, ex, "--connect", d.endpoint, "--temp", "0", "-n", "8"] + list(args),
+                           capture_output=True, timeout=120, env=env)
+        check(r.returncode == 0, "client.py %s: exit %d: %s" % (args, r.returncode, r.stderr[-500:]))
+        m = re.search(rb"(\d+) prompt tokens \((\d+) cached\), (\d+) generated", r.stderr)
+        check(m, "client.py summary: %r" % r.stderr[-300:])
+        return [int(x) for x in m.groups()]
+
+    p1, c1, g1 = turn("--new-session", "ex-hist", "My name is Ada.")
+    alone, _, _ = turn("What is my name?")          # no session: the question by itself
+    p2, c2, _ = turn("--session", "ex-hist", "What is my name?")
+    # started over, the prompt would be the question alone (as `alone`)
+    check(c2 >= p1 and p2 > p1 + g1 and p2 > alone,
+          "second turn appended to the history: prompt %d (cached %d) after %d+%d, alone %d" % (
+              p2, c2, p1, g1, alone))
+    info = json.loads(d.ctl("session", "ex-hist", "--json").stdout)
+    check(info["tokens"] >= p2, "the session holds both turns: %s" % info)
+    d.ctl("delete", "ex-hist")
+
+
+class RecordingDaemon:
+    """A ROUTER on ipc:// that records each Request and answers it: a generate with started,
+    one token and done (or ERROR_UNKNOWN_SESSION when its text says EVICTED), session
+    list/get/delete, health.  What smollm3ctl and client.py put on the wire, seen whole."""
+
+    def __init__(self, path):
+        import zmq
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.endpoint = "ipc://" + path
+        self.sock.bind(self.endpoint)
+        self.reqs = []
+        self.running = True
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def loop(self):
+        while self.running:
+            if not self.sock.poll(100):
+                continue
+            frames = self.sock.recv_multipart()
+            req = PB.Request()
+            req.ParseFromString(frames[-1])
+            self.reqs.append(req)
+            kind, rid = req.WhichOneof("kind"), req.request_id
+            evs = []
+            if kind == "generate":
+                if "EVICTED" in req.generate.chat.messages[-1].content:
+                    evs.append(PB.Event(request_id=rid, error=PB.Error(
+                        code=PB.ERROR_UNKNOWN_SESSION, message="unknown session '%s'" % req.generate.session_id)))
+                else:
+                    evs.append(PB.Event(request_id=rid, started=PB.Started(prompt_tokens=3)))
+                    evs.append(PB.Event(request_id=rid, token=PB.Token(text="ok", token_id=1)))
+                    evs.append(PB.Event(request_id=rid, done=PB.Done(
+                        finish_reason=PB.FINISH_REASON_STOP, usage=PB.Usage(prompt_tokens=3, completion_tokens=1))))
+            elif kind == "session_list":
+                evs.append(PB.Event(request_id=rid, sessions=PB.SessionList()))
+            elif kind == "session_get":
+                evs.append(PB.Event(request_id=rid, session=PB.SessionInfo(session_id=req.session_get.session_id)))
+            elif kind == "session_delete":
+                evs.append(PB.Event(request_id=rid, ack=PB.Ack()))
+            elif kind == "health":
+                evs.append(PB.Event(request_id=rid, health=PB.HealthReply(ready=True, model="rec", protocol_version=1)))
+            for e in evs:
+                self.sock.send_multipart(frames[:-1] + [e.SerializeToString()])
+
+    def close(self):
+        self.running = False
+        self.thread.join(5)
+        self.sock.close()
+        self.ctx.term()
+
+
+def t_session_flags_on_the_wire():
+    """smollm3ctl and client.py: the turn that starts a conversation sends create_session (with
+    append_to_session), a turn that continues one does not; --tenant fills GenerateRequest.tenant
+    and the session requests' tenant; smollm3ctl's global options work before the command as after
+    it; a continued session the daemon no longer holds is reported as such (exit 1, the way to start
+    it anew), not silently restarted."""
+    ctl = os.path.join(ARGS.build, "bin/smollm3ctl")
+    ex = os.path.join(ROOT, "proto/examples/client.py")
+    tmp = tempfile.mkdtemp(prefix="smollm3-wire-")
+    rd = RecordingDaemon(os.path.join(tmp, "rec.sock"))
+    try:
+        def run(argv, want=0):
+            r = subprocess.run(argv, capture_output=True, timeout=30, env=dict(os.environ, SMOLLM3_PB2_DIR=ARGS.pb2_dir))
+            check(r.returncode == want, "%s: exit %d, expected %d: %s" % (argv[1:], r.returncode, want, r.stderr[-400:]))
+            return r
+
+        def last(kind):
+            reqs = [q for q in rd.reqs if q.WhichOneof("kind") == kind]
+            check(reqs, "no %s request recorded" % kind)
+            return getattr(reqs[-1], kind)
+
+        for tool in ("ctl", "client.py"):
+            base = [ctl, "--connect", rd.endpoint] if tool == "ctl" else [sys.executable, ex, "--connect", rd.endpoint]
+            gen = ["generate"] if tool == "ctl" else []
+            # the first turn creates, the next continues; the tenant on both
+            run(base + ["--tenant", "team-a"] + gen + ["--new-session", "s1", "hello"])
+            g = last("generate")
+            check(g.session_id == "s1" and g.chat.append_to_session and g.chat.create_session and g.tenant == "team-a",
+                  "%s first turn: %s" % (tool, g))
+            check([m.content for m in g.chat.messages] == ["hello"], "%s: only the new message: %s" % (tool, g))
+            run(base + gen + ["--session", "s1", "--tenant", "team-a", "again"])
+            g = last("generate")
+            check(g.session_id == "s1" and g.chat.append_to_session and not g.chat.create_session and g.tenant == "team-a",
+                  "%s next turn: %s" % (tool, g))
+            check([m.content for m in g.chat.messages] == ["again"], "%s: only the new message: %s" % (tool, g))
+            # no session: neither flag, the default tenant
+            run(base + gen + ["plain"])
+            g = last("generate")
+            check(not g.session_id and not g.chat.append_to_session and not g.chat.create_session and g.tenant == "",
+                  "%s no session: %s" % (tool, g))
+            # a continued session the daemon does not hold: reported, exit 1
+            r = run(base + gen + ["--session", "gone", "EVICTED"], want=1)
+            err = r.stderr.decode()
+            check("UNKNOWN_SESSION" in err.upper() or "unknown_session" in err, "%s: the daemon's error: %r" % (tool, err))
+            check("not held by the daemon" in err and "--new-session gone" in err, "%s: the way on: %r" % (tool, err))
+        # smollm3ctl: global options before or after the command, the tenant on session requests
+        r = run([ctl, "--json", "--connect", rd.endpoint, "health"])
+        check(json.loads(r.stdout)["ready"] is True, "--json before the command: %r" % r.stdout)
+        r = run([ctl, "--connect", rd.endpoint, "health", "--json"])
+        check(json.loads(r.stdout)["ready"] is True, "--json after the command: %r" % r.stdout)
+        r = run([ctl, "--json", "--tenant", "team-b", "--connect", rd.endpoint, "generate", "--session", "s2", "hi"])
+        check(json_lines(r.stdout)[0]["event"] == "started" and last("generate").tenant == "team-b",
+              "--json and --tenant before generate: %r" % r.stdout)
+        run([ctl, "--tenant", "team-b", "--connect", rd.endpoint, "sessions"])
+        check(last("session_list").tenant == "team-b", "sessions --tenant")
+        run([ctl, "--connect", rd.endpoint, "session", "s2", "--tenant", "team-c"])
+        check(last("session_get").tenant == "team-c" and last("session_get").session_id == "s2", "session --tenant")
+        run([ctl, "--connect", rd.endpoint, "--tenant", "team-d", "delete", "s2"])
+        check(last("session_delete").tenant == "team-d", "delete --tenant")
+        run([ctl, "--connect", rd.endpoint, "sessions"])
+        check(last("session_list").tenant == "", "no --tenant: the default")
+        # after generate's "--" everything is the message, options included
+        run([ctl, "--connect", rd.endpoint, "generate", "--", "--tenant", "x", "--json"])
+        g = last("generate")
+        check(g.chat.messages[-1].content == "--tenant x --json" and g.tenant == "", "after --: %s" % g)
+        run([ctl, "--connect", rd.endpoint, "--tenant"], want=2)
+        run([ctl, "--connect", rd.endpoint, "generate", "--session", "a", "--new-session", "b", "hi"], want=2)
+    finally:
+        rd.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def t_client_vanishes(d):
@@ -826,7 +980,7 @@ def t_real_turn(d):
         ids[:8], ref["gen_ids"][:8], text))
     check("Paris" in text and evs[-1]["finish_reason"] == "stop", "answer: %r" % text)
     s = "real-1"
-    e1 = gen_json(d, "--session", s, "--temp", "0", "-n", "32", "Hi! My name is Ada.")
+    e1 = gen_json(d, "--new-session", s, "--temp", "0", "-n", "32", "Hi! My name is Ada.")
     check_stream_shape(e1, 32)
     e2 = gen_json(d, "--session", s, "--temp", "0", "-n", "16", "What is my name?")
     check_stream_shape(e2, 16)
@@ -1110,7 +1264,7 @@ def t_kv_types():
                 r = d.ctl("stats")
                 check(re.search(rb"(?m)^kv_bytes_per_token +%d$" % bpt, r.stdout) and
                       re.search(rb"(?m)^kv_type +%s$" % kv_type.encode(), r.stdout), "stats table: %s" % r.stdout)
-                evs = gen_json(d, "--session", "kvt", "--temp", "0", "-n", "6", "My name is Ada. Remember it.")
+                evs = gen_json(d, "--new-session", "kvt", "--temp", "0", "-n", "6", "My name is Ada. Remember it.")
                 check_stream_shape(evs, 6)
                 started = evs[0]
                 if run == 1:  # the f16 daemon's file, refused at start; the turn recomputed
@@ -1386,6 +1540,7 @@ def main():
         ("client_vanishes", t_client_vanishes),
         ("bad_input", t_bad_input),
         ("python_example_client", t_python_example),
+        ("example_session_history", t_example_session_history),
         ("c_client_suite", t_c_client),
         ("sigterm_drain", t_sigterm_drain),
     ], extra=["--drain-grace-ms", "3000"], notify=True, watchdog_usec=1000000)
@@ -1404,6 +1559,7 @@ def main():
     group("kv-budget", FIXTURE_T, [("kv_budget_exhausted", t_kv_budget)],
           extra=["--kv-budget-mb", "1"])
 
+    run_test("session_flags_on_the_wire", t_session_flags_on_the_wire)
     run_test("kv_types", t_kv_types)
     run_test("prefix_persist", t_prefix_persist)
 

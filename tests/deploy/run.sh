@@ -4,6 +4,9 @@
 #   install    `make install DESTDIR=tmp` lays out the expected tree (PREFIX
 #              /usr/local and /usr), paths in units/site follow PREFIX, an
 #              existing /etc/smollm3d/smollm3d.conf is kept
+#              and prints what it installed and the next commands; it builds
+#              the programs only (no tests, no benchmarks: make -n); every group
+#              the units name is one sysusers.d creates (on an empty root too)
 #   verify     `systemd-analyze verify` on both installed units (--root at the
 #              DESTDIR tree): exit 0 and nothing on stderr; a broken copy must
 #              produce stderr (the check is live)
@@ -21,6 +24,10 @@
 #              smollm3ctl), sessions spread over both; the UI's POST + stream
 #              GET meet on one node (cookie, or client address); a node
 #              stopped -> its sessions are served by the other [needs gateway]
+#   run-plan   what `make run` would do from nothing (make -n): the programs on
+#              every core, never the tests' venv or tests/web's npm packages;
+#              without a usable GPU no nvcc and a line saying how (CUDA=1), with
+#              CUDA=1 (and nvcc) the plugin; each stage announced
 #   make-run   `make run MODEL=fixture PORT=free` in the background: /health 200
 #              through nginx, the UI page, one chat completion, one streamed
 #              (SSE, data: [DONE]); SIGTERM to deploy/run.sh -> all
@@ -114,6 +121,36 @@ for f in usr/local/bin/smollm3 usr/local/bin/smollm3d usr/local/bin/smollm3ctl \
 done
 [ "$have_gateway" = 1 ] && { [ -x "$D/usr/local/bin/smollm3-gateway" ] || missing="$missing usr/local/bin/smollm3-gateway"; }
 check '[ -z "$missing" ]' "installed tree complete${missing:+ (missing:$missing)}"
+check 'grep -q "^install: installed under $D:" "$TMP/install.log" &&
+       grep -q "^  /usr/local/bin/ .*smollm3d" "$TMP/install.log" &&
+       grep -q "^  systemctl daemon-reload$" "$TMP/install.log" &&
+       grep -q "^  systemctl enable --now smollm3d smollm3-gateway$" "$TMP/install.log" &&
+       grep -q "ln -s ../sites-available/smollm3 /etc/nginx/sites-enabled/smollm3 && nginx -t" "$TMP/install.log"' \
+      "make install prints what it installed and the next commands (daemon-reload, enable --now, the nginx site)"
+# what make install would build from nothing: the programs, no tests, no benchmarks
+make -n --no-print-directory install BUILD="$TMP/nobuild" DESTDIR="$TMP/nodest" CUDA=0 > "$TMP/install-n.log" 2>&1
+check 'grep -q "$TMP/nobuild/bin/smollm3d" "$TMP/install-n.log" && grep -q "$TMP/nobuild/bin/smollm3-gateway" "$TMP/install-n.log" &&
+       ! grep -q "$TMP/nobuild/tests/\|$TMP/nobuild/bench/\|gateway-fault" "$TMP/install-n.log"' \
+      "make install builds the programs it installs and no tests or benchmarks"
+# every group the units run as is one sysusers.d makes (User=/Group=/SupplementaryGroups=; a
+# `u NAME` line makes group NAME too), and systemd-sysusers makes them on an empty root
+SU=$D/usr/local/lib/sysusers.d/smollm3d.conf
+groups=$(sed -n 's/^\(User\|Group\|SupplementaryGroups\)=//p' "$D"/usr/local/lib/systemd/system/smollm3d.service \
+         "$D"/usr/local/lib/systemd/system/smollm3-gateway.service | tr ' ' '\n' | sort -u)
+undeclared=
+for g in $groups; do
+    awk -v g="$g" '($1 == "u" || $1 == "g") && $2 == g { f = 1 } END { exit !f }' "$SU" || undeclared="$undeclared $g"
+done
+check '[ -n "$groups" ] && [ -z "$undeclared" ]' "the units' users and groups ($(echo $groups)) are all made by sysusers.d${undeclared:+ (not:$undeclared)}"
+if command -v systemd-sysusers > /dev/null 2>&1; then
+    mkdir -p "$TMP/sysroot/etc"
+    systemd-sysusers --root="$TMP/sysroot" "$SU" > /dev/null 2>&1
+    made=
+    for g in $groups; do grep -q "^$g:" "$TMP/sysroot/etc/group" || made="$made $g"; done
+    check '[ -z "$made" ]' "systemd-sysusers on an empty root makes every group the units use${made:+ (missing:$made)}"
+else
+    skip "systemd-sysusers not found (make deps: systemd)"
+fi
 if [ -d web/node_modules/htmx.org ]; then
     check '[ -f "$D/usr/local/share/smollm3d/web/node_modules/htmx.org/package.json" ] &&
            [ ! -e "$D/usr/local/share/smollm3d/web/node_modules/@types" ] &&
@@ -422,6 +459,28 @@ EOF
     fi
     for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
     sleep 0.5
+fi
+
+# ---------------------------------------------------------------- make run: the plan
+echo "# make run: what it builds (make -n)"
+make -n --no-print-directory run BUILD="$TMP/runplan" PORT=1 > "$TMP/run-n.log" 2>&1
+check 'grep -q "^make -j$(nproc) .*$TMP/runplan/bin/smollm3d .*$TMP/runplan/bin/smollm3-gateway" "$TMP/run-n.log" ||
+       grep -q "make\(\[[0-9]*\]\)\{0,1\}.* -j$(nproc) .*$TMP/runplan/bin/smollm3-gateway" "$TMP/run-n.log"' \
+      "make run builds the programs with -j$(nproc)"
+check '! grep -q "setup-env\|venv\|tests/web\|$TMP/runplan/tests/\|$TMP/runplan/bench/" "$TMP/run-n.log"' \
+      "make run sets up no test venv, no tests/web npm packages, builds no tests or benchmarks"
+check 'grep -q "run: \[1/4\]" "$TMP/run-n.log" && grep -q "run: \[2/4\]" "$TMP/run-n.log" && grep -q "run: \[3/4\]" "$TMP/run-n.log"' \
+      "make run announces its stages"
+if [ ! -e /dev/nvidia0 ] && ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    check '! grep -q "nvcc -\|libsmollm3_cuda" "$TMP/run-n.log" && grep -q "no usable GPU.*make run CUDA=1" "$TMP/run-n.log"' \
+          "no GPU here: make run builds no CUDA plugin and says how to get one (CUDA=1)"
+fi
+if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc > /dev/null 2>&1; then
+    make -n --no-print-directory run BUILD="$TMP/runplan" PORT=1 CUDA=1 > "$TMP/run-n1.log" 2>&1
+    check 'grep -q "nvcc .*backend_cuda.cu" "$TMP/run-n1.log" && grep -q "$TMP/runplan/lib/libsmollm3_cuda.so" "$TMP/run-n1.log"' \
+          "make run CUDA=1 builds the CUDA plugin (nvcc found)"
+    make -n --no-print-directory all BUILD="$TMP/runplan" > "$TMP/all-n.log" 2>&1
+    check 'grep -q "$TMP/runplan/lib/libsmollm3_cuda.so" "$TMP/all-n.log"' "make all still builds the CUDA plugin where nvcc is (CI, tests/gpu)"
 fi
 
 # ---------------------------------------------------------------- make run

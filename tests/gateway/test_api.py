@@ -15,6 +15,9 @@
   log-softmax of `smollm3 logits` for the same ids within 1e-4.
 * /v1/completions, /tokenize, /detokenize, /v1/models/{id}; unknown fields
   refused, and accepted with --ignore-unknown-fields.
+* An error about one field names it in "param", the daemon's own refusals
+  too (tools on SmolLM2's template, tool_choice on a vocabulary without
+  <tool_call>, a logit_bias token outside the vocabulary).
 * curl, and langchain-openai (a second, independent client) doing a
   streamed chat and a tool call.
 
@@ -803,6 +806,94 @@ def t_tool_choice_forced(gw, d):
     print("   last calls: %r" % calls, flush=True)
 
 
+SMOLLM2 = os.path.join(tg.ROOT, "build/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def daemon_error(endpoint, gen):
+    """Sends one GenerateRequest (a dict of its fields) straight to the daemon: its Error event."""
+    import zmq
+    sys.path.insert(0, tg.ARGS.pb2_dir or "")
+    import smollm3_pb2 as pb2
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(endpoint)
+    try:
+        req = pb2.Request(protocol_version=1, request_id=77)
+        g = req.generate
+        g.max_tokens = 2
+        if gen.pop("chat", True):
+            g.chat.messages.add(role="user", content="Hi")
+        for k, v in gen.items():
+            if k == "tools_json":
+                g.chat.tools_json = v
+            else:
+                setattr(g, k, v)
+        s.send(req.SerializeToString())
+        check(s.poll(30000), "no answer from the daemon")
+        ev = pb2.Event()
+        ev.ParseFromString(s.recv())
+        check(ev.WhichOneof("kind") == "error", "the daemon accepted %r: %s" % (gen, ev))
+        return ev.error
+    finally:
+        s.close()
+        ctx.term()
+
+
+def t_param_named(gw, d):
+    """An error about one field names it in "param" (OpenAI's error shape), the daemon's refusals
+    too (Error.param): tools on a model whose template has none (SmolLM2-135M, `make run`'s
+    default) -> param "tools", with the way to try tools (SmolLM3-3B, make model / MODEL=);
+    tool_choice on a vocabulary without <tool_call> -> "tool_choice"; a logit_bias token outside
+    the vocabulary (the fixture) -> "logit_bias"."""
+    if not os.path.exists(SMOLLM2):
+        raise Skip("%s missing (tests/get_smollm2.sh; make test fetches it)" % SMOLLM2)
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    # the fixture's daemon (SmolLM3's template): a field only the daemon can judge
+    st, j = post(gw, "/v1/chat/completions", dict(messages=msgs(), max_tokens=2, logit_bias={"999999": 1}))
+    check(st == 400 and j["error"]["param"] == "logit_bias" and "vocabulary" in j["error"]["message"],
+          "logit_bias outside the vocabulary: %d %r" % (st, j))
+    e = daemon_error(d.endpoint, {"chat": False})
+    check(e.param == "" and "no input" in e.message, "a refusal about no one field names none: %r" % e)
+    tmp = tempfile.mkdtemp(prefix="smollm3-param-")
+    d2 = g2 = None
+    try:
+        d2 = tg.Daemon(os.path.join(tmp, "d2.sock"), model=SMOLLM2)
+        g2 = tg.Gateway(d2.endpoint, tmp)
+        hint = "serve SmolLM3-3B: `make model` then `make run`, or MODEL=path to a SmolLM3 GGUF"
+        for choice in ("auto", None):
+            body = dict(messages=msgs(), max_tokens=2, tools=[tool])
+            if choice:
+                body["tool_choice"] = choice
+            st, j = post(g2, "/v1/chat/completions", body)
+            check(st == 400 and j["error"]["param"] == "tools" and hint in j["error"]["message"] and
+                  j["error"]["message"].startswith("tools: the smollm2 chat template does not support tools"),
+                  "tools on SmolLM2 (tool_choice %s): %d %r" % (choice, st, j))
+        # the Responses API: the same refusal, the same field
+        st, j = post(g2, "/v1/responses", dict(input="Hi", max_output_tokens=16,
+                                               tools=[{"type": "function", "name": "f", "parameters": {"type": "object"}}]))
+        check(st == 400 and j["error"]["param"] == "tools" and hint in j["error"]["message"],
+              "responses tools on SmolLM2: %d %r" % (st, j))
+        # tool_choice "none": the tools are left out, the request is served
+        st, j = post(g2, "/v1/chat/completions", dict(messages=msgs(), max_tokens=2, tools=[tool], tool_choice="none"))
+        check(st == 200, "tool_choice none on SmolLM2: %d %r" % (st, j))
+        for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+            st, j = post(g2, "/v1/chat/completions", dict(messages=msgs(), max_tokens=2, tools=[tool], tool_choice=choice))
+            check(st == 400 and j["error"]["param"] == "tool_choice" and "SmolLM3-3B" in j["error"]["message"],
+                  "tool_choice %r on SmolLM2: %d %r" % (choice, st, j))
+        # straight to the daemon (ZeroMQ): Error.param carries the field
+        e = daemon_error(d2.endpoint, {"tools_json": json.dumps([tool])})
+        check(e.param == "tools" and hint in e.message, "daemon: %r" % e)
+        e = daemon_error(d2.endpoint, {"tools_json": json.dumps([tool]), "tool_choice": "required"})
+        check(e.param == "tool_choice", "daemon tool_choice: %r" % e)
+    finally:
+        if g2:
+            g2.stop()
+        if d2:
+            d2.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def ids_of_choice(c):
     return [e.model_extra["id"] for e in c.logprobs.content]
 
@@ -818,7 +909,7 @@ def main():
                          ("logprobs", t_logprobs), ("completions", t_completions), ("tokenize", t_tokenize),
                          ("models", t_models), ("n_choices", t_n_choices), ("n_tool_calls", t_n_tool_calls),
                          ("tool_choice_forced", t_tool_choice_forced), ("prediction", t_prediction), ("curl", t_curl),
-                         ("langchain_stream", t_langchain_stream)):
+                         ("langchain_stream", t_langchain_stream), ("param_named", t_param_named)):
             if want(name):
                 run_test(name, fn, st.gw, st.d)
         for name, fn in (("ignore_unknown", t_ignore_unknown), ("api_keys", t_api_keys),

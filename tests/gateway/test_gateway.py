@@ -147,7 +147,8 @@ def free_port():
 # ---- processes -------------------------------------------------------------
 
 class Daemon:
-    def __init__(self, sock_path, extra=()):
+    def __init__(self, sock_path, extra=(), model=None):
+        self.model = model or MODEL
         self.sock_path = sock_path
         self.endpoint = "ipc://" + sock_path
         self.log_path = sock_path + ".log"
@@ -156,7 +157,7 @@ class Daemon:
 
     def start(self):
         self.log = open(self.log_path, "ab")
-        cmd = [os.path.join(ARGS.build, "bin/smollm3d"), "--model", MODEL, "--listen",
+        cmd = [os.path.join(ARGS.build, "bin/smollm3d"), "--model", self.model, "--listen",
                self.endpoint, "--threads", "1", "--kv-budget-mb", "64",
                "--max-queued", "256"] + self.extra
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)

@@ -11,6 +11,7 @@ const BASE = (process.argv[2] || process.env.UI_URL || 'http://127.0.0.1:8080').
 const SHOT = process.argv[3] || 'build/web-screenshot.png';
 const SHOT_PHONE = SHOT.replace(/\.png$/, '') + '-390.png';          // sidebar closed
 const SHOT_PHONE_MENU = SHOT.replace(/\.png$/, '') + '-390-menu.png'; // sidebar open over the chat
+const SHOT_FIRST = (w) => SHOT.replace(/\.png$/, '') + `-first-${w}.png`; // first load, a long model name
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const STEP_TIMEOUT = +(process.env.UI_TEST_TIMEOUT_MS || 60000);
 
@@ -112,21 +113,52 @@ try {
     assert(!pageErrors.length, 'page errors: ' + pageErrors.join('; '));
   });
 
-  await test('1280 px: the sidebar is a column beside the chat; the menu button collapses and reopens it', async () => {
+  await test('1280 px: the sidebar is a column beside the chat, and no menu button (it is shown already)', async () => {
     const sb = await page.locator('#sidebar').boundingBox();
     const main = await page.locator('#main').boundingBox();
     assert(await page.locator('#sidebar').isVisible(), 'sidebar hidden at 1280 px');
     assert(sb && main && sb.x === 0 && sb.width > 200 && main.x >= sb.x + sb.width - 1,
       `sidebar ${JSON.stringify(sb)} should sit left of the chat ${JSON.stringify(main)}`);
-    assert(await page.locator('#sidebar-toggle').getAttribute('aria-expanded') === 'true', 'aria-expanded not true');
-    await page.locator('#sidebar-toggle').click();
-    await page.waitForFunction(() => getComputedStyle(document.getElementById('sidebar')).visibility === 'hidden');
-    const main2 = await page.locator('#main').boundingBox();
-    assert(main2.x < 1 && main2.width > 1270, 'chat did not take the width: ' + JSON.stringify(main2));
-    assert(await page.locator('#sidebar-toggle').getAttribute('aria-expanded') === 'false', 'aria-expanded not false');
-    await page.locator('#sidebar-toggle').click();
-    await page.locator('#sidebar').waitFor({ state: 'visible' });
+    assert(await page.locator('#sidebar-toggle').isHidden(), 'a menu button beside a sidebar already shown');
     assert(await page.locator('#scrim').isHidden(), 'scrim shown on a wide screen');
+  });
+
+  // A fresh page with the model name `make run` serves by default (SmolLM2's, long): the
+  // message box's placeholder is never cut off -- one line, its text all inside the box --
+  // at a phone's width and a desktop's; the desktop's names the model.  /ui/config is the
+  // live one with only the name replaced.
+  await test('first load with a long model name: the placeholder fits at 390 and 1280 px; the menu button only on the phone', async () => {
+    const NAME = 'SmolLM2-135M-Instruct.Q4_1';
+    await page.route('**/ui/config', async (route) => {
+      const r = await route.fetch();
+      await route.fulfill({ response: r, json: Object.assign(await r.json(), { model: NAME }) });
+    });
+    try {
+      for (const [w, h] of [[390, 844], [1280, 800]]) {
+        await page.setViewportSize({ width: w, height: h });
+        await page.goto(BASE + '/', { waitUntil: 'load' });
+        await page.waitForFunction((n) => document.getElementById('model-name').textContent === n, NAME);
+        await page.locator('#message').fill('');
+        const m = await page.locator('#message').evaluate((t) => {
+          const cs = getComputedStyle(t);
+          return { ph: t.placeholder, sh: t.scrollHeight, ch: t.clientHeight, lh: parseFloat(cs.lineHeight),
+            pad: parseFloat(cs.paddingTop) + parseFloat(cs.paddingBottom) };
+        });
+        assert(m.sh <= m.ch + 1, `${w} px: the placeholder is cut off: ${JSON.stringify(m)}`);
+        assert(m.ch - m.pad < 1.5 * m.lh, `${w} px: the empty box is more than one line: ${JSON.stringify(m)}`);
+        assert(m.ph === 'Message ' + NAME + '\u2026' || (w < 768 && m.ph === 'Message\u2026'),
+          `${w} px: placeholder ${JSON.stringify(m.ph)}`);
+        if (w >= 768) assert(m.ph.includes(NAME), 'the model is not named where it fits: ' + m.ph);
+        assert(await page.locator('#sidebar-toggle').isVisible() === (w < 768),
+          `${w} px: the menu button should be ${w < 768 ? 'shown' : 'hidden'}`);
+        mkdirSync(dirname(SHOT), { recursive: true });
+        await page.screenshot({ path: SHOT_FIRST(w) });
+      }
+    } finally {
+      await page.unroute('**/ui/config');
+    }
+    await page.goto(BASE + '/', { waitUntil: 'load' });
+    await page.waitForFunction(() => document.documentElement.classList.contains('ready'));
   });
 
   const xssUser = 'Hi <img src=x onerror=alert(1)> & <script>alert(2)</script>';
