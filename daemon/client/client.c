@@ -625,7 +625,6 @@ void smol_client_chat_init(struct smol_client_chat *p)
     memset(p, 0, sizeof *p);
     p->thinking = -1;
     p->speculative = -1;
-    p->create_session = 1;
 }
 
 Smollm3__GenerateRequest *smol_client_chat_build(struct smol_client_chat *p)

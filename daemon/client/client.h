@@ -167,8 +167,8 @@ enum smol_err smol_client_stream(struct smol_client *c, Smollm3__GenerateRequest
 struct smol_client_chat {
     const char *session_id;     /* NULL/"" = no session; else the turn is appended to the
                                    conversation the daemon keeps for it */
-    int create_session;         /* with session_id: 1 (the init default) = this turn may start
-                                   the conversation (ChatInput.create_session); 0 = it continues
+    int create_session;         /* with session_id: 1 = this turn starts the conversation
+                                   (ChatInput.create_session); 0 (the init default) = it continues
                                    one the daemon holds (else ERROR_UNKNOWN_SESSION) */
     const char *tenant;         /* GenerateRequest.tenant: NULL/"" = the default namespace */
     const char *system;         /* NULL = no system message */
