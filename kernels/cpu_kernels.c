@@ -64,18 +64,17 @@ static void init(void)
     else if (have_avx2) best_table = avx2_table;
     else best_table = ref_table;
     const int forced = force && *force, met = forced && (!strcmp(force, "ref") || !strcmp(best_table.name + 4, force));
-    if (forced && !met)
-        fprintf(stderr, "SMOL_CPU=%s: %s; using %s\n", force,
-                strcmp(force, "avx2") && strcmp(force, "avxvnni") && strcmp(force, "avx512") && strcmp(force, "amx")
-                    ? "not a kernel variant (ref, avx2, avxvnni, avx512, amx)"
-                    : "not built for or not supported by this CPU",
-                best_table.name);
+    const char *refused = forced && strcmp(force, "avx2") && strcmp(force, "avxvnni") && strcmp(force, "avx512") &&
+                                  strcmp(force, "amx")
+                              ? "not a kernel variant (ref, avx2, avxvnni, avx512, amx)"
+                              : "not built for or not supported by this CPU";
+    if (forced && !met) fprintf(stderr, "SMOL_CPU=%s: %s; using %s\n", force, refused, best_table.name);
     /* the variants this CPU runs, best first: the automatic choice is the first */
     char runs[64];
     snprintf(runs, sizeof runs, "%s%s%s%s", have_amx ? "amx " : "", have_avx512 ? "avx512 " : "",
              have_avxvnni ? "avxvnni " : "", have_avx2 ? "avx2 " : "");
     if (forced && met) snprintf(why, sizeof why, "SMOL_CPU=%s (this CPU runs: %sref)", force, runs);
-    else if (forced) snprintf(why, sizeof why, "SMOL_CPU=%s not available, so the best this CPU runs (%sref)", force, runs);
+    else if (forced) snprintf(why, sizeof why, "SMOL_CPU=%.32s: %s, so the best this CPU runs (%sref)", force, refused, runs);
     else snprintf(why, sizeof why, "automatic: the best this CPU runs (%sref)", runs);
 }
 

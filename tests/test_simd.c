@@ -542,7 +542,24 @@ START_TEST(test_dispatch)
     ck_assert_ptr_nonnull(k);
     ck_assert_str_eq(r->name, "cpu-ref");
     ck_assert_ptr_null(smol_cpu_kernels_variant("nonsense"));
-    printf("cpu kernels in use: %s\n", k->name);
+    printf("cpu kernels in use: %s: %s\n", k->name, smol_cpu_kernels_why());
+    /* the reason names the request or the automatic choice, and what the CPU runs */
+    const char *env = getenv("SMOL_CPU"), *why = smol_cpu_kernels_why();
+    ck_assert_ptr_nonnull(strstr(why, env && *env ? "SMOL_CPU=" : "automatic: "));
+    ck_assert_ptr_nonnull(strstr(why, "ref)"));
+    /* the 256-bit tables repack the four formats into x8 groups; avxvnni is avx2's table otherwise */
+    const struct smol_cpu_kernels *a2 = smol_cpu_kernels_variant("avx2"), *vn = smol_cpu_kernels_variant("avxvnni");
+    if (a2) ck_assert_ptr_nonnull(strstr(why, "avx2 "));
+    if (vn) ck_assert_ptr_nonnull(strstr(why, "avxvnni "));
+    for (int ti = 0; ti < N_QTYPES; ti++) {
+        if (a2) ck_assert_int_eq(a2->pack_rows[qtypes[ti]], 8);
+        if (vn) {
+            ck_assert_int_eq(vn->pack_rows[qtypes[ti]], 8);
+            ck_assert_ptr_eq(vn->gemm[qtypes[ti]], a2->gemm[qtypes[ti]]);
+            ck_assert_ptr_ne(vn->gemm_packed[qtypes[ti]], a2->gemm_packed[qtypes[ti]]);
+        }
+    }
+    if (vn) ck_assert_str_eq(vn->name, "cpu-avxvnni");
     for (uint32_t t = 0; t < SMOL_TYPE_COUNT; t++) {
         const struct smol_type_traits *tr = smol_type_traits(t);
         if (tr && tr->supported) ck_assert_ptr_nonnull(k->vec_dot[t]);
