@@ -329,11 +329,11 @@ START_TEST(test_packed_twin)
         if (!k->pack[wt]) continue;
         const struct smol_type_traits *tr = smol_type_traits(wt), *at = smol_type_traits(tr->vec_dot_type);
         const int pr = k->pack_rows[wt];
-        static const int ntoks[] = {1, 2, 3, 4, 5, 9, 16, 17};
-        for (int rep = 0; rep < 24; rep++) {
+        static const int ntoks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17}; /* every tile size, tiles and a rest */
+        for (int rep = 0; rep < 33; rep++) {
             const int one = rep % 6 == 5;
             const int nb = (int[]){1, 3, 8}[rep % 3], n = nb * tr->block_size, rows = pr * (1 + rep % 5);
-            const int rows16 = (rows + 15) / 16 * 16, ntok = ntoks[rep % 8];
+            const int rows16 = (rows + 15) / 16 * 16, ntok = ntoks[rep % 11];
             const size_t ws = (size_t)nb * tr->type_size, sa = skew(tr->vec_dot_type);
             const size_t as = (size_t)nb * at->type_size + sa * (rep % 2);
             uint8_t *w = malloc(ws * rows16), *abuf = malloc(as * ntok + sa), *a = abuf + sa * (rep % 2);
