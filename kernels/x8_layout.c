@@ -1,8 +1,10 @@
 /*
  * x8_layout.c - portable pack / unpack of the x8 weight layouts (see
  * x8_layout.h).  Plain C, built and tested on every machine; the AVX2 and
- * AVX-VNNI tables use these packers at load (a 3B model's weights repack in
- * about a second: dword operations, no per-nibble loops).
+ * AVX-VNNI tables use these packers at load, so they move whole dwords
+ * (no per-nibble loops); the q4_K and q6_K unpackers (a row for get_rows)
+ * move one quant at a time: the layout read from its definition, a check
+ * on the packers that does not share their bit arithmetic.
  */
 #include "x8_layout.h"
 
