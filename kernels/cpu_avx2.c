@@ -20,6 +20,7 @@
 #include "x8_layout.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -81,7 +82,11 @@ int smol_cpu_fill_avx2(struct smol_cpu_kernels *k)
 
 int smol_cpu_fill_avxvnni(struct smol_cpu_kernels *k)
 {
-    if (!has_avx2() || !__builtin_cpu_supports("avxvnni")) return 0;
+    /* AVX-VNNI: CPUID.(EAX=7, ECX=1):EAX bit 4 (asked directly: older
+     * compilers' __builtin_cpu_supports does not know the name); the YMM
+     * state it needs is the one AVX2 already needs */
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!has_avx2() || !__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 4))) return 0;
     fill_x8_avxvnni(k);
     k->name = "cpu-avxvnni";
     return 1;
