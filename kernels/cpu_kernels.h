@@ -5,8 +5,10 @@
  * faster variants (AVX2, AVX-512, VNNI) replace entries and are tested
  * against those twins.  SMOL_CPU=ref in the environment forces the scalar
  * table (for tests and for bisecting a numeric difference); SMOL_CPU=avx2,
- * avx512 or amx forces that variant (if the CPU runs it; else a line on
- * stderr says so and the best variant the CPU runs is used).  "amx" is the
+ * avxvnni, avx512 or amx forces that variant (if the CPU runs it; else a
+ * line on stderr says so and the best variant the CPU runs is used).  The
+ * automatic choice is the first the CPU runs of amx, avx512, avxvnni
+ * (AVX2 with 256-bit VNNI), avx2, ref.  "amx" is the
  * AVX-512 table whose repacked-weight matmuls run on the AMX tile unit for
  * whole tiles of 16 tokens (cpu_amx.c); it is the automatic choice where
  * the CPU and the kernel allow it, decode staying on the AVX-512 kernels.
@@ -65,13 +67,20 @@ struct smol_cpu_kernels {
 const struct smol_cpu_kernels *smol_cpu_kernels(void);
 /* The scalar reference table. */
 const struct smol_cpu_kernels *smol_cpu_kernels_ref(void);
-/* A named variant ("ref", "avx2", "avx512", "amx") if this build has it and this
- * CPU runs it, else NULL (for tests and benchmarks). */
+/* A named variant ("ref", "avx2", "avxvnni", "avx512", "amx") if this build
+ * has it and this CPU runs it, else NULL (for tests and benchmarks). */
 const struct smol_cpu_kernels *smol_cpu_kernels_variant(const char *name);
+/* Why smol_cpu_kernels() is the table it is, one line: SMOL_CPU's request
+ * (and why it could not be met), else the automatic choice and the x86
+ * features it was made from (for benchmarks' headers). */
+const char *smol_cpu_kernels_why(void);
 
 /* Installers of the SIMD variants (cpu_avx2.c, cpu_avx512.c, cpu_amx.c): override the
  * entries they provide and return 1, or return 0 when the CPU lacks them. */
 int smol_cpu_fill_avx2(struct smol_cpu_kernels *k);
+/* cpu_avx2.c: on top of the AVX2 table (k must be it), the x8 kernels built
+ * for AVX-VNNI, when the CPU has it. */
+int smol_cpu_fill_avxvnni(struct smol_cpu_kernels *k);
 int smol_cpu_fill_avx512(struct smol_cpu_kernels *k);
 /* cpu_amx.c: on top of the AVX-512 table (k must be it), when the CPU has
  * AMX-INT8 and Linux grants the process the tile data (asked here, once). */

@@ -20,11 +20,14 @@
 #      batching does): all tokens per second;
 #   4. with BENCH_D set, generation after that many tokens of context too
 #      (both engines, -d as llama-bench's: attention over a long cache);
-#   5. prints one table, headed by the CPU, the ISA of our kernels and the
+#   5. prints one table, headed by the CPU, the kernel variant ours ran and
+#      why (the automatic choice and what the CPU runs, or SMOL_CPU: e.g.
+#      SMOL_CPU=avx2 measures the AVX2 path on an AVX-512 machine), and the
 #      peer's build and ISA (llama_print_system_info).
 # Environment: BENCH_THREADS (2), BENCH_REPS (3), BENCH_P (512), BENCH_N (128),
 # BENCH_B (4; 1: no batch row), BENCH_D (0: no depth row), BENCH_MODEL (path),
-# BENCH_NO_LLAMA=1 to skip llama.cpp.
+# BENCH_NO_LLAMA=1 to skip llama.cpp; SMOL_CPU (ref, avx2, avxvnni, avx512,
+# amx) picks our kernel variant as it does for the daemon.
 set -u
 BUILD=${1:-build}
 T=${BENCH_THREADS:-2}
@@ -44,6 +47,7 @@ if [ ! -f "$MODEL" ]; then
     nice "$BUILD/bin/smollm3" synth -o "$MODEL" --preset smollm3-3b || exit 1
 fi
 MODEL_BYTES=$(stat -c %s "$MODEL")
+echo "bench: smollm3d kernels: $("$BUILD/bench/bench_kernels" --which)"
 
 # ---- llama.cpp (optional: the table says n/a when it cannot be had).  The peer's wheel is
 # built for this CPU (tests/bench/llama_peer.sh); one that dies by a signal is replaced, once, by
@@ -168,8 +172,10 @@ elif [ -n "$PY" ]; then PEER_LINE="llama-cpp-python $PEER_BUILD build ($LL_ISA)$
 else PEER_LINE="n/a: ${PEER_NOTE:-no peer}"
 fi
 printf '\ncpu: %s; SIMD flags: %s\n' "$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)" \
-    "$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512(f|bw|vl|_vnni|_bf16|vbmi)|amx_[a-z0-9]*)$' | tr '\n' ' ')"
-printf 'smollm3d: %s kernels (SMOL_CPU=%s)\n' "$OUR_ISA" "${SMOL_CPU:-auto}"
+    "$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx_vnni|avx512(f|bw|vl|_vnni|_bf16|vbmi)|amx_[a-z0-9]*)$' | tr '\n' ' ')"
+# which kernel variant ran and why (bench_kernels --which: the same selection, SMOL_CPU included)
+WHY=$("$BUILD/bench/bench_kernels" --which 2>/dev/null | sed 's/^[^:]*: //')
+printf 'smollm3d: %s kernels: %s\n' "$OUR_ISA" "${WHY:-SMOL_CPU=${SMOL_CPU:-auto}}"
 printf 'llama.cpp: %s\n' "$PEER_LINE"
 awk -v bw="$BW" -v ofr="$(echo "$OUR_FR" | median)" -v lfr="$(echo "$LL_FR" | median)" -v mb="$MODEL_BYTES" -v t="$T" -v p="$P" -v n="$N" -v reps="$REPS" \
     -v opp="$OUR_PP" -v otg="$OUR_TG" -v orss="$OUR_RSS" -v lpp="$LL_PP" -v ltg="$LL_TG" -v lrss="$LL_RSS" \

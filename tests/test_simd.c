@@ -1,7 +1,7 @@
 /*
  * test_simd.c - every SIMD kernel variant against its scalar _ref twin.
  *
- * For each variant this build has (avx2, avx512, amx) and this CPU runs
+ * For each variant this build has (avx2, avxvnni, avx512, amx) and this CPU runs
  * (others print SKIPPED): activation quantizers byte for byte; weight x activation
  * dots and the tiled gemm kernels on random blocks (ref-quantized rows and
  * raw random bytes with sane scales), odd block counts, odd row / token
@@ -18,12 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/amx_layout.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/ops_ref.h"
 #include "kernels/quant_ref.h"
 
-static const char *variants[] = {"avx2", "avx512", "amx"};
-#define N_VARIANTS 3
+static const char *variants[] = {"avx2", "avxvnni", "avx512", "amx"};
+#define N_VARIANTS 4
 
 /* ------------------------------------------------------------ helpers */
 
@@ -313,6 +314,57 @@ START_TEST(test_packed)
 }
 END_TEST
 
+/* repacked weights against the scalar twin of the rows-in-lanes kernels
+ * (smol_amx_twin_gemm on the x16 packing of the same rows), bit for bit:
+ * the x8 kernels (avx2, avxvnni) and the x16 ones (avx512) promise the
+ * twin's integer terms and float operations per (row, token).  Row counts
+ * that are not whole x16 groups are padded for the twin with extra rows. */
+START_TEST(test_packed_twin)
+{
+    const struct smol_cpu_kernels *k = variant(_i);
+    if (!k) return;
+    int tested = 0;
+    for (int ti = 0; ti < N_QTYPES; ti++) {
+        const uint32_t wt = qtypes[ti];
+        if (!k->pack[wt]) continue;
+        const struct smol_type_traits *tr = smol_type_traits(wt), *at = smol_type_traits(tr->vec_dot_type);
+        const int pr = k->pack_rows[wt];
+        static const int ntoks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17}; /* every tile size, tiles and a rest */
+        for (int rep = 0; rep < 33; rep++) {
+            const int one = rep % 6 == 5;
+            const int nb = (int[]){1, 3, 8}[rep % 3], n = nb * tr->block_size, rows = pr * (1 + rep % 5);
+            const int rows16 = (rows + 15) / 16 * 16, ntok = ntoks[rep % 11];
+            const size_t ws = (size_t)nb * tr->type_size, sa = skew(tr->vec_dot_type);
+            const size_t as = (size_t)nb * at->type_size + sa * (rep % 2);
+            uint8_t *w = malloc(ws * rows16), *abuf = malloc(as * ntok + sa), *a = abuf + sa * (rep % 2);
+            uint8_t *pk = NULL, *pk16 = NULL;
+            ck_assert_int_eq(posix_memalign((void **)&pk, 64, ws * rows), 0);
+            ck_assert_int_eq(posix_memalign((void **)&pk16, 64, ws * rows16), 0);
+            float *x = malloc(n * sizeof *x), *out = malloc(sizeof(float) * ntok * rows),
+                  *twin = malloc(sizeof(float) * ntok * rows16);
+            for (int r = 0; r < rows16; r++) make_row(wt, w + r * ws, n, rep % 2, one);
+            for (int t = 0; t < ntok; t++) {
+                fill_act(x, n);
+                smol_cpu_kernels_ref()->quantize[tr->vec_dot_type](x, a + t * as, n);
+                if (one) unit_act_scales(tr->vec_dot_type, a + t * as, nb);
+            }
+            k->pack[wt](n, w, ws, rows, pk);
+            smol_x16_pack(wt, n, w, ws, rows16, pk16);
+            k->gemm_packed[wt](n, pk, rows, a, as, ntok, out, rows);
+            smol_amx_twin_gemm(wt, n, pk16, rows16, a, as, ntok, twin, rows16, NULL);
+            for (int t = 0; t < ntok; t++)
+                for (int r = 0; r < rows; r++)
+                    ck_assert_msg(!memcmp(&out[t * rows + r], &twin[t * rows16 + r], sizeof(float)),
+                                  "%s packed %s (%d rows, %d blocks) tok %d/%d row %d: %.9g, twin %.9g", variants[_i],
+                                  tr->name, rows, nb, t, ntok, r, out[t * rows + r], twin[t * rows16 + r]);
+            tested++;
+            free(w); free(abuf); free(pk); free(pk16); free(x); free(out); free(twin);
+        }
+    }
+    if (!tested) printf("note: %s has no repacked weight formats (nothing to compare)\n", variants[_i]);
+}
+END_TEST
+
 /* ----------------------------------------------------- float formats */
 
 START_TEST(test_float_dots)
@@ -490,7 +542,24 @@ START_TEST(test_dispatch)
     ck_assert_ptr_nonnull(k);
     ck_assert_str_eq(r->name, "cpu-ref");
     ck_assert_ptr_null(smol_cpu_kernels_variant("nonsense"));
-    printf("cpu kernels in use: %s\n", k->name);
+    printf("cpu kernels in use: %s: %s\n", k->name, smol_cpu_kernels_why());
+    /* the reason names the request or the automatic choice, and what the CPU runs */
+    const char *env = getenv("SMOL_CPU"), *why = smol_cpu_kernels_why();
+    ck_assert_ptr_nonnull(strstr(why, env && *env ? "SMOL_CPU=" : "automatic: "));
+    ck_assert_ptr_nonnull(strstr(why, "ref)"));
+    /* the 256-bit tables repack the four formats into x8 groups; avxvnni is avx2's table otherwise */
+    const struct smol_cpu_kernels *a2 = smol_cpu_kernels_variant("avx2"), *vn = smol_cpu_kernels_variant("avxvnni");
+    if (a2) ck_assert_ptr_nonnull(strstr(why, "avx2 "));
+    if (vn) ck_assert_ptr_nonnull(strstr(why, "avxvnni "));
+    for (int ti = 0; ti < N_QTYPES; ti++) {
+        if (a2) ck_assert_int_eq(a2->pack_rows[qtypes[ti]], 8);
+        if (vn) {
+            ck_assert_int_eq(vn->pack_rows[qtypes[ti]], 8);
+            ck_assert_ptr_eq(vn->gemm[qtypes[ti]], a2->gemm[qtypes[ti]]);
+            ck_assert_ptr_ne(vn->gemm_packed[qtypes[ti]], a2->gemm_packed[qtypes[ti]]);
+        }
+    }
+    if (vn) ck_assert_str_eq(vn->name, "cpu-avxvnni");
     for (uint32_t t = 0; t < SMOL_TYPE_COUNT; t++) {
         const struct smol_type_traits *tr = smol_type_traits(t);
         if (tr && tr->supported) ck_assert_ptr_nonnull(k->vec_dot[t]);
@@ -508,6 +577,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_vec_dot, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_gemm, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_packed, 0, N_VARIANTS);
+    tcase_add_loop_test(tc, test_packed_twin, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_float_dots, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_attention, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_silu_softmax, 0, N_VARIANTS);

@@ -4,7 +4,10 @@
  * call, weight GB/s and integer GMAC/s, best of several runs, counted in
  * process CPU time as well as wall time (this machine is shared).
  *
- *   bench_kernels [rows cols]     default 2048 x 2048, q4_K, q6_K, q8_0, q4_1
+ *   bench_kernels [rows cols [VARIANT...]]   default 2048 x 2048, q4_K, q6_K, q8_0, q4_1;
+ *                                           variants ref avx2 avxvnni avx512 (all)
+ *   bench_kernels --which    the table the CPU backend uses here and why (one line:
+ *                            "cpu-avx2: SMOL_CPU=avx2 (...)"), for make bench's header
  */
 #include "kernels/cpu_kernels.h"
 #include "kernels/quant_ref.h"
@@ -23,9 +26,22 @@ static double now(clockid_t c)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--which")) {
+        printf("%s: %s\n", smol_cpu_kernels()->name, smol_cpu_kernels_why());
+        return 0;
+    }
     const int rows = argc > 2 ? atoi(argv[1]) : 2048, cols = argc > 2 ? atoi(argv[2]) : 2048;
+    if (rows <= 0 || cols <= 0) {
+        fprintf(stderr, "usage: bench_kernels [rows cols [VARIANT...]] | --which\n");
+        return 2;
+    }
     const uint32_t types[] = {SMOL_TYPE_Q4_K, SMOL_TYPE_Q6_K, SMOL_TYPE_Q8_0, SMOL_TYPE_Q4_1};
-    const char *variants[] = {"ref", "avx2", "avx512"};
+    const char *all[] = {"ref", "avx2", "avxvnni", "avx512"}, **variants = all;
+    int n_var = 4;
+    if (argc > 3) {
+        variants = (const char **)argv + 3;
+        n_var = argc - 3;
+    }
     const int toks[] = {1, 4, 8, 16, 64};
     float *x = malloc(sizeof(float) * cols * 64), *out = malloc(sizeof(float) * rows * 64);
     for (int i = 0; i < cols * 64; i++) x[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1;
@@ -37,14 +53,15 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < wrow * rows; i++) w[i] = (uint8_t)(i * 7 + (i >> 9));
         for (int r = 0; r < rows; r++) tr->quantize(x, w + r * wrow, cols); /* sane blocks */
         for (int t = 0; t < 64; t++) at->quantize(x + (size_t)t * cols, a + t * arow, cols);
-        for (int vi = 0; vi < 3; vi++) {
+        for (int vi = 0; vi < n_var; vi++) {
             const struct smol_cpu_kernels *k = smol_cpu_kernels_variant(variants[vi]);
             if (!k) { printf("%-6s %-5s SKIPPED (not supported)\n", variants[vi], tr->name); continue; }
             for (int q = 0; q < 5; q++) {
                 const int nt = toks[q];
-                if (vi == 0 && nt > 4) continue;
+                const int is_ref = !strcmp(variants[vi], "ref");
+                if (is_ref && nt > 4) continue;
                 double best_w = 1e9, best_c = 1e9;
-                for (int rep = 0; rep < (vi ? 7 : 2); rep++) {
+                for (int rep = 0; rep < (is_ref ? 2 : 7); rep++) {
                     double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
                     if (k->gemm[types[ti]]) k->gemm[types[ti]](cols, w, wrow, rows, a, arow, nt, out, rows);
                     else
