@@ -421,8 +421,9 @@ def t_prediction(gw, d):
     gen, exact = 40, 0
     kw = dict(model="m", max_tokens=gen, temperature=0, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
     for i, prompt in enumerate(["Write a poem about the sea.", "List the planets.", "Say hello.", "Count to ten."]):
-        base = c.chat.completions.create(messages=msgs(prompt), **kw)
+        base = c.chat.completions.create(messages=msgs(prompt), logprobs=True, **kw)
         text = base.choices[0].message.content or ""
+        gen_pieces = [bytes(t.bytes) for t in (base.choices[0].logprobs.content or [])]
         bu = base.usage.completion_tokens_details
         check(bu.accepted_prediction_tokens == 0 and bu.rejected_prediction_tokens == 0,
               "no prediction: OpenAI's prediction counts are 0: %r" % bu)
@@ -439,8 +440,12 @@ def t_prediction(gw, d):
             x = r.usage.model_extra["x_smollm3"]
             check(u.accepted_prediction_tokens + u.rejected_prediction_tokens <= x["drafted_tokens"] and
                   u.accepted_prediction_tokens <= x["accepted_draft_tokens"], "counts %r %r" % (u, x))
-            st, tk = post(gw, "/tokenize", {"content": text, "parse_special": False})
-            if (base.choices[0].finish_reason == "length" and st == 200 and len(tk["tokens"]) == gen and
+            # exact counts only where the text tokenizes back to the very tokens generated (the same
+            # count is not enough: another split of the same text drafts tokens the model refuses)
+            st, tk = post(gw, "/tokenize", {"content": text, "parse_special": False, "with_pieces": True})
+            pieces = [p["piece"].encode() if isinstance(p["piece"], str) else bytes(p["piece"])
+                      for p in tk["tokens"]] if st == 200 else None
+            if (base.choices[0].finish_reason == "length" and pieces == gen_pieces and len(pieces) == gen and
                     r.usage.completion_tokens == gen):
                 # every draft from the prediction, all accepted: each step gave its drafts + 1
                 check(u.rejected_prediction_tokens == 0 and u.accepted_prediction_tokens == x["drafted_tokens"] and
