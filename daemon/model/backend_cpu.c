@@ -62,8 +62,9 @@ static void *cpu_alloc(struct smol_backend *be, size_t n)
 
 static void cpu_free(struct smol_backend *be, void *p) { free(p); }
 static void cpu_to_host(struct smol_backend *be, void *dst, const void *src, size_t n) { if (dst != src) memcpy(dst, src, n); }
-/* Weights of a type the kernel table can repack (AVX-512: q4_K, q6_K,
- * q4_1, q8_0, rows in vector lanes) are copied once into that layout, and their pages of the
+/* Weights of a type the kernel table can repack (q4_K, q6_K, q4_1, q8_0:
+ * groups of 16 rows in the AVX-512 table's lanes, of 8 rows in the AVX2 and
+ * AVX-VNNI tables'; pack_rows) are copied once into that layout, and their pages of the
  * file mapping are dropped from the process (they stay in the page cache):
  * the copy replaces them, so resident memory stays about the file's size,
  * and peak RSS is that plus one tensor.  A weight shared by two names (tied
