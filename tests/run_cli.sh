@@ -180,7 +180,7 @@ benchsh() { env LLAMA_WHEELS="$TMP/wheels" BENCH_LLAMA_PY="$TMP/peer" BENCH_MODE
     BENCH_N=4 BENCH_B=1 "$@" sh tests/bench.sh "$BUILD" > "$TMP/bench.out" 2>&1; }
 benchsh; rc=$?
 [ $rc = 0 ] && ok || bad "bench.sh with a crashing peer exits $rc: $(tail -5 "$TMP/bench.out")"
-grep -q "^cpu: .*; SIMD flags: " "$TMP/bench.out" && grep -q "^smollm3d: cpu-[a-z0-9]* kernels (SMOL_CPU=auto)$" "$TMP/bench.out" \
+grep -q "^cpu: .*; SIMD flags: " "$TMP/bench.out" && grep -q "^smollm3d: cpu-[a-z0-9]* kernels: automatic: the best this CPU runs ([a-z0-9 ]*)$" "$TMP/bench.out" \
     && ok || bad "bench.sh names the CPU and our ISA: $(grep -E '^(cpu|smollm3d):' "$TMP/bench.out")"
 grep -q "native build died by SIGILL; building the portable one" "$TMP/bench.out" &&
     grep -q "^llama.cpp: llama-cpp-python portable build (AVX2 AVX512 AVX512_VNNI); the native build died by SIGILL$" "$TMP/bench.out" \
