@@ -13,8 +13,6 @@
 
 #include "quant_ref_internal.h"
 
-static inline uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-
 int smol_x16_has(uint32_t type)
 {
     return type == SMOL_TYPE_Q4_K || type == SMOL_TYPE_Q6_K || type == SMOL_TYPE_Q4_1 || type == SMOL_TYPE_Q4_0 ||
@@ -23,53 +21,14 @@ int smol_x16_has(uint32_t type)
 
 int smol_amx_sub(uint32_t type) { return type == SMOL_TYPE_Q6_K ? 16 : 32; }
 
-/* ------------------------------------------------------------- q4_K */
+/* smol_x16_pack_<type>, smol_x16_unpack_row_<type>: the bodies x8_layout.c
+ * compiles with 8 lanes */
+#define LANES 16
+#define LANES_T(t) t##_x16
+#define LANES_FN(f) smol_x16_##f
+#include "lanes_pack.inc"
 
-/* quant k (0..31) of sub-block j of a q4_K block (smol_dequant_q4_K_ref) */
-static inline uint8_t q4_K_q(const struct block_q4_K *x, int j, int k)
-{
-    const uint8_t b = x->qs[32 * (j / 2) + k];
-    return j % 2 ? b >> 4 : b & 0xF;
-}
-
-static void pack_q4_K(int n, const void *w, size_t w_stride, int n_rows, void *out)
-{
-    const int nb = n / QK_K;
-    for (int g = 0; g < n_rows / 16; g++)
-        for (int r = 0; r < 16; r++) {
-            const struct block_q4_K *x = (const struct block_q4_K *)((const uint8_t *)w + (size_t)(16 * g + r) * w_stride);
-            struct q4_K_x16 *o = (struct q4_K_x16 *)out + (size_t)g * nb;
-            for (int i = 0; i < nb; i++, o++) {
-                for (int s = 0; s < 3; s++) o->sd[s][r] = ld32(x[i].scales + 4 * s);
-                o->d[r] = x[i].d;
-                o->dmin[r] = x[i].dmin;
-                for (int j = 0; j < 8; j++)
-                    for (int p = 0; p < 4; p++)
-                        for (int b = 0; b < 4; b++)
-                            o->qs[j][p][4 * r + b] =
-                                (uint8_t)(q4_K_q(&x[i], j, 8 * p + b) | q4_K_q(&x[i], j, 8 * p + 4 + b) << 4);
-            }
-        }
-}
-
-static void unpack_row_q4_K(int n, const void *packed, int row, void *out)
-{
-    const int nb = n / QK_K, r = row % 16;
-    const struct q4_K_x16 *x = (const struct q4_K_x16 *)packed + (size_t)(row / 16) * nb;
-    struct block_q4_K *y = out;
-    for (int i = 0; i < nb; i++) {
-        for (int s = 0; s < 3; s++) memcpy(y[i].scales + 4 * s, &x[i].sd[s][r], 4);
-        y[i].d = x[i].d[r];
-        y[i].dmin = x[i].dmin[r];
-        memset(y[i].qs, 0, sizeof y[i].qs);
-        for (int j = 0; j < 8; j++)
-            for (int k = 0; k < 32; k++) {
-                const uint8_t v = x[i].qs[j][k / 8][4 * r + k % 4]; /* k % 8 < 4: low nibble */
-                const uint8_t q = k % 8 < 4 ? v & 0xF : v >> 4;
-                y[i].qs[32 * (j / 2) + k] |= (uint8_t)(j % 2 ? q << 4 : q);
-            }
-    }
-}
+/* ---------------------------------------- the AMX kernels' staged B tiles */
 
 void smol_amx_stage_q4_K(const struct q4_K_x16 *b, int j, uint8_t B[8][64])
 {
@@ -80,76 +39,6 @@ void smol_amx_stage_q4_K(const struct q4_K_x16 *b, int j, uint8_t B[8][64])
         }
 }
 
-/* ------------------------------------------------------------- q6_K */
-
-/* the 256 quants (0..63) of a q6_K block in k order (smol_dequant_q6_K_ref) */
-static void q6_K_values(const struct block_q6_K *x, uint8_t *q)
-{
-    const uint8_t *ql = x->ql, *qh = x->qh;
-    for (int h = 0; h < QK_K; h += 128, q += 128, ql += 64, qh += 32)
-        for (int l = 0; l < 32; l++) {
-            q[l] = (uint8_t)((ql[l] & 0xF) | ((qh[l] & 3) << 4));
-            q[l + 32] = (uint8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
-            q[l + 64] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
-            q[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
-        }
-}
-
-static void pack_q6_K(int n, const void *w, size_t w_stride, int n_rows, void *out)
-{
-    const int nb = n / QK_K;
-    for (int g = 0; g < n_rows / 16; g++)
-        for (int r = 0; r < 16; r++) {
-            const struct block_q6_K *x = (const struct block_q6_K *)((const uint8_t *)w + (size_t)(16 * g + r) * w_stride);
-            struct q6_K_x16 *o = (struct q6_K_x16 *)out + (size_t)g * nb;
-            for (int i = 0; i < nb; i++, o++) {
-                uint8_t q[QK_K];
-                q6_K_values(&x[i], q);
-                for (int k = 0; k < QK_K; k++) {
-                    const int v = k / 4, b = k % 4;
-                    uint8_t *lo = &o->lo[v / 2][4 * r + b], *hi = &o->hi[v / 4][4 * r + b];
-                    if (v % 2 == 0) *lo = 0;
-                    if (v % 4 == 0) *hi = 0;
-                    *lo |= (uint8_t)((q[k] & 0xF) << (4 * (v % 2)));
-                    *hi |= (uint8_t)((q[k] >> 4) << (2 * (v % 4)));
-                }
-                for (int k = 0; k < 8; k++) {
-                    o->sc[k][r][0] = x[i].scales[2 * k];
-                    o->sc[k][r][1] = x[i].scales[2 * k + 1];
-                }
-                o->d[r] = x[i].d;
-            }
-        }
-}
-
-static void unpack_row_q6_K(int n, const void *packed, int row, void *out)
-{
-    const int nb = n / QK_K, r = row % 16;
-    const struct q6_K_x16 *x = (const struct q6_K_x16 *)packed + (size_t)(row / 16) * nb;
-    struct block_q6_K *y = out;
-    for (int i = 0; i < nb; i++) {
-        uint8_t q[QK_K];
-        for (int k = 0; k < QK_K; k++) {
-            const int v = k / 4, b = k % 4;
-            q[k] = (uint8_t)(((x[i].lo[v / 2][4 * r + b] >> (4 * (v % 2))) & 0xF) |
-                             (((x[i].hi[v / 4][4 * r + b] >> (2 * (v % 4))) & 3) << 4));
-        }
-        for (int h = 0; h < 2; h++)
-            for (int l = 0; l < 32; l++) {
-                const uint8_t *c = q + 128 * h;
-                y[i].ql[64 * h + l] = (uint8_t)((c[l] & 0xF) | (c[l + 64] & 0xF) << 4);
-                y[i].ql[64 * h + l + 32] = (uint8_t)((c[l + 32] & 0xF) | (c[l + 96] & 0xF) << 4);
-                y[i].qh[32 * h + l] = (uint8_t)((c[l] >> 4) | (c[l + 32] >> 4) << 2 | (c[l + 64] >> 4) << 4 |
-                                                (c[l + 96] >> 4) << 6);
-            }
-        for (int k = 0; k < 8; k++) {
-            y[i].scales[2 * k] = x[i].sc[k][r][0];
-            y[i].scales[2 * k + 1] = x[i].sc[k][r][1];
-        }
-        y[i].d = x[i].d[r];
-    }
-}
-
 void smol_amx_stage_q6_K(const struct q6_K_x16 *b, int j, uint8_t B[4][64])
 {
     for (int u = 0; u < 4; u++) {
@@ -158,54 +47,6 @@ void smol_amx_stage_q6_K(const struct q6_K_x16 *b, int j, uint8_t B[4][64])
             B[u][c] = (uint8_t)(((b->lo[v / 2][c] >> (4 * (v % 2))) & 0xF) | (((b->hi[v / 4][c] >> (2 * (v % 4))) & 3) << 4));
     }
 }
-
-/* ------------------------------------------------ q4_1, q4_0, q8_0 */
-
-#define DEFINE_PACK32(T, BLK, XOR)                                                                              \
-    static void pack_##T(int n, const void *w, size_t w_stride, int n_rows, void *out)                         \
-    {                                                                                                           \
-        const int nb = n / 32;                                                                                  \
-        for (int g = 0; g < n_rows / 16; g++)                                                                   \
-            for (int r = 0; r < 16; r++) {                                                                      \
-                const struct BLK *x = (const struct BLK *)((const uint8_t *)w + (size_t)(16 * g + r) * w_stride); \
-                struct T##_x16 *o = (struct T##_x16 *)out + (size_t)g * nb;                                     \
-                for (int i = 0; i < nb; i++, o++) {                                                             \
-                    for (int p = 0; p < (int)(sizeof o->qs / sizeof o->qs[0]); p++)                             \
-                        o->qs[p][r] = ld32((const uint8_t *)x[i].qs + 4 * p) ^ (XOR);                           \
-                    PACK_EXTRA_##T                                                                              \
-                }                                                                                               \
-            }                                                                                                   \
-    }                                                                                                           \
-    static void unpack_row_##T(int n, const void *packed, int row, void *out)                                  \
-    {                                                                                                           \
-        const int nb = n / 32, r = row % 16;                                                                    \
-        const struct T##_x16 *x = (const struct T##_x16 *)packed + (size_t)(row / 16) * nb;                    \
-        struct BLK *y = out;                                                                                    \
-        for (int i = 0; i < nb; i++) {                                                                          \
-            for (int p = 0; p < (int)(sizeof x->qs / sizeof x->qs[0]); p++) {                                   \
-                const uint32_t v = x[i].qs[p][r] ^ (XOR);                                                       \
-                memcpy((uint8_t *)y[i].qs + 4 * p, &v, 4);                                                      \
-            }                                                                                                   \
-            UNPACK_EXTRA_##T                                                                                    \
-        }                                                                                                       \
-    }
-
-#define PACK_EXTRA_q4_1 o->d[r] = x[i].d; o->m[r] = x[i].m;
-#define UNPACK_EXTRA_q4_1 y[i].d = x[i].d[r]; y[i].m = x[i].m[r];
-#define PACK_EXTRA_q4_0 o->d[r] = x[i].d;
-#define UNPACK_EXTRA_q4_0 y[i].d = x[i].d[r];
-#define PACK_EXTRA_q8_0 o->d[r] = x[i].d;
-#define UNPACK_EXTRA_q8_0 y[i].d = x[i].d[r];
-DEFINE_PACK32(q4_1, block_q4_1, 0u)
-DEFINE_PACK32(q4_0, block_q4_0, 0u)
-DEFINE_PACK32(q8_0, block_q8_0, 0x80808080u)
-
-void smol_x16_pack_q4_0(int n, const void *w, size_t w_stride, int n_rows, void *out)
-{
-    pack_q4_0(n, w, w_stride, n_rows, out);
-}
-
-void smol_x16_unpack_row_q4_0(int n, const void *packed, int row, void *out) { unpack_row_q4_0(n, packed, row, out); }
 
 static void stage_nibbles(const uint32_t qs[4][16], int minus8, uint8_t B[8][64])
 {
@@ -229,11 +70,11 @@ void smol_amx_stage_q8_0(const struct q8_0_x16 *b, uint8_t B[8][64])
 void smol_x16_pack(uint32_t type, int n, const void *w, size_t w_stride, int n_rows, void *out)
 {
     switch (type) {
-    case SMOL_TYPE_Q4_K: pack_q4_K(n, w, w_stride, n_rows, out); break;
-    case SMOL_TYPE_Q6_K: pack_q6_K(n, w, w_stride, n_rows, out); break;
-    case SMOL_TYPE_Q4_1: pack_q4_1(n, w, w_stride, n_rows, out); break;
-    case SMOL_TYPE_Q4_0: pack_q4_0(n, w, w_stride, n_rows, out); break;
-    case SMOL_TYPE_Q8_0: pack_q8_0(n, w, w_stride, n_rows, out); break;
+    case SMOL_TYPE_Q4_K: smol_x16_pack_q4_K(n, w, w_stride, n_rows, out); break;
+    case SMOL_TYPE_Q6_K: smol_x16_pack_q6_K(n, w, w_stride, n_rows, out); break;
+    case SMOL_TYPE_Q4_1: smol_x16_pack_q4_1(n, w, w_stride, n_rows, out); break;
+    case SMOL_TYPE_Q4_0: smol_x16_pack_q4_0(n, w, w_stride, n_rows, out); break;
+    case SMOL_TYPE_Q8_0: smol_x16_pack_q8_0(n, w, w_stride, n_rows, out); break;
     default: abort();
     }
 }
@@ -241,11 +82,11 @@ void smol_x16_pack(uint32_t type, int n, const void *w, size_t w_stride, int n_r
 void smol_x16_unpack_row(uint32_t type, int n, const void *packed, int row, void *out)
 {
     switch (type) {
-    case SMOL_TYPE_Q4_K: unpack_row_q4_K(n, packed, row, out); break;
-    case SMOL_TYPE_Q6_K: unpack_row_q6_K(n, packed, row, out); break;
-    case SMOL_TYPE_Q4_1: unpack_row_q4_1(n, packed, row, out); break;
-    case SMOL_TYPE_Q4_0: unpack_row_q4_0(n, packed, row, out); break;
-    case SMOL_TYPE_Q8_0: unpack_row_q8_0(n, packed, row, out); break;
+    case SMOL_TYPE_Q4_K: smol_x16_unpack_row_q4_K(n, packed, row, out); break;
+    case SMOL_TYPE_Q6_K: smol_x16_unpack_row_q6_K(n, packed, row, out); break;
+    case SMOL_TYPE_Q4_1: smol_x16_unpack_row_q4_1(n, packed, row, out); break;
+    case SMOL_TYPE_Q4_0: smol_x16_unpack_row_q4_0(n, packed, row, out); break;
+    case SMOL_TYPE_Q8_0: smol_x16_unpack_row_q8_0(n, packed, row, out); break;
     default: abort();
     }
 }

@@ -58,63 +58,27 @@
 
 #include "quant.h"
 
-/* q4_K: lane r of qs[j][p] = row r's quants of sub-block j at k = 8p..8p+3
- * (low nibbles) and 8p+4..8p+7 (high nibbles); sd = the 12 packed scale
- * bytes as 3 dwords per row.  Widened: B tile of sub-block j = 8 VNNI rows,
- * row 2p = low nibbles of qs[j][p], row 2p+1 = the high ones. */
-struct q4_K_x16 {
-    uint8_t qs[8][4][64];   /* [sub-block j][pair p][lane r: 4 bytes] */
-    uint32_t sd[3][16];     /* row r's 12 packed scale bytes as 3 dwords */
-    smol_half d[16], dmin[16];
-};
-SMOL_STATIC_ASSERT(sizeof(struct q4_K_x16) == 16 * sizeof(struct block_q4_K), "q4_K_x16 keeps the bytes of 16 rows");
+/* struct q4_K_x16, q6_K_x16, q4_1_x16, q4_0_x16, q8_0_x16 and
+ * smol_x16_pack_<type>, smol_x16_unpack_row_<type>: lanes_layout.inc with
+ * 16 lanes.  Their B tiles (smol_amx_stage_*): q4_K sub-block j = 8 VNNI
+ * rows, row 2p = the low nibbles of qs[j][p], row 2p+1 the high ones; q6_K
+ * sub-block j (16 values) = the 4 VNNI rows v = 4j..4j+3 (values 0..63);
+ * q4_1 / q4_0: rows p = the low nibbles, 4 + p = the high nibbles of qs[p]
+ * (q4_0: minus 8, signed); q8_0 (tdpbssd): the group block's bytes ^ 0x80. */
+#define LANES 16
+#define LANES_T(t) t##_x16
+#define LANES_FN(f) smol_x16_##f
+#include "lanes_layout.inc"
+#undef LANES
+#undef LANES_T
+#undef LANES_FN
 
-/* q6_K: value vector v (k = 4v..4v+3 of 16 rows, one dword per row) is the
- * nibble v % 2 of lo[v / 2] and bits 2 (v % 4) of hi[v / 4]: the B tile of
- * sub-block j (16 values) is the 4 VNNI rows v = 4j..4j+3 (values 0..63). */
-struct q6_K_x16 {
-    uint8_t lo[32][64];     /* [v / 2][lane r: 4 bytes], nibble v % 2 */
-    uint8_t hi[16][64];     /* [v / 4][lane r: 4 bytes], bits 2 (v % 4) */
-    int8_t sc[8][16][2];    /* [pair i][row r]: scales 2i, 2i+1 */
-    smol_half d[16];
-};
-SMOL_STATIC_ASSERT(sizeof(struct q6_K_x16) == 16 * sizeof(struct block_q6_K), "q6_K_x16 keeps the bytes of 16 rows");
-
-/* q4_1 / q4_0: dword p of lane r = row r's qs[4p..4p+3] as stored (low
- * nibbles: elements 4p..4p+3, high: 16 + 4p..): B tile rows p = low
- * nibbles, 4 + p = high nibbles of qs[p] (q4_0: minus 8, signed). */
-struct q4_1_x16 {
-    uint32_t qs[4][16];     /* [dword p][lane r]: row r's qs[4p..4p+3] */
-    smol_half d[16], m[16];
-};
-SMOL_STATIC_ASSERT(sizeof(struct q4_1_x16) == 16 * sizeof(struct block_q4_1), "q4_1_x16 keeps the bytes of 16 rows");
-
-struct q4_0_x16 {
-    uint32_t qs[4][16];     /* [dword p][lane r]: row r's qs[4p..4p+3] */
-    smol_half d[16];
-};
-SMOL_STATIC_ASSERT(sizeof(struct q4_0_x16) == 16 * sizeof(struct block_q4_0), "q4_0_x16 keeps the bytes of 16 rows");
-
-/* q8_0: dword p of lane r = row r's qs[4p..4p+3] ^ 0x80 each (q + 128, the
- * unsigned operand of vpdpbusd); B tile (tdpbssd) = those bytes ^ 0x80. */
-struct q8_0_x16 {
-    uint32_t qs[8][16];     /* [dword p][lane r]: row r's qs[4p..4p+3] ^ 0x80 each */
-    smol_half d[16];
-};
-SMOL_STATIC_ASSERT(sizeof(struct q8_0_x16) == 16 * sizeof(struct block_q8_0), "q8_0_x16 keeps the bytes of 16 rows");
-
-/* Portable pack / unpack (the specification of the bytes; cpu_avx512.c has
- * faster q4_K / q6_K packers that must give the same bytes): n_rows (a
- * multiple of 16) rows of n columns, w_stride apart -> out, the groups in
- * row order, each [n / block] group blocks; unpack: row `row` back. */
+/* The portable pack / unpack_row above by type (the specification of the
+ * bytes; cpu_avx512.c's vectorized q4_K packer must give the same bytes). */
 void smol_x16_pack(uint32_t type, int n, const void *w, size_t w_stride, int n_rows, void *out);
 void smol_x16_unpack_row(uint32_t type, int n, const void *packed, int row, void *out);
 /* whether `type` has an x16 layout (q4_K, q6_K, q4_1, q4_0, q8_0) */
 int smol_x16_has(uint32_t type);
-
-/* Per-type entry points (the kernel table's pack / unpack_row signatures). */
-void smol_x16_pack_q4_0(int n, const void *w, size_t w_stride, int n_rows, void *out);
-void smol_x16_unpack_row_q4_0(int n, const void *packed, int row, void *out);
 
 /* q4_0 x16 against q8_0 activations in plain C, with the AMX kernel's float
  * epilogue (the AMX table's q4_0 path for batches under 16 tokens). */

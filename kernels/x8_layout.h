@@ -30,57 +30,17 @@
 
 #include "quant.h"
 
-/* q4_K: lane r of qs[j][p] = row r's quants of sub-block j at k = 8p..8p+3
- * (low nibbles) and 8p+4..8p+7 (high nibbles); sd = the 12 packed scale
- * bytes as 3 dwords per row. */
-struct q4_K_x8 {
-    uint8_t qs[8][4][32];   /* [sub-block j][pair p][lane r: 4 bytes] */
-    uint32_t sd[3][8];      /* row r's 12 packed scale bytes as 3 dwords */
-    smol_half d[8], dmin[8];
-};
-SMOL_STATIC_ASSERT(sizeof(struct q4_K_x8) == 8 * sizeof(struct block_q4_K), "q4_K_x8 keeps the bytes of 8 rows");
-
-/* q6_K: value vector v (k = 4v..4v+3 of 8 rows, one dword per row) is the
- * nibble v % 2 of lo[v / 2] and bits 2 (v % 4) of hi[v / 4]; sub-block j
- * (16 values) is vectors 4j..4j+3. */
-struct q6_K_x8 {
-    uint8_t lo[32][32];     /* [v / 2][lane r: 4 bytes], nibble v % 2 */
-    uint8_t hi[16][32];     /* [v / 4][lane r: 4 bytes], bits 2 (v % 4) */
-    int8_t sc[8][8][2];     /* [pair i][row r]: scales 2i, 2i+1 */
-    smol_half d[8];
-};
-SMOL_STATIC_ASSERT(sizeof(struct q6_K_x8) == 8 * sizeof(struct block_q6_K), "q6_K_x8 keeps the bytes of 8 rows");
-
-/* q4_1: dword p of lane r = row r's qs[4p..4p+3] as stored (low nibbles:
- * elements 4p..4p+3, high: 16 + 4p..). */
-struct q4_1_x8 {
-    uint32_t qs[4][8];      /* [dword p][lane r] */
-    smol_half d[8], m[8];
-};
-SMOL_STATIC_ASSERT(sizeof(struct q4_1_x8) == 8 * sizeof(struct block_q4_1), "q4_1_x8 keeps the bytes of 8 rows");
-
-/* q8_0: dword p of lane r = row r's qs[4p..4p+3] ^ 0x80 each (q + 128, the
- * unsigned operand of vpdpbusd / vpmaddubsw). */
-struct q8_0_x8 {
-    uint32_t qs[8][8];      /* [dword p][lane r]: row r's qs[4p..4p+3] ^ 0x80 each */
-    smol_half d[8];
-};
-SMOL_STATIC_ASSERT(sizeof(struct q8_0_x8) == 8 * sizeof(struct block_q8_0), "q8_0_x8 keeps the bytes of 8 rows");
+/* struct q4_K_x8, q6_K_x8, q4_1_x8, q8_0_x8 and smol_x8_pack_<type>,
+ * smol_x8_unpack_row_<type>: lanes_layout.inc with 8 lanes */
+#define LANES 8
+#define LANES_T(t) t##_x8
+#define LANES_FN(f) smol_x8_##f
+#include "lanes_layout.inc"
+#undef LANES
+#undef LANES_T
+#undef LANES_FN
 
 /* whether `type` has an x8 layout (q4_K, q6_K, q4_1, q8_0) */
 int smol_x8_has(uint32_t type);
-
-/* Pack: n_rows (a multiple of 8) rows of n columns, w_stride apart -> out,
- * the groups in row order, each [n / block] group blocks (row r0, r0 % 8 ==
- * 0, starts at byte r0 * row_bytes); unpack_row: row `row` back in its
- * format.  The kernel table's pack / unpack_row signatures. */
-void smol_x8_pack_q4_K(int n, const void *w, size_t w_stride, int n_rows, void *out);
-void smol_x8_unpack_row_q4_K(int n, const void *packed, int row, void *out);
-void smol_x8_pack_q6_K(int n, const void *w, size_t w_stride, int n_rows, void *out);
-void smol_x8_unpack_row_q6_K(int n, const void *packed, int row, void *out);
-void smol_x8_pack_q4_1(int n, const void *w, size_t w_stride, int n_rows, void *out);
-void smol_x8_unpack_row_q4_1(int n, const void *packed, int row, void *out);
-void smol_x8_pack_q8_0(int n, const void *w, size_t w_stride, int n_rows, void *out);
-void smol_x8_unpack_row_q8_0(int n, const void *packed, int row, void *out);
 
 #endif
