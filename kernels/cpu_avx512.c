@@ -201,7 +201,10 @@ static float vec_dot_q6_K_z(int n, const void *w, const void *a)
 /* struct q4_K_x16: amx_layout.h */
 
 /* n_rows (a multiple of 16) rows of n columns, w_stride apart -> out: the
- * groups in row order, each [n / 256] blocks */
+ * groups in row order, each [n / 256] blocks.  smol_x16_pack_q4_K's bytes
+ * with 512-bit moves (test_amx compares the two); the other formats' pack
+ * and every unpack_row are the portable ones (amx_layout.h): plain C that
+ * runs once per weight at load, or per get_rows row. */
 static void pack_q4_K_x16(int n, const void *w, size_t w_stride, int n_rows, void *out)
 {
     const int nb = n / QK_K;
@@ -236,31 +239,6 @@ static void pack_q4_K_x16(int n, const void *w, size_t w_stride, int n_rows, voi
         }
 }
 
-/* row `row` of a packed weight back in block_q4_K form (get_rows) */
-static void unpack_row_q4_K_x16(int n, const void *packed, int row, void *out)
-{
-    const int nb = n / QK_K, r = row % 16;
-    const struct q4_K_x16 *x = (const struct q4_K_x16 *)packed + (size_t)(row / 16) * nb;
-    struct block_q4_K *y = out;
-    for (int i = 0; i < nb; i++) {
-        memcpy(y[i].scales, &x[i].sd[0][r], 4);
-        memcpy(y[i].scales + 4, &x[i].sd[1][r], 4);
-        memcpy(y[i].scales + 8, &x[i].sd[2][r], 4);
-        y[i].d = x[i].d[r];
-        y[i].dmin = x[i].dmin[r];
-        const uint32_t *qd = (const uint32_t *)x[i].qs;
-        for (int q = 0; q < 4; q++)
-            for (int p = 0; p < 4; p++) {
-                const uint32_t lo = qd[((2 * q) * 4 + p) * 16 + r], hi = qd[((2 * q + 1) * 4 + p) * 16 + r];
-                const uint32_t e = (lo & 0x0F0F0F0Fu) | ((hi & 0x0F0F0F0Fu) << 4);
-                const uint32_t f = ((lo >> 4) & 0x0F0F0F0Fu) | (hi & 0xF0F0F0F0u);
-                memcpy(y[i].qs + 4 * (8 * q + 2 * p), &e, 4);
-                memcpy(y[i].qs + 4 * (8 * q + 2 * p + 1), &f, 4);
-            }
-    }
-}
-
-/* 16 rows (the group's blocks x[nb]) x NT tokens -> out[t * out_stride + r] */
 static inline __attribute__((always_inline)) void q4_K_x16_tile(int nb, const struct q4_K_x16 *x, const uint8_t *a,
                                                                 size_t a_stride, const int NT, float *out,
                                                                 size_t out_stride, const int pf)
@@ -347,78 +325,6 @@ static inline __attribute__((always_inline)) void q4_K_x16_tile(int nb, const st
  * pairs (sc[2i], sc[2i+1]) per row) + 32 (d) = 16 block_q6_K = 3360, so
  * every other group block is only 32-byte aligned: unaligned loads. */
 /* struct q6_K_x16: amx_layout.h */
-
-/* the 256 quants (0..63) of a q6_K block in k order (smol_dequant_q6_K_ref) */
-static void q6_K_values(const struct block_q6_K *x, uint8_t *q)
-{
-    const uint8_t *ql = x->ql, *qh = x->qh;
-    for (int h = 0; h < QK_K; h += 128, q += 128, ql += 64, qh += 32)
-        for (int l = 0; l < 32; l++) {
-            q[l] = (uint8_t)((ql[l] & 0xF) | ((qh[l] & 3) << 4));
-            q[l + 32] = (uint8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
-            q[l + 64] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
-            q[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
-        }
-}
-
-static inline uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-
-static void pack_q6_K_x16(int n, const void *w, size_t w_stride, int n_rows, void *out)
-{
-    const int nb = n / QK_K;
-    for (int g = 0; g < n_rows / 16; g++)
-        for (int r = 0; r < 16; r++) {
-            const struct block_q6_K *x = (const struct block_q6_K *)((const uint8_t *)w + (size_t)(16 * g + r) * w_stride);
-            struct q6_K_x16 *o = (struct q6_K_x16 *)out + (size_t)g * nb;
-            for (int i = 0; i < nb; i++, o++) {
-                uint8_t q[QK_K];
-                q6_K_values(&x[i], q);
-                for (int u = 0; u < 32; u++) {
-                    const uint32_t v = (ld32(q + 8 * u) & 0x0F0F0F0Fu) | ((ld32(q + 8 * u + 4) & 0x0F0F0F0Fu) << 4);
-                    memcpy(o->lo[u] + 4 * r, &v, 4);
-                }
-                for (int h = 0; h < 16; h++) {
-                    const uint8_t *c = q + 16 * h;
-                    const uint32_t v = ((ld32(c) >> 4) & 0x03030303u) | ((ld32(c + 4) >> 2) & 0x0C0C0C0Cu) |
-                                       (ld32(c + 8) & 0x30303030u) | ((ld32(c + 12) << 2) & 0xC0C0C0C0u);
-                    memcpy(o->hi[h] + 4 * r, &v, 4);
-                }
-                for (int k = 0; k < 8; k++) {
-                    o->sc[k][r][0] = x[i].scales[2 * k];
-                    o->sc[k][r][1] = x[i].scales[2 * k + 1];
-                }
-                o->d[r] = x[i].d;
-            }
-        }
-}
-
-static void unpack_row_q6_K_x16(int n, const void *packed, int row, void *out)
-{
-    const int nb = n / QK_K, r = row % 16;
-    const struct q6_K_x16 *x = (const struct q6_K_x16 *)packed + (size_t)(row / 16) * nb;
-    struct block_q6_K *y = out;
-    for (int i = 0; i < nb; i++) {
-        uint8_t q[QK_K];
-        for (int k = 0; k < QK_K; k++) {
-            const int v = k / 4, b = k % 4;
-            q[k] = (uint8_t)(((x[i].lo[v / 2][4 * r + b] >> (4 * (v % 2))) & 0xF) |
-                             (((x[i].hi[v / 4][4 * r + b] >> (2 * (v % 4))) & 3) << 4));
-        }
-        for (int h = 0; h < 2; h++)
-            for (int l = 0; l < 32; l++) {
-                const uint8_t *c = q + 128 * h;
-                y[i].ql[64 * h + l] = (uint8_t)((c[l] & 0xF) | (c[l + 64] & 0xF) << 4);
-                y[i].ql[64 * h + l + 32] = (uint8_t)((c[l + 32] & 0xF) | (c[l + 96] & 0xF) << 4);
-                y[i].qh[32 * h + l] = (uint8_t)((c[l] >> 4) | (c[l + 32] >> 4) << 2 | (c[l + 64] >> 4) << 4 |
-                                                (c[l + 96] >> 4) << 6);
-            }
-        for (int k = 0; k < 8; k++) {
-            y[i].scales[2 * k] = x[i].sc[k][r][0];
-            y[i].scales[2 * k + 1] = x[i].sc[k][r][1];
-        }
-        y[i].d = x[i].d[r];
-    }
-}
 
 static inline __attribute__((always_inline)) void q6_K_x16_tile(int nb, const struct q6_K_x16 *x, const uint8_t *a,
                                                                 size_t a_stride, const int NT, float *out,
@@ -540,61 +446,6 @@ struct act32 {
     float d;
     union { float s; int32_t c; };
 };
-
-static void pack_q4_1_x16(int n, const void *w, size_t w_stride, int n_rows, void *out)
-{
-    const int nb = n / QK4_1;
-    for (int g = 0; g < n_rows / 16; g++)
-        for (int r = 0; r < 16; r++) {
-            const struct block_q4_1 *x = (const struct block_q4_1 *)((const uint8_t *)w + (size_t)(16 * g + r) * w_stride);
-            struct q4_1_x16 *o = (struct q4_1_x16 *)out + (size_t)g * nb;
-            for (int i = 0; i < nb; i++, o++) {
-                for (int p = 0; p < 4; p++) o->qs[p][r] = ld32(x[i].qs + 4 * p);
-                o->d[r] = x[i].d;
-                o->m[r] = x[i].m;
-            }
-        }
-}
-
-static void unpack_row_q4_1_x16(int n, const void *packed, int row, void *out)
-{
-    const int nb = n / QK4_1, r = row % 16;
-    const struct q4_1_x16 *x = (const struct q4_1_x16 *)packed + (size_t)(row / 16) * nb;
-    struct block_q4_1 *y = out;
-    for (int i = 0; i < nb; i++) {
-        y[i].d = x[i].d[r];
-        y[i].m = x[i].m[r];
-        for (int p = 0; p < 4; p++) memcpy(y[i].qs + 4 * p, &x[i].qs[p][r], 4);
-    }
-}
-
-static void pack_q8_0_x16(int n, const void *w, size_t w_stride, int n_rows, void *out)
-{
-    const int nb = n / QK8_0;
-    for (int g = 0; g < n_rows / 16; g++)
-        for (int r = 0; r < 16; r++) {
-            const struct block_q8_0 *x = (const struct block_q8_0 *)((const uint8_t *)w + (size_t)(16 * g + r) * w_stride);
-            struct q8_0_x16 *o = (struct q8_0_x16 *)out + (size_t)g * nb;
-            for (int i = 0; i < nb; i++, o++) {
-                for (int p = 0; p < 8; p++) o->qs[p][r] = ld32((const uint8_t *)x[i].qs + 4 * p) ^ 0x80808080u;
-                o->d[r] = x[i].d;
-            }
-        }
-}
-
-static void unpack_row_q8_0_x16(int n, const void *packed, int row, void *out)
-{
-    const int nb = n / QK8_0, r = row % 16;
-    const struct q8_0_x16 *x = (const struct q8_0_x16 *)packed + (size_t)(row / 16) * nb;
-    struct block_q8_0 *y = out;
-    for (int i = 0; i < nb; i++) {
-        y[i].d = x[i].d[r];
-        for (int p = 0; p < 8; p++) {
-            const uint32_t v = x[i].qs[p][r] ^ 0x80808080u;
-            memcpy(y[i].qs + 4 * p, &v, 4);
-        }
-    }
-}
 
 /* the tile's activation terms, act[TZ * i + t] for block i, token t < nt */
 static void act32_q4_1(int nb, const uint8_t *a, size_t a_stride, int nt, struct act32 *act)
@@ -1007,19 +858,19 @@ int smol_cpu_fill_avx512(struct smol_cpu_kernels *k)
     k->gemm[SMOL_TYPE_Q6_K] = gemm_q6_K_z;
     k->pack_rows[SMOL_TYPE_Q4_K] = 16;
     k->pack[SMOL_TYPE_Q4_K] = pack_q4_K_x16;
-    k->unpack_row[SMOL_TYPE_Q4_K] = unpack_row_q4_K_x16;
+    k->unpack_row[SMOL_TYPE_Q4_K] = smol_x16_unpack_row_q4_K;
     k->gemm_packed[SMOL_TYPE_Q4_K] = gemm_packed_q4_K_x16;
     k->pack_rows[SMOL_TYPE_Q6_K] = 16;
-    k->pack[SMOL_TYPE_Q6_K] = pack_q6_K_x16;
-    k->unpack_row[SMOL_TYPE_Q6_K] = unpack_row_q6_K_x16;
+    k->pack[SMOL_TYPE_Q6_K] = smol_x16_pack_q6_K;
+    k->unpack_row[SMOL_TYPE_Q6_K] = smol_x16_unpack_row_q6_K;
     k->gemm_packed[SMOL_TYPE_Q6_K] = gemm_packed_q6_K_x16;
     k->pack_rows[SMOL_TYPE_Q4_1] = 16;
-    k->pack[SMOL_TYPE_Q4_1] = pack_q4_1_x16;
-    k->unpack_row[SMOL_TYPE_Q4_1] = unpack_row_q4_1_x16;
+    k->pack[SMOL_TYPE_Q4_1] = smol_x16_pack_q4_1;
+    k->unpack_row[SMOL_TYPE_Q4_1] = smol_x16_unpack_row_q4_1;
     k->gemm_packed[SMOL_TYPE_Q4_1] = gemm_packed_q4_1_x16;
     k->pack_rows[SMOL_TYPE_Q8_0] = 16;
-    k->pack[SMOL_TYPE_Q8_0] = pack_q8_0_x16;
-    k->unpack_row[SMOL_TYPE_Q8_0] = unpack_row_q8_0_x16;
+    k->pack[SMOL_TYPE_Q8_0] = smol_x16_pack_q8_0;
+    k->unpack_row[SMOL_TYPE_Q8_0] = smol_x16_unpack_row_q8_0;
     k->gemm_packed[SMOL_TYPE_Q8_0] = gemm_packed_q8_0_x16;
     k->kv_scores[SMOL_TYPE_F32] = kv_scores_f32_z;
     k->kv_scores[SMOL_TYPE_F16] = kv_scores_f16_z;
