@@ -227,7 +227,9 @@ START_TEST(test_pack_roundtrip)
 }
 END_TEST
 
-/* the AVX-512 table's packers write the bytes of the portable one */
+/* the AVX-512 table's packers write the bytes of the portable one: q4_K's
+ * is its own (512-bit moves), the others are the portable ones, so for them
+ * this checks the table's wiring (x16 groups, not another layout) */
 START_TEST(test_pack_matches_avx512)
 {
     const struct smol_cpu_kernels *k = variant("avx512");

@@ -203,6 +203,17 @@ START_TEST(test_vec_dot)
 END_TEST
 
 /* gemm: odd row and token counts (tile remainders), padded unaligned strides */
+/* ntok activation rows of n values, as apart, ref-quantized to atype from
+ * fresh random floats (x: n of scratch); one: unit scales */
+static void make_acts(uint32_t atype, uint8_t *a, size_t as, int ntok, float *x, int n, int one)
+{
+    for (int t = 0; t < ntok; t++) {
+        fill_act(x, n);
+        smol_cpu_kernels_ref()->quantize[atype](x, a + t * as, n);
+        if (one) unit_act_scales(atype, a + t * as, n / smol_type_traits(atype)->block_size);
+    }
+}
+
 START_TEST(test_gemm)
 {
     const struct smol_cpu_kernels *k = variant(_i);
@@ -220,11 +231,7 @@ START_TEST(test_gemm)
             uint8_t *w = wbuf + sw - 1, *a = abuf + sa - 1; /* w + 1, a + 1: skewed starts */
             float *x = malloc(n * sizeof *x), *out = malloc(sizeof(float) * ntok * (rows + 3));
             for (int r = 0; r < rows; r++) make_row(wt, w + 1 + r * ws, n, rep % 2, one);
-            for (int t = 0; t < ntok; t++) {
-                fill_act(x, n);
-                smol_cpu_kernels_ref()->quantize[tr->vec_dot_type](x, a + 1 + t * as, n);
-                if (one) unit_act_scales(tr->vec_dot_type, a + 1 + t * as, nb);
-            }
+            make_acts(tr->vec_dot_type, a + 1, as, ntok, x, n, one);
             k->gemm[wt](n, w + 1, ws, rows, a + 1, as, ntok, out, rows + 3);
             for (int t = 0; t < ntok; t++)
                 for (int r = 0; r < rows; r++) {
@@ -243,125 +250,113 @@ START_TEST(test_gemm)
 }
 END_TEST
 
-/* repacked weights (where a variant has them): unpack_row(pack(rows)) gives
- * the rows back byte for byte; gemm_packed equals the reference dot within
- * float-reordering tolerance (exactly with unit scales), and a token's
- * results are the same bits alone, in any batch, and from any group of rows */
+/* unpack_row(pack(rows)) gives the rows back byte for byte; gemm_packed
+ * equals the reference dot within float-reordering tolerance (exactly with
+ * unit scales), and a token's results are the same bits alone, in any
+ * batch, and from any group of rows */
+static void packed_vs_ref(const struct smol_cpu_kernels *k, const char *vname, uint32_t wt)
+{
+    const struct smol_type_traits *tr = smol_type_traits(wt), *at = smol_type_traits(tr->vec_dot_type);
+    const int pr = k->pack_rows[wt];
+    ck_assert_int_gt(pr, 0);
+    ck_assert_ptr_nonnull(k->unpack_row[wt]);
+    ck_assert_ptr_nonnull(k->gemm_packed[wt]);
+    static const int ntoks[] = {1, 5, 8, 9, 17, 16, 35}; /* amx: 16-token tiles and the rest */
+    for (int rep = 0; rep < 21; rep++) {
+        const int one = rep % 7 == 4;
+        const int nb = (int[]){1, 3, 8}[rep % 3], n = nb * tr->block_size, rows = pr * (1 + rep % 3);
+        const int ntok = ntoks[rep % 7];
+        const size_t sw = skew(wt), ws = (size_t)nb * tr->type_size + sw * (rep % 2);
+        const size_t sa = skew(tr->vec_dot_type), as = (size_t)nb * at->type_size + sa * (rep % 2);
+        uint8_t *wbuf = malloc(ws * rows + sw), *abuf = malloc(as * ntok + sa), *packed = NULL;
+        uint8_t *w = wbuf + sw, *a = abuf + sa;
+        ck_assert_int_eq(posix_memalign((void **)&packed, 64, (size_t)rows * tr->type_size * nb), 0);
+        uint8_t *row = malloc((size_t)nb * tr->type_size);
+        float *x = malloc(n * sizeof *x), *out = malloc(sizeof(float) * ntok * (rows + 3)), one_out[64];
+        for (int r = 0; r < rows; r++) make_row(wt, w + r * ws, n, rep % 2, one);
+        make_acts(tr->vec_dot_type, a, as, ntok, x, n, one);
+        k->pack[wt](n, w, ws, rows, packed);
+        for (int r = 0; r < rows; r++) {
+            k->unpack_row[wt](n, packed, r, row);
+            ck_assert_msg(!memcmp(row, w + r * ws, (size_t)nb * tr->type_size), "%s %s row %d/%d: unpack(pack) differs",
+                          vname, tr->name, r, rows);
+        }
+        k->gemm_packed[wt](n, packed, rows, a, as, ntok, out, rows + 3);
+        for (int t = 0; t < ntok; t++) {
+            for (int r = 0; r < rows; r++) {
+                const void *wr = w + r * ws, *ar = a + t * as;
+                const float ref = tr->vec_dot(n, wr, ar), got = out[t * (rows + 3) + r];
+                const double tol = one ? 0 : 2e-6 * abs_dot(wt, wr, tr->vec_dot_type, ar, n) + 1e-30;
+                ck_assert_msg(fabs((double)ref - got) <= tol, "%s packed %s row %d tok %d/%d: ref %.9g simd %.9g",
+                              vname, tr->name, r, t, ntok, ref, got);
+            }
+            /* alone, and from the last group only */
+            k->gemm_packed[wt](n, packed, rows, a + t * as, as, 1, one_out, 0);
+            ck_assert_msg(!memcmp(one_out, out + t * (rows + 3), rows * sizeof(float)),
+                          "%s packed %s tok %d/%d: batch and alone differ", vname, tr->name, t, ntok);
+            k->gemm_packed[wt](n, packed + (size_t)(rows - pr) * nb * tr->type_size, pr, a + t * as, as, 1, one_out, 0);
+            ck_assert_msg(!memcmp(one_out, out + t * (rows + 3) + rows - pr, pr * sizeof(float)),
+                          "%s packed %s tok %d: last group alone differs", vname, tr->name, t);
+        }
+        free(wbuf);
+        free(abuf);
+        free(packed);
+        free(row);
+        free(x);
+        free(out);
+    }
+}
+
+/* against the scalar twin of the rows-in-lanes kernels (smol_amx_twin_gemm
+ * on the x16 packing of the same rows), bit for bit: the x8 kernels (avx2,
+ * avxvnni) and the x16 ones (avx512) promise the twin's integer terms and
+ * float operations per (row, token).  Row counts that are not whole x16
+ * groups are padded for the twin with extra rows. */
+static void packed_vs_twin(const struct smol_cpu_kernels *k, const char *vname, uint32_t wt)
+{
+    const struct smol_type_traits *tr = smol_type_traits(wt), *at = smol_type_traits(tr->vec_dot_type);
+    const int pr = k->pack_rows[wt];
+    static const int ntoks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17}; /* every tile size, tiles and a rest */
+    for (int rep = 0; rep < 33; rep++) {
+        const int one = rep % 6 == 5;
+        const int nb = (int[]){1, 3, 8}[rep % 3], n = nb * tr->block_size, rows = pr * (1 + rep % 5);
+        const int rows16 = (rows + 15) / 16 * 16, ntok = ntoks[rep % 11];
+        const size_t ws = (size_t)nb * tr->type_size, sa = skew(tr->vec_dot_type);
+        const size_t as = (size_t)nb * at->type_size + sa * (rep % 2);
+        uint8_t *w = malloc(ws * rows16), *abuf = malloc(as * ntok + sa), *a = abuf + sa * (rep % 2);
+        uint8_t *pk = NULL, *pk16 = NULL;
+        ck_assert_int_eq(posix_memalign((void **)&pk, 64, ws * rows), 0);
+        ck_assert_int_eq(posix_memalign((void **)&pk16, 64, ws * rows16), 0);
+        float *x = malloc(n * sizeof *x), *out = malloc(sizeof(float) * ntok * rows),
+              *twin = malloc(sizeof(float) * ntok * rows16);
+        for (int r = 0; r < rows16; r++) make_row(wt, w + r * ws, n, rep % 2, one);
+        make_acts(tr->vec_dot_type, a, as, ntok, x, n, one);
+        k->pack[wt](n, w, ws, rows, pk);
+        smol_x16_pack(wt, n, w, ws, rows16, pk16);
+        k->gemm_packed[wt](n, pk, rows, a, as, ntok, out, rows);
+        smol_amx_twin_gemm(wt, n, pk16, rows16, a, as, ntok, twin, rows16, NULL);
+        for (int t = 0; t < ntok; t++)
+            for (int r = 0; r < rows; r++)
+                ck_assert_msg(!memcmp(&out[t * rows + r], &twin[t * rows16 + r], sizeof(float)),
+                              "%s packed %s (%d rows, %d blocks) tok %d/%d row %d: %.9g, twin %.9g", vname,
+                              tr->name, rows, nb, t, ntok, r, out[t * rows + r], twin[t * rows16 + r]);
+        free(w); free(abuf); free(pk); free(pk16); free(x); free(out); free(twin);
+    }
+}
+
+/* repacked weights, each format a variant repacks: packed_vs_ref, packed_vs_twin */
 START_TEST(test_packed)
 {
     const struct smol_cpu_kernels *k = variant(_i);
     if (!k) return;
     int tested = 0;
     for (int ti = 0; ti < N_QTYPES; ti++) {
-        const uint32_t wt = qtypes[ti];
-        if (!k->pack[wt]) continue;
+        if (!k->pack[qtypes[ti]]) continue;
+        packed_vs_ref(k, variants[_i], qtypes[ti]);
+        packed_vs_twin(k, variants[_i], qtypes[ti]);
         tested++;
-        const struct smol_type_traits *tr = smol_type_traits(wt), *at = smol_type_traits(tr->vec_dot_type);
-        const int pr = k->pack_rows[wt];
-        ck_assert_int_gt(pr, 0);
-        ck_assert_ptr_nonnull(k->unpack_row[wt]);
-        ck_assert_ptr_nonnull(k->gemm_packed[wt]);
-        static const int ntoks[] = {1, 5, 8, 9, 17, 16, 35}; /* amx: 16-token tiles and the rest */
-        for (int rep = 0; rep < 21; rep++) {
-            const int one = rep % 7 == 4;
-            const int nb = (int[]){1, 3, 8}[rep % 3], n = nb * tr->block_size, rows = pr * (1 + rep % 3);
-            const int ntok = ntoks[rep % 7];
-            const size_t sw = skew(wt), ws = (size_t)nb * tr->type_size + sw * (rep % 2);
-            const size_t sa = skew(tr->vec_dot_type), as = (size_t)nb * at->type_size + sa * (rep % 2);
-            uint8_t *wbuf = malloc(ws * rows + sw), *abuf = malloc(as * ntok + sa), *packed = NULL;
-            uint8_t *w = wbuf + sw, *a = abuf + sa;
-            ck_assert_int_eq(posix_memalign((void **)&packed, 64, (size_t)rows * tr->type_size * nb), 0);
-            uint8_t *row = malloc((size_t)nb * tr->type_size);
-            float *x = malloc(n * sizeof *x), *out = malloc(sizeof(float) * ntok * (rows + 3)), one_out[64];
-            for (int r = 0; r < rows; r++) make_row(wt, w + r * ws, n, rep % 2, one);
-            for (int t = 0; t < ntok; t++) {
-                fill_act(x, n);
-                smol_cpu_kernels_ref()->quantize[tr->vec_dot_type](x, a + t * as, n);
-                if (one) unit_act_scales(tr->vec_dot_type, a + t * as, nb);
-            }
-            k->pack[wt](n, w, ws, rows, packed);
-            for (int r = 0; r < rows; r++) {
-                k->unpack_row[wt](n, packed, r, row);
-                ck_assert_msg(!memcmp(row, w + r * ws, (size_t)nb * tr->type_size), "%s %s row %d/%d: unpack(pack) differs",
-                              variants[_i], tr->name, r, rows);
-            }
-            k->gemm_packed[wt](n, packed, rows, a, as, ntok, out, rows + 3);
-            for (int t = 0; t < ntok; t++) {
-                for (int r = 0; r < rows; r++) {
-                    const void *wr = w + r * ws, *ar = a + t * as;
-                    const float ref = tr->vec_dot(n, wr, ar), got = out[t * (rows + 3) + r];
-                    const double tol = one ? 0 : 2e-6 * abs_dot(wt, wr, tr->vec_dot_type, ar, n) + 1e-30;
-                    ck_assert_msg(fabs((double)ref - got) <= tol, "%s packed %s row %d tok %d/%d: ref %.9g simd %.9g",
-                                  variants[_i], tr->name, r, t, ntok, ref, got);
-                }
-                /* alone, and from the last group only */
-                k->gemm_packed[wt](n, packed, rows, a + t * as, as, 1, one_out, 0);
-                ck_assert_msg(!memcmp(one_out, out + t * (rows + 3), rows * sizeof(float)),
-                              "%s packed %s tok %d/%d: batch and alone differ", variants[_i], tr->name, t, ntok);
-                k->gemm_packed[wt](n, packed + (size_t)(rows - pr) * nb * tr->type_size, pr, a + t * as, as, 1, one_out, 0);
-                ck_assert_msg(!memcmp(one_out, out + t * (rows + 3) + rows - pr, pr * sizeof(float)),
-                              "%s packed %s tok %d: last group alone differs", variants[_i], tr->name, t);
-            }
-            free(wbuf);
-            free(abuf);
-            free(packed);
-            free(row);
-            free(x);
-            free(out);
-        }
     }
     if (!tested) printf("note: %s has no repacked weight formats (nothing to repack)\n", variants[_i]);
-}
-END_TEST
-
-/* repacked weights against the scalar twin of the rows-in-lanes kernels
- * (smol_amx_twin_gemm on the x16 packing of the same rows), bit for bit:
- * the x8 kernels (avx2, avxvnni) and the x16 ones (avx512) promise the
- * twin's integer terms and float operations per (row, token).  Row counts
- * that are not whole x16 groups are padded for the twin with extra rows. */
-START_TEST(test_packed_twin)
-{
-    const struct smol_cpu_kernels *k = variant(_i);
-    if (!k) return;
-    int tested = 0;
-    for (int ti = 0; ti < N_QTYPES; ti++) {
-        const uint32_t wt = qtypes[ti];
-        if (!k->pack[wt]) continue;
-        const struct smol_type_traits *tr = smol_type_traits(wt), *at = smol_type_traits(tr->vec_dot_type);
-        const int pr = k->pack_rows[wt];
-        static const int ntoks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17}; /* every tile size, tiles and a rest */
-        for (int rep = 0; rep < 33; rep++) {
-            const int one = rep % 6 == 5;
-            const int nb = (int[]){1, 3, 8}[rep % 3], n = nb * tr->block_size, rows = pr * (1 + rep % 5);
-            const int rows16 = (rows + 15) / 16 * 16, ntok = ntoks[rep % 11];
-            const size_t ws = (size_t)nb * tr->type_size, sa = skew(tr->vec_dot_type);
-            const size_t as = (size_t)nb * at->type_size + sa * (rep % 2);
-            uint8_t *w = malloc(ws * rows16), *abuf = malloc(as * ntok + sa), *a = abuf + sa * (rep % 2);
-            uint8_t *pk = NULL, *pk16 = NULL;
-            ck_assert_int_eq(posix_memalign((void **)&pk, 64, ws * rows), 0);
-            ck_assert_int_eq(posix_memalign((void **)&pk16, 64, ws * rows16), 0);
-            float *x = malloc(n * sizeof *x), *out = malloc(sizeof(float) * ntok * rows),
-                  *twin = malloc(sizeof(float) * ntok * rows16);
-            for (int r = 0; r < rows16; r++) make_row(wt, w + r * ws, n, rep % 2, one);
-            for (int t = 0; t < ntok; t++) {
-                fill_act(x, n);
-                smol_cpu_kernels_ref()->quantize[tr->vec_dot_type](x, a + t * as, n);
-                if (one) unit_act_scales(tr->vec_dot_type, a + t * as, nb);
-            }
-            k->pack[wt](n, w, ws, rows, pk);
-            smol_x16_pack(wt, n, w, ws, rows16, pk16);
-            k->gemm_packed[wt](n, pk, rows, a, as, ntok, out, rows);
-            smol_amx_twin_gemm(wt, n, pk16, rows16, a, as, ntok, twin, rows16, NULL);
-            for (int t = 0; t < ntok; t++)
-                for (int r = 0; r < rows; r++)
-                    ck_assert_msg(!memcmp(&out[t * rows + r], &twin[t * rows16 + r], sizeof(float)),
-                                  "%s packed %s (%d rows, %d blocks) tok %d/%d row %d: %.9g, twin %.9g", variants[_i],
-                                  tr->name, rows, nb, t, ntok, r, out[t * rows + r], twin[t * rows16 + r]);
-            tested++;
-            free(w); free(abuf); free(pk); free(pk16); free(x); free(out); free(twin);
-        }
-    }
-    if (!tested) printf("note: %s has no repacked weight formats (nothing to compare)\n", variants[_i]);
 }
 END_TEST
 
@@ -577,7 +572,6 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_vec_dot, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_gemm, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_packed, 0, N_VARIANTS);
-    tcase_add_loop_test(tc, test_packed_twin, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_float_dots, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_attention, 0, N_VARIANTS);
     tcase_add_loop_test(tc, test_silu_softmax, 0, N_VARIANTS);
