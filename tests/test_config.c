@@ -69,6 +69,14 @@ START_TEST(flags_both_spellings_and_forms)
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-f32", "--no-kv-f32", NULL), SMOL_OK);
     ck_assert_int_eq(c.kv_f32, 0);
     /* auto sizes: "auto" or a number in range, written back as given */
+    /* the per-key session cap (issue 38): default 256, on the command line in both spellings, 0 = none */
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", NULL), SMOL_OK);
+    ck_assert_int_eq(c.max_sessions_per_key, 256);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--max-sessions-per-key", "3", NULL), SMOL_OK);
+    ck_assert_int_eq(c.max_sessions_per_key, 3);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--max_sessions_per_key=0", NULL), SMOL_OK);
+    ck_assert_int_eq(c.max_sessions_per_key, 0);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--max-sessions-per-key", "-1", NULL), SMOL_EINVAL);
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--max-running", "auto", "--step-tokens=auto", NULL), SMOL_OK);
     ck_assert_int_eq(c.max_running, -1);
     ck_assert_int_eq(c.step_tokens, -1);

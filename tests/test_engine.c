@@ -12,6 +12,7 @@
 #include "daemon/server/engine_wire.h"
 #include "daemon/server/grammar_cache.h"
 #include "daemon/server/request.h"
+#include "daemon/server/spill.h"
 #include "daemon/model/model.h"
 #include "daemon/text/tokenizer.h"
 #include "smollm3.pb-c.h"
@@ -28,6 +29,8 @@ struct rig {
 static int rig_backend_sampling; /* the next rig's engine option backend_sampling */
 static int rig_sample_threads;  /* the next rig's engine option sample_threads (0: the default) */
 static double rig_queue_timeout_s = 2; /* and queue_timeout_s */
+static int rig_max_sessions = 1024, rig_max_sessions_per_key; /* and the session caps */
+static struct smol_spill *rig_spill;    /* and the spill directory (NULL: none) */
 
 static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int max_running, int max_queued)
 {
@@ -55,6 +58,9 @@ static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int ma
     cfg.queue_timeout_s = rig_queue_timeout_s;
     cfg.backend_sampling = rig_backend_sampling;
     cfg.sample_threads = rig_sample_threads;
+    cfg.max_sessions = rig_max_sessions;
+    cfg.max_sessions_per_key = rig_max_sessions_per_key;
+    cfg.spill = rig_spill;
     cfg.speculative_calibrate = 0;      /* the default verify costs: draft lengths (and prediction counts)
                                            independent of this machine's speed and build */
     ck_assert_msg(smol_engine_start(&g->e, g->ctx, "inproc://engine-test", g->m, g->tok, &cfg, err) == SMOL_OK, "%s", err);
@@ -385,6 +391,31 @@ static uint64_t submit_chat(struct rig *g, json_t *body, const char *session, in
     r->sp.temperature = 0;
     r->max_tokens = max_tokens;
     snprintf(r->session, sizeof r->session, "%s", session);
+    uint64_t id = r->id;
+    ck_assert(smol_engine_send_submit(g->sock, r) == 0);
+    return id;
+}
+
+/* A chat turn of tenant on session (append: the messages are the new turn
+ * only; create: with append, a session the daemon does not hold starts). */
+static uint64_t submit_chat_of(struct rig *g, json_t *body, const char *tenant, const char *session, int append,
+                               int create, int max_tokens)
+{
+    struct smol_request *r = calloc(1, sizeof *r);
+    char err[SMOL_ERRLEN];
+    r->id = g->next_id++;
+    r->client_id = 1000 + r->id;
+    r->kind = SMOL_INPUT_CHAT;
+    r->chat_body = body;
+    ck_assert_msg(smol_chat_request_from_json(&r->chat, body, err) == SMOL_OK, "%s", err);
+    r->think_set = 1;
+    r->sp = smol_sampler_defaults();
+    r->sp.temperature = 0;
+    r->max_tokens = max_tokens;
+    r->append = append;
+    r->create_session = create;
+    snprintf(r->session, sizeof r->session, "%s", session);
+    snprintf(r->tenant, sizeof r->tenant, "%s", tenant);
     uint64_t id = r->id;
     ck_assert(smol_engine_send_submit(g->sock, r) == 0);
     return id;
@@ -918,6 +949,262 @@ START_TEST(t_no_chat_template)
 }
 END_TEST
 
+/* ---- tenancy (issue 38) --------------------------------------------------------- */
+
+/* A greedy token request of tenant (session: NULL = none). */
+static uint64_t submit_ids_of(struct rig *g, const char *tenant, const int32_t *ids, int n, int max_tokens,
+                              const char *session)
+{
+    struct smol_request *r = calloc(1, sizeof *r);
+    r->id = g->next_id++;
+    r->client_id = 1000 + r->id;
+    r->kind = SMOL_INPUT_TOKENS;
+    r->ids = malloc(n * sizeof *ids);
+    memcpy(r->ids, ids, n * sizeof *ids);
+    r->n_ids = n;
+    r->sp = smol_sampler_defaults();
+    r->sp.temperature = 0;
+    r->max_tokens = max_tokens;
+    r->t_received = smol_mono_s();
+    if (session) snprintf(r->session, sizeof r->session, "%s", session);
+    snprintf(r->tenant, sizeof r->tenant, "%s", tenant);
+    const uint64_t id = r->id;
+    ck_assert(smol_engine_send_submit(g->sock, r) == 0);
+    return id;
+}
+
+/* A session query (get / list / delete) of tenant, answered by the engine:
+ * the event (free with smollm3__event__free_unpacked). */
+static Smollm3__Event *session_query(struct rig *g, int kind, const char *tenant, const char *sid)
+{
+    const uint64_t qid = 7000 + g->next_id++;
+    Smollm3__Request rq = SMOLLM3__REQUEST__INIT;
+    Smollm3__SessionGetRequest get = SMOLLM3__SESSION_GET_REQUEST__INIT;
+    Smollm3__SessionListRequest list = SMOLLM3__SESSION_LIST_REQUEST__INIT;
+    Smollm3__SessionDeleteRequest del = SMOLLM3__SESSION_DELETE_REQUEST__INIT;
+    rq.request_id = 55;
+    rq.kind_case = kind;
+    if (kind == SMOLLM3__REQUEST__KIND_SESSION_GET) {
+        get.session_id = (char *)sid, get.tenant = (char *)tenant;
+        rq.session_get = &get;
+    } else if (kind == SMOLLM3__REQUEST__KIND_SESSION_LIST) {
+        list.tenant = (char *)tenant;
+        rq.session_list = &list;
+    } else {
+        del.session_id = (char *)sid, del.tenant = (char *)tenant;
+        rq.session_delete = &del;
+    }
+    uint8_t packed[512];
+    ck_assert(smollm3__request__get_packed_size(&rq) <= sizeof packed);
+    const size_t plen = smollm3__request__pack(&rq, packed);
+    ck_assert_int_eq(smol_engine_send_query(g->sock, qid, packed, plen), 0);
+    unsigned fl;
+    Smollm3__Event *ev;
+    ck_assert(recv_event(g, &fl, &ev) == qid && (fl & SMOL_EV_TERMINAL));
+    return ev;
+}
+
+/* The error a session query of tenant gets (0: none), its message into msg. */
+static int session_query_error(struct rig *g, int kind, const char *tenant, const char *sid, char *msg, size_t cap)
+{
+    Smollm3__Event *ev = session_query(g, kind, tenant, sid);
+    int code = ev->kind_case == SMOLLM3__EVENT__KIND_ERROR ? ev->error->code : 0;
+    snprintf(msg, cap, "%s", code ? ev->error->message : "");
+    smollm3__event__free_unpacked(ev, NULL);
+    return code;
+}
+
+/* tenant's sessions, their ids joined by ',' in msg; returns how many. */
+static int session_list(struct rig *g, const char *tenant, char *ids, size_t cap)
+{
+    Smollm3__Event *ev = session_query(g, SMOLLM3__REQUEST__KIND_SESSION_LIST, tenant, NULL);
+    ck_assert_int_eq(ev->kind_case, SMOLLM3__EVENT__KIND_SESSIONS);
+    int n = (int)ev->sessions->n_sessions;
+    size_t len = 0;
+    ids[0] = 0;
+    for (int i = 0; i < n && len < cap; i++)
+        len += snprintf(ids + len, cap - len, "%s%s", i ? "," : "", ev->sessions->sessions[i]->session_id);
+    smollm3__event__free_unpacked(ev, NULL);
+    return n;
+}
+
+/* Two tenants over the same session id and the same prompts: no read or
+ * write crosses (get, list, delete, append, the KV), no cached token comes
+ * from the other tenant while a tenant's own prefixes are reused, and
+ * another tenant's id is refused in the very words of an id that does not
+ * exist. */
+START_TEST(t_tenants)
+{
+    struct rig g;
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    int32_t ids[120];
+    for (int i = 0; i < 120; i++) ids[i] = 500 + i * 13;
+    struct result ra = {0}, rb = {0}, ra2 = {0}, rb2 = {0};
+    collect(&g, submit_ids_of(&g, "A", ids, 80, 4, "s"), 1, &ra);
+    collect(&g, submit_ids_of(&g, "B", ids, 80, 4, "s"), 1, &rb);
+    ck_assert_msg(ra.done && rb.done, "A %d/%d, B %d/%d", ra.done, ra.err, rb.done, rb.err);
+    ck_assert_int_eq(ra.cached, 0);
+    ck_assert_msg(rb.cached == 0, "B's session started from A's KV: %d cached tokens", rb.cached);
+    ck_assert(ra.n == 4 && rb.n == 4 && !memcmp(ra.ids, rb.ids, sizeof ra.ids[0] * 4)); /* same prompt, same tokens */
+    /* each continues its own session */
+    int32_t turn2[120];
+    memcpy(turn2, ids, 80 * 4);
+    memcpy(turn2 + 80, ra.ids, 4 * 4);
+    for (int i = 84; i < 100; i++) turn2[i] = 900 + i;
+    collect(&g, submit_ids_of(&g, "A", turn2, 100, 4, "s"), 1, &ra2);
+    collect(&g, submit_ids_of(&g, "B", turn2, 100, 4, "s"), 1, &rb2);
+    ck_assert_msg(ra2.cached >= 83 && rb2.cached >= 83, "own session turn 2 cached A %d, B %d", ra2.cached, rb2.cached);
+    /* without a session: the cached prefixes of A (its sessions) serve A only */
+    struct result rc1 = {0}, rc2 = {0}, ra3 = {0};
+    collect(&g, submit_ids_of(&g, "C", ids, 90, 4, NULL), 1, &rc1);
+    ck_assert_msg(rc1.done && rc1.cached == 0, "C cached %d tokens of another tenant's", rc1.cached);
+    collect(&g, submit_ids_of(&g, "", ids, 90, 4, NULL), 1, &ra3);
+    ck_assert_msg(ra3.done && ra3.cached == 0, "the default tenant cached %d tokens of another tenant's", ra3.cached);
+    collect(&g, submit_ids_of(&g, "C", ids, 90, 4, NULL), 1, &rc2);
+    ck_assert_msg(rc2.cached >= 64, "C's own prefix: %d cached", rc2.cached);
+    ck_assert(!memcmp(rc1.ids, rc2.ids, sizeof rc1.ids[0] * 4));
+
+    /* queries: scoped, and another tenant's id reads as a nonexistent one */
+    char msg[256], msg2[256], list[256];
+    ck_assert_int_eq(session_query_error(&g, SMOLLM3__REQUEST__KIND_SESSION_GET, "A", "s", msg, sizeof msg), 0);
+    ck_assert_int_eq(session_query_error(&g, SMOLLM3__REQUEST__KIND_SESSION_GET, "C", "s", msg, sizeof msg),
+                     SMOL_ENOSESSION);
+    ck_assert_str_eq(msg, "unknown session 's'");
+    ck_assert_int_eq(session_query_error(&g, SMOLLM3__REQUEST__KIND_SESSION_GET, "", "s", msg2, sizeof msg2),
+                     SMOL_ENOSESSION);
+    ck_assert_str_eq(msg2, msg);
+    ck_assert_int_eq(session_query_error(&g, SMOLLM3__REQUEST__KIND_SESSION_GET, "A", "nope", msg2, sizeof msg2),
+                     SMOL_ENOSESSION);
+    ck_assert_str_eq(msg2, "unknown session 'nope'");
+    ck_assert_int_eq(session_list(&g, "A", list, sizeof list), 1);
+    ck_assert_str_eq(list, "s");
+    ck_assert_int_eq(session_list(&g, "B", list, sizeof list), 1);
+    ck_assert_int_eq(session_list(&g, "C", list, sizeof list), 0);
+    ck_assert_int_eq(session_list(&g, "", list, sizeof list), 0);
+    ck_assert_int_eq(session_query_error(&g, SMOLLM3__REQUEST__KIND_SESSION_DELETE, "C", "s", msg2, sizeof msg2),
+                     SMOL_ENOSESSION);
+    ck_assert_str_eq(msg2, msg);
+    ck_assert_int_eq(session_list(&g, "A", list, sizeof list), 1);    /* still there */
+    ck_assert_int_eq(session_query_error(&g, SMOLLM3__REQUEST__KIND_SESSION_DELETE, "B", "s", msg2, sizeof msg2), 0);
+    ck_assert_int_eq(session_list(&g, "B", list, sizeof list), 0);
+    ck_assert_int_eq(session_list(&g, "A", list, sizeof list), 1);    /* B's delete left A's */
+
+    /* append: to another tenant's session, or a deleted one, refused; create_session starts one */
+    static char content[4096];
+    struct result r = {0};
+    collect_text(&g, submit_chat_of(&g, json_pack("{s:[{s:s,s:s}]}", "messages", "role", "user", "content", "Hi"), "C",
+                                    "s", 1, 0, 4), &r, content, sizeof content);
+    ck_assert_msg(r.err == SMOL_ENOSESSION && !r.done, "append to another tenant's session: error %d", r.err);
+    memset(&r, 0, sizeof r);
+    collect_text(&g, submit_chat_of(&g, json_pack("{s:[{s:s,s:s}]}", "messages", "role", "user", "content", "Hi"), "B",
+                                    "s", 1, 0, 4), &r, content, sizeof content);
+    ck_assert_msg(r.err == SMOL_ENOSESSION, "append to a deleted session: error %d", r.err);
+    memset(&r, 0, sizeof r);
+    collect_text(&g, submit_chat_of(&g, json_pack("{s:[{s:s,s:s}]}", "messages", "role", "user", "content", "Hi"), "C",
+                                    "s", 1, 1, 4), &r, content, sizeof content);
+    ck_assert_msg(r.done && !r.err, "create_session: error %d", r.err);
+    ck_assert_int_eq(session_list(&g, "C", list, sizeof list), 1);
+    memset(&r, 0, sizeof r);
+    collect_text(&g, submit_chat_of(&g, json_pack("{s:[{s:s,s:s}]}", "messages", "role", "user", "content", "More"), "C",
+                                    "s", 1, 0, 4), &r, content, sizeof content);
+    ck_assert_msg(r.done && !r.err && r.cached > 0, "append to C's own session: error %d, cached %d", r.err, r.cached);
+    Smollm3__Event *hold;
+    Smollm3__StatsReply *st = query_stats(&g, &hold);
+    ck_assert_int_eq(st->unknown_session_refusals, 2);
+    ck_assert_int_eq(st->sessions_evicted, 0);
+    smollm3__event__free_unpacked(hold, NULL);
+    rig_close(&g);
+}
+END_TEST
+
+/* A chat turn of tenant on session that must succeed; its Started's cached tokens. */
+static int chat_turn(struct rig *g, const char *tenant, const char *session, int append, int create, const char *text)
+{
+    static char content[4096];
+    struct result r = {0};
+    collect_text(g, submit_chat_of(g, json_pack("{s:[{s:s,s:s}]}", "messages", "role", "user", "content", text), tenant,
+                                   session, append, create, 4), &r, content, sizeof content);
+    ck_assert_msg(r.done && !r.err, "%s/%s: error %d", tenant, session, r.err);
+    return r.cached;
+}
+
+static int chat_turn_error(struct rig *g, const char *tenant, const char *session)
+{
+    static char content[4096];
+    struct result r = {0};
+    collect_text(g, submit_chat_of(g, json_pack("{s:[{s:s,s:s}]}", "messages", "role", "user", "content", "x"), tenant,
+                                   session, 1, 0, 4), &r, content, sizeof content);
+    return r.err;
+}
+
+/* Sessions never vanish silently: a tenant over max_sessions_per_key loses
+ * its own oldest session, a full table the heaviest tenant's; an append to
+ * an evicted session is ERROR_UNKNOWN_SESSION without a spill directory,
+ * and continues from its file with one; all counted in the stats. */
+START_TEST(t_session_eviction)
+{
+    struct rig g;
+    rig_max_sessions = 4;
+    rig_max_sessions_per_key = 2;
+    int ok = rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16);
+    if (!ok) { rig_max_sessions = 1024, rig_max_sessions_per_key = 0; printf("SKIPPED: fixture missing\n"); return; }
+    char list[256];
+    chat_turn(&g, "A", "a1", 1, 1, "one");
+    chat_turn(&g, "A", "a2", 1, 1, "two");
+    chat_turn(&g, "B", "b1", 1, 1, "bee");
+    chat_turn(&g, "A", "a3", 1, 1, "three");      /* A at its cap: a1 goes */
+    ck_assert_int_eq(session_list(&g, "A", list, sizeof list), 2);
+    ck_assert_str_eq(list, "a3,a2");
+    ck_assert_int_eq(session_list(&g, "B", list, sizeof list), 1);
+    ck_assert_int_eq(chat_turn_error(&g, "A", "a1"), SMOL_ENOSESSION);
+    chat_turn(&g, "C", "c1", 1, 1, "sea");        /* 4: the table is full */
+    chat_turn(&g, "C", "c2", 1, 1, "sea two");    /* A (2) gives up a2; B's one stays */
+    ck_assert_int_eq(session_list(&g, "A", list, sizeof list), 1);
+    ck_assert_str_eq(list, "a3");
+    ck_assert_int_eq(session_list(&g, "B", list, sizeof list), 1);
+    ck_assert_int_eq(session_list(&g, "C", list, sizeof list), 2);
+    ck_assert_int_eq(chat_turn_error(&g, "A", "a2"), SMOL_ENOSESSION);
+    Smollm3__Event *hold;
+    Smollm3__StatsReply *st = query_stats(&g, &hold);
+    ck_assert_int_eq(st->sessions_evicted, 2);
+    ck_assert_int_eq(st->sessions_evicted_per_key, 1);
+    ck_assert_int_eq(st->unknown_session_refusals, 2);
+    smollm3__event__free_unpacked(hold, NULL);
+    rig_close(&g);
+
+    /* with a spill directory an evicted session comes back, its KV reused */
+    char dir[] = "/tmp/smol-engine-spill-XXXXXX", err[SMOL_ERRLEN];
+    ck_assert(mkdtemp(dir));
+    struct smol_model_settings set;
+    smol_model_settings_default(&set);
+    set.quiet = 1;
+    set.n_ctx = 1024;
+    struct smol_model *m = NULL;
+    ck_assert(smol_model_open(&m, fixture_path("models/fixture-t.Q8_0.gguf"), &set, err) == SMOL_OK);
+    ck_assert_msg(smol_spill_open(&rig_spill, dir, 0, m, err) == SMOL_OK, "%s", err);
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    const int first = chat_turn(&g, "A", "a1", 1, 1, "one");
+    chat_turn(&g, "A", "a2", 1, 1, "two");
+    chat_turn(&g, "A", "a3", 1, 1, "three");      /* a1 evicted to its file */
+    ck_assert_int_eq(session_list(&g, "A", list, sizeof list), 2);
+    const int again = chat_turn(&g, "A", "a1", 1, 0, "one more");
+    ck_assert_msg(again > first + 8, "a1 restored: %d cached tokens (its first turn: %d)", again, first);
+    ck_assert_int_eq(chat_turn_error(&g, "B", "a1"), SMOL_ENOSESSION);  /* A's file is not B's */
+    st = query_stats(&g, &hold);
+    ck_assert_int_eq(st->spill_sessions_restored, 1);
+    ck_assert_int_eq(st->unknown_session_refusals, 1);
+    ck_assert(st->sessions_evicted >= 2);
+    smollm3__event__free_unpacked(hold, NULL);
+    rig_close(&g);
+    smol_spill_close(&rig_spill);
+    smol_model_close(&m);
+    rig_max_sessions = 1024, rig_max_sessions_per_key = 0;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("engine");
@@ -936,6 +1223,8 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_queue_full_and_context);
     tcase_add_test(tc, t_no_chat_template);
     tcase_add_test(tc, t_terminal_event_survives_oom);
+    tcase_add_test(tc, t_tenants);
+    tcase_add_test(tc, t_session_eviction);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -142,6 +142,28 @@ START_TEST(decode_version_and_kinds)
     ck_assert_int_eq(smol_rpc_decode(b, n, &LIM, &out, &id, err), SMOL_OK);
     smollm3__request__free_unpacked(out, NULL);
     free(b);
+    /* the session queries' tenant, by the same rule as a generate request's */
+    Smollm3__SessionListRequest sl = SMOLLM3__SESSION_LIST_REQUEST__INIT;
+    Smollm3__SessionDeleteRequest sd = SMOLLM3__SESSION_DELETE_REQUEST__INIT;
+    sd.session_id = "s";
+    for (int kind = 0; kind < 3; kind++) {
+        rq.kind_case = kind == 0 ? SMOLLM3__REQUEST__KIND_SESSION_GET : kind == 1 ? SMOLLM3__REQUEST__KIND_SESSION_LIST
+                                                                                  : SMOLLM3__REQUEST__KIND_SESSION_DELETE;
+        if (kind == 0) rq.session_get = &sg;
+        else if (kind == 1) rq.session_list = &sl;
+        else rq.session_delete = &sd;
+        const char *tenants[] = {"", "key-1.a_B", "a/b", "x:y"};
+        for (int i = 0; i < 4; i++) {
+            sg.tenant = sl.tenant = sd.tenant = (char *)tenants[i];
+            b = pack_req(&rq, &n);
+            err[0] = 0;
+            enum smol_err got = smol_rpc_decode(b, n, &LIM, &out, &id, err);
+            ck_assert_msg(got == (i < 2 ? SMOL_OK : SMOL_EINVAL), "kind %d tenant %s: %s", kind, tenants[i], err);
+            if (got == SMOL_OK) smollm3__request__free_unpacked(out, NULL);
+            else ck_assert_msg(strstr(err, ".tenant' must be at most 64"), "%s", err);
+            free(b);
+        }
+    }
 }
 END_TEST
 
@@ -314,6 +336,29 @@ START_TEST(build_bad_sampling_session_stops)
     build_fails(&x, SMOL_EINVAL);
     x.g.session_id = "";
 
+    /* the tenant (issue 38): [A-Za-z0-9._-], at most 64 bytes, "" the default */
+    static const char *const bad_tenants[] = {"a/b", "a:b", "with space", "\xc3\xa9", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
+    for (size_t i = 0; i < sizeof bad_tenants / sizeof *bad_tenants; i++) {
+        x.g.tenant = (char *)bad_tenants[i];
+        ck_assert_int_eq(build(&x, &r, err), SMOL_EINVAL);
+        ck_assert_msg(strstr(err, "'tenant' must be at most 64 characters of [A-Za-z0-9._-]"), "%s", err);
+    }
+    x.g.tenant = "key-0f3a.B_9";
+    x.g.session_id = "s1";
+    x.ci.append_to_session = 1;
+    x.ci.create_session = 1;
+    ck_assert_msg(build(&x, &r, err) == SMOL_OK, "%s", err);
+    ck_assert_str_eq(r->tenant, "key-0f3a.B_9");
+    ck_assert(r->append && r->create_session);
+    smol_request_free(&r);
+    x.ci.create_session = 0;
+    ck_assert_msg(build(&x, &r, err) == SMOL_OK, "%s", err);
+    ck_assert(r->append && !r->create_session);
+    smol_request_free(&r);
+    x.g.tenant = "";
+    x.g.session_id = "";
+    x.ci.append_to_session = 0;
+
     char *stops[SMOL_MAX_STOPS + 1];
     for (int i = 0; i <= SMOL_MAX_STOPS; i++) stops[i] = "END";
     x.g.stop = stops;
@@ -479,6 +524,8 @@ START_TEST(loop_routes_stream_and_replies)
     ck_assert_int_eq(ev->kind_case, SMOLLM3__EVENT__KIND_HEALTH);
     ck_assert(ev->health->ready);
     ck_assert_str_eq(ev->health->model, "fake");
+    /* the largest Request frame it decodes: the bound of the gateway's --max-body-bytes */
+    ck_assert_uint_eq(ev->health->max_request_bytes, LIM.max_request_bytes);
     smollm3__event__free_unpacked(ev, NULL);
 
     struct gen x;

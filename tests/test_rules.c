@@ -172,7 +172,21 @@ START_TEST(session_ids_and_tool_names)
         ck_assert_msg(smol_session_id_ok(one) == want, "session byte 0x%02x", c);
         int want_tool = want && c != '.' && c != ':';
         ck_assert_msg(smol_tool_name_ok(one) == want_tool, "tool byte 0x%02x", c);
+        int want_tenant = want && c != ':';    /* [A-Za-z0-9._-]: no ':' and no '/' */
+        ck_assert_msg(smol_tenant_ok(one) == want_tenant, "tenant byte 0x%02x", c);
     }
+    /* tenants: "" is the default one; 64 bytes at most */
+    ck_assert(smol_tenant_ok(""));
+    ck_assert(smol_tenant_ok("key-1f.a_B"));
+    memset(s, 't', sizeof s);
+    s[64] = 0;
+    ck_assert(smol_tenant_ok(s));
+    s[64] = 't', s[65] = 0;
+    ck_assert(!smol_tenant_ok(s));
+    ck_assert_int_eq(smol_rule_tenant(s, "tenant", err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "'tenant' must be at most 64 characters of [A-Za-z0-9._-]"), "%s", err);
+    ck_assert_int_eq(smol_rule_tenant("a/b", "tenant", err), SMOL_EINVAL);
+    ck_assert_int_eq(smol_rule_tenant("", "tenant", err), SMOL_OK);
     memset(s, 'f', sizeof s);
     s[64] = 0;
     ck_assert(smol_tool_name_ok(s));

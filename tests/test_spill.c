@@ -84,10 +84,10 @@ static void rig_close(struct rig *g)
 
 /* A session `id` with N_HIST tokens of history and their KV; g->ref gets the
  * logits of the next token (the KV is put back to N_HIST positions). */
-static struct smol_session *make_session(struct rig *g, const char *id)
+static struct smol_session *make_session_of(struct rig *g, const char *tenant, const char *id)
 {
     char err[SMOL_ERRLEN];
-    struct smol_session *x = smol_sessions_add(&g->ss, id);
+    struct smol_session *x = smol_sessions_add(&g->ss, tenant, id);
     ck_assert(x);
     ck_assert_msg(smol_model_eval(g->m, &x->seq, g->ids, N_HIST, 0, NULL, err) == SMOL_OK, "%s", err);
     ck_assert(smol_session_set_tokens(x, g->ids, N_HIST) == 0);
@@ -99,6 +99,11 @@ static struct smol_session *make_session(struct rig *g, const char *id)
     ck_assert(smol_model_eval(g->m, &x->seq, g->ids + N_HIST, 1, 0, g->ref, err) == SMOL_OK);
     smol_kv_seq_truncate(&g->m->kv, &x->seq, N_HIST);
     return x;
+}
+
+static struct smol_session *make_session(struct rig *g, const char *id)
+{
+    return make_session_of(g, "", id);
 }
 
 /* The spill reads and writes neutral records (spill.h); these two stand in
@@ -174,7 +179,7 @@ static enum smol_err load_fresh(struct rig *g, const char *id, struct smol_spill
     char err[SMOL_ERRLEN];
     struct smol_spill *sp = NULL;
     ck_assert_msg(smol_spill_open(&sp, g->dir, 0, g->m, err) == SMOL_OK, "%s", err);
-    struct smol_session *y = smol_sessions_add(&g->ss, id);
+    struct smol_session *y = smol_sessions_add(&g->ss, "", id);
     int need = 0;
     enum smol_err rc = load(sp, g, y, &need, err);
     smol_spill_get_stats(sp, st);
@@ -401,7 +406,7 @@ START_TEST(t_budget_and_busy)
     snprintf(x->id, sizeof x->id, "two");
     ck_assert(save(sp, &g, x, err) == SMOL_OK);
     /* reading "one" makes it recent */
-    struct smol_session *y = smol_sessions_add(&g.ss, "one");
+    struct smol_session *y = smol_sessions_add(&g.ss, "", "one");
     int need = 0;
     ck_assert(load(sp, &g, y, &need, err) == SMOL_OK);
     smol_sessions_remove(&g.ss, y);
@@ -427,7 +432,7 @@ START_TEST(t_budget_and_busy)
     struct smol_kv_seq hog;
     smol_kv_seq_init(&hog);
     ck_assert(smol_kv_seq_reserve(&g.m->kv, &hog, 0, (g.m->kv.n_free - 1) * SMOL_KV_PAGE, err) == SMOL_OK);
-    y = smol_sessions_add(&g.ss, "big");
+    y = smol_sessions_add(&g.ss, "", "big");
     ck_assert_int_eq(load(sp, &g, y, &need, err), SMOL_EBUSY);
     ck_assert_int_eq(need, smol_kv_pages_for(N_HIST));
     ck_assert(smol_spill_has(sp, "big"));
@@ -453,10 +458,10 @@ START_TEST(t_sessions_hooks)
     ck_assert_int_eq(smol_sessions_evict_one(&g.ss, 1), 1);
     ck_assert_int_eq(g.m->kv.n_free, free0 + smol_kv_pages_for(N_HIST));
     ck_assert(smol_spill_has(sp, "e1"));
-    ck_assert(!smol_sessions_find(&g.ss, "e1"));
-    struct smol_session *x = smol_sessions_restore(&g.ss, "e1", 10, 5.0);
+    ck_assert(!smol_sessions_find(&g.ss, "", "e1"));
+    struct smol_session *x = smol_sessions_restore(&g.ss, "", "e1", 10, 0, 5.0);
     ck_assert(x && x->restored_kv == N_HIST && x->seq.n_tokens == N_HIST && x->on_disk);
-    ck_assert(!smol_sessions_restore(&g.ss, "nope", 10, 5.0));
+    ck_assert(!smol_sessions_restore(&g.ss, "", "nope", 10, 0, 5.0));
     /* unchanged: evicting again writes nothing */
     struct smol_spill_stats ss;
     smol_spill_get_stats(sp, &ss);
@@ -466,7 +471,7 @@ START_TEST(t_sessions_hooks)
     smol_spill_get_stats(sp, &ss2);
     ck_assert_int_eq(ss2.written, ss.written);
     /* a changed one is written by spill_one; expiry removes the file */
-    x = smol_sessions_restore(&g.ss, "e1", 10, 5.0);
+    x = smol_sessions_restore(&g.ss, "", "e1", 10, 0, 5.0);
     ck_assert(smol_session_set_tokens(x, g.ids, N_HIST) == 0);
     ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 1);
     ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 0);
@@ -486,7 +491,7 @@ END_TEST
 static int load_count(struct rig *g, struct smol_spill *sp, const char *id)
 {
     char err[SMOL_ERRLEN];
-    struct smol_session *y = smol_sessions_add(&g->ss, id);
+    struct smol_session *y = smol_sessions_add(&g->ss, "", id);
     int need = 0;
     enum smol_err rc = load(sp, g, y, &need, err);
     int n = rc == SMOL_OK ? y->n_tokens : -1;
@@ -603,7 +608,7 @@ START_TEST(t_read_ahead)
     free(buf);
     ck_assert_int_eq(smol_spill_prefetch(sp, "r"), 0);
     smol_spill_flush(sp);
-    struct smol_session *y = smol_sessions_add(&g.ss, "r");
+    struct smol_session *y = smol_sessions_add(&g.ss, "", "r");
     int need = 0;
     ck_assert_int_eq(load(sp, &g, y, &need, err), SMOL_EFORMAT);
     ck_assert_msg(strstr(err, "checksum"), "%s", err);
@@ -642,22 +647,27 @@ START_TEST(t_read_ahead)
 }
 END_TEST
 
-/* An anonymous entry (a cached prefix) with the KV of g->ids[0, n). */
-static struct smol_session *make_prefix(struct rig *g, int n)
+/* An anonymous entry (a cached prefix) of tenant with the KV of g->ids[0, n). */
+static struct smol_session *make_prefix_of(struct rig *g, const char *tenant, int n)
 {
     char err[SMOL_ERRLEN];
-    struct smol_session *x = smol_sessions_add(&g->ss, "");
+    struct smol_session *x = smol_sessions_add(&g->ss, tenant, "");
     ck_assert(x);
     ck_assert_msg(smol_model_eval(g->m, &x->seq, g->ids, n, 0, NULL, err) == SMOL_OK, "%s", err);
     ck_assert(smol_session_set_tokens(x, g->ids, n) == 0);
     return x;
 }
 
+static struct smol_session *make_prefix(struct rig *g, int n)
+{
+    return make_prefix_of(g, "", n);
+}
+
 START_TEST(t_prefixes)
 {
     struct rig g;
     if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
-    char err[SMOL_ERRLEN], id[SMOL_SPILL_PREFIX_ID_LEN + 1], path[512];
+    char err[SMOL_ERRLEN], id[SMOL_SPILL_KEY_MAX + 1], path[512];
     struct smol_spill *sp = NULL;
     struct smol_spill_stats ss;
     ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
@@ -683,14 +693,14 @@ START_TEST(t_prefixes)
     /* the next process finds it by longest common prefix, reads it back */
     ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
     g.ss.spill = sp;
-    ck_assert_int_eq(smol_spill_best_prefix(sp, g.ids, N_HIST + 1, id), N_HIST);
+    ck_assert_int_eq(smol_spill_best_prefix(sp, "", g.ids, N_HIST + 1, id), N_HIST);
     ck_assert(!strncmp(id, SMOL_SPILL_PREFIX_ID, strlen(SMOL_SPILL_PREFIX_ID)) && strlen(id) == SMOL_SPILL_PREFIX_ID_LEN);
-    ck_assert_int_eq(smol_spill_best_prefix(sp, g.ids, 50, id), 50);
+    ck_assert_int_eq(smol_spill_best_prefix(sp, "", g.ids, 50, id), 50);
     int32_t other[3] = {g.ids[0] + 1, 2, 3};
-    ck_assert_int_eq(smol_spill_best_prefix(sp, other, 3, id), 0);
+    ck_assert_int_eq(smol_spill_best_prefix(sp, "", other, 3, id), 0);
     ck_assert(!smol_spill_has(sp, id));                      /* not a session */
-    ck_assert_int_eq(smol_spill_best_prefix(sp, g.ids, N_HIST, id), N_HIST);
-    struct smol_session *x = smol_sessions_restore_prefix(&g.ss, id, 1.0);
+    ck_assert_int_eq(smol_spill_best_prefix(sp, "", g.ids, N_HIST, id), N_HIST);
+    struct smol_session *x = smol_sessions_restore_prefix(&g.ss, "", id, 1.0);
     ck_assert(x && !x->id[0] && x->restored_kv == N_HIST && x->seq.n_tokens == N_HIST && x->on_disk);
     ck_assert(x->n_tokens == N_HIST && !memcmp(x->tokens, g.ids, N_HIST * sizeof *g.ids) && !x->hist_text && !x->msgs);
     float *lg = malloc((size_t)g.m->cfg.vocab * sizeof *lg);
@@ -711,7 +721,7 @@ START_TEST(t_prefixes)
     smol_spill_get_stats(sp, &ss);
     ck_assert(ss.prefixes_written == 1 && ss.files == 1);
     ck_assert_int_eq(count_files(g.dir), 1);
-    ck_assert_int_eq(smol_spill_best_prefix(sp, g.ids, N_HIST + 1, id), N_HIST + 1);
+    ck_assert_int_eq(smol_spill_best_prefix(sp, "", g.ids, N_HIST + 1, id), N_HIST + 1);
     smol_spill_close(&sp);
 
     /* corrupt KV bytes: found (the header is sound), refused at the load, removed */
@@ -724,15 +734,126 @@ START_TEST(t_prefixes)
     free(buf);
     ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
     g.ss.spill = sp;
-    ck_assert_int_eq(smol_spill_best_prefix(sp, g.ids, N_HIST + 1, id), N_HIST + 1);
-    ck_assert_ptr_null(smol_sessions_restore_prefix(&g.ss, id, 1.0));
+    ck_assert_int_eq(smol_spill_best_prefix(sp, "", g.ids, N_HIST + 1, id), N_HIST + 1);
+    ck_assert_ptr_null(smol_sessions_restore_prefix(&g.ss, "", id, 1.0));
     smol_spill_get_stats(sp, &ss);
     ck_assert(ss.rejected == 1 && ss.prefixes_restored == 0 && ss.files == 0);
-    ck_assert_int_eq(smol_spill_best_prefix(sp, g.ids, N_HIST + 1, id), 0);
+    ck_assert_int_eq(smol_spill_best_prefix(sp, "", g.ids, N_HIST + 1, id), 0);
     ck_assert(!g.ss.head);                                    /* no entry left behind */
     smol_spill_close(&sp);
     ck_assert_int_eq(count_files(g.dir), 0);
     g.ss.spill = NULL;
+    rig_close(&g);
+}
+END_TEST
+
+/* Tenancy (issue 38): two tenants with the same session id and the same
+ * cached prefix each get their own file, read back only by their own
+ * tenant (in this process and the next); a prefix serves only its tenant
+ * (covered / extended per tenant too); another tenant's id is not there. */
+START_TEST(t_tenants)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char err[SMOL_ERRLEN], key[SMOL_SPILL_KEY_MAX + 1];
+    struct smol_spill *sp = NULL;
+    struct smol_spill_stats ss;
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    g.ss.spill = sp;
+    smol_spill_key("", "s", key);
+    ck_assert_str_eq(key, "s");                 /* the default tenant's files are those of before */
+    smol_spill_key("A", "s", key);
+    ck_assert_str_eq(key, "A/s");
+    struct smol_session *a = make_session_of(&g, "A", "s"), *b = make_session_of(&g, "B", "s");
+    ck_assert(smol_session_set_text(a, "text of A", 9) == 0 && smol_session_set_text(b, "text of B", 9) == 0);
+    ck_assert(smol_sessions_find(&g.ss, "A", "s") == a && smol_sessions_find(&g.ss, "B", "s") == b);
+    ck_assert(!smol_sessions_find(&g.ss, "", "s") && !smol_sessions_find(&g.ss, "C", "s"));
+    ck_assert_int_eq(smol_sessions_count(&g.ss, "A"), 1);
+    ck_assert_int_eq(smol_sessions_evict_one(&g.ss, 1), 1);
+    ck_assert_int_eq(smol_sessions_evict_one(&g.ss, 1), 1);
+    ck_assert_int_eq((int)g.ss.n_evicted, 2);
+    ck_assert(smol_sessions_has_file(&g.ss, "A", "s") && smol_sessions_has_file(&g.ss, "B", "s"));
+    ck_assert(!smol_sessions_has_file(&g.ss, "", "s") && !smol_sessions_has_file(&g.ss, "C", "s"));
+    ck_assert_ptr_null(smol_sessions_restore(&g.ss, "C", "s", 10, 0, 1.0));
+    ck_assert_ptr_null(smol_sessions_restore(&g.ss, "", "s", 10, 0, 1.0));
+    b = smol_sessions_restore(&g.ss, "B", "s", 10, 0, 1.0);
+    ck_assert(b && !strcmp(b->tenant, "B") && !strcmp(b->id, "s") && b->hist_text && !strcmp(b->hist_text, "text of B"));
+    ck_assert(b->restored_kv == N_HIST);
+    smol_sessions_remove(&g.ss, b);
+
+    /* the same prefix cached by A and by B: two files (A's does not cover B's) */
+    make_prefix_of(&g, "A", N_HIST);
+    ck_assert_int_eq(smol_sessions_evict_one(&g.ss, 1), 1);
+    make_prefix_of(&g, "B", N_HIST);
+    ck_assert_int_eq(smol_sessions_evict_one(&g.ss, 1), 1);
+    smol_spill_flush(sp);
+    smol_spill_get_stats(sp, &ss);
+    ck_assert_int_eq((int)ss.prefixes_written, 2);
+    ck_assert_int_eq(count_files(g.dir), 4);
+    ck_assert_int_eq(smol_spill_best_prefix(sp, "C", g.ids, N_HIST + 1, key), 0);
+    ck_assert_int_eq(smol_spill_best_prefix(sp, "", g.ids, N_HIST + 1, key), 0);
+    ck_assert_int_eq(smol_spill_best_prefix(sp, "A", g.ids, N_HIST + 1, key), N_HIST);
+    ck_assert(!strncmp(key, "A/" SMOL_SPILL_PREFIX_ID, 2 + strlen(SMOL_SPILL_PREFIX_ID)));
+    /* A's longer prefix replaces A's, not B's */
+    make_prefix_of(&g, "A", N_HIST + 1);
+    ck_assert_int_eq(smol_sessions_evict_one(&g.ss, 1), 1);
+    smol_spill_flush(sp);
+    ck_assert_int_eq(count_files(g.dir), 4);
+    ck_assert_int_eq(smol_spill_best_prefix(sp, "A", g.ids, N_HIST + 1, key), N_HIST + 1);
+    ck_assert_int_eq(smol_spill_best_prefix(sp, "B", g.ids, N_HIST + 1, key), N_HIST);
+    smol_sessions_deinit(&g.ss);
+    smol_spill_close(&sp);
+
+    /* the next process: the index knows each prefix's tenant */
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    g.ss.spill = sp;
+    ck_assert_int_eq(smol_spill_best_prefix(sp, "C", g.ids, N_HIST + 1, key), 0);
+    ck_assert_int_eq(smol_spill_best_prefix(sp, "B", g.ids, N_HIST + 1, key), N_HIST);
+    ck_assert(!strncmp(key, "B/" SMOL_SPILL_PREFIX_ID, 2 + strlen(SMOL_SPILL_PREFIX_ID)));
+    /* read back through the store: B's entry, and only B finds it in memory */
+    ck_assert_int_eq(smol_sessions_read_prefix(&g.ss, "B", g.ids, N_HIST + 1, 0, 1.0), 0); /* read ahead */
+    smol_spill_flush(sp);
+    ck_assert_int_eq(smol_sessions_read_prefix(&g.ss, "B", g.ids, N_HIST + 1, 0, 1.0), 1);
+    ck_assert(g.ss.head && !g.ss.head->id[0] && !strcmp(g.ss.head->tenant, "B") && g.ss.head->restored_kv == N_HIST);
+    int lcp = -1;
+    ck_assert_ptr_null(smol_sessions_best_prefix(&g.ss, "A", g.ids, N_HIST + 1, &lcp));
+    ck_assert_int_eq(lcp, 0);
+    ck_assert(smol_sessions_best_prefix(&g.ss, "B", g.ids, N_HIST + 1, &lcp) == g.ss.head && lcp == N_HIST);
+    a = smol_sessions_restore(&g.ss, "A", "s", 10, 0, 1.0);
+    ck_assert(a && a->hist_text && !strcmp(a->hist_text, "text of A"));
+    smol_sessions_deinit(&g.ss);
+    smol_spill_close(&sp);
+    g.ss.spill = NULL;
+    rig_close(&g);
+}
+END_TEST
+
+/* Room for a session: a tenant at its own cap gives up its own oldest idle
+ * session; a full table takes one from the tenant holding the most. */
+START_TEST(t_make_room)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    struct smol_session *a1 = smol_sessions_add(&g.ss, "A", "1");
+    smol_sessions_add(&g.ss, "A", "2");
+    struct smol_session *b1 = smol_sessions_add(&g.ss, "B", "1");
+    ck_assert(a1 && b1);
+    a1->busy = 1;       /* a busy one is never evicted: A's 2 goes instead */
+    ck_assert_int_eq(smol_sessions_make_room(&g.ss, "A", 10, 2), 0);
+    ck_assert(!smol_sessions_find(&g.ss, "A", "2") && smol_sessions_find(&g.ss, "A", "1") && smol_sessions_find(&g.ss, "B", "1"));
+    ck_assert((int)g.ss.n_evicted == 1 && (int)g.ss.n_evicted_tenant_cap == 1);
+    ck_assert_int_eq(smol_sessions_make_room(&g.ss, "A", 10, 1), -1);  /* its only one is busy */
+    a1->busy = 0;
+    smol_sessions_add(&g.ss, "A", "3");
+    /* the table (3) full: B asks, A (2 sessions) gives up its oldest, B's stays */
+    ck_assert_int_eq(smol_sessions_make_room(&g.ss, "B", 3, 0), 0);
+    ck_assert(!smol_sessions_find(&g.ss, "A", "1") && smol_sessions_find(&g.ss, "A", "3") && smol_sessions_find(&g.ss, "B", "1"));
+    ck_assert((int)g.ss.n_evicted == 2 && (int)g.ss.n_evicted_tenant_cap == 1);
+    /* at the cap, and the table full: A's own oldest makes room for both */
+    smol_sessions_add(&g.ss, "A", "4");
+    ck_assert_int_eq(smol_sessions_make_room(&g.ss, "A", 3, 2), 0);
+    ck_assert(!smol_sessions_find(&g.ss, "A", "3") && smol_sessions_find(&g.ss, "A", "4") && smol_sessions_find(&g.ss, "B", "1"));
+    ck_assert((int)g.ss.n_evicted == 3 && (int)g.ss.n_evicted_tenant_cap == 2);
     rig_close(&g);
 }
 END_TEST
@@ -750,6 +871,8 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_read_ahead);
     tcase_add_test(tc, t_sessions_hooks);
     tcase_add_test(tc, t_prefixes);
+    tcase_add_test(tc, t_tenants);
+    tcase_add_test(tc, t_make_room);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -622,6 +622,7 @@ void smol_client_chat_init(struct smol_client_chat *p)
     memset(p, 0, sizeof *p);
     p->thinking = -1;
     p->speculative = -1;
+    p->create_session = 1;
 }
 
 Smollm3__GenerateRequest *smol_client_chat_build(struct smol_client_chat *p)
@@ -651,7 +652,9 @@ Smollm3__GenerateRequest *smol_client_chat_build(struct smol_client_chat *p)
         /* one new turn of a conversation the daemon keeps (server-side history) */
         p->gen.session_id = (char *)p->session_id;
         p->chat.append_to_session = 1;
+        p->chat.create_session = p->create_session != 0;
     }
+    if (p->tenant) p->gen.tenant = (char *)p->tenant;
     if (p->thinking >= 0) {
         p->gen.enable_thinking_opt_case =
             SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;

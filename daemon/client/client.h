@@ -166,6 +166,10 @@ enum smol_err smol_client_stream(struct smol_client *c, Smollm3__GenerateRequest
 struct smol_client_chat {
     const char *session_id;     /* NULL/"" = no session; else the turn is appended to the
                                    conversation the daemon keeps for it */
+    int create_session;         /* 1 (the default): a session the daemon does not hold starts
+                                   empty; 0: such a turn is refused ERROR_UNKNOWN_SESSION
+                                   (a conversation evicted without a spill file) */
+    const char *tenant;         /* NULL/"" = the default tenant (proto GenerateRequest.tenant) */
     const char *system;         /* NULL = no system message */
     const char *user;           /* the user message (required) */
     int thinking;               /* -1 = daemon default, 0 = /no_think, 1 = think */

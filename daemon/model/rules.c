@@ -99,6 +99,22 @@ enum smol_err smol_rule_session_id(const char *s, const char *field, char *err)
                      SMOL_RULE_SESSION_ID_MAX);
 }
 
+int smol_tenant_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n > SMOL_RULE_TENANT_MAX) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!alnum((unsigned char)s[i]) && !strchr("._-", s[i])) return 0;
+    return 1;
+}
+
+enum smol_err smol_rule_tenant(const char *s, const char *field, char *err)
+{
+    if (smol_tenant_ok(s)) return SMOL_OK;
+    return smol_errf(err, SMOL_EINVAL, "'%s' must be at most %d characters of [A-Za-z0-9._-]", field,
+                     SMOL_RULE_TENANT_MAX);
+}
+
 int smol_tool_name_ok(const char *s)
 {
     size_t n = strlen(s);

@@ -28,6 +28,7 @@
  *   prompt             at most 512 KiB: the bytes of every message's content and
  *                      reasoning_content, or of a completion's prompt (413)
  *   session id         1..128 bytes of [A-Za-z0-9._:-]
+ *   tenant             0..64 bytes of [A-Za-z0-9._-] ("" = the default tenant)
  *   tool name          1..64 bytes of [A-Za-z0-9_-] (OpenAI's function names)
  *   tools              at most 128
  *   constraint text    (schema, grammar, regex, tools) at most 1 MiB
@@ -45,6 +46,7 @@
 #include "daemon/model/error.h"
 
 #define SMOL_RULE_SESSION_ID_MAX 128
+#define SMOL_RULE_TENANT_MAX 64
 #define SMOL_RULE_TOOL_NAME_MAX 64
 #define SMOL_RULE_MAX_TOOLS 128
 #define SMOL_RULE_MAX_STOPS 8
@@ -105,6 +107,13 @@ enum smol_err smol_rule_text(const char *s, size_t n, const char *field, char *e
  * (SMOL_EINVAL naming field otherwise). */
 int smol_session_id_ok(const char *s);
 enum smol_err smol_rule_session_id(const char *s, const char *field, char *err);
+
+/* A tenant (the namespace of sessions and cached prefixes, proto
+ * GenerateRequest.tenant): 0..SMOL_RULE_TENANT_MAX bytes of [A-Za-z0-9._-],
+ * "" being the default tenant.  No ':' and no '/', so that a tenant and a
+ * session id joined by '/' name one key (daemon/server/spill.h). */
+int smol_tenant_ok(const char *s);
+enum smol_err smol_rule_tenant(const char *s, const char *field, char *err);
 
 /* A tool (function) name: 1..SMOL_RULE_TOOL_NAME_MAX bytes of [A-Za-z0-9_-]. */
 int smol_tool_name_ok(const char *s);

@@ -57,6 +57,7 @@ struct smol_daemon_config {
     int default_max_tokens;     /* generation cap when a request gives none */
     int default_thinking_budget; /* thinking tokens before a forced </think>; 0 = unlimited */
     int max_sessions;           /* sessions kept */
+    int max_sessions_per_key;   /* sessions one tenant keeps; 0 = no cap of its own */
     int session_ttl;            /* seconds an idle session is kept */
     int max_cached_prefixes;    /* anonymous finished sequences kept for prefix reuse */
     int queue_timeout;          /* seconds a request may wait for KV before ERROR_BUSY */

@@ -58,6 +58,8 @@ struct smol_engine_config {
     int default_max_tokens; /* when a request gives none; default 2048 (capped by context) */
     int default_thinking_budget; /* thinking tokens before a forced </think> when a request gives none; 0 = unlimited */
     int max_sessions;       /* default 1024 */
+    int max_sessions_per_key; /* sessions one tenant keeps (its own oldest idle one evicted beyond it);
+                                 0 = no cap of its own (default) */
     double session_ttl_s;   /* idle sessions expire; default 3600 */
     int max_cached_prefixes;/* anonymous finished sequences kept for prefix reuse; default 16 */
     double queue_timeout_s; /* a request waiting for KV longer than this gets SMOL_EBUSY; default 30 */

@@ -1,9 +1,13 @@
 /*
  * engine_internal.h - the engine's private header, shared by its files:
- * engine.c (the scheduler), engine_query.c (queries) and engine_wire.c (the
- * wire: events built from a request's state, command frames read).  Not a
- * public header: only the engine's own files include it; everything here
- * belongs to the engine thread.
+ * engine.c (the scheduler: the loop, a request's life, one step),
+ * engine_admit.c (admission: session, prompt, prefix, KV room; n > 1
+ * choices), engine_sample.c (the sampling policy: grammar, thinking
+ * budget, verification, the backend's and the host pool's rows),
+ * engine_draft.c (speculative drafts), engine_query.c (queries) and
+ * engine_wire.c (the wire: events built from a request's state, command
+ * frames read).  Not a public header: only the engine's own files include
+ * it; everything here belongs to the engine thread.
  */
 #ifndef SMOL_ENGINE_INTERNAL_H
 #define SMOL_ENGINE_INTERNAL_H
@@ -132,6 +136,7 @@ struct smol_engine {
     double step_s, forward_s;       /* their wall time, and the model's part of it */
     uint64_t n_shared_choices;      /* n > 1: choices started on another's prefilled prompt */
     uint64_t n_events_lost;         /* events the RPC thread never got (out of memory, socket refused) */
+    uint64_t n_unknown_session;     /* appends refused: the tenant holds no such session (ENOSESSION) */
     uint64_t n_spec_drafted, n_spec_accepted, n_spec_steps, n_decode_steps;
     double t_start;
 };
@@ -149,6 +154,12 @@ int smol_engine_send_drained(struct smol_engine *e);
 /* Sends a terminal error event. */
 void smol_engine_send_error(struct smol_engine *e, uint64_t id, uint64_t client_id, enum smol_err code,
                             const char *msg);
+/* The one message for a session the asking tenant does not hold (never
+ * made, deleted, evicted without a file, or another tenant's: the same
+ * words, so that an answer never tells which) into msg; returns msg. */
+#define SMOL_UNKNOWN_SESSION_MSG (SMOL_SESSION_ID_MAX + 32)
+const char *smol_unknown_session_msg(char msg[SMOL_UNKNOWN_SESSION_MSG], const char *session_id);
+
 /* ---- a request's events, built from its state (q is only read) ---- */
 
 /* Started: the prompt's tokens, those from the cache (restored: of them,
@@ -186,6 +197,75 @@ struct smol_engine_cmd_msg {
  * pending (nothing to close). */
 int smol_engine_recv_cmd(void *sock, struct smol_engine_cmd_msg *c);
 void smol_engine_cmd_close(struct smol_engine_cmd_msg *c);
+
+/* ---- a request's life (engine.c) ---- */
+
+void smol_engine_req_free(struct req *q);
+/* Appends t to q->tok; 0, or -1 out of memory. */
+int smol_engine_tok_push(struct req *q, int32_t t);
+void smol_engine_list_remove(struct req **head, struct req *q);
+void smol_engine_list_append(struct req **head, struct req *q);
+/* Part of q's stream is lost: it stops at the next step and ends with an error. */
+void smol_engine_lose(struct req *q);
+/* The output parser's callback (ud: the request): streams text and tool calls. */
+void smol_engine_on_parse(void *ud, const struct smol_chat_event *pe);
+/* Ends a running (or queued) request: flushes text, sends Done, leaves its
+ * KV to its session or as a cached prefix, frees it. */
+void smol_engine_finish(struct smol_engine *e, struct req *q, int reason);
+/* Refuses q with an error event (its terminal one) and frees it. */
+void smol_engine_reject(struct smol_engine *e, struct req *q, enum smol_err code, const char *msg);
+/* An error after Started: its session's history forgotten, then rejected. */
+void smol_engine_fail(struct smol_engine *e, struct req *q, enum smol_err code, const char *msg);
+/* Streams token t of q (sampled, the grammar advanced) and what it makes
+ * final; kv_len: the tokens q's KV holds when t comes.  0 when q finished
+ * (and was freed). */
+int smol_engine_emit_token(struct smol_engine *e, struct req *q, int32_t t, double now, int kv_len);
+
+/* ---- admission (engine_admit.c) ---- */
+
+/* Admits the queue's head when it can run now: 1 admitted (Started sent),
+ * 0 must wait, -1 refused (error sent, q freed). */
+int smol_engine_try_admit(struct smol_engine *e, struct req *q, double now);
+/* n > 1: once choice 0 has prefilled, choices 1..n-1 start from its KV and
+ * its logits row (logits) and sample their first token. */
+void smol_engine_spawn_choices(struct smol_engine *e, struct req *q, float *logits, double now);
+
+/* ---- the sampling policy (engine_sample.c) ---- */
+
+/* What the speculative verifier's callbacks see: the request and where each
+ * verified row's logprobs go (lps: NULL when drafting). */
+struct spec_ctx {
+    struct smol_engine *e;
+    struct req *q;
+    struct smol_sampler_logprobs *lps;
+};
+/* Samples q's token from row i of its step's rows (logits ours to modify):
+ * thinking budget, grammar (the shortest completion forced within the
+ * length limit), logprobs into *lp. */
+enum smol_err smol_engine_sample_row(struct smol_engine *e, struct req *q, int i, float *logits, int32_t *t,
+                                     struct smol_sampler_logprobs *lp, char *err);
+/* Samples q's next tokens from its rows (one, or its draft's k + 1), then
+ * streams them.  May finish (and free) q. */
+void smol_engine_sample_and_emit(struct smol_engine *e, struct req *q, float *logits, const int32_t *drafts,
+                                 double now);
+/* Streams token t drawn for q's one row by the backend (by_backend) or on
+ * the host's pool.  May finish (and free) q. */
+void smol_engine_emit_drawn(struct smol_engine *e, struct req *q, int32_t t, double now, int by_backend);
+/* backend_sampling: marks the out rows the backend draws (e->b_rs); how many. */
+int smol_engine_backend_rows(struct smol_engine *e, int n_out);
+/* Draws the host's plain rows on its pool (e->b_host), before any emit. */
+void smol_engine_host_rows(struct smol_engine *e, int n_out, int n_rs);
+/* The host-sampling pool (cfg sample_threads), for T batch rows. */
+enum smol_err smol_engine_host_pool_new(struct smol_engine *e, int T, char *err);
+
+/* ---- drafting (engine_draft.c) ---- */
+
+/* The prompt lookup, its controller and the prediction, when the request
+ * and the daemon allow speculation. */
+enum smol_err smol_engine_start_speculation(struct smol_engine *e, struct req *q, char *err);
+/* q's draft for this step: up to max tokens into draft[] (q->n_draft; 0: a
+ * plain decode step). */
+void smol_engine_plan_draft(struct smol_engine *e, struct req *q, int max, int32_t *draft);
 
 /* Answers a stats / session / health query (engine_query.c). */
 void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t *data, size_t len);

@@ -74,6 +74,9 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         st.step_ms_total = e->step_s * 1e3;
         st.forward_ms_total = e->forward_s * 1e3;
         st.shared_choices_total = e->n_shared_choices;
+        st.sessions_evicted = e->sessions.n_evicted;
+        st.sessions_evicted_per_key = e->sessions.n_evicted_tenant_cap;
+        st.unknown_session_refusals = e->n_unknown_session;
         if (e->cfg.grammars) {
             struct smol_grammar_cache_stats gs;
             smol_grammar_cache_stats(e->cfg.grammars, &gs);
@@ -148,21 +151,22 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
     case SMOLLM3__REQUEST__KIND_SESSION_GET:
     case SMOLLM3__REQUEST__KIND_SESSION_DELETE: {
         int get = rq->kind_case == SMOLLM3__REQUEST__KIND_SESSION_GET;
+        /* (tenant, id): another tenant's session is not found, as one that does not exist */
         const char *sid = get ? rq->session_get->session_id : rq->session_delete->session_id;
-        struct smol_session *x = sid && sid[0] ? smol_sessions_find(&e->sessions, sid) : NULL;
-        if (!x && !get && sid && sid[0] && smol_sessions_has_file(&e->sessions, sid)) {
+        const char *tenant = get ? rq->session_get->tenant : rq->session_delete->tenant;
+        struct smol_session *x = sid && sid[0] ? smol_sessions_find(&e->sessions, tenant, sid) : NULL;
+        if (!x && !get && sid && sid[0] && smol_sessions_has_file(&e->sessions, tenant, sid)) {
             /* only on disk */
             Smollm3__Ack ack = SMOLLM3__ACK__INIT;
-            smol_sessions_remove_file(&e->sessions, sid);
+            smol_sessions_remove_file(&e->sessions, tenant, sid);
             ev.kind_case = SMOLLM3__EVENT__KIND_ACK;
             ev.ack = &ack;
             smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
             break;
         }
         if (!x) {
-            char msg[SMOL_SESSION_ID_MAX + 64];
-            snprintf(msg, sizeof msg, "unknown session '%.128s'", sid ? sid : "");
-            smol_engine_send_error(e, id, rq->request_id, SMOL_ENOSESSION, msg);
+            char msg[SMOL_UNKNOWN_SESSION_MSG];
+            smol_engine_send_error(e, id, rq->request_id, SMOL_ENOSESSION, smol_unknown_session_msg(msg, sid ? sid : ""));
             break;
         }
         /* declared here: ev points at them until send_event below */
@@ -178,7 +182,7 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
             ev.kind_case = SMOLLM3__EVENT__KIND_SESSION;
             ev.session = &si;
         } else {
-            smol_sessions_remove_file(&e->sessions, x->id);
+            smol_sessions_remove_file(&e->sessions, x->tenant, x->id);
             if (x->busy) { /* cancel its request; the session goes when it ends */
                 for (struct req *q = e->running; q; q = q->next)
                     if (q->sess == x) { q->cancelled = 1; q->sess = NULL; q->anon = x; x->id[0] = 0; e->sessions.n_named--; e->sessions.n_anon++; }
@@ -189,7 +193,8 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
         break;
     }
-    case SMOLLM3__REQUEST__KIND_SESSION_LIST: {
+    case SMOLLM3__REQUEST__KIND_SESSION_LIST: {   /* the tenant's sessions only */
+        const char *tenant = rq->session_list->tenant;
         int n = e->sessions.n_named, k = 0;
         Smollm3__SessionInfo *si = calloc(n ? n : 1, sizeof *si);
         Smollm3__SessionInfo **sp = calloc(n ? n : 1, sizeof *sp);
@@ -197,7 +202,7 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         if (!si || !sp) { free(si); free(sp); smol_engine_send_error(e, id, rq->request_id, SMOL_ENOMEM, "out of memory"); break; }
         double t = smol_mono_s();
         for (struct smol_session *x = e->sessions.head; x && k < n; x = x->next) {
-            if (!x->id[0]) continue;
+            if (!x->id[0] || strcmp(x->tenant, tenant)) continue;
             smollm3__session_info__init(&si[k]);
             si[k].session_id = x->id;
             si[k].tokens = (uint32_t)x->n_tokens;

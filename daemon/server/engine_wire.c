@@ -145,6 +145,12 @@ void smol_engine_send_error(struct smol_engine *e, uint64_t id, uint64_t client_
     smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
 }
 
+const char *smol_unknown_session_msg(char msg[SMOL_UNKNOWN_SESSION_MSG], const char *session_id)
+{
+    snprintf(msg, SMOL_UNKNOWN_SESSION_MSG, "unknown session '%.128s'", session_id);
+    return msg;
+}
+
 /* ---- a request's events ------------------------------------------------------------ */
 
 int smol_engine_send_started(struct smol_engine *e, const struct req *q, int restored)

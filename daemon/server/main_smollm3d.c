@@ -229,6 +229,7 @@ int main(int argc, char **argv)
     ec.default_max_tokens = cfg.default_max_tokens;
     ec.default_thinking_budget = cfg.default_thinking_budget;
     ec.max_sessions = cfg.max_sessions;
+    ec.max_sessions_per_key = cfg.max_sessions_per_key;
     ec.session_ttl_s = cfg.session_ttl;
     ec.max_cached_prefixes = cfg.max_cached_prefixes;
     ec.queue_timeout_s = cfg.queue_timeout;

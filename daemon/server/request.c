@@ -42,9 +42,11 @@ enum smol_err smol_rpc_decode(const void *buf, size_t len, const struct smol_rpc
         goto fail;
     }
     switch (rq->kind_case) {
+    case SMOLLM3__REQUEST__KIND_SESSION_LIST:
+        if ((e = smol_rule_tenant(rq->session_list->tenant, "session_list.tenant", err))) goto fail;
+        break;
     case SMOLLM3__REQUEST__KIND_GENERATE:
     case SMOLLM3__REQUEST__KIND_CANCEL:
-    case SMOLLM3__REQUEST__KIND_SESSION_LIST:
     case SMOLLM3__REQUEST__KIND_HEALTH:
     case SMOLLM3__REQUEST__KIND_STATS:
         break;
@@ -61,12 +63,14 @@ enum smol_err smol_rpc_decode(const void *buf, size_t len, const struct smol_rpc
         break;
     case SMOLLM3__REQUEST__KIND_SESSION_GET:
         if ((e = text_ok(rq->session_get->session_id, "session_get.session_id", err)) ||
-            (e = smol_rule_session_id(rq->session_get->session_id, "session_get.session_id", err)))
+            (e = smol_rule_session_id(rq->session_get->session_id, "session_get.session_id", err)) ||
+            (e = smol_rule_tenant(rq->session_get->tenant, "session_get.tenant", err)))
             goto fail;
         break;
     case SMOLLM3__REQUEST__KIND_SESSION_DELETE:
         if ((e = text_ok(rq->session_delete->session_id, "session_delete.session_id", err)) ||
-            (e = smol_rule_session_id(rq->session_delete->session_id, "session_delete.session_id", err)))
+            (e = smol_rule_session_id(rq->session_delete->session_id, "session_delete.session_id", err)) ||
+            (e = smol_rule_tenant(rq->session_delete->tenant, "session_delete.tenant", err)))
             goto fail;
         break;
     default:
@@ -176,6 +180,7 @@ static enum smol_err build_chat(struct smol_request *r, const Smollm3__ChatInput
     }
     r->chat_body = body;
     r->append = ci->append_to_session != 0;
+    r->create_session = ci->create_session != 0;
     if (*date) {
         snprintf(r->date_buf, sizeof r->date_buf, "%s", date);
         r->chat.date = r->date_buf;
@@ -302,6 +307,8 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
         if ((e = smol_rule_session_id(g->session_id, "session_id", err))) goto fail;
         strcpy(r->session, g->session_id);
     }
+    if ((e = smol_rule_tenant(g->tenant, "tenant", err))) goto fail;
+    strcpy(r->tenant, g->tenant);
     if ((e = text_ok(g->date, "date", err))) goto fail;
     if (g->date[0] && (strlen(g->date) >= sizeof r->date_buf || smol_chat_date_check(g->date))) {
         e = smol_errf(err, SMOL_EINVAL, "date must read \"DD Month YYYY\" (e.g. \"09 July 2025\"), got \"%.40s\"",

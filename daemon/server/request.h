@@ -35,6 +35,8 @@ struct smol_request {
     uint64_t id;                        /* internal, unique for the daemon's lifetime */
     uint64_t client_id;                 /* the client's request_id, echoed in events */
     char session[SMOL_SESSION_ID_MAX + 1]; /* "" = no session */
+    char tenant[SMOL_RULE_TENANT_MAX + 1];  /* whose sessions and cached prefixes ("" = the default tenant);
+                                               said by the client, which the daemon's socket trusts */
     enum smol_input_kind kind;
     /* kind == CHAT: the request as an OpenAI-style JSON body ({"messages":
      * [...], "tools": [...], "add_generation_prompt": bool}) owned by this
@@ -45,6 +47,8 @@ struct smol_request {
     json_t *chat_body;
     struct smol_chat_request chat;
     int append;                         /* chat + session: messages extend the session's stored conversation */
+    int create_session;                 /* with append: a session the daemon does not hold starts empty
+                                           (else the request is refused, SMOL_ENOSESSION) */
     char date_buf[32];
     char *text;                         /* kind == TEXT, NUL-terminated */
     size_t text_len;
@@ -104,7 +108,7 @@ enum smol_err smol_rpc_decode(const void *buf, size_t len, const struct smol_rpc
  * SMOL_RULE_MAX_TOOLS tools), the date, sampling ranges
  * (smol_sampler_params_check; top_k -1 becomes 0, off), stop strings,
  * max_tokens, n, top_logprobs (needs logprobs), logit_bias, token ids
- * (< n_vocab), max_tokens (capped to n_ctx), the constraint (json_schema / gbnf / regex / json_object,
+ * (< n_vocab), the tenant, max_tokens (capped to n_ctx), the constraint (json_schema / gbnf / regex / json_object,
  * compiled through lim->grammars: an inexpressible keyword is SMOL_EINVAL
  * naming it).  A missing seed is drawn with getrandom().
  * The chat input becomes the JSON body engine.h describes (chat_body) and is

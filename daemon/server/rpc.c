@@ -457,6 +457,8 @@ static void handle_request(struct smol_rpc *rpc, const unsigned char *ident, siz
         h.thinking_supported = rpc->cfg.thinking != 0;
         h.status = rpc->draining ? "draining" : rpc->ready ? "serving" : "starting";
         h.protocol_version = SMOL_PROTOCOL_VERSION;
+        /* what a client may send: over it ERROR_TOO_LARGE (over 2x + 64 KiB the socket drops it) */
+        h.max_request_bytes = rpc->cfg.lim.max_request_bytes;
         ev.kind_case = SMOLLM3__EVENT__KIND_HEALTH;
         ev.health = &h;
         reply(rpc, ident, ilen, delim, &ev);

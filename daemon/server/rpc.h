@@ -20,9 +20,17 @@
  *                     with Ack and changes nothing: cancel is idempotent and
  *                     racing a request's natural end is normal, not an error.
  *                     The cancelled stream ends with its own terminal event.
- *   health         -> answered here (ready, model, status, protocol version).
+ *   health         -> answered here (ready, model, status, protocol version,
+ *                     max_request_bytes: the frame limit above).
  *   stats, session_get/list/delete -> QUERY to the engine, which answers.
  * While draining (SIGTERM) generate gets ERROR_SHUTTING_DOWN.
+ *
+ * Trust.  Clients on this socket are trusted: a request says which tenant
+ * it acts for (GenerateRequest.tenant, the session queries' tenant) and the
+ * daemon takes its word.  Tenants keep sessions and cached prefixes apart
+ * (sessions.h); the gateway, which authenticates API keys, sets the tenant
+ * from the key.  Whoever can reach the socket can act for any tenant, so it
+ * stays a local socket (socket_mode) or a trusted network's.
  *
  * Events.  The engine sends [u64 id][u8 flags][Event]; the loop sends
  * [identity][Event] with ZMQ_DONTWAIT under ZMQ_ROUTER_MANDATORY.

@@ -46,11 +46,48 @@ void smol_sessions_deinit(struct smol_sessions *s)
     while (s->head) smol_sessions_remove(s, s->head);
 }
 
-struct smol_session *smol_sessions_find(struct smol_sessions *s, const char *id)
+struct smol_session *smol_sessions_find(struct smol_sessions *s, const char *tenant, const char *id)
 {
     for (struct smol_session *x = s->head; x; x = x->next)
-        if (x->id[0] && !strcmp(x->id, id)) return x;
+        if (x->id[0] && !strcmp(x->id, id) && !strcmp(x->tenant, tenant)) return x;
     return NULL;
+}
+
+int smol_sessions_count(const struct smol_sessions *s, const char *tenant)
+{
+    int n = 0;
+    for (const struct smol_session *x = s->head; x; x = x->next) n += x->id[0] && !strcmp(x->tenant, tenant);
+    return n;
+}
+
+/* The least recently used idle named session of tenant (NULL: any tenant's), or NULL. */
+static struct smol_session *lru_idle(struct smol_sessions *s, const char *tenant)
+{
+    for (struct smol_session *x = s->tail; x; x = x->prev)
+        if (x->id[0] && !x->busy && (!tenant || !strcmp(x->tenant, tenant))) return x;
+    return NULL;
+}
+
+int smol_sessions_make_room(struct smol_sessions *s, const char *tenant, int max_named, int max_per_tenant)
+{
+    struct smol_session *x;
+    if (max_per_tenant > 0 && smol_sessions_count(s, tenant) >= max_per_tenant) {
+        if (!(x = lru_idle(s, tenant))) return -1;
+        smol_sessions_evict(s, x);
+        s->n_evicted_tenant_cap++;
+    }
+    if (s->n_named < max_named) return 0;
+    /* the table is full: the tenant holding the most sessions gives up its
+     * least recently used idle one (the oldest wins a tie) */
+    struct smol_session *victim = NULL;
+    int most = 0;
+    for (x = s->tail; x; x = x->prev) {
+        if (!x->id[0] || x->busy) continue;
+        const int n = smol_sessions_count(s, x->tenant);
+        if (n > most) { most = n; victim = x; }
+    }
+    if (victim) smol_sessions_evict(s, victim);
+    return s->n_named < max_named ? 0 : -1;
 }
 
 void smol_session_changed(struct smol_session *x)
@@ -61,10 +98,11 @@ void smol_session_changed(struct smol_session *x)
     x->stamp = atomic_fetch_add_explicit(&last, 1, memory_order_relaxed) + 1;
 }
 
-struct smol_session *smol_sessions_add(struct smol_sessions *s, const char *id)
+struct smol_session *smol_sessions_add(struct smol_sessions *s, const char *tenant, const char *id)
 {
     struct smol_session *x = calloc(1, sizeof *x);
     if (!x) return NULL;
+    snprintf(x->tenant, sizeof x->tenant, "%s", tenant);
     snprintf(x->id, sizeof x->id, "%s", id);
     smol_kv_seq_init(&x->seq);
     smol_session_changed(x);
@@ -88,6 +126,7 @@ static struct smol_spill_record record_of(struct smol_session *x)
     struct smol_spill_record rec = {.seq = &x->seq, .tokens = x->tokens, .n_tokens = x->n_tokens,
                                     .hist_text = x->hist_text, .hist_len = x->hist_len, .msgs = x->msgs,
                                     .think_set = x->think_set, .enable_thinking = x->enable_thinking};
+    snprintf(rec.tenant, sizeof rec.tenant, "%s", x->tenant);
     snprintf(rec.id, sizeof rec.id, "%s", x->id);
     snprintf(rec.date, sizeof rec.date, "%s", x->date);
     return rec;
@@ -130,6 +169,7 @@ static int wants_file(const struct smol_session *x)
 void smol_sessions_evict(struct smol_sessions *s, struct smol_session *x)
 {
     if (s->spill && wants_file(x)) spill(s, x);
+    if (x->id[0]) s->n_evicted++;
     smol_sessions_remove(s, x);
 }
 
@@ -144,7 +184,7 @@ int smol_sessions_spill_one(struct smol_sessions *s, int with_prefixes)
     return 0;
 }
 
-/* Reads file `id` into x (busy meanwhile), evicting idle entries while the
+/* Reads the file of key `id` into x (busy meanwhile), evicting idle entries while the
  * pool lacks room; removes x when that fails. */
 static struct smol_session *load_into(struct smol_sessions *s, struct smol_session *x, const char *id, double now)
 {
@@ -169,49 +209,57 @@ static struct smol_session *load_into(struct smol_sessions *s, struct smol_sessi
     return x;
 }
 
-struct smol_session *smol_sessions_restore(struct smol_sessions *s, const char *id, int max_named, double now)
+struct smol_session *smol_sessions_restore(struct smol_sessions *s, const char *tenant, const char *id,
+                                           int max_named, int max_per_tenant, double now)
 {
-    if (!s->spill || !smol_spill_has(s->spill, id)) return NULL;
-    if (s->n_named >= max_named)
-        for (struct smol_session *x = s->tail; x; x = x->prev)
-            if (x->id[0] && !x->busy) { smol_sessions_evict(s, x); break; }
-    if (s->n_named >= max_named) return NULL;
-    struct smol_session *x = smol_sessions_add(s, id);
-    return x ? load_into(s, x, id, now) : NULL;
+    char key[SMOL_SPILL_KEY_MAX + 1];
+    smol_spill_key(tenant, id, key);
+    if (!s->spill || !smol_spill_has(s->spill, key)) return NULL;
+    if (smol_sessions_make_room(s, tenant, max_named, max_per_tenant)) return NULL;
+    struct smol_session *x = smol_sessions_add(s, tenant, id);
+    return x ? load_into(s, x, key, now) : NULL;
 }
 
-struct smol_session *smol_sessions_restore_prefix(struct smol_sessions *s, const char *id, double now)
+struct smol_session *smol_sessions_restore_prefix(struct smol_sessions *s, const char *tenant, const char *key,
+                                                  double now)
 {
     if (!s->spill) return NULL;
-    struct smol_session *x = smol_sessions_add(s, "");
-    return x ? load_into(s, x, id, now) : NULL;
+    struct smol_session *x = smol_sessions_add(s, tenant, "");
+    return x ? load_into(s, x, key, now) : NULL;
 }
 
-int smol_sessions_prefetch(struct smol_sessions *s, const char *id)
+int smol_sessions_prefetch(struct smol_sessions *s, const char *tenant, const char *id)
 {
-    return !s->spill || smol_spill_prefetch(s->spill, id);
+    char key[SMOL_SPILL_KEY_MAX + 1];
+    smol_spill_key(tenant, id, key);
+    return !s->spill || smol_spill_prefetch(s->spill, key);
 }
 
-int smol_sessions_read_prefix(struct smol_sessions *s, const int32_t *ids, int n, int have, double now)
+int smol_sessions_read_prefix(struct smol_sessions *s, const char *tenant, const int32_t *ids, int n, int have,
+                              double now)
 {
     if (!s->spill) return 1;
-    char pid[SMOL_SPILL_PREFIX_ID_LEN + 1];
-    const int on_disk = smol_spill_best_prefix(s->spill, ids, n, pid);
+    char pid[SMOL_SPILL_KEY_MAX + 1];
+    const int on_disk = smol_spill_best_prefix(s->spill, tenant, ids, n, pid);
     /* (the last prompt token is always computed: it counts in neither) */
     if ((on_disk < n - 1 ? on_disk : n - 1) < (have < n - 1 ? have : n - 1) + SMOL_KV_PAGE) return 1;
     if (!smol_spill_prefetch(s->spill, pid)) return 0;
-    smol_sessions_restore_prefix(s, pid, now);
+    smol_sessions_restore_prefix(s, tenant, pid, now);
     return 1;
 }
 
-int smol_sessions_has_file(const struct smol_sessions *s, const char *id)
+int smol_sessions_has_file(const struct smol_sessions *s, const char *tenant, const char *id)
 {
-    return s->spill && smol_spill_has(s->spill, id);
+    char key[SMOL_SPILL_KEY_MAX + 1];
+    smol_spill_key(tenant, id, key);
+    return s->spill && smol_spill_has(s->spill, key);
 }
 
-void smol_sessions_remove_file(struct smol_sessions *s, const char *id)
+void smol_sessions_remove_file(struct smol_sessions *s, const char *tenant, const char *id)
 {
-    if (s->spill) smol_spill_remove(s->spill, id);
+    char key[SMOL_SPILL_KEY_MAX + 1];
+    smol_spill_key(tenant, id, key);
+    if (s->spill) smol_spill_remove(s->spill, key);
 }
 
 int smol_sessions_disk_stats(struct smol_sessions *s, struct smol_spill_stats *st)
@@ -241,7 +289,7 @@ int smol_sessions_expire(struct smol_sessions *s, double now, double ttl)
         p = x->prev;
         if (!x->busy && now - x->last_used > ttl) {
             /* the conversation is over: its file goes too */
-            if (s->spill && x->id[0]) smol_spill_remove(s->spill, x->id);
+            if (x->id[0]) smol_sessions_remove_file(s, x->tenant, x->id);
             smol_sessions_remove(s, x);
             n++;
         }
@@ -249,12 +297,13 @@ int smol_sessions_expire(struct smol_sessions *s, double now, double ttl)
     return n;
 }
 
-struct smol_session *smol_sessions_best_prefix(struct smol_sessions *s, const int32_t *ids, int n, int *lcp)
+struct smol_session *smol_sessions_best_prefix(struct smol_sessions *s, const char *tenant, const int32_t *ids, int n,
+                                               int *lcp)
 {
     struct smol_session *best = NULL;
     int best_len = 0;
     for (struct smol_session *x = s->head; x; x = x->next) {
-        if (x->busy) continue;
+        if (x->busy || strcmp(x->tenant, tenant)) continue;
         int l = smol_lcp(x->tokens, x->seq.n_tokens < x->n_tokens ? x->seq.n_tokens : x->n_tokens, ids, n);
         if (l > best_len) { best_len = l; best = x; }
     }

@@ -9,6 +9,12 @@
  * re-tokenizing reasoning the client dropped), and the date frozen at its
  * creation.  Owned by the engine thread only.
  *
+ * Tenancy: every entry belongs to a tenant (request.h, proto
+ * GenerateRequest.tenant).  A session is found by (tenant, id): another
+ * tenant's session of the same id is not there, exactly as one that never
+ * existed.  A cached prefix serves only requests of its own tenant.  The
+ * spill files are keyed the same way (smol_spill_key).
+ *
  * The spill directory (spill.h) lies below: sessions go there and come
  * back through the functions here, which hand the spill plain records; the
  * engine never calls the spill itself.
@@ -24,6 +30,7 @@
 #include "daemon/model/model.h"
 
 struct smol_session {
+    char tenant[SMOL_RULE_TENANT_MAX + 1];  /* whose it is ("" = the default tenant) */
     char id[SMOL_SESSION_ID_MAX + 1];   /* "" for an anonymous cached prefix */
     struct smol_kv_seq seq;             /* KV of tokens[0, seq.n_tokens) */
     int32_t *tokens;                    /* [n_tokens] history (may run 1 past the KV) */
@@ -54,14 +61,25 @@ struct smol_sessions {
     struct smol_kv *kv;
     struct smol_spill *spill;           /* borrowed; NULL = sessions live in memory only */
     int vocab;                          /* bounds token ids read back from disk */
+    uint64_t n_evicted;                 /* named sessions taken out of memory by eviction (any cause) */
+    uint64_t n_evicted_tenant_cap;      /* of those, by their tenant's max_per_tenant */
 };
 
 void smol_sessions_init(struct smol_sessions *s, struct smol_kv *kv);
 void smol_sessions_deinit(struct smol_sessions *s);
 
-struct smol_session *smol_sessions_find(struct smol_sessions *s, const char *id);
-/* New empty session (id "" = anonymous), most recently used; NULL on OOM. */
-struct smol_session *smol_sessions_add(struct smol_sessions *s, const char *id);
+/* tenant's session id, or NULL. */
+struct smol_session *smol_sessions_find(struct smol_sessions *s, const char *tenant, const char *id);
+/* New empty session of tenant (id "" = anonymous), most recently used; NULL on OOM. */
+struct smol_session *smol_sessions_add(struct smol_sessions *s, const char *tenant, const char *id);
+/* Named sessions of tenant in memory. */
+int smol_sessions_count(const struct smol_sessions *s, const char *tenant);
+/* Room for one more named session of tenant: at max_per_tenant (> 0) of
+ * its own, tenant's least recently used idle session is evicted
+ * (n_evicted_tenant_cap); at max_named in all, the least recently used
+ * idle session of the tenant holding the most.  0, or -1 when no idle
+ * session could make room. */
+int smol_sessions_make_room(struct smol_sessions *s, const char *tenant, int max_named, int max_per_tenant);
 void smol_sessions_remove(struct smol_sessions *s, struct smol_session *x);
 void smol_sessions_touch(struct smol_sessions *s, struct smol_session *x, double now);
 /* Takes x out of memory; a named session whose history is not on disk yet,
@@ -72,28 +90,31 @@ void smol_sessions_evict(struct smol_sessions *s, struct smol_session *x);
  * as smol_sessions_evict would) to the spill directory; 1 if one was
  * written (or failed), 0 when there is none. */
 int smol_sessions_spill_one(struct smol_sessions *s, int with_prefixes);
-/* A new session `id` read back from the spill directory, most recently
- * used, its KV in the pool (idle entries evicted to make room; a named one
- * first when max_named is reached).  NULL when there is no usable file,
- * or no room. */
-struct smol_session *smol_sessions_restore(struct smol_sessions *s, const char *id, int max_named, double now);
-/* The same for the cached prefix `id` of the spill directory
- * (smol_spill_best_prefix): a new anonymous entry. */
-struct smol_session *smol_sessions_restore_prefix(struct smol_sessions *s, const char *id, double now);
-/* Has session id's file read ahead on the spill's thread: 1 when it can be
- * restored now (read, or no file, or no spill directory), 0 while the read
- * runs (smol_spill_prefetch). */
-int smol_sessions_prefetch(struct smol_sessions *s, const char *id);
-/* A cached prefix on disk that covers a page or more of ids[0, n) beyond
+/* tenant's session `id` read back from the spill directory as a new
+ * session, most recently used, its KV in the pool (idle entries evicted to
+ * make room; a named one first, smol_sessions_make_room).  NULL when there
+ * is no usable file, or no room. */
+struct smol_session *smol_sessions_restore(struct smol_sessions *s, const char *tenant, const char *id,
+                                           int max_named, int max_per_tenant, double now);
+/* The same for tenant's cached prefix of key `key` (smol_spill_best_prefix
+ * for that tenant): a new anonymous entry. */
+struct smol_session *smol_sessions_restore_prefix(struct smol_sessions *s, const char *tenant, const char *key,
+                                                  double now);
+/* Has the file of tenant's session id read ahead on the spill's thread: 1
+ * when it can be restored now (read, or no file, or no spill directory), 0
+ * while the read runs (smol_spill_prefetch). */
+int smol_sessions_prefetch(struct smol_sessions *s, const char *tenant, const char *id);
+/* A cached prefix of tenant on disk that covers a page or more of ids[0, n) beyond
  * the have tokens a cache entry in memory does (the last token counts in
  * neither: it is always computed) is read back as a new anonymous entry,
  * its file first read ahead on the spill's thread: 0 while that read runs
  * (call again), 1 when done or when there is none. */
-int smol_sessions_read_prefix(struct smol_sessions *s, const int32_t *ids, int n, int have, double now);
-/* 1 when the spill directory holds a file for session id. */
-int smol_sessions_has_file(const struct smol_sessions *s, const char *id);
-/* Removes session id's file, if any. */
-void smol_sessions_remove_file(struct smol_sessions *s, const char *id);
+int smol_sessions_read_prefix(struct smol_sessions *s, const char *tenant, const int32_t *ids, int n, int have,
+                              double now);
+/* 1 when the spill directory holds a file for tenant's session id. */
+int smol_sessions_has_file(const struct smol_sessions *s, const char *tenant, const char *id);
+/* Removes the file of tenant's session id, if any. */
+void smol_sessions_remove_file(struct smol_sessions *s, const char *tenant, const char *id);
 /* The spill directory's counters into *st: 1, or 0 when there is none (st untouched). */
 int smol_sessions_disk_stats(struct smol_sessions *s, struct smol_spill_stats *st);
 /* Evicts the least recently used idle entry (anonymous ones first when
@@ -101,9 +122,10 @@ int smol_sessions_disk_stats(struct smol_sessions *s, struct smol_spill_stats *s
 int smol_sessions_evict_one(struct smol_sessions *s, int prefer_anon);
 /* Evicts idle sessions unused for more than ttl seconds; returns how many. */
 int smol_sessions_expire(struct smol_sessions *s, double now, double ttl);
-/* The idle entry whose KV shares the longest prefix with ids[0, n): its
- * length in *lcp (<= its KV length).  NULL if none shares a token. */
-struct smol_session *smol_sessions_best_prefix(struct smol_sessions *s, const int32_t *ids, int n, int *lcp);
+/* tenant's idle entry whose KV shares the longest prefix with ids[0, n):
+ * its length in *lcp (<= its KV length).  NULL if none shares a token. */
+struct smol_session *smol_sessions_best_prefix(struct smol_sessions *s, const char *tenant, const int32_t *ids, int n,
+                                               int *lcp);
 /* x's history changed: a new stamp.  The setters below call it. */
 void smol_session_changed(struct smol_session *x);
 /* Replaces the history with ids[0, n); 0 or -1 on OOM. */

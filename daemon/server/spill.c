@@ -26,8 +26,9 @@ struct entry {
     char name[NAME_LEN + 1];
     uint64_t bytes;
     int64_t stamp;              /* ns, CLOCK_REALTIME (file mtime at scan) */
-    /* a cached prefix: its id and KV tokens (NULL for a session) */
-    char prefix_id[SMOL_SPILL_PREFIX_ID_LEN + 1];
+    /* a cached prefix: its key (its tenant's, smol_spill_key) and KV tokens
+     * (NULL for a session) */
+    char prefix_id[SMOL_SPILL_KEY_MAX + 1];
     int32_t *tokens;
     int n_tokens;
 };
@@ -41,7 +42,7 @@ struct job {
     struct job *next;
     enum job_kind kind;
     char name[NAME_LEN + 1];
-    char id[SMOL_RULE_SESSION_ID_MAX + 1];   /* for the log */
+    char id[SMOL_SPILL_KEY_MAX + 1];    /* for the log */
     unsigned char *image;               /* JOB_WRITE: header + payload, hashes not yet set;
                                            JOB_READ: the file's bytes once read */
     uint64_t bytes;
@@ -90,6 +91,35 @@ static void file_name(const char *id, char out[NAME_LEN + 1])
 {
     XXH128_hash_t h = XXH3_128bits(id, strlen(id));
     snprintf(out, NAME_LEN + 1, "%016llx%016llx.kv", (unsigned long long)h.high64, (unsigned long long)h.low64);
+}
+
+void smol_spill_key(const char *tenant, const char *id, char out[SMOL_SPILL_KEY_MAX + 1])
+{
+    if (tenant[0]) snprintf(out, SMOL_SPILL_KEY_MAX + 1, "%s/%s", tenant, id);
+    else snprintf(out, SMOL_SPILL_KEY_MAX + 1, "%s", id);
+}
+
+/* Splits a key into its tenant and id (pointing into key); 0, or -1 when
+ * the tenant is not one smol_rule_tenant accepts. */
+static int split_key(const char *key, char tenant[SMOL_RULE_TENANT_MAX + 1], const char **id)
+{
+    const char *slash = strchr(key, '/');
+    tenant[0] = 0;
+    *id = key;
+    if (!slash) return 0;
+    if ((size_t)(slash - key) > SMOL_RULE_TENANT_MAX) return -1;
+    memcpy(tenant, key, (size_t)(slash - key));
+    tenant[slash - key] = 0;
+    *id = slash + 1;
+    return tenant[0] && smol_tenant_ok(tenant) ? 0 : -1;
+}
+
+/* 1 if the cached prefix of key belongs to tenant */
+static int key_of_tenant(const char *key, const char *tenant)
+{
+    char t[SMOL_RULE_TENANT_MAX + 1];
+    const char *id;
+    return !split_key(key, t, &id) && !strcmp(t, tenant);
 }
 
 static int is_our_name(const char *n)
@@ -218,7 +248,7 @@ static const char *check_header(const struct smol_spill *sp, const struct smol_s
     if (h->n_layers != (uint32_t)kv->n_layers || h->n_kv_heads != (uint32_t)kv->n_kv_heads ||
         h->head_dim != (uint32_t)kv->head_dim || h->page_tokens != SMOL_KV_PAGE)
         return "another KV type or geometry";
-    if (h->id_len == 0 || h->id_len > SMOL_RULE_SESSION_ID_MAX || h->n_kv > h->n_tokens || h->n_tokens > (1u << 26) ||
+    if (h->id_len == 0 || h->id_len > SMOL_SPILL_KEY_MAX || h->n_kv > h->n_tokens || h->n_tokens > (1u << 26) ||
         h->reserved || memchr(h->date, 0, sizeof h->date) == NULL)
         return "inconsistent header";
     uint64_t want = (uint64_t)h->id_len + 4ull * h->n_tokens + h->hist_len + h->msgs_len + kv_payload_bytes(sp, h->n_kv, kv);
@@ -563,15 +593,17 @@ static void scan(struct smol_spill *sp, const struct smol_kv *kv)
         else why = check_header(sp, &h, (uint64_t)stt.st_size, kv);
         /* a cached prefix: its id and KV tokens go into the index (the
          * checksum covers them when the file is loaded) */
-        char pid[SMOL_SPILL_PREFIX_ID_LEN + 1] = "";
+        char pid[SMOL_SPILL_KEY_MAX + 1] = "", ptenant[SMOL_RULE_TENANT_MAX + 1];
+        const char *bare = pid;
         int32_t *toks = NULL;
         if (!why && (h.flags & SMOL_SPILL_F_PREFIX)) {
-            if (h.id_len != SMOL_SPILL_PREFIX_ID_LEN || h.n_kv != h.n_tokens) why = "inconsistent header";
+            if (h.id_len < SMOL_SPILL_PREFIX_ID_LEN || h.n_kv != h.n_tokens) why = "inconsistent header";
             else if (!(toks = malloc(4ull * h.n_kv + 1))) why = "out of memory for its tokens";
             else if (pread(f, pid, h.id_len, sizeof h) != (ssize_t)h.id_len ||
                      pread(f, toks, 4ull * h.n_kv, sizeof h + h.id_len) != (ssize_t)(4ull * h.n_kv))
                 why = "short read";
-            else if (pid[h.id_len] = 0, strncmp(pid, SMOL_SPILL_PREFIX_ID, strlen(SMOL_SPILL_PREFIX_ID)))
+            else if (pid[h.id_len] = 0, split_key(pid, ptenant, &bare) || strlen(bare) != SMOL_SPILL_PREFIX_ID_LEN ||
+                     strncmp(bare, SMOL_SPILL_PREFIX_ID, strlen(SMOL_SPILL_PREFIX_ID)))
                 why = "a cached prefix with a bad id";
         }
         if (f >= 0) close(f);
@@ -672,23 +704,26 @@ static void prefix_id(const int32_t *tokens, int n, char out[SMOL_SPILL_PREFIX_I
              (unsigned long long)h.low64);
 }
 
-/* 1 if a prefix file already holds tokens[0, n) (the same or a longer prefix) */
-static int prefix_covered(const struct smol_spill *sp, const int32_t *tokens, int n)
+/* 1 if a prefix file of tenant already holds tokens[0, n) (the same or a longer prefix) */
+static int prefix_covered(const struct smol_spill *sp, const char *tenant, const int32_t *tokens, int n)
 {
     for (int i = 0; i < sp->n_ent; i++) {
         const struct entry *e = &sp->ent[i];
-        if (e->tokens && e->n_tokens >= n && smol_lcp(e->tokens, e->n_tokens, tokens, n) == n) return 1;
+        if (e->tokens && e->n_tokens >= n && smol_lcp(e->tokens, e->n_tokens, tokens, n) == n &&
+            key_of_tenant(e->prefix_id, tenant))
+            return 1;
     }
     return 0;
 }
 
-/* Removes the prefix files that tokens[0, n) extends: the file of it serves
- * every request they would. */
-static void drop_extended(struct smol_spill *sp, const int32_t *tokens, int n)
+/* Removes tenant's prefix files that tokens[0, n) extends: the file of it
+ * serves every request of that tenant they would. */
+static void drop_extended(struct smol_spill *sp, const char *tenant, const int32_t *tokens, int n)
 {
     for (int i = 0; i < sp->n_ent;) {
         const struct entry *e = &sp->ent[i];
-        if (e->tokens && e->n_tokens < n && smol_lcp(e->tokens, e->n_tokens, tokens, n) == e->n_tokens) {
+        if (e->tokens && e->n_tokens < n && smol_lcp(e->tokens, e->n_tokens, tokens, n) == e->n_tokens &&
+            key_of_tenant(e->prefix_id, tenant)) {
             char name[NAME_LEN + 1];
             snprintf(name, sizeof name, "%s", e->name);
             smol_log_info("spill: removing %s (a cached prefix that a longer one extends)", name);
@@ -704,11 +739,11 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
 {
     reap_failed(sp);
     const int prefix = !x->id[0];
-    char key[SMOL_RULE_SESSION_ID_MAX + 1], name[NAME_LEN + 1];
+    char key[SMOL_SPILL_KEY_MAX + 1], pid[SMOL_SPILL_PREFIX_ID_LEN + 1], name[NAME_LEN + 1];
     int n_kv = x->seq->n_tokens < x->n_tokens ? x->seq->n_tokens : x->n_tokens;
-    if (prefix && (n_kv <= 0 || prefix_covered(sp, x->tokens, n_kv))) return SMOL_OK;
-    if (prefix) prefix_id(x->tokens, n_kv, key);
-    else snprintf(key, sizeof key, "%s", x->id);
+    if (prefix && (n_kv <= 0 || prefix_covered(sp, x->tenant, x->tokens, n_kv))) return SMOL_OK;
+    if (prefix) prefix_id(x->tokens, n_kv, pid);
+    smol_spill_key(x->tenant, prefix ? pid : x->id, key);
     file_name(key, name);
     if (n_kv <= 0) {
         unlink_file(sp, name);
@@ -779,7 +814,7 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
     smol_log_debug("spill: '%s' queued for %s: %.1f MiB copied in %.1f ms", key, name, total / 1048576.0,
                    (smol_mono_s() - t0) * 1e3);
     put_ent(sp, name, total, now_ns(), prefix ? key : NULL, x->tokens, n_kv);
-    if (prefix) drop_extended(sp, x->tokens, n_kv);
+    if (prefix) drop_extended(sp, x->tenant, x->tokens, n_kv);
     trim(sp, name);
     return SMOL_OK;
 }
@@ -879,7 +914,7 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
         return smol_errf(err, SMOL_EBUSY, "spilled %s '%s' needs %d free KV pages", what, key, n_pages);
     }
     XXH3_state_t *st = XXH3_createState();
-    char id[SMOL_RULE_SESSION_ID_MAX + 1];
+    char id[SMOL_SPILL_KEY_MAX + 1];
     int32_t *tokens = malloc(4ull * h.n_tokens + 4);
     char *hist = malloc((size_t)h.hist_len + 1), *msgs = malloc((size_t)h.msgs_len + 1);
     enum smol_err rc = SMOL_OK;
@@ -907,7 +942,9 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
     if (!why && !rc && h.msgs_len && !(j = json_loadb(msgs, h.msgs_len, 0, NULL))) why = "bad messages JSON";
     if (!why && !rc && j && !json_is_array(j)) why = "bad messages JSON";
     if (!why && !rc) {   /* the record takes what was read */
-        snprintf(x->id, sizeof x->id, "%s", prefix ? "" : key);
+        const char *bare;   /* (the key compared equal: its tenant is well formed) */
+        split_key(key, x->tenant, &bare);
+        snprintf(x->id, sizeof x->id, "%s", prefix ? "" : bare);
         x->tokens = tokens;
         tokens = NULL;
         x->n_tokens = (int)h.n_tokens;
@@ -975,17 +1012,18 @@ enum smol_err smol_spill_load_prefix(struct smol_spill *sp, struct smol_kv *kv, 
     return load(sp, kv, vocab, id, 1, rec, pages_needed, err);
 }
 
-int smol_spill_best_prefix(struct smol_spill *sp, const int32_t *ids, int n, char id_out[SMOL_SPILL_PREFIX_ID_LEN + 1])
+int smol_spill_best_prefix(struct smol_spill *sp, const char *tenant, const int32_t *ids, int n,
+                           char key_out[SMOL_SPILL_KEY_MAX + 1])
 {
     reap_failed(sp);
     int best = 0;
-    id_out[0] = 0;
+    key_out[0] = 0;
     for (int i = 0; i < sp->n_ent; i++) {
         const struct entry *e = &sp->ent[i];
-        int l = e->tokens ? smol_lcp(e->tokens, e->n_tokens, ids, n) : 0;
+        int l = e->tokens && key_of_tenant(e->prefix_id, tenant) ? smol_lcp(e->tokens, e->n_tokens, ids, n) : 0;
         if (l > best) {
             best = l;
-            snprintf(id_out, SMOL_SPILL_PREFIX_ID_LEN + 1, "%s", e->prefix_id);
+            snprintf(key_out, SMOL_SPILL_KEY_MAX + 1, "%s", e->prefix_id);
         }
     }
     return best;

@@ -3,22 +3,26 @@
  * and KV pages written to a directory (kv_spill_dir) so that a later turn,
  * in this process or the next one, reads them back instead of recomputing.
  *
- * One file per session, named by a hash of the session id (the id itself is
- * stored inside and compared on load):  <32 hex digits>.kv
+ * One file per session, named by a hash of the session's key (the key
+ * itself is stored inside and compared on load):  <32 hex digits>.kv
+ * The key is the session id within its tenant (smol_spill_key):
+ * "tenant/id", or the id alone for the default tenant "" ('/' is in
+ * neither alphabet, rules.h), so one tenant never reads another's file.
  *
  * Cached prefixes (the KV of requests without a session, which later ones
- * reuse by longest common prefix) are written the same way, flagged
- * SMOL_SPILL_F_PREFIX, under the id "#prefix-" + XXH3-128 of their KV
- * tokens ('#' is outside the session-id alphabet, so the two never meet).
- * The index keeps each prefix file's KV tokens (read at open, checked again
- * with the payload checksum when the file is loaded), so that a request can
- * find the longest prefix on disk without opening a file.  A prefix that is
- * a leading part of one already on disk is not written; writing one removes
- * the files it extends.
+ * of the same tenant reuse by longest common prefix) are written the same
+ * way, flagged SMOL_SPILL_F_PREFIX, under the id "#prefix-" + XXH3-128 of
+ * their KV tokens ('#' is outside the session-id alphabet, so the two never
+ * meet), keyed by their tenant as a session is.  The index keeps each
+ * prefix file's key and KV tokens (read at open, checked again with the
+ * payload checksum when the file is loaded), so that a request can find its
+ * tenant's longest prefix on disk without opening a file.  A prefix that is
+ * a leading part of one of its tenant's already on disk is not written;
+ * writing one removes the files of its tenant it extends.
  *
  * Format (little-endian), version SMOL_SPILL_VERSION:
  *     header    struct smol_spill_header (136 bytes), its own XXH3-64 last
- *     payload   id[id_len] | tokens int32[n_tokens] | hist[hist_len] |
+ *     payload   key[id_len] | tokens int32[n_tokens] | hist[hist_len] |
  *               msgs[msgs_len] (JSON) | pages_for(n_kv) KV pages, each
  *               [layer][K, V][page_bytes] as the pool stores them
  * The header names the model (XXH3-128 of the GGUF header and tensor table,
@@ -70,7 +74,7 @@ struct smol_spill_header {
     uint32_t header_bytes;      /* sizeof (struct smol_spill_header) */
     uint8_t model_id[16];       /* smol_spill_model_id() */
     uint32_t kv_type, n_layers, n_kv_heads, head_dim, page_tokens;
-    uint32_t id_len;            /* bytes of the session id (no NUL) */
+    uint32_t id_len;            /* bytes of the key (no NUL) */
     uint32_t n_tokens;          /* history tokens */
     uint32_t n_kv;              /* of which with KV (<= n_tokens) */
     uint32_t hist_len;          /* conversation text bytes */
@@ -91,6 +95,11 @@ struct smol_spill_header {
 #define SMOL_SPILL_PREFIX_ID "#prefix-" /* + 32 hex digits */
 #define SMOL_SPILL_PREFIX_ID_LEN 40
 
+/* The key of session (or cached prefix) id of tenant: "tenant/id", or id
+ * for the default tenant "". */
+#define SMOL_SPILL_KEY_MAX (SMOL_RULE_TENANT_MAX + 1 + SMOL_RULE_SESSION_ID_MAX)
+void smol_spill_key(const char *tenant, const char *id, char out[SMOL_SPILL_KEY_MAX + 1]);
+
 struct smol_spill_stats {
     uint64_t written, restored;                   /* session files */
     uint64_t prefixes_written, prefixes_restored; /* cached-prefix files */
@@ -103,6 +112,7 @@ struct smol_spill_stats {
  * save, every pointer is borrowed from the caller; a load fills it and the
  * caller takes what it points to (smol_spill_record_deinit frees it). */
 struct smol_spill_record {
+    char tenant[SMOL_RULE_TENANT_MAX + 1];  /* whose it is ("" = the default tenant) */
     char id[SMOL_RULE_SESSION_ID_MAX + 1];  /* the session's id; "" for a cached prefix */
     struct smol_kv_seq *seq;    /* KV of the first seq->n_tokens history tokens (always the caller's) */
     int32_t *tokens;            /* history [n_tokens] */
@@ -142,8 +152,8 @@ void smol_spill_close(struct smol_spill **sp);
 enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, const struct smol_spill_record *rec,
                               char *err);
 
-/* Reads the session `id` into rec (zeroed, but for rec->seq: an empty
- * sequence without pages): id, history, text, messages, date, mode, and the
+/* Reads the session of key `id` (smol_spill_key) into rec (zeroed, but
+ * for rec->seq: an empty sequence without pages): tenant, id, history, text, messages, date, mode, and the
  * KV pages, reserved from kv into rec->seq.
  *   SMOL_OK           rec filled (the caller's to deinit), rec->seq->n_tokens positions hold the file's KV
  *   SMOL_ENOSESSION   no file for this id
@@ -153,24 +163,25 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
 enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *id,
                               struct smol_spill_record *rec, int *pages_needed, char *err);
 
-/* The same for the cached prefix `id` (from smol_spill_best_prefix): a
- * record with id "". */
+/* The same for the cached prefix of key `id` (from smol_spill_best_prefix):
+ * a record with id "" and the prefix's tenant. */
 enum smol_err smol_spill_load_prefix(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *id,
                                      struct smol_spill_record *rec, int *pages_needed, char *err);
 
-/* The prefix file whose KV tokens share the longest common prefix with
- * ids[0, n): returns that length (0: none) and its id in id_out. */
-int smol_spill_best_prefix(struct smol_spill *sp, const int32_t *ids, int n, char id_out[SMOL_SPILL_PREFIX_ID_LEN + 1]);
+/* tenant's prefix file whose KV tokens share the longest common prefix
+ * with ids[0, n): returns that length (0: none) and its key in key_out. */
+int smol_spill_best_prefix(struct smol_spill *sp, const char *tenant, const int32_t *ids, int n,
+                           char key_out[SMOL_SPILL_KEY_MAX + 1]);
 
-/* Removes the file of session id, if any. */
+/* Removes the file of key id, if any. */
 void smol_spill_remove(struct smol_spill *sp, const char *id);
 
-/* 1 if a file for id is indexed. */
+/* 1 if a file for key id is indexed. */
 int smol_spill_has(const struct smol_spill *sp, const char *id);
 
 void smol_spill_get_stats(struct smol_spill *sp, struct smol_spill_stats *st);
 
-/* Has the writer thread read session id's file ahead of its turn (the whole
+/* Has the writer thread read the file of key id ahead of its turn (the whole
  * file into memory: smol_spill_load then checks and copies it into the pool
  * without touching the disk).  1 when smol_spill_load can run now without
  * waiting for the disk (the file is read, a write of it is queued, there is
