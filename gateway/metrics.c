@@ -220,6 +220,30 @@ enum MHD_Result gw_metrics_serve(struct gw_req *r)
             "Decode steps that verified a draft.", (double)s->spec_verify_steps);
         one(&b, "smollm3_daemon_decode_steps_total", "counter",
             "Decode steps of all requests.", (double)s->decode_steps);
+        one(&b, "smollm3_daemon_sessions_evicted_total", "counter",
+            "Named sessions taken out of memory by eviction.", (double)s->sessions_evicted);
+        one(&b, "smollm3_daemon_spill_sessions_written_total", "counter",
+            "Session files written to kv_spill_dir.", (double)s->spill_sessions_written);
+        one(&b, "smollm3_daemon_spill_sessions_restored_total", "counter",
+            "Sessions read back from kv_spill_dir.", (double)s->spill_sessions_restored);
+        one(&b, "smollm3_daemon_spill_tokens_restored_total", "counter",
+            "KV tokens read back from kv_spill_dir instead of recomputed.", (double)s->spill_tokens_restored);
+        one(&b, "smollm3_daemon_spill_restore_seconds_total", "counter",
+            "Wall time of the sessions read back from kv_spill_dir.", s->spill_restore_ms_total / 1e3);
+        one(&b, "smollm3_daemon_spill_write_seconds_total", "counter",
+            "Wall time of the files written to kv_spill_dir.", s->spill_write_ms_total / 1e3);
+        one(&b, "smollm3_daemon_spill_files_rejected_total", "counter",
+            "Files in kv_spill_dir found corrupt, truncated, foreign or old.", (double)s->spill_files_rejected);
+        one(&b, "smollm3_daemon_spill_files", "gauge", "Files in kv_spill_dir (as this node indexes it).",
+            (double)s->spill_files);
+        one(&b, "smollm3_daemon_spill_bytes", "gauge", "Their size.", (double)s->spill_bytes);
+        one(&b, "smollm3_daemon_spill_lease_refusals_total", "counter",
+            "kv_spill_shared: session leases another node held when asked.", (double)s->spill_lease_refusals);
+        one(&b, "smollm3_daemon_spill_leases_lost_total", "counter",
+            "kv_spill_shared: writes dropped because the lease was lost meanwhile.", (double)s->spill_leases_lost);
+        one(&b, "smollm3_daemon_sessions_stale_dropped_total", "counter",
+            "kv_spill_shared: copies in memory dropped, another node wrote the session since.",
+            (double)s->sessions_stale_dropped);
     }
     enum MHD_Result ret =
         gw_queue_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.len);
