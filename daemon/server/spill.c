@@ -1262,7 +1262,7 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
         sp->st.tokens_restored += h.n_kv;
         if (!prefix) sp->st.restore_s += smol_mono_s() - t0;
         pthread_mutex_unlock(&sp->mu);
-        smol_log_info("spill: %s '%s' restored%s: %u tokens, %.1f MiB in %.0f ms", what, key,
+        smol_log_info("spill: %s '%s' restored%s: %u tokens, %.1f MiB in %.2f ms", what, key,
                       pj ? " (from its write still queued)" : rd ? " (read ahead)" : "", h.n_kv,
                       (sizeof h + h.payload_bytes) / 1048576.0, (smol_mono_s() - t0) * 1e3);
     }
