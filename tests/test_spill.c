@@ -1019,6 +1019,88 @@ START_TEST(t_shared_sessions)
 }
 END_TEST
 
+/* A shared directory with nodes of two models (an upgrade under way): the
+ * file of fixture-t's node is, for fixture-a's node, the conversation
+ * without its KV (text, messages, date, mode; no tokens), not removed;
+ * fixture-a's node then writes its own record over it, under the lease.
+ * A corrupt foreign file is still refused and removed. */
+START_TEST(t_shared_foreign_model)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    struct smol_model *am = open_model("models/fixture-a.Q4_K_M.gguf", 0);
+    if (!am) { printf("SKIPPED: fixture model missing\n"); rig_close(&g); return; }
+    char err[SMOL_ERRLEN];
+    struct smol_spill *t = open_shared(&g, g.m);
+    struct smol_session *x = make_session(&g, "up");
+    ck_assert_int_eq(smol_spill_lease(t, "up"), SMOL_LEASE_HELD);
+    ck_assert(save(t, &g, x, err) == SMOL_OK);
+    smol_spill_unlease(t, "up");
+    smol_spill_close(&t);
+    struct smol_spill *a = open_shared(&g, am);
+    struct smol_spill_stats st;
+    smol_spill_get_stats(a, &st);
+    ck_assert_int_eq(st.rejected, 0);            /* not removed at open */
+    ck_assert_int_eq(smol_spill_lease(a, "up"), SMOL_LEASE_CHANGED);
+    struct smol_kv_seq seq;
+    memset(&seq, 0, sizeof seq);
+    struct smol_spill_record rec = {.seq = &seq};
+    int need = 0;
+    ck_assert_msg(smol_spill_load(a, &am->kv, am->cfg.vocab, "up", &rec, &need, err) == SMOL_OK, "%s", err);
+    ck_assert(rec.n_tokens == 0 && !rec.tokens && seq.n_tokens == 0);
+    ck_assert(rec.hist_text && rec.hist_len == x->hist_len && !memcmp(rec.hist_text, x->hist_text, x->hist_len));
+    ck_assert(json_equal(rec.msgs, x->msgs));
+    ck_assert_str_eq(rec.date, "25 November 2026");
+    ck_assert(rec.think_set == 1 && rec.enable_thinking == 0);
+    smol_spill_record_deinit(&rec);
+    smol_spill_get_stats(a, &st);
+    ck_assert(st.restored == 1 && st.history_restored == 1 && st.rejected == 0);
+    ck_assert(smol_spill_has(a, "up"));
+    /* its own record replaces it (a tiny session of fixture-a) */
+    int32_t id0 = 1;
+    ck_assert(smol_model_eval(am, &seq, &id0, 1, 0, NULL, err) == SMOL_OK);
+    struct smol_spill_record own = {.seq = &seq, .tokens = &id0, .n_tokens = 1};
+    snprintf(own.id, sizeof own.id, "up");
+    ck_assert_msg(smol_spill_save(a, &am->kv, &own, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(a, "up");
+    smol_spill_flush(a);
+    memset(&rec, 0, sizeof rec);
+    struct smol_kv_seq seq2;
+    memset(&seq2, 0, sizeof seq2);
+    rec.seq = &seq2;
+    ck_assert_int_eq(smol_spill_lease(a, "up"), SMOL_LEASE_HELD);
+    ck_assert(smol_spill_load(a, &am->kv, am->cfg.vocab, "up", &rec, &need, err) == SMOL_OK);
+    ck_assert(rec.n_tokens == 1 && seq2.n_tokens == 1);   /* with its KV now */
+    smol_spill_record_deinit(&rec);
+    smol_spill_unlease(a, "up");
+    smol_kv_seq_deinit(&am->kv, &seq);
+    smol_kv_seq_deinit(&am->kv, &seq2);
+    smol_spill_close(&a);
+    /* fixture-t's node: now a foreign file to it; a flipped payload byte is refused and removed */
+    char path[512];
+    kv_file(g.dir, path, sizeof path);
+    FILE *f = fopen(path, "r+b");
+    ck_assert(f && fseek(f, 140, SEEK_SET) == 0);
+    int c = fgetc(f);
+    fseek(f, 140, SEEK_SET);
+    fputc(c ^ 1, f);
+    fclose(f);
+    t = open_shared(&g, g.m);
+    ck_assert_int_eq(smol_spill_lease(t, "up"), SMOL_LEASE_CHANGED);
+    memset(&rec, 0, sizeof rec);
+    rec.seq = &seq;
+    memset(&seq, 0, sizeof seq);
+    ck_assert_int_eq(smol_spill_load(t, &g.m->kv, g.m->cfg.vocab, "up", &rec, &need, err), SMOL_EFORMAT);
+    ck_assert_msg(strstr(err, "checksum"), "%s", err);
+    smol_spill_unlease(t, "up");
+    smol_spill_flush(t);
+    ck_assert(!smol_spill_has(t, "up"));
+    smol_spill_close(&t);
+    smol_model_close(&am);
+    rig_close(&g);
+}
+END_TEST
+
 /* Two nodes race for one session, each on its own thread, model and
  * directory handle: take the lease (asking again while the other holds
  * it), read the file when the other wrote since, append its own turn
@@ -1136,6 +1218,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_shared_lease);
     tcase_add_test(tc, t_shared_sessions);
     tcase_add_test(tc, t_shared_race);
+    tcase_add_test(tc, t_shared_foreign_model);
     suite_add_tcase(s, tc);
     return s;
 }

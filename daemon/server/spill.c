@@ -1142,6 +1142,98 @@ static int get(struct src *s, XXH3_state_t *st, void *p, size_t n)
     return 0;
 }
 
+/* A session file in a shared directory that is sound but of another model
+ * (or KV type or geometry): another node's, which runs another model file. */
+static int foreign_header(const struct smol_spill_header *h, uint64_t file_bytes)
+{
+    return file_bytes >= sizeof *h && !memcmp(h->magic, SMOL_SPILL_MAGIC, 8) && h->version == SMOL_SPILL_VERSION &&
+           h->header_bytes == sizeof *h && h->header_hash == header_hash(h) && !(h->flags & SMOL_SPILL_F_PREFIX) &&
+           h->id_len > 0 && h->id_len <= SMOL_SPILL_KEY_MAX && h->n_kv <= h->n_tokens && !h->reserved &&
+           memchr(h->date, 0, sizeof h->date) != NULL && h->payload_bytes == file_bytes - sizeof *h &&
+           h->payload_bytes >= (uint64_t)h->id_len + 4ull * h->n_tokens + h->hist_len + h->msgs_len;
+}
+
+/* Skips n bytes of s, hashing them. */
+static int skip(struct src *s, XXH3_state_t *st, uint64_t n, void *buf, size_t cap)
+{
+    while (n) {
+        size_t k = n < cap ? (size_t)n : cap;
+        if (get(s, st, buf, k)) return -1;
+        n -= k;
+    }
+    return 0;
+}
+
+/* Reads the conversation of a foreign_header file (src past its header)
+ * into x: text, messages, date and mode, no tokens and no KV (another
+ * model's tokens and KV mean nothing here: the history is prefilled again).
+ * SMOL_OK; SMOL_ENOSESSION (another key); SMOL_EFORMAT, err = why (the
+ * caller removes the file); SMOL_ENOMEM. */
+static enum smol_err load_history(struct smol_spill *sp, struct src *src, const struct smol_spill_header *h,
+                                  const char *key, const char *foreign, struct smol_spill_record *x, char *err)
+{
+    const double t0 = smol_mono_s();
+    XXH3_state_t *st = XXH3_createState();
+    char id[SMOL_SPILL_KEY_MAX + 1];
+    char *hist = malloc((size_t)h->hist_len + 1), *msgs = malloc((size_t)h->msgs_len + 1);
+    const size_t cap = 1 << 16;
+    void *buf = malloc(cap);
+    const uint64_t rest = h->payload_bytes - h->id_len - 4ull * h->n_tokens - h->hist_len - h->msgs_len;
+    enum smol_err rc = SMOL_OK;
+    json_t *j = NULL;
+    const char *why = NULL;
+    if (!st || !hist || !msgs || !buf || XXH3_64bits_reset(st) != XXH_OK) {
+        rc = smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
+        goto out;
+    }
+    if (get(src, st, id, h->id_len) || skip(src, st, 4ull * h->n_tokens, buf, cap) || get(src, st, hist, h->hist_len) ||
+        get(src, st, msgs, h->msgs_len) || skip(src, st, rest, buf, cap))
+        why = "short read";
+    else if (XXH3_64bits_digest(st) != h->payload_hash)
+        why = "payload checksum mismatch";
+    if (!why && (id[h->id_len] = 0, strcmp(id, key))) {
+        rc = smol_errf(err, SMOL_ENOSESSION, "no spilled session '%s'", key);
+        goto out;
+    }
+    hist[h->hist_len] = 0;
+    if (!why && h->msgs_len && (!(j = json_loadb(msgs, h->msgs_len, 0, NULL)) || !json_is_array(j)))
+        why = "bad messages JSON";
+    if (why) {
+        rc = smol_errf(err, SMOL_EFORMAT, "%s", why);
+        goto out;
+    }
+    const char *bare;
+    split_key(key, x->tenant, &bare);
+    snprintf(x->id, sizeof x->id, "%s", bare);
+    x->tokens = NULL;
+    x->n_tokens = 0;
+    x->seq->n_tokens = 0;
+    if (h->flags & SMOL_SPILL_F_HIST) {
+        x->hist_text = hist;
+        x->hist_len = h->hist_len;
+        hist = NULL;
+    }
+    x->msgs = j;
+    j = NULL;
+    snprintf(x->date, sizeof x->date, "%s", h->date);
+    x->think_set = !!(h->flags & SMOL_SPILL_F_THINK_SET);
+    x->enable_thinking = !!(h->flags & SMOL_SPILL_F_THINKING);
+    pthread_mutex_lock(&sp->mu);
+    sp->st.restored++;
+    sp->st.history_restored++;
+    sp->st.restore_s += smol_mono_s() - t0;
+    pthread_mutex_unlock(&sp->mu);
+    smol_log_info("spill: session '%s' restored without its KV (%s): its %u tokens of history are computed again",
+                  key, foreign, h->n_tokens);
+out:
+    if (j) json_decref(j);
+    if (st) XXH3_freeState(st);
+    free(hist);
+    free(msgs);
+    free(buf);
+    return rc;
+}
+
 /* key: the session's id, or the cached prefix's id (prefix) */
 static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *key, int prefix,
                           struct smol_spill_record *x, int *pages_needed, char *err)
@@ -1171,6 +1263,7 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
     struct src src = {.fd = -1};
     struct smol_spill_header h;
     const char *why = NULL;
+    uint64_t flen = 0;                  /* the file's size, once its header is read */
     if (pj) {
         src.mem = pj->image;
         src.len = pj->bytes;
@@ -1183,16 +1276,26 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
         src.len = rd->bytes;
         if (!(why = rd->read_err)) {
             if (src.len < sizeof h || src_read(&src, &h, sizeof h)) why = "truncated (shorter than the header)";
-            else why = check_header(sp, &h, src.len, kv);
+            else why = check_header(sp, &h, flen = src.len, kv);
         }
     } else {
         struct stat stt;
         src.fd = openat(sp->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (src.fd < 0 || fstat(src.fd, &stt) || !S_ISREG(stt.st_mode)) why = "cannot be read as a regular file";
         else if (stt.st_size < (off_t)sizeof h || read_full(src.fd, &h, sizeof h)) why = "truncated (shorter than the header)";
-        else why = check_header(sp, &h, (uint64_t)stt.st_size, kv);
+        else why = check_header(sp, &h, flen = (uint64_t)stt.st_size, kv);
     }
     if (!why && !(h.flags & SMOL_SPILL_F_PREFIX) != !prefix) why = "a session file under a cached prefix's name, or the reverse";
+    if (why && sp->shared && !prefix && flen && foreign_header(&h, flen)) {
+        /* another node's model: the conversation without its KV */
+        enum smol_err rc = load_history(sp, &src, &h, key, why, x, err);
+        if (src.fd >= 0) close(src.fd);
+        if (pj) release(sp, pj);
+        if (rd) release(sp, rd);
+        if (rc == SMOL_EFORMAT) reject_file(sp, name, err);
+        if (rc == SMOL_OK) ent->stamp = now_ns();
+        return rc;
+    }
     if (why) {
         if (src.fd >= 0) close(src.fd);
         if (pj) release(sp, pj);

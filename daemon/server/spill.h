@@ -73,6 +73,10 @@
  * as the other node made it.  A save of a session whose lease this node
  * does not hold is refused (unleased_refused).  Lock files are never
  * removed (removing one would let two nodes lock two different files).
+ * A session file that is sound but of another model (or KV type or
+ * geometry: a node running another model file) loads as its conversation
+ * (text, messages, date, mode) without tokens or KV, which the next turn
+ * computes again; it is not removed (history_restored).
  * The index is refreshed from the directory whenever a lease is taken;
  * files failing the checks at open are left alone (maybe another model's
  * node); temporary files are named by host and pid, and only an hour-old
@@ -132,6 +136,7 @@ struct smol_spill_stats {
     uint64_t lease_refused;                       /* shared: leases another node held */
     uint64_t lease_lost;                          /* shared: writes and removals dropped, lease lost */
     uint64_t unleased_refused;                    /* shared: saves refused, no lease */
+    uint64_t history_restored;                    /* shared: sessions of another model read without KV */
 };
 
 /* What one file holds: a session's (or a cached prefix's) history.  To
