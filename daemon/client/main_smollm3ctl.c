@@ -549,6 +549,7 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         { "spill_leases_lost", s->spill_leases_lost },
         { "spill_unleased_refused", s->spill_unleased_refused },
         { "sessions_stale_dropped", s->sessions_stale_dropped },
+        { "spill_history_restored", s->spill_history_restored },
     };
     size_t n = sizeof rows / sizeof rows[0];
     if (json) {

@@ -69,6 +69,7 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
             st.spill_lease_refusals = ss.lease_refused;
             st.spill_leases_lost = ss.lease_lost;
             st.spill_unleased_refused = ss.unleased_refused;
+            st.spill_history_restored = ss.history_restored;
         }
         st.sessions_stale_dropped = e->sessions.n_stale_dropped;
         st.prefill_tokens_total = e->n_prefilled;

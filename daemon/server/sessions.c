@@ -297,8 +297,8 @@ int smol_sessions_lease(struct smol_sessions *s, const char *tenant, const char 
     smol_spill_key(tenant, id, key);
     const int lr = smol_spill_lease(s->spill, key);
     struct smol_session *x = lr == SMOL_LEASE_CHANGED ? smol_sessions_find(s, tenant, id) : NULL;
-    if (x) { /* not busy, not leased: this node did not hold the lease */
-        SMOL_ASSERT(!x->busy && !x->leased);
+    /* (busy or leased, it would hold the lease: HELD) */
+    if (x && !x->busy && !x->leased) {
         smol_log_info("spill: session '%s': another node wrote it since; its copy in memory is dropped", key);
         s->n_stale_dropped++;
         smol_sessions_remove(s, x);

@@ -280,6 +280,8 @@ static void trim(struct smol_spill *sp, const char *keep)
 
 /* ---- leases (a shared directory) ----------------------------------------------------- */
 
+#define LEASES_KEPT 8192        /* lease records (held or not) before those not held are forgotten */
+
 /* under sp->mu; NULL on OOM (add) or when there is none (!add).  The pointer
  * is good until the mutex is released. */
 static struct lease *lease_of(struct smol_spill *sp, const char *name, int add)
@@ -287,6 +289,13 @@ static struct lease *lease_of(struct smol_spill *sp, const char *name, int add)
     for (int i = 0; i < sp->n_leases; i++)
         if (!strcmp(sp->leases[i].name, name)) return &sp->leases[i];
     if (!add) return NULL;
+    if (sp->n_leases >= LEASES_KEPT) { /* forget the generations of leases not held (a stale copy in
+                                          memory is then dropped and read again: slower, still right) */
+        int k = 0;
+        for (int i = 0; i < sp->n_leases; i++)
+            if (sp->leases[i].refs > 0) sp->leases[k++] = sp->leases[i];
+        sp->n_leases = k;
+    }
     if (sp->n_leases == sp->cap_leases) {
         int cap = sp->cap_leases ? sp->cap_leases * 2 : 64;
         struct lease *p = realloc(sp->leases, (size_t)cap * sizeof *p);

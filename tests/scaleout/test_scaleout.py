@@ -540,7 +540,7 @@ def part_conversations(net, tmp, shared, nodes, ref, lb):
                 unanswered += 1
                 break
             if t > 1 and 0 < turn["cached"] < c.turns[t - 2]["prompt"]:
-                behind.append((c.sid, t, turn["node"]))
+                behind.append((c.sid, t, turn["node"], c.turns[t - 2]["node"]))
                 compare = False
             want, _, _ = chat(ref.host, ref.port, None, hist, False)
             if compare and want != turn["content"]:
@@ -575,13 +575,16 @@ def part_conversations(net, tmp, shared, nodes, ref, lb):
     for sid, t in mismatch[:3]:
         c = next(c for c in convs if c.sid == sid)
         for i, turn in enumerate(c.turns, 1):
-            log("%s turn %d: node %s, cached %d, attempts %d, errors %s, answer %r" % (
-                sid, i, turn["node"], turn["cached"], turn["attempts"], turn["errors"], (turn["content"] or "")[:60]))
+            log("%s turn %d: node %s, prompt %d, cached %d, attempts %d, errors %s, answer %r" % (
+                sid, i, turn["node"], turn["prompt"], turn["cached"], turn["attempts"], turn["errors"],
+                (turn["content"] or "")[:60]))
     check(not mismatch, "every answer is the reference's for the whole history %s" % mismatch[:5])
     check(not lost, "no session lost: every turn after the first found its KV (memory or shared spill) %s" % lost[:5])
     log("turns restored one turn behind (the killed node's write-through of the turn before had not reached the "
         "directory): %d %s" % (len(behind), behind[:4]))
-    check(all(t == 3 for _, t, _ in behind), "only the turn after the kill ever found its session a turn behind")
+    vaddr = "%s:%d" % (victim.host, victim.port)
+    check(all(prev.split(",")[-1].strip() == vaddr for _, _, _, prev in behind),
+          "only a turn whose turn before ran on the killed node ever found its session a turn behind")
     time.sleep(0.5)  # the last writes through
     kept = 0
     for c in convs:
@@ -698,16 +701,21 @@ def part_race(nodes, shared):
     msgs = session_record(shared, "race-1") or []
     text = json.dumps(msgs)
     missing = [t for t in answered if t not in text]
-    refusals = 0
+    refusals = lost = unleased = 0
     for n in (a, b):
         with pyclient.Client(n.endpoint, PB) as c:
-            refusals += c.stats().spill_lease_refusals
+            st = c.stats()
+            refusals += st.spill_lease_refusals
+            lost += st.spill_leases_lost
+            unleased += st.spill_unleased_refused
     log("race: %d turns answered, %d refused busy, %d times a node found the lease held by the other" %
         (len(answered), busy, refusals))
     check(not other, "race: every turn answered or refused busy (%d answered, %d busy, other %s)" %
           (len(answered), busy, other[:3]))
     check(answered and not missing, "race: the session holds every answered turn of both nodes (missing %s)" %
           missing[:3])
+    check(refusals > 0 and lost == 0 and unleased == 0, "race: the nodes met the other's lease (%d), no write "
+          "without it (%d refused), none lost (%d)" % (refusals, unleased, lost))
 
 
 def part_restore_4k(tmp, shared, nodes, net):
