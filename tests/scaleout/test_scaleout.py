@@ -809,7 +809,8 @@ def main():
     net = Net(mode)
     print("# network: %s (%s)" % (mode, "a namespace per node, veth to a hub: 10.77.N.2" if mode == "netns"
                                   else "loopback addresses 127.0.0.2-4"), flush=True)
-    nodes = [Node(net, tmp, i, shared) for i in (1, 2, 3)]
+    # (a namespace of its own: port 8080 on each; loopback: free ports, other runs may share 127.0.0.x)
+    nodes = [Node(net, tmp, i, shared, port=8080 if mode == "netns" else free_port()) for i in (1, 2, 3)]
     ref = Node(net, tmp, 9, None, spill=False, port=free_port(), host="127.0.0.1")
     nginx = None
     try:
