@@ -8,7 +8,8 @@
 #   PREFIX/lib/tmpfiles.d/           smollm3d.conf   (/var/lib/smollm3d/models)
 #   PREFIX/share/smollm3d/web/       the chat UI (+ its npm runtime packages when
 #                                    web/node_modules exists: run `npm ci` in web/)
-#   PREFIX/share/doc/smollm3d/       README.md and the READMEs it links, proto, nginx scale-out example
+#   PREFIX/share/doc/smollm3d/       README.md and the READMEs it links, proto, nginx scale-out example,
+#                                    deploy/scale-out/ and the Grafana dashboard
 #   /etc/smollm3d/gateway.conf       the gateway's settings (API keys; kept if present)
 #   /etc/smollm3d/smollm3d.conf      default config (model = /var/lib/smollm3d/
 #                                    models/SmolLM3-3B-Q4_K_M.gguf); an existing
@@ -117,6 +118,11 @@ for f in daemon/README.md daemon/*/README.md gateway/README.md gateway/UI_API.md
     if [ -f "$f" ]; then install -D -m 0644 "$f" "$D$PREFIX/share/doc/smollm3d/$f"; fi
 done
 install -m 0644 deploy/nginx/scale-out.conf deploy/nginx/smollm3-nodes.conf.example "$D$PREFIX/share/doc/smollm3d/"
+# a fleet on a shared spill directory (deploy/README.md, Scale-out), beside the README that names them
+for f in deploy/scale-out/nodes.conf deploy/scale-out/smollm3d-node.conf deploy/scale-out/prometheus.yml \
+         deploy/grafana/smollm3-fleet.json; do
+    install -D -m 0644 "$f" "$D$PREFIX/share/doc/smollm3d/$f"
+done
 [ -f proto/smollm3.proto ] && install -m 0644 proto/smollm3.proto "$D$PREFIX/share/doc/smollm3d/"
 
 USERS_MADE=no

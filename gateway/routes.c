@@ -102,6 +102,28 @@ static enum MHD_Result metrics(struct gw_req *r)
         gw_metrics_one(&b, "smollm3_daemon_unknown_session_refusals_total", "counter",
             "Turns appended to a session the daemon does not hold, refused unknown_session.",
             (double)s->unknown_session_refusals);
+        gw_metrics_one(&b, "smollm3_daemon_spill_sessions_written_total", "counter",
+            "Session files written to kv_spill_dir.", (double)s->spill_sessions_written);
+        gw_metrics_one(&b, "smollm3_daemon_spill_sessions_restored_total", "counter",
+            "Sessions read back from kv_spill_dir.", (double)s->spill_sessions_restored);
+        gw_metrics_one(&b, "smollm3_daemon_spill_tokens_restored_total", "counter",
+            "KV tokens read back from kv_spill_dir instead of recomputed.", (double)s->spill_tokens_restored);
+        gw_metrics_one(&b, "smollm3_daemon_spill_restore_seconds_total", "counter",
+            "Wall time of the sessions read back from kv_spill_dir.", s->spill_restore_ms_total / 1e3);
+        gw_metrics_one(&b, "smollm3_daemon_spill_write_seconds_total", "counter",
+            "Wall time of the files written to kv_spill_dir.", s->spill_write_ms_total / 1e3);
+        gw_metrics_one(&b, "smollm3_daemon_spill_files_rejected_total", "counter",
+            "Files in kv_spill_dir found corrupt, truncated, foreign or old.", (double)s->spill_files_rejected);
+        gw_metrics_one(&b, "smollm3_daemon_spill_files", "gauge", "Files in kv_spill_dir (as this node indexes it).",
+            (double)s->spill_files);
+        gw_metrics_one(&b, "smollm3_daemon_spill_bytes", "gauge", "Their size.", (double)s->spill_bytes);
+        gw_metrics_one(&b, "smollm3_daemon_spill_lease_refusals_total", "counter",
+            "kv_spill_shared: session leases another node held when asked.", (double)s->spill_lease_refusals);
+        gw_metrics_one(&b, "smollm3_daemon_spill_leases_lost_total", "counter",
+            "kv_spill_shared: writes dropped because the lease was lost meanwhile.", (double)s->spill_leases_lost);
+        gw_metrics_one(&b, "smollm3_daemon_sessions_stale_dropped_total", "counter",
+            "kv_spill_shared: copies in memory dropped, another node wrote the session since.",
+            (double)s->sessions_stale_dropped);
     }
     enum MHD_Result ret =
         gw_queue_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.len);

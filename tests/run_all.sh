@@ -20,7 +20,7 @@ mkdir -p "$LOGS"
 [ -x build/venv/bin/python3 ] && PATH=$(pwd)/build/venv/bin:$PATH && export PATH
 export SOAK_SECONDS=${SOAK_SECONDS:-60}
 
-ALL="links unit cuda-emu cli chat-cli daemon chaos gateway web deploy examples load soak"
+ALL="links unit cuda-emu cli chat-cli daemon chaos gateway web deploy scaleout examples load soak"
 SUITES=${SUITES:-$ALL}
 HW_SKIP='SKIPPED: (no CUDA device|cpu variant [a-z0-9]+ \(not built for or not supported by this CPU\))'
 
@@ -36,6 +36,7 @@ cmd_of() {
         gateway)  echo "sh tests/gateway/run.sh $BUILD" ;;
         web)      echo "bash tests/web/run.sh $BUILD" ;;
         deploy)   echo "sh tests/deploy/run.sh $BUILD" ;;
+        scaleout) echo "sh tests/scaleout/run.sh $BUILD" ;;
         examples) echo "python3 tests/docs/test_readme_examples.py --build $BUILD" ;;
         load)     echo "sh tests/load/run.sh $BUILD" ;;
         soak)     echo "bash tests/soak/run.sh $BUILD" ;;

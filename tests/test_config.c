@@ -124,6 +124,28 @@ START_TEST(flags_bad)
 END_TEST
 
 /* kv_type: f32 | f16 | q8_0, checked when set; kv_f32 stays an alias of f32 */
+/* kv_spill_shared: off by default, a boolean, and only with kv_spill_dir */
+START_TEST(kv_spill_shared_option)
+{
+    struct smol_daemon_config c;
+    enum smol_config_action a;
+    char err[SMOL_ERRLEN] = "";
+    smol_config_defaults(&c);
+    ck_assert_int_eq(c.kv_spill_shared, 0);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-spill-dir", "/srv/s", "--kv-spill-shared", NULL), SMOL_OK);
+    ck_assert_int_eq(c.kv_spill_shared, 1);
+    ck_assert_str_eq(c.kv_spill_dir, "/srv/s");
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-spill-shared", NULL), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "kv_spill_shared") && strstr(err, "kv_spill_dir"), "%s", err);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-spill-dir", "/srv/s", "--kv-spill-shared=maybe", NULL),
+                     SMOL_EINVAL);
+    smol_config_defaults(&c);
+    ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\nkv_spill_dir = /srv/s\nkv_spill_shared = true\n", err),
+                     SMOL_OK);
+    ck_assert_int_eq(c.kv_spill_shared, 1);
+}
+END_TEST
+
 START_TEST(kv_type_option)
 {
     struct smol_daemon_config c;
@@ -525,6 +547,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, flags_both_spellings_and_forms);
     tcase_add_test(tc, flags_bad);
     tcase_add_test(tc, kv_type_option);
+    tcase_add_test(tc, kv_spill_shared_option);
     tcase_add_test(tc, cuda_opts_set_and_describe);
     tcase_add_test(tc, cuda_opts_env);
     tcase_add_test(tc, cuda_options);

@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -858,6 +859,347 @@ START_TEST(t_make_room)
 }
 END_TEST
 
+/* ---- a shared directory (kv_spill_shared): two nodes, one directory -------------------- */
+
+static struct smol_spill *open_shared(struct rig *g, struct smol_model *m)
+{
+    char err[SMOL_ERRLEN];
+    struct smol_spill *sp = NULL;
+    ck_assert_msg(smol_spill_open_shared(&sp, g->dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    ck_assert(smol_spill_shared(sp));
+    return sp;
+}
+
+/* The lease: one node at a time (an OFD lock conflicts between two open
+ * spills even in one process, as between two machines); a save without it
+ * is refused; the generation tells the next holder that the other wrote;
+ * a write whose lease was lost (the lock broken under it) leaves the other
+ * node's file as it was; removals need the lease too. */
+START_TEST(t_shared_lease)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char err[SMOL_ERRLEN];
+    struct smol_spill *a = open_shared(&g, g.m), *b = open_shared(&g, g.m);
+    struct smol_spill_stats st;
+    struct smol_session *x = make_session(&g, "c1");
+    /* A takes it; B cannot, nor write it */
+    ck_assert_int_eq(smol_spill_lease(a, "c1"), SMOL_LEASE_HELD);
+    ck_assert_int_eq(smol_spill_lease(a, "c1"), SMOL_LEASE_HELD);  /* a second reference */
+    ck_assert_int_eq(smol_spill_lease(b, "c1"), SMOL_LEASE_ELSEWHERE);
+    ck_assert(smol_spill_holds(a, "c1") && !smol_spill_holds(b, "c1"));
+    ck_assert_int_eq(save(b, &g, x, err), SMOL_EBUSY);
+    ck_assert_msg(strstr(err, "lease"), "%s", err);
+    smol_spill_get_stats(b, &st);
+    ck_assert(st.lease_refused == 1 && st.unleased_refused == 1 && st.written == 0);
+    /* A writes (the write holds the lease until it is on disk), gives it back */
+    ck_assert_msg(save(a, &g, x, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(a, "c1");
+    smol_spill_unlease(a, "c1");
+    smol_spill_flush(a);
+    ck_assert(!smol_spill_holds(a, "c1"));
+    ck_assert(smol_spill_has(b, "c1"));         /* B sees the file A wrote */
+    /* B: another node wrote it since B last saw it */
+    ck_assert_int_eq(smol_spill_lease(b, "c1"), SMOL_LEASE_CHANGED);
+    ck_assert_int_eq(smol_spill_lease(a, "c1"), SMOL_LEASE_ELSEWHERE);
+    ck_assert_int_eq(load_count(&g, b, "c1"), N_HIST);  /* bit for bit */
+    struct smol_session *y = smol_sessions_add(&g.ss, "", "c1");
+    int need = 0;
+    ck_assert(load(b, &g, y, &need, err) == SMOL_OK);
+    smol_kv_seq_truncate(&g.m->kv, &y->seq, N_HIST - 10);
+    ck_assert(smol_session_set_tokens(y, g.ids, N_HIST - 10) == 0);
+    ck_assert_msg(save(b, &g, y, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(b, "c1");
+    smol_spill_flush(b);
+    /* A again: changed (B wrote), reads B's */
+    ck_assert_int_eq(smol_spill_lease(a, "c1"), SMOL_LEASE_CHANGED);
+    ck_assert_int_eq(load_count(&g, a, "c1"), N_HIST - 10);
+    /* A's lock is broken while its write waits; B takes the lease and
+     * writes; A's write is then dropped: the file stays B's */
+    smol_spill_pause(a, 1);
+    ck_assert_msg(save(a, &g, x, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(a, "c1");
+    smol_spill_lease_revoke(a, "c1");
+    ck_assert_int_eq(smol_spill_lease(b, "c1"), SMOL_LEASE_HELD);  /* B wrote last */
+    smol_kv_seq_truncate(&g.m->kv, &y->seq, N_HIST - 20);
+    ck_assert(smol_session_set_tokens(y, g.ids, N_HIST - 20) == 0);
+    ck_assert_msg(save(b, &g, y, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(b, "c1");
+    smol_spill_flush(b);
+    smol_spill_pause(a, 0);
+    smol_spill_flush(a);
+    smol_spill_get_stats(a, &st);
+    ck_assert_int_eq(st.lease_lost, 1);
+    ck_assert_int_eq(st.written, 1);
+    struct smol_spill *c = open_shared(&g, g.m);  /* a third node reads B's */
+    ck_assert_int_eq(smol_spill_lease(c, "c1"), SMOL_LEASE_CHANGED);
+    ck_assert_int_eq(load_count(&g, c, "c1"), N_HIST - 20);
+    /* a removal needs the lease: A's is refused while C holds it */
+    smol_spill_remove(a, "c1");
+    smol_spill_flush(a);
+    ck_assert(smol_spill_has(c, "c1"));
+    smol_spill_unlease(c, "c1");
+    smol_spill_remove(a, "c1");                 /* now A may */
+    smol_spill_flush(a);
+    ck_assert(!smol_spill_has(c, "c1"));
+    ck_assert_int_eq(smol_spill_lease(c, "c1"), SMOL_LEASE_CHANGED); /* removed since */
+    smol_spill_unlease(c, "c1");
+    smol_sessions_remove(&g.ss, y);
+    smol_spill_close(&a);
+    smol_spill_close(&b);
+    smol_spill_close(&c);
+    rig_close(&g);
+}
+END_TEST
+
+/* sessions.c over a shared directory: a turn leases, the session takes the
+ * lease over, settle writes it through and gives the lease back; the other
+ * node's copy in memory is dropped when it leases next (stale), and the
+ * file read instead; an eviction does not write a session another node
+ * holds. */
+START_TEST(t_shared_sessions)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    struct smol_spill *a = open_shared(&g, g.m), *b = open_shared(&g, g.m);
+    struct smol_sessions sb;
+    smol_sessions_init(&sb, &g.m->kv);
+    sb.vocab = g.m->cfg.vocab;
+    g.ss.spill = a;
+    sb.spill = b;
+    ck_assert(smol_sessions_shared(&g.ss) && smol_sessions_shared(&sb));
+    /* node A: a turn on c2 */
+    ck_assert_int_eq(smol_sessions_lease(&g.ss, "", "c2"), SMOL_LEASE_HELD);
+    struct smol_session *x = make_session(&g, "c2");
+    x->busy = 1;
+    smol_sessions_attach_lease(&g.ss, x);
+    ck_assert_int_eq(smol_sessions_settle(&g.ss), 0);   /* busy: still its turn */
+    ck_assert_int_eq(smol_sessions_lease(&sb, "", "c2"), SMOL_LEASE_ELSEWHERE);
+    x->busy = 0;
+    ck_assert_int_eq(smol_sessions_settle(&g.ss), 1);   /* written through, lease given back */
+    ck_assert(!x->leased && x->on_disk && g.ss.n_leased == 0);
+    smol_spill_flush(a);
+    struct smol_spill_stats st;
+    smol_spill_get_stats(a, &st);
+    ck_assert_int_eq(st.written, 1);
+    /* node B: the next turn there (A died, say) reads A's file */
+    ck_assert_int_eq(smol_sessions_lease(&sb, "", "c2"), SMOL_LEASE_CHANGED);
+    ck_assert(!smol_sessions_find(&sb, "", "c2"));
+    struct smol_session *y = smol_sessions_restore(&sb, "", "c2", 10, 0, 1.0);
+    ck_assert(y && y->n_tokens == N_HIST && y->seq.n_tokens == N_HIST);
+    smol_sessions_attach_lease(&sb, y);
+    smol_kv_seq_truncate(&g.m->kv, &y->seq, N_HIST - 5);
+    ck_assert(smol_session_set_tokens(y, g.ids, N_HIST - 5) == 0);
+    ck_assert_int_eq(smol_sessions_settle(&sb), 1);
+    smol_spill_flush(b);
+    /* A's copy is stale now: its next lease drops it; the file is B's */
+    ck_assert_int_eq(smol_sessions_lease(&g.ss, "", "c2"), SMOL_LEASE_CHANGED);
+    ck_assert(!smol_sessions_find(&g.ss, "", "c2"));
+    ck_assert_int_eq((int)g.ss.n_stale_dropped, 1);
+    x = smol_sessions_restore(&g.ss, "", "c2", 10, 0, 1.0);
+    ck_assert(x && x->n_tokens == N_HIST - 5);
+    smol_sessions_attach_lease(&g.ss, x);
+    ck_assert_int_eq(smol_sessions_settle(&g.ss), 1);   /* unchanged: nothing written */
+    smol_spill_flush(a);
+    smol_spill_get_stats(a, &st);
+    ck_assert_int_eq(st.written, 1);
+    /* B holds it for a turn: A's eviction of its changed copy writes nothing */
+    ck_assert_int_eq(smol_sessions_lease(&sb, "", "c2"), SMOL_LEASE_HELD);
+    ck_assert(smol_session_set_tokens(x, g.ids, N_HIST - 5) == 0);  /* "changed" */
+    smol_sessions_evict(&g.ss, x);
+    smol_spill_flush(a);
+    smol_spill_get_stats(a, &st);
+    ck_assert(st.written == 1 && st.unleased_refused == 0 && st.lease_refused == 1);
+    smol_sessions_unlease(&sb, "", "c2");
+    smol_sessions_deinit(&sb);
+    smol_sessions_deinit(&g.ss);
+    smol_spill_close(&a);
+    smol_spill_close(&b);
+    rig_close(&g);
+}
+END_TEST
+
+/* A shared directory with nodes of two models (an upgrade under way): the
+ * file of fixture-t's node is, for fixture-a's node, the conversation
+ * without its KV (text, messages, date, mode; no tokens), not removed;
+ * fixture-a's node then writes its own record over it, under the lease.
+ * A corrupt foreign file is still refused and removed. */
+START_TEST(t_shared_foreign_model)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    struct smol_model *am = open_model("models/fixture-a.Q4_K_M.gguf", 0);
+    if (!am) { printf("SKIPPED: fixture model missing\n"); rig_close(&g); return; }
+    char err[SMOL_ERRLEN];
+    struct smol_spill *t = open_shared(&g, g.m);
+    struct smol_session *x = make_session(&g, "up");
+    ck_assert_int_eq(smol_spill_lease(t, "up"), SMOL_LEASE_HELD);
+    ck_assert(save(t, &g, x, err) == SMOL_OK);
+    smol_spill_unlease(t, "up");
+    smol_spill_close(&t);
+    struct smol_spill *a = open_shared(&g, am);
+    struct smol_spill_stats st;
+    smol_spill_get_stats(a, &st);
+    ck_assert_int_eq(st.rejected, 0);            /* not removed at open */
+    ck_assert_int_eq(smol_spill_lease(a, "up"), SMOL_LEASE_CHANGED);
+    struct smol_kv_seq seq;
+    memset(&seq, 0, sizeof seq);
+    struct smol_spill_record rec = {.seq = &seq};
+    int need = 0;
+    ck_assert_msg(smol_spill_load(a, &am->kv, am->cfg.vocab, "up", &rec, &need, err) == SMOL_OK, "%s", err);
+    ck_assert(rec.n_tokens == 0 && !rec.tokens && seq.n_tokens == 0);
+    ck_assert(rec.hist_text && rec.hist_len == x->hist_len && !memcmp(rec.hist_text, x->hist_text, x->hist_len));
+    ck_assert(json_equal(rec.msgs, x->msgs));
+    ck_assert_str_eq(rec.date, "25 November 2026");
+    ck_assert(rec.think_set == 1 && rec.enable_thinking == 0);
+    smol_spill_record_deinit(&rec);
+    smol_spill_get_stats(a, &st);
+    ck_assert(st.restored == 1 && st.history_restored == 1 && st.rejected == 0);
+    ck_assert(smol_spill_has(a, "up"));
+    /* its own record replaces it (a tiny session of fixture-a) */
+    int32_t id0 = 1;
+    ck_assert(smol_model_eval(am, &seq, &id0, 1, 0, NULL, err) == SMOL_OK);
+    struct smol_spill_record own = {.seq = &seq, .tokens = &id0, .n_tokens = 1};
+    snprintf(own.id, sizeof own.id, "up");
+    ck_assert_msg(smol_spill_save(a, &am->kv, &own, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(a, "up");
+    smol_spill_flush(a);
+    memset(&rec, 0, sizeof rec);
+    struct smol_kv_seq seq2;
+    memset(&seq2, 0, sizeof seq2);
+    rec.seq = &seq2;
+    ck_assert_int_eq(smol_spill_lease(a, "up"), SMOL_LEASE_HELD);
+    ck_assert(smol_spill_load(a, &am->kv, am->cfg.vocab, "up", &rec, &need, err) == SMOL_OK);
+    ck_assert(rec.n_tokens == 1 && seq2.n_tokens == 1);   /* with its KV now */
+    smol_spill_record_deinit(&rec);
+    smol_spill_unlease(a, "up");
+    smol_kv_seq_deinit(&am->kv, &seq);
+    smol_kv_seq_deinit(&am->kv, &seq2);
+    smol_spill_close(&a);
+    /* fixture-t's node: now a foreign file to it; a flipped payload byte is refused and removed */
+    char path[512];
+    kv_file(g.dir, path, sizeof path);
+    FILE *f = fopen(path, "r+b");
+    ck_assert(f && fseek(f, 140, SEEK_SET) == 0);
+    int c = fgetc(f);
+    fseek(f, 140, SEEK_SET);
+    fputc(c ^ 1, f);
+    fclose(f);
+    t = open_shared(&g, g.m);
+    ck_assert_int_eq(smol_spill_lease(t, "up"), SMOL_LEASE_CHANGED);
+    memset(&rec, 0, sizeof rec);
+    rec.seq = &seq;
+    memset(&seq, 0, sizeof seq);
+    ck_assert_int_eq(smol_spill_load(t, &g.m->kv, g.m->cfg.vocab, "up", &rec, &need, err), SMOL_EFORMAT);
+    ck_assert_msg(strstr(err, "checksum"), "%s", err);
+    smol_spill_unlease(t, "up");
+    smol_spill_flush(t);
+    ck_assert(!smol_spill_has(t, "up"));
+    smol_spill_close(&t);
+    smol_model_close(&am);
+    rig_close(&g);
+}
+END_TEST
+
+/* Two nodes race for one session, each on its own thread, model and
+ * directory handle: take the lease (asking again while the other holds
+ * it), read the file when the other wrote since, append its own turn
+ * marker (its KV computed), write, give the lease back.  No write is ever
+ * made without the lease, none is lost: the last file holds every turn of
+ * both nodes exactly once, each node's in order. */
+#define RACE_TURNS 25
+
+struct racer {
+    struct rig *g;
+    struct smol_model *m;
+    int node;
+    int changed, waited;
+    unsigned seed;
+    struct smol_spill_stats st;
+};
+
+static void *race_main(void *arg)
+{
+    struct racer *rc = arg;
+    char err[SMOL_ERRLEN];
+    struct smol_spill *sp = open_shared(rc->g, rc->m);
+    struct smol_sessions ss;
+    smol_sessions_init(&ss, &rc->m->kv);
+    ss.vocab = rc->m->cfg.vocab;
+    ss.spill = sp;
+    for (int t = 0; t < RACE_TURNS;) {
+        const int lr = smol_sessions_lease(&ss, "", "race");
+        if (lr == SMOL_LEASE_ELSEWHERE) { rc->waited++; usleep(200); continue; }
+        ck_assert_int_eq(lr == SMOL_LEASE_HELD || lr == SMOL_LEASE_CHANGED, 1);
+        rc->changed += lr == SMOL_LEASE_CHANGED;
+        struct smol_session *x = smol_sessions_find(&ss, "", "race");
+        if (!x) x = smol_sessions_restore(&ss, "", "race", 10, 0, 1.0);
+        if (!x) x = smol_sessions_add(&ss, "", "race");
+        ck_assert(x);
+        smol_sessions_attach_lease(&ss, x);
+        x->busy = 1;
+        int32_t mark = rc->node * 1000 + t;
+        ck_assert_int_eq(x->seq.n_tokens, x->n_tokens);
+        ck_assert(smol_model_eval(rc->m, &x->seq, &mark, 1, 0, NULL, err) == SMOL_OK);
+        int32_t *toks = malloc(((size_t)x->n_tokens + 1) * sizeof *toks);
+        if (x->n_tokens) memcpy(toks, x->tokens, (size_t)x->n_tokens * sizeof *toks);
+        toks[x->n_tokens] = mark;
+        ck_assert(smol_session_set_tokens(x, toks, x->n_tokens + 1) == 0);
+        free(toks);
+        x->busy = 0;
+        ck_assert_int_eq(smol_sessions_settle(&ss), 1);
+        t++;
+        if (t % 2) smol_spill_flush(sp); /* (else the next turn may find its own write still holding the lease) */
+        usleep(200 + 100 * (unsigned)(rand_r(&rc->seed) % 20)); /* let the other one in */
+    }
+    smol_spill_flush(sp);
+    smol_spill_get_stats(sp, &rc->st);
+    smol_sessions_deinit(&ss);
+    smol_spill_close(&sp);
+    return NULL;
+}
+
+START_TEST(t_shared_race)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    struct racer r[2] = {{.g = &g, .node = 1, .seed = 1}, {.g = &g, .node = 2, .seed = 2}};
+    for (int i = 0; i < 2; i++) r[i].m = open_model("models/fixture-t.Q8_0.gguf", 0);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) ck_assert(pthread_create(&th[i], NULL, race_main, &r[i]) == 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(r[i].st.unleased_refused, 0);
+        ck_assert_int_eq(r[i].st.lease_lost, 0);
+        ck_assert_int_eq(r[i].st.written, RACE_TURNS);
+    }
+    ck_assert_msg(r[0].changed + r[1].changed >= 4, "the two nodes took turns (%d, %d)", r[0].changed, r[1].changed);
+    /* the last file: every marker once, each node's in order */
+    struct smol_spill *sp = open_shared(&g, g.m);
+    ck_assert_int_eq(smol_spill_lease(sp, "race"), SMOL_LEASE_CHANGED);
+    struct smol_session *y = smol_sessions_add(&g.ss, "", "race");
+    char err[SMOL_ERRLEN];
+    int need = 0;
+    ck_assert(load(sp, &g, y, &need, err) == SMOL_OK);
+    ck_assert_int_eq(y->n_tokens, 2 * RACE_TURNS);
+    int next[3] = {0, 0, 0};
+    for (int i = 0; i < y->n_tokens; i++) {
+        const int node = y->tokens[i] / 1000, t = y->tokens[i] % 1000;
+        ck_assert(node == 1 || node == 2);
+        ck_assert_int_eq(t, next[node]);
+        next[node]++;
+    }
+    ck_assert(next[1] == RACE_TURNS && next[2] == RACE_TURNS);
+    printf("race: %d turns each, %d + %d leases found the other's write, %d + %d waits\n", RACE_TURNS,
+           r[0].changed, r[1].changed, r[0].waited, r[1].waited);
+    smol_sessions_remove(&g.ss, y);
+    smol_spill_unlease(sp, "race");
+    smol_spill_close(&sp);
+    for (int i = 0; i < 2; i++) smol_model_close(&r[i].m);
+    rig_close(&g);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("spill");
@@ -873,6 +1215,10 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_prefixes);
     tcase_add_test(tc, t_tenants);
     tcase_add_test(tc, t_make_room);
+    tcase_add_test(tc, t_shared_lease);
+    tcase_add_test(tc, t_shared_sessions);
+    tcase_add_test(tc, t_shared_race);
+    tcase_add_test(tc, t_shared_foreign_model);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -563,6 +563,11 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         { "engine_steps", s->engine_steps },
         { "step_tokens_total", s->step_tokens_total },
         { "host_pool_sampled_tokens", s->host_pool_sampled_tokens },
+        { "spill_lease_refusals", s->spill_lease_refusals },
+        { "spill_leases_lost", s->spill_leases_lost },
+        { "spill_unleased_refused", s->spill_unleased_refused },
+        { "sessions_stale_dropped", s->sessions_stale_dropped },
+        { "spill_history_restored", s->spill_history_restored },
     };
     size_t n = sizeof rows / sizeof rows[0];
     if (json) {
@@ -572,6 +577,8 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         json_object_set_new(o, "uptime_s", json_real(s->uptime_s));
         json_object_set_new(o, "step_ms_total", json_real(s->step_ms_total));
         json_object_set_new(o, "forward_ms_total", json_real(s->forward_ms_total));
+        json_object_set_new(o, "spill_restore_ms_total", json_real(s->spill_restore_ms_total));
+        json_object_set_new(o, "spill_write_ms_total", json_real(s->spill_write_ms_total));
         json_object_set_new(o, "kv_type", json_string(s->kv_type ? s->kv_type : ""));
         jprint(o);
     } else {
@@ -579,6 +586,8 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         printf("%-24s %.1f\n", "uptime_s", s->uptime_s);
         printf("%-24s %.1f\n", "step_ms_total", s->step_ms_total);
         printf("%-24s %.1f\n", "forward_ms_total", s->forward_ms_total);
+        printf("%-24s %.1f\n", "spill_restore_ms_total", s->spill_restore_ms_total);
+        printf("%-24s %.1f\n", "spill_write_ms_total", s->spill_write_ms_total);
         printf("%-24s %s\n", "kv_type", s->kv_type ? s->kv_type : "");
     }
     smol_client_event_free(&ev);

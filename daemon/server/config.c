@@ -46,6 +46,8 @@ static const struct smol_option options[] = {
      "disk space for kv_spill_dir in MiB, least recently used files removed beyond it; 0 = no limit"},
     {"kv_spill_when_idle", SMOL_OPT_BOOL, OFF(kv_spill_when_idle), 0, 1, "true",
      "write a session to kv_spill_dir after its turn, whenever no request runs (survives a crash); false = at eviction and drain only"},
+    {"kv_spill_shared", SMOL_OPT_BOOL, OFF(kv_spill_shared), 0, 1, "false",
+     "kv_spill_dir shared by several nodes (NFS, CephFS): turns written through, a session held by one node at a time, one not held here read from there (deploy/README.md)"},
     {"backend", SMOL_OPT_STR, OFF(backend), 0, 0, "auto",
      "compute backend: auto (CUDA when a usable GPU and the plugin are there, else CPU), cpu, cuda"},
     {"cuda_device", SMOL_OPT_INT, OFF(cuda_device), 0, 64, "0",
@@ -326,6 +328,8 @@ enum smol_err smol_config_parse_args(struct smol_daemon_config *c, int argc, cha
     if (c->kv_f32 && strcmp(c->kv_type, "f16") && strcmp(c->kv_type, "f32"))
         return smol_errf(err, SMOL_EINVAL, "kv_f32 = true conflicts with kv_type = %s (kv_f32 is an alias of "
                          "kv_type = f32: set one of them)", c->kv_type);
+    if (c->kv_spill_shared && !c->kv_spill_dir[0])
+        return smol_errf(err, SMOL_EINVAL, "kv_spill_shared = true needs kv_spill_dir (the directory the nodes share)");
     if (*action == SMOL_CONFIG_RUN && !c->model[0])
         return smol_errf(err, SMOL_EINVAL, "no model: pass --model PATH (or model = PATH in the config file)");
     return SMOL_OK;

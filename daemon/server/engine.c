@@ -525,6 +525,7 @@ static void *engine_main(void *arg)
             last_expire = now;
         }
         step(e);
+        if (e->sessions.n_leased) smol_sessions_settle(&e->sessions); /* shared spill: written through */
         if (e->cfg.spill && e->cfg.spill_when_idle && !e->n_running && !e->n_queued && !e->draining)
             spilled_one = smol_sessions_spill_one(&e->sessions, 0); /* write-behind, one per turn of the loop */
         if (e->draining && !drained_sent && !e->n_running && !e->n_queued) {

@@ -149,6 +149,11 @@ struct admit {
     int restored;                   /* of lcp, read back from a cached prefix's file */
     int need;                       /* KV pages the request needs */
     int sib_pages;                  /* n > 1: pages the other choices will take */
+    /* a shared spill directory: the turn holds the session's lease, which
+     * the session takes over at commit (given back if the request waits or
+     * is refused before) */
+    int leased;
+    char tenant[SMOL_RULE_TENANT_MAX + 1], session[SMOL_SESSION_ID_MAX + 1];
 };
 
 /* Each step returns 1 (go on), 0 (q must wait: it stays queued) or -1
@@ -160,6 +165,26 @@ static int admit_lookup(struct smol_engine *e, struct req *q, double now, struct
 {
     struct smol_request *r = q->r;
     if (!r->session[0]) return 1;
+    if (smol_sessions_shared(&e->sessions)) {
+        /* one node at a time: its lease first (a copy in memory that
+         * another node has written past since is dropped: the file is read) */
+        const int lr = smol_sessions_lease(&e->sessions, r->tenant, r->session);
+        if (lr == SMOL_LEASE_ELSEWHERE && now - r->t_received <= e->cfg.queue_timeout_s) {
+            e->waiting_read = 1;    /* its turn there ends soon: asked again */
+            return 0;
+        }
+        if (lr != SMOL_LEASE_HELD && lr != SMOL_LEASE_CHANGED) {
+            char msg[SMOL_ERRLEN + 64];
+            snprintf(msg, sizeof msg, "session '%s' %s", r->session,
+                     lr == SMOL_LEASE_ELSEWHERE ? "is held by another node (kv_spill_shared)"
+                                                : "cannot be locked in kv_spill_dir (kv_spill_shared)");
+            smol_engine_reject(e, q, lr == SMOL_LEASE_ELSEWHERE ? SMOL_EBUSY : SMOL_EIO, msg);
+            return -1;
+        }
+        a->leased = 1;
+        snprintf(a->tenant, sizeof a->tenant, "%s", r->tenant);
+        snprintf(a->session, sizeof a->session, "%s", r->session);
+    }
     a->s = smol_sessions_find(&e->sessions, r->tenant, r->session);
     if (!a->s && !smol_sessions_prefetch(&e->sessions, r->tenant, r->session)) {
         e->waiting_read = 1;
@@ -354,6 +379,8 @@ static int admit_commit(struct smol_engine *e, struct req *q, double now, struct
     if (a->s) {
         smol_kv_seq_truncate(kv, &a->s->seq, a->lcp);
         a->s->busy = 1;
+        if (a->leased) smol_sessions_attach_lease(&e->sessions, a->s);
+        a->leased = 0;
         q->sess = a->s;
         q->seq = &a->s->seq;
     } else if (new_anon(e, q, a, now)) {
@@ -418,8 +445,10 @@ int smol_engine_try_admit(struct smol_engine *e, struct req *q, double now)
     if ((rc = admit_lookup(e, q, now, &a)) <= 0 || (rc = admit_prompt(e, q, &a)) <= 0 ||
         (rc = admit_checks(e, q, &a)) <= 0 || (rc = admit_prefix(e, q, now, &a)) <= 0 ||
         (rc = admit_kv(e, q, now, &a)) <= 0 || (rc = admit_commit(e, q, now, &a)) <= 0 ||
-        (rc = admit_start(e, q)) <= 0)
+        (rc = admit_start(e, q)) <= 0) {
+        if (a.leased) smol_sessions_unlease(&e->sessions, a.tenant, a.session);
         return rc;
+    }
     smol_engine_list_remove(&e->queue, q);
     e->n_queued--;
     smol_engine_list_append(&e->running, q);

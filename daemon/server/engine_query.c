@@ -64,7 +64,14 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
             st.spill_files_rejected = ss.rejected;
             st.spill_files = ss.files;
             st.spill_bytes = ss.bytes;
+            st.spill_restore_ms_total = ss.restore_s * 1e3;
+            st.spill_write_ms_total = ss.write_s * 1e3;
+            st.spill_lease_refusals = ss.lease_refused;
+            st.spill_leases_lost = ss.lease_lost;
+            st.spill_unleased_refused = ss.unleased_refused;
+            st.spill_history_restored = ss.history_restored;
         }
+        st.sessions_stale_dropped = e->sessions.n_stale_dropped;
         st.prefill_tokens_total = e->n_prefilled;
         st.prompt_builds_total = e->n_prompt_builds;
         st.backend_sampled_tokens = e->n_backend_sampled;

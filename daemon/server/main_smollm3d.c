@@ -186,7 +186,8 @@ int main(int argc, char **argv)
     smol_log_info("backend %s x%d%s%s", m->be->name, m->be->n_threads, knobs[0] ? ", " : "", knobs);
 
     if (cfg.kv_spill_dir[0] &&
-        smol_spill_open(&spill, cfg.kv_spill_dir, (uint64_t)cfg.kv_spill_budget_mb << 20, m, err)) {
+        smol_spill_open_shared(&spill, cfg.kv_spill_dir, (uint64_t)cfg.kv_spill_budget_mb << 20, cfg.kv_spill_shared,
+                               m, err)) {
         smol_log_err("%s", err);
         goto out;
     }

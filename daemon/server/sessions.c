@@ -29,11 +29,21 @@ static void push_head(struct smol_sessions *s, struct smol_session *x)
     s->head = x;
 }
 
+static void unlease(struct smol_sessions *s, struct smol_session *x)
+{
+    char key[SMOL_SPILL_KEY_MAX + 1];
+    smol_spill_key(x->tenant, x->id, key);
+    smol_spill_unlease(s->spill, key);
+    x->leased = 0;
+    s->n_leased--;
+}
+
 void smol_sessions_remove(struct smol_sessions *s, struct smol_session *x)
 {
     if (!x) return;
     unlink_lru(s, x);
     if (x->id[0]) s->n_named--; else s->n_anon--;
+    if (x->leased) unlease(s, x);
     smol_kv_seq_deinit(s->kv, &x->seq);
     free(x->tokens);
     free(x->hist_text);
@@ -180,10 +190,24 @@ static void take_record(struct smol_session *x, struct smol_spill_record *rec)
 
 static void spill(struct smol_sessions *s, struct smol_session *x)
 {
-    char err[SMOL_ERRLEN];
+    char err[SMOL_ERRLEN], key[SMOL_SPILL_KEY_MAX + 1];
     const struct smol_spill_record rec = record_of(x);
-    if (smol_spill_save(s->spill, s->kv, &rec, err)) smol_log_warn("spill: %s", err);
     x->on_disk = 1;     /* written, or not again until it changes */
+    /* a shared directory: a named session is written under its lease; one
+     * this node does not hold (another node's now), or whose file another
+     * node wrote since (this copy is stale), is not written */
+    const int take = x->id[0] && !x->leased && smol_spill_shared(s->spill);
+    if (take) {
+        smol_spill_key(x->tenant, x->id, key);
+        const int lr = smol_spill_lease(s->spill, key);
+        if (lr == SMOL_LEASE_CHANGED) {
+            smol_log_info("spill: session '%s' not written: another node wrote it since", key);
+            smol_spill_unlease(s->spill, key);
+        }
+        if (lr != SMOL_LEASE_HELD) return;
+    }
+    if (smol_spill_save(s->spill, s->kv, &rec, err)) smol_log_warn("spill: %s", err);
+    if (take) smol_spill_unlease(s->spill, key); /* the write holds its own reference */
 }
 
 /* x's history belongs on disk: a named session, or a cached prefix long
@@ -288,6 +312,58 @@ void smol_sessions_remove_file(struct smol_sessions *s, const char *tenant, cons
     char key[SMOL_SPILL_KEY_MAX + 1];
     smol_spill_key(tenant, id, key);
     if (s->spill) smol_spill_remove(s->spill, key);
+}
+
+int smol_sessions_shared(const struct smol_sessions *s)
+{
+    return s->spill && smol_spill_shared(s->spill);
+}
+
+int smol_sessions_lease(struct smol_sessions *s, const char *tenant, const char *id)
+{
+    char key[SMOL_SPILL_KEY_MAX + 1];
+    smol_spill_key(tenant, id, key);
+    const int lr = smol_spill_lease(s->spill, key);
+    struct smol_session *x = lr == SMOL_LEASE_CHANGED ? smol_sessions_find(s, tenant, id) : NULL;
+    /* (busy or leased, it would hold the lease: HELD) */
+    if (x && !x->busy && !x->leased) {
+        smol_log_info("spill: session '%s': another node wrote it since; its copy in memory is dropped", key);
+        s->n_stale_dropped++;
+        smol_sessions_remove(s, x);
+    }
+    return lr;
+}
+
+void smol_sessions_unlease(struct smol_sessions *s, const char *tenant, const char *id)
+{
+    char key[SMOL_SPILL_KEY_MAX + 1];
+    smol_spill_key(tenant, id, key);
+    smol_spill_unlease(s->spill, key);
+}
+
+void smol_sessions_attach_lease(struct smol_sessions *s, struct smol_session *x)
+{
+    if (x->leased) {
+        char key[SMOL_SPILL_KEY_MAX + 1];
+        smol_spill_key(x->tenant, x->id, key);
+        smol_spill_unlease(s->spill, key);
+        return;
+    }
+    x->leased = 1;
+    s->n_leased++;
+}
+
+int smol_sessions_settle(struct smol_sessions *s)
+{
+    int n = 0;
+    for (struct smol_session *x = s->head, *nx; x && s->n_leased; x = nx) {
+        nx = x->next;
+        if (!x->leased || x->busy) continue;
+        if (wants_file(x)) spill(s, x);  /* written through, under the lease */
+        unlease(s, x);
+        n++;
+    }
+    return n;
 }
 
 int smol_sessions_disk_stats(struct smol_sessions *s, struct smol_spill_stats *st)

@@ -44,6 +44,7 @@ struct smol_session {
     int busy;                           /* a request runs on it */
     int on_disk;                        /* the spill directory holds this exact history and KV */
     int restored_kv;                    /* KV tokens just read back from disk, not yet reported */
+    int leased;                         /* holds a reference to its lease (a shared spill directory) */
     uint64_t stamp;                     /* new whenever the history may have changed (tokens, text,
                                            messages), unique in the process: a prompt built on this
                                            session is still right while the stamp is the same */
@@ -63,6 +64,8 @@ struct smol_sessions {
     int vocab;                          /* bounds token ids read back from disk */
     uint64_t n_evicted;                 /* named sessions taken out of memory by eviction (any cause) */
     uint64_t n_evicted_tenant_cap;      /* of those, by their tenant's max_per_tenant */
+    int n_leased;                       /* sessions holding a lease reference */
+    uint64_t n_stale_dropped;           /* copies in memory dropped: another node wrote the session since */
 };
 
 void smol_sessions_init(struct smol_sessions *s, struct smol_kv *kv);
@@ -115,6 +118,22 @@ int smol_sessions_read_prefix(struct smol_sessions *s, const char *tenant, const
 int smol_sessions_has_file(const struct smol_sessions *s, const char *tenant, const char *id);
 /* Removes the file of tenant's session id, if any. */
 void smol_sessions_remove_file(struct smol_sessions *s, const char *tenant, const char *id);
+/* A shared spill directory (spill.h): a node holds a session's lease from
+ * the admission of a turn until that turn has ended and its history is
+ * queued for the disk (written through; the write holds the lease until it
+ * is on disk).  1 when the spill directory is shared. */
+int smol_sessions_shared(const struct smol_sessions *s);
+/* Takes a reference to the lease of tenant's session id (smol_spill_lease:
+ * SMOL_LEASE_*); on SMOL_LEASE_CHANGED the stale copy in memory, if any, is
+ * dropped (n_stale_dropped): the file is the session now. */
+int smol_sessions_lease(struct smol_sessions *s, const char *tenant, const char *id);
+/* Gives back a reference smol_sessions_lease took and no session took over. */
+void smol_sessions_unlease(struct smol_sessions *s, const char *tenant, const char *id);
+/* x takes over the reference the turn's smol_sessions_lease took (x holds one at most). */
+void smol_sessions_attach_lease(struct smol_sessions *s, struct smol_session *x);
+/* Every leased session no request runs on is written through (when its
+ * history changed) and gives its lease back; how many did. */
+int smol_sessions_settle(struct smol_sessions *s);
 /* The spill directory's counters into *st: 1, or 0 when there is none (st untouched). */
 int smol_sessions_disk_stats(struct smol_sessions *s, struct smol_spill_stats *st);
 /* Evicts the least recently used idle entry (anonymous ones first when

@@ -51,6 +51,7 @@ struct job {
     int prefix;                         /* JOB_WRITE: a cached prefix */
     int refs;                           /* the queue's (then the ready list's) + readers' */
     int running, finished;
+    int leased;                         /* holds a reference to its name's lease (shared directory) */
 };
 
 struct smol_spill {
@@ -77,6 +78,26 @@ struct smol_spill {
     int n_failed;
     struct job *ready;          /* files read ahead (smol_spill_prefetch), newest first */
     int n_ready;
+    /* a shared directory (smol_spill_open_shared): the leases, under mu */
+    int shared;
+    struct lease *leases;
+    int n_leases, cap_leases;
+    char node[80];              /* host name and pid: in the names of our temporary files */
+};
+
+/* A session's lease in a shared directory: an OFD write lock on the whole of
+ * <name>.lock, held while refs > 0 (the turn that took it, and each write or
+ * removal of the file queued meanwhile).  The identity of the file as this
+ * node last saw it tells whether another node wrote it since: the lock
+ * file holds a generation (8 bytes, little-endian), which every write or
+ * removal of the session's file under the lease increments before it
+ * renames or unlinks (a crash in between costs a needless restore, never a
+ * stale history taken for the current one). */
+struct lease {
+    char name[NAME_LEN + 1];
+    int fd;                     /* the lock file, locked; -1 = not held */
+    int refs;
+    uint64_t gen;               /* the file's generation as this node last saw or made it */
 };
 
 #define SPILL_READY_MAX 8       /* read-ahead files kept for their turn (the oldest dropped) */
@@ -185,12 +206,43 @@ static void enqueue(struct smol_spill *sp, struct job *j);
 /* Drops name from the index and has the writer remove the file. */
 static void drop_ready(struct smol_spill *sp, const char *name);
 
-static void unlink_file(struct smol_spill *sp, const char *name)
+static int lease_take(struct smol_spill *sp, const char *name);
+static void lease_put_locked(struct smol_spill *sp, const char *name);
+
+/* In a shared directory the file is removed under its lease (taken here if
+ * need be), and only when another node did not write it since this node
+ * last saw it, unless any_gen; the index forgets it either way. */
+static void unlink_file_gen(struct smol_spill *sp, const char *name, int any_gen)
 {
     struct entry *e = find_ent(sp, name);
     if (e) drop_ent(sp, e);
     drop_ready(sp, name);
+    int leased = 0;
+    if (sp->shared) {
+        const int r = lease_take(sp, name);
+        /* (CHANGED: lease_take read the generation now on disk, which the
+         * writer checks again before it removes the file) */
+        if (r == SMOL_LEASE_HELD || (r == SMOL_LEASE_CHANGED && any_gen)) {
+            leased = 1;
+        } else {
+            if (r == SMOL_LEASE_CHANGED) {
+                pthread_mutex_lock(&sp->mu);
+                lease_put_locked(sp, name);
+                pthread_mutex_unlock(&sp->mu);
+            }
+            smol_log_info("spill: %s/%s left in place: %s", sp->dir, name,
+                          r == SMOL_LEASE_CHANGED ? "another node wrote it since" : "another node holds it");
+            return;
+        }
+    }
     struct job *j = calloc(1, sizeof *j);
+    if (j) j->leased = leased;
+    if (!j && leased) { /* no memory for a job: not removed (a shared file is removed only by the writer) */
+        pthread_mutex_lock(&sp->mu);
+        lease_put_locked(sp, name);
+        pthread_mutex_unlock(&sp->mu);
+        return;
+    }
     if (!j) { /* no memory for a job: remove it here, after what is queued */
         smol_spill_flush(sp);
         if (unlinkat(sp->dirfd, name, 0) && errno != ENOENT)
@@ -200,6 +252,11 @@ static void unlink_file(struct smol_spill *sp, const char *name)
     j->kind = JOB_UNLINK;
     snprintf(j->name, sizeof j->name, "%s", name);
     enqueue(sp, j);
+}
+
+static void unlink_file(struct smol_spill *sp, const char *name)
+{
+    unlink_file_gen(sp, name, 1);
 }
 
 /* Removes the least recently used files until the total fits the budget;
@@ -217,8 +274,201 @@ static void trim(struct smol_spill *sp, const char *keep)
         char name[NAME_LEN + 1];
         snprintf(name, sizeof name, "%s", old->name);
         smol_log_info("spill: disk budget: removing %s (%.1f MiB, least recently used)", name, old->bytes / 1048576.0);
-        unlink_file(sp, name);
+        unlink_file_gen(sp, name, 0);
     }
+}
+
+/* ---- leases (a shared directory) ----------------------------------------------------- */
+
+#define LEASES_KEPT 8192        /* lease records (held or not) before those not held are forgotten */
+
+/* under sp->mu; NULL on OOM (add) or when there is none (!add).  The pointer
+ * is good until the mutex is released. */
+static struct lease *lease_of(struct smol_spill *sp, const char *name, int add)
+{
+    for (int i = 0; i < sp->n_leases; i++)
+        if (!strcmp(sp->leases[i].name, name)) return &sp->leases[i];
+    if (!add) return NULL;
+    if (sp->n_leases >= LEASES_KEPT) { /* forget the generations of leases not held (a stale copy in
+                                          memory is then dropped and read again: slower, still right) */
+        int k = 0;
+        for (int i = 0; i < sp->n_leases; i++)
+            if (sp->leases[i].refs > 0) sp->leases[k++] = sp->leases[i];
+        sp->n_leases = k;
+    }
+    if (sp->n_leases == sp->cap_leases) {
+        int cap = sp->cap_leases ? sp->cap_leases * 2 : 64;
+        struct lease *p = realloc(sp->leases, (size_t)cap * sizeof *p);
+        if (!p) return NULL;
+        sp->leases = p;
+        sp->cap_leases = cap;
+    }
+    struct lease *l = &sp->leases[sp->n_leases++];
+    memset(l, 0, sizeof *l);
+    snprintf(l->name, sizeof l->name, "%s", name);
+    l->fd = -1;
+    return l;
+}
+
+static uint64_t read_gen(int fd)
+{
+    unsigned char b[8];
+    if (pread(fd, b, 8, 0) != 8) return 0; /* a new lock file: no write yet */
+    uint64_t g;
+    memcpy(&g, b, 8);
+    return g;
+}
+
+/* under sp->mu: drops one reference; the last one unlocks. */
+static void lease_put_locked(struct smol_spill *sp, const char *name)
+{
+    struct lease *l = lease_of(sp, name, 0);
+    if (!l || l->refs <= 0) return;
+    if (--l->refs == 0) {
+        close(l->fd); /* the OFD lock goes with the last descriptor of it */
+        l->fd = -1;
+    }
+}
+
+/* Takes a reference to name's lease, locking <name>.lock when this node
+ * does not hold it yet (never waiting).  SMOL_LEASE_HELD, SMOL_LEASE_CHANGED
+ * (held; another node wrote or removed the file since this node last saw
+ * it), SMOL_LEASE_ELSEWHERE (another node holds it) or SMOL_LEASE_ERROR
+ * (logged).  Engine thread. */
+static int lease_take(struct smol_spill *sp, const char *name)
+{
+    pthread_mutex_lock(&sp->mu);
+    struct lease *l = lease_of(sp, name, 1);
+    if (!l) {
+        pthread_mutex_unlock(&sp->mu);
+        return SMOL_LEASE_ERROR;
+    }
+    if (l->refs > 0) {
+        l->refs++;
+        pthread_mutex_unlock(&sp->mu);
+        return SMOL_LEASE_HELD;
+    }
+    char lk[NAME_LEN + 8];
+    snprintf(lk, sizeof lk, "%.32s.lock", name);
+    int fd = openat(sp->dirfd, lk, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fd < 0 || fcntl(fd, F_OFD_SETLK, &fl)) {
+        const int e = errno, elsewhere = fd >= 0 && (e == EAGAIN || e == EACCES);
+        if (fd >= 0) close(fd);
+        if (elsewhere) sp->st.lease_refused++;
+        pthread_mutex_unlock(&sp->mu);
+        if (!elsewhere) smol_log_warn("spill: %s/%s: cannot lock: %s", sp->dir, lk, strerror(e));
+        return elsewhere ? SMOL_LEASE_ELSEWHERE : SMOL_LEASE_ERROR;
+    }
+    const uint64_t gen = read_gen(fd);
+    const int changed = gen != l->gen;
+    l->fd = fd;
+    l->refs = 1;
+    l->gen = gen;
+    pthread_mutex_unlock(&sp->mu);
+    return changed ? SMOL_LEASE_CHANGED : SMOL_LEASE_HELD;
+}
+
+/* The index entry of name as the directory has it now (another node may
+ * have written or removed the file). */
+static void refresh_ent(struct smol_spill *sp, const char *name, int changed)
+{
+    struct stat st;
+    struct entry *e = find_ent(sp, name);
+    if (fstatat(sp->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode)) {
+        if (e) drop_ent(sp, e);
+    } else if (!e || changed || e->bytes != (uint64_t)st.st_size) {
+        put_ent(sp, name, (uint64_t)st.st_size, (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec, NULL,
+                NULL, 0);
+    }
+    if (changed) drop_ready(sp, name);
+}
+
+int smol_spill_shared(const struct smol_spill *sp)
+{
+    return sp->shared;
+}
+
+int smol_spill_lease(struct smol_spill *sp, const char *id)
+{
+    if (!sp->shared) return SMOL_LEASE_HELD;
+    char name[NAME_LEN + 1];
+    file_name(id, name);
+    const int r = lease_take(sp, name);
+    if (r == SMOL_LEASE_HELD || r == SMOL_LEASE_CHANGED) refresh_ent(sp, name, r == SMOL_LEASE_CHANGED);
+    return r;
+}
+
+void smol_spill_unlease(struct smol_spill *sp, const char *id)
+{
+    if (!sp->shared) return;
+    char name[NAME_LEN + 1];
+    file_name(id, name);
+    pthread_mutex_lock(&sp->mu);
+    lease_put_locked(sp, name);
+    pthread_mutex_unlock(&sp->mu);
+}
+
+int smol_spill_holds(struct smol_spill *sp, const char *id)
+{
+    if (!sp->shared) return 1;
+    char name[NAME_LEN + 1];
+    file_name(id, name);
+    pthread_mutex_lock(&sp->mu);
+    const struct lease *l = lease_of(sp, name, 0);
+    const int held = l && l->refs > 0;
+    pthread_mutex_unlock(&sp->mu);
+    return held;
+}
+
+void smol_spill_lease_revoke(struct smol_spill *sp, const char *id)
+{
+    char name[NAME_LEN + 1], lk[NAME_LEN + 8];
+    file_name(id, name);
+    snprintf(lk, sizeof lk, "%.32s.lock", name);
+    pthread_mutex_lock(&sp->mu);
+    struct lease *l = lease_of(sp, name, 0);
+    if (l && l->fd >= 0) { /* the same file, opened again without the lock */
+        close(l->fd);
+        l->fd = openat(sp->dirfd, lk, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    }
+    pthread_mutex_unlock(&sp->mu);
+}
+
+/* Writer thread, before it replaces or removes name under its lease: 0
+ * when this node still holds the lease (no other open file description
+ * locks the file) and nobody wrote the file since this node last saw it
+ * (the generation); then the generation is advanced, on disk first.  -1:
+ * the lease was lost (logged, counted); the file is left alone. */
+static int lease_advance(struct smol_spill *sp, const struct job *j)
+{
+    pthread_mutex_lock(&sp->mu);
+    struct lease *l = lease_of(sp, j->name, 0);
+    const int fd = l && l->refs > 0 ? l->fd : -1;
+    const uint64_t gen = l ? l->gen : 0;
+    pthread_mutex_unlock(&sp->mu);
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    const char *why = NULL;
+    if (fd < 0) why = "not held";
+    else if (fcntl(fd, F_OFD_GETLK, &fl)) why = strerror(errno);
+    else if (fl.l_type != F_UNLCK) why = "another node holds it";
+    else if (read_gen(fd) != gen) why = "another node wrote the session since";
+    unsigned char b[8];
+    const uint64_t next = gen + 1;
+    memcpy(b, &next, 8);
+    if (!why && (pwrite(fd, b, 8, 0) != 8 || fdatasync(fd))) why = "cannot advance the generation";
+    if (why) {
+        smol_log_warn("spill: session '%s' not %s %s/%s: its lease is lost (%s)", j->id,
+                      j->kind == JOB_WRITE ? "written to" : "removed from", sp->dir, j->name, why);
+        pthread_mutex_lock(&sp->mu);
+        sp->st.lease_lost++;
+        pthread_mutex_unlock(&sp->mu);
+        return -1;
+    }
+    pthread_mutex_lock(&sp->mu);
+    if ((l = lease_of(sp, j->name, 0))) l->gen = next;
+    pthread_mutex_unlock(&sp->mu);
+    return 0;
 }
 
 /* ---- header ------------------------------------------------------------------------ */
@@ -330,19 +580,25 @@ static int run_write(struct smol_spill *sp, struct job *j)
     /* the image is read by smol_spill_load meanwhile: it is not changed */
     struct smol_spill_header h;
     memcpy(&h, j->image, sizeof h);
-    char tmp[64];
+    char tmp[160];
     h.payload_hash = XXH3_64bits(j->image + sizeof h, j->bytes - sizeof h);
     h.header_hash = header_hash(&h);
-    snprintf(tmp, sizeof tmp, ".tmp-%.32s-%d", j->name, (int)getpid());
+    snprintf(tmp, sizeof tmp, ".tmp-%.32s-%s", j->name, sp->node);
     int fd = openat(sp->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     int bad = fd < 0 || write_full(fd, &h, sizeof h) || write_full(fd, j->image + sizeof h, j->bytes - sizeof h) ||
               fsync(fd);
     int e = errno;
     if (fd >= 0 && close(fd) && !bad) { bad = 1; e = errno; }
+    /* a shared directory: replaced only while this node holds the session's
+     * lease and nobody wrote it since; else left as it is */
+    if (!bad && j->leased && lease_advance(sp, j)) {
+        unlinkat(sp->dirfd, tmp, 0);
+        return -2;
+    }
     if (!bad && renameat(sp->dirfd, tmp, sp->dirfd, j->name)) { bad = 1; e = errno; }
     if (bad) {
         unlinkat(sp->dirfd, tmp, 0);
-        unlinkat(sp->dirfd, j->name, 0);
+        if (!j->leased || !lease_advance(sp, j)) unlinkat(sp->dirfd, j->name, 0);
         smol_log_warn("spill: session '%s' not written to %s/%s: %s", j->id, sp->dir, j->name, strerror(e ? e : EIO));
         return -1;
     }
@@ -379,14 +635,19 @@ static void *writer_main(void *arg)
         int bad = 0;
         if (j->kind == JOB_WRITE) bad = run_write(sp, j);
         else if (j->kind == JOB_READ) run_read(sp, j);
+        else if (j->leased && lease_advance(sp, j)) {} /* another node's now: left alone */
         else if (unlinkat(sp->dirfd, j->name, 0) && errno != ENOENT)
             smol_log_warn("spill: cannot remove %s/%s: %s", sp->dir, j->name, strerror(errno));
+        const double dt = smol_mono_s() - t0;
         if (j->kind == JOB_WRITE && !bad)
             smol_log_info("spill: %s '%s' written to %s: %d tokens, %.1f MiB in %.0f ms",
                           j->prefix ? "cached prefix" : "session", j->id, j->name, j->n_kv, j->bytes / 1048576.0,
                           (smol_mono_s() - t0) * 1e3);
         pthread_mutex_lock(&sp->mu);
+        if (j->leased) lease_put_locked(sp, j->name);
+        j->leased = 0;
         if (j->kind == JOB_WRITE) {
+            if (!bad) sp->st.write_s += dt;
             if (!bad && j->prefix) sp->st.prefixes_written++;
             else if (!bad) sp->st.written++;
             else if (sp->n_failed < (int)(sizeof sp->failed / sizeof sp->failed[0]))
@@ -575,11 +836,18 @@ static void scan(struct smol_spill *sp, const struct smol_kv *kv)
     while ((de = readdir(d))) {
         const char *n = de->d_name;
         if (!strcmp(n, ".") || !strcmp(n, "..")) continue;
+        struct stat tst;
         if (!strncmp(n, ".tmp-", 5)) {
+            /* a shared directory: another node's write may be under way;
+             * an hour-old one is not */
+            if (sp->shared && !fstatat(sp->dirfd, n, &tst, AT_SYMLINK_NOFOLLOW) &&
+                tst.st_mtim.tv_sec > time(NULL) - 3600)
+                continue;
             smol_log_info("spill: removing %s/%s (an unfinished write)", sp->dir, n);
             unlinkat(sp->dirfd, n, 0);
             continue;
         }
+        if (strlen(n) == 37 && !strcmp(n + 32, ".lock")) continue; /* a session's lease (shared) */
         if (!is_our_name(n)) {
             smol_log_warn("spill: %s/%s: not a session file name; ignored", sp->dir, n);
             continue;
@@ -607,6 +875,11 @@ static void scan(struct smol_spill *sp, const struct smol_kv *kv)
                 why = "a cached prefix with a bad id";
         }
         if (f >= 0) close(f);
+        if (why && sp->shared) { /* maybe another node's model, or one being replaced: not ours to remove */
+            free(toks);
+            smol_log_info("spill: %s/%s: %s; not indexed", sp->dir, n, why);
+            continue;
+        }
         if (why) { free(toks); reject_file(sp, n, why); continue; }
         put_ent(sp, n, (uint64_t)stt.st_size, (int64_t)stt.st_mtim.tv_sec * 1000000000 + stt.st_mtim.tv_nsec,
                 toks ? pid : NULL, toks, (int)h.n_kv);
@@ -618,6 +891,12 @@ static void scan(struct smol_spill *sp, const struct smol_kv *kv)
 enum smol_err smol_spill_open(struct smol_spill **out, const char *dir, uint64_t budget_bytes,
                               const struct smol_model *m, char *err)
 {
+    return smol_spill_open_shared(out, dir, budget_bytes, 0, m, err);
+}
+
+enum smol_err smol_spill_open_shared(struct smol_spill **out, const char *dir, uint64_t budget_bytes, int shared,
+                                     const struct smol_model *m, char *err)
+{
     *out = NULL;
     struct smol_spill *sp = calloc(1, sizeof *sp);
     if (!sp) return smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
@@ -625,6 +904,12 @@ enum smol_err smol_spill_open(struct smol_spill **out, const char *dir, uint64_t
     snprintf(sp->dir, sizeof sp->dir, "%s", dir);
     sp->budget = budget_bytes;
     sp->dirfd = -1;
+    sp->shared = shared;
+    char host[64] = "";
+    gethostname(host, sizeof host - 1);
+    for (char *c = host; *c; c++) /* a file name's part */
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-')) *c = '_';
+    snprintf(sp->node, sizeof sp->node, "%s-%d", host, (int)getpid());
     if (mkdir(dir, 0700) && errno != EEXIST) {
         int e = errno;
         free(sp);
@@ -653,8 +938,8 @@ enum smol_err smol_spill_open(struct smol_spill **out, const char *dir, uint64_t
     sp->have_thread = 1;
     scan(sp, &m->kv);
     trim(sp, NULL);
-    smol_log_info("spill: %s: %u session files, %.1f MiB (budget %s)", dir, sp->st.files, sp->st.bytes / 1048576.0,
-                  budget_bytes ? "set" : "none");
+    smol_log_info("spill: %s%s: %u session files, %.1f MiB (budget %s)", dir, shared ? " (shared)" : "", sp->st.files,
+                  sp->st.bytes / 1048576.0, budget_bytes ? "set" : "none");
     *out = sp;
     return SMOL_OK;
 }
@@ -684,6 +969,9 @@ void smol_spill_close(struct smol_spill **spp)
     if (sp->dirfd >= 0) close(sp->dirfd);
     for (int i = 0; i < sp->n_ent; i++) free(sp->ent[i].tokens);
     free(sp->ent);
+    for (int i = 0; i < sp->n_leases; i++) /* (the writer has finished: no job holds one) */
+        if (sp->leases[i].fd >= 0) close(sp->leases[i].fd);
+    free(sp->leases);
     free(sp->page_buf);
     free(sp);
     *spp = NULL;
@@ -745,6 +1033,14 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
     if (prefix) prefix_id(x->tokens, n_kv, pid);
     smol_spill_key(x->tenant, prefix ? pid : x->id, key);
     file_name(key, name);
+    /* a shared directory: one writer per session, the node holding its
+     * lease (a cached prefix is the same bytes whoever writes it) */
+    if (sp->shared && !prefix && !smol_spill_holds(sp, key)) {
+        pthread_mutex_lock(&sp->mu);
+        sp->st.unleased_refused++;
+        pthread_mutex_unlock(&sp->mu);
+        return smol_errf(err, SMOL_EBUSY, "session '%s' not written: this node does not hold its lease", key);
+    }
     if (n_kv <= 0) {
         unlink_file(sp, name);
         return SMOL_OK;
@@ -803,6 +1099,14 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
     for (int i = 0; i < n_pages; i++, p += sp->page_buf_bytes) smol_kv_page_read(kv, x->seq->pages[i], p);
     SMOL_ASSERT((uint64_t)(p - img) == total);
     drop_ready(sp, name);
+    if (sp->shared && !prefix) { /* the write holds the lease until it is done */
+        pthread_mutex_lock(&sp->mu);
+        struct lease *l = lease_of(sp, name, 0);
+        SMOL_ASSERT(l && l->refs > 0);
+        l->refs++;
+        pthread_mutex_unlock(&sp->mu);
+        j->leased = 1;
+    }
     j->kind = JOB_WRITE;
     snprintf(j->name, sizeof j->name, "%s", name);
     snprintf(j->id, sizeof j->id, "%s", key);
@@ -847,6 +1151,98 @@ static int get(struct src *s, XXH3_state_t *st, void *p, size_t n)
     return 0;
 }
 
+/* A session file in a shared directory that is sound but of another model
+ * (or KV type or geometry): another node's, which runs another model file. */
+static int foreign_header(const struct smol_spill_header *h, uint64_t file_bytes)
+{
+    return file_bytes >= sizeof *h && !memcmp(h->magic, SMOL_SPILL_MAGIC, 8) && h->version == SMOL_SPILL_VERSION &&
+           h->header_bytes == sizeof *h && h->header_hash == header_hash(h) && !(h->flags & SMOL_SPILL_F_PREFIX) &&
+           h->id_len > 0 && h->id_len <= SMOL_SPILL_KEY_MAX && h->n_kv <= h->n_tokens && !h->reserved &&
+           memchr(h->date, 0, sizeof h->date) != NULL && h->payload_bytes == file_bytes - sizeof *h &&
+           h->payload_bytes >= (uint64_t)h->id_len + 4ull * h->n_tokens + h->hist_len + h->msgs_len;
+}
+
+/* Skips n bytes of s, hashing them. */
+static int skip(struct src *s, XXH3_state_t *st, uint64_t n, void *buf, size_t cap)
+{
+    while (n) {
+        size_t k = n < cap ? (size_t)n : cap;
+        if (get(s, st, buf, k)) return -1;
+        n -= k;
+    }
+    return 0;
+}
+
+/* Reads the conversation of a foreign_header file (src past its header)
+ * into x: text, messages, date and mode, no tokens and no KV (another
+ * model's tokens and KV mean nothing here: the history is prefilled again).
+ * SMOL_OK; SMOL_ENOSESSION (another key); SMOL_EFORMAT, err = why (the
+ * caller removes the file); SMOL_ENOMEM. */
+static enum smol_err load_history(struct smol_spill *sp, struct src *src, const struct smol_spill_header *h,
+                                  const char *key, const char *foreign, struct smol_spill_record *x, char *err)
+{
+    const double t0 = smol_mono_s();
+    XXH3_state_t *st = XXH3_createState();
+    char id[SMOL_SPILL_KEY_MAX + 1];
+    char *hist = malloc((size_t)h->hist_len + 1), *msgs = malloc((size_t)h->msgs_len + 1);
+    const size_t cap = 1 << 16;
+    void *buf = malloc(cap);
+    const uint64_t rest = h->payload_bytes - h->id_len - 4ull * h->n_tokens - h->hist_len - h->msgs_len;
+    enum smol_err rc = SMOL_OK;
+    json_t *j = NULL;
+    const char *why = NULL;
+    if (!st || !hist || !msgs || !buf || XXH3_64bits_reset(st) != XXH_OK) {
+        rc = smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
+        goto out;
+    }
+    if (get(src, st, id, h->id_len) || skip(src, st, 4ull * h->n_tokens, buf, cap) || get(src, st, hist, h->hist_len) ||
+        get(src, st, msgs, h->msgs_len) || skip(src, st, rest, buf, cap))
+        why = "short read";
+    else if (XXH3_64bits_digest(st) != h->payload_hash)
+        why = "payload checksum mismatch";
+    if (!why && (id[h->id_len] = 0, strcmp(id, key))) {
+        rc = smol_errf(err, SMOL_ENOSESSION, "no spilled session '%s'", key);
+        goto out;
+    }
+    hist[h->hist_len] = 0;
+    if (!why && h->msgs_len && (!(j = json_loadb(msgs, h->msgs_len, 0, NULL)) || !json_is_array(j)))
+        why = "bad messages JSON";
+    if (why) {
+        rc = smol_errf(err, SMOL_EFORMAT, "%s", why);
+        goto out;
+    }
+    const char *bare;
+    split_key(key, x->tenant, &bare);
+    snprintf(x->id, sizeof x->id, "%s", bare);
+    x->tokens = NULL;
+    x->n_tokens = 0;
+    x->seq->n_tokens = 0;
+    if (h->flags & SMOL_SPILL_F_HIST) {
+        x->hist_text = hist;
+        x->hist_len = h->hist_len;
+        hist = NULL;
+    }
+    x->msgs = j;
+    j = NULL;
+    snprintf(x->date, sizeof x->date, "%s", h->date);
+    x->think_set = !!(h->flags & SMOL_SPILL_F_THINK_SET);
+    x->enable_thinking = !!(h->flags & SMOL_SPILL_F_THINKING);
+    pthread_mutex_lock(&sp->mu);
+    sp->st.restored++;
+    sp->st.history_restored++;
+    sp->st.restore_s += smol_mono_s() - t0;
+    pthread_mutex_unlock(&sp->mu);
+    smol_log_info("spill: session '%s' restored without its KV (%s): its %u tokens of history are computed again",
+                  key, foreign, h->n_tokens);
+out:
+    if (j) json_decref(j);
+    if (st) XXH3_freeState(st);
+    free(hist);
+    free(msgs);
+    free(buf);
+    return rc;
+}
+
 /* key: the session's id, or the cached prefix's id (prefix) */
 static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *key, int prefix,
                           struct smol_spill_record *x, int *pages_needed, char *err)
@@ -876,6 +1272,7 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
     struct src src = {.fd = -1};
     struct smol_spill_header h;
     const char *why = NULL;
+    uint64_t flen = 0;                  /* the file's size, once its header is read */
     if (pj) {
         src.mem = pj->image;
         src.len = pj->bytes;
@@ -888,16 +1285,26 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
         src.len = rd->bytes;
         if (!(why = rd->read_err)) {
             if (src.len < sizeof h || src_read(&src, &h, sizeof h)) why = "truncated (shorter than the header)";
-            else why = check_header(sp, &h, src.len, kv);
+            else why = check_header(sp, &h, flen = src.len, kv);
         }
     } else {
         struct stat stt;
         src.fd = openat(sp->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (src.fd < 0 || fstat(src.fd, &stt) || !S_ISREG(stt.st_mode)) why = "cannot be read as a regular file";
         else if (stt.st_size < (off_t)sizeof h || read_full(src.fd, &h, sizeof h)) why = "truncated (shorter than the header)";
-        else why = check_header(sp, &h, (uint64_t)stt.st_size, kv);
+        else why = check_header(sp, &h, flen = (uint64_t)stt.st_size, kv);
     }
     if (!why && !(h.flags & SMOL_SPILL_F_PREFIX) != !prefix) why = "a session file under a cached prefix's name, or the reverse";
+    if (why && sp->shared && !prefix && flen && foreign_header(&h, flen)) {
+        /* another node's model: the conversation without its KV */
+        enum smol_err rc = load_history(sp, &src, &h, key, why, x, err);
+        if (src.fd >= 0) close(src.fd);
+        if (pj) release(sp, pj);
+        if (rd) release(sp, rd);
+        if (rc == SMOL_EFORMAT) reject_file(sp, name, err);
+        if (rc == SMOL_OK) ent->stamp = now_ns();
+        return rc;
+    }
     if (why) {
         if (src.fd >= 0) close(src.fd);
         if (pj) release(sp, pj);
@@ -965,8 +1372,9 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
         if (prefix) sp->st.prefixes_restored++;
         else sp->st.restored++;
         sp->st.tokens_restored += h.n_kv;
+        if (!prefix) sp->st.restore_s += smol_mono_s() - t0;
         pthread_mutex_unlock(&sp->mu);
-        smol_log_info("spill: %s '%s' restored%s: %u tokens, %.1f MiB in %.0f ms", what, key,
+        smol_log_info("spill: %s '%s' restored%s: %u tokens, %.1f MiB in %.2f ms", what, key,
                       pj ? " (from its write still queued)" : rd ? " (read ahead)" : "", h.n_kv,
                       (sizeof h + h.payload_bytes) / 1048576.0, (smol_mono_s() - t0) * 1e3);
     }
@@ -1036,13 +1444,17 @@ void smol_spill_remove(struct smol_spill *sp, const char *id)
     reap_failed(sp);
     char name[NAME_LEN + 1];
     file_name(id, name);
-    if (find_ent(sp, name)) unlink_file(sp, name);
+    /* (a shared directory's file may be one this node never indexed) */
+    if (sp->shared || find_ent(sp, name)) unlink_file(sp, name);
 }
 
 int smol_spill_has(const struct smol_spill *sp, const char *id)
 {
     char name[NAME_LEN + 1];
     file_name(id, name);
+    struct stat st;
+    if (sp->shared) /* another node may have written or removed it */
+        return !fstatat(sp->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode);
     return find_ent(sp, name) != NULL;
 }
 

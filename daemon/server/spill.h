@@ -55,6 +55,32 @@
  * logged and leaves no file (not even an older one).  smol_spill_close
  * finishes the queue first.  At most 1 GiB of images wait; a save beyond
  * that waits for the writer.
+ *
+ * A shared directory (smol_spill_open_shared; kv_spill_shared): several
+ * nodes (daemons on other machines, over NFS, CephFS...) use one directory.
+ * One writer per session: a node writes or removes a session's file only
+ * while it holds the session's lease, an OFD write lock (fcntl F_OFD_SETLK)
+ * on <32 hex digits>.lock beside it, taken without waiting (another node
+ * holding it: SMOL_LEASE_ELSEWHERE, the caller waits and asks again).  The
+ * lock file holds the file's generation, advanced by every write and
+ * removal under the lease; a lease taken while this node's idea of the
+ * generation is old says SMOL_LEASE_CHANGED: another node wrote (or
+ * removed) the session since, and the copy in memory is stale.  The writer
+ * checks again, just before it renames or unlinks, that no other node
+ * holds the lock and the generation is the one it knows; otherwise the
+ * lease was lost (the filesystem broke the lock: a partition, an expired
+ * NFS lease) and the write is dropped, counted (lease_lost), the file left
+ * as the other node made it.  A save of a session whose lease this node
+ * does not hold is refused (unleased_refused).  Lock files are never
+ * removed (removing one would let two nodes lock two different files).
+ * A session file that is sound but of another model (or KV type or
+ * geometry: a node running another model file) loads as its conversation
+ * (text, messages, date, mode) without tokens or KV, which the next turn
+ * computes again; it is not removed (history_restored).
+ * The index is refreshed from the directory whenever a lease is taken;
+ * files failing the checks at open are left alone (maybe another model's
+ * node); temporary files are named by host and pid, and only an hour-old
+ * one is removed; the budget removes only files this node wrote last.
  */
 #ifndef SMOL_SPILL_H
 #define SMOL_SPILL_H
@@ -106,6 +132,11 @@ struct smol_spill_stats {
     uint64_t tokens_restored, rejected;           /* both kinds */
     uint32_t files;
     uint64_t bytes;
+    double restore_s, write_s;                    /* wall time of session restores, of writes */
+    uint64_t lease_refused;                       /* shared: leases another node held */
+    uint64_t lease_lost;                          /* shared: writes and removals dropped, lease lost */
+    uint64_t unleased_refused;                    /* shared: saves refused, no lease */
+    uint64_t history_restored;                    /* shared: sessions of another model read without KV */
 };
 
 /* What one file holds: a session's (or a cached prefix's) history.  To
@@ -140,8 +171,31 @@ void smol_spill_model_id(const struct smol_model *m, uint8_t out[16]);
  * ours for this model are logged and removed.  budget_bytes 0 = no limit. */
 enum smol_err smol_spill_open(struct smol_spill **out, const char *dir, uint64_t budget_bytes,
                               const struct smol_model *m, char *err);
+/* The same for a directory shared by several nodes (shared = 1: see above). */
+enum smol_err smol_spill_open_shared(struct smol_spill **out, const char *dir, uint64_t budget_bytes, int shared,
+                                     const struct smol_model *m, char *err);
 /* Accepts NULL; nulls the pointer. */
 void smol_spill_close(struct smol_spill **sp);
+
+/* 1 for a shared directory. */
+int smol_spill_shared(const struct smol_spill *sp);
+
+#define SMOL_LEASE_ERROR (-1)       /* the lock file could not be made or locked (logged) */
+#define SMOL_LEASE_ELSEWHERE 0      /* another node holds it: ask again later */
+#define SMOL_LEASE_HELD 1           /* held; the file is as this node last saw it */
+#define SMOL_LEASE_CHANGED 2        /* held; another node wrote or removed the file since */
+
+/* Takes a reference to the lease of session key id (locking it when this
+ * node does not hold it yet; never waits) and brings the index's entry of
+ * it up to date.  Always SMOL_LEASE_HELD for a directory that is not
+ * shared.  Each HELD or CHANGED is given back by smol_spill_unlease. */
+int smol_spill_lease(struct smol_spill *sp, const char *id);
+void smol_spill_unlease(struct smol_spill *sp, const char *id);
+/* 1 while this node holds the lease of key id (always, not shared). */
+int smol_spill_holds(struct smol_spill *sp, const char *id);
+/* Tests: the lock of key id is lost as when the filesystem breaks it (the
+ * node still thinks it holds the lease). */
+void smol_spill_lease_revoke(struct smol_spill *sp, const char *id);
 
 /* Writes the record of an idle session with the KV of its first
  * rec->seq->n_tokens positions (queued: see Threads above); an empty one
@@ -176,7 +230,7 @@ int smol_spill_best_prefix(struct smol_spill *sp, const char *tenant, const int3
 /* Removes the file of key id, if any. */
 void smol_spill_remove(struct smol_spill *sp, const char *id);
 
-/* 1 if a file for key id is indexed. */
+/* 1 if a file for key id is indexed (shared: if the directory has one). */
 int smol_spill_has(const struct smol_spill *sp, const char *id);
 
 void smol_spill_get_stats(struct smol_spill *sp, struct smol_spill_stats *st);

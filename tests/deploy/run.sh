@@ -116,7 +116,8 @@ for f in usr/local/bin/smollm3 usr/local/bin/smollm3d usr/local/bin/smollm3ctl \
          usr/local/lib/sysusers.d/smollm3d.conf usr/local/lib/tmpfiles.d/smollm3d.conf \
          etc/smollm3d/smollm3d.conf etc/smollm3d/gateway.conf etc/nginx/sites-available/smollm3 \
          usr/local/share/smollm3d/web/index.html usr/local/share/doc/smollm3d/README.md \
-         usr/local/share/doc/smollm3d/scale-out.conf; do
+         usr/local/share/doc/smollm3d/scale-out.conf usr/local/share/doc/smollm3d/deploy/scale-out/nodes.conf \
+         usr/local/share/doc/smollm3d/deploy/grafana/smollm3-fleet.json; do
     [ -f "$D/$f" ] || missing="$missing $f"
 done
 [ "$have_gateway" = 1 ] && { [ -x "$D/usr/local/bin/smollm3-gateway" ] || missing="$missing usr/local/bin/smollm3-gateway"; }
