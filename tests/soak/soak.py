@@ -13,7 +13,11 @@ all in a fresh temporary directory, then sends SECONDS of mixed traffic to
   cancel     a stream dropped by the client after its first token
   ui         POST /ui/chat (the HTMX fragment) then GET /ui/stream/SID to `done`
   abandon    POST /ui/chat, then the client goes away without its stream
-             (a closed tab): the gateway holds the unclaimed stream 30 s
+             (a closed tab): the gateway holds the unclaimed stream 30 s.
+             Sent by one more client (key "tabcloser") for all workers: when
+             it holds --ui-unclaimed-per-key unclaimed streams its next POST
+             is a 429 naming them (the bound working, counted in /metrics);
+             the workers' own UI chats are never refused for its streams
   malformed  bad JSON / fields / methods / routes / sizes / ids, no or a
              wrong API key: must be 4xx (a 429 is not: see below)
   probe      GET /health, /v1/models
@@ -93,8 +97,11 @@ class Stack:
         # one API key per worker (a client of the deployment), named workerN
         self.keys = ["soak-%d-%s" % (i, os.urandom(8).hex()) for i in range(args.workers)]
         self.keyfile = os.path.join(tmp, "api-keys")
+        # the client that closes its tabs (abandon): unclaimed streams bounded per key, not the workers'
+        self.tab_key = "soak-tabs-%s" % os.urandom(8).hex()
         with open(self.keyfile, "w") as f:
-            f.write("# soak clients\n" + "".join("%s worker%d\n" % (k, i) for i, k in enumerate(self.keys)))
+            f.write("# soak clients\n" + "".join("%s worker%d\n" % (k, i) for i, k in enumerate(self.keys)) +
+                    "%s tabcloser\n" % self.tab_key)
 
     def start_daemon(self):
         self.daemon_n += 1
@@ -225,6 +232,7 @@ class Soak:
         self.conv_pool = ["soak%d" % i for i in range(8)]
         self.me = threading.local()   # the worker: .key (its API key), .i (its index)
         self.key_sent = [0] * args.workers  # requests each worker sent with its key
+        self.tabs_refused = 0         # abandon POSTs refused: tabcloser at its unclaimed streams' bound
 
     def take(self, pool):
         with self.lock:
@@ -407,9 +415,9 @@ class Soak:
         finally:
             self.give(self.conv_pool, conv)
 
-    def ui_post(self, c, form):
+    def ui_post(self, c, form, auth=True):
         """POST /ui/chat: (the stream's SID, "") or (None, why)."""
-        self.send(c, "POST", "/ui/chat", form, {"Content-Type": "application/x-www-form-urlencoded"})
+        self.send(c, "POST", "/ui/chat", form, {"Content-Type": "application/x-www-form-urlencoded"}, auth)
         r = c.getresponse()
         b = r.read().decode(errors="replace")
         if r.status != 200:
@@ -425,7 +433,11 @@ class Soak:
                                        "think": "0", "temperature": "0.6"})
         c = self.conn()
         try:
-            sid, why = self.ui_post(c, form)
+            sid, why = self.ui_post(c, form, "Bearer " + self.s.tab_key)
+            if sid is None and why.startswith("POST /ui/chat 429") and "chats are waiting to be read" in why:
+                with self.lock:
+                    self.tabs_refused += 1
+                return True, ""
             return sid is not None, why
         finally:
             c.close()
@@ -512,7 +524,8 @@ class Soak:
             c.close()
 
     def key_counters(self):
-        """{worker index: smollm3_gateway_key_requests_total} from /metrics (through nginx, loopback)."""
+        """({worker index: smollm3_gateway_key_requests_total}, {refusal reason: count}) from /metrics
+        (through nginx, loopback)."""
         c = self.conn(10)
         try:
             c.request("GET", "/metrics")
@@ -520,12 +533,15 @@ class Soak:
             text = r.read().decode(errors="replace")
         finally:
             c.close()
-        got = {}
+        got, refused = {}, {}
         for line in text.splitlines():
             if line.startswith('smollm3_gateway_key_requests_total{key="worker'):
                 name, _, v = line.partition("} ")
                 got[int(name.split('"worker')[1].rstrip('"'))] = int(float(v))
-        return got
+            elif line.startswith('smollm3_gateway_refusals_total{reason="'):
+                name, _, v = line.partition("} ")
+                refused[name.split('"')[1]] = int(float(v))
+        return got, refused
 
     # ---- workers
     def worker(self, seed):
@@ -631,7 +647,7 @@ def main():
               % (a.seconds, a.workers, os.path.basename(a.model), a.threads, stack.port), flush=True)
         sk = Soak(stack, a)
         r = sk.main()
-        counted = sk.key_counters()
+        counted, refused = sk.key_counters()
         st = sk.stats
         # ---- the table
         print()
@@ -673,6 +689,10 @@ def main():
         check(all(counted.get(i) == n for i, n in enumerate(sk.key_sent)),
               "/metrics counts each worker's API key requests: sent %s, counted %s"
               % (sk.key_sent, [counted.get(i) for i in range(len(sk.key_sent))]))
+        check(refused.get("ui_unclaimed_per_key") == sk.tabs_refused and refused.get("ui_unclaimed") == 0,
+              "/metrics counts the unclaimed-stream refusals: tabcloser's %d at its bound (counted %s), none "
+              "in all (counted %s)" % (sk.tabs_refused, refused.get("ui_unclaimed_per_key"),
+                                       refused.get("ui_unclaimed")))
         for p, n in ((stack.gateway, "gateway"), (stack.nginx, "nginx"), (stack.daemon, "daemon 2")):
             check(p.poll() is None, "%s still running at the end" % n)
     except Exception as e:  # noqa: BLE001
