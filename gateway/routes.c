@@ -18,6 +18,7 @@
 #include "gateway/responses.h"
 #include "gateway/ui.h"
 
+#include <stddef.h>
 #include <string.h>
 
 /* ---- /health, /metrics ------------------------------------------------------ */
@@ -32,6 +33,103 @@ static enum MHD_Result health(struct gw_req *r)
                                                      "%llu", G.cfg.max_body,
                                                      (unsigned long long)G.daemon_max_request));
     return gw_queue_json(r, G.daemon_ready ? 200 : 503, b);
+}
+
+/* The daemon's StatsReply (polled by daemon.c) as /metrics series: field, its C type (MS: a
+ * double of milliseconds, shown in seconds), name, Prometheus type, help. */
+enum stat_kind { U32, U64, DBL, MS };
+struct daemon_stat {
+    size_t off;
+    enum stat_kind kind;
+    const char *name, *type, *help;
+};
+#define STAT(field, kind, name, type, help) { offsetof(Smollm3__StatsReply, field), kind, name, type, help }
+static const struct daemon_stat daemon_stats[] = {
+    STAT(requests_active, U32, "smollm3_daemon_requests_active", "gauge",
+         "Requests the daemon is running."),
+    STAT(requests_queued, U32, "smollm3_daemon_queue_depth", "gauge",
+         "Requests waiting in the daemon's queue."),
+    STAT(sessions, U32, "smollm3_daemon_sessions", "gauge",
+         "Sessions the daemon keeps."),
+    STAT(kv_tokens_used, U64, "smollm3_daemon_kv_tokens_used", "gauge",
+         "KV cache tokens in use."),
+    STAT(kv_tokens_total, U64, "smollm3_daemon_kv_tokens_capacity", "gauge",
+         "KV cache capacity in tokens."),
+    STAT(prefix_cache_hits, U64, "smollm3_daemon_prefix_cache_hits_total", "counter",
+         "Requests that reused a cached prefix."),
+    STAT(requests_total, U64, "smollm3_daemon_requests_total", "counter",
+         "Requests the daemon accepted."),
+    STAT(prefill_tokens_total, U64, "smollm3_daemon_prefill_tokens_total", "counter",
+         "Prompt positions run through the model (cached ones are not)."),
+    STAT(prompt_builds_total, U64, "smollm3_daemon_prompt_builds_total", "counter",
+         "Prompts rendered and tokenized (a waiting request without a session is built once)."),
+    STAT(backend_sampled_tokens, U64, "smollm3_daemon_backend_sampled_tokens_total", "counter",
+         "Tokens drawn by the backend's batch sampler (backend_sampling)."),
+    STAT(engine_steps, U64, "smollm3_daemon_engine_steps_total", "counter",
+         "Engine steps that ran the model."),
+    STAT(step_tokens_total, U64, "smollm3_daemon_step_tokens_total", "counter",
+         "Tokens in those steps."),
+    STAT(step_ms_total, MS, "smollm3_daemon_step_seconds_total", "counter",
+         "Wall time of those steps."),
+    STAT(forward_ms_total, MS, "smollm3_daemon_forward_seconds_total", "counter",
+         "Of it, time in the model (the rest is the engine's own host time)."),
+    STAT(shared_choices_total, U64, "smollm3_daemon_shared_choices_total", "counter",
+         "Choices (n > 1) started on another choice's prefilled prompt."),
+    STAT(requests_rejected, U64, "smollm3_daemon_requests_rejected_total", "counter",
+         "Requests the daemon refused."),
+    STAT(requests_cancelled, U64, "smollm3_daemon_requests_cancelled_total", "counter",
+         "Requests cancelled in the daemon."),
+    STAT(uptime_s, DBL, "smollm3_daemon_uptime_seconds", "gauge",
+         "Daemon uptime."),
+    STAT(spec_drafted_tokens, U64, "smollm3_daemon_spec_drafted_tokens_total", "counter",
+         "Tokens the daemon drafted by prompt lookup and verified."),
+    STAT(spec_accepted_tokens, U64, "smollm3_daemon_spec_accepted_tokens_total", "counter",
+         "Drafted tokens the daemon accepted."),
+    STAT(spec_verify_steps, U64, "smollm3_daemon_spec_verify_steps_total", "counter",
+         "Decode steps that verified a draft."),
+    STAT(decode_steps, U64, "smollm3_daemon_decode_steps_total", "counter",
+         "Decode steps of all requests."),
+    STAT(sessions_evicted, U64, "smollm3_daemon_sessions_evicted_total", "counter",
+         "Named sessions taken out of memory by eviction (max_sessions, the KV budget, per key)."),
+    STAT(sessions_evicted_per_key, U64, "smollm3_daemon_sessions_evicted_per_key_total", "counter",
+         "Of those, evicted by their own tenant's max_sessions_per_key."),
+    STAT(unknown_session_refusals, U64, "smollm3_daemon_unknown_session_refusals_total", "counter",
+         "Turns appended to a session the daemon does not hold, refused unknown_session."),
+    STAT(spill_sessions_written, U64, "smollm3_daemon_spill_sessions_written_total", "counter",
+         "Session files written to kv_spill_dir."),
+    STAT(spill_sessions_restored, U64, "smollm3_daemon_spill_sessions_restored_total", "counter",
+         "Sessions read back from kv_spill_dir."),
+    STAT(spill_tokens_restored, U64, "smollm3_daemon_spill_tokens_restored_total", "counter",
+         "KV tokens read back from kv_spill_dir instead of recomputed."),
+    STAT(spill_restore_ms_total, MS, "smollm3_daemon_spill_restore_seconds_total", "counter",
+         "Wall time of the sessions read back from kv_spill_dir."),
+    STAT(spill_write_ms_total, MS, "smollm3_daemon_spill_write_seconds_total", "counter",
+         "Wall time of the files written to kv_spill_dir."),
+    STAT(spill_files_rejected, U64, "smollm3_daemon_spill_files_rejected_total", "counter",
+         "Files in kv_spill_dir found corrupt, truncated, foreign or old."),
+    STAT(spill_files, U32, "smollm3_daemon_spill_files", "gauge",
+         "Files in kv_spill_dir (as this node indexes it)."),
+    STAT(spill_bytes, U64, "smollm3_daemon_spill_bytes", "gauge",
+         "Their size."),
+    STAT(spill_lease_refusals, U64, "smollm3_daemon_spill_lease_refusals_total", "counter",
+         "kv_spill_shared: session leases another node held when asked."),
+    STAT(spill_leases_lost, U64, "smollm3_daemon_spill_leases_lost_total", "counter",
+         "kv_spill_shared: writes dropped because the lease was lost meanwhile."),
+    STAT(sessions_stale_dropped, U64, "smollm3_daemon_sessions_stale_dropped_total", "counter",
+         "kv_spill_shared: copies in memory dropped, another node wrote the session since."),
+};
+#undef STAT
+
+static double stat_value(const Smollm3__StatsReply *s, const struct daemon_stat *d)
+{
+    const char *p = (const char *)s + d->off;
+    switch (d->kind) {
+    case U32: return (double)*(const uint32_t *)p;
+    case U64: return (double)*(const uint64_t *)p;
+    case DBL: return *(const double *)p;
+    case MS:  return *(const double *)p / 1e3;
+    }
+    return 0.0;
 }
 
 static enum MHD_Result metrics(struct gw_req *r)
@@ -51,79 +149,12 @@ static enum MHD_Result metrics(struct gw_req *r)
         (double)(G.daemon_connected && G.daemon_ready));
     if (G.have_stats) {
         const Smollm3__StatsReply *s = &G.stats;
-        gw_metrics_one(&b, "smollm3_daemon_requests_active", "gauge", "Requests the daemon is running.",
-            s->requests_active);
-        gw_metrics_one(&b, "smollm3_daemon_queue_depth", "gauge", "Requests waiting in the daemon's queue.",
-            s->requests_queued);
-        gw_metrics_one(&b, "smollm3_daemon_sessions", "gauge", "Sessions the daemon keeps.", s->sessions);
-        gw_metrics_one(&b, "smollm3_daemon_kv_tokens_used", "gauge", "KV cache tokens in use.",
-            (double)s->kv_tokens_used);
-        gw_metrics_one(&b, "smollm3_daemon_kv_tokens_capacity", "gauge", "KV cache capacity in tokens.",
-            (double)s->kv_tokens_total);
+        for (size_t i = 0; i < sizeof daemon_stats / sizeof *daemon_stats; i++) {
+            const struct daemon_stat *d = &daemon_stats[i];
+            gw_metrics_one(&b, d->name, d->type, d->help, stat_value(s, d));
+        }
         gw_metrics_one(&b, "smollm3_daemon_kv_usage_ratio", "gauge", "Fraction of the KV cache in use.",
             s->kv_tokens_total ? (double)s->kv_tokens_used / (double)s->kv_tokens_total : 0.0);
-        gw_metrics_one(&b, "smollm3_daemon_prefix_cache_hits_total", "counter",
-            "Requests that reused a cached prefix.", (double)s->prefix_cache_hits);
-        gw_metrics_one(&b, "smollm3_daemon_requests_total", "counter", "Requests the daemon accepted.",
-            (double)s->requests_total);
-        gw_metrics_one(&b, "smollm3_daemon_prefill_tokens_total", "counter",
-            "Prompt positions run through the model (cached ones are not).", (double)s->prefill_tokens_total);
-        gw_metrics_one(&b, "smollm3_daemon_prompt_builds_total", "counter",
-            "Prompts rendered and tokenized (a waiting request without a session is built once).",
-            (double)s->prompt_builds_total);
-        gw_metrics_one(&b, "smollm3_daemon_backend_sampled_tokens_total", "counter",
-            "Tokens drawn by the backend's batch sampler (backend_sampling).", (double)s->backend_sampled_tokens);
-        gw_metrics_one(&b, "smollm3_daemon_engine_steps_total", "counter", "Engine steps that ran the model.",
-            (double)s->engine_steps);
-        gw_metrics_one(&b, "smollm3_daemon_step_tokens_total", "counter", "Tokens in those steps.", (double)s->step_tokens_total);
-        gw_metrics_one(&b, "smollm3_daemon_step_seconds_total", "counter", "Wall time of those steps.", s->step_ms_total / 1e3);
-        gw_metrics_one(&b, "smollm3_daemon_forward_seconds_total", "counter",
-            "Of it, time in the model (the rest is the engine's own host time).", s->forward_ms_total / 1e3);
-        gw_metrics_one(&b, "smollm3_daemon_shared_choices_total", "counter",
-            "Choices (n > 1) started on another choice's prefilled prompt.", (double)s->shared_choices_total);
-        gw_metrics_one(&b, "smollm3_daemon_requests_rejected_total", "counter", "Requests the daemon refused.",
-            (double)s->requests_rejected);
-        gw_metrics_one(&b, "smollm3_daemon_requests_cancelled_total", "counter",
-            "Requests cancelled in the daemon.", (double)s->requests_cancelled);
-        gw_metrics_one(&b, "smollm3_daemon_uptime_seconds", "gauge", "Daemon uptime.", s->uptime_s);
-        gw_metrics_one(&b, "smollm3_daemon_spec_drafted_tokens_total", "counter",
-            "Tokens the daemon drafted by prompt lookup and verified.", (double)s->spec_drafted_tokens);
-        gw_metrics_one(&b, "smollm3_daemon_spec_accepted_tokens_total", "counter",
-            "Drafted tokens the daemon accepted.", (double)s->spec_accepted_tokens);
-        gw_metrics_one(&b, "smollm3_daemon_spec_verify_steps_total", "counter",
-            "Decode steps that verified a draft.", (double)s->spec_verify_steps);
-        gw_metrics_one(&b, "smollm3_daemon_decode_steps_total", "counter",
-            "Decode steps of all requests.", (double)s->decode_steps);
-        gw_metrics_one(&b, "smollm3_daemon_sessions_evicted_total", "counter",
-            "Named sessions taken out of memory by eviction (max_sessions, the KV budget, per key).",
-            (double)s->sessions_evicted);
-        gw_metrics_one(&b, "smollm3_daemon_sessions_evicted_per_key_total", "counter",
-            "Of those, evicted by their own tenant's max_sessions_per_key.", (double)s->sessions_evicted_per_key);
-        gw_metrics_one(&b, "smollm3_daemon_unknown_session_refusals_total", "counter",
-            "Turns appended to a session the daemon does not hold, refused unknown_session.",
-            (double)s->unknown_session_refusals);
-        gw_metrics_one(&b, "smollm3_daemon_spill_sessions_written_total", "counter",
-            "Session files written to kv_spill_dir.", (double)s->spill_sessions_written);
-        gw_metrics_one(&b, "smollm3_daemon_spill_sessions_restored_total", "counter",
-            "Sessions read back from kv_spill_dir.", (double)s->spill_sessions_restored);
-        gw_metrics_one(&b, "smollm3_daemon_spill_tokens_restored_total", "counter",
-            "KV tokens read back from kv_spill_dir instead of recomputed.", (double)s->spill_tokens_restored);
-        gw_metrics_one(&b, "smollm3_daemon_spill_restore_seconds_total", "counter",
-            "Wall time of the sessions read back from kv_spill_dir.", s->spill_restore_ms_total / 1e3);
-        gw_metrics_one(&b, "smollm3_daemon_spill_write_seconds_total", "counter",
-            "Wall time of the files written to kv_spill_dir.", s->spill_write_ms_total / 1e3);
-        gw_metrics_one(&b, "smollm3_daemon_spill_files_rejected_total", "counter",
-            "Files in kv_spill_dir found corrupt, truncated, foreign or old.", (double)s->spill_files_rejected);
-        gw_metrics_one(&b, "smollm3_daemon_spill_files", "gauge", "Files in kv_spill_dir (as this node indexes it).",
-            (double)s->spill_files);
-        gw_metrics_one(&b, "smollm3_daemon_spill_bytes", "gauge", "Their size.", (double)s->spill_bytes);
-        gw_metrics_one(&b, "smollm3_daemon_spill_lease_refusals_total", "counter",
-            "kv_spill_shared: session leases another node held when asked.", (double)s->spill_lease_refusals);
-        gw_metrics_one(&b, "smollm3_daemon_spill_leases_lost_total", "counter",
-            "kv_spill_shared: writes dropped because the lease was lost meanwhile.", (double)s->spill_leases_lost);
-        gw_metrics_one(&b, "smollm3_daemon_sessions_stale_dropped_total", "counter",
-            "kv_spill_shared: copies in memory dropped, another node wrote the session since.",
-            (double)s->sessions_stale_dropped);
     }
     enum MHD_Result ret =
         gw_queue_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.len);
