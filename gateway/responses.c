@@ -1171,9 +1171,16 @@ enum MHD_Result gw_responses_one(struct gw_req *r, const char *method, const cha
                                   json_string_value(json_object_get(e->obj, "status")));
         struct gw_stream *s = e->live;
         gw_daemon_cancel(s);
-        if (s->rs) finish(s, "cancelled");
+        json_t *out;
+        if (s->rs) {
+            finish(s, "cancelled");
+            /* finish drops the entry when it is over its key's share: then the stream's own answer */
+            out = s->rs->stored ? json_incref(s->rs->stored->obj) : response_json(s, "cancelled", 1);
+        } else {
+            out = json_incref(e->obj);
+        }
         if (s->req) gw_req_resume(s->req);
-        return gw_queue_json(r, 200, json_incref(e->obj));
+        return gw_queue_json(r, 200, out);
     }
     if (!strcmp(method, "DELETE")) {
         if (e->live) {

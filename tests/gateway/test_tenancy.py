@@ -361,6 +361,42 @@ def t_hostile(d, tmp, pb2):
         fd.close()
 
 
+def t_cancel_over_share(d, tmp, pb2):
+    """A key cancels one of two running responses while over its share of the store (two keys,
+    --responses-store 2: one entry each): finishing it drops its entry, and the cancel's answer
+    is still the cancelled response (it once came from the freed entry)."""
+    fd = tg.FakeDaemon(os.path.join(tmp, "share.sock"), pb2)
+    gw = tg.Gateway(fd.endpoint, tmp, ["--api-key-file", key_file(tmp), "--responses-store", "2"])
+    conns = []
+    try:
+        ids = []
+        for _ in range(2):
+            c = gw.conn()
+            c.request("POST", "/v1/responses", json.dumps({"model": "x", "input": "SLOW", "stream": True,
+                                                           "max_output_tokens": 64}),
+                      dict(HA, **{"Content-Type": "application/json"}))
+            resp = c.getresponse()
+            buf = b""
+            while b"response.created" not in buf or b"\n\n" not in buf.split(b"response.created", 1)[1]:
+                chunk = resp.read1(4096)
+                check(chunk, "stream ended early: %r" % buf)
+                buf += chunk
+            ids.append(re.search(rb'"id":"(resp_[A-Za-z0-9]+)"', buf).group(1).decode())
+            conns.append(c)
+        for rid in ids:
+            st, _, b = gw.request("POST", "/v1/responses/%s/cancel" % rid, b"", HA)
+            check(st == 200, "cancel %s: %d %s" % (rid, st, b[:200]))
+            r = json.loads(b)
+            check(r.get("id") == rid and r.get("status") == "cancelled", "cancel's answer %r" % r)
+        st, _, _ = gw.request("GET", "/health")
+        check(st == 200 and gw.proc.poll() is None, "the gateway after the cancels: %d" % st)
+    finally:
+        for c in conns:
+            c.close()
+        gw.stop()
+        fd.close()
+
+
 # ---- the real daemon: sessions and the prefix cache (the daemon enforces the tenant) ----------
 
 def usage(gw, h, text, **kw):
@@ -421,7 +457,7 @@ def main():
         finally:
             fd.close()
         for name, fn in (("tokenize_admitted", t_tokenize_admitted), ("daemon_frame_limit", t_daemon_frame_limit),
-                         ("hostile", t_hostile)):
+                         ("hostile", t_hostile), ("cancel_over_share", t_cancel_over_share)):
             if want(name):
                 run_test(name, fn, None, st.tmp, pb2)
         if any(want(n) for n in ("daemon_sessions_cross_key", "daemon_prefix_cross_key")):
