@@ -1004,7 +1004,7 @@ static uint64_t submit_ids_of(struct rig *g, const char *tenant, const int32_t *
 
 /* A session query (get / list / delete) of tenant, answered by the engine:
  * the event (free with smollm3__event__free_unpacked). */
-static Smollm3__Event *session_query(struct rig *g, int kind, const char *tenant, const char *sid)
+static uint64_t send_session_query(struct rig *g, int kind, const char *tenant, const char *sid)
 {
     const uint64_t qid = 7000 + g->next_id++;
     Smollm3__Request rq = SMOLLM3__REQUEST__INIT;
@@ -1027,6 +1027,12 @@ static Smollm3__Event *session_query(struct rig *g, int kind, const char *tenant
     ck_assert(smollm3__request__get_packed_size(&rq) <= sizeof packed);
     const size_t plen = smollm3__request__pack(&rq, packed);
     ck_assert_int_eq(smol_engine_send_query(g->sock, qid, packed, plen), 0);
+    return qid;
+}
+
+static Smollm3__Event *session_query(struct rig *g, int kind, const char *tenant, const char *sid)
+{
+    const uint64_t qid = send_session_query(g, kind, tenant, sid);
     unsigned fl;
     Smollm3__Event *ev;
     ck_assert(recv_event(g, &fl, &ev) == qid && (fl & SMOL_EV_TERMINAL));
@@ -1234,6 +1240,65 @@ START_TEST(t_session_eviction)
 }
 END_TEST
 
+
+/* A shared spill directory: a session deleted while its turn runs gives its
+ * lease back (under its name) when it becomes anonymous, so another node can
+ * take the session id at once (it stayed locked until the process exited). */
+START_TEST(t_delete_busy_shared)
+{
+    char dir[] = "/tmp/smol-engine-shared-XXXXXX", err[SMOL_ERRLEN];
+    ck_assert(mkdtemp(dir));
+    struct smol_model_settings set;
+    smol_model_settings_default(&set);
+    set.quiet = 1;
+    set.n_ctx = 1024;
+    struct smol_model *m = NULL;
+    if (smol_model_open(&m, fixture_path("models/fixture-t.Q8_0.gguf"), &set, err) != SMOL_OK) {
+        printf("SKIPPED: fixture missing\n");
+        return;
+    }
+    struct smol_spill *other = NULL;
+    ck_assert_msg(smol_spill_open_shared(&rig_spill, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    ck_assert_msg(smol_spill_open_shared(&other, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    struct rig g;
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    int32_t ids[12];
+    for (int i = 0; i < 12; i++) ids[i] = 400 + 9 * i;
+    const uint64_t id = submit_ids(&g, ids, 12, 400, "busy");
+    unsigned fl;
+    Smollm3__Event *ev;
+    int started = 0;
+    while (!started) {          /* the turn runs: this node holds the lease */
+        ck_assert(recv_event(&g, &fl, &ev) == id && !(fl & SMOL_EV_TERMINAL));
+        started = ev->kind_case == SMOLLM3__EVENT__KIND_STARTED;
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    ck_assert_int_eq(smol_spill_lease(other, "busy"), SMOL_LEASE_ELSEWHERE);
+    const uint64_t qid = send_session_query(&g, SMOLLM3__REQUEST__KIND_SESSION_DELETE, "", "busy");
+    int open = 2;
+    while (open > 0) {          /* the delete's ack and the cancelled turn's end, in either order */
+        const uint64_t got = recv_event(&g, &fl, &ev);
+        ck_assert(got == id || got == qid);
+        if (got == qid) ck_assert_int_eq(ev->kind_case, SMOLLM3__EVENT__KIND_ACK);
+        if (fl & SMOL_EV_TERMINAL) open--;
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    int lease = SMOL_LEASE_ELSEWHERE;   /* (the file's removal, on the writer thread, holds it a moment) */
+    for (int i = 0; i < 500 && (lease = smol_spill_lease(other, "busy")) == SMOL_LEASE_ELSEWHERE; i++)
+        usleep(10000);
+    ck_assert_msg(lease == SMOL_LEASE_HELD || lease == SMOL_LEASE_CHANGED,
+                  "the deleted session's lease still held by its node after 5 s (%d)", lease);
+    smol_spill_unlease(other, "busy");
+    rig_close(&g);
+    smol_spill_close(&other);
+    smol_spill_close(&rig_spill);
+    smol_model_close(&m);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
 #ifdef COUNT_ALLOCS
 /* The decode path's allocations per generated token (engine.c's header):
  * two runs alike but for the tokens they generate, each between two stats
@@ -1295,6 +1360,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_terminal_event_survives_oom);
     tcase_add_test(tc, t_tenants);
     tcase_add_test(tc, t_session_eviction);
+    tcase_add_test(tc, t_delete_busy_shared);
 #ifdef COUNT_ALLOCS
     tcase_add_test(tc, t_allocs_per_token);
 #endif

@@ -192,7 +192,12 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
             smol_sessions_remove_file(&e->sessions, x->tenant, x->id);
             if (x->busy) { /* cancel its request; the session goes when it ends */
                 for (struct req *q = e->running; q; q = q->next)
-                    if (q->sess == x) { q->cancelled = 1; q->sess = NULL; q->anon = x; x->id[0] = 0; e->sessions.n_named--; e->sessions.n_anon++; }
+                    if (q->sess == x) {
+                        q->cancelled = 1;
+                        q->sess = NULL;
+                        q->anon = x;
+                        smol_sessions_orphan(&e->sessions, x);
+                    }
             } else smol_sessions_remove(&e->sessions, x);
             ev.kind_case = SMOLLM3__EVENT__KIND_ACK;
             ev.ack = &ack;

@@ -38,6 +38,15 @@ static void unlease(struct smol_sessions *s, struct smol_session *x)
     s->n_leased--;
 }
 
+void smol_sessions_orphan(struct smol_sessions *s, struct smol_session *x)
+{
+    if (!x->id[0]) return;
+    if (x->leased) unlease(s, x);    /* by its name, before the name goes */
+    x->id[0] = 0;
+    s->n_named--;
+    s->n_anon++;
+}
+
 void smol_sessions_remove(struct smol_sessions *s, struct smol_session *x)
 {
     if (!x) return;

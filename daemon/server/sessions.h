@@ -84,6 +84,9 @@ int smol_sessions_count(const struct smol_sessions *s, const char *tenant);
  * session could make room. */
 int smol_sessions_make_room(struct smol_sessions *s, const char *tenant, int max_named, int max_per_tenant);
 void smol_sessions_remove(struct smol_sessions *s, struct smol_session *x);
+/* A deleted session whose request still runs: it becomes anonymous (its
+ * lease given back, under its name), and goes when that request ends. */
+void smol_sessions_orphan(struct smol_sessions *s, struct smol_session *x);
 void smol_sessions_touch(struct smol_sessions *s, struct smol_session *x, double now);
 /* Takes x out of memory; a named session whose history is not on disk yet,
  * or a cached prefix of SMOL_PREFIX_SPILL_MIN tokens or more, is written to
