@@ -16,8 +16,9 @@
  *
  * A UI stream (GET /ui/stream/SID) is authorised by its SID: the 128-bit
  * random id was handed out by an authorised POST /ui/chat, and a browser's
- * EventSource cannot send an Authorization header (a GET that does present
- * another key is answered as for an unknown SID: ui.c).
+ * EventSource cannot send an Authorization header (a GET that presents
+ * another valid key is answered as for an unknown SID; one with no key or an
+ * unknown one is admitted by the SID alone: ui.c).
  *
  * Tenants: each key is its own tenant, named to the daemon by an id derived
  * from the key (GenerateRequest.tenant: sessions and the prefix cache are

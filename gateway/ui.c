@@ -233,8 +233,8 @@ static const char *admit_unclaimed(int key)
     return NULL;
 }
 
-/* s belongs to the request's key, or the request presents none (a browser's EventSource cannot:
- * the SID admits it, auth.c). */
+/* s belongs to the request's key, or the request presents no valid key (a browser's EventSource
+ * cannot send one: the SID admits it, auth.c); another valid key's request is refused. */
 static int owns(const struct gw_req *r, const struct gw_stream *s)
 {
     return r->key == GW_AUTH_NONE || !strcmp(s->tenant, gw_auth_tenant(r->key));
