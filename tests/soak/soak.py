@@ -60,6 +60,7 @@ import urllib.parse
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 KINDS = ["stream", "json", "session", "cancel", "ui", "abandon", "malformed", "probe"]
 WEIGHTS = [30, 15, 12, 10, 10, 3, 15, 8]
+PACE = 8    # requests a second a worker sends at most, and 40 from all together (send)
 PROMPTS = ["What is the capital of France?", "Tell me a short joke.", "Name three colors.",
            "Write a haiku about the sea.", "What is 2 + 2?", "Say hello in Spanish.",
            "Give me a fun fact about cats.", "What does CPU stand for?"]
@@ -266,7 +267,13 @@ class Soak:
         return http.client.HTTPConnection("127.0.0.1", self.s.port, timeout=timeout)
 
     def send(self, c, method, path, body=None, headers=None, auth=True):
-        """c.request with the worker's API key (auth=False: none; a string: that header)."""
+        """c.request with the worker's API key (auth=False: none; a string: that header), at most
+        PACE requests a second from each worker and 40 from all: clients within the shipped site's
+        limits (10/s a key, 50/s an address), however fast the machine answers."""
+        t, nxt = now(), getattr(self.me, "next_send", 0.0)
+        if t < nxt:
+            time.sleep(nxt - t)
+        self.me.next_send = max(t, nxt) + 1.0 / min(PACE, 40.0 / self.a.workers)
         h = dict(headers or {})
         if auth is True:
             h["Authorization"] = "Bearer " + self.me.key
