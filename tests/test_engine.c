@@ -111,8 +111,8 @@ static void rig_close(struct rig *g)
 
 /* A token request (greedy unless temp > 0), stamped as the RPC thread stamps it: the queue
  * timeout counts from here.  r belongs to the engine once sent. */
-static uint64_t submit_tokens(struct rig *g, const int32_t *ids, int n, int max_tokens, const char *session,
-                              float temp, float top_p, uint64_t seed, int logprobs)
+static uint64_t submit_tokens_of(struct rig *g, const char *tenant, const int32_t *ids, int n, int max_tokens,
+                                 const char *session, float temp, float top_p, uint64_t seed, int logprobs)
 {
     struct smol_request *r = calloc(1, sizeof *r);
     r->id = g->next_id++;
@@ -129,9 +129,16 @@ static uint64_t submit_tokens(struct rig *g, const int32_t *ids, int n, int max_
     r->max_tokens = max_tokens;
     r->t_received = smol_mono_s();
     if (session) snprintf(r->session, sizeof r->session, "%s", session);
+    snprintf(r->tenant, sizeof r->tenant, "%s", tenant);
     const uint64_t id = r->id;
     ck_assert(smol_engine_send_submit(g->sock, r) == 0);
     return id;
+}
+
+static uint64_t submit_tokens(struct rig *g, const int32_t *ids, int n, int max_tokens, const char *session,
+                              float temp, float top_p, uint64_t seed, int logprobs)
+{
+    return submit_tokens_of(g, "", ids, n, max_tokens, session, temp, top_p, seed, logprobs);
 }
 
 static uint64_t submit_ids(struct rig *g, const int32_t *ids, int n, int max_tokens, const char *session)
@@ -984,22 +991,7 @@ END_TEST
 static uint64_t submit_ids_of(struct rig *g, const char *tenant, const int32_t *ids, int n, int max_tokens,
                               const char *session)
 {
-    struct smol_request *r = calloc(1, sizeof *r);
-    r->id = g->next_id++;
-    r->client_id = 1000 + r->id;
-    r->kind = SMOL_INPUT_TOKENS;
-    r->ids = malloc(n * sizeof *ids);
-    memcpy(r->ids, ids, n * sizeof *ids);
-    r->n_ids = n;
-    r->sp = smol_sampler_defaults();
-    r->sp.temperature = 0;
-    r->max_tokens = max_tokens;
-    r->t_received = smol_mono_s();
-    if (session) snprintf(r->session, sizeof r->session, "%s", session);
-    snprintf(r->tenant, sizeof r->tenant, "%s", tenant);
-    const uint64_t id = r->id;
-    ck_assert(smol_engine_send_submit(g->sock, r) == 0);
-    return id;
+    return submit_tokens_of(g, tenant, ids, n, max_tokens, session, 0.0f, smol_sampler_defaults().top_p, 0, 0);
 }
 
 /* A session query (get / list / delete) of tenant, answered by the engine:

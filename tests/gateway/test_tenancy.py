@@ -105,6 +105,22 @@ def ui_sid(gw, h, conv="c1"):
     return st, (re.search(r'data-stream="([A-Za-z0-9]+)"', b.decode()) or [None, None])[1]
 
 
+def stream_response(gw, h, max_tokens):
+    """A streaming Responses request on a connection of its own, read up to its response.created
+    event: (connection, response, bytes read, the response's id)."""
+    c = gw.conn()
+    c.request("POST", "/v1/responses", json.dumps({"model": "x", "input": "SLOW", "stream": True,
+                                                   "max_output_tokens": max_tokens}),
+              dict(h, **{"Content-Type": "application/json"}))
+    resp = c.getresponse()
+    buf = b""
+    while b"response.created" not in buf or b"\n\n" not in buf.split(b"response.created", 1)[1]:
+        chunk = resp.read1(4096)
+        check(chunk, "stream ended early: %r" % buf)
+        buf += chunk
+    return c, resp, buf, re.search(rb'"id":"(resp_[A-Za-z0-9]+)"', buf).group(1).decode()
+
+
 # ---- the fake daemon: what the gateway sends and owns ----------------------------------------
 
 def t_tenant_on_every_request(gw, fd):
@@ -169,16 +185,7 @@ def t_responses_cross_key(gw, fd):
     check(seen == gone, "B's answers differ from those for an id that does not exist:\n%r\n%r" % (seen, gone))
     # a running response (streaming: its id comes in response.created): B's cancel and GET are the
     # 404s of an unknown id, and it runs to the end
-    c = gw.conn()
-    c.request("POST", "/v1/responses", json.dumps({"model": "x", "input": "SLOW", "stream": True,
-                                                   "max_output_tokens": 8}), dict(HA, **{"Content-Type": "application/json"}))
-    resp = c.getresponse()
-    buf = b""
-    while b"response.created" not in buf or b"\n\n" not in buf.split(b"response.created", 1)[1]:
-        chunk = resp.read1(4096)
-        check(chunk, "stream ended early: %r" % buf)
-        buf += chunk
-    live = re.search(rb'"id":"(resp_[A-Za-z0-9]+)"', buf).group(1).decode()
+    c, resp, buf, live = stream_response(gw, HA, 8)
     st, _, b_live = gw.request("POST", "/v1/responses/%s/cancel" % live, b"", HB)
     st2, _, b_get = gw.request("GET", "/v1/responses/" + live, headers=HB)
     while True:
@@ -371,18 +378,9 @@ def t_cancel_over_share(d, tmp, pb2):
     try:
         ids = []
         for _ in range(2):
-            c = gw.conn()
-            c.request("POST", "/v1/responses", json.dumps({"model": "x", "input": "SLOW", "stream": True,
-                                                           "max_output_tokens": 64}),
-                      dict(HA, **{"Content-Type": "application/json"}))
-            resp = c.getresponse()
-            buf = b""
-            while b"response.created" not in buf or b"\n\n" not in buf.split(b"response.created", 1)[1]:
-                chunk = resp.read1(4096)
-                check(chunk, "stream ended early: %r" % buf)
-                buf += chunk
-            ids.append(re.search(rb'"id":"(resp_[A-Za-z0-9]+)"', buf).group(1).decode())
+            c, _, _, rid = stream_response(gw, HA, 64)
             conns.append(c)
+            ids.append(rid)
         for rid in ids:
             st, _, b = gw.request("POST", "/v1/responses/%s/cancel" % rid, b"", HA)
             check(st == 200, "cancel %s: %d %s" % (rid, st, b[:200]))
