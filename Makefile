@@ -142,6 +142,34 @@ $(BUILD)/lib/libsmollm3_cuda.so: $(CUDA_OBJS)
 	@mkdir -p $(dir $@)
 	$(NVCC) -shared -Xcompiler -fPIC $^ -o $@ -L/usr/local/cuda/lib64 -Xlinker -rpath,/usr/local/cuda/lib64 -lcudart
 
+# ---- cuda-emu: the same backend on the host emulator --------------------------------------
+# $(BUILD)/lib/libsmollm3_cuda_emu.so: kernels/cuda/*.cu and backend_cuda.cu as C++ (their
+# launches rewritten by tests/cuda_emu/cu2cpp.py) against tests/cuda_emu/include, the emulated
+# CUDA runtime, with tests/cuda_emu/emu_runtime.cpp; g++ only (no CUDA toolkit).  Loaded by
+# `--backend cuda-emu` (daemon/model/backend_cuda_loader.c); the cuda-emu suite runs on it.
+CXX      ?= g++
+EMU_CXXFLAGS := -std=c++17 $(OPT) -g -fPIC -fvisibility=hidden -Wall -Wno-unknown-pragmas -Wno-unused-function \
+                -Wno-unused-parameter -Wno-unused-variable -Wno-unused-but-set-variable -Wno-class-memaccess \
+                -fno-strict-aliasing $(SAN) -DSMOL_CUDA_EMU=1 -Itests/cuda_emu/include -I. -iquote kernels/cuda
+EMU_HDRS := $(wildcard tests/cuda_emu/include/*.h)
+EMU_OBJS := $(patsubst %.cu,$(BUILD)/cuda_emu/obj/%.o,$(CUDA_SRCS)) $(BUILD)/cuda_emu/obj/emu_runtime.o
+CUDA_EMU_LIB := $(BUILD)/lib/libsmollm3_cuda_emu.so
+
+all: $(CUDA_EMU_LIB)
+
+$(BUILD)/cuda_emu/src/%.cpp: %.cu tests/cuda_emu/cu2cpp.py
+	@mkdir -p $(dir $@)
+	python3 tests/cuda_emu/cu2cpp.py $< $@
+$(BUILD)/cuda_emu/obj/%.o: $(BUILD)/cuda_emu/src/%.cpp $(CUDA_DEPS) $(EMU_HDRS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(BUILD)/cuda_emu/obj/emu_runtime.o: tests/cuda_emu/emu_runtime.cpp $(EMU_HDRS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(CUDA_EMU_LIB): $(EMU_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) -shared $(SAN) $^ -o $@
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # deps: Debian packages (apt; fails when some are missing and we are not root),

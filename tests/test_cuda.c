@@ -44,12 +44,21 @@
 #include "kernels/cuda/mmvq.h"
 #include "testutil.h"
 
+/* SMOL_TEST_CUDA_EMU=1: every case on the host emulator's build of the same backend (backend
+ * "cuda-emu", tests/cuda_emu; the cuda-emu suite) instead of the device's. */
+static int on_emu(void) { return getenv("SMOL_TEST_CUDA_EMU") && *getenv("SMOL_TEST_CUDA_EMU") == '1'; }
+static const char *cuda_name(void) { return on_emu() ? "cuda-emu" : "cuda"; }
+static enum smol_err new_cuda(struct smol_backend **be, const struct smol_cuda_opts *opts, char *err)
+{
+    return on_emu() ? smol_backend_cuda_emu_new(be, opts, err) : smol_backend_cuda_new(be, 0, opts, err);
+}
+
 /* A CUDA backend with the knobs opts (NULL: the defaults), or NULL and a SKIPPED line. */
 static struct smol_backend *open_cuda_opts(const struct smol_cuda_opts *opts)
 {
     char err[SMOL_ERRLEN] = "";
     struct smol_backend *be = NULL;
-    enum smol_err e = smol_backend_cuda_new(&be, 0, opts, err);
+    enum smol_err e = new_cuda(&be, opts, err);
     if (e) {
         ck_assert_int_eq(e, SMOL_EUNSUPPORTED);
         ck_assert_msg(err[0] && strstr(err, "cuda"), "loader failed without a reason");
@@ -127,7 +136,7 @@ START_TEST(t_loader)
 {
     struct smol_backend *be = open_cuda();
     if (!be) return;
-    ck_assert_str_eq(be->name, "cuda");
+    ck_assert_str_eq(be->name, cuda_name());
     smol_backend_free(&be);
 }
 END_TEST
@@ -1198,7 +1207,7 @@ static struct smol_model *open_model(const char *path, const struct smol_cuda_op
     set.n_ctx = 512;
     set.max_tokens = MODEL_CHUNK;
     if (cuda) {
-        set.backend = "cuda";
+        set.backend = cuda_name();
         set.cuda = *cuda;
     }
     char err[SMOL_ERRLEN];
@@ -1509,7 +1518,7 @@ START_TEST(t_model_long)
         set.yarn = 1;
         set.n_ctx = n + n_gen + 1;
         set.max_tokens = 512;
-        set.backend = "cuda";
+        set.backend = cuda_name();
         smol_cuda_opts_default(&set.cuda);
         set.cuda.attn = a ? SMOL_CUDA_ATTN_TILED : SMOL_CUDA_ATTN_PAGED;
         struct smol_model *m = NULL;
@@ -1633,7 +1642,7 @@ static void model_setup(void)
         }
     struct smol_backend *be = NULL;
     char err[SMOL_ERRLEN];
-    if (smol_backend_cuda_new(&be, 0, NULL, err)) return;
+    if (new_cuda(&be, NULL, err)) return;
     smol_backend_free(&be);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);

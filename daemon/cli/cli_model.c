@@ -49,8 +49,10 @@
  *            effect on cuda) and "backend" / "cuda" in the JSON say what ran.
  *
  *   All three take the compute backend:
- *            --backend cpu|cuda|auto (default cpu; cuda fails without a usable
- *            device, auto falls back to the CPU with a line on stderr),
+ *            --backend cpu|cuda|cuda-emu|auto (default cpu; cuda fails without a
+ *            usable device, auto falls back to the CPU with a line on stderr;
+ *            cuda-emu runs the CUDA backend's own source on the host emulator,
+ *            tests/cuda_emu: slow, for tests and for counting launches),
  *            --cuda-device N, and the CUDA backend's knobs, each a newer path
  *            off by default until verified on a device (kernels/cuda/NOTES.md):
  *            --cuda-matvec f32|q8, --cuda-fuse on|off, --cuda-graphs on|off,
@@ -120,8 +122,8 @@ static int parse(const char *cmd, int argc, char **argv, struct opts *o)
         }
         else if (!strcmp(a, "--backend")) {
             NEED();
-            if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
-                fprintf(stderr, "smollm3 %s: --backend must be cpu, cuda or auto (got '%s')\n", cmd, v);
+            if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto") && strcmp(v, "cuda-emu")) {
+                fprintf(stderr, "smollm3 %s: --backend must be cpu, cuda, cuda-emu or auto (got '%s')\n", cmd, v);
                 return 2;
             }
             o->backend = v;

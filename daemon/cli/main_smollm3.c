@@ -32,7 +32,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: smollm3 COMMAND [ARGS]\n\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (commands[i].fn) fprintf(f, "  smollm3 %s\n", commands[i].usage);
-    fprintf(f, "\nlogits, generate and bench also take --backend cpu|cuda|auto (default cpu), --cuda-device N,\n"
+    fprintf(f, "\nlogits, generate and bench also take --backend cpu|cuda|cuda-emu|auto (default cpu), --cuda-device N,\n"
                "--cuda-matvec f32|q8, --cuda-fuse on|off, --cuda-graphs on|off, --cuda-gemm tiled|mma|imma,\n"
                "--cuda-attn paged|tiled|prefill (the CUDA backend's paths; kernels/cuda/NOTES.md)\n");
 }

@@ -106,6 +106,7 @@ struct cuda {
     void **weights;             /* uploaded weight copies, freed on destroy */
     int n_weights, cap_weights;
     int max_tokens, max_cols, max_ctx;
+    struct smol_cuda_counts counts; /* what counts() reports, but kernels (the emulator's count) */
 };
 
 static struct cuda *C(struct smol_backend *be) { return (struct cuda *)be->impl; }
@@ -155,6 +156,7 @@ static void synced(struct cuda *c) { c->stage_used = 0; }
 
 static void sync(struct cuda *c, const char *what)
 {
+    c->counts.syncs++;
     ck(c, cudaStreamSynchronize(c->st), what);
     synced(c);
 }
@@ -205,6 +207,7 @@ static const int32_t *slot_put(struct cuda *c, int k, const int32_t *data, size_
     memcpy(s->host, data, n * sizeof *data);
     s->len = n;
     const void *src = stage(c, data, n * sizeof *data);
+    c->counts.copies_h2d++;
     ck(c, cudaMemcpyAsync(s->dev, src ? src : s->host, n * sizeof *data, cudaMemcpyHostToDevice, c->st), "upload");
     return s->dev;
 }
@@ -267,6 +270,7 @@ static void cu_free(struct smol_backend *be, void *p)
 static void cu_to_host(struct smol_backend *be, void *dst, const void *src, size_t n)
 {
     struct cuda *c = C(be);
+    c->counts.copies_d2h++;
     ck(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->st), "copy to host");
     sync(c, "step");
     if (c->failed != cudaSuccess) {
@@ -706,6 +710,7 @@ static void cu_gather_rows(struct smol_backend *be, float *out, const float *x, 
 static void cu_from_host(struct smol_backend *be, void *dst, const void *src, size_t n)
 {
     struct cuda *c = C(be);
+    c->counts.copies_h2d++;
     ck(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->st), "copy from host");
     sync(c, "copy from host");
 }
@@ -738,6 +743,7 @@ static enum smol_err cu_sample(struct smol_backend *be, const float *logits, int
     const float *df = (const float *)d;
     ck(c, smol_sample_top_p_cuda(logits, vocab, n_rows, df, df + n_rows, df + 2 * n_rows, c->sample_out, c->st),
        "sample");
+    c->counts.copies_d2h++;
     ck(c, cudaMemcpyAsync(out, c->sample_out, (size_t)n_rows * sizeof *out, cudaMemcpyDeviceToHost, c->st), "sample");
     sync(c, "sample");
     if (c->failed != cudaSuccess)
@@ -763,6 +769,7 @@ static int cu_step_begin(struct smol_backend *be, const struct smol_batch *b)
     for (int i = 0; i < c->n_graphs; i++) {
         struct graph *g = &c->graphs[i];
         if (g->n_tokens == b->n_tokens && g->n_out == b->n_out && g->gen == c->gen) {
+            c->counts.graph_launches++;
             ck(c, cudaGraphLaunch(g->exec, c->st), "graph launch");
             return SMOL_STEP_REPLAYED;
         }
@@ -806,6 +813,7 @@ static int cu_step_end(struct smol_backend *be)
     slot->n_out = c->cap_out;
     slot->gen = c->gen;
     slot->exec = x;
+    c->counts.graph_launches++;
     ck(c, cudaGraphLaunch(x, c->st), "graph launch");
     return 0;
 }
@@ -822,6 +830,18 @@ static double cu_mark(struct smol_backend *be)
     float ms = 0.0f;
     if (c->mark_n++ > 0) ck(c, cudaEventElapsedTime(&ms, prev, cur), "event");
     return c->failed == cudaSuccess ? ms : -1;
+}
+
+static void cu_counts(struct smol_backend *be, struct smol_cuda_counts *out)
+{
+    *out = C(be)->counts;
+#ifdef SMOL_CUDA_EMU
+    struct emu_counters e;
+    emu_get_counters(&e);
+    out->kernels = e.kernels;
+#else
+    out->kernels = -1;  /* the device build does not count its kernels (a replay's nodes run unseen) */
+#endif
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------------------- */
@@ -889,7 +909,11 @@ static enum smol_err cu_new(struct smol_backend **out, int device, const struct 
         cudaGetLastError();
         c->stage = NULL;
     }
+#ifdef SMOL_CUDA_EMU
+    be->name = "cuda-emu";
+#else
     be->name = "cuda";
+#endif
     be->impl = c;
     be->n_threads = 1;
     be->destroy = cu_destroy;
@@ -927,7 +951,7 @@ static enum smol_err cu_new(struct smol_backend **out, int device, const struct 
     return SMOL_OK;
 }
 
-static const struct smol_cuda_plugin the_plugin = {SMOL_CUDA_PLUGIN_ABI, cu_new, cu_sample, cu_mark};
+static const struct smol_cuda_plugin the_plugin = {SMOL_CUDA_PLUGIN_ABI, cu_new, cu_sample, cu_mark, cu_counts};
 
 extern "C" __attribute__((visibility("default"))) const struct smol_cuda_plugin *smol_cuda_plugin_v1(void)
 {

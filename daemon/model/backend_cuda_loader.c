@@ -18,7 +18,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-static const struct smol_cuda_plugin *plugin;  /* loaded once, never unloaded (engine thread) */
+static const struct smol_cuda_plugin *plugins[2];  /* [0] the device plugin, [1] the emulator's; loaded once,
+                                                     never unloaded (engine thread) */
 
 /* ---- knobs ------------------------------------------------------------------------------ */
 
@@ -96,11 +97,11 @@ void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t c
 
 /* ---- plugin ----------------------------------------------------------------------------- */
 
-static enum smol_err plugin_path(char *buf, size_t cap, char *err)
+static enum smol_err plugin_path(char *buf, size_t cap, int emu, char *err)
 {
-    const char *env = getenv("SMOL_CUDA_PLUGIN");
+    const char *env = getenv(emu ? "SMOL_CUDA_EMU_PLUGIN" : "SMOL_CUDA_PLUGIN");
     if (env && *env) {
-        if (strlen(env) >= cap) return smol_errf(err, SMOL_EINVAL, "cuda: SMOL_CUDA_PLUGIN path is too long");
+        if (strlen(env) >= cap) return smol_errf(err, SMOL_EINVAL, "cuda: %s path is too long", emu ? "SMOL_CUDA_EMU_PLUGIN" : "SMOL_CUDA_PLUGIN");
         strcpy(buf, env);
         return SMOL_OK;
     }
@@ -110,19 +111,19 @@ static enum smol_err plugin_path(char *buf, size_t cap, char *err)
     exe[n] = 0;
     char *slash = strrchr(exe, '/');
     if (slash) *slash = 0;
-    if ((size_t)snprintf(buf, cap, "%s/../lib/%s", exe, SMOL_CUDA_PLUGIN_FILE) >= cap)
+    if ((size_t)snprintf(buf, cap, "%s/../lib/%s", exe, emu ? SMOL_CUDA_EMU_PLUGIN_FILE : SMOL_CUDA_PLUGIN_FILE) >= cap)
         return smol_errf(err, SMOL_EINVAL, "cuda: plugin path is too long");
     return SMOL_OK;
 }
 
-static enum smol_err load(char *err)
+static enum smol_err load(int emu, char *err)
 {
-    if (plugin) return SMOL_OK;
+    if (plugins[emu]) return SMOL_OK;
     char path[PATH_MAX + 64];
-    enum smol_err e = plugin_path(path, sizeof path, err);
+    enum smol_err e = plugin_path(path, sizeof path, emu, err);
     if (e) return e;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return smol_errf(err, SMOL_EUNSUPPORTED, "cuda: cannot load plugin: %s", dlerror());
+    if (!h) return smol_errf(err, SMOL_EUNSUPPORTED, "cuda%s: cannot load plugin: %s", emu ? "-emu" : "", dlerror());
     const struct smol_cuda_plugin *(*entry)(void);
     *(void **)&entry = dlsym(h, SMOL_CUDA_PLUGIN_ENTRY);
     if (!entry) {
@@ -137,34 +138,61 @@ static enum smol_err load(char *err)
         dlclose(h);
         return e;
     }
-    plugin = p;  /* h stays open */
+    plugins[emu] = p;  /* h stays open */
     return SMOL_OK;
 }
 
-enum smol_err smol_backend_cuda_new(struct smol_backend **out, int device, const struct smol_cuda_opts *opts,
-                                    char *err)
+static enum smol_err open_backend(struct smol_backend **out, int device, const struct smol_cuda_opts *opts, int emu,
+                                  char *err)
 {
     *out = NULL;
     struct smol_cuda_opts o = cuda_opts_default;
     if (opts) o = *opts;
     /* the environment first: a bad value is reported even where no plugin or device is */
     enum smol_err e = smol_cuda_opts_from_env(&o, err);
-    if (!e) e = load(err);
+    if (!e) e = load(emu, err);
     if (e) return e;
-    return plugin->backend_new(out, device, &o, err);
+    return plugins[emu]->backend_new(out, device, &o, err);
+}
+
+enum smol_err smol_backend_cuda_new(struct smol_backend **out, int device, const struct smol_cuda_opts *opts,
+                                    char *err)
+{
+    return open_backend(out, device, opts, 0, err);
+}
+
+enum smol_err smol_backend_cuda_emu_new(struct smol_backend **out, const struct smol_cuda_opts *opts, char *err)
+{
+    return open_backend(out, 0, opts, 1, err);
+}
+
+/* the plugin that made be, or NULL: "cuda-emu" backends are the emulator's */
+static const struct smol_cuda_plugin *plugin_of(const struct smol_backend *be)
+{
+    if (!be || strncmp(be->name, "cuda", 4)) return NULL;
+    return plugins[!strcmp(be->name, "cuda-emu")];
 }
 
 enum smol_err smol_backend_cuda_sample(struct smol_backend *be, const float *logits, int n_rows, int vocab,
                                        const float *temp, const float *top_p, const float *u, int32_t *out,
                                        char *err)
 {
-    if (!plugin || !be || strncmp(be->name, "cuda", 4))
-        return smol_errf(err, SMOL_EUNSUPPORTED, "sampling on the device needs the CUDA backend");
-    return plugin->sample(be, logits, n_rows, vocab, temp, top_p, u, out, err);
+    const struct smol_cuda_plugin *p = plugin_of(be);
+    if (!p) return smol_errf(err, SMOL_EUNSUPPORTED, "sampling on the device needs the CUDA backend");
+    return p->sample(be, logits, n_rows, vocab, temp, top_p, u, out, err);
 }
 
 double smol_backend_cuda_mark(struct smol_backend *be)
 {
-    if (!plugin || !plugin->mark || !be || strncmp(be->name, "cuda", 4)) return -1;
-    return plugin->mark(be);
+    const struct smol_cuda_plugin *p = plugin_of(be);
+    if (!p || !p->mark) return -1;
+    return p->mark(be);
+}
+
+enum smol_err smol_backend_cuda_counts(struct smol_backend *be, struct smol_cuda_counts *out)
+{
+    const struct smol_cuda_plugin *p = plugin_of(be);
+    if (!p || !p->counts) return SMOL_EUNSUPPORTED;
+    p->counts(be, out);
+    return SMOL_OK;
 }

@@ -18,9 +18,12 @@
 #include "daemon/model/backend.h"
 #include "daemon/model/error.h"
 
-#define SMOL_CUDA_PLUGIN_ABI 4
+#define SMOL_CUDA_PLUGIN_ABI 5
 #define SMOL_CUDA_PLUGIN_ENTRY "smol_cuda_plugin_v1"
 #define SMOL_CUDA_PLUGIN_FILE "libsmollm3_cuda.so"
+/* The same backend built by g++ against the host emulator (tests/cuda_emu): the real kernels'
+ * source run on the CPU, for tests and for counting launches; backend name "cuda-emu". */
+#define SMOL_CUDA_EMU_PLUGIN_FILE "libsmollm3_cuda_emu.so"
 
 /* The CUDA backend's knobs: each newer path stays off by default until a device run has shown
  * it correct and faster than the path before it (kernels/cuda/NOTES.md).  Config keys
@@ -60,6 +63,13 @@ enum smol_err smol_cuda_opts_from_env(struct smol_cuda_opts *o, char *err);
 /* "matvec=q8 fuse=on graphs=off gemm=tiled attn=paged" */
 void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t cap);
 
+/* What a backend has done since it was made: kernels run (launched from the host or as nodes
+ * of replayed graphs; -1 where the plugin cannot count them: the device build), graph
+ * replays, host->device and device->host copies, host waits for the device. */
+struct smol_cuda_counts {
+    long kernels, graph_launches, copies_h2d, copies_d2h, syncs;
+};
+
 /* What the plugin's entry symbol returns (const struct smol_cuda_plugin *smol_cuda_plugin_v1(void)). */
 struct smol_cuda_plugin {
     int abi;                    /* SMOL_CUDA_PLUGIN_ABI */
@@ -75,11 +85,19 @@ struct smol_cuda_plugin {
      * the milliseconds since the previous mark's event (0 on the first call): what the
      * benchmarks time kernels with, at the card's own clocks. */
     double (*mark)(struct smol_backend *be);
+    /* What the backend has done (struct smol_cuda_counts). */
+    void (*counts)(struct smol_backend *be, struct smol_cuda_counts *out);
 };
 
 /* Plugin path: $SMOL_CUDA_PLUGIN, else <dir of the executable>/../lib/libsmollm3_cuda.so. */
 enum smol_err smol_backend_cuda_new(struct smol_backend **out, int device, const struct smol_cuda_opts *opts,
                                     char *err);
+/* The same on the host emulator (backend "cuda-emu"): $SMOL_CUDA_EMU_PLUGIN, else
+ * <dir of the executable>/../lib/libsmollm3_cuda_emu.so; SMOL_EUNSUPPORTED when it was not built. */
+enum smol_err smol_backend_cuda_emu_new(struct smol_backend **out, const struct smol_cuda_opts *opts, char *err);
+
+/* The counts of a backend made by either; SMOL_EUNSUPPORTED for any other backend. */
+enum smol_err smol_backend_cuda_counts(struct smol_backend *be, struct smol_cuda_counts *out);
 
 /* The optional sampling op of a backend made by smol_backend_cuda_new; SMOL_EUNSUPPORTED for
  * any other backend (the caller samples on the host then). */

@@ -370,8 +370,8 @@ enum smol_err smol_model_open(struct smol_model **out, const char *path, const s
     c->n_ctx = set.n_ctx && set.n_ctx < ctx ? set.n_ctx : ctx;
 
     const char *bk = set.backend && *set.backend ? set.backend : "cpu";
-    if (strcmp(bk, "cpu") && strcmp(bk, "cuda") && strcmp(bk, "auto")) {
-        e = smol_errf(err, SMOL_EINVAL, "backend must be cpu, cuda or auto (got '%s')", bk);
+    if (strcmp(bk, "cpu") && strcmp(bk, "cuda") && strcmp(bk, "auto") && strcmp(bk, "cuda-emu")) {
+        e = smol_errf(err, SMOL_EINVAL, "backend must be cpu, cuda, cuda-emu or auto (got '%s')", bk);
         goto fail;
     }
     m->cuda = set.cuda;
@@ -381,8 +381,10 @@ enum smol_err smol_model_open(struct smol_model **out, const char *path, const s
          * report them; a bad SMOL_CUDA_* value is a configuration error, not a missing
          * device: it fails "auto" too */
         if ((e = smol_cuda_opts_from_env(&m->cuda, err))) goto fail;
-        if ((e = smol_backend_cuda_new(&m->be, set.cuda_device, &m->cuda, why))) {
-            if (!strcmp(bk, "cuda")) {
+        const int emu = !strcmp(bk, "cuda-emu");  /* the CUDA backend on the host emulator (tests/cuda_emu) */
+        if ((e = emu ? smol_backend_cuda_emu_new(&m->be, &m->cuda, why)
+                     : smol_backend_cuda_new(&m->be, set.cuda_device, &m->cuda, why))) {
+            if (strcmp(bk, "auto")) {
                 memcpy(err, why, SMOL_ERRLEN);
                 goto fail;
             }

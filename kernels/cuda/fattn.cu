@@ -52,6 +52,7 @@
  */
 #include "common.cuh"
 #include "fattn.cuh"
+#include "ptx.cuh"
 
 #define FA_HD 128
 #define FA_THREADS 128
@@ -71,39 +72,10 @@ static __device__ __forceinline__ uint32_t pack_h2(float a, float b)
 
 static __device__ __forceinline__ uint32_t lds32(const __half *p) { return *(const uint32_t *)p; }
 
-/* d[0..3] += A (16x16, row) * B (16x8, col); f16 in, f32 accumulate */
-static __device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* four 8x8 b16 matrices, transposed: lanes 8i .. 8i + 7 give the row addresses of matrix i, which
- * lands in r[i]; lane T holds (row 2 (T % 4), col T / 4) and (row 2 (T % 4) + 1, col T / 4) */
-static __device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const __half *p)
-{
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-
-/* 16 bytes global -> shared, asynchronous (sm_80+), in the current commit group */
-static __device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
-{
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
-}
-static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-/* waits until at most one commit group (the most recent) is pending */
-static __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::); }
-
 /* Rows j < FATTN_KEYS of dst = positions k0 + j of KV head h of the sequence with page table pt,
  * as f16; zeros where k0 + j >= k_end.  Bounds: a cache row is read only for a position below
  * k_end, which is at most the tile's context (<= 32 x its page table's entries).  f16 rows are
- * copied with cp.async (complete after the caller's cp_async_wait1 and a barrier); q8_0 rows are
+ * copied with cp.async (complete after the caller's cp_wait<1> and a barrier); q8_0 rows are
  * loaded, dequantized and stored by the thread (complete after a barrier). */
 template <int KV>
 static __device__ __forceinline__ void stage_rows(__half (*dst)[FA_LD], const void *cache, const int32_t *pt,
@@ -117,7 +89,7 @@ static __device__ __forceinline__ void stage_rows(__half (*dst)[FA_LD], const vo
             if (pos < k_end) {
                 const size_t row = ((size_t)pt[pos / SMOL_KV_PAGE_CUDA] * n_kv_heads + h) * SMOL_KV_PAGE_CUDA +
                                    pos % SMOL_KV_PAGE_CUDA;
-                cp_async16(&dst[j][8 * c], (const uint4 *)((const __half *)cache + row * FA_HD) + c);
+                cp_async<16>(&dst[j][8 * c], (const uint4 *)((const __half *)cache + row * FA_HD) + c);
             } else {
                 *(uint4 *)&dst[j][8 * c] = make_uint4(0, 0, 0, 0);
             }
@@ -197,7 +169,7 @@ fattn_kernel(float *out, const float *q, const void *kc, const void *vc, const i
         stage_rows<KV>(FA_K(0), kc, pt, n_kv_heads, h, k_begin, k_end, tid);
         stage_rows<KV>(FA_V(0), vc, pt, n_kv_heads, h, k_begin, k_end, tid);
     }
-    cp_async_commit();
+    cp_commit();
 
     /* 1. Q tile: row r = token t0 + r / G, head h * G + r % G (the G heads are adjacent in q) */
     for (int idx = tid; idx < FATTN_ROWS * (FA_HD / 4); idx += FA_THREADS) {
@@ -235,8 +207,8 @@ fattn_kernel(float *out, const float *q, const void *kc, const void *vc, const i
             stage_rows<KV>(FA_K((it + 1) & 1), kc, pt, n_kv_heads, h, k0 + FATTN_KEYS, k_end, tid);
             stage_rows<KV>(FA_V((it + 1) & 1), vc, pt, n_kv_heads, h, k0 + FATTN_KEYS, k_end, tid);
         }
-        cp_async_commit();
-        cp_async_wait1();
+        cp_commit();
+        cp_wait<1>();
         __syncthreads();
         if (active) {
             /* 3. S = Q K^T (16 rows x 64 keys per warp) */
@@ -297,7 +269,7 @@ fattn_kernel(float *out, const float *q, const void *kc, const void *vc, const i
 #pragma unroll
                 for (int nd = 0; nd < FA_HD / 16; nd++) {
                     uint32_t b[4];
-                    ldsm_x4_t(b, &Vs[16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)][16 * nd + 8 * (lane >> 4)]);
+                    ldsm_x4_t(&Vs[16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)][16 * nd + 8 * (lane >> 4)], b);
                     mma16816(o[2 * nd], pa, b[0], b[1]);
                     mma16816(o[2 * nd + 1], pa, b[2], b[3]);
                 }

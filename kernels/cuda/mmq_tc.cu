@@ -34,44 +34,11 @@
 #include "ops_cuda.cuh"
 #include "mmq_tc.h"
 #include "mmq_imma.h"
+#include "ptx.cuh"
 
 #define TC_THREADS 256
 #define TC_BN 64                       /* tokens per block */
 #define TC_LDS (SMOL_GEMM_BK + 8)      /* f16 row stride in shared memory: 272 bytes */
-
-/* ---- cp.async and mma ------------------------------------------------------------------------- */
-
-static __device__ __forceinline__ uint32_t smem_u32(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-template <int B>
-static __device__ __forceinline__ void cp_async(void *dst, const void *src)
-{
-    if (B == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src));
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem_u32(dst)), "l"(src), "n"(B));
-}
-static __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-static __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-static __device__ __forceinline__ void ldsm_x4(const void *p, uint32_t r[4])
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p)));
-}
-
-static __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 static __device__ __forceinline__ uint32_t pack_h2(float a, float b)
 {
@@ -357,22 +324,6 @@ cudaError_t smol_gemm_mma_cuda(float *out, int mode, uint32_t type, const uint8_
  * Fragments: an int8 m16n8k32 A / B / C fragment holds the same bytes in the same lanes as an f16
  * m16n8k16 one, so the f16 kernel's ldmatrix addressing serves, in bytes; tile rows are padded to
  * 144 bytes (36 words: ldmatrix, unpack stores and cp.async writes conflict-free). */
-
-static __device__ __forceinline__ void imma16832(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%10, %10, %10, %10};\n"
-                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
-}
-
-static __device__ __forceinline__ void imma16816(int c[4], uint32_t a0, uint32_t a1, uint32_t b0)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-                 "{%7, %7, %7, %7};\n"
-                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-                 : "r"(a0), "r"(a1), "r"(b0), "r"(0));
-}
 
 struct imma_args {
     float *out;                    /* [n][rows], or the partials [splits][n][rows] */

@@ -20,6 +20,7 @@
 #include "common.cuh"
 #include "ops_cuda.cuh"
 #include "mmvq.h"
+#include "ptx.cuh"
 
 /* ---- activations to q8a -------------------------------------------------------------------- */
 
@@ -106,28 +107,6 @@ cudaError_t smol_norm_q8a_cuda(const float *x, const float *w, float eps, int n,
 
 /* ---- loads -------------------------------------------------------------------------------------- */
 
-/* weights: read once, so they bypass L1 (the activations stay there) */
-static __device__ __forceinline__ void ld_w16(const void *p, uint32_t v[4])
-{
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "l"(p));
-}
-static __device__ __forceinline__ void ld_w8(const void *p, uint32_t v[2])
-{
-    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v[0]), "=r"(v[1]) : "l"(p));
-}
-static __device__ __forceinline__ uint32_t ld_w4(const void *p)
-{
-    uint32_t v;
-    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
-}
-static __device__ __forceinline__ uint32_t ld_w2(const void *p)
-{
-    unsigned short v;
-    asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
-    return v;
-}
 static __device__ __forceinline__ void ld_a16(const int8_t *p, int32_t a[4])
 {
     const int4 v = __ldg((const int4 *)p);
