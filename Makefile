@@ -294,6 +294,13 @@ bench: all
 gpu-check: all
 	OUT=$(BUILD)/gpu-check GPU_CHECK_BUILD=$(BUILD) bash tests/gpu/check.sh
 
+# check-spills: every kernels/cuda/*.cu and backend_cuda.cu compiled (device code only) for sm_80
+# and sm_90a with ptxas -v; fails on a file that does not compile or a kernel that spills registers
+# (tests/gpu/check_spills.sh, make test's cuda-static suite; no GPU needed; SKIPPED without nvcc).
+.PHONY: check-spills
+check-spills:
+	@CUDA=$(CUDA) bash tests/gpu/check_spills.sh $(BUILD)
+
 # bench-kv: TTFT of a 4K-token session's next turn after a restart, KV read back
 # from kv_spill_dir vs recomputed (tests/bench_kv.sh; SmolLM2-135M, BENCH_KV_3B=1 adds the synthetic 3B).
 bench-kv: all

@@ -7,9 +7,10 @@
 # output is also kept in BUILD/test-logs/NAME.log.  A suite that exits
 # non-zero without counting a failure counts one; a suite with no count line
 # counts one failure ("no result").  A SKIPPED line is allowed only for
-# absent hardware (no CUDA device, a CPU without AVX-512: see run_unit.sh);
-# any other one is counted as a failure: a check that cannot run where it
-# should is a failure.
+# absent hardware (no CUDA device, a CPU without AVX-512: see run_unit.sh)
+# or, for cuda-static, an absent CUDA toolkit (no nvcc, or CUDA=0); any other
+# one is counted as a failure: a check that cannot run where it should is a
+# failure.
 # SUITES="unit cli" runs a subset.  SOAK_SECONDS (default 60) bounds the soak.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -20,15 +21,16 @@ mkdir -p "$LOGS"
 [ -x build/venv/bin/python3 ] && PATH=$(pwd)/build/venv/bin:$PATH && export PATH
 export SOAK_SECONDS=${SOAK_SECONDS:-60}
 
-ALL="links unit cuda-emu cli chat-cli daemon chaos gateway web deploy scaleout examples load soak"
+ALL="links unit cuda-emu cuda-static cli chat-cli daemon chaos gateway web deploy scaleout examples load soak"
 SUITES=${SUITES:-$ALL}
-HW_SKIP='SKIPPED: (no CUDA device|cpu variant [a-z0-9]+ \(not built for or not supported by this CPU\))'
+HW_SKIP='SKIPPED: (no CUDA device|no nvcc \(|cpu variant [a-z0-9]+ \(not built for or not supported by this CPU\))'
 
 cmd_of() {
     case $1 in
         links)    echo "python3 tests/docs/check_links.py" ;;
         unit)     echo "sh tests/run_unit.sh $BUILD" ;;
         cuda-emu) echo "sh tests/cuda_emu/suite.sh $BUILD" ;;
+        cuda-static) echo "bash tests/gpu/check_spills.sh $BUILD" ;;
         cli)      echo "sh tests/run_cli.sh $BUILD" ;;
         chat-cli) echo "sh tests/test_chat_cli.sh $BUILD" ;;
         daemon)   echo "sh tests/daemon/run.sh $BUILD" ;;
@@ -79,11 +81,11 @@ done
 
 echo
 echo "==== summary (logs in $LOGS/)"
-printf '%-10s %8s %8s %8s %7s  %s\n' suite passed failed skipped time note
+printf '%-11s %8s %8s %8s %7s  %s\n' suite passed failed skipped time note
 for s in $SUITES; do
-    printf '%-10s %8d %8d %8d %6ss  %s\n' "$s" "${P[$s]}" "${F[$s]}" "${S[$s]}" "${T[$s]}" "${NOTE[$s]}"
+    printf '%-11s %8d %8d %8d %6ss  %s\n' "$s" "${P[$s]}" "${F[$s]}" "${S[$s]}" "${T[$s]}" "${NOTE[$s]}"
 done
-printf '%-10s %8d %8d %8d\n' total "$tp" "$tf" "$ts"
-[ "$ts" -gt 0 ] && echo "(skipped: absent hardware only -- no CUDA device, CPU kernel variants this CPU cannot run)"
+printf '%-11s %8d %8d %8d\n' total "$tp" "$tf" "$ts"
+[ "$ts" -gt 0 ] && echo "(skipped: absent hardware only -- no CUDA device, CPU kernel variants this CPU cannot run; or no nvcc for cuda-static)"
 echo "$tp passed, $tf failed, $ts skipped"
 exit $anyfail
