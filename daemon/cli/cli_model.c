@@ -542,9 +542,21 @@ out:
     return rc;
 }
 
+/* per step between two count snapshots: [0] kernels (-1: not counted), [1] graph replays,
+ * [2] host->device copies, [3] device->host copies, [4] host waits */
+static void step_counts(const struct smol_cuda_counts *a, const struct smol_cuda_counts *b, long steps, double out[5])
+{
+    out[0] = a->kernels < 0 ? -1 : (double)(b->kernels - a->kernels) / steps;
+    out[1] = (double)(b->graph_launches - a->graph_launches) / steps;
+    out[2] = (double)(b->copies_h2d - a->copies_h2d) / steps;
+    out[3] = (double)(b->copies_d2h - a->copies_d2h) / steps;
+    out[4] = (double)(b->syncs - a->syncs) / steps;
+}
+
 /* -b: o->b sequences, each after o->d tokens of context, generate o->n
  * tokens together, one batch per step with every row's logits. */
-static int bench_batch(struct smol_model *m, const struct opts *o, const int32_t *ids, double *tps, char *err)
+static int bench_batch(struct smol_model *m, const struct opts *o, const int32_t *ids, double *tps, double per_step[5],
+                       char *err)
 {
     const int B = (int)o->b;
     struct smol_kv_seq seqs[64];
@@ -561,6 +573,8 @@ static int bench_batch(struct smol_model *m, const struct opts *o, const int32_t
     for (int i = 0; i < B && o->d > 0; i++)
         for (long k = 0; k < o->d; k += o->p)
             if (smol_model_eval(m, &seqs[i], ids + k, (int)(o->d - k < o->p ? o->d - k : o->p), 0, NULL, err)) goto out;
+    struct smol_cuda_counts c0, c1;
+    const int counted = !smol_backend_cuda_counts(m->be, &c0);
     double t0 = smol_mono_s();
     for (long s = 0; s < o->n; s++) {
         for (int i = 0; i < B; i++) {
@@ -572,6 +586,7 @@ static int bench_batch(struct smol_model *m, const struct opts *o, const int32_t
         if (smol_model_forward(m, &b, logits, err)) goto out;
     }
     *tps = (double)o->n * B / (smol_mono_s() - t0);
+    if (counted && !smol_backend_cuda_counts(m->be, &c1)) step_counts(&c0, &c1, o->n, per_step);
     rc = 0;
 out:
     for (int i = 0; i < B; i++) smol_kv_seq_deinit(&m->kv, &seqs[i]);
@@ -673,14 +688,18 @@ int smol_cli_bench(int argc, char **argv)
      * steps), by default at an empty one as llama-bench's tg */
     for (long i = 0; i < o.d; i += o.p)
         if (smol_model_eval(m, &seq, ids + i, (int)(o.d - i < o.p ? o.d - i : o.p), 0, logits, err)) goto fail;
+    struct smol_cuda_counts c0, c1;
+    double per_tok[5] = {-1, -1, -1, -1, -1}, per_step[5] = {-1, -1, -1, -1, -1};
+    const int counted = !smol_backend_cuda_counts(m->be, &c0);
     t0 = smol_mono_s();
     for (long i = 0; i < o.n; i++) {
         int32_t t = ids[i % n_ids];
         if (smol_model_eval(m, &seq, &t, 1, 0, logits, err)) goto fail;
     }
     double t_tg = smol_mono_s() - t0;
+    if (counted && !smol_backend_cuda_counts(m->be, &c1)) step_counts(&c0, &c1, o.n, per_tok);
     double pp = o.p / t_pp, tg = o.n / t_tg, tgb = 0, vms[SMOL_SPEC_MAX_DRAFT + 1];
-    if (o.b > 1 && bench_batch(m, &o, ids, &tgb, err)) goto fail;
+    if (o.b > 1 && bench_batch(m, &o, ids, &tgb, per_step, err)) goto fail;
     if (o.verify && bench_verify(m, &o, &seq, ids, n_ids, vms, err)) goto fail;
     printf("model: %s (%s, %d layers, dim %d, vocab %d)\n", o.model, m->cfg.arch_name, m->cfg.n_layers, m->cfg.dim,
            m->cfg.vocab);
@@ -694,9 +713,24 @@ int smol_cli_bench(int argc, char **argv)
     if (o.b > 1) printf("tg%ld x b%ld: %.2f tokens/s in all (%.2f per sequence)\n", o.n, o.b, tgb, tgb / o.b);
     for (int k = 1; k <= o.verify; k++)
         printf("verify %d: %.2f ms/step, %.3f x a 1-token step (%.2f ms)\n", k + 1, vms[k], vms[k] / vms[0], vms[0]);
+    /* what a decode step launched (CUDA backends; kernels are counted by the emulator only) */
+    for (int r = 0; r < 2; r++) {
+        const double *pc = r ? per_step : per_tok;
+        if (pc[1] < 0) continue;
+        char kern[32];
+        if (pc[0] < 0) snprintf(kern, sizeof kern, "n/a (counted on cuda-emu)");
+        else snprintf(kern, sizeof kern, "%.1f", pc[0]);
+        printf("%s: kernels %s, graph replays %.2f, copies to device %.2f / to host %.2f, host waits %.2f\n",
+               r ? "per batched step" : "per decoded token", kern, pc[1], pc[2], pc[3], pc[4]);
+    }
     if (o.json) {
         printf("{\"pp_tps\": %.3f, \"tg_tps\": %.3f", pp, tg);
         if (o.b > 1) printf(", \"tg_batch_tps\": %.3f", tgb);
+        /* -b B: per batched step of B rows; otherwise per decoded token (-1: not counted) */
+        const double *pc = o.b > 1 ? per_step : per_tok;
+        if (pc[1] >= 0)
+            printf(", \"kernels_per_token\": %.2f, \"graph_replays_per_step\": %.2f, \"copies_per_step\": [%.2f, %.2f]",
+                   pc[0], pc[1], pc[2], pc[3]);
         if (o.verify) {
             printf(", \"verify_cost\": [");
             for (int k = 1; k <= o.verify; k++) printf(k > 1 ? ", %.4f" : "%.4f", vms[k] / vms[0]);
