@@ -19,11 +19,11 @@
 #   device   nvidia-smi, copy bandwidth BW (PyTorch)                          ~10 s  [90]
 #   synth    the full-size SmolLM3-3B Q4_K_M (random weights) in /dev/shm     ~3 s   [120]
 #   correct  together, correctness only (nothing timed): test_cuda (SMOL_TEST_QUICK=1, CK_RUN_CASE
-#            honoured) [110]; compute-sanitizer memcheck + racecheck on test_cuda's ops case and on
-#            its fattn case (SMOL_CUDA_ATTN=tiled SMOL_TEST_QUICK=1), four processes [90 each];
-#            meanwhile each row's logits of a short step (s8: 8 tokens, the decode path; s40: 40,
-#            the GEMM / prefill attention) against the default's: a value the build refuses
-#            ("... must be ...") makes the row "not in this build"                  ~60-100 s
+#            honoured) [150]; compute-sanitizer memcheck + racecheck on test_cuda's ops case and on
+#            its fattn case (SMOL_CUDA_ATTN=tiled SMOL_TEST_QUICK=1), four processes [100 each; a run
+#            cut there reports what it saw]; meanwhile each row's logits of a short step (s8: 8
+#            tokens, the decode path; s40: 40, the GEMM / prefill attention) against the default's:
+#            a value the build refuses ("... must be ...") makes the row "not in this build"  ~100-150 s
 #   pass1    smollm3 bench per accepted row: -p 512 -n 128 (pp512, tg128); for the default also
 #            -p 512 -n 128 -d 4096 and -p 8192 -n 128 -d 16384 (tg at depth, pp8192)  ~5 s a row [40]
 #   serve    the default: smollm3d (max_running / step_tokens / kv_budget_mb auto) behind
@@ -31,9 +31,11 @@
 #            --max-tokens 128 at 16 / 64 / 256 streams (one request a stream, seed = streams):
 #            tokens/s, ITL p99, prompt tokens; the engine's stats per level; TTFT of three ~4K-token
 #            prompts (smollm3ctl, the done event's ttft_ms)                        ~30 s
+#   ncu      kernels (and their time) of one decode step of the best row         ~40 s  [75]
 #   serve_best  the same for the best row (fastest tg128 whose logits agree, >= 1% over the
 #            default; GPU_CHECK_BEST=ROW picks it) when it is not the default        ~30 s
-#   ncu      kernels (and their time) of one decode step of the best row         ~40 s  [60]
+#            (ncu and serve_best keep GPU_CHECK_PEER_S (130) for llama.cpp while it builds, else they
+#            wait until after the peer)
 #   depth    the other rows' tg at depth 4096 / 16384 and pp8192 (best first, then the table's
 #            order) while llama.cpp builds, keeping GPU_CHECK_PEER_S (130) for the peer
 #   peer     when built: llama-bench -fa 1 (pp512, pp8192, tg128; tg128 at -d 4096,16384; -r 4,

@@ -39,7 +39,7 @@ if [ "$DRY" = 1 ]; then
     export GPU_CHECK_TTFT_WORDS=${GPU_CHECK_TTFT_WORDS:-150}
     EST_A=3 EST_B=3 EST_C=4 EST_SERVE=20
 else
-    QB=(--backend cuda)
+    QB=(--backend "${GPU_CHECK_BACKEND:-cuda}")   # another value: the plumbing on another backend
     QBT=()
     QLT=()
     QP=512 QN=128 QD1=4096 QD2=16384 QPL=8192
@@ -133,7 +133,7 @@ q_logits() {
 q_correct() {
     mkdir -p "$Q/correct" "$Q/lg"
     local t0=$SECONDS cs="" case tool n pids=() f rc errs sum seen note bad=0
-    local tt=${GPU_CHECK_TEST_S:-110} ts=${GPU_CHECK_SANITIZE_S:-90}
+    local tt=${GPU_CHECK_TEST_S:-150} ts=${GPU_CHECK_SANITIZE_S:-100}
     if [ "$DRY" = 1 ]; then
         put step.test "skipped	0	dry run: no GPU"
         put step.sanit "skipped	0	dry run: no GPU"
@@ -388,7 +388,7 @@ q_serve() {
         echo "model = $MODEL"
         echo "listen = $EP"
         if [ "$DRY" = 1 ]; then echo "backend = auto"; echo "threads = 2"; echo "kv_budget_mb = 256"
-        else echo "backend = cuda"; fi
+        else echo "backend = ${QB[1]}"; fi
         echo "max_queued = 1024"
         echo "speculative = 0"
         echo "speculative_calibrate = false"
@@ -590,6 +590,8 @@ EOF
 }
 
 # ---------------------------------------------------------------- the run
+q_deferred() { [ "$(grep "^step.$1	" "$W/kv" | tail -n 1 | cut -f2,4 | cut -c1-16)" = "skipped	deferred" ]; }
+
 quick_main() {
     mkdir -p "$Q/sb" "$Q/lg" "$Q/serve" "$Q/llama"
     # the default is every knob unset: drop what the caller's environment set
@@ -603,6 +605,7 @@ quick_main() {
     put fact.mode "quick$([ "$DRY" = 1 ] && echo ' (CPU dry run)')"
     put fact.q_sizes "$QP $QN $QD1 $QD2 $QPL $QMAXT"
     put fact.q_streams "$QSTREAMS"
+    put fact.q_backend "${QB[1]}"
     put fact.model "$MODEL"
     put fact.ttft_words "${GPU_CHECK_TTFT_WORDS:-4000}"
     say "gpu check --quick$([ "$DRY" = 1 ] && echo ' (DRY RUN on the CPU)'): $(git rev-parse --short HEAD 2>/dev/null || echo '?') + $(git status --porcelain 2>/dev/null | grep -vc '^??') changed files; OUT=$OUT; hard ${HARD}s; ${#ROWS[@]} rows"
@@ -620,13 +623,16 @@ quick_main() {
     step correct 0 "together: test_cuda, memcheck + racecheck (ops, fattn), each row's logits" q_correct
     step pass1 0 "smollm3 bench per row: pp$QP + tg$QN (the default also d$QD1, pp$QPL + d$QD2)" q_pass1
     step serve 0 "the default behind smollm3-gateway: $QSTREAMS streams, TTFT of a long prompt" q_serve_default
-    step serve_best 1 "the best row ($BESTROW) behind the gateway" q_serve_best
     step ncu 1 "ncu: one decode step of $BESTROW" q_ncu
+    step serve_best 1 "the best row ($BESTROW) behind the gateway" q_serve_best
     step depth 1 "depth runs per row while llama.cpp builds" q_depth
     step peer 1 "llama.cpp: llama-bench, llama-server (same prompts), llama-batched-bench" q_peer
     step depth2 1 "the depth runs left" q_depth
-    grep -q "^step.serve_best	skipped	[0-9]*	deferred" "$W/kv" && step serve_best 1 "the best row ($BESTROW) behind the gateway" q_serve_best
-    grep -q "^step.ncu	skipped	[0-9]*	deferred" "$W/kv" && step ncu 1 "ncu: one decode step of $BESTROW" q_ncu
+    # what llama.cpp's reserve put off, in the same order, if time is left
+    q_deferred ncu && step ncu 1 "ncu: one decode step of $BESTROW" q_ncu
+    q_deferred serve_best && step serve_best 1 "the best row ($BESTROW) behind the gateway" q_serve_best
+    q_deferred ncu && q_drop "ncu of a decode step" "time"
+    q_deferred serve_best && q_drop "the best row ($BESTROW) behind the gateway" "time"
     q_depth_drops
     llama_signal CONT
     llama_signal TERM

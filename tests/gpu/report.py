@@ -487,7 +487,7 @@ def final(W, OUT):
     print(f"\n===== SUMMARY  {hdr}; copy BW {fnum(bw, '{:.0f}')} GB/s; model {fnum(model_gb, '{:.3f}')} GB of tensors; "
           f"best combo {bestc.replace('-', '/')} (matvec/fuse/graphs)")
     table(["row (tokens/s)", "ours best", "ours f32/0/0", "llama.cpp", "ours/llama", "weight GB/s", "of BW"], trows)
-    print("  llama.cpp: llama-bench -fa 1 (tg, pp rows), llama-batched-bench 128+128 S_TG (b and daemon rows);"
+    print("  llama.cpp: llama-bench -fa 1 (tg, pp rows; the median of the warm samples), llama-batched-bench 128+128 S_TG (b and daemon rows);"
           " daemon: generated tokens / wall time of the batch;\n  weight GB/s = model tensor bytes x steps/s"
           " (tokens/s / streams), of BW = of the measured copy bandwidth")
     if dm:
@@ -613,13 +613,15 @@ def q_rows(W):
 
 
 def q_bench(W, row, lab, dry):
+    """The row's run LAB (A, B, C) with ok = it ran on cuda (anywhere in a dry run or on another backend)."""
     text = read(os.path.join(W, "q", "sb", f"{row}.{lab}.out"))
     j = last_json(text)
     if not j or "tg_tps" not in j:
         return None
     m = re.search(r"^backend: (.*)$", text, re.M)
     j["backend_line"] = m.group(1) if m else None
-    j["ok"] = str(j.get("backend", "")).startswith("cpu" if dry else "cuda")
+    # the runs must have run where they were sent: cuda (--backend auto, the dry run: anywhere)
+    j["ok"] = str(j.get("backend", "")).startswith("cuda") or dry
     return j
 
 
@@ -652,7 +654,7 @@ def q_eligible(W, facts, row, checks, dry):
 
 def quick_best(W):
     facts = kv(W)
-    dry = "dry run" in facts.get("fact.mode", "")
+    dry = "dry run" in facts.get("fact.mode", "") or facts.get("fact.q_backend", "cuda") != "cuda"
     want = os.environ.get("GPU_CHECK_BEST")
     rows = q_rows(W)
     if want and any(r[0] == want for r in rows):
@@ -677,6 +679,7 @@ STATE_TEXT = {"ok": "ok", "refused": "not in this build", "absent": "not in this
 def quick(W, OUT):
     facts = kv(W)
     dry = "dry run" in facts.get("fact.mode", "")
+    anyb = dry or facts.get("fact.q_backend", "cuda") != "cuda"   # runs count wherever they ran
     P, N, D1, D2, PL, MAXT = (int(x) for x in (facts.get("fact.q_sizes") or "512 128 4096 16384 8192 128").split())
     streams = [int(x) for x in (facts.get("fact.q_streams") or "16 64 256").split()]
     bw = float(facts.get("fact.bw_gbps") or 0) or None
@@ -707,7 +710,7 @@ def quick(W, OUT):
     trows, plot_rows = [], []
     for row, setting, checks in q_rows(W):
         st, note = q_state(facts, row)
-        a, b, c = (q_bench(W, row, x, dry) for x in "ABC")
+        a, b, c = (q_bench(W, row, x, anyb) for x in "ABC")
         # a row that is not "ok" ran with the defaults (an unread variable) or not at all: no figures
         g = lambda j, k: j.get(k) if j and j.get("ok") and st == "ok" else None  # noqa: E731
         tg, pp = g(a, "tg_tps"), g(a, "pp_tps")
