@@ -426,7 +426,7 @@ q_serve() {
         fi
         [ $rc -eq 0 ] || fails=$((fails + 1))
     done
-    ttft_4k "$EP" "$dir"
+    if q_time 30; then ttft_4k "$EP" "$dir"; else q_drop "$row: TTFT of a 4K prompt" "time"; fi
     kill -TERM "$gwpid" 2>/dev/null
     local i=0
     while kill -0 "$gwpid" 2>/dev/null && [ $i -lt 20 ]; do sleep 0.5; i=$((i + 1)); done
