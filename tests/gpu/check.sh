@@ -1,9 +1,57 @@
 #!/usr/bin/env bash
-# tests/gpu/check.sh - the device check: one command on the lent GPU, at most 6 minutes.
+# tests/gpu/check.sh - the device check: one command on the lent GPU, at most 6 minutes
+# (--quick: at most 8, everything the next device run must measure; below).
 #
 #   bash .gpu/run tests/gpu/check.sh     on the device, in a tree packed by ../shared/hooks/gpu-kit
 #                                        (and tests/gpu/prepare.sh for the llama.cpp peer)
+#   bash .gpu/run tests/gpu/check.sh --quick
+#                                        the quick mode (device run: timeout_s 560)
+#   GPU_CHECK_DRY=1 bash tests/gpu/check.sh --quick
+#                                        its CPU dry run, here: the same steps on --backend auto (the
+#                                        CPU), the fixture model, tiny sizes; the GPU-only steps skipped
 #   make gpu-check                       on a machine with a GPU: builds, then OUT=build/gpu-check
+#
+# ---- the quick mode (--quick; tests/gpu/quick.sh, sourced): at most GPU_CHECK_HARD = 480 s in all,
+# every command under `timeout`, an optional part dropped (and the drop listed in the summary)
+# when the time left is short.  In order (typical seconds on an H200; the cap in brackets):
+#   llama    llama.cpp's CUDA build (llama-bench, llama-batched-bench, llama-server in one ninja
+#            run, -k 0, -j LLAMA_JOBS = 16, nice 19) started in the background (~240-300 s)
+#   device   nvidia-smi, copy bandwidth BW (PyTorch)                          ~10 s  [90]
+#   synth    the full-size SmolLM3-3B Q4_K_M (random weights) in /dev/shm     ~3 s   [120]
+#   correct  together, correctness only (nothing timed): test_cuda (SMOL_TEST_QUICK=1, CK_RUN_CASE
+#            honoured) [150]; compute-sanitizer memcheck + racecheck on test_cuda's ops case and on
+#            its fattn case (SMOL_CUDA_ATTN=tiled SMOL_TEST_QUICK=1), four processes [100 each; a run
+#            cut there reports what it saw]; meanwhile each row's logits of a short step (s8: 8
+#            tokens, the decode path; s40: 40, the GEMM / prefill attention) against the default's:
+#            a value the build refuses ("... must be ...") makes the row "not in this build"  ~100-150 s
+#   pass1    smollm3 bench per accepted row: -p 512 -n 128 (pp512, tg128); for the default also
+#            -p 512 -n 128 -d 4096 and -p 8192 -n 128 -d 16384 (tg at depth, pp8192)  ~5 s a row [40]
+#   serve    the default: smollm3d (max_running / step_tokens / kv_budget_mb auto) behind
+#            smollm3-gateway; tests/load/loadgen.py --mode http --no-think --ignore-eos --mix chat
+#            --max-tokens 128 at 16 / 64 / 256 streams (one request a stream, seed = streams):
+#            tokens/s, ITL p99, prompt tokens; the engine's stats per level; TTFT of three ~4K-token
+#            prompts (smollm3ctl, the done event's ttft_ms)                        ~30 s
+#   ncu      kernels (and their time) of one decode step of the best row         ~40 s  [75]
+#   serve_best  the same for the best row (fastest tg128 whose logits agree, >= 1% over the
+#            default; GPU_CHECK_BEST=ROW picks it) when it is not the default        ~30 s
+#            (ncu and serve_best keep GPU_CHECK_PEER_S (130) for llama.cpp while it builds, else they
+#            wait until after the peer)
+#   depth    the other rows' tg at depth 4096 / 16384 and pp8192 (best first, then the table's
+#            order) while llama.cpp builds, keeping GPU_CHECK_PEER_S (130) for the peer
+#   peer     when built: llama-bench -fa 1 (pp512, pp8192, tg128; tg128 at -d 4096,16384; -r 4,
+#            figures = the median of the warm samples, the first being cold), llama-server (-np 64,
+#            --jinja) under the same loadgen plans as the gateway (both sides' prompt tokens
+#            printed, they must agree within 10%), llama-batched-bench 16 / 64 / 256 x (128+128)
+#   depth2   the depth runs left, as time allows; then serve_best / ncu if the peer's reserve put
+#            them off
+#   summary  one table (row, tg128, % of copy BW, ratio to llama.cpp, d4096, d16384, pp512, pp8192,
+#            TTFT 4K, 16 / 64 / 256 streams tokens/s and ITL p99, logits), the targets of
+#            kernels/cuda/NOTES.md ("Next device run"), steps and drops; $OUT/results.json,
+#            $OUT/summary.txt, $OUT/quick.svg (and quick.png where matplotlib imports)
+# The rows: QUICK_ROWS below (GPU_CHECK_ROWS replaces it), each A/B'd against the default (every
+# SMOL_CUDA_* knob unset).  A row is "not in this build" when the binary refuses its value, or when
+# no binary holds the variable's name and the knob line does not show it; "= default" when its
+# knob line equals the default's; either is skipped, not a failure.
 #
 # Steps, each timed, each command under `timeout`; a step's pass / fail / skip is recorded and
 # the next step runs regardless:
@@ -60,24 +108,61 @@
 # GPU_CHECK_HARD (350).  Without a GPU each GPU step fails or skips at once and the summary
 # is still printed.  Work files live in a temporary folder, removed at the end.
 set -u
+# ---- the quick mode's knob rows: ROW  SETTINGS (VAR=VALUE, comma-separated)  CHECK (logits step:
+# s8 = 8 tokens through the decode path, s40 = 40 tokens through the GEMM / prefill attention).
+# In priority order: when time runs short the depth runs of the last rows are the ones dropped.
+QUICK_ROWS=${GPU_CHECK_ROWS:-"
+graphs-bucket   SMOL_CUDA_GRAPHS=bucket     s8
+fuse-layer      SMOL_CUDA_FUSE=layer        s8
+persistent-on   SMOL_CUDA_PERSISTENT=on     s8
+gemm-imma       SMOL_CUDA_GEMM=imma         s40
+gemm-lt         SMOL_CUDA_GEMM=lt           s40
+graphs-off      SMOL_CUDA_GRAPHS=off        s8
+fuse-off        SMOL_CUDA_FUSE=off          s8
+attn-tiled      SMOL_CUDA_ATTN=tiled        s40
+attn-paged      SMOL_CUDA_ATTN=paged        s40
+gemm-tiled      SMOL_CUDA_GEMM=tiled        s40
+persistent-off  SMOL_CUDA_PERSISTENT=off    s8
+matvec-f32      SMOL_CUDA_MATVEC=f32        s8
+"}
+QUICK=0
+for a in "$@"; do
+    case $a in
+        --quick) QUICK=1 ;;
+        -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d'; exit 0 ;;
+        *) echo "check.sh: unknown argument '$a' (--quick, --help)" >&2; exit 2 ;;
+    esac
+done
+DRY=${GPU_CHECK_DRY:-0}
+[ "$DRY" = 1 ] && [ "$QUICK" = 0 ] && { echo "check.sh: GPU_CHECK_DRY=1 is the quick mode's dry run: add --quick" >&2; exit 2; }
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 export PATH=$PATH:/usr/local/cuda/bin
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-build/gpu-check}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 1
 rm -f "$OUT"/check.log "$OUT"/results.json "$OUT"/summary.txt "$OUT"/bench_cuda.jsonl "$OUT"/ncu.csv \
-      "$OUT"/daemon.log "$OUT"/llama_build.log
+      "$OUT"/daemon.log "$OUT"/llama_build.log "$OUT"/quick.svg "$OUT"/quick.png
 W=$(mktemp -d /tmp/gpu-check.XXXXXX) || exit 1
 mkdir -p "$W/sb" "$W/agree" "$W/daemon" "$W/llama"
 LOG=$OUT/check.log
 : > "$LOG"
 : > "$W/kv"
-BUDGET=${GPU_CHECK_BUDGET:-330}
-HARD=${GPU_CHECK_HARD:-350}
-MODEL=${GPU_CHECK_MODEL:-/dev/shm/3b.gguf}
+if [ "$QUICK" = 1 ]; then
+    HARD=${GPU_CHECK_HARD:-480}
+    BUDGET=${GPU_CHECK_BUDGET:-$((HARD - 15))}   # the quick mode guards its parts itself (quick.sh)
+else
+    BUDGET=${GPU_CHECK_BUDGET:-330}
+    HARD=${GPU_CHECK_HARD:-350}
+fi
+if [ "$DRY" = 1 ]; then             # the fixture model is the repository's: never removed
+    MODEL=${GPU_CHECK_MODEL:-tests/fixtures/models/fixture-a.Q4_K_M.gguf}
+    GPU_CHECK_KEEP_MODEL=1
+else
+    MODEL=${GPU_CHECK_MODEL:-/dev/shm/3b.gguf}
+fi
 PRESET=${GPU_CHECK_PRESET:-smollm3-3b}  # "tiny": a dry run of the script where there is no GPU
 LLAMA_DIR=/tmp/llama.cpp
-LLAMA_JOBS=${LLAMA_JOBS:-12}
+LLAMA_JOBS=${LLAMA_JOBS:-$([ "$QUICK" = 1 ] && echo 16 || echo 12)}
 LLAMA_SERVER=${GPU_CHECK_LLAMA_SERVER:-ON}   # OFF: no llama-server build, no load against it
 B=${GPU_CHECK_BUILD:-build}              # where the binaries are (make gpu-check passes $(BUILD))
 SM=$B/bin/smollm3
@@ -190,7 +275,17 @@ s_llama() {
             -DGGML_CUDA=ON -DGGML_CUDA_NO_VMM=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
             -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DGGML_CUDA_FA_ALL_QUANTS=OFF \
             -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER="$LLAMA_SERVER" \
-            -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CCACHE=OFF -DCMAKE_BUILD_TYPE=Release &&
+            -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CCACHE=OFF -DCMAKE_BUILD_TYPE=Release ||
+            { echo "llama build: exit 1 (configure failed) after $(($(date +%s) - t0)) s"; exit 0; }
+        if [ "$QUICK" = 1 ]; then
+            # one build of the three (the server's large units compile beside ggml-cuda's
+            # instead of after them); -k: a failure in one leaves the others built
+            keep=(-k); [ ${#gen[@]} -gt 0 ] && keep=(-k 0)
+            nice -n 19 cmake --build b -j "$LLAMA_JOBS" --target llama-bench llama-batched-bench \
+                $([ "$LLAMA_SERVER" = ON ] && echo llama-server) -- "${keep[@]}"
+            echo "llama build: exit $? after $(($(date +%s) - t0)) s"
+            exit 0
+        fi
         nice -n 19 cmake --build b -j "$LLAMA_JOBS" --target llama-bench llama-batched-bench
         echo "llama build: exit $? after $(($(date +%s) - t0)) s"
         # then the server (its own command: a failure there leaves the benches built)
@@ -269,6 +364,19 @@ s_test() {
 }
 
 # ---------------------------------------------------------------- 4: compute-sanitizer
+# sanit_errors FILE TOOL: the errors (memcheck) / hazards (racecheck) its summary gives; empty when
+# it printed none (a run cut by its timeout): sanit_seen then counts the reports printed before the cut
+sanit_errors() {
+    local e=""
+    if [ "$2" = racecheck ]; then
+        e=$(grep -oE 'RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?' "$1" |
+            tail -n 1 | grep -oE '[0-9]+ errors?' | grep -oE '[0-9]+')
+    fi
+    [ -n "$e" ] || e=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$1" | tail -n 1 | grep -oE '[0-9]+$')
+    echo "$e"
+}
+sanit_seen() { grep -cE '^========= +(Invalid|Error|Race reported|Program hit|Out-of-range|Barrier error)' "$1"; }
+
 s_sanit() {
     local cs case=${GPU_CHECK_SANITIZE_CASE:-ops} tool rc bad=0 errs t=${GPU_CHECK_SANITIZE_S:-75}
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -286,13 +394,7 @@ s_sanit() {
             rc=$?
         fi
         cat "$W/$tool.out"
-        if [ "$tool" = memcheck ]; then
-            errs=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$W/$tool.out" | tail -n 1 | grep -oE '[0-9]+$')
-        else
-            errs=$(grep -oE 'RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?' "$W/$tool.out" |
-                   tail -n 1 | grep -oE '[0-9]+ errors?' | grep -oE '[0-9]+')
-            [ -n "$errs" ] || errs=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$W/$tool.out" | tail -n 1 | grep -oE '[0-9]+$')
-        fi
+        errs=$(sanit_errors "$W/$tool.out" "$tool")
         local sum
         sum=$(grep -E '^[0-9]+%: Checks:' "$W/$tool.out" | tail -n 1)
         say "  $tool: ${errs:-?} errors; test ${sum:-gave no summary} (rc $rc)"
@@ -320,13 +422,7 @@ s_sanit_fattn() {
             > "$W/${tool}_fattn.out" 2>&1
         rc=$?
         cat "$W/${tool}_fattn.out"
-        if [ "$tool" = memcheck ]; then
-            errs=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$W/${tool}_fattn.out" | tail -n 1 | grep -oE '[0-9]+$')
-        else
-            errs=$(grep -oE 'RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?' "$W/${tool}_fattn.out" |
-                   tail -n 1 | grep -oE '[0-9]+ errors?' | grep -oE '[0-9]+')
-            [ -n "$errs" ] || errs=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$W/${tool}_fattn.out" | tail -n 1 | grep -oE '[0-9]+$')
-        fi
+        errs=$(sanit_errors "$W/${tool}_fattn.out" "$tool")
         local sum
         sum=$(grep -E '^[0-9]+%: Checks:' "$W/${tool}_fattn.out" | tail -n 1)
         say "  $tool (fattn): ${errs:-?} errors; test ${sum:-gave no summary} (rc $rc)"
@@ -553,7 +649,14 @@ daemon_up() {
     [ -n "${GPU_CHECK_DAEMON_KNOBS:-}" ] && knobs=$GPU_CHECK_DAEMON_KNOBS   # m-f-g-gemm-attn
     [ "$BEST" = cpu ] && knobs=cpu
     # shellcheck disable=SC2046
-    env $(combo_env "$knobs") "$DAEMON" --config "$1" >> "$OUT/daemon.log" 2>&1 < /dev/null &
+    daemon_start "$1" "$knobs" $(combo_env "$knobs")
+}
+
+# daemon_start CONF LABEL [VAR=VALUE...]: smollm3d with that environment on $EP, ready; 1 with NOTE set
+daemon_start() {
+    local conf=$1 knobs=$2
+    shift 2
+    env "$@" "$DAEMON" --config "$conf" >> "$OUT/daemon.log" 2>&1 < /dev/null &
     DAEMON_PID=$!
     local t0=$SECONDS
     until "$CTL" --connect "$EP" --timeout 2 health > /dev/null 2>&1; do
@@ -628,20 +731,22 @@ EOF
     [ "$rc" -eq 0 ] && [ "$failed" -eq 0 ]
 }
 
-# ttft_4k EP: a ~4,096-token prompt's time to first token on the idle daemon (the Done event's
-# ttft_ms), three different prompts (no prefix reuse), one token each: $W/load/ttft4k.json
+# ttft_4k EP [DIR]: a ~4,096-token prompt's time to first token on the idle daemon (the Done event's
+# ttft_ms), three different prompts (no prefix reuse), one token each: DIR/ttft4k.json (DIR: $W/load);
+# GPU_CHECK_TTFT_WORDS (4000) words a prompt
 ttft_4k() {
-    local i out
+    local i out d=${2:-$W/load}
     [ $((HARD - SECONDS)) -lt 40 ] && { say "  4K-token TTFT: skipped (time)"; return 0; }
+    mkdir -p "$d"
     for i in 1 2 3; do
         sys python3 -c 'import random, sys
 r = random.Random(int(sys.argv[1]))
 w = "the of and a to in is you that it he was for on are as with his they at be this have from or one had by word but not what all were we when your can said there use an each which she do how their if will up other about out many then them these so some her would make like him into time has look two more write go see number no way could people my than first water been call who oil its now find long down day did get come made may part".split()
-print(str(r.random()), " ".join(r.choice(w) for _ in range(4000)))' "$i" |
+print(str(r.random()), " ".join(r.choice(w) for _ in range(int(sys.argv[2]))))' "$i" "${GPU_CHECK_TTFT_WORDS:-4000}" |
             tmo 30 "$CTL" --connect "$1" generate --json --no-think --no-speculative -n 1 - \
-            > "$W/load/ttft4k.$i.out" 2>&1
+            > "$d/ttft4k.$i.out" 2>&1
     done
-    sys python3 - "$W/load" <<'EOF' | tee "$W/load/ttft4k.json" | show
+    sys python3 - "$d" <<'EOF' | tee "$d/ttft4k.json" | show
 import glob, json, statistics, sys
 ttft, toks = [], []
 for f in sorted(glob.glob(sys.argv[1] + "/ttft4k.*.out")):
@@ -796,11 +901,11 @@ s_peer() {
     say "  build: $(grep 'llama build:' "$OUT/llama_build.log" | tail -n 1) (waited $((SECONDS - waited)) s)"
     local lb=$LLAMA_DIR/b/bin/llama-bench lbb=$LLAMA_DIR/b/bin/llama-batched-bench
     [ -x "$lb" ] || { NOTE="build failed (llama_build.log): $(grep -m1 -iE 'error' "$OUT/llama_build.log" | cut -c1-120)"; return 1; }
-    sys tmo 60 "$lb" -m "$MODEL" -ngl 99 -fa 1 -p 512,2048 -n 128 -r "${GPU_CHECK_LLAMA_REPS:-3}" -o jsonl > "$W/llama/bench.jsonl" 2> "$W/llama/bench.err"
+    sys tmo 60 "$lb" -m "$MODEL" -ngl 99 -fa 1 -p 512,2048 -n 128 -r "${GPU_CHECK_LLAMA_REPS:-4}" -o jsonl > "$W/llama/bench.jsonl" 2> "$W/llama/bench.err"
     local rc=$?
     cat "$W/llama/bench.jsonl" "$W/llama/bench.err"
     if grep -q -- '--n-depth' "$LLAMA_DIR/tools/llama-bench/llama-bench.cpp"; then
-        sys tmo 60 "$lb" -m "$MODEL" -ngl 99 -fa 1 -p 0 -n 128 -d 4096 -r "${GPU_CHECK_LLAMA_REPS:-3}" -o jsonl > "$W/llama/d4096.jsonl" 2> "$W/llama/d4096.err"
+        sys tmo 60 "$lb" -m "$MODEL" -ngl 99 -fa 1 -p 0 -n 128 -d 4096 -r "${GPU_CHECK_LLAMA_REPS:-4}" -o jsonl > "$W/llama/d4096.jsonl" 2> "$W/llama/d4096.err"
         cat "$W/llama/d4096.jsonl" "$W/llama/d4096.err"
     else
         say "  this llama-bench has no --n-depth: no tg at depth 4096"
@@ -819,8 +924,12 @@ for f in sorted(glob.glob(sys.argv[1] + "/*.jsonl")):
                 r = json.loads(l)
             except ValueError:
                 continue
-            if "avg_ts" in r:
-                print(f"  llama-bench pp{r['n_prompt']} tg{r['n_gen']} d{r.get('n_depth', 0)}: {r['avg_ts']:.1f} tokens/s")
+            if "avg_ts" in r:   # the median of the warm samples (the first is cold)
+                ts = r.get("samples_ts") or []
+                w = sorted(ts[1:]) if len(ts) > 1 else [r["avg_ts"]]
+                m = (w[(len(w) - 1) // 2] + w[len(w) // 2]) / 2
+                print(f"  llama-bench pp{r['n_prompt']} tg{r['n_gen']} d{r.get('n_depth', 0)}: {m:.1f} tokens/s "
+                      f"(warm median of {len(w)}; all: {', '.join(f'{x:.0f}' for x in ts)})")
             elif "speed_tg" in r:
                 print(f"  batched-bench {r['pl']} x (128+128): tg {r['speed_tg']:.1f} tokens/s in all, pp {r['speed_pp']:.1f}")
 EOF
@@ -840,7 +949,7 @@ peer_server() {
     while kill -0 "$LLAMA_PID" 2>/dev/null && [ $((HARD - SECONDS)) -gt 60 ]; do sleep 2; done
     local ls=$LLAMA_DIR/b/bin/llama-server port=18091 slots=${GPU_CHECK_SERVER_SLOTS:-64} n rc t
     [ -x "$ls" ] || { SERVER_NOTE="no binary ($(grep 'llama-server build:' "$OUT/llama_build.log" | tail -n 1))"; return 0; }
-    LD_LIBRARY_PATH=$SYS_LD "$ls" -m "$MODEL" -ngl 99 -fa on -np "$slots" -c $((slots * 1024)) \
+    LD_LIBRARY_PATH=$SYS_LD "$ls" -m "$MODEL" -ngl 99 -fa on -np "$slots" -c $((slots * 1024)) --jinja \
         --host 127.0.0.1 --port $port > "$W/llama/server.log" 2>&1 &
     local spid=$!
     sys tmo 90 python3 - "$port" <<'EOF' || { SERVER_NOTE="not ready in 90 s: $(tail -n 3 "$W/llama/server.log" | tr '\n' ' ' | cut -c1-200)"; kill "$spid" 2>/dev/null; return 0; }
@@ -857,7 +966,7 @@ EOF
         if over || [ $((HARD - SECONDS)) -lt 30 ]; then say "  llama-server $n streams: skipped (time)"; continue; fi
         t=${GPU_CHECK_LOAD_S:-60}
         # shellcheck disable=SC2086  # GPU_CHECK_LOAD_ARGS: words
-        sys tmo "$t" python3 tests/load/loadgen.py --mode http --url "http://127.0.0.1:$port" --ignore-eos \
+        sys tmo "$t" python3 tests/load/loadgen.py --mode http --url "http://127.0.0.1:$port" --ignore-eos --no-think \
             --streams "$n" --requests "$([ "$n" -lt 4 ] && echo 4 || echo "$n")" --timeout "$t" --seed "$n" \
             ${GPU_CHECK_LOAD_ARGS:---mix chat --max-tokens 128} > "$W/llama/load-$n.out" 2>&1
         rc=$?
@@ -875,6 +984,12 @@ EOF
 }
 
 # ---------------------------------------------------------------- run
+if [ "$QUICK" = 1 ]; then
+    # shellcheck source=tests/gpu/quick.sh
+    . tests/gpu/quick.sh
+    quick_main
+    exit 0
+fi
 say "gpu check: $(git rev-parse --short HEAD 2>/dev/null || echo '?') + $(git status --porcelain 2>/dev/null | grep -vc '^??') changed files; OUT=$OUT; budget ${BUDGET}s (hard ${HARD}s)"
 step llama 0 "llama.cpp CUDA build in the background" s_llama
 step device 0 "device facts, copy bandwidth" s_device

@@ -11,6 +11,13 @@
   report.py attn FILE.jsonl                bench_cuda --attn --json lines -> cuda_attn paged vs tiled per case; exit 1 on a failed check
   report.py best W                         the fastest knob combination (tg128) that ran on cuda and agreed
   report.py final W OUT                    the final tables (printed last by check.sh) and OUT/results.json
+  report.py stats-delta A.json B.json      the engine's counters between two `smollm3ctl stats --json`
+  report.py llama-brief DIR                llama.cpp's figures of the quick mode (warm medians)
+  report.py quick-best W                   the quick mode's best row (fastest tg128 whose logits agree)
+  report.py quick W OUT                    the quick mode's table, OUT/results.json, OUT/quick.svg (+ .png)
+
+llama-bench figures are the median of the warm samples (samples_ts without the first, which is
+cold: device run 2026-11-27 saw 9,671 then 15,555 / 15,583 tokens/s for pp512).
 
 W is check.sh's work folder; its layout is described at the top of check.sh.
 """
@@ -298,6 +305,22 @@ def best(W):
     return 0
 
 
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    n = len(xs)
+    return (xs[(n - 1) // 2] + xs[n // 2]) / 2
+
+
+def warm_ts(r):
+    """A llama-bench record's tokens/s: the median of its warm samples (all but the first)."""
+    ts = r.get("samples_ts") or []
+    if len(ts) > 1:
+        return median(ts[1:])
+    return r.get("avg_ts")
+
+
 def kv(W):
     out = {}
     for line in read(os.path.join(W, "kv")).splitlines():
@@ -333,7 +356,7 @@ def final(W, OUT):
     def llama(n_prompt=0, n_gen=0, n_depth=0):
         for r in lb:
             if r.get("n_prompt") == n_prompt and r.get("n_gen") == n_gen and r.get("n_depth", 0) == n_depth:
-                return r.get("avg_ts")
+                return warm_ts(r)
         return None
 
     def llama_b(pl):
@@ -464,7 +487,7 @@ def final(W, OUT):
     print(f"\n===== SUMMARY  {hdr}; copy BW {fnum(bw, '{:.0f}')} GB/s; model {fnum(model_gb, '{:.3f}')} GB of tensors; "
           f"best combo {bestc.replace('-', '/')} (matvec/fuse/graphs)")
     table(["row (tokens/s)", "ours best", "ours f32/0/0", "llama.cpp", "ours/llama", "weight GB/s", "of BW"], trows)
-    print("  llama.cpp: llama-bench -fa 1 (tg, pp rows), llama-batched-bench 128+128 S_TG (b and daemon rows);"
+    print("  llama.cpp: llama-bench -fa 1 (tg, pp rows; the median of the warm samples), llama-batched-bench 128+128 S_TG (b and daemon rows);"
           " daemon: generated tokens / wall time of the batch;\n  weight GB/s = model tensor bytes x steps/s"
           " (tokens/s / streams), of BW = of the measured copy bandwidth")
     if dm:
@@ -513,6 +536,452 @@ def final(W, OUT):
     return 0
 
 
+# ---------------------------------------------------------------- the quick mode (check.sh --quick)
+
+def stats_delta(a, b):
+    """The engine's counters between two `smollm3ctl stats --json` snapshots: one line."""
+    try:
+        x, y = json.load(open(a)), json.load(open(b))
+    except (OSError, ValueError):
+        return None
+    d = {k: y[k] - x.get(k, 0) for k in y if isinstance(y[k], (int, float)) and not isinstance(y[k], bool)
+         and isinstance(x.get(k, 0), (int, float))}
+    n = d.get("engine_steps") or 0
+    out = {"delta": d}
+    if n:
+        out["steps"] = n
+        out["mean_batch"] = d.get("step_tokens_total", 0) / n
+        out["ms_per_step"] = d.get("step_ms_total", 0) / n
+        out["model_ms_per_step"] = d.get("forward_ms_total", 0) / n
+    # counters a newer daemon may have (graph replays, launches, kernels): per step
+    out["per_step"] = {k: v / n for k, v in d.items() if n and re.search(r"graph|replay|launch|kernel", k)}
+    return out
+
+
+def stats_line(s):
+    if not s or not s.get("steps"):
+        return "engine: no steps counted"
+    t = (f"engine {s['steps']} steps, mean batch {s['mean_batch']:.1f} tokens, {s['ms_per_step']:.2f} ms a step "
+         f"(model {s['model_ms_per_step']:.2f}, host {s['ms_per_step'] - s['model_ms_per_step']:.2f})")
+    if s["per_step"]:
+        t += "; per step: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(s["per_step"].items()))
+    return t
+
+
+def llama_quick(W):
+    """llama.cpp's figures of the quick mode: {(n_prompt, n_gen, n_depth): warm median}, batched, server."""
+    d = os.path.join(W, "q", "llama")
+    lb = {}
+    for name in ("bench.jsonl", "depth.jsonl"):
+        for r in jsonl(os.path.join(d, name)):
+            if "avg_ts" in r:
+                lb[(r.get("n_prompt", 0), r.get("n_gen", 0), r.get("n_depth", 0))] = {
+                    "warm_median": warm_ts(r), "samples": r.get("samples_ts"), "avg": r.get("avg_ts")}
+    bb = {r["pl"]: r for r in jsonl(os.path.join(d, "batched.jsonl")) if "pl" in r}
+    sv = {}
+    for f in glob.glob(os.path.join(d, "server-*.json")):
+        j = last_json(read(f))
+        if j and "load" in j:
+            sv[j["load"]["streams"]] = j["load"]
+    render = None
+    try:
+        render = json.load(open(os.path.join(d, "render.json")))
+    except (OSError, ValueError):
+        pass
+    return lb, bb, sv, render
+
+
+def llama_brief(d):
+    W = os.path.dirname(os.path.dirname(d.rstrip("/")))
+    lb, bb, sv, _ = llama_quick(W)
+    for (p, n, dep), v in sorted(lb.items()):
+        what = f"pp{p}" if p else f"tg{n}"
+        print(f"  llama-bench {what}{f' @ d{dep}' if dep else ''}: {fnum(v['warm_median'])} tokens/s "
+              f"(warm median; samples {', '.join(f'{x:.0f}' for x in v['samples'] or [])})")
+    for pl, r in sorted(bb.items()):
+        print(f"  llama-batched-bench {pl} x ({r.get('pp')}+{r.get('tg')}): tg {fnum(r.get('speed_tg'))} tokens/s in all")
+    return 0
+
+
+def q_rows(W):
+    out = []
+    for line in read(os.path.join(W, "q", "rows.tsv")).splitlines():
+        p = line.split("\t")
+        if len(p) >= 3:
+            out.append((p[0], "" if p[1] == "-" else p[1], p[2].split()))
+    return out
+
+
+def q_bench(W, row, lab, dry):
+    """The row's run LAB (A, B, C) with ok = it ran on cuda (anywhere in a dry run or on another backend)."""
+    text = read(os.path.join(W, "q", "sb", f"{row}.{lab}.out"))
+    j = last_json(text)
+    if not j or "tg_tps" not in j:
+        return None
+    m = re.search(r"^backend: (.*)$", text, re.M)
+    j["backend_line"] = m.group(1) if m else None
+    # the runs must have run where they were sent: cuda (--backend auto, the dry run: anywhere)
+    j["ok"] = str(j.get("backend", "")).startswith("cuda") or dry
+    return j
+
+
+def q_agree(W, row, step):
+    t = read(os.path.join(W, "q", "lg", f"{row}.{step}.txt")).strip()
+    try:
+        return float(t)
+    except ValueError:
+        return None
+
+
+def q_state(facts, row):
+    v = facts.get(f"row.{row}", "ok\t")
+    st, _, note = v.partition("\t")
+    return st, note
+
+
+def q_eligible(W, facts, row, checks, dry):
+    st, _ = q_state(facts, row)
+    a = q_bench(W, row, "A", dry)
+    if st != "ok" or not a or not a["ok"]:
+        return None
+    if row != "default":
+        for c in checks:
+            e = q_agree(W, row, c)
+            if e is None or not e < AGREE_MAX:
+                return None
+    return a["tg_tps"]
+
+
+def quick_best(W):
+    facts = kv(W)
+    dry = "dry run" in facts.get("fact.mode", "") or facts.get("fact.q_backend", "cuda") != "cuda"
+    want = os.environ.get("GPU_CHECK_BEST")
+    rows = q_rows(W)
+    if want and any(r[0] == want for r in rows):
+        print(want)
+        return 0
+    base = q_eligible(W, facts, "default", [], dry)
+    best, bt = "default", base
+    for row, _, checks in rows[1:]:
+        t = q_eligible(W, facts, row, checks, dry)
+        if t and (bt is None or t > bt):
+            best, bt = row, t
+    if best != "default" and base and bt < 1.01 * base:
+        best = "default"      # within 1%: not worth a second daemon run
+    print(best)
+    return 0
+
+
+STATE_TEXT = {"ok": "ok", "refused": "not in this build", "absent": "not in this build", "same": "= default",
+              "failed": "FAILED", "dropped": "dropped (time)"}
+
+
+def quick(W, OUT):
+    facts = kv(W)
+    dry = "dry run" in facts.get("fact.mode", "")
+    anyb = dry or facts.get("fact.q_backend", "cuda") != "cuda"   # runs count wherever they ran
+    P, N, D1, D2, PL, MAXT = (int(x) for x in (facts.get("fact.q_sizes") or "512 128 4096 16384 8192 128").split())
+    streams = [int(x) for x in (facts.get("fact.q_streams") or "16 64 256").split()]
+    bw = float(facts.get("fact.bw_gbps") or 0) or None
+    model_gb = float(facts.get("fact.model_gb") or 0) or None
+    best = facts.get("fact.best_row", "default")
+    lb, bb, sv, render = llama_quick(W)
+    ll_tg, ll_pp, ll_ppl = (lb.get((0, N, 0)) or {}).get("warm_median"), (lb.get((P, 0, 0)) or {}).get("warm_median"), \
+        (lb.get((PL, 0, 0)) or {}).get("warm_median")
+    ll_d1, ll_d2 = (lb.get((0, N, D1)) or {}).get("warm_median"), (lb.get((0, N, D2)) or {}).get("warm_median")
+
+    res = {"mode": facts.get("fact.mode"), "facts": {k[5:]: v for k, v in facts.items() if k.startswith("fact.")},
+           "sizes": {"p": P, "n": N, "d1": D1, "d2": D2, "pl": PL, "max_tokens": MAXT, "streams": streams},
+           "best_row": best, "rows": [],
+           "llama": {"bench": {f"p{k[0]}-n{k[1]}-d{k[2]}": v for k, v in lb.items()},
+                     "batched": bb, "server": sv, "render_check": render}}
+
+    def served(row):
+        d = os.path.join(W, "q", "serve", row)
+        out = {}
+        for n in streams:
+            j = last_json(read(os.path.join(d, f"{n}.json")))
+            st = stats_delta(os.path.join(d, f"{n}.st0"), os.path.join(d, f"{n}.st1"))
+            if j and "load" in j:
+                out[n] = dict(j["load"], engine=st)
+        t = last_json(read(os.path.join(d, "ttft4k.json")))
+        return out, (t or {}).get("ttft4k")
+
+    trows, plot_rows = [], []
+    for row, setting, checks in q_rows(W):
+        st, note = q_state(facts, row)
+        a, b, c = (q_bench(W, row, x, anyb) for x in "ABC")
+        # a row that is not "ok" ran with the defaults (an unread variable) or not at all: no figures
+        g = lambda j, k: j.get(k) if j and j.get("ok") and st == "ok" else None  # noqa: E731
+        tg, pp = g(a, "tg_tps"), g(a, "pp_tps")
+        pps = [x for x in (pp, g(b, "pp_tps")) if x]          # two pp512 samples (A and B)
+        pp = median(pps) if pps else None
+        d1, d2, ppl = g(b, "tg_tps"), g(c, "tg_tps"), g(c, "pp_tps")
+        wgbs = model_gb * tg if tg and model_gb else None
+        agree = {s_: (0.0 if row == "default" else q_agree(W, row, s_)) for s_ in checks}
+        load, ttft = served(row)
+        rj = {"row": row, "settings": setting, "state": st, "note": note, "pp": pp, "tg": tg, "tg_d1": d1,
+              "tg_d2": d2, "pp_long": ppl, "weight_gbps": wgbs, "bw_frac": wgbs / bw if wgbs and bw else None,
+              "vs_llama_tg": tg / ll_tg if tg and ll_tg else None, "logits_rel_l2": agree,
+              "knob_line": (a or {}).get("backend_line"), "load": load, "ttft4k": ttft,
+              "runs": {"A": a, "B": b, "C": c}}
+        res["rows"].append(rj)
+        if row == "default":
+            lg = "ref"
+        elif st != "ok":
+            lg = "—"
+        else:
+            parts = []
+            for s_, e in agree.items():
+                parts.append(f"{s_} {fnum(e, '{:.1e}')}{'' if e is not None and e < AGREE_MAX else ' BAD' if e is not None else ''}")
+            lg = ", ".join(parts)
+        cells = [row + (" *" if row == best and row != "default" else ""), STATE_TEXT.get(st, st), fnum(tg),
+                 fnum(wgbs / bw * 100 if wgbs and bw else None, "{:.1f}%"),
+                 fnum(tg / ll_tg if tg and ll_tg else None, "{:.2f}x"), fnum(d1), fnum(d2), fnum(pp), fnum(ppl),
+                 fnum((ttft or {}).get("ttft_ms_median"), "{:.0f}")]
+        for n in streams:
+            v = load.get(n)
+            cells.append(f"{fnum(v.get('tokens_per_s'), '{:.0f}')} / {fnum(v.get('itl_ms_p99'))}" if v else "—")
+        cells.append(lg)
+        trows.append(cells)
+        if st == "ok" and tg:
+            plot_rows.append((row, tg))
+    # llama.cpp's rows
+    if lb or sv:
+        cells = ["llama.cpp", "peer", fnum(ll_tg), fnum(model_gb * ll_tg / bw * 100 if ll_tg and model_gb and bw else None,
+                 "{:.1f}%"), "1.00x" if ll_tg else "—", fnum(ll_d1), fnum(ll_d2), fnum(ll_pp), fnum(ll_ppl), "—"]
+        for n in streams:
+            v = sv.get(n)
+            cells.append(f"{fnum(v.get('tokens_per_s'), '{:.0f}')} / {fnum(v.get('itl_ms_p99'))}" if v else "—")
+        trows.append(cells + ["—"])
+    if bb:
+        trows.append(["llama-batched-bench", "peer"] + ["—"] * 8 +
+                     [f"{fnum((bb.get(n) or {}).get('speed_tg'), '{:.0f}')} / —" if bb.get(n) else "—" for n in streams]
+                     + ["—"])
+
+    # the targets of kernels/cuda/NOTES.md ("Next device run: what to look at")
+    def row_j(r):
+        return next((x for x in res["rows"] if x["row"] == r), None)
+    ncu = None
+    try:
+        ncu = json.load(open(os.path.join(W, "q", "ncu_summary.json")))
+    except (OSError, ValueError):
+        pass
+    res["ncu"] = ncu
+    mid = 64 if 64 in streams else streams[len(streams) // 2]
+    targets = []
+    for r in dict.fromkeys(["default", best]):
+        j = row_j(r)
+        if not j:
+            continue
+        l64 = j["load"].get(mid) or {}
+        bbt = (bb.get(mid) or {}).get("speed_tg")
+        ttft = (j["ttft4k"] or {}).get("ttft_ms_median")
+        for name, val, goal, ok in (
+                ("one stream >= 60% of copy BW", j["bw_frac"], "60%", j["bw_frac"] is not None and j["bw_frac"] >= 0.6),
+                (f"{mid} streams >= 2x llama-batched-bench", l64.get("tokens_per_s") / bbt if l64.get("tokens_per_s") and bbt else None,
+                 "2x", bool(l64.get("tokens_per_s") and bbt and l64["tokens_per_s"] >= 2 * bbt)),
+                (f"ITL p99 at {mid} streams <= 25 ms", l64.get("itl_ms_p99"), "25 ms",
+                 l64.get("itl_ms_p99") is not None and l64["itl_ms_p99"] <= 25),
+                (f"pp{P} >= 2x llama-bench (warm median)", j["pp"] / ll_pp if j["pp"] and ll_pp else None, "2x",
+                 bool(j["pp"] and ll_pp and j["pp"] >= 2 * ll_pp)),
+                ("TTFT of a 4K prompt <= 150 ms", ttft, "150 ms", ttft is not None and ttft <= 150)):
+            targets.append({"row": r, "target": name, "value": val, "met": ok if val is not None else None})
+    if ncu:   # a step is cut at the embedding's launches: without them, no per-step count
+        k = ncu.get("kernels") if "step" in str(ncu.get("window")) else None
+        targets.append({"row": best, "target": "kernels per decode step <= 150", "value": k,
+                        "met": None if k is None else k <= 150})
+    graph = {}
+    for r in dict.fromkeys(["default", best]):
+        j = row_j(r)
+        for n, v in ((j or {}).get("load") or {}).items():
+            ps = (v.get("engine") or {}).get("per_step") or {}
+            if ps:
+                graph[f"{r} {n}"] = ps
+    targets.append({"row": best, "target": "one graph replay per step (the daemon's counters)",
+                    "value": graph or None,
+                    "met": None if not graph else all(abs(x - 1) < 0.05 for g_ in graph.values()
+                                                      for k, x in g_.items() if "replay" in k) or None})
+    res["targets"] = targets
+
+    # prompt tokens: ours (the gateway) against llama-server, per level: within 10%
+    ptoks = []
+    dl = (row_j("default") or {}).get("load") or {}
+    for n in streams:
+        o, s_ = dl.get(n), sv.get(n)
+        po = o["prompt_tokens"] / o["ok"] if o and o.get("ok") else None
+        ps = s_["prompt_tokens"] / s_["ok"] if s_ and s_.get("ok") else None
+        ptoks.append({"streams": n, "ours": o and o.get("prompt_tokens"), "ours_ok": o and o.get("ok"),
+                      "server": s_ and s_.get("prompt_tokens"), "server_ok": s_ and s_.get("ok"),
+                      "ratio": ps / po if po and ps else None,
+                      "within_10pct": abs(ps / po - 1) <= 0.1 if po and ps else None})
+    res["prompt_tokens"] = ptoks
+
+    steps, drops = [], []
+    for k, v in facts.items():
+        if k.startswith("step."):
+            p = v.split("\t")
+            steps.append([k[5:], p[0], (p[1] + " s") if len(p) > 1 and p[1] else "", p[2] if len(p) > 2 else ""])
+        elif k.startswith("drop."):
+            drops.append(v.replace("\t", ": "))
+    res["steps"] = {x[0]: {"status": x[1], "time": x[2], "note": x[3]} for x in steps}
+    res["drops"] = drops
+    res["test_cuda"] = {"stats": [l for l in read(os.path.join(W, "test_cuda.out")).splitlines() if l.startswith("stats:")]}
+    with open(os.path.join(OUT, "results.json"), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    plots = plot_quick(OUT, plot_rows, ll_tg, res, streams, sv, bb, N, dry)
+
+    # ---- the text
+    dev = facts.get("fact.device", "CPU (dry run)" if dry else "?")
+    print(f"\n===== QUICK SUMMARY{' (DRY RUN: the CPU, fixture model, tiny sizes)' if dry else ''}  {dev}; "
+          f"copy BW {fnum(bw, '{:.0f}')} GB/s; model {fnum(model_gb, '{:.3f}')} GB of weights; best row {best}")
+    hdr = ["row", "state", f"tg{N}", "% BW", "vs llama", f"d{D1}", f"d{D2}", f"pp{P}", f"pp{PL}", "TTFT ms"] + \
+          [f"{n} str tok/s / ITL p99" for n in streams] + ["logits rel L2"]
+    table(hdr, trows)
+    print(f"  tokens/s; tg{N} one stream (% BW: weight bytes x steps/s of the copy bandwidth; vs llama: llama-bench "
+          f"tg{N}, warm median); d{D1} / d{D2}: tg{N} at that depth; pp{P}: median of two runs; TTFT: a prompt of "
+          f"{facts.get('fact.ttft_words', '4000')} words, ~1 token each (median of 3, idle daemon); streams: the daemon behind smollm3-gateway (loadgen --no-think, {MAXT} tokens a "
+          f"request), llama.cpp's: llama-server -np 64 / llama-batched-bench {MAXT}+{MAXT}; logits: rel L2 vs the "
+          f"default's (s8: an 8-token step, s40: 40 tokens), BAD >= {AGREE_MAX}; * the best row (served)")
+    notes = [(x["row"], STATE_TEXT.get(x["state"], x["state"]), x["note"]) for x in res["rows"]
+             if x["state"] != "ok" and x["note"]]
+    for r, st, nt in notes:
+        print(f"  {r}: {st}: {nt}")
+    print("\nprompt tokens, the same plans (ours: smollm3-gateway; llama-server): within 10%?")
+    for p in ptoks:
+        print(f"  {p['streams']} streams: ours {p['ours'] if p['ours'] is not None else '—'} ({p['ours_ok'] or 0} requests), "
+              f"llama-server {p['server'] if p['server'] is not None else '—'} ({p['server_ok'] or 0}): "
+              f"ratio {fnum(p['ratio'], '{:.3f}')} {'' if p['within_10pct'] is None else 'ok' if p['within_10pct'] else 'MISMATCH'}")
+    if render:
+        print(f"  render check: llama-server's /apply-template {'==' if render.get('same_text') else '!='} smollm3 template "
+              f"(tokens: server {render.get('server_tokens')}, ours {render.get('ours_tokens')})")
+    print("\nengine per level (the daemon's stats between the level's start and end)")
+    for r in dict.fromkeys(["default", best]):
+        for n, v in sorted(((row_j(r) or {}).get("load") or {}).items()):
+            print(f"  {r} {n} streams: {stats_line(v.get('engine'))}")
+    print("\ntargets (kernels/cuda/NOTES.md, 'Next device run: what to look at')")
+    for t in targets:
+        v = t["value"]
+        vs = fnum(v * 100, "{:.1f}%") if "BW" in t["target"] and isinstance(v, float) else \
+            fnum(v, "{:.2f}x") if "x " in t["target"] and isinstance(v, float) else \
+            json.dumps(v) if isinstance(v, dict) else fnum(v) if isinstance(v, float) else str(v if v is not None else "—")
+        print(f"  {t['row']:<16} {t['target']:<44} {vs:<12} {'met' if t['met'] else '—' if t['met'] is None else 'NOT met'}")
+    print("\ncorrectness")
+    for k in ("test_cuda", "memcheck_ops", "racecheck_ops", "memcheck_fattn", "racecheck_fattn"):
+        if f"fact.{k}" in facts:
+            print(f"  {k}: {facts[f'fact.{k}']}")
+    if ncu:
+        print(f"  ncu ({best}): {ncu.get('window')}; {ncu.get('kernels')} kernels, {fnum(ncu.get('kernel_us'), '{:.0f}')} us")
+    print("\nsteps")
+    table(["step", "status", "time", "note"], steps, left=(0, 1, 3))
+    print(f"\ndropped ({len(drops)}):" + ("" if drops else " none"))
+    for d_ in drops:
+        print("  " + d_)
+    nfail = sum(1 for x in steps if x[1] == "fail")
+    print(f"\n{len(steps)} steps: {sum(1 for x in steps if x[1] == 'pass')} passed, {nfail} failed, "
+          f"{sum(1 for x in steps if x[1] == 'skipped')} skipped; files: {os.path.join(OUT, 'results.json')}, "
+          + ", ".join(plots))
+    return 0
+
+
+def svg_bars(x0, y0, w, h, title, groups, series, colors, ylabel):
+    """A grouped bar chart as SVG elements: groups = [(label, [value per series])]."""
+    out = [f'<text x="{x0 + w / 2}" y="{y0 - 8}" text-anchor="middle" font-size="14">{title}</text>']
+    vals = [v for _, vs in groups for v in vs if v]
+    top = max(vals) * 1.1 if vals else 1.0
+    out.append(f'<line x1="{x0}" y1="{y0 + h}" x2="{x0 + w}" y2="{y0 + h}" stroke="black"/>')
+    out.append(f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y0 + h}" stroke="black"/>')
+    for i in range(5):
+        v = top * i / 4
+        y = y0 + h - h * i / 4
+        out.append(f'<text x="{x0 - 4}" y="{y + 4}" text-anchor="end" font-size="10">{v:.0f}</text>')
+        out.append(f'<line x1="{x0}" y1="{y}" x2="{x0 + w}" y2="{y}" stroke="#ddd"/>')
+    out.append(f'<text x="{x0 - 40}" y="{y0 + h / 2}" font-size="11" transform="rotate(-90 {x0 - 40} {y0 + h / 2})" '
+               f'text-anchor="middle">{ylabel}</text>')
+    ng, ns = max(len(groups), 1), max(len(series), 1)
+    gw = w / ng
+    bw_ = gw * 0.8 / ns
+    for gi, (lab, vs) in enumerate(groups):
+        gx = x0 + gi * gw + gw * 0.1
+        for si, v in enumerate(vs):
+            if not v:
+                continue
+            bh = h * v / top
+            out.append(f'<rect x="{gx + si * bw_:.1f}" y="{y0 + h - bh:.1f}" width="{bw_ * 0.95:.1f}" height="{bh:.1f}" '
+                       f'fill="{colors[si % len(colors)]}"><title>{series[si]}: {v:.1f}</title></rect>')
+        out.append(f'<text x="{gx + gw * 0.4:.1f}" y="{y0 + h + 12}" font-size="10" text-anchor="end" '
+                   f'transform="rotate(-35 {gx + gw * 0.4:.1f} {y0 + h + 12})">{lab}</text>')
+    for si, name in enumerate(series):   # the legend, right of the plot
+        out.append(f'<rect x="{x0 + w + 12}" y="{y0 + 4 + 14 * si}" width="10" height="10" fill="{colors[si % len(colors)]}"/>')
+        out.append(f'<text x="{x0 + w + 26}" y="{y0 + 13 + 14 * si}" font-size="10">{name}</text>')
+    return out
+
+
+def plot_quick(OUT, rows, ll_tg, res, streams, sv, bb, N, dry):
+    """quick.svg (standard library) and, where matplotlib imports, quick.png: tokens/s per row (tg, one
+    stream) against llama-bench, and per stream count: the default and the best row against llama.cpp."""
+    colors = ["#4878d0", "#ee854a", "#6acc64", "#d65f5f"]
+    best = res["best_row"]
+    load = {r["row"]: r["load"] for r in res["rows"]}
+    sgroups = [(f"{n} streams", [(load.get("default") or {}).get(n, {}).get("tokens_per_s"),
+                                  (load.get(best) or {}).get(n, {}).get("tokens_per_s") if best != "default" else None,
+                                  (sv.get(n) or {}).get("tokens_per_s"), (bb.get(n) or {}).get("speed_tg")])
+               for n in streams]
+    sseries = ["ours: default", f"ours: {best}", "llama-server", "llama-batched-bench"]
+    rgroups = [(r, [t, None]) for r, t in rows] + ([("llama.cpp", [None, ll_tg])] if ll_tg else [])
+    W_, H_ = 980, 760
+    e = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W_}" height="{H_}" font-family="sans-serif">',
+         f'<rect width="{W_}" height="{H_}" fill="white"/>',
+         f'<text x="{W_ / 2}" y="20" text-anchor="middle" font-size="15">check.sh --quick'
+         f'{" (DRY RUN, CPU)" if dry else ""}: {res["facts"].get("device", "")}</text>']
+    e += svg_bars(90, 60, W_ - 290, 240, f"tg{N}, one stream, per row (tokens/s)", rgroups, ["ours", "llama-bench"],
+                  colors, "tokens/s")
+    e += svg_bars(90, 440, W_ - 290, 240, "streams through the server (tokens/s in all)", sgroups, sseries, colors,
+                  "tokens/s")
+    e.append("</svg>")
+    out = []
+    with open(os.path.join(OUT, "quick.svg"), "w") as f:
+        f.write("\n".join(e) + "\n")
+    out.append(os.path.join(OUT, "quick.svg"))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:   # noqa: BLE001 - no matplotlib: the SVG alone
+        return out
+    try:
+        png_quick(OUT, plt, rows, ll_tg, sgroups, sseries, streams, colors, N)
+        out.append(os.path.join(OUT, "quick.png"))
+    except Exception as e:   # noqa: BLE001 - the summary matters more than the picture
+        print(f"quick.png: matplotlib failed: {e}", file=sys.stderr)
+    return out
+
+
+def png_quick(OUT, plt, rows, ll_tg, sgroups, sseries, streams, colors, N):
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(11, 9))
+    names = [r for r, _ in rows]
+    a1.bar(names, [t for _, t in rows], color=colors[0], label="ours")
+    if ll_tg:
+        a1.axhline(ll_tg, color=colors[1], ls="--", label=f"llama-bench tg{N} {ll_tg:.0f}")
+    a1.set_ylabel("tokens/s")
+    a1.set_title(f"tg{N}, one stream, per row")
+    a1.tick_params(axis="x", rotation=35)
+    a1.legend()
+    x = list(range(len(streams)))
+    for si, name in enumerate(sseries):
+        ys = [g[1][si] or 0 for g in sgroups]
+        if any(ys):
+            a2.bar([i + si * 0.2 - 0.3 for i in x], ys, 0.2, label=name, color=colors[si])
+    a2.set_xticks(x)
+    a2.set_xticklabels([f"{n} streams" for n in streams])
+    a2.set_ylabel("tokens/s in all")
+    a2.set_title("streams through the server")
+    a2.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(OUT, "quick.png"), dpi=90)
+    plt.close(fig)
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__)
@@ -543,6 +1012,16 @@ def main(argv):
         return best(args[0])
     if cmd == "final":
         return final(args[0], args[1])
+    if cmd == "stats-delta":
+        st = stats_delta(args[0], args[1])
+        print(stats_line(st))
+        return 0 if st else 1
+    if cmd == "llama-brief":
+        return llama_brief(args[0])
+    if cmd == "quick-best":
+        return quick_best(args[0])
+    if cmd == "quick":
+        return quick(args[0], args[1])
     print(__doc__)
     return 2
 

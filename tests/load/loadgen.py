@@ -213,6 +213,10 @@ async def one_http(args, rec, msgs, seed):
         body["logprobs"] = True
     if args.ignore_eos:
         body["ignore_eos"] = True
+    if args.no_think:
+        # the chat template's no-think branch (SmolLM3: the short persona and an empty think
+        # block): smollm3-gateway and llama-server both read it, so both render the same prompt
+        body["chat_template_kwargs"] = {"enable_thinking": False}
     headers = {"Authorization": "Bearer " + args.api_key} if args.api_key else {}
     done = False
     rec.t0 = time.perf_counter()
@@ -265,7 +269,8 @@ def flatten(msgs):
 async def one_ctl(args, rec, msgs, seed):
     cmd = [args.ctl, "--connect", args.connect, "--timeout", str(int(args.timeout)), "generate", "--json",
            "-n", str(rec.max_tokens), "--temp", str(args.temperature), "--seed", str(seed)]
-    cmd += args.ctl_arg + ["--", flatten(msgs)]
+    cmd += (["--no-think"] if args.no_think and "--no-think" not in args.ctl_arg else []) + args.ctl_arg
+    cmd += ["--", flatten(msgs)]
     done = False
     env = None
     if os.environ.get("LOADGEN_CTL_LD_LIBRARY_PATH") is not None:   # tests/gpu/check.sh: the kit's libraries
@@ -409,6 +414,9 @@ def main():
     ap.add_argument("--api-key", default=os.environ.get("LOADGEN_API_KEY", ""))
     ap.add_argument("--logprobs", action="store_true", help="http: ask for logprobs (one SSE entry per token)")
     ap.add_argument("--ignore-eos", action="store_true", help="http: send ignore_eos (llama-server, vLLM)")
+    ap.add_argument("--no-think", action="store_true",
+                    help="thinking off: http sends chat_template_kwargs.enable_thinking = false (smollm3-gateway and "
+                         "llama-server render the same no-think prompt); ctl passes --no-think")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds without progress before a request fails")
     ap.add_argument("--json", action="store_true", help="print only the JSON summary line")
     ap.add_argument("--records", default="", help="write one JSON line per request to this file")

@@ -7,7 +7,8 @@
    known TTFT with a known number of tokens at a known inter-token gap, and fails a known
    subset (an HTTP 500, an error chunk, a stream cut before [DONE]); loadgen's TTFT / ITL
    percentiles, token counts, requests and errors must match what was scripted, and
-   tokens/s must be tokens / wall time.
+   tokens/s must be tokens / wall time.  --no-think / --ignore-eos put
+   chat_template_kwargs.enable_thinking = false / ignore_eos in the body, and only with the flags.
 3. stack: the real smollm3d (fixture model, CPU) + smollm3-gateway + nginx (the shipped
    site, tests/soak/soak.py's Stack, rate limits left out): a few seconds of --mix mixed
    streams with --logprobs.  Per request: the SSE token entries == usage.completion_tokens
@@ -94,6 +95,7 @@ class Paced:
     def __init__(self):
         self.port = None
         self.n = 0
+        self.bodies = []                 # every request's JSON body, in arrival order
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
@@ -117,6 +119,7 @@ class Paced:
             if h.lower().startswith(b"content-length:"):
                 length = int(h.split(b":")[1])
         body = json.loads(await r.readexactly(length))
+        self.bodies.append(body)
         mt = body.get("max_tokens", NTOK)
         if k % 10 == 3:
             w.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
@@ -185,6 +188,23 @@ def t_paced(tmp):
     rs = records(rec)
     bad = [r["i"] for r in rs if r["ttft_s"] is not None and r["ttft_s"] > r["latency_s"]]
     check("paced: records: TTFT <= latency for each", len(rs) == 20 and not bad, str(bad))
+
+
+def t_no_think():
+    """--no-think sends chat_template_kwargs.enable_thinking = false (and --ignore-eos its field):
+    the bodies tests/gpu/check.sh --quick sends to smollm3-gateway and to llama-server alike."""
+    srv = Paced()
+    loadgen("--url", "http://127.0.0.1:%d" % srv.port, "--streams", 2, "--requests", 2, "--max-tokens", 4,
+            "--no-think", "--ignore-eos", "--mix", "chat", "--seed", 64)
+    loadgen("--url", "http://127.0.0.1:%d" % srv.port, "--streams", 1, "--requests", 1, "--max-tokens", 4)
+    b = srv.bodies
+    check("no-think: 3 bodies received", len(b) == 3, str(len(b)))
+    if len(b) == 3:
+        check("no-think: chat_template_kwargs {enable_thinking: false} and ignore_eos with --no-think --ignore-eos",
+              all(x.get("chat_template_kwargs") == {"enable_thinking": False} and x.get("ignore_eos") is True
+                  for x in b[:2]), json.dumps(b[:2])[:300])
+        check("no-think: neither field without the flags",
+              "chat_template_kwargs" not in b[2] and "ignore_eos" not in b[2], json.dumps(b[2])[:300])
 
 
 # ------------------------------------------------------------------ 3 + 4: the real stack
@@ -283,6 +303,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="smol-load-") as tmp:
         t_plan()
         t_paced(tmp)
+        t_no_think()
         t_stack(args, tmp)
     print("load: %d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
