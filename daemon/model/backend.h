@@ -35,6 +35,22 @@ struct smol_weight {
     int file_backed;            /* data lies in a read-only file mapping: its pages may be dropped after a copy */
 };
 
+/* One layer's weights, for a backend that runs whole layers itself (the layers op). */
+struct smol_layer_weights {
+    const struct smol_weight *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+    int rope;                   /* 0: a NoPE layer */
+};
+
+/* What the layers op needs of the model (model.c fills it once). */
+struct smol_layers_args {
+    int n_layers, dim, n_heads, n_kv_heads, head_dim, ffn_dim;
+    float eps, scale;
+    const struct smol_rope_params *rope;
+    const struct smol_layer_weights *layers;    /* [n_layers] */
+    const struct smol_weight *output_norm;
+    struct smol_kv *kv;
+};
+
 /* One engine step: tokens of one or more sequences, each at its position. */
 struct smol_batch {
     int n_tokens;
@@ -105,6 +121,14 @@ struct smol_backend {
     /* x += (silu(h wg^T) * (h wu^T)) wd^T, h = rmsnorm(x) * nw; hb: scratch [n][ffn] */
     int (*ffn)(struct smol_backend *be, float *x, const struct smol_weight *nw, const struct smol_weight *wg,
                const struct smol_weight *wu, const struct smol_weight *wd, float *hb, int n, int dim, float eps);
+
+    /* Optional: every layer of a step and the head's input in the backend's own fused kernels
+     * (CUDA: knob cuda_fuse = layer).  x holds the step's embeddings (b->n_tokens rows of
+     * a->dim) and is scratch afterwards; on return xb[i] = rmsnorm(x after the last layer,
+     * row b->out_idx[i]) * output_norm for i < b->n_out.  1 when it did that, 0 when it did
+     * nothing (forward() then runs the layers op by op). */
+    int (*layers)(struct smol_backend *be, const struct smol_layers_args *a, const struct smol_batch *b, float *x,
+                  float *xb);
 
     /* Optional recording of a step (CUDA graphs).  forward() calls step_begin before the step's
      * first op: SMOL_STEP_RUN = run the ops as usual; SMOL_STEP_CAPTURE = run them, they are

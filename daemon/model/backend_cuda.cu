@@ -107,6 +107,18 @@ struct cuda {
     int n_weights, cap_weights;
     int max_tokens, max_cols, max_ctx;
     struct smol_cuda_counts counts; /* what counts() reports, but kernels (the emulator's count) */
+    /* knob fuse = layer (layer.cu): the residual in fixed point and its copy, q, the attention
+     * output as q8a, the merge tickets, RoPE's cos/sin table; made by the first step that needs
+     * them (a recorded one is then run plainly once: capture_retry) */
+    long long *fx_a, *fx_b;
+    float *lq;
+    int8_t *laq;
+    struct smol_q8a *las;
+    int *lcnt;
+    float2 *rope_cs;
+    struct smol_rope_params rope_key;
+    size_t l_dim, l_qdim, l_nkv, rope_ctx;
+    int capture_retry;
 };
 
 static struct cuda *C(struct smol_backend *be) { return (struct cuda *)be->impl; }
@@ -751,6 +763,157 @@ static enum smol_err cu_sample(struct smol_backend *be, const float *logits, int
     return SMOL_OK;
 }
 
+/* ---- whole layers (knob fuse = layer, layer.cu) ------------------------------------------------ */
+
+/* cos and sin of pair i at position p: the arithmetic of ops.cu's rope_cs (double, YaRN), on the host */
+static void rope_cs_host(int p, int i, const struct smol_rope_params *rp, float *c, float *s)
+{
+    const double theta_extrap = p * pow((double)rp->freq_base, -2.0 * i / rp->n_dims);
+    double theta = rp->freq_scale * theta_extrap, mscale = rp->attn_factor;
+    if (rp->ext_factor != 0.0f) {
+        const double y = (i - rp->corr_dims[0]) / fmax(0.001, (double)rp->corr_dims[1] - rp->corr_dims[0]);
+        const double ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * rp->ext_factor;
+        theta = theta * (1 - ramp) + theta_extrap * ramp;
+        mscale *= 1.0 + 0.1 * log(1.0 / rp->freq_scale);
+    }
+    *c = (float)(cos(theta) * mscale);
+    *s = (float)(sin(theta) * mscale);
+}
+
+/* the layers' buffers for dim / q_dim / kv heads; 0 when they cannot be made now (while
+ * recording: the step is then run plainly once, capture_retry) */
+static int layer_buffers(struct cuda *c, const struct smol_layers_args *a)
+{
+    const size_t T = SMOL_MMVQ_MAX_TOKENS, dim = a->dim, qd = (size_t)a->n_heads * a->head_dim, nkv = a->n_kv_heads;
+    const int pairs = a->rope->n_dims / 2;
+    const int fresh_rope = !c->rope_cs || c->rope_ctx < (size_t)c->max_ctx || memcmp(&c->rope_key, a->rope, sizeof *a->rope);
+    if (c->fx_a && c->l_dim >= dim && c->l_qdim >= qd && c->l_nkv >= nkv && !fresh_rope) return 1;
+    if (c->capturing) {
+        c->capture_broken = c->capture_retry = 1;
+        return 0;
+    }
+    sync(c, "layer buffers");
+    cudaFree(c->fx_a); cudaFree(c->fx_b); cudaFree(c->lq); cudaFree(c->laq); cudaFree(c->las); cudaFree(c->lcnt);
+    cudaFree(c->rope_cs);
+    c->fx_a = c->fx_b = NULL;
+    c->lq = NULL;
+    c->laq = NULL;
+    c->las = NULL;
+    c->lcnt = NULL;
+    c->rope_cs = NULL;
+    drop_graphs(c);
+    c->gen++;
+    const size_t ctx = (size_t)(c->max_ctx > 0 ? c->max_ctx : 1);
+    float2 *h = (float2 *)malloc(ctx * (pairs > 0 ? pairs : 1) * sizeof *h);
+    if (!h) return 0;
+    for (size_t p = 0; p < ctx; p++)
+        for (int i = 0; i < pairs; i++) rope_cs_host((int)p, i, a->rope, &h[p * pairs + i].x, &h[p * pairs + i].y);
+    cudaError_t e = cudaMalloc((void **)&c->fx_a, T * dim * 8);
+    if (!e) e = cudaMalloc((void **)&c->fx_b, T * dim * 8);
+    if (!e) e = cudaMalloc((void **)&c->lq, T * qd * 4);
+    if (!e) e = cudaMalloc((void **)&c->laq, T * qd);
+    if (!e) e = cudaMalloc((void **)&c->las, T * (qd / 32) * sizeof(struct smol_q8a));
+    if (!e) e = cudaMalloc((void **)&c->lcnt, T * nkv * sizeof(int));
+    if (!e) e = cudaMemset(c->lcnt, 0, T * nkv * sizeof(int));
+    if (!e) e = cudaMalloc((void **)&c->rope_cs, ctx * (pairs > 0 ? pairs : 1) * sizeof(float2));
+    if (!e) e = cudaMemcpy(c->rope_cs, h, ctx * pairs * sizeof(float2), cudaMemcpyHostToDevice);
+    free(h);
+    if (e != cudaSuccess) {
+        ck(c, e, "layer buffers");
+        return 0;
+    }
+    c->l_dim = dim;
+    c->l_qdim = qd;
+    c->l_nkv = nkv;
+    c->rope_ctx = ctx;
+    c->rope_key = *a->rope;
+    return 1;
+}
+
+static int cu_layers(struct smol_backend *be, const struct smol_layers_args *a, const struct smol_batch *b, float *x,
+                     float *xb)
+{
+    struct cuda *c = C(be);
+    const struct smol_kv *kv = a->kv;
+    const int n = b->n_tokens;
+    if (c->opts.fuse != SMOL_CUDA_FUSE_LAYER || n > SMOL_MMVQ_MAX_TOKENS || c->failed != cudaSuccess ||
+        kv->rot_k || kv->rot_v ||
+        !smol_layer_ok(a->dim, a->n_heads, a->n_kv_heads, a->head_dim, a->ffn_dim, (int)kv->type) ||
+        a->output_norm->type != SMOL_TYPE_F32)
+        return 0;
+    for (int l = 0; l < a->n_layers; l++) {
+        const struct smol_layer_weights *L = &a->layers[l];
+        const struct smol_weight *ws[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+        for (int i = 0; i < 7; i++)
+            if (!q8_ok(c, ws[i], n) && !(i == 6 && ws[i]->dev_aux && smol_mmvq_type_ok(ws[i]->type))) return 0;
+        if (L->attn_norm->type != SMOL_TYPE_F32 || L->ffn_norm->type != SMOL_TYPE_F32) return 0;
+    }
+    if (!layer_buffers(c, a)) return c->capturing;  /* while recording: spoilt, step_end runs it plainly */
+    int max_pages;
+    const int32_t *d = kv_desc(c, b, &max_pages);
+    if (!d) return 0;
+    /* attention splits as cu_attention's */
+    const int blocks = n * kv->n_kv_heads;
+    int n_split = (2 * c->n_sm + blocks - 1) / blocks;
+    const int ctx_pages = (c->max_ctx + SMOL_KV_PAGE - 1) / SMOL_KV_PAGE;
+    if (n_split > (c->capturing ? ctx_pages : max_pages)) n_split = c->capturing ? ctx_pages : max_pages;
+    const size_t per = (size_t)n * a->n_heads * (a->head_dim + 2);
+    while (n_split > 1 && per * n_split > c->part_cap) n_split--;
+    if (n_split < 1) n_split = 1;
+    int pps = 0;
+    if (!c->capturing) {
+        pps = (max_pages + n_split - 1) / n_split;
+        n_split = (max_pages + pps - 1) / pps;
+    }
+    struct smol_layer_args la;
+    memset(&la, 0, sizeof la);
+    la.n = n;
+    la.tok = d;
+    la.pages = d;
+    la.xa = c->fx_a;
+    la.xb = c->fx_b;
+    la.dim = a->dim;
+    la.n_heads = a->n_heads;
+    la.n_kv_heads = a->n_kv_heads;
+    la.head_dim = a->head_dim;
+    la.ffn = a->ffn_dim;
+    la.eps = a->eps;
+    la.scale = a->scale;
+    la.q = c->lq;
+    la.kv_type = (int)kv->type;
+    la.rope_pairs = a->rope->n_dims / 2;
+    la.part = c->part;
+    la.cnt = c->lcnt;
+    la.n_split = n_split;
+    la.pps = pps;
+    la.aq = c->laq;
+    la.as = c->las;
+    for (int l = 0; l < a->n_layers; l++) {
+        const struct smol_layer_weights *L = &a->layers[l];
+        la.x0 = l == 0 ? x : NULL;
+        la.attn_norm = (const float *)L->attn_norm->dev;
+        la.ffn_norm = (const float *)L->ffn_norm->dev;
+        la.wq = mv_part(L->wq, NULL);
+        la.wk = mv_part(L->wk, NULL);
+        la.wv = mv_part(L->wv, NULL);
+        la.wo = mv_part(L->wo, NULL);
+        la.wg = mv_part(L->w_gate, NULL);
+        la.wu = mv_part(L->w_up, NULL);
+        la.wd = mv_part(L->w_down, NULL);
+        la.kc = (char *)kv->k + l * kv->layer_bytes;
+        la.vc = (char *)kv->v + l * kv->layer_bytes;
+        la.rope_cs = L->rope && la.rope_pairs > 0 ? c->rope_cs : NULL;
+        if (ck(c, smol_layer_cuda(&la, c->st), "layer")) return 1;
+    }
+    if (b->n_out) {
+        const int32_t *idx = slot_put(c, SLOT_IDX, b->out_idx, b->n_out);
+        if (idx)
+            ck(c, smol_head_norm_cuda(xb, c->fx_a, idx, b->n_out, (const float *)a->output_norm->dev, a->eps, a->dim,
+                                      c->st), "head norm");
+    }
+    return 1;
+}
+
 /* ---- recorded steps (knob graphs) -------------------------------------------------------------- */
 
 /* Uploads the step's descriptors (ids, positions, page tables, output rows) into the slots, so
@@ -777,6 +940,7 @@ static int cu_step_begin(struct smol_backend *be, const struct smol_batch *b)
     if (ck(c, cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal), "begin capture")) return SMOL_STEP_RUN;
     c->capturing = 1;
     c->capture_broken = 0;
+    c->capture_retry = 0;
     c->cap_tokens = b->n_tokens;
     c->cap_out = b->n_out;
     return SMOL_STEP_CAPTURE;
@@ -793,6 +957,12 @@ static int cu_step_end(struct smol_backend *be)
     cudaGraphExec_t x = NULL;
     if (e == cudaSuccess && !c->capture_broken) e = cudaGraphInstantiate(&x, g, 0);
     if (g) cudaGraphDestroy(g);
+    if (c->capture_broken && c->capture_retry && e == cudaSuccess) {  /* buffers made while recording: once more */
+        c->capture_retry = 0;
+        cudaGetLastError();
+        if (x) cudaGraphExecDestroy(x);
+        return -1;
+    }
     if (e != cudaSuccess || c->capture_broken) {
         cudaGetLastError();
         fprintf(stderr, "<4>cuda: a decode step could not be recorded (%s): graphs off\n",
@@ -865,6 +1035,13 @@ static void cu_destroy(struct smol_backend *be)
     }
     cudaFree(c->part);
     cudaFree(c->sample_out);
+    cudaFree(c->fx_a);
+    cudaFree(c->fx_b);
+    cudaFree(c->lq);
+    cudaFree(c->laq);
+    cudaFree(c->las);
+    cudaFree(c->lcnt);
+    cudaFree(c->rope_cs);
     cudaStreamDestroy(c->st);
     free(c->weights);
     free(c->kv_build);
@@ -939,6 +1116,7 @@ static enum smol_err cu_new(struct smol_backend **out, int device, const struct 
     be->rope_store = cu_rope_store;
     be->matmul_add = cu_matmul_add;
     be->ffn = cu_ffn;
+    be->layers = cu_layers;
     be->step_begin = cu_step_begin;
     be->step_end = cu_step_end;
     fprintf(stderr, "<6>cuda: device %d: %s, sm_%d%d, %d SMs, %.1f GiB; matvec=%s fuse=%s graphs=%s gemm=%s attn=%s\n",

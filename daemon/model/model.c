@@ -413,6 +413,21 @@ enum smol_err smol_model_open(struct smol_model **out, const char *path, const s
     size_t per_page = smol_kv_bytes_per_token(c->n_layers, c->n_kv_heads, c->head_dim, kv_type) * SMOL_KV_PAGE;
     if ((e = kv_open(m, &set, gpu, kv_type, per_page, err))) goto fail;
     size_t pages = (size_t)m->kv.n_pages;
+    if (m->be->layers) {  /* the fused layers' view of the model */
+        m->layer_weights = calloc((size_t)c->n_layers, sizeof *m->layer_weights);
+        if (!m->layer_weights) {
+            e = smol_errf(err, SMOL_ENOMEM, "model: out of memory");
+            goto fail;
+        }
+        for (int l = 0; l < c->n_layers; l++) {
+            const struct smol_layer *L = &m->w.layers[l];
+            m->layer_weights[l] = (struct smol_layer_weights){&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_norm,
+                                                              &L->w_gate, &L->w_up, &L->w_down, smol_layer_has_rope(c, l)};
+        }
+        m->layer_args = (struct smol_layers_args){c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim,
+                                                  c->norm_eps, 1.0f / sqrtf((float)c->head_dim), &m->rope,
+                                                  m->layer_weights, &m->w.output_norm, &m->kv};
+    }
     if (!set.quiet) {
         char knobs[80] = "", desc[64];
         if (!strncmp(m->be->name, "cuda", 4)) {
@@ -442,6 +457,7 @@ void smol_model_close(struct smol_model **mp)
         smol_backend_free(&m->be);
     }
     free(m->w.layers);
+    free(m->layer_weights);
     free(m->w.owned);
     free(m->trace_buf);
     smol_gguf_close(&m->gguf);
@@ -569,10 +585,14 @@ static void step_ops(struct smol_model *m, const struct smol_batch *b)
     const int n = b->n_tokens;
     be->get_rows(be, s->x, &w->tok_embd, b->tokens, n);
     trace(m, "inp_embd", -1, s->x, n, c->dim);
-    for (int l = 0; l < c->n_layers; l++) layer(m, b, l);
-    if (b->n_out == 0) return;
-    be->gather_rows(be, s->xb, s->x, b->out_idx, b->n_out, c->dim);
-    be->rmsnorm(be, s->xb, s->xb, &w->output_norm, b->n_out, c->dim, c->norm_eps);
+    if (!m->trace && be->layers && m->layer_args.layers && be->layers(be, &m->layer_args, b, s->x, s->xb)) {
+        if (b->n_out == 0) return;
+    } else {
+        for (int l = 0; l < c->n_layers; l++) layer(m, b, l);
+        if (b->n_out == 0) return;
+        be->gather_rows(be, s->xb, s->x, b->out_idx, b->n_out, c->dim);
+        be->rmsnorm(be, s->xb, s->xb, &w->output_norm, b->n_out, c->dim, c->norm_eps);
+    }
     trace(m, "result_norm", -1, s->xb, b->n_out, c->dim);
     be->matmul(be, s->logits, &w->output, s->xb, b->n_out < SMOL_LOGIT_ROWS ? b->n_out : SMOL_LOGIT_ROWS);
 }

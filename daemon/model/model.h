@@ -121,6 +121,8 @@ struct smol_model {
     struct smol_cuda_opts cuda; /* the CUDA knobs in effect (settings + environment); meaningful
                                    when be is the CUDA backend (be->name "cuda...") */
     struct smol_kv kv;
+    struct smol_layers_args layer_args;         /* the backend's layers op's view of the model */
+    struct smol_layer_weights *layer_weights;   /* [n_layers], owned */
     smol_trace_fn trace;
     void *trace_ctx;
     float *trace_buf;

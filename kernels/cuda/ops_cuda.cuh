@@ -61,6 +61,35 @@ cudaError_t smol_norm_q8a_cuda(const float *x, const float *w, float eps, int n,
 cudaError_t smol_mmvq_cuda(const struct smol_mv_part *parts, int n_parts, int mode, const int8_t *xq,
                            const struct smol_q8a *xs, int cols, int n, cudaStream_t st);
 
+/* ---- a decode layer in four kernels (layer.cu, knob cuda_fuse = layer) ---- */
+struct smol_layer_args {
+    int n;                          /* tokens of the step (1..SMOL_MMVQ_MAX_TOKENS) */
+    const int32_t *tok, *pages;     /* the KV descriptor (as smol_attention_cuda's) */
+    const float *x0;                /* the first layer: the embeddings [n][dim] (float); else NULL */
+    long long *xa, *xb;             /* the residual [n][dim] in fixed point (2^-32), its copy after attention */
+    int dim, n_heads, n_kv_heads, head_dim, ffn;
+    float eps, scale;
+    const float *attn_norm, *ffn_norm;
+    struct smol_mv_part wq, wk, wv, wo, wg, wu, wd;   /* q8 layouts (mmvq.h); .out unused */
+    float *q;                       /* [n][n_heads * head_dim] */
+    void *kc, *vc;                  /* this layer's caches */
+    int kv_type;                    /* SMOL_TYPE_F16 or SMOL_TYPE_F32 */
+    const float2 *rope_cs;          /* [position][rope_pairs] cos, sin; NULL: a NoPE layer */
+    int rope_pairs;
+    float *part;                    /* attention partials: n * n_heads * n_split * (head_dim + 2) */
+    int *cnt;                       /* [n][n_kv_heads] merge tickets, zero between launches */
+    int n_split, pps;               /* attention splits, pages per split (0: found on the device) */
+    int8_t *aq;                     /* the attention output as q8a: [n][n_heads * head_dim] */
+    struct smol_q8a *as;            /* [n][n_heads * head_dim / 32] */
+};
+/* 1 if the shapes have the fused path */
+int smol_layer_ok(int dim, int n_heads, int n_kv_heads, int head_dim, int ffn, int kv_type);
+/* the layer's four launches: qkv, attention, o, ffn */
+cudaError_t smol_layer_cuda(const struct smol_layer_args *a, cudaStream_t st);
+/* out[i] = rmsnorm(x[idx[i]]) * w for i < n_out, x in fixed point (the last layer's xa) */
+cudaError_t smol_head_norm_cuda(float *out, const long long *x, const int32_t *idx, int n_out, const float *w, float eps,
+                                int dim, cudaStream_t st);
+
 /* smol_rmsnorm_ref over n rows of dim; out may equal x. */
 cudaError_t smol_rmsnorm_cuda(float *out, const float *x, const float *w, int dim, float eps, int n,
                               cudaStream_t st);

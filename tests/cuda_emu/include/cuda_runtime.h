@@ -127,6 +127,8 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 static inline float __saturatef(float x) { return x < 0 ? 0 : x > 1 ? 1 : x; }
 static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
+static inline long long __float2ll_rn(float x) { return llrintf(x); }
+static inline float __ll2float_rn(long long x) { return (float)x; }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
 static inline int __ffs(int x) { return __builtin_ffs(x); }
@@ -142,6 +144,7 @@ static inline unsigned __dp4a(unsigned a, unsigned b, unsigned c)
 }
 template <class T> static inline T __ldg(const T *p) { return *p; }
 template <class T> static inline T __ldcs(const T *p) { return *p; }
+template <class T> static inline T __ldcg(const T *p) { return *p; }
 template <class T> static inline void __stcs(T *p, T v) { *p = v; }
 
 /* ---- the fiber a device thread runs on (emu_runtime.cpp) ---- */
