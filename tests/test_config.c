@@ -410,6 +410,16 @@ START_TEST(cuda_options)
     ck_assert_msg(strstr(text, "\ncuda_matvec = q8\n") && strstr(text, "\ncuda_fuse = true\n") &&
                   strstr(text, "\ncuda_graphs = false\n"), "%s", text);
     free(text);
+    /* cuda_fuse's third value: a layer in four kernels, written back as it was given */
+    ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\ncuda_fuse = layer\n", err), SMOL_OK);
+    ck_assert_int_eq(c.cuda_fuse, SMOL_CUDA_FUSE_LAYER);
+    f = open_memstream(&text, &n);
+    smol_config_write(f, &c);
+    fclose(f);
+    ck_assert_msg(strstr(text, "\ncuda_fuse = layer\n"), "%s", text);
+    free(text);
+    ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\ncuda_fuse = maybe\n", err), SMOL_EINVAL);
+    ck_assert_msg(strstr(err, "or layer"), "%s", err);
 }
 END_TEST
 

@@ -1119,7 +1119,7 @@ END_TEST
 
 /* The knob settings every CUDA model case runs under.  The environment's SMOL_CUDA_* would
  * override them (smol_backend_cuda_new); the model cases clear it so that the table runs. */
-static const struct smol_cuda_opts knobs[] = {
+static const struct smol_cuda_opts knobs_device[] = {
     {.matvec = SMOL_CUDA_MATVEC_F32, .fuse = 0, .graphs = 0},
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 0, .graphs = 0},
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0},
@@ -1132,8 +1132,21 @@ static const struct smol_cuda_opts knobs[] = {
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 1, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
     /* the int8 GEMM (not yet run on a device) */
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0, .gemm = SMOL_CUDA_GEMM_IMMA, .attn = SMOL_CUDA_ATTN_PREFILL},
+    /* a layer in four kernels (layer.cu; not yet run on a device), and its graph twin */
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = SMOL_CUDA_FUSE_LAYER, .graphs = 0, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = SMOL_CUDA_FUSE_LAYER, .graphs = 1, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
 };
-#define N_KNOBS ((int)(sizeof knobs / sizeof knobs[0]))
+/* On the emulator (SMOL_TEST_CUDA_EMU=1, the cuda-emu suite): the defaults and the newer paths,
+ * each with its graph twin (the others ran on devices; the emulator is ~10^4 times slower) */
+static const struct smol_cuda_opts knobs_emu[] = {
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 1, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = SMOL_CUDA_FUSE_LAYER, .graphs = 0, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = SMOL_CUDA_FUSE_LAYER, .graphs = 1, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
+};
+static const struct smol_cuda_opts *knobs = knobs_device;
+static int N_KNOBS = (int)(sizeof knobs_device / sizeof knobs_device[0]);
+
 
 /* The setting a graphs = 1 setting replays (same mat-vec and fusion, no graph): its decode
  * logits must be bit-identical to that one's, the graph launching the same kernels.  -1 if none. */
@@ -1153,7 +1166,9 @@ static int is_graph_twin(int k)
     return 0;
 }
 
-#define N_GREEDY 24        /* greedy decode steps from the last prompt position */
+#define N_GREEDY 24        /* greedy decode steps from the last prompt position (at most) */
+/* the steps run: N_GREEDY, 6 on the emulator */
+static int n_greedy(void) { return on_emu() ? 6 : N_GREEDY; }
 #define SYNTH_TOKENS 150   /* the synthesized models' prompt: > 2 x MODEL_CHUNK, three prefill chunks */
 #define MODEL_CHUNK 64     /* max_tokens: the longer prompts run as several prefill chunks */
 
@@ -1198,12 +1213,13 @@ static int argmax_margin(const float *x, int n, float *margin)
     return a;
 }
 
-/* A model on the CPU (cuda NULL) or on CUDA with those knobs. */
-static struct smol_model *open_model(const char *path, const struct smol_cuda_opts *cuda)
+/* A model on the CPU (cuda NULL) or on CUDA with those knobs; kv_type NULL: f16. */
+static struct smol_model *open_model_kv(const char *path, const struct smol_cuda_opts *cuda, const char *kv_type)
 {
     struct smol_model_settings set;
     smol_model_settings_default(&set);
     set.quiet = 1;
+    set.kv_type = kv_type;
     set.n_ctx = 512;
     set.max_tokens = MODEL_CHUNK;
     if (cuda) {
@@ -1219,6 +1235,11 @@ static struct smol_model *open_model(const char *path, const struct smol_cuda_op
         ck_assert_msg(!memcmp(&m->cuda, cuda, sizeof *cuda), "%s: the knobs in effect are not the table's", path);
     }
     return m;
+}
+
+static struct smol_model *open_model(const char *path, const struct smol_cuda_opts *cuda)
+{
+    return open_model_kv(path, cuda, NULL);
 }
 
 /* One prompt: its ids, the exact reference where there is one, and the CPU's results that every
@@ -1247,7 +1268,7 @@ static void decode_steps(struct smol_model *m, struct smol_kv_seq *seq, const fl
     const int V = m->cfg.vocab;
     char err[SMOL_ERRLEN];
     const float *cur = row0;
-    for (int s = 0; s < N_GREEDY; s++) {
+    for (int s = 0; s < n_greedy(); s++) {
         am[s] = argmax_margin(cur, V, margin ? &margin[s] : NULL);
         if (pick) tok[s] = am[s];
         ck_assert_msg(smol_model_eval(m, seq, &tok[s], 1, 0, dec + (size_t)s * V, err) == SMOL_OK, "%s", err);
@@ -1336,7 +1357,7 @@ static void cuda_prompt(struct smol_model *m, const char *name, int k, struct pr
     decode_steps(m, &seq, lg + (size_t)(pc->n - 1) * V, pc->tok, 0, am, NULL, dec);
     smol_kv_seq_deinit(&m->kv, &seq);
     free(lg);
-    for (int s = 0; s < N_GREEDY; s++) {
+    for (int s = 0; s < n_greedy(); s++) {
         if (pc->margin[s] < b.greedy_margin) continue;  /* tie-ish: rounding may flip it */
         t->greedy_cmp++;
         t->greedy_eq += am[s] == pc->tok[s];
@@ -1344,9 +1365,9 @@ static void cuda_prompt(struct smol_model *m, const char *name, int k, struct pr
             snprintf(t->greedy_miss, sizeof t->greedy_miss, "p%d step %d: cuda %d != cpu %d (cpu margin %.3f)", p + 1,
                      s, am[s], pc->tok[s], pc->margin[s]);
     }
-    tally_l2(dec, pc->cpu_dec, (size_t)N_GREEDY * V, &t->dec_num, &t->dec_den);
+    tally_l2(dec, pc->cpu_dec, (size_t)n_greedy() * V, &t->dec_num, &t->dec_den);
     if (graph_twin(k) >= 0)
-        t->graph_diff += !pc->twin_dec || memcmp(dec, pc->twin_dec, (size_t)N_GREEDY * V * sizeof *dec);
+        t->graph_diff += !pc->twin_dec || memcmp(dec, pc->twin_dec, (size_t)n_greedy() * V * sizeof *dec);
     if (is_graph_twin(k)) {
         free(pc->twin_dec);
         pc->twin_dec = dec;
@@ -1360,7 +1381,8 @@ static void cuda_side(const char *path, const char *name, int k, struct prompt_c
 {
     char desc[64];
     smol_cuda_opts_describe(&knobs[k], desc, sizeof desc);
-    if (knobs[k].attn != SMOL_CUDA_ATTN_PAGED && cpu_head_dim != 128) {  /* the same kernels as paged: no new check */
+    if (knobs[k].attn != SMOL_CUDA_ATTN_PAGED && cpu_head_dim != 128 && !on_emu()) {  /* the same kernels as paged:
+                                                                                    no new check (the device table has them) */
         printf("note: %s [%s] not run: head_dim %d takes the paged kernels under cuda_attn = %s\n", name, desc,
                cpu_head_dim, knobs[k].attn == SMOL_CUDA_ATTN_TILED ? "tiled" : "prefill");
         return;
@@ -1601,7 +1623,9 @@ static void synthesize(void)
         return;
     }
     pid_t pid[N_SYNTH];
-    for (int i = 0; i < N_SYNTH; i++) {
+    const int n_synth = on_emu() ? 2 : N_SYNTH;  /* the emulator runs q4_K_m and q8_0 */
+    for (int i = 0; i < N_SYNTH; i++) pid[i] = -1;
+    for (int i = 0; i < n_synth; i++) {
         char out[128], log[128];
         synth_path(out, sizeof out, i, "gguf");
         synth_path(log, sizeof log, i, "log");
@@ -1617,7 +1641,7 @@ static void synthesize(void)
         }
         posix_spawn_file_actions_destroy(&fa);
     }
-    for (int i = 0; i < N_SYNTH; i++) {
+    for (int i = 0; i < n_synth; i++) {
         int st = 0;
         if (pid[i] < 0 || waitpid(pid[i], &st, 0) < 0 || (WIFEXITED(st) && WEXITSTATUS(st) == 0)) continue;
         char log[128];
@@ -1633,6 +1657,10 @@ static void synthesize(void)
  * (elsewhere every case SKIPs at once) writes the synthesized models. */
 static void model_setup(void)
 {
+    if (on_emu()) {
+        knobs = knobs_emu;
+        N_KNOBS = (int)(sizeof knobs_emu / sizeof knobs_emu[0]);
+    }
     static const char *const vars[] = {"SMOL_CUDA_MATVEC", "SMOL_CUDA_FUSE", "SMOL_CUDA_GRAPHS", "SMOL_CUDA_GEMM",
                                        "SMOL_CUDA_ATTN"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
@@ -1674,9 +1702,10 @@ START_TEST(t_model_synth)
     char path[128], name[64];
     synth_path(path, sizeof path, _i, "gguf");
     snprintf(name, sizeof name, "synth %s", synth_types[_i]);
-    struct prompt_case pc = {.n = SYNTH_TOKENS};
-    pc.ids = malloc(SYNTH_TOKENS * sizeof *pc.ids);
-    for (int i = 0; i < SYNTH_TOKENS; i++) pc.ids[i] = (i * 7919 + 13) % 128256;  /* the fixtures' vocabulary */
+    const int n_tok = on_emu() ? 70 : SYNTH_TOKENS;  /* the emulator: a 64-token chunk, then 6 (a decode-sized step) */
+    struct prompt_case pc = {.n = n_tok};
+    pc.ids = malloc(n_tok * sizeof *pc.ids);
+    for (int i = 0; i < n_tok; i++) pc.ids[i] = (i * 7919 + 13) % 128256;  /* the fixtures' vocabulary */
     int V;
     const struct model_bounds b = cpu_side(path, &pc, 1, &V);
     for (int k = 0; k < N_KNOBS; k++) cuda_side(path, name, k, &pc, 1, V, b);
@@ -1684,10 +1713,114 @@ START_TEST(t_model_synth)
 }
 END_TEST
 
+/* Batched decode of mixed lengths over scattered pages (_i = 0: f16 cache, 1: q8_0): on the
+ * synthesized q4_K_m model (head_dim 128), three sequences with prompts of 5, 23 and 41 tokens,
+ * prefilled in turns of at most 8 tokens so that their pages interleave in the pool, then
+ * BATCH_STEPS steps decoding all three in one batch (rows at three positions).  Every knob
+ * setting's logits of those steps against the CPU's doing the same (relative L2 within the
+ * model's bound, the argmax equal where the CPU's margin is clear), and a setting with graphs
+ * bit for bit its twin without. */
+#define BATCH_SEQS 3
+#define BATCH_STEPS 4
+static void batch_run(const char *path, const struct smol_cuda_opts *knob, const char *kv_type, float *out)
+{
+    static const int lens[BATCH_SEQS] = {5, 23, 41};
+    struct smol_model *m = open_model_kv(path, knob, kv_type);
+    const int V = m->cfg.vocab;
+    char err[SMOL_ERRLEN];
+    struct smol_kv_seq seqs[BATCH_SEQS];
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++) ids[i] = (i * 7919 + 101) % 128256;
+    for (int q = 0; q < BATCH_SEQS; q++) smol_kv_seq_init(&seqs[q]);
+    for (int off = 0; off < 41; off += 8)
+        for (int q = 0; q < BATCH_SEQS; q++) {
+            const int k = lens[q] - off < 8 ? lens[q] - off : 8;
+            if (k > 0) ck_assert_msg(smol_model_eval(m, &seqs[q], ids + off + q, k, 0, NULL, err) == SMOL_OK, "%s", err);
+        }
+    int32_t tok[BATCH_SEQS], pos[BATCH_SEQS], idx[BATCH_SEQS];
+    struct smol_kv_seq *sp[BATCH_SEQS];
+    for (int s = 0; s < BATCH_STEPS; s++) {
+        for (int q = 0; q < BATCH_SEQS; q++) {
+            pos[q] = seqs[q].n_tokens;
+            tok[q] = ids[(7 * s + 3 * q) % 64];
+            idx[q] = q;
+            sp[q] = &seqs[q];
+            ck_assert_msg(smol_kv_seq_reserve(&m->kv, &seqs[q], pos[q], pos[q] + 1, err) == SMOL_OK, "%s", err);
+        }
+        const struct smol_batch b = {.n_tokens = BATCH_SEQS, .tokens = tok, .pos = pos, .seq = sp, .n_out = BATCH_SEQS,
+                                     .out_idx = idx};
+        ck_assert_msg(smol_model_forward(m, &b, out + (size_t)s * BATCH_SEQS * V, err) == SMOL_OK, "%s", err);
+    }
+    for (int q = 0; q < BATCH_SEQS; q++) smol_kv_seq_deinit(&m->kv, &seqs[q]);
+    smol_model_close(&m);
+}
+
+START_TEST(t_model_batch)
+{
+    if (!have_cuda()) return;
+    ck_assert_msg(synth_dir[0] && !synth_err[0][0], "synth %s: %s", synth_types[0], synth_err[0]);
+    char path[128];
+    synth_path(path, sizeof path, 0, "gguf");
+    const char *kv_type = _i ? "q8_0" : NULL;
+    struct smol_model *m = open_model_kv(path, NULL, kv_type);
+    const int V = m->cfg.vocab;
+    const struct model_bounds bd = bounds_of(m);
+    smol_model_close(&m);
+    const size_t per = (size_t)BATCH_STEPS * BATCH_SEQS * V;
+    float *cpu = malloc(per * sizeof *cpu), *got = malloc(per * sizeof *got), *twin = malloc(per * sizeof *twin);
+    ck_assert(cpu && got && twin);
+    batch_run(path, NULL, kv_type, cpu);
+    int have_twin = 0;
+    for (int k = 0; k < N_KNOBS; k++) {
+        char desc[64];
+        smol_cuda_opts_describe(&knobs[k], desc, sizeof desc);
+        batch_run(path, &knobs[k], kv_type, got);
+        double num = 0, den = 0;
+        tally_l2(got, cpu, per, &num, &den);
+        const double rel = sqrt(num / (den > 0 ? den : 1));
+        int cmp = 0, eq = 0;
+        for (size_t r = 0; r < (size_t)BATCH_STEPS * BATCH_SEQS; r++) {
+            float margin;
+            const int a = argmax_margin(cpu + r * V, V, &margin);
+            if (margin < bd.greedy_margin) continue;
+            cmp++;
+            eq += argmax_margin(got + r * V, V, NULL) == a;
+        }
+        const int twin_diff = graph_twin(k) >= 0 && have_twin ? memcmp(got, twin, per * sizeof *got) != 0 : -1;
+        printf("stats: batch %s kv %s [%s] %d seqs x %d steps vs cpu rel L2 %.3e (bound %.0e), argmax %d/%d%s\n",
+               synth_types[0], kv_type ? kv_type : "f16", desc, BATCH_SEQS, BATCH_STEPS, rel, bd.rel_l2, eq, cmp,
+               twin_diff < 0 ? "" : twin_diff ? "; DIFFERS from graphs=off" : "; bit-identical to graphs=off");
+        ck_assert_msg(rel < bd.rel_l2, "batch [%s] kv %s: rel L2 %.3e vs cpu", desc, kv_type ? kv_type : "f16", rel);
+        ck_assert_msg(eq == cmp, "batch [%s]: argmax %d of %d clear rows", desc, eq, cmp);
+        ck_assert_msg(twin_diff <= 0, "batch [%s]: logits differ from the same steps without the graph", desc);
+        if (is_graph_twin(k)) {
+            memcpy(twin, got, per * sizeof *got);
+            have_twin = 1;
+        }
+    }
+    free(cpu);
+    free(got);
+    free(twin);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("cuda");
     /* CK_RUN_CASE=ops / model selects one (a device script runs compute-sanitizer on ops) */
+    /* the cuda-emu suite's cases (SMOL_TEST_CUDA_EMU=1, CK_RUN_CASE=emu), sized for the emulator */
+    TCase *emu = tcase_create("emu");
+    tcase_set_timeout(emu, 3600);
+    tcase_add_unchecked_fixture(emu, model_setup, model_teardown);
+    tcase_add_test(emu, t_loader);
+    tcase_add_test(emu, t_attention_f16);
+    tcase_add_test(emu, t_attention_q8_0);
+    tcase_add_test(emu, t_sample);
+    tcase_add_test(emu, t_model_q8);
+    tcase_add_test(emu, t_model_q4km);
+    tcase_add_loop_test(emu, t_model_synth, 0, 2);
+    tcase_add_loop_test(emu, t_model_batch, 0, 2);
+    suite_add_tcase(s, emu);
     TCase *ops = tcase_create("ops");
     tcase_set_timeout(ops, 300);
     tcase_add_test(ops, t_loader);
@@ -1715,6 +1848,7 @@ Suite *test_suite(void)
     tcase_add_test(model, t_model_q4km);
     tcase_add_test(model, t_model_long);
     tcase_add_loop_test(model, t_model_synth, 0, N_SYNTH);
+    tcase_add_loop_test(model, t_model_batch, 0, 2);
     suite_add_tcase(s, model);
     return s;
 }

@@ -1121,7 +1121,8 @@ static enum smol_err cu_new(struct smol_backend **out, int device, const struct 
     be->step_end = cu_step_end;
     fprintf(stderr, "<6>cuda: device %d: %s, sm_%d%d, %d SMs, %.1f GiB; matvec=%s fuse=%s graphs=%s gemm=%s attn=%s\n",
             device, prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0,
-            c->opts.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32", c->opts.fuse ? "on" : "off",
+            c->opts.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
+            c->opts.fuse == SMOL_CUDA_FUSE_LAYER ? "layer" : c->opts.fuse ? "on" : "off",
             c->opts.graphs ? "on" : "off",
             c->opts.gemm == SMOL_CUDA_GEMM_IMMA ? "imma" : c->opts.gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
             c->opts.attn == SMOL_CUDA_ATTN_TILED ? "tiled" : c->opts.attn == SMOL_CUDA_ATTN_PREFILL ? "prefill" : "paged");

@@ -55,7 +55,7 @@ static const struct smol_option options[] = {
     {"cuda_matvec", SMOL_OPT_MATVEC, OFF(cuda_matvec), 0, 0, "q8",
      "CUDA decode mat-vec: q8 (activations quantized once to q8, integer dots on repacked weights; 2.2x f32 on an H100, kernels/cuda/NOTES.md) or f32 (the earlier path)"},
     {"cuda_fuse", SMOL_OPT_BOOL, OFF(cuda_fuse), 0, 1, "true",
-     "CUDA fused steps (norm + q/k/v, rope + KV store, mat-vec + residual, the FFN; needs cuda_matvec = q8); false = one kernel per op"},
+     "CUDA fused steps (norm + q/k/v, rope + KV store, mat-vec + residual, the FFN; needs cuda_matvec = q8); false = one kernel per op; layer = decode steps in four kernels a layer (kernels/cuda/layer.cu; not yet run on a device)"},
     {"cuda_graphs", SMOL_OPT_BOOL, OFF(cuda_graphs), 0, 1, "true",
      "CUDA decode steps (<= 8 tokens) recorded once per shape as CUDA graphs and replayed; false = every kernel launched from the host"},
     {"cuda_gemm", SMOL_OPT_MATVEC, OFF(cuda_gemm), 0, 0, "mma",
@@ -171,8 +171,13 @@ static enum smol_err set_opt(struct smol_daemon_config *c, const struct smol_opt
         *ip = (int)x;
         return SMOL_OK;
     case SMOL_OPT_BOOL:
+        if (!strcmp(o->name, "cuda_fuse") && !strcmp(v, "layer")) {  /* its third value (backend_cuda_loader.h) */
+            *ip = SMOL_CUDA_FUSE_LAYER;
+            return SMOL_OK;
+        }
         if (parse_bool(v, ip))
-            return smol_errf(err, SMOL_EINVAL, "%s: \"%.64s\" is not a boolean (true/false)", o->name, v);
+            return smol_errf(err, SMOL_EINVAL, "%s: \"%.64s\" is not a boolean (true/false%s)", o->name, v,
+                             strcmp(o->name, "cuda_fuse") ? "" : ", or layer");
         return SMOL_OK;
     case SMOL_OPT_AUTO_BOOL:
         if (!strcmp(v, "auto")) { *ip = -1; return SMOL_OK; }
@@ -367,7 +372,7 @@ static void write_value(FILE *f, const struct smol_option *o, const struct smol_
     case SMOL_OPT_MATVEC: fputs(p, f); break;
     case SMOL_OPT_INT: fprintf(f, "%d", v); break;
     case SMOL_OPT_MODE: fprintf(f, "0%o", v); break;
-    case SMOL_OPT_BOOL: fputs(v ? "true" : "false", f); break;
+    case SMOL_OPT_BOOL: fputs(v == SMOL_CUDA_FUSE_LAYER && !strcmp(o->name, "cuda_fuse") ? "layer" : v ? "true" : "false", f); break;
     case SMOL_OPT_AUTO_BOOL: fputs(v < 0 ? "auto" : v ? "true" : "false", f); break;
     case SMOL_OPT_AUTO_INT:
         if (v < 0) fputs("auto", f);

@@ -972,6 +972,24 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned lon
     }
     live_execs.insert(e);
     *x = e;
+    if (getenv("SMOL_CUDA_EMU_PLAN")) {  /* the plan of each graph as it is made */
+        int k = 0;
+        for (const node &n : e->nodes) k += n.kind == N_KERNEL;
+        fprintf(stderr, "cuda-emu: graph recorded: %zu nodes, %d kernels:", e->nodes.size(), k);
+        std::vector<std::pair<std::string, int>> runs;  /* consecutive nodes of one name */
+        for (const node &n : e->nodes) {
+            std::string nm = n.kind == N_KERNEL ? n.run.name : n.kind == N_SET ? "memset" : n.kind == N_EVENT ? "event" : "copy";
+            nm = nm.substr(0, nm.find('<'));
+            if (!runs.empty() && runs.back().first == nm) runs.back().second++;
+            else runs.push_back({nm, 1});
+        }
+        /* the per-layer repeat shown once: the first runs up to the first name seen again */
+        size_t i = 0;
+        for (; i < runs.size() && i < 24; i++) fprintf(stderr, " %s%s", runs[i].first.c_str(),
+                                                       runs[i].second > 1 ? ("x" + std::to_string(runs[i].second)).c_str() : "");
+        if (i < runs.size()) fprintf(stderr, " ... (%zu runs more)", runs.size() - i);
+        fprintf(stderr, "\n");
+    }
     return cudaSuccess;
 }
 

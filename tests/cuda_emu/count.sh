@@ -1,0 +1,50 @@
+#!/bin/sh
+# tests/cuda_emu/count.sh [BUILD] - what a decode step launches, counted by the emulator: `smollm3
+# bench --backend cuda-emu --json` on a synthesized SmolLM3-shaped model (preset fixture: 8
+# layers, head_dim 128, the Q4_K_M mix) gives kernels_per_token (every kernel run, a replayed
+# graph's nodes included) and graph_replays_per_step; the recorded graphs' plans are printed
+# (SMOL_CUDA_EMU_PLAN).  Checked: cuda_fuse = layer at <= 4 kernels a layer + 6 (the goal: 150
+# for the 3B's 36 layers), one graph replay per decode step and per batched step (-b 4), and
+# two-way copies at most as today's path; the default path's count is printed beside it.  One
+# line per check ("... ok" / "... FAIL"); exit 1 on a failure.
+BUILD=${1:-build}
+cd "$(dirname "$0")/../.." || exit 1
+M=$BUILD/models/emu-fixture.gguf
+if [ ! -f "$M" ]; then
+    mkdir -p "$BUILD/models"
+    "$BUILD/bin/smollm3" synth -o "$M" --preset fixture >/dev/null || { echo "count: synth FAIL"; exit 1; }
+fi
+L=$("$BUILD/bin/smollm3" inspect "$M" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["smollm3.block_count"])' 2>/dev/null)
+[ -n "$L" ] || L=8
+GOAL=$((4 * L + 6))
+fail=0
+run() {  # label, extra args...
+    label=$1; shift
+    out=$(SMOL_CUDA_EMU_PLAN=1 "$BUILD/bin/smollm3" bench -m "$M" --backend cuda-emu -p 8 -n 2 --json "$@" 2>&1)
+    rc=$?
+    printf '%s\n' "$out" | grep -E '^cuda-emu: graph recorded' | sed "s/^/count: $label: /"
+    j=$(printf '%s\n' "$out" | grep '^{' | tail -1)
+    if [ $rc != 0 ] || [ -z "$j" ]; then
+        printf '%s\n' "$out" | tail -5
+        echo "count: $label: bench failed  FAIL"; fail=1; return
+    fi
+    printf '%s' "$j" | python3 -c '
+import json, sys
+label, goal, check = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+d = json.load(sys.stdin)
+k, g, c = d["kernels_per_token"], d["graph_replays_per_step"], d["copies_per_step"]
+unit = "per batched step" if "tg_batch_tps" in d else "per decoded token"
+print("count: %s: %.1f kernels %s (goal <= %d), %.2f graph replays, copies %.2f to / %.2f from the device%s"
+      % (label, k, unit, goal, g, c[0], c[1], "" if check else "  (the default path: shown, not checked)"))
+if check:
+    ok_k = k <= goal
+    ok_g = abs(g - 1.0) < 1e-9
+    print("count: %s: kernels %s  %s" % (label, "<= goal" if ok_k else "above the goal", "ok" if ok_k else "FAIL"))
+    print("count: %s: one graph replay a step  %s" % (label, "ok" if ok_g else "FAIL"))
+    sys.exit(0 if ok_k and ok_g else 1)
+' "$label" "$GOAL" "$CHECK" || fail=1
+}
+CHECK=0 run "default"
+CHECK=1 run "fuse=layer" --cuda-fuse layer
+CHECK=1 run "fuse=layer -b 4" --cuda-fuse layer -b 4
+exit $fail
