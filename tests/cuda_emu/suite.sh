@@ -1,20 +1,49 @@
 #!/bin/sh
-# tests/cuda_emu/suite.sh [BUILD] - the cuda-emu suite of tests/run_all.sh: the CUDA kernels that
-# have a host emulator run against their references without a GPU or the CUDA toolkit:
-# kernels/cuda/fattn.cu (run.sh, ~17 s on 2 busy cores) and mmq_tc.cu's int8 GEMM (run_imma.sh,
-# ~10 s).  Each case line of theirs counts: "... ok" passed, "FAIL" failed; a script that exits
-# non-zero with no FAIL line counts one failure.  Last line: "cuda-emu: N passed, N failed".
+# tests/cuda_emu/suite.sh [BUILD] - the cuda-emu suite of tests/run_all.sh: the CUDA backend's own
+# source run on the host emulator (build/lib/libsmollm3_cuda_emu.so, tests/cuda_emu/README.md), no
+# GPU and no CUDA toolkit needed:
+#   kernels  the kernel tests of this folder (fattn_emu: the tiled attention against float64;
+#            imma_emu: the int8 GEMM against its twin), each case line counts;
+#   backend  build/tests/test_cuda's emu case (SMOL_TEST_CUDA_EMU=1 CK_RUN_CASE=emu): the backend
+#            through its interface end to end on the fixture models against the CPU backend and the
+#            exact references, the defaults and cuda_fuse = layer with their graph twins, batched
+#            decode of mixed lengths on scattered pages (f16 and q8_0 caches), paged attention,
+#            device sampling against the host sampler's draws; each Check test counts;
+#   count    count.sh: kernels a decoded token and graph replays a step, counted by the emulator,
+#            against the goal (4 a layer + 6 with cuda_fuse = layer); each check counts.
+# Last line: "cuda-emu: N passed, N failed".
 BUILD=${1:-build}
 cd "$(dirname "$0")/../.." || exit 1
 pass=0 fail=0
-for s in run.sh run_imma.sh; do
-    out=$(sh "tests/cuda_emu/$s" "$BUILD" 2>&1); rc=$?
-    printf '%s\n' "$out"
-    p=$(printf '%s\n' "$out" | grep -E -c '(  ok$|: ok \()')
-    f=$(printf '%s\n' "$out" | grep -E -c '( FAIL$|: FAIL \()')
-    [ "$rc" != 0 ] && [ "$f" = 0 ] && { echo "cuda-emu: $s exited $rc"; f=1; }
-    [ "$p" = 0 ] && [ "$f" = 0 ] && { echo "cuda-emu: $s ran no case"; f=1; }
+count_lines() {  # name, output, rc
+    p=$(printf '%s\n' "$2" | grep -E -c '(  ok$|: ok \()')
+    f=$(printf '%s\n' "$2" | grep -E -c '( FAIL$|: FAIL \()')
+    [ "$3" != 0 ] && [ "$f" = 0 ] && { echo "cuda-emu: $1 exited $3"; f=1; }
+    [ "$p" = 0 ] && [ "$f" = 0 ] && { echo "cuda-emu: $1 ran no case"; f=1; }
     pass=$((pass + p)) fail=$((fail + f))
+}
+for t in fattn_emu imma_emu; do
+    if [ -x "$BUILD/cuda_emu/$t" ]; then
+        out=$("$BUILD/cuda_emu/$t" 2>&1); rc=$?
+        printf '%s\n' "$out"
+        count_lines "$t" "$out" $rc
+    fi
 done
+t0=$(date +%s)
+out=$(SMOL_TEST_CUDA_EMU=1 CK_RUN_CASE=emu SMOL_TEST_QUICK=1 CK_DEFAULT_TIMEOUT=3600 "$BUILD/tests/test_cuda" 2>&1); rc=$?
+printf '%s\n' "$out" | grep -v '^<6>'
+summary=$(printf '%s\n' "$out" | grep -E '^[0-9]+%: Checks: ' | tail -1)
+if [ -n "$summary" ]; then
+    n=$(printf '%s' "$summary" | sed -E 's/.*Checks: ([0-9]+).*/\1/')
+    nf=$(printf '%s' "$summary" | sed -E 's/.*Failures: ([0-9]+).*/\1/')
+    ne=$(printf '%s' "$summary" | sed -E 's/.*Errors: ([0-9]+).*/\1/')
+    pass=$((pass + n - nf - ne)) fail=$((fail + nf + ne))
+else
+    echo "cuda-emu: test_cuda (emu case) gave no summary (status $rc)"; fail=$((fail + 1))
+fi
+echo "cuda-emu: backend on the emulator: $(( $(date +%s) - t0 )) s"
+out=$(sh tests/cuda_emu/count.sh "$BUILD" 2>&1); rc=$?
+printf '%s\n' "$out"
+count_lines count "$out" $rc
 echo "cuda-emu: $pass passed, $fail failed"
 [ "$fail" = 0 ]
