@@ -146,7 +146,8 @@ $(BUILD)/lib/libsmollm3_cuda.so: $(CUDA_OBJS)
 # $(BUILD)/lib/libsmollm3_cuda_emu.so: kernels/cuda/*.cu and backend_cuda.cu as C++ (their
 # launches rewritten by tests/cuda_emu/cu2cpp.py) against tests/cuda_emu/include, the emulated
 # CUDA runtime, with tests/cuda_emu/emu_runtime.cpp; g++ only (no CUDA toolkit).  Loaded by
-# `--backend cuda-emu` (daemon/model/backend_cuda_loader.c); the cuda-emu suite runs on it.
+# `--backend cuda-emu` (daemon/model/backend_cuda_loader.c); the cuda-emu suite's kernel tests
+# (below) link its objects.
 CXX      ?= g++
 EMU_CXXFLAGS := -std=c++17 $(OPT) -g -fPIC -fvisibility=hidden -Wall -Wno-unknown-pragmas -Wno-unused-function \
                 -Wno-unused-parameter -Wno-unused-variable -Wno-unused-but-set-variable -Wno-class-memaccess \
@@ -169,6 +170,23 @@ $(BUILD)/cuda_emu/obj/emu_runtime.o: tests/cuda_emu/emu_runtime.cpp $(EMU_HDRS)
 $(CUDA_EMU_LIB): $(EMU_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) -shared $(SAN) $^ -o $@
+
+# The kernel tests of the cuda-emu suite (tests/cuda_emu/suite.sh): tests/cuda_emu/NAME.cpp is
+# $(BUILD)/cuda_emu/NAME, linked with the kernel objects above (the plugin's own), the emulated
+# runtime and the reference decoders it checks against.
+EMU_TESTS := $(BUILD)/cuda_emu/fattn_emu $(BUILD)/cuda_emu/imma_emu
+all: $(EMU_TESTS)
+
+$(BUILD)/cuda_emu/tests/%.o: tests/cuda_emu/%.cpp $(CUDA_DEPS) $(EMU_HDRS) kernels/quant_ref.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(BUILD)/cuda_emu/fattn_emu: $(BUILD)/cuda_emu/tests/fattn_emu.o $(BUILD)/cuda_emu/obj/kernels/cuda/fattn.o \
+                             $(BUILD)/cuda_emu/obj/emu_runtime.o $(BUILD)/obj/kernels/quant_ref.o
+	$(CXX) $(SAN) $^ -o $@ -lm
+$(BUILD)/cuda_emu/imma_emu: $(BUILD)/cuda_emu/tests/imma_emu.o $(BUILD)/cuda_emu/obj/kernels/cuda/mmq_tc.o \
+                            $(BUILD)/cuda_emu/obj/emu_runtime.o $(BUILD)/obj/kernels/quant_ref.o \
+                            $(BUILD)/obj/kernels/quantize_k_ref.o $(BUILD)/obj/kernels/types.o
+	$(CXX) $(SAN) $^ -o $@ -lm
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 

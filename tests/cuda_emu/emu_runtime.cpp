@@ -34,6 +34,7 @@
 #ifdef EMU_ASAN
 extern "C" void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
 extern "C" void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old);
+extern "C" void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
 #endif
 
 /* ---- the switch ---------------------------------------------------------------------------- */
@@ -355,6 +356,11 @@ static void init_fiber(fiber_slot &s, emu_block *b, int lin)
     s.f.state = F_RUN;
     s.f.blk = b;
     s.wait_on = NULL;
+#ifdef EMU_ASAN
+    /* the frames a finished (or abandoned) fiber left above its last stack pointer never returned
+     * (it switched away for good): their redzones would stay poisoned under the next one's frames */
+    if (s.f.sp) __asan_unpoison_memory_region(s.f.sp, (size_t)(s.stack + STACK_BYTES - (char *)s.f.sp));
+#endif
     uint64_t *sp = (uint64_t *)(s.stack + STACK_BYTES - 64);
     sp -= 8;
     sp[0] = 0x037F00001F80ull;  /* MXCSR 0x1f80 (low 4 bytes), x87 control word 0x037f */

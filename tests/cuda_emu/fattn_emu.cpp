@@ -1,37 +1,60 @@
 /*
- * fattn_emu.cpp - kernels/cuda/fattn.cu run on the host, without a GPU: its kernels' source
- * (extracted by run.sh, the two inline-asm helpers left out) compiled against shim.h, which
- * runs a block as 128 fibers with real barriers and emulates the warp collectives the kernel
- * uses (shuffles; mma.sync m16n8k16 and ldmatrix .x4 .trans by their PTX ISA fragment
- * layouts).  Batches of the shapes the backend makes (prompt tiles with tails over prefixes,
- * mixed sequences, decode rows one per tile, splits including empty ones, the merge) on f16
- * and q8_0 caches with scattered pages, each against a float64 attention of the stored K/V
- * within tests/test_cuda.c's bound (f16 rounding of Q and P, and of q8_0's K and V) and
- * relative L2 < 5e-3.  What this checks: the kernel's index arithmetic, masking, online
- * softmax, split and merge logic, q8_0 staging.  What it cannot: the hardware's own reading
- * of the fragment layouts (shim.h encodes the PTX ISA's), timing, races, memory errors; those
- * need the device (tests/gpu/check.sh).
+ * fattn_emu.cpp - kernels/cuda/fattn.cu run on the host, without a GPU: the file as the plugin
+ * has it (rewritten by tests/cuda_emu/cu2cpp.py, compiled against the emulated CUDA runtime of
+ * tests/cuda_emu/include: build/cuda_emu/obj/kernels/cuda/fattn.o, the object the cuda-emu
+ * plugin links) called through its host launcher smol_fattn_cuda on cudaMalloc'd buffers, as
+ * daemon/model/backend_cuda.cu calls it: the emulator runs each block as 128 fibers with real
+ * block and warp barriers, the warp shuffles, and mma.sync m16n8k16 / ldmatrix .x4 .trans by
+ * the PTX ISA's fragment layouts (smol_emu_ptx.h), cp.async as an immediate copy; dynamic
+ * shared memory starts as 0xff bytes (f16 NaNs) in every block.  Batches of the shapes the
+ * backend makes (prompt tiles with tails over prefixes, mixed sequences, decode rows one per
+ * tile, splits including empty ones, the merge kernel) on f16 and q8_0 caches with scattered
+ * pages, each against a float64 attention of the stored K/V within tests/test_cuda.c's bound
+ * (f16 rounding of Q and P, and of q8_0's K and V) and relative L2 < 5e-3; outputs and split
+ * partials start as NaN.  What this checks: the launcher's grid and shared-memory opt-in, the
+ * kernels' index arithmetic, masking, online softmax, split and merge logic, q8_0 staging, no
+ * warp collective with exited lanes, no barrier deadlock.  What it cannot: the hardware's own
+ * reading of the fragment layouts (the emulator encodes the PTX ISA's), the placement of the
+ * cp.async waits (the copies complete at once here), timing, races (a block's threads take turns
+ * between barriers, one block at a time), out-of-bounds accesses (device memory is plain host
+ * memory here); those need the device (tests/gpu/check.sh).  The split counts are each case's
+ * own (the backend's choice of n_split, from the SM count, is its code, not the launcher's).
  */
-#include "fattn_emu.inc"
+#include <cuda_runtime.h>
+#include "kernels/cuda/fattn.cuh"
 extern "C" {
 #include "kernels/quant_ref.h"
 }
 #include <vector>
 #include <random>
 
-/* kernel arguments for the fibers */
-static float *A_out, *A_part; static const float *A_q; static const void *A_kc, *A_vc;
-static const int32_t *A_tok, *A_pages, *A_tiles; static int A_ntok, A_nh, A_nkv, A_nsplit, A_rows;
-static float A_scale;
-static void run_f16() { fattn_kernel<SMOL_TYPE_F16>(A_out, A_q, A_kc, A_vc, A_tok, A_pages, A_tiles, A_ntok, A_nh, A_nkv, A_scale, A_part); }
-static void run_q8() { fattn_kernel<SMOL_TYPE_Q8_0>(A_out, A_q, A_kc, A_vc, A_tok, A_pages, A_tiles, A_ntok, A_nh, A_nkv, A_scale, A_part); }
-static void run_merge() { fattn_merge_kernel(A_out, A_part, A_rows, 128, A_nsplit); }
+/* a runtime call the test itself makes (not the launch under test): failing it ends the test */
+static void ck(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess) {
+        fprintf(stderr, "fattn_emu: %s: %s\n", what, cudaGetErrorString(e));
+        exit(2);
+    }
+}
 
 static std::mt19937 rng(7);
 static float urand() { return std::uniform_real_distribution<float>(-2, 2)(rng); }
 
 /* one layer's cache: [page][kv_head][slot][128] of f16 or q8_0 */
-struct Cache { int type, n_pages, nkv; size_t row_bytes; std::vector<uint8_t> k, v; };
+struct Cache {
+    int type, n_pages, nkv;
+    size_t row_bytes;
+    std::vector<uint8_t> k, v;
+    void *dk = nullptr, *dv = nullptr;  /* the device copies (upload() once filled) */
+    void upload()
+    {
+        ck(cudaMalloc(&dk, k.size()), "cudaMalloc k");
+        ck(cudaMalloc(&dv, v.size()), "cudaMalloc v");
+        ck(cudaMemcpy(dk, k.data(), k.size(), cudaMemcpyHostToDevice), "upload k");
+        ck(cudaMemcpy(dv, v.data(), v.size(), cudaMemcpyHostToDevice), "upload v");
+    }
+    ~Cache() { cudaFree(dk); cudaFree(dv); }
+};
 static void put_row(Cache &c, std::vector<uint8_t> &buf, int page, int h, int slot, const float *x)
 {
     uint8_t *r = buf.data() + (((size_t)page * c.nkv + h) * 32 + slot) * c.row_bytes;
@@ -70,22 +93,41 @@ static int check(Cache &c, std::vector<Seq> &seqs, const std::vector<std::pair<i
         tiles.push_back(t); tiles.push_back(e - t);
     }
     const int n_tiles = use_tiles ? (int)tiles.size() / 2 : n;
-    std::vector<float> q((size_t)n * nh * hd), out((size_t)n * nh * hd, NAN), part((size_t)n * nh * n_split * (hd + 2), NAN);
+    std::vector<float> q((size_t)n * nh * hd), out((size_t)n * nh * hd);
     for (auto &x : q) x = urand();
-    A_out = out.data(); A_part = part.data(); A_q = q.data(); A_kc = c.k.data(); A_vc = c.v.data(); A_tok = desc.data();
-    A_pages = desc.data(); A_tiles = use_tiles ? tiles.data() : nullptr; A_ntok = n; A_nh = nh; A_nkv = nkv; A_scale = 0.0884f;
-    A_nsplit = n_split; A_rows = n * nh;
-    gridDim = {(unsigned)n_tiles, (unsigned)nkv, (unsigned)n_split};
-    for (int z = 0; z < n_split; z++)
-        for (int y = 0; y < nkv; y++)
-            for (int x = 0; x < n_tiles; x++) {
-                blockIdx = {(unsigned)x, (unsigned)y, (unsigned)z};
-                run_block(128, c.type == SMOL_TYPE_F16 ? run_f16 : run_q8);
-            }
+    /* the launch as the backend's cu_fattn makes it: descriptor (tok and pages one buffer), tiles,
+     * q on the device; out and the partials NaN until written */
+    float *d_out, *d_part = nullptr, *d_q;
+    int32_t *d_desc, *d_tiles = nullptr;
+    const size_t out_bytes = out.size() * sizeof(float), part_bytes = (size_t)n * nh * n_split * (hd + 2) * sizeof(float);
+    ck(cudaMalloc(&d_out, out_bytes), "cudaMalloc out");
+    ck(cudaMalloc(&d_q, q.size() * sizeof(float)), "cudaMalloc q");
+    ck(cudaMalloc(&d_desc, desc.size() * sizeof(int32_t)), "cudaMalloc desc");
+    ck(cudaMemset(d_out, 0xff, out_bytes), "cudaMemset out");
     if (n_split > 1) {
-        gridDim = {(unsigned)((n * nh + 3) / 4), 1, 1};
-        for (unsigned x = 0; x < gridDim.x; x++) { blockIdx = {x, 0, 0}; run_block(128, run_merge); }
+        ck(cudaMalloc(&d_part, part_bytes), "cudaMalloc part");
+        ck(cudaMemset(d_part, 0xff, part_bytes), "cudaMemset part");
     }
+    if (use_tiles) {
+        ck(cudaMalloc(&d_tiles, tiles.size() * sizeof(int32_t)), "cudaMalloc tiles");
+        ck(cudaMemcpy(d_tiles, tiles.data(), tiles.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "upload tiles");
+    }
+    ck(cudaMemcpy(d_q, q.data(), q.size() * sizeof(float), cudaMemcpyHostToDevice), "upload q");
+    ck(cudaMemcpy(d_desc, desc.data(), desc.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "upload desc");
+    const cudaError_t le = smol_fattn_cuda(d_out, d_q, c.dk, c.dv, n, d_desc, d_desc, d_tiles, n_tiles, nh, nkv, hd, c.type,
+                                           0.0884f, n_split, d_part, 0);
+    const cudaError_t se = cudaDeviceSynchronize();
+    if (le != cudaSuccess || se != cudaSuccess) {  /* a kernel fault is sticky: no later case could run */
+        printf("%-58s G=%-2d kv=%s split=%d: smol_fattn_cuda %s, synchronize %s  FAIL\n", what, G,
+               c.type == SMOL_TYPE_F16 ? "f16" : "q8_0", n_split, cudaGetErrorName(le), cudaGetErrorName(se));
+        exit(1);
+    }
+    ck(cudaMemcpy(out.data(), d_out, out_bytes, cudaMemcpyDeviceToHost), "download out");
+    cudaFree(d_out);
+    cudaFree(d_q);
+    cudaFree(d_desc);
+    cudaFree(d_part);
+    cudaFree(d_tiles);
     /* float64 reference */
     double num = 0, den = 0, worst = 0; const double u = 1.0 / 2048, kq = c.type == SMOL_TYPE_Q8_0 ? 2 : 1;
     std::vector<float> kr, vr;
@@ -131,6 +173,7 @@ static int check(Cache &c, std::vector<Seq> &seqs, const std::vector<std::pair<i
 
 int main()
 {
+    setvbuf(stdout, NULL, _IOLBF, 0);  /* each case line next to its diagnostics (stderr) */
     int fails = 0;
     for (int type : {SMOL_TYPE_F16, SMOL_TYPE_Q8_0}) {
         Cache c; c.type = type; c.n_pages = 40; c.nkv = 2; c.row_bytes = type == SMOL_TYPE_F16 ? 256 : 136;
@@ -153,6 +196,7 @@ int main()
                     put_row(c, c.v, seqs[s].pages[i / 32], h, i % 32, x);
                 }
         }
+        c.upload();
         std::vector<std::pair<int, int>> b;
         for (int i = 0; i < 7; i++) b.push_back({0, i});
         fails += !check(c, seqs, b, 1, true, "seq0 prompt 0..6");
@@ -186,6 +230,7 @@ int main()
             for (auto &e : x) e = urand();
             put_row(c, c.v, seqs[0].pages[i / 32], 0, i % 32, x);
         }
+        c.upload();
         std::vector<std::pair<int, int>> b;
         for (int i = 60; i < 130; i++) b.push_back({0, i});
         fails += !check(c, seqs, b, 1, true, "prompt 60..129 (G 2: tiles 32 + 32 + 6)", 2);
@@ -194,6 +239,6 @@ int main()
         b.push_back({0, 1999});
         fails += !check(c, seqs, b, FATTN_MAX_SPLIT, false, "decode @1999, FATTN_MAX_SPLIT splits", 2);
     }
-    printf("mma calls %ld; %s\n", n_mma, fails ? "FAILURES" : "all ok");
+    printf("mma calls %ld; %s\n", emu_n_mma, fails ? "FAILURES" : "all ok");
     return fails != 0;
 }

@@ -23,11 +23,12 @@ count_lines() {  # name, output, rc
     pass=$((pass + p)) fail=$((fail + f))
 }
 for t in fattn_emu imma_emu; do
-    if [ -x "$BUILD/cuda_emu/$t" ]; then
-        out=$("$BUILD/cuda_emu/$t" 2>&1); rc=$?
-        printf '%s\n' "$out"
-        count_lines "$t" "$out" $rc
+    if [ ! -x "$BUILD/cuda_emu/$t" ]; then
+        echo "cuda-emu: $BUILD/cuda_emu/$t not built (make all)"; fail=$((fail + 1)); continue
     fi
+    out=$("$BUILD/cuda_emu/$t" 2>&1); rc=$?
+    printf '%s\n' "$out"
+    count_lines "$t" "$out" $rc
 done
 t0=$(date +%s)
 out=$(SMOL_TEST_CUDA_EMU=1 CK_RUN_CASE=emu SMOL_TEST_QUICK=1 CK_DEFAULT_TIMEOUT=3600 "$BUILD/tests/test_cuda" 2>&1); rc=$?
