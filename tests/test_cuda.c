@@ -1053,6 +1053,9 @@ START_TEST(t_sample)
     float *lg = rand_vec((size_t)rows * vocab, 5);
     lg[3] = 40;                        /* row 0: clear winner */
     lg[vocab + 10] = lg[vocab + 20] = 30; /* row 1: tie keeps the lower id */
+    lg[2 * vocab + 12345] = 6;         /* row 2: a single largest logit (frand's 65,536 values tie
+                                          at the top of 50,000 draws often: the nucleus would hold
+                                          both, and u = 0.99 picks the second) */
     float *d = to_dev(be, lg, rows, vocab);
     float temp[4] = {0, 0, 1, 0.7f}, top_p[4] = {1, 1, 1e-6f, 0.9f}, u[4] = {0.5f, 0.5f, 0.99f, 0.3f};
     int32_t out[4] = {-1, -1, -1, -1};
@@ -1132,17 +1135,21 @@ static const struct smol_cuda_opts knobs_device[] = {
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 1, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
     /* the int8 GEMM (not yet run on a device) */
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0, .gemm = SMOL_CUDA_GEMM_IMMA, .attn = SMOL_CUDA_ATTN_PREFILL},
+    /* bucketed graphs (batched decode steps padded, head and sampling inside; not yet run on a
+     * device), twin of the defaults' graphs = off row above */
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = SMOL_CUDA_GRAPHS_BUCKET, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
     /* a layer in four kernels (layer.cu; not yet run on a device), and its graph twin */
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = SMOL_CUDA_FUSE_LAYER, .graphs = 0, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
-    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = SMOL_CUDA_FUSE_LAYER, .graphs = 1, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = SMOL_CUDA_FUSE_LAYER, .graphs = SMOL_CUDA_GRAPHS_BUCKET, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
 };
 /* On the emulator (SMOL_TEST_CUDA_EMU=1, the cuda-emu suite): the defaults and the newer paths,
  * each with its graph twin (the others ran on devices; the emulator is ~10^4 times slower) */
 static const struct smol_cuda_opts knobs_emu[] = {
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 1, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = SMOL_CUDA_GRAPHS_BUCKET, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = SMOL_CUDA_FUSE_LAYER, .graphs = 0, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
-    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = SMOL_CUDA_FUSE_LAYER, .graphs = 1, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = SMOL_CUDA_FUSE_LAYER, .graphs = SMOL_CUDA_GRAPHS_BUCKET, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
 };
 static const struct smol_cuda_opts *knobs = knobs_device;
 static int N_KNOBS = (int)(sizeof knobs_device / sizeof knobs_device[0]);

@@ -51,6 +51,13 @@ struct smol_layers_args {
     struct smol_kv *kv;
 };
 
+/* A row's sampling on the backend: on = 1 for a row whose token the backend draws (temperature
+ * temp, <= 0: argmax; nucleus top_p; uniform u in [0, 1)). */
+struct smol_row_sample {
+    int on;
+    float temp, top_p, u;
+};
+
 /* One engine step: tokens of one or more sequences, each at its position. */
 struct smol_batch {
     int n_tokens;
@@ -59,6 +66,10 @@ struct smol_batch {
     struct smol_kv_seq *const *seq;     /* [n_tokens] the token's sequence */
     int n_out;                          /* tokens whose logits are wanted */
     const int32_t *out_idx;             /* [n_out] batch indices, ascending */
+    const struct smol_row_sample *rs;   /* [n_out] sampling of the rows (step_sample), or NULL */
+    int bucket;                         /* 1: a decode step padded to a bucket size by forward() (rows
+                                           n_out == n_tokens, the padding rows on a scratch sequence):
+                                           a backend may record it once per size (CUDA graphs) */
 };
 
 struct smol_backend {
@@ -138,10 +149,17 @@ struct smol_backend {
      * from the embedding lookup to the first SMOL_LOGIT_ROWS rows of logits (model.h). */
     int (*step_begin)(struct smol_backend *be, const struct smol_batch *b);
     int (*step_end)(struct smol_backend *be);
+    /* Optional sampling as part of a step (recorded with it; CUDA: knob cuda_graphs = bucket):
+     * rows [0, n_rows) of logits (backend memory) drawn with the rows' b->rs that step_begin
+     * received; step_ids then waits for the step and gives the tokens (host). */
+    void (*step_sample)(struct smol_backend *be, const float *logits, int n_rows, int vocab);
+    enum smol_err (*step_ids)(struct smol_backend *be, int32_t *ids, int n_rows, char *err);
 };
 
 /* rows of logits a step computes per head mat-vec (model.h's state holds that many) */
 #define SMOL_LOGIT_ROWS 32
+/* the largest bucket of a bucketed step (rows; cuda_graphs = bucket) */
+#define SMOL_BUCKET_MAX 256
 
 enum { SMOL_STEP_RUN = 0, SMOL_STEP_CAPTURE = 1, SMOL_STEP_REPLAYED = 2 };
 

@@ -64,6 +64,7 @@ struct slot {
     int32_t *host;      /* shadow of dev */
     int32_t *dev;
     size_t len, cap;    /* int32 elements */
+    int packed;         /* host and dev lie in the step's packed region (not freed on their own) */
 };
 
 #define STAGE_BYTES (4u << 20)
@@ -72,6 +73,7 @@ struct slot {
 struct graph {
     int n_tokens, n_out;
     unsigned gen;
+    long h2d, d2h;              /* copies recorded in it (counted at each replay) */
     cudaGraphExec_t exec;
 };
 
@@ -93,9 +95,14 @@ struct cuda {
     int n_graphs, next_graph;
     unsigned gen;               /* bumped when a buffer recorded steps use moves */
     int capturing, capture_broken, cap_tokens, cap_out;
+    long cap_h2d, cap_d2h;      /* copies recorded while capturing */
     cudaEvent_t mark_ev[2];
     int mark_n;
     struct slot slot[SLOT_COUNT];
+    int32_t *pk_host, *pk_dev;  /* the packed region: slots IDS, POS, IDX, SAMPLE, KV side by side, so
+                                   that a bucketed step uploads them in one copy (reserve) */
+    int32_t *step_ids_host;     /* pinned: the tokens a recorded step's sampling drew (step_sample) */
+    int step_rows;
     int32_t *kv_build;          /* host: descriptor being built (tok pairs + pages) */
     size_t kv_build_cap;
     int32_t *tile_build;        /* host: knob attn = tiled, the step's query tiles (t0, count) being built */
@@ -161,6 +168,13 @@ static void drop_graphs(struct cuda *c)
     c->n_graphs = c->next_graph = 0;
 }
 
+/* a copy issued: counted now, or (recorded) at each replay of its graph */
+static void count_copy(struct cuda *c, int to_device)
+{
+    if (c->capturing) (to_device ? c->cap_h2d : c->cap_d2h)++;
+    else (to_device ? c->counts.copies_h2d : c->counts.copies_d2h)++;
+}
+
 /* ---- upload slots ------------------------------------------------------------------ */
 
 /* The stream has been waited for: every staged upload has been read. */
@@ -194,11 +208,13 @@ static int slot_grow(struct cuda *c, struct slot *s, size_t need)
     if (need <= s->cap) return 1;
     size_t cap = s->cap ? s->cap : 256;
     while (cap < need) cap *= 2;
-    int32_t *h = (int32_t *)realloc(s->host, cap * sizeof *h);
+    int32_t *h = (int32_t *)(s->packed ? malloc(cap * sizeof *h) : realloc(s->host, cap * sizeof *h));
     if (!h) return 0;
+    if (s->packed && s->len != (size_t)-1) memcpy(h, s->host, s->len * sizeof *h);
     s->host = h;
-    if (s->dev) ck(c, cudaFreeAsync(s->dev, c->st), "free slot");  /* ordered after its last reader */
+    if (s->dev && !s->packed) ck(c, cudaFreeAsync(s->dev, c->st), "free slot");  /* ordered after its last reader */
     s->dev = NULL;
+    s->packed = 0;  /* outgrew the packed region: on its own from now on */
     c->gen++;
     if (ck(c, cudaMalloc((void **)&s->dev, cap * sizeof(int32_t)), "alloc slot")) return 0;
     s->cap = cap;
@@ -206,6 +222,44 @@ static int slot_grow(struct cuda *c, struct slot *s, size_t need)
     return 1;
 }
 
+/* Slots IDS, POS, IDX, SAMPLE and KV in one region of caps[] elements each (in that order): frees
+ * what they held before. */
+static const int pk_order[] = {SLOT_IDS, SLOT_POS, SLOT_IDX, SLOT_SAMPLE, SLOT_KV};
+static int pack_slots(struct cuda *c, const size_t caps[5])
+{
+    size_t total = 0;
+    for (int i = 0; i < 5; i++) total += (caps[i] + 3) & ~(size_t)3;  /* 16-byte aligned parts */
+    int32_t *h = (int32_t *)malloc(total * sizeof *h), *d = NULL;
+    if (!h || ck(c, cudaMalloc((void **)&d, total * sizeof *d), "alloc slots")) {
+        free(h);
+        return 0;
+    }
+    sync(c, "pack slots");
+    for (int k = 0; k < SLOT_COUNT; k++) {
+        struct slot *sl = &c->slot[k];
+        if (!sl->packed) {
+            cudaFree(sl->dev);
+            free(sl->host);
+        }
+        if (k != SLOT_TILES) memset(sl, 0, sizeof *sl);
+    }
+    cudaFree(c->pk_dev);
+    free(c->pk_host);
+    c->pk_host = h;
+    c->pk_dev = d;
+    size_t off = 0;
+    for (int i = 0; i < 5; i++) {
+        struct slot *sl = &c->slot[pk_order[i]];
+        sl->host = h + off;
+        sl->dev = d + off;
+        sl->cap = caps[i];
+        sl->len = (size_t)-1;
+        sl->packed = 1;
+        off += (caps[i] + 3) & ~(size_t)3;
+    }
+    c->gen++;
+    return 1;
+}
 /* Device copy of data[0..n), copied only if it differs from what the slot holds. */
 static const int32_t *slot_put(struct cuda *c, int k, const int32_t *data, size_t n)
 {
@@ -219,14 +273,14 @@ static const int32_t *slot_put(struct cuda *c, int k, const int32_t *data, size_
     memcpy(s->host, data, n * sizeof *data);
     s->len = n;
     const void *src = stage(c, data, n * sizeof *data);
-    c->counts.copies_h2d++;
+    count_copy(c, 1);
     ck(c, cudaMemcpyAsync(s->dev, src ? src : s->host, n * sizeof *data, cudaMemcpyHostToDevice, c->st), "upload");
     return s->dev;
 }
 
 /* The batch's KV descriptor: tok[2t] = pos + 1, tok[2t+1] = page-table offset; then the page
  * tables, one per run of consecutive tokens of the same sequence.  Returns the max pages of a token. */
-static const int32_t *kv_desc(struct cuda *c, const struct smol_batch *b, int *max_pages)
+static const int32_t *kv_build(struct cuda *c, const struct smol_batch *b, int *max_pages, size_t *len)
 {
     const int n = b->n_tokens;
     size_t need = 2 * (size_t)n;
@@ -253,7 +307,64 @@ static const int32_t *kv_desc(struct cuda *c, const struct smol_batch *b, int *m
         const int np = (b->pos[t] + SMOL_KV_PAGE) / SMOL_KV_PAGE;
         if (np > *max_pages) *max_pages = np;
     }
-    return slot_put(c, SLOT_KV, d, off);
+    *len = off;
+    return d;
+}
+
+static const int32_t *kv_desc(struct cuda *c, const struct smol_batch *b, int *max_pages)
+{
+    size_t len;
+    const int32_t *d = kv_build(c, b, max_pages, &len);
+    return d ? slot_put(c, SLOT_KV, d, len) : NULL;
+}
+
+/* The step's descriptors (ids, positions, output rows, sampling parameters, KV) into their slots
+ * with one copy when they lie in the packed region (a bucketed step: one upload a step), else
+ * slot by slot. */
+static void put_step(struct cuda *c, const struct smol_batch *b, int *max_pages)
+{
+    const int n = b->n_tokens, no = b->n_out;
+    size_t kv_len = 0;
+    const int32_t *kvd = kv_build(c, b, max_pages, &kv_len);
+    int32_t *par = NULL;
+    if (b->rs && no) {
+        par = (int32_t *)malloc(3 * (size_t)no * sizeof *par);
+        if (par)
+            for (int r = 0; r < no; r++) {
+                memcpy(par + r, &b->rs[r].temp, 4);
+                memcpy(par + no + r, &b->rs[r].top_p, 4);
+                memcpy(par + 2 * no + r, &b->rs[r].u, 4);
+            }
+    }
+    const int32_t *data[5] = {b->tokens, b->pos, b->out_idx, par, kvd};
+    const size_t lens[5] = {(size_t)n, (size_t)n, (size_t)no, par ? 3 * (size_t)no : 0, kv_len};
+    int packed = !!kvd && !c->capturing;
+    for (int i = 0; i < 5 && packed; i++) {
+        const struct slot *sl = &c->slot[pk_order[i]];
+        packed = sl->packed && lens[i] <= sl->cap;
+    }
+    if (packed) {
+        size_t lo = (size_t)-1, hi = 0;
+        for (int i = 0; i < 5; i++) {
+            struct slot *sl = &c->slot[pk_order[i]];
+            if (!data[i] || !lens[i] || (sl->len == lens[i] && !memcmp(sl->host, data[i], lens[i] * 4))) continue;
+            memcpy(sl->host, data[i], lens[i] * 4);
+            sl->len = lens[i];
+            const size_t a = (size_t)(sl->host - c->pk_host), z = a + lens[i];
+            if (a < lo) lo = a;
+            if (z > hi) hi = z;
+        }
+        if (hi > lo) {
+            const void *src = stage(c, c->pk_host + lo, (hi - lo) * 4);
+            count_copy(c, 1);
+            ck(c, cudaMemcpyAsync(c->pk_dev + lo, src ? src : c->pk_host + lo, (hi - lo) * 4, cudaMemcpyHostToDevice,
+                                  c->st), "upload step");
+        }
+    } else {
+        for (int i = 0; i < 5; i++)
+            if (data[i] && lens[i]) slot_put(c, pk_order[i], data[i], lens[i]);
+    }
+    free(par);
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
@@ -282,7 +393,7 @@ static void cu_free(struct smol_backend *be, void *p)
 static void cu_to_host(struct smol_backend *be, void *dst, const void *src, size_t n)
 {
     struct cuda *c = C(be);
-    c->counts.copies_d2h++;
+    count_copy(c, 0);
     ck(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->st), "copy to host");
     sync(c, "step");
     if (c->failed != cudaSuccess) {
@@ -394,10 +505,13 @@ static enum smol_err cu_reserve(struct smol_backend *be, int max_tokens, int max
     }
     /* slots sized for a full step so the decode loop never grows them */
     const size_t pages = (size_t)(max_ctx + SMOL_KV_PAGE - 1) / SMOL_KV_PAGE;
-    if (!slot_grow(c, &c->slot[SLOT_IDS], max_tokens) || !slot_grow(c, &c->slot[SLOT_POS], max_tokens) ||
-        !slot_grow(c, &c->slot[SLOT_IDX], max_tokens) || !slot_grow(c, &c->slot[SLOT_SAMPLE], 3 * (size_t)max_tokens) ||
-        !slot_grow(c, &c->slot[SLOT_KV], 2 * (size_t)max_tokens + pages * (max_tokens < 64 ? max_tokens : 64)))
-        return errf(err, SMOL_ENOMEM, "cuda: cannot allocate descriptor slots");
+    const size_t caps[5] = {(size_t)max_tokens, (size_t)max_tokens, (size_t)max_tokens, 3 * (size_t)max_tokens,
+                            2 * (size_t)max_tokens + pages * (max_tokens < 64 ? max_tokens : 64)};
+    if (!pack_slots(c, caps)) return errf(err, SMOL_ENOMEM, "cuda: cannot allocate descriptor slots");
+    cudaFreeHost(c->step_ids_host);
+    c->step_ids_host = NULL;
+    if (cudaMallocHost((void **)&c->step_ids_host, (size_t)max_tokens * sizeof(int32_t)) != cudaSuccess)
+        return errf(err, SMOL_ENOMEM, "cuda: cannot allocate the step's token buffer");
     c->max_tokens = max_tokens;
     c->max_cols = max_cols;
     c->max_ctx = max_ctx;
@@ -722,7 +836,7 @@ static void cu_gather_rows(struct smol_backend *be, float *out, const float *x, 
 static void cu_from_host(struct smol_backend *be, void *dst, const void *src, size_t n)
 {
     struct cuda *c = C(be);
-    c->counts.copies_h2d++;
+    count_copy(c, 1);
     ck(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->st), "copy from host");
     sync(c, "copy from host");
 }
@@ -755,7 +869,7 @@ static enum smol_err cu_sample(struct smol_backend *be, const float *logits, int
     const float *df = (const float *)d;
     ck(c, smol_sample_top_p_cuda(logits, vocab, n_rows, df, df + n_rows, df + 2 * n_rows, c->sample_out, c->st),
        "sample");
-    c->counts.copies_d2h++;
+    count_copy(c, 0);
     ck(c, cudaMemcpyAsync(out, c->sample_out, (size_t)n_rows * sizeof *out, cudaMemcpyDeviceToHost, c->st), "sample");
     sync(c, "sample");
     if (c->failed != cudaSuccess)
@@ -914,6 +1028,39 @@ static int cu_layers(struct smol_backend *be, const struct smol_layers_args *a, 
     return 1;
 }
 
+/* ---- sampling within a step (knob graphs = bucket) ------------------------------------------------ */
+
+/* The step's rows of logits sampled on the device with the parameters step_begin uploaded (slot
+ * SAMPLE: temp, top_p, u of each row), the tokens copied to pinned host memory: recorded with
+ * the step, so a replay samples and copies too.  step_ids reads them after the step. */
+static void cu_step_sample(struct smol_backend *be, const float *logits, int n_rows, int vocab)
+{
+    struct cuda *c = C(be);
+    const struct slot *sl = &c->slot[SLOT_SAMPLE];
+    if (n_rows < 1 || n_rows > c->max_tokens || sl->len != 3 * (size_t)n_rows) {
+        ck(c, cudaErrorInvalidValue, "step sample");
+        return;
+    }
+    const float *df = (const float *)sl->dev;
+    ck(c, smol_sample_top_p_cuda(logits, vocab, n_rows, df, df + n_rows, df + 2 * n_rows, c->sample_out, c->st),
+       "step sample");
+    count_copy(c, 0);
+    ck(c, cudaMemcpyAsync(c->step_ids_host, c->sample_out, (size_t)n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                          c->st), "step sample");
+    c->step_rows = n_rows;
+}
+
+static enum smol_err cu_step_ids(struct smol_backend *be, int32_t *ids, int n_rows, char *err)
+{
+    struct cuda *c = C(be);
+    sync(c, "step ids");
+    if (c->failed != cudaSuccess) return errf(err, SMOL_EINTERNAL, "cuda: %s", cudaGetErrorString(c->failed));
+    if (n_rows > c->step_rows) return errf(err, SMOL_EINVAL, "cuda: %d rows asked of a step that sampled %d", n_rows,
+                                           c->step_rows);
+    memcpy(ids, c->step_ids_host, (size_t)n_rows * sizeof *ids);
+    return SMOL_OK;
+}
+
 /* ---- recorded steps (knob graphs) -------------------------------------------------------------- */
 
 /* Uploads the step's descriptors (ids, positions, page tables, output rows) into the slots, so
@@ -923,16 +1070,20 @@ static int cu_step_begin(struct smol_backend *be, const struct smol_batch *b)
     struct cuda *c = C(be);
     if (c->failed != cudaSuccess) return SMOL_STEP_RUN;
     int max_pages;
-    slot_put(c, SLOT_IDS, b->tokens, b->n_tokens);
-    slot_put(c, SLOT_POS, b->pos, b->n_tokens);
-    kv_desc(c, b, &max_pages);
-    if (b->n_out) slot_put(c, SLOT_IDX, b->out_idx, b->n_out);
-    if (!c->opts.graphs || b->n_tokens > SMOL_MMVQ_MAX_TOKENS || b->n_out > SMOL_LOGIT_ROWS || c->failed != cudaSuccess)
+    put_step(c, b, &max_pages);
+    /* graphs = on: decode steps of <= 8 tokens, one graph per (tokens, rows); graphs = bucket:
+     * also every step the model padded to a bucket (b->bucket: decode rows, all rows out) */
+    const int bucket = c->opts.graphs == SMOL_CUDA_GRAPHS_BUCKET && b->bucket && b->n_tokens <= c->max_tokens;
+    if (!c->opts.graphs || (!bucket && (b->n_tokens > SMOL_MMVQ_MAX_TOKENS || b->n_out > SMOL_LOGIT_ROWS)) ||
+        c->failed != cudaSuccess)
         return SMOL_STEP_RUN;
     for (int i = 0; i < c->n_graphs; i++) {
         struct graph *g = &c->graphs[i];
         if (g->n_tokens == b->n_tokens && g->n_out == b->n_out && g->gen == c->gen) {
             c->counts.graph_launches++;
+            if (bucket) c->step_rows = b->n_out;
+            c->counts.copies_h2d += g->h2d;
+            c->counts.copies_d2h += g->d2h;
             ck(c, cudaGraphLaunch(g->exec, c->st), "graph launch");
             return SMOL_STEP_REPLAYED;
         }
@@ -941,6 +1092,7 @@ static int cu_step_begin(struct smol_backend *be, const struct smol_batch *b)
     c->capturing = 1;
     c->capture_broken = 0;
     c->capture_retry = 0;
+    c->cap_h2d = c->cap_d2h = 0;
     c->cap_tokens = b->n_tokens;
     c->cap_out = b->n_out;
     return SMOL_STEP_CAPTURE;
@@ -982,8 +1134,12 @@ static int cu_step_end(struct smol_backend *be)
     slot->n_tokens = c->cap_tokens;
     slot->n_out = c->cap_out;
     slot->gen = c->gen;
+    slot->h2d = c->cap_h2d;
+    slot->d2h = c->cap_d2h;
     slot->exec = x;
     c->counts.graph_launches++;
+    c->counts.copies_h2d += slot->h2d;
+    c->counts.copies_d2h += slot->d2h;
     ck(c, cudaGraphLaunch(x, c->st), "graph launch");
     return 0;
 }
@@ -1029,10 +1185,14 @@ static void cu_destroy(struct smol_backend *be)
     cudaFree(c->gpart);
     cudaFreeHost(c->stage);
     for (int i = 0; i < c->n_weights; i++) cudaFree(c->weights[i]);
-    for (int k = 0; k < SLOT_COUNT; k++) {
-        cudaFree(c->slot[k].dev);
-        free(c->slot[k].host);
-    }
+    for (int k = 0; k < SLOT_COUNT; k++)
+        if (!c->slot[k].packed) {
+            cudaFree(c->slot[k].dev);
+            free(c->slot[k].host);
+        }
+    cudaFree(c->pk_dev);
+    free(c->pk_host);
+    cudaFreeHost(c->step_ids_host);
     cudaFree(c->part);
     cudaFree(c->sample_out);
     cudaFree(c->fx_a);
@@ -1117,13 +1277,15 @@ static enum smol_err cu_new(struct smol_backend **out, int device, const struct 
     be->matmul_add = cu_matmul_add;
     be->ffn = cu_ffn;
     be->layers = cu_layers;
+    be->step_sample = cu_step_sample;
+    be->step_ids = cu_step_ids;
     be->step_begin = cu_step_begin;
     be->step_end = cu_step_end;
     fprintf(stderr, "<6>cuda: device %d: %s, sm_%d%d, %d SMs, %.1f GiB; matvec=%s fuse=%s graphs=%s gemm=%s attn=%s\n",
             device, prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0,
             c->opts.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
             c->opts.fuse == SMOL_CUDA_FUSE_LAYER ? "layer" : c->opts.fuse ? "on" : "off",
-            c->opts.graphs ? "on" : "off",
+            c->opts.graphs == SMOL_CUDA_GRAPHS_BUCKET ? "bucket" : c->opts.graphs ? "on" : "off",
             c->opts.gemm == SMOL_CUDA_GEMM_IMMA ? "imma" : c->opts.gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
             c->opts.attn == SMOL_CUDA_ATTN_TILED ? "tiled" : c->opts.attn == SMOL_CUDA_ATTN_PREFILL ? "prefill" : "paged");
     *out = be;

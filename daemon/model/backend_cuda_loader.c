@@ -71,11 +71,15 @@ enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, cons
         o->fuse = SMOL_CUDA_FUSE_LAYER;
         return SMOL_OK;
     }
+    if (!strcmp(key, "cuda_graphs") && !strcmp(val, "bucket")) {
+        o->graphs = SMOL_CUDA_GRAPHS_BUCKET;
+        return SMOL_OK;
+    }
     int *sw = !strcmp(key, "cuda_fuse") ? &o->fuse : !strcmp(key, "cuda_graphs") ? &o->graphs : NULL;
     if (!sw) return smol_errf(err, SMOL_EINVAL, "cuda: unknown option '%.64s'", key);
     if (parse_switch(val, sw))
         return smol_errf(err, SMOL_EINVAL, "%s must be on, off, 1, 0, true or false%s (got '%.64s')", key,
-                         sw == &o->fuse ? ", or layer" : "", val);
+                         sw == &o->fuse ? ", or layer" : ", or bucket", val);
     return SMOL_OK;
 }
 
@@ -96,7 +100,8 @@ enum smol_err smol_cuda_opts_from_env(struct smol_cuda_opts *o, char *err)
 void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t cap)
 {
     snprintf(buf, cap, "matvec=%s fuse=%s graphs=%s gemm=%s attn=%s", o->matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
-             o->fuse == SMOL_CUDA_FUSE_LAYER ? "layer" : o->fuse ? "on" : "off", o->graphs ? "on" : "off", o->gemm == SMOL_CUDA_GEMM_IMMA ? "imma" : o->gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
+             o->fuse == SMOL_CUDA_FUSE_LAYER ? "layer" : o->fuse ? "on" : "off",
+             o->graphs == SMOL_CUDA_GRAPHS_BUCKET ? "bucket" : o->graphs ? "on" : "off", o->gemm == SMOL_CUDA_GEMM_IMMA ? "imma" : o->gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
              o->attn == SMOL_CUDA_ATTN_TILED ? "tiled" : o->attn == SMOL_CUDA_ATTN_PREFILL ? "prefill" : "paged");
 }
 

@@ -39,7 +39,10 @@ struct smol_cuda_opts {
                        SMOL_CUDA_FUSE_LAYER: decode steps (<= 8 tokens) run each layer in four
                        kernels (layer.cu: norm + q/k/v + rope + KV store, attention with its
                        merge, o + residual, the FFN with down's split-K), the others as 1 */
-    int graphs;     /* 1: a decode step captured once per shape as a CUDA graph and replayed */
+    int graphs;     /* 1: a decode step captured once per shape as a CUDA graph and replayed;
+                       SMOL_CUDA_GRAPHS_BUCKET: also batched decode steps, padded to 1, 2, 4 ... 256
+                       rows, one graph per size with the head of every row and the sampling inside,
+                       one upload and one download a step */
     int gemm;       /* mat-muls of more tokens than the mat-vec takes (> 8: batched decode, prefill):
                        SMOL_CUDA_GEMM_TILED (f16 tiles, wmma: matmul.cu) or SMOL_CUDA_GEMM_MMA
                        (quantized tiles decoded in shared memory, cp.async, mma.sync: mmq_tc.cu) or
@@ -54,12 +57,13 @@ struct smol_cuda_opts {
                        the paged kernel is faster: device run 3) */
 };
 enum { SMOL_CUDA_FUSE_LAYER = 2 };
+enum { SMOL_CUDA_GRAPHS_BUCKET = 2 };
 enum { SMOL_CUDA_GEMM_TILED = 0, SMOL_CUDA_GEMM_MMA = 1, SMOL_CUDA_GEMM_IMMA = 2 };
 
 /* The defaults (the verified paths). */
 void smol_cuda_opts_default(struct smol_cuda_opts *o);
 /* Sets one knob from text: key "cuda_matvec" ("f32" | "q8"), "cuda_fuse" / "cuda_graphs"
- * ("on" | "off" | "1" | "0" | "true" | "false"; cuda_fuse also "layer"), "cuda_gemm" ("tiled" | "mma" | "imma"), "cuda_attn"
+ * ("on" | "off" | "1" | "0" | "true" | "false"; cuda_fuse also "layer", cuda_graphs also "bucket"), "cuda_gemm" ("tiled" | "mma" | "imma"), "cuda_attn"
  * ("paged" | "tiled"); SMOL_EINVAL with a message otherwise. */
 enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, const char *val, char *err);
 /* Applies SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS / SMOL_CUDA_GEMM / SMOL_CUDA_ATTN where set. */

@@ -288,7 +288,13 @@ static enum smol_err alloc_state(struct smol_model *m, int max_tokens, char *err
     s->att = be->alloc(be, T * c->q_dim * 4);
     s->hb = be->alloc(be, T * c->ffn_dim * 4);
     s->hb2 = be->alloc(be, T * c->ffn_dim * 4);
-    s->logits = be->alloc(be, (size_t)SMOL_LOGIT_ROWS * c->vocab * 4);
+    s->logit_rows = SMOL_LOGIT_ROWS;
+    /* bucketed steps: the head of every row of a bucket in the step (up to SMOL_BUCKET_MAX rows) */
+    if (!strncmp(be->name, "cuda", 4) && m->cuda.graphs == SMOL_CUDA_GRAPHS_BUCKET && be->step_sample && be->step_ids) {
+        s->logit_rows = max_tokens < SMOL_BUCKET_MAX ? max_tokens : SMOL_BUCKET_MAX;
+        if (s->logit_rows < SMOL_LOGIT_ROWS) s->logit_rows = SMOL_LOGIT_ROWS;
+    }
+    s->logits = be->alloc(be, (size_t)s->logit_rows * c->vocab * 4);
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || !s->logits)
         return smol_errf(err, SMOL_ENOMEM, "model: cannot allocate activations for %d tokens", max_tokens);
     int widest = c->dim > c->q_dim ? c->dim : c->q_dim;
@@ -412,6 +418,22 @@ enum smol_err smol_model_open(struct smol_model **out, const char *path, const s
     }
     size_t per_page = smol_kv_bytes_per_token(c->n_layers, c->n_kv_heads, c->head_dim, kv_type) * SMOL_KV_PAGE;
     if ((e = kv_open(m, &set, gpu, kv_type, per_page, err))) goto fail;
+    if (m->s.logit_rows > SMOL_LOGIT_ROWS) {  /* bucketed steps: the padding rows' sequence and arrays */
+        const size_t R = (size_t)m->s.logit_rows;
+        m->pad_tok = calloc(R, sizeof *m->pad_tok);
+        m->pad_pos = calloc(R, sizeof *m->pad_pos);
+        m->pad_idx = calloc(R, sizeof *m->pad_idx);
+        m->pad_ids = calloc(R, sizeof *m->pad_ids);
+        m->pad_seqs = calloc(R, sizeof *m->pad_seqs);
+        m->pad_rs = calloc(R, sizeof *m->pad_rs);
+        smol_kv_seq_init(&m->pad_seq);
+        if (!m->pad_tok || !m->pad_pos || !m->pad_idx || !m->pad_ids || !m->pad_seqs || !m->pad_rs ||
+            (e = smol_kv_seq_reserve(&m->kv, &m->pad_seq, 0, 1, err))) {
+            if (!e) e = smol_errf(err, SMOL_ENOMEM, "model: out of memory");
+            goto fail;
+        }
+        m->bucket = 1;
+    }
     size_t pages = (size_t)m->kv.n_pages;
     if (m->be->layers) {  /* the fused layers' view of the model */
         m->layer_weights = calloc((size_t)c->n_layers, sizeof *m->layer_weights);
@@ -452,12 +474,21 @@ void smol_model_close(struct smol_model **mp)
     if (!mp || !*mp) return;
     struct smol_model *m = *mp;
     if (m->be) {
-        if (m->kv.n_pages) smol_kv_deinit(&m->kv);
+        if (m->kv.n_pages) {
+            smol_kv_seq_deinit(&m->kv, &m->pad_seq);
+            smol_kv_deinit(&m->kv);
+        }
         free_state(m);
         smol_backend_free(&m->be);
     }
     free(m->w.layers);
     free(m->layer_weights);
+    free(m->pad_tok);
+    free(m->pad_pos);
+    free(m->pad_idx);
+    free(m->pad_ids);
+    free(m->pad_seqs);
+    free(m->pad_rs);
     free(m->w.owned);
     free(m->trace_buf);
     smol_gguf_close(&m->gguf);
@@ -594,7 +625,7 @@ static void step_ops(struct smol_model *m, const struct smol_batch *b)
         be->rmsnorm(be, s->xb, s->xb, &w->output_norm, b->n_out, c->dim, c->norm_eps);
     }
     trace(m, "result_norm", -1, s->xb, b->n_out, c->dim);
-    be->matmul(be, s->logits, &w->output, s->xb, b->n_out < SMOL_LOGIT_ROWS ? b->n_out : SMOL_LOGIT_ROWS);
+    be->matmul(be, s->logits, &w->output, s->xb, b->n_out < s->logit_rows ? b->n_out : s->logit_rows);
 }
 
 enum smol_err smol_model_forward(struct smol_model *m, const struct smol_batch *b, float *logits, char *err)
@@ -616,7 +647,7 @@ static enum smol_err chunk_out(struct smol_model *m, const float *dev, int r0, i
         if (!on) {
             be->to_host(be, logits + (size_t)(r0 + a) * V, dev + (size_t)a * V, (size_t)(z - a) * V * 4);
         } else if (on_cuda) {
-            float temp[SMOL_LOGIT_ROWS], top_p[SMOL_LOGIT_ROWS], u[SMOL_LOGIT_ROWS];
+            float temp[SMOL_BUCKET_MAX], top_p[SMOL_BUCKET_MAX], u[SMOL_BUCKET_MAX];
             for (int r = a; r < z; r++) temp[r - a] = rs[r0 + r].temp, top_p[r - a] = rs[r0 + r].top_p, u[r - a] = rs[r0 + r].u;
             enum smol_err e = smol_backend_cuda_sample(be, dev + (size_t)a * V, z - a, V, temp, top_p, u, ids + r0 + a, err);
             if (e) return e;
@@ -633,6 +664,66 @@ static enum smol_err chunk_out(struct smol_model *m, const float *dev, int r0, i
     return SMOL_OK;
 }
 
+/* The bucket a step is padded to (bucketed steps on): a decode step, every row its own sequence's
+ * next token and every row out, at most logit_rows rows -> the power of two >= its rows; else 0. */
+static int bucket_of(const struct smol_model *m, const struct smol_batch *b)
+{
+    if (!m->bucket || m->trace || b->n_out != b->n_tokens || b->n_tokens > m->s.logit_rows) return 0;
+    for (int t = 0; t < b->n_tokens; t++)
+        if (b->out_idx[t] != t || b->pos[t] != b->seq[t]->n_tokens) return 0;
+    int B = 1;
+    while (B < b->n_tokens) B *= 2;
+    return B <= m->s.logit_rows && B <= m->s.max_tokens ? B : 0;
+}
+
+/* A decode step padded to B rows (its rows first, then token 0 at position 0 of pad_seq, whose
+ * K/V land in its one page and whose logits are dropped): the backend records it once per B
+ * with the head of every row and the device sampling inside, so a replay is one upload, one
+ * launch and one download.  Rows with rs[r].on get their token in ids[r]; the others' logits
+ * come to logits[r] (rs NULL: every row's). */
+static enum smol_err bucket_step(struct smol_model *m, const struct smol_batch *b, int B, float *logits,
+                                 const struct smol_row_sample *rs, int32_t *ids, char *err)
+{
+    struct smol_backend *be = m->be;
+    struct smol_state *s = &m->s;
+    const int n = b->n_tokens, V = m->cfg.vocab;
+    for (int t = 0; t < B; t++) {
+        const int real = t < n;
+        m->pad_tok[t] = real ? b->tokens[t] : 0;
+        m->pad_pos[t] = real ? b->pos[t] : 0;
+        m->pad_seqs[t] = real ? b->seq[t] : &m->pad_seq;
+        m->pad_idx[t] = t;
+        m->pad_rs[t] = real && rs ? rs[t] : (struct smol_row_sample){0, 0.0f, 1.0f, 0.0f};
+    }
+    const struct smol_batch pb = {.n_tokens = B, .tokens = m->pad_tok, .pos = m->pad_pos, .seq = m->pad_seqs,
+                                  .n_out = B, .out_idx = m->pad_idx, .rs = m->pad_rs, .bucket = 1};
+    const int st = be->step_begin(be, &pb);
+    if (st != SMOL_STEP_REPLAYED) {
+        step_ops(m, &pb);
+        be->step_sample(be, s->logits, B, V);
+    }
+    if (st == SMOL_STEP_CAPTURE && be->step_end(be)) {
+        step_ops(m, &pb);
+        be->step_sample(be, s->logits, B, V);
+    }
+    for (int t = 0; t < n; t++)
+        if (b->pos[t] + 1 > b->seq[t]->n_tokens) b->seq[t]->n_tokens = b->pos[t] + 1;
+    enum smol_err e = be->step_ids(be, m->pad_ids, B, err);
+    if (e) return e;
+    for (int a = 0, z; a < n; a = z) {  /* the rows not sampled: their logits, a run at a time */
+        const int on = rs && rs[a].on;
+        for (z = a + 1; z < n && (rs && rs[z].on) == on; z++) {}
+        if (on)
+            for (int r = a; r < z; r++) ids[r] = m->pad_ids[r];
+        else if (logits)
+            be->to_host(be, logits + (size_t)a * V, s->logits + (size_t)a * V, (size_t)(z - a) * V * 4);
+    }
+    for (int r = 0; rs && r < n; r++)
+        if (rs[r].on && (ids[r] < 0 || ids[r] >= V))
+            return smol_errf(err, SMOL_EINVAL, "sampling: no samplable logit in row %d", r);
+    return SMOL_OK;
+}
+
 enum smol_err smol_model_forward_sample(struct smol_model *m, const struct smol_batch *b, float *logits,
                                         const struct smol_row_sample *rs, int32_t *ids, char *err)
 {
@@ -642,6 +733,8 @@ enum smol_err smol_model_forward_sample(struct smol_model *m, const struct smol_
     struct smol_state *s = &m->s;
     struct smol_backend *be = m->be;
 
+    const int B = bucket_of(m, b);
+    if (B) return bucket_step(m, b, B, logits, rs, ids, err);
     /* a backend that records steps (CUDA graphs) may replay this one */
     const int st = be->step_begin && !m->trace ? be->step_begin(be, b) : SMOL_STEP_RUN;
     if (st != SMOL_STEP_REPLAYED) step_ops(m, b);
@@ -650,8 +743,8 @@ enum smol_err smol_model_forward_sample(struct smol_model *m, const struct smol_
     for (int t = 0; t < b->n_tokens; t++)
         if (b->pos[t] + 1 > b->seq[t]->n_tokens) b->seq[t]->n_tokens = b->pos[t] + 1;
 
-    for (int r = 0; r < b->n_out; r += SMOL_LOGIT_ROWS) {
-        int rows = b->n_out - r < SMOL_LOGIT_ROWS ? b->n_out - r : SMOL_LOGIT_ROWS;
+    for (int r = 0; r < b->n_out; r += s->logit_rows) {
+        int rows = b->n_out - r < s->logit_rows ? b->n_out - r : s->logit_rows;
         if (r) be->matmul(be, s->logits, &m->w.output, s->xb + (size_t)r * c->dim, rows);
         if ((e = chunk_out(m, s->logits, r, rows, logits, rs, ids, err))) return e;
     }

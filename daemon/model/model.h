@@ -81,7 +81,8 @@ struct smol_state {
     float *k, *v;   /* [max_tokens][kv_dim] */
     float *att;     /* [max_tokens][q_dim] attention output */
     float *hb, *hb2;/* [max_tokens][ffn_dim] gate / up */
-    float *logits;  /* [SMOL_LOGIT_ROWS][vocab] */
+    float *logits;  /* [logit_rows][vocab] */
+    int logit_rows; /* SMOL_LOGIT_ROWS, or the largest bucket (bucketed steps: the head of every row at once) */
 };
 
 struct smol_model_settings {
@@ -122,6 +123,13 @@ struct smol_model {
                                    when be is the CUDA backend (be->name "cuda...") */
     struct smol_kv kv;
     struct smol_layers_args layer_args;         /* the backend's layers op's view of the model */
+    /* bucketed steps (CUDA, cuda_graphs = bucket): decode steps padded to 1, 2, 4 ... logit_rows
+     * rows with rows on pad_seq (one reserved page), recorded once per size */
+    int bucket;
+    struct smol_kv_seq pad_seq;
+    int32_t *pad_tok, *pad_pos, *pad_idx, *pad_ids;
+    struct smol_kv_seq **pad_seqs;
+    struct smol_row_sample *pad_rs;
     struct smol_layer_weights *layer_weights;   /* [n_layers], owned */
     smol_trace_fn trace;
     void *trace_ctx;
@@ -144,10 +152,6 @@ enum smol_err smol_model_forward(struct smol_model *m, const struct smol_batch *
 /* What a step does with one output row: sampled by the backend (on = 1) at temperature temp
  * (<= 0: argmax) and nucleus top_p (>= 1: off) with the uniform draw u in [0, 1), by
  * smol_sample_row_ref's rule (kernels/ops_ref.h), or (on = 0) its logits copied to the host. */
-struct smol_row_sample {
-    int on;
-    float temp, top_p, u;
-};
 
 /* smol_model_forward where rows with rs[r].on get their token in ids[r] from the backend's
  * sampler instead of logits (their rows of logits are left as they were): on CUDA the device

@@ -57,7 +57,7 @@ static const struct smol_option options[] = {
     {"cuda_fuse", SMOL_OPT_BOOL, OFF(cuda_fuse), 0, 1, "true",
      "CUDA fused steps (norm + q/k/v, rope + KV store, mat-vec + residual, the FFN; needs cuda_matvec = q8); false = one kernel per op; layer = decode steps in four kernels a layer (kernels/cuda/layer.cu; not yet run on a device)"},
     {"cuda_graphs", SMOL_OPT_BOOL, OFF(cuda_graphs), 0, 1, "true",
-     "CUDA decode steps (<= 8 tokens) recorded once per shape as CUDA graphs and replayed; false = every kernel launched from the host"},
+     "CUDA decode steps (<= 8 tokens) recorded once per shape as CUDA graphs and replayed; false = every kernel launched from the host; bucket = also batched decode steps, padded to 1, 2, 4 ... 256 rows, a graph per size with the head and sampling inside (not yet run on a device)"},
     {"cuda_gemm", SMOL_OPT_MATVEC, OFF(cuda_gemm), 0, 0, "mma",
      "CUDA mat-muls of > 8 tokens (batched decode, prefill): mma (quantized tiles on tensor cores, kernels/cuda/NOTES.md), imma (int8 mma on q4_K/q6_K/q8_0; not yet run) or tiled (f16, wmma)"},
     {"cuda_attn", SMOL_OPT_MATVEC, OFF(cuda_attn), 0, 0, "prefill",
@@ -171,13 +171,18 @@ static enum smol_err set_opt(struct smol_daemon_config *c, const struct smol_opt
         *ip = (int)x;
         return SMOL_OK;
     case SMOL_OPT_BOOL:
-        if (!strcmp(o->name, "cuda_fuse") && !strcmp(v, "layer")) {  /* its third value (backend_cuda_loader.h) */
+        /* the third values of two CUDA knobs (backend_cuda_loader.h) */
+        if (!strcmp(o->name, "cuda_fuse") && !strcmp(v, "layer")) {
             *ip = SMOL_CUDA_FUSE_LAYER;
+            return SMOL_OK;
+        }
+        if (!strcmp(o->name, "cuda_graphs") && !strcmp(v, "bucket")) {
+            *ip = SMOL_CUDA_GRAPHS_BUCKET;
             return SMOL_OK;
         }
         if (parse_bool(v, ip))
             return smol_errf(err, SMOL_EINVAL, "%s: \"%.64s\" is not a boolean (true/false%s)", o->name, v,
-                             strcmp(o->name, "cuda_fuse") ? "" : ", or layer");
+                             !strcmp(o->name, "cuda_fuse") ? ", or layer" : !strcmp(o->name, "cuda_graphs") ? ", or bucket" : "");
         return SMOL_OK;
     case SMOL_OPT_AUTO_BOOL:
         if (!strcmp(v, "auto")) { *ip = -1; return SMOL_OK; }
@@ -372,7 +377,13 @@ static void write_value(FILE *f, const struct smol_option *o, const struct smol_
     case SMOL_OPT_MATVEC: fputs(p, f); break;
     case SMOL_OPT_INT: fprintf(f, "%d", v); break;
     case SMOL_OPT_MODE: fprintf(f, "0%o", v); break;
-    case SMOL_OPT_BOOL: fputs(v == SMOL_CUDA_FUSE_LAYER && !strcmp(o->name, "cuda_fuse") ? "layer" : v ? "true" : "false", f); break;
+    case SMOL_OPT_BOOL:
+        fputs(v == SMOL_CUDA_FUSE_LAYER && !strcmp(o->name, "cuda_fuse")       ? "layer"
+              : v == SMOL_CUDA_GRAPHS_BUCKET && !strcmp(o->name, "cuda_graphs") ? "bucket"
+              : v                                                               ? "true"
+                                                                                : "false",
+              f);
+        break;
     case SMOL_OPT_AUTO_BOOL: fputs(v < 0 ? "auto" : v ? "true" : "false", f); break;
     case SMOL_OPT_AUTO_INT:
         if (v < 0) fputs("auto", f);
