@@ -634,14 +634,17 @@ static double *q8_ref(const float *deq, int rows, int cols, const float *x, int 
 
 /* matmul and matmul_n of every q8 type, 1..8 tokens (and 9: the tiles), against the float64 dot
  * of the same q8a activations: the device quantizes exactly as smol_q8a_quantize_ref */
+/* _i = 0: cuda_matvec = q8; 1: q8k (a row's tasks split among 2 or 4 warps where the weight has
+ * few rows: every shape here; 4096 and 8448 columns give every warp of a row tasks) */
+static const struct smol_cuda_opts Q8K = {.matvec = SMOL_CUDA_MATVEC_Q8K, .fuse = 0, .graphs = 0};
 START_TEST(t_matmul_q8)
 {
-    struct smol_backend *be = open_cuda_opts(&Q8);
+    struct smol_backend *be = open_cuda_opts(_i ? &Q8K : &Q8);
     if (!be) return;
     const uint32_t types[] = {SMOL_TYPE_Q4_K, SMOL_TYPE_Q6_K, SMOL_TYPE_Q8_0, SMOL_TYPE_Q4_0, SMOL_TYPE_Q4_1};
-    const int shapes[][2] = {{300, 768}, {37, 2048}};
+    const int shapes[][2] = {{300, 768}, {37, 2048}, {37, 4096}, {20, 8448}};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
-        for (int si = 0; si < 2; si++) {
+        for (int si = 0; si < 4; si++) {
             const int rows = shapes[si][0], cols = shapes[si][1];
             float *deq;
             struct smol_weight *w = rand_weight(be, types[ti], rows, cols, &deq);
@@ -653,7 +656,8 @@ START_TEST(t_matmul_q8)
                 double *ref = q8_ref(deq, rows, cols, x, n);
                 float *got = from_dev(be, dout, (size_t)n * rows);
                 const double e = rel_err(got, ref, (size_t)n * rows);
-                if (n == 1 || n == 8) printf("stats: matmul q8 %s %dx%d n=%d rel err %.2e\n", w->name, rows, cols, n, e);
+                if (n == 1 || n == 8)
+                    printf("stats: matmul %s %s %dx%d n=%d rel err %.2e\n", _i ? "q8k" : "q8", w->name, rows, cols, n, e);
                 ck_assert_msg(e < 1e-5, "matmul q8 %s %dx%d n=%d: rel err %g", w->name, rows, cols, n, e);
                 free(got); free(ref); free(x);
                 be->free(be, dx);
@@ -1823,6 +1827,7 @@ Suite *test_suite(void)
     tcase_add_test(emu, t_attention_f16);
     tcase_add_test(emu, t_attention_q8_0);
     tcase_add_test(emu, t_sample);
+    tcase_add_loop_test(emu, t_matmul_q8, 0, 2);
     tcase_add_test(emu, t_model_q8);
     tcase_add_test(emu, t_model_q4km);
     tcase_add_loop_test(emu, t_model_synth, 0, 2);
@@ -1836,7 +1841,7 @@ Suite *test_suite(void)
     tcase_add_test(ops, t_attention_f16);
     tcase_add_test(ops, t_attention_f32);
     tcase_add_test(ops, t_attention_q8_0);
-    tcase_add_test(ops, t_matmul_q8);
+    tcase_add_loop_test(ops, t_matmul_q8, 0, 2);
     tcase_add_test(ops, t_fused);
     tcase_add_test(ops, t_gemm_mma);
     tcase_add_test(ops, t_gemm_imma);

@@ -430,7 +430,7 @@ static enum smol_err cu_upload(struct smol_backend *be, struct smol_weight *w, c
     w->dev = d;
     w->dev_aux = NULL;
     const int mma = c->opts.gemm == SMOL_CUDA_GEMM_MMA || c->opts.gemm == SMOL_CUDA_GEMM_IMMA;
-    if ((c->opts.matvec == SMOL_CUDA_MATVEC_Q8 || mma) && smol_mmvq_type_ok(w->type) && w->rows > 0) {
+    if ((c->opts.matvec >= SMOL_CUDA_MATVEC_Q8 || mma) && smol_mmvq_type_ok(w->type) && w->rows > 0) {
         if (!smol_mmvq_repacked(w->type)) {
             w->dev_aux = d;
         } else {  /* the q8 mat-vec's layout (mmvq.h), a second copy: the other kernels read GGUF blocks */
@@ -539,7 +539,7 @@ static void cu_rmsnorm(struct smol_backend *be, float *out, const float *x, cons
 /* 1 if w x for n tokens goes to mmvq.cu */
 static int q8_ok(const struct cuda *c, const struct smol_weight *w, int n)
 {
-    return c->opts.matvec == SMOL_CUDA_MATVEC_Q8 && n >= 1 && n <= SMOL_MMVQ_MAX_TOKENS && w->dev_aux &&
+    return c->opts.matvec >= SMOL_CUDA_MATVEC_Q8 && n >= 1 && n <= SMOL_MMVQ_MAX_TOKENS && w->dev_aux &&
            w->cols % 32 == 0 && w->cols <= c->max_cols && smol_mmvq_type_ok(w->type);
 }
 
@@ -555,6 +555,15 @@ static struct smol_mv_part mv_part(const struct smol_weight *w, float *out)
     return p;
 }
 
+/* the q8 mat-vec of parts (knob matvec = q8k: rows split among warps where the weights have few) */
+static cudaError_t mv_launch(const struct cuda *c, const struct smol_mv_part *p, int n_p, int mode, int cols, int n)
+{
+    int rows = 0;
+    for (int i = 0; i < n_p; i++) rows += p[i].rows;
+    const int ks = c->opts.matvec == SMOL_CUDA_MATVEC_Q8K && mode != SMOL_MV_GLU ? smol_mmvq_split(rows, c->n_sm) : 1;
+    return smol_mmvq_cuda_ks(p, n_p, mode, c->xq, c->xs, cols, n, ks, c->st);
+}
+
 /* parts[i] = ws[i] x (mode) for n tokens of x, one quantization, one launch */
 static void mmvq(struct cuda *c, float *const *outs, const struct smol_weight *const *ws, int n_w, int mode,
                  const float *x, int n)
@@ -562,7 +571,7 @@ static void mmvq(struct cuda *c, float *const *outs, const struct smol_weight *c
     struct smol_mv_part p[3];
     for (int i = 0; i < n_w; i++) p[i] = mv_part(ws[i], outs[i]);
     if (!ck(c, smol_q8a_cuda(x, n, ws[0]->cols, c->xq, c->xs, c->st), "q8a"))
-        ck(c, smol_mmvq_cuda(p, n_w, mode, c->xq, c->xs, ws[0]->cols, n, c->st), "mmvq");
+        ck(c, mv_launch(c, p, n_w, mode, ws[0]->cols, n), "mmvq");
 }
 
 /* ---- the tensor-core GEMM (knob gemm = mma) ------------------------------------------------------- */
@@ -647,7 +656,7 @@ static int cu_norm_qkv(struct smol_backend *be, float *q, float *k, float *v, co
         return 0;
     struct smol_mv_part p[3] = {mv_part(wq, q), mv_part(wk, k), mv_part(wv, v)};
     if (!ck(c, smol_norm_q8a_cuda(x, (const float *)nw->dev, eps, n, dim, c->xq, c->xs, c->st), "norm_q8a"))
-        ck(c, smol_mmvq_cuda(p, 3, SMOL_MV_STORE, c->xq, c->xs, dim, n, c->st), "mmvq qkv");
+        ck(c, mv_launch(c, p, 3, SMOL_MV_STORE, dim, n), "mmvq qkv");
     return 1;
 }
 
@@ -688,7 +697,7 @@ static int cu_ffn(struct smol_backend *be, float *x, const struct smol_weight *n
     if (!ck(c, smol_norm_q8a_cuda(x, (const float *)nw->dev, eps, n, dim, c->xq, c->xs, c->st), "norm_q8a") &&
         !ck(c, smol_mmvq_cuda(gu, 2, SMOL_MV_GLU, c->xq, c->xs, dim, n, c->st), "mmvq gate/up") &&
         !ck(c, smol_q8a_cuda(hb, n, wd->cols, c->xq, c->xs, c->st), "q8a"))
-        ck(c, smol_mmvq_cuda(&dn, 1, SMOL_MV_ADD, c->xq, c->xs, wd->cols, n, c->st), "mmvq down");
+        ck(c, mv_launch(c, &dn, 1, SMOL_MV_ADD, wd->cols, n), "mmvq down");
     return 1;
 }
 
@@ -1283,7 +1292,7 @@ static enum smol_err cu_new(struct smol_backend **out, int device, const struct 
     be->step_end = cu_step_end;
     fprintf(stderr, "<6>cuda: device %d: %s, sm_%d%d, %d SMs, %.1f GiB; matvec=%s fuse=%s graphs=%s gemm=%s attn=%s\n",
             device, prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0,
-            c->opts.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
+            c->opts.matvec == SMOL_CUDA_MATVEC_Q8K ? "q8k" : c->opts.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
             c->opts.fuse == SMOL_CUDA_FUSE_LAYER ? "layer" : c->opts.fuse ? "on" : "off",
             c->opts.graphs == SMOL_CUDA_GRAPHS_BUCKET ? "bucket" : c->opts.graphs ? "on" : "off",
             c->opts.gemm == SMOL_CUDA_GEMM_IMMA ? "imma" : c->opts.gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",

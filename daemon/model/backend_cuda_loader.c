@@ -50,7 +50,8 @@ enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, cons
     if (!strcmp(key, "cuda_matvec")) {
         if (!strcmp(val, "f32")) o->matvec = SMOL_CUDA_MATVEC_F32;
         else if (!strcmp(val, "q8")) o->matvec = SMOL_CUDA_MATVEC_Q8;
-        else return smol_errf(err, SMOL_EINVAL, "cuda_matvec must be f32 or q8 (got '%.64s')", val);
+        else if (!strcmp(val, "q8k")) o->matvec = SMOL_CUDA_MATVEC_Q8K;
+        else return smol_errf(err, SMOL_EINVAL, "cuda_matvec must be f32, q8 or q8k (got '%.64s')", val);
         return SMOL_OK;
     }
     if (!strcmp(key, "cuda_attn")) {
@@ -99,7 +100,8 @@ enum smol_err smol_cuda_opts_from_env(struct smol_cuda_opts *o, char *err)
 
 void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "matvec=%s fuse=%s graphs=%s gemm=%s attn=%s", o->matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
+    snprintf(buf, cap, "matvec=%s fuse=%s graphs=%s gemm=%s attn=%s",
+             o->matvec == SMOL_CUDA_MATVEC_Q8K ? "q8k" : o->matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
              o->fuse == SMOL_CUDA_FUSE_LAYER ? "layer" : o->fuse ? "on" : "off",
              o->graphs == SMOL_CUDA_GRAPHS_BUCKET ? "bucket" : o->graphs ? "on" : "off", o->gemm == SMOL_CUDA_GEMM_IMMA ? "imma" : o->gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
              o->attn == SMOL_CUDA_ATTN_TILED ? "tiled" : o->attn == SMOL_CUDA_ATTN_PREFILL ? "prefill" : "paged");

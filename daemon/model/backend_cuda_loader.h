@@ -29,12 +29,14 @@
  * it correct and faster than the path before it (kernels/cuda/NOTES.md).  Config keys
  * cuda_matvec, cuda_fuse, cuda_graphs, cuda_gemm, cuda_attn; the environment (SMOL_CUDA_MATVEC,
  * SMOL_CUDA_FUSE, SMOL_CUDA_GRAPHS, SMOL_CUDA_GEMM, SMOL_CUDA_ATTN) overrides them when the backend is made. */
-enum { SMOL_CUDA_MATVEC_F32 = 0, SMOL_CUDA_MATVEC_Q8 = 1 };
+enum { SMOL_CUDA_MATVEC_F32 = 0, SMOL_CUDA_MATVEC_Q8 = 1, SMOL_CUDA_MATVEC_Q8K = 2 };
 enum { SMOL_CUDA_ATTN_PAGED = 0, SMOL_CUDA_ATTN_TILED = 1, SMOL_CUDA_ATTN_PREFILL = 2 };
 struct smol_cuda_opts {
     int matvec;     /* decode mat-vec (<= 8 tokens): SMOL_CUDA_MATVEC_F32 (f32 activations, a warp per
                        row decoding to registers) or SMOL_CUDA_MATVEC_Q8 (activations quantized once
-                       to q8_1, integer dot products on repacked weights) */
+                       to q8_1, integer dot products on repacked weights) or SMOL_CUDA_MATVEC_Q8K (the
+                       same, with the rows of weights of few rows split among 2 or 4 warps so that
+                       the device's warps are busy: o and down of the 3B; not yet run on a device) */
     int fuse;       /* 1: fused steps (norm + q/k/v, rope + KV store, mat-vec + residual, the FFN);
                        SMOL_CUDA_FUSE_LAYER: decode steps (<= 8 tokens) run each layer in four
                        kernels (layer.cu: norm + q/k/v + rope + KV store, attention with its
@@ -62,7 +64,7 @@ enum { SMOL_CUDA_GEMM_TILED = 0, SMOL_CUDA_GEMM_MMA = 1, SMOL_CUDA_GEMM_IMMA = 2
 
 /* The defaults (the verified paths). */
 void smol_cuda_opts_default(struct smol_cuda_opts *o);
-/* Sets one knob from text: key "cuda_matvec" ("f32" | "q8"), "cuda_fuse" / "cuda_graphs"
+/* Sets one knob from text: key "cuda_matvec" ("f32" | "q8" | "q8k"), "cuda_fuse" / "cuda_graphs"
  * ("on" | "off" | "1" | "0" | "true" | "false"; cuda_fuse also "layer", cuda_graphs also "bucket"), "cuda_gemm" ("tiled" | "mma" | "imma"), "cuda_attn"
  * ("paged" | "tiled"); SMOL_EINVAL with a message otherwise. */
 enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, const char *val, char *err);

@@ -53,7 +53,7 @@ static const struct smol_option options[] = {
     {"cuda_device", SMOL_OPT_INT, OFF(cuda_device), 0, 64, "0",
      "CUDA device index for the cuda / auto backends"},
     {"cuda_matvec", SMOL_OPT_MATVEC, OFF(cuda_matvec), 0, 0, "q8",
-     "CUDA decode mat-vec: q8 (activations quantized once to q8, integer dots on repacked weights; 2.2x f32 on an H100, kernels/cuda/NOTES.md) or f32 (the earlier path)"},
+     "CUDA decode mat-vec: q8 (activations quantized once to q8, integer dots on repacked weights; 2.2x f32 on an H100), q8k (rows split among warps where few) or f32"},
     {"cuda_fuse", SMOL_OPT_BOOL, OFF(cuda_fuse), 0, 1, "true",
      "CUDA fused steps (norm + q/k/v, rope + KV store, mat-vec + residual, the FFN; needs q8); false = a kernel per op; layer = 4 a layer (not yet run on a device)"},
     {"cuda_graphs", SMOL_OPT_BOOL, OFF(cuda_graphs), 0, 1, "true",

@@ -155,6 +155,95 @@ static __global__ void __launch_bounds__(MV_WARPS * 32) mmvq_kernel(const struct
     }
 }
 
+/* knob cuda_matvec = q8k: weights of few rows (the 3B's o and down: 2048 rows, where the device
+ * holds ~4,200 warps) split each row's tasks among KS warps of a block (MV_WARPS / KS rows a
+ * block, warp ks taking tasks lane + 32 U (ks + KS i)); the KS sums are added in order in shared
+ * memory by the row's first warp.  Store and add only (the SwiGLU pair has 11008 rows). */
+template <int NT, int U, int KS>
+static __global__ void __launch_bounds__(MV_WARPS * 32) mmvq_ks_kernel(const struct mv_args a)
+{
+    __shared__ float red[MV_WARPS][NT];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, ks = w % KS;
+    int r = blockIdx.x * (MV_WARPS / KS) + w / KS;
+    const int r0 = a.p[0].rows, r1 = a.n_parts > 1 ? a.p[1].rows : 0, r2 = a.n_parts > 2 ? a.p[2].rows : 0;
+    struct smol_mv_part P = a.p[0];
+    int valid = 1;
+    if (r < r0) {
+        P = a.p[0];
+    } else if (r < r0 + r1) {
+        P = a.p[1];
+        r -= r0;
+    } else if (r < r0 + r1 + r2) {
+        P = a.p[2];
+        r -= r0 + r1;
+    } else {
+        valid = 0;
+    }
+    float acc[NT];
+#pragma unroll
+    for (int tok = 0; tok < NT; tok++) acc[tok] = 0.0f;
+    if (valid) row_dot_any<NT, U, false, KS>(P, r, a.in, acc, ks);
+    if (lane == 0)
+#pragma unroll
+        for (int tok = 0; tok < NT; tok++) red[w][tok] = acc[tok];
+    __syncthreads();
+    if (!valid || ks) return;
+#pragma unroll
+    for (int tok = 0; tok < NT; tok++) {
+        float sum = red[w][tok];
+#pragma unroll
+        for (int j = 1; j < KS; j++) sum += red[w + j][tok];
+        if (lane == tok && tok < a.in.n) {
+            float *o = P.out + (size_t)tok * P.rows + r;
+            if (a.mode == SMOL_MV_ADD) *o += sum;
+            else *o = sum;
+        }
+    }
+}
+
+int smol_mmvq_split(int rows, int n_sm)
+{
+    const int want = 32 * (n_sm > 0 ? n_sm : 1);  /* half the warps an SM holds, on every SM */
+    return rows >= want ? 1 : 2 * rows >= want ? 2 : 4;
+}
+
+cudaError_t smol_mmvq_cuda_ks(const struct smol_mv_part *parts, int n_parts, int mode, const int8_t *xq,
+                              const struct smol_q8a *xs, int cols, int n, int ks, cudaStream_t st)
+{
+    if (ks <= 1 || mode == SMOL_MV_GLU) return smol_mmvq_cuda(parts, n_parts, mode, xq, xs, cols, n, st);
+    if (n <= 0) return cudaSuccess;
+    if (n > SMOL_MMVQ_MAX_TOKENS || n_parts < 1 || n_parts > 3 || cols % 32 || (ks != 2 && ks != 4))
+        return cudaErrorInvalidValue;
+    struct mv_args a;
+    memset(&a, 0, sizeof a);
+    int rows = 0;
+    for (int i = 0; i < n_parts; i++) {
+        if (!smol_mmvq_type_ok(parts[i].type) ||
+            ((parts[i].type == SMOL_TYPE_Q4_K || parts[i].type == SMOL_TYPE_Q6_K) && cols % 256))
+            return cudaErrorInvalidValue;
+        a.p[i] = parts[i];
+        rows += parts[i].rows;
+    }
+    a.n_parts = n_parts;
+    a.mode = mode;
+    a.in.xq = xq;
+    a.in.xs = xs;
+    a.in.cols = cols;
+    a.in.n = n;
+    if (rows <= 0) return cudaSuccess;
+    const int per = MV_WARPS / ks, blocks = (rows + per - 1) / per, long_rows = cols >= 8192;
+    switch (n * 8 + ks * 2 + long_rows) {
+#define K(NT, KS) case NT * 8 + KS * 2: mmvq_ks_kernel<NT, 2, KS><<<blocks, MV_WARPS * 32, 0, st>>>(a); break; \
+                  case NT * 8 + KS * 2 + 1: mmvq_ks_kernel<NT, 4, KS><<<blocks, MV_WARPS * 32, 0, st>>>(a); break;
+#define X(NT) K(NT, 2) K(NT, 4)
+        X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
+#undef X
+#undef K
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
 cudaError_t smol_mmvq_cuda(const struct smol_mv_part *parts, int n_parts, int mode, const int8_t *xq,
                            const struct smol_q8a *xs, int cols, int n, cudaStream_t st)
 {

@@ -173,11 +173,14 @@ template <> struct wtask<SMOL_TYPE_Q4_1> {
 
 /* acc[tok] += this lane's share of row r . x[tok], tok < in.n (<= NT); U tasks' weights loaded
  * before the first is used */
-template <int T, int NT, int U, bool SM = false>
-static __device__ __forceinline__ void row_dot(const struct smol_mv_part &P, int r, const mv_in &in, float acc[NT])
+/* KS > 1: the row's tasks split among KS warps, this one taking slice ks (the caller sums the
+ * warps' results) */
+template <int T, int NT, int U, bool SM = false, int KS = 1>
+static __device__ __forceinline__ void row_dot(const struct smol_mv_part &P, int r, const mv_in &in, float acc[NT],
+                                               int ks = 0)
 {
     const int lane = threadIdx.x & 31, ntask = in.cols >> 5;
-    for (int t0 = lane; t0 < ntask; t0 += 32 * U) {
+    for (int t0 = lane + 32 * U * ks; t0 < ntask; t0 += 32 * U * KS) {
         wtask<T> w[U];
 #pragma unroll
         for (int u = 0; u < U; u++)
@@ -223,17 +226,18 @@ static __device__ __forceinline__ void row_dot_glu(const struct smol_mv_part &G,
     }
 }
 
-template <int NT, int U, bool SM = false>
-static __device__ __forceinline__ void row_dot_any(const struct smol_mv_part &P, int r, const mv_in &in, float acc[NT])
+template <int NT, int U, bool SM = false, int KS = 1>
+static __device__ __forceinline__ void row_dot_any(const struct smol_mv_part &P, int r, const mv_in &in, float acc[NT],
+                                                   int ks = 0)
 {
 #pragma unroll
     for (int tok = 0; tok < NT; tok++) acc[tok] = 0.0f;
     switch (P.type) {
-    case SMOL_TYPE_Q4_K: row_dot<SMOL_TYPE_Q4_K, NT, U, SM>(P, r, in, acc); break;
-    case SMOL_TYPE_Q6_K: row_dot<SMOL_TYPE_Q6_K, NT, U, SM>(P, r, in, acc); break;
-    case SMOL_TYPE_Q8_0: row_dot<SMOL_TYPE_Q8_0, NT, U, SM>(P, r, in, acc); break;
-    case SMOL_TYPE_Q4_0: row_dot<SMOL_TYPE_Q4_0, NT, U, SM>(P, r, in, acc); break;
-    case SMOL_TYPE_Q4_1: row_dot<SMOL_TYPE_Q4_1, NT, U, SM>(P, r, in, acc); break;
+    case SMOL_TYPE_Q4_K: row_dot<SMOL_TYPE_Q4_K, NT, U, SM, KS>(P, r, in, acc, ks); break;
+    case SMOL_TYPE_Q6_K: row_dot<SMOL_TYPE_Q6_K, NT, U, SM, KS>(P, r, in, acc, ks); break;
+    case SMOL_TYPE_Q8_0: row_dot<SMOL_TYPE_Q8_0, NT, U, SM, KS>(P, r, in, acc, ks); break;
+    case SMOL_TYPE_Q4_0: row_dot<SMOL_TYPE_Q4_0, NT, U, SM, KS>(P, r, in, acc, ks); break;
+    case SMOL_TYPE_Q4_1: row_dot<SMOL_TYPE_Q4_1, NT, U, SM, KS>(P, r, in, acc, ks); break;
     default: break;
     }
 #pragma unroll

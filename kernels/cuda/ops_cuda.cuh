@@ -60,6 +60,11 @@ cudaError_t smol_norm_q8a_cuda(const float *x, const float *w, float eps, int n,
  * parts (gate, up) of equal rows, parts[0].out[tok][r] = silu(gate r . x) * (up r . x). */
 cudaError_t smol_mmvq_cuda(const struct smol_mv_part *parts, int n_parts, int mode, const int8_t *xq,
                            const struct smol_q8a *xs, int cols, int n, cudaStream_t st);
+/* The same with each row's tasks split among ks (1, 2 or 4) warps (knob cuda_matvec = q8k; not
+ * for SMOL_MV_GLU); smol_mmvq_split picks ks for a weight of `rows` rows on n_sm SMs. */
+cudaError_t smol_mmvq_cuda_ks(const struct smol_mv_part *parts, int n_parts, int mode, const int8_t *xq,
+                              const struct smol_q8a *xs, int cols, int n, int ks, cudaStream_t st);
+int smol_mmvq_split(int rows, int n_sm);
 
 /* ---- a decode layer in four kernels (layer.cu, knob cuda_fuse = layer) ---- */
 struct smol_layer_args {

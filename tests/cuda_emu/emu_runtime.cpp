@@ -111,6 +111,13 @@ struct fiber_slot {
 };
 
 emu_fiber *emu_cur;
+float emu_h2f_table[65536];
+static struct h2f_init {
+    h2f_init()
+    {
+        for (unsigned u = 0; u < 65536; u++) emu_h2f_table[u] = smol_half_to_f32((uint16_t)u);
+    }
+} h2f_init_once;
 dim3 emu_block_dim, emu_grid_dim;
 long emu_n_mma;
 
@@ -310,6 +317,7 @@ const uint8_t *emu_warp_gather(unsigned mask, const void *mine, size_t bytes)
     emu_warp &w = warp_arrive(mask, &g);
     uint8_t(*buf)[SLOT_BYTES] = w.buf[g & 1];
     memcpy(buf[emu_cur->lin & 31], mine, bytes);
+    emu_cur->coll_gen = g;
     warp_wait(w, mask, g);
     return &buf[0][0];
 }
@@ -347,8 +355,11 @@ static void ensure_fibers(size_t n)
     }
 }
 
+static unsigned long block_serial;
 static void init_fiber(fiber_slot &s, emu_block *b, int lin)
 {
+    if (lin == 0) block_serial++;
+    s.f.blk_serial = block_serial;
     const dim3 bd = emu_block_dim;
     s.f.lin = lin;
     s.f.tid = dim3(lin % bd.x, lin / bd.x % bd.y, lin / (bd.x * bd.y));

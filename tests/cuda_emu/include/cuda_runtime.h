@@ -97,6 +97,9 @@ struct __nv_bfloat16 {
     uint16_t u;
 };
 typedef __half half;
+/* f16 bits to float by a table (the emulated tensor-core instructions convert many) */
+extern float emu_h2f_table[65536];
+static inline float emu_h2f(uint16_t u) { return emu_h2f_table[u]; }
 static inline float __half2float(__half h) { return smol_half_to_f32(h.u); }
 static inline __half __float2half(float f) { __half h; h.u = smol_f32_to_half(f); return h; }
 static inline __half __float2half_rn(float f) { return __float2half(f); }
@@ -154,6 +157,8 @@ struct emu_fiber {
     int state;              /* runnable, waiting at a warp / block barrier, done */
     unsigned wait_gen;
     void *sp;               /* saved stack pointer while switched out */
+    unsigned coll_gen;      /* the warp generation of this thread's last warp collective */
+    unsigned long blk_serial;   /* unique to its block's run (caches keyed per block) */
     struct emu_block *blk;
 };
 extern emu_fiber *emu_cur;

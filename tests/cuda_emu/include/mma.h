@@ -66,23 +66,28 @@ static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const f
     struct { uint16_t a[8], b[8]; } mine;
     for (int s = 0; s < 8; s++) { mine.a[s] = a.x[s].u; mine.b[s] = b.x[s].u; }
     const uint8_t *all = emu_warp_gather(0xffffffffu, &mine, sizeof mine);
-    float A[16][16], B[16][16];
-    for (int L = 0; L < 32; L++) {
-        const uint16_t *m = (const uint16_t *)(all + 32 * L);
-        for (int s = 0; s < 8; s++) {
-            const int e = 8 * L + s;
-            A[e / 16][e % 16] = smol_half_to_f32(m[s]);
-            B[e / 16][e % 16] = smol_half_to_f32(m[8 + s]);
+    /* the 16x16 product once per warp and collective (the first lane to get here; every lane of
+     * the warp reads it before any can complete the next collective), then this lane's 8 */
+    static struct { unsigned long blk; unsigned gen; float D[256]; } cache[32];
+    const int l = emu_lane(), wi = (emu_cur->lin >> 5) & 31;  /* <= 32 warps a block */
+    if (cache[wi].blk != emu_cur->blk_serial || cache[wi].gen != emu_cur->coll_gen + 1) {
+        float A[16][16], B[16][16];
+        for (int e = 0; e < 256; e++) {
+            const uint16_t *m = (const uint16_t *)(all + 32 * (e / 8));
+            A[e / 16][e % 16] = emu_h2f(m[e % 8]);
+            B[e / 16][e % 16] = emu_h2f(m[8 + e % 8]);
         }
+        for (int r = 0; r < 16; r++)
+            for (int c = 0; c < 16; c++) {
+                float acc = 0;
+                for (int k = 0; k < 16; k++) acc += A[r][k] * B[k][c];
+                cache[wi].D[16 * r + c] = acc;
+            }
+        cache[wi].blk = emu_cur->blk_serial;
+        cache[wi].gen = emu_cur->coll_gen + 1;
     }
-    const int l = emu_lane();
     fragment<accumulator, 16, 16, 16, float> out;
-    for (int s = 0; s < 8; s++) {
-        const int e = 8 * l + s, r = e / 16, col = e % 16;
-        float acc = 0;
-        for (int k = 0; k < 16; k++) acc += A[r][k] * B[k][col];
-        out.x[s] = c.x[s] + acc;
-    }
+    for (int s = 0; s < 8; s++) out.x[s] = c.x[s] + cache[wi].D[8 * l + s];
     d = out;
     if (l == 0) emu_n_mma++;
 }

@@ -24,8 +24,8 @@
 const uint8_t *emu_warp_gather(unsigned mask, const void *mine, size_t bytes);
 extern long emu_n_mma;
 
-static inline float emu_lo_h(uint32_t u) { return smol_half_to_f32((uint16_t)(u & 0xffff)); }
-static inline float emu_hi_h(uint32_t u) { return smol_half_to_f32((uint16_t)(u >> 16)); }
+static inline float emu_lo_h(uint32_t u) { return emu_h2f((uint16_t)(u & 0xffff)); }
+static inline float emu_hi_h(uint32_t u) { return emu_h2f((uint16_t)(u >> 16)); }
 
 static inline void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
