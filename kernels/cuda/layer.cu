@@ -31,6 +31,9 @@
 #include "ops_cuda.cuh"
 #include "mmvq_dot.cuh"
 
+/* No __launch_bounds__ on these kernels: with them (128 threads) nvcc 13's ptxas held several
+ * instances at 72 registers and spilled 8 bytes (tests/gpu/check_spills.sh); unbounded they
+ * take what they need, spill-free. */
 #define FX_SCALE 4294967296.0f         /* 2^32 */
 #define FX_INV (1.0f / 4294967296.0f)
 #define LQ_WARPS 4                     /* qkv and o: a warp per row, 4 rows a block */
@@ -68,7 +71,7 @@ static __device__ void norm_q8a_smem(const long long *x, const float *xf, const 
 /* ---- qkv ----------------------------------------------------------------------------------- */
 
 template <int NT>
-static __global__ void __launch_bounds__(LQ_WARPS * 32) layer_qkv_kernel(const struct smol_layer_args a)
+static __global__ void layer_qkv_kernel(const struct smol_layer_args a)
 {
     extern __shared__ __align__(16) uint8_t lsm[];
     int8_t *xq = (int8_t *)lsm;                                                  /* [NT][dim] */
@@ -148,7 +151,7 @@ static __device__ __forceinline__ float lat_ld1(const void *base, size_t i)
  * split's pages; then, with one split, the output; with several, the partials, and the last
  * split to finish merges them.  Output: q8a of the attention rows (a.aq / a.as). */
 template <bool F16>
-static __global__ void __launch_bounds__(128) layer_attn_kernel(const struct smol_layer_args a)
+static __global__ void layer_attn_kernel(const struct smol_layer_args a)
 {
     constexpr int HD = 128, PS = SMOL_KV_PAGE_CUDA;
     extern __shared__ float asm_[];
@@ -281,7 +284,7 @@ static __global__ void __launch_bounds__(128) layer_attn_kernel(const struct smo
 /* ---- o ------------------------------------------------------------------------------------------ */
 
 template <int NT>
-static __global__ void __launch_bounds__(LQ_WARPS * 32) layer_o_kernel(const struct smol_layer_args a)
+static __global__ void layer_o_kernel(const struct smol_layer_args a)
 {
     const int lane = threadIdx.x & 31, r = blockIdx.x * LQ_WARPS + (threadIdx.x >> 5);
     if (r >= a.wo.rows) return;
@@ -301,7 +304,7 @@ static __global__ void __launch_bounds__(LQ_WARPS * 32) layer_o_kernel(const str
 /* ---- ffn ---------------------------------------------------------------------------------------- */
 
 template <int NT>
-static __global__ void __launch_bounds__(LF_WARPS * 32) layer_ffn_kernel(const struct smol_layer_args a)
+static __global__ void layer_ffn_kernel(const struct smol_layer_args a)
 {
     extern __shared__ __align__(16) uint8_t lsm[];
     int8_t *xq = (int8_t *)lsm;                                           /* [NT][dim] */

@@ -4,8 +4,9 @@
 # layers, head_dim 128, the Q4_K_M mix) gives kernels_per_token (every kernel run, a replayed
 # graph's nodes included) and graph_replays_per_step; the recorded graphs' plans are printed
 # (SMOL_CUDA_EMU_PLAN).  Checked: cuda_fuse = layer at <= 4 kernels a layer + 6 (the goal: 150
-# for the 3B's 36 layers), one graph replay per decode step and per batched step (-b 4), and
-# two-way copies at most as today's path; the default path's count is printed beside it.  One
+# for the 3B's 36 layers) with one graph replay per decode step and per batched step (-b 4);
+# cuda_graphs = bucket with one replay and one upload per batched step of 3 rows (bucket 4) and
+# of 16 (the GEMM path); the default path's count is printed beside them.  One
 # line per check ("... ok" / "... FAIL"); exit 1 on a failure.
 BUILD=${1:-build}
 cd "$(dirname "$0")/../.." || exit 1
@@ -30,12 +31,17 @@ run() {  # label, extra args...
     fi
     printf '%s' "$j" | python3 -c '
 import json, sys
-label, goal, check = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+label, goal, check = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 d = json.load(sys.stdin)
 k, g, c = d["kernels_per_token"], d["graph_replays_per_step"], d["copies_per_step"]
 unit = "per batched step" if "tg_batch_tps" in d else "per decoded token"
 print("count: %s: %.1f kernels %s (goal <= %d), %.2f graph replays, copies %.2f to / %.2f from the device%s"
       % (label, k, unit, goal, g, c[0], c[1], "" if check else "  (the default path: shown, not checked)"))
+if check == 2:  # bucketed graphs: one replay and one upload a step (any kernel count: the GEMM path above 8 rows)
+    ok_g, ok_c = abs(g - 1.0) < 1e-9, abs(c[0] - 1.0) < 1e-9
+    print("count: %s: one graph replay a step  %s" % (label, "ok" if ok_g else "FAIL"))
+    print("count: %s: one upload a step  %s" % (label, "ok" if ok_c else "FAIL"))
+    sys.exit(0 if ok_g and ok_c else 1)
 if check:
     ok_k = k <= goal
     ok_g = abs(g - 1.0) < 1e-9
@@ -47,4 +53,7 @@ if check:
 CHECK=0 run "default"
 CHECK=1 run "fuse=layer" --cuda-fuse layer
 CHECK=1 run "fuse=layer -b 4" --cuda-fuse layer -b 4
+# bucketed graphs: batched steps of 3 rows (bucket 4) and 16 (the GEMM path) in one replay each
+CHECK=2 run "graphs=bucket -b 3" --cuda-graphs bucket -b 3
+CHECK=2 run "graphs=bucket -b 16" --cuda-graphs bucket -b 16
 exit $fail

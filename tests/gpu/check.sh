@@ -114,6 +114,7 @@ set -u
 QUICK_ROWS=${GPU_CHECK_ROWS:-"
 graphs-bucket   SMOL_CUDA_GRAPHS=bucket     s8
 fuse-layer      SMOL_CUDA_FUSE=layer        s8
+matvec-q8k      SMOL_CUDA_MATVEC=q8k        s8
 persistent-on   SMOL_CUDA_PERSISTENT=on     s8
 gemm-imma       SMOL_CUDA_GEMM=imma         s40
 gemm-lt         SMOL_CUDA_GEMM=lt           s40
