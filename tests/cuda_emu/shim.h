@@ -18,6 +18,7 @@ using std::min; using std::max;
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __maxnreg__(n)
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 #define __expf expf
