@@ -20,6 +20,7 @@
 #define ATT_THREADS 128
 #define ATT_MAX_G 16    /* query heads per KV head (model.c refuses more) */
 #define ATT_MAX_D 4     /* head_dim <= 512 = 4 * ATT_THREADS */
+#define ATT_GROUP 8     /* attention_kernel: query heads per walk over the pages (their accumulators in registers) */
 
 /* element d of row r (rows of head_dim elements from base) in the cache's type; q8_0:
  * d(block) * q in float, as smol_kv_scores_q8_0_ref forms it */
@@ -59,96 +60,111 @@ attention_kernel(float *out, const float *q, const void *kc, const void *vc, con
         st[3 * tid] = -INFINITY;
         st[3 * tid + 1] = 0.0f;
     }
-    float o[ATT_MAX_G][ATT_MAX_D];
-#pragma unroll
-    for (int g = 0; g < ATT_MAX_G; g++)
-#pragma unroll
-        for (int i = 0; i < ATT_MAX_D; i++) o[g][i] = 0.0f;
     __syncthreads();
 
-    for (int p = p0; p < p1; p++) {
-        /* first row (of head_dim elements) of this head in the page */
-        const size_t base = ((size_t)pt[p] * n_kv_heads + h) * SMOL_KV_PAGE_CUDA;
-        /* scores: warp wid takes slots wid, wid + 4, ... */
-        for (int s = wid; s < SMOL_KV_PAGE_CUDA; s += ATT_THREADS / 32) {
-            const int pos = p * SMOL_KV_PAGE_CUDA + s;
-            float acc[ATT_MAX_G];
+    /* the heads in groups of ATT_GROUP, each group a whole walk over the pages: a head's
+     * arithmetic is its own (scores, softmax state, accumulators), so the walk per group gives
+     * the same results as one walk for all G; a group's accumulators (ATT_GROUP x ATT_MAX_D)
+     * stay in registers, where all ATT_MAX_G x ATT_MAX_D spilled.  G <= ATT_GROUP (every model
+     * served so far) is one walk; a larger G reads its K/V pages once per group. */
+    for (int g0 = 0; g0 < G; g0 += ATT_GROUP) {
+        const int GG = min(ATT_GROUP, G - g0);  /* heads g0 .. g0 + GG - 1 */
+        float *gsc = sc + g0 * SMOL_KV_PAGE_CUDA;
+        float *gst = st + 3 * g0;
+        const float *gqs = qs + g0 * hd;
+        float o[ATT_GROUP][ATT_MAX_D];
 #pragma unroll
-            for (int g = 0; g < ATT_MAX_G; g++) acc[g] = 0.0f;
-            if (pos < n_pos) {
-                for (int d = lane; d < hd; d += 32) {
-                    const float kx = kv_ld(kc, base + s, d, hd, kv_type);
+        for (int g = 0; g < ATT_GROUP; g++)
 #pragma unroll
-                    for (int g = 0; g < ATT_MAX_G; g++)
-                        if (g < G) acc[g] += qs[g * hd + d] * kx;
-                }
-            }
-#pragma unroll
-            for (int g = 0; g < ATT_MAX_G; g++) {
-                if (g < G) {
-                    const float v = warp_sum(acc[g]);
-                    if (lane == 0) sc[g * SMOL_KV_PAGE_CUDA + s] = pos < n_pos ? v : -INFINITY;
-                }
-            }
-        }
-        __syncthreads();
-        /* online softmax: one thread per query head */
-        if (tid < G) {
-            float *r = sc + tid * SMOL_KV_PAGE_CUDA;
-            float mx = st[3 * tid];
-            for (int s = 0; s < SMOL_KV_PAGE_CUDA; s++) mx = fmaxf(mx, r[s]);
-            const float alpha = st[3 * tid] == -INFINITY ? 0.0f : expf(st[3 * tid] - mx);
-            float l = st[3 * tid + 1] * alpha;
-            for (int s = 0; s < SMOL_KV_PAGE_CUDA; s++) {
-                const float e = r[s] == -INFINITY ? 0.0f : expf(r[s] - mx);
-                r[s] = e;
-                l += e;
-            }
-            st[3 * tid] = mx;
-            st[3 * tid + 1] = l;
-            st[3 * tid + 2] = alpha;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int g = 0; g < ATT_MAX_G; g++)
-            if (g < G) {
-                const float a = st[3 * g + 2];
-#pragma unroll
-                for (int i = 0; i < ATT_MAX_D; i++) o[g][i] *= a;
-            }
-        const int valid = min(SMOL_KV_PAGE_CUDA, n_pos - p * SMOL_KV_PAGE_CUDA);
-        for (int s = 0; s < valid; s++) {
-#pragma unroll
-            for (int i = 0; i < ATT_MAX_D; i++) {
-                const int d = tid + i * ATT_THREADS;
-                if (d < hd) {
-                    const float vx = kv_ld(vc, base + s, d, hd, kv_type);
-#pragma unroll
-                    for (int g = 0; g < ATT_MAX_G; g++)
-                        if (g < G) o[g][i] += sc[g * SMOL_KV_PAGE_CUDA + s] * vx;
-                }
-            }
-        }
-        __syncthreads();
-    }
+            for (int i = 0; i < ATT_MAX_D; i++) o[g][i] = 0.0f;
 
-    for (int g = 0; g < G; g++) {
-        const int head = h * G + g;
-        const float m = st[3 * g], l = st[3 * g + 1];
-        if (n_split == 1) {
-            float *ot = out + (size_t)t * n_heads * hd + (size_t)head * hd;
-            const float il = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int p = p0; p < p1; p++) {
+            /* first row (of head_dim elements) of this head in the page */
+            const size_t base = ((size_t)pt[p] * n_kv_heads + h) * SMOL_KV_PAGE_CUDA;
+            /* scores: warp wid takes slots wid, wid + 4, ... */
+            for (int s = wid; s < SMOL_KV_PAGE_CUDA; s += ATT_THREADS / 32) {
+                const int pos = p * SMOL_KV_PAGE_CUDA + s;
+                float acc[ATT_GROUP];
 #pragma unroll
-            for (int i = 0; i < ATT_MAX_D; i++)
-                if (tid + i * ATT_THREADS < hd) ot[tid + i * ATT_THREADS] = o[g][i] * il;
-        } else {
-            float *pp = part + (((size_t)t * n_heads + head) * n_split + split) * (hd + 2);
+                for (int g = 0; g < ATT_GROUP; g++) acc[g] = 0.0f;
+                if (pos < n_pos) {
+                    for (int d = lane; d < hd; d += 32) {
+                        const float kx = kv_ld(kc, base + s, d, hd, kv_type);
 #pragma unroll
-            for (int i = 0; i < ATT_MAX_D; i++)
-                if (tid + i * ATT_THREADS < hd) pp[tid + i * ATT_THREADS] = o[g][i];
-            if (tid == 0) {
-                pp[hd] = m;
-                pp[hd + 1] = l;
+                        for (int g = 0; g < ATT_GROUP; g++)
+                            if (g < GG) acc[g] += gqs[g * hd + d] * kx;
+                    }
+                }
+#pragma unroll
+                for (int g = 0; g < ATT_GROUP; g++) {
+                    if (g < GG) {
+                        const float v = warp_sum(acc[g]);
+                        if (lane == 0) gsc[g * SMOL_KV_PAGE_CUDA + s] = pos < n_pos ? v : -INFINITY;
+                    }
+                }
+            }
+            __syncthreads();
+            /* online softmax: one thread per query head */
+            if (tid < GG) {
+                float *r = gsc + tid * SMOL_KV_PAGE_CUDA;
+                float mx = gst[3 * tid];
+                for (int s = 0; s < SMOL_KV_PAGE_CUDA; s++) mx = fmaxf(mx, r[s]);
+                const float alpha = gst[3 * tid] == -INFINITY ? 0.0f : expf(gst[3 * tid] - mx);
+                float l = gst[3 * tid + 1] * alpha;
+                for (int s = 0; s < SMOL_KV_PAGE_CUDA; s++) {
+                    const float e = r[s] == -INFINITY ? 0.0f : expf(r[s] - mx);
+                    r[s] = e;
+                    l += e;
+                }
+                gst[3 * tid] = mx;
+                gst[3 * tid + 1] = l;
+                gst[3 * tid + 2] = alpha;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int g = 0; g < ATT_GROUP; g++)
+                if (g < GG) {
+                    const float a = gst[3 * g + 2];
+#pragma unroll
+                    for (int i = 0; i < ATT_MAX_D; i++) o[g][i] *= a;
+                }
+            const int valid = min(SMOL_KV_PAGE_CUDA, n_pos - p * SMOL_KV_PAGE_CUDA);
+            for (int s = 0; s < valid; s++) {
+#pragma unroll
+                for (int i = 0; i < ATT_MAX_D; i++) {
+                    const int d = tid + i * ATT_THREADS;
+                    if (d < hd) {
+                        const float vx = kv_ld(vc, base + s, d, hd, kv_type);
+#pragma unroll
+                        for (int g = 0; g < ATT_GROUP; g++)
+                            if (g < GG) o[g][i] += gsc[g * SMOL_KV_PAGE_CUDA + s] * vx;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+
+        /* constant indices into o (unrolled): a run-time g would put o in local memory */
+#pragma unroll
+        for (int g = 0; g < ATT_GROUP; g++) {
+            if (g >= GG) break;
+            const int head = h * G + g0 + g;
+            const float m = gst[3 * g], l = gst[3 * g + 1];
+            if (n_split == 1) {
+                float *ot = out + (size_t)t * n_heads * hd + (size_t)head * hd;
+                const float il = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+                for (int i = 0; i < ATT_MAX_D; i++)
+                    if (tid + i * ATT_THREADS < hd) ot[tid + i * ATT_THREADS] = o[g][i] * il;
+            } else {
+                float *pp = part + (((size_t)t * n_heads + head) * n_split + split) * (hd + 2);
+#pragma unroll
+                for (int i = 0; i < ATT_MAX_D; i++)
+                    if (tid + i * ATT_THREADS < hd) pp[tid + i * ATT_THREADS] = o[g][i];
+                if (tid == 0) {
+                    pp[hd] = m;
+                    pp[hd + 1] = l;
+                }
             }
         }
     }

@@ -29,8 +29,14 @@ using namespace nvcuda;
 #define MV_ROWS 8   /* rows (warps) per block */
 #define MV_TOK 8    /* activation rows per pass over the weights */
 
+/* No __launch_bounds__: with (MV_ROWS * 32) ptxas held the quantized types to 64 registers
+ * (4 blocks of 256 threads per SM) and spilled 20-36 bytes to get there (q4_1 q8_0 q4_K q5_K on
+ * sm_80, all of them on sm_90a; nvcc 13); unbounded they take 72-80, spill-free: 3 blocks per SM,
+ * what q4_0 q5_0 q5_1 q6_K already had on sm_80.  f32 / f16 / bf16 go 114 -> 123, still 2 blocks.
+ * A cap (__maxnreg__ 72 or 80, or a minimum of 3 blocks) spills again: ptxas schedules up to the
+ * cap.  This kernel is the f32 decode path (cuda_matvec = f32) and f32 weights, not the default. */
 template <int T>
-static __global__ void __launch_bounds__(MV_ROWS * 32)
+static __global__ void
 mv_kernel(float *out, const uint8_t *w, size_t row_bytes, int rows, int cols, const float *x, int n)
 {
     const int r = blockIdx.x * MV_ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;

@@ -101,9 +101,10 @@ struct mv_args {
 #define MV_WARPS 4
 
 /* U: tasks per lane in flight; long rows (the down projection's 11008) take 4 (few warps, so
- * more bytes each), the others 2 (fewer registers, more warps) */
+ * more bytes each), the others 2 (fewer registers, more warps).  The kernels below are this
+ * body under two register policies. */
 template <int NT, int U, bool JOINT>
-static __global__ void __launch_bounds__(MV_WARPS * 32) mmvq_kernel(const struct mv_args a)
+static __device__ __forceinline__ void mmvq_rows(const struct mv_args a)
 {
     const int lane = threadIdx.x & 31;
     int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
@@ -153,6 +154,35 @@ static __global__ void __launch_bounds__(MV_WARPS * 32) mmvq_kernel(const struct
             else *o = acc[tok];
         }
     }
+}
+
+template <int NT, int U, bool JOINT>
+static __global__ void __launch_bounds__(MV_WARPS * 32) mmvq_kernel(const struct mv_args a)
+{
+    mmvq_rows<NT, U, JOINT>(a);
+}
+
+/* NT 4 and 5 at U 2 (not JOINT): under __launch_bounds__ alone ptxas kept them at 96 registers
+ * (5 blocks of 128 threads per SM) and spilled to get there (nvcc 13: NT 4 on sm_80 12 bytes,
+ * NT 5 on sm_90a 36), or took 104 (NT 5 on sm_80: 4 blocks).  A hard cap of 96 (__maxnreg__:
+ * it cannot share a kernel with __launch_bounds__, hence this twin) compiles both spill-free in
+ * 94-96 registers on both targets: 5 blocks per SM (sm_80 NT 5: from 4), the weight loads still
+ * issued before their first use.  (__launch_bounds__(128, 5) also ends the spills, but ptxas
+ * then reschedules the whole kernel into 70 registers, fewer weight loads in flight.)  `a` by
+ * value into mmvq_rows: by reference, nvcc reorders the other instances' prologues. */
+#define MMVQ_CAP_REGS 96
+template <int NT>
+static __global__ void __maxnreg__(MMVQ_CAP_REGS) mmvq_kernel_cap(const struct mv_args a)
+{
+    mmvq_rows<NT, 2, false>(a);
+}
+
+/* U 2, not JOINT: the capped twin for NT 4 and 5, the plain kernel otherwise (one instance each) */
+template <int NT>
+static void mmvq_launch_u2(const struct mv_args &a, int blocks, cudaStream_t st)
+{
+    if constexpr (NT == 4 || NT == 5) mmvq_kernel_cap<NT><<<blocks, MV_WARPS * 32, 0, st>>>(a);
+    else mmvq_kernel<NT, 2, false><<<blocks, MV_WARPS * 32, 0, st>>>(a);
 }
 
 /* knob cuda_matvec = q8k: weights of few rows (the 3B's o and down: 2048 rows, where the device
@@ -275,7 +305,7 @@ cudaError_t smol_mmvq_cuda(const struct smol_mv_part *parts, int n_parts, int mo
     switch (n) {
 #define X(NT) case NT: if (joint) mmvq_kernel<NT, 2, true><<<blocks, MV_WARPS * 32, 0, st>>>(a); \
                        else if (long_rows) mmvq_kernel<NT, 4, false><<<blocks, MV_WARPS * 32, 0, st>>>(a); \
-                       else mmvq_kernel<NT, 2, false><<<blocks, MV_WARPS * 32, 0, st>>>(a); break;
+                       else mmvq_launch_u2<NT>(a, blocks, st); break;
         X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
 #undef X
     default: return cudaErrorInvalidValue;

@@ -52,6 +52,7 @@ using std::max;
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
+#define __maxnreg__(n)
 #define __shared__ static
 #define __constant__ static
 #define __restrict__ __restrict
