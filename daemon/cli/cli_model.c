@@ -56,7 +56,7 @@
  *            --cuda-device N, and the CUDA backend's knobs, each a newer path
  *            off by default until verified on a device (kernels/cuda/NOTES.md):
  *            --cuda-matvec f32|q8|q8k, --cuda-fuse on|off|layer, --cuda-graphs on|off|bucket,
- *            --cuda-gemm tiled|mma|imma, --cuda-attn paged|tiled|prefill (SMOL_CUDA_MATVEC /
+ *            --cuda-gemm tiled|mma|imma, --cuda-attn paged|tiled|prefill, --cuda-persistent on|off (SMOL_CUDA_MATVEC /
  *            SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS / SMOL_CUDA_GEMM / SMOL_CUDA_ATTN override them).
  */
 #include "daemon/cli/cli.h"
@@ -132,11 +132,11 @@ static int parse(const char *cmd, int argc, char **argv, struct opts *o)
             NEED(); if (smol_cli_parse_int(cmd, a, v, 0, 64, &lv)) return 2; o->cuda_device = (int)lv;
         }
         else if (!strcmp(a, "--cuda-matvec") || !strcmp(a, "--cuda-fuse") || !strcmp(a, "--cuda-graphs") ||
-                 !strcmp(a, "--cuda-gemm") || !strcmp(a, "--cuda-attn")) {
+                 !strcmp(a, "--cuda-gemm") || !strcmp(a, "--cuda-attn") || !strcmp(a, "--cuda-persistent")) {
             NEED();
             const char *key = !strcmp(a, "--cuda-matvec") ? "cuda_matvec" : !strcmp(a, "--cuda-fuse") ? "cuda_fuse"
                               : !strcmp(a, "--cuda-gemm") ? "cuda_gemm" : !strcmp(a, "--cuda-attn") ? "cuda_attn"
-                              : "cuda_graphs";
+                              : !strcmp(a, "--cuda-persistent") ? "cuda_persistent" : "cuda_graphs";
             char why[SMOL_ERRLEN];
             if (smol_cuda_opts_set(&o->cuda, key, v, why)) { fprintf(stderr, "smollm3 %s: %s: %s\n", cmd, a, why); return 2; }
         }
@@ -704,7 +704,7 @@ int smol_cli_bench(int argc, char **argv)
     printf("model: %s (%s, %d layers, dim %d, vocab %d)\n", o.model, m->cfg.arch_name, m->cfg.n_layers, m->cfg.dim,
            m->cfg.vocab);
     const int on_cuda = !strncmp(m->be->name, "cuda", 4);
-    char knobs[64] = "";
+    char knobs[128] = "";
     if (on_cuda) smol_cuda_opts_describe(&m->cuda, knobs, sizeof knobs);
     printf("backend: %s, threads: %d%s%s\n", m->be->name, m->be->n_threads, on_cuda ? ", " : "", knobs);
     printf("pp%ld: %.2f tokens/s (%.3f s)\n", o.p, pp, t_pp);

@@ -126,6 +126,10 @@ struct cuda {
     struct smol_rope_params rope_key;
     size_t l_dim, l_qdim, l_nkv, rope_ctx;
     int capture_retry;
+    /* knob persistent: the layers' arguments on the device (and their host shadow), the grid wait's words */
+    struct smol_layer_args *lp_host, *lp_dev;
+    int lp_n, lp_valid;
+    unsigned *pbar;
 };
 
 static struct cuda *C(struct smol_backend *be) { return (struct cuda *)be->impl; }
@@ -959,7 +963,8 @@ static int cu_layers(struct smol_backend *be, const struct smol_layers_args *a, 
     struct cuda *c = C(be);
     const struct smol_kv *kv = a->kv;
     const int n = b->n_tokens;
-    if (c->opts.fuse != SMOL_CUDA_FUSE_LAYER || n > SMOL_MMVQ_MAX_TOKENS || c->failed != cudaSuccess ||
+    if ((c->opts.fuse != SMOL_CUDA_FUSE_LAYER && !c->opts.persistent) || n > SMOL_MMVQ_MAX_TOKENS ||
+        c->failed != cudaSuccess ||
         kv->rot_k || kv->rot_v ||
         !smol_layer_ok(a->dim, a->n_heads, a->n_kv_heads, a->head_dim, a->ffn_dim, (int)kv->type) ||
         a->output_norm->type != SMOL_TYPE_F32)
@@ -1011,6 +1016,28 @@ static int cu_layers(struct smol_backend *be, const struct smol_layers_args *a, 
     la.pps = pps;
     la.aq = c->laq;
     la.as = c->las;
+    const int persist = c->opts.persistent;
+    if (persist && c->lp_n < a->n_layers) {  /* the arguments' home on the device, made outside a record */
+        if (c->capturing) {
+            c->capture_broken = c->capture_retry = 1;
+            return 1;
+        }
+        sync(c, "persistent args");
+        cudaFree(c->lp_dev);
+        free(c->lp_host);
+        c->lp_dev = NULL;
+        c->lp_n = c->lp_valid = 0;
+        c->lp_host = (struct smol_layer_args *)calloc((size_t)a->n_layers, sizeof *c->lp_host);
+        if (!c->lp_host || ck(c, cudaMalloc((void **)&c->lp_dev, (size_t)a->n_layers * sizeof *c->lp_dev), "persistent args"))
+            return 0;
+        if (!c->pbar && (ck(c, cudaMalloc((void **)&c->pbar, 2 * sizeof(unsigned)), "grid wait") ||
+                         ck(c, cudaMemset(c->pbar, 0, 2 * sizeof(unsigned)), "grid wait")))
+            return 0;
+        c->lp_n = a->n_layers;
+        drop_graphs(c);
+        c->gen++;
+    }
+    int changed = 0;
     for (int l = 0; l < a->n_layers; l++) {
         const struct smol_layer_weights *L = &a->layers[l];
         la.x0 = l == 0 ? x : NULL;
@@ -1026,7 +1053,55 @@ static int cu_layers(struct smol_backend *be, const struct smol_layers_args *a, 
         la.kc = (char *)kv->k + l * kv->layer_bytes;
         la.vc = (char *)kv->v + l * kv->layer_bytes;
         la.rope_cs = L->rope && la.rope_pairs > 0 ? c->rope_cs : NULL;
+        if (persist) {  /* the step's fields come with the launch: the stored ones do not vary */
+            struct smol_layer_args st = la;
+            st.n = st.n_split = st.pps = 0;
+            st.tok = st.pages = NULL;
+            if (!c->lp_valid || memcmp(&c->lp_host[l], &st, sizeof st)) {
+                c->lp_host[l] = st;
+                changed = 1;
+            }
+            continue;
+        }
         if (ck(c, smol_layer_cuda(&la, c->st), "layer")) return 1;
+    }
+    if (persist) {
+        if (changed) {  /* weights, buffers or the cache moved: the device copy again (not while recording) */
+            if (c->capturing) {
+                c->capture_broken = c->capture_retry = 1;
+                c->lp_valid = 0;
+                return 1;
+            }
+            count_copy(c, 1);
+            if (ck(c, cudaMemcpy(c->lp_dev, c->lp_host, (size_t)a->n_layers * sizeof *c->lp_dev, cudaMemcpyHostToDevice),
+                   "persistent args"))
+                return 1;
+            c->lp_valid = 1;
+        }
+        const int32_t *idx = b->n_out ? slot_put(c, SLOT_IDX, b->out_idx, b->n_out) : NULL;
+        struct smol_persist_args pa;
+        memset(&pa, 0, sizeof pa);
+        pa.layers = c->lp_dev;
+        pa.n_layers = a->n_layers;
+        pa.n = n;
+        pa.n_split = n_split;
+        pa.pps = pps;
+        pa.n_out = b->n_out;
+        pa.dim = a->dim;
+        pa.tok = d;
+        pa.pages = d;
+        pa.idx = idx;
+        pa.bar = c->pbar;
+        pa.xb = xb;
+        pa.x = c->fx_a;
+        pa.out_norm = (const float *)a->output_norm->dev;
+        pa.eps = a->eps;
+        const int f16 = kv->type == SMOL_TYPE_F16;
+        const size_t smem = smol_persist_smem(n, a->dim, a->n_heads, a->n_kv_heads);
+        const int grid = smol_persist_grid(n, f16, smem, c->n_sm);
+        if (grid < 1) return 0;
+        ck(c, smol_persist_cuda(&pa, grid, f16, smem, c->st), "persistent step");
+        return 1;
     }
     if (b->n_out) {
         const int32_t *idx = slot_put(c, SLOT_IDX, b->out_idx, b->n_out);
@@ -1211,6 +1286,9 @@ static void cu_destroy(struct smol_backend *be)
     cudaFree(c->las);
     cudaFree(c->lcnt);
     cudaFree(c->rope_cs);
+    cudaFree(c->lp_dev);
+    cudaFree(c->pbar);
+    free(c->lp_host);
     cudaStreamDestroy(c->st);
     free(c->weights);
     free(c->kv_build);

@@ -76,11 +76,12 @@ enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, cons
         o->graphs = SMOL_CUDA_GRAPHS_BUCKET;
         return SMOL_OK;
     }
-    int *sw = !strcmp(key, "cuda_fuse") ? &o->fuse : !strcmp(key, "cuda_graphs") ? &o->graphs : NULL;
+    int *sw = !strcmp(key, "cuda_fuse") ? &o->fuse : !strcmp(key, "cuda_graphs") ? &o->graphs
+            : !strcmp(key, "cuda_persistent") ? &o->persistent : NULL;
     if (!sw) return smol_errf(err, SMOL_EINVAL, "cuda: unknown option '%.64s'", key);
     if (parse_switch(val, sw))
         return smol_errf(err, SMOL_EINVAL, "%s must be on, off, 1, 0, true or false%s (got '%.64s')", key,
-                         sw == &o->fuse ? ", or layer" : ", or bucket", val);
+                         sw == &o->fuse ? ", or layer" : sw == &o->graphs ? ", or bucket" : "", val);
     return SMOL_OK;
 }
 
@@ -88,7 +89,7 @@ enum smol_err smol_cuda_opts_from_env(struct smol_cuda_opts *o, char *err)
 {
     static const char *const vars[][2] = {
         {"SMOL_CUDA_MATVEC", "cuda_matvec"}, {"SMOL_CUDA_FUSE", "cuda_fuse"}, {"SMOL_CUDA_GRAPHS", "cuda_graphs"},
-        {"SMOL_CUDA_GEMM", "cuda_gemm"}, {"SMOL_CUDA_ATTN", "cuda_attn"}};
+        {"SMOL_CUDA_GEMM", "cuda_gemm"}, {"SMOL_CUDA_ATTN", "cuda_attn"}, {"SMOL_CUDA_PERSISTENT", "cuda_persistent"}};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i][0]);
         if (!v || !*v) continue;
@@ -100,11 +101,12 @@ enum smol_err smol_cuda_opts_from_env(struct smol_cuda_opts *o, char *err)
 
 void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "matvec=%s fuse=%s graphs=%s gemm=%s attn=%s",
+    const int n = snprintf(buf, cap, "matvec=%s fuse=%s graphs=%s gemm=%s attn=%s",
              o->matvec == SMOL_CUDA_MATVEC_Q8K ? "q8k" : o->matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
              o->fuse == SMOL_CUDA_FUSE_LAYER ? "layer" : o->fuse ? "on" : "off",
              o->graphs == SMOL_CUDA_GRAPHS_BUCKET ? "bucket" : o->graphs ? "on" : "off", o->gemm == SMOL_CUDA_GEMM_IMMA ? "imma" : o->gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
              o->attn == SMOL_CUDA_ATTN_TILED ? "tiled" : o->attn == SMOL_CUDA_ATTN_PREFILL ? "prefill" : "paged");
+    if (o->persistent && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - n, " persistent=on");
 }
 
 /* ---- plugin ----------------------------------------------------------------------------- */

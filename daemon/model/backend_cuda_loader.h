@@ -28,7 +28,8 @@
 /* The CUDA backend's knobs: each newer path stays off by default until a device run has shown
  * it correct and faster than the path before it (kernels/cuda/NOTES.md).  Config keys
  * cuda_matvec, cuda_fuse, cuda_graphs, cuda_gemm, cuda_attn; the environment (SMOL_CUDA_MATVEC,
- * SMOL_CUDA_FUSE, SMOL_CUDA_GRAPHS, SMOL_CUDA_GEMM, SMOL_CUDA_ATTN) overrides them when the backend is made. */
+ * SMOL_CUDA_FUSE, SMOL_CUDA_GRAPHS, SMOL_CUDA_GEMM, SMOL_CUDA_ATTN, SMOL_CUDA_PERSISTENT) overrides them when the
+ * backend is made. */
 enum { SMOL_CUDA_MATVEC_F32 = 0, SMOL_CUDA_MATVEC_Q8 = 1, SMOL_CUDA_MATVEC_Q8K = 2 };
 enum { SMOL_CUDA_ATTN_PAGED = 0, SMOL_CUDA_ATTN_TILED = 1, SMOL_CUDA_ATTN_PREFILL = 2 };
 struct smol_cuda_opts {
@@ -51,6 +52,8 @@ struct smol_cuda_opts {
                        SMOL_CUDA_GEMM_IMMA (q4_K / q6_K / q8_0 weights unpacked to int8, q8a
                        activations, int8 mma.sync, scales on the int32 sums: mmq_tc.cu and mmq_imma.h;
                        other types take the mma path) */
+    int persistent; /* 1: decode steps (<= 8 tokens) run every layer in one cooperative launch
+                       (layer.cu's bodies with grid-wide waits; not yet run on a device) */
     int attn;       /* SMOL_CUDA_ATTN_PAGED (attention.cu: a block per query token), SMOL_CUDA_ATTN_TILED
                        (fattn.cu: query tiles x K/V tiles on tensor cores, split-K with a warp merge;
                        head_dim 128 with an f16 or q8_0 cache, the paged kernels otherwise) or
@@ -65,7 +68,7 @@ enum { SMOL_CUDA_GEMM_TILED = 0, SMOL_CUDA_GEMM_MMA = 1, SMOL_CUDA_GEMM_IMMA = 2
 /* The defaults (the verified paths). */
 void smol_cuda_opts_default(struct smol_cuda_opts *o);
 /* Sets one knob from text: key "cuda_matvec" ("f32" | "q8" | "q8k"), "cuda_fuse" / "cuda_graphs"
- * ("on" | "off" | "1" | "0" | "true" | "false"; cuda_fuse also "layer", cuda_graphs also "bucket"), "cuda_gemm" ("tiled" | "mma" | "imma"), "cuda_attn"
+ * ("on" | "off" | "1" | "0" | "true" | "false"; cuda_fuse also "layer", cuda_graphs also "bucket"), "cuda_persistent" (the same switches), "cuda_gemm" ("tiled" | "mma" | "imma"), "cuda_attn"
  * ("paged" | "tiled"); SMOL_EINVAL with a message otherwise. */
 enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, const char *val, char *err);
 /* Applies SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS / SMOL_CUDA_GEMM / SMOL_CUDA_ATTN where set. */

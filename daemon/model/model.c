@@ -451,7 +451,7 @@ enum smol_err smol_model_open(struct smol_model **out, const char *path, const s
                                                   m->layer_weights, &m->w.output_norm, &m->kv};
     }
     if (!set.quiet) {
-        char knobs[80] = "", desc[64];
+        char knobs[160] = "", desc[128];
         if (!strncmp(m->be->name, "cuda", 4)) {
             smol_cuda_opts_describe(&m->cuda, desc, sizeof desc);
             snprintf(knobs, sizeof knobs, " (%s)", desc);

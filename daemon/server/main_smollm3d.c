@@ -181,7 +181,7 @@ int main(int argc, char **argv)
                   smol_config_kv_type(&cfg),
                   smol_kv_bytes_per_token(m->kv.n_layers, m->kv.n_kv_heads, m->kv.head_dim, m->kv.type),
                   m->kv.n_pages * SMOL_KV_PAGE);
-    char knobs[64] = "";
+    char knobs[128] = "";
     if (!strncmp(m->be->name, "cuda", 4)) smol_cuda_opts_describe(&m->cuda, knobs, sizeof knobs);
     smol_log_info("backend %s x%d%s%s", m->be->name, m->be->n_threads, knobs[0] ? ", " : "", knobs);
 

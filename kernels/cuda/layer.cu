@@ -70,22 +70,21 @@ static __device__ void norm_q8a_smem(const long long *x, const float *xf, const 
 
 /* ---- qkv ----------------------------------------------------------------------------------- */
 
+/* virtual block vb of nvb (the kernel's blockIdx.x of gridDim.x; the persistent kernel's loop) */
 template <int NT>
-static __global__ void layer_qkv_kernel(const struct smol_layer_args a)
+static __device__ void qkv_body(const struct smol_layer_args &a, int vb, int nvb, uint8_t *lsm, float *red)
 {
-    extern __shared__ __align__(16) uint8_t lsm[];
     int8_t *xq = (int8_t *)lsm;                                                  /* [NT][dim] */
     struct smol_q8a *xs = (struct smol_q8a *)(lsm + NT * a.dim);                /* [NT][dim / 32] */
     float *res = (float *)(xs + NT * (a.dim >> 5));                              /* [LQ_WARPS][NT] */
-    __shared__ float red[33];
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, n = a.n;
     norm_q8a_smem(a.xa, a.x0, a.attn_norm, a.eps, n, a.dim, xq, xs, red);
     if (a.x0)  /* the first layer: the embeddings into the fixed-point residual, a share per block */
-        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n * a.dim; i += gridDim.x * blockDim.x)
+        for (int i = vb * blockDim.x + threadIdx.x; i < n * a.dim; i += nvb * blockDim.x)
             a.xa[i] = fx_of(a.x0[i]);
 
     /* a warp per row of [wq; wk; wv] (rows per part are multiples of LQ_WARPS: a block is in one part) */
-    int r = blockIdx.x * LQ_WARPS + wid;
+    int r = vb * LQ_WARPS + wid;
     struct smol_mv_part P;
     int part;
     if (r < a.wq.rows) { P = a.wq; part = 0; }
@@ -101,7 +100,7 @@ static __global__ void layer_qkv_kernel(const struct smol_layer_args a)
 
     /* the epilogue: thread (pair, token) of the block's two row pairs */
     const int hd = a.head_dim, kv_dim = a.n_kv_heads * hd;
-    const int row0 = (blockIdx.x * LQ_WARPS + 2 * (threadIdx.x & 1)) - (part == 0 ? 0 : part == 1 ? a.wq.rows : a.wq.rows + a.wk.rows);
+    const int row0 = (vb * LQ_WARPS + 2 * (threadIdx.x & 1)) - (part == 0 ? 0 : part == 1 ? a.wq.rows : a.wq.rows + a.wk.rows);
     const int t = threadIdx.x >> 1;
     if (t >= n) return;
     float x0 = res[(2 * (threadIdx.x & 1)) * NT + t], x1 = res[(2 * (threadIdx.x & 1) + 1) * NT + t];
@@ -125,6 +124,15 @@ static __global__ void layer_qkv_kernel(const struct smol_layer_args a)
     if (a.kv_type == SMOL_TYPE_F16) *(__half2 *)((__half *)c + at) = __floats2half2_rn(x0, x1);
     else *(float2 *)((float *)c + at) = make_float2(x0, x1);
     (void)kv_dim;
+}
+
+
+template <int NT>
+static __global__ void layer_qkv_kernel(const struct smol_layer_args a)
+{
+    extern __shared__ __align__(16) uint8_t lsm[];
+    __shared__ float red[33];
+    qkv_body<NT>(a, blockIdx.x, gridDim.x, lsm, red);
 }
 
 /* ---- attention --------------------------------------------------------------------------------- */
@@ -151,17 +159,16 @@ static __device__ __forceinline__ float lat_ld1(const void *base, size_t i)
  * split's pages; then, with one split, the output; with several, the partials, and the last
  * split to finish merges them.  Output: q8a of the attention rows (a.aq / a.as). */
 template <bool F16>
-static __global__ void layer_attn_kernel(const struct smol_layer_args a)
+static __device__ void attn_body(const struct smol_layer_args &a, int split, int h, int t, float *asm_, int *last_)
 {
     constexpr int HD = 128, PS = SMOL_KV_PAGE_CUDA;
-    extern __shared__ float asm_[];
     const int G = a.n_heads / a.n_kv_heads;
-    const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, n_split = gridDim.x;
+    const int n_split = a.n_split;
     const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
     float *qs = asm_;               /* [G][HD] */
     float *sc = qs + G * HD;        /* [G][PS] */
     float *st = sc + G * PS;        /* [G][3]: m, l, alpha */
-    __shared__ int last;
+    int &last = *last_;
 
     const int n_pos = a.tok[2 * t];
     const int32_t *pt = a.pages + a.tok[2 * t + 1];
@@ -281,12 +288,21 @@ static __global__ void layer_attn_kernel(const struct smol_layer_args a)
     }
 }
 
+
+template <bool F16>
+static __global__ void layer_attn_kernel(const struct smol_layer_args a)
+{
+    extern __shared__ float asm_[];
+    __shared__ int last;
+    attn_body<F16>(a, blockIdx.x, blockIdx.y, blockIdx.z, asm_, &last);
+}
+
 /* ---- o ------------------------------------------------------------------------------------------ */
 
 template <int NT>
-static __global__ void layer_o_kernel(const struct smol_layer_args a)
+static __device__ void o_body(const struct smol_layer_args &a, int vb)
 {
-    const int lane = threadIdx.x & 31, r = blockIdx.x * LQ_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31, r = vb * LQ_WARPS + (threadIdx.x >> 5);
     if (r >= a.wo.rows) return;
     const mv_in in = {a.aq, a.as, a.n_heads * a.head_dim, a.n};
     float acc[NT];
@@ -301,24 +317,30 @@ static __global__ void layer_o_kernel(const struct smol_layer_args a)
         }
 }
 
-/* ---- ffn ---------------------------------------------------------------------------------------- */
 
 template <int NT>
-static __global__ void layer_ffn_kernel(const struct smol_layer_args a)
+static __global__ void layer_o_kernel(const struct smol_layer_args a)
 {
-    extern __shared__ __align__(16) uint8_t lsm[];
+    o_body<NT>(a, blockIdx.x);
+}
+
+/* ---- ffn ---------------------------------------------------------------------------------------- */
+
+/* nw warps (8: the kernel; 4: the persistent kernel's blocks) */
+template <int NT>
+static __device__ void ffn_body(const struct smol_layer_args &a, int vb, uint8_t *lsm, float *red)
+{
     int8_t *xq = (int8_t *)lsm;                                           /* [NT][dim] */
     struct smol_q8a *xs = (struct smol_q8a *)(lsm + NT * a.dim);         /* [NT][dim / 32] */
     int8_t *hq = (int8_t *)(xs + NT * (a.dim >> 5));                      /* [NT][64] */
     struct smol_q8a *hs = (struct smol_q8a *)(hq + NT * LF_COLS);         /* [NT][2] */
     float *hv = (float *)(hs + NT * 2);                                   /* [NT][64] */
-    __shared__ float red[33];
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, n = a.n, c0 = blockIdx.x * LF_COLS;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5, n = a.n, c0 = vb * LF_COLS;
     norm_q8a_smem(a.xb, NULL, a.ffn_norm, a.eps, n, a.dim, xq, xs, red);
 
     /* gate and up rows c0 .. c0 + 63: 8 a warp */
     const mv_in in = {xq, xs, a.dim, n};
-    for (int j = wid; j < LF_COLS; j += LF_WARPS) {
+    for (int j = wid; j < LF_COLS; j += nw) {
         float g[NT], u[NT];
         if (a.wg.type == a.wu.type && (a.wg.type == SMOL_TYPE_Q4_K || a.wg.type == SMOL_TYPE_Q6_K)) {
 #pragma unroll
@@ -341,7 +363,7 @@ static __global__ void layer_ffn_kernel(const struct smol_layer_args a)
     }
     __syncthreads();
     /* the 64 values of each token as two q8a blocks: warp (t, half) */
-    for (int w = wid; w < 2 * n; w += LF_WARPS) {
+    for (int w = wid; w < 2 * n; w += nw) {
         const int t = w >> 1, hb = w & 1;
         q8a_block(hv[t * LF_COLS + 32 * hb + lane], hq + t * LF_COLS + 32 * hb, hs + 2 * t + hb, lane);
     }
@@ -350,8 +372,8 @@ static __global__ void layer_ffn_kernel(const struct smol_layer_args a)
     /* down: rows o of wd, their two tasks over columns c0 .. c0 + 63 (tasks 2b, 2b + 1 of every
      * type's layout, mmvq.h): lane = 2 (row in the warp's 16) + task; the pair's sum to x */
     const mv_in hin = {hq, hs, LF_COLS, n};
-    const int tl = lane & 1, tg = 2 * blockIdx.x + tl;
-    for (int o0 = 16 * wid; o0 < a.dim; o0 += 16 * LF_WARPS) {
+    const int tl = lane & 1, tg = 2 * vb + tl;
+    for (int o0 = 16 * wid; o0 < a.dim; o0 += 16 * nw) {
         const int o = o0 + (lane >> 1);
         float p[NT];
 #pragma unroll
@@ -371,24 +393,107 @@ static __global__ void layer_ffn_kernel(const struct smol_layer_args a)
             for (int t = 0; t < n; t++)
                 atomicAdd((unsigned long long *)&a.xa[(size_t)t * a.dim + o], (unsigned long long)fx_of(p[t]));
     }
+    __syncthreads();  /* hq, hv are the next virtual block's */
+}
+
+template <int NT>
+static __global__ void layer_ffn_kernel(const struct smol_layer_args a)
+{
+    extern __shared__ __align__(16) uint8_t lsm[];
+    __shared__ float red[33];
+    ffn_body<NT>(a, blockIdx.x, lsm, red);
 }
 
 /* ---- the head's input ---------------------------------------------------------------------------- */
 
-/* a block per output row: xb[i] = rmsnorm(x[idx[i]]) * w, x in fixed point */
-static __global__ void __launch_bounds__(256) head_norm_kernel(float *out, const long long *x, const int32_t *idx,
-                                                               const float *w, float eps, int dim)
+/* output row i: out[i] = rmsnorm(x[idx[i]]) * w, x in fixed point */
+static __device__ void head_norm_body(float *out, const long long *x, const int32_t *idx, const float *w, float eps,
+                                      int dim, int i, float *red)
 {
-    __shared__ float red[33];
-    const long long *xr = x + (size_t)idx[blockIdx.x] * dim;
+    const long long *xr = x + (size_t)idx[i] * dim;
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        const float v = fx_val(xr[i]);
+    for (int e = threadIdx.x; e < dim; e += blockDim.x) {
+        const float v = fx_val(xr[e]);
         ss += v * v;
     }
     ss = block_sum(ss, red);
     const float inv = 1.0f / sqrtf(ss / dim + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) out[(size_t)blockIdx.x * dim + i] = fx_val(xr[i]) * inv * w[i];
+    for (int e = threadIdx.x; e < dim; e += blockDim.x) out[(size_t)i * dim + e] = fx_val(xr[e]) * inv * w[e];
+}
+
+/* a block per output row */
+static __global__ void __launch_bounds__(256) head_norm_kernel(float *out, const long long *x, const int32_t *idx,
+                                                               const float *w, float eps, int dim)
+{
+    __shared__ float red[33];
+    head_norm_body(out, x, idx, w, eps, dim, blockIdx.x, red);
+}
+
+/* ---- the persistent kernel (knob cuda_persistent = on) -------------------------------------------- */
+
+/* every block of the (co-resident, cooperative) grid here before any goes on: an arrival count
+ * and a generation in device memory (bar[0], bar[1]; the count is 0 again after each wait) */
+static __device__ void grid_sync(unsigned *bar)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned *gen = bar + 1;
+        const unsigned g = *gen;
+        __threadfence();
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (*gen == g) __nanosleep(64);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+/* The whole step in one launch: for each layer the four kernels' bodies, each over its virtual
+ * blocks in a grid-stride loop, a grid-wide wait between them; then the head's input.  128
+ * threads a block (the ffn body runs its 64 columns with 4 warps).  Shared memory: the largest
+ * body's, after red (33 floats) and the merge flag. */
+template <int NT, bool F16>
+static __global__ void layer_persist_kernel(const struct smol_persist_args p)
+{
+    extern __shared__ __align__(16) uint8_t psm[];
+    float *red = (float *)psm;
+    int *last = (int *)(psm + 160);
+    uint8_t *body = psm + 256;
+    for (int l = 0; l < p.n_layers; l++) {
+        struct smol_layer_args a = p.layers[l];
+        a.n = p.n;
+        a.tok = p.tok;
+        a.pages = p.pages;
+        a.n_split = p.n_split;
+        a.pps = p.pps;
+        const int nq = (a.wq.rows + a.wk.rows + a.wv.rows) / LQ_WARPS;
+        for (int vb = blockIdx.x; vb < nq; vb += gridDim.x) {
+            qkv_body<NT>(a, vb, nq, body, red);
+            __syncthreads();
+        }
+        grid_sync(p.bar);
+        const int na = a.n_split * a.n_kv_heads * a.n;
+        for (int v = blockIdx.x; v < na; v += gridDim.x) {
+            attn_body<F16>(a, v % a.n_split, (v / a.n_split) % a.n_kv_heads, v / (a.n_split * a.n_kv_heads), (float *)body,
+                           last);
+            __syncthreads();
+        }
+        grid_sync(p.bar);
+        const int no = (a.wo.rows + LQ_WARPS - 1) / LQ_WARPS;
+        for (int vb = blockIdx.x; vb < no; vb += gridDim.x) o_body<NT>(a, vb);
+        grid_sync(p.bar);
+        const int nf = a.ffn / LF_COLS;
+        for (int vb = blockIdx.x; vb < nf; vb += gridDim.x) ffn_body<NT>(a, vb, body, red);
+        grid_sync(p.bar);
+    }
+    for (int i = blockIdx.x; i < p.n_out; i += gridDim.x) {
+        head_norm_body(p.xb, p.x, p.idx, p.out_norm, p.eps, p.dim, i, red);
+        __syncthreads();
+    }
 }
 
 /* ---- launchers ------------------------------------------------------------------------------------- */
@@ -439,6 +544,66 @@ cudaError_t smol_layer_cuda(const struct smol_layer_args *a, cudaStream_t st)
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
+}
+
+size_t smol_persist_smem(int n, int dim, int n_heads, int n_kv_heads)
+{
+    const int G = n_heads / n_kv_heads;
+    const size_t att = ((size_t)G * 128 + (size_t)G * SMOL_KV_PAGE_CUDA + 3 * G) * sizeof(float);
+    size_t m = smol_layer_qkv_smem(n, dim), f = smol_layer_ffn_smem(n, dim);
+    if (f > m) m = f;
+    if (att > m) m = att;
+    return 256 + m;
+}
+
+template <int NT, bool F16>
+static cudaError_t persist_launch(const struct smol_persist_args *p, int grid, size_t smem, cudaStream_t st)
+{
+#ifdef SMOL_CUDA_EMU
+    return emu_launch_cooperative("layer_persist_kernel", dim3(grid), dim3(128), smem, st, layer_persist_kernel<NT, F16>, *p);
+#else
+    void *args[] = {(void *)p};
+    return cudaLaunchCooperativeKernel((const void *)layer_persist_kernel<NT, F16>, dim3(grid), dim3(128), args, smem, st);
+#endif
+}
+
+/* blocks of 128 threads the device holds at once for the persistent kernel (its grid) */
+int smol_persist_grid(int n, int f16, size_t smem, int n_sm)
+{
+    int per = 0;
+    cudaError_t e = cudaSuccess;
+    switch (n * 2 + !!f16) {
+#define X(NT) case NT * 2: e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, layer_persist_kernel<NT, false>, 128, smem); break; \
+              case NT * 2 + 1: e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, layer_persist_kernel<NT, true>, 128, smem); break;
+        X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
+#undef X
+    default: return 0;
+    }
+    if (e != cudaSuccess || per < 1) {
+        cudaGetLastError();
+        return 0;
+    }
+    return per * n_sm;
+}
+
+cudaError_t smol_persist_cuda(const struct smol_persist_args *p, int grid, int f16, size_t smem, cudaStream_t st)
+{
+    if (p->n < 1 || p->n > SMOL_MMVQ_MAX_TOKENS || grid < 1) return cudaErrorInvalidValue;
+    static int attr_done;
+    if (!attr_done) {
+#define X(NT) cudaFuncSetAttribute(layer_persist_kernel<NT, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024); \
+              cudaFuncSetAttribute(layer_persist_kernel<NT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024);
+        X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
+#undef X
+        attr_done = 1;
+    }
+    switch (p->n * 2 + !!f16) {
+#define X(NT) case NT * 2: return persist_launch<NT, false>(p, grid, smem, st); \
+              case NT * 2 + 1: return persist_launch<NT, true>(p, grid, smem, st);
+        X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
+#undef X
+    default: return cudaErrorInvalidValue;
+    }
 }
 
 cudaError_t smol_head_norm_cuda(float *out, const long long *x, const int32_t *idx, int n_out, const float *w, float eps,

@@ -91,6 +91,25 @@ struct smol_layer_args {
 int smol_layer_ok(int dim, int n_heads, int n_kv_heads, int head_dim, int ffn, int kv_type);
 /* the layer's four launches: qkv, attention, o, ffn */
 cudaError_t smol_layer_cuda(const struct smol_layer_args *a, cudaStream_t st);
+/* The persistent kernel (knob cuda_persistent = on): every layer's four bodies in one
+ * cooperative launch with grid-wide waits between them, then the head's input.  layers: the
+ * layers' smol_layer_args in device memory (their step fields n, tok, pages, n_split, pps are
+ * taken from here). */
+struct smol_persist_args {
+    const struct smol_layer_args *layers;
+    int n_layers, n, n_split, pps, n_out, dim;
+    const int32_t *tok, *pages, *idx;
+    unsigned *bar;                  /* 2 words, zero before the first launch */
+    float *xb;                      /* out: [n_out][dim] */
+    const long long *x;             /* the residual (layers[0].xa) */
+    const float *out_norm;
+    float eps;
+};
+size_t smol_persist_smem(int n, int dim, int n_heads, int n_kv_heads);
+/* its grid: co-resident blocks on n_sm SMs (0: it cannot run) */
+int smol_persist_grid(int n, int f16, size_t smem, int n_sm);
+cudaError_t smol_persist_cuda(const struct smol_persist_args *p, int grid, int f16, size_t smem, cudaStream_t st);
+
 /* out[i] = rmsnorm(x[idx[i]]) * w for i < n_out, x in fixed point (the last layer's xa) */
 cudaError_t smol_head_norm_cuda(float *out, const long long *x, const int32_t *idx, int n_out, const float *w, float eps,
                                 int dim, cudaStream_t st);

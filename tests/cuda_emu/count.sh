@@ -53,6 +53,7 @@ if check:
 CHECK=0 run "default"
 CHECK=1 run "fuse=layer" --cuda-fuse layer
 CHECK=1 run "fuse=layer -b 4" --cuda-fuse layer -b 4
+SMOL_CUDA_PERSISTENT=on CHECK=1 run "persistent" --cuda-fuse layer
 # bucketed graphs: batched steps of 3 rows (bucket 4) and 16 (the GEMM path) in one replay each
 CHECK=2 run "graphs=bucket -b 3" --cuda-graphs bucket -b 3
 CHECK=2 run "graphs=bucket -b 16" --cuda-graphs bucket -b 16

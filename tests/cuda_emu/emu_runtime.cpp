@@ -550,16 +550,25 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
     return cudaSuccess;
 }
 
-static int coresident_blocks(const emu_kernel_run *r)
+/* blocks of `threads` an SM holds at once: one, unless SMOL_CUDA_EMU_OCC says more (up to what
+ * the threads, shared memory and the 32-block limit allow).  A cooperative grid runs as one set of
+ * fibers, its waiting blocks spinning: one block an SM keeps that cheap here. */
+int emu_occupancy(int threads, size_t smem)
 {
-    const int nt = (int)(r->block.x * r->block.y * r->block.z);
-    int per = 2048 / (nt > 0 ? nt : 1);
-    if (r->smem) {
-        const int by_smem = (int)(233472 / (r->smem + 1024));
+    int per = 2048 / (threads > 0 ? threads : 1);
+    if (smem) {
+        const int by_smem = (int)(233472 / (smem + 1024));
         if (by_smem < per) per = by_smem;
     }
     if (per > 32) per = 32;
-    return per * n_sms();
+    const char *e = getenv("SMOL_CUDA_EMU_OCC");
+    const int want = e && *e && atoi(e) > 0 ? atoi(e) : 1;
+    return want < per ? want : per;
+}
+
+static int coresident_blocks(const emu_kernel_run *r)
+{
+    return emu_occupancy((int)(r->block.x * r->block.y * r->block.z), r->smem) * n_sms();
 }
 
 cudaError_t cudaDeviceSynchronize()

@@ -360,6 +360,14 @@ template <class F> static inline cudaError_t cudaFuncSetAttribute(F *fn, cudaFun
 }
 size_t emu_dyn_smem_limit(const void *fn);
 
+int emu_occupancy(int threads, size_t smem);
+template <class F>
+static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, F *fn, int threads, size_t smem)
+{
+    *n = emu_occupancy(threads, smem);
+    return cudaSuccess;
+}
+
 /* ---- launches ---- */
 struct emu_kernel_run {
     const char *name;
