@@ -262,6 +262,8 @@ install: $(PROGS) $(BUILD)/bin/smollm3-gateway
 	$(if $(RUN_CUDA),$(if $(NVCC),@$(MAKE) --no-print-directory $(CUDA_LIB) CUDA=1))
 	@sh deploy/install.sh "$(BUILD)" "$(DESTDIR)" "$(PREFIX)"
 
+# asan: the unit suites, test_fault.py and the gateway suites holding a use-after-free regression
+# (tests/gateway/run_asan.sh: test_tenancy.py, cancel_over_share) against the sanitized build.
 # UBSan's alignment check is off: quant blocks (2-byte halves inside packed
 # ggml layouts) are read at any byte offset on purpose -- the SIMD tests feed
 # unaligned rows -- and x86 loads are defined for that.  Everything else is on.
@@ -270,6 +272,7 @@ asan:
 	SMOL_TEST_QUICK=1 UNIT_JOBS=2 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    sh tests/run_unit.sh build/asan
 	ASAN_OPTIONS=detect_leaks=1 python3 tests/gateway/test_fault.py --build build/asan
+	ASAN_OPTIONS=detect_leaks=1 sh tests/gateway/run_asan.sh build/asan
 
 # fuzz: the GGUF reader, the daemon's request decoder, the gateway's request
 # parsing (tests/fuzz/run*.sh), FUZZ_SECONDS each; the request harness links BUILD's library
