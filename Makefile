@@ -40,9 +40,27 @@ TESTS    := $(patsubst tests/test_%.c,$(BUILD)/tests/test_%,$(wildcard tests/tes
 BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 
 .PHONY: all test unit asan tsan fuzz deps clean check-headers bench bench-kv bench-long run model install bench-grammar soak bench-spec gpu-check
+.PHONY: pkgs-check pkgs-fuzz pkgs-bench no-check-note
 .DEFAULT_GOAL := all
 
-all: $(PROGS) $(TESTS) $(BENCHES) $(BUILD)/bin/smollm3-gateway $(BUILD)/tests/smollm3-gateway-fault
+# The Check suites ($(TESTS)) need Check (check.h, libcheck), which make deps installs and make run
+# does not: without it `make` (all) builds everything else and says so in its last line; each
+# target that runs them installs what it needs first (pkgs-check, deps).  HAVE_CHECK= (empty) on
+# the command line plans a build as a machine without Check would (tests/deploy/run.sh).
+HAVE_CHECK ?= $(shell pkg-config --exists check 2>/dev/null && echo 1)
+all: $(PROGS) $(if $(HAVE_CHECK),$(TESTS),no-check-note) $(BENCHES) $(BUILD)/bin/smollm3-gateway \
+     $(BUILD)/tests/smollm3-gateway-fault
+no-check-note: $(PROGS) $(BENCHES) $(BUILD)/bin/smollm3-gateway
+	@echo "all: the Check suites ($(BUILD)/tests/test_*) are not built: Check is not installed (make deps, as root, installs it; make unit, test and asan install what they need)"
+
+# The Debian packages a target needs beyond make run's (deploy/install-deps.sh MODE: a dpkg query
+# when they are there; as root apt installs the missing ones, else it names them and fails).
+pkgs-check:
+	@sh deploy/install-deps.sh check
+pkgs-fuzz:
+	@sh deploy/install-deps.sh fuzz
+pkgs-bench:
+	@sh deploy/install-deps.sh bench
 
 # Generated protobuf-c code lives in build/, never in git.
 $(BUILD)/gen/smollm3.pb-c.c: proto/smollm3.proto
@@ -198,7 +216,8 @@ deps:
 	@sh tests/setup-env.sh
 
 # unit: every Check suite; each prints its own summary, failures make the target fail.
-unit: all
+unit: pkgs-check
+	@$(MAKE) --no-print-directory all
 	@sh tests/run_unit.sh $(BUILD)
 
 # test: every suite (tests/run_all.sh), the soak for 60 s; the tests' Python is build/venv's.
@@ -262,17 +281,21 @@ install: $(PROGS) $(BUILD)/bin/smollm3-gateway
 	$(if $(RUN_CUDA),$(if $(NVCC),@$(MAKE) --no-print-directory $(CUDA_LIB) CUDA=1))
 	@sh deploy/install.sh "$(BUILD)" "$(DESTDIR)" "$(PREFIX)"
 
+# asan: the unit suites, test_fault.py and the gateway suites holding a use-after-free regression
+# (tests/gateway/run_asan.sh: test_tenancy.py, cancel_over_share) against the sanitized build.
 # UBSan's alignment check is off: quant blocks (2-byte halves inside packed
 # ggml layouts) are read at any byte offset on purpose -- the SIMD tests feed
 # unaligned rows -- and x86 loads are defined for that.  Everything else is on.
-asan:
+asan: deps
 	$(MAKE) BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-sanitize=alignment -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	SMOL_TEST_QUICK=1 UNIT_JOBS=2 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    sh tests/run_unit.sh build/asan
 	ASAN_OPTIONS=detect_leaks=1 python3 tests/gateway/test_fault.py --build build/asan
+	ASAN_OPTIONS=detect_leaks=1 sh tests/gateway/run_asan.sh build/asan
 
 # fuzz: the GGUF reader, the daemon's request decoder, the gateway's request
-# parsing (tests/fuzz/run*.sh), FUZZ_SECONDS each.
+# parsing (tests/fuzz/run*.sh), FUZZ_SECONDS each; the request harness links BUILD's library
+# (built here if need be).  In CI (.ci/run), 60 s each: about 3.5 minutes after make test.
 FUZZ_SECONDS ?= 60
 # tsan: ThreadSanitizer build (build/tsan, no CUDA plugin) running the suites whose code runs on
 # several threads: engine + RPC threads (test_engine, test_rpc), the KV spill thread
@@ -281,19 +304,19 @@ FUZZ_SECONDS ?= 60
 # buffers are suppressed (tests/tsan.supp; the messages' happens-before is in engine_wire.h).
 # In CI (.ci/run): about 2 minutes from a clean tree on 2 cores.
 TSAN_SUITES = test_threadpool test_rpc test_engine test_spill test_backend_cpu
-tsan:
+tsan: pkgs-check
 	$(MAKE) BUILD=build/tsan OPT=-O1 SAN="-fsanitize=thread -fno-omit-frame-pointer" CUDA=0 all
 	@for t in $(TSAN_SUITES); do echo "== tsan: $$t"; \
 	    SMOL_TEST_QUICK=1 TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp" build/tsan/tests/$$t || exit 1; done
 
-fuzz:
+fuzz: pkgs-fuzz
 	@sh tests/fuzz/run.sh $(FUZZ_SECONDS)
-	@sh tests/fuzz/run_request.sh $(FUZZ_SECONDS)
+	@FUZZ_LIB_BUILD=$(BUILD) sh tests/fuzz/run_request.sh $(FUZZ_SECONDS)
 	@sh tests/fuzz/run_gateway.sh $(FUZZ_SECONDS)
 
 # Every header compiles on its own (no hidden include-order dependencies), and
 # includes follow the layers (tests/check_layers.sh).
-check-headers:
+check-headers: $(PROTO_H)
 	@for h in kernels/*.h daemon/*/*.h; do \
 	    echo "#include \"$$h\"" | $(CC) $(CFLAGS) -x c -fsyntax-only - || exit 1; done
 	@for h in gateway/*.h; do \
@@ -302,14 +325,19 @@ check-headers:
 	@sh tests/check_layers.sh
 
 # bench: smollm3d vs llama.cpp on a synthetic full-size SmolLM3-3B (tests/bench.sh; not part of test).
-bench: all
+# It builds what it runs, the programs and the benchmarks (never the Check suites), after the
+# packages it needs beyond make run's (install-deps.sh bench: GNU time, python3-venv): it works on
+# a fresh clone after make run alone.
+bench: pkgs-bench
+	@$(MAKE) --no-print-directory $(PROGS) $(BENCHES)
 	@sh tests/bench.sh $(BUILD)
 
 # gpu-check: the device check on a machine with a GPU (tests/gpu/check.sh, tests/gpu/README.md):
 # test_cuda, compute-sanitizer, bench_cuda, smollm3 bench per CUDA knob, the daemon, ncu, and
 # llama.cpp when tests/gpu/prepare.sh made .gpu/llama.cpp.tar.xz; summary last, files in
 # $(BUILD)/gpu-check.  On the lent device: `bash .gpu/run tests/gpu/check.sh` instead.
-gpu-check: all
+gpu-check: pkgs-check
+	@$(MAKE) --no-print-directory all
 	OUT=$(BUILD)/gpu-check GPU_CHECK_BUILD=$(BUILD) bash tests/gpu/check.sh
 
 # check-spills: every kernels/cuda/*.cu and backend_cuda.cu compiled (device code only) for sm_80
@@ -321,19 +349,22 @@ check-spills:
 
 # bench-kv: TTFT of a 4K-token session's next turn after a restart, KV read back
 # from kv_spill_dir vs recomputed (tests/bench_kv.sh; SmolLM2-135M, BENCH_KV_3B=1 adds the synthetic 3B).
-bench-kv: all
+bench-kv: deps
+	@$(MAKE) --no-print-directory $(PROGS)
 	@sh tests/bench_kv.sh $(BUILD)
 
 # bench-long: the daemon serves a 64K-token conversation within its KV budget, with
 # --yarn, through a restart (tests/bench/long_context.py on tests/fixtures/hf/hf-long;
 # BENCH_LONG_ARGS, e.g. "--kv-type q8_0 --no-recompute").
-bench-long: all
+bench-long: deps
+	@$(MAKE) --no-print-directory $(PROGS)
 	@build/venv/bin/python3 tests/bench/long_context.py --build $(BUILD) $(BENCH_LONG_ARGS)
 
 # bench-spec: speculative decoding by prompt lookup on tests/bench/spec's three tasks:
 # SmolLM2-135M through the daemon with and without, the synthetic 3B's verify-step
 # cost and projected speedup, llama.cpp's prompt-lookup decoding (tests/bench/spec_bench.py).
-bench-spec: all
+bench-spec: deps
+	@$(MAKE) --no-print-directory $(PROGS)
 	@sh tests/get_smollm2.sh >/dev/null
 	@[ -f build/models/smollm3-3b-synth.Q4_K_M.gguf ] || nice $(BUILD)/bin/smollm3 synth -o build/models/smollm3-3b-synth.Q4_K_M.gguf --preset smollm3-3b
 	@[ -x build/venv-llama/bin/python ] || echo "bench-spec: no build/venv-llama (make bench builds llama-cpp-python): llama.cpp n/a"
@@ -351,6 +382,7 @@ $(PEERS_VENV)/.stamp: tests/bench/requirements-grammar-peers.txt
 	$(PEERS_VENV)/bin/pip install --disable-pip-version-check -q -r $<
 	touch $@
 
+$(PEERS_VENV)/.stamp: | pkgs-bench
 bench-grammar: $(BUILD)/bench/bench_grammar $(PEERS_VENV)/.stamp
 	$(BUILD)/bench/bench_grammar
 	$(BUILD)/bench/bench_grammar tests/fixtures/models/fixture-t.Q8_0.gguf tests/bench/grammar

@@ -315,21 +315,11 @@ struct gw_stream *gw_ui_find(const char *sid)
     return NULL;
 }
 
-/* One named event; a payload with newlines becomes several data: lines. */
+/* One named event; a payload with line breaks becomes several data: lines (gw_buf_sse_event:
+ * CRLF, LF and a lone CR each end one, as the client's SSE parser reads them). */
 static void ui_emit(struct gw_stream *s, const char *name, const char *data, size_t n)
 {
-    gw_buf_printf(&s->out, "event: %s\n", name);
-    const char *p = data, *end = data + n;
-    do {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        const char *le = nl ? nl : end;
-        gw_buf_str(&s->out, "data: ");
-        gw_buf_add(&s->out, p, (size_t)(le - p));
-        gw_buf_str(&s->out, "\n");
-        p = nl ? nl + 1 : end;
-        if (!nl) break;
-    } while (1);
-    gw_buf_str(&s->out, "\n");
+    gw_buf_sse_event(&s->out, name, data, n);
 }
 
 static void ui_emit_html(struct gw_stream *s, const char *name, const char *text)

@@ -87,12 +87,30 @@ int gw_buf_html(struct gw_buf *b, const char *s, size_t n)
         case '>': rep = "&gt;"; break;
         case '"': rep = "&quot;"; break;
         case '\'': rep = "&#39;"; break;
+        case '\r': rep = "&#13;"; break;   /* an HTML parser reads a raw CR as LF; SSE as a line end */
         default: continue;
         }
         if (gw_buf_add(b, s + start, i - start) || gw_buf_str(b, rep)) return -1;
         start = i + 1;
     }
     return gw_buf_add(b, s + start, n - start);
+}
+
+int gw_buf_sse_event(struct gw_buf *b, const char *name, const char *data, size_t n)
+{
+    struct gw_buf ev = { 0 };   /* built apart, appended whole: never half an event */
+    int r = gw_buf_str(&ev, "event: ") || gw_buf_str(&ev, name) || gw_buf_str(&ev, "\n");
+    const char *p = data, *end = data + n;
+    while (!r) {
+        const char *le = p;
+        while (le < end && *le != '\n' && *le != '\r') le++;
+        r = gw_buf_str(&ev, "data: ") || gw_buf_add(&ev, p, (size_t)(le - p)) || gw_buf_str(&ev, "\n");
+        if (le == end) break;
+        p = le + (le[0] == '\r' && le + 1 < end && le[1] == '\n' ? 2 : 1);
+    }
+    r = r || gw_buf_str(&ev, "\n") || gw_buf_add(b, ev.p, ev.len);
+    gw_buf_deinit(&ev);
+    return r ? -1 : 0;
 }
 
 size_t gw_buf_pending(const struct gw_buf *b)

@@ -30,8 +30,15 @@ extern unsigned gw_oom_count;
 void gw_json_init(void);
 int gw_buf_str(struct gw_buf *b, const char *s);
 int gw_buf_printf(struct gw_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Appends s[0..n) with & < > " ' escaped as HTML entities. */
+/* Appends s[0..n) with & < > " ' escaped as HTML entities, and CR as &#13; (an HTML parser
+ * turns a raw CR, or CRLF, into LF; the reference keeps it, and no CR reaches an SSE stream). */
 int gw_buf_html(struct gw_buf *b, const char *s, size_t n);
+/* Appends one server-sent event: `event: NAME`, data[0..n) as `data: ` lines, a blank line.
+ * SSE ends a line at CRLF, LF or a lone CR (WHATWG HTML, server-sent events), so the data is
+ * split at each of them: none can end the event early or start a field of its own.  The client
+ * (EventSource) joins the lines with LF: a payload that must keep its CRs escapes them first
+ * (gw_buf_html: &#13;).  0, or -1 when out of memory. */
+int gw_buf_sse_event(struct gw_buf *b, const char *name, const char *data, size_t n);
 /* Bytes pending (len - off). */
 size_t gw_buf_pending(const struct gw_buf *b);
 void gw_buf_reset(struct gw_buf *b);

@@ -3,7 +3,8 @@
 # synthetic full-size SmolLM3-3B Q4_K_M (random weights, the real file's
 # shapes and tensor types), same machine, same run, same threads.
 #
-#   1. builds (make all has run), writes build/models/smollm3-3b-synth.Q4_K_M.gguf
+#   1. builds (make bench built the programs and benchmarks, after deploy/install-deps.sh bench:
+#      GNU time, python3-venv), writes build/models/smollm3-3b-synth.Q4_K_M.gguf
 #      with `smollm3 synth` if absent;
 #   2. measures read bandwidth with the same threads (bench_membw), before
 #      every repetition: the machine is shared and its bandwidth drifts, so

@@ -1,6 +1,6 @@
 #!/bin/sh
-# run_unit.sh BUILD - runs every Check suite in BUILD/tests; fails if any fails
-# or if a suite ran no test.
+# run_unit.sh BUILD - runs every Check suite in BUILD/tests; fails if any fails,
+# if a suite ran no test, or if a tests/test_*.c has no suite built.
 #
 # A suite's "SKIPPED: ..." line is allowed only where the hardware is absent:
 # no CUDA device, a CPU kernel variant this CPU cannot run (AVX-512), or a
@@ -50,5 +50,14 @@ for t in "$BUILD"/tests/test_*; do
     total=$((total + 1))
 done
 [ $total -gt 0 ] || { echo "no unit test suites found"; echo "unit: 0 passed, 1 failed, 0 skipped"; exit 1; }
+# every tests/test_NAME.c is a suite: one not built (no Check when `make` ran) is a failure, never
+# a suite left out
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+for src in "$ROOT"/tests/test_*.c; do
+    name=$(basename "$src" .c)
+    [ -x "$BUILD/tests/$name" ] && continue
+    echo "FAILED: $BUILD/tests/$name not built (make deps: Check; then make)"
+    fail=1; nfail=$((nfail + 1))
+done
 echo "unit: $npass passed, $nfail failed, $nskip skipped"
 exit $fail

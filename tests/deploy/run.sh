@@ -28,6 +28,10 @@
 #              every core, never the tests' venv or tests/web's npm packages;
 #              without a usable GPU no nvcc and a line saying how (CUDA=1), with
 #              CUDA=1 (and nvcc) the plugin; each stage announced
+#   targets    every make target a README names, planned (make -n) in a fresh BUILD: each
+#              installs what it needs (install-deps.sh MODE, make deps) before building; bench
+#              builds the programs and benchmarks, no Check suite; make without Check
+#              (HAVE_CHECK=) builds all but the Check suites and says so
 #   make-run   `make run MODEL=fixture PORT=free` in the background: /health 200
 #              through nginx, the UI page, one chat completion, one streamed
 #              (SSE, data: [DONE]); SIGTERM to deploy/run.sh -> all
@@ -483,6 +487,31 @@ if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc > /dev/null 2>&1; then
     make -n --no-print-directory all BUILD="$TMP/runplan" > "$TMP/all-n.log" 2>&1
     check 'grep -q "$TMP/runplan/lib/libsmollm3_cuda.so" "$TMP/all-n.log"' "make all still builds the CUDA plugin where nvcc is (CI, tests/gpu)"
 fi
+
+# ---------------------------------------------------------------- make targets after make run alone
+# Every make target a README names must work on a fresh clone after `make run` alone, which
+# installs only what building and serving need (no Check, clang, GNU time, python3-venv, build/venv):
+# planned with make -n in a fresh BUILD, each installs what it needs before it builds anything
+# (deploy/install-deps.sh MODE, or make deps), and bench builds no Check suite (check.h).
+echo "# make targets after make run alone (make -n)"
+TP=$TMP/tplan
+make -n --no-print-directory bench BUILD="$TP" > "$TMP/bench-n.log" 2>&1
+check 'grep -q "^sh deploy/install-deps.sh bench" "$TMP/bench-n.log" &&
+       ! grep -q "$TP/tests/\|tests/test_[a-z0-9_]*\.c\|check_main" "$TMP/bench-n.log" &&
+       grep -q "$TP/bin/smollm3 " "$TMP/bench-n.log" && grep -q "$TP/bench/bench_kernels" "$TMP/bench-n.log" &&
+       grep -q "$TP/bench/bench_membw" "$TMP/bench-n.log"' \
+      "make bench installs what it needs (install-deps.sh bench) and builds the programs and benchmarks, no Check suite"
+make -n --no-print-directory all BUILD="$TP" HAVE_CHECK= > "$TMP/all-nocheck-n.log" 2>&1
+check '! grep -q "$TP/tests/test_[a-z0-9_]* \|tests/test_[a-z0-9_]*\.c" "$TMP/all-nocheck-n.log" &&
+       grep -q "$TP/bin/smollm3d" "$TMP/all-nocheck-n.log" && grep -q "Check suites.*not built" "$TMP/all-nocheck-n.log"' \
+      "make (all) without Check builds everything but the Check suites and says so"
+for t in unit tsan asan fuzz gpu-check test soak bench-kv bench-long bench-spec; do
+    make -n --no-print-directory $t BUILD="$TP" > "$TMP/$t-n.log" 2>&1
+    inst=$(grep -n "install-deps.sh" "$TMP/$t-n.log" | head -n 1 | cut -d: -f1)
+    comp=$(grep -n "^cc \|^g++ \|^c++ \|clang \|^sh tests/fuzz/run" "$TMP/$t-n.log" | head -n 1 | cut -d: -f1)
+    check '[ -n "$inst" ] && { [ -z "$comp" ] || [ "$inst" -lt "$comp" ]; }' \
+          "make $t installs what it needs before it builds or runs anything"
+done
 
 # ---------------------------------------------------------------- make run
 echo "# make run"

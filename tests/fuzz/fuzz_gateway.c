@@ -9,7 +9,8 @@
  *   1  POST /ui/chat: gw_ui_parse (form decoding in place, ids, UTF-8,
  *      think, temperature, the history JSON) -> the same round trip, and the
  *      user message through gw_buf_html as the fragment echoes it
- *   2  gw_buf_html on raw bytes (every user/model text the UI sees)
+ *   2  gw_buf_html on raw bytes (every user/model text the UI sees), and the
+ *      UI stream's event of it and of the raw bytes (gw_buf_sse_event)
  *   3  POST /v1/messages: gw_anthropic_parse (blocks -> chat messages, tools
  *      -> function tools, tool_choice, thinking, stop_sequences) -> the
  *      same round trip
@@ -24,7 +25,8 @@
  * message, known roles, stops <= 16 and non-empty, ranges of temperature /
  * top_p / penalties / max_tokens, session ids of [A-Za-z0-9_.:-], and the
  * packed bytes unpack to the same messages.  HTML output holds no raw
- * < > " ' and every & starts one of the five entities.
+ * < > " ' CR and every & starts one of the six entities; an SSE event is one
+ * event: `event: NAME`, `data: ` lines, one blank line at its end, no CR.
  *
  * The parsers do no I/O: every other gateway function is a stub here that
  * traps if it is ever called.  Build and run: tests/fuzz/run_gateway.sh.
@@ -80,18 +82,46 @@ static int role_ok(const char *r)
                  !strcmp(r, "tool"));
 }
 
-/* No raw < > " ' and every & begins one of the entities gw_buf_html writes. */
+/* No raw < > " ' CR and every & begins one of the entities gw_buf_html writes. */
 static void check_html(const char *s, size_t n)
 {
-    static const char *const ent[] = { "&amp;", "&lt;", "&gt;", "&quot;", "&#39;" };
+    static const char *const ent[] = { "&amp;", "&lt;", "&gt;", "&quot;", "&#39;", "&#13;" };
     for (size_t i = 0; i < n; i++) {
-        CHECK(s[i] != '<' && s[i] != '>' && s[i] != '"' && s[i] != '\'');
+        CHECK(s[i] != '<' && s[i] != '>' && s[i] != '"' && s[i] != '\'' && s[i] != '\r');
         if (s[i] == '&') {
             int ok = 0;
-            for (int e = 0; e < 5 && !ok; e++) ok = !strncmp(s + i, ent[e], strlen(ent[e]));
+            for (int e = 0; e < 6 && !ok; e++) ok = !strncmp(s + i, ent[e], strlen(ent[e]));
             CHECK(ok);
         }
     }
+}
+
+/* data as one UI stream event (ui.c's ui_emit): it must stay one event whatever the bytes, as an
+ * SSE parser reads it (CR, LF and CRLF end lines): `event: content`, then only `data: ` lines,
+ * no CR, the one blank line at the end; its data lines hold the bytes but for the line ends. */
+static void sse_of(const char *s, size_t n)
+{
+    struct gw_buf b = { 0 };
+    if (gw_buf_sse_event(&b, "content", s, n) == 0 && b.p) {
+        static const char head[] = "event: content\n";
+        CHECK(b.len >= sizeof head - 1 + 8 && !memcmp(b.p, head, sizeof head - 1));
+        CHECK(b.p[b.len - 1] == '\n' && b.p[b.len - 2] == '\n');
+        CHECK(!memchr(b.p, '\r', b.len));
+        size_t kept = 0, lines = 0, crlf = 0, breaks = 0;
+        for (size_t i = sizeof head - 1; i < b.len - 1; lines++) {
+            CHECK(!strncmp(b.p + i, "data: ", 6));
+            const char *nl = memchr(b.p + i, '\n', b.len - i);
+            kept += (size_t)(nl - (b.p + i)) - 6;
+            i = (size_t)(nl - b.p) + 1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            breaks += s[i] == '\r' || s[i] == '\n';
+            crlf += s[i] == '\r' && i + 1 < n && s[i + 1] == '\n';
+        }
+        CHECK(kept == n - breaks);              /* every byte but the line ends is kept */
+        CHECK(lines == breaks - crlf + 1);      /* a data: line per line (CRLF one end) */
+    }
+    gw_buf_deinit(&b);
 }
 
 static void html_of(const char *s, size_t n)
@@ -100,6 +130,7 @@ static void html_of(const char *s, size_t n)
     if (gw_buf_html(&b, s, n) == 0 && b.p) {
         CHECK(b.len >= n);
         check_html(b.p, b.len);
+        sse_of(b.p, b.len);
     }
     gw_buf_deinit(&b);
 }
@@ -313,7 +344,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size--;
     if (sel == 0) fuzz_openai((const char *)data, size);
     else if (sel == 1) fuzz_ui(data, size);
-    else if (sel == 2) html_of((const char *)data, size);
+    else if (sel == 2) {
+        html_of((const char *)data, size);
+        sse_of((const char *)data, size);
+    }
     else if (sel == 5) fuzz_responses((const char *)data, size);
     else fuzz_anthropic((const char *)data, size, sel == 3 ? GW_AN_MESSAGES : GW_AN_COUNT_TOKENS);
     return 0;

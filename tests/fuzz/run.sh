@@ -6,9 +6,10 @@
 #
 # Build: clang -fsanitize=fuzzer,address,undefined over the few sources the
 # reader needs, into build/fuzz/.  kernels/types.c refers to the scalar
-# reference kernels of kernels/quant_ref.c; if that file is missing or does
-# not compile, a stub defining those symbols (generated from quant_ref.h) is
-# compiled into the fuzz build only - the reader never calls them.
+# reference kernels of kernels/quant_ref.c and kernels/quantize_k_ref.c; if
+# one is missing or does not compile, a stub defining those symbols
+# (generated from quant_ref.h) is compiled into the fuzz build only - the
+# reader never calls them.
 #
 # The working corpus grows in tests/fuzz/corpus-run/ (gitignored); the
 # seeds stay read-only.  Crashes land in build/fuzz/ as crash-*.
@@ -29,22 +30,29 @@ cd "$ROOT"
 command -v "$CC" >/dev/null || { echo "fuzz: $CC not found (apt-get install clang libclang-rt-14-dev)"; exit 1; }
 CFLAGS="-std=gnu11 -g -O1 -I. -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined"
 
-REF=kernels/quant_ref.c
-if [ ! -f "$REF" ] || ! $CC $CFLAGS -c "$REF" -o "$OUT/quant_ref.o" 2>"$OUT/quant_ref.log"; then
-    echo "fuzz: $REF missing or not compiling: using a stub for the reference kernels"
+# the scalar reference kernels types.c's table points at: quant_ref.c (dequantize, dot products) and
+# quantize_k_ref.c (the K-quant quantizers)
+REF_OBJS="$OUT/quant_ref.o $OUT/quantize_k_ref.o"
+if ! { [ -f kernels/quant_ref.c ] && [ -f kernels/quantize_k_ref.c ] &&
+       $CC $CFLAGS -c kernels/quant_ref.c -o "$OUT/quant_ref.o" 2>"$OUT/quant_ref.log" &&
+       $CC $CFLAGS -c kernels/quantize_k_ref.c -o "$OUT/quantize_k_ref.o" 2>>"$OUT/quant_ref.log"; }; then
+    echo "fuzz: kernels/quant_ref.c or quantize_k_ref.c missing or not compiling: using a stub for the reference kernels"
     {
         echo '#include "kernels/quant_ref.h"'
         grep -E '^(void|float) +smol_[a-z0-9_A-Z]+_ref *\(' kernels/quant_ref.h |
             sed -E -e 's|;.*$||' -e 's|^float(.*)$|float\1 { return 0; }|' -e 's|^void(.*)$|void\1 { }|'
     } >"$OUT/quant_ref_stub.c"
     $CC $CFLAGS -c "$OUT/quant_ref_stub.c" -o "$OUT/quant_ref.o"
+    REF_OBJS="$OUT/quant_ref.o"
 fi
-$CC $CFLAGS tests/fuzz/fuzz_gguf.c daemon/model/gguf.c daemon/model/error.c kernels/types.c "$OUT/quant_ref.o" \
+# shellcheck disable=SC2086
+$CC $CFLAGS tests/fuzz/fuzz_gguf.c daemon/model/gguf.c daemon/model/error.c kernels/types.c $REF_OBJS \
     -lm -o "$OUT/fuzz_gguf"
 
 if [ $MODE = coverage ]; then
     COV="-fprofile-instr-generate -fcoverage-mapping"
-    $CC $CFLAGS $COV tests/fuzz/fuzz_gguf.c daemon/model/gguf.c daemon/model/error.c kernels/types.c "$OUT/quant_ref.o" \
+    # shellcheck disable=SC2086
+    $CC $CFLAGS $COV tests/fuzz/fuzz_gguf.c daemon/model/gguf.c daemon/model/error.c kernels/types.c $REF_OBJS \
         -lm -o "$OUT/fuzz_gguf_cov"
     rm -f "$OUT"/cov-*.profraw
     LLVM_PROFILE_FILE="$OUT/cov-%p.profraw" nice -n 10 "$OUT/fuzz_gguf_cov" -runs=0 "$CORPUS" "$SEEDS" \

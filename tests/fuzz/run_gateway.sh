@@ -2,7 +2,7 @@
 # run_gateway.sh [SECONDS] - builds the libFuzzer harness for the gateway's
 # request parsing (tests/fuzz/fuzz_gateway.c: the OpenAI chat body, the
 # Anthropic Messages body and the UI's /ui/chat form -> the protobuf
-# GenerateRequest, and the HTML escaping of echoed text) and runs it for SECONDS (default 60), one worker, niced.
+# GenerateRequest, the HTML escaping of echoed text and the UI stream's SSE framing of it) and runs it for SECONDS (default 60), one worker, niced.
 # FUZZ_RUNS=N stops after N executions instead (whichever comes first);
 # FUZZ_MAX_LEN (default 4096) bounds the input size.
 #
@@ -54,6 +54,7 @@ seed '\005' responses-min '{"input":"Hi"}'
 seed '\005' responses-full '{"model":"m","instructions":"Be brief","input":[{"role":"user","content":[{"type":"input_text","text":"Weather?"}]},{"type":"reasoning","id":"rs_1","summary":[],"content":[{"type":"reasoning_text","text":"hmm"}]},{"type":"function_call","call_id":"c1","name":"get_weather","arguments":"{\"city\":\"Paris\"}"},{"type":"function_call_output","call_id":"c1","output":"21 C"},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Warm."}]}],"tools":[{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}},"strict":true}],"tool_choice":{"type":"function","name":"get_weather"},"text":{"format":{"type":"json_schema","name":"x","schema":{"type":"object"}}},"reasoning":{"effort":"none"},"max_output_tokens":64,"temperature":0.5,"top_p":0.9,"metadata":{"k":"v"},"store":false,"stream":true,"include":[],"truncation":"disabled"}'
 seed '\005' responses-bad '{"input":[{"type":"input_image"}],"tools":[{"type":"web_search"}],"previous_response_id":"resp_x","background":true}'
 seed '\002' html '<script>alert("x&y")</script> it'"'"'s'
+seed '\002' html-cr "$(printf 'x\r\revent: done\rdata: {}\r\r<b>a\r\nb</b>\nc')"
 seed '\003' anthropic-min '{"model":"x","max_tokens":8,"messages":[{"role":"user","content":"Hi"}]}'
 seed '\003' anthropic-full '{"model":"claude","max_tokens":64,"system":[{"type":"text","text":"Be brief","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"h\u00e9llo"},{"type":"text","text":"world"}]},{"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"s"},{"type":"redacted_thinking","data":"x"},{"type":"text","text":"ok"},{"type":"tool_use","id":"t1","name":"f","input":{"a":[1,2.5,"x",null,true]}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"42"}],"is_error":true},{"type":"text","text":"and?"}]},{"role":"system","content":"/think"}],"tools":[{"name":"f","description":"d","input_schema":{"type":"object","properties":{"a":{"type":"array"}}},"strict":true}],"tool_choice":{"type":"tool","name":"f","disable_parallel_tool_use":true},"stop_sequences":["END"],"temperature":0.5,"top_p":0.9,"top_k":40,"stream":true,"metadata":{"user_id":"u"},"thinking":{"type":"enabled","budget_tokens":16,"display":"omitted"},"output_config":{"effort":"low","format":{"type":"json_schema","schema":{"type":"object"}}},"service_tier":"auto","speed":"standard"}'
 seed '\003' anthropic-bad '{"max_tokens":0,"messages":[{"role":"assistant","content":[{"type":"image"}]}],"tool_choice":{"type":"any"},"thinking":{"type":"enabled","budget_tokens":99}}'

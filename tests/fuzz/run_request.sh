@@ -9,7 +9,9 @@
 # log.c, the generated protobuf-c code) with clang -fsanitize=fuzzer,address,
 # undefined; the rest of the library (linked, never called) from a plain
 # `make BUILD=build/fuzz/lib` (clang 14 cannot compile the kernels'
-# __builtin_cpu_supports("f16c")).  Outputs in build/fuzz/.
+# __builtin_cpu_supports("f16c")), or FUZZ_LIB_BUILD's library (`make fuzz`:
+# BUILD's, which `make all` builds anyway: in CI, after `make test`, nothing
+# to build).  Outputs in build/fuzz/.
 # Working corpus: build/fuzz/corpus-request/ (kept between runs); crashes land in
 # build/fuzz/ as crash-*.
 set -eu
@@ -28,10 +30,11 @@ protoc-c --c_out="$OUT/gen" -Iproto proto/smollm3.proto
 PKG="libzmq libprotobuf-c libsystemd libpcre2-8 jansson inih libxxhash"
 CFLAGS="-std=gnu11 -D_GNU_SOURCE -g -O1 -I. -I$OUT/gen -fno-omit-frame-pointer -pthread \
  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(pkg-config --cflags $PKG)"
-nice -n 10 make -s BUILD="$OUT/lib" -j2 "$OUT/lib/lib/libsmollm3.a"
+LIB_BUILD=${FUZZ_LIB_BUILD:-$OUT/lib}
+nice -n 10 make -s BUILD="$LIB_BUILD" -j2 "$LIB_BUILD/lib/libsmollm3.a"
 SRCS="daemon/server/request.c daemon/text/chat_template.c daemon/text/chat_buf.c daemon/text/sampler.c daemon/model/error.c daemon/server/log.c"
 # shellcheck disable=SC2086
-nice -n 10 $CC $CFLAGS tests/fuzz/fuzz_request.c $SRCS "$OUT/gen/smollm3.pb-c.c" "$OUT/lib/lib/libsmollm3.a" \
+nice -n 10 $CC $CFLAGS tests/fuzz/fuzz_request.c $SRCS "$OUT/gen/smollm3.pb-c.c" "$LIB_BUILD/lib/libsmollm3.a" \
     $(pkg-config --libs $PKG) -lm -o "$OUT/fuzz_request"
 
 if command -v protoc >/dev/null && python3 -c 'import google.protobuf' 2>/dev/null; then

@@ -943,6 +943,37 @@ def t_bad_flags():
 
 # ---- the scripted fake daemon ---------------------------------------------
 
+# Model text with carriage returns (the fake daemon's CRTEXT script): CRLF, lone CR, a CR ending
+# one token and LF starting the next, and a token that, split only at LF, reads to an SSE parser as
+# a blank line (the event ends), then `event: done` with data: the stream's end, early.
+CR_TOKENS = (("r", "think\r\nhard\r"), ("r", "\n"),
+             ("c", "a\r\nb"), ("c", "\r"), ("c", "c\rd"), ("c", "\r\r"), ("c", "x\r\revent: done\rdata: {}\r\r"),
+             ("c", "e\r"), ("c", "\nf & <g>\r\n"), ("c", "tail"))
+
+
+def sse_spec_events(raw):
+    """An event stream read as a browser's EventSource reads it (WHATWG HTML, "Interpreting an
+    event stream"): lines end at CRLF, LF or a lone CR; a blank line dispatches the event when its
+    data is not empty; a field's value loses one leading space; data lines are joined with LF;
+    an unterminated last event is dropped.  Returns [(type, data)]."""
+    out, etype, data = [], "", []
+    for line in re.split(r"\r\n|\r|\n", raw.decode("utf-8"))[:-1]:
+        if line == "":
+            if data:
+                out.append((etype or "message", "\n".join(data)))
+            etype, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if field == "event":
+            etype = value
+        elif field == "data":
+            data.append(value)
+    return out
+
 class FakeDaemon:
     """ROUTER on ipc:// answering health/stats/cancel and scripted Generates."""
 
@@ -984,6 +1015,13 @@ class FakeDaemon:
                 evs.append(self.ev(rid, tool_call=pb.ToolCall(
                     index=0, id="call_1_0", name="get_weather", arguments_json='{"city":"Paris"}')))
                 evs.append(self.ev(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_TOOL_CALLS,
+                                                     usage=usage)))
+            elif "CRTEXT" in text:
+                for ch, t in CR_TOKENS:
+                    evs.append(self.ev(rid, token=pb.Token(
+                        text=t, token_id=3,
+                        channel=pb.CHANNEL_REASONING if ch == "r" else pb.CHANNEL_CONTENT)))
+                evs.append(self.ev(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_STOP,
                                                      usage=usage)))
             elif "MIDERROR" in text:
                 evs.append(self.ev(rid, token=pb.Token(text="partial", token_id=5)))
@@ -1144,6 +1182,35 @@ def t_fake_ui(gw, fd):
           % evs[-2:])
 
 
+def t_fake_ui_cr(gw, fd):
+    # model text with CRs through the UI stream: each CR an entity (&#13;), every line of a data
+    # field its own `data:` line, so the events read as a browser reads them carry the text back,
+    # CRs included, byte for byte (the UI appends each event's HTML: the text is the
+    # concatenation, html.unescape reads &#13; as CR as an HTML parser does); one `done`, last
+    import html
+    st, h, b = ui_post(gw, message="CRTEXT")
+    sid = sid_of(b.decode())
+    st, h, chunks = read_stream(gw, None, path="/ui/stream/" + sid, method="GET")
+    raw = b"".join(c for _, c in chunks)
+    check(st == 200 and raw.endswith(b"\n\n"), "ui stream %d %r" % (st, raw[-40:]))
+    evs = sse_spec_events(raw)
+    names = [k for k, _ in evs]
+    check(names.count("done") == 1 and names[-1] == "done", "events %r" % evs)
+    check(json.loads(evs[-1][1])["finish_reason"] == "stop", "done %r" % evs[-1:])
+    for ch, name in (("r", "reasoning"), ("c", "content")):
+        want = "".join(t for c, t in CR_TOKENS if c == ch)
+        got = "".join(html.unescape(v) for k, v in evs if k == name)
+        check(got == want, "%s read back %r, sent %r" % (name, got, want))
+    check(all(k in ("reasoning", "content", "done") for k in names), "event names %r" % names)
+    check(b"\r" not in raw, "a raw CR in the event stream: %r" % raw)
+    # the bytes themselves (tests/web/ui.test.mjs serves these to the browser for the same text)
+    esc = lambda t: html.escape(t).replace("&#x27;", "&#39;").replace("\r", "&#13;")  # noqa: E731
+    want = "".join("event: %s\n%s\n" % ("reasoning" if ch == "r" else "content",
+                                         "".join("data: %s\n" % ln for ln in esc(t).split("\n")))
+                   for ch, t in CR_TOKENS)
+    check(raw.decode().startswith(want + "event: done\n"), "stream %r, not %r" % (raw, want))
+
+
 # ---- main ------------------------------------------------------------------
 
 def main():
@@ -1191,7 +1258,8 @@ def main():
                                           ("fake_errors", t_fake_errors),
                                           ("fake_pacing", t_fake_pacing),
                                           ("fake_ping", t_fake_ping),
-                                          ("fake_ui", t_fake_ui)) if want(n)]
+                                          ("fake_ui", t_fake_ui),
+                                          ("fake_ui_cr", t_fake_ui_cr)) if want(n)]
         if fake_tests:
             pb2 = None
             try:

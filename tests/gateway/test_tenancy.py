@@ -357,7 +357,11 @@ def t_hostile(d, tmp, pb2):
         m = metrics(gw)
         print("  hostile: RSS %.0f MiB after all (peak %.0f), bound %.0f MiB; refusals %r" %
               (rss_mib(gw.proc.pid), peak, bound, {k: v for k, v in m.items() if "refusals" in k}), flush=True)
-        check(peak <= bound, "RSS %.0f MiB over the bound %.0f MiB" % (peak, bound))
+        if tg.asan_build():     # make asan (tests/gateway/run_asan.sh): the floods run, RSS means nothing
+            print("  hostile: RSS bound not checked: an ASan build's allocator (quarantine, shadow memory)"
+                  " keeps what is freed", flush=True)
+        else:
+            check(peak <= bound, "RSS %.0f MiB over the bound %.0f MiB" % (peak, bound))
         check(m['smollm3_gateway_refusals_total{reason="ui_unclaimed_per_key"}'] == 1000 - UI_PER_KEY, "ui refusals")
         check(m["smollm3_gateway_ui_unclaimed_streams"] == UI_PER_KEY, "unclaimed gauge %r" %
               m["smollm3_gateway_ui_unclaimed_streams"])

@@ -346,6 +346,52 @@ try {
     await page.evaluate(() => document.querySelectorAll('#messages > div.md').forEach((d) => d.remove()));
   });
 
+  await test('model text with CRs (CRLF, a lone CR) is shown and stored byte for byte', async () => {
+    // The stream as the gateway writes it for such text (gateway/util.c: gw_buf_html writes a CR as
+    // &#13;, gw_buf_sse_event gives each line its own data: line; test_gateway.py fake_ui_cr checks
+    // the gateway's own bytes are these), served for this turn's stream: the bubble's text, and
+    // the answer stored, must be the model's text with every CR where it was.
+    const reasoning = ['think\r\nhard\r', '\n'];
+    const content = ['a\r\nb', '\r', 'c\rd', '\r\r', 'x\r\revent: done\rdata: {}\r\r', 'e\r', '\nf & <g>\r\n', 'tail'];
+    const html = (t) => t.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
+      .replace(/"/g, '&quot;').replace(/'/g, '&#39;').replace(/\r/g, '&#13;');
+    const ev = (name, data) => `event: ${name}\n` + data.split(/\r\n|\r|\n/).map((l) => 'data: ' + l + '\n').join('') + '\n';
+    const body = reasoning.map((t) => ev('reasoning', html(t))).join('') + content.map((t) => ev('content', html(t))).join('') +
+      ev('done', JSON.stringify({ finish_reason: 'stop', usage: { prompt_tokens: 3, completion_tokens: 10,
+        total_tokens: 13, cached_tokens: 0, reasoning_tokens: 2 } }));
+    let served = 0;
+    await page.route('**/ui/stream/*', (route) => {
+      served++;
+      return route.fulfill({ status: 200, headers: { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' }, body });
+    });
+    try {
+      const id0 = (await state()).currentId;
+      await page.locator('#new-chat').click();
+      await page.waitForFunction((id) => window.SmolUI.state().currentId !== id, id0);
+      await sendMessage('Text with carriage returns, please.');
+      await page.waitForFunction(() => {
+        const s = window.SmolUI.state();
+        const c = s.conversations.find((x) => x.id === s.currentId);
+        return c && c.messages.length === 2;
+      });
+      await waitIdle();
+      assert(served === 1, `stream served ${served} times`);
+      const s = await state();
+      const m = s.conversations.find((c) => c.id === s.currentId).messages[1];
+      const want = content.join(''), wantR = reasoning.join('');
+      assert(m.role === 'assistant' && m.finish === 'stop', 'answer ' + JSON.stringify(m));
+      assert(m.content === want, `content ${JSON.stringify(m.content)}, sent ${JSON.stringify(want)}`);
+      assert(m.reasoning === wantR, `reasoning ${JSON.stringify(m.reasoning)}, sent ${JSON.stringify(wantR)}`);
+      const shown = await lastAssistant().locator('.content').evaluate((e) => e.textContent);
+      assert(shown === want, 'bubble text ' + JSON.stringify(shown));
+      const stored = await page.evaluate(() => JSON.parse(localStorage.getItem('smollm3.conversations.v1')));
+      const sm = stored.find((c) => c.id === s.currentId).messages[1];
+      assert(sm.content === want && sm.reasoning === wantR, 'localStorage ' + JSON.stringify(sm));
+    } finally {
+      await page.unroute('**/ui/stream/*');
+    }
+  });
+
   await test('no dialogs and no page errors overall; screenshot', async () => {
     assert(dialogs.length === 0, 'dialogs: ' + dialogs.join(','));
     assert(!pageErrors.length, 'page errors: ' + pageErrors.join('; '));
