@@ -69,13 +69,14 @@ template <> struct wtask<SMOL_TYPE_Q4_K> {
     template <bool SM = false>
     __device__ __forceinline__ float dot(const mv_in &in, int tok, int t) const
     {
-        /* activations from t (= 8k + 2g + h for the row's own task: 256k + 64g + 16h = 32t - 16h;
-         * the fused FFN passes its slice's local task instead) */
-        const int8_t *x = in.xq + (size_t)tok * in.cols + 32 * t - 16 * h;
+        /* activations: from k, g, h (mmvq.cu: the code device runs measured), or with SM from t
+         * (= 8k + 2g + h for the row's own task: 256k + 64g + 16h = 32t - 16h; the fused FFN passes
+         * its slice's local task instead) */
+        const int8_t *x = in.xq + (size_t)tok * in.cols + (SM ? 32 * t - 16 * h : 256 * k + 64 * g + 16 * h);
         int32_t lo[4], hi[4];
         ld_a16<SM>(x, lo);
         ld_a16<SM>(x + 32, hi);
-        const struct smol_q8a *s = in.xs + (size_t)tok * (in.cols >> 5) + t - h;
+        const struct smol_q8a *s = in.xs + (size_t)tok * (in.cols >> 5) + (SM ? t - h : 8 * k + 2 * g);
         return smol_mmvq_q4_K(hdr, q, g, h, lo, hi, ld_xs<SM>(s), ld_xs<SM>(s + 1));
     }
 };
