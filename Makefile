@@ -148,13 +148,17 @@ all: $(CUDA_LIB)
 
 CUDA_DEPS := $(wildcard kernels/cuda/*.cuh) kernels/cuda/mmvq.h kernels/cuda/mmq_tc.h kernels/cuda/mmq_imma.h kernels/quant.h kernels/fp16.h kernels/ops_ref.h \
              daemon/model/backend.h daemon/model/backend_cuda_loader.h daemon/model/kv.h
+# ptxas' report of every kernel (registers, spills) beside each object: the cuda-static suite
+# (tests/gpu/check_spills.sh) reads it instead of compiling the file again
+CUDA_PTXAS = -Xptxas -v 2> $@.ptxas.log || { cat $@.ptxas.log; exit 1; }; \
+	grep -v -E '^ptxas info|^ +[0-9]+ bytes (stack|gmem)' $@.ptxas.log >&2 || true
 $(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@ $(CUDA_PTXAS)
 # the plugin's backend (the model layer's interface on the kernels above)
 $(BUILD)/obj/daemon/model/backend_cuda.o: daemon/model/backend_cuda.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@ $(CUDA_PTXAS)
 
 $(BUILD)/lib/libsmollm3_cuda.so: $(CUDA_OBJS)
 	@mkdir -p $(dir $@)

@@ -65,9 +65,29 @@ rm -f "$OUT"/*.log "$OUT"/*.rc "$OUT"/*.cubin
 tag() { printf '%s' "${1%.cu}" | tr '/' '_'; }
 
 # compile: JOBS at a time, each file's targets next to each other (mmvq.cu's two are the longest)
+# The plugin's own build (the Makefile) keeps ptxas' report beside each object
+# ($BUILD/obj/<file>.o.ptxas.log, both targets in one): used as is when it is newer than the file
+# and every header of kernels/cuda/, split per target; the other files are compiled here.
+newest_hdr=$(ls -t kernels/cuda/*.cuh kernels/cuda/*.h kernels/*.h daemon/model/backend*.h 2>/dev/null | head -1)
+from_build() {  # file -> 0 when its build log served (per-target logs written)
+    local f=$1 log="$BUILD/obj/${1%.cu}.o.ptxas.log" b
+    [ -f "$log" ] && [ "$log" -nt "$f" ] && { [ -z "$newest_hdr" ] || [ "$log" -nt "$newest_hdr" ]; } || return 1
+    grep -q "for 'sm_80'" "$log" && grep -q "for 'sm_90a'" "$log" || return 1
+    for a in $ARCHS; do
+        b="$OUT/$(tag "$f").sm_$a"
+        awk -v want="sm_$a" '/Compiling entry function .* for \047sm_/ { t = $0; sub(/.* for \047/, "", t); sub(/\047.*/, "", t); arch = t }
+                             /Function properties for|bytes stack frame|Used [0-9]+ registers|Compiling entry/ { if (arch == want) print }' \
+            "$log" >"$b.log"
+        echo 0 >"$b.rc"
+    done
+    return 0
+}
+
 t0=$(date +%s)
 running=0
+reused=0
 for f in "${SRCS[@]}"; do
+    if from_build "$f"; then reused=$((reused + 1)); continue; fi
     for a in $ARCHS; do
         if [ "$running" -ge "$JOBS" ]; then wait -n; running=$((running - 1)); fi
         b="$OUT/$(tag "$f").sm_$a"
@@ -137,6 +157,6 @@ for f in "${SRCS[@]}"; do
         [ "$n" = 0 ] && echo "spills: sm_$a $f (no kernels)"
     done
 done
-echo "cuda-static: ${#SRCS[@]} files x 2 targets compiled in ${secs}s ($JOBS at a time, $NVCC); ptxas output in $OUT/"
+echo "cuda-static: ${#SRCS[@]} files x 2 targets: $reused from the plugin's build, the others compiled in ${secs}s ($JOBS at a time, $NVCC); ptxas output in $OUT/"
 echo "cuda-static: $pass passed, $fail failed"
 [ "$fail" = 0 ]
