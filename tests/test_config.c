@@ -180,7 +180,7 @@ END_TEST
 START_TEST(cuda_opts_set_and_describe)
 {
     struct smol_cuda_opts o;
-    char err[SMOL_ERRLEN] = "", buf[64];
+    char err[SMOL_ERRLEN] = "", buf[128];
     smol_cuda_opts_default(&o);
     ck_assert_int_eq(o.matvec, SMOL_CUDA_MATVEC_Q8);    /* the paths device run 1 verified (NOTES.md) */
     ck_assert_int_eq(o.fuse, 1);
@@ -217,8 +217,30 @@ START_TEST(cuda_opts_set_and_describe)
     ck_assert_int_eq(o.matvec, SMOL_CUDA_MATVEC_F32);
     /* refused values leave the knob as it was, and the message names the option */
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_matvec", "q4", err), SMOL_EINVAL);
-    ck_assert_msg(strstr(err, "cuda_matvec") && strstr(err, "f32 or q8"), "%s", err);
+    ck_assert_msg(strstr(err, "cuda_matvec") && strstr(err, "f32, q8 or q8k"), "%s", err);
     ck_assert_int_eq(o.matvec, SMOL_CUDA_MATVEC_F32);
+    /* the values not yet run on a device: q8k, fuse layer, graphs bucket, persistent */
+    {
+        struct smol_cuda_opts n = o;
+        ck_assert_int_eq(smol_cuda_opts_set(&n, "cuda_matvec", "q8k", err), SMOL_OK);
+        ck_assert_int_eq(n.matvec, SMOL_CUDA_MATVEC_Q8K);
+        ck_assert_int_eq(smol_cuda_opts_set(&n, "cuda_fuse", "layer", err), SMOL_OK);
+        ck_assert_int_eq(n.fuse, SMOL_CUDA_FUSE_LAYER);
+        ck_assert_int_eq(smol_cuda_opts_set(&n, "cuda_graphs", "bucket", err), SMOL_OK);
+        ck_assert_int_eq(n.graphs, SMOL_CUDA_GRAPHS_BUCKET);
+        ck_assert_int_eq(smol_cuda_opts_set(&n, "cuda_persistent", "on", err), SMOL_OK);
+        ck_assert_int_eq(n.persistent, 1);
+        smol_cuda_opts_describe(&n, buf, sizeof buf);
+        ck_assert_msg(strstr(buf, "matvec=q8k fuse=layer graphs=bucket ") && strstr(buf, " persistent=on"), "%s", buf);
+        ck_assert_int_eq(smol_cuda_opts_set(&n, "cuda_persistent", "layer", err), SMOL_EINVAL);
+        ck_assert_msg(strstr(err, "cuda_persistent") && strstr(err, "layer"), "%s", err);
+        ck_assert_int_eq(smol_cuda_opts_set(&n, "cuda_graphs", "buckets", err), SMOL_EINVAL);
+        ck_assert_msg(strstr(err, "or bucket"), "%s", err);
+        setenv("SMOL_CUDA_PERSISTENT", "off", 1);
+        ck_assert_int_eq(smol_cuda_opts_from_env(&n, err), SMOL_OK);
+        ck_assert_int_eq(n.persistent, 0);
+        unsetenv("SMOL_CUDA_PERSISTENT");
+    }
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_fuse", "maybe", err), SMOL_EINVAL);
     ck_assert_msg(strstr(err, "cuda_fuse") && strstr(err, "maybe"), "%s", err);
     ck_assert_int_eq(o.fuse, 1);
