@@ -102,6 +102,7 @@ struct cuda {
     int32_t *pk_host, *pk_dev;  /* the packed region: slots IDS, POS, IDX, SAMPLE, KV side by side, so
                                    that a bucketed step uploads them in one copy (reserve) */
     int32_t *step_ids_host;     /* pinned: the tokens a recorded step's sampling drew (step_sample) */
+    int32_t *sample_build;      /* host: a bucketed step's sampling parameters being built (3 max_tokens) */
     int step_rows;
     int32_t *kv_build;          /* host: descriptor being built (tok pairs + pages) */
     size_t kv_build_cap;
@@ -331,14 +332,13 @@ static void put_step(struct cuda *c, const struct smol_batch *b, int *max_pages)
     size_t kv_len = 0;
     const int32_t *kvd = kv_build(c, b, max_pages, &kv_len);
     int32_t *par = NULL;
-    if (b->rs && no) {
-        par = (int32_t *)malloc(3 * (size_t)no * sizeof *par);
-        if (par)
-            for (int r = 0; r < no; r++) {
-                memcpy(par + r, &b->rs[r].temp, 4);
-                memcpy(par + no + r, &b->rs[r].top_p, 4);
-                memcpy(par + 2 * no + r, &b->rs[r].u, 4);
-            }
+    if (b->rs && no && (size_t)no <= c->slot[SLOT_SAMPLE].cap / 3 && c->sample_build) {
+        par = c->sample_build;  /* no allocation a step */
+        for (int r = 0; r < no; r++) {
+            memcpy(par + r, &b->rs[r].temp, 4);
+            memcpy(par + no + r, &b->rs[r].top_p, 4);
+            memcpy(par + 2 * no + r, &b->rs[r].u, 4);
+        }
     }
     const int32_t *data[5] = {b->tokens, b->pos, b->out_idx, par, kvd};
     const size_t lens[5] = {(size_t)n, (size_t)n, (size_t)no, par ? 3 * (size_t)no : 0, kv_len};
@@ -368,7 +368,6 @@ static void put_step(struct cuda *c, const struct smol_batch *b, int *max_pages)
         for (int i = 0; i < 5; i++)
             if (data[i] && lens[i]) slot_put(c, pk_order[i], data[i], lens[i]);
     }
-    free(par);
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
@@ -514,6 +513,9 @@ static enum smol_err cu_reserve(struct smol_backend *be, int max_tokens, int max
     if (!pack_slots(c, caps)) return errf(err, SMOL_ENOMEM, "cuda: cannot allocate descriptor slots");
     cudaFreeHost(c->step_ids_host);
     c->step_ids_host = NULL;
+    free(c->sample_build);
+    c->sample_build = (int32_t *)malloc(3 * (size_t)max_tokens * sizeof(int32_t));
+    if (!c->sample_build) return errf(err, SMOL_ENOMEM, "cuda: out of memory");
     if (cudaMallocHost((void **)&c->step_ids_host, (size_t)max_tokens * sizeof(int32_t)) != cudaSuccess)
         return errf(err, SMOL_ENOMEM, "cuda: cannot allocate the step's token buffer");
     c->max_tokens = max_tokens;
@@ -1277,6 +1279,7 @@ static void cu_destroy(struct smol_backend *be)
     cudaFree(c->pk_dev);
     free(c->pk_host);
     cudaFreeHost(c->step_ids_host);
+    free(c->sample_build);
     cudaFree(c->part);
     cudaFree(c->sample_out);
     cudaFree(c->fx_a);
