@@ -226,7 +226,7 @@ unit: pkgs-check
 
 # test: every suite (tests/run_all.sh), the soak for 60 s; the tests' Python is build/venv's.
 test: deps
-	$(MAKE) all
+	$(MAKE) -j$(NPROC) all
 	@$(MAKE) -s --no-print-directory check-headers
 	@sh tests/get_smollm2.sh
 	@SOAK_SECONDS=60 bash tests/run_all.sh $(BUILD)
@@ -285,13 +285,14 @@ install: $(PROGS) $(BUILD)/bin/smollm3-gateway
 	$(if $(RUN_CUDA),$(if $(NVCC),@$(MAKE) --no-print-directory $(CUDA_LIB) CUDA=1))
 	@sh deploy/install.sh "$(BUILD)" "$(DESTDIR)" "$(PREFIX)"
 
-# asan: the unit suites, test_fault.py and the gateway suites holding a use-after-free regression
+# asan (no CUDA plugin: nothing here runs it; the emulator's build is built, sanitized, with all):
+# the unit suites, test_fault.py and the gateway suites holding a use-after-free regression
 # (tests/gateway/run_asan.sh: test_tenancy.py, cancel_over_share) against the sanitized build.
 # UBSan's alignment check is off: quant blocks (2-byte halves inside packed
 # ggml layouts) are read at any byte offset on purpose -- the SIMD tests feed
 # unaligned rows -- and x86 loads are defined for that.  Everything else is on.
 asan: deps
-	$(MAKE) BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-sanitize=alignment -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
+	$(MAKE) -j$(NPROC) BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-sanitize=alignment -fno-omit-frame-pointer -fno-sanitize-recover=undefined" CUDA=0 all
 	SMOL_TEST_QUICK=1 UNIT_JOBS=2 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    sh tests/run_unit.sh build/asan
 	ASAN_OPTIONS=detect_leaks=1 python3 tests/gateway/test_fault.py --build build/asan
