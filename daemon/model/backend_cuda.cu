@@ -773,6 +773,26 @@ static void cu_fattn(struct cuda *c, float *out, const float *q, const struct sm
        "attention (tiled)");
 }
 
+/* The paged attention's splits of a step of n tokens: tokens x KV heads x splits fill the device
+ * twice, within the partials buffer; *pps = pages per split, or 0 while recording (a recorded
+ * step serves every context: the pages are split on the device among a fixed count). */
+static int paged_splits(const struct cuda *c, int n, int n_heads, int n_kv_heads, int head_dim, int max_pages, int *pps)
+{
+    const int blocks = n * n_kv_heads;
+    int n_split = (2 * c->n_sm + blocks - 1) / blocks;
+    const int ctx_pages = (c->max_ctx + SMOL_KV_PAGE - 1) / SMOL_KV_PAGE;
+    if (n_split > (c->capturing ? ctx_pages : max_pages)) n_split = c->capturing ? ctx_pages : max_pages;
+    const size_t per = (size_t)n * n_heads * (head_dim + 2);
+    while (n_split > 1 && per * n_split > c->part_cap) n_split--;
+    if (n_split < 1) n_split = 1;
+    *pps = 0;
+    if (!c->capturing) {
+        *pps = (max_pages + n_split - 1) / n_split;
+        n_split = (max_pages + *pps - 1) / *pps;
+    }
+    return n_split;
+}
+
 /* Knob attn = prefill: the tiled kernels for a step of more tokens than the mat-vec takes where
  * some sequence has several query tokens (its tokens are contiguous); the paged ones for decode
  * rows, where they are faster (device run 3), and for every step of <= SMOL_MMVQ_MAX_TOKENS: those
@@ -797,19 +817,9 @@ static void cu_attention(struct smol_backend *be, float *out, const float *q, co
         smol_fattn_ok(kv->head_dim, (int)kv->type, n_heads, kv->n_kv_heads))
         return cu_fattn(c, out, q, kv, layer, b, n_heads, scale, d, max_pages);
     /* splits so that tokens x kv heads x splits fills the GPU twice, within the partials buffer */
-    const int n = b->n_tokens, blocks = n * kv->n_kv_heads;
-    int n_split = (2 * c->n_sm + blocks - 1) / blocks;
-    /* a recorded step serves every context: pages split on the device (pps 0) among a fixed count */
-    const int ctx_pages = (c->max_ctx + SMOL_KV_PAGE - 1) / SMOL_KV_PAGE;
-    if (n_split > (c->capturing ? ctx_pages : max_pages)) n_split = c->capturing ? ctx_pages : max_pages;
-    const size_t per = (size_t)n * n_heads * (kv->head_dim + 2);
-    while (n_split > 1 && per * n_split > c->part_cap) n_split--;
-    if (n_split < 1) n_split = 1;
-    int pps = 0;
-    if (!c->capturing) {
-        pps = (max_pages + n_split - 1) / n_split;
-        n_split = (max_pages + pps - 1) / pps;
-    }
+    const int n = b->n_tokens;
+    int pps;
+    const int n_split = paged_splits(c, n, n_heads, kv->n_kv_heads, kv->head_dim, max_pages, &pps);
     /* page table entries are at d + tok[2t+1]: the tables follow the 2n token pairs in the slot */
     ck(c, smol_attention_cuda(out, q, (const char *)kv->k + layer * kv->layer_bytes,
                               (const char *)kv->v + layer * kv->layer_bytes, n, d, d, n_heads, kv->n_kv_heads,
@@ -982,19 +992,8 @@ static int cu_layers(struct smol_backend *be, const struct smol_layers_args *a, 
     int max_pages;
     const int32_t *d = kv_desc(c, b, &max_pages);
     if (!d) return 0;
-    /* attention splits as cu_attention's */
-    const int blocks = n * kv->n_kv_heads;
-    int n_split = (2 * c->n_sm + blocks - 1) / blocks;
-    const int ctx_pages = (c->max_ctx + SMOL_KV_PAGE - 1) / SMOL_KV_PAGE;
-    if (n_split > (c->capturing ? ctx_pages : max_pages)) n_split = c->capturing ? ctx_pages : max_pages;
-    const size_t per = (size_t)n * a->n_heads * (a->head_dim + 2);
-    while (n_split > 1 && per * n_split > c->part_cap) n_split--;
-    if (n_split < 1) n_split = 1;
-    int pps = 0;
-    if (!c->capturing) {
-        pps = (max_pages + n_split - 1) / n_split;
-        n_split = (max_pages + pps - 1) / pps;
-    }
+    int pps;
+    const int n_split = paged_splits(c, n, a->n_heads, kv->n_kv_heads, a->head_dim, max_pages, &pps);
     struct smol_layer_args la;
     memset(&la, 0, sizeof la);
     la.n = n;

@@ -394,10 +394,10 @@ template <class F, class Tup> static void emu_thunk(void *ctx)
 template <class F, class Tup> static void emu_free(void *ctx) { delete (emu_call<F, Tup> *)ctx; }
 template <class F, class Tup> static void *emu_copy(const void *ctx) { return new emu_call<F, Tup>(*(const emu_call<F, Tup> *)ctx); }
 
-/* kernel<<<grid, block, smem, stream>>>(args...) as cu2cpp.py rewrites it */
+/* a launch of k(a...) as one run: cooperative = every block at once */
 template <class... P, class... A>
-static inline void emu_launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t st, void (*k)(P...),
-                              A &&...a)
+static inline cudaError_t emu_run_of(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t st, int coop,
+                                     void (*k)(P...), A &&...a)
 {
     typedef std::tuple<typename std::decay<P>::type...> Tup;
     typedef void (*F)(P...);
@@ -406,23 +406,21 @@ static inline void emu_launch(const char *name, dim3 grid, dim3 block, size_t sm
     r.grid = grid;
     r.block = block;
     r.smem = smem;
-    r.cooperative = 0;
+    r.cooperative = coop;
     r.ctx = new emu_call<F, Tup>{k, Tup(std::forward<A>(a)...)};
     r.thunk = emu_thunk<F, Tup>;
     r.free_ctx = emu_free<F, Tup>;
     r.copy_ctx = emu_copy<F, Tup>;
     if (smem > 48 * 1024 && smem > emu_dyn_smem_limit((const void *)k)) r.smem = (size_t)-1;  /* refused at submit */
-    emu_submit(st, &r);
+    return emu_submit(st, &r);
 }
+
+/* kernel<<<grid, block, smem, stream>>>(args...) as cu2cpp.py rewrites it */
 template <class... P, class... A>
-static inline void emu_launch(const char *name, dim3 grid, dim3 block, size_t smem, void (*k)(P...), A &&...a)
+static inline void emu_launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t st, void (*k)(P...),
+                              A &&...a)
 {
-    emu_launch(name, grid, block, smem, (cudaStream_t)0, k, std::forward<A>(a)...);
-}
-template <class... P, class... A>
-static inline void emu_launch(const char *name, dim3 grid, dim3 block, void (*k)(P...), A &&...a)
-{
-    emu_launch(name, grid, block, 0, (cudaStream_t)0, k, std::forward<A>(a)...);
+    emu_run_of(name, grid, block, smem, st, 0, k, std::forward<A>(a)...);
 }
 
 /* cudaLaunchCooperativeKernel's equivalent: every block of the grid runs at once (their fibers
@@ -431,19 +429,7 @@ template <class... P, class... A>
 static inline cudaError_t emu_launch_cooperative(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                                                  void (*k)(P...), A &&...a)
 {
-    typedef std::tuple<typename std::decay<P>::type...> Tup;
-    typedef void (*F)(P...);
-    emu_kernel_run r;
-    r.name = name;
-    r.grid = grid;
-    r.block = block;
-    r.smem = smem;
-    r.cooperative = 1;
-    r.ctx = new emu_call<F, Tup>{k, Tup(std::forward<A>(a)...)};
-    r.thunk = emu_thunk<F, Tup>;
-    r.free_ctx = emu_free<F, Tup>;
-    r.copy_ctx = emu_copy<F, Tup>;
-    return emu_submit(st, &r);
+    return emu_run_of(name, grid, block, smem, st, 1, k, std::forward<A>(a)...);
 }
 
 /* ---- what the emulator counted (the plugin's counters and tests read it) ---- */
