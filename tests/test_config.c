@@ -337,7 +337,7 @@ START_TEST(cuda_opts_env)
     unsetenv("SMOL_CUDA_FUSE");
     setenv("SMOL_CUDA_MATVEC", "int4", 1);
     ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_EINVAL);
-    ck_assert_msg(strstr(err, "SMOL_CUDA_MATVEC") && strstr(err, "f32 or q8"), "%s", err);
+    ck_assert_msg(strstr(err, "SMOL_CUDA_MATVEC") && strstr(err, "f32, q8 or q8k"), "%s", err);
     struct smol_backend *be = NULL;
     ck_assert_int_eq(smol_backend_cuda_new(&be, 0, NULL, err), SMOL_EINVAL);
     ck_assert_ptr_null(be);
@@ -391,7 +391,7 @@ START_TEST(cuda_options)
     ck_assert_int_eq(c.cuda_fuse, 0);
     ck_assert_int_eq(c.cuda_graphs, 0);
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-matvec", "bogus", NULL), SMOL_EINVAL);
-    ck_assert_msg(strstr(err, "cuda_matvec") && strstr(err, "f32 or q8") && strstr(err, "bogus"), "%s", err);
+    ck_assert_msg(strstr(err, "cuda_matvec") && strstr(err, "f32, q8 or q8k") && strstr(err, "bogus"), "%s", err);
     ck_assert_str_eq(c.cuda_attn, "prefill");
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-attn", "tiled", NULL), SMOL_OK);
     ck_assert_str_eq(c.cuda_attn, "tiled");
