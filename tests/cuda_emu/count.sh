@@ -10,6 +10,9 @@
 # line per check ("... ok" / "... FAIL"); exit 1 on a failure.
 BUILD=${1:-build}
 cd "$(dirname "$0")/../.." || exit 1
+# the emulated device's memory (host memory): the KV pool fits itself to it beside 1 GiB to spare;
+# 1.5 GiB keeps each model's pool (and its fill) small on this suite's fixtures
+export SMOL_CUDA_EMU_MEM_MB=${SMOL_CUDA_EMU_MEM_MB:-1536}
 M=$BUILD/models/emu-fixture.gguf
 if [ ! -f "$M" ]; then
     mkdir -p "$BUILD/models"

@@ -14,6 +14,9 @@
 # Last line: "cuda-emu: N passed, N failed".
 BUILD=${1:-build}
 cd "$(dirname "$0")/../.." || exit 1
+# the emulated device's memory (host memory): the KV pool fits itself to it beside 1 GiB to spare;
+# 1.5 GiB keeps each model's pool (and its fill) small on this suite's fixtures
+export SMOL_CUDA_EMU_MEM_MB=${SMOL_CUDA_EMU_MEM_MB:-1536}
 pass=0 fail=0
 count_lines() {  # name, output, rc
     p=$(printf '%s\n' "$2" | grep -E -c '(  ok$|: ok \()')
