@@ -148,9 +148,21 @@ fi
 expect 1 "bad SMOL_CUDA_MATVEC" env SMOL_CUDA_MATVEC=q4 $S bench -m $T -p 16 -n 4 --backend auto
 grep -q "SMOL_CUDA_MATVEC" "$TMP/err" && ok || bad "bad SMOL_CUDA_MATVEC message: $(cat "$TMP/err")"
 expect 2 "bench --backend bogus" $S bench -m $T --backend bogus
-grep -q "cpu, cuda or auto" "$TMP/err" && ok || bad "--backend message: $(cat "$TMP/err")"
+grep -q "cpu, cuda, cuda-emu or auto" "$TMP/err" && ok || bad "--backend message: $(cat "$TMP/err")"
 expect 2 "bench --cuda-matvec bogus" $S bench -m $T --cuda-matvec bogus
-grep -q "f32 or q8" "$TMP/err" && ok || bad "--cuda-matvec message: $(cat "$TMP/err")"
+grep -q "f32, q8 or q8k" "$TMP/err" && ok || bad "--cuda-matvec message: $(cat "$TMP/err")"
+# --backend cuda-emu: the CUDA backend on the host emulator (built by make all), its launch counts
+# in bench's JSON (the contract of issue 45: kernels_per_token, graph_replays_per_step)
+if [ -f "$BUILD/lib/libsmollm3_cuda_emu.so" ]; then
+    expect 0 "bench --backend cuda-emu" env SMOL_CUDA_EMU_MEM_MB=1536 $S bench -m $T -p 4 -n 2 --backend cuda-emu --json
+    grep -q "^backend: cuda-emu" "$TMP/out" && tail -1 "$TMP/out" | python3 -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+assert d["backend"] == "cuda-emu" and d["kernels_per_token"] > 0 and d["graph_replays_per_step"] == 1, d
+' && ok || bad "bench --backend cuda-emu: $(tail -3 "$TMP/out") $(tail -3 "$TMP/err")"
+else
+    bad "no $BUILD/lib/libsmollm3_cuda_emu.so (make all builds it)"
+fi
 expect 2 "generate --cuda-fuse bogus" $S generate -m $T --ids 1 -n 1 --cuda-fuse bogus
 expect 2 "bench --cuda-gemm bogus" $S bench -m $T --cuda-gemm wgmma
 grep -q "tiled, mma or imma" "$TMP/err" && ok || bad "--cuda-gemm message: $(cat "$TMP/err")"
