@@ -34,6 +34,14 @@
  * copies, uploaded for it whatever matvec says; activations rounded to f16
  * once into x16) instead of matmul.cu's f16 tiles.
  *
+ * Newer knob values (not yet run on a device; kernels/cuda/NOTES.md, session 6): matvec = q8k
+ * splits the rows of weights with few rows among 2-4 warps (mv_launch); fuse = layer runs a
+ * decode step's layers in layer.cu's four kernels a layer (the layers op, cu_layers; the residual
+ * in fixed point), persistent = on in one cooperative launch; graphs = bucket records decode steps
+ * that forward() padded to 2^k rows (b->bucket) once per size, the head of every row and the
+ * device sampling inside (step_sample / step_ids), the descriptors uploaded in one copy from the
+ * packed slot region (put_step).
+ *
  * Errors: ops cannot return one (backend.h), so the first CUDA error is
  * kept, logged once, and to_host then fills its output with NaN rather than
  * hand back plausible numbers.  This file calls nothing from libsmollm3: a
