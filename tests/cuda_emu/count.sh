@@ -38,8 +38,10 @@ label, goal, check = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 d = json.load(sys.stdin)
 k, g, c = d["kernels_per_token"], d["graph_replays_per_step"], d["copies_per_step"]
 unit = "per batched step" if "tg_batch_tps" in d else "per decoded token"
-print("count: %s: %.1f kernels %s (goal <= %d), %.2f graph replays, copies %.2f to / %.2f from the device%s"
-      % (label, k, unit, goal, g, c[0], c[1], "" if check else "  (the default path: shown, not checked)"))
+goal_txt = " (goal <= %d)" % goal if check == 1 else ""
+note = "" if check else "  (the default path: shown, not checked)"
+print("count: %s: %.1f kernels %s%s, %.2f graph replays, copies %.2f to / %.2f from the device%s"
+      % (label, k, unit, goal_txt, g, c[0], c[1], note))
 if check == 2:  # bucketed graphs: one replay and one upload a step (any kernel count: the GEMM path above 8 rows)
     ok_g, ok_c = abs(g - 1.0) < 1e-9, abs(c[0] - 1.0) < 1e-9
     print("count: %s: one graph replay a step  %s" % (label, "ok" if ok_g else "FAIL"))
