@@ -99,7 +99,7 @@ static __device__ void qkv_body(const struct smol_layer_args &a, int vb, int nvb
     __syncthreads();
 
     /* the epilogue: thread (pair, token) of the block's two row pairs */
-    const int hd = a.head_dim, kv_dim = a.n_kv_heads * hd;
+    const int hd = a.head_dim;
     const int row0 = (vb * LQ_WARPS + 2 * (threadIdx.x & 1)) - (part == 0 ? 0 : part == 1 ? a.wq.rows : a.wq.rows + a.wk.rows);
     const int t = threadIdx.x >> 1;
     if (t >= n) return;
@@ -123,7 +123,6 @@ static __device__ void qkv_body(const struct smol_layer_args &a, int vb, int nvb
     void *c = part == 1 ? a.kc : a.vc;
     if (a.kv_type == SMOL_TYPE_F16) *(__half2 *)((__half *)c + at) = __floats2half2_rn(x0, x1);
     else *(float2 *)((float *)c + at) = make_float2(x0, x1);
-    (void)kv_dim;
 }
 
 
@@ -514,7 +513,6 @@ cudaError_t smol_layer_cuda(const struct smol_layer_args *a, cudaStream_t st)
 {
     const int n = a->n;
     if (n < 1 || n > SMOL_MMVQ_MAX_TOKENS) return cudaErrorInvalidValue;
-    const size_t sq = smol_layer_qkv_smem(SMOL_MMVQ_MAX_TOKENS, a->dim), sf = smol_layer_ffn_smem(SMOL_MMVQ_MAX_TOKENS, a->dim);
     static int attr_done;
     if (!attr_done) {  /* the largest shared memory any instance asks for (dim <= 8192) */
         const int big = 8 * 8192 + 8 * 256 * 16 + 8 * 64 * 6 + 1024;
@@ -524,8 +522,6 @@ cudaError_t smol_layer_cuda(const struct smol_layer_args *a, cudaStream_t st)
 #undef ATTR
         attr_done = 1;
     }
-    (void)sq;
-    (void)sf;
     const int qkv_rows = a->wq.rows + a->wk.rows + a->wv.rows;
     const size_t smq = smol_layer_qkv_smem(n, a->dim), smf = smol_layer_ffn_smem(n, a->dim);
     const int G = a->n_heads / a->n_kv_heads;
