@@ -1850,7 +1850,9 @@ Suite *test_suite(void)
 {
     Suite *s = suite_create("cuda");
     /* CK_RUN_CASE=ops / model selects one (a device script runs compute-sanitizer on ops) */
-    /* the cuda-emu suite's cases (SMOL_TEST_CUDA_EMU=1, CK_RUN_CASE=emu), sized for the emulator */
+    /* the cuda-emu suite's cases (SMOL_TEST_CUDA_EMU=1), sized for the emulator: three cases of
+     * about equal time (CK_RUN_CASE=emu / emu_synth / emu_batch), which the suite runs side by side
+     * (the emulator runs on one core) */
     TCase *emu = tcase_create("emu");
     tcase_set_timeout(emu, 3600);
     tcase_add_unchecked_fixture(emu, model_setup, model_teardown);
@@ -1860,9 +1862,17 @@ Suite *test_suite(void)
     tcase_add_test(emu, t_sample);
     tcase_add_loop_test(emu, t_matmul_q8, 0, 2);
     tcase_add_test(emu, t_model_q4km);
-    tcase_add_loop_test(emu, t_model_synth, 0, 2);
-    tcase_add_loop_test(emu, t_model_batch, 0, 2);
     suite_add_tcase(s, emu);
+    TCase *emu_synth = tcase_create("emu_synth");
+    tcase_set_timeout(emu_synth, 3600);
+    tcase_add_unchecked_fixture(emu_synth, model_setup, model_teardown);
+    tcase_add_loop_test(emu_synth, t_model_synth, 0, 2);
+    suite_add_tcase(s, emu_synth);
+    TCase *emu_batch = tcase_create("emu_batch");
+    tcase_set_timeout(emu_batch, 3600);
+    tcase_add_unchecked_fixture(emu_batch, model_setup, model_teardown);
+    tcase_add_loop_test(emu_batch, t_model_batch, 0, 2);
+    suite_add_tcase(s, emu_batch);
     TCase *ops = tcase_create("ops");
     tcase_set_timeout(ops, 300);
     tcase_add_test(ops, t_loader);

@@ -4,7 +4,8 @@
 # GPU and no CUDA toolkit needed:
 #   kernels  the kernel tests of this folder (fattn_emu: the tiled attention against float64;
 #            imma_emu: the int8 GEMM against its twin), each case line counts;
-#   backend  build/tests/test_cuda's emu case (SMOL_TEST_CUDA_EMU=1 CK_RUN_CASE=emu): the backend
+#   backend  build/tests/test_cuda's emu cases (SMOL_TEST_CUDA_EMU=1, CK_RUN_CASE=emu, emu_synth,
+#            emu_batch; run side by side with count.sh): the backend
 #            through its interface end to end on the fixture models against the CPU backend and the
 #            exact references, the defaults and cuda_fuse = layer with their graph twins, batched
 #            decode of mixed lengths on scattered pages (f16 and q8_0 caches), paged attention,
@@ -33,21 +34,34 @@ for t in fattn_emu imma_emu; do
     printf '%s\n' "$out"
     count_lines "$t" "$out" $rc
 done
+# test_cuda's three emu cases and count.sh side by side: each runs on one core (the emulator is one
+# thread), so on two cores the suite takes about half the time of one after the other
 t0=$(date +%s)
-out=$(SMOL_TEST_CUDA_EMU=1 CK_RUN_CASE=emu SMOL_TEST_QUICK=1 CK_DEFAULT_TIMEOUT=3600 "$BUILD/tests/test_cuda" 2>&1); rc=$?
-printf '%s\n' "$out" | grep -v '^<6>'
-summary=$(printf '%s\n' "$out" | grep -E '^[0-9]+%: Checks: ' | tail -1)
-if [ -n "$summary" ]; then
-    n=$(printf '%s' "$summary" | sed -E 's/.*Checks: ([0-9]+).*/\1/')
-    nf=$(printf '%s' "$summary" | sed -E 's/.*Failures: ([0-9]+).*/\1/')
-    ne=$(printf '%s' "$summary" | sed -E 's/.*Errors: ([0-9]+).*/\1/')
-    pass=$((pass + n - nf - ne)) fail=$((fail + nf + ne))
-else
-    echo "cuda-emu: test_cuda (emu case) gave no summary (status $rc)"; fail=$((fail + 1))
-fi
-echo "cuda-emu: backend on the emulator: $(( $(date +%s) - t0 )) s"
-out=$(sh tests/cuda_emu/count.sh "$BUILD" 2>&1); rc=$?
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+for c in emu emu_synth emu_batch; do
+    (SMOL_TEST_CUDA_EMU=1 CK_RUN_CASE=$c SMOL_TEST_QUICK=1 CK_DEFAULT_TIMEOUT=3600 "$BUILD/tests/test_cuda" \
+        >"$tmp/$c.out" 2>&1; echo $? >"$tmp/$c.rc") &
+done
+(sh tests/cuda_emu/count.sh "$BUILD" >"$tmp/count.out" 2>&1; echo $? >"$tmp/count.rc") &
+wait
+for c in emu emu_synth emu_batch; do
+    out=$(cat "$tmp/$c.out"); rc=$(cat "$tmp/$c.rc" 2>/dev/null || echo 1)
+    printf '%s\n' "$out" | grep -v '^<6>'
+    summary=$(printf '%s\n' "$out" | grep -E '^[0-9]+%: Checks: ' | tail -1)
+    if [ -n "$summary" ]; then
+        n=$(printf '%s' "$summary" | sed -E 's/.*Checks: ([0-9]+).*/\1/')
+        nf=$(printf '%s' "$summary" | sed -E 's/.*Failures: ([0-9]+).*/\1/')
+        ne=$(printf '%s' "$summary" | sed -E 's/.*Errors: ([0-9]+).*/\1/')
+        pass=$((pass + n - nf - ne)) fail=$((fail + nf + ne))
+        [ "$n" = 0 ] && { echo "cuda-emu: test_cuda ($c case) ran no check"; fail=$((fail + 1)); }
+    else
+        echo "cuda-emu: test_cuda ($c case) gave no summary (status $rc)"; fail=$((fail + 1))
+    fi
+done
+out=$(cat "$tmp/count.out"); rc=$(cat "$tmp/count.rc" 2>/dev/null || echo 1)
 printf '%s\n' "$out"
-count_lines count "$out" $rc
+count_lines count "$out" "$rc"
+echo "cuda-emu: backend on the emulator and the counts, side by side: $(( $(date +%s) - t0 )) s"
 echo "cuda-emu: $pass passed, $fail failed"
 [ "$fail" = 0 ]
