@@ -10,6 +10,7 @@
 # tests/web/node_modules (`make deps` installs all of them: Debian packages,
 # then npm ci) and the built binaries BUILD/bin/smollm3d and
 # BUILD/bin/smollm3-gateway; a missing one is a failure ("FAIL: cannot run").
+# Runs ui.test.mjs and features.test.mjs (WEB_TESTS="ui features" picks).
 # Saves build/web-screenshot.png, build/web-screenshot-390.png (the phone
 # width) and -390-menu.png (its sidebar open); override with SCREENSHOT=path.
 # Prints "N passed, N failed"; exits 1 on failure.
@@ -175,14 +176,23 @@ done
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$NG_PORT/node_modules/htmx.org/dist/htmx.min.js")
 [ "$code" = 200 ] || fail "nginx does not serve web/node_modules (got $code)"
 
-# 4. the browser test
+# 4. the browser tests: the basics (ui.test.mjs), then the features (features.test.mjs);
+# WEB_TESTS names a subset (e.g. WEB_TESTS=features)
 mkdir -p "$(dirname "$SCREENSHOT")"
-CHROMIUM="$CHROMIUM" UI_KEY_URL="http://127.0.0.1:$NG2_PORT" UI_API_KEY="$API_KEY" \
-    timeout 300 node "$ROOT/tests/web/ui.test.mjs" "http://127.0.0.1:$NG_PORT" "$SCREENSHOT"
-rc=$?
+rc=0
+for t in ${WEB_TESTS:-ui features}; do
+    case $t in
+    ui) CHROMIUM="$CHROMIUM" UI_KEY_URL="http://127.0.0.1:$NG2_PORT" UI_API_KEY="$API_KEY" \
+            timeout 300 node "$ROOT/tests/web/ui.test.mjs" "http://127.0.0.1:$NG_PORT" "$SCREENSHOT" ;;
+    *) CHROMIUM="$CHROMIUM" UI_KEY_URL="http://127.0.0.1:$NG2_PORT" UI_API_KEY="$API_KEY" \
+            timeout 180 node "$ROOT/tests/web/$t.test.mjs" "http://127.0.0.1:$NG_PORT" "$(dirname "$SCREENSHOT")" ;;
+    esac
+    r=$?
+    [ $r -eq 124 ] && echo "0 passed, 1 failed ($t: browser test timed out)"
+    [ $r -ne 0 ] && rc=1
+done
 if [ $rc -ne 0 ]; then
     dump_logs
-    [ $rc -eq 124 ] && echo "0 passed, 1 failed (browser test timed out)"
     exit 1
 fi
 echo "screenshots: $SCREENSHOT ${SCREENSHOT%.png}-390.png ${SCREENSHOT%.png}-390-menu.png"
