@@ -4,6 +4,9 @@
  * sends the Generate and relays named SSE events (reasoning, content, error,
  * done); POST /ui/stop/SID cancels; GET /ui/config.
  *
+ * The form's sampling fields (temperature, top_p, max_tokens) keep the same
+ * rules as the OpenAI endpoint's (daemon/model/rules.h).
+ *
  * Every text that came from a user or the model is HTML-escaped before it
  * leaves here.  A stream id can be claimed once: a second GET (an
  * EventSource reconnect) is 404, so a generation never restarts.  Streams
@@ -52,7 +55,7 @@ static size_t url_decode(char *s, size_t n)
 }
 
 struct form {
-    char *conversation, *history, *message, *think, *temperature, *system;
+    char *conversation, *history, *message, *think, *temperature, *top_p, *max_tokens, *system;
     size_t message_len, system_len;
 };
 
@@ -74,6 +77,8 @@ static void form_parse(struct form *f, char *body, size_t n)
             else if (!strcmp(p, "message")) { f->message = v; f->message_len = vl; }
             else if (!strcmp(p, "think")) f->think = v;
             else if (!strcmp(p, "temperature")) f->temperature = v;
+            else if (!strcmp(p, "top_p")) f->top_p = v;
+            else if (!strcmp(p, "max_tokens")) f->max_tokens = v;
             else if (!strcmp(p, "system")) { f->system = v; f->system_len = vl; }
         }
         p = amp + 1;
@@ -105,6 +110,20 @@ static int valid_id(const char *s, size_t lo, size_t hi, int allow_punct)
 }
 
 /* ---- POST /ui/chat ------------------------------------------------------ */
+
+/* An optional numeric field: absent or empty leaves *out; else it must parse whole and keep
+ * its rule (daemon/model/rules.h), as the OpenAI endpoint's field of the same name does. */
+static int form_number(const char *v, enum smol_rule_num which, const char *field, double *out,
+                       struct gw_error *e)
+{
+    char m[SMOL_ERRLEN], *end;
+    if (!v || !*v) return 0;
+    double x = strtod(v, &end);
+    if (*end) return gw_error_set(e, SMOL_EINVAL, field, "'%s' must be a number", field);
+    if (smol_rule_number(which, x, field, m)) return gw_error_set(e, SMOL_EINVAL, field, "%s", m);
+    *out = x;
+    return 0;
+}
 
 void gw_ui_parsed_deinit(struct gw_ui_parsed *p)
 {
@@ -144,6 +163,10 @@ int gw_ui_parse(struct gw_ui_parsed *p, char *body, size_t n, struct gw_error *e
         if (*end || smol_rule_number(SMOL_RULE_TEMPERATURE, temp, "temperature", m))
             return gw_error_set(e, SMOL_EINVAL, "temperature", "temperature must be in [0, 2]");
     }
+    double top_p = -1, max_tokens = 0;     /* not sent: the daemon's defaults */
+    if (form_number(f.top_p, SMOL_RULE_TOP_P, "top_p", &top_p, e) ||
+        form_number(f.max_tokens, SMOL_RULE_MAX_TOKENS_FIELD, "max_tokens", &max_tokens, e))
+        return -1;
     json_error_t je;
     p->hist = json_loads(f.history && *f.history ? f.history : "[]", JSON_REJECT_DUPLICATES, &je);
     if (!json_is_array(p->hist)) return gw_error_set(e, SMOL_EINVAL, "history", "history must be a JSON array");
@@ -185,11 +208,16 @@ int gw_ui_parse(struct gw_ui_parsed *p, char *body, size_t n, struct gw_error *e
     smollm3__sampling_params__init(&p->sampling);
     p->sampling.temperature_opt_case = SMOLLM3__SAMPLING_PARAMS__TEMPERATURE_OPT_TEMPERATURE;
     p->sampling.temperature = (float)temp;
+    if (top_p >= 0) {
+        p->sampling.top_p_opt_case = SMOLLM3__SAMPLING_PARAMS__TOP_P_OPT_TOP_P;
+        p->sampling.top_p = (float)top_p;
+    }
     smollm3__generate_request__init(&p->gen);
     p->gen.session_id = p->session;
     p->gen.input_case = SMOLLM3__GENERATE_REQUEST__INPUT_CHAT;
     p->gen.chat = &p->chat;
     p->gen.sampling = &p->sampling;
+    p->gen.max_tokens = (uint32_t)max_tokens;
     p->gen.enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;
     p->gen.enable_thinking = think;
     return 0;
