@@ -442,8 +442,10 @@ enum MHD_Result gw_ui_stop(struct gw_req *r, const char *sid)
 
 enum MHD_Result gw_ui_config(struct gw_req *r)
 {
-    return gw_queue_json(r, 200, json_pack("{s:s,s:b,s:f}", "model", G.model,
-                                           "thinking_supported", G.thinking, "default_temperature", 0.6));
+    /* context_length: the daemon's, from its last stats reply (0 until the first, 2 s after connecting) */
+    return gw_queue_json(r, 200, json_pack("{s:s,s:b,s:f,s:i}", "model", G.model,
+                                           "thinking_supported", G.thinking, "default_temperature", 0.6,
+                                           "context_length", G.have_stats ? (int)G.stats.context_length : 0));
 }
 
 void gw_ui_expire(double now)

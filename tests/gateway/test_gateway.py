@@ -710,6 +710,12 @@ def t_ui(gw, d):
     j = json.loads(b)
     check(st == 200 and j["model"] and j["default_temperature"] == 0.6 and
           j["thinking_supported"] is True, "config %s (the fixture has SmolLM3's template)" % b)
+    for _ in range(50):     # the context comes with the daemon's stats (polled every 2 s)
+        if j["context_length"]:
+            break
+        time.sleep(0.1)
+        j = json.loads(gw.request("GET", "/ui/config")[2])
+    check(j["context_length"] == 4096, "config context_length %r (the fixture's context is 4096)" % j)
     st, h, b = ui_post(gw, message="<script>alert('x')</script> & \"q\"",
                        history=json.dumps([{"role": "user", "content": "a"},
                                            {"role": "assistant", "content": "b"}]),
