@@ -250,7 +250,8 @@
   function current() { return findConv(currentId); }
 
   function createConv() {
-    var c = { id: newId(), title: 'New chat', titleSet: false, created: Date.now(), updated: Date.now(), messages: [] };
+    var c = { id: newId(), title: 'New chat', titleSet: false, created: Date.now(), updated: Date.now(), messages: [],
+      settings: convSettings(null) };
     convs.push(c);
     saveConvs();
     return c;
@@ -278,9 +279,104 @@
     return t.length > 48 ? t.slice(0, 47) + '…' : (t || 'New chat');
   }
 
+  /* ------------------------------------------------------------ branches */
+
+  /* A conversation's `messages` is the path shown (what `history` is built from).
+   * Editing message i or regenerating answer i keeps what was there: the old tail
+   * messages[i..] becomes another *version* of slot i.  The first message of the
+   * shown tail holds the others: `others` (an array of tails, each an array of
+   * messages in this same format, so branches nest) and `ver` (its own place among
+   * all of them).  Until the new tail has its first message (the POST is on its
+   * way) the old versions wait in `conv.fork` = {at, others, prev}; a request that
+   * fails before anything arrived puts the previous version back. */
+  function versionsAt(c, i) {
+    var m = c && c.messages[i];
+    if (!m || !m.others || !m.others.length) return null;
+    return { n: m.others.length + 1, cur: m.ver || 0 };
+  }
+
+  /** Moves messages[i..] aside as a version of slot i; the next message pushed starts a new one. */
+  function fork(c, i) {
+    var m = c.messages[i];
+    if (!m) return;
+    var others = m.others || [], cur = m.ver || 0;
+    delete m.others;
+    delete m.ver;
+    var tail = c.messages.splice(i);
+    others.splice(cur, 0, tail);
+    c.fork = { at: i, others: others, prev: cur };
+    saveConvs();
+  }
+
+  /** After a push: the new tail's first message takes the waiting versions. */
+  function attachFork(c) {
+    var f = c && c.fork;
+    if (!f || c.messages.length <= f.at) return;
+    var m = c.messages[f.at];
+    m.others = f.others;
+    m.ver = f.others.length;
+    delete c.fork;
+  }
+
+  /** The request that was to start a new version failed before anything arrived: put the old one back. */
+  function abandonFork(c) {
+    var f = c && c.fork;
+    if (!f || c.messages.length > f.at) return;
+    delete c.fork;
+    var tail = f.others.splice(f.prev, 1)[0] || [];
+    if (tail[0] && f.others.length) { tail[0].others = f.others; tail[0].ver = f.prev; }
+    Array.prototype.push.apply(c.messages, tail);
+    saveConvs();
+  }
+
+  /** Shows version b (0-based) of slot i. */
+  function switchVersion(c, i, b) {
+    var m = c.messages[i], v = versionsAt(c, i);
+    if (!v || b < 0 || b >= v.n || b === v.cur) return;
+    var all = m.others;
+    delete m.others;
+    delete m.ver;
+    all.splice(v.cur, 0, c.messages.splice(i));
+    var tail = all.splice(b, 1)[0];
+    tail[0].others = all;
+    tail[0].ver = b;
+    Array.prototype.push.apply(c.messages, tail);
+    c.updated = Date.now();
+    saveConvs();
+  }
+
   /* ------------------------------------------------------------ settings */
 
-  var settings = { think: true, temperature: null, system: '' };
+  /* Settings are per conversation (conv.settings); `settings` holds the last ones
+   * chosen, which a new conversation starts from.  null: the server's default. */
+  var settings = { think: true, temperature: null, system: '', top_p: null, max_tokens: null };
+  var SETTING_KEYS = ['think', 'temperature', 'system', 'top_p', 'max_tokens'];
+  function validSetting(k, v) {
+    if (k === 'think') return typeof v === 'boolean';
+    if (k === 'system') return typeof v === 'string';
+    if (v === null) return true;
+    if (typeof v !== 'number' || !isFinite(v)) return false;
+    if (k === 'temperature') return v >= 0 && v <= 2;
+    if (k === 'top_p') return v > 0 && v <= 1;
+    return k === 'max_tokens' && v >= 1 && v <= 1000000 && v === Math.floor(v);
+  }
+  /** The settings conversation c runs with. */
+  function convSettings(c) {
+    var out = {};
+    SETTING_KEYS.forEach(function (k) {
+      var own = c && c.settings && validSetting(k, c.settings[k]) && Object.prototype.hasOwnProperty.call(c.settings, k);
+      out[k] = own ? c.settings[k] : settings[k];
+    });
+    return out;
+  }
+  /** Sets one for the current conversation (and as the default of new ones). */
+  function setSetting(k, v) {
+    if (!validSetting(k, v)) return;
+    settings[k] = v;
+    saveSettings();
+    var c = current();
+    if (c) { c.settings = c.settings || {}; c.settings[k] = v; saveConvs(); }
+  }
   var serverConfig = { model: '', thinking_supported: true, default_temperature: 0.6 };
 
   /* API key: asked once, when the gateway answers 401, kept in localStorage
@@ -313,20 +409,23 @@
       if (typeof s.think === 'boolean') settings.think = s.think;
       if (typeof s.temperature === 'number' && s.temperature >= 0 && s.temperature <= 2) settings.temperature = s.temperature;
       if (typeof s.system === 'string') settings.system = s.system;
+      if (validSetting('top_p', s.top_p)) settings.top_p = s.top_p;
+      if (validSetting('max_tokens', s.max_tokens)) settings.max_tokens = s.max_tokens;
     }
   }
   function saveSettings() { saveJSON(LS_SETTINGS, settings); }
 
-  function temperature() {
-    var t = settings.temperature;
+  function temperature(c) {
+    var t = convSettings(c || current()).temperature;
     if (t == null) t = serverConfig.default_temperature;
     if (typeof t !== 'number' || !(t >= 0 && t <= 2)) t = 0.6;
     return t;
   }
 
   function applySettingsToControls() {
+    var cs = convSettings(current());
     var think = $('#think');
-    think.checked = settings.think && serverConfig.thinking_supported !== false;
+    think.checked = cs.think && serverConfig.thinking_supported !== false;
     think.disabled = serverConfig.thinking_supported === false;
     /* a model without a thinking mode (SmolLM2): no Think switch at all */
     var sw = think.closest('label');
@@ -334,7 +433,9 @@
     var t = temperature();
     $('#temperature').value = String(t);
     $('#temperature-value').textContent = t.toFixed(2);
-    $('#system').value = settings.system;
+    $('#system').value = cs.system;
+    $('#top-p').value = cs.top_p == null ? '' : String(cs.top_p);
+    $('#max-tokens').value = cs.max_tokens == null ? '' : String(cs.max_tokens);
   }
 
   /* ------------------------------------------------------------- UI refs */
@@ -343,7 +444,7 @@
   function bindRefs() {
     ['app', 'sidebar', 'conv-list', 'new-chat', 'conv-title', 'messages', 'empty-hint', 'status', 'composer',
       'message', 'send', 'stop', 'regenerate', 'think', 'temperature', 'system', 'system-box', 'toast',
-      'toast-text', 'toast-undo', 'model-name', 'sidebar-toggle', 'scrim'].forEach(function (id) {
+      'toast-text', 'toast-undo', 'model-name', 'sidebar-toggle', 'scrim', 'top-p', 'max-tokens'].forEach(function (id) {
       ui[id.replace(/-(\w)/g, function (_, c) { return c.toUpperCase(); })] = document.getElementById(id);
     });
   }
@@ -498,6 +599,60 @@
     return d;
   }
 
+  function iconBtn(cls, label, text) {
+    var b = el('button', 'btn tiny ghost ' + cls, text);
+    b.type = 'button';
+    b.setAttribute('aria-label', label);
+    b.title = label;
+    return b;
+  }
+
+  /** "< 2/3 >" for slot i, or nothing. */
+  function versionSwitch(c, i) {
+    var v = versionsAt(c, i);
+    if (!v) return null;
+    var w = el('span', 'versions');
+    w.setAttribute('role', 'group');
+    w.setAttribute('aria-label', 'Versions');
+    var prev = iconBtn('ver-prev', 'Previous version', '\u2039');
+    var next = iconBtn('ver-next', 'Next version', '\u203a');
+    prev.disabled = v.cur === 0;
+    next.disabled = v.cur === v.n - 1;
+    w.appendChild(prev);
+    w.appendChild(el('span', 'ver-label', (v.cur + 1) + '/' + v.n));
+    w.appendChild(next);
+    return w;
+  }
+
+  /** The row under a user message: Edit, and its versions. */
+  function userTools(c, i) {
+    var t = el('div', 'msg-tools');
+    t.dataset.index = String(i);
+    t.appendChild(iconBtn('edit-msg', 'Edit message', 'Edit'));
+    var v = versionSwitch(c, i);
+    if (v) t.appendChild(v);
+    return t;
+  }
+
+  /** Indexes the bubbles of the shown path and gives each its tools (after a turn, or a render). */
+  function refreshTools() {
+    var c = current();
+    if (!c) return;
+    $all('.msg-tools', ui.messages).forEach(function (t) { t.remove(); });
+    var bubbles = $all('.msg.user, .msg.assistant', ui.messages).filter(function (b) { return !b.classList.contains('streaming'); });
+    if (bubbles.length !== c.messages.length) return;   // a turn in flight or a stray fragment: leave them
+    bubbles.forEach(function (b, i) {
+      b.dataset.index = String(i);
+      if (b.classList.contains('user')) {
+        b.parentNode.insertBefore(userTools(c, i), b.nextSibling);
+      } else {
+        var meta = $('.meta', b);
+        if (meta) meta.remove();
+        b.appendChild(metaLine(c.messages[i], c, i));
+      }
+    });
+  }
+
   function assistantBubble(m) {
     var d = el('div', 'msg assistant js-md');
     d.dataset.role = 'assistant';
@@ -513,13 +668,12 @@
     d.appendChild(md);
     var err = el('div', 'error', m.error || '');
     d.appendChild(err);
-    d.appendChild(metaLine(m));
     return d;
   }
 
   function fmtSecs(ms) { return (ms / 1000).toFixed(ms < 10000 ? 1 : 0) + ' s'; }
 
-  function metaLine(m) {
+  function metaLine(m, c, i) {
     var meta = el('div', 'meta');
     var bits = [];
     if (m.finish === 'cancelled') bits.push('stopped');
@@ -530,11 +684,11 @@
       bits.push(s);
     }
     meta.appendChild(el('span', 'meta-text', bits.join(' · ')));
-    if (m.content) {
-      var copy = el('button', 'btn tiny ghost copy-msg', 'Copy');
-      copy.type = 'button';
-      copy.setAttribute('aria-label', 'Copy answer');
-      meta.appendChild(copy);
+    if (m.content) meta.appendChild(iconBtn('copy-msg', 'Copy answer', 'Copy'));
+    if (c) {
+      meta.appendChild(iconBtn('regen-msg', 'Regenerate this answer', 'Regenerate'));
+      var v = versionSwitch(c, i);
+      if (v) meta.appendChild(v);
     }
     return meta;
   }
@@ -546,6 +700,7 @@
       c.messages.forEach(function (m) {
         ui.messages.appendChild(m.role === 'user' ? userBubble(m.content) : assistantBubble(m));
       });
+      refreshTools();
     }
     updateEmpty();
     stickToBottom = true;
@@ -578,6 +733,7 @@
     if (!findConv(id)) return;
     currentId = id;
     try { localStorage.setItem(LS_CURRENT, id); } catch (e) { /* ignore */ }
+    applySettingsToControls();
     renderList();
     renderConversation();
     if (isNarrow()) setSidebar(false);
@@ -634,6 +790,9 @@
     lastRequest = null;
     var c = findConv(req && req.convId) || current();
     var userText = req ? req.message : '';
+    // regenerating: the user's turn is stored already, drop the fragment's copy of it
+    var echo = bubble.previousElementSibling;
+    if (req && req.reuse && echo && echo.classList.contains('user') && !echo.dataset.index) echo.remove();
     active = {
       convId: c ? c.id : currentId, sid: bubble.getAttribute('data-stream') || '', bubble: bubble,
       source: source, userText: userText, t0: Date.now(), tThinkEnd: 0, finished: false
@@ -648,8 +807,9 @@
     var det = $('details.thinking', bubble);
     if (det) { det.hidden = true; $('summary', det).textContent = 'Thinking…'; }
     // the user's turn is part of the conversation from now on
-    if (c) {
+    if (c && !(req && req.reuse)) {
       c.messages.push({ role: 'user', content: userText });
+      attachFork(c);
       if (!c.titleSet && c.messages.filter(function (m) { return m.role === 'user'; }).length === 1) c.title = titleFrom(userText);
       c.updated = Date.now();
       saveConvs();
@@ -723,10 +883,12 @@
     var c = findConv(a.convId);
     if (c) {
       c.messages.push(msg);
+      attachFork(c);
       c.updated = Date.now();
       saveConvs();
     }
     active = null;
+    if (c && c.id === currentId) refreshTools();
     renderList();
     updateButtons();
     announce(finish === 'cancelled' ? 'Stopped' : (msg.error ? 'Error: ' + msg.error : 'Answer complete'));
@@ -755,11 +917,11 @@
     }
   }
 
-  function send(text, fromComposer) {
+  function send(text, fromComposer, reuse) {
     text = String(text || '');
     if (!text.trim() || active || inFlight) return false;
     if (!current()) switchTo(createConv().id, { focus: false });
-    outgoing = { message: text, convId: currentId, fromComposer: !!fromComposer };
+    outgoing = { message: text, convId: currentId, fromComposer: !!fromComposer, reuse: !!reuse };
     stickToBottom = true;
     if (fromComposer) {
       ui.composer.requestSubmit ? ui.composer.requestSubmit() : htmx.trigger(ui.composer, 'submit');
@@ -772,17 +934,63 @@
     return true;
   }
 
+  /** Answer i again (i: an assistant message, or the end after an unanswered user
+   *  message): the old answer and all after it stay as a version of slot i. */
+  function regenerateAt(i) {
+    var c = current();
+    if (!c || active || inFlight) return;
+    var msgs = c.messages;
+    var user = msgs[i - 1];
+    if (!user || user.role !== 'user') return;
+    if (i < msgs.length) fork(c, i);
+    renderConversation();
+    send(user.content, false, true);
+  }
+
   function regenerate() {
     var c = current();
-    if (!c || active || inFlight || !c.messages.length) return;
-    var msgs = c.messages;
-    if (msgs[msgs.length - 1].role === 'assistant') msgs.pop();
-    var last = msgs[msgs.length - 1];
-    if (!last || last.role !== 'user') { saveConvs(); renderConversation(); return; }
-    msgs.pop();
-    saveConvs();
+    if (!c || !c.messages.length) return;
+    var n = c.messages.length;
+    regenerateAt(c.messages[n - 1].role === 'assistant' ? n - 1 : n);
+  }
+
+  /** Message i (a user's) sent again as text: the old one and all after it stay as a version. */
+  function editAt(i, text) {
+    var c = current();
+    if (!c || active || inFlight || !String(text).trim()) return;
+    if (!c.messages[i] || c.messages[i].role !== 'user') return;
+    fork(c, i);
     renderConversation();
-    send(last.content, false);
+    send(text, false);
+  }
+
+  function openEditor(tools) {
+    var i = +tools.dataset.index, c = current();
+    if (!c || !c.messages[i] || active || inFlight) return;
+    var bubble = tools.previousElementSibling;
+    var box = el('div', 'msg-edit');
+    var ta = el('textarea', 'edit-box');
+    ta.value = c.messages[i].content;
+    ta.rows = Math.min(10, ta.value.split('\n').length + 1);
+    ta.setAttribute('aria-label', 'Edit message');
+    var row = el('div', 'msg-edit-actions');
+    var cancel = el('button', 'btn ghost edit-cancel', 'Cancel');
+    cancel.type = 'button';
+    var save = el('button', 'btn primary edit-send', 'Send');
+    save.type = 'button';
+    row.appendChild(cancel);
+    row.appendChild(save);
+    box.appendChild(ta);
+    box.appendChild(row);
+    if (bubble) bubble.hidden = true;
+    tools.replaceWith(box);
+    cancel.addEventListener('click', function () { renderConversation(); });
+    save.addEventListener('click', function () { editAt(i, ta.value); });
+    ta.addEventListener('keydown', function (e) {
+      if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); editAt(i, ta.value); }
+      else if (e.key === 'Escape') { e.preventDefault(); e.stopPropagation(); renderConversation(); }
+    });
+    ta.focus();
   }
 
   /* -------------------------------------------------------- htmx wiring */
@@ -807,11 +1015,16 @@
       p.message = msg;
       p.conversation = c ? c.id : newId();
       p.history = JSON.stringify(historyOf(c));
-      p.think = ui.think.checked ? '1' : '0';
-      p.temperature = temperature().toFixed(2);
-      var sys = settings.system.trim();
+      var cs = convSettings(c);
+      p.think = cs.think && serverConfig.thinking_supported !== false ? '1' : '0';
+      p.temperature = temperature(c).toFixed(2);
+      var sys = cs.system.trim();
       if (sys) p.system = sys;
       else if (typeof p.delete === 'function') p.delete('system');
+      if (cs.top_p != null) p.top_p = String(cs.top_p);
+      else if (typeof p.delete === 'function') p.delete('top_p');
+      if (cs.max_tokens != null) p.max_tokens = String(cs.max_tokens);
+      else if (typeof p.delete === 'function') p.delete('max_tokens');
     });
 
     body.addEventListener('htmx:beforeRequest', function (e) {
@@ -866,7 +1079,14 @@
       }
       outgoing = null;
       // no stream to wait for: forget the request (else onStreamOpened claims it)
-      if (!ok || !/sse-connect/.test((e.detail.xhr && e.detail.xhr.responseText) || '')) lastRequest = null;
+      if (!ok || !/sse-connect/.test((e.detail.xhr && e.detail.xhr.responseText) || '')) {
+        lastRequest = null;
+        var fc = findConv(o && o.convId);
+        if (fc && fc.fork) {
+          abandonFork(fc);
+          if (fc.id === currentId) { var errs = $all('.msg.error', ui.messages); renderConversation(); errs.forEach(function (x) { ui.messages.appendChild(x); }); }
+        }
+      }
       updateEmpty();
       updateButtons();
       scrollToBottom(true);
@@ -998,15 +1218,21 @@
     ui.stop.addEventListener('click', function () { stopActive('user'); ui.message.focus(); });
     ui.regenerate.addEventListener('click', regenerate);
 
-    ui.think.addEventListener('change', function () { settings.think = ui.think.checked; saveSettings(); });
+    ui.think.addEventListener('change', function () { setSetting('think', ui.think.checked); });
     ui.temperature.addEventListener('input', function () {
       var v = parseFloat(ui.temperature.value);
-      settings.temperature = v;
+      setSetting('temperature', v);
       ui['temperatureValue'] = ui['temperatureValue'] || $('#temperature-value');
       ui.temperatureValue.textContent = v.toFixed(2);
-      saveSettings();
     });
-    ui.system.addEventListener('input', function () { settings.system = ui.system.value; saveSettings(); });
+    ui.system.addEventListener('input', function () { setSetting('system', ui.system.value); });
+    // empty: the server's default; a value out of range is not kept (the box shows :invalid)
+    [['topP', 'top_p', parseFloat], ['maxTokens', 'max_tokens', Number]].forEach(function (f) {
+      ui[f[0]].addEventListener('input', function () {
+        var raw = ui[f[0]].value.trim();
+        setSetting(f[1], raw === '' ? null : f[2](raw));
+      });
+    });
 
     ui.toastUndo.addEventListener('click', undoDelete);
 
@@ -1019,6 +1245,19 @@
       } else if (b.classList.contains('copy-msg')) {
         var msg = b.closest('.msg.assistant');
         if (msg) copyText($('.content', msg).textContent, b);
+      } else if (b.classList.contains('regen-msg')) {
+        var am = b.closest('.msg.assistant');
+        if (am && am.dataset.index) regenerateAt(+am.dataset.index);
+      } else if (b.classList.contains('edit-msg')) {
+        openEditor(b.closest('.msg-tools'));
+      } else if (b.classList.contains('ver-prev') || b.classList.contains('ver-next')) {
+        var holder = b.closest('.msg-tools') || b.closest('.msg.assistant');
+        var c = current(), idx = holder && +holder.dataset.index, v = c && versionsAt(c, idx);
+        if (!v || active || inFlight) return;
+        switchVersion(c, idx, v.cur + (b.classList.contains('ver-next') ? 1 : -1));
+        renderConversation();
+        var again = $('[data-index="' + idx + '"] .' + (b.classList.contains('ver-next') ? 'ver-next' : 'ver-prev'), ui.messages);
+        if (again && !again.disabled) again.focus();
       }
     });
     ui.messages.addEventListener('toggle', function (e) {

@@ -68,10 +68,10 @@ async function ready() {
   await page.waitForFunction(() => document.documentElement.classList.contains('ready') &&
     document.getElementById('model-name').textContent !== '—');
 }
-async function newChat() {
-  const id0 = (await state()).currentId;
+async function newChat() {   // an empty chat is reused (app.js newChat), else a new one is made
+  const c = await conv();
   await page.locator('#new-chat').click();
-  await page.waitForFunction((id) => window.SmolUI.state().currentId !== id, id0).catch(() => {});
+  if (c && c.messages.length) await page.waitForFunction((id) => window.SmolUI.state().currentId !== id, c.id);
 }
 
 // The SSE body the gateway would send for this answer (gateway/UI_API.md): HTML-escaped
@@ -167,6 +167,113 @@ try {
     assert(tex === 'e^{i\\pi}+1=0', 'TeX source ' + tex);
     // stored as the model wrote it
     assert((await conv()).messages[1].content === answer, 'stored content changed');
+  });
+
+  await test('branches: regenerate any answer and edit any message keep the old versions; < n/m > switches; reload keeps them', async () => {
+    await newChat();
+    await ask('First question', 'Answer A1');
+    await ask('Second question', 'Answer B1');
+    const texts = async () => (await conv()).messages.map((m) => m.content);
+    const label = (loc) => loc.locator('.ver-label').textContent();
+    // regenerate the FIRST answer: a new version of slot 1, the old tail kept
+    const posts0 = chatPosts.length;
+    await withAnswer('Answer A2', () => page.locator('#messages .msg.assistant').first().locator('.regen-msg').click());
+    const p1 = chatPosts[posts0];
+    assert(p1.get('message') === 'First question' && p1.get('history') === '[]', 'regenerate sent ' + p1.toString());
+    assert(JSON.stringify(await texts()) === JSON.stringify(['First question', 'Answer A2']), 'after regenerate: ' + await texts());
+    assert(await page.locator('#messages .msg').count() === 2, 'the user message shown twice');
+    const a0 = page.locator('#messages .msg.assistant').first();
+    assert(await label(a0) === '2/2', 'switch label ' + await label(a0));
+    await a0.locator('.ver-prev').click();
+    assert(JSON.stringify(await texts()) === JSON.stringify(['First question', 'Answer A1', 'Second question', 'Answer B1']), 'prev: ' + await texts());
+    assert(await label(page.locator('#messages .msg.assistant').first()) === '1/2', 'label after prev');
+    assert(await page.locator('#messages .msg').count() === 4, 'old tail not shown');
+    await page.locator('#messages .msg.assistant').first().locator('.ver-next').click();
+    assert(JSON.stringify(await texts()) === JSON.stringify(['First question', 'Answer A2']), 'next: ' + await texts());
+    // edit the first user message: a new version of slot 0
+    await page.locator('#messages .msg-tools').first().locator('.edit-msg').click();
+    const box = page.locator('#messages .msg-edit textarea');
+    assert((await box.inputValue()) === 'First question', 'editor holds ' + await box.inputValue());
+    const posts1 = chatPosts.length;
+    await withAnswer('Answer E1', async () => { await box.fill('First question, edited'); await box.press('Enter'); });
+    const p2 = chatPosts[posts1];
+    assert(p2.get('message') === 'First question, edited' && p2.get('history') === '[]', 'edit sent ' + p2.toString());
+    assert(JSON.stringify(await texts()) === JSON.stringify(['First question, edited', 'Answer E1']), 'after edit: ' + await texts());
+    assert(await label(page.locator('#messages .msg-tools').first()) === '2/2', 'user switch label');
+    // back to the first version of slot 0: its own versions (A1 / A2) are still there
+    await page.locator('#messages .msg-tools').first().locator('.ver-prev').click();
+    assert(JSON.stringify(await texts()) === JSON.stringify(['First question', 'Answer A2']), 'slot 0 v1: ' + await texts());
+    assert(await label(page.locator('#messages .msg.assistant').first()) === '2/2', 'nested versions lost');
+    await page.reload({ waitUntil: 'load' });
+    await ready();
+    await page.locator('#messages .msg.assistant').first().locator('.ver-prev').click();
+    assert(JSON.stringify(await texts()) === JSON.stringify(['First question', 'Answer A1', 'Second question', 'Answer B1']), 'after reload: ' + await texts());
+    // a continued turn goes on from the version shown; its history is that path
+    const posts2 = chatPosts.length;
+    await ask('Third question', 'Answer C1');
+    const h = JSON.parse(chatPosts[posts2].get('history'));
+    assert(h.map((m) => m.content).join('|') === 'First question|Answer A1|Second question|Answer B1', 'history ' + JSON.stringify(h));
+    // a regenerate the server refuses puts the shown version back
+    await page.route('**/ui/chat', (route) => route.fulfill({ status: 503, contentType: 'text/html',
+      body: '<div class="msg error">the model is not available right now</div>' }));
+    try {
+      await page.locator('#messages .msg.assistant').last().locator('.regen-msg').click();
+      await page.locator('#messages .msg.error').waitFor();
+      await waitIdle();
+    } finally { await page.unroute('**/ui/chat'); }
+    assert((await texts()).join('|') === 'First question|Answer A1|Second question|Answer B1|Third question|Answer C1',
+      'a refused regenerate lost the answer: ' + await texts());
+    assert(!(await conv()).fork, 'a fork left pending');
+  });
+
+  await test('settings per conversation: max tokens and top-p sent and honoured by the daemon; each chat keeps its own', async () => {
+    const setNum = async (sel, v) => {
+      if (!(await page.locator('#system-box').evaluate((d) => d.open))) await page.locator('#system-box > summary').click();
+      await page.locator(sel).fill(String(v));
+    };
+    await newChat();
+    const idA = (await state()).currentId;
+    await page.locator('#system-box > summary').click();
+    await setNum('#max-tokens', 4);
+    await setNum('#top-p', 0.5);
+    await page.locator('#temperature').fill('0.3');
+    await page.locator('#system-box > summary').click();
+    const posts0 = chatPosts.length;
+    await sendMessage('Tell me a long story.');              // the real daemon answers this one
+    await page.locator('#messages .msg.assistant').first().waitFor();
+    await waitIdle();
+    const p = chatPosts[posts0];
+    assert(p.get('max_tokens') === '4' && p.get('top_p') === '0.5' && p.get('temperature') === '0.30',
+      'sent ' + p.toString());
+    const m = (await conv()).messages[1];
+    assert(m.finish === 'length' && m.usage && m.usage.completion_tokens > 0 && m.usage.completion_tokens <= 4,
+      'max_tokens not honoured: ' + JSON.stringify({ finish: m.finish, usage: m.usage }));
+    assert(/token limit/.test(await last().locator('.meta').textContent()), 'no "cut off" note');
+    // a second chat with its own settings
+    await newChat();
+    const idB = (await state()).currentId;
+    assert(idB !== idA, 'no new chat');
+    assert((await page.locator('#max-tokens').inputValue()) === '4', 'a new chat does not start from the last settings');
+    await setNum('#max-tokens', 7);
+    await setNum('#top-p', '');
+    await page.locator(`#conv-list .conv[data-id="${idA}"] .conv-open`).click();
+    assert((await page.locator('#max-tokens').inputValue()) === '4' && (await page.locator('#top-p').inputValue()) === '0.5' &&
+      (await page.locator('#temperature-value').textContent()) === '0.30', 'chat A lost its settings');
+    await page.reload({ waitUntil: 'load' });
+    await ready();
+    assert((await page.locator('#max-tokens').inputValue()) === '4', 'settings lost on reload');
+    await page.locator(`#conv-list .conv[data-id="${idB}"] .conv-open`).click();
+    assert((await page.locator('#max-tokens').inputValue()) === '7' && (await page.locator('#top-p').inputValue()) === '',
+      'chat B: ' + await page.locator('#max-tokens').inputValue());
+    const posts1 = chatPosts.length;
+    await ask('Hi', 'Hello');
+    const q = chatPosts[posts1];
+    assert(q.get('max_tokens') === '7' && !q.has('top_p'), 'chat B sent ' + q.toString());
+    // out of range is not kept
+    await setNum('#max-tokens', 0);
+    assert((await conv()).settings.max_tokens === 7, 'an invalid max tokens was stored');
+    await setNum('#max-tokens', '');
+    await page.locator('#system-box > summary').click();
   });
 
   await test('no dialogs and no page errors', async () => {
