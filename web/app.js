@@ -377,7 +377,7 @@
     var c = current();
     if (c) { c.settings = c.settings || {}; c.settings[k] = v; saveConvs(); }
   }
-  var serverConfig = { model: '', thinking_supported: true, default_temperature: 0.6 };
+  var serverConfig = { model: '', thinking_supported: true, default_temperature: 0.6, context_length: 0 };
 
   /* API key: asked once, when the gateway answers 401, kept in localStorage
    * and sent as `Authorization: Bearer` on every /ui/ request afterwards
@@ -444,7 +444,8 @@
   function bindRefs() {
     ['app', 'sidebar', 'conv-list', 'new-chat', 'conv-title', 'messages', 'empty-hint', 'status', 'composer',
       'message', 'send', 'stop', 'regenerate', 'think', 'temperature', 'system', 'system-box', 'toast',
-      'toast-text', 'toast-undo', 'model-name', 'sidebar-toggle', 'scrim', 'top-p', 'max-tokens'].forEach(function (id) {
+      'toast-text', 'toast-undo', 'model-name', 'sidebar-toggle', 'scrim', 'top-p', 'max-tokens', 'search',
+      'export-json', 'export-md', 'import', 'import-file', 'attach', 'attach-file', 'attachments'].forEach(function (id) {
       ui[id.replace(/-(\w)/g, function (_, c) { return c.toUpperCase(); })] = document.getElementById(id);
     });
   }
@@ -470,7 +471,10 @@
     var focusedId = document.activeElement && document.activeElement.closest &&
       document.activeElement.closest('.conv') ? document.activeElement.closest('.conv').dataset.id : null;
     list.textContent = '';
-    var sorted = convs.slice().sort(function (a, b) { return b.updated - a.updated; });
+    var q = ui.search ? ui.search.value : '';
+    var sorted = convs.slice().sort(function (a, b) { return b.updated - a.updated; })
+      .filter(function (c) { return !q.trim() || !window.SmolChats || window.SmolChats.matches(c, q); });
+    if (!sorted.length && q.trim()) list.appendChild(el('li', 'conv-none', 'No chats match “' + q.trim() + '”'));
     sorted.forEach(function (c) {
       var li = el('li', 'conv' + (c.id === currentId ? ' active' : ''));
       li.dataset.id = c.id;
@@ -564,11 +568,14 @@
   var toastTimer = 0;
   function showToast(text) {
     ui.toastText.textContent = text;
+    ui.toastUndo.hidden = !undoState;
     ui.toast.hidden = false;
     clearTimeout(toastTimer);
     toastTimer = setTimeout(hideToast, 7000);
   }
   function hideToast() { ui.toast.hidden = true; undoState = null; }
+  /** A message in the toast, with nothing to undo. */
+  function notify(text) { undoState = null; showToast(text); }
   function undoDelete() {
     if (!undoState) return;
     var u = undoState;
@@ -678,10 +685,18 @@
     var bits = [];
     if (m.finish === 'cancelled') bits.push('stopped');
     else if (m.finish === 'length') bits.push('cut off at the token limit');
-    if (m.usage && m.usage.completion_tokens) {
-      var s = m.usage.completion_tokens + ' tokens';
-      if (m.ms > 0) s += ' · ' + (m.usage.completion_tokens / (m.ms / 1000)).toFixed(1) + ' tok/s';
+    var u = m.usage;
+    if (u && u.completion_tokens) {
+      var s = u.completion_tokens + ' tokens';
+      // from the first token to done (the prompt's time is not generation speed)
+      var ms = m.genMs > 0 ? m.genMs : m.ms;
+      if (ms > 0 && u.completion_tokens > 1) s += ' · ' + ((u.completion_tokens - (m.genMs > 0 ? 1 : 0)) / (ms / 1000)).toFixed(1) + ' tok/s';
       bits.push(s);
+    }
+    if (u && serverConfig.context_length > 0 && (u.prompt_tokens || u.completion_tokens)) {
+      var used = (u.prompt_tokens || 0) + (u.completion_tokens || 0), n = serverConfig.context_length;
+      bits.push('context ' + used.toLocaleString('en-US') + ' / ' + n.toLocaleString('en-US') +
+        ' (' + Math.min(100, Math.round(100 * used / n)) + '%)');
     }
     meta.appendChild(el('span', 'meta-text', bits.join(' · ')));
     if (m.content) meta.appendChild(iconBtn('copy-msg', 'Copy answer', 'Copy'));
@@ -867,6 +882,7 @@
       usage: usage,
       ms: Date.now() - a.t0
     };
+    if (a.tFirst) msg.genMs = Date.now() - a.tFirst;
     if (a.tThinkEnd) msg.thinkMs = a.tThinkEnd - a.t0;
     else if (msg.reasoning) msg.thinkMs = msg.ms;
     if (errDiv && errDiv.textContent.trim()) msg.error = errDiv.textContent.trim();
@@ -921,7 +937,8 @@
     text = String(text || '');
     if (!text.trim() || active || inFlight) return false;
     if (!current()) switchTo(createConv().id, { focus: false });
-    outgoing = { message: text, convId: currentId, fromComposer: !!fromComposer, reuse: !!reuse };
+    outgoing = { message: text, convId: currentId, fromComposer: !!fromComposer, reuse: !!reuse,
+      typed: fromComposer ? ui.message.value : null };
     stickToBottom = true;
     if (fromComposer) {
       ui.composer.requestSubmit ? ui.composer.requestSubmit() : htmx.trigger(ui.composer, 'submit');
@@ -993,6 +1010,112 @@
     ta.focus();
   }
 
+  /* ---------------------------------------------------------- attachments */
+
+  /* Text files attached to the next message: each is sent inside the message as
+   *   File: NAME
+   *   ```` (a fence longer than any backtick run in the file)
+   *   TEXT
+   *   ````
+   * before what was typed.  Only UTF-8 text without NUL bytes; the whole message
+   * must stay under the gateway's 64 KiB (gateway/UI_API.md). */
+  var MAX_MESSAGE_BYTES = 60 * 1024;
+  var attachments = [];   // [{name, text, bytes}]
+
+  function utf8Bytes(t) { return new TextEncoder().encode(t).length; }
+
+  function fileBlock(f) {
+    var runs = f.text.match(/`+/g) || [];
+    var n = Math.max(3, runs.reduce(function (a, r) { return Math.max(a, r.length + 1); }, 0));
+    var fence = new Array(n + 1).join('`');
+    return 'File: ' + f.name + '\n' + fence + '\n' + f.text.replace(/\n$/, '') + '\n' + fence;
+  }
+
+  function composerText() {
+    var typed = ui.message.value;
+    if (!attachments.length) return typed;
+    return attachments.map(fileBlock).join('\n\n') + (typed.trim() ? '\n\n' + typed : '');
+  }
+
+  function renderAttachments() {
+    ui.attachments.textContent = '';
+    attachments.forEach(function (f, i) {
+      var chip = el('span', 'chip');
+      chip.appendChild(el('span', 'chip-name', f.name));
+      chip.appendChild(el('span', 'chip-size', fmtBytes(f.bytes)));
+      var x = iconBtn('chip-remove', 'Remove ' + f.name, '\u00d7');
+      x.dataset.i = String(i);
+      chip.appendChild(x);
+      ui.attachments.appendChild(chip);
+    });
+    ui.attachments.hidden = !attachments.length;
+  }
+  function clearAttachments() { attachments = []; renderAttachments(); }
+
+  function fmtBytes(n) { return n < 1024 ? n + ' B' : (n / 1024).toFixed(n < 10240 ? 1 : 0) + ' KB'; }
+
+  function attachFiles(files) {
+    Array.prototype.forEach.call(files, function (file) {
+      if (file.size > MAX_MESSAGE_BYTES) {
+        notify('“' + file.name + '” is too large to attach (' + fmtBytes(file.size) + '; a message holds at most ' +
+          fmtBytes(MAX_MESSAGE_BYTES) + ')');
+        return;
+      }
+      file.arrayBuffer().then(function (buf) {
+        var text;
+        try { text = new TextDecoder('utf-8', { fatal: true }).decode(buf); } catch (e) { text = null; }
+        if (text == null || text.indexOf('\u0000') >= 0) {
+          notify('“' + file.name + '” is not a text file (only UTF-8 text can be attached)');
+          return;
+        }
+        var f = { name: file.name.replace(/[\r\n]/g, ' ').slice(0, 200), text: text, bytes: buf.byteLength };
+        if (utf8Bytes(composerText()) + utf8Bytes(fileBlock(f)) + 2 > MAX_MESSAGE_BYTES) {
+          notify('“' + file.name + '” does not fit: a message holds at most ' + fmtBytes(MAX_MESSAGE_BYTES));
+          return;
+        }
+        attachments.push(f);
+        renderAttachments();
+        ui.message.focus();
+      });
+    });
+  }
+
+  /* ------------------------------------------------------ export / import */
+
+  function download(name, text, type) {
+    var url = URL.createObjectURL(new Blob([text], { type: type }));
+    var a = el('a');
+    a.href = url;
+    a.download = name;
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(function () { URL.revokeObjectURL(url); }, 10000);
+  }
+
+  function fileStem(title) {
+    return (String(title || 'chat').replace(/[^\w.-]+/g, '-').replace(/^-+|-+$/g, '').slice(0, 60) || 'chat');
+  }
+
+  function exportJSON() {
+    download('smollm3-chats-' + new Date().toISOString().slice(0, 10) + '.json', window.SmolChats.toJSON(convs), 'application/json');
+  }
+  function exportMarkdown() {
+    var c = current();
+    if (c) download(fileStem(c.title) + '.md', window.SmolChats.toMarkdown(c), 'text/markdown');
+  }
+
+  function importFile(file) {
+    file.text().then(function (text) {
+      var r = window.SmolChats.parseImport(text, file.name, function (id) { return !!findConv(id); }, newId);
+      if (r.error) { notify('Import failed: ' + r.error); return; }
+      r.conversations.forEach(function (c) { convs.push(c); });
+      saveConvs();
+      switchTo(r.conversations[0].id);
+      notify('Imported ' + r.conversations.length + (r.conversations.length === 1 ? ' chat' : ' chats'));
+    }, function () { notify('Import failed: the file could not be read'); });
+  }
+
   /* -------------------------------------------------------- htmx wiring */
 
   function wireHtmx() {
@@ -1011,7 +1134,7 @@
       if (e.detail.path !== '/ui/chat') return;
       var c = findConv(outgoing && outgoing.convId) || current();
       var p = e.detail.parameters;
-      var msg = outgoing ? outgoing.message : ui.message.value;
+      var msg = outgoing ? outgoing.message : composerText();
       p.message = msg;
       p.conversation = c ? c.id : newId();
       p.history = JSON.stringify(historyOf(c));
@@ -1031,9 +1154,9 @@
       if (e.detail.requestConfig && e.detail.requestConfig.path === '/ui/chat' || (e.detail.pathInfo && e.detail.pathInfo.requestPath === '/ui/chat')) {
         if (active || inFlight) { e.preventDefault(); return; }
         if (!outgoing) {
-          var v = ui.message.value;
+          var v = composerText();
           if (!v.trim()) { e.preventDefault(); return; }
-          outgoing = { message: v, convId: currentId, fromComposer: true };
+          outgoing = { message: v, typed: ui.message.value, convId: currentId, fromComposer: true };
         }
         inFlight = true;
         lastRequest = outgoing;
@@ -1069,7 +1192,7 @@
       inFlight = false;
       var ok = e.detail.successful && e.detail.xhr && e.detail.xhr.status < 300;
       if (ok && o && o.fromComposer) {
-        if (ui.message.value === o.message) ui.message.value = '';
+        if (ui.message.value === o.typed) { ui.message.value = ''; clearAttachments(); }
         autosize();
       }
       if (!ok && !(e.detail.xhr && e.detail.xhr.status)) {
@@ -1101,6 +1224,7 @@
 
     body.addEventListener('htmx:sseMessage', function (e) {
       if (!active) return;
+      if (!active.tFirst) active.tFirst = Date.now();   // tokens/s counts from the first token
       var t = e.target;
       if (!t.classList) return;
       if (t.classList.contains('reasoning')) {
@@ -1204,15 +1328,15 @@
     ui.message.addEventListener('keydown', function (e) {
       if (e.key === 'Enter' && !e.shiftKey && !e.isComposing && e.keyCode !== 229) {
         e.preventDefault();
-        if (!active && !inFlight && ui.message.value.trim()) send(ui.message.value, true);
+        if (!active && !inFlight && composerText().trim()) send(composerText(), true);
       }
     });
     ui.message.addEventListener('input', autosize);
 
     ui.composer.addEventListener('submit', function (e) {
       // htmx handles the POST; we only make sure our bookkeeping runs first.
-      if (active || inFlight || !ui.message.value.trim()) { e.preventDefault(); return; }
-      if (!outgoing) outgoing = { message: ui.message.value, convId: currentId, fromComposer: true };
+      if (active || inFlight || !composerText().trim()) { e.preventDefault(); return; }
+      if (!outgoing) outgoing = { message: composerText(), typed: ui.message.value, convId: currentId, fromComposer: true };
     }, true);
 
     ui.stop.addEventListener('click', function () { stopActive('user'); ui.message.focus(); });
@@ -1235,6 +1359,24 @@
     });
 
     ui.toastUndo.addEventListener('click', undoDelete);
+
+    ui.search.addEventListener('input', renderList);
+    ui.search.addEventListener('keydown', function (e) {
+      if (e.key === 'Escape' && ui.search.value) { e.preventDefault(); e.stopPropagation(); ui.search.value = ''; renderList(); }
+    });
+    ui.exportJson.addEventListener('click', exportJSON);
+    ui.exportMd.addEventListener('click', exportMarkdown);
+    ui.import.addEventListener('click', function () { ui.importFile.click(); });
+    ui.importFile.addEventListener('change', function () {
+      if (ui.importFile.files[0]) importFile(ui.importFile.files[0]);
+      ui.importFile.value = '';
+    });
+    ui.attach.addEventListener('click', function () { ui.attachFile.click(); });
+    ui.attachFile.addEventListener('change', function () { attachFiles(ui.attachFile.files); ui.attachFile.value = ''; });
+    ui.attachments.addEventListener('click', function (e) {
+      var b = e.target.closest('.chip-remove');
+      if (b) { attachments.splice(+b.dataset.i, 1); renderAttachments(); ui.message.focus(); }
+    });
 
     ui.messages.addEventListener('click', function (e) {
       var b = e.target.closest('button');
@@ -1301,6 +1443,10 @@
       if (typeof cfg.model === 'string') serverConfig.model = cfg.model;
       if (typeof cfg.thinking_supported === 'boolean') serverConfig.thinking_supported = cfg.thinking_supported;
       if (typeof cfg.default_temperature === 'number') serverConfig.default_temperature = cfg.default_temperature;
+      if (typeof cfg.context_length === 'number' && cfg.context_length > 0) {
+        serverConfig.context_length = cfg.context_length;
+        if (!active) refreshTools();            // answers already shown get their context share
+      }
       ui.modelName.textContent = serverConfig.model || '—';
       fitPlaceholder();
       ui.modelName.title = 'Model: ' + (serverConfig.model || 'unknown');

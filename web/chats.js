@@ -42,7 +42,7 @@
       ['reasoning', 'error'].forEach(function (k) { if (str(m[k]) !== undefined) out[k] = m[k]; });
       if (FINISH.indexOf(m.finish) >= 0) out.finish = m.finish;
       if (cleanUsage(m.usage)) out.usage = cleanUsage(m.usage);
-      ['ms', 'thinkMs'].forEach(function (k) { if (num(m[k]) !== undefined) out[k] = m[k]; });
+      ['ms', 'thinkMs', 'genMs'].forEach(function (k) { if (num(m[k]) !== undefined) out[k] = m[k]; });
     } else if (Array.isArray(m.files)) {
       out.files = m.files.filter(function (f) { return f && typeof f.name === 'string'; })
         .map(function (f) { return { name: f.name.slice(0, 255), bytes: num(f.bytes) || 0 }; });

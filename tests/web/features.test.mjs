@@ -70,7 +70,7 @@ async function ready() {
 }
 async function newChat() {   // an empty chat is reused (app.js newChat), else a new one is made
   const c = await conv();
-  await page.locator('#new-chat').click();
+  await page.keyboard.press('Control+Shift+O');            // the button is in the closed drawer on a phone
   if (c && c.messages.length) await page.waitForFunction((id) => window.SmolUI.state().currentId !== id, c.id);
 }
 
@@ -274,6 +274,152 @@ try {
     assert((await conv()).settings.max_tokens === 7, 'an invalid max tokens was stored');
     await setNum('#max-tokens', '');
     await page.locator('#system-box > summary').click();
+  });
+
+  await test('tokens/s and context used shown under an answer', async () => {
+    await newChat();
+    await ask('Count', 'One two three four five six seven eight nine ten.', { prompt_tokens: 1200, completion_tokens: 48 });
+    const meta = await last().locator('.meta-text').textContent();
+    assert(/48 tokens · [\d.]+ tok\/s/.test(meta), 'meta ' + meta);
+    assert(meta.includes('context 1,248 / 4,096 (30%)'), 'context not shown: ' + meta);
+    await page.reload({ waitUntil: 'load' });
+    await ready();
+    await page.waitForFunction(() => /context 1,248/.test(document.querySelector('#messages .msg.assistant .meta-text').textContent));
+  });
+
+  await test('attach a text file: sent inside the message as a fenced block; binary and oversized files refused', async () => {
+    await newChat();
+    const text = 'alpha\nbeta ``` gamma\n';
+    await page.locator('#attach-file').setInputFiles({ name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from(text) });
+    await page.locator('#attachments .chip').waitFor();
+    assert((await page.locator('#attachments .chip-name').textContent()) === 'notes.txt', 'chip');
+    await page.locator('#attach-file').setInputFiles({ name: 'x.bin', mimeType: 'application/octet-stream', buffer: Buffer.from([0, 1, 2, 255, 254]) });
+    await page.waitForFunction(() => /not a text file/.test(document.getElementById('toast-text').textContent));
+    await page.locator('#attach-file').setInputFiles({ name: 'big.txt', mimeType: 'text/plain', buffer: Buffer.alloc(70 * 1024, 'a') });
+    await page.waitForFunction(() => /too large/.test(document.getElementById('toast-text').textContent));
+    assert(await page.locator('#attachments .chip').count() === 1, 'a refused file was attached');
+    await page.keyboard.press('Escape');                  // the toast sits over the composer
+    const posts0 = chatPosts.length;
+    await ask('Summarize the file.', 'It lists three words.');
+    const msg = chatPosts[posts0].get('message');
+    assert(msg === 'File: notes.txt\n````\nalpha\nbeta ``` gamma\n````\n\nSummarize the file.', 'sent ' + JSON.stringify(msg));
+    assert(await page.locator('#attachments').isHidden(), 'attachment not cleared after sending');
+    assert((await conv()).messages[0].content === msg, 'stored message');
+    // a file alone, nothing typed, can be sent too
+    await page.locator('#attach-file').setInputFiles({ name: 'a.md', mimeType: 'text/markdown', buffer: Buffer.from('# hi') });
+    await page.locator('#attachments .chip').waitFor();
+    const posts1 = chatPosts.length;
+    await withAnswer('ok', () => page.locator('#send').click());
+    assert(chatPosts[posts1].get('message') === 'File: a.md\n```\n# hi\n```', 'file alone: ' + chatPosts[posts1].get('message'));
+  });
+
+  await test('search over titles and message text (every branch); Esc clears', async () => {
+    await newChat();
+    await ask('Tell me about zebras', 'Zebras have unique stripes, like a barcode.');
+    const zebra = (await state()).currentId;
+    const all = await page.locator('#conv-list .conv').count();
+    const search = page.locator('#search');
+    await search.fill('BARCODE');                         // in an answer only
+    assert(await page.locator('#conv-list .conv').count() === 1, 'answer-text search: ' + await page.locator('#conv-list .conv').count());
+    assert(await page.locator(`#conv-list .conv[data-id="${zebra}"]`).count() === 1, 'wrong match');
+    await search.fill('zebras tell');                     // title words, any order
+    assert(await page.locator('#conv-list .conv').count() === 1, 'title search');
+    await search.fill('Answer A1');                       // a version not shown (branches test)
+    assert(await page.locator('#conv-list .conv').count() === 1, 'hidden branch text not found');
+    await search.fill('nothing-like-this');
+    assert(await page.locator('#conv-list .conv').count() === 0 && await page.locator('#conv-list .conv-none').isVisible(), 'no "no match" note');
+    await search.press('Escape');
+    assert((await search.inputValue()) === '' && await page.locator('#conv-list .conv').count() === all, 'Esc did not clear');
+  });
+
+  await test('export JSON (all chats, branches) and Markdown (this chat); import both back; hostile files shown as text', async () => {
+    const before = (await state()).conversations;
+    const [dl] = await Promise.all([page.waitForEvent('download'), page.locator('#export-json').click()]);
+    const json = JSON.parse(readFileSync(await dl.path(), 'utf8'));
+    assert(json.format === 'smollm3-chats' && json.conversations.length === before.length, 'JSON export ' + JSON.stringify(json).slice(0, 200));
+    assert(JSON.stringify(json.conversations).includes('"others"'), 'branches missing from the export');
+    const [dl2] = await Promise.all([page.waitForEvent('download'), page.locator('#export-md').click()]);
+    const md = readFileSync(await dl2.path(), 'utf8');
+    assert(dl2.suggestedFilename().endsWith('.md') && md.startsWith('# Tell me about zebras') &&
+      md.includes('### User\n\nTell me about zebras\n\n### Assistant\n\nZebras have unique stripes'), 'markdown export ' + JSON.stringify(md));
+    // import the JSON back: every chat again, with new ids (the old ones are taken), branches kept
+    const jpath = join(profile, 'chats.json');
+    writeFileSync(jpath, JSON.stringify(json));
+    await page.locator('#import-file').setInputFiles(jpath);
+    await page.waitForFunction((n) => window.SmolUI.state().conversations.length === n, before.length * 2);
+    const after = (await state()).conversations;
+    assert(new Set(after.map((c) => c.id)).size === after.length, 'duplicate ids after import');
+    const again = after.slice(before.length);
+    const canon = (v) => JSON.stringify(v, (k, x) => x && typeof x === 'object' && !Array.isArray(x)
+      ? Object.fromEntries(Object.keys(x).sort().map((key) => [key, x[key]])) : x);
+    const a1 = canon(again.map((c) => c.messages)), a0 = canon(json.conversations.map((c) => c.messages));
+    let at = 0;
+    while (at < a1.length && a1[at] === a0[at]) at++;
+    assert(a1 === a0, 'messages changed by the round trip, at ' + at + ': ' + a0.slice(at - 80, at + 80) + ' -> ' + a1.slice(at - 80, at + 80));
+    // the Markdown back
+    const mpath = join(profile, 'zebra.md');
+    writeFileSync(mpath, md);
+    await page.locator('#import-file').setInputFiles(mpath);
+    await page.waitForFunction((n) => window.SmolUI.state().conversations.length === n, after.length + 1);
+    const c = await conv();
+    assert(c.title === 'Tell me about zebras' && c.messages.length === 2 && c.messages[1].content === 'Zebras have unique stripes, like a barcode.',
+      'markdown import ' + JSON.stringify(c));
+    // a hostile file: markup shown as text, bad entries dropped, no script
+    const evil = { conversations: [{ id: 'bad id!', title: '<img src=x onerror=alert(1)>', messages: [
+      { role: 'system', content: 'dropped' }, { role: 'user', content: '<script>alert(2)</script>' },
+      { role: 'assistant', content: '<img src=x onerror=alert(3)> [x](javascript:alert(4))', usage: { prompt_tokens: 'x' } },
+      { role: 'user', content: 5 }] }, 'junk'] };
+    writeFileSync(jpath, JSON.stringify(evil));
+    await page.locator('#import-file').setInputFiles(jpath);
+    await page.waitForFunction(() => /Imported 1 chat/.test(document.getElementById('toast-text').textContent));
+    const e = await conv();
+    assert(/^[A-Za-z0-9_-]+$/.test(e.id) && e.messages.length === 2 && !e.messages[1].usage, 'hostile import kept ' + JSON.stringify(e));
+    assert(await page.locator('#messages img, #messages script, #conv-list img, #messages a[href^="javascript"]').count() === 0, 'markup from a file ran');
+    assert((await page.locator('#conv-title').textContent()) === '<img src=x onerror=alert(1)>', 'title not shown as text');
+    writeFileSync(jpath, '{"nope": 1}');
+    await page.locator('#import-file').setInputFiles(jpath);
+    await page.waitForFunction(() => /Import failed: no conversations/.test(document.getElementById('toast-text').textContent));
+    await page.keyboard.press('Escape');
+  });
+
+  await test('390 px (a phone, no hover): copy and regenerate shown on every answer, a tap copies; screenshots', async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await newChat();
+    await ask('Quick answer', 'The **answer** is $x^2$:\n\n```js\nconst x = 2;\n```');
+    await page.mouse.move(5, 5);
+    const copy = last().locator('.meta .copy-msg');
+    const op = await copy.evaluate((b) => getComputedStyle(b).opacity);
+    const box = await copy.boundingBox();
+    assert(op === '1' && box && box.height >= 28 && box.x + box.width <= 390, 'copy button not shown for touch: ' + JSON.stringify({ op, box }));
+    assert(await last().locator('.meta .regen-msg').evaluate((b) => getComputedStyle(b).opacity) === '1', 'regenerate hidden');
+    assert(await page.locator('#messages .msg-tools .edit-msg').last().evaluate((b) => getComputedStyle(b).opacity) === '1', 'edit hidden');
+    await copy.click();
+    const clip = await page.evaluate(() => navigator.clipboard.readText());
+    assert(clip === 'The **answer** is $x^2$:\n\n```js\nconst x = 2;\n```', 'copied ' + JSON.stringify(clip));
+    assert(await page.evaluate(() => document.documentElement.scrollWidth <= 390), 'page scrolls sideways');
+    mkdirSync(SHOTS, { recursive: true });
+    await page.screenshot({ path: join(SHOTS, 'web-features-390.png') });
+    await page.locator('#sidebar-toggle').click();
+    await page.locator('#search').waitFor({ state: 'visible' });
+    await page.waitForFunction(() => document.getElementById('sidebar').getBoundingClientRect().x > -1);
+    await page.waitForTimeout(300);
+    await page.screenshot({ path: join(SHOTS, 'web-features-390-menu.png') });
+    await page.keyboard.press('Escape');
+    await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  await test('screenshot at 1280 px: highlighting, math, versions, settings', async () => {
+    await newChat();
+    await ask('Show me everything', 'Euler: $e^{i\\pi}+1=0$, and\n\n$$\\sum_{k=1}^{n} k = \\frac{n(n+1)}{2}$$\n\n' +
+      '```python\ndef tri(n):\n    """Triangle number."""\n    return n * (n + 1) // 2\n```', { prompt_tokens: 40, completion_tokens: 60 });
+    await withAnswer('A second version: $\\sqrt{2}$ is irrational.\n\n```c\nint main(void) { return 0; }\n```',
+      () => last().locator('.regen-msg').click(), { prompt_tokens: 40, completion_tokens: 22 });
+    await last().locator('.ver-prev').click();
+    await page.locator('#attach-file').setInputFiles({ name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('x') });
+    await page.locator('#system-box > summary').click();
+    await page.screenshot({ path: join(SHOTS, 'web-features-1280.png') });
+    await page.locator('#system-box > summary').click();
+    await page.locator('#attachments .chip-remove').click();
   });
 
   await test('no dialogs and no page errors', async () => {
