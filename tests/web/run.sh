@@ -179,21 +179,26 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$NG_PORT/node_mo
 # 4. the browser tests: the basics (ui.test.mjs), then the features (features.test.mjs);
 # WEB_TESTS names a subset (e.g. WEB_TESTS=features)
 mkdir -p "$(dirname "$SCREENSHOT")"
-rc=0
+rc=0 np=0 nf=0
 for t in ${WEB_TESTS:-ui features}; do
     case $t in
     ui) CHROMIUM="$CHROMIUM" UI_KEY_URL="http://127.0.0.1:$NG2_PORT" UI_API_KEY="$API_KEY" \
             timeout 300 node "$ROOT/tests/web/ui.test.mjs" "http://127.0.0.1:$NG_PORT" "$SCREENSHOT" ;;
     *) CHROMIUM="$CHROMIUM" UI_KEY_URL="http://127.0.0.1:$NG2_PORT" UI_API_KEY="$API_KEY" \
             timeout 180 node "$ROOT/tests/web/$t.test.mjs" "http://127.0.0.1:$NG_PORT" "$(dirname "$SCREENSHOT")" ;;
-    esac
-    r=$?
-    [ $r -eq 124 ] && echo "0 passed, 1 failed ($t: browser test timed out)"
+    esac 2>&1 | tee "$TMP/$t.out"
+    r=${PIPESTATUS[0]}
+    [ $r -eq 124 ] && echo "0 passed, 1 failed ($t: browser test timed out)" | tee -a "$TMP/$t.out"
     [ $r -ne 0 ] && rc=1
+    # this file's "N passed, N failed", added to the total printed last
+    read -r p f < <(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1 \2/p' "$TMP/$t.out" | tail -n 1)
+    np=$((np + ${p:-0})) nf=$((nf + ${f:-1}))
 done
 if [ $rc -ne 0 ]; then
     dump_logs
+    echo "$np passed, $nf failed"
     exit 1
 fi
 echo "screenshots: $SCREENSHOT ${SCREENSHOT%.png}-390.png ${SCREENSHOT%.png}-390-menu.png"
+echo "$np passed, $nf failed"
 exit 0
