@@ -1288,6 +1288,11 @@
     loadSettings();
     applySettingsToControls();
     loadConvs();
+    // a regenerate/edit the page was closed during: its new version started, or it never did
+    convs.forEach(function (c) {
+      if (!c.fork) return;
+      if (c.messages.length > c.fork.at) { attachFork(c); saveConvs(); } else abandonFork(c);
+    });
     var saved = null;
     try { saved = localStorage.getItem(LS_CURRENT); } catch (e) { /* ignore */ }
     currentId = findConv(saved) ? saved : null;

@@ -224,6 +224,17 @@ try {
     assert((await texts()).join('|') === 'First question|Answer A1|Second question|Answer B1|Third question|Answer C1',
       'a refused regenerate lost the answer: ' + await texts());
     assert(!(await conv()).fork, 'a fork left pending');
+    // a page closed while a regenerate was on its way: the next load puts the shown version back
+    await page.evaluate(() => {
+      const all = JSON.parse(localStorage.getItem('smollm3.conversations.v1'));
+      const c = all.find((x) => x.id === window.SmolUI.state().currentId);
+      const tail = c.messages.splice(5);
+      c.fork = { at: 5, others: [tail], prev: 0 };
+      localStorage.setItem('smollm3.conversations.v1', JSON.stringify(all));
+    });
+    await page.reload({ waitUntil: 'load' });
+    await ready();
+    assert((await texts()).length === 6 && !(await conv()).fork, 'a pending fork not resolved on load: ' + await texts());
   });
 
   await test('settings per conversation: max tokens and top-p sent and honoured by the daemon; each chat keeps its own', async () => {
