@@ -52,7 +52,11 @@ const dialogs = [];
 page.on('dialog', async (d) => { dialogs.push(d.message()); await d.dismiss().catch(() => {}); });
 const pageErrors = [];
 page.on('pageerror', (e) => pageErrors.push(String(e)));
-page.on('console', (m) => { if (m.type() === 'error') console.log(`  [browser error] ${m.text()}`); });
+const cspViolations = [];
+page.on('console', (m) => {
+  if (m.type() === 'error') console.log(`  [browser error] ${m.text()}`);
+  if (/Content Security Policy/i.test(m.text())) cspViolations.push(m.text());
+});
 const chatPosts = [];
 page.on('request', (r) => {
   if (r.method() === 'POST' && new URL(r.url()).pathname === '/ui/chat') chatPosts.push(new URLSearchParams(r.postData() || ''));
@@ -430,12 +434,16 @@ try {
     await page.locator('#system-box > summary').click();
     await page.screenshot({ path: join(SHOTS, 'web-features-1280.png') });
     await page.locator('#system-box > summary').click();
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await page.screenshot({ path: join(SHOTS, 'web-features-1280-dark.png') });
+    await page.emulateMedia({ colorScheme: 'light' });
     await page.locator('#attachments .chip-remove').click();
   });
 
   await test('no dialogs and no page errors', async () => {
     assert(dialogs.length === 0, 'dialogs: ' + dialogs.join(','));
     assert(!pageErrors.length, 'page errors: ' + pageErrors.join('; '));
+    assert(!cspViolations.length, 'blocked by the Content-Security-Policy: ' + cspViolations.join('; '));
   });
 } finally {
   await ctx.close().catch(() => {});

@@ -103,6 +103,8 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$GW2_PORT/ui/con
 NG_PORT=$(free_port)
 NG2_PORT=$(free_port)
 mkdir -p "$TMP/nginx/logs" "$TMP/nginx/tmp"
+# the installed site's Content-Security-Policy (deploy/nginx/smollm3.conf), so the UI is tested under it
+CSP=$(grep -m1 'add_header Content-Security-Policy' "$ROOT/deploy/nginx/smollm3.conf" | sed 's/^[[:space:]]*//')
 USER_LINE=
 [ "$(id -u)" = 0 ] && USER_LINE="user $(id -un) $(id -gn);"
 cat >"$TMP/nginx/nginx.conf" <<EOF
@@ -125,6 +127,7 @@ http {
     upstream gateway_keys { server 127.0.0.1:$GW2_PORT; keepalive 8; }
     server {
         listen 127.0.0.1:$NG_PORT;
+        $CSP
         root $ROOT/web;
         index index.html;
         client_max_body_size 1m;
@@ -144,6 +147,7 @@ http {
     }
     server {
         listen 127.0.0.1:$NG2_PORT;
+        $CSP
         root $ROOT/web;
         index index.html;
         client_max_body_size 1m;
@@ -175,6 +179,8 @@ done
 [ -n "$ok" ] || fail "nginx did not serve web/index.html"
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$NG_PORT/node_modules/htmx.org/dist/htmx.min.js")
 [ "$code" = 200 ] || fail "nginx does not serve web/node_modules (got $code)"
+curl -sI "http://127.0.0.1:$NG_PORT/" | grep -qi '^content-security-policy: default-src' ||
+    fail "the test site does not send the installed site's Content-Security-Policy"
 
 # 4. the browser tests: the basics (ui.test.mjs), then the features (features.test.mjs);
 # WEB_TESTS names a subset (e.g. WEB_TESTS=features)
