@@ -908,6 +908,60 @@
     });
   }
 
+  /* ---------------------------------------------- conversations on the server */
+
+  /* With API keys on, the daemon keeps each conversation of the key as its session
+   * (ui-CONV) with the messages of its last turn (GET /ui/sessions, gateway/UI_API.md):
+   * another browser with the same key lists them here and continues them.  A
+   * conversation this browser lacks is added; one it has whose shown branch is an
+   * earlier part of the server's gets the later turns.  Keys off: nothing shared. */
+  var syncing = false;
+  function syncServer() {
+    if (syncing || active || inFlight || !apiKey()) return;
+    syncing = true;
+    fetch('/ui/sessions', { headers: withKey({ Accept: 'application/json' }) }).then(function (r) {
+      return r.ok ? r.json() : null;
+    }).then(function (j) {
+      if (!j || !j.shared || !Array.isArray(j.conversations)) return null;
+      return Promise.all(j.conversations.filter(function (x) {
+        return x && typeof x.id === 'string' && /^[A-Za-z0-9_-]{1,64}$/.test(x.id);
+      }).map(function (x) {
+        return fetch('/ui/sessions/' + encodeURIComponent(x.id), { headers: withKey({ Accept: 'application/json' }) })
+          .then(function (r) { return r.ok ? r.json() : null; }).catch(function () { return null; });
+      }));
+    }).then(function (list) {
+      if (!list || active || inFlight) return;
+      var changed = false, added = 0;
+      list.forEach(function (sc) {
+        if (!sc || typeof sc.id !== 'string' || !Array.isArray(sc.messages)) return;
+        var msgs = sc.messages.filter(function (m) {
+          return m && (m.role === 'user' || m.role === 'assistant') && typeof m.content === 'string';
+        }).map(function (m) { return { role: m.role, content: m.content }; });
+        if (!msgs.length) return;
+        var c = findConv(sc.id);
+        if (!c) {
+          var first = msgs.filter(function (m) { return m.role === 'user'; })[0];
+          c = { id: sc.id, title: titleFrom(first ? first.content : 'Chat'), titleSet: false, created: Date.now(),
+            updated: Date.now(), messages: msgs, settings: convSettings(null), server: true };
+          convs.push(c);
+          changed = true;
+          added++;
+        } else if (!c.fork && msgs.length > c.messages.length && c.messages.every(function (m, i) {
+          return m.role === msgs[i].role && m.content === msgs[i].content;
+        })) {
+          Array.prototype.push.apply(c.messages, msgs.slice(c.messages.length));
+          c.updated = Date.now();
+          changed = true;
+        }
+      });
+      if (!changed) return;
+      saveConvs();
+      renderList();
+      renderConversation();
+      if (added) announce(added + (added === 1 ? ' chat' : ' chats') + ' from the server');
+    }).catch(function () { /* offline: the local list stays */ }).then(function () { syncing = false; });
+  }
+
   /* ------------------------------------------------------ export / import */
 
   function download(name, text, type) {
@@ -1257,6 +1311,7 @@
       renderList();
       renderConversation();
     });
+    document.addEventListener('visibilitychange', function () { if (!document.hidden) syncServer(); });
     window.addEventListener('beforeunload', function () {
       if (active && active.source) try { active.source.close(); } catch (e) { /* ignore */ }
     });
@@ -1276,6 +1331,7 @@
         if (!active) refreshTools();            // answers already shown get their context share
       }
       ui.modelName.textContent = serverConfig.model || '—';
+      syncServer();
       fitPlaceholder();
       ui.modelName.title = 'Model: ' + (serverConfig.model || 'unknown');
       applySettingsToControls();

@@ -440,6 +440,71 @@ try {
     await page.locator('#attachments .chip-remove').click();
   });
 
+  // API keys on (UI_KEY_URL: a gateway with --api-key-file): the daemon keeps the key's
+  // conversations, so a second browser with the same key lists and continues them, and the
+  // first one sees the continuation; the open site (keys off) shares nothing.
+  const KEY_URL = (process.env.UI_KEY_URL || '').replace(/\/$/, '');
+  const KEY = process.env.UI_API_KEY || '';
+  await test('API keys on: conversations kept by the daemon for the key; a second browser lists and continues them', async () => {
+    assert(KEY_URL && KEY, 'UI_KEY_URL / UI_API_KEY not set (tests/web/run.sh sets them)');
+    const open = async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'smollm3-ui-keyed-'));
+      const c = await chromium.launchPersistentContext(dir, { executablePath: CHROMIUM, headless: true,
+        args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run'], viewport: { width: 1280, height: 800 } });
+      const p = c.pages()[0] || await c.newPage();
+      p.setDefaultTimeout(STEP_TIMEOUT);
+      p.on('dialog', (d) => d.accept(KEY).catch(() => {}));
+      const posts = [];
+      p.on('request', (r) => { if (r.method() === 'POST' && new URL(r.url()).pathname === '/ui/chat') posts.push(new URLSearchParams(r.postData() || '')); });
+      await p.goto(KEY_URL + '/', { waitUntil: 'load' });
+      await p.waitForFunction(() => !['—', 'offline?'].includes(document.getElementById('model-name').textContent));
+      return { c, p, dir, posts };
+    };
+    const turn = async (p, text) => {
+      const n = await p.locator('#messages .msg.assistant').count();
+      await p.locator('#message').fill(text);
+      await p.locator('#message').press('Enter');
+      await p.waitForFunction((k) => document.querySelectorAll('#messages .msg.assistant').length === k + 1, n);
+      await p.waitForFunction(() => !window.SmolUI.state().busy && !document.querySelector('#messages .msg.assistant.streaming'));
+    };
+    const st = (p) => p.evaluate(() => JSON.parse(JSON.stringify(window.SmolUI.state())));
+    const A = await open(), B = { c: null };
+    try {
+      if (await A.p.locator('#think').isChecked()) await A.p.locator('label.switch').click();
+      await A.p.locator('#system-box > summary').click();
+      await A.p.locator('#max-tokens').fill('6');                 // a short real answer
+      await A.p.locator('#system-box > summary').click();
+      await turn(A.p, 'Hello from browser A');
+      const sa = await st(A.p);
+      const convA = sa.conversations.find((c) => c.id === sa.currentId);
+      Object.assign(B, await open());
+      await B.p.waitForFunction((id) => window.SmolUI.state().conversations.some((c) => c.id === id), convA.id);
+      await B.p.locator(`#conv-list .conv[data-id="${convA.id}"] .conv-open`).click();
+      const sb = await st(B.p);
+      const got = sb.conversations.find((c) => c.id === convA.id);
+      assert(JSON.stringify(got.messages.map((m) => [m.role, m.content])) === JSON.stringify(convA.messages.map((m) => [m.role, m.content])),
+        'B got ' + JSON.stringify(got.messages) + ', A has ' + JSON.stringify(convA.messages));
+      assert(await B.p.locator('#messages .msg.user').first().textContent() === 'Hello from browser A', 'not shown in B');
+      // B continues it: its history is A's turn, on the same daemon session
+      if (await B.p.locator('#think').isChecked()) await B.p.locator('label.switch').click();
+      await B.p.locator('#system-box > summary').click();
+      await B.p.locator('#max-tokens').fill('6');
+      await B.p.locator('#system-box > summary').click();
+      await turn(B.p, 'And B goes on');
+      const post = B.posts[B.posts.length - 1];
+      assert(post.get('conversation') === convA.id && JSON.parse(post.get('history')).length === 2, 'B sent ' + post.toString());
+      // A comes back to the tab: the turn made in B is there
+      await A.p.evaluate(() => document.dispatchEvent(new Event('visibilitychange')));
+      await A.p.waitForFunction((id) => window.SmolUI.state().conversations.find((c) => c.id === id).messages.length === 4, convA.id);
+      assert(await A.p.locator('#messages .msg.user').last().textContent() === 'And B goes on', 'A does not show B\'s turn');
+    } finally {
+      for (const b of [A, B]) if (b.c) { await b.c.close().catch(() => {}); rmSync(b.dir, { recursive: true, force: true }); }
+    }
+    // keys off (this page's site): nothing shared
+    const r = await page.evaluate(() => fetch('/ui/sessions').then((x) => x.json()));
+    assert(r.shared === false && r.conversations.length === 0, 'keys off shares ' + JSON.stringify(r));
+  });
+
   await test('no dialogs and no page errors', async () => {
     assert(dialogs.length === 0, 'dialogs: ' + dialogs.join(','));
     assert(!pageErrors.length, 'page errors: ' + pageErrors.join('; '));
