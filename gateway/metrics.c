@@ -48,7 +48,7 @@ static const char *ep_name[GW_EP_COUNT] = {
     [GW_EP_CHAT] = "/v1/chat/completions", [GW_EP_MODELS] = "/v1/models",
     [GW_EP_HEALTH] = "/health", [GW_EP_METRICS] = "/metrics", [GW_EP_UI_CHAT] = "/ui/chat",
     [GW_EP_UI_STREAM] = "/ui/stream", [GW_EP_UI_STOP] = "/ui/stop",
-    [GW_EP_UI_CONFIG] = "/ui/config", [GW_EP_OTHER] = "other",
+    [GW_EP_UI_CONFIG] = "/ui/config", [GW_EP_UI_SESSIONS] = "/ui/sessions", [GW_EP_OTHER] = "other",
     [GW_EP_COMPLETIONS] = "/v1/completions", [GW_EP_TOKENIZE] = "/tokenize",
     [GW_EP_DETOKENIZE] = "/detokenize", [GW_EP_MODEL] = "/v1/models/{id}",
     [GW_EP_MESSAGES] = "/v1/messages", [GW_EP_MESSAGES_COUNT_TOKENS] = "/v1/messages/count_tokens",

@@ -189,6 +189,7 @@ PLAIN(h_ui_config, gw_ui_config)
 WITH_ARG(h_model, gw_models_one)
 WITH_ARG(h_ui_stream, gw_ui_stream)
 WITH_ARG(h_ui_stop, gw_ui_stop)
+WITH_ARG(h_ui_sessions, gw_ui_sessions)
 
 static enum MHD_Result h_response(struct gw_req *r, const char *method, const char *arg)
 {
@@ -224,6 +225,8 @@ static const struct {
     { "/ui/config", 0, { GW_EP_UI_CONFIG, "GET", 0, NULL, h_ui_config } },
     { "/ui/stream/", 1, { GW_EP_UI_STREAM, "GET", 1, NULL, h_ui_stream } },  /* its SID admits it */
     { "/ui/stop/", 1, { GW_EP_UI_STOP, "POST", 0, NULL, h_ui_stop } },
+    { "/ui/sessions", 0, { GW_EP_UI_SESSIONS, "GET", 0, NULL, h_ui_sessions } },
+    { "/ui/sessions/", 1, { GW_EP_UI_SESSIONS, "GET", 0, NULL, h_ui_sessions } },
 };
 
 /* Unknown paths: under /v1/ and /ui/ a key is asked for first (no path is told to a client

@@ -4,6 +4,9 @@
  * sends the Generate and relays named SSE events (reasoning, content, error,
  * done); POST /ui/stop/SID cancels; GET /ui/config.
  *
+ * The form's sampling fields (temperature, top_p, max_tokens) keep the same
+ * rules as the OpenAI endpoint's (daemon/model/rules.h).
+ *
  * Every text that came from a user or the model is HTML-escaped before it
  * leaves here.  A stream id can be claimed once: a second GET (an
  * EventSource reconnect) is 404, so a generation never restarts.  Streams
@@ -52,7 +55,7 @@ static size_t url_decode(char *s, size_t n)
 }
 
 struct form {
-    char *conversation, *history, *message, *think, *temperature, *system;
+    char *conversation, *history, *message, *think, *temperature, *top_p, *max_tokens, *system;
     size_t message_len, system_len;
 };
 
@@ -74,6 +77,8 @@ static void form_parse(struct form *f, char *body, size_t n)
             else if (!strcmp(p, "message")) { f->message = v; f->message_len = vl; }
             else if (!strcmp(p, "think")) f->think = v;
             else if (!strcmp(p, "temperature")) f->temperature = v;
+            else if (!strcmp(p, "top_p")) f->top_p = v;
+            else if (!strcmp(p, "max_tokens")) f->max_tokens = v;
             else if (!strcmp(p, "system")) { f->system = v; f->system_len = vl; }
         }
         p = amp + 1;
@@ -105,6 +110,20 @@ static int valid_id(const char *s, size_t lo, size_t hi, int allow_punct)
 }
 
 /* ---- POST /ui/chat ------------------------------------------------------ */
+
+/* An optional numeric field: absent or empty leaves *out; else it must parse whole and keep
+ * its rule (daemon/model/rules.h), as the OpenAI endpoint's field of the same name does. */
+static int form_number(const char *v, enum smol_rule_num which, const char *field, double *out,
+                       struct gw_error *e)
+{
+    char m[SMOL_ERRLEN], *end;
+    if (!v || !*v) return 0;
+    double x = strtod(v, &end);
+    if (*end) return gw_error_set(e, SMOL_EINVAL, field, "'%s' must be a number", field);
+    if (smol_rule_number(which, x, field, m)) return gw_error_set(e, SMOL_EINVAL, field, "%s", m);
+    *out = x;
+    return 0;
+}
 
 void gw_ui_parsed_deinit(struct gw_ui_parsed *p)
 {
@@ -144,6 +163,10 @@ int gw_ui_parse(struct gw_ui_parsed *p, char *body, size_t n, struct gw_error *e
         if (*end || smol_rule_number(SMOL_RULE_TEMPERATURE, temp, "temperature", m))
             return gw_error_set(e, SMOL_EINVAL, "temperature", "temperature must be in [0, 2]");
     }
+    double top_p = -1, max_tokens = 0;     /* not sent: the daemon's defaults */
+    if (form_number(f.top_p, SMOL_RULE_TOP_P, "top_p", &top_p, e) ||
+        form_number(f.max_tokens, SMOL_RULE_MAX_TOKENS_FIELD, "max_tokens", &max_tokens, e))
+        return -1;
     json_error_t je;
     p->hist = json_loads(f.history && *f.history ? f.history : "[]", JSON_REJECT_DUPLICATES, &je);
     if (!json_is_array(p->hist)) return gw_error_set(e, SMOL_EINVAL, "history", "history must be a JSON array");
@@ -185,11 +208,16 @@ int gw_ui_parse(struct gw_ui_parsed *p, char *body, size_t n, struct gw_error *e
     smollm3__sampling_params__init(&p->sampling);
     p->sampling.temperature_opt_case = SMOLLM3__SAMPLING_PARAMS__TEMPERATURE_OPT_TEMPERATURE;
     p->sampling.temperature = (float)temp;
+    if (top_p >= 0) {
+        p->sampling.top_p_opt_case = SMOLLM3__SAMPLING_PARAMS__TOP_P_OPT_TOP_P;
+        p->sampling.top_p = (float)top_p;
+    }
     smollm3__generate_request__init(&p->gen);
     p->gen.session_id = p->session;
     p->gen.input_case = SMOLLM3__GENERATE_REQUEST__INPUT_CHAT;
     p->gen.chat = &p->chat;
     p->gen.sampling = &p->sampling;
+    p->gen.max_tokens = (uint32_t)max_tokens;
     p->gen.enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;
     p->gen.enable_thinking = think;
     return 0;
@@ -414,8 +442,100 @@ enum MHD_Result gw_ui_stop(struct gw_req *r, const char *sid)
 
 enum MHD_Result gw_ui_config(struct gw_req *r)
 {
-    return gw_queue_json(r, 200, json_pack("{s:s,s:b,s:f}", "model", G.model,
-                                           "thinking_supported", G.thinking, "default_temperature", 0.6));
+    /* context_length: the daemon's, from its last stats reply (0 until the first, 2 s after connecting) */
+    return gw_queue_json(r, 200, json_pack("{s:s,s:b,s:f,s:i}", "model", G.model,
+                                           "thinking_supported", G.thinking, "default_temperature", 0.6,
+                                           "context_length", G.have_stats ? (int)G.stats.context_length : 0));
+}
+
+/* ---- GET /ui/sessions, /ui/sessions/CONV ---------------------------------- */
+
+/* With API keys on, the conversations kept by the daemon for the request's key: the list
+ * (its sessions named ui-CONV) and one conversation's messages (what the daemon recorded
+ * after its last turn: SessionInfo.messages_json), so another browser with the same key
+ * can show and continue it.  With keys off there is no shared list ({"shared": false}):
+ * each browser keeps its own, and one visitor never sees another's.  One daemon reply,
+ * kept in s->reply as the JSON body (a GW_QUERY stream, as /tokenize's). */
+static void sessions_event(struct gw_stream *s, const Smollm3__Event *ev)
+{
+    if (ev->kind_case == SMOLLM3__EVENT__KIND_SESSIONS) {
+        json_t *a = json_array();
+        for (size_t i = 0; ev->sessions && i < ev->sessions->n_sessions; i++) {
+            const Smollm3__SessionInfo *si = ev->sessions->sessions[i];
+            if (!si->session_id || strncmp(si->session_id, "ui-", 3) || !valid_id(si->session_id + 3, 1, 64, 1))
+                continue;
+            json_array_append_new(a, json_pack("{s:s,s:i,s:f,s:b}", "id", si->session_id + 3, "tokens",
+                                               (int)si->tokens, "idle_s", si->idle_s, "busy", si->busy));
+        }
+        s->reply = json_pack("{s:b,s:o}", "shared", 1, "conversations", a);
+    } else if (ev->kind_case == SMOLLM3__EVENT__KIND_SESSION) {
+        const Smollm3__SessionInfo *si = ev->session;
+        json_t *all = si->messages_json && *si->messages_json ? json_loads(si->messages_json, 0, NULL) : NULL;
+        json_t *out = json_array();
+        for (size_t i = 0; i < json_array_size(all); i++) {     /* user and assistant turns, as the UI keeps them */
+            json_t *m = json_array_get(all, i);
+            const char *role = json_string_value(json_object_get(m, "role"));
+            json_t *content = json_object_get(m, "content");
+            if (role && json_is_string(content) && (!strcmp(role, "user") || !strcmp(role, "assistant")))
+                json_array_append_new(out, json_pack("{s:s,s:O}", "role", role, "content", content));
+        }
+        json_decref(all);
+        s->reply = json_pack("{s:s,s:i,s:o}", "id", si->session_id ? si->session_id + 3 : "", "tokens",
+                             (int)si->tokens, "messages", out);
+    } else {
+        gw_error_http(&s->err, 500, "server_error", "internal", NULL, "unexpected reply from the daemon");
+    }
+}
+
+static enum MHD_Result sessions_finish(struct gw_req *r, struct gw_stream *s)
+{
+    json_t *body = s->reply ? json_incref(s->reply) : NULL;
+    struct gw_error e = s->err;
+    r->stream = NULL;
+    s->req = NULL;
+    gw_stream_free(s);
+    if (!body) return gw_queue_gw_error(r, &e);
+    return gw_queue_json(r, 200, body);
+}
+
+static const struct gw_proto ui_sessions_proto = { "ui-sessions", sessions_event, NULL, sessions_finish, NULL };
+
+enum MHD_Result gw_ui_sessions(struct gw_req *r, const char *conv)
+{
+    enum MHD_Result ret;
+    if (r->key < 0)             /* keys off (GW_AUTH_OPEN): each browser keeps its own list */
+        return gw_queue_json(r, 200, json_pack("{s:b,s:[]}", "shared", 0, "conversations"));
+    if (*conv && !valid_id(conv, 1, 64, 1))
+        return gw_queue_error(r, 404, "not_found_error", "unknown_session", "unknown conversation");
+    char sid[80];
+    snprintf(sid, sizeof sid, "ui-%s", conv);
+    Smollm3__Request req = SMOLLM3__REQUEST__INIT;
+    Smollm3__SessionGetRequest get = SMOLLM3__SESSION_GET_REQUEST__INIT;
+    Smollm3__SessionListRequest list = SMOLLM3__SESSION_LIST_REQUEST__INIT;
+    if (*conv) {
+        get.session_id = sid;
+        get.tenant = (char *)gw_auth_tenant(r->key);
+        req.kind_case = SMOLLM3__REQUEST__KIND_SESSION_GET;
+        req.session_get = &get;
+    } else {
+        list.tenant = (char *)gw_auth_tenant(r->key);
+        req.kind_case = SMOLLM3__REQUEST__KIND_SESSION_LIST;
+        req.session_list = &list;
+    }
+    if (!gw_core_admit(r, &ret)) return ret;
+    struct gw_stream *s = gw_stream_new(GW_QUERY);
+    if (!s) return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
+    s->proto = &ui_sessions_proto;
+    req.protocol_version = SMOLLM3__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
+    req.request_id = s->rid;
+    s->packed_len = smollm3__request__get_packed_size(&req);
+    s->packed = malloc(s->packed_len ? s->packed_len : 1);
+    if (!s->packed) {
+        gw_stream_free(s);
+        return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
+    }
+    smollm3__request__pack(&req, s->packed);
+    return gw_req_send(r, s);
 }
 
 void gw_ui_expire(double now)

@@ -35,6 +35,8 @@ enum MHD_Result gw_ui_chat(struct gw_req *r);
 enum MHD_Result gw_ui_stream(struct gw_req *r, const char *sid);
 enum MHD_Result gw_ui_stop(struct gw_req *r, const char *sid);
 enum MHD_Result gw_ui_config(struct gw_req *r);
+/* GET /ui/sessions (conv "") and /ui/sessions/CONV: the key's conversations kept by the daemon. */
+enum MHD_Result gw_ui_sessions(struct gw_req *r, const char *conv);
 void gw_ui_event(struct gw_stream *s, const Smollm3__Event *ev);
 void gw_ui_error(struct gw_stream *s, const char *msg);
 struct gw_stream *gw_ui_find(const char *sid);

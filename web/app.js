@@ -27,78 +27,11 @@
 
   /* ------------------------------------------------------------ markdown */
 
-  function escapeHtml(s) {
-    return String(s).replace(/[&<>"']/g, function (c) {
-      return { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[c];
-    });
-  }
-
-  var markedReady = false;
-  function setupMarkdown() {
-    if (markedReady || !window.marked || !window.DOMPurify) return markedReady;
-    window.marked.use({
-      gfm: true,
-      breaks: true,
-      renderer: {
-        // Raw HTML in model output is shown as text, never interpreted.
-        html: function (token) { return escapeHtml(token && typeof token === 'object' ? token.text : token); }
-      }
-    });
-    window.DOMPurify.addHook('uponSanitizeAttribute', function (node, data) {
-      // keep `class` only for a code block's language (language-xyz)
-      if (data.attrName === 'class' && !(node.nodeName === 'CODE' && /^language-[\w+#.-]{1,32}$/.test(data.attrValue))) {
-        data.keepAttr = false;
-      }
-    });
-    window.DOMPurify.addHook('afterSanitizeAttributes', function (node) {
-      if (node.tagName === 'A') {
-        node.setAttribute('target', '_blank');
-        node.setAttribute('rel', 'noopener noreferrer nofollow');
-      }
-    });
-    markedReady = true;
-    return true;
-  }
-
-  var PURIFY_CONFIG = {
-    USE_PROFILES: { html: true },
-    FORBID_TAGS: ['style', 'img', 'svg', 'math', 'form', 'input', 'button', 'textarea', 'select',
-      'iframe', 'object', 'embed', 'video', 'audio', 'source', 'link', 'meta', 'base'],
-    FORBID_ATTR: ['style', 'id', 'srcset'],
-    ALLOW_DATA_ATTR: false
-  };
-
-  /** Markdown text -> sanitized HTML string (safe to assign to innerHTML). */
-  function renderMarkdown(text) {
-    text = String(text == null ? '' : text);
-    if (!setupMarkdown()) return escapeHtml(text).replace(/\n/g, '<br>');
-    var html = window.marked.parse(text, { async: false });
-    return window.DOMPurify.sanitize(html, PURIFY_CONFIG);
-  }
-
-  /** Adds a language label and a copy button to code blocks inside root. */
-  function decorateCode(root) {
-    $all('pre > code', root).forEach(function (code) {
-      var pre = code.parentNode;
-      if (pre.parentNode && pre.parentNode.classList && pre.parentNode.classList.contains('codeblock')) return;
-      var wrap = el('div', 'codeblock');
-      var head = el('div', 'codehead');
-      var m = /(?:^|\s)language-([\w+#.-]+)/.exec(code.getAttribute('class') || '');
-      head.appendChild(el('span', 'lang', m ? m[1] : 'code'));
-      var copy = el('button', 'btn tiny copy', 'Copy');
-      copy.type = 'button';
-      copy.setAttribute('aria-label', 'Copy code');
-      head.appendChild(copy);
-      pre.parentNode.insertBefore(wrap, pre);
-      wrap.appendChild(head);
-      wrap.appendChild(pre);
-    });
-  }
-
-  function setMarkdown(target, text) {
-    target.innerHTML = renderMarkdown(text);
-    decorateCode(target);
-  }
+  // markdown.js: marked + highlight.js + KaTeX, every output through DOMPurify
+  var escapeHtml = window.SmolMarkdown.escapeHtml;
+  var setupMarkdown = window.SmolMarkdown.setup;
+  var renderMarkdown = window.SmolMarkdown.render;
+  var setMarkdown = window.SmolMarkdown.set;
 
   /* ------------------------------------------------------------- storage */
 
@@ -145,7 +78,8 @@
   function current() { return findConv(currentId); }
 
   function createConv() {
-    var c = { id: newId(), title: 'New chat', titleSet: false, created: Date.now(), updated: Date.now(), messages: [] };
+    var c = { id: newId(), title: 'New chat', titleSet: false, created: Date.now(), updated: Date.now(), messages: [],
+      settings: convSettings(null) };
     convs.push(c);
     saveConvs();
     return c;
@@ -173,10 +107,105 @@
     return t.length > 48 ? t.slice(0, 47) + '…' : (t || 'New chat');
   }
 
+  /* ------------------------------------------------------------ branches */
+
+  /* A conversation's `messages` is the path shown (what `history` is built from).
+   * Editing message i or regenerating answer i keeps what was there: the old tail
+   * messages[i..] becomes another *version* of slot i.  The first message of the
+   * shown tail holds the others: `others` (an array of tails, each an array of
+   * messages in this same format, so branches nest) and `ver` (its own place among
+   * all of them).  Until the new tail has its first message (the POST is on its
+   * way) the old versions wait in `conv.fork` = {at, others, prev}; a request that
+   * fails before anything arrived puts the previous version back. */
+  function versionsAt(c, i) {
+    var m = c && c.messages[i];
+    if (!m || !m.others || !m.others.length) return null;
+    return { n: m.others.length + 1, cur: m.ver || 0 };
+  }
+
+  /** Moves messages[i..] aside as a version of slot i; the next message pushed starts a new one. */
+  function fork(c, i) {
+    var m = c.messages[i];
+    if (!m) return;
+    var others = m.others || [], cur = m.ver || 0;
+    delete m.others;
+    delete m.ver;
+    var tail = c.messages.splice(i);
+    others.splice(cur, 0, tail);
+    c.fork = { at: i, others: others, prev: cur };
+    saveConvs();
+  }
+
+  /** After a push: the new tail's first message takes the waiting versions. */
+  function attachFork(c) {
+    var f = c && c.fork;
+    if (!f || c.messages.length <= f.at) return;
+    var m = c.messages[f.at];
+    m.others = f.others;
+    m.ver = f.others.length;
+    delete c.fork;
+  }
+
+  /** The request that was to start a new version failed before anything arrived: put the old one back. */
+  function abandonFork(c) {
+    var f = c && c.fork;
+    if (!f || c.messages.length > f.at) return;
+    delete c.fork;
+    var tail = f.others.splice(f.prev, 1)[0] || [];
+    if (tail[0] && f.others.length) { tail[0].others = f.others; tail[0].ver = f.prev; }
+    Array.prototype.push.apply(c.messages, tail);
+    saveConvs();
+  }
+
+  /** Shows version b (0-based) of slot i. */
+  function switchVersion(c, i, b) {
+    var m = c.messages[i], v = versionsAt(c, i);
+    if (!v || b < 0 || b >= v.n || b === v.cur) return;
+    var all = m.others;
+    delete m.others;
+    delete m.ver;
+    all.splice(v.cur, 0, c.messages.splice(i));
+    var tail = all.splice(b, 1)[0];
+    tail[0].others = all;
+    tail[0].ver = b;
+    Array.prototype.push.apply(c.messages, tail);
+    c.updated = Date.now();
+    saveConvs();
+  }
+
   /* ------------------------------------------------------------ settings */
 
-  var settings = { think: true, temperature: null, system: '' };
-  var serverConfig = { model: '', thinking_supported: true, default_temperature: 0.6 };
+  /* Settings are per conversation (conv.settings); `settings` holds the last ones
+   * chosen, which a new conversation starts from.  null: the server's default. */
+  var settings = { think: true, temperature: null, system: '', top_p: null, max_tokens: null };
+  var SETTING_KEYS = ['think', 'temperature', 'system', 'top_p', 'max_tokens'];
+  function validSetting(k, v) {
+    if (k === 'think') return typeof v === 'boolean';
+    if (k === 'system') return typeof v === 'string';
+    if (v === null) return true;
+    if (typeof v !== 'number' || !isFinite(v)) return false;
+    if (k === 'temperature') return v >= 0 && v <= 2;
+    if (k === 'top_p') return v > 0 && v <= 1;
+    return k === 'max_tokens' && v >= 1 && v <= 1000000 && v === Math.floor(v);
+  }
+  /** The settings conversation c runs with. */
+  function convSettings(c) {
+    var out = {};
+    SETTING_KEYS.forEach(function (k) {
+      var own = c && c.settings && validSetting(k, c.settings[k]) && Object.prototype.hasOwnProperty.call(c.settings, k);
+      out[k] = own ? c.settings[k] : settings[k];
+    });
+    return out;
+  }
+  /** Sets one for the current conversation (and as the default of new ones). */
+  function setSetting(k, v) {
+    if (!validSetting(k, v)) return;
+    settings[k] = v;
+    saveSettings();
+    var c = current();
+    if (c) { c.settings = c.settings || {}; c.settings[k] = v; saveConvs(); }
+  }
+  var serverConfig = { model: '', thinking_supported: true, default_temperature: 0.6, context_length: 0 };
 
   /* API key: asked once, when the gateway answers 401, kept in localStorage
    * and sent as `Authorization: Bearer` on every /ui/ request afterwards
@@ -208,20 +237,23 @@
       if (typeof s.think === 'boolean') settings.think = s.think;
       if (typeof s.temperature === 'number' && s.temperature >= 0 && s.temperature <= 2) settings.temperature = s.temperature;
       if (typeof s.system === 'string') settings.system = s.system;
+      if (validSetting('top_p', s.top_p)) settings.top_p = s.top_p;
+      if (validSetting('max_tokens', s.max_tokens)) settings.max_tokens = s.max_tokens;
     }
   }
   function saveSettings() { saveJSON(LS_SETTINGS, settings); }
 
-  function temperature() {
-    var t = settings.temperature;
+  function temperature(c) {
+    var t = convSettings(c || current()).temperature;
     if (t == null) t = serverConfig.default_temperature;
     if (typeof t !== 'number' || !(t >= 0 && t <= 2)) t = 0.6;
     return t;
   }
 
   function applySettingsToControls() {
+    var cs = convSettings(current());
     var think = $('#think');
-    think.checked = settings.think && serverConfig.thinking_supported !== false;
+    think.checked = cs.think && serverConfig.thinking_supported !== false;
     think.disabled = serverConfig.thinking_supported === false;
     /* a model without a thinking mode (SmolLM2): no Think switch at all */
     var sw = think.closest('label');
@@ -229,7 +261,9 @@
     var t = temperature();
     $('#temperature').value = String(t);
     $('#temperature-value').textContent = t.toFixed(2);
-    $('#system').value = settings.system;
+    $('#system').value = cs.system;
+    $('#top-p').value = cs.top_p == null ? '' : String(cs.top_p);
+    $('#max-tokens').value = cs.max_tokens == null ? '' : String(cs.max_tokens);
   }
 
   /* ------------------------------------------------------------- UI refs */
@@ -238,7 +272,8 @@
   function bindRefs() {
     ['app', 'sidebar', 'conv-list', 'new-chat', 'conv-title', 'messages', 'empty-hint', 'status', 'composer',
       'message', 'send', 'stop', 'regenerate', 'think', 'temperature', 'system', 'system-box', 'toast',
-      'toast-text', 'toast-undo', 'model-name', 'sidebar-toggle', 'scrim'].forEach(function (id) {
+      'toast-text', 'toast-undo', 'model-name', 'sidebar-toggle', 'scrim', 'top-p', 'max-tokens', 'search',
+      'export-json', 'export-md', 'import', 'import-file', 'attach', 'attach-file', 'attachments'].forEach(function (id) {
       ui[id.replace(/-(\w)/g, function (_, c) { return c.toUpperCase(); })] = document.getElementById(id);
     });
   }
@@ -264,7 +299,10 @@
     var focusedId = document.activeElement && document.activeElement.closest &&
       document.activeElement.closest('.conv') ? document.activeElement.closest('.conv').dataset.id : null;
     list.textContent = '';
-    var sorted = convs.slice().sort(function (a, b) { return b.updated - a.updated; });
+    var q = ui.search ? ui.search.value : '';
+    var sorted = convs.slice().sort(function (a, b) { return b.updated - a.updated; })
+      .filter(function (c) { return !q.trim() || !window.SmolChats || window.SmolChats.matches(c, q); });
+    if (!sorted.length && q.trim()) list.appendChild(el('li', 'conv-none', 'No chats match “' + q.trim() + '”'));
     sorted.forEach(function (c) {
       var li = el('li', 'conv' + (c.id === currentId ? ' active' : ''));
       li.dataset.id = c.id;
@@ -358,11 +396,14 @@
   var toastTimer = 0;
   function showToast(text) {
     ui.toastText.textContent = text;
+    ui.toastUndo.hidden = !undoState;
     ui.toast.hidden = false;
     clearTimeout(toastTimer);
     toastTimer = setTimeout(hideToast, 7000);
   }
   function hideToast() { ui.toast.hidden = true; undoState = null; }
+  /** A message in the toast, with nothing to undo. */
+  function notify(text) { undoState = null; showToast(text); }
   function undoDelete() {
     if (!undoState) return;
     var u = undoState;
@@ -393,6 +434,60 @@
     return d;
   }
 
+  function iconBtn(cls, label, text) {
+    var b = el('button', 'btn tiny ghost ' + cls, text);
+    b.type = 'button';
+    b.setAttribute('aria-label', label);
+    b.title = label;
+    return b;
+  }
+
+  /** "< 2/3 >" for slot i, or nothing. */
+  function versionSwitch(c, i) {
+    var v = versionsAt(c, i);
+    if (!v) return null;
+    var w = el('span', 'versions');
+    w.setAttribute('role', 'group');
+    w.setAttribute('aria-label', 'Versions');
+    var prev = iconBtn('ver-prev', 'Previous version', '\u2039');
+    var next = iconBtn('ver-next', 'Next version', '\u203a');
+    prev.disabled = v.cur === 0;
+    next.disabled = v.cur === v.n - 1;
+    w.appendChild(prev);
+    w.appendChild(el('span', 'ver-label', (v.cur + 1) + '/' + v.n));
+    w.appendChild(next);
+    return w;
+  }
+
+  /** The row under a user message: Edit, and its versions. */
+  function userTools(c, i) {
+    var t = el('div', 'msg-tools');
+    t.dataset.index = String(i);
+    t.appendChild(iconBtn('edit-msg', 'Edit message', 'Edit'));
+    var v = versionSwitch(c, i);
+    if (v) t.appendChild(v);
+    return t;
+  }
+
+  /** Indexes the bubbles of the shown path and gives each its tools (after a turn, or a render). */
+  function refreshTools() {
+    var c = current();
+    if (!c) return;
+    $all('.msg-tools', ui.messages).forEach(function (t) { t.remove(); });
+    var bubbles = $all('.msg.user, .msg.assistant', ui.messages).filter(function (b) { return !b.classList.contains('streaming'); });
+    if (bubbles.length !== c.messages.length) return;   // a turn in flight or a stray fragment: leave them
+    bubbles.forEach(function (b, i) {
+      b.dataset.index = String(i);
+      if (b.classList.contains('user')) {
+        b.parentNode.insertBefore(userTools(c, i), b.nextSibling);
+      } else {
+        var meta = $('.meta', b);
+        if (meta) meta.remove();
+        b.appendChild(metaLine(c.messages[i], c, i));
+      }
+    });
+  }
+
   function assistantBubble(m) {
     var d = el('div', 'msg assistant js-md');
     d.dataset.role = 'assistant';
@@ -408,28 +503,35 @@
     d.appendChild(md);
     var err = el('div', 'error', m.error || '');
     d.appendChild(err);
-    d.appendChild(metaLine(m));
     return d;
   }
 
   function fmtSecs(ms) { return (ms / 1000).toFixed(ms < 10000 ? 1 : 0) + ' s'; }
 
-  function metaLine(m) {
+  function metaLine(m, c, i) {
     var meta = el('div', 'meta');
     var bits = [];
     if (m.finish === 'cancelled') bits.push('stopped');
     else if (m.finish === 'length') bits.push('cut off at the token limit');
-    if (m.usage && m.usage.completion_tokens) {
-      var s = m.usage.completion_tokens + ' tokens';
-      if (m.ms > 0) s += ' · ' + (m.usage.completion_tokens / (m.ms / 1000)).toFixed(1) + ' tok/s';
+    var u = m.usage;
+    if (u && u.completion_tokens) {
+      var s = u.completion_tokens + ' tokens';
+      // from the first token to done (the prompt's time is not generation speed)
+      var ms = m.genMs > 0 ? m.genMs : m.ms;
+      if (ms > 0 && u.completion_tokens > 1) s += ' · ' + ((u.completion_tokens - (m.genMs > 0 ? 1 : 0)) / (ms / 1000)).toFixed(1) + ' tok/s';
       bits.push(s);
     }
+    if (u && serverConfig.context_length > 0 && (u.prompt_tokens || u.completion_tokens)) {
+      var used = (u.prompt_tokens || 0) + (u.completion_tokens || 0), n = serverConfig.context_length;
+      bits.push('context ' + used.toLocaleString('en-US') + ' / ' + n.toLocaleString('en-US') +
+        ' (' + Math.min(100, Math.round(100 * used / n)) + '%)');
+    }
     meta.appendChild(el('span', 'meta-text', bits.join(' · ')));
-    if (m.content) {
-      var copy = el('button', 'btn tiny ghost copy-msg', 'Copy');
-      copy.type = 'button';
-      copy.setAttribute('aria-label', 'Copy answer');
-      meta.appendChild(copy);
+    if (m.content) meta.appendChild(iconBtn('copy-msg', 'Copy answer', 'Copy'));
+    if (c) {
+      meta.appendChild(iconBtn('regen-msg', 'Regenerate this answer', 'Regenerate'));
+      var v = versionSwitch(c, i);
+      if (v) meta.appendChild(v);
     }
     return meta;
   }
@@ -441,6 +543,7 @@
       c.messages.forEach(function (m) {
         ui.messages.appendChild(m.role === 'user' ? userBubble(m.content) : assistantBubble(m));
       });
+      refreshTools();
     }
     updateEmpty();
     stickToBottom = true;
@@ -473,6 +576,7 @@
     if (!findConv(id)) return;
     currentId = id;
     try { localStorage.setItem(LS_CURRENT, id); } catch (e) { /* ignore */ }
+    applySettingsToControls();
     renderList();
     renderConversation();
     if (isNarrow()) setSidebar(false);
@@ -529,6 +633,9 @@
     lastRequest = null;
     var c = findConv(req && req.convId) || current();
     var userText = req ? req.message : '';
+    // regenerating: the user's turn is stored already, drop the fragment's copy of it
+    var echo = bubble.previousElementSibling;
+    if (req && req.reuse && echo && echo.classList.contains('user') && !echo.dataset.index) echo.remove();
     active = {
       convId: c ? c.id : currentId, sid: bubble.getAttribute('data-stream') || '', bubble: bubble,
       source: source, userText: userText, t0: Date.now(), tThinkEnd: 0, finished: false
@@ -543,8 +650,9 @@
     var det = $('details.thinking', bubble);
     if (det) { det.hidden = true; $('summary', det).textContent = 'Thinking…'; }
     // the user's turn is part of the conversation from now on
-    if (c) {
+    if (c && !(req && req.reuse)) {
       c.messages.push({ role: 'user', content: userText });
+      attachFork(c);
       if (!c.titleSet && c.messages.filter(function (m) { return m.role === 'user'; }).length === 1) c.title = titleFrom(userText);
       c.updated = Date.now();
       saveConvs();
@@ -602,6 +710,7 @@
       usage: usage,
       ms: Date.now() - a.t0
     };
+    if (a.tFirst) msg.genMs = Date.now() - a.tFirst;
     if (a.tThinkEnd) msg.thinkMs = a.tThinkEnd - a.t0;
     else if (msg.reasoning) msg.thinkMs = msg.ms;
     if (errDiv && errDiv.textContent.trim()) msg.error = errDiv.textContent.trim();
@@ -618,10 +727,12 @@
     var c = findConv(a.convId);
     if (c) {
       c.messages.push(msg);
+      attachFork(c);
       c.updated = Date.now();
       saveConvs();
     }
     active = null;
+    if (c && c.id === currentId) refreshTools();
     renderList();
     updateButtons();
     announce(finish === 'cancelled' ? 'Stopped' : (msg.error ? 'Error: ' + msg.error : 'Answer complete'));
@@ -650,11 +761,12 @@
     }
   }
 
-  function send(text, fromComposer) {
+  function send(text, fromComposer, reuse) {
     text = String(text || '');
     if (!text.trim() || active || inFlight) return false;
     if (!current()) switchTo(createConv().id, { focus: false });
-    outgoing = { message: text, convId: currentId, fromComposer: !!fromComposer };
+    outgoing = { message: text, convId: currentId, fromComposer: !!fromComposer, reuse: !!reuse,
+      typed: fromComposer ? ui.message.value : null };
     stickToBottom = true;
     if (fromComposer) {
       ui.composer.requestSubmit ? ui.composer.requestSubmit() : htmx.trigger(ui.composer, 'submit');
@@ -667,17 +779,223 @@
     return true;
   }
 
+  /** Answer i again (i: an assistant message, or the end after an unanswered user
+   *  message): the old answer and all after it stay as a version of slot i. */
+  function regenerateAt(i) {
+    var c = current();
+    if (!c || active || inFlight) return;
+    var msgs = c.messages;
+    var user = msgs[i - 1];
+    if (!user || user.role !== 'user') return;
+    if (i < msgs.length) fork(c, i);
+    renderConversation();
+    send(user.content, false, true);
+  }
+
   function regenerate() {
     var c = current();
-    if (!c || active || inFlight || !c.messages.length) return;
-    var msgs = c.messages;
-    if (msgs[msgs.length - 1].role === 'assistant') msgs.pop();
-    var last = msgs[msgs.length - 1];
-    if (!last || last.role !== 'user') { saveConvs(); renderConversation(); return; }
-    msgs.pop();
-    saveConvs();
+    if (!c || !c.messages.length) return;
+    var n = c.messages.length;
+    regenerateAt(c.messages[n - 1].role === 'assistant' ? n - 1 : n);
+  }
+
+  /** Message i (a user's) sent again as text: the old one and all after it stay as a version. */
+  function editAt(i, text) {
+    var c = current();
+    if (!c || active || inFlight || !String(text).trim()) return;
+    if (!c.messages[i] || c.messages[i].role !== 'user') return;
+    fork(c, i);
     renderConversation();
-    send(last.content, false);
+    send(text, false);
+  }
+
+  function openEditor(tools) {
+    var i = +tools.dataset.index, c = current();
+    if (!c || !c.messages[i] || active || inFlight) return;
+    var bubble = tools.previousElementSibling;
+    var box = el('div', 'msg-edit');
+    var ta = el('textarea', 'edit-box');
+    ta.value = c.messages[i].content;
+    ta.rows = Math.min(10, ta.value.split('\n').length + 1);
+    ta.setAttribute('aria-label', 'Edit message');
+    var row = el('div', 'msg-edit-actions');
+    var cancel = el('button', 'btn ghost edit-cancel', 'Cancel');
+    cancel.type = 'button';
+    var save = el('button', 'btn primary edit-send', 'Send');
+    save.type = 'button';
+    row.appendChild(cancel);
+    row.appendChild(save);
+    box.appendChild(ta);
+    box.appendChild(row);
+    if (bubble) bubble.hidden = true;
+    tools.replaceWith(box);
+    cancel.addEventListener('click', function () { renderConversation(); });
+    save.addEventListener('click', function () { editAt(i, ta.value); });
+    ta.addEventListener('keydown', function (e) {
+      if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); editAt(i, ta.value); }
+      else if (e.key === 'Escape') { e.preventDefault(); e.stopPropagation(); renderConversation(); }
+    });
+    ta.focus();
+  }
+
+  /* ---------------------------------------------------------- attachments */
+
+  /* Text files attached to the next message: each is sent inside the message as
+   *   File: NAME
+   *   ```` (a fence longer than any backtick run in the file)
+   *   TEXT
+   *   ````
+   * before what was typed.  Only UTF-8 text without NUL bytes; the whole message
+   * must stay under the gateway's 64 KiB (gateway/UI_API.md). */
+  var MAX_MESSAGE_BYTES = 60 * 1024;
+  var attachments = [];   // [{name, text, bytes}]
+
+  function utf8Bytes(t) { return new TextEncoder().encode(t).length; }
+
+  function fileBlock(f) {
+    var runs = f.text.match(/`+/g) || [];
+    var n = Math.max(3, runs.reduce(function (a, r) { return Math.max(a, r.length + 1); }, 0));
+    var fence = new Array(n + 1).join('`');
+    return 'File: ' + f.name + '\n' + fence + '\n' + f.text.replace(/\n$/, '') + '\n' + fence;
+  }
+
+  function composerText() {
+    var typed = ui.message.value;
+    if (!attachments.length) return typed;
+    return attachments.map(fileBlock).join('\n\n') + (typed.trim() ? '\n\n' + typed : '');
+  }
+
+  function renderAttachments() {
+    ui.attachments.textContent = '';
+    attachments.forEach(function (f, i) {
+      var chip = el('span', 'chip');
+      chip.appendChild(el('span', 'chip-name', f.name));
+      chip.appendChild(el('span', 'chip-size', fmtBytes(f.bytes)));
+      var x = iconBtn('chip-remove', 'Remove ' + f.name, '\u00d7');
+      x.dataset.i = String(i);
+      chip.appendChild(x);
+      ui.attachments.appendChild(chip);
+    });
+    ui.attachments.hidden = !attachments.length;
+  }
+  function clearAttachments() { attachments = []; renderAttachments(); }
+
+  function fmtBytes(n) { return n < 1024 ? n + ' B' : (n / 1024).toFixed(n < 10240 ? 1 : 0) + ' KB'; }
+
+  function attachFiles(files) {
+    Array.prototype.forEach.call(files, function (file) {
+      if (file.size > MAX_MESSAGE_BYTES) {
+        notify('“' + file.name + '” is too large to attach (' + fmtBytes(file.size) + '; a message holds at most ' +
+          fmtBytes(MAX_MESSAGE_BYTES) + ')');
+        return;
+      }
+      file.arrayBuffer().then(function (buf) {
+        var text;
+        try { text = new TextDecoder('utf-8', { fatal: true }).decode(buf); } catch (e) { text = null; }
+        if (text == null || text.indexOf('\u0000') >= 0) {
+          notify('“' + file.name + '” is not a text file (only UTF-8 text can be attached)');
+          return;
+        }
+        var f = { name: file.name.replace(/[\r\n]/g, ' ').slice(0, 200), text: text, bytes: buf.byteLength };
+        if (utf8Bytes(composerText()) + utf8Bytes(fileBlock(f)) + 2 > MAX_MESSAGE_BYTES) {
+          notify('“' + file.name + '” does not fit: a message holds at most ' + fmtBytes(MAX_MESSAGE_BYTES));
+          return;
+        }
+        attachments.push(f);
+        renderAttachments();
+        ui.message.focus();
+      });
+    });
+  }
+
+  /* ---------------------------------------------- conversations on the server */
+
+  /* With API keys on, the daemon keeps each conversation of the key as its session
+   * (ui-CONV) with the messages of its last turn (GET /ui/sessions, gateway/UI_API.md):
+   * another browser with the same key lists them here and continues them.  A
+   * conversation this browser lacks is added; one it has whose shown branch is an
+   * earlier part of the server's gets the later turns.  Keys off: nothing shared. */
+  var syncing = false;
+  function syncServer() {
+    if (syncing || active || inFlight || !apiKey()) return;
+    syncing = true;
+    fetch('/ui/sessions', { headers: withKey({ Accept: 'application/json' }) }).then(function (r) {
+      return r.ok ? r.json() : null;
+    }).then(function (j) {
+      if (!j || !j.shared || !Array.isArray(j.conversations)) return null;
+      return Promise.all(j.conversations.filter(function (x) {
+        return x && typeof x.id === 'string' && /^[A-Za-z0-9_-]{1,64}$/.test(x.id);
+      }).map(function (x) {
+        return fetch('/ui/sessions/' + encodeURIComponent(x.id), { headers: withKey({ Accept: 'application/json' }) })
+          .then(function (r) { return r.ok ? r.json() : null; }).catch(function () { return null; });
+      }));
+    }).then(function (list) {
+      if (!list || active || inFlight) return;
+      var changed = false, added = 0;
+      list.forEach(function (sc) {
+        if (!sc || typeof sc.id !== 'string' || !Array.isArray(sc.messages)) return;
+        var msgs = sc.messages.filter(function (m) {
+          return m && (m.role === 'user' || m.role === 'assistant') && typeof m.content === 'string';
+        }).map(function (m) { return { role: m.role, content: m.content }; });
+        if (!msgs.length) return;
+        var c = findConv(sc.id);
+        if (!c) {
+          var first = msgs.filter(function (m) { return m.role === 'user'; })[0];
+          c = { id: sc.id, title: titleFrom(first ? first.content : 'Chat'), titleSet: false, created: Date.now(),
+            updated: Date.now(), messages: msgs, settings: convSettings(null), server: true };
+          convs.push(c);
+          changed = true;
+          added++;
+        } else if (!c.fork && msgs.length > c.messages.length && c.messages.every(function (m, i) {
+          return m.role === msgs[i].role && m.content === msgs[i].content;
+        })) {
+          Array.prototype.push.apply(c.messages, msgs.slice(c.messages.length));
+          c.updated = Date.now();
+          changed = true;
+        }
+      });
+      if (!changed) return;
+      saveConvs();
+      renderList();
+      renderConversation();
+      if (added) announce(added + (added === 1 ? ' chat' : ' chats') + ' from the server');
+    }).catch(function () { /* offline: the local list stays */ }).then(function () { syncing = false; });
+  }
+
+  /* ------------------------------------------------------ export / import */
+
+  function download(name, text, type) {
+    var url = URL.createObjectURL(new Blob([text], { type: type }));
+    var a = el('a');
+    a.href = url;
+    a.download = name;
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(function () { URL.revokeObjectURL(url); }, 10000);
+  }
+
+  function fileStem(title) {
+    return (String(title || 'chat').replace(/[^\w.-]+/g, '-').replace(/^-+|-+$/g, '').slice(0, 60) || 'chat');
+  }
+
+  function exportJSON() {
+    download('smollm3-chats-' + new Date().toISOString().slice(0, 10) + '.json', window.SmolChats.toJSON(convs), 'application/json');
+  }
+  function exportMarkdown() {
+    var c = current();
+    if (c) download(fileStem(c.title) + '.md', window.SmolChats.toMarkdown(c), 'text/markdown');
+  }
+
+  function importFile(file) {
+    file.text().then(function (text) {
+      var r = window.SmolChats.parseImport(text, file.name, function (id) { return !!findConv(id); }, newId);
+      if (r.error) { notify('Import failed: ' + r.error); return; }
+      r.conversations.forEach(function (c) { convs.push(c); });
+      saveConvs();
+      switchTo(r.conversations[0].id);
+      notify('Imported ' + r.conversations.length + (r.conversations.length === 1 ? ' chat' : ' chats'));
+    }, function () { notify('Import failed: the file could not be read'); });
   }
 
   /* -------------------------------------------------------- htmx wiring */
@@ -698,24 +1016,29 @@
       if (e.detail.path !== '/ui/chat') return;
       var c = findConv(outgoing && outgoing.convId) || current();
       var p = e.detail.parameters;
-      var msg = outgoing ? outgoing.message : ui.message.value;
+      var msg = outgoing ? outgoing.message : composerText();
       p.message = msg;
       p.conversation = c ? c.id : newId();
       p.history = JSON.stringify(historyOf(c));
-      p.think = ui.think.checked ? '1' : '0';
-      p.temperature = temperature().toFixed(2);
-      var sys = settings.system.trim();
+      var cs = convSettings(c);
+      p.think = cs.think && serverConfig.thinking_supported !== false ? '1' : '0';
+      p.temperature = temperature(c).toFixed(2);
+      var sys = cs.system.trim();
       if (sys) p.system = sys;
       else if (typeof p.delete === 'function') p.delete('system');
+      if (cs.top_p != null) p.top_p = String(cs.top_p);
+      else if (typeof p.delete === 'function') p.delete('top_p');
+      if (cs.max_tokens != null) p.max_tokens = String(cs.max_tokens);
+      else if (typeof p.delete === 'function') p.delete('max_tokens');
     });
 
     body.addEventListener('htmx:beforeRequest', function (e) {
       if (e.detail.requestConfig && e.detail.requestConfig.path === '/ui/chat' || (e.detail.pathInfo && e.detail.pathInfo.requestPath === '/ui/chat')) {
         if (active || inFlight) { e.preventDefault(); return; }
         if (!outgoing) {
-          var v = ui.message.value;
+          var v = composerText();
           if (!v.trim()) { e.preventDefault(); return; }
-          outgoing = { message: v, convId: currentId, fromComposer: true };
+          outgoing = { message: v, typed: ui.message.value, convId: currentId, fromComposer: true };
         }
         inFlight = true;
         lastRequest = outgoing;
@@ -751,7 +1074,7 @@
       inFlight = false;
       var ok = e.detail.successful && e.detail.xhr && e.detail.xhr.status < 300;
       if (ok && o && o.fromComposer) {
-        if (ui.message.value === o.message) ui.message.value = '';
+        if (ui.message.value === o.typed) { ui.message.value = ''; clearAttachments(); }
         autosize();
       }
       if (!ok && !(e.detail.xhr && e.detail.xhr.status)) {
@@ -761,7 +1084,14 @@
       }
       outgoing = null;
       // no stream to wait for: forget the request (else onStreamOpened claims it)
-      if (!ok || !/sse-connect/.test((e.detail.xhr && e.detail.xhr.responseText) || '')) lastRequest = null;
+      if (!ok || !/sse-connect/.test((e.detail.xhr && e.detail.xhr.responseText) || '')) {
+        lastRequest = null;
+        var fc = findConv(o && o.convId);
+        if (fc && fc.fork) {
+          abandonFork(fc);
+          if (fc.id === currentId) { var errs = $all('.msg.error', ui.messages); renderConversation(); errs.forEach(function (x) { ui.messages.appendChild(x); }); }
+        }
+      }
       updateEmpty();
       updateButtons();
       scrollToBottom(true);
@@ -776,6 +1106,7 @@
 
     body.addEventListener('htmx:sseMessage', function (e) {
       if (!active) return;
+      if (!active.tFirst) active.tFirst = Date.now();   // tokens/s counts from the first token
       var t = e.target;
       if (!t.classList) return;
       if (t.classList.contains('reasoning')) {
@@ -879,31 +1210,55 @@
     ui.message.addEventListener('keydown', function (e) {
       if (e.key === 'Enter' && !e.shiftKey && !e.isComposing && e.keyCode !== 229) {
         e.preventDefault();
-        if (!active && !inFlight && ui.message.value.trim()) send(ui.message.value, true);
+        if (!active && !inFlight && composerText().trim()) send(composerText(), true);
       }
     });
     ui.message.addEventListener('input', autosize);
 
     ui.composer.addEventListener('submit', function (e) {
       // htmx handles the POST; we only make sure our bookkeeping runs first.
-      if (active || inFlight || !ui.message.value.trim()) { e.preventDefault(); return; }
-      if (!outgoing) outgoing = { message: ui.message.value, convId: currentId, fromComposer: true };
+      if (active || inFlight || !composerText().trim()) { e.preventDefault(); return; }
+      if (!outgoing) outgoing = { message: composerText(), typed: ui.message.value, convId: currentId, fromComposer: true };
     }, true);
 
     ui.stop.addEventListener('click', function () { stopActive('user'); ui.message.focus(); });
     ui.regenerate.addEventListener('click', regenerate);
 
-    ui.think.addEventListener('change', function () { settings.think = ui.think.checked; saveSettings(); });
+    ui.think.addEventListener('change', function () { setSetting('think', ui.think.checked); });
     ui.temperature.addEventListener('input', function () {
       var v = parseFloat(ui.temperature.value);
-      settings.temperature = v;
+      setSetting('temperature', v);
       ui['temperatureValue'] = ui['temperatureValue'] || $('#temperature-value');
       ui.temperatureValue.textContent = v.toFixed(2);
-      saveSettings();
     });
-    ui.system.addEventListener('input', function () { settings.system = ui.system.value; saveSettings(); });
+    ui.system.addEventListener('input', function () { setSetting('system', ui.system.value); });
+    // empty: the server's default; a value out of range is not kept (the box shows :invalid)
+    [['topP', 'top_p', parseFloat], ['maxTokens', 'max_tokens', Number]].forEach(function (f) {
+      ui[f[0]].addEventListener('input', function () {
+        var raw = ui[f[0]].value.trim();
+        setSetting(f[1], raw === '' ? null : f[2](raw));
+      });
+    });
 
     ui.toastUndo.addEventListener('click', undoDelete);
+
+    ui.search.addEventListener('input', renderList);
+    ui.search.addEventListener('keydown', function (e) {
+      if (e.key === 'Escape' && ui.search.value) { e.preventDefault(); e.stopPropagation(); ui.search.value = ''; renderList(); }
+    });
+    ui.exportJson.addEventListener('click', exportJSON);
+    ui.exportMd.addEventListener('click', exportMarkdown);
+    ui.import.addEventListener('click', function () { ui.importFile.click(); });
+    ui.importFile.addEventListener('change', function () {
+      if (ui.importFile.files[0]) importFile(ui.importFile.files[0]);
+      ui.importFile.value = '';
+    });
+    ui.attach.addEventListener('click', function () { ui.attachFile.click(); });
+    ui.attachFile.addEventListener('change', function () { attachFiles(ui.attachFile.files); ui.attachFile.value = ''; });
+    ui.attachments.addEventListener('click', function (e) {
+      var b = e.target.closest('.chip-remove');
+      if (b) { attachments.splice(+b.dataset.i, 1); renderAttachments(); ui.message.focus(); }
+    });
 
     ui.messages.addEventListener('click', function (e) {
       var b = e.target.closest('button');
@@ -914,6 +1269,19 @@
       } else if (b.classList.contains('copy-msg')) {
         var msg = b.closest('.msg.assistant');
         if (msg) copyText($('.content', msg).textContent, b);
+      } else if (b.classList.contains('regen-msg')) {
+        var am = b.closest('.msg.assistant');
+        if (am && am.dataset.index) regenerateAt(+am.dataset.index);
+      } else if (b.classList.contains('edit-msg')) {
+        openEditor(b.closest('.msg-tools'));
+      } else if (b.classList.contains('ver-prev') || b.classList.contains('ver-next')) {
+        var holder = b.closest('.msg-tools') || b.closest('.msg.assistant');
+        var c = current(), idx = holder && +holder.dataset.index, v = c && versionsAt(c, idx);
+        if (!v || active || inFlight) return;
+        switchVersion(c, idx, v.cur + (b.classList.contains('ver-next') ? 1 : -1));
+        renderConversation();
+        var again = $('[data-index="' + idx + '"] .' + (b.classList.contains('ver-next') ? 'ver-next' : 'ver-prev'), ui.messages);
+        if (again && !again.disabled) again.focus();
       }
     });
     ui.messages.addEventListener('toggle', function (e) {
@@ -943,6 +1311,7 @@
       renderList();
       renderConversation();
     });
+    document.addEventListener('visibilitychange', function () { if (!document.hidden) syncServer(); });
     window.addEventListener('beforeunload', function () {
       if (active && active.source) try { active.source.close(); } catch (e) { /* ignore */ }
     });
@@ -957,7 +1326,12 @@
       if (typeof cfg.model === 'string') serverConfig.model = cfg.model;
       if (typeof cfg.thinking_supported === 'boolean') serverConfig.thinking_supported = cfg.thinking_supported;
       if (typeof cfg.default_temperature === 'number') serverConfig.default_temperature = cfg.default_temperature;
+      if (typeof cfg.context_length === 'number' && cfg.context_length > 0) {
+        serverConfig.context_length = cfg.context_length;
+        if (!active) refreshTools();            // answers already shown get their context share
+      }
       ui.modelName.textContent = serverConfig.model || '—';
+      syncServer();
       fitPlaceholder();
       ui.modelName.title = 'Model: ' + (serverConfig.model || 'unknown');
       applySettingsToControls();
@@ -970,6 +1344,11 @@
     loadSettings();
     applySettingsToControls();
     loadConvs();
+    // a regenerate/edit the page was closed during: its new version started, or it never did
+    convs.forEach(function (c) {
+      if (!c.fork) return;
+      if (c.messages.length > c.fork.at) { attachFork(c); saveConvs(); } else abandonFork(c);
+    });
     var saved = null;
     try { saved = localStorage.getItem(LS_CURRENT); } catch (e) { /* ignore */ }
     currentId = findConv(saved) ? saved : null;

@@ -179,6 +179,7 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         /* declared here: ev points at them until send_event below */
         Smollm3__SessionInfo si = SMOLLM3__SESSION_INFO__INIT;
         Smollm3__Ack ack = SMOLLM3__ACK__INIT;
+        char *msgs = NULL;      /* si.messages_json's bytes, freed once sent */
         if (get) {
             si.session_id = x->id;
             si.tokens = (uint32_t)x->n_tokens;
@@ -186,6 +187,8 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
             si.busy = x->busy;
             si.on_disk = e->cfg.spill && x->on_disk && x->n_tokens > 0;
             si.kv_bytes = session_kv_bytes(kv, x);
+            msgs = x->msgs ? json_dumps(x->msgs, JSON_COMPACT) : NULL;
+            si.messages_json = msgs ? msgs : "";
             ev.kind_case = SMOLLM3__EVENT__KIND_SESSION;
             ev.session = &si;
         } else {
@@ -203,6 +206,7 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
             ev.ack = &ack;
         }
         smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
+        free(msgs);
         break;
     }
     case SMOLLM3__REQUEST__KIND_SESSION_LIST: {   /* the tenant's sessions only */

@@ -710,6 +710,12 @@ def t_ui(gw, d):
     j = json.loads(b)
     check(st == 200 and j["model"] and j["default_temperature"] == 0.6 and
           j["thinking_supported"] is True, "config %s (the fixture has SmolLM3's template)" % b)
+    for _ in range(50):     # the context comes with the daemon's stats (polled every 2 s)
+        if j["context_length"]:
+            break
+        time.sleep(0.1)
+        j = json.loads(gw.request("GET", "/ui/config")[2])
+    check(j["context_length"] == 4096, "config context_length %r (the fixture's context is 4096)" % j)
     st, h, b = ui_post(gw, message="<script>alert('x')</script> & \"q\"",
                        history=json.dumps([{"role": "user", "content": "a"},
                                            {"role": "assistant", "content": "b"}]),
@@ -760,12 +766,23 @@ def t_ui(gw, d):
     evs = sse_events(rest)
     check(evs[-1][0] == "done" and json.loads(evs[-1][1])["finish_reason"] == "cancelled",
           "after stop: %r" % (evs[-1:],))
+    # per-conversation settings: top_p and max_tokens reach the daemon (a 3-token cap ends at 3)
+    st, h, b = ui_post(gw, conversation="conv-mt", max_tokens="3", top_p="0.5", temperature="0")
+    check(st == 200, "ui chat with top_p/max_tokens: %d %s" % (st, b[:200]))
+    st, h, chunks = read_stream(gw, None, path="/ui/stream/" + sid_of(b.decode()), method="GET")
+    evs = sse_events(b"".join(c for _, c in chunks))
+    done = json.loads(evs[-1][1])
+    check(done["finish_reason"] == "length" and 0 < done["usage"]["completion_tokens"] <= 3,
+          "max_tokens=3: %r" % done)
     st, h, b = gw.request("POST", "/ui/stop/nosuchstream0000")
     check(st == 404, "stop unknown: %d" % st)
     # bad forms
     for form, want in (({"conversation": "bad id!"}, 400), ({"message": ""}, 400),
                        ({"think": "2"}, 400), ({"temperature": "9"}, 400),
-                       ({"history": "{"}, 400), ({"message": "x" * 70000}, 413)):
+                       ({"history": "{"}, 400), ({"message": "x" * 70000}, 413),
+                       ({"top_p": "0"}, 400), ({"top_p": "1.5"}, 400), ({"top_p": "x"}, 400),
+                       ({"max_tokens": "0"}, 400), ({"max_tokens": "2.5"}, 400),
+                       ({"max_tokens": "9999999"}, 400)):
         st, h, b = ui_post(gw, **form)
         check(st == want and b'class="msg error"' in b, "ui form %r: %d %s" % (form, st, b[:100]))
     # unclaimed stream can be stopped (dropped) before anyone connects

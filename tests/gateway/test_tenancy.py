@@ -159,6 +159,9 @@ def t_tenant_keys_off(gw, fd):
     fd.seen.clear()
     st, _, _ = gw.request("POST", "/v1/chat/completions", tg.chat("hi", session_id="s"))
     check(st == 200 and fd.seen == [("", "s")], "keys off: %d %r" % (st, fd.seen))
+    st, _, b = gw.request("GET", "/ui/sessions")      # no shared list: each browser keeps its own
+    check(st == 200 and json.loads(b) == {"shared": False, "conversations": []} and len(fd.seen) == 1,
+          "keys off /ui/sessions: %d %s %r" % (st, b, fd.seen))
 
 
 def t_responses_cross_key(gw, fd):
@@ -421,6 +424,30 @@ def t_daemon_sessions_cross_key(gw, d):
     check(ca2 >= pa - 1, "A's session spoiled by B: %d of %d cached" % (ca2, pa2))
 
 
+def t_daemon_ui_sessions_cross_key(gw, d):
+    """GET /ui/sessions[/CONV]: the key's UI conversations as the daemon keeps them (another
+    browser with the key continues them); another key sees neither the list entry nor the text."""
+    import urllib.parse
+    form = urllib.parse.urlencode({"conversation": "shared-ui", "history": "[]", "message": "hello ui",
+                                   "think": "0", "max_tokens": "3"})
+    st, h, b = gw.request("POST", "/ui/chat", form, dict(HA, **{"Content-Type": "application/x-www-form-urlencoded"}))
+    check(st == 200, "ui chat %d %s" % (st, b[:200]))
+    st, h, chunks = tg.read_stream(gw, None, path="/ui/stream/" + tg.sid_of(b.decode()), method="GET")
+    check(st == 200, "stream %d" % st)
+    st, h, b = gw.request("GET", "/ui/sessions", None, HA)
+    j = json.loads(b)
+    check(st == 200 and j["shared"] is True and [c["id"] for c in j["conversations"]] == ["shared-ui"],
+          "A's list %d %s" % (st, b))
+    st, h, b = gw.request("GET", "/ui/sessions/shared-ui", None, HA)
+    j = json.loads(b)
+    check(st == 200 and [m["role"] for m in j["messages"]] == ["user", "assistant"] and
+          j["messages"][0]["content"] == "hello ui", "A's conversation %d %s" % (st, b))
+    st, h, b = gw.request("GET", "/ui/sessions", None, HB)
+    check(st == 200 and json.loads(b)["conversations"] == [], "B sees A's list: %s" % b)
+    st, h, b = gw.request("GET", "/ui/sessions/shared-ui", None, HB)
+    check(st == 404, "B reads A's conversation: %d %s" % (st, b))
+
+
 def t_daemon_prefix_cross_key(gw, d):
     text = "A unique prefix nobody else sends: zebra harmonica 4711 lantern. " * 4
     # B's earlier requests cached the template's head for B: that much B may hit, no more
@@ -462,10 +489,12 @@ def main():
                          ("hostile", t_hostile), ("cancel_over_share", t_cancel_over_share)):
             if want(name):
                 run_test(name, fn, None, st.tmp, pb2)
-        if any(want(n) for n in ("daemon_sessions_cross_key", "daemon_prefix_cross_key")):
+        if any(want(n) for n in ("daemon_sessions_cross_key", "daemon_ui_sessions_cross_key",
+                                 "daemon_prefix_cross_key")):
             st.d = tg.Daemon(os.path.join(st.tmp, "d.sock"))
             st.gw = tg.Gateway(st.d.endpoint, st.tmp, ["--api-key-file", key_file(st.tmp)])
             for name, fn in (("daemon_sessions_cross_key", t_daemon_sessions_cross_key),
+                             ("daemon_ui_sessions_cross_key", t_daemon_ui_sessions_cross_key),
                              ("daemon_prefix_cross_key", t_daemon_prefix_cross_key)):
                 if want(name):
                     run_test(name, fn, st.gw, st.d)

@@ -10,6 +10,7 @@
 # tests/web/node_modules (`make deps` installs all of them: Debian packages,
 # then npm ci) and the built binaries BUILD/bin/smollm3d and
 # BUILD/bin/smollm3-gateway; a missing one is a failure ("FAIL: cannot run").
+# Runs ui.test.mjs and features.test.mjs (WEB_TESTS="ui features" picks).
 # Saves build/web-screenshot.png, build/web-screenshot-390.png (the phone
 # width) and -390-menu.png (its sidebar open); override with SCREENSHOT=path.
 # Prints "N passed, N failed"; exits 1 on failure.
@@ -102,6 +103,8 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$GW2_PORT/ui/con
 NG_PORT=$(free_port)
 NG2_PORT=$(free_port)
 mkdir -p "$TMP/nginx/logs" "$TMP/nginx/tmp"
+# the installed site's Content-Security-Policy (deploy/nginx/smollm3.conf), so the UI is tested under it
+CSP=$(grep -m1 'add_header Content-Security-Policy' "$ROOT/deploy/nginx/smollm3.conf" | sed 's/^[[:space:]]*//')
 USER_LINE=
 [ "$(id -u)" = 0 ] && USER_LINE="user $(id -un) $(id -gn);"
 cat >"$TMP/nginx/nginx.conf" <<EOF
@@ -124,6 +127,7 @@ http {
     upstream gateway_keys { server 127.0.0.1:$GW2_PORT; keepalive 8; }
     server {
         listen 127.0.0.1:$NG_PORT;
+        $CSP
         root $ROOT/web;
         index index.html;
         client_max_body_size 1m;
@@ -143,6 +147,7 @@ http {
     }
     server {
         listen 127.0.0.1:$NG2_PORT;
+        $CSP
         root $ROOT/web;
         index index.html;
         client_max_body_size 1m;
@@ -174,16 +179,32 @@ done
 [ -n "$ok" ] || fail "nginx did not serve web/index.html"
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$NG_PORT/node_modules/htmx.org/dist/htmx.min.js")
 [ "$code" = 200 ] || fail "nginx does not serve web/node_modules (got $code)"
+curl -sI "http://127.0.0.1:$NG_PORT/" | grep -qi '^content-security-policy: default-src' ||
+    fail "the test site does not send the installed site's Content-Security-Policy"
 
-# 4. the browser test
+# 4. the browser tests: the basics (ui.test.mjs), then the features (features.test.mjs);
+# WEB_TESTS names a subset (e.g. WEB_TESTS=features)
 mkdir -p "$(dirname "$SCREENSHOT")"
-CHROMIUM="$CHROMIUM" UI_KEY_URL="http://127.0.0.1:$NG2_PORT" UI_API_KEY="$API_KEY" \
-    timeout 300 node "$ROOT/tests/web/ui.test.mjs" "http://127.0.0.1:$NG_PORT" "$SCREENSHOT"
-rc=$?
+rc=0 np=0 nf=0
+for t in ${WEB_TESTS:-ui features}; do
+    case $t in
+    ui) CHROMIUM="$CHROMIUM" UI_KEY_URL="http://127.0.0.1:$NG2_PORT" UI_API_KEY="$API_KEY" \
+            timeout 300 node "$ROOT/tests/web/ui.test.mjs" "http://127.0.0.1:$NG_PORT" "$SCREENSHOT" ;;
+    *) CHROMIUM="$CHROMIUM" UI_KEY_URL="http://127.0.0.1:$NG2_PORT" UI_API_KEY="$API_KEY" \
+            timeout 180 node "$ROOT/tests/web/$t.test.mjs" "http://127.0.0.1:$NG_PORT" "$(dirname "$SCREENSHOT")" ;;
+    esac 2>&1 | tee "$TMP/$t.out"
+    r=${PIPESTATUS[0]}
+    [ $r -eq 124 ] && echo "0 passed, 1 failed ($t: browser test timed out)" | tee -a "$TMP/$t.out"
+    [ $r -ne 0 ] && rc=1
+    # this file's "N passed, N failed", added to the total printed last
+    read -r p f < <(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1 \2/p' "$TMP/$t.out" | tail -n 1)
+    np=$((np + ${p:-0})) nf=$((nf + ${f:-1}))
+done
 if [ $rc -ne 0 ]; then
     dump_logs
-    [ $rc -eq 124 ] && echo "0 passed, 1 failed (browser test timed out)"
+    echo "$np passed, $nf failed"
     exit 1
 fi
 echo "screenshots: $SCREENSHOT ${SCREENSHOT%.png}-390.png ${SCREENSHOT%.png}-390-menu.png"
+echo "$np passed, $nf failed"
 exit 0
