@@ -180,7 +180,9 @@ if [ "$have_gateway" = 1 ]; then
     # api_key_file line turned on, the gateway asks for the key
     check '"$GATEWAY" --config "$D/etc/smollm3d/gateway.conf" --help > /dev/null 2>&1' "the shipped gateway.conf parses"
     printf 'sk-deploy-test deploytest\n' > "$TMP/api-keys"; chmod 0600 "$TMP/api-keys"
-    sed "s|^#api_key_file = .*|api_key_file = $TMP/api-keys|" "$D/etc/smollm3d/gateway.conf" > "$TMP/gateway.conf"
+    sed -e "s|^#api_key_file = .*|api_key_file = $TMP/api-keys|" \
+        -e "s|^tenant_secret_file = .*|tenant_secret_file = $D/etc/smollm3d/tenant-secret|" \
+        "$D/etc/smollm3d/gateway.conf" > "$TMP/gateway.conf"
     GP=$(free_port)
     "$GATEWAY" --config "$TMP/gateway.conf" --listen "127.0.0.1:$GP" --daemon "ipc://$TMP/no-daemon.sock" \
         > "$TMP/gw-conf.log" 2>&1 & GPID=$!; PIDS="$PIDS $GPID"
@@ -189,12 +191,19 @@ if [ "$have_gateway" = 1 ]; then
     check '[ "$c1" = 401 ] && [ "$c2" = 200 ]' "gateway.conf api_key_file on: /v1/models $c1 without the key, $c2 with it"
     kill -TERM $GPID 2>/dev/null
 fi
+sec1=$(cat "$D/etc/smollm3d/tenant-secret" 2>/dev/null)
+check 'echo "$sec1" | grep -qE "^[0-9a-f]{64}\$" && [ "$(stat -c %a "$D/etc/smollm3d/tenant-secret")" = 600 ] &&
+       grep -q "^tenant_secret_file = /etc/smollm3d/tenant-secret\$" "$D/etc/smollm3d/gateway.conf" &&
+       grep -q "the tenant secret (made now, 0600)" "$TMP/install.log"' \
+      "make install made the tenant secret (64 hex digits, 0600) that gateway.conf names"
 echo "# local edit" >> "$D/etc/smollm3d/smollm3d.conf"
 echo "# local edit" >> "$D/etc/smollm3d/gateway.conf"
 make -s --no-print-directory install BUILD="$BUILD" DESTDIR="$D" > "$TMP/install2.log" 2>&1
 check 'tail -n1 "$D/etc/smollm3d/smollm3d.conf" | grep -q "local edit" && [ -f "$D/etc/smollm3d/smollm3d.conf.dist" ] &&
        tail -n1 "$D/etc/smollm3d/gateway.conf" | grep -q "local edit" && [ -f "$D/etc/smollm3d/gateway.conf.dist" ]' \
       "reinstall keeps an existing smollm3d.conf and gateway.conf (new ones as .dist)"
+check '[ "$(cat "$D/etc/smollm3d/tenant-secret")" = "$sec1" ] && grep -q "the tenant secret (kept, 0600)" "$TMP/install2.log"' \
+      "reinstall keeps the tenant secret (a new one would change every tenant id)"
 D2=$TMP/dest-usr
 make -s --no-print-directory install BUILD="$BUILD" DESTDIR="$D2" PREFIX=/usr > "$TMP/install3.log" 2>&1
 check 'grep -q "^ExecStart=/usr/bin/smollm3d " "$D2/usr/lib/systemd/system/smollm3d.service" &&
@@ -260,6 +269,31 @@ else
     check '[ $rc = 0 ] && [ "$(grep -cv "syntax is ok\|test is successful" "$TMP/ngt.out")" = 0 ]' \
           "nginx -t on scale-out.conf (+ smollm3-nodes.conf.example): clean (exit $rc)"
     [ $rc = 0 ] || sed 's/^/    /' "$TMP/ngt.out"
+fi
+
+# ---------------------------------------------------------------- safe defaults of the site
+# As shipped the site listens on loopback only, and /metrics and /health answer only the
+# $smollm3_monitor allow list: with 127.0.0.1 taken off the list, they are 403 while the API
+# still reaches the (here absent: 502) gateway.
+echo "# the site's safe defaults"
+SITE=$D/etc/nginx/sites-available/smollm3
+lst=$(grep -E '^[[:space:]]*listen ' "$SITE" | sed 's/^ *//')
+check '[ -n "$lst" ] && ! echo "$lst" | grep -vqE "^listen (127\.0\.0\.1|\[::1\]):80[ ;]"' \
+      "the site listens on loopback only as shipped: $(echo $lst)"
+if [ "$have_nginx" = 1 ]; then
+    N=$TMP/ngx-mon
+    MP=$(free_port)
+    sed -e "s|^\( *\)listen \(127\.0\.0\.1:\)\{0,1\}80\([ ;]\)|\1listen 127.0.0.1:$MP\3|" -e '/^ *listen \[::1\{0,1\}\]:80[ ;]/d' \
+        -e 's|^\( *127\.0\.0\.1 *\) 1;|\1 0;|' -e "s|unix:/run/smollm3-gateway/gateway.sock|unix:$N/none.sock|" \
+        "$SITE" > "$TMP/mon-site.conf"
+    nginx_main "$N" "$TMP/mon-site.conf"
+    nginx -p "$N" -c "$N/nginx.conf" -e "$N/logs/error.log" & NGM=$!; PIDS="$PIDS $NGM"
+    n=0; while [ "$(http_code "http://127.0.0.1:$MP/v1/models")" = 000 ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+    cm=$(http_code "http://127.0.0.1:$MP/metrics"); ch=$(http_code "http://127.0.0.1:$MP/health")
+    cv=$(http_code "http://127.0.0.1:$MP/v1/models")
+    check '[ "$cm" = 403 ] && [ "$ch" = 403 ] && [ "$cv" = 502 ]' \
+          "a client off the monitoring allow list: /metrics $cm, /health $ch (403), /v1/models $cv (proxied: 502)"
+    kill -TERM $NGM 2>/dev/null
 fi
 
 # ---------------------------------------------------------------- rate limits
@@ -538,6 +572,9 @@ else
               "make run: a streamed chat completion through nginx ends with data: [DONE]"
         n=0; while ! grep -q "ready: http://127.0.0.1:$P/" "$TMP/make-run.log" && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
         check 'grep -q "ready: http://127.0.0.1:$P/" "$TMP/make-run.log"' "make run printed the URL"
+        check 'grep -q "no API key: listening on 127.0.0.1:$P only" "$TMP/make-run.log" &&
+               grep -qE "^[0-9a-f]{64}\$" "$R/tenant-secret" && [ "$(stat -c %a "$R/tenant-secret")" = 600 ]' \
+              "make run without a key says it listens on 127.0.0.1 only; its tenant secret is 64 hex digits, 0600"
         three=$(cat "$R/pids" 2>/dev/null)
         SH=$(pgrep -f "^sh deploy/run.sh .* $P\$" | head -n1)   # the script, under make (and maybe sh -c)
         kill -TERM "${SH:-$MP}"
