@@ -246,6 +246,39 @@ else
     done
 fi
 
+# ---------------------------------------------------------------- hardened build and unit limits
+# Each installed program: PIE, full RELRO (GNU_RELRO + BIND_NOW), the stack protector
+# (__stack_chk_fail) and FORTIFY (__*_chk) imported (Makefile HARDEN_CFLAGS/HARDEN_LDFLAGS).
+echo "# hardened build (readelf)"
+if ! command -v readelf >/dev/null 2>&1; then
+    skip "readelf not installed (binutils): hardening not checked"
+else
+    for p in smollm3d smollm3-gateway smollm3ctl smollm3; do
+        f=$D/usr/local/bin/$p
+        if [ ! -f "$f" ] || ! head -c 4 "$f" | grep -q ELF; then bad "$p: no installed ELF program"; continue; fi
+        h=$(readelf -hW "$f" | sed -n 's/^ *Type: *\([A-Z]*\).*/\1/p')
+        relro=$(readelf -lW "$f" | grep -c GNU_RELRO)
+        now=$(readelf -dW "$f" | grep -cE '\(FLAGS\).*BIND_NOW|\(FLAGS_1\).*NOW')
+        pie=$(readelf -dW "$f" | grep -c '(FLAGS_1).*PIE')
+        ssp=$(readelf -sW --dyn-syms "$f" | grep -c ' __stack_chk_fail')
+        chk=$(readelf -sW --dyn-syms "$f" | grep -oE ' __[a-z0-9_]+_chk(@|$)' | sort -u | wc -l)
+        check '[ "$h" = DYN ] && [ "$pie" -ge 1 ] && [ "$relro" -ge 1 ] && [ "$now" -ge 1 ] && [ "$ssp" -ge 1 ] && [ "$chk" -ge 1 ]' \
+              "$p: PIE ($h, FLAGS_1 PIE $pie), RELRO $relro, BIND_NOW $now, __stack_chk_fail $ssp, $chk FORTIFY __*_chk"
+    done
+fi
+UD=$D/usr/local/lib/systemd/system
+check 'grep -q "^MemoryMax=32G$" "$UD/smollm3d.service" && grep -q "^TasksMax=4096$" "$UD/smollm3d.service" &&
+       grep -q "^LimitNOFILE=16384$" "$UD/smollm3d.service" && grep -q "^MemoryMax=2G$" "$UD/smollm3-gateway.service" &&
+       grep -q "^TasksMax=64$" "$UD/smollm3-gateway.service" && grep -q "^LimitNOFILE=65536$" "$UD/smollm3-gateway.service"' \
+      "units: MemoryMax=, TasksMax=, LimitNOFILE= (smollm3d 32G/4096/16384, gateway 2G/64/65536)"
+check 'grep -q "^ExecReload=/bin/kill -HUP \$MAINPID$" "$UD/smollm3-gateway.service"' \
+      "systemctl reload smollm3-gateway sends SIGHUP (the key file read again)"
+# the daemon's socket is its trust boundary: group smollm3d, 0660 (socket_mode), directory 0750
+check 'grep -q "^Group=smollm3d$" "$UD/smollm3d.service" && grep -q "^UMask=0007$" "$UD/smollm3d.service" &&
+       grep -q "^RuntimeDirectoryMode=0750$" "$UD/smollm3d.service" && grep -q "^SupplementaryGroups=smollm3d$" "$UD/smollm3-gateway.service" &&
+       "$D/usr/local/bin/smollm3d" --help 2>&1 | grep -q "socket.mode.*0660"' \
+      "the daemon socket: group smollm3d, mode 0660, directory 0750; the gateway joins the group"
+
 # ---------------------------------------------------------------- nginx -t
 echo "# nginx"
 if ! command -v nginx >/dev/null 2>&1; then
