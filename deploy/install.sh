@@ -11,6 +11,8 @@
 #   PREFIX/share/doc/smollm3d/       README.md and the READMEs it links, proto, nginx scale-out example,
 #                                    deploy/scale-out/ and the Grafana dashboard
 #   /etc/smollm3d/gateway.conf       the gateway's settings (API keys; kept if present)
+#   /etc/smollm3d/tenant-secret      the deployment's tenant secret (64 random hex digits,
+#                                    0600, owner smollm3-gateway when root): made when absent
 #   /etc/smollm3d/smollm3d.conf      default config (model = /var/lib/smollm3d/
 #                                    models/SmolLM3-3B-Q4_K_M.gguf); an existing
 #                                    file is kept, the new one goes to .dist
@@ -82,6 +84,18 @@ else
     mv "$GCONF.dist" "$GCONF"
 fi
 
+# The deployment's tenant secret (gateway.conf tenant_secret_file): made once, never
+# replaced (a new one changes every key's tenant id).  A package build (DESTDIR) gets one too:
+# a package must not ship it (the note below).
+SECRET=$D$SYSCONFDIR/smollm3d/tenant-secret
+SECRET_MADE=no
+if [ ! -s "$SECRET" ]; then
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$SECRET.tmp" && mv "$SECRET.tmp" "$SECRET")
+    SECRET_MADE=yes
+fi
+SECRET_LINE=yes
+grep -q '^ *tenant_secret_file *=' "$GCONF" || SECRET_LINE=no
+
 # nginx site, web root following PREFIX.
 sed "s|/usr/share/smollm3d/web|$SHARE/web|g" deploy/nginx/smollm3.conf > "$D$SYSCONFDIR/nginx/sites-available/smollm3"
 chmod 0644 "$D$SYSCONFDIR/nginx/sites-available/smollm3"
@@ -130,6 +144,8 @@ if [ -z "$DESTDIR" ] && [ "$(id -u)" = 0 ]; then
     command -v systemd-sysusers >/dev/null && systemd-sysusers "$PREFIX/lib/sysusers.d/smollm3d.conf" && USERS_MADE=yes || true
     command -v systemd-tmpfiles >/dev/null && systemd-tmpfiles --create "$PREFIX/lib/tmpfiles.d/smollm3d.conf" || true
     [ -d /run/systemd/system ] && systemctl daemon-reload || true
+    # the gateway reads it (ProtectSystem=strict: read-only for it), nobody else
+    id smollm3-gateway > /dev/null 2>&1 && chown smollm3-gateway "$SECRET" || true
 fi
 
 # What went where, and the way on.
@@ -139,7 +155,8 @@ echo "  $PREFIX/bin/            smollm3 smollm3d smollm3ctl$([ -x "$BIN/smollm3-
 echo "  $PREFIX/lib/systemd/system/   smollm3d.service smollm3-gateway.service"
 echo "  $PREFIX/lib/sysusers.d/smollm3d.conf, $PREFIX/lib/tmpfiles.d/smollm3d.conf   users smollm3d, smollm3-gateway (group www-data if missing), /var/lib/smollm3d"
 echo "  $SYSCONFDIR/smollm3d/smollm3d.conf, $SYSCONFDIR/smollm3d/gateway.conf   the settings (kept when present)"
-echo "  $SYSCONFDIR/nginx/sites-available/smollm3   the nginx site (not enabled)"
+echo "  $SYSCONFDIR/smollm3d/tenant-secret   the tenant secret ($([ "$SECRET_MADE" = yes ] && echo 'made now' || echo 'kept'), 0600)"
+echo "  $SYSCONFDIR/nginx/sites-available/smollm3   the nginx site (not enabled; loopback only until API keys are on)"
 echo "  $SHARE/web/   the web UI$([ "$WEB_ASSETS" = yes ] && echo ' and its npm assets')"
 echo "  $PREFIX/share/doc/smollm3d/   README.md, smollm3.proto, the nginx scale-out example"
 echo "install: next, as root${DESTDIR:+ on the target machine}:"
@@ -151,3 +168,10 @@ echo "  systemctl daemon-reload"
 echo "  systemctl enable --now smollm3d smollm3-gateway"
 echo "  ln -s ../sites-available/smollm3 $SYSCONFDIR/nginx/sites-enabled/smollm3 && nginx -t && systemctl reload nginx"
 echo "  then: smollm3ctl health; curl http://localhost/health"
+echo "  the site listens on 127.0.0.1 and ::1 only: add API keys (api_key_file in $SYSCONFDIR/smollm3d/gateway.conf,"
+echo "  systemctl reload smollm3-gateway), then open it (listen 80; in the site) -- deploy/README.md"
+[ -n "$DESTDIR" ] && [ "$SECRET_MADE" = yes ] &&
+    echo "  a package must not ship $SYSCONFDIR/smollm3d/tenant-secret: remove it from the package and make it on the target (deploy/README.md)"
+[ "$SECRET_LINE" = no ] &&
+    echo "  $SYSCONFDIR/smollm3d/gateway.conf (kept) has no tenant_secret_file: with API keys the gateway needs it (tenant_secret_file = $SYSCONFDIR/smollm3d/tenant-secret; tenant ids change: deploy/README.md, Upgrading)"
+true

@@ -14,7 +14,11 @@
 # Environment: THREADS (daemon compute threads, default 0 = all CPUs),
 # KV_BUDGET_MB (default 1024), API_KEY (default empty: no keys; else the
 # gateway requires `Authorization: Bearer $API_KEY` on /v1/ and /ui/, from
-# the key file BUILD/run/api-keys this script writes).
+# the key file BUILD/run/api-keys this script writes).  The tenant secret
+# (--tenant-secret-file: the key of the tenant ids derived from API keys) is
+# BUILD/run/tenant-secret, made once (mode 0600) and kept, so a key's
+# sessions on disk stay its own from one run to the next.
+# nginx listens on 127.0.0.1 only (said at start, with or without a key).
 #
 # SIGTERM, SIGINT (Ctrl-C) or SIGHUP stops nginx, then the gateway, then the
 # daemon (which drains), waits for all three and exits 0.  If one of them
@@ -86,6 +90,17 @@ if [ -n "${API_KEY:-}" ]; then
     KEYARG=1
     say "API key required (Authorization: Bearer \$API_KEY)"
 fi
+# the deployment's tenant secret: 32 random bytes as hex, made once, kept
+if [ ! -s "$RUN/tenant-secret" ]; then
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$RUN/tenant-secret.tmp" &&
+        mv "$RUN/tenant-secret.tmp" "$RUN/tenant-secret") || die "cannot write $RUN/tenant-secret"
+    say "made the tenant secret $RUN/tenant-secret (0600; kept: tenant ids stay the same across runs)"
+fi
+if [ -z "$KEYARG" ]; then
+    say "no API key: listening on 127.0.0.1:$PORT only, every client one tenant (add keys before opening it to a network: make run API_KEY=..., gateway/README.md#api-keys-and-rate-limits)"
+else
+    say "listening on 127.0.0.1:$PORT only"
+fi
 rm -f "$RUN/smollm3d.sock" "$RUN/gateway.sock"
 DSOCK=$RUN/smollm3d.sock
 GSOCK=$RUN/gateway.sock
@@ -98,7 +113,7 @@ kv_budget_mb = ${KV_BUDGET_MB:-1024}
 CONF
 # The shipped site, with local paths: web/ as root, the gateway's socket,
 # 127.0.0.1:PORT.
-sed -e "s|^\( *\)listen 80;|\1listen 127.0.0.1:$PORT;|" -e '/listen \[::\]:80;/d' \
+sed -e "s|^\( *\)listen \(127\.0\.0\.1:\)\{0,1\}80\([ ;]\)|\1listen 127.0.0.1:$PORT\3|" -e '/^ *listen \[::1\{0,1\}\]:80[ ;]/d' \
     -e "s|/usr/share/smollm3d/web|$ROOT/web|" -e "s|unix:/run/smollm3-gateway/gateway.sock|unix:$GSOCK|" \
     deploy/nginx/smollm3.conf > "$RUN/nginx/site.conf"
 NUSER=
@@ -165,7 +180,8 @@ trap on_signal TERM INT HUP
 say "smollm3d on $MODEL"
 "$BUILD/bin/smollm3d" --config "$RUN/smollm3d.conf" --model "$MODEL" &
 DPID=$!
-"$BUILD/bin/smollm3-gateway" --listen "unix:$GSOCK" --daemon "ipc://$DSOCK" ${KEYARG:+--api-key-file "$RUN/api-keys"} &
+"$BUILD/bin/smollm3-gateway" --listen "unix:$GSOCK" --daemon "ipc://$DSOCK" \
+    --tenant-secret-file "$RUN/tenant-secret" ${KEYARG:+--api-key-file "$RUN/api-keys"} &
 GPID=$!
 "$NGINX" -p "$T" -c "$T/nginx.conf" -e "$T/logs/error.log" &
 NPID=$!

@@ -24,7 +24,7 @@
 /* The flags a file may set (not --config, --help). */
 static const char *const keys[] = {
     "listen", "daemon", "model-name", "max-body-bytes", "max-connections", "request-timeout",
-    "max-inflight", "ping-interval", "ignore-unknown-fields", "api-key-file", "responses-store",
+    "max-inflight", "ping-interval", "ignore-unknown-fields", "api-key-file", "tenant-secret-file", "responses-store",
     "responses-store-mb", "ui-unclaimed-max", "ui-unclaimed-per-key",
 };
 

@@ -19,6 +19,7 @@ struct gw_config {
     unsigned ping_interval;     /* s of silence before ': ping' on a stream */
     int ignore_unknown;         /* --ignore-unknown-fields: accept (and ignore) unknown request fields */
     const char *api_key_file;   /* --api-key-file: NULL = no keys */
+    const char *tenant_secret_file; /* --tenant-secret-file: the key of derived tenant ids (auth.c) */
     size_t responses_store;     /* --responses-store: stored /v1/responses kept (LRU), count */
     size_t responses_store_bytes;   /* --responses-store-mb: the memory they may hold, bytes */
     unsigned ui_unclaimed_max;      /* --ui-unclaimed-max: UI streams waiting to be claimed, in all */

@@ -5,7 +5,8 @@
  *   smollm3-gateway --listen unix:PATH | 127.0.0.1:PORT --daemon ipc://PATH
  *                   [--model-name NAME] [--max-body-bytes N] [--max-connections N]
  *                   [--request-timeout S] [--max-inflight N] [--ping-interval S]
- *                   [--ignore-unknown-fields] [--api-key-file FILE] [--responses-store N]
+ *                   [--ignore-unknown-fields] [--api-key-file FILE] [--tenant-secret-file FILE]
+ *                   [--responses-store N]
  *                   [--responses-store-mb MB] [--ui-unclaimed-max N] [--ui-unclaimed-per-key N]
  *                   [--config FILE]
  *
@@ -14,6 +15,10 @@
  * SIGTERM/SIGINT and each connection's fd for EPOLLRDHUP (http.c).  It
  * wakes at least every 100 ms for timers: daemon health/stats probes and
  * liveness, `: ping` on idle streams (15 s), unclaimed UI streams (30 s).
+ *
+ * SIGHUP: the API keys are read again (auth.c): a key added is served from
+ * the next request, a revoked one's next request is a 401 and its running
+ * streams go on to their end; a bad file changes nothing (logged).
  *
  * SIGTERM/SIGINT: stop accepting (MHD_quiesce_daemon, the socket closed and
  * a Unix socket unlinked), end every stream with an error event, give the
@@ -64,9 +69,12 @@ static void usage(FILE *f)
         "  --api-key-file FILE      require a key ('Authorization: Bearer KEY' or 'x-api-key: KEY')\n"
         "                           on /v1/*, /ui/* (but GET /ui/stream/SID: its SID admits it),\n"
         "                           /tokenize and /detokenize; /health and /metrics stay open. One key\n"
-        "                           per line, an optional name after whitespace, # comments. Each\n"
-        "                           key is a tenant: its sessions, cached prefixes, stored responses\n"
-        "                           and UI streams are its own\n"
+        "                           per line: KEY [NAME] [tenant=TENANT], # comments. Each key acts\n"
+        "                           for a tenant (tenant=, else derived from the key under the\n"
+        "                           secret): its sessions, cached prefixes, stored responses and UI\n"
+        "                           streams are its own. SIGHUP reads the file again\n"
+        "  --tenant-secret-file FILE the deployment's secret (64 hex digits, mode 0600) under which\n"
+        "                           a key's tenant id is derived; required with --api-key-file\n"
         "  --responses-store N      stored /v1/responses kept for previous_response_id and GET,\n"
         "                           least recently used dropped first (default 1024, 0 = none)\n"
         "  --responses-store-mb MB  the memory they may hold (default 256); with keys, each key\n"
@@ -200,6 +208,7 @@ static int parse_args(int argc, char **argv)
         { "ping-interval", required_argument, 0, 'p' },
         { "ignore-unknown-fields", no_argument, 0, 'u' },
         { "api-key-file", required_argument, 0, 'k' },
+        { "tenant-secret-file", required_argument, 0, 'S' },
         { "responses-store", required_argument, 0, 'r' },
         { "responses-store-mb", required_argument, 0, 'R' },
         { "ui-unclaimed-max", required_argument, 0, 'U' },
@@ -263,6 +272,7 @@ static int parse_args(int argc, char **argv)
             break;
         case 'u': c->ignore_unknown = 1; break;
         case 'k': c->api_key_file = optarg; break;
+        case 'S': c->tenant_secret_file = optarg; break;
         case 'f': break;                        /* read first (config_path) */
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
@@ -341,7 +351,11 @@ int main(int argc, char **argv)
 {
     atexit(free_cfg_args);
     if (parse_args(argc, argv)) return 2;
+    if (G.cfg.tenant_secret_file && gw_auth_secret_load(G.cfg.tenant_secret_file)) return 1;
     if (G.cfg.api_key_file && gw_auth_load(G.cfg.api_key_file)) return 1;
+    if (!G.cfg.api_key_file)
+        gw_log(4, "no API keys (--api-key-file): every client is one tenant (cached_tokens tells one client what "
+                  "another sent); serve on loopback only, or add keys first (gateway/README.md#api-keys-and-rate-limits)");
     signal(SIGPIPE, SIG_IGN);
     snprintf(G.model, sizeof G.model, "%s", G.cfg.model_name ? G.cfg.model_name : "smollm3");
     G.thinking = 1;             /* until the daemon's health reply says */
@@ -352,6 +366,7 @@ int main(int argc, char **argv)
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 
@@ -389,7 +404,9 @@ int main(int argc, char **argv)
             if (p == &tag_sig) {
                 struct signalfd_siginfo si;
                 while (read(sfd, &si, sizeof si) == sizeof si) {
-                    if (!G.stopping) {
+                    if (si.ssi_signo == SIGHUP) {
+                        if (!G.stopping) gw_auth_reload();
+                    } else if (!G.stopping) {
                         begin_stop();
                         stop_deadline = smol_mono_s() + 5.0;
                     }

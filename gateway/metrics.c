@@ -2,7 +2,8 @@
  * metrics.c - the gateway's counters in the Prometheus text format (0.0.4),
  * written by hand (metrics.h): requests by endpoint and status, tokens,
  * time-to-first-token and time-per-output-token histograms, refusals by
- * reason, per API key.  GET /metrics (routes.c) adds the gauges of the
+ * reason, per tenant (labelled by the tenant id, auth.c: never a key or a
+ * key's name).  GET /metrics (routes.c) adds the gauges of the
  * layers above and the daemon's own numbers.  Checked with `promtool check
  * metrics` in the tests.
  */
@@ -37,9 +38,13 @@ struct gw_metrics {
     struct hist ttft, tpot;
     uint64_t refused[GW_REFUSE_COUNT];  /* gw_metrics_refusal */
     uint64_t store_evicted;
-    /* per API key (auth.c index), grown as keys are first seen */
-    uint64_t *key_req, *key_prompt, *key_completion;
-    int n_key;
+    /* per tenant (auth.c's interned tenant strings, compared by address), grown as tenants are
+     * first counted */
+    struct tenant_ctr {
+        const char *tenant;
+        uint64_t req, prompt, completion;
+    } *tenant;
+    int n_tenant;
 };
 
 static struct gw_metrics M;
@@ -68,31 +73,31 @@ static void observe(struct hist *h, const double *le, double v)
     h->sum += v;
 }
 
-/* The per-key counters, sized for every configured key on first use. */
-static int key_slot(int key)
+/* The counters of tenant t (gw_auth_tenant's string), made on first use; NULL for the default
+ * tenant "" (keys off, or none presented) and when out of memory. */
+static struct tenant_ctr *tenant_ctr(const char *t)
 {
-    if (key < 0 || key >= gw_auth_n_keys()) return 0;
-    if (!M.key_req) {
-        int n = gw_auth_n_keys();
-        M.key_req = calloc((size_t)n, sizeof *M.key_req);
-        M.key_prompt = calloc((size_t)n, sizeof *M.key_prompt);
-        M.key_completion = calloc((size_t)n, sizeof *M.key_completion);
-        if (!M.key_req || !M.key_prompt || !M.key_completion) return 0;
-        M.n_key = n;
-    }
-    return key < M.n_key;
+    if (!t || !*t) return NULL;
+    for (int i = 0; i < M.n_tenant; i++)
+        if (M.tenant[i].tenant == t) return &M.tenant[i];
+    struct tenant_ctr *n = realloc(M.tenant, (size_t)(M.n_tenant + 1) * sizeof *n);
+    if (!n) return NULL;
+    M.tenant = n;
+    n[M.n_tenant] = (struct tenant_ctr){ .tenant = t };
+    return &n[M.n_tenant++];
 }
 
 void gw_metrics_request(enum gw_endpoint ep, int status, int key)
 {
     if (ep >= 0 && ep < GW_EP_COUNT && status >= 100 && status < N_STATUS) M.req[ep][status]++;
-    if (key_slot(key)) M.key_req[key]++;
+    struct tenant_ctr *t = tenant_ctr(gw_auth_tenant(key));
+    if (t) t->req++;
 }
 
 void gw_metrics_refusal(enum gw_refusal why, int key)
 {
     if (why >= 0 && why < GW_REFUSE_COUNT) M.refused[why]++;
-    gw_log(7, "refused (%d) for key %s", (int)why, key >= 0 ? gw_auth_key_name(key) : "-");
+    gw_log(7, "refused (%d) for tenant %s", (int)why, key >= 0 ? gw_auth_tenant(key) : "-");
 }
 
 void gw_metrics_store_evicted(void) { M.store_evicted++; }
@@ -113,9 +118,10 @@ void gw_metrics_stream_done(const struct gw_metrics_done *s)
     M.accepted_tokens += s->accepted_tokens;
     M.pred_accepted += s->pred_accepted;
     M.pred_rejected += s->pred_rejected;
-    if (key_slot(s->key)) {
-        M.key_prompt[s->key] += s->prompt_tokens;
-        M.key_completion[s->key] += s->completion_tokens;
+    struct tenant_ctr *t = tenant_ctr(gw_auth_tenant(s->key));
+    if (t) {
+        t->prompt += s->prompt_tokens;
+        t->completion += s->completion_tokens;
     }
     if (s->t_first && s->n_tokens > 1) {
         double per = (smol_mono_s() - s->t_first) / (double)(s->n_tokens - 1);
@@ -149,19 +155,19 @@ void gw_metrics_text(struct gw_buf *out)
                               ep_name[e], s, (unsigned long long)M.req[e][s]);
     gw_metrics_one(out, "smollm3_gateway_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
         (double)M.prompt_tokens);
-    if (gw_auth_n_keys()) {     /* label: the key's name from the key file, never the key */
+    if (gw_auth_n_keys()) {     /* label: the tenant id (auth.c), never a key or a key's name */
         static const char *const what[3][2] = {
-            { "smollm3_gateway_key_requests_total", "HTTP requests answered, by API key name." },
-            { "smollm3_gateway_key_prompt_tokens_total", "Prompt tokens of finished requests, by API key name." },
-            { "smollm3_gateway_key_completion_tokens_total", "Generated tokens, by API key name." },
+            { "smollm3_gateway_tenant_requests_total", "HTTP requests answered, by tenant." },
+            { "smollm3_gateway_tenant_prompt_tokens_total", "Prompt tokens of finished requests, by tenant." },
+            { "smollm3_gateway_tenant_completion_tokens_total", "Generated tokens, by tenant." },
         };
-        key_slot(0);
+        for (int i = 0; i < gw_auth_n_tenants(); i++) tenant_ctr(gw_auth_tenant_at(i));  /* 0s shown */
         for (int w = 0; w < 3; w++) {
             gw_buf_printf(out, "# HELP %s %s\n# TYPE %s counter\n", what[w][0], what[w][1], what[w][0]);
-            for (int k = 0; k < M.n_key; k++) {
-                uint64_t v = w == 0 ? M.key_req[k] : w == 1 ? M.key_prompt[k] : M.key_completion[k];
-                gw_buf_printf(out, "%s{key=\"%s\"} %llu\n", what[w][0], gw_auth_key_name(k),
-                              (unsigned long long)v);
+            for (int k = 0; k < M.n_tenant; k++) {
+                const struct tenant_ctr *t = &M.tenant[k];
+                uint64_t v = w == 0 ? t->req : w == 1 ? t->prompt : t->completion;
+                gw_buf_printf(out, "%s{tenant=\"%s\"} %llu\n", what[w][0], t->tenant, (unsigned long long)v);
             }
         }
     }

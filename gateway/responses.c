@@ -141,27 +141,29 @@ static int slot_of(int key)
     return key >= 0 ? key : 0;
 }
 
+/* The per-key counters, for every key index handed out so far (a reload adds indexes: auth.c). */
 static int slots_ready(void)
 {
-    if (S.bytes) return 0;
     int n = gw_auth_n_keys() > 0 ? gw_auth_n_keys() : 1;
-    S.bytes = calloc((size_t)n, sizeof *S.bytes);
-    S.count = calloc((size_t)n, sizeof *S.count);
-    if (!S.bytes || !S.count) {
-        free(S.bytes);
-        free(S.count);
-        S.bytes = S.count = NULL;
-        return -1;
-    }
+    if (S.bytes && S.n_slots >= n) return 0;
+    size_t *b = realloc(S.bytes, (size_t)n * sizeof *b);
+    if (b) S.bytes = b;
+    size_t *c = b ? realloc(S.count, (size_t)n * sizeof *c) : NULL;
+    if (c) S.count = c;
+    if (!b || !c) return -1;
+    for (int i = S.n_slots; i < n; i++) S.bytes[i] = S.count[i] = 0;
     S.n_slots = n;
     return 0;
 }
 
-static size_t share_bytes(void) { return G.cfg.responses_store_bytes / (size_t)(S.n_slots ? S.n_slots : 1); }
+/* Each key's equal share: of the keys the file holds now (revoked ones keep only what they have). */
+static size_t n_shares(void) { return (size_t)(gw_auth_n_live() > 0 ? gw_auth_n_live() : 1); }
+
+static size_t share_bytes(void) { return G.cfg.responses_store_bytes / n_shares(); }
 
 static size_t share_count(void)
 {
-    size_t c = G.cfg.responses_store / (size_t)(S.n_slots ? S.n_slots : 1);
+    size_t c = G.cfg.responses_store / n_shares();
     return c ? c : 1;
 }
 

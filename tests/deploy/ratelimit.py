@@ -26,6 +26,7 @@ import http.client
 import http.server
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -139,7 +140,9 @@ def main():
     stub = http.server.ThreadingHTTPServer(("127.0.0.1", sp), Stub)
     threading.Thread(target=stub.serve_forever, daemon=True).start()
     site = open(site_src).read()
-    site = (site.replace("listen 80;", "listen 127.0.0.1:%d;" % port).replace("listen [::]:80;", "")
+    # the site's loopback listen lines on a free port (IPv4 only)
+    site = re.sub(r"(?m)^( *)listen (127\.0\.0\.1:)?80\b", r"\g<1>listen 127.0.0.1:%d" % port, site)
+    site = (re.sub(r"(?m)^ *listen \[::1?\]:80\b[^;]*;\n", "", site)
             .replace("unix:/run/smollm3-gateway/gateway.sock", "127.0.0.1:%d" % sp))
     for d in ("logs", "tmp"):
         os.makedirs(os.path.join(tmp, d))

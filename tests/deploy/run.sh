@@ -180,7 +180,9 @@ if [ "$have_gateway" = 1 ]; then
     # api_key_file line turned on, the gateway asks for the key
     check '"$GATEWAY" --config "$D/etc/smollm3d/gateway.conf" --help > /dev/null 2>&1' "the shipped gateway.conf parses"
     printf 'sk-deploy-test deploytest\n' > "$TMP/api-keys"; chmod 0600 "$TMP/api-keys"
-    sed "s|^#api_key_file = .*|api_key_file = $TMP/api-keys|" "$D/etc/smollm3d/gateway.conf" > "$TMP/gateway.conf"
+    sed -e "s|^#api_key_file = .*|api_key_file = $TMP/api-keys|" \
+        -e "s|^tenant_secret_file = .*|tenant_secret_file = $D/etc/smollm3d/tenant-secret|" \
+        "$D/etc/smollm3d/gateway.conf" > "$TMP/gateway.conf"
     GP=$(free_port)
     "$GATEWAY" --config "$TMP/gateway.conf" --listen "127.0.0.1:$GP" --daemon "ipc://$TMP/no-daemon.sock" \
         > "$TMP/gw-conf.log" 2>&1 & GPID=$!; PIDS="$PIDS $GPID"
@@ -189,12 +191,19 @@ if [ "$have_gateway" = 1 ]; then
     check '[ "$c1" = 401 ] && [ "$c2" = 200 ]' "gateway.conf api_key_file on: /v1/models $c1 without the key, $c2 with it"
     kill -TERM $GPID 2>/dev/null
 fi
+sec1=$(cat "$D/etc/smollm3d/tenant-secret" 2>/dev/null)
+check 'echo "$sec1" | grep -qE "^[0-9a-f]{64}\$" && [ "$(stat -c %a "$D/etc/smollm3d/tenant-secret")" = 600 ] &&
+       grep -q "^tenant_secret_file = /etc/smollm3d/tenant-secret\$" "$D/etc/smollm3d/gateway.conf" &&
+       grep -q "the tenant secret (made now, 0600)" "$TMP/install.log"' \
+      "make install made the tenant secret (64 hex digits, 0600) that gateway.conf names"
 echo "# local edit" >> "$D/etc/smollm3d/smollm3d.conf"
 echo "# local edit" >> "$D/etc/smollm3d/gateway.conf"
 make -s --no-print-directory install BUILD="$BUILD" DESTDIR="$D" > "$TMP/install2.log" 2>&1
 check 'tail -n1 "$D/etc/smollm3d/smollm3d.conf" | grep -q "local edit" && [ -f "$D/etc/smollm3d/smollm3d.conf.dist" ] &&
        tail -n1 "$D/etc/smollm3d/gateway.conf" | grep -q "local edit" && [ -f "$D/etc/smollm3d/gateway.conf.dist" ]' \
       "reinstall keeps an existing smollm3d.conf and gateway.conf (new ones as .dist)"
+check '[ "$(cat "$D/etc/smollm3d/tenant-secret")" = "$sec1" ] && grep -q "the tenant secret (kept, 0600)" "$TMP/install2.log"' \
+      "reinstall keeps the tenant secret (a new one would change every tenant id)"
 D2=$TMP/dest-usr
 make -s --no-print-directory install BUILD="$BUILD" DESTDIR="$D2" PREFIX=/usr > "$TMP/install3.log" 2>&1
 check 'grep -q "^ExecStart=/usr/bin/smollm3d " "$D2/usr/lib/systemd/system/smollm3d.service" &&
@@ -237,6 +246,39 @@ else
     done
 fi
 
+# ---------------------------------------------------------------- hardened build and unit limits
+# Each installed program: PIE, full RELRO (GNU_RELRO + BIND_NOW), the stack protector
+# (__stack_chk_fail) and FORTIFY (__*_chk) imported (Makefile HARDEN_CFLAGS/HARDEN_LDFLAGS).
+echo "# hardened build (readelf)"
+if ! command -v readelf >/dev/null 2>&1; then
+    skip "readelf not installed (binutils): hardening not checked"
+else
+    for p in smollm3d smollm3-gateway smollm3ctl smollm3; do
+        f=$D/usr/local/bin/$p
+        if [ ! -f "$f" ] || ! head -c 4 "$f" | grep -q ELF; then bad "$p: no installed ELF program"; continue; fi
+        h=$(readelf -hW "$f" | sed -n 's/^ *Type: *\([A-Z]*\).*/\1/p')
+        relro=$(readelf -lW "$f" | grep -c GNU_RELRO)
+        now=$(readelf -dW "$f" | grep -cE '\(FLAGS\).*BIND_NOW|\(FLAGS_1\).*NOW')
+        pie=$(readelf -dW "$f" | grep -c '(FLAGS_1).*PIE')
+        ssp=$(readelf -sW --dyn-syms "$f" | grep -c ' __stack_chk_fail')
+        chk=$(readelf -sW --dyn-syms "$f" | grep -oE ' __[a-z0-9_]+_chk(@|$)' | sort -u | wc -l)
+        check '[ "$h" = DYN ] && [ "$pie" -ge 1 ] && [ "$relro" -ge 1 ] && [ "$now" -ge 1 ] && [ "$ssp" -ge 1 ] && [ "$chk" -ge 1 ]' \
+              "$p: PIE ($h, FLAGS_1 PIE $pie), RELRO $relro, BIND_NOW $now, __stack_chk_fail $ssp, $chk FORTIFY __*_chk"
+    done
+fi
+UD=$D/usr/local/lib/systemd/system
+check 'grep -q "^MemoryMax=32G$" "$UD/smollm3d.service" && grep -q "^TasksMax=4096$" "$UD/smollm3d.service" &&
+       grep -q "^LimitNOFILE=16384$" "$UD/smollm3d.service" && grep -q "^MemoryMax=2G$" "$UD/smollm3-gateway.service" &&
+       grep -q "^TasksMax=64$" "$UD/smollm3-gateway.service" && grep -q "^LimitNOFILE=65536$" "$UD/smollm3-gateway.service"' \
+      "units: MemoryMax=, TasksMax=, LimitNOFILE= (smollm3d 32G/4096/16384, gateway 2G/64/65536)"
+check 'grep -q "^ExecReload=/bin/kill -HUP \$MAINPID$" "$UD/smollm3-gateway.service"' \
+      "systemctl reload smollm3-gateway sends SIGHUP (the key file read again)"
+# the daemon's socket is its trust boundary: group smollm3d, 0660 (socket_mode), directory 0750
+check 'grep -q "^Group=smollm3d$" "$UD/smollm3d.service" && grep -q "^UMask=0007$" "$UD/smollm3d.service" &&
+       grep -q "^RuntimeDirectoryMode=0750$" "$UD/smollm3d.service" && grep -q "^SupplementaryGroups=smollm3d$" "$UD/smollm3-gateway.service" &&
+       "$D/usr/local/bin/smollm3d" --help 2>&1 | grep -q "socket.mode.*0660"' \
+      "the daemon socket: group smollm3d, mode 0660, directory 0750; the gateway joins the group"
+
 # ---------------------------------------------------------------- nginx -t
 echo "# nginx"
 if ! command -v nginx >/dev/null 2>&1; then
@@ -260,6 +302,31 @@ else
     check '[ $rc = 0 ] && [ "$(grep -cv "syntax is ok\|test is successful" "$TMP/ngt.out")" = 0 ]' \
           "nginx -t on scale-out.conf (+ smollm3-nodes.conf.example): clean (exit $rc)"
     [ $rc = 0 ] || sed 's/^/    /' "$TMP/ngt.out"
+fi
+
+# ---------------------------------------------------------------- safe defaults of the site
+# As shipped the site listens on loopback only, and /metrics and /health answer only the
+# $smollm3_monitor allow list: with 127.0.0.1 taken off the list, they are 403 while the API
+# still reaches the (here absent: 502) gateway.
+echo "# the site's safe defaults"
+SITE=$D/etc/nginx/sites-available/smollm3
+lst=$(grep -E '^[[:space:]]*listen ' "$SITE" | sed 's/^ *//')
+check '[ -n "$lst" ] && ! echo "$lst" | grep -vqE "^listen (127\.0\.0\.1|\[::1\]):80[ ;]"' \
+      "the site listens on loopback only as shipped: $(echo $lst)"
+if [ "$have_nginx" = 1 ]; then
+    N=$TMP/ngx-mon
+    MP=$(free_port)
+    sed -e "s|^\( *\)listen \(127\.0\.0\.1:\)\{0,1\}80\([ ;]\)|\1listen 127.0.0.1:$MP\3|" -e '/^ *listen \[::1\{0,1\}\]:80[ ;]/d' \
+        -e 's|^\( *127\.0\.0\.1 *\) 1;|\1 0;|' -e "s|unix:/run/smollm3-gateway/gateway.sock|unix:$N/none.sock|" \
+        "$SITE" > "$TMP/mon-site.conf"
+    nginx_main "$N" "$TMP/mon-site.conf"
+    nginx -p "$N" -c "$N/nginx.conf" -e "$N/logs/error.log" & NGM=$!; PIDS="$PIDS $NGM"
+    n=0; while [ "$(http_code "http://127.0.0.1:$MP/v1/models")" = 000 ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+    cm=$(http_code "http://127.0.0.1:$MP/metrics"); ch=$(http_code "http://127.0.0.1:$MP/health")
+    cv=$(http_code "http://127.0.0.1:$MP/v1/models")
+    check '[ "$cm" = 403 ] && [ "$ch" = 403 ] && [ "$cv" = 502 ]' \
+          "a client off the monitoring allow list: /metrics $cm, /health $ch (403), /v1/models $cv (proxied: 502)"
+    kill -TERM $NGM 2>/dev/null
 fi
 
 # ---------------------------------------------------------------- rate limits
@@ -538,6 +605,9 @@ else
               "make run: a streamed chat completion through nginx ends with data: [DONE]"
         n=0; while ! grep -q "ready: http://127.0.0.1:$P/" "$TMP/make-run.log" && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
         check 'grep -q "ready: http://127.0.0.1:$P/" "$TMP/make-run.log"' "make run printed the URL"
+        check 'grep -q "no API key: listening on 127.0.0.1:$P only" "$TMP/make-run.log" &&
+               grep -qE "^[0-9a-f]{64}\$" "$R/tenant-secret" && [ "$(stat -c %a "$R/tenant-secret")" = 600 ]' \
+              "make run without a key says it listens on 127.0.0.1 only; its tenant secret is 64 hex digits, 0600"
         three=$(cat "$R/pids" 2>/dev/null)
         SH=$(pgrep -f "^sh deploy/run.sh .* $P\$" | head -n1)   # the script, under make (and maybe sh -c)
         kill -TERM "${SH:-$MP}"

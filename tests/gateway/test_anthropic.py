@@ -443,7 +443,7 @@ def t_api_keys(d, tmp):
     anthropic = sdk()
     path = os.path.join(tmp, "an-keys")
     with open(path, "w") as f:
-        f.write("sk-ant-good alice\n")
+        f.write("sk-ant-good alice tenant=alice\n")
     os.chmod(path, 0o600)
     gw = tg.Gateway(d.endpoint, tmp, ["--api-key-file", path])
     try:
@@ -473,7 +473,7 @@ def t_api_keys(d, tmp):
         check(st == 401, "a wrong Bearer with a right x-api-key: %d" % st)
         st, h, b = gw.request("GET", "/metrics")
         check(b'smollm3_gateway_requests_total{endpoint="/v1/messages",status="401"}' in b and
-              b'smollm3_gateway_key_requests_total{key="alice"}' in b, "metrics per endpoint / key")
+              b'smollm3_gateway_tenant_requests_total{tenant="alice"}' in b, "metrics per endpoint / tenant")
     finally:
         gw.stop()
 

@@ -26,6 +26,7 @@ Reuses the process helpers of test_gateway.py.  Prints "ok NAME" /
 """
 import array
 import json
+import re
 import math
 import os
 import shutil
@@ -541,7 +542,8 @@ def t_api_keys(d, tmp):
     import openai
     path = os.path.join(tmp, "keys")
     with open(path, "w") as f:
-        f.write("# API keys\n\nsk-alice-0123456789 alice\n  sk-bob-abcdef  bob  # the other one\nsk-anon\n")
+        f.write("# API keys\n\nsk-alice-0123456789 alice tenant=alice\n  sk-bob-abcdef  bob tenant=bob # the other one\n"
+                "sk-anon\n")
     gw = tg.Gateway(d.endpoint, tmp, ["--api-key-file", path])
     try:
         st, h, b = gw.request("GET", "/v1/models")
@@ -586,35 +588,40 @@ def t_api_keys(d, tmp):
         st, h, chunks = tg.read_stream(gw, None, path="/ui/stream/" + sid, method="GET")
         evs = tg.sse_events(b"".join(c for _, c in chunks))
         check(st == 200 and evs[-1][0] == "done", "UI stream by its SID: %d %r" % (st, evs[-2:]))
-        # per-key counters, labelled by name, never by key
+        # per-tenant counters, labelled by the tenant (tenant=, else the id derived under the secret),
+        # never by a key or a key's name
         st, h, b = gw.request("GET", "/metrics")
         text = b.decode()
-        check(st == 200 and "sk-" not in text, "metrics must not show keys")
-        def val(name, key):
+        check(st == 200 and "sk-" not in text and "key=" not in text, "metrics must not show keys")
+        def val(name, tenant):
             for line in text.splitlines():
-                if line.startswith('%s{key="%s"}' % (name, key)):
+                if line.startswith('%s{tenant="%s"}' % (name, tenant)):
                     return float(line.split()[-1])
-            raise AssertionError("%s{key=%s} missing:\n%s" % (name, key, text[-1500:]))
-        check(val("smollm3_gateway_key_requests_total", "alice") == 2, "alice requests")
-        check(val("smollm3_gateway_key_completion_tokens_total", "alice") == 5, "alice completion tokens")
-        check(val("smollm3_gateway_key_prompt_tokens_total", "alice") > 0, "alice prompt tokens")
-        check(val("smollm3_gateway_key_completion_tokens_total", "bob") >= 4, "bob completion tokens")
-        check(val("smollm3_gateway_key_requests_total", "key5") == 1, "unnamed key: named by its line")
+            raise AssertionError("%s{tenant=%s} missing:\n%s" % (name, tenant, text[-1500:]))
+        check(val("smollm3_gateway_tenant_requests_total", "alice") == 2, "alice requests")
+        check(val("smollm3_gateway_tenant_completion_tokens_total", "alice") == 5, "alice completion tokens")
+        check(val("smollm3_gateway_tenant_prompt_tokens_total", "alice") > 0, "alice prompt tokens")
+        check(val("smollm3_gateway_tenant_completion_tokens_total", "bob") >= 4, "bob completion tokens")
+        anon = re.findall(r'smollm3_gateway_tenant_requests_total\{tenant="([0-9a-f]{32})"\} 1\n', text)
+        check(len(anon) == 1, "a key without tenant=: its derived id (32 hex digits): %r" % anon)
         if shutil.which("promtool"):
             r = subprocess.run(["promtool", "check", "metrics"], input=b, capture_output=True)
             check(r.returncode == 0, "promtool: %s" % (r.stdout + r.stderr).decode()[-500:])
     finally:
         gw.stop()
     # bad key files stop the gateway with a message
+    secret = ["--tenant-secret-file", tg.tenant_secret(tmp)]
     for content, why in (("", "no key"), ("k1 a\nk1 b\n", "the same key"), ("k1 bad/name\n", "names are"),
-                         ("k1 a extra\n", "expected")):
+                         ("k1 a extra\n", "expected"), ("k1 a limit=3\n", "unknown field 'limit='"),
+                         ("k1 a tenant=bad/t\n", "tenant= takes"), ("k1 a tenant=\n", "tenant= takes")):
         with open(path, "w") as f:
             f.write(content)
         r = subprocess.run([os.path.join(tg.ARGS.build, "bin/smollm3-gateway"), "--listen", "127.0.0.1:0",
-                            "--daemon", d.endpoint, "--api-key-file", path], capture_output=True, timeout=20)
+                            "--daemon", d.endpoint, "--api-key-file", path] + secret, capture_output=True, timeout=20)
         check(r.returncode == 1 and why in r.stderr.decode(), "key file %r: %d %s" % (content, r.returncode, r.stderr))
     r = subprocess.run([os.path.join(tg.ARGS.build, "bin/smollm3-gateway"), "--listen", "127.0.0.1:0",
-                        "--daemon", d.endpoint, "--api-key-file", path + ".missing"], capture_output=True, timeout=20)
+                        "--daemon", d.endpoint, "--api-key-file", path + ".missing"] + secret,
+                       capture_output=True, timeout=20)
     check(r.returncode == 1, "missing key file accepted")
 
 
@@ -623,13 +630,15 @@ def t_config_file(d, tmp):
     among them); the command line overrides the file; a bad file names its line."""
     keys = os.path.join(tmp, "conf-keys")
     with open(keys, "w") as f:
-        f.write("sk-conf-1 conf\n")
+        f.write("sk-conf-1 conf tenant=conf\n")
     os.chmod(keys, 0o600)
+    secret = tg.tenant_secret(tmp, "conf-secret")
     conf = os.path.join(tmp, "gateway.conf")
     with open(conf, "w") as f:
-        f.write("# test\n[gateway]\napi_key_file = %s\nmodel-name = from-conf\nmax_inflight = 7\n"
-                "ignore_unknown_fields = true\n" % keys)
-    gw = tg.Gateway(d.endpoint, tmp, ["--config", conf, "--model-name", "from-flag"])
+        f.write("# test\n[gateway]\napi_key_file = %s\ntenant_secret_file = %s\nmodel-name = from-conf\n"
+                "max_inflight = 7\nignore_unknown_fields = true\n" % (keys, secret))
+    # tenant_secret_file from the file
+    gw = tg.Gateway(d.endpoint, tmp, ["--config", conf, "--model-name", "from-flag"], secret=False)
     try:
         st, h, b = gw.request("GET", "/v1/models")
         check(st == 401, "api_key_file from the config: no key -> %d" % st)
@@ -640,14 +649,16 @@ def t_config_file(d, tmp):
         st, j = post(gw, "/v1/chat/completions", {"messages": msgs(), "max_tokens": 1, "frobnicate": 1}, headers=auth)
         check(st == 200, "ignore_unknown_fields = true from the file: %d %s" % (st, j))
         st, h, b = gw.request("GET", "/metrics")
-        check(b'smollm3_gateway_key_requests_total{key="conf"}' in b, "per-key counter of the file's key")
+        check(b'smollm3_gateway_tenant_requests_total{tenant="conf"}' in b, "per-tenant counter of the file's key")
     finally:
         gw.stop()
     for text, why in (("[gateway]\nmax_inflight = many\n", "bad value 'many' for --max-inflight in"),
                       ("[gateway]\nfrobnicate = 1\n", ":2: unknown key 'frobnicate'"),
                       ("max_inflight = 3\n", ":1: key 'max_inflight' outside section [gateway]"),
                       ("[gateway]\nignore_unknown_fields = yes\n", "expected true or false"),
-                      ("[gateway]\napi_key_file = %s.missing\n" % keys, "No such file")):
+                      ("[gateway]\napi_key_file = %s.missing\ntenant_secret_file = %s\n" % (keys, secret),
+                       "No such file"),
+                      ("[gateway]\napi_key_file = %s\n" % keys, "needs --tenant-secret-file")):
         with open(conf, "w") as f:
             f.write(text)
         r = subprocess.run([os.path.join(tg.ARGS.build, "bin/smollm3-gateway"), "--config", conf, "--listen",

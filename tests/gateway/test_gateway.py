@@ -194,14 +194,30 @@ class Daemon:
                 self.proc.wait()
 
 
+def tenant_secret(tmp, name="tenant-secret"):
+    """A deployment's tenant secret (--tenant-secret-file): 64 random hex digits, mode 0600."""
+    p = os.path.join(tmp, name)
+    if not os.path.exists(p):
+        with open(p, "w") as f:
+            f.write(os.urandom(32).hex() + "\n")
+        os.chmod(p, 0o600)
+    return p
+
+
 class Gateway:
-    def __init__(self, endpoint, tmp, extra=(), listen=None):
+    """smollm3-gateway on a free loopback port; as deployed, with a tenant secret (tmp/tenant-secret)
+    unless extra names one or secret is False."""
+
+    def __init__(self, endpoint, tmp, extra=(), listen=None, secret=True):
         self.port = free_port()
         self.listen = listen or "127.0.0.1:%d" % self.port
         self.log_path = os.path.join(tmp, "gateway-%d.log" % self.port)
         self.log = open(self.log_path, "wb")
+        extra = list(extra)
+        if secret and "--tenant-secret-file" not in extra:
+            extra += ["--tenant-secret-file", tenant_secret(tmp)]
         cmd = [os.path.join(ARGS.build, "bin/smollm3-gateway"), "--listen", self.listen,
-               "--daemon", endpoint] + list(extra)
+               "--daemon", endpoint] + extra
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         self.wait_ready(30)
 

@@ -47,6 +47,7 @@ import http.client
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -101,8 +102,13 @@ class Stack:
         # the client that closes its tabs (abandon): unclaimed streams bounded per key, not the workers'
         self.tab_key = "soak-tabs-%s" % os.urandom(8).hex()
         with open(self.keyfile, "w") as f:
-            f.write("# soak clients\n" + "".join("%s worker%d\n" % (k, i) for i, k in enumerate(self.keys)) +
-                    "%s tabcloser\n" % self.tab_key)
+            f.write("# soak clients\n" + "".join("%s worker%d tenant=worker%d\n" % (k, i, i)
+                                                  for i, k in enumerate(self.keys)) +
+                    "%s tabcloser tenant=tabcloser\n" % self.tab_key)
+        self.secretfile = os.path.join(tmp, "tenant-secret")
+        with open(self.secretfile, "w") as f:
+            f.write(os.urandom(32).hex() + "\n")
+        os.chmod(self.secretfile, 0o600)
 
     def start_daemon(self):
         self.daemon_n += 1
@@ -122,7 +128,7 @@ class Stack:
         self.gateway = subprocess.Popen(
             [os.path.join(self.a.build, "bin/smollm3-gateway"), "--listen", "127.0.0.1:%d" % self.gw_port,
              "--daemon", "ipc://" + self.dsock, "--request-timeout", "2", "--ping-interval", "1",
-             "--api-key-file", self.keyfile],
+             "--api-key-file", self.keyfile, "--tenant-secret-file", self.secretfile],
             stdout=glog, stderr=subprocess.STDOUT, cwd=ROOT)
         self.start_nginx()
         if not self.wait_healthy(120):
@@ -135,8 +141,8 @@ class Stack:
         # the shipped site with local paths, as deploy/run.sh writes it (here
         # the gateway listens on loopback TCP rather than a Unix socket)
         site = open(os.path.join(ROOT, "deploy/nginx/smollm3.conf")).read()
-        site = (site.replace("listen 80;", "listen 127.0.0.1:%d;" % self.port)
-                .replace("listen [::]:80;", "")
+        site = re.sub(r"(?m)^( *)listen (127\.0\.0\.1:)?80\b", r"\g<1>listen 127.0.0.1:%d" % self.port, site)
+        site = (re.sub(r"(?m)^ *listen \[::1?\]:80\b[^;]*;\n", "", site)
                 .replace("/usr/share/smollm3d/web", os.path.join(ROOT, "web"))
                 .replace("unix:/run/smollm3-gateway/gateway.sock", "127.0.0.1:%d" % self.gw_port))
         if getattr(self.a, "no_rate_limit", False):   # tests/load: the server's pace, not the limiter's
@@ -531,7 +537,7 @@ class Soak:
             c.close()
 
     def key_counters(self):
-        """({worker index: smollm3_gateway_key_requests_total}, {refusal reason: count}) from /metrics
+        """({worker index: smollm3_gateway_tenant_requests_total}, {refusal reason: count}) from /metrics
         (through nginx, loopback)."""
         c = self.conn(10)
         try:
@@ -542,7 +548,7 @@ class Soak:
             c.close()
         got, refused = {}, {}
         for line in text.splitlines():
-            if line.startswith('smollm3_gateway_key_requests_total{key="worker'):
+            if line.startswith('smollm3_gateway_tenant_requests_total{tenant="worker'):
                 name, _, v = line.partition("} ")
                 got[int(name.split('"worker')[1].rstrip('"'))] = int(float(v))
             elif line.startswith('smollm3_gateway_refusals_total{reason="'):

@@ -83,9 +83,10 @@ done
 # 2b. a second gateway with API keys (--api-key-file): the UI must ask for the key
 API_KEY="sk-webtest-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
 printf '# the browser test\n%s webtest\n' "$API_KEY" >"$TMP/api-keys"
+od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$TMP/tenant-secret"; chmod 0600 "$TMP/tenant-secret"
 GW2_PORT=$(free_port)
 "$BUILD/bin/smollm3-gateway" --listen "127.0.0.1:$GW2_PORT" --daemon "ipc://$TMP/d.sock" \
-    --api-key-file "$TMP/api-keys" >"$TMP/gateway-keys.log" 2>&1 &
+    --api-key-file "$TMP/api-keys" --tenant-secret-file "$TMP/tenant-secret" >"$TMP/gateway-keys.log" 2>&1 &
 PIDS+=($!)
 ok=
 for _ in $(seq 300); do
