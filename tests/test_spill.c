@@ -15,7 +15,10 @@
  */
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -1200,6 +1203,193 @@ START_TEST(t_shared_race)
 }
 END_TEST
 
+/* ---- I/O errors: the previous good file stands, the write is tried again ---------------
+ *
+ * The library's openat, write, fsync and renameat come here first (Makefile:
+ * test_spill is linked with --wrap, as test_fault is): armed, the step of a
+ * write (its temporary file's open, write, fsync; the rename; the
+ * directory's fsync) fails with the armed errno, `left` times (-1: every
+ * time).  A short write writes half of what was asked and fails the next
+ * write on that file. */
+
+enum fault_step { F_NONE, F_OPEN, F_WRITE, F_SHORT, F_FSYNC, F_RENAME, F_DIRSYNC };
+static atomic_int fault_step, fault_errno, fault_left, fault_hits, fault_short_next;
+static atomic_int fault_tmp_fd = -1;
+
+int __real_openat(int dirfd, const char *path, int flags, ...);
+ssize_t __real_write(int fd, const void *buf, size_t n);
+int __real_fsync(int fd);
+int __real_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
+
+static int fault_take(int step)
+{
+    if (atomic_load(&fault_step) != step || !atomic_load(&fault_left)) return 0;
+    if (atomic_load(&fault_left) > 0) atomic_fetch_sub(&fault_left, 1);
+    atomic_fetch_add(&fault_hits, 1);
+    errno = atomic_load(&fault_errno);
+    return 1;
+}
+
+static void fault_arm(int step, int err, int left)
+{
+    atomic_store(&fault_hits, 0);
+    atomic_store(&fault_short_next, 0);
+    atomic_store(&fault_errno, err);
+    atomic_store(&fault_left, left);
+    atomic_store(&fault_step, step);
+}
+
+int __wrap_openat(int dirfd, const char *path, int flags, ...)
+{
+    int mode = 0;
+    if (flags & O_CREAT) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = va_arg(ap, int);
+        va_end(ap);
+    }
+    const int tmp = !strncmp(path, ".tmp-", 5);
+    if (tmp && fault_take(F_OPEN)) return -1;
+    const int fd = __real_openat(dirfd, path, flags, mode);
+    if (tmp && fd >= 0) atomic_store(&fault_tmp_fd, fd);
+    return fd;
+}
+
+ssize_t __wrap_write(int fd, const void *buf, size_t n)
+{
+    if (fd == atomic_load(&fault_tmp_fd)) {
+        if (atomic_exchange(&fault_short_next, 0)) {
+            errno = atomic_load(&fault_errno);
+            return -1;
+        }
+        if (fault_take(F_WRITE)) return -1;
+        if (n > 1 && fault_take(F_SHORT)) {
+            atomic_store(&fault_short_next, 1);
+            return __real_write(fd, buf, n / 2);
+        }
+    }
+    return __real_write(fd, buf, n);
+}
+
+int __wrap_fsync(int fd)
+{
+    struct stat st;
+    if (fd == atomic_load(&fault_tmp_fd) && fault_take(F_FSYNC)) return -1;
+    if (!fstat(fd, &st) && S_ISDIR(st.st_mode) && fault_take(F_DIRSYNC)) return -1;
+    return __real_fsync(fd);
+}
+
+int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
+{
+    if (!strncmp(oldpath, ".tmp-", 5) && fault_take(F_RENAME)) return -1;
+    return __real_renameat(olddirfd, oldpath, newdirfd, newpath);
+}
+
+/* The history length the directory's only session file holds (its header). */
+static int file_tokens(const char *dir)
+{
+    char path[600];
+    kv_file(dir, path, sizeof path);
+    struct smol_spill_header h;
+    FILE *f = fopen(path, "rb");
+    ck_assert(f);
+    ck_assert(fread(&h, sizeof h, 1, f) == 1);
+    fclose(f);
+    return (int)h.n_tokens;
+}
+
+/* Waits (at most 5 s) until the spill has nothing queued (0) or the fault
+ * was injected `hits` times (hits > 0). */
+static void wait_for(struct smol_spill *sp, int hits)
+{
+    for (int i = 0; i < 5000; i++) {
+        if (hits ? atomic_load(&fault_hits) >= hits : !smol_spill_pending(sp)) return;
+        usleep(1000);
+    }
+    ck_abort_msg("timed out: %d faults injected, %d jobs queued", atomic_load(&fault_hits), smol_spill_pending(sp));
+}
+
+/* Each step of a write (open, write, fsync, rename, the directory's fsync)
+ * failing with ENOSPC, EIO or ESTALE, and a short write, every time: the
+ * session file on disk stays the previous good one (loads, whole), the
+ * session reads back as its newest state from the write still queued, and
+ * the write is tried again (backoff) until the fault clears; then the file
+ * holds the newest state.  A fault that clears by itself (once) costs one
+ * retry.  A save the spill refuses (too large for the budget) leaves the
+ * session marked for writing, tried again after its backoff. */
+START_TEST(t_write_faults)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char err[SMOL_ERRLEN];
+    struct smol_spill *sp = NULL;
+    ck_assert_msg(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK, "%s", err);
+    smol_spill_set_retry(sp, 0.001, 0.004);
+    g.ss.spill = sp;
+    struct smol_session *x = make_session(&g, "w1");
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 1);
+    smol_spill_flush(sp);
+    ck_assert_int_eq(file_tokens(g.dir), N_HIST);
+    static const int steps[] = {F_OPEN, F_WRITE, F_SHORT, F_FSYNC, F_RENAME, F_DIRSYNC};
+    static const int errs[] = {ENOSPC, EIO, ESTALE};
+    int n = N_HIST, cases = 0;
+    struct smol_spill_stats st0, st;
+    for (size_t si = 0; si < sizeof steps / sizeof *steps; si++)
+        for (size_t ei = 0; ei < sizeof errs / sizeof *errs; ei++) {
+            const int once = ei == 0; /* ENOSPC: once; the others every time until cleared */
+            const int prev = n;
+            n -= 2;                                 /* another history (shorter: its KV at hand) */
+            smol_kv_seq_truncate(&g.m->kv, &x->seq, n);
+            ck_assert(smol_session_set_tokens(x, g.ids, n) == 0);
+            ck_assert(!x->on_disk);
+            smol_spill_get_stats(sp, &st0);
+            fault_arm(steps[si], errs[ei], once ? 1 : -1);
+            ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 1);
+            ck_assert(x->on_disk);  /* queued: the spill owns the write until it is on disk */
+            if (!once) {
+                wait_for(sp, 3);    /* failed, tried again, failed again */
+                /* the directory's fsync fails after the rename: the new file is in place */
+                ck_assert_int_eq(file_tokens(g.dir), steps[si] == F_DIRSYNC ? n : prev);
+                ck_assert_int_eq(smol_spill_pending(sp), 1);
+                ck_assert_int_eq(load_count(&g, sp, "w1"), n);  /* the queued image */
+                fault_arm(F_NONE, 0, 0);
+            }
+            wait_for(sp, 0);
+            ck_assert_int_eq(file_tokens(g.dir), n);
+            smol_spill_get_stats(sp, &st);
+            ck_assert_int_eq(st.written, st0.written + 1);
+            ck_assert_msg(once ? st.write_errors == st0.write_errors + 1 : st.write_errors >= st0.write_errors + 3,
+                          "step %d errno %d: %llu write errors", steps[si], errs[ei],
+                          (unsigned long long)(st.write_errors - st0.write_errors));
+            cases++;
+        }
+    ck_assert_int_eq(cases, 18);
+    fault_arm(F_NONE, 0, 0);
+    smol_spill_close(&sp);
+    /* a new process reads the last state, whole */
+    struct smol_spill_stats fst;
+    struct smol_session *y = NULL;
+    ck_assert(load_fresh(&g, "w1", &fst, &y) == SMOL_OK);
+    ck_assert_int_eq(y->n_tokens, n);
+    ck_assert_int_eq(count_files(g.dir), 1);    /* no temporary file left */
+    smol_sessions_remove(&g.ss, y);
+    /* a save refused (the file would exceed the budget): still to be written, after a backoff */
+    ck_assert_msg(smol_spill_open(&sp, g.dir, 4096, g.m, err) == SMOL_OK, "%s", err);
+    g.ss.spill = sp;
+    g.ss.retry_first_s = 0.05;
+    ck_assert(smol_session_set_tokens(x, g.ids, n) == 0);
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 1);
+    ck_assert(!x->on_disk && x->save_failures == 1);
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 0);  /* waits for its backoff */
+    usleep(60000);
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 1);  /* tried again */
+    ck_assert(!x->on_disk && x->save_failures == 2);
+    g.ss.spill = NULL;
+    smol_spill_close(&sp);
+    rig_close(&g);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("spill");
@@ -1219,6 +1409,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_shared_sessions);
     tcase_add_test(tc, t_shared_race);
     tcase_add_test(tc, t_shared_foreign_model);
+    tcase_add_test(tc, t_write_faults);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -201,10 +201,10 @@ static void spill(struct smol_sessions *s, struct smol_session *x)
 {
     char err[SMOL_ERRLEN], key[SMOL_SPILL_KEY_MAX + 1];
     const struct smol_spill_record rec = record_of(x);
-    x->on_disk = 1;     /* written, or not again until it changes */
     /* a shared directory: a named session is written under its lease; one
      * this node does not hold (another node's now), or whose file another
-     * node wrote since (this copy is stale), is not written */
+     * node wrote since (this copy is stale), is not written (nor tried
+     * again until it changes) */
     const int take = x->id[0] && !x->leased && smol_spill_shared(s->spill);
     if (take) {
         smol_spill_key(x->tenant, x->id, key);
@@ -213,9 +213,23 @@ static void spill(struct smol_sessions *s, struct smol_session *x)
             smol_log_info("spill: session '%s' not written: another node wrote it since", key);
             smol_spill_unlease(s->spill, key);
         }
-        if (lr != SMOL_LEASE_HELD) return;
+        if (lr != SMOL_LEASE_HELD) {
+            x->on_disk = 1;
+            return;
+        }
     }
-    if (smol_spill_save(s->spill, s->kv, &rec, err)) smol_log_warn("spill: %s", err);
+    /* on_disk once queued (the spill retries a write that fails until it is
+     * on disk); a save refused here is tried again after a backoff */
+    if (smol_spill_save(s->spill, s->kv, &rec, err)) {
+        smol_log_warn("spill: %s", err);
+        double wait = s->retry_first_s > 0 ? s->retry_first_s : 1.0;
+        for (int i = 0; i < x->save_failures && wait < 60; i++) wait *= 2;
+        x->save_failures++;
+        x->retry_at = smol_mono_s() + (wait < 60 ? wait : 60);
+    } else {
+        x->on_disk = 1;
+        x->save_failures = 0;
+    }
     if (take) smol_spill_unlease(s->spill, key); /* the write holds its own reference */
 }
 
@@ -224,7 +238,8 @@ static void spill(struct smol_sessions *s, struct smol_session *x)
 static int wants_file(const struct smol_session *x)
 {
     const int n_kv = x->seq.n_tokens < x->n_tokens ? x->seq.n_tokens : x->n_tokens;
-    return !x->on_disk && (x->id[0] || n_kv >= SMOL_PREFIX_SPILL_MIN);
+    return !x->on_disk && (x->id[0] || n_kv >= SMOL_PREFIX_SPILL_MIN) &&
+           (!x->save_failures || smol_mono_s() >= x->retry_at);
 }
 
 void smol_sessions_evict(struct smol_sessions *s, struct smol_session *x)

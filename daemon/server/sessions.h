@@ -45,6 +45,8 @@ struct smol_session {
     int on_disk;                        /* the spill directory holds this exact history and KV */
     int restored_kv;                    /* KV tokens just read back from disk, not yet reported */
     int leased;                         /* holds a reference to its lease (a shared spill directory) */
+    int save_failures;                  /* saves refused in a row (the spill's queue full, no memory...) */
+    double retry_at;                    /* smol_mono_s(): no save before (their backoff) */
     uint64_t stamp;                     /* new whenever the history may have changed (tokens, text,
                                            messages), unique in the process: a prompt built on this
                                            session is still right while the stamp is the same */
@@ -66,6 +68,7 @@ struct smol_sessions {
     uint64_t n_evicted_tenant_cap;      /* of those, by their tenant's max_per_tenant */
     int n_leased;                       /* sessions holding a lease reference */
     uint64_t n_stale_dropped;           /* copies in memory dropped: another node wrote the session since */
+    double retry_first_s;               /* a refused save's first backoff (0: 1 s), doubling, at most 60 s */
 };
 
 void smol_sessions_init(struct smol_sessions *s, struct smol_kv *kv);

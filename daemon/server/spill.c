@@ -52,6 +52,8 @@ struct job {
     int refs;                           /* the queue's (then the ready list's) + readers' */
     int running, finished;
     int leased;                         /* holds a reference to its name's lease (shared directory) */
+    int tries;                          /* JOB_WRITE: attempts that failed (it waits for the next one) */
+    double not_before;                  /* smol_mono_s(): no attempt before (a failed write's backoff) */
 };
 
 struct smol_spill {
@@ -74,7 +76,8 @@ struct smol_spill {
     struct job *q_head, *q_tail;
     uint64_t q_bytes;           /* images queued */
     int stop, paused;
-    char failed[64][NAME_LEN + 1]; /* writes that failed: dropped from the index by the engine thread */
+    double retry_first_s, retry_max_s; /* a failed write's backoff: first wait, doubling up to max */
+    char failed[64][NAME_LEN + 1]; /* writes whose lease was lost: dropped from the index by the engine thread */
     int n_failed;
     struct job *ready;          /* files read ahead (smol_spill_prefetch), newest first */
     int n_ready;
@@ -573,8 +576,12 @@ static int write_full(int fd, const void *buf, size_t n);
 static int read_full(int fd, void *buf, size_t n);
 
 /* JOB_WRITE: checksums, then temporary file, fsync, rename, fsync of the
- * directory.  On failure nothing of it is left, nor an older file of the
- * same name (it would hold an older history than the index says). */
+ * directory.  0 when all of it succeeded; -1 on an I/O error at any step
+ * (logged): the temporary file is removed and the file of the name is left
+ * as it was (the previous good state stands; after a rename whose directory
+ * fsync failed, the new one, which the retry writes again); the caller
+ * retries the job.  -2: the lease was lost (shared), the file left as the
+ * other node made it. */
 static int run_write(struct smol_spill *sp, struct job *j)
 {
     /* the image is read by smol_spill_load meanwhile: it is not changed */
@@ -584,25 +591,28 @@ static int run_write(struct smol_spill *sp, struct job *j)
     h.payload_hash = XXH3_64bits(j->image + sizeof h, j->bytes - sizeof h);
     h.header_hash = header_hash(&h);
     snprintf(tmp, sizeof tmp, ".tmp-%.32s-%s", j->name, sp->node);
+    const char *step = "open";
     int fd = openat(sp->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    int bad = fd < 0 || write_full(fd, &h, sizeof h) || write_full(fd, j->image + sizeof h, j->bytes - sizeof h) ||
-              fsync(fd);
+    int bad = fd < 0;
+    if (!bad && (step = "write", write_full(fd, &h, sizeof h) || write_full(fd, j->image + sizeof h, j->bytes - sizeof h)))
+        bad = 1;
+    if (!bad && (step = "fsync", fsync(fd))) bad = 1;
     int e = errno;
-    if (fd >= 0 && close(fd) && !bad) { bad = 1; e = errno; }
+    if (fd >= 0 && close(fd) && !bad) { bad = 1; e = errno; step = "close"; }
     /* a shared directory: replaced only while this node holds the session's
      * lease and nobody wrote it since; else left as it is */
     if (!bad && j->leased && lease_advance(sp, j)) {
         unlinkat(sp->dirfd, tmp, 0);
         return -2;
     }
-    if (!bad && renameat(sp->dirfd, tmp, sp->dirfd, j->name)) { bad = 1; e = errno; }
+    if (!bad && renameat(sp->dirfd, tmp, sp->dirfd, j->name)) { bad = 1; e = errno; step = "rename"; }
+    if (!bad && fsync(sp->dirfd)) { bad = 1; e = errno; step = "fsync of the directory"; }
     if (bad) {
-        unlinkat(sp->dirfd, tmp, 0);
-        if (!j->leased || !lease_advance(sp, j)) unlinkat(sp->dirfd, j->name, 0);
-        smol_log_warn("spill: session '%s' not written to %s/%s: %s", j->id, sp->dir, j->name, strerror(e ? e : EIO));
+        unlinkat(sp->dirfd, tmp, 0); /* (ENOENT once renamed) */
+        smol_log_warn("spill: session '%s' not written to %s/%s (%s: %s); the previous file stands, retried "
+                      "(attempt %d)", j->id, sp->dir, j->name, step, strerror(e ? e : EIO), j->tries + 1);
         return -1;
     }
-    if (fsync(sp->dirfd)) smol_log_warn("spill: fsync %s: %s", sp->dir, strerror(errno));
     return 0;
 }
 
@@ -621,14 +631,84 @@ static void run_read(struct smol_spill *sp, struct job *j)
     }
 }
 
+/* under sp->mu: takes j out of the queue */
+static void unqueue_locked(struct smol_spill *sp, struct job *j)
+{
+    struct job *prev = NULL;
+    for (struct job *k = sp->q_head; k && k != j; k = k->next) prev = k;
+    if (prev) prev->next = j->next;
+    else sp->q_head = j->next;
+    if (sp->q_tail == j) sp->q_tail = prev;
+    j->next = NULL;
+}
+
+/* under sp->mu: drops a queued job that will not run (a failed write that a
+ * newer job on its name supersedes) */
+static void drop_job_locked(struct smol_spill *sp, struct job *j)
+{
+    unqueue_locked(sp, j);
+    if (j->leased) lease_put_locked(sp, j->name);
+    j->leased = 0;
+    sp->q_bytes -= j->bytes;
+    j->finished = 1;
+    job_unref(j);
+}
+
+/* under sp->mu: the first job that may run now (a failed write waits for
+ * its backoff, but not once the spill is closing), or NULL; *until = the
+ * earliest time a waiting one may run (0: none waits).  A failed write
+ * queued before a newer job on its name is dropped: the newer one decides
+ * what the file holds. */
+static struct job *next_job(struct smol_spill *sp, double *until)
+{
+    const double now = smol_mono_s();
+    *until = 0;
+    for (struct job *j = sp->q_head, *nx; j; j = nx) {
+        nx = j->next;
+        if (j->tries && !sp->stop && j->not_before > now) {
+            if (!*until || j->not_before < *until) *until = j->not_before;
+            continue;
+        }
+        for (struct job *k = sp->q_head, *kn; k != j; k = kn) {
+            kn = k->next;
+            if (k->tries && !strcmp(k->name, j->name)) drop_job_locked(sp, k);
+        }
+        return j;
+    }
+    return NULL;
+}
+
+/* under sp->mu: 1 while a job has not been tried yet or runs (what
+ * smol_spill_flush waits for; failed writes waiting for a retry do not count) */
+static int busy_locked(const struct smol_spill *sp)
+{
+    for (const struct job *j = sp->q_head; j; j = j->next)
+        if (!j->tries || j->running) return 1;
+    return 0;
+}
+
 static void *writer_main(void *arg)
 {
     struct smol_spill *sp = arg;
     pthread_mutex_lock(&sp->mu);
     for (;;) {
-        while ((!sp->q_head || sp->paused) && !(sp->stop && !sp->q_head)) pthread_cond_wait(&sp->wake, &sp->mu);
-        struct job *j = sp->q_head;
-        if (!j) break; /* stopping, nothing left */
+        double until = 0;
+        struct job *j = sp->paused && !sp->stop ? NULL : next_job(sp, &until);
+        if (!j) {
+            if (sp->stop && !sp->q_head) break; /* stopping, nothing left */
+            if (until > 0 && !sp->paused) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts); /* (the condition's clock) */
+                const double d = until - smol_mono_s() + 1e-3;
+                const int64_t ns = ts.tv_nsec + (int64_t)(d > 0 ? d * 1e9 : 0);
+                ts.tv_sec += ns / 1000000000;
+                ts.tv_nsec = ns % 1000000000;
+                pthread_cond_timedwait(&sp->wake, &sp->mu, &ts);
+            } else {
+                pthread_cond_wait(&sp->wake, &sp->mu);
+            }
+            continue;
+        }
         j->running = 1;
         pthread_mutex_unlock(&sp->mu);
         double t0 = smol_mono_s();
@@ -640,22 +720,41 @@ static void *writer_main(void *arg)
             smol_log_warn("spill: cannot remove %s/%s: %s", sp->dir, j->name, strerror(errno));
         const double dt = smol_mono_s() - t0;
         if (j->kind == JOB_WRITE && !bad)
-            smol_log_info("spill: %s '%s' written to %s: %d tokens, %.1f MiB in %.0f ms",
+            smol_log_info("spill: %s '%s' written to %s: %d tokens, %.1f MiB in %.0f ms%s",
                           j->prefix ? "cached prefix" : "session", j->id, j->name, j->n_kv, j->bytes / 1048576.0,
-                          (smol_mono_s() - t0) * 1e3);
+                          (smol_mono_s() - t0) * 1e3, j->tries ? " (retried)" : "");
         pthread_mutex_lock(&sp->mu);
+        j->running = 0;
+        if (j->kind == JOB_WRITE && bad == -1) {
+            sp->st.write_errors++;
+            int later = 0; /* a newer job on the name supersedes it */
+            for (struct job *k = j->next; k && !later; k = k->next) later = !strcmp(k->name, j->name);
+            if (!later && !sp->stop) { /* written again after a backoff: the image and the lease are kept */
+                double wait = sp->retry_first_s;
+                for (int i = 0; i < j->tries && wait < sp->retry_max_s; i++) wait *= 2;
+                j->tries++;
+                j->not_before = smol_mono_s() + (wait < sp->retry_max_s ? wait : sp->retry_max_s);
+                unqueue_locked(sp, j);
+                if (sp->q_tail) sp->q_tail->next = j;
+                else sp->q_head = j;
+                sp->q_tail = j;
+                pthread_cond_broadcast(&sp->done);
+                continue;
+            }
+            if (!later)
+                smol_log_warn("spill: session '%s' not written to %s/%s: given up at close after %d attempts", j->id,
+                              sp->dir, j->name, j->tries + 1);
+        }
         if (j->leased) lease_put_locked(sp, j->name);
         j->leased = 0;
         if (j->kind == JOB_WRITE) {
             if (!bad) sp->st.write_s += dt;
             if (!bad && j->prefix) sp->st.prefixes_written++;
             else if (!bad) sp->st.written++;
-            else if (sp->n_failed < (int)(sizeof sp->failed / sizeof sp->failed[0]))
+            else if (bad == -2 && sp->n_failed < (int)(sizeof sp->failed / sizeof sp->failed[0]))
                 snprintf(sp->failed[sp->n_failed++], NAME_LEN + 1, "%s", j->name);
         }
-        sp->q_head = j->next;
-        if (!sp->q_head) sp->q_tail = NULL;
-        j->running = 0;
+        unqueue_locked(sp, j);
         j->finished = 1;
         int later = 0; /* a write or removal queued behind the read makes it stale */
         for (struct job *k = sp->q_head; k && !later; k = k->next) later = !strcmp(k->name, j->name);
@@ -773,7 +872,15 @@ int smol_spill_prefetch(struct smol_spill *sp, const char *id)
 void smol_spill_flush(struct smol_spill *sp)
 {
     pthread_mutex_lock(&sp->mu);
-    while (sp->q_head && !sp->paused) pthread_cond_wait(&sp->done, &sp->mu);
+    while (busy_locked(sp) && !sp->paused) pthread_cond_wait(&sp->done, &sp->mu);
+    pthread_mutex_unlock(&sp->mu);
+}
+
+void smol_spill_set_retry(struct smol_spill *sp, double first_s, double max_s)
+{
+    pthread_mutex_lock(&sp->mu);
+    sp->retry_first_s = first_s;
+    sp->retry_max_s = max_s;
     pthread_mutex_unlock(&sp->mu);
 }
 
@@ -816,6 +923,7 @@ static int write_full(int fd, const void *buf, size_t n)
     while (n) {
         ssize_t r = write(fd, p, n);
         if (r < 0 && errno == EINTR) continue;
+        if (r == 0) errno = EIO; /* no progress: not an error the kernel named */
         if (r <= 0) return -1;
         p += r;
         n -= (size_t)r;
@@ -904,6 +1012,8 @@ enum smol_err smol_spill_open_shared(struct smol_spill **out, const char *dir, u
     snprintf(sp->dir, sizeof sp->dir, "%s", dir);
     sp->budget = budget_bytes;
     sp->dirfd = -1;
+    sp->retry_first_s = 0.1;
+    sp->retry_max_s = 30;
     sp->shared = shared;
     char host[64] = "";
     gethostname(host, sizeof host - 1);
@@ -1080,8 +1190,14 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
      * writer thread checksums and writes it */
     const double t0 = smol_mono_s();
     pthread_mutex_lock(&sp->mu);
-    while (sp->q_head && sp->q_bytes + total > SPILL_QUEUE_MAX && !sp->paused) pthread_cond_wait(&sp->done, &sp->mu);
+    while (busy_locked(sp) && sp->q_bytes + total > SPILL_QUEUE_MAX && !sp->paused) pthread_cond_wait(&sp->done, &sp->mu);
+    const int full = sp->q_head && sp->q_bytes + total > SPILL_QUEUE_MAX && !sp->paused; /* of failed writes */
     pthread_mutex_unlock(&sp->mu);
+    if (full) {
+        free(msgs);
+        return smol_errf(err, SMOL_EBUSY, "spill: '%s' not written: the queue is full of writes waiting for a retry",
+                         key);
+    }
     struct job *j = calloc(1, sizeof *j);
     unsigned char *img = j && total <= SIZE_MAX ? malloc((size_t)total) : NULL;
     if (!img) {

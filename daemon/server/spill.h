@@ -52,9 +52,14 @@
  * is still queued reads that image; a file read ahead by smol_spill_prefetch
  * (on the writer thread) is checked and used from memory; otherwise the
  * file is read in place (on the caller's thread).  A write that fails is
- * logged and leaves no file (not even an older one).  smol_spill_close
- * finishes the queue first.  At most 1 GiB of images wait; a save beyond
- * that waits for the writer.
+ * logged and leaves the previous file as it was (an I/O error at any step:
+ * open, write, fsync, rename, the directory's fsync); the job keeps its
+ * image (and its lease) and is tried again after a backoff (0.1 s,
+ * doubling, at most 30 s: smol_spill_set_retry) until it succeeds or a
+ * newer job on its name supersedes it; smol_spill_close tries each once
+ * more, then gives up (logged).  smol_spill_close finishes the queue first.
+ * At most 1 GiB of images wait; a save beyond that waits for the writer,
+ * and is refused (SMOL_EBUSY) when what fills the queue is failed writes.
  *
  * A shared directory (smol_spill_open_shared; kv_spill_shared): several
  * nodes (daemons on other machines, over NFS, CephFS...) use one directory.
@@ -137,6 +142,7 @@ struct smol_spill_stats {
     uint64_t lease_lost;                          /* shared: writes and removals dropped, lease lost */
     uint64_t unleased_refused;                    /* shared: saves refused, no lease */
     uint64_t history_restored;                    /* shared: sessions of another model read without KV */
+    uint64_t write_errors;                        /* write attempts that failed (each is retried) */
 };
 
 /* What one file holds: a session's (or a cached prefix's) history.  To
@@ -242,9 +248,11 @@ void smol_spill_get_stats(struct smol_spill *sp, struct smol_spill_stats *st);
  * no file, or it is over 1 GiB: read in place), 0 while the read runs. */
 int smol_spill_prefetch(struct smol_spill *sp, const char *id);
 
-/* Waits until the writer has done every queued job (returns at once when
- * paused). */
+/* Waits until the writer has tried every queued job (returns at once when
+ * paused); failed writes may still wait for their retry. */
 void smol_spill_flush(struct smol_spill *sp);
+/* A failed write's backoff: first_s, doubling per failure, at most max_s. */
+void smol_spill_set_retry(struct smol_spill *sp, double first_s, double max_s);
 /* Tests: a paused writer starts no job (so queued writes can be observed). */
 void smol_spill_pause(struct smol_spill *sp, int paused);
 /* Jobs queued or running. */
