@@ -1022,6 +1022,88 @@ START_TEST(t_shared_sessions)
 }
 END_TEST
 
+/* Fail-over and fail-back with expiry on both sides (issue 46, its first
+ * row): turns on node A, a turn on node B (A alive), A's idle copy expires:
+ * A's expiry must not remove the file B wrote since, and B keeps its copy
+ * (its next lease HELD, the whole history cached).  Back on A (fail-back):
+ * A reads B's file and writes; B's idle copy expires: A's file stands, A
+ * keeps its copy.  An expiry by the node that wrote last removes the file
+ * (the conversation is over everywhere). */
+START_TEST(t_shared_failover_expiry)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    struct smol_spill *a = open_shared(&g, g.m), *b = open_shared(&g, g.m);
+    struct smol_sessions sb;
+    smol_sessions_init(&sb, &g.m->kv);
+    sb.vocab = g.m->cfg.vocab;
+    g.ss.spill = a;
+    sb.spill = b;
+    /* turns 1-2 on A */
+    ck_assert_int_eq(smol_sessions_lease(&g.ss, "", "fo"), SMOL_LEASE_HELD);
+    struct smol_session *x = make_session(&g, "fo");
+    smol_sessions_attach_lease(&g.ss, x);
+    x->last_used = 1.0;
+    ck_assert_int_eq(smol_sessions_settle(&g.ss), 1);
+    smol_spill_flush(a);
+    /* turn 3 on B (A alive, its copy idle in memory) */
+    ck_assert_int_eq(smol_sessions_lease(&sb, "", "fo"), SMOL_LEASE_CHANGED);
+    struct smol_session *y = smol_sessions_restore(&sb, "", "fo", 10, 0, 2.0);
+    ck_assert(y && y->n_tokens == N_HIST);
+    smol_sessions_attach_lease(&sb, y);
+    smol_kv_seq_truncate(&g.m->kv, &y->seq, N_HIST - 4);
+    ck_assert(smol_session_set_tokens(y, g.ids, N_HIST - 4) == 0);
+    y->last_used = 2.0;
+    ck_assert_int_eq(smol_sessions_settle(&sb), 1);
+    smol_spill_flush(b);
+    /* A's idle copy reaches its TTL: the file B wrote stays */
+    ck_assert_int_eq(smol_sessions_expire(&g.ss, 100.0, 10.0), 1);
+    smol_spill_flush(a);
+    ck_assert(smol_spill_has(b, "fo"));
+    /* turn 4 on B: its copy is current, kept, nothing read */
+    ck_assert_int_eq(smol_sessions_lease(&sb, "", "fo"), SMOL_LEASE_HELD);
+    ck_assert(smol_sessions_find(&sb, "", "fo") == y && y->n_tokens == N_HIST - 4);
+    ck_assert_int_eq((int)sb.n_stale_dropped, 0);
+    smol_sessions_attach_lease(&sb, y);
+    ck_assert_int_eq(smol_sessions_settle(&sb), 1);
+    smol_spill_flush(b);
+    /* fail-back: turn 5 on A reads B's file and writes (A's expiry saw B's
+     * generation: HELD; its copy is gone either way) */
+    const int lr = smol_sessions_lease(&g.ss, "", "fo");
+    ck_assert(lr == SMOL_LEASE_HELD || lr == SMOL_LEASE_CHANGED);
+    ck_assert(!smol_sessions_find(&g.ss, "", "fo"));
+    x = smol_sessions_restore(&g.ss, "", "fo", 10, 0, 3.0);
+    ck_assert(x && x->n_tokens == N_HIST - 4);
+    smol_sessions_attach_lease(&g.ss, x);
+    smol_kv_seq_truncate(&g.m->kv, &x->seq, N_HIST - 8);
+    ck_assert(smol_session_set_tokens(x, g.ids, N_HIST - 8) == 0);
+    x->last_used = 200.0;
+    ck_assert_int_eq(smol_sessions_settle(&g.ss), 1);
+    smol_spill_flush(a);
+    /* B's idle copy expires: A's file stays, A keeps its copy */
+    ck_assert_int_eq(smol_sessions_expire(&sb, 100.0, 10.0), 1);
+    smol_spill_flush(b);
+    ck_assert(smol_spill_has(a, "fo"));
+    ck_assert_int_eq(smol_sessions_lease(&g.ss, "", "fo"), SMOL_LEASE_HELD);
+    ck_assert(smol_sessions_find(&g.ss, "", "fo") == x);
+    smol_sessions_unlease(&g.ss, "", "fo");
+    struct smol_spill *c = open_shared(&g, g.m);  /* a third node reads A's last turn */
+    ck_assert_int_eq(smol_spill_lease(c, "fo"), SMOL_LEASE_CHANGED);
+    ck_assert_int_eq(load_count(&g, c, "fo"), N_HIST - 8);
+    smol_spill_unlease(c, "fo");
+    /* A wrote last: its expiry removes the file */
+    ck_assert_int_eq(smol_sessions_expire(&g.ss, 1000.0, 10.0), 1);
+    smol_spill_flush(a);
+    ck_assert(!smol_spill_has(c, "fo"));
+    smol_sessions_deinit(&sb);
+    smol_sessions_deinit(&g.ss);
+    smol_spill_close(&a);
+    smol_spill_close(&b);
+    smol_spill_close(&c);
+    rig_close(&g);
+}
+END_TEST
+
 /* A shared directory with nodes of two models (an upgrade under way): the
  * file of fixture-t's node is, for fixture-a's node, the conversation
  * without its KV (text, messages, date, mode; no tokens), not removed;
@@ -1410,6 +1492,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_shared_race);
     tcase_add_test(tc, t_shared_foreign_model);
     tcase_add_test(tc, t_write_faults);
+    tcase_add_test(tc, t_shared_failover_expiry);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -416,8 +416,14 @@ int smol_sessions_expire(struct smol_sessions *s, double now, double ttl)
     for (struct smol_session *x = s->tail, *p; x; x = p) {
         p = x->prev;
         if (!x->busy && now - x->last_used > ttl) {
-            /* the conversation is over: its file goes too */
-            if (x->id[0]) smol_sessions_remove_file(s, x->tenant, x->id);
+            /* the conversation is over: its file goes too, unless
+             * another node wrote it since (it goes on there) */
+            if (x->id[0] && s->spill) {
+                char key[SMOL_SPILL_KEY_MAX + 1];
+                smol_spill_key(x->tenant, x->id, key);
+                if (x->leased) unlease(s, x); /* (its own reference would read as the file being ours) */
+                smol_spill_expire(s->spill, key);
+            }
             smol_sessions_remove(s, x);
             n++;
         }

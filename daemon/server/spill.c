@@ -1564,6 +1564,15 @@ void smol_spill_remove(struct smol_spill *sp, const char *id)
     if (sp->shared || find_ent(sp, name)) unlink_file(sp, name);
 }
 
+void smol_spill_expire(struct smol_spill *sp, const char *id)
+{
+    reap_failed(sp);
+    char name[NAME_LEN + 1];
+    file_name(id, name);
+    if (sp->shared) unlink_file_gen(sp, name, 0); /* only while the file is the one this node last saw */
+    else if (find_ent(sp, name)) unlink_file(sp, name);
+}
+
 int smol_spill_has(const struct smol_spill *sp, const char *id)
 {
     char name[NAME_LEN + 1];

@@ -235,6 +235,10 @@ int smol_spill_best_prefix(struct smol_spill *sp, const char *tenant, const int3
 
 /* Removes the file of key id, if any. */
 void smol_spill_remove(struct smol_spill *sp, const char *id);
+/* The same for a copy in memory that expired: in a shared directory the
+ * file is removed only when no other node wrote it since this node last
+ * saw it (else it is another node's conversation, going on there). */
+void smol_spill_expire(struct smol_spill *sp, const char *id);
 
 /* 1 if a file for key id is indexed (shared: if the directory has one). */
 int smol_spill_has(const struct smol_spill *sp, const char *id);
