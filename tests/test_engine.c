@@ -1291,6 +1291,79 @@ START_TEST(t_delete_busy_shared)
 }
 END_TEST
 
+/* A shared spill directory, issue 46's second row: another node holds
+ * session A's lease (its turn runs there); a turn of A waits for it, and a
+ * turn of an unrelated session B, queued behind, is admitted and answered
+ * meanwhile (it waited behind A until A's lease came or queue_timeout).
+ * A second turn of A queued behind B stays behind the first (one session's
+ * turns in order: never started before it; refused as busy while it runs,
+ * as without a shared spill).  Once the other node gives A back, A's turn
+ * runs. */
+START_TEST(t_lease_wait_alone)
+{
+    char dir[] = "/tmp/smol-engine-hol-XXXXXX", err[SMOL_ERRLEN];
+    ck_assert(mkdtemp(dir));
+    struct smol_model_settings set;
+    smol_model_settings_default(&set);
+    set.quiet = 1;
+    set.n_ctx = 1024;
+    struct smol_model *m = NULL;
+    if (smol_model_open(&m, fixture_path("models/fixture-t.Q8_0.gguf"), &set, err) != SMOL_OK) {
+        printf("SKIPPED: fixture missing\n");
+        return;
+    }
+    struct smol_spill *other = NULL;
+    ck_assert_msg(smol_spill_open_shared(&rig_spill, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    ck_assert_msg(smol_spill_open_shared(&other, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    ck_assert_int_eq(smol_spill_lease(other, "hol-a"), SMOL_LEASE_HELD);
+    const double saved_timeout = rig_queue_timeout_s;
+    rig_queue_timeout_s = 20;
+    struct rig g;
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    int32_t ids[12];
+    for (int i = 0; i < 12; i++) ids[i] = 300 + 7 * i;
+    const uint64_t a = submit_ids(&g, ids, 12, 4, "hol-a");
+    const uint64_t b = submit_ids(&g, ids, 12, 4, "hol-b");
+    const uint64_t a2 = submit_ids(&g, ids, 12, 4, "hol-a");
+    unsigned fl;
+    Smollm3__Event *ev;
+    uint64_t got;
+    /* B's whole turn comes first, while A waits for its lease */
+    const double t0 = smol_mono_s();
+    do {
+        got = recv_event(&g, &fl, &ev);
+        ck_assert_msg(got == b, "an event of request %llu before B's end (A waits for its lease)",
+                      (unsigned long long)got);
+        smollm3__event__free_unpacked(ev, NULL);
+    } while (!(fl & SMOL_EV_TERMINAL));
+    ck_assert_msg(smol_mono_s() - t0 < 10, "B answered after %.1f s", smol_mono_s() - t0);
+    smol_spill_unlease(other, "hol-a");         /* the other node's turn ends */
+    int open = 2, a_started = 0;
+    while (open > 0) {
+        got = recv_event(&g, &fl, &ev);
+        ck_assert(got == a || got == a2);
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_STARTED) {
+            if (got == a) a_started = 1;
+            else ck_assert_msg(a_started, "A's second turn started before its first");
+        }
+        if (fl & SMOL_EV_TERMINAL) {
+            if (got == a) ck_assert_int_ne(ev->kind_case, SMOLLM3__EVENT__KIND_ERROR);
+            else if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) ck_assert(a_started);
+            open--;
+        }
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    rig_close(&g);
+    rig_queue_timeout_s = saved_timeout;
+    smol_spill_close(&other);
+    smol_spill_close(&rig_spill);
+    smol_model_close(&m);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
 #ifdef COUNT_ALLOCS
 /* The decode path's allocations per generated token (engine.c's header):
  * two runs alike but for the tokens they generate, each between two stats
@@ -1357,5 +1430,9 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_allocs_per_token);
 #endif
     suite_add_tcase(s, tc);
+    TCase *tl = tcase_create("lease");  /* CK_RUN_CASE=lease: a shared spill's lease waits */
+    tcase_set_timeout(tl, 60);
+    tcase_add_test(tl, t_lease_wait_alone);
+    suite_add_tcase(s, tl);
     return s;
 }

@@ -171,6 +171,7 @@ static int admit_lookup(struct smol_engine *e, struct req *q, double now, struct
         const int lr = smol_sessions_lease(&e->sessions, r->tenant, r->session);
         if (lr == SMOL_LEASE_ELSEWHERE && now - r->t_received <= e->cfg.queue_timeout_s) {
             e->waiting_read = 1;    /* its turn there ends soon: asked again */
+            q->waits_alone = 1;
             return 0;
         }
         if (lr != SMOL_LEASE_HELD && lr != SMOL_LEASE_CHANGED) {
@@ -188,6 +189,7 @@ static int admit_lookup(struct smol_engine *e, struct req *q, double now, struct
     a->s = smol_sessions_find(&e->sessions, r->tenant, r->session);
     if (!a->s && !smol_sessions_prefetch(&e->sessions, r->tenant, r->session)) {
         e->waiting_read = 1;
+        q->waits_alone = 1;
         return 0;
     }
     if (!a->s)
@@ -283,6 +285,7 @@ static int admit_prefix(struct smol_engine *e, struct req *q, double now, struct
         a->src = smol_sessions_best_prefix(&e->sessions, tenant, q->tok, n, &a->lcp);
         if (!smol_sessions_read_prefix(&e->sessions, tenant, q->tok, n, a->lcp, now)) {
             e->waiting_read = 1;
+            q->waits_alone = 1;
             return 0;
         }
         /* again: what was read back, and making room for it may have evicted src */
@@ -438,6 +441,7 @@ int smol_engine_try_admit(struct smol_engine *e, struct req *q, double now)
 {
     struct admit a = {0};
     int rc;
+    q->waits_alone = 0;
     if (q->r->grammar && !smol_grammar_entry_index(q->r->grammar)) {  /* the RPC thread submits only built ones */
         smol_engine_reject(e, q, SMOL_EINTERNAL, "structured output: the grammar's index is not built");
         return -1;

@@ -36,6 +36,8 @@ struct req {
     int32_t *tok;                   /* prompt, then generated tokens appended */
     int n_tok, cap;
     int n_prompt, n_cached, max_gen, n_gen, n_reasoning;
+    int waits_alone;                /* its admission waits for its session's lease or file (shared
+                                       spill): the requests of other sessions are admitted past it */
     int thinking, cancelled, paused, finished;
     int lost;                       /* an event of its stream could not be made or sent (out of
                                        memory): it stops and ends with an error, never with a Done
