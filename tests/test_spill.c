@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -34,6 +35,8 @@
 #include "testutil.h"
 
 #define N_HIST 100
+
+static atomic_int fault_skew;   /* seconds this node's time() runs fast (t_shared_clock_skew) */
 
 struct rig {
     struct smol_model *m;
@@ -141,6 +144,13 @@ static enum smol_err load(struct smol_spill *sp, struct rig *g, struct smol_sess
     y->enable_thinking = rec.enable_thinking;
     smol_spill_record_deinit(&rec);
     return rc;
+}
+
+/* The path of session key id's file (spill.h: XXH3-128 of the key). */
+static void kv_file_of(const char *dir, const char *id, char *out, size_t cap)
+{
+    XXH128_hash_t h = XXH3_128bits(id, strlen(id));
+    snprintf(out, cap, "%s/%016llx%016llx.kv", dir, (unsigned long long)h.high64, (unsigned long long)h.low64);
 }
 
 /* The only *.kv file of the directory. */
@@ -1104,6 +1114,177 @@ START_TEST(t_shared_failover_expiry)
 }
 END_TEST
 
+/* ---- a bounded directory (issue 46, its fourth item) -------------------------------- */
+
+/* Files in dir by kind: *.kv, *.lock, anything else. */
+static void count_kinds(const char *dir, int *kv, int *lock, int *other)
+{
+    DIR *d = opendir(dir);
+    ck_assert(d);
+    struct dirent *de;
+    *kv = *lock = *other = 0;
+    while ((de = readdir(d))) {
+        const char *n = de->d_name;
+        const size_t l = strlen(n);
+        if (!strcmp(n, ".") || !strcmp(n, "..")) continue;
+        if (l > 3 && !strcmp(n + l - 3, ".kv")) (*kv)++;
+        else if (l > 5 && !strcmp(n + l - 5, ".lock")) (*lock)++;
+        else (*other)++;
+    }
+    closedir(d);
+}
+
+/* Sets the mtime of every file in dir to `ago` seconds before now. */
+static void age_files(const char *dir, int ago)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    struct timespec ts[2];
+    clock_gettime(CLOCK_REALTIME, &ts[0]);
+    ts[0].tv_sec -= ago;
+    ts[1] = ts[0];
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.' || !strncmp(de->d_name, ".tmp-", 5)) {
+            char p[600];
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            ck_assert(utimensat(AT_FDCWD, p, ts, 0) == 0);
+        }
+    closedir(d);
+}
+
+/* A turn of session id on a node (shared): lease, a history of n tokens, written through. */
+static void node_turn(struct rig *g, struct smol_sessions *ss, struct smol_spill *sp, const char *id, int n)
+{
+    ck_assert(smol_sessions_lease(ss, "", id) >= SMOL_LEASE_HELD);
+    struct smol_session *x = smol_sessions_find(ss, "", id);
+    if (!x) x = smol_sessions_restore(ss, "", id, 1000, 0, 1.0);
+    if (!x) {
+        char err[SMOL_ERRLEN];
+        ck_assert((x = smol_sessions_add(ss, "", id)));
+        ck_assert_msg(smol_model_eval(g->m, &x->seq, g->ids, n, 0, NULL, err) == SMOL_OK, "%s", err);
+        ck_assert(smol_session_set_tokens(x, g->ids, n) == 0);
+    }
+    smol_sessions_attach_lease(ss, x);
+    x->last_used = 1.0;
+    ck_assert_int_eq(smol_sessions_settle(ss), 1);
+    smol_spill_flush(sp);
+}
+
+/* N sessions expire: their files and lock files go (the directory holds
+ * the live sessions' and a constant more); files no node holds expire
+ * after the spill TTL, measured by the file server's clock; lock files
+ * without a session file too; a live session's files stay; the budget
+ * holds across a restart (files of an earlier process removed, least
+ * recently used first). */
+START_TEST(t_shared_bounded_dir)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    struct smol_spill *a = open_shared(&g, g.m), *b = open_shared(&g, g.m);
+    struct smol_sessions sb;
+    smol_sessions_init(&sb, &g.m->kv);
+    sb.vocab = g.m->cfg.vocab;
+    g.ss.spill = a;
+    sb.spill = b;
+    int kv, lock, other;
+    /* 20 one-turn sessions on A expire */
+    char id[32];
+    for (int i = 0; i < 20; i++) {
+        snprintf(id, sizeof id, "exp%d", i);
+        node_turn(&g, &g.ss, a, id, 40);
+    }
+    count_kinds(g.dir, &kv, &lock, &other);
+    ck_assert(kv == 20 && lock == 20 && other == 0);
+    ck_assert_int_eq(smol_sessions_expire(&g.ss, 1e6, 10.0), 20);
+    smol_spill_flush(a);
+    count_kinds(g.dir, &kv, &lock, &other);
+    ck_assert_msg(kv == 0 && lock == 0 && other == 0, "after 20 sessions expired: %d .kv, %d .lock, %d others", kv,
+                  lock, other);
+    /* node B writes 5 sessions and dies (its copies never expire there);
+     * A keeps 2 live ones; B's files are two hours old */
+    for (int i = 0; i < 5; i++) {
+        snprintf(id, sizeof id, "dead%d", i);
+        node_turn(&g, &sb, b, id, 40);
+    }
+    ck_assert(smol_spill_lease(b, "nofile") == SMOL_LEASE_HELD);  /* a lock file without a session file */
+    smol_spill_unlease(b, "nofile");
+    smol_sessions_deinit(&sb);
+    smol_spill_close(&b);
+    age_files(g.dir, 7200);
+    node_turn(&g, &g.ss, a, "live0", 40);
+    node_turn(&g, &g.ss, a, "live1", 40);
+    count_kinds(g.dir, &kv, &lock, &other);
+    ck_assert(kv == 7 && lock == 8);
+    smol_spill_sweep(a, 3600);
+    smol_spill_flush(a);
+    count_kinds(g.dir, &kv, &lock, &other);
+    ck_assert_msg(kv == 2 && lock == 2 && other == 0, "after the sweep: %d .kv, %d .lock, %d others", kv, lock, other);
+    ck_assert(smol_spill_has(a, "live0") && smol_spill_has(a, "live1") && !smol_spill_has(a, "dead0"));
+    smol_sessions_deinit(&g.ss);
+    smol_spill_close(&a);
+    /* the budget across a restart: 6 files of an earlier process, a budget of 3 */
+    struct smol_sessions sc;
+    smol_sessions_init(&sc, &g.m->kv);
+    sc.vocab = g.m->cfg.vocab;
+    struct smol_spill *c = open_shared(&g, g.m);
+    sc.spill = c;
+    for (int i = 0; i < 4; i++) {
+        snprintf(id, sizeof id, "old%d", i);
+        node_turn(&g, &sc, c, id, 40);
+    }
+    smol_sessions_deinit(&sc);
+    smol_spill_close(&c);
+    struct stat st;
+    char path[600];
+    kv_file_of(g.dir, "live0", path, sizeof path);
+    ck_assert(stat(path, &st) == 0);
+    const uint64_t one = (uint64_t)st.st_size;
+    char err[SMOL_ERRLEN];
+    ck_assert_msg(smol_spill_open_shared(&c, g.dir, 3 * one, 1, g.m, err) == SMOL_OK, "%s", err);
+    smol_spill_flush(c);
+    count_kinds(g.dir, &kv, &lock, &other);
+    ck_assert_msg(kv == 3, "a budget of 3 files after a restart: %d files", kv);
+    ck_assert(!smol_spill_has(c, "live0") && smol_spill_has(c, "old3")); /* the least recently used went */
+    smol_spill_close(&c);
+    rig_close(&g);
+}
+END_TEST
+
+/* Clock skew between nodes: a node whose clock runs two hours fast neither
+ * removes another node's write under way (a fresh temporary file) nor a
+ * session file just written, at start or in a sweep: ages are taken from
+ * the file server's clock.  Files that are old by that clock go. */
+START_TEST(t_shared_clock_skew)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s/.tmp-0123456789abcdef0123456789abcdef-otherhost-77", g.dir);
+    write_bytes(tmp, "partial", 7);
+    struct smol_spill *b = open_shared(&g, g.m);
+    struct smol_sessions sb;
+    smol_sessions_init(&sb, &g.m->kv);
+    sb.vocab = g.m->cfg.vocab;
+    sb.spill = b;
+    node_turn(&g, &sb, b, "fresh", 40);
+    smol_sessions_deinit(&sb);
+    atomic_store(&fault_skew, 7200);
+    struct smol_spill *a = open_shared(&g, g.m);
+    smol_spill_sweep(a, 3600);
+    smol_spill_flush(a);
+    atomic_store(&fault_skew, 0);
+    ck_assert_msg(access(tmp, F_OK) == 0, "a fresh temporary file of another node removed by a fast clock");
+    ck_assert(smol_spill_has(a, "fresh"));
+    age_files(g.dir, 7300);                     /* now old by the server's clock */
+    smol_spill_sweep(a, 3600);
+    smol_spill_flush(a);
+    ck_assert(access(tmp, F_OK) != 0 && !smol_spill_has(a, "fresh"));
+    smol_spill_close(&a);
+    smol_spill_close(&b);
+    rig_close(&g);
+}
+END_TEST
+
 /* A shared directory with nodes of two models (an upgrade under way): the
  * file of fixture-t's node is, for fixture-a's node, the conversation
  * without its KV (text, messages, date, mode; no tokens), not removed;
@@ -1367,6 +1548,16 @@ int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char 
     return __real_renameat(olddirfd, oldpath, newdirfd, newpath);
 }
 
+/* time(): this node's clock, `fault_skew` seconds fast (spill.c once aged
+ * temporary files by it) */
+time_t __real_time(time_t *t);
+time_t __wrap_time(time_t *t)
+{
+    time_t now = __real_time(NULL) + atomic_load(&fault_skew);
+    if (t) *t = now;
+    return now;
+}
+
 /* The history length the directory's only session file holds (its header). */
 static int file_tokens(const char *dir)
 {
@@ -1493,6 +1684,8 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_shared_foreign_model);
     tcase_add_test(tc, t_write_faults);
     tcase_add_test(tc, t_shared_failover_expiry);
+    tcase_add_test(tc, t_shared_bounded_dir);
+    tcase_add_test(tc, t_shared_clock_skew);
     suite_add_tcase(s, tc);
     return s;
 }

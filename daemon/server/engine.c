@@ -529,7 +529,7 @@ static void *engine_main(void *arg)
 {
     struct smol_engine *e = arg;
     int drained_sent = 0, spilled_one = 0;
-    double last_expire = smol_mono_s();
+    double last_expire = smol_mono_s(), last_sweep = 0; /* (a sweep at start) */
     while (!atomic_load_explicit(&e->stop, memory_order_acquire)) {
         int runnable = e->n_queued > 0 && !e->waiting_read;
         for (struct req *q = e->running; q && !runnable; q = q->next) runnable = !q->paused || q->cancelled;
@@ -543,6 +543,12 @@ static void *engine_main(void *arg)
         if (now - last_expire > 1.0) {
             smol_sessions_expire(&e->sessions, now, e->cfg.session_ttl_s);
             last_expire = now;
+        }
+        if (e->cfg.spill && (!last_sweep || now - last_sweep > 60)) {
+            /* files no node uses expire too (never before this node's idle copies would) */
+            const double ttl = e->cfg.spill_ttl_s > e->cfg.session_ttl_s ? e->cfg.spill_ttl_s : e->cfg.session_ttl_s;
+            smol_sessions_sweep_files(&e->sessions, ttl);
+            last_sweep = now;
         }
         step(e);
         if (e->sessions.n_leased) smol_sessions_settle(&e->sessions); /* shared spill: written through */

@@ -338,6 +338,11 @@ void smol_sessions_remove_file(struct smol_sessions *s, const char *tenant, cons
     if (s->spill) smol_spill_remove(s->spill, key);
 }
 
+void smol_sessions_sweep_files(struct smol_sessions *s, double ttl_s)
+{
+    if (s->spill) smol_spill_sweep(s->spill, ttl_s);
+}
+
 int smol_sessions_shared(const struct smol_sessions *s)
 {
     return s->spill && smol_spill_shared(s->spill);

@@ -124,6 +124,8 @@ int smol_sessions_read_prefix(struct smol_sessions *s, const char *tenant, const
 int smol_sessions_has_file(const struct smol_sessions *s, const char *tenant, const char *id);
 /* Removes the file of tenant's session id, if any. */
 void smol_sessions_remove_file(struct smol_sessions *s, const char *tenant, const char *id);
+/* Has the spill sweep its directory: files nobody used for ttl_s go (spill.h, smol_spill_sweep). */
+void smol_sessions_sweep_files(struct smol_sessions *s, double ttl_s);
 /* A shared spill directory (spill.h): a node holds a session's lease from
  * the admission of a turn until that turn has ended and its history is
  * queued for the disk (written through; the write holds the lease until it

@@ -26,6 +26,7 @@ struct entry {
     char name[NAME_LEN + 1];
     uint64_t bytes;
     int64_t stamp;              /* ns, CLOCK_REALTIME (file mtime at scan) */
+    int disk_stamp;             /* stamp is the file's mtime as the file server set it (scan, refresh) */
     /* a cached prefix: its key (its tenant's, smol_spill_key) and KV tokens
      * (NULL for a session) */
     char prefix_id[SMOL_SPILL_KEY_MAX + 1];
@@ -36,7 +37,7 @@ struct entry {
 /* A file operation for the writer thread.  Jobs run in the order they were
  * queued, so the operations on one file never pass each other; a job stays
  * on the queue until it is done. */
-enum job_kind { JOB_WRITE, JOB_UNLINK, JOB_READ };
+enum job_kind { JOB_WRITE, JOB_UNLINK, JOB_READ, JOB_SWEEP };
 
 struct job {
     struct job *next;
@@ -53,6 +54,8 @@ struct job {
     int running, finished;
     int leased;                         /* holds a reference to its name's lease (shared directory) */
     int tries;                          /* JOB_WRITE: attempts that failed (it waits for the next one) */
+    int64_t unused_since;               /* JOB_UNLINK: removed only if its mtime is not later (ns; 0: any);
+                                           JOB_SWEEP: the TTL (ns; 0: temporary files only) */
     double not_before;                  /* smol_mono_s(): no attempt before (a failed write's backoff) */
 };
 
@@ -100,6 +103,8 @@ struct lease {
     char name[NAME_LEN + 1];
     int fd;                     /* the lock file, locked; -1 = not held */
     int refs;
+    int unlinked;               /* the lock file was removed with the session's (fd is of the removed
+                                   file): no new reference until the last one closes it */
     uint64_t gen;               /* the file's generation as this node last saw or made it */
 };
 
@@ -212,20 +217,28 @@ static void drop_ready(struct smol_spill *sp, const char *name);
 static int lease_take(struct smol_spill *sp, const char *name);
 static void lease_put_locked(struct smol_spill *sp, const char *name);
 
+#define RM_SAME_GEN 0   /* only if nobody wrote it since this node last saw it */
+#define RM_ANY_GEN 1    /* whoever wrote it last */
+#define RM_UNUSED 2     /* the budget: as RM_SAME_GEN, or, a file indexed from the directory (an
+                           earlier process's, another node's), if unused since it was indexed */
+
 /* In a shared directory the file is removed under its lease (taken here if
- * need be), and only when another node did not write it since this node
- * last saw it, unless any_gen; the index forgets it either way. */
-static void unlink_file_gen(struct smol_spill *sp, const char *name, int any_gen)
+ * need be), as `mode` says, and its lock file with it (spill.h); the index
+ * forgets it either way. */
+static void unlink_file_gen(struct smol_spill *sp, const char *name, int mode)
 {
     struct entry *e = find_ent(sp, name);
+    const int64_t indexed = e && e->disk_stamp ? e->stamp : 0;
     if (e) drop_ent(sp, e);
     drop_ready(sp, name);
     int leased = 0;
+    int64_t unused_since = 0;
     if (sp->shared) {
         const int r = lease_take(sp, name);
         /* (CHANGED: lease_take read the generation now on disk, which the
          * writer checks again before it removes the file) */
-        if (r == SMOL_LEASE_HELD || (r == SMOL_LEASE_CHANGED && any_gen)) {
+        if (r == SMOL_LEASE_CHANGED && mode == RM_UNUSED && indexed) unused_since = indexed;
+        if (r == SMOL_LEASE_HELD || (r == SMOL_LEASE_CHANGED && (mode == RM_ANY_GEN || unused_since))) {
             leased = 1;
         } else {
             if (r == SMOL_LEASE_CHANGED) {
@@ -253,13 +266,14 @@ static void unlink_file_gen(struct smol_spill *sp, const char *name, int any_gen
         return;
     }
     j->kind = JOB_UNLINK;
+    j->unused_since = unused_since;
     snprintf(j->name, sizeof j->name, "%s", name);
     enqueue(sp, j);
 }
 
 static void unlink_file(struct smol_spill *sp, const char *name)
 {
-    unlink_file_gen(sp, name, 1);
+    unlink_file_gen(sp, name, RM_ANY_GEN);
 }
 
 /* Removes the least recently used files until the total fits the budget;
@@ -277,7 +291,7 @@ static void trim(struct smol_spill *sp, const char *keep)
         char name[NAME_LEN + 1];
         snprintf(name, sizeof name, "%s", old->name);
         smol_log_info("spill: disk budget: removing %s (%.1f MiB, least recently used)", name, old->bytes / 1048576.0);
-        unlink_file_gen(sp, name, 0);
+        unlink_file_gen(sp, name, RM_UNUSED);
     }
 }
 
@@ -333,6 +347,35 @@ static void lease_put_locked(struct smol_spill *sp, const char *name)
     }
 }
 
+/* Opens and locks lock file lk (an OFD write lock, never waiting; created
+ * if missing): 0 (*fd locked), 1 (another open file description holds it:
+ * another node, or this one's sweep), -1 (errno).  A lock file is removed
+ * only by the holder of its lock (with its session's file), so a lock
+ * taken on a file that is no longer the one under its name (removed
+ * meanwhile) is given up and taken again on the new one. */
+static int lock_open(struct smol_spill *sp, const char *lk, int *fd_out)
+{
+    for (int tries = 0; tries < 4; tries++) {
+        int fd = openat(sp->dirfd, lk, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        if (fd < 0) return -1;
+        if (fcntl(fd, F_OFD_SETLK, &fl)) {
+            const int e = errno;
+            close(fd);
+            errno = e;
+            return e == EAGAIN || e == EACCES ? 1 : -1;
+        }
+        struct stat a, b;
+        if (!fstat(fd, &a) && !fstatat(sp->dirfd, lk, &b, AT_SYMLINK_NOFOLLOW) && a.st_ino == b.st_ino &&
+            a.st_dev == b.st_dev) {
+            *fd_out = fd;
+            return 0;
+        }
+        close(fd); /* removed under us: the new one */
+    }
+    return 1;
+}
+
 /* Takes a reference to name's lease, locking <name>.lock when this node
  * does not hold it yet (never waiting).  SMOL_LEASE_HELD, SMOL_LEASE_CHANGED
  * (held; another node wrote or removed the file since this node last saw
@@ -346,6 +389,10 @@ static int lease_take(struct smol_spill *sp, const char *name)
         pthread_mutex_unlock(&sp->mu);
         return SMOL_LEASE_ERROR;
     }
+    if (l->refs > 0 && l->unlinked) { /* its removal is under way: asked again after it */
+        pthread_mutex_unlock(&sp->mu);
+        return SMOL_LEASE_ELSEWHERE;
+    }
     if (l->refs > 0) {
         l->refs++;
         pthread_mutex_unlock(&sp->mu);
@@ -353,19 +400,19 @@ static int lease_take(struct smol_spill *sp, const char *name)
     }
     char lk[NAME_LEN + 8];
     snprintf(lk, sizeof lk, "%.32s.lock", name);
-    int fd = openat(sp->dirfd, lk, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-    if (fd < 0 || fcntl(fd, F_OFD_SETLK, &fl)) {
-        const int e = errno, elsewhere = fd >= 0 && (e == EAGAIN || e == EACCES);
-        if (fd >= 0) close(fd);
-        if (elsewhere) sp->st.lease_refused++;
+    int fd = -1;
+    const int r = lock_open(sp, lk, &fd);
+    if (r) {
+        const int e = errno;
+        if (r > 0) sp->st.lease_refused++;
         pthread_mutex_unlock(&sp->mu);
-        if (!elsewhere) smol_log_warn("spill: %s/%s: cannot lock: %s", sp->dir, lk, strerror(e));
-        return elsewhere ? SMOL_LEASE_ELSEWHERE : SMOL_LEASE_ERROR;
+        if (r < 0) smol_log_warn("spill: %s/%s: cannot lock: %s", sp->dir, lk, strerror(e));
+        return r > 0 ? SMOL_LEASE_ELSEWHERE : SMOL_LEASE_ERROR;
     }
     const uint64_t gen = read_gen(fd);
     const int changed = gen != l->gen;
     l->fd = fd;
+    l->unlinked = 0;
     l->refs = 1;
     l->gen = gen;
     pthread_mutex_unlock(&sp->mu);
@@ -383,6 +430,7 @@ static void refresh_ent(struct smol_spill *sp, const char *name, int changed)
     } else if (!e || changed || e->bytes != (uint64_t)st.st_size) {
         put_ent(sp, name, (uint64_t)st.st_size, (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec, NULL,
                 NULL, 0);
+        if ((e = find_ent(sp, name))) e->disk_stamp = 1;
     }
     if (changed) drop_ready(sp, name);
 }
@@ -616,6 +664,119 @@ static int run_write(struct smol_spill *sp, struct job *j)
     return 0;
 }
 
+static int64_t mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+/* under sp->mu: the index drops name (the engine thread, reap_failed); 0,
+ * or -1 when the list is full (the caller stops for now) */
+static int forget_locked(struct smol_spill *sp, const char *name)
+{
+    if (sp->n_failed >= (int)(sizeof sp->failed / sizeof sp->failed[0])) return -1;
+    snprintf(sp->failed[sp->n_failed++], NAME_LEN + 1, "%s", name);
+    return 0;
+}
+
+/* JOB_UNLINK: the file (unless the lease was lost, or, unused_since set, it
+ * was used since), then, in a shared directory, its lock file, while the
+ * lock is held and no other reference of this node needs it (spill.h). */
+static void run_unlink(struct smol_spill *sp, struct job *j)
+{
+    if (j->leased && lease_advance(sp, j)) return; /* another node's now: left alone */
+    struct stat st;
+    if (j->unused_since && !fstatat(sp->dirfd, j->name, &st, AT_SYMLINK_NOFOLLOW) && mtime_ns(&st) > j->unused_since) {
+        smol_log_info("spill: %s/%s left in place: used since it was indexed", sp->dir, j->name);
+        return;
+    }
+    if (unlinkat(sp->dirfd, j->name, 0) && errno != ENOENT) {
+        smol_log_warn("spill: cannot remove %s/%s: %s", sp->dir, j->name, strerror(errno));
+        return;
+    }
+    if (!j->leased) return;
+    char lk[NAME_LEN + 8];
+    snprintf(lk, sizeof lk, "%.32s.lock", j->name);
+    pthread_mutex_lock(&sp->mu);
+    struct lease *l = lease_of(sp, j->name, 0);
+    if (l && l->refs == 1 && l->fd >= 0 && !unlinkat(sp->dirfd, lk, 0)) {
+        l->unlinked = 1;
+        l->gen = 0; /* a new lock file starts at 0: nothing on disk, as this node knows */
+    }
+    pthread_mutex_unlock(&sp->mu);
+}
+
+/* The file server's time now (ns), which stamps the files' mtimes: that of
+ * a probe file made and removed here (the local clock may run fast or
+ * slow); -1 if it cannot be made. */
+static int64_t server_now(struct smol_spill *sp)
+{
+    char probe[128];
+    snprintf(probe, sizeof probe, ".tmp-clock-%s", sp->node);
+    int fd = openat(sp->dirfd, probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    struct stat st;
+    const int64_t t = !futimens(fd, NULL) && !fstat(fd, &st) ? mtime_ns(&st) : -1;
+    close(fd);
+    unlinkat(sp->dirfd, probe, 0);
+    return t;
+}
+
+#define TMP_AGE_NS (3600ll * 1000000000) /* a temporary file this old is no write under way */
+
+/* JOB_SWEEP: temporary files an hour old by the file server's clock; with
+ * ttl_ns, session and prefix files that nobody used for ttl_ns (their
+ * mtime: written or read), and lock files without a session file as old,
+ * each removed while its lock is held here (no node is in a turn of it;
+ * none of this node's references) and found as old again under it. */
+static void run_sweep(struct smol_spill *sp, int64_t ttl_ns)
+{
+    const int64_t now = server_now(sp);
+    int fd = openat(sp->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (now < 0 || !d) {
+        if (d) closedir(d);
+        else if (fd >= 0) close(fd);
+        smol_log_warn("spill: cannot sweep %s: %s", sp->dir, strerror(errno));
+        return;
+    }
+    struct dirent *de;
+    int removed = 0, full = 0;
+    while ((de = readdir(d)) && !full) {
+        const char *n = de->d_name;
+        struct stat st;
+        if (fstatat(sp->dirfd, n, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode)) continue;
+        if (!strncmp(n, ".tmp-", 5)) {
+            if (now - mtime_ns(&st) > TMP_AGE_NS && !unlinkat(sp->dirfd, n, 0))
+                smol_log_info("spill: removed %s/%s (an unfinished write, an hour old)", sp->dir, n);
+            continue;
+        }
+        const int is_lock = strlen(n) == 37 && !strcmp(n + 32, ".lock");
+        if (!ttl_ns || (!is_our_name(n) && !is_lock) || now - mtime_ns(&st) <= ttl_ns) continue;
+        char name[NAME_LEN + 1], lk[NAME_LEN + 8];
+        snprintf(name, sizeof name, "%.32s.kv", n);
+        snprintf(lk, sizeof lk, "%.32s.lock", n);
+        pthread_mutex_lock(&sp->mu);
+        const struct lease *l = lease_of(sp, name, 0);
+        int lfd = -1;
+        /* (a lock without a session file: found by its own name) */
+        if (!(l && l->refs > 0) && (!sp->shared || !lock_open(sp, lk, &lfd))) {
+            struct stat kst;
+            const int has_kv = !fstatat(sp->dirfd, name, &kst, AT_SYMLINK_NOFOLLOW);
+            if (!has_kv || now - mtime_ns(&kst) > ttl_ns) { /* still unused, under the lock */
+                if (has_kv && !unlinkat(sp->dirfd, name, 0)) {
+                    removed++;
+                    full = forget_locked(sp, name) != 0;
+                }
+                if (lfd >= 0) unlinkat(sp->dirfd, lk, 0);
+            }
+        }
+        if (lfd >= 0) close(lfd);
+        pthread_mutex_unlock(&sp->mu);
+    }
+    closedir(d);
+    if (removed) smol_log_info("spill: %s: %d files unused for %.0f s removed", sp->dir, removed, ttl_ns / 1e9);
+}
+
 /* JOB_READ: the whole file into memory (checked by smol_spill_load) */
 static void run_read(struct smol_spill *sp, struct job *j)
 {
@@ -715,9 +876,8 @@ static void *writer_main(void *arg)
         int bad = 0;
         if (j->kind == JOB_WRITE) bad = run_write(sp, j);
         else if (j->kind == JOB_READ) run_read(sp, j);
-        else if (j->leased && lease_advance(sp, j)) {} /* another node's now: left alone */
-        else if (unlinkat(sp->dirfd, j->name, 0) && errno != ENOENT)
-            smol_log_warn("spill: cannot remove %s/%s: %s", sp->dir, j->name, strerror(errno));
+        else if (j->kind == JOB_SWEEP) run_sweep(sp, j->unused_since);
+        else run_unlink(sp, j);
         const double dt = smol_mono_s() - t0;
         if (j->kind == JOB_WRITE && !bad)
             smol_log_info("spill: %s '%s' written to %s: %d tokens, %.1f MiB in %.0f ms%s",
@@ -751,8 +911,7 @@ static void *writer_main(void *arg)
             if (!bad) sp->st.write_s += dt;
             if (!bad && j->prefix) sp->st.prefixes_written++;
             else if (!bad) sp->st.written++;
-            else if (bad == -2 && sp->n_failed < (int)(sizeof sp->failed / sizeof sp->failed[0]))
-                snprintf(sp->failed[sp->n_failed++], NAME_LEN + 1, "%s", j->name);
+            else if (bad == -2) forget_locked(sp, j->name);
         }
         unqueue_locked(sp, j);
         j->finished = 1;
@@ -876,6 +1035,21 @@ void smol_spill_flush(struct smol_spill *sp)
     pthread_mutex_unlock(&sp->mu);
 }
 
+void smol_spill_sweep(struct smol_spill *sp, double ttl_s)
+{
+    reap_failed(sp);
+    pthread_mutex_lock(&sp->mu);
+    int queued = 0;
+    for (struct job *j = sp->q_head; j && !queued; j = j->next) queued = j->kind == JOB_SWEEP && !j->running;
+    struct job *j = queued ? NULL : calloc(1, sizeof *j);
+    if (j) {
+        j->kind = JOB_SWEEP;
+        j->unused_since = ttl_s > 0 ? (int64_t)(ttl_s * 1e9) : 0;
+        enqueue_locked(sp, j);
+    }
+    pthread_mutex_unlock(&sp->mu);
+}
+
 void smol_spill_set_retry(struct smol_spill *sp, double first_s, double max_s)
 {
     pthread_mutex_lock(&sp->mu);
@@ -941,15 +1115,16 @@ static void scan(struct smol_spill *sp, const struct smol_kv *kv)
         return;
     }
     struct dirent *de;
+    const int64_t now = sp->shared ? server_now(sp) : 0;
     while ((de = readdir(d))) {
         const char *n = de->d_name;
         if (!strcmp(n, ".") || !strcmp(n, "..")) continue;
         struct stat tst;
         if (!strncmp(n, ".tmp-", 5)) {
             /* a shared directory: another node's write may be under way;
-             * an hour-old one is not */
-            if (sp->shared && !fstatat(sp->dirfd, n, &tst, AT_SYMLINK_NOFOLLOW) &&
-                tst.st_mtim.tv_sec > time(NULL) - 3600)
+             * an hour-old one, by the file server's clock, is not */
+            if (sp->shared && (now < 0 || fstatat(sp->dirfd, n, &tst, AT_SYMLINK_NOFOLLOW) ||
+                               now - mtime_ns(&tst) <= TMP_AGE_NS))
                 continue;
             smol_log_info("spill: removing %s/%s (an unfinished write)", sp->dir, n);
             unlinkat(sp->dirfd, n, 0);
@@ -991,6 +1166,8 @@ static void scan(struct smol_spill *sp, const struct smol_kv *kv)
         if (why) { free(toks); reject_file(sp, n, why); continue; }
         put_ent(sp, n, (uint64_t)stt.st_size, (int64_t)stt.st_mtim.tv_sec * 1000000000 + stt.st_mtim.tv_nsec,
                 toks ? pid : NULL, toks, (int)h.n_kv);
+        struct entry *e = find_ent(sp, n);
+        if (e) e->disk_stamp = 1;
         free(toks);
     }
     closedir(d);

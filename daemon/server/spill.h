@@ -76,16 +76,25 @@
  * lease was lost (the filesystem broke the lock: a partition, an expired
  * NFS lease) and the write is dropped, counted (lease_lost), the file left
  * as the other node made it.  A save of a session whose lease this node
- * does not hold is refused (unleased_refused).  Lock files are never
- * removed (removing one would let two nodes lock two different files).
+ * does not hold is refused (unleased_refused).  A lock file is removed
+ * with its session's file, by the node holding its lock, while no other
+ * reference of that node needs it; a node that locked a lock file checks
+ * that it is still the file under that name (same inode) and, if it was
+ * removed meanwhile, locks the new one: two nodes never hold two files of
+ * one name.  A new lock file's generation is 0 again: a node that knew a
+ * later one finds CHANGED and drops its copy (the session was removed).
  * A session file that is sound but of another model (or KV type or
  * geometry: a node running another model file) loads as its conversation
  * (text, messages, date, mode) without tokens or KV, which the next turn
  * computes again; it is not removed (history_restored).
  * The index is refreshed from the directory whenever a lease is taken;
  * files failing the checks at open are left alone (maybe another model's
- * node); temporary files are named by host and pid, and only an hour-old
- * one is removed; the budget removes only files this node wrote last.
+ * node); temporary files are named by host and pid, and only one an hour
+ * old by the file server's clock (a probe file's mtime) is removed.  The
+ * budget removes the least recently used files, this node's own or, found
+ * in the directory (at open, on a lease), anyone's that nobody used since
+ * (their mtime, checked again under the lock).  smol_spill_sweep removes
+ * files nobody used for a TTL.
  */
 #ifndef SMOL_SPILL_H
 #define SMOL_SPILL_H
@@ -255,6 +264,13 @@ int smol_spill_prefetch(struct smol_spill *sp, const char *id);
 /* Waits until the writer has tried every queued job (returns at once when
  * paused); failed writes may still wait for their retry. */
 void smol_spill_flush(struct smol_spill *sp);
+/* Queues a sweep of the directory (on the writer thread; one at a time):
+ * temporary files an hour old, and, ttl_s > 0, the files (sessions,
+ * cached prefixes, lock files without a session file) nobody wrote or
+ * read for ttl_s, by the file server's clock (a probe file's mtime, not
+ * this node's clock), each removed under its lock (no node in a turn of
+ * it) and with its lock file. */
+void smol_spill_sweep(struct smol_spill *sp, double ttl_s);
 /* A failed write's backoff: first_s, doubling per failure, at most max_s. */
 void smol_spill_set_retry(struct smol_spill *sp, double first_s, double max_s);
 /* Tests: a paused writer starts no job (so queued writes can be observed). */
