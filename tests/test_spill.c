@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -883,6 +884,38 @@ static struct smol_spill *open_shared(struct rig *g, struct smol_model *m)
     return sp;
 }
 
+/* The lock of key id is lost as when the filesystem breaks it (an NFS
+ * lease expired): every descriptor of this process on its lock file is
+ * replaced (dup2) by an unlocked one of the same file, which drops the OFD
+ * lock with its last open file description; the spill still thinks it
+ * holds the lease.  (No hook in the library for it.) */
+static void revoke_lock(const char *dir, const char *id)
+{
+    char lk[600], link[600], path[300];
+    kv_file_of(dir, id, lk, sizeof lk);
+    snprintf(lk + strlen(lk) - 3, 6, ".lock");
+    char real[PATH_MAX];
+    ck_assert(realpath(lk, real));
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert(d);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        const int fd = atoi(de->d_name);
+        snprintf(path, sizeof path, "/proc/self/fd/%s", de->d_name);
+        ssize_t l = readlink(path, link, sizeof link - 1);
+        if (de->d_name[0] == '.' || l <= 0) continue;
+        link[l] = 0;
+        if (strcmp(link, real)) continue;
+        const int nfd = open(real, O_RDWR | O_CLOEXEC);
+        ck_assert(nfd >= 0 && dup2(nfd, fd) == fd);
+        close(nfd);
+        n++;
+    }
+    closedir(d);
+    ck_assert_int_ge(n, 1);
+}
+
 /* The lease: one node at a time (an OFD lock conflicts between two open
  * spills even in one process, as between two machines); a save without it
  * is refused; the generation tells the next holder that the other wrote;
@@ -932,7 +965,7 @@ START_TEST(t_shared_lease)
     smol_spill_pause(a, 1);
     ck_assert_msg(save(a, &g, x, err) == SMOL_OK, "%s", err);
     smol_spill_unlease(a, "c1");
-    smol_spill_lease_revoke(a, "c1");
+    revoke_lock(g.dir, "c1");
     ck_assert_int_eq(smol_spill_lease(b, "c1"), SMOL_LEASE_HELD);  /* B wrote last */
     smol_kv_seq_truncate(&g.m->kv, &y->seq, N_HIST - 20);
     ck_assert(smol_session_set_tokens(y, g.ids, N_HIST - 20) == 0);

@@ -472,20 +472,6 @@ int smol_spill_holds(struct smol_spill *sp, const char *id)
     return held;
 }
 
-void smol_spill_lease_revoke(struct smol_spill *sp, const char *id)
-{
-    char name[NAME_LEN + 1], lk[NAME_LEN + 8];
-    file_name(id, name);
-    snprintf(lk, sizeof lk, "%.32s.lock", name);
-    pthread_mutex_lock(&sp->mu);
-    struct lease *l = lease_of(sp, name, 0);
-    if (l && l->fd >= 0) { /* the same file, opened again without the lock */
-        close(l->fd);
-        l->fd = openat(sp->dirfd, lk, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    }
-    pthread_mutex_unlock(&sp->mu);
-}
-
 /* Writer thread, before it replaces or removes name under its lease: 0
  * when this node still holds the lease (no other open file description
  * locks the file) and nobody wrote the file since this node last saw it

@@ -208,9 +208,6 @@ int smol_spill_lease(struct smol_spill *sp, const char *id);
 void smol_spill_unlease(struct smol_spill *sp, const char *id);
 /* 1 while this node holds the lease of key id (always, not shared). */
 int smol_spill_holds(struct smol_spill *sp, const char *id);
-/* Tests: the lock of key id is lost as when the filesystem breaks it (the
- * node still thinks it holds the lease). */
-void smol_spill_lease_revoke(struct smol_spill *sp, const char *id);
 
 /* Writes the record of an idle session with the KV of its first
  * rec->seq->n_tokens positions (queued: see Threads above); an empty one
