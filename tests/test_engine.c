@@ -5,6 +5,9 @@
  * Talks to the engine exactly as the RPC thread does: an inproc PAIR.
  */
 #include <check.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <string.h>
 #include <zmq.h>
 
@@ -1364,6 +1367,51 @@ START_TEST(t_lease_wait_alone)
 }
 END_TEST
 
+/* The engine sweeps its spill directory at start (then every minute):
+ * a file nobody wrote or read for the TTL (kv_spill_ttl, at least
+ * session_ttl: 3600 s here) goes with its lock file; a fresh one stays. */
+START_TEST(t_spill_sweep_at_start)
+{
+    char dir[] = "/tmp/smol-engine-sweep-XXXXXX", err[SMOL_ERRLEN], old[128], oldlk[128], fresh[128];
+    ck_assert(mkdtemp(dir));
+    snprintf(old, sizeof old, "%s/0123456789abcdef0123456789abcdef.kv", dir);
+    snprintf(oldlk, sizeof oldlk, "%s/0123456789abcdef0123456789abcdef.lock", dir);
+    snprintf(fresh, sizeof fresh, "%s/fedcba9876543210fedcba9876543210.kv", dir);
+    const char *files[] = {old, oldlk, fresh};
+    for (int i = 0; i < 3; i++) {
+        FILE *f = fopen(files[i], "wb");
+        ck_assert(f && fputs("x", f) >= 0 && fclose(f) == 0);
+    }
+    struct timespec ts[2];
+    clock_gettime(CLOCK_REALTIME, &ts[0]);
+    ts[0].tv_sec -= 7200;
+    ts[1] = ts[0];
+    ck_assert(utimensat(AT_FDCWD, old, ts, 0) == 0 && utimensat(AT_FDCWD, oldlk, ts, 0) == 0);
+    struct smol_model_settings set;
+    smol_model_settings_default(&set);
+    set.quiet = 1;
+    set.n_ctx = 1024;
+    struct smol_model *m = NULL;
+    if (smol_model_open(&m, fixture_path("models/fixture-t.Q8_0.gguf"), &set, err) != SMOL_OK) {
+        printf("SKIPPED: fixture missing\n");
+        return;
+    }
+    ck_assert_msg(smol_spill_open_shared(&rig_spill, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    ck_assert(access(old, F_OK) == 0);      /* (not ours to judge at open: another model's, maybe) */
+    struct rig g;
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    for (int i = 0; i < 500 && access(old, F_OK) == 0; i++) usleep(10000);
+    ck_assert_msg(access(old, F_OK) != 0 && access(oldlk, F_OK) != 0, "a file unused for 2 h kept after 5 s");
+    ck_assert(access(fresh, F_OK) == 0);
+    rig_close(&g);
+    smol_spill_close(&rig_spill);
+    smol_model_close(&m);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
 #ifdef COUNT_ALLOCS
 /* The decode path's allocations per generated token (engine.c's header):
  * two runs alike but for the tokens they generate, each between two stats
@@ -1433,6 +1481,7 @@ Suite *test_suite(void)
     TCase *tl = tcase_create("lease");  /* CK_RUN_CASE=lease: a shared spill's lease waits */
     tcase_set_timeout(tl, 60);
     tcase_add_test(tl, t_lease_wait_alone);
+    tcase_add_test(tl, t_spill_sweep_at_start);
     suite_add_tcase(s, tl);
     return s;
 }
