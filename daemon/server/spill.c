@@ -743,21 +743,25 @@ static void run_sweep(struct smol_spill *sp, int64_t ttl_ns)
         snprintf(lk, sizeof lk, "%.32s.lock", n);
         pthread_mutex_lock(&sp->mu);
         const struct lease *l = lease_of(sp, name, 0);
+        const int ours = l && l->refs > 0;
+        pthread_mutex_unlock(&sp->mu);
+        /* (no mutex held over the filesystem: the lock file's OFD lock keeps
+         * this node's engine thread out as it keeps other nodes out) */
         int lfd = -1;
-        /* (a lock without a session file: found by its own name) */
-        if (!(l && l->refs > 0) && (!sp->shared || !lock_open(sp, lk, &lfd))) {
+        if (!ours && (!sp->shared || !lock_open(sp, lk, &lfd))) {
             struct stat kst;
             const int has_kv = !fstatat(sp->dirfd, name, &kst, AT_SYMLINK_NOFOLLOW);
             if (!has_kv || now - mtime_ns(&kst) > ttl_ns) { /* still unused, under the lock */
                 if (has_kv && !unlinkat(sp->dirfd, name, 0)) {
                     removed++;
+                    pthread_mutex_lock(&sp->mu);
                     full = forget_locked(sp, name) != 0;
+                    pthread_mutex_unlock(&sp->mu);
                 }
                 if (lfd >= 0) unlinkat(sp->dirfd, lk, 0);
             }
         }
         if (lfd >= 0) close(lfd);
-        pthread_mutex_unlock(&sp->mu);
     }
     closedir(d);
     if (removed) smol_log_info("spill: %s: %d files unused for %.0f s removed", sp->dir, removed, ttl_ns / 1e9);
