@@ -1340,6 +1340,15 @@ START_TEST(t_lease_wait_alone)
         smollm3__event__free_unpacked(ev, NULL);
     } while (!(fl & SMOL_EV_TERMINAL));
     ck_assert_msg(smol_mono_s() - t0 < 10, "B answered after %.1f s", smol_mono_s() - t0);
+    /* A asks for its lease again with a backoff (2 ms doubling to 50 ms), not
+     * every 2 ms: the lock file is not opened 500 times a second */
+    struct smol_spill_stats st0, st1;
+    smol_spill_get_stats(rig_spill, &st0);
+    usleep(1000000);
+    smol_spill_get_stats(rig_spill, &st1);
+    ck_assert_msg(st1.lease_refused - st0.lease_refused <= 40, "%llu lease asks in 1 s of waiting",
+                  (unsigned long long)(st1.lease_refused - st0.lease_refused));
+    ck_assert_int_ge(st1.lease_refused - st0.lease_refused, 10);
     smol_spill_unlease(other, "hol-a");         /* the other node's turn ends */
     int open = 2, a_started = 0;
     while (open > 0) {

@@ -168,10 +168,17 @@ static int admit_lookup(struct smol_engine *e, struct req *q, double now, struct
     if (smol_sessions_shared(&e->sessions)) {
         /* one node at a time: its lease first (a copy in memory that
          * another node has written past since is dropped: the file is read) */
+        if (now < q->lease_ask_at) {    /* held elsewhere a moment ago */
+            e->waiting_read = 1;
+            q->waits_alone = 1;
+            return 0;
+        }
         const int lr = smol_sessions_lease(&e->sessions, r->tenant, r->session);
         if (lr == SMOL_LEASE_ELSEWHERE && now - r->t_received <= e->cfg.queue_timeout_s) {
-            e->waiting_read = 1;    /* its turn there ends soon: asked again */
+            e->waiting_read = 1;    /* its turn there ends soon: asked again, 2 ms doubling to 50 ms later */
             q->waits_alone = 1;
+            q->lease_wait = q->lease_wait > 0 ? (q->lease_wait * 2 < 0.05 ? q->lease_wait * 2 : 0.05) : 0.002;
+            q->lease_ask_at = now + q->lease_wait;
             return 0;
         }
         if (lr != SMOL_LEASE_HELD && lr != SMOL_LEASE_CHANGED) {
