@@ -6,6 +6,7 @@
  */
 #include <check.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <string.h>
@@ -1376,6 +1377,76 @@ START_TEST(t_lease_wait_alone)
 }
 END_TEST
 
+/* fcntl() comes here first (Makefile: test_engine linked with --wrap=fcntl):
+ * with slow_lock_ms set, taking an OFD lock takes that long, as on a slow
+ * or unreachable NFS server. */
+#include <stdarg.h>
+static atomic_int slow_lock_ms;
+int __real_fcntl(int fd, int cmd, ...);
+int __wrap_fcntl(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    if (cmd == F_OFD_SETLK && atomic_load(&slow_lock_ms)) usleep(1000 * atomic_load(&slow_lock_ms));
+    return __real_fcntl(fd, cmd, arg);
+}
+
+/* The lease is asked on the spill's lease thread, not the engine's: while
+ * session A's lock takes 1.5 s to answer (a slow file server), a turn of
+ * session B, queued behind it, is answered (the engine thread was blocked
+ * in fcntl for A's 1.5 s, and B with it); then A runs. */
+START_TEST(t_lease_off_engine_thread)
+{
+    char dir[] = "/tmp/smol-engine-slowlock-XXXXXX", err[SMOL_ERRLEN];
+    ck_assert(mkdtemp(dir));
+    struct smol_model_settings set;
+    smol_model_settings_default(&set);
+    set.quiet = 1;
+    set.n_ctx = 1024;
+    struct smol_model *m = NULL;
+    if (smol_model_open(&m, fixture_path("models/fixture-t.Q8_0.gguf"), &set, err) != SMOL_OK) {
+        printf("SKIPPED: fixture missing\n");
+        return;
+    }
+    ck_assert_msg(smol_spill_open_shared(&rig_spill, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    struct rig g;
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    int32_t ids[12];
+    for (int i = 0; i < 12; i++) ids[i] = 200 + 5 * i;
+    atomic_store(&slow_lock_ms, 1500);
+    const double t0 = smol_mono_s();
+    const uint64_t a = submit_ids(&g, ids, 12, 4, "slow-a");
+    usleep(100000);                             /* A's lease is being asked */
+    const uint64_t b = submit_ids(&g, ids, 12, 4, NULL);
+    unsigned fl;
+    Smollm3__Event *ev;
+    uint64_t got;
+    double b_done = 0;
+    int open = 2;
+    while (open > 0) {
+        got = recv_event(&g, &fl, &ev);
+        ck_assert(got == a || got == b);
+        if (fl & SMOL_EV_TERMINAL) {
+            ck_assert_int_ne(ev->kind_case, SMOLLM3__EVENT__KIND_ERROR);
+            if (got == b) b_done = smol_mono_s() - t0;
+            if (got == a) atomic_store(&slow_lock_ms, 0);
+            open--;
+        }
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    atomic_store(&slow_lock_ms, 0);
+    ck_assert_msg(b_done < 1.0, "B answered %.2f s after A's slow lease began", b_done);
+    rig_close(&g);
+    smol_spill_close(&rig_spill);
+    smol_model_close(&m);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
 /* The engine sweeps its spill directory at start (then every minute):
  * a file nobody wrote or read for the TTL (kv_spill_ttl, at least
  * session_ttl: 3600 s here) goes with its lock file; a fresh one stays. */
@@ -1491,6 +1562,7 @@ Suite *test_suite(void)
     tcase_set_timeout(tl, 60);
     tcase_add_test(tl, t_lease_wait_alone);
     tcase_add_test(tl, t_spill_sweep_at_start);
+    tcase_add_test(tl, t_lease_off_engine_thread);
     suite_add_tcase(s, tl);
     return s;
 }

@@ -173,7 +173,12 @@ static int admit_lookup(struct smol_engine *e, struct req *q, double now, struct
             q->waits_alone = 1;
             return 0;
         }
-        const int lr = smol_sessions_lease(&e->sessions, r->tenant, r->session);
+        const int lr = smol_sessions_lease_async(&e->sessions, r->tenant, r->session);
+        if (lr == SMOL_LEASE_PENDING && now - r->t_received <= e->cfg.queue_timeout_s) {
+            e->waiting_read = 1;    /* asked on the spill's lease thread: the answer next time */
+            q->waits_alone = 1;
+            return 0;
+        }
         if (lr == SMOL_LEASE_ELSEWHERE && now - r->t_received <= e->cfg.queue_timeout_s) {
             e->waiting_read = 1;    /* its turn there ends soon: asked again, 2 ms doubling to 50 ms later */
             q->waits_alone = 1;
@@ -184,9 +189,10 @@ static int admit_lookup(struct smol_engine *e, struct req *q, double now, struct
         if (lr != SMOL_LEASE_HELD && lr != SMOL_LEASE_CHANGED) {
             char msg[SMOL_ERRLEN + 64];
             snprintf(msg, sizeof msg, "session '%s' %s", r->session,
-                     lr == SMOL_LEASE_ELSEWHERE ? "is held by another node (kv_spill_shared)"
-                                                : "cannot be locked in kv_spill_dir (kv_spill_shared)");
-            smol_engine_reject(e, q, lr == SMOL_LEASE_ELSEWHERE ? SMOL_EBUSY : SMOL_EIO, msg);
+                     lr == SMOL_LEASE_ELSEWHERE || lr == SMOL_LEASE_PENDING
+                         ? "is held by another node (kv_spill_shared)"
+                         : "cannot be locked in kv_spill_dir (kv_spill_shared)");
+            smol_engine_reject(e, q, lr == SMOL_LEASE_ERROR ? SMOL_EIO : SMOL_EBUSY, msg);
             return -1;
         }
         a->leased = 1;

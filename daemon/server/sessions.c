@@ -348,11 +348,11 @@ int smol_sessions_shared(const struct smol_sessions *s)
     return s->spill && smol_spill_shared(s->spill);
 }
 
-int smol_sessions_lease(struct smol_sessions *s, const char *tenant, const char *id)
+static int lease(struct smol_sessions *s, const char *tenant, const char *id, int async)
 {
     char key[SMOL_SPILL_KEY_MAX + 1];
     smol_spill_key(tenant, id, key);
-    const int lr = smol_spill_lease(s->spill, key);
+    const int lr = async ? smol_spill_lease_async(s->spill, key) : smol_spill_lease(s->spill, key);
     struct smol_session *x = lr == SMOL_LEASE_CHANGED ? smol_sessions_find(s, tenant, id) : NULL;
     /* (busy or leased, it would hold the lease: HELD) */
     if (x && !x->busy && !x->leased) {
@@ -361,6 +361,16 @@ int smol_sessions_lease(struct smol_sessions *s, const char *tenant, const char 
         smol_sessions_remove(s, x);
     }
     return lr;
+}
+
+int smol_sessions_lease(struct smol_sessions *s, const char *tenant, const char *id)
+{
+    return lease(s, tenant, id, 0);
+}
+
+int smol_sessions_lease_async(struct smol_sessions *s, const char *tenant, const char *id)
+{
+    return lease(s, tenant, id, 1);
 }
 
 void smol_sessions_unlease(struct smol_sessions *s, const char *tenant, const char *id)

@@ -135,6 +135,9 @@ int smol_sessions_shared(const struct smol_sessions *s);
  * SMOL_LEASE_*); on SMOL_LEASE_CHANGED the stale copy in memory, if any, is
  * dropped (n_stale_dropped): the file is the session now. */
 int smol_sessions_lease(struct smol_sessions *s, const char *tenant, const char *id);
+/* The same asked on the spill's lease thread (spill.h, smol_spill_lease_async):
+ * SMOL_LEASE_PENDING until its answer is in; ask again. */
+int smol_sessions_lease_async(struct smol_sessions *s, const char *tenant, const char *id);
 /* Gives back a reference smol_sessions_lease took and no session took over. */
 void smol_sessions_unlease(struct smol_sessions *s, const char *tenant, const char *id);
 /* x takes over the reference the turn's smol_sessions_lease took (x holds one at most). */

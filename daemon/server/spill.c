@@ -88,6 +88,9 @@ struct smol_spill {
     int shared;
     struct lease *leases;
     int n_leases, cap_leases;
+    pthread_t lease_thread;     /* asks for leases (lock_open, the generation, the file's stat) */
+    int have_lease_thread, lease_stop;
+    pthread_cond_t lease_wake;  /* an ask queued */
     char node[80];              /* host name and pid: in the names of our temporary files */
 };
 
@@ -105,6 +108,14 @@ struct lease {
     int refs;
     int unlinked;               /* the lock file was removed with the session's (fd is of the removed
                                    file): no new reference until the last one closes it */
+    /* asked on the lease thread (smol_spill_lease_async): */
+    int asking;                 /* 1 queued, 2 being asked */
+    int answer;                 /* LEASE_NONE, or the answer not yet taken (HELD, CHANGED: fd is
+                                   locked, refs still 0 until the engine takes it) */
+    double answered_at;         /* smol_mono_s() */
+    int exists;                 /* the session file, as the lease thread found it under the lock */
+    uint64_t size;
+    int64_t mtime;
     uint64_t gen;               /* the file's generation as this node last saw or made it */
 };
 
@@ -298,6 +309,8 @@ static void trim(struct smol_spill *sp, const char *keep)
 /* ---- leases (a shared directory) ----------------------------------------------------- */
 
 #define LEASES_KEPT 8192        /* lease records (held or not) before those not held are forgotten */
+#define LEASE_NONE (-9)         /* struct lease's answer: none waiting */
+#define LEASE_ANSWER_KEEP_S 2.0 /* a lock the lease thread took that nobody came for is let go after this */
 
 /* under sp->mu; NULL on OOM (add) or when there is none (!add).  The pointer
  * is good until the mutex is released. */
@@ -310,7 +323,8 @@ static struct lease *lease_of(struct smol_spill *sp, const char *name, int add)
                                           memory is then dropped and read again: slower, still right) */
         int k = 0;
         for (int i = 0; i < sp->n_leases; i++)
-            if (sp->leases[i].refs > 0) sp->leases[k++] = sp->leases[i];
+            if (sp->leases[i].refs > 0 || sp->leases[i].fd >= 0 || sp->leases[i].asking)
+                sp->leases[k++] = sp->leases[i];
         sp->n_leases = k;
     }
     if (sp->n_leases == sp->cap_leases) {
@@ -324,6 +338,7 @@ static struct lease *lease_of(struct smol_spill *sp, const char *name, int add)
     memset(l, 0, sizeof *l);
     snprintf(l->name, sizeof l->name, "%s", name);
     l->fd = -1;
+    l->answer = LEASE_NONE;
     return l;
 }
 
@@ -398,6 +413,13 @@ static int lease_take(struct smol_spill *sp, const char *name)
         pthread_mutex_unlock(&sp->mu);
         return SMOL_LEASE_HELD;
     }
+    if (l->fd >= 0) { /* locked by the lease thread, its answer not taken yet: taken here */
+        const int a = l->answer;
+        l->answer = LEASE_NONE;
+        l->refs = 1;
+        pthread_mutex_unlock(&sp->mu);
+        return a;
+    }
     char lk[NAME_LEN + 8];
     snprintf(lk, sizeof lk, "%.32s.lock", name);
     int fd = -1;
@@ -438,6 +460,119 @@ static void refresh_ent(struct smol_spill *sp, const char *name, int changed)
 int smol_spill_shared(const struct smol_spill *sp)
 {
     return sp->shared;
+}
+
+static int64_t mtime_ns(const struct stat *st);
+
+/* The lease thread: takes each lease asked (lock_open without waiting, the
+ * generation, a stat of the session file) with no mutex held over the
+ * filesystem, and leaves the answer in the lease record for the engine
+ * thread (smol_spill_lease_async). */
+static void *lease_main(void *arg)
+{
+    struct smol_spill *sp = arg;
+    pthread_mutex_lock(&sp->mu);
+    for (;;) {
+        struct lease *l = NULL;
+        for (int i = 0; i < sp->n_leases && !l; i++)
+            if (sp->leases[i].asking == 1) l = &sp->leases[i];
+        if (sp->lease_stop) break;
+        if (!l) { /* let go of the locks taken for turns that went away meanwhile */
+            const double now = smol_mono_s();
+            int parked = 0;
+            for (int i = 0; i < sp->n_leases; i++) {
+                struct lease *o = &sp->leases[i];
+                if (o->refs > 0 || o->answer == LEASE_NONE) continue;
+                if (now - o->answered_at <= LEASE_ANSWER_KEEP_S) { parked = 1; continue; }
+                if (o->fd >= 0) close(o->fd);
+                o->fd = -1;
+                o->answer = LEASE_NONE;
+            }
+            if (parked) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += 1;
+                pthread_cond_timedwait(&sp->lease_wake, &sp->mu, &ts);
+            } else {
+                pthread_cond_wait(&sp->lease_wake, &sp->mu);
+            }
+            continue;
+        }
+        l->asking = 2;
+        char name[NAME_LEN + 1], lk[NAME_LEN + 8];
+        snprintf(name, sizeof name, "%s", l->name);
+        snprintf(lk, sizeof lk, "%.32s.lock", name);
+        pthread_mutex_unlock(&sp->mu);
+        int fd = -1;
+        const int r = lock_open(sp, lk, &fd);
+        const int e = errno;
+        const uint64_t gen = r ? 0 : read_gen(fd);
+        struct stat st;
+        const int exists = !r && !fstatat(sp->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode);
+        if (r < 0) smol_log_warn("spill: %s/%s: cannot lock: %s", sp->dir, lk, strerror(e));
+        pthread_mutex_lock(&sp->mu);
+        l = lease_of(sp, name, 0); /* (records kept while asking: still there) */
+        if (!l || l->refs > 0 || l->fd >= 0) { /* taken meanwhile on the engine thread: not needed */
+            if (fd >= 0) close(fd);
+            if (l) l->asking = 0;
+            continue;
+        }
+        l->asking = 0;
+        l->answered_at = smol_mono_s();
+        if (r) {
+            l->answer = r > 0 ? SMOL_LEASE_ELSEWHERE : SMOL_LEASE_ERROR;
+            if (r > 0) sp->st.lease_refused++;
+            continue;
+        }
+        l->answer = gen != l->gen ? SMOL_LEASE_CHANGED : SMOL_LEASE_HELD;
+        l->fd = fd;
+        l->unlinked = 0;
+        l->gen = gen;
+        l->exists = exists;
+        l->size = exists ? (uint64_t)st.st_size : 0;
+        l->mtime = exists ? mtime_ns(&st) : 0;
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return NULL;
+}
+
+int smol_spill_lease_async(struct smol_spill *sp, const char *id)
+{
+    if (!sp->shared) return SMOL_LEASE_HELD;
+    if (!sp->have_lease_thread) return smol_spill_lease(sp, id);
+    char name[NAME_LEN + 1];
+    file_name(id, name);
+    pthread_mutex_lock(&sp->mu);
+    struct lease *l = lease_of(sp, name, 1);
+    int r = SMOL_LEASE_PENDING, fresh = 0;
+    if (!l) {
+        r = SMOL_LEASE_ERROR;
+    } else if (l->refs > 0) {
+        if (l->unlinked) r = SMOL_LEASE_ELSEWHERE;
+        else { l->refs++; r = SMOL_LEASE_HELD; }
+    } else if (l->answer != LEASE_NONE) {
+        r = l->answer;
+        l->answer = LEASE_NONE;
+        if (r == SMOL_LEASE_HELD || r == SMOL_LEASE_CHANGED) l->refs = fresh = 1;
+    } else if (!l->asking) {
+        l->asking = 1;
+        pthread_cond_signal(&sp->lease_wake);
+    }
+    const int exists = l ? l->exists : 0;
+    const uint64_t size = l ? l->size : 0;
+    const int64_t mtime = l ? l->mtime : 0;
+    pthread_mutex_unlock(&sp->mu);
+    if (fresh) { /* the index as the lease thread found the file */
+        struct entry *e = find_ent(sp, name);
+        if (!exists) {
+            if (e) drop_ent(sp, e);
+        } else if (!e || r == SMOL_LEASE_CHANGED || e->bytes != size) {
+            put_ent(sp, name, size, mtime, NULL, NULL, 0);
+            if ((e = find_ent(sp, name))) e->disk_stamp = 1;
+        }
+        if (r == SMOL_LEASE_CHANGED) drop_ready(sp, name);
+    }
+    return r;
 }
 
 int smol_spill_lease(struct smol_spill *sp, const char *id)
@@ -1204,6 +1339,7 @@ enum smol_err smol_spill_open_shared(struct smol_spill **out, const char *dir, u
     pthread_mutex_init(&sp->mu, NULL);
     pthread_cond_init(&sp->wake, NULL);
     pthread_cond_init(&sp->done, NULL);
+    pthread_cond_init(&sp->lease_wake, NULL);
     if (!(sp->page_buf = malloc(sp->page_buf_bytes))) {
         smol_spill_close(&sp);
         return smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
@@ -1213,6 +1349,11 @@ enum smol_err smol_spill_open_shared(struct smol_spill **out, const char *dir, u
         return smol_errf(err, SMOL_ENOMEM, "spill: cannot start the writer thread");
     }
     sp->have_thread = 1;
+    if (shared && pthread_create(&sp->lease_thread, NULL, lease_main, sp)) {
+        smol_spill_close(&sp);
+        return smol_errf(err, SMOL_ENOMEM, "spill: cannot start the lease thread");
+    }
+    sp->have_lease_thread = shared;
     scan(sp, &m->kv);
     trim(sp, NULL);
     smol_log_info("spill: %s%s: %u session files, %.1f MiB (budget %s)", dir, shared ? " (shared)" : "", sp->st.files,
@@ -1233,6 +1374,13 @@ void smol_spill_close(struct smol_spill **spp)
         pthread_mutex_unlock(&sp->mu);
         pthread_join(sp->thread, NULL);
     }
+    if (sp->have_lease_thread) {
+        pthread_mutex_lock(&sp->mu);
+        sp->lease_stop = 1;
+        pthread_cond_broadcast(&sp->lease_wake);
+        pthread_mutex_unlock(&sp->mu);
+        pthread_join(sp->lease_thread, NULL);
+    }
     while (sp->ready) {
         struct job *j = sp->ready;
         sp->ready = j->next;
@@ -1242,6 +1390,7 @@ void smol_spill_close(struct smol_spill **spp)
         pthread_mutex_destroy(&sp->mu);
         pthread_cond_destroy(&sp->wake);
         pthread_cond_destroy(&sp->done);
+        pthread_cond_destroy(&sp->lease_wake);
     }
     if (sp->dirfd >= 0) close(sp->dirfd);
     for (int i = 0; i < sp->n_ent; i++) free(sp->ent[i].tokens);

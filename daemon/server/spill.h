@@ -42,7 +42,12 @@
  * calls the spill on the engine's behalf (sessions.h -> spill.h, never the
  * reverse).
  *
- * Threads: the API belongs to the engine thread (not thread-safe).  Writing
+ * Threads: the API belongs to the engine thread (not thread-safe).  In a
+ * shared directory a turn's lease is asked on a lease thread of the spill's
+ * own (smol_spill_lease_async: the lock, the generation and a stat of the
+ * file, no mutex held over them), so a slow file server does not stall the
+ * engine thread there; the other lease paths (expiry, the budget, a write
+ * of a session not leased) still lock on the caller's thread.  Writing
  * and removing files run on a writer thread of the spill's own:
  * smol_spill_save copies the session (its KV pages out of the pool) into an
  * image in memory and queues it; the writer checksums it and writes it as
@@ -199,6 +204,7 @@ int smol_spill_shared(const struct smol_spill *sp);
 #define SMOL_LEASE_ELSEWHERE 0      /* another node holds it: ask again later */
 #define SMOL_LEASE_HELD 1           /* held; the file is as this node last saw it */
 #define SMOL_LEASE_CHANGED 2        /* held; another node wrote or removed the file since */
+#define SMOL_LEASE_PENDING 3        /* smol_spill_lease_async: being asked on the lease thread */
 
 /* Takes a reference to the lease of session key id (locking it when this
  * node does not hold it yet; never waits) and brings the index's entry of
@@ -206,6 +212,14 @@ int smol_spill_shared(const struct smol_spill *sp);
  * shared.  Each HELD or CHANGED is given back by smol_spill_unlease. */
 int smol_spill_lease(struct smol_spill *sp, const char *id);
 void smol_spill_unlease(struct smol_spill *sp, const char *id);
+/* The same without a filesystem call on the caller's thread: a lease this
+ * node holds is referenced at once (HELD); otherwise the spill's lease
+ * thread asks for it (locks the lock file, reads the generation, stats the
+ * session file) and this says SMOL_LEASE_PENDING until its answer is in,
+ * which the next call returns (and takes: HELD or CHANGED, with the index
+ * brought up to date as for smol_spill_lease; ELSEWHERE; ERROR).  A lock
+ * taken for an answer nobody comes for within 2 s is let go. */
+int smol_spill_lease_async(struct smol_spill *sp, const char *id);
 /* 1 while this node holds the lease of key id (always, not shared). */
 int smol_spill_holds(struct smol_spill *sp, const char *id);
 
