@@ -1381,7 +1381,14 @@ END_TEST
  * with slow_lock_ms set, taking an OFD lock takes that long, as on a slow
  * or unreachable NFS server. */
 #include <stdarg.h>
-static atomic_int slow_lock_ms;
+static atomic_int slow_lock_ms, slow_stat_ms;
+int __real_fstatat(int dirfd, const char *path, struct stat *st, int flags);
+int __wrap_fstatat(int dirfd, const char *path, struct stat *st, int flags)
+{
+    if (atomic_load(&slow_stat_ms) && strlen(path) == 35 && !strcmp(path + 32, ".kv"))
+        usleep(1000 * atomic_load(&slow_stat_ms));
+    return __real_fstatat(dirfd, path, st, flags);
+}
 int __real_fcntl(int fd, int cmd, ...);
 int __wrap_fcntl(int fd, int cmd, ...)
 {
@@ -1394,9 +1401,10 @@ int __wrap_fcntl(int fd, int cmd, ...)
 }
 
 /* The lease is asked on the spill's lease thread, not the engine's: while
- * session A's lock takes 1.5 s to answer (a slow file server), a turn of
- * session B, queued behind it, is answered (the engine thread was blocked
- * in fcntl for A's 1.5 s, and B with it); then A runs. */
+ * session A's lock, and a stat of its session file, take 1.5 s each to
+ * answer (a slow file server), a turn of session B, queued behind it, is
+ * answered (the engine thread was blocked in fcntl for A's 1.5 s, and B
+ * with it; then in fstatat, looking for A's file); then A runs. */
 START_TEST(t_lease_off_engine_thread)
 {
     char dir[] = "/tmp/smol-engine-slowlock-XXXXXX", err[SMOL_ERRLEN];
@@ -1411,11 +1419,15 @@ START_TEST(t_lease_off_engine_thread)
         return;
     }
     ck_assert_msg(smol_spill_open_shared(&rig_spill, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    const double saved_timeout = rig_queue_timeout_s;
+    rig_queue_timeout_s = 20;
     struct rig g;
     ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    rig_queue_timeout_s = saved_timeout;
     int32_t ids[12];
     for (int i = 0; i < 12; i++) ids[i] = 200 + 5 * i;
     atomic_store(&slow_lock_ms, 1500);
+    atomic_store(&slow_stat_ms, 1500);          /* and a session file's stat as slow */
     const double t0 = smol_mono_s();
     const uint64_t a = submit_ids(&g, ids, 12, 4, "slow-a");
     usleep(100000);                             /* A's lease is being asked */
@@ -1429,15 +1441,36 @@ START_TEST(t_lease_off_engine_thread)
         got = recv_event(&g, &fl, &ev);
         ck_assert(got == a || got == b);
         if (fl & SMOL_EV_TERMINAL) {
-            ck_assert_int_ne(ev->kind_case, SMOLLM3__EVENT__KIND_ERROR);
+            ck_assert_msg(ev->kind_case != SMOLLM3__EVENT__KIND_ERROR, "request %llu: %s", (unsigned long long)got, ev->error->message);
             if (got == b) b_done = smol_mono_s() - t0;
-            if (got == a) atomic_store(&slow_lock_ms, 0);
+            if (got == a) atomic_store(&slow_lock_ms, 0), atomic_store(&slow_stat_ms, 0);
             open--;
         }
         smollm3__event__free_unpacked(ev, NULL);
     }
     atomic_store(&slow_lock_ms, 0);
+    atomic_store(&slow_stat_ms, 0);
     ck_assert_msg(b_done < 1.0, "B answered %.2f s after A's slow lease began", b_done);
+    /* once a turn holds its lease, looking for its session's file asks the
+     * index the lease brought up to date, not the file server: a stat as
+     * slow blocks no other turn */
+    atomic_store(&slow_stat_ms, 1500);
+    const uint64_t a2 = submit_ids(&g, ids, 12, 4, "slow-a2");
+    for (int i = 0; i < 5000 && !smol_spill_holds(rig_spill, "slow-a2"); i++) usleep(1000);
+    ck_assert(smol_spill_holds(rig_spill, "slow-a2"));
+    const double t1 = smol_mono_s();
+    const uint64_t b2 = submit_ids(&g, ids, 12, 4, NULL);
+    for (open = 2; open > 0;) {
+        got = recv_event(&g, &fl, &ev);
+        ck_assert(got == a2 || got == b2);
+        if (fl & SMOL_EV_TERMINAL) {
+            if (got == b2) b_done = smol_mono_s() - t1;
+            open--;
+        }
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    atomic_store(&slow_stat_ms, 0);
+    ck_assert_msg(b_done < 1.0, "B answered %.2f s after A held its lease (a slow stat)", b_done);
     rig_close(&g);
     smol_spill_close(&rig_spill);
     smol_model_close(&m);

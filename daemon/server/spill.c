@@ -1889,13 +1889,21 @@ void smol_spill_expire(struct smol_spill *sp, const char *id)
     else if (find_ent(sp, name)) unlink_file(sp, name);
 }
 
-int smol_spill_has(const struct smol_spill *sp, const char *id)
+int smol_spill_has(struct smol_spill *sp, const char *id)
 {
     char name[NAME_LEN + 1];
     file_name(id, name);
     struct stat st;
-    if (sp->shared) /* another node may have written or removed it */
-        return !fstatat(sp->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode);
+    if (sp->shared) {
+        /* held here: the index is as the lease found the file (no other
+         * node writes it meanwhile); else another node may have written
+         * or removed it */
+        pthread_mutex_lock(&sp->mu);
+        const struct lease *l = lease_of(sp, name, 0);
+        const int held = l && l->refs > 0;
+        pthread_mutex_unlock(&sp->mu);
+        if (!held) return !fstatat(sp->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode);
+    }
     return find_ent(sp, name) != NULL;
 }
 

@@ -260,8 +260,9 @@ void smol_spill_remove(struct smol_spill *sp, const char *id);
  * saw it (else it is another node's conversation, going on there). */
 void smol_spill_expire(struct smol_spill *sp, const char *id);
 
-/* 1 if a file for key id is indexed (shared: if the directory has one). */
-int smol_spill_has(const struct smol_spill *sp, const char *id);
+/* 1 if a file for key id is indexed (shared: if the directory has one; the
+ * index alone while this node holds the lease, which brought it up to date). */
+int smol_spill_has(struct smol_spill *sp, const char *id);
 
 void smol_spill_get_stats(struct smol_spill *sp, struct smol_spill_stats *st);
 
