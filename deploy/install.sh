@@ -133,7 +133,8 @@ for f in daemon/README.md daemon/*/README.md gateway/README.md gateway/UI_API.md
 done
 install -m 0644 deploy/nginx/scale-out.conf deploy/nginx/smollm3-nodes.conf.example "$D$PREFIX/share/doc/smollm3d/"
 # a fleet on a shared spill directory (deploy/README.md, Scale-out), beside the README that names them
-for f in deploy/scale-out/nodes.conf deploy/scale-out/smollm3d-node.conf deploy/scale-out/prometheus.yml \
+for f in deploy/scale-out/nodes.conf deploy/scale-out/smollm3d-node.conf deploy/scale-out/smollm3d-node.service.conf \
+         deploy/scale-out/nginx-real-ip.conf deploy/scale-out/prometheus.yml \
          deploy/grafana/smollm3-fleet.json; do
     install -D -m 0644 "$f" "$D$PREFIX/share/doc/smollm3d/$f"
 done

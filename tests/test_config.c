@@ -143,6 +143,12 @@ START_TEST(kv_spill_shared_option)
     ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\nkv_spill_dir = /srv/s\nkv_spill_shared = true\n", err),
                      SMOL_OK);
     ck_assert_int_eq(c.kv_spill_shared, 1);
+    /* kv_spill_ttl: 0 (= session_ttl) by default, seconds, a flag too */
+    smol_config_defaults(&c);
+    ck_assert_int_eq(c.kv_spill_ttl, 0);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-spill-ttl", "7200", NULL), SMOL_OK);
+    ck_assert_int_eq(c.kv_spill_ttl, 7200);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-spill-ttl", "-1", NULL), SMOL_EINVAL);
 }
 END_TEST
 

@@ -5,6 +5,10 @@
  * Talks to the engine exactly as the RPC thread does: an inproc PAIR.
  */
 #include <check.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <string.h>
 #include <zmq.h>
 
@@ -1291,6 +1295,236 @@ START_TEST(t_delete_busy_shared)
 }
 END_TEST
 
+/* A shared spill directory, issue 46's second row: another node holds
+ * session A's lease (its turn runs there); a turn of A waits for it, and a
+ * turn of an unrelated session B, queued behind, is admitted and answered
+ * meanwhile (it waited behind A until A's lease came or queue_timeout).
+ * A second turn of A queued behind B stays behind the first (one session's
+ * turns in order: never started before it; refused as busy while it runs,
+ * as without a shared spill).  Once the other node gives A back, A's turn
+ * runs. */
+START_TEST(t_lease_wait_alone)
+{
+    char dir[] = "/tmp/smol-engine-hol-XXXXXX", err[SMOL_ERRLEN];
+    ck_assert(mkdtemp(dir));
+    struct smol_model_settings set;
+    smol_model_settings_default(&set);
+    set.quiet = 1;
+    set.n_ctx = 1024;
+    struct smol_model *m = NULL;
+    if (smol_model_open(&m, fixture_path("models/fixture-t.Q8_0.gguf"), &set, err) != SMOL_OK) {
+        printf("SKIPPED: fixture missing\n");
+        return;
+    }
+    struct smol_spill *other = NULL;
+    ck_assert_msg(smol_spill_open_shared(&rig_spill, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    ck_assert_msg(smol_spill_open_shared(&other, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    ck_assert_int_eq(smol_spill_lease(other, "hol-a"), SMOL_LEASE_HELD);
+    const double saved_timeout = rig_queue_timeout_s;
+    rig_queue_timeout_s = 20;
+    struct rig g;
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    int32_t ids[12];
+    for (int i = 0; i < 12; i++) ids[i] = 300 + 7 * i;
+    const uint64_t a = submit_ids(&g, ids, 12, 4, "hol-a");
+    const uint64_t b = submit_ids(&g, ids, 12, 4, "hol-b");
+    const uint64_t a2 = submit_ids(&g, ids, 12, 4, "hol-a");
+    unsigned fl;
+    Smollm3__Event *ev;
+    uint64_t got;
+    /* B's whole turn comes first, while A waits for its lease */
+    const double t0 = smol_mono_s();
+    do {
+        got = recv_event(&g, &fl, &ev);
+        ck_assert_msg(got == b, "an event of request %llu before B's end (A waits for its lease)",
+                      (unsigned long long)got);
+        smollm3__event__free_unpacked(ev, NULL);
+    } while (!(fl & SMOL_EV_TERMINAL));
+    ck_assert_msg(smol_mono_s() - t0 < 10, "B answered after %.1f s", smol_mono_s() - t0);
+    /* A asks for its lease again with a backoff (2 ms doubling to 50 ms), not
+     * every 2 ms: the lock file is not opened 500 times a second */
+    struct smol_spill_stats st0, st1;
+    smol_spill_get_stats(rig_spill, &st0);
+    usleep(1000000);
+    smol_spill_get_stats(rig_spill, &st1);
+    ck_assert_msg(st1.lease_refused - st0.lease_refused <= 40, "%llu lease asks in 1 s of waiting",
+                  (unsigned long long)(st1.lease_refused - st0.lease_refused));
+    ck_assert_int_ge(st1.lease_refused - st0.lease_refused, 10);
+    smol_spill_unlease(other, "hol-a");         /* the other node's turn ends */
+    int open = 2, a_started = 0;
+    while (open > 0) {
+        got = recv_event(&g, &fl, &ev);
+        ck_assert(got == a || got == a2);
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_STARTED) {
+            if (got == a) a_started = 1;
+            else ck_assert_msg(a_started, "A's second turn started before its first");
+        }
+        if (fl & SMOL_EV_TERMINAL) {
+            if (got == a) ck_assert_int_ne(ev->kind_case, SMOLLM3__EVENT__KIND_ERROR);
+            else if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) ck_assert(a_started);
+            open--;
+        }
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    rig_close(&g);
+    rig_queue_timeout_s = saved_timeout;
+    smol_spill_close(&other);
+    smol_spill_close(&rig_spill);
+    smol_model_close(&m);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
+/* fcntl() comes here first (Makefile: test_engine linked with --wrap=fcntl):
+ * with slow_lock_ms set, taking an OFD lock takes that long, as on a slow
+ * or unreachable NFS server. */
+#include <stdarg.h>
+static atomic_int slow_lock_ms, slow_stat_ms;
+int __real_fstatat(int dirfd, const char *path, struct stat *st, int flags);
+int __wrap_fstatat(int dirfd, const char *path, struct stat *st, int flags)
+{
+    if (atomic_load(&slow_stat_ms) && strlen(path) == 35 && !strcmp(path + 32, ".kv"))
+        usleep(1000 * atomic_load(&slow_stat_ms));
+    return __real_fstatat(dirfd, path, st, flags);
+}
+int __real_fcntl(int fd, int cmd, ...);
+int __wrap_fcntl(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    if (cmd == F_OFD_SETLK && atomic_load(&slow_lock_ms)) usleep(1000 * atomic_load(&slow_lock_ms));
+    return __real_fcntl(fd, cmd, arg);
+}
+
+/* The lease is asked on the spill's lease thread, not the engine's: while
+ * session A's lock, and a stat of its session file, take 1.5 s each to
+ * answer (a slow file server), a turn of session B, queued behind it, is
+ * answered (the engine thread was blocked in fcntl for A's 1.5 s, and B
+ * with it; then in fstatat, looking for A's file); then A runs. */
+START_TEST(t_lease_off_engine_thread)
+{
+    char dir[] = "/tmp/smol-engine-slowlock-XXXXXX", err[SMOL_ERRLEN];
+    ck_assert(mkdtemp(dir));
+    struct smol_model_settings set;
+    smol_model_settings_default(&set);
+    set.quiet = 1;
+    set.n_ctx = 1024;
+    struct smol_model *m = NULL;
+    if (smol_model_open(&m, fixture_path("models/fixture-t.Q8_0.gguf"), &set, err) != SMOL_OK) {
+        printf("SKIPPED: fixture missing\n");
+        return;
+    }
+    ck_assert_msg(smol_spill_open_shared(&rig_spill, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    const double saved_timeout = rig_queue_timeout_s;
+    rig_queue_timeout_s = 20;
+    struct rig g;
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    rig_queue_timeout_s = saved_timeout;
+    int32_t ids[12];
+    for (int i = 0; i < 12; i++) ids[i] = 200 + 5 * i;
+    atomic_store(&slow_lock_ms, 1500);
+    atomic_store(&slow_stat_ms, 1500);          /* and a session file's stat as slow */
+    const double t0 = smol_mono_s();
+    const uint64_t a = submit_ids(&g, ids, 12, 4, "slow-a");
+    usleep(100000);                             /* A's lease is being asked */
+    const uint64_t b = submit_ids(&g, ids, 12, 4, NULL);
+    unsigned fl;
+    Smollm3__Event *ev;
+    uint64_t got;
+    double b_done = 0;
+    int open = 2;
+    while (open > 0) {
+        got = recv_event(&g, &fl, &ev);
+        ck_assert(got == a || got == b);
+        if (fl & SMOL_EV_TERMINAL) {
+            ck_assert_msg(ev->kind_case != SMOLLM3__EVENT__KIND_ERROR, "request %llu: %s", (unsigned long long)got, ev->error->message);
+            if (got == b) b_done = smol_mono_s() - t0;
+            if (got == a) atomic_store(&slow_lock_ms, 0), atomic_store(&slow_stat_ms, 0);
+            open--;
+        }
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    atomic_store(&slow_lock_ms, 0);
+    atomic_store(&slow_stat_ms, 0);
+    ck_assert_msg(b_done < 1.0, "B answered %.2f s after A's slow lease began", b_done);
+    /* once a turn holds its lease, looking for its session's file asks the
+     * index the lease brought up to date, not the file server: a stat as
+     * slow blocks no other turn */
+    atomic_store(&slow_stat_ms, 1500);
+    const uint64_t a2 = submit_ids(&g, ids, 12, 4, "slow-a2");
+    for (int i = 0; i < 5000 && !smol_spill_holds(rig_spill, "slow-a2"); i++) usleep(1000);
+    ck_assert(smol_spill_holds(rig_spill, "slow-a2"));
+    const double t1 = smol_mono_s();
+    const uint64_t b2 = submit_ids(&g, ids, 12, 4, NULL);
+    for (open = 2; open > 0;) {
+        got = recv_event(&g, &fl, &ev);
+        ck_assert(got == a2 || got == b2);
+        if (fl & SMOL_EV_TERMINAL) {
+            if (got == b2) b_done = smol_mono_s() - t1;
+            open--;
+        }
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    atomic_store(&slow_stat_ms, 0);
+    ck_assert_msg(b_done < 1.0, "B answered %.2f s after A held its lease (a slow stat)", b_done);
+    rig_close(&g);
+    smol_spill_close(&rig_spill);
+    smol_model_close(&m);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
+/* The engine sweeps its spill directory at start (then every minute):
+ * a file nobody wrote or read for the TTL (kv_spill_ttl, at least
+ * session_ttl: 3600 s here) goes with its lock file; a fresh one stays. */
+START_TEST(t_spill_sweep_at_start)
+{
+    char dir[] = "/tmp/smol-engine-sweep-XXXXXX", err[SMOL_ERRLEN], old[128], oldlk[128], fresh[128];
+    ck_assert(mkdtemp(dir));
+    snprintf(old, sizeof old, "%s/0123456789abcdef0123456789abcdef.kv", dir);
+    snprintf(oldlk, sizeof oldlk, "%s/0123456789abcdef0123456789abcdef.lock", dir);
+    snprintf(fresh, sizeof fresh, "%s/fedcba9876543210fedcba9876543210.kv", dir);
+    const char *files[] = {old, oldlk, fresh};
+    for (int i = 0; i < 3; i++) {
+        FILE *f = fopen(files[i], "wb");
+        ck_assert(f && fputs("x", f) >= 0 && fclose(f) == 0);
+    }
+    struct timespec ts[2];
+    clock_gettime(CLOCK_REALTIME, &ts[0]);
+    ts[0].tv_sec -= 7200;
+    ts[1] = ts[0];
+    ck_assert(utimensat(AT_FDCWD, old, ts, 0) == 0 && utimensat(AT_FDCWD, oldlk, ts, 0) == 0);
+    struct smol_model_settings set;
+    smol_model_settings_default(&set);
+    set.quiet = 1;
+    set.n_ctx = 1024;
+    struct smol_model *m = NULL;
+    if (smol_model_open(&m, fixture_path("models/fixture-t.Q8_0.gguf"), &set, err) != SMOL_OK) {
+        printf("SKIPPED: fixture missing\n");
+        return;
+    }
+    ck_assert_msg(smol_spill_open_shared(&rig_spill, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    ck_assert(access(old, F_OK) == 0);      /* (not ours to judge at open: another model's, maybe) */
+    struct rig g;
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    for (int i = 0; i < 500 && access(old, F_OK) == 0; i++) usleep(10000);
+    ck_assert_msg(access(old, F_OK) != 0 && access(oldlk, F_OK) != 0, "a file unused for 2 h kept after 5 s");
+    ck_assert(access(fresh, F_OK) == 0);
+    rig_close(&g);
+    smol_spill_close(&rig_spill);
+    smol_model_close(&m);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
 #ifdef COUNT_ALLOCS
 /* The decode path's allocations per generated token (engine.c's header):
  * two runs alike but for the tokens they generate, each between two stats
@@ -1357,5 +1591,11 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_allocs_per_token);
 #endif
     suite_add_tcase(s, tc);
+    TCase *tl = tcase_create("lease");  /* CK_RUN_CASE=lease: a shared spill's lease waits */
+    tcase_set_timeout(tl, 60);
+    tcase_add_test(tl, t_lease_wait_alone);
+    tcase_add_test(tl, t_spill_sweep_at_start);
+    tcase_add_test(tl, t_lease_off_engine_thread);
+    suite_add_tcase(s, tl);
     return s;
 }

@@ -48,6 +48,8 @@ static const struct smol_option options[] = {
      "write a session to kv_spill_dir after its turn, whenever no request runs (survives a crash); false = at eviction and drain only"},
     {"kv_spill_shared", SMOL_OPT_BOOL, OFF(kv_spill_shared), 0, 1, "false",
      "kv_spill_dir shared by several nodes (NFS, CephFS): turns written through, a session held by one node at a time, one not held here read from there (deploy/README.md)"},
+    {"kv_spill_ttl", SMOL_OPT_INT, OFF(kv_spill_ttl), 0, INT_MAX, "0",
+     "seconds a file in kv_spill_dir that no node writes or reads is kept (its mtime, by the file server's clock), its lock file with it; 0 = session_ttl, and never less"},
     {"backend", SMOL_OPT_STR, OFF(backend), 0, 0, "auto",
      "compute backend: auto (CUDA when a usable GPU and the plugin are there, else CPU), cpu, cuda"},
     {"cuda_device", SMOL_OPT_INT, OFF(cuda_device), 0, 64, "0",

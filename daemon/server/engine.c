@@ -403,16 +403,36 @@ static void take_rows(struct smol_engine *e, const struct step_rows *sr, double 
     }
 }
 
-/* One step: end the cancelled, admit FIFO (the head waits for KV or its
- * file, the others behind it), batch decode and prefill rows, run the
- * model, let each request take its tokens, and count. */
+/* 1 if a request of q's session is queued before q (q keeps its turn) */
+static int queued_behind_own_session(const struct smol_engine *e, const struct req *q)
+{
+    if (!q->r->session[0]) return 0;
+    for (const struct req *o = e->queue; o && o != q; o = o->next)
+        if (!strcmp(o->r->session, q->r->session) && !strcmp(o->r->tenant, q->r->tenant)) return 1;
+    return 0;
+}
+
+/* Admits FIFO: a head that waits for KV room waits with the others behind
+ * it; one that waits for its session's lease or file (a shared spill, the
+ * spill's thread) waits alone, the requests of other sessions admitted
+ * past it (a session's own turns stay in order). */
+static void admit(struct smol_engine *e, double now)
+{
+    for (struct req *q = e->queue, *nx; q && e->n_running < e->cfg.max_running && !e->draining; q = nx) {
+        nx = q->next;
+        if (queued_behind_own_session(e, q)) continue;
+        if (smol_engine_try_admit(e, q, now) == 0 && !q->waits_alone) break;
+    }
+}
+
+/* One step: end the cancelled, admit, batch decode and prefill rows, run
+ * the model, let each request take its tokens, and count. */
 static void step(struct smol_engine *e)
 {
     const double now = smol_mono_s();
     drop_cancelled(e);
     e->waiting_read = 0;
-    while (e->queue && e->n_running < e->cfg.max_running && !e->draining)
-        if (smol_engine_try_admit(e, e->queue, now) == 0) break;
+    admit(e, now);
     const int budget = e->cfg.step_tokens < e->m->s.max_tokens ? e->cfg.step_tokens : e->m->s.max_tokens;
     struct step_rows sr = {0};
     add_decode_rows(e, &sr, budget);
@@ -509,7 +529,7 @@ static void *engine_main(void *arg)
 {
     struct smol_engine *e = arg;
     int drained_sent = 0, spilled_one = 0;
-    double last_expire = smol_mono_s();
+    double last_expire = smol_mono_s(), last_sweep = 0; /* (a sweep at start) */
     while (!atomic_load_explicit(&e->stop, memory_order_acquire)) {
         int runnable = e->n_queued > 0 && !e->waiting_read;
         for (struct req *q = e->running; q && !runnable; q = q->next) runnable = !q->paused || q->cancelled;
@@ -523,6 +543,12 @@ static void *engine_main(void *arg)
         if (now - last_expire > 1.0) {
             smol_sessions_expire(&e->sessions, now, e->cfg.session_ttl_s);
             last_expire = now;
+        }
+        if (e->cfg.spill && (!last_sweep || now - last_sweep > 60)) {
+            /* files no node uses expire too (never before this node's idle copies would) */
+            const double ttl = e->cfg.spill_ttl_s > e->cfg.session_ttl_s ? e->cfg.spill_ttl_s : e->cfg.session_ttl_s;
+            smol_sessions_sweep_files(&e->sessions, ttl);
+            last_sweep = now;
         }
         step(e);
         if (e->sessions.n_leased) smol_sessions_settle(&e->sessions); /* shared spill: written through */

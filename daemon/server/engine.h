@@ -61,6 +61,8 @@ struct smol_engine_config {
     int max_sessions_per_key; /* sessions one tenant keeps (its own oldest idle one evicted beyond it);
                                  0 = no cap of its own (default) */
     double session_ttl_s;   /* idle sessions expire; default 3600 */
+    double spill_ttl_s;     /* spill files nobody wrote or read this long are removed (a sweep a
+                               minute); 0 = session_ttl_s, and never less */
     int max_cached_prefixes;/* anonymous finished sequences kept for prefix reuse; default 16 */
     double queue_timeout_s; /* a request waiting for KV longer than this gets SMOL_EBUSY; default 30 */
     const char *model_name; /* reported by health */

@@ -168,17 +168,31 @@ static int admit_lookup(struct smol_engine *e, struct req *q, double now, struct
     if (smol_sessions_shared(&e->sessions)) {
         /* one node at a time: its lease first (a copy in memory that
          * another node has written past since is dropped: the file is read) */
-        const int lr = smol_sessions_lease(&e->sessions, r->tenant, r->session);
+        if (now < q->lease_ask_at) {    /* held elsewhere a moment ago */
+            e->waiting_read = 1;
+            q->waits_alone = 1;
+            return 0;
+        }
+        const int lr = smol_sessions_lease_async(&e->sessions, r->tenant, r->session);
+        if (lr == SMOL_LEASE_PENDING && now - r->t_received <= e->cfg.queue_timeout_s) {
+            e->waiting_read = 1;    /* asked on the spill's lease thread: the answer next time */
+            q->waits_alone = 1;
+            return 0;
+        }
         if (lr == SMOL_LEASE_ELSEWHERE && now - r->t_received <= e->cfg.queue_timeout_s) {
-            e->waiting_read = 1;    /* its turn there ends soon: asked again */
+            e->waiting_read = 1;    /* its turn there ends soon: asked again, 2 ms doubling to 50 ms later */
+            q->waits_alone = 1;
+            q->lease_wait = q->lease_wait > 0 ? (q->lease_wait * 2 < 0.05 ? q->lease_wait * 2 : 0.05) : 0.002;
+            q->lease_ask_at = now + q->lease_wait;
             return 0;
         }
         if (lr != SMOL_LEASE_HELD && lr != SMOL_LEASE_CHANGED) {
             char msg[SMOL_ERRLEN + 64];
             snprintf(msg, sizeof msg, "session '%s' %s", r->session,
-                     lr == SMOL_LEASE_ELSEWHERE ? "is held by another node (kv_spill_shared)"
-                                                : "cannot be locked in kv_spill_dir (kv_spill_shared)");
-            smol_engine_reject(e, q, lr == SMOL_LEASE_ELSEWHERE ? SMOL_EBUSY : SMOL_EIO, msg);
+                     lr == SMOL_LEASE_ELSEWHERE || lr == SMOL_LEASE_PENDING
+                         ? "is held by another node (kv_spill_shared)"
+                         : "cannot be locked in kv_spill_dir (kv_spill_shared)");
+            smol_engine_reject(e, q, lr == SMOL_LEASE_ERROR ? SMOL_EIO : SMOL_EBUSY, msg);
             return -1;
         }
         a->leased = 1;
@@ -188,6 +202,7 @@ static int admit_lookup(struct smol_engine *e, struct req *q, double now, struct
     a->s = smol_sessions_find(&e->sessions, r->tenant, r->session);
     if (!a->s && !smol_sessions_prefetch(&e->sessions, r->tenant, r->session)) {
         e->waiting_read = 1;
+        q->waits_alone = 1;
         return 0;
     }
     if (!a->s)
@@ -283,6 +298,7 @@ static int admit_prefix(struct smol_engine *e, struct req *q, double now, struct
         a->src = smol_sessions_best_prefix(&e->sessions, tenant, q->tok, n, &a->lcp);
         if (!smol_sessions_read_prefix(&e->sessions, tenant, q->tok, n, a->lcp, now)) {
             e->waiting_read = 1;
+            q->waits_alone = 1;
             return 0;
         }
         /* again: what was read back, and making room for it may have evicted src */
@@ -438,6 +454,7 @@ int smol_engine_try_admit(struct smol_engine *e, struct req *q, double now)
 {
     struct admit a = {0};
     int rc;
+    q->waits_alone = 0;
     if (q->r->grammar && !smol_grammar_entry_index(q->r->grammar)) {  /* the RPC thread submits only built ones */
         smol_engine_reject(e, q, SMOL_EINTERNAL, "structured output: the grammar's index is not built");
         return -1;

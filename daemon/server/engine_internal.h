@@ -36,6 +36,10 @@ struct req {
     int32_t *tok;                   /* prompt, then generated tokens appended */
     int n_tok, cap;
     int n_prompt, n_cached, max_gen, n_gen, n_reasoning;
+    int waits_alone;                /* its admission waits for its session's lease or file (shared
+                                       spill): the requests of other sessions are admitted past it */
+    double lease_ask_at;            /* CLOCK_MONOTONIC s: its lease (held elsewhere) asked again then */
+    double lease_wait;              /* s: the wait before that (2 ms, doubling to 50 ms) */
     int thinking, cancelled, paused, finished;
     int lost;                       /* an event of its stream could not be made or sent (out of
                                        memory): it stops and ends with an error, never with a Done

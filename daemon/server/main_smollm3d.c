@@ -232,6 +232,7 @@ int main(int argc, char **argv)
     ec.max_sessions = cfg.max_sessions;
     ec.max_sessions_per_key = cfg.max_sessions_per_key;
     ec.session_ttl_s = cfg.session_ttl;
+    ec.spill_ttl_s = cfg.kv_spill_ttl;
     ec.max_cached_prefixes = cfg.max_cached_prefixes;
     ec.queue_timeout_s = cfg.queue_timeout;
     ec.model_name = name;

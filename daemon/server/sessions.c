@@ -201,10 +201,10 @@ static void spill(struct smol_sessions *s, struct smol_session *x)
 {
     char err[SMOL_ERRLEN], key[SMOL_SPILL_KEY_MAX + 1];
     const struct smol_spill_record rec = record_of(x);
-    x->on_disk = 1;     /* written, or not again until it changes */
     /* a shared directory: a named session is written under its lease; one
      * this node does not hold (another node's now), or whose file another
-     * node wrote since (this copy is stale), is not written */
+     * node wrote since (this copy is stale), is not written (nor tried
+     * again until it changes) */
     const int take = x->id[0] && !x->leased && smol_spill_shared(s->spill);
     if (take) {
         smol_spill_key(x->tenant, x->id, key);
@@ -213,9 +213,23 @@ static void spill(struct smol_sessions *s, struct smol_session *x)
             smol_log_info("spill: session '%s' not written: another node wrote it since", key);
             smol_spill_unlease(s->spill, key);
         }
-        if (lr != SMOL_LEASE_HELD) return;
+        if (lr != SMOL_LEASE_HELD) {
+            x->on_disk = 1;
+            return;
+        }
     }
-    if (smol_spill_save(s->spill, s->kv, &rec, err)) smol_log_warn("spill: %s", err);
+    /* on_disk once queued (the spill retries a write that fails until it is
+     * on disk); a save refused here is tried again after a backoff */
+    if (smol_spill_save(s->spill, s->kv, &rec, err)) {
+        smol_log_warn("spill: %s", err);
+        double wait = s->retry_first_s > 0 ? s->retry_first_s : 1.0;
+        for (int i = 0; i < x->save_failures && wait < 60; i++) wait *= 2;
+        x->save_failures++;
+        x->retry_at = smol_mono_s() + (wait < 60 ? wait : 60);
+    } else {
+        x->on_disk = 1;
+        x->save_failures = 0;
+    }
     if (take) smol_spill_unlease(s->spill, key); /* the write holds its own reference */
 }
 
@@ -224,7 +238,8 @@ static void spill(struct smol_sessions *s, struct smol_session *x)
 static int wants_file(const struct smol_session *x)
 {
     const int n_kv = x->seq.n_tokens < x->n_tokens ? x->seq.n_tokens : x->n_tokens;
-    return !x->on_disk && (x->id[0] || n_kv >= SMOL_PREFIX_SPILL_MIN);
+    return !x->on_disk && (x->id[0] || n_kv >= SMOL_PREFIX_SPILL_MIN) &&
+           (!x->save_failures || smol_mono_s() >= x->retry_at);
 }
 
 void smol_sessions_evict(struct smol_sessions *s, struct smol_session *x)
@@ -323,16 +338,21 @@ void smol_sessions_remove_file(struct smol_sessions *s, const char *tenant, cons
     if (s->spill) smol_spill_remove(s->spill, key);
 }
 
+void smol_sessions_sweep_files(struct smol_sessions *s, double ttl_s)
+{
+    if (s->spill) smol_spill_sweep(s->spill, ttl_s);
+}
+
 int smol_sessions_shared(const struct smol_sessions *s)
 {
     return s->spill && smol_spill_shared(s->spill);
 }
 
-int smol_sessions_lease(struct smol_sessions *s, const char *tenant, const char *id)
+static int lease(struct smol_sessions *s, const char *tenant, const char *id, int async)
 {
     char key[SMOL_SPILL_KEY_MAX + 1];
     smol_spill_key(tenant, id, key);
-    const int lr = smol_spill_lease(s->spill, key);
+    const int lr = async ? smol_spill_lease_async(s->spill, key) : smol_spill_lease(s->spill, key);
     struct smol_session *x = lr == SMOL_LEASE_CHANGED ? smol_sessions_find(s, tenant, id) : NULL;
     /* (busy or leased, it would hold the lease: HELD) */
     if (x && !x->busy && !x->leased) {
@@ -341,6 +361,16 @@ int smol_sessions_lease(struct smol_sessions *s, const char *tenant, const char 
         smol_sessions_remove(s, x);
     }
     return lr;
+}
+
+int smol_sessions_lease(struct smol_sessions *s, const char *tenant, const char *id)
+{
+    return lease(s, tenant, id, 0);
+}
+
+int smol_sessions_lease_async(struct smol_sessions *s, const char *tenant, const char *id)
+{
+    return lease(s, tenant, id, 1);
 }
 
 void smol_sessions_unlease(struct smol_sessions *s, const char *tenant, const char *id)
@@ -401,8 +431,14 @@ int smol_sessions_expire(struct smol_sessions *s, double now, double ttl)
     for (struct smol_session *x = s->tail, *p; x; x = p) {
         p = x->prev;
         if (!x->busy && now - x->last_used > ttl) {
-            /* the conversation is over: its file goes too */
-            if (x->id[0]) smol_sessions_remove_file(s, x->tenant, x->id);
+            /* the conversation is over: its file goes too, unless
+             * another node wrote it since (it goes on there) */
+            if (x->id[0] && s->spill) {
+                char key[SMOL_SPILL_KEY_MAX + 1];
+                smol_spill_key(x->tenant, x->id, key);
+                if (x->leased) unlease(s, x); /* (its own reference would read as the file being ours) */
+                smol_spill_expire(s->spill, key);
+            }
             smol_sessions_remove(s, x);
             n++;
         }

@@ -45,6 +45,8 @@ struct smol_session {
     int on_disk;                        /* the spill directory holds this exact history and KV */
     int restored_kv;                    /* KV tokens just read back from disk, not yet reported */
     int leased;                         /* holds a reference to its lease (a shared spill directory) */
+    int save_failures;                  /* saves refused in a row (the spill's queue full, no memory...) */
+    double retry_at;                    /* smol_mono_s(): no save before (their backoff) */
     uint64_t stamp;                     /* new whenever the history may have changed (tokens, text,
                                            messages), unique in the process: a prompt built on this
                                            session is still right while the stamp is the same */
@@ -66,6 +68,7 @@ struct smol_sessions {
     uint64_t n_evicted_tenant_cap;      /* of those, by their tenant's max_per_tenant */
     int n_leased;                       /* sessions holding a lease reference */
     uint64_t n_stale_dropped;           /* copies in memory dropped: another node wrote the session since */
+    double retry_first_s;               /* a refused save's first backoff (0: 1 s), doubling, at most 60 s */
 };
 
 void smol_sessions_init(struct smol_sessions *s, struct smol_kv *kv);
@@ -121,6 +124,8 @@ int smol_sessions_read_prefix(struct smol_sessions *s, const char *tenant, const
 int smol_sessions_has_file(const struct smol_sessions *s, const char *tenant, const char *id);
 /* Removes the file of tenant's session id, if any. */
 void smol_sessions_remove_file(struct smol_sessions *s, const char *tenant, const char *id);
+/* Has the spill sweep its directory: files nobody used for ttl_s go (spill.h, smol_spill_sweep). */
+void smol_sessions_sweep_files(struct smol_sessions *s, double ttl_s);
 /* A shared spill directory (spill.h): a node holds a session's lease from
  * the admission of a turn until that turn has ended and its history is
  * queued for the disk (written through; the write holds the lease until it
@@ -130,6 +135,9 @@ int smol_sessions_shared(const struct smol_sessions *s);
  * SMOL_LEASE_*); on SMOL_LEASE_CHANGED the stale copy in memory, if any, is
  * dropped (n_stale_dropped): the file is the session now. */
 int smol_sessions_lease(struct smol_sessions *s, const char *tenant, const char *id);
+/* The same asked on the spill's lease thread (spill.h, smol_spill_lease_async):
+ * SMOL_LEASE_PENDING until its answer is in; ask again. */
+int smol_sessions_lease_async(struct smol_sessions *s, const char *tenant, const char *id);
 /* Gives back a reference smol_sessions_lease took and no session took over. */
 void smol_sessions_unlease(struct smol_sessions *s, const char *tenant, const char *id);
 /* x takes over the reference the turn's smol_sessions_lease took (x holds one at most). */

@@ -26,6 +26,7 @@ struct entry {
     char name[NAME_LEN + 1];
     uint64_t bytes;
     int64_t stamp;              /* ns, CLOCK_REALTIME (file mtime at scan) */
+    int disk_stamp;             /* stamp is the file's mtime as the file server set it (scan, refresh) */
     /* a cached prefix: its key (its tenant's, smol_spill_key) and KV tokens
      * (NULL for a session) */
     char prefix_id[SMOL_SPILL_KEY_MAX + 1];
@@ -36,7 +37,7 @@ struct entry {
 /* A file operation for the writer thread.  Jobs run in the order they were
  * queued, so the operations on one file never pass each other; a job stays
  * on the queue until it is done. */
-enum job_kind { JOB_WRITE, JOB_UNLINK, JOB_READ };
+enum job_kind { JOB_WRITE, JOB_UNLINK, JOB_READ, JOB_SWEEP };
 
 struct job {
     struct job *next;
@@ -52,6 +53,10 @@ struct job {
     int refs;                           /* the queue's (then the ready list's) + readers' */
     int running, finished;
     int leased;                         /* holds a reference to its name's lease (shared directory) */
+    int tries;                          /* JOB_WRITE: attempts that failed (it waits for the next one) */
+    int64_t unused_since;               /* JOB_UNLINK: removed only if its mtime is not later (ns; 0: any);
+                                           JOB_SWEEP: the TTL (ns; 0: temporary files only) */
+    double not_before;                  /* smol_mono_s(): no attempt before (a failed write's backoff) */
 };
 
 struct smol_spill {
@@ -74,7 +79,8 @@ struct smol_spill {
     struct job *q_head, *q_tail;
     uint64_t q_bytes;           /* images queued */
     int stop, paused;
-    char failed[64][NAME_LEN + 1]; /* writes that failed: dropped from the index by the engine thread */
+    double retry_first_s, retry_max_s; /* a failed write's backoff: first wait, doubling up to max */
+    char failed[64][NAME_LEN + 1]; /* writes whose lease was lost: dropped from the index by the engine thread */
     int n_failed;
     struct job *ready;          /* files read ahead (smol_spill_prefetch), newest first */
     int n_ready;
@@ -82,6 +88,9 @@ struct smol_spill {
     int shared;
     struct lease *leases;
     int n_leases, cap_leases;
+    pthread_t lease_thread;     /* asks for leases (lock_open, the generation, the file's stat) */
+    int have_lease_thread, lease_stop;
+    pthread_cond_t lease_wake;  /* an ask queued */
     char node[80];              /* host name and pid: in the names of our temporary files */
 };
 
@@ -97,6 +106,16 @@ struct lease {
     char name[NAME_LEN + 1];
     int fd;                     /* the lock file, locked; -1 = not held */
     int refs;
+    int unlinked;               /* the lock file was removed with the session's (fd is of the removed
+                                   file): no new reference until the last one closes it */
+    /* asked on the lease thread (smol_spill_lease_async): */
+    int asking;                 /* 1 queued, 2 being asked */
+    int answer;                 /* LEASE_NONE, or the answer not yet taken (HELD, CHANGED: fd is
+                                   locked, refs still 0 until the engine takes it) */
+    double answered_at;         /* smol_mono_s() */
+    int exists;                 /* the session file, as the lease thread found it under the lock */
+    uint64_t size;
+    int64_t mtime;
     uint64_t gen;               /* the file's generation as this node last saw or made it */
 };
 
@@ -209,20 +228,28 @@ static void drop_ready(struct smol_spill *sp, const char *name);
 static int lease_take(struct smol_spill *sp, const char *name);
 static void lease_put_locked(struct smol_spill *sp, const char *name);
 
+#define RM_SAME_GEN 0   /* only if nobody wrote it since this node last saw it */
+#define RM_ANY_GEN 1    /* whoever wrote it last */
+#define RM_UNUSED 2     /* the budget: as RM_SAME_GEN, or, a file indexed from the directory (an
+                           earlier process's, another node's), if unused since it was indexed */
+
 /* In a shared directory the file is removed under its lease (taken here if
- * need be), and only when another node did not write it since this node
- * last saw it, unless any_gen; the index forgets it either way. */
-static void unlink_file_gen(struct smol_spill *sp, const char *name, int any_gen)
+ * need be), as `mode` says, and its lock file with it (spill.h); the index
+ * forgets it either way. */
+static void unlink_file_gen(struct smol_spill *sp, const char *name, int mode)
 {
     struct entry *e = find_ent(sp, name);
+    const int64_t indexed = e && e->disk_stamp ? e->stamp : 0;
     if (e) drop_ent(sp, e);
     drop_ready(sp, name);
     int leased = 0;
+    int64_t unused_since = 0;
     if (sp->shared) {
         const int r = lease_take(sp, name);
         /* (CHANGED: lease_take read the generation now on disk, which the
          * writer checks again before it removes the file) */
-        if (r == SMOL_LEASE_HELD || (r == SMOL_LEASE_CHANGED && any_gen)) {
+        if (r == SMOL_LEASE_CHANGED && mode == RM_UNUSED && indexed) unused_since = indexed;
+        if (r == SMOL_LEASE_HELD || (r == SMOL_LEASE_CHANGED && (mode == RM_ANY_GEN || unused_since))) {
             leased = 1;
         } else {
             if (r == SMOL_LEASE_CHANGED) {
@@ -250,13 +277,14 @@ static void unlink_file_gen(struct smol_spill *sp, const char *name, int any_gen
         return;
     }
     j->kind = JOB_UNLINK;
+    j->unused_since = unused_since;
     snprintf(j->name, sizeof j->name, "%s", name);
     enqueue(sp, j);
 }
 
 static void unlink_file(struct smol_spill *sp, const char *name)
 {
-    unlink_file_gen(sp, name, 1);
+    unlink_file_gen(sp, name, RM_ANY_GEN);
 }
 
 /* Removes the least recently used files until the total fits the budget;
@@ -274,13 +302,15 @@ static void trim(struct smol_spill *sp, const char *keep)
         char name[NAME_LEN + 1];
         snprintf(name, sizeof name, "%s", old->name);
         smol_log_info("spill: disk budget: removing %s (%.1f MiB, least recently used)", name, old->bytes / 1048576.0);
-        unlink_file_gen(sp, name, 0);
+        unlink_file_gen(sp, name, RM_UNUSED);
     }
 }
 
 /* ---- leases (a shared directory) ----------------------------------------------------- */
 
 #define LEASES_KEPT 8192        /* lease records (held or not) before those not held are forgotten */
+#define LEASE_NONE (-9)         /* struct lease's answer: none waiting */
+#define LEASE_ANSWER_KEEP_S 2.0 /* a lock the lease thread took that nobody came for is let go after this */
 
 /* under sp->mu; NULL on OOM (add) or when there is none (!add).  The pointer
  * is good until the mutex is released. */
@@ -293,7 +323,8 @@ static struct lease *lease_of(struct smol_spill *sp, const char *name, int add)
                                           memory is then dropped and read again: slower, still right) */
         int k = 0;
         for (int i = 0; i < sp->n_leases; i++)
-            if (sp->leases[i].refs > 0) sp->leases[k++] = sp->leases[i];
+            if (sp->leases[i].refs > 0 || sp->leases[i].fd >= 0 || sp->leases[i].asking)
+                sp->leases[k++] = sp->leases[i];
         sp->n_leases = k;
     }
     if (sp->n_leases == sp->cap_leases) {
@@ -307,6 +338,7 @@ static struct lease *lease_of(struct smol_spill *sp, const char *name, int add)
     memset(l, 0, sizeof *l);
     snprintf(l->name, sizeof l->name, "%s", name);
     l->fd = -1;
+    l->answer = LEASE_NONE;
     return l;
 }
 
@@ -330,6 +362,35 @@ static void lease_put_locked(struct smol_spill *sp, const char *name)
     }
 }
 
+/* Opens and locks lock file lk (an OFD write lock, never waiting; created
+ * if missing): 0 (*fd locked), 1 (another open file description holds it:
+ * another node, or this one's sweep), -1 (errno).  A lock file is removed
+ * only by the holder of its lock (with its session's file), so a lock
+ * taken on a file that is no longer the one under its name (removed
+ * meanwhile) is given up and taken again on the new one. */
+static int lock_open(struct smol_spill *sp, const char *lk, int *fd_out)
+{
+    for (int tries = 0; tries < 4; tries++) {
+        int fd = openat(sp->dirfd, lk, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        if (fd < 0) return -1;
+        if (fcntl(fd, F_OFD_SETLK, &fl)) {
+            const int e = errno;
+            close(fd);
+            errno = e;
+            return e == EAGAIN || e == EACCES ? 1 : -1;
+        }
+        struct stat a, b;
+        if (!fstat(fd, &a) && !fstatat(sp->dirfd, lk, &b, AT_SYMLINK_NOFOLLOW) && a.st_ino == b.st_ino &&
+            a.st_dev == b.st_dev) {
+            *fd_out = fd;
+            return 0;
+        }
+        close(fd); /* removed under us: the new one */
+    }
+    return 1;
+}
+
 /* Takes a reference to name's lease, locking <name>.lock when this node
  * does not hold it yet (never waiting).  SMOL_LEASE_HELD, SMOL_LEASE_CHANGED
  * (held; another node wrote or removed the file since this node last saw
@@ -343,26 +404,37 @@ static int lease_take(struct smol_spill *sp, const char *name)
         pthread_mutex_unlock(&sp->mu);
         return SMOL_LEASE_ERROR;
     }
+    if (l->refs > 0 && l->unlinked) { /* its removal is under way: asked again after it */
+        pthread_mutex_unlock(&sp->mu);
+        return SMOL_LEASE_ELSEWHERE;
+    }
     if (l->refs > 0) {
         l->refs++;
         pthread_mutex_unlock(&sp->mu);
         return SMOL_LEASE_HELD;
     }
+    if (l->fd >= 0) { /* locked by the lease thread, its answer not taken yet: taken here */
+        const int a = l->answer;
+        l->answer = LEASE_NONE;
+        l->refs = 1;
+        pthread_mutex_unlock(&sp->mu);
+        return a;
+    }
     char lk[NAME_LEN + 8];
     snprintf(lk, sizeof lk, "%.32s.lock", name);
-    int fd = openat(sp->dirfd, lk, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-    if (fd < 0 || fcntl(fd, F_OFD_SETLK, &fl)) {
-        const int e = errno, elsewhere = fd >= 0 && (e == EAGAIN || e == EACCES);
-        if (fd >= 0) close(fd);
-        if (elsewhere) sp->st.lease_refused++;
+    int fd = -1;
+    const int r = lock_open(sp, lk, &fd);
+    if (r) {
+        const int e = errno;
+        if (r > 0) sp->st.lease_refused++;
         pthread_mutex_unlock(&sp->mu);
-        if (!elsewhere) smol_log_warn("spill: %s/%s: cannot lock: %s", sp->dir, lk, strerror(e));
-        return elsewhere ? SMOL_LEASE_ELSEWHERE : SMOL_LEASE_ERROR;
+        if (r < 0) smol_log_warn("spill: %s/%s: cannot lock: %s", sp->dir, lk, strerror(e));
+        return r > 0 ? SMOL_LEASE_ELSEWHERE : SMOL_LEASE_ERROR;
     }
     const uint64_t gen = read_gen(fd);
     const int changed = gen != l->gen;
     l->fd = fd;
+    l->unlinked = 0;
     l->refs = 1;
     l->gen = gen;
     pthread_mutex_unlock(&sp->mu);
@@ -380,6 +452,7 @@ static void refresh_ent(struct smol_spill *sp, const char *name, int changed)
     } else if (!e || changed || e->bytes != (uint64_t)st.st_size) {
         put_ent(sp, name, (uint64_t)st.st_size, (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec, NULL,
                 NULL, 0);
+        if ((e = find_ent(sp, name))) e->disk_stamp = 1;
     }
     if (changed) drop_ready(sp, name);
 }
@@ -387,6 +460,119 @@ static void refresh_ent(struct smol_spill *sp, const char *name, int changed)
 int smol_spill_shared(const struct smol_spill *sp)
 {
     return sp->shared;
+}
+
+static int64_t mtime_ns(const struct stat *st);
+
+/* The lease thread: takes each lease asked (lock_open without waiting, the
+ * generation, a stat of the session file) with no mutex held over the
+ * filesystem, and leaves the answer in the lease record for the engine
+ * thread (smol_spill_lease_async). */
+static void *lease_main(void *arg)
+{
+    struct smol_spill *sp = arg;
+    pthread_mutex_lock(&sp->mu);
+    for (;;) {
+        struct lease *l = NULL;
+        for (int i = 0; i < sp->n_leases && !l; i++)
+            if (sp->leases[i].asking == 1) l = &sp->leases[i];
+        if (sp->lease_stop) break;
+        if (!l) { /* let go of the locks taken for turns that went away meanwhile */
+            const double now = smol_mono_s();
+            int parked = 0;
+            for (int i = 0; i < sp->n_leases; i++) {
+                struct lease *o = &sp->leases[i];
+                if (o->refs > 0 || o->answer == LEASE_NONE) continue;
+                if (now - o->answered_at <= LEASE_ANSWER_KEEP_S) { parked = 1; continue; }
+                if (o->fd >= 0) close(o->fd);
+                o->fd = -1;
+                o->answer = LEASE_NONE;
+            }
+            if (parked) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += 1;
+                pthread_cond_timedwait(&sp->lease_wake, &sp->mu, &ts);
+            } else {
+                pthread_cond_wait(&sp->lease_wake, &sp->mu);
+            }
+            continue;
+        }
+        l->asking = 2;
+        char name[NAME_LEN + 1], lk[NAME_LEN + 8];
+        snprintf(name, sizeof name, "%s", l->name);
+        snprintf(lk, sizeof lk, "%.32s.lock", name);
+        pthread_mutex_unlock(&sp->mu);
+        int fd = -1;
+        const int r = lock_open(sp, lk, &fd);
+        const int e = errno;
+        const uint64_t gen = r ? 0 : read_gen(fd);
+        struct stat st;
+        const int exists = !r && !fstatat(sp->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode);
+        if (r < 0) smol_log_warn("spill: %s/%s: cannot lock: %s", sp->dir, lk, strerror(e));
+        pthread_mutex_lock(&sp->mu);
+        l = lease_of(sp, name, 0); /* (records kept while asking: still there) */
+        if (!l || l->refs > 0 || l->fd >= 0) { /* taken meanwhile on the engine thread: not needed */
+            if (fd >= 0) close(fd);
+            if (l) l->asking = 0;
+            continue;
+        }
+        l->asking = 0;
+        l->answered_at = smol_mono_s();
+        if (r) {
+            l->answer = r > 0 ? SMOL_LEASE_ELSEWHERE : SMOL_LEASE_ERROR;
+            if (r > 0) sp->st.lease_refused++;
+            continue;
+        }
+        l->answer = gen != l->gen ? SMOL_LEASE_CHANGED : SMOL_LEASE_HELD;
+        l->fd = fd;
+        l->unlinked = 0;
+        l->gen = gen;
+        l->exists = exists;
+        l->size = exists ? (uint64_t)st.st_size : 0;
+        l->mtime = exists ? mtime_ns(&st) : 0;
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return NULL;
+}
+
+int smol_spill_lease_async(struct smol_spill *sp, const char *id)
+{
+    if (!sp->shared) return SMOL_LEASE_HELD;
+    if (!sp->have_lease_thread) return smol_spill_lease(sp, id);
+    char name[NAME_LEN + 1];
+    file_name(id, name);
+    pthread_mutex_lock(&sp->mu);
+    struct lease *l = lease_of(sp, name, 1);
+    int r = SMOL_LEASE_PENDING, fresh = 0;
+    if (!l) {
+        r = SMOL_LEASE_ERROR;
+    } else if (l->refs > 0) {
+        if (l->unlinked) r = SMOL_LEASE_ELSEWHERE;
+        else { l->refs++; r = SMOL_LEASE_HELD; }
+    } else if (l->answer != LEASE_NONE) {
+        r = l->answer;
+        l->answer = LEASE_NONE;
+        if (r == SMOL_LEASE_HELD || r == SMOL_LEASE_CHANGED) l->refs = fresh = 1;
+    } else if (!l->asking) {
+        l->asking = 1;
+        pthread_cond_signal(&sp->lease_wake);
+    }
+    const int exists = l ? l->exists : 0;
+    const uint64_t size = l ? l->size : 0;
+    const int64_t mtime = l ? l->mtime : 0;
+    pthread_mutex_unlock(&sp->mu);
+    if (fresh) { /* the index as the lease thread found the file */
+        struct entry *e = find_ent(sp, name);
+        if (!exists) {
+            if (e) drop_ent(sp, e);
+        } else if (!e || r == SMOL_LEASE_CHANGED || e->bytes != size) {
+            put_ent(sp, name, size, mtime, NULL, NULL, 0);
+            if ((e = find_ent(sp, name))) e->disk_stamp = 1;
+        }
+        if (r == SMOL_LEASE_CHANGED) drop_ready(sp, name);
+    }
+    return r;
 }
 
 int smol_spill_lease(struct smol_spill *sp, const char *id)
@@ -419,20 +605,6 @@ int smol_spill_holds(struct smol_spill *sp, const char *id)
     const int held = l && l->refs > 0;
     pthread_mutex_unlock(&sp->mu);
     return held;
-}
-
-void smol_spill_lease_revoke(struct smol_spill *sp, const char *id)
-{
-    char name[NAME_LEN + 1], lk[NAME_LEN + 8];
-    file_name(id, name);
-    snprintf(lk, sizeof lk, "%.32s.lock", name);
-    pthread_mutex_lock(&sp->mu);
-    struct lease *l = lease_of(sp, name, 0);
-    if (l && l->fd >= 0) { /* the same file, opened again without the lock */
-        close(l->fd);
-        l->fd = openat(sp->dirfd, lk, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    }
-    pthread_mutex_unlock(&sp->mu);
 }
 
 /* Writer thread, before it replaces or removes name under its lease: 0
@@ -573,8 +745,12 @@ static int write_full(int fd, const void *buf, size_t n);
 static int read_full(int fd, void *buf, size_t n);
 
 /* JOB_WRITE: checksums, then temporary file, fsync, rename, fsync of the
- * directory.  On failure nothing of it is left, nor an older file of the
- * same name (it would hold an older history than the index says). */
+ * directory.  0 when all of it succeeded; -1 on an I/O error at any step
+ * (logged): the temporary file is removed and the file of the name is left
+ * as it was (the previous good state stands; after a rename whose directory
+ * fsync failed, the new one, which the retry writes again); the caller
+ * retries the job.  -2: the lease was lost (shared), the file left as the
+ * other node made it. */
 static int run_write(struct smol_spill *sp, struct job *j)
 {
     /* the image is read by smol_spill_load meanwhile: it is not changed */
@@ -584,26 +760,146 @@ static int run_write(struct smol_spill *sp, struct job *j)
     h.payload_hash = XXH3_64bits(j->image + sizeof h, j->bytes - sizeof h);
     h.header_hash = header_hash(&h);
     snprintf(tmp, sizeof tmp, ".tmp-%.32s-%s", j->name, sp->node);
+    const char *step = "open";
     int fd = openat(sp->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    int bad = fd < 0 || write_full(fd, &h, sizeof h) || write_full(fd, j->image + sizeof h, j->bytes - sizeof h) ||
-              fsync(fd);
+    int bad = fd < 0;
+    if (!bad && (step = "write", write_full(fd, &h, sizeof h) || write_full(fd, j->image + sizeof h, j->bytes - sizeof h)))
+        bad = 1;
+    if (!bad && (step = "fsync", fsync(fd))) bad = 1;
     int e = errno;
-    if (fd >= 0 && close(fd) && !bad) { bad = 1; e = errno; }
+    if (fd >= 0 && close(fd) && !bad) { bad = 1; e = errno; step = "close"; }
     /* a shared directory: replaced only while this node holds the session's
      * lease and nobody wrote it since; else left as it is */
     if (!bad && j->leased && lease_advance(sp, j)) {
         unlinkat(sp->dirfd, tmp, 0);
         return -2;
     }
-    if (!bad && renameat(sp->dirfd, tmp, sp->dirfd, j->name)) { bad = 1; e = errno; }
+    if (!bad && renameat(sp->dirfd, tmp, sp->dirfd, j->name)) { bad = 1; e = errno; step = "rename"; }
+    if (!bad && fsync(sp->dirfd)) { bad = 1; e = errno; step = "fsync of the directory"; }
     if (bad) {
-        unlinkat(sp->dirfd, tmp, 0);
-        if (!j->leased || !lease_advance(sp, j)) unlinkat(sp->dirfd, j->name, 0);
-        smol_log_warn("spill: session '%s' not written to %s/%s: %s", j->id, sp->dir, j->name, strerror(e ? e : EIO));
+        unlinkat(sp->dirfd, tmp, 0); /* (ENOENT once renamed) */
+        smol_log_warn("spill: session '%s' not written to %s/%s (%s: %s); the previous file stands, retried "
+                      "(attempt %d)", j->id, sp->dir, j->name, step, strerror(e ? e : EIO), j->tries + 1);
         return -1;
     }
-    if (fsync(sp->dirfd)) smol_log_warn("spill: fsync %s: %s", sp->dir, strerror(errno));
     return 0;
+}
+
+static int64_t mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+/* under sp->mu: the index drops name (the engine thread, reap_failed); 0,
+ * or -1 when the list is full (the caller stops for now) */
+static int forget_locked(struct smol_spill *sp, const char *name)
+{
+    if (sp->n_failed >= (int)(sizeof sp->failed / sizeof sp->failed[0])) return -1;
+    snprintf(sp->failed[sp->n_failed++], NAME_LEN + 1, "%s", name);
+    return 0;
+}
+
+/* JOB_UNLINK: the file (unless the lease was lost, or, unused_since set, it
+ * was used since), then, in a shared directory, its lock file, while the
+ * lock is held and no other reference of this node needs it (spill.h). */
+static void run_unlink(struct smol_spill *sp, struct job *j)
+{
+    if (j->leased && lease_advance(sp, j)) return; /* another node's now: left alone */
+    struct stat st;
+    if (j->unused_since && !fstatat(sp->dirfd, j->name, &st, AT_SYMLINK_NOFOLLOW) && mtime_ns(&st) > j->unused_since) {
+        smol_log_info("spill: %s/%s left in place: used since it was indexed", sp->dir, j->name);
+        return;
+    }
+    if (unlinkat(sp->dirfd, j->name, 0) && errno != ENOENT) {
+        smol_log_warn("spill: cannot remove %s/%s: %s", sp->dir, j->name, strerror(errno));
+        return;
+    }
+    if (!j->leased) return;
+    char lk[NAME_LEN + 8];
+    snprintf(lk, sizeof lk, "%.32s.lock", j->name);
+    pthread_mutex_lock(&sp->mu);
+    struct lease *l = lease_of(sp, j->name, 0);
+    if (l && l->refs == 1 && l->fd >= 0 && !unlinkat(sp->dirfd, lk, 0)) {
+        l->unlinked = 1;
+        l->gen = 0; /* a new lock file starts at 0: nothing on disk, as this node knows */
+    }
+    pthread_mutex_unlock(&sp->mu);
+}
+
+/* The file server's time now (ns), which stamps the files' mtimes: that of
+ * a probe file made and removed here (the local clock may run fast or
+ * slow); -1 if it cannot be made. */
+static int64_t server_now(struct smol_spill *sp)
+{
+    char probe[128];
+    snprintf(probe, sizeof probe, ".tmp-clock-%s", sp->node);
+    int fd = openat(sp->dirfd, probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    struct stat st;
+    const int64_t t = !futimens(fd, NULL) && !fstat(fd, &st) ? mtime_ns(&st) : -1;
+    close(fd);
+    unlinkat(sp->dirfd, probe, 0);
+    return t;
+}
+
+#define TMP_AGE_NS (3600ll * 1000000000) /* a temporary file this old is no write under way */
+
+/* JOB_SWEEP: temporary files an hour old by the file server's clock; with
+ * ttl_ns, session and prefix files that nobody used for ttl_ns (their
+ * mtime: written or read), and lock files without a session file as old,
+ * each removed while its lock is held here (no node is in a turn of it;
+ * none of this node's references) and found as old again under it. */
+static void run_sweep(struct smol_spill *sp, int64_t ttl_ns)
+{
+    const int64_t now = server_now(sp);
+    int fd = openat(sp->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (now < 0 || !d) {
+        if (d) closedir(d);
+        else if (fd >= 0) close(fd);
+        smol_log_warn("spill: cannot sweep %s: %s", sp->dir, strerror(errno));
+        return;
+    }
+    struct dirent *de;
+    int removed = 0, full = 0;
+    while ((de = readdir(d)) && !full) {
+        const char *n = de->d_name;
+        struct stat st;
+        if (fstatat(sp->dirfd, n, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode)) continue;
+        if (!strncmp(n, ".tmp-", 5)) {
+            if (now - mtime_ns(&st) > TMP_AGE_NS && !unlinkat(sp->dirfd, n, 0))
+                smol_log_info("spill: removed %s/%s (an unfinished write, an hour old)", sp->dir, n);
+            continue;
+        }
+        const int is_lock = strlen(n) == 37 && !strcmp(n + 32, ".lock");
+        if (!ttl_ns || (!is_our_name(n) && !is_lock) || now - mtime_ns(&st) <= ttl_ns) continue;
+        char name[NAME_LEN + 1], lk[NAME_LEN + 8];
+        snprintf(name, sizeof name, "%.32s.kv", n);
+        snprintf(lk, sizeof lk, "%.32s.lock", n);
+        pthread_mutex_lock(&sp->mu);
+        const struct lease *l = lease_of(sp, name, 0);
+        const int ours = l && l->refs > 0;
+        pthread_mutex_unlock(&sp->mu);
+        /* (no mutex held over the filesystem: the lock file's OFD lock keeps
+         * this node's engine thread out as it keeps other nodes out) */
+        int lfd = -1;
+        if (!ours && (!sp->shared || !lock_open(sp, lk, &lfd))) {
+            struct stat kst;
+            const int has_kv = !fstatat(sp->dirfd, name, &kst, AT_SYMLINK_NOFOLLOW);
+            if (!has_kv || now - mtime_ns(&kst) > ttl_ns) { /* still unused, under the lock */
+                if (has_kv && !unlinkat(sp->dirfd, name, 0)) {
+                    removed++;
+                    pthread_mutex_lock(&sp->mu);
+                    full = forget_locked(sp, name) != 0;
+                    pthread_mutex_unlock(&sp->mu);
+                }
+                if (lfd >= 0) unlinkat(sp->dirfd, lk, 0);
+            }
+        }
+        if (lfd >= 0) close(lfd);
+    }
+    closedir(d);
+    if (removed) smol_log_info("spill: %s: %d files unused for %.0f s removed", sp->dir, removed, ttl_ns / 1e9);
 }
 
 /* JOB_READ: the whole file into memory (checked by smol_spill_load) */
@@ -621,41 +917,128 @@ static void run_read(struct smol_spill *sp, struct job *j)
     }
 }
 
+/* under sp->mu: takes j out of the queue */
+static void unqueue_locked(struct smol_spill *sp, struct job *j)
+{
+    struct job *prev = NULL;
+    for (struct job *k = sp->q_head; k && k != j; k = k->next) prev = k;
+    if (prev) prev->next = j->next;
+    else sp->q_head = j->next;
+    if (sp->q_tail == j) sp->q_tail = prev;
+    j->next = NULL;
+}
+
+/* under sp->mu: drops a queued job that will not run (a failed write that a
+ * newer job on its name supersedes) */
+static void drop_job_locked(struct smol_spill *sp, struct job *j)
+{
+    unqueue_locked(sp, j);
+    if (j->leased) lease_put_locked(sp, j->name);
+    j->leased = 0;
+    sp->q_bytes -= j->bytes;
+    j->finished = 1;
+    job_unref(j);
+}
+
+/* under sp->mu: the first job that may run now (a failed write waits for
+ * its backoff, but not once the spill is closing), or NULL; *until = the
+ * earliest time a waiting one may run (0: none waits).  A failed write
+ * queued before a newer job on its name is dropped: the newer one decides
+ * what the file holds. */
+static struct job *next_job(struct smol_spill *sp, double *until)
+{
+    const double now = smol_mono_s();
+    *until = 0;
+    for (struct job *j = sp->q_head, *nx; j; j = nx) {
+        nx = j->next;
+        if (j->tries && !sp->stop && j->not_before > now) {
+            if (!*until || j->not_before < *until) *until = j->not_before;
+            continue;
+        }
+        for (struct job *k = sp->q_head, *kn; k != j; k = kn) {
+            kn = k->next;
+            if (k->tries && !strcmp(k->name, j->name)) drop_job_locked(sp, k);
+        }
+        return j;
+    }
+    return NULL;
+}
+
+/* under sp->mu: 1 while a job has not been tried yet or runs (what
+ * smol_spill_flush waits for; failed writes waiting for a retry do not count) */
+static int busy_locked(const struct smol_spill *sp)
+{
+    for (const struct job *j = sp->q_head; j; j = j->next)
+        if (!j->tries || j->running) return 1;
+    return 0;
+}
+
 static void *writer_main(void *arg)
 {
     struct smol_spill *sp = arg;
     pthread_mutex_lock(&sp->mu);
     for (;;) {
-        while ((!sp->q_head || sp->paused) && !(sp->stop && !sp->q_head)) pthread_cond_wait(&sp->wake, &sp->mu);
-        struct job *j = sp->q_head;
-        if (!j) break; /* stopping, nothing left */
+        double until = 0;
+        struct job *j = sp->paused && !sp->stop ? NULL : next_job(sp, &until);
+        if (!j) {
+            if (sp->stop && !sp->q_head) break; /* stopping, nothing left */
+            if (until > 0 && !sp->paused) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts); /* (the condition's clock) */
+                const double d = until - smol_mono_s() + 1e-3;
+                const int64_t ns = ts.tv_nsec + (int64_t)(d > 0 ? d * 1e9 : 0);
+                ts.tv_sec += ns / 1000000000;
+                ts.tv_nsec = ns % 1000000000;
+                pthread_cond_timedwait(&sp->wake, &sp->mu, &ts);
+            } else {
+                pthread_cond_wait(&sp->wake, &sp->mu);
+            }
+            continue;
+        }
         j->running = 1;
         pthread_mutex_unlock(&sp->mu);
         double t0 = smol_mono_s();
         int bad = 0;
         if (j->kind == JOB_WRITE) bad = run_write(sp, j);
         else if (j->kind == JOB_READ) run_read(sp, j);
-        else if (j->leased && lease_advance(sp, j)) {} /* another node's now: left alone */
-        else if (unlinkat(sp->dirfd, j->name, 0) && errno != ENOENT)
-            smol_log_warn("spill: cannot remove %s/%s: %s", sp->dir, j->name, strerror(errno));
+        else if (j->kind == JOB_SWEEP) run_sweep(sp, j->unused_since);
+        else run_unlink(sp, j);
         const double dt = smol_mono_s() - t0;
         if (j->kind == JOB_WRITE && !bad)
-            smol_log_info("spill: %s '%s' written to %s: %d tokens, %.1f MiB in %.0f ms",
+            smol_log_info("spill: %s '%s' written to %s: %d tokens, %.1f MiB in %.0f ms%s",
                           j->prefix ? "cached prefix" : "session", j->id, j->name, j->n_kv, j->bytes / 1048576.0,
-                          (smol_mono_s() - t0) * 1e3);
+                          (smol_mono_s() - t0) * 1e3, j->tries ? " (retried)" : "");
         pthread_mutex_lock(&sp->mu);
+        j->running = 0;
+        if (j->kind == JOB_WRITE && bad == -1) {
+            sp->st.write_errors++;
+            int later = 0; /* a newer job on the name supersedes it */
+            for (struct job *k = j->next; k && !later; k = k->next) later = !strcmp(k->name, j->name);
+            if (!later && !sp->stop) { /* written again after a backoff: the image and the lease are kept */
+                double wait = sp->retry_first_s;
+                for (int i = 0; i < j->tries && wait < sp->retry_max_s; i++) wait *= 2;
+                j->tries++;
+                j->not_before = smol_mono_s() + (wait < sp->retry_max_s ? wait : sp->retry_max_s);
+                unqueue_locked(sp, j);
+                if (sp->q_tail) sp->q_tail->next = j;
+                else sp->q_head = j;
+                sp->q_tail = j;
+                pthread_cond_broadcast(&sp->done);
+                continue;
+            }
+            if (!later)
+                smol_log_warn("spill: session '%s' not written to %s/%s: given up at close after %d attempts", j->id,
+                              sp->dir, j->name, j->tries + 1);
+        }
         if (j->leased) lease_put_locked(sp, j->name);
         j->leased = 0;
         if (j->kind == JOB_WRITE) {
             if (!bad) sp->st.write_s += dt;
             if (!bad && j->prefix) sp->st.prefixes_written++;
             else if (!bad) sp->st.written++;
-            else if (sp->n_failed < (int)(sizeof sp->failed / sizeof sp->failed[0]))
-                snprintf(sp->failed[sp->n_failed++], NAME_LEN + 1, "%s", j->name);
+            else if (bad == -2) forget_locked(sp, j->name);
         }
-        sp->q_head = j->next;
-        if (!sp->q_head) sp->q_tail = NULL;
-        j->running = 0;
+        unqueue_locked(sp, j);
         j->finished = 1;
         int later = 0; /* a write or removal queued behind the read makes it stale */
         for (struct job *k = sp->q_head; k && !later; k = k->next) later = !strcmp(k->name, j->name);
@@ -773,7 +1156,30 @@ int smol_spill_prefetch(struct smol_spill *sp, const char *id)
 void smol_spill_flush(struct smol_spill *sp)
 {
     pthread_mutex_lock(&sp->mu);
-    while (sp->q_head && !sp->paused) pthread_cond_wait(&sp->done, &sp->mu);
+    while (busy_locked(sp) && !sp->paused) pthread_cond_wait(&sp->done, &sp->mu);
+    pthread_mutex_unlock(&sp->mu);
+}
+
+void smol_spill_sweep(struct smol_spill *sp, double ttl_s)
+{
+    reap_failed(sp);
+    pthread_mutex_lock(&sp->mu);
+    int queued = 0;
+    for (struct job *j = sp->q_head; j && !queued; j = j->next) queued = j->kind == JOB_SWEEP && !j->running;
+    struct job *j = queued ? NULL : calloc(1, sizeof *j);
+    if (j) {
+        j->kind = JOB_SWEEP;
+        j->unused_since = ttl_s > 0 ? (int64_t)(ttl_s * 1e9) : 0;
+        enqueue_locked(sp, j);
+    }
+    pthread_mutex_unlock(&sp->mu);
+}
+
+void smol_spill_set_retry(struct smol_spill *sp, double first_s, double max_s)
+{
+    pthread_mutex_lock(&sp->mu);
+    sp->retry_first_s = first_s;
+    sp->retry_max_s = max_s;
     pthread_mutex_unlock(&sp->mu);
 }
 
@@ -816,6 +1222,7 @@ static int write_full(int fd, const void *buf, size_t n)
     while (n) {
         ssize_t r = write(fd, p, n);
         if (r < 0 && errno == EINTR) continue;
+        if (r == 0) errno = EIO; /* no progress: not an error the kernel named */
         if (r <= 0) return -1;
         p += r;
         n -= (size_t)r;
@@ -833,15 +1240,16 @@ static void scan(struct smol_spill *sp, const struct smol_kv *kv)
         return;
     }
     struct dirent *de;
+    const int64_t now = sp->shared ? server_now(sp) : 0;
     while ((de = readdir(d))) {
         const char *n = de->d_name;
         if (!strcmp(n, ".") || !strcmp(n, "..")) continue;
         struct stat tst;
         if (!strncmp(n, ".tmp-", 5)) {
             /* a shared directory: another node's write may be under way;
-             * an hour-old one is not */
-            if (sp->shared && !fstatat(sp->dirfd, n, &tst, AT_SYMLINK_NOFOLLOW) &&
-                tst.st_mtim.tv_sec > time(NULL) - 3600)
+             * an hour-old one, by the file server's clock, is not */
+            if (sp->shared && (now < 0 || fstatat(sp->dirfd, n, &tst, AT_SYMLINK_NOFOLLOW) ||
+                               now - mtime_ns(&tst) <= TMP_AGE_NS))
                 continue;
             smol_log_info("spill: removing %s/%s (an unfinished write)", sp->dir, n);
             unlinkat(sp->dirfd, n, 0);
@@ -883,6 +1291,8 @@ static void scan(struct smol_spill *sp, const struct smol_kv *kv)
         if (why) { free(toks); reject_file(sp, n, why); continue; }
         put_ent(sp, n, (uint64_t)stt.st_size, (int64_t)stt.st_mtim.tv_sec * 1000000000 + stt.st_mtim.tv_nsec,
                 toks ? pid : NULL, toks, (int)h.n_kv);
+        struct entry *e = find_ent(sp, n);
+        if (e) e->disk_stamp = 1;
         free(toks);
     }
     closedir(d);
@@ -904,6 +1314,8 @@ enum smol_err smol_spill_open_shared(struct smol_spill **out, const char *dir, u
     snprintf(sp->dir, sizeof sp->dir, "%s", dir);
     sp->budget = budget_bytes;
     sp->dirfd = -1;
+    sp->retry_first_s = 0.1;
+    sp->retry_max_s = 30;
     sp->shared = shared;
     char host[64] = "";
     gethostname(host, sizeof host - 1);
@@ -927,6 +1339,7 @@ enum smol_err smol_spill_open_shared(struct smol_spill **out, const char *dir, u
     pthread_mutex_init(&sp->mu, NULL);
     pthread_cond_init(&sp->wake, NULL);
     pthread_cond_init(&sp->done, NULL);
+    pthread_cond_init(&sp->lease_wake, NULL);
     if (!(sp->page_buf = malloc(sp->page_buf_bytes))) {
         smol_spill_close(&sp);
         return smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
@@ -936,6 +1349,11 @@ enum smol_err smol_spill_open_shared(struct smol_spill **out, const char *dir, u
         return smol_errf(err, SMOL_ENOMEM, "spill: cannot start the writer thread");
     }
     sp->have_thread = 1;
+    if (shared && pthread_create(&sp->lease_thread, NULL, lease_main, sp)) {
+        smol_spill_close(&sp);
+        return smol_errf(err, SMOL_ENOMEM, "spill: cannot start the lease thread");
+    }
+    sp->have_lease_thread = shared;
     scan(sp, &m->kv);
     trim(sp, NULL);
     smol_log_info("spill: %s%s: %u session files, %.1f MiB (budget %s)", dir, shared ? " (shared)" : "", sp->st.files,
@@ -956,6 +1374,13 @@ void smol_spill_close(struct smol_spill **spp)
         pthread_mutex_unlock(&sp->mu);
         pthread_join(sp->thread, NULL);
     }
+    if (sp->have_lease_thread) {
+        pthread_mutex_lock(&sp->mu);
+        sp->lease_stop = 1;
+        pthread_cond_broadcast(&sp->lease_wake);
+        pthread_mutex_unlock(&sp->mu);
+        pthread_join(sp->lease_thread, NULL);
+    }
     while (sp->ready) {
         struct job *j = sp->ready;
         sp->ready = j->next;
@@ -965,6 +1390,7 @@ void smol_spill_close(struct smol_spill **spp)
         pthread_mutex_destroy(&sp->mu);
         pthread_cond_destroy(&sp->wake);
         pthread_cond_destroy(&sp->done);
+        pthread_cond_destroy(&sp->lease_wake);
     }
     if (sp->dirfd >= 0) close(sp->dirfd);
     for (int i = 0; i < sp->n_ent; i++) free(sp->ent[i].tokens);
@@ -1080,8 +1506,14 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
      * writer thread checksums and writes it */
     const double t0 = smol_mono_s();
     pthread_mutex_lock(&sp->mu);
-    while (sp->q_head && sp->q_bytes + total > SPILL_QUEUE_MAX && !sp->paused) pthread_cond_wait(&sp->done, &sp->mu);
+    while (busy_locked(sp) && sp->q_bytes + total > SPILL_QUEUE_MAX && !sp->paused) pthread_cond_wait(&sp->done, &sp->mu);
+    const int full = sp->q_head && sp->q_bytes + total > SPILL_QUEUE_MAX && !sp->paused; /* of failed writes */
     pthread_mutex_unlock(&sp->mu);
+    if (full) {
+        free(msgs);
+        return smol_errf(err, SMOL_EBUSY, "spill: '%s' not written: the queue is full of writes waiting for a retry",
+                         key);
+    }
     struct job *j = calloc(1, sizeof *j);
     unsigned char *img = j && total <= SIZE_MAX ? malloc((size_t)total) : NULL;
     if (!img) {
@@ -1448,13 +1880,30 @@ void smol_spill_remove(struct smol_spill *sp, const char *id)
     if (sp->shared || find_ent(sp, name)) unlink_file(sp, name);
 }
 
-int smol_spill_has(const struct smol_spill *sp, const char *id)
+void smol_spill_expire(struct smol_spill *sp, const char *id)
+{
+    reap_failed(sp);
+    char name[NAME_LEN + 1];
+    file_name(id, name);
+    if (sp->shared) unlink_file_gen(sp, name, 0); /* only while the file is the one this node last saw */
+    else if (find_ent(sp, name)) unlink_file(sp, name);
+}
+
+int smol_spill_has(struct smol_spill *sp, const char *id)
 {
     char name[NAME_LEN + 1];
     file_name(id, name);
     struct stat st;
-    if (sp->shared) /* another node may have written or removed it */
-        return !fstatat(sp->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode);
+    if (sp->shared) {
+        /* held here: the index is as the lease found the file (no other
+         * node writes it meanwhile); else another node may have written
+         * or removed it */
+        pthread_mutex_lock(&sp->mu);
+        const struct lease *l = lease_of(sp, name, 0);
+        const int held = l && l->refs > 0;
+        pthread_mutex_unlock(&sp->mu);
+        if (!held) return !fstatat(sp->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode);
+    }
     return find_ent(sp, name) != NULL;
 }
 

@@ -42,7 +42,12 @@
  * calls the spill on the engine's behalf (sessions.h -> spill.h, never the
  * reverse).
  *
- * Threads: the API belongs to the engine thread (not thread-safe).  Writing
+ * Threads: the API belongs to the engine thread (not thread-safe).  In a
+ * shared directory a turn's lease is asked on a lease thread of the spill's
+ * own (smol_spill_lease_async: the lock, the generation and a stat of the
+ * file, no mutex held over them), so a slow file server does not stall the
+ * engine thread there; the other lease paths (expiry, the budget, a write
+ * of a session not leased) still lock on the caller's thread.  Writing
  * and removing files run on a writer thread of the spill's own:
  * smol_spill_save copies the session (its KV pages out of the pool) into an
  * image in memory and queues it; the writer checksums it and writes it as
@@ -52,9 +57,14 @@
  * is still queued reads that image; a file read ahead by smol_spill_prefetch
  * (on the writer thread) is checked and used from memory; otherwise the
  * file is read in place (on the caller's thread).  A write that fails is
- * logged and leaves no file (not even an older one).  smol_spill_close
- * finishes the queue first.  At most 1 GiB of images wait; a save beyond
- * that waits for the writer.
+ * logged and leaves the previous file as it was (an I/O error at any step:
+ * open, write, fsync, rename, the directory's fsync); the job keeps its
+ * image (and its lease) and is tried again after a backoff (0.1 s,
+ * doubling, at most 30 s: smol_spill_set_retry) until it succeeds or a
+ * newer job on its name supersedes it; smol_spill_close tries each once
+ * more, then gives up (logged).  smol_spill_close finishes the queue first.
+ * At most 1 GiB of images wait; a save beyond that waits for the writer,
+ * and is refused (SMOL_EBUSY) when what fills the queue is failed writes.
  *
  * A shared directory (smol_spill_open_shared; kv_spill_shared): several
  * nodes (daemons on other machines, over NFS, CephFS...) use one directory.
@@ -71,16 +81,25 @@
  * lease was lost (the filesystem broke the lock: a partition, an expired
  * NFS lease) and the write is dropped, counted (lease_lost), the file left
  * as the other node made it.  A save of a session whose lease this node
- * does not hold is refused (unleased_refused).  Lock files are never
- * removed (removing one would let two nodes lock two different files).
+ * does not hold is refused (unleased_refused).  A lock file is removed
+ * with its session's file, by the node holding its lock, while no other
+ * reference of that node needs it; a node that locked a lock file checks
+ * that it is still the file under that name (same inode) and, if it was
+ * removed meanwhile, locks the new one: two nodes never hold two files of
+ * one name.  A new lock file's generation is 0 again: a node that knew a
+ * later one finds CHANGED and drops its copy (the session was removed).
  * A session file that is sound but of another model (or KV type or
  * geometry: a node running another model file) loads as its conversation
  * (text, messages, date, mode) without tokens or KV, which the next turn
  * computes again; it is not removed (history_restored).
  * The index is refreshed from the directory whenever a lease is taken;
  * files failing the checks at open are left alone (maybe another model's
- * node); temporary files are named by host and pid, and only an hour-old
- * one is removed; the budget removes only files this node wrote last.
+ * node); temporary files are named by host and pid, and only one an hour
+ * old by the file server's clock (a probe file's mtime) is removed.  The
+ * budget removes the least recently used files, this node's own or, found
+ * in the directory (at open, on a lease), anyone's that nobody used since
+ * (their mtime, checked again under the lock).  smol_spill_sweep removes
+ * files nobody used for a TTL.
  */
 #ifndef SMOL_SPILL_H
 #define SMOL_SPILL_H
@@ -137,6 +156,7 @@ struct smol_spill_stats {
     uint64_t lease_lost;                          /* shared: writes and removals dropped, lease lost */
     uint64_t unleased_refused;                    /* shared: saves refused, no lease */
     uint64_t history_restored;                    /* shared: sessions of another model read without KV */
+    uint64_t write_errors;                        /* write attempts that failed (each is retried) */
 };
 
 /* What one file holds: a session's (or a cached prefix's) history.  To
@@ -184,6 +204,7 @@ int smol_spill_shared(const struct smol_spill *sp);
 #define SMOL_LEASE_ELSEWHERE 0      /* another node holds it: ask again later */
 #define SMOL_LEASE_HELD 1           /* held; the file is as this node last saw it */
 #define SMOL_LEASE_CHANGED 2        /* held; another node wrote or removed the file since */
+#define SMOL_LEASE_PENDING 3        /* smol_spill_lease_async: being asked on the lease thread */
 
 /* Takes a reference to the lease of session key id (locking it when this
  * node does not hold it yet; never waits) and brings the index's entry of
@@ -191,11 +212,16 @@ int smol_spill_shared(const struct smol_spill *sp);
  * shared.  Each HELD or CHANGED is given back by smol_spill_unlease. */
 int smol_spill_lease(struct smol_spill *sp, const char *id);
 void smol_spill_unlease(struct smol_spill *sp, const char *id);
+/* The same without a filesystem call on the caller's thread: a lease this
+ * node holds is referenced at once (HELD); otherwise the spill's lease
+ * thread asks for it (locks the lock file, reads the generation, stats the
+ * session file) and this says SMOL_LEASE_PENDING until its answer is in,
+ * which the next call returns (and takes: HELD or CHANGED, with the index
+ * brought up to date as for smol_spill_lease; ELSEWHERE; ERROR).  A lock
+ * taken for an answer nobody comes for within 2 s is let go. */
+int smol_spill_lease_async(struct smol_spill *sp, const char *id);
 /* 1 while this node holds the lease of key id (always, not shared). */
 int smol_spill_holds(struct smol_spill *sp, const char *id);
-/* Tests: the lock of key id is lost as when the filesystem breaks it (the
- * node still thinks it holds the lease). */
-void smol_spill_lease_revoke(struct smol_spill *sp, const char *id);
 
 /* Writes the record of an idle session with the KV of its first
  * rec->seq->n_tokens positions (queued: see Threads above); an empty one
@@ -229,9 +255,14 @@ int smol_spill_best_prefix(struct smol_spill *sp, const char *tenant, const int3
 
 /* Removes the file of key id, if any. */
 void smol_spill_remove(struct smol_spill *sp, const char *id);
+/* The same for a copy in memory that expired: in a shared directory the
+ * file is removed only when no other node wrote it since this node last
+ * saw it (else it is another node's conversation, going on there). */
+void smol_spill_expire(struct smol_spill *sp, const char *id);
 
-/* 1 if a file for key id is indexed (shared: if the directory has one). */
-int smol_spill_has(const struct smol_spill *sp, const char *id);
+/* 1 if a file for key id is indexed (shared: if the directory has one; the
+ * index alone while this node holds the lease, which brought it up to date). */
+int smol_spill_has(struct smol_spill *sp, const char *id);
 
 void smol_spill_get_stats(struct smol_spill *sp, struct smol_spill_stats *st);
 
@@ -242,9 +273,18 @@ void smol_spill_get_stats(struct smol_spill *sp, struct smol_spill_stats *st);
  * no file, or it is over 1 GiB: read in place), 0 while the read runs. */
 int smol_spill_prefetch(struct smol_spill *sp, const char *id);
 
-/* Waits until the writer has done every queued job (returns at once when
- * paused). */
+/* Waits until the writer has tried every queued job (returns at once when
+ * paused); failed writes may still wait for their retry. */
 void smol_spill_flush(struct smol_spill *sp);
+/* Queues a sweep of the directory (on the writer thread; one at a time):
+ * temporary files an hour old, and, ttl_s > 0, the files (sessions,
+ * cached prefixes, lock files without a session file) nobody wrote or
+ * read for ttl_s, by the file server's clock (a probe file's mtime, not
+ * this node's clock), each removed under its lock (no node in a turn of
+ * it) and with its lock file. */
+void smol_spill_sweep(struct smol_spill *sp, double ttl_s);
+/* A failed write's backoff: first_s, doubling per failure, at most max_s. */
+void smol_spill_set_retry(struct smol_spill *sp, double first_s, double max_s);
 /* Tests: a paused writer starts no job (so queued writes can be observed). */
 void smol_spill_pause(struct smol_spill *sp, int paused);
 /* Jobs queued or running. */

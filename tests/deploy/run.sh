@@ -11,6 +11,10 @@
 #              DESTDIR tree): exit 0 and nothing on stderr; a broken copy must
 #              produce stderr (the check is live)
 #   security   `systemd-analyze security --offline=yes`: exposure <= 3.0 each
+#   fleet node tests/deploy/scaleout_units.sh: the scale-out drop-in grants
+#              ReadWritePaths= to the node config's kv_spill_dir (verify with
+#              it), nginx-real-ip.conf trusts X-Forwarded-For from a listed
+#              balancer only
 #   nginx      `nginx -t` clean (no warnings) on the site and on scale-out.conf
 #   ratelimit  the installed site in front of a stub gateway: a burst beyond
 #              its limit_req gets 429 in OpenAI's shape, per key, per address
@@ -278,6 +282,15 @@ check 'grep -q "^Group=smollm3d$" "$UD/smollm3d.service" && grep -q "^UMask=0007
        grep -q "^RuntimeDirectoryMode=0750$" "$UD/smollm3d.service" && grep -q "^SupplementaryGroups=smollm3d$" "$UD/smollm3-gateway.service" &&
        "$D/usr/local/bin/smollm3d" --help 2>&1 | grep -q "socket.mode.*0660"' \
       "the daemon socket: group smollm3d, mode 0660, directory 0750; the gateway joins the group"
+
+# ---------------------------------------------------------------- a fleet node
+echo "# a fleet node: the spill directory's drop-in, nginx behind a balancer"
+if sh tests/deploy/scaleout_units.sh "$D" > "$TMP/units.out" 2>&1; then
+    ok "tests/deploy/scaleout_units.sh: $(tail -1 "$TMP/units.out")"
+else
+    bad "tests/deploy/scaleout_units.sh: $(tail -1 "$TMP/units.out")"
+fi
+sed 's/^/    /' "$TMP/units.out"
 
 # ---------------------------------------------------------------- nginx -t
 echo "# nginx"
