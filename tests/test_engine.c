@@ -13,6 +13,7 @@
 #include "daemon/server/grammar_cache.h"
 #include "daemon/server/request.h"
 #include "daemon/server/spill.h"
+#include "daemon/server/step_budget.h"
 #include "daemon/model/model.h"
 #include "daemon/text/tokenizer.h"
 #include "smollm3.pb-c.h"
@@ -60,6 +61,8 @@ static int rig_sample_threads;  /* the next rig's engine option sample_threads (
 static double rig_queue_timeout_s = 2; /* and queue_timeout_s */
 static int rig_max_sessions = 1024, rig_max_sessions_per_key; /* and the session caps */
 static struct smol_spill *rig_spill;    /* and the spill directory (NULL: none) */
+static double rig_step_budget_ms;       /* and the step budget (0: off) */
+static double (*rig_step_ms_fn)(int, int); /* and its fake clock (NULL: measured) */
 
 static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int max_running, int max_queued)
 {
@@ -90,6 +93,8 @@ static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int ma
     cfg.max_sessions = rig_max_sessions;
     cfg.max_sessions_per_key = rig_max_sessions_per_key;
     cfg.spill = rig_spill;
+    cfg.step_budget_ms = rig_step_budget_ms;
+    cfg.step_ms_fn = rig_step_ms_fn;
     cfg.speculative_calibrate = 0;      /* the default verify costs: draft lengths (and prediction counts)
                                            independent of this machine's speed and build */
     ck_assert_msg(smol_engine_start(&g->e, g->ctx, "inproc://engine-test", g->m, g->tok, &cfg, err) == SMOL_OK, "%s", err);
@@ -1332,6 +1337,131 @@ START_TEST(t_allocs_per_token)
 END_TEST
 #endif
 
+/* The estimator alone, on a CPU-like machine where the cost is not linear:
+ * a step costs 300 ms + 2 ms per decode row + 20 ms per prompt token.
+ * Fed its own steps, the chunk settles where a step takes the budget
+ * (700 ms beside 4 rows: (700 - 300 - 8) / 20 = 19.6 tokens), within 10%,
+ * and follows a slow-down;
+ * with no decode row (nobody waits) a step takes the whole cap; a prompt
+ * always advances by min_chunk; budget 0 is off. */
+static double cpu_like_ms(int rows, int prompt) { return 300 + 2.0 * rows + 20.0 * prompt; }
+START_TEST(t_step_budget_estimator)
+{
+    struct smol_step_budget b;
+    smol_step_budget_init(&b, 700);
+    ck_assert_int_eq(smol_step_budget_chunk(&b, 0, 256), 256);
+    for (int i = 0; i < 3; i++) smol_step_budget_observe(&b, 4, 0, cpu_like_ms(4, 0));  /* decode-only steps */
+    double step = 0;
+    for (int i = 0; i < 40; i++) {
+        const int chunk = smol_step_budget_chunk(&b, 4, 252);
+        step = cpu_like_ms(4, chunk);
+        smol_step_budget_observe(&b, 4, chunk, step);
+    }
+    ck_assert_msg(step > 630 && step <= 700, "a step settles at %.0f ms (budget 700; row %.2f, token %.2f ms)", step,
+                  b.row_ms, b.tok_ms);
+    /* the machine gets twice as slow at prompts: the chunk follows within a few steps */
+    for (int i = 0; i < 20; i++) {
+        const int chunk = smol_step_budget_chunk(&b, 4, 252);
+        step = 300 + 8 + 40.0 * chunk;
+        smol_step_budget_observe(&b, 4, chunk, step);
+    }
+    ck_assert_msg(step > 630 && step <= 700, "after a slow-down a step takes %.0f ms", step);
+    /* decode rows alone over the budget: the prompt still advances */
+    ck_assert_int_eq(smol_step_budget_chunk(&b, 400, 252), b.min_chunk);
+    ck_assert_int_eq(smol_step_budget_chunk(&b, 4, 5), 5);
+    smol_step_budget_init(&b, 0);
+    smol_step_budget_observe(&b, 4, 10, 1000);
+    ck_assert_int_eq(smol_step_budget_chunk(&b, 4, 60), 60);
+}
+END_TEST
+
+/* The engine under a fake clock: a step "takes" 1 ms per decode row and
+ * 1 ms per prompt token (budget_fake_ms), the budget is 20 ms.  Two streams
+ * decode while a 400-token prompt is read: every step that reads a chunk
+ * of it also carries both streams' rows, the chunks stay within what the
+ * budget leaves (20 - 2 = 18 tokens, not the 62 the cap of 64 would allow),
+ * and the streams get a token each step of it: about 400 / 18 each before
+ * the long prompt's first token, where the cap alone gives them 7. */
+enum { BUDGET_MAX_STEPS = 4096 };
+static int budget_rows[BUDGET_MAX_STEPS], budget_prompt[BUDGET_MAX_STEPS], budget_steps;
+static double budget_fake_ms(int rows, int prompt)
+{
+    if (budget_steps < BUDGET_MAX_STEPS) {
+        budget_rows[budget_steps] = rows;
+        budget_prompt[budget_steps++] = prompt;
+    }
+    return rows + prompt;
+}
+
+/* Runs A (two streams) then B (a long prompt) under the fake clock; the
+ * tokens each A stream got between B's Started and B's first token. */
+static void budget_run(double budget_ms, int a_tokens[2])
+{
+    struct rig g;
+    budget_steps = 0;
+    rig_step_budget_ms = budget_ms;
+    rig_step_ms_fn = budget_fake_ms;
+    const int ok = rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 8);
+    rig_step_budget_ms = 0;
+    rig_step_ms_fn = NULL;
+    ck_assert_msg(ok, "fixture missing");
+    int32_t a[2][8], lp[400];
+    for (int i = 0; i < 8; i++) a[0][i] = 200 + i, a[1][i] = 900 + 3 * i;
+    for (int i = 0; i < 400; i++) lp[i] = 100 + (i * 37) % 20000;
+    const uint64_t a0 = submit_ids(&g, a[0], 8, 200, NULL);
+    submit_ids(&g, a[1], 8, 200, NULL);
+    int got[2] = {0, 0}, b_started = 0, b_first = 0, open = 3;
+    uint64_t b = 0;
+    a_tokens[0] = a_tokens[1] = 0;
+    while (open > 0) {
+        unsigned fl;
+        Smollm3__Event *ev;
+        const uint64_t id = recv_event(&g, &fl, &ev);
+        if (id == a0 || id == a0 + 1) {
+            const int k = (int)(id - a0);
+            if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) {
+                got[k]++;
+                if (b_started && !b_first) a_tokens[k]++;
+                if (!b && got[0] >= 2 && got[1] >= 2) b = submit_ids(&g, lp, 400, 2, NULL);   /* both decode */
+            }
+        } else {
+            ck_assert(b && id == b);
+            if (ev->kind_case == SMOLLM3__EVENT__KIND_STARTED) b_started = 1;
+            if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) b_first = 1;
+            ck_assert_msg(ev->kind_case != SMOLLM3__EVENT__KIND_ERROR, "B failed: %s", ev->error->message);
+        }
+        if (fl & SMOL_EV_TERMINAL) open--;
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    rig_close(&g);  /* the engine thread joined: budget_* are ours to read */
+}
+
+START_TEST(t_step_budget)
+{
+    int budgeted[2], capped[2];
+    budget_run(20, budgeted);
+    int prefill = 0, over = 0;
+    for (int i = 0; i < budget_steps; i++) {
+        if (!budget_prompt[i] || !budget_rows[i]) continue;
+        prefill++;
+        /* the first mixed step runs before the prompt's cost is measured (first_chunk) */
+        if (budget_rows[i] + budget_prompt[i] > 20 + 1 && prefill > 1) over++;
+        ck_assert_msg(budget_rows[i] == 2, "step %d: %d decode rows beside %d prompt tokens", i, budget_rows[i],
+                      budget_prompt[i]);
+    }
+    ck_assert_msg(over == 0, "%d of %d steps over the budget", over, prefill);
+    ck_assert_msg(prefill >= 400 / 18, "the prompt read in %d steps", prefill);
+    for (int k = 0; k < 2; k++)
+        ck_assert_msg(budgeted[k] >= 400 / 18 - 1, "stream %d got %d tokens while the prompt was read", k, budgeted[k]);
+    budget_run(0, capped);  /* off: the cap alone */
+    int max_chunk = 0;
+    for (int i = 0; i < budget_steps; i++) if (budget_prompt[i] > max_chunk) max_chunk = budget_prompt[i];
+    ck_assert_msg(max_chunk >= 60, "without a budget the largest chunk was %d", max_chunk);
+    printf("stats: tokens per stream while a 400-token prompt is read: %d, %d with a 20 ms budget; %d, %d without\n",
+           budgeted[0], budgeted[1], capped[0], capped[1]);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("engine");
@@ -1357,5 +1487,10 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_allocs_per_token);
 #endif
     suite_add_tcase(s, tc);
+    TCase *sc = tcase_create("sched");     /* the scheduler: step budget, tenants' shares, tiers */
+    tcase_set_timeout(sc, 240);
+    tcase_add_test(sc, t_step_budget_estimator);
+    tcase_add_test(sc, t_step_budget);
+    suite_add_tcase(s, sc);
     return s;
 }

@@ -563,6 +563,9 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         { "engine_steps", s->engine_steps },
         { "step_tokens_total", s->step_tokens_total },
         { "host_pool_sampled_tokens", s->host_pool_sampled_tokens },
+        { "prefill_steps", s->prefill_steps },
+        { "mixed_steps", s->mixed_steps },
+        { "preemptions_total", s->preemptions_total },
         { "spill_lease_refusals", s->spill_lease_refusals },
         { "spill_leases_lost", s->spill_leases_lost },
         { "spill_unleased_refused", s->spill_unleased_refused },
@@ -577,6 +580,9 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         json_object_set_new(o, "uptime_s", json_real(s->uptime_s));
         json_object_set_new(o, "step_ms_total", json_real(s->step_ms_total));
         json_object_set_new(o, "forward_ms_total", json_real(s->forward_ms_total));
+        json_object_set_new(o, "step_budget_ms", json_real(s->step_budget_ms));
+        json_object_set_new(o, "step_row_ms", json_real(s->step_row_ms));
+        json_object_set_new(o, "step_prompt_token_ms", json_real(s->step_prompt_token_ms));
         json_object_set_new(o, "spill_restore_ms_total", json_real(s->spill_restore_ms_total));
         json_object_set_new(o, "spill_write_ms_total", json_real(s->spill_write_ms_total));
         json_object_set_new(o, "kv_type", json_string(s->kv_type ? s->kv_type : ""));
@@ -586,6 +592,9 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         printf("%-24s %.1f\n", "uptime_s", s->uptime_s);
         printf("%-24s %.1f\n", "step_ms_total", s->step_ms_total);
         printf("%-24s %.1f\n", "forward_ms_total", s->forward_ms_total);
+        printf("%-24s %.1f\n", "step_budget_ms", s->step_budget_ms);
+        printf("%-24s %.3f\n", "step_row_ms", s->step_row_ms);
+        printf("%-24s %.3f\n", "step_prompt_token_ms", s->step_prompt_token_ms);
         printf("%-24s %.1f\n", "spill_restore_ms_total", s->spill_restore_ms_total);
         printf("%-24s %.1f\n", "spill_write_ms_total", s->spill_write_ms_total);
         printf("%-24s %s\n", "kv_type", s->kv_type ? s->kv_type : "");

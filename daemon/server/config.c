@@ -64,6 +64,8 @@ static const struct smol_option options[] = {
      "CUDA attention: prefill (tiled for prompts, paged for decode rows), tiled (query tiles share K/V tiles on tensor cores, split-K decode; head_dim 128) or paged (a block per query token)"},
     {"step_tokens", SMOL_OPT_AUTO_INT, OFF(step_tokens), 1, 65536, "auto",
      "tokens per engine step: one per running request plus prefill chunks; auto = 256 on the CPU, 1024 on CUDA"},
+    {"step_budget_ms", SMOL_OPT_AUTO_INT, OFF(step_budget_ms), 0, 600000, "auto",
+     "ms a step may take: prompt chunks beside running streams sized to it from the measured speed, so streams keep pace while a prompt is read; 0 = off; auto = 500 CPU, 60 CUDA"},
     {"speculative", SMOL_OPT_INT, OFF(speculative), 0, 7, "7",
      "speculative decoding by prompt lookup: longest draft (tokens copied from the context) verified per step; same output; 0 = off unless a request asks"},
     {"speculative_calibrate", SMOL_OPT_BOOL, OFF(speculative_calibrate), 0, 1, "true",

@@ -13,7 +13,8 @@
  *   2. drop cancelled requests (their Done goes out now);
  *   3. admit queued requests FIFO while a slot is free and their KV fits;
  *   4. build one batch: a decode token for every running request, then
- *      prompt chunks of prefilling requests up to step_tokens;
+ *      prompt chunks of prefilling requests up to step_tokens, and with a
+ *      step budget only as many as its time allows (step_budget.h);
  *   5. forward, then sample, detokenize and parse for each request whose
  *      row of logits came back, emitting events as text becomes final.
  * Requests own their memory.  The decode path allocates nothing per token:
@@ -404,8 +405,9 @@ static void take_rows(struct smol_engine *e, const struct step_rows *sr, double 
 }
 
 /* One step: end the cancelled, admit FIFO (the head waits for KV or its
- * file, the others behind it), batch decode and prefill rows, run the
- * model, let each request take its tokens, and count. */
+ * file, the others behind it), batch decode rows and the prompt chunk the
+ * step's time budget leaves, run the model, let each request take its
+ * tokens, and count (the step's time teaches the budget). */
 static void step(struct smol_engine *e)
 {
     const double now = smol_mono_s();
@@ -413,16 +415,20 @@ static void step(struct smol_engine *e)
     e->waiting_read = 0;
     while (e->queue && e->n_running < e->cfg.max_running && !e->draining)
         if (smol_engine_try_admit(e, e->queue, now) == 0) break;
-    const int budget = e->cfg.step_tokens < e->m->s.max_tokens ? e->cfg.step_tokens : e->m->s.max_tokens;
+    const int cap = e->cfg.step_tokens < e->m->s.max_tokens ? e->cfg.step_tokens : e->m->s.max_tokens;
     struct step_rows sr = {0};
-    add_decode_rows(e, &sr, budget);
-    add_prefill_rows(e, &sr, budget, now);
+    add_decode_rows(e, &sr, cap);
+    const int n_rows = sr.n;    /* the prompt's chunk: what the time budget leaves beside them */
+    add_prefill_rows(e, &sr, n_rows + smol_step_budget_chunk(&e->sb, n_rows, cap - n_rows), now);
     if (sr.n == 0) return;
     const double t0 = smol_mono_s();
     if (!forward(e, &sr)) return;
     const double t1 = smol_mono_s();
     smol_engine_host_rows(e, sr.n_out, sr.n_rs);
     take_rows(e, &sr, t1);
+    const double ms = e->cfg.step_ms_fn ? e->cfg.step_ms_fn(n_rows, sr.n - n_rows) : (smol_mono_s() - t0) * 1e3;
+    smol_step_budget_observe(&e->sb, n_rows, sr.n - n_rows, ms);
+    if (sr.n > n_rows) { e->n_prefill_steps++; e->n_mixed_steps += n_rows > 0; }
     for (struct req *q = e->running; q; q = q->next)   /* what each may still allocate */
         q->kv_promise = smol_kv_seq_pages_needed(&e->m->kv, q->seq, q->seq->n_tokens, q->n_prompt + q->max_gen) +
                         (q->state == RS_PREFILL ? q->sib_pages : 0);
@@ -570,6 +576,7 @@ enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const c
     e->m = m;
     e->tok = tok;
     e->t_start = smol_mono_s();
+    smol_step_budget_init(&e->sb, e->cfg.step_budget_ms);
     smol_sessions_init(&e->sessions, &m->kv);
     e->sessions.spill = e->cfg.spill;
     e->sessions.vocab = m->cfg.vocab;

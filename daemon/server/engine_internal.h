@@ -19,6 +19,7 @@
 #include "daemon/text/text.h"
 #include "daemon/server/engine.h"
 #include "daemon/server/sessions.h"
+#include "daemon/server/step_budget.h"
 #include "smollm3.pb-c.h"
 
 struct smol_model;
@@ -118,6 +119,7 @@ struct smol_engine {
     struct smol_sampler_scratch **scs; /* a scratch per pool thread */
     float *logits;                  /* [max_out][vocab] */
     int max_out;                    /* rows: max_running + spec_rows */
+    struct smol_step_budget sb;     /* prompt chunks sized to cfg.step_budget_ms */
     int spec_rows;                  /* draft rows a step may verify, all requests together */
     float spec_cost[SMOL_SPEC_MAX_DRAFT + 1]; /* verify step of k + 1 positions / a 1-token step, measured at start */
     uint8_t *pack;                  /* protobuf packing buffer */
@@ -134,6 +136,7 @@ struct smol_engine {
     uint64_t n_prompt_builds;       /* prompts rendered and tokenized (build_prompt) */
     uint64_t n_backend_sampled;     /* tokens the backend sampled (backend_sampling) */
     uint64_t n_steps, n_step_tokens;/* steps that ran the model, and their tokens */
+    uint64_t n_prefill_steps, n_mixed_steps; /* steps with prompt tokens; of them, beside decode rows */
     uint64_t n_host_pooled;         /* tokens the host drew on its pool (emit_host_sampled) */
     double step_s, forward_s;       /* their wall time, and the model's part of it */
     uint64_t n_shared_choices;      /* n > 1: choices started on another's prefilled prompt */

@@ -84,6 +84,11 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         st.sessions_evicted = e->sessions.n_evicted;
         st.sessions_evicted_per_key = e->sessions.n_evicted_tenant_cap;
         st.unknown_session_refusals = e->n_unknown_session;
+        st.prefill_steps = e->n_prefill_steps;
+        st.mixed_steps = e->n_mixed_steps;
+        st.step_budget_ms = e->sb.budget_ms;
+        st.step_row_ms = e->sb.row_ms;
+        st.step_prompt_token_ms = e->sb.tok_ms;
         if (e->cfg.grammars) {
             struct smol_grammar_cache_stats gs;
             smol_grammar_cache_stats(e->cfg.grammars, &gs);
