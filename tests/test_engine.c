@@ -61,6 +61,7 @@ static int rig_sample_threads;  /* the next rig's engine option sample_threads (
 static double rig_queue_timeout_s = 2; /* and queue_timeout_s */
 static int rig_max_sessions = 1024, rig_max_sessions_per_key; /* and the session caps */
 static struct smol_spill *rig_spill;    /* and the spill directory (NULL: none) */
+static int rig_tier;                    /* the next submitted request's service tier (then 0) */
 static double rig_step_budget_ms;       /* and the step budget (0: off) */
 static double (*rig_step_ms_fn)(int, int); /* and its fake clock (NULL: measured) */
 
@@ -132,6 +133,8 @@ static uint64_t submit_tokens_of(struct rig *g, const char *tenant, const int32_
     r->sp.seed = seed;
     r->logprobs = logprobs;
     r->max_tokens = max_tokens;
+    r->tier = rig_tier;
+    rig_tier = 0;
     r->t_received = smol_mono_s();
     if (session) snprintf(r->session, sizeof r->session, "%s", session);
     snprintf(r->tenant, sizeof r->tenant, "%s", tenant);
@@ -1462,6 +1465,144 @@ START_TEST(t_step_budget)
 }
 END_TEST
 
+/* What the scheduler tests watch of a request: when it started and ended
+ * (the index of its Started / terminal event among all events), and its
+ * Done. */
+struct sched_obs { int started, ended, tokens, done, err, preemptions, tier, finish; };
+
+/* Records events until every request in [first, first + n) has ended, or,
+ * when until_tokens > 0, until request `watch` has that many tokens. */
+static void sched_watch(struct rig *g, uint64_t first, int n, struct sched_obs *o, int *seq, uint64_t watch,
+                        int until_tokens)
+{
+    int open = 0;
+    for (int i = 0; i < n; i++) open += !o[i].ended;
+    while (open > 0) {
+        if (until_tokens > 0 && o[watch - first].tokens >= until_tokens) return;
+        unsigned fl;
+        Smollm3__Event *ev;
+        const uint64_t id = recv_event(g, &fl, &ev);
+        ck_assert(id >= first && id < first + n);
+        struct sched_obs *x = &o[id - first];
+        ++*seq;
+        switch (ev->kind_case) {
+        case SMOLLM3__EVENT__KIND_STARTED: x->started = *seq; break;
+        case SMOLLM3__EVENT__KIND_TOKEN: x->tokens++; break;
+        case SMOLLM3__EVENT__KIND_DONE:
+            x->done = 1;
+            x->preemptions = ev->done->preemptions;
+            x->tier = ev->done->service_tier;
+            x->finish = ev->done->finish_reason;
+            break;
+        case SMOLLM3__EVENT__KIND_ERROR: x->err = ev->error->code; break;
+        default: break;
+        }
+        if (fl & SMOL_EV_TERMINAL) { x->ended = *seq; open--; }
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+}
+
+static uint64_t submit_tier(struct rig *g, const char *tenant, int tier, int k, int max_tokens)
+{
+    int32_t ids[8];
+    for (int i = 0; i < 8; i++) ids[i] = 300 + 53 * k + 7 * i;
+    rig_tier = tier;
+    return submit_tokens_of(g, tenant, ids, 8, max_tokens, NULL, 0.0f, 1.0f, 0, 0);
+}
+
+/* Issue 47: one tenant's backlog no longer starves another.  4 slots; A
+ * fills them and queues 4 more, then B asks once: B starts before any of
+ * A's backlog and before any of A's streams ends (one of A's is preempted,
+ * its KV kept, to give B its share of 4 / 2 slots), and every one of A's
+ * streams still completes, whole (paused, not failed).  First come first
+ * served started B after A's whole backlog. */
+START_TEST(t_fair_tenants)
+{
+    struct rig g;
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    enum { NA = 8, GEN = 100 };
+    struct sched_obs o[NA + 1];
+    memset(o, 0, sizeof o);
+    int seq = 0;
+    const uint64_t first = g.next_id;
+    for (int k = 0; k < NA; k++) submit_tier(&g, "a", 0, k, GEN);
+    sched_watch(&g, first, NA + 1, o, &seq, first + 3, 2);     /* A's first four decode */
+    const uint64_t b = submit_tier(&g, "b", 0, 99, 4);
+    ck_assert_int_eq(b, first + NA);
+    sched_watch(&g, first, NA + 1, o, &seq, 0, 0);
+    int preempted = 0;
+    for (int k = 0; k < NA; k++) {
+        ck_assert_msg(o[k].done && !o[k].err, "A's request %d: done %d, error %d", k, o[k].done, o[k].err);
+        ck_assert_msg(o[k].tokens == GEN || o[k].finish == SMOLLM3__FINISH_REASON__FINISH_REASON_STOP,
+                      "A's request %d got %d tokens", k, o[k].tokens);
+        if (k >= 4) ck_assert_msg(o[NA].started < o[k].started, "A's queued %d started before B", k);
+        ck_assert_msg(o[NA].started < o[k].ended, "A's request %d ended before B started", k);
+        preempted += o[k].preemptions;
+    }
+    ck_assert_msg(o[NA].done && !o[NA].err, "B: error %d", o[NA].err);
+    ck_assert_msg(preempted >= 1, "no request of A was preempted");
+    Smollm3__Event *hold;
+    const Smollm3__StatsReply *st = query_stats(&g, &hold);
+    ck_assert_uint_eq(st->preemptions_total, (uint64_t)preempted);
+    int seen = 0;
+    for (size_t i = 0; i < st->n_tenants; i++) {
+        const Smollm3__TenantStats *t = st->tenants[i];
+        if (!strcmp(t->tenant, "a")) {
+            seen++;
+            ck_assert_uint_eq(t->preemptions_total, (uint64_t)preempted);
+            ck_assert(t->tokens_served >= (uint64_t)NA * (8 + GEN - 1));
+            ck_assert(t->kv_bytes > 0);     /* its cached prefixes */
+        }
+        if (!strcmp(t->tenant, "b")) { seen++; ck_assert_uint_eq(t->preemptions_total, 0); }
+        ck_assert_uint_eq(t->running + t->queued + t->preempted, 0);
+    }
+    ck_assert_int_eq(seen, 2);
+    smollm3__event__free_unpacked(hold, NULL);
+    rig_close(&g);
+}
+END_TEST
+
+/* Service tiers, one slot, one tenant: behind a running request, priority
+ * is admitted before default and flex after both (whatever their arrival),
+ * and Done echoes each one's tier; a default request preempts a running
+ * flex one (which then completes). */
+START_TEST(t_service_tiers)
+{
+    struct rig g;
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 1, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    const int D = SMOLLM3__SERVICE_TIER__SERVICE_TIER_DEFAULT, P = SMOLLM3__SERVICE_TIER__SERVICE_TIER_PRIORITY,
+              F = SMOLLM3__SERVICE_TIER__SERVICE_TIER_FLEX;
+    struct sched_obs o[6];
+    memset(o, 0, sizeof o);
+    int seq = 0;
+    const uint64_t x = submit_tier(&g, "t", D, 0, 200);
+    sched_watch(&g, x, 4, o, &seq, x, 2);
+    submit_tier(&g, "t", F, 1, 3);
+    submit_tier(&g, "t", D, 2, 3);
+    submit_tier(&g, "t", P, 3, 3);
+    sched_watch(&g, x, 4, o, &seq, 0, 0);
+    for (int i = 0; i < 4; i++) ck_assert_msg(o[i].done && !o[i].err, "request %d: error %d", i, o[i].err);
+    ck_assert_msg(o[0].ended < o[3].started && o[3].started < o[2].started && o[2].started < o[1].started,
+                  "started: default %d, flex %d, default %d, priority %d", o[0].started, o[1].started, o[2].started,
+                  o[3].started);
+    ck_assert_int_eq(o[0].tier, D);
+    ck_assert_int_eq(o[1].tier, F);
+    ck_assert_int_eq(o[3].tier, P);
+    ck_assert_int_eq(o[0].preemptions + o[1].preemptions + o[2].preemptions + o[3].preemptions, 0);
+    /* flex running, default arrives: flex gives up its slot, then completes */
+    memset(o, 0, sizeof o);
+    const uint64_t f = submit_tier(&g, "t", F, 4, 200);
+    sched_watch(&g, f, 2, o, &seq, f, 2);
+    submit_tier(&g, "t", D, 5, 3);
+    sched_watch(&g, f, 2, o, &seq, 0, 0);
+    ck_assert_msg(o[1].ended < o[0].ended, "default ended at %d, flex at %d", o[1].ended, o[0].ended);
+    ck_assert_int_eq(o[0].preemptions, 1);
+    ck_assert_msg(o[0].done && !o[0].err && (o[0].tokens == 200 || o[0].finish == SMOLLM3__FINISH_REASON__FINISH_REASON_STOP),
+                  "flex: %d tokens, error %d", o[0].tokens, o[0].err);
+    rig_close(&g);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("engine");
@@ -1491,6 +1632,8 @@ Suite *test_suite(void)
     tcase_set_timeout(sc, 240);
     tcase_add_test(sc, t_step_budget_estimator);
     tcase_add_test(sc, t_step_budget);
+    tcase_add_test(sc, t_fair_tenants);
+    tcase_add_test(sc, t_service_tiers);
     suite_add_tcase(s, sc);
     return s;
 }

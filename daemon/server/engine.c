@@ -11,7 +11,10 @@
  * One loop iteration:
  *   1. read every pending command (blocking only when there is no work);
  *   2. drop cancelled requests (their Done goes out now);
- *   3. admit queued requests FIFO while a slot is free and their KV fits;
+ *   3. admit queued requests while a slot is free and their KV fits, in
+ *      fair order (engine_fair.c: class, the tenant least served, arrival),
+ *      preempting a flex request or a tenant over its share for one that
+ *      finds every slot taken;
  *   4. build one batch: a decode token for every running request, then
  *      prompt chunks of prefilling requests up to step_tokens, and with a
  *      step budget only as many as its time allows (step_budget.h);
@@ -322,7 +325,7 @@ static void add_decode_rows(struct smol_engine *e, struct step_rows *sr, int bud
     int spec_rows = e->spec_rows;
     for (struct req *q = e->running, *nx; q && sr->n < budget; q = nx) {
         nx = q->next;
-        if (q->state != RS_DECODE || q->paused) continue;
+        if (q->state != RS_DECODE || q->paused || q->preempted) continue;
         const int pos = q->seq->n_tokens;
         int max = budget - sr->n - 1;
         if (max > spec_rows) max = spec_rows;
@@ -332,6 +335,7 @@ static void add_decode_rows(struct smol_engine *e, struct step_rows *sr, int bud
         const int k = q->n_draft;
         if (smol_kv_seq_reserve(kv, q->seq, pos, pos + k + 1, err)) { q->n_draft = 0; smol_engine_fail(e, q, SMOL_EBUSY, err); continue; }
         spec_rows -= k;
+        smol_engine_fair_charge(q, k + 1);
         e->b_tok[sr->n] = q->tok[q->n_tok - 1];
         for (int i = 0; i <= k; i++, sr->n++) {
             e->b_pos[sr->n] = pos + i;
@@ -350,12 +354,13 @@ static void add_prefill_rows(struct smol_engine *e, struct step_rows *sr, int bu
     char err[SMOL_ERRLEN];
     for (struct req *q = e->running, *nx; q && sr->n < budget; q = nx) {
         nx = q->next;
-        if (q->state != RS_PREFILL || q->paused) continue;
+        if (q->state != RS_PREFILL || q->paused || q->preempted) continue;
         int pos0 = q->seq->n_tokens, chunk = q->n_prompt - pos0;
         if (chunk > budget - sr->n) chunk = budget - sr->n;
         if (smol_kv_seq_reserve(kv, q->seq, pos0, pos0 + chunk, err)) { smol_engine_fail(e, q, SMOL_EBUSY, err); continue; }
         if (!q->t_first_step) q->t_first_step = now;
         e->n_prefilled += (uint64_t)chunk;
+        smol_engine_fair_charge(q, chunk);
         for (int i = 0; i < chunk; i++, sr->n++) {
             e->b_tok[sr->n] = q->tok[pos0 + i];
             e->b_pos[sr->n] = pos0 + i;
@@ -404,8 +409,9 @@ static void take_rows(struct smol_engine *e, const struct step_rows *sr, double 
     }
 }
 
-/* One step: end the cancelled, admit FIFO (the head waits for KV or its
- * file, the others behind it), batch decode rows and the prompt chunk the
+/* One step: end the cancelled, admit in fair order (engine_fair.c: class,
+ * tenant's share, arrival; the first that must wait for KV or its file
+ * holds the others behind it), batch decode rows and the prompt chunk the
  * step's time budget leaves, run the model, let each request take its
  * tokens, and count (the step's time teaches the budget). */
 static void step(struct smol_engine *e)
@@ -413,8 +419,7 @@ static void step(struct smol_engine *e)
     const double now = smol_mono_s();
     drop_cancelled(e);
     e->waiting_read = 0;
-    while (e->queue && e->n_running < e->cfg.max_running && !e->draining)
-        if (smol_engine_try_admit(e, e->queue, now) == 0) break;
+    smol_engine_admit_fair(e, now);
     const int cap = e->cfg.step_tokens < e->m->s.max_tokens ? e->cfg.step_tokens : e->m->s.max_tokens;
     struct step_rows sr = {0};
     add_decode_rows(e, &sr, cap);
@@ -477,6 +482,7 @@ static void enqueue(struct smol_engine *e, struct smol_request *r)
     smol_chat_buf_init(&q->rendered);
     smol_engine_list_append(&e->queue, q);
     e->n_queued++;
+    smol_engine_fair_enqueue(e, q);
 }
 
 /* Stops admitting; the queue is refused now, what runs is cancelled after grace_ms. */
@@ -518,7 +524,7 @@ static void *engine_main(void *arg)
     double last_expire = smol_mono_s();
     while (!atomic_load_explicit(&e->stop, memory_order_acquire)) {
         int runnable = e->n_queued > 0 && !e->waiting_read;
-        for (struct req *q = e->running; q && !runnable; q = q->next) runnable = !q->paused || q->cancelled;
+        for (struct req *q = e->running; q && !runnable; q = q->next) runnable = (!q->paused && !q->preempted) || q->cancelled;
         zmq_pollitem_t it = {.socket = e->sock, .events = ZMQ_POLLIN};
         long timeout = runnable || spilled_one ? 0 : e->waiting_read ? 2 : e->n_running ? 10 : 1000;
         if (zmq_poll(&it, 1, timeout) < 0 && zmq_errno() == ETERM) break;
@@ -552,6 +558,7 @@ static void engine_free(struct smol_engine *e)
     while (e->running) { struct req *q = e->running; e->running = q->next; smol_engine_req_free(q); }
     while (e->queue) { struct req *q = e->queue; e->queue = q->next; smol_engine_req_free(q); }
     smol_sessions_deinit(&e->sessions);
+    smol_engine_fair_deinit(e);
     smol_sampler_scratch_free(&e->sc);
     for (int i = 0; e->scs && e->spool && i < smol_pool_threads(e->spool); i++) smol_sampler_scratch_free(&e->scs[i]);
     free(e->scs);
@@ -610,6 +617,7 @@ enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const c
     if (e->cfg.speculative_calibrate && smol_spec_calibrate(m, SMOL_SPEC_MAX_DRAFT, 2, cost, cerr) == SMOL_OK)
         memcpy(e->spec_cost, cost, sizeof cost);
     enum smol_err rc = smol_sampler_scratch_new(&e->sc, m->cfg.vocab, err);
+    if (!rc) rc = smol_engine_fair_init(e, err);
     if (!rc) rc = smol_engine_host_pool_new(e, T, err);
     if (!rc && (!e->b_tok || !e->b_pos || !e->b_out || !e->gmask || !e->b_seq || !e->b_req || !e->b_rs || !e->b_ids ||
                 !e->logits))

@@ -20,8 +20,10 @@
  * Scheduling: every step advances all running requests together: one decode
  * token per running request plus chunks of waiting prompts (chunked
  * prefill), at most step_tokens tokens, and with step_budget_ms prompt chunks
- * sized so that the step stays within that time.  Admission is FIFO from a bounded
- * queue; a request is admitted when a slot is free and its worst-case KV
+ * sized so that the step stays within that time.  Admission is in fair
+ * order (engine_fair.c: service tier, the tenant least served, arrival)
+ * from a bounded queue, a tenant over its share of slots preempted (KV
+ * kept) for another; a request is admitted when a slot is free and its worst-case KV
  * (prompt + max_tokens) fits in the budget after evicting idle sessions and
  * cached prefixes, least recently used first.  A request that can never fit
  * gets SMOL_EBUSY / SMOL_ECONTEXT at once.  Cancellation marks the request;
