@@ -5,8 +5,12 @@
  * only).
  *
  * The file: one key per line, an optional name after whitespace (the
- * label of its counters in /metrics; default "key<line>"), blank lines and
- * `#` comments skipped.  Keys are compared in constant time: each presented
+ * label of its counters in /metrics; default "key<line>"), then options
+ * `max_inflight=N` (its streams in flight; default its share of
+ * --max-inflight, max_inflight / number of keys, so that one key cannot
+ * take another's room) and `max_tier=priority|default|flex` (the highest
+ * service tier its requests get; default `default`: asking for priority
+ * gets default), blank lines and `#` comments skipped.  Keys are compared in constant time: each presented
  * key is compared with every key, over a fixed width, whatever matches, so
  * the time says nothing about which key or how many bytes were right.
  *
@@ -47,6 +51,8 @@ struct gw_key {
     size_t len;
     char name[NAME_MAX_ + 1];   /* [A-Za-z0-9_.-] */
     char tenant[33];            /* hex of the two SipHashes of the key (tenant_of) */
+    unsigned max_inflight;      /* max_inflight=N: its streams in flight; 0 = its share of --max-inflight */
+    int max_tier;               /* max_tier=: the highest service tier it gets (GW_TIER_*) */
 };
 
 static struct gw_key *keys;
@@ -70,6 +76,51 @@ static const unsigned char tenant_k[2][16] = {
     { 's', 'm', 'o', 'l', 'l', 'm', '3', ' ', 't', 'e', 'n', 'a', 'n', 't', ' ', '1' },
     { 's', 'm', 'o', 'l', 'l', 'm', '3', ' ', 't', 'e', 'n', 'a', 'n', 't', ' ', '2' },
 };
+
+unsigned gw_auth_max_inflight(int i, unsigned total)
+{
+    if (i < 0 || i >= n_keys) return total;
+    if (keys[i].max_inflight) return keys[i].max_inflight;
+    const unsigned share = total / (unsigned)n_keys;
+    return share ? share : 1;
+}
+
+int gw_auth_max_tier(int i)
+{
+    return i >= 0 && i < n_keys ? keys[i].max_tier : GW_TIER_PRIORITY;
+}
+
+/* A key line's option word[0, n) (`max_inflight=N`, `max_tier=TIER`) into
+ * x: 0, or -1 (logged). */
+static int key_option(struct gw_key *x, const char *word, size_t n, const char *path, int ln)
+{
+    char w[64];
+    if (n >= sizeof w) { gw_log(3, "%s:%d: option '%.20s...' too long", path, ln, word); return -1; }
+    memcpy(w, word, n);
+    w[n] = 0;
+    char *v = strchr(w, '=');
+    *v++ = 0;
+    if (!strcmp(w, "max_inflight")) {
+        char *end;
+        errno = 0;
+        unsigned long m = strtoul(v, &end, 10);
+        if (!*v || *end || errno || m < 1 || m > 1000000) {
+            gw_log(3, "%s:%d: max_inflight must be 1..1000000", path, ln);
+            return -1;
+        }
+        x->max_inflight = (unsigned)m;
+        return 0;
+    }
+    if (!strcmp(w, "max_tier")) {
+        if (!strcmp(v, "priority")) x->max_tier = GW_TIER_PRIORITY;
+        else if (!strcmp(v, "default")) x->max_tier = GW_TIER_DEFAULT;
+        else if (!strcmp(v, "flex")) x->max_tier = GW_TIER_FLEX;
+        else { gw_log(3, "%s:%d: max_tier must be priority, default or flex", path, ln); return -1; }
+        return 0;
+    }
+    gw_log(3, "%s:%d: unknown key option '%s' (max_inflight=N, max_tier=TIER)", path, ln, w);
+    return -1;
+}
 
 static void tenant_of(const char *key, size_t n, char out[33])
 {
@@ -105,14 +156,23 @@ int gw_auth_load(const char *path)
         size_t klen = (size_t)(p - k);
         while (*p && isspace((unsigned char)*p)) p++;
         char *nm = p;
-        while (*p && !isspace((unsigned char)*p)) p++;
+        while (*p && !isspace((unsigned char)*p) && *p != '=') p++;
+        if (*p == '=') p = nm;      /* no name: options follow the key */
         size_t nlen = (size_t)(p - nm);
         while (*p && isspace((unsigned char)*p)) p++;
-        if (*p && *p != '#') {
-            gw_log(3, "%s:%d: expected 'KEY [NAME]'", path, ln);
-            rc = -1;
-            break;
+        struct gw_key opt = { .max_tier = GW_TIER_DEFAULT };   /* priority only where a key says so */
+        while (*p && *p != '#' && !rc) {
+            char *w = p;
+            while (*p && !isspace((unsigned char)*p)) p++;
+            if (!memchr(w, '=', (size_t)(p - w))) {
+                gw_log(3, "%s:%d: expected 'KEY [NAME] [max_inflight=N] [max_tier=TIER]'", path, ln);
+                rc = -1;
+            } else if (key_option(&opt, w, (size_t)(p - w), path, ln)) {
+                rc = -1;
+            }
+            while (*p && isspace((unsigned char)*p)) p++;
         }
+        if (rc) break;
         if (klen > KEY_MAX || nlen > NAME_MAX_) {
             gw_log(3, "%s:%d: key over %d bytes or name over %d", path, ln, KEY_MAX, NAME_MAX_);
             rc = -1;
@@ -137,6 +197,8 @@ int gw_auth_load(const char *path)
         x->len = klen;
         if (nlen) memcpy(x->name, nm, nlen);
         else snprintf(x->name, sizeof x->name, "key%d", ln);
+        x->max_inflight = opt.max_inflight;
+        x->max_tier = opt.max_tier;
         tenant_of(x->key, klen, x->tenant);
         for (int i = 0; i < n_keys; i++)
             if (keys[i].len == klen && !memcmp(keys[i].key, x->key, klen)) {

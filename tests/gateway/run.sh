@@ -54,6 +54,10 @@ rc=0
 { python3 tests/gateway/test_tenancy.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/tenancy.rc"; } 2>&1 |
     tee "$PB2/tenancy.out"
 [ "$(cat "$PB2/tenancy.rc")" = 0 ] || rc=1
+# fair sharing and priority: per-key in-flight limits, service_tier, per-tenant metrics (test_sched.py)
+{ python3 tests/gateway/test_sched.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/sched.rc"; } 2>&1 |
+    tee "$PB2/sched.out"
+[ "$(cat "$PB2/sched.rc")" = 0 ] || rc=1
 # the Responses API with the openai SDK and openai-agents (test_responses.py)
 { python3 tests/gateway/test_responses.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/responses.rc"; } 2>&1 |
     tee "$PB2/responses.out"
@@ -70,9 +74,9 @@ rc=0
 # libmicrohttpd's responses; a sample of the N, SMOL_FAULT_FULL=1 for all)
 { python3 tests/gateway/test_fault.py --build "$BUILD"; echo $? > "$PB2/fault.rc"; } 2>&1 | tee "$PB2/fault.out"
 [ "$(cat "$PB2/fault.rc")" = 0 ] || rc=1
-# one result line for all seven (tests/run_all.sh reads the last one)
+# one result line for all eight (tests/run_all.sh reads the last one)
 sum() { sed -n "s/^\([0-9]*\) passed, \([0-9]*\) failed$/\\$1/p" "$PB2/gateway.out" "$PB2/api.out" "$PB2/responses.out" \
-        "$PB2/anthropic.out" "$PB2/rules.out" "$PB2/fault.out" "$PB2/tenancy.out" |
+        "$PB2/anthropic.out" "$PB2/rules.out" "$PB2/fault.out" "$PB2/tenancy.out" "$PB2/sched.out" |
         awk '{ n += $1 } END { print n + 0 }'; }
 p=$(sum 1) f=$(sum 2)
 [ "$rc" != 0 ] && [ "$f" = 0 ] && f=1
