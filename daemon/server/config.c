@@ -74,6 +74,8 @@ static const struct smol_option options[] = {
      "rows that need only temperature / top_p sampled by the backend (CUDA: on the device, 4 bytes a row instead of the logits); seeded draws differ from the host sampler's; auto = on for cuda only"},
     {"max_running", SMOL_OPT_AUTO_INT, OFF(max_running), 1, 4096, "auto",
      "requests decoding together (batch slots); auto = 16 on the CPU, 256 on CUDA"},
+    {"fair_share", SMOL_OPT_BOOL, OFF(fair_share), 0, 1, "true",
+     "admit by service tier, then the API key (tenant) least served, preempting one over its share of slots; false = first come first served"},
     {"max_queued", SMOL_OPT_INT, OFF(max_queued), 0, 1 << 20, "64",
      "admission queue; beyond it requests get ERROR_QUEUE_FULL"},
     {"default_max_tokens", SMOL_OPT_INT, OFF(default_max_tokens), 1, 1 << 24, "2048",

@@ -55,6 +55,7 @@ struct smol_daemon_config {
     int step_tokens;            /* tokens per engine step (decode + prefill chunks); -1 = auto */
     int step_budget_ms;         /* a step's target time, ms (engine.h); 0 = off; -1 = auto */
     int max_running;            /* requests decoding together; -1 = auto */
+    int fair_share;             /* bool: fair order between tenants and tiers (engine.h) */
     int max_queued;             /* admission queue length */
     int default_max_tokens;     /* generation cap when a request gives none */
     int default_thinking_budget; /* thinking tokens before a forced </think>; 0 = unlimited */

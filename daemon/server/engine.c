@@ -50,6 +50,7 @@ void smol_engine_config_default(struct smol_engine_config *c)
     c->max_running = 16;
     c->max_queued = 64;
     c->step_tokens = 256;
+    c->fair_share = 1;
     c->default_max_tokens = 2048;
     c->max_sessions = 1024;
     c->max_sessions_per_key = 0;

@@ -58,6 +58,9 @@ struct smol_engine_config {
     int max_running;        /* requests decoding at once (batch slots); default 16 */
     int max_queued;         /* admission queue; beyond it SMOL_EQUEUE_FULL; default 64 */
     int step_tokens;        /* tokens per step (decode + prefill chunks); default 256 */
+    int fair_share;         /* 1 (default): admission in fair order between tenants and tiers,
+                               preemption for a tenant's share (engine_fair.c); 0: first come
+                               first served, no preemption (as before issue 47: for comparison) */
     double step_budget_ms;  /* a step's target time: prompt chunks sized to it from the measured
                                speed beside decode rows (step_budget.h); 0 = off (default; the
                                daemon's is per backend), chunks up to step_tokens */

@@ -116,6 +116,7 @@ static int class_rank(const struct req *q)
 /* 1 when a goes before b (both waiting: queued, or preempted). */
 static int before(const struct req *a, const struct req *b)
 {
+    if (!a->e->cfg.fair_share) return a->preempted && !b->preempted;   /* arrival order */
     if (class_rank(a) != class_rank(b)) return class_rank(a) < class_rank(b);
     if (a->acct != b->acct) return a->acct->vt < b->acct->vt;
     return a->preempted && !b->preempted;   /* its own tenant's: the one admitted before first */
@@ -155,6 +156,7 @@ static int preemptible(const struct req *q)
 static struct req *victim_for(struct smol_engine *e, const struct req *c)
 {
     struct req *v = NULL;
+    if (!e->cfg.fair_share) return NULL;
     if (class_rank(c) < 2)
         for (struct req *q = e->running; q; q = q->next)
             if (preemptible(q) && class_rank(q) == 2) v = q;

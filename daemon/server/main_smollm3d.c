@@ -226,6 +226,7 @@ int main(int argc, char **argv)
     smol_engine_config_default(&ec);
     ec.max_running = max_running;
     ec.max_queued = cfg.max_queued;
+    ec.fair_share = cfg.fair_share;
     ec.step_tokens = step_tokens;
     ec.step_budget_ms = cfg.step_budget_ms >= 0 ? cfg.step_budget_ms : gpu ? SMOL_AUTO_BUDGET_MS_GPU : SMOL_AUTO_BUDGET_MS_CPU;
     ec.default_max_tokens = cfg.default_max_tokens;
