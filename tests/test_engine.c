@@ -1603,6 +1603,34 @@ START_TEST(t_service_tiers)
 }
 END_TEST
 
+/* KV pressure takes from the heaviest tenant first.  8 pages of 32 tokens:
+ * B leaves one cached prefix (the least recently used entry), A five; C
+ * then needs 4 pages with 2 free.  Least recently used first evicted B's
+ * prefix; now two of A's go, and B's next request still finds its own. */
+START_TEST(t_kv_heaviest_evicted)
+{
+    struct rig g;
+    const size_t per_tok = smol_kv_bytes_per_token(8, 1, 16, 1 /* f16 */);
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", per_tok * 256, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    int32_t ids[24];
+    struct result r;
+#define RUN(tenant, k, gen)                                                                   \
+    do {                                                                                      \
+        for (int i = 0; i < 20; i++) ids[i] = 500 + 97 * (k) + 3 * i;                         \
+        memset(&r, 0, sizeof r);                                                              \
+        collect(&g, submit_tokens_of(&g, tenant, ids, 20, gen, NULL, 0.0f, 1.0f, 0, 0), 1, &r); \
+        ck_assert_msg(r.done && !r.err, "%s %d: error %d", tenant, k, r.err);                 \
+    } while (0)
+    RUN("b", 0, 10);
+    for (int k = 1; k <= 5; k++) RUN("a", k, 10);
+    RUN("c", 6, 100);
+    RUN("b", 0, 10);
+    ck_assert_msg(r.cached > 0, "B's cached prefix was evicted (cached %d): A holds the most", r.cached);
+#undef RUN
+    rig_close(&g);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("engine");
@@ -1634,6 +1662,7 @@ Suite *test_suite(void)
     tcase_add_test(sc, t_step_budget);
     tcase_add_test(sc, t_fair_tenants);
     tcase_add_test(sc, t_service_tiers);
+    tcase_add_test(sc, t_kv_heaviest_evicted);
     suite_add_tcase(s, sc);
     return s;
 }
