@@ -586,6 +586,16 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         json_object_set_new(o, "spill_restore_ms_total", json_real(s->spill_restore_ms_total));
         json_object_set_new(o, "spill_write_ms_total", json_real(s->spill_write_ms_total));
         json_object_set_new(o, "kv_type", json_string(s->kv_type ? s->kv_type : ""));
+        json_t *ts = json_array();     /* the fair shares, by tenant id */
+        for (size_t i = 0; i < s->n_tenants; i++) {
+            const Smollm3__TenantStats *t = s->tenants[i];
+            json_array_append_new(ts, json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "tenant", t->tenant ? t->tenant : "",
+                                                "queued", (json_int_t)t->queued, "running", (json_int_t)t->running,
+                                                "preempted", (json_int_t)t->preempted, "preemptions_total",
+                                                (json_int_t)t->preemptions_total, "kv_bytes", (json_int_t)t->kv_bytes,
+                                                "tokens_served", (json_int_t)t->tokens_served));
+        }
+        json_object_set_new(o, "tenants", ts);
         jprint(o);
     } else {
         for (size_t i = 0; i < n; i++) printf("%-24s %llu\n", rows[i].name, rows[i].v);
@@ -598,6 +608,14 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         printf("%-24s %.1f\n", "spill_restore_ms_total", s->spill_restore_ms_total);
         printf("%-24s %.1f\n", "spill_write_ms_total", s->spill_write_ms_total);
         printf("%-24s %s\n", "kv_type", s->kv_type ? s->kv_type : "");
+        if (s->n_tenants) printf("%-34s %6s %7s %9s %11s %12s %12s\n", "TENANT", "QUEUED", "RUNNING", "PREEMPTED",
+                                 "PREEMPTIONS", "KV_BYTES", "TOKENS");
+        for (size_t i = 0; i < s->n_tenants; i++) {
+            const Smollm3__TenantStats *t = s->tenants[i];
+            printf("%-34s %6u %7u %9u %11llu %12llu %12llu\n", t->tenant && *t->tenant ? t->tenant : "\"\"",
+                   t->queued, t->running, t->preempted, (unsigned long long)t->preemptions_total,
+                   (unsigned long long)t->kv_bytes, (unsigned long long)t->tokens_served);
+        }
     }
     smol_client_event_free(&ev);
     return 0;
