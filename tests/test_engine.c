@@ -1631,6 +1631,32 @@ START_TEST(t_kv_heaviest_evicted)
 }
 END_TEST
 
+/* Preemption frees a batch slot, not KV: a tenant whose request waits for
+ * KV memory that another tenant's running requests hold does not pause
+ * them for nothing.  2 slots, 8 pages of 32 tokens: A's two requests hold
+ * 4 pages each; B (1 page) waits until one of A's ends, and neither of A's
+ * was preempted.  (Before: one of A's stayed preempted while B waited.) */
+START_TEST(t_preempt_not_for_kv)
+{
+    struct rig g;
+    const size_t per_tok = smol_kv_bytes_per_token(8, 1, 16, 1 /* f16 */);
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", per_tok * 256, 2, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    struct sched_obs o[3];
+    memset(o, 0, sizeof o);
+    int seq = 0;
+    const uint64_t a = submit_tier(&g, "a", 0, 1, 100);
+    submit_tier(&g, "a", 0, 2, 100);
+    sched_watch(&g, a, 3, o, &seq, a + 1, 2);
+    submit_tier(&g, "b", 0, 3, 10);
+    sched_watch(&g, a, 3, o, &seq, 0, 0);
+    for (int i = 0; i < 3; i++) ck_assert_msg(o[i].done && !o[i].err, "request %d: error %d", i, o[i].err);
+    ck_assert_msg(o[0].preemptions + o[1].preemptions == 0, "A preempted %d + %d times for a request waiting for KV",
+                  o[0].preemptions, o[1].preemptions);
+    ck_assert_msg(o[2].started > o[0].ended || o[2].started > o[1].ended, "B started before A freed KV");
+    rig_close(&g);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("engine");
@@ -1663,6 +1689,7 @@ Suite *test_suite(void)
     tcase_add_test(sc, t_fair_tenants);
     tcase_add_test(sc, t_service_tiers);
     tcase_add_test(sc, t_kv_heaviest_evicted);
+    tcase_add_test(sc, t_preempt_not_for_kv);
     suite_add_tcase(s, sc);
     return s;
 }

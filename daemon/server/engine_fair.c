@@ -188,28 +188,42 @@ static void preempt(struct smol_engine *e, struct req *v)
     e->n_preemptions++;
 }
 
+static void resume(struct smol_engine *e, struct req *q)
+{
+    q->preempted = 0;
+    q->acct->preempted--;
+    q->acct->running++;
+    e->n_preempted--;
+}
+
 void smol_engine_admit_fair(struct smol_engine *e, double now)
 {
     recount(e);
     for (;;) {
-        struct req *c = next_candidate(e);
+        struct req *c = next_candidate(e), *v = NULL;
         if (!c) return;
         const int need = c->preempted ? 1 : c->r->n_choices;
         if (e->n_running - e->n_preempted + need > e->cfg.max_running) {
-            struct req *v = need == 1 ? victim_for(e, c) : NULL;
-            if (!v) return;
+            if (need > 1 || !(v = victim_for(e, c))) return;
             preempt(e, v);
         }
         if (c->preempted) {     /* resumed: its KV is where it was */
-            c->preempted = 0;
-            c->acct->preempted--;
-            c->acct->running++;
-            e->n_preempted--;
+            resume(e, c);
             continue;
         }
         struct smol_tenant_acct *a = c->acct;
         const int rc = smol_engine_try_admit(e, c, now);  /* frees c unless admitted or waiting */
-        if (rc == 0) return;
+        if (rc == 0) {
+            /* it waits for KV or its session's file, not for a slot: the
+             * victim goes on (its preemption is not counted) */
+            if (v) {
+                resume(e, v);
+                v->n_preempt--;
+                v->acct->preemptions--;
+                e->n_preemptions--;
+            }
+            return;
+        }
         a->queued--;
         if (rc > 0) a->running += need;
     }
