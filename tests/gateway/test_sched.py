@@ -10,7 +10,10 @@
   capped by the key's `max_tier=` (default: default), and come back as the
   APIs echo them (chat completion and its chunks, Responses, Anthropic's usage);
   an unknown tier is a 400 naming service_tier;
-* tenant_metrics: the daemon's per-tenant stats in /metrics, labelled by tenant id only.
+* tenant_metrics: the daemon's per-tenant stats in /metrics, labelled by tenant id only;
+* real_daemon_fair: the real daemon on the fixture model with 4 slots: while key A keeps 8
+  long completions open, key B's question is answered before any of A's ends (one of A's
+  preempted), and all of A's complete.
 
 Prints "ok NAME" / "FAIL NAME: why" and "N passed, N failed" last.
 """
@@ -28,10 +31,10 @@ HA = {"Authorization": "Bearer " + KEY_A}
 HB = {"Authorization": "Bearer " + KEY_B}
 
 
-def key_file(tmp):
+def key_file(tmp, a_inflight=2):
     p = os.path.join(tmp, "keys")
     with open(p, "w") as f:
-        f.write("%s alpha max_inflight=2 max_tier=priority\n%s beta\n" % (KEY_A, KEY_B))
+        f.write("%s alpha max_inflight=%d max_tier=priority\n%s beta\n" % (KEY_A, a_inflight, KEY_B))
     os.chmod(p, 0o600)
     return p
 
@@ -151,6 +154,42 @@ def t_tenant_metrics(gw, fd):
     check(KEY_A not in m and KEY_B not in m, "a key in /metrics")
 
 
+def t_real_daemon_fair(tmp):
+    """The real daemon (fixture model, 4 slots) behind the gateway: key A keeps 8 long streams
+    open, key B's short question is answered before any of A's ends, and A's all complete."""
+    import threading
+    d = tg.Daemon(os.path.join(tmp, "d.sock"), ["--max-running", "4"])
+    gw = tg.Gateway(d.endpoint, tmp, ["--api-key-file", key_file(tmp, a_inflight=8), "--max-inflight", "64"])
+    try:
+        ends, errors = [], []
+
+        def a_stream(i):
+            st, _, b = gw.request("POST", "/v1/completions", {"model": "x", "prompt": "Story %d:" % i,
+                                                             "max_tokens": 200, "temperature": 0}, HA, timeout=300)
+            ends.append(time.monotonic())
+            if st != 200 or json.loads(b)["choices"][0]["finish_reason"] not in ("length", "stop"):
+                errors.append((st, b[:200]))
+
+        threads = [threading.Thread(target=a_stream, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        while d.stats()["requests_active"] < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        st, b = tg.post_json(gw, "/v1/completions", {"model": "x", "prompt": "Q:", "max_tokens": 2}, HB)
+        t_b = time.monotonic()
+        check(st == 200, "B: %d %s" % (st, b))
+        for t in threads:
+            t.join(300)
+        check(not errors and len(ends) == 8, "A's streams: %d ended, errors %r" % (len(ends), errors))
+        check(t_b < min(ends), "B answered %.2f s after asking, after one of A's ended" % (t_b - t0))
+        check(d.stats()["preemptions_total"] >= 1, "nothing preempted")
+    finally:
+        gw.stop()
+        d.stop()
+
+
 def main():
     want = tg.suite_args()
     with tg.Suite("smollm3-sched-") as st:
@@ -168,6 +207,10 @@ def main():
                     run_test(name, fn, st.gw, fd)
         finally:
             fd.close()
+        st.gw.stop()
+        st.gw = None
+        if want("real_daemon_fair"):
+            run_test("real_daemon_fair", t_real_daemon_fair, st.tmp)
     return st.result()
 
 
