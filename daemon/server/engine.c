@@ -410,6 +410,24 @@ static void take_rows(struct smol_engine *e, const struct step_rows *sr, double 
     }
 }
 
+/* After a step of n_rows decode rows (sr->n - n_rows prompt tokens) that
+ * began at now, its model from t0 to t1: the budget learns its time, each
+ * request's KV promise is brought up to date, the counters count. */
+static void end_step(struct smol_engine *e, const struct step_rows *sr, int n_rows, double now, double t0, double t1)
+{
+    const int n_prompt = sr->n - n_rows;
+    smol_step_budget_observe(&e->sb, n_rows, n_prompt,
+                             e->cfg.step_ms_fn ? e->cfg.step_ms_fn(n_rows, n_prompt) : (smol_mono_s() - t0) * 1e3);
+    if (n_prompt) { e->n_prefill_steps++; e->n_mixed_steps += n_rows > 0; }
+    for (struct req *q = e->running; q; q = q->next)   /* what each may still allocate */
+        q->kv_promise = smol_kv_seq_pages_needed(&e->m->kv, q->seq, q->seq->n_tokens, q->n_prompt + q->max_gen) +
+                        (q->state == RS_PREFILL ? q->sib_pages : 0);
+    e->n_steps++;
+    e->n_step_tokens += (uint64_t)sr->n;
+    e->forward_s += t1 - t0;
+    e->step_s += smol_mono_s() - now;
+}
+
 /* One step: end the cancelled, admit in fair order (engine_fair.c: class,
  * tenant's share, arrival; the first that must wait for KV or its file
  * holds the others behind it), batch decode rows and the prompt chunk the
@@ -432,16 +450,7 @@ static void step(struct smol_engine *e)
     const double t1 = smol_mono_s();
     smol_engine_host_rows(e, sr.n_out, sr.n_rs);
     take_rows(e, &sr, t1);
-    const double ms = e->cfg.step_ms_fn ? e->cfg.step_ms_fn(n_rows, sr.n - n_rows) : (smol_mono_s() - t0) * 1e3;
-    smol_step_budget_observe(&e->sb, n_rows, sr.n - n_rows, ms);
-    if (sr.n > n_rows) { e->n_prefill_steps++; e->n_mixed_steps += n_rows > 0; }
-    for (struct req *q = e->running; q; q = q->next)   /* what each may still allocate */
-        q->kv_promise = smol_kv_seq_pages_needed(&e->m->kv, q->seq, q->seq->n_tokens, q->n_prompt + q->max_gen) +
-                        (q->state == RS_PREFILL ? q->sib_pages : 0);
-    e->n_steps++;
-    e->n_step_tokens += (uint64_t)sr.n;
-    e->forward_s += t1 - t0;
-    e->step_s += smol_mono_s() - now;
+    end_step(e, &sr, n_rows, now, t0, t1);
 }
 
 /* ---- commands --------------------------------------------------------------------- */
