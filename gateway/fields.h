@@ -40,8 +40,17 @@ int gw_field_parallel_tool_calls(json_t *root, struct gw_error *e);
 /* A forced tool_choice needs tools: 0, or -1 with *e set (param "tool_choice"). */
 int gw_field_forced_needs_tools(const char *forced, size_t n_tools, struct gw_error *e);
 
-/* service_tier of root: absent, null, "auto" or other_tier (there is one). */
-int gw_field_service_tier(json_t *root, const char *other_tier, struct gw_error *e);
+/* service_tier of root into *tier (the scheduling class, as the daemon
+ * has it): OpenAI's (anthropic 0) "auto" and "default" are DEFAULT, "flex"
+ * FLEX, "priority" PRIORITY; Anthropic's "standard_only" is DEFAULT and
+ * "auto" GW_SERVICE_TIER_AUTO_PRIORITY (priority where the key may have
+ * it, else default: the core decides, gw_pack_generate).  Absent or null:
+ * DEFAULT.  0, or -1 with *e set (param "service_tier"). */
+#define GW_SERVICE_TIER_AUTO_PRIORITY 99
+int gw_field_service_tier(json_t *root, int anthropic, Smollm3__ServiceTier *tier, struct gw_error *e);
+/* The API's word for a scheduling class: OpenAI's "default" / "priority" /
+ * "flex", Anthropic's "standard" / "priority" (flex is never asked there). */
+const char *gw_field_service_tier_name(int tier, int anthropic);
 
 /* An OpenAI reasoning effort (chat's reasoning_effort, Responses'
  * reasoning.effort) at key: *on (thinking mode) and *budget

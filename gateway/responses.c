@@ -78,7 +78,7 @@ static const struct { const char *name; enum disp d; } fields[] = {
     { "metadata", OWN },                /* echoed in the response */
     { "include", OWN },                 /* [] only */
     { "truncation", OWN },              /* "disabled" only */
-    { "service_tier", OWN },            /* "auto" / "default": the one tier there is */
+    { "service_tier", OWN },            /* auto, default, flex, priority: the scheduling class */
     { "background", OWN },              /* false only */
     { "top_logprobs", OWN },            /* 0 only */
     { "user", METADATA },
@@ -641,7 +641,7 @@ static int parse_scalars(struct parsed *p, json_t *root, char *why, size_t wn)
     if (x && (!json_is_string(x) || strcmp(json_string_value(x), "disabled")))
         FAIL("truncation", "'truncation' other than \"disabled\" is not supported (a prompt over the context is "
              "refused)");
-    CORE(gw_field_service_tier(root, "default", &p->prm.err));
+    CORE(gw_field_service_tier(root, 0, &p->prm.gen.service_tier, &p->prm.err));
     x = get(root, "top_logprobs");
     if (x && (!json_is_integer(x) || json_integer_value(x) != 0))
         FAIL("top_logprobs", "'top_logprobs' is not supported on /v1/responses (use /v1/chat/completions)");
@@ -831,6 +831,7 @@ static json_t *response_json(const struct gw_stream *s, const char *status, int 
                                                      ? json_pack("{s:s}", "reason", "max_output_tokens")
                                                      : json_null());
     json_object_set_new(o, "usage", with_usage ? usage_json(s) : json_null());
+    json_object_set_new(o, "service_tier", json_string(gw_field_service_tier_name(s->tier, 0)));
     if (strcmp(status, "in_progress") && strcmp(status, "queued"))
         json_object_set_new(o, "completed_at", json_integer((json_int_t)time(NULL)));
     return o;

@@ -248,6 +248,10 @@ static const char *admit_unclaimed(int key)
         gw_metrics_refusal(GW_REFUSE_INFLIGHT, key);
         return "too many requests: try again shortly";
     }
+    if (key >= 0 && gw_stream_inflight_of(key) >= gw_auth_max_inflight(key, G.cfg.max_inflight)) {
+        gw_metrics_refusal(GW_REFUSE_INFLIGHT_KEY, key);
+        return "too many requests for this API key: try again shortly";
+    }
     unsigned all, mine;
     unclaimed(key, &all, &mine);
     if (all >= G.cfg.ui_unclaimed_max) {

@@ -1067,7 +1067,7 @@ class FakeDaemon:
                     evs.append(self.ev(rid, token=pb.Token(text=t, token_id=2,
                                                            channel=pb.CHANNEL_CONTENT)))
                 evs.append(self.ev(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_STOP,
-                                                     usage=usage)))
+                                                     usage=usage, service_tier=g.service_tier)))
         gap = 0.15 if "SLOW" in text else 0.0
         with self.lock:
             for i, e in enumerate(evs):
@@ -1092,7 +1092,8 @@ class FakeDaemon:
                         ready=True, model="fake", protocol_version=1, max_request_bytes=self.max_request_bytes))
                     self.sock.send_multipart([ident, r.SerializeToString()])
                 elif kind == "stats":
-                    r = self.ev(req.request_id, stats=pb.StatsReply(requests_queued=2))
+                    r = self.ev(req.request_id, stats=getattr(self, "stats_reply", None) or
+                                pb.StatsReply(requests_queued=2))
                     self.sock.send_multipart([ident, r.SerializeToString()])
                 elif kind == "cancel":
                     self.cancels.append(req.cancel.target_request_id)
