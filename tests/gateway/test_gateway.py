@@ -987,6 +987,7 @@ class FakeDaemon:
         self.sock.bind(self.endpoint)
         self.running = True
         self.max_request_bytes = 0  # HealthReply.max_request_bytes (0: unknown)
+        self.thinking = False       # HealthReply.thinking_supported (SmolLM2's daemon: no thinking mode)
         self.cancels = []
         self.out = []               # (when, ident, Event) to send
         self.lock = threading.Lock()
@@ -1056,7 +1057,8 @@ class FakeDaemon:
                 kind = req.WhichOneof("kind")
                 if kind == "health":
                     r = self.ev(req.request_id, health=pb.HealthReply(
-                        ready=True, model="fake", protocol_version=1, max_request_bytes=self.max_request_bytes))
+                        ready=True, model="fake", protocol_version=1, max_request_bytes=self.max_request_bytes,
+                        thinking_supported=self.thinking))
                     self.sock.send_multipart([ident, r.SerializeToString()])
                 elif kind == "stats":
                     r = self.ev(req.request_id, stats=pb.StatsReply(requests_queued=2))
