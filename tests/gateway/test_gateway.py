@@ -738,6 +738,10 @@ def t_ui(gw, d):
     check(st == 404, "second GET: %d" % st)
     st, h, b = gw.request("GET", "/ui/stream/doesnotexist0000")
     check(st == 404, "unknown stream: %d" % st)
+    # a message over the UI's limit: refused, naming the limit
+    st, h, b = ui_post(gw, conversation="conv-big", message="x" * (64 * 1024 + 1))
+    check(st == 413 and b"65537 bytes" in b and b"the limit is 65536 bytes (64 KiB" in b,
+          "message too long: %d %r" % (st, b[:300]))
     # stop mid-generation
     st, h, b = ui_post(gw, conversation="conv-2", think="1")
     sid = sid_of(b.decode())
