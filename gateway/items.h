@@ -26,8 +26,9 @@ json_t *gw_items_from_input(json_t *in, const char *stem);
  * last_id, has_more}.  order "asc" (as sent) or "desc" (newest first, the
  * default: order NULL); after / before (NULL: none) an item id the page
  * starts after / ends before, in that order; limit 1..100.  NULL with the
- * reason in why (the parameter at fault in *param) for an id not in the
- * list, a bad order or limit. */
+ * reason in why and the parameter at fault in *param for an id not in the
+ * list, a bad order or limit; NULL with *param untouched when out of
+ * memory. */
 json_t *gw_items_page(json_t *items, long limit, const char *order, const char *after, const char *before,
                       const char **param, char *why, size_t wn);
 

@@ -1151,8 +1151,8 @@ static int id_ok(const char *id)
 static enum MHD_Result input_items(struct gw_req *r, struct gw_resp *e)
 {
     const char *q_limit = MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "limit");
-    const char *param = "limit";
-    char why[160], *end;
+    const char *param = NULL;   /* set by a refusal; NULL after a NULL page: out of memory */
+    char why[160] = "", *end;
     long limit = 20;
     if (q_limit) {
         limit = strtol(q_limit, &end, 10);
@@ -1166,6 +1166,7 @@ static enum MHD_Result input_items(struct gw_req *r, struct gw_resp *e)
                                  MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "after"),
                                  MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "before"), &param, why,
                                  sizeof why);
+    if (!page && !param) return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
     if (!page) return gw_queue_error_param(r, 400, "invalid_request_error", "invalid_value", param, "%s", why);
     return gw_queue_json(r, 200, page);
 }
