@@ -80,10 +80,10 @@ static long index_of(json_t *items, const char *id)
 {
     size_t i;
     json_t *it;
-    json_array_foreach(items, i, it)
-        if (!strcmp(json_string_value(json_object_get(it, "id")) ? json_string_value(json_object_get(it, "id")) : "",
-                    id))
-            return (long)i;
+    json_array_foreach(items, i, it) {
+        const char *x = json_string_value(json_object_get(it, "id"));
+        if (x && !strcmp(x, id)) return (long)i;
+    }
     return -1;
 }
 
