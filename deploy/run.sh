@@ -184,7 +184,8 @@ echo "$DPID $GPID $NPID" > "$RUN/pids"
 URL=http://127.0.0.1:$PORT/
 say "starting: $URL (logs: stderr, $T/logs/)"
 
-# make's SIGINT handler (bit 2 of /proc/PID/status SigCgt) while it runs make run; gone = signalled
+# make's SIGINT handler (signal 2: mask 0x2 of /proc/PID/status SigCgt) while it runs make run;
+# gone = signalled (or make gone: the stack stops with it)
 PARENT=$PPID
 sigint_caught() {
     m=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null) || return 1
