@@ -709,6 +709,8 @@ static int parse_thinking(struct gw_anthropic_parsed *p, json_t *root, unsigned 
             FAIL("thinking", "'thinking.type' \"%.40s\" is not supported (enabled, adaptive, disabled)", type);
         }
     }
+    if (gw_field_thinking_supported(on, G.thinking, "thinking", "thinking", &p->prm.err))
+        FAIL("thinking", "%s", p->prm.err.msg);
     gw_field_thinking(g, on, 0);     /* the budget: budget_tokens above */
     return 0;
 }

@@ -165,6 +165,14 @@ int gw_field_json_schema(Smollm3__GenerateRequest *g, struct gw_owned *o, json_t
     return 0;
 }
 
+int gw_field_thinking_supported(int on, int model_thinks, const char *key, const char *param, struct gw_error *e)
+{
+    if (!on || model_thinks) return 0;
+    return gw_error_set(e, SMOL_EUNSUPPORTED, param,
+                        "'%s' asks for thinking, and the model served has no thinking mode: leave it out or turn "
+                        "thinking off; thinking needs a SmolLM3 model (`make model`, or MODEL=path)", key);
+}
+
 void gw_field_thinking(Smollm3__GenerateRequest *g, int on, unsigned budget)
 {
     g->enable_thinking_opt_case = SMOLLM3__GENERATE_REQUEST__ENABLE_THINKING_OPT_ENABLE_THINKING;

@@ -75,6 +75,13 @@ int gw_field_top_p(json_t *x, Smollm3__SamplingParams *sp, struct gw_error *e);
 void gw_field_json_object(Smollm3__GenerateRequest *g);
 int gw_field_json_schema(Smollm3__GenerateRequest *g, struct gw_owned *o, json_t *schema);
 
+/* A request turning thinking on (key: the field that did, param: its
+ * error's param) for a model without a thinking mode (model_thinks 0: the
+ * daemon's health reply, SmolLM2's) is refused: a 400 naming the field, as a
+ * request with tools is, rather than an answer that silently did not think.
+ * 0 when allowed (thinking off, or the model has the mode). */
+int gw_field_thinking_supported(int on, int model_thinks, const char *key, const char *param, struct gw_error *e);
+
 /* Thinking mode on / off, and its budget (0: the daemon's default). */
 void gw_field_thinking(Smollm3__GenerateRequest *g, int on, unsigned budget);
 

@@ -175,7 +175,8 @@ static int parse_tools(struct gw_openai_parsed *p, json_t *root, char *why, size
 
 /* Thinking: chat_template_kwargs.enable_thinking and reasoning_effort
  * ("none" / "minimal" -> off, the others -> on) must agree when both come;
- * the effort sets the thinking budget (gw_effort_budget). */
+ * the effort sets the thinking budget (gw_effort_budget).  Thinking asked of
+ * a model without the mode is a 400 (gw_field_thinking_supported). */
 static int parse_thinking(struct gw_openai_parsed *p, json_t *root, char *why, size_t wn)
 {
     Smollm3__GenerateRequest *g = &p->prm.gen;
@@ -206,6 +207,10 @@ static int parse_thinking(struct gw_openai_parsed *p, json_t *root, char *why, s
         has = 1;
         on = want;
     }
+    if (has)
+        GW_FIELD_REFUSE(gw_field_thinking_supported(on, G.thinking, x ? "reasoning_effort" : "chat_template_kwargs."
+                                                    "enable_thinking", x ? "reasoning_effort" : "chat_template_kwargs",
+                                                    &p->prm.err));
     if (has) gw_field_thinking(g, on, budget);
     return 0;
 }

@@ -1,6 +1,7 @@
 /*
  * responses.c - OpenAI's Responses API: POST /v1/responses (streaming and
- * not), GET and DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel.
+ * not), GET and DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel,
+ * GET /v1/responses/{id}/input_items (items.c: the request's input, paged).
  *
  * A request becomes the same chat GenerateRequest /v1/chat/completions
  * sends: `instructions` the system message, `input` (a string or a list of
@@ -44,6 +45,7 @@
  */
 #include "gateway/responses.h"
 #include "gateway/auth.h"
+#include "gateway/items.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -104,6 +106,7 @@ struct gw_resp {
     size_t bytes;                       /* what it holds (json_cost), counted in S.bytes[slot] */
     json_t *obj;                        /* the Response object */
     json_t *history;                    /* the conversation as chat messages, this answer included */
+    json_t *input;                      /* the request's input items (items.c), for input_items */
     struct gw_stream *live;             /* generating now */
 };
 
@@ -211,7 +214,7 @@ static void account(struct gw_resp *e, int sign)
 static void remeasure(struct gw_resp *e)
 {
     account(e, -1);
-    e->bytes = sizeof *e + json_cost(e->obj) + json_cost(e->history);
+    e->bytes = sizeof *e + json_cost(e->obj) + json_cost(e->history) + json_cost(e->input);
     account(e, +1);
 }
 
@@ -243,6 +246,7 @@ static void entry_free(struct gw_resp *e)
     if (e->live && e->live->rs) e->live->rs->stored = NULL;
     json_decref(e->obj);
     json_decref(e->history);
+    json_decref(e->input);
     free(e);
 }
 
@@ -285,7 +289,7 @@ static int store_fit(struct gw_resp *keep)
 /* Adds e (generating: kept while it runs, measured again when it ends). */
 static void store_add(struct gw_resp *e)
 {
-    e->bytes = sizeof *e + json_cost(e->obj) + json_cost(e->history);
+    e->bytes = sizeof *e + json_cost(e->obj) + json_cost(e->history) + json_cost(e->input);
     store_front(e);
     store_fit(e);
 }
@@ -606,6 +610,7 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
             int on;
             unsigned budget;    /* low 512 ... xhigh 16384 (util.h) */
             CORE(gw_field_effort(e, "reasoning.effort", "reasoning", 0, &on, &budget, &p->prm.err));
+            CORE(gw_field_thinking_supported(on, G.thinking, "reasoning.effort", "reasoning", &p->prm.err));
             gw_field_thinking(&p->prm.gen, on, budget);
         }
         json_object_set(p->echo, "reasoning", r);
@@ -1126,6 +1131,7 @@ enum MHD_Result gw_responses_create(struct gw_req *r)
         e->slot = slot_of(s->key);
         e->live = s;
         e->history = json_deep_copy(p.messages);
+        e->input = gw_items_from_input(get(p.root, "input"), s->id + 5);
         e->obj = response_json(s, "in_progress", 0);
         store_add(e);
         rs->stored = e;
@@ -1143,20 +1149,50 @@ static int id_ok(const char *id)
     return 1;
 }
 
-/* GET / DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel. */
+/* GET /v1/responses/{id}/input_items: a page of e's input items (query: limit, order, after,
+ * before, as OpenAI's lists; include is refused, as in the body). */
+static enum MHD_Result input_items(struct gw_req *r, struct gw_resp *e)
+{
+    const char *q_limit = MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "limit");
+    const char *param = NULL;   /* set by a refusal; NULL after a NULL page: out of memory */
+    char why[160] = "", *end;
+    long limit = 20;
+    if (q_limit) {
+        limit = strtol(q_limit, &end, 10);
+        if (!*q_limit || *end) limit = 0;   /* not a number: refused below */
+    }
+    if (MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "include") ||
+        MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "include[]"))
+        return gw_queue_error_param(r, 400, "invalid_request_error", "unsupported_parameter", "include",
+                                    "'include' is not supported (the items are listed whole)");
+    json_t *page = gw_items_page(e->input, limit, MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "order"),
+                                 MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "after"),
+                                 MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "before"), &param, why,
+                                 sizeof why);
+    if (!page && !param) return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
+    if (!page) return gw_queue_error_param(r, 400, "invalid_request_error", "invalid_value", param, "%s", why);
+    return gw_queue_json(r, 200, page);
+}
+
+/* GET / DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel, GET
+ * /v1/responses/{id}/input_items. */
 enum MHD_Result gw_responses_one(struct gw_req *r, const char *method, const char *arg)
 {
     char id[64];
     const char *slash = strchr(arg, '/');
     size_t n = slash ? (size_t)(slash - arg) : strlen(arg);
     int cancel = slash && !strcmp(slash, "/cancel");
-    if (slash && !cancel)
+    int items = slash && !strcmp(slash, "/input_items");
+    if (slash && !cancel && !items)
         return gw_queue_error(r, 404, "not_found_error", "not_found", "unknown route");
     if (n >= sizeof id) return gw_queue_error(r, 404, "not_found_error", "not_found", "unknown route");
     memcpy(id, arg, n);
     id[n] = 0;
     const char *want = cancel ? "POST" : NULL;
-    if (want ? strcmp(method, want) : (strcmp(method, "GET") && strcmp(method, "HEAD") && strcmp(method, "DELETE")))
+    if (items && strcmp(method, "GET") && strcmp(method, "HEAD"))
+        return gw_queue_error(r, 405, "invalid_request_error", "method_not_allowed", "method %s not allowed here",
+                              method);
+    if (!items && (want ? strcmp(method, want) : (strcmp(method, "GET") && strcmp(method, "HEAD") && strcmp(method, "DELETE"))))
         return gw_queue_error(r, 405, "invalid_request_error", "method_not_allowed", "method %s not allowed here",
                               method);
     /* another key's response is not found: the same answer as an id never stored */
@@ -1165,6 +1201,7 @@ enum MHD_Result gw_responses_one(struct gw_req *r, const char *method, const cha
         return gw_queue_error_param(r, 404, "invalid_request_error", "not_found", "response_id",
                                     "Response with id '%.60s' not found (stored responses are kept in a bounded "
                                     "store, the least recently used dropped first)", id);
+    if (items) return input_items(r, e);
     if (cancel) {
         /* only a response still generating can be cancelled; background
          * mode (the only one OpenAI cancels) is not offered */

@@ -760,6 +760,10 @@ def t_ui(gw, d):
     check(st == 404, "second GET: %d" % st)
     st, h, b = gw.request("GET", "/ui/stream/doesnotexist0000")
     check(st == 404, "unknown stream: %d" % st)
+    # a message over the UI's limit: refused, naming the limit
+    st, h, b = ui_post(gw, conversation="conv-big", message="x" * (64 * 1024 + 1))
+    check(st == 413 and b"65537 bytes" in b and b"the limit is 65536 bytes (64 KiB" in b,
+          "message too long: %d %r" % (st, b[:300]))
     # stop mid-generation
     st, h, b = ui_post(gw, conversation="conv-2", think="1")
     sid = sid_of(b.decode())
@@ -1020,6 +1024,7 @@ class FakeDaemon:
         self.sock.bind(self.endpoint)
         self.running = True
         self.max_request_bytes = 0  # HealthReply.max_request_bytes (0: unknown)
+        self.thinking = False       # HealthReply.thinking_supported (SmolLM2's daemon: no thinking mode)
         self.cancels = []
         self.out = []               # (when, ident, Event) to send
         self.lock = threading.Lock()
@@ -1089,7 +1094,8 @@ class FakeDaemon:
                 kind = req.WhichOneof("kind")
                 if kind == "health":
                     r = self.ev(req.request_id, health=pb.HealthReply(
-                        ready=True, model="fake", protocol_version=1, max_request_bytes=self.max_request_bytes))
+                        ready=True, model="fake", protocol_version=1, max_request_bytes=self.max_request_bytes,
+                        thinking_supported=self.thinking))
                     self.sock.send_multipart([ident, r.SerializeToString()])
                 elif kind == "stats":
                     r = self.ev(req.request_id, stats=getattr(self, "stats_reply", None) or
