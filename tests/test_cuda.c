@@ -14,7 +14,9 @@
  *          against their composition from the plain ops; the tensor-core
  *          GEMM (cuda_gemm = mma) against a float64 dot of the same
  *          f16-rounded activations, the int8 one (cuda_gemm = imma)
- *          against a float64 dot of the same q8a activations.
+ *          against a float64 dot of the same q8a activations; the GEMM in
+ *          one launch (cuda_gemm_fuse) bit for bit against the default
+ *          GEMM path (the emulator also counts its launches).
  *   fattn  knob cuda_attn = tiled: the tiled attention (f16 and q8_0 KV) on
  *          prompts of 1..300 tokens over prefixes, mixed and decode batches,
  *          against a float64 attention of the cache's own K/V, within the

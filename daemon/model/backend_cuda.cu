@@ -511,7 +511,9 @@ static enum smol_err cu_reserve(struct smol_backend *be, int max_tokens, int max
         cu_free(be, c->gpart);
         cu_free(be, c->gtick);
         c->x16_cap = c->gpart_cap = c->gtick_cap = 0;
-        const size_t x16_cap = (size_t)max_tokens * max_cols, gpart_cap = smol_gemm_part_need(c->n_sm);
+        /* gemm_fuse: the GEMM reads f32 activations, no x16 (its grow path in gemm() is not taken) */
+        const size_t x16_cap = c->opts.gemm_fuse ? 0 : (size_t)max_tokens * max_cols;
+        const size_t gpart_cap = smol_gemm_part_need(c->n_sm);
         const size_t gtick_cap = smol_gemm_tickets_need(c->n_sm);
         c->x16 = (uint16_t *)cu_alloc(be, x16_cap * sizeof(uint16_t));
         c->gpart = (float *)cu_alloc(be, gpart_cap * sizeof(float));
