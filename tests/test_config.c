@@ -246,6 +246,20 @@ START_TEST(cuda_opts_set_and_describe)
         ck_assert_int_eq(smol_cuda_opts_from_env(&n, err), SMOL_OK);
         ck_assert_int_eq(n.persistent, 0);
         unsetenv("SMOL_CUDA_PERSISTENT");
+        /* cuda_gemm_fuse: off by default, a switch, shown when on, from the environment */
+        ck_assert_int_eq(n.gemm_fuse, 0);
+        smol_cuda_opts_describe(&n, buf, sizeof buf);
+        ck_assert_msg(!strstr(buf, "gemm_fuse"), "%s", buf);
+        ck_assert_int_eq(smol_cuda_opts_set(&n, "cuda_gemm_fuse", "on", err), SMOL_OK);
+        ck_assert_int_eq(n.gemm_fuse, 1);
+        smol_cuda_opts_describe(&n, buf, sizeof buf);
+        ck_assert_msg(strstr(buf, " gemm_fuse=on"), "%s", buf);
+        ck_assert_int_eq(smol_cuda_opts_set(&n, "cuda_gemm_fuse", "mma", err), SMOL_EINVAL);
+        ck_assert_msg(strstr(err, "cuda_gemm_fuse") && strstr(err, "mma"), "%s", err);
+        setenv("SMOL_CUDA_GEMM_FUSE", "off", 1);
+        ck_assert_int_eq(smol_cuda_opts_from_env(&n, err), SMOL_OK);
+        ck_assert_int_eq(n.gemm_fuse, 0);
+        unsetenv("SMOL_CUDA_GEMM_FUSE");
     }
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_fuse", "maybe", err), SMOL_EINVAL);
     ck_assert_msg(strstr(err, "cuda_fuse") && strstr(err, "maybe"), "%s", err);
@@ -375,11 +389,17 @@ START_TEST(cuda_options)
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_matvec", c.cuda_matvec, err), SMOL_OK);
     o.fuse = c.cuda_fuse;
     o.graphs = c.cuda_graphs;
+    o.gemm_fuse = c.cuda_gemm_fuse;
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_attn", c.cuda_attn, err), SMOL_OK);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", c.cuda_gemm, err), SMOL_OK);
     ck_assert_msg(!memcmp(&o, &d, sizeof o), "the cuda_* defaults of config.c differ from smol_cuda_opts_default");
     ck_assert_str_eq(c.cuda_matvec, "q8");
     ck_assert_str_eq(c.cuda_gemm, "mma");
+    ck_assert_int_eq(c.cuda_gemm_fuse, 0);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-gemm-fuse=on", NULL), SMOL_OK);
+    ck_assert_int_eq(c.cuda_gemm_fuse, 1);
+    ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\ncuda_gemm_fuse = false\n", err), SMOL_OK);
+    ck_assert_int_eq(c.cuda_gemm_fuse, 0);
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-gemm", "tiled", NULL), SMOL_OK);
     ck_assert_str_eq(c.cuda_gemm, "tiled");
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-gemm", "mma", NULL), SMOL_OK);

@@ -14,7 +14,9 @@
  *          against their composition from the plain ops; the tensor-core
  *          GEMM (cuda_gemm = mma) against a float64 dot of the same
  *          f16-rounded activations, the int8 one (cuda_gemm = imma)
- *          against a float64 dot of the same q8a activations.
+ *          against a float64 dot of the same q8a activations; the GEMM in
+ *          one launch (cuda_gemm_fuse) bit for bit against the default
+ *          GEMM path (the emulator also counts its launches).
  *   fattn  knob cuda_attn = tiled: the tiled attention (f16 and q8_0 KV) on
  *          prompts of 1..300 tokens over prefixes, mixed and decode batches,
  *          against a float64 attention of the cache's own K/V, within the
@@ -1051,6 +1053,116 @@ START_TEST(t_gemm_imma)
 }
 END_TEST
 
+/* ---- the GEMM in one launch (knob cuda_gemm_fuse) -------------------------------------------------- */
+
+/* The same random weight uploaded to two backends (deq as rand_weight) */
+static void rand_weight2(struct smol_backend *be[2], uint32_t t, int rows, int cols, float **deq,
+                         struct smol_weight *w[2])
+{
+    const struct smol_type_traits *tr = smol_type_traits(t);
+    float *wf = rand_vec((size_t)rows * cols, 1);
+    const size_t rb = smol_row_size(t, cols);
+    uint8_t *wq = malloc(rb * rows);  /* kept: upload may read w->data again */
+    for (int r = 0; r < rows; r++) tr->quantize(wf + (size_t)r * cols, wq + r * rb, cols);
+    *deq = malloc((size_t)rows * cols * 4);
+    for (int r = 0; r < rows; r++) tr->dequant(wq + r * rb, *deq + (size_t)r * cols, cols);
+    free(wf);
+    for (int i = 0; i < 2; i++) {
+        char err[SMOL_ERRLEN];
+        w[i] = calloc(1, sizeof *w[i]);
+        *w[i] = (struct smol_weight){.name = tr->name, .type = t, .rows = rows, .cols = cols, .row_bytes = rb, .data = wq};
+        ck_assert_msg(be[i]->upload_weight(be[i], w[i], err) == SMOL_OK, "%s", err);
+    }
+}
+
+static long kernels_of(struct smol_backend *be)
+{
+    struct smol_cuda_counts k;
+    ck_assert_int_eq(smol_backend_cuda_counts(be, &k), SMOL_OK);
+    return k.kernels;
+}
+
+/* cuda_gemm_fuse = on against the default path (the same cuda_gemm, fuse off) and the float64
+ * reference, _i = 0: mma, 1: imma.  q4_K, q6_K and q8_0 weights of 40 rows (one row tile of 64
+ * with a tail) x 4096 cols (32 K steps): the grid is so small that K splits in 4 (8 steps each:
+ * split-K is on, its partials summed by the last split of each tile); n = 16, 40 (an odd tail of
+ * the token tile) and 200 (four token tiles, the last of 8); store and, for n = 16 and 40, the
+ * residual add (matmul_add), whose launch follows a store of the same shape: a ticket not reset by
+ * the launch before would leave that tile unsummed.  Then 40 x 512 (4 K steps: no split).  Held to:
+ * the default path bit for bit (the same f16 rounding or q8a arithmetic, the same mma order, the
+ * splits summed in the same order), t_gemm_mma's / t_gemm_imma's bounds against float64 (1e-3 f16,
+ * 1e-4 int8), and the launches (the emulator's counter): the fused mat-mul is 1 kernel where the
+ * default is 2 (conversion + GEMM) or 3 (+ split sum). */
+START_TEST(t_gemm_fuse)
+{
+    const int imma = _i == 1;
+    const struct smol_cuda_opts o[2] = {
+        {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .gemm = imma ? SMOL_CUDA_GEMM_IMMA : SMOL_CUDA_GEMM_MMA},
+        {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .gemm = imma ? SMOL_CUDA_GEMM_IMMA : SMOL_CUDA_GEMM_MMA, .gemm_fuse = 1}};
+    struct smol_backend *be[2] = {open_cuda_opts(&o[0]), NULL};
+    if (!be[0]) return;
+    be[1] = open_cuda_opts(&o[1]);
+    ck_assert(be[1] && be[0]->matmul_add && be[1]->matmul_add);
+    char err[SMOL_ERRLEN];
+    for (int i = 0; i < 2; i++) ck_assert_msg(be[i]->reserve(be[i], 256, 4096, 4096, err) == SMOL_OK, "%s", err);
+    const uint32_t types[] = {SMOL_TYPE_Q4_K, SMOL_TYPE_Q6_K, SMOL_TYPE_Q8_0};
+    const char *kind = imma ? "imma" : "mma";
+    const double tol = imma ? 1e-4 : 1e-3;
+    struct run { int rows, cols, n, add, split; };
+    const struct run runs[] = {{40, 4096, 16, 1, 1}, {40, 4096, 40, 1, 1}, {40, 4096, 200, 0, 1}, {40, 512, 40, 0, 0}};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
+            const struct run ru = runs[ri];
+            float *deq;
+            struct smol_weight *w[2];
+            rand_weight2(be, types[ti], ru.rows, ru.cols, &deq, w);
+            float *x = rand_vec((size_t)ru.n * ru.cols, 2);
+            char *want;
+            double *ref = imma ? gemm_ref_q8(deq, ru.rows, ru.cols, x, ru.n, &want)
+                               : gemm_ref(deq, ru.rows, ru.cols, x, ru.n, &want);
+            float *base = rand_vec((size_t)ru.n * ru.rows, 1);
+            float *got[2][2] = {{NULL, NULL}, {NULL, NULL}};
+            long launches[2];
+            for (int i = 0; i < 2; i++) {
+                float *dx = to_dev(be[i], x, ru.n, ru.cols), *dout = be[i]->alloc(be[i], (size_t)ru.n * ru.rows * 4);
+                const long k0 = kernels_of(be[i]);
+                be[i]->matmul(be[i], dout, w[i], dx, ru.n);
+                launches[i] = kernels_of(be[i]) - k0;
+                got[i][0] = from_dev(be[i], dout, (size_t)ru.n * ru.rows);
+                if (ru.add) {
+                    float *dbase = to_dev(be[i], base, ru.n, ru.rows);
+                    ck_assert_int_eq(be[i]->matmul_add(be[i], dbase, w[i], dx, ru.n), 1);
+                    got[i][1] = from_dev(be[i], dbase, (size_t)ru.n * ru.rows);
+                    be[i]->free(be[i], dbase);
+                }
+                be[i]->free(be[i], dx);
+                be[i]->free(be[i], dout);
+            }
+            const size_t count = (size_t)ru.n * ru.rows;
+            for (int m = 0; m <= ru.add; m++) {
+                const double e = gemm_err(got[1][m], ref, want, m ? base : NULL, count);
+                size_t diff = 0;
+                for (size_t j = 0; j < count; j++) diff += memcmp(&got[0][m][j], &got[1][m][j], 4) != 0;
+                printf("stats: gemm fuse %s %s %s %dx%d n=%d: rel err %.2e (bound %.0e), %zu of %zu differ from the "
+                       "default path; launches %ld (default %ld)\n", kind, m ? "add" : "store", w[1]->name, ru.rows,
+                       ru.cols, ru.n, e, tol, diff, count, launches[1], launches[0]);
+                ck_assert_msg(e < tol, "gemm fuse %s %s %s n=%d: rel err %g", kind, m ? "add" : "store", w[1]->name, ru.n, e);
+                ck_assert_msg(diff == 0, "gemm fuse %s %s %s n=%d: %zu values differ from the default path", kind,
+                              m ? "add" : "store", w[1]->name, ru.n, diff);
+            }
+            if (launches[0] >= 0) {  /* the emulator counts; the device build says -1 */
+                ck_assert_msg(launches[1] == 1, "gemm fuse %s: %ld launches for one mat-mul", kind, launches[1]);
+                ck_assert_msg(launches[0] == (ru.split ? 3 : 2), "default %s: %ld launches (split %d)", kind, launches[0],
+                              ru.split);
+            }
+            for (int i = 0; i < 2; i++) free(got[i][0]), free(got[i][1]);
+            free(deq); free(x); free(ref); free(want); free(base);
+        }
+    smol_backend_free(&be[1]);
+    smol_backend_free(&be[0]);
+}
+END_TEST
+
 START_TEST(t_sample)
 {
     struct smol_backend *be = open_cuda();
@@ -1861,6 +1973,7 @@ Suite *test_suite(void)
     tcase_add_test(emu, t_attention_q8_0);
     tcase_add_test(emu, t_sample);
     tcase_add_loop_test(emu, t_matmul_q8, 0, 2);
+    tcase_add_loop_test(emu, t_gemm_fuse, 0, 2);
     tcase_add_test(emu, t_model_q4km);
     suite_add_tcase(s, emu);
     TCase *emu_synth = tcase_create("emu_synth");
@@ -1885,6 +1998,7 @@ Suite *test_suite(void)
     tcase_add_test(ops, t_fused);
     tcase_add_test(ops, t_gemm_mma);
     tcase_add_test(ops, t_gemm_imma);
+    tcase_add_loop_test(ops, t_gemm_fuse, 0, 2);
     tcase_add_test(ops, t_sample);
     suite_add_tcase(s, ops);
     TCase *fattn = tcase_create("fattn");  /* knob cuda_attn = tiled; its own case for the sanitizer run */

@@ -56,8 +56,9 @@
  *            --cuda-device N, and the CUDA backend's knobs, each a newer path
  *            off by default until verified on a device (kernels/cuda/NOTES.md):
  *            --cuda-matvec f32|q8|q8k, --cuda-fuse on|off|layer, --cuda-graphs on|off|bucket,
- *            --cuda-gemm tiled|mma|imma, --cuda-attn paged|tiled|prefill, --cuda-persistent on|off (SMOL_CUDA_MATVEC /
- *            SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS / SMOL_CUDA_GEMM / SMOL_CUDA_ATTN override them).
+ *            --cuda-gemm tiled|mma|imma, --cuda-attn paged|tiled|prefill, --cuda-persistent on|off,
+ *            --cuda-gemm-fuse on|off (SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS /
+ *            SMOL_CUDA_GEMM / SMOL_CUDA_GEMM_FUSE / SMOL_CUDA_ATTN / SMOL_CUDA_PERSISTENT override them).
  */
 #include "daemon/cli/cli.h"
 #include "daemon/model/model.h"
@@ -132,11 +133,13 @@ static int parse(const char *cmd, int argc, char **argv, struct opts *o)
             NEED(); if (smol_cli_parse_int(cmd, a, v, 0, 64, &lv)) return 2; o->cuda_device = (int)lv;
         }
         else if (!strcmp(a, "--cuda-matvec") || !strcmp(a, "--cuda-fuse") || !strcmp(a, "--cuda-graphs") ||
-                 !strcmp(a, "--cuda-gemm") || !strcmp(a, "--cuda-attn") || !strcmp(a, "--cuda-persistent")) {
+                 !strcmp(a, "--cuda-gemm") || !strcmp(a, "--cuda-attn") || !strcmp(a, "--cuda-persistent") ||
+                 !strcmp(a, "--cuda-gemm-fuse")) {
             NEED();
             const char *key = !strcmp(a, "--cuda-matvec") ? "cuda_matvec" : !strcmp(a, "--cuda-fuse") ? "cuda_fuse"
                               : !strcmp(a, "--cuda-gemm") ? "cuda_gemm" : !strcmp(a, "--cuda-attn") ? "cuda_attn"
-                              : !strcmp(a, "--cuda-persistent") ? "cuda_persistent" : "cuda_graphs";
+                              : !strcmp(a, "--cuda-persistent") ? "cuda_persistent"
+                              : !strcmp(a, "--cuda-gemm-fuse") ? "cuda_gemm_fuse" : "cuda_graphs";
             char why[SMOL_ERRLEN];
             if (smol_cuda_opts_set(&o->cuda, key, v, why)) { fprintf(stderr, "smollm3 %s: %s: %s\n", cmd, a, why); return 2; }
         }

@@ -32,7 +32,9 @@
  * gemm = mma sends mat-muls of
  * more than 8 tokens of those types to mmq_tc.cu (the same w->dev_aux
  * copies, uploaded for it whatever matvec says; activations rounded to f16
- * once into x16) instead of matmul.cu's f16 tiles.
+ * once into x16) instead of matmul.cu's f16 tiles.  gemm_fuse = on (not yet
+ * run on a device) makes each of those mat-muls one launch: the kernel reads
+ * the f32 activations and sums its own split-K partials (tickets in gtick).
  *
  * Newer knob values (not yet run on a device; kernels/cuda/NOTES.md, session 6): matvec = q8k
  * splits the rows of weights with few rows among 2-4 warps (mv_launch); fuse = layer runs a
@@ -99,6 +101,8 @@ struct cuda {
     size_t x16_cap;
     float *gpart;               /* its split-K partials, gpart_cap floats */
     size_t gpart_cap;
+    unsigned *gtick;            /* knob gemm_fuse: a ticket per output tile of a split GEMM, 0 between launches */
+    size_t gtick_cap;
     struct graph graphs[MAX_GRAPHS];
     int n_graphs, next_graph;
     unsigned gen;               /* bumped when a buffer recorded steps use moves */
@@ -505,14 +509,20 @@ static enum smol_err cu_reserve(struct smol_backend *be, int max_tokens, int max
          * split-K partials of the GEMM */
         cu_free(be, c->x16);
         cu_free(be, c->gpart);
-        c->x16_cap = c->gpart_cap = 0;
-        const size_t x16_cap = (size_t)max_tokens * max_cols, gpart_cap = smol_gemm_part_need(c->n_sm);
+        cu_free(be, c->gtick);
+        c->x16_cap = c->gpart_cap = c->gtick_cap = 0;
+        /* gemm_fuse: the GEMM reads f32 activations, no x16 (its grow path in gemm() is not taken) */
+        const size_t x16_cap = c->opts.gemm_fuse ? 0 : (size_t)max_tokens * max_cols;
+        const size_t gpart_cap = smol_gemm_part_need(c->n_sm);
+        const size_t gtick_cap = smol_gemm_tickets_need(c->n_sm);
         c->x16 = (uint16_t *)cu_alloc(be, x16_cap * sizeof(uint16_t));
         c->gpart = (float *)cu_alloc(be, gpart_cap * sizeof(float));
-        if (!c->x16 || !c->gpart)
+        c->gtick = (unsigned *)cu_alloc(be, gtick_cap * sizeof(unsigned));  /* zeroed by cu_alloc */
+        if (!c->x16 || !c->gpart || !c->gtick)
             return errf(err, SMOL_ENOMEM, "cuda: cannot allocate the GEMM's scratch (%zu MiB)", x16_cap * 2 >> 20);
         c->x16_cap = x16_cap;
         c->gpart_cap = gpart_cap;
+        c->gtick_cap = gtick_cap;
     }
     /* slots sized for a full step so the decode loop never grows them */
     const size_t pages = (size_t)(max_ctx + SMOL_KV_PAGE - 1) / SMOL_KV_PAGE;
@@ -606,6 +616,21 @@ static int gemm_ok(const struct cuda *c, const struct smol_weight *w, int n)
 static void gemm(struct cuda *c, float *const *outs, const struct smol_weight *const *ws, int n_w, int mode,
                  const float *x, int n)
 {
+    const int imma = c->opts.gemm == SMOL_CUDA_GEMM_IMMA;
+    if (c->opts.gemm_fuse) {  /* one launch a weight: x read as f32, split-K summed in the kernel */
+        for (int i = 0; i < n_w; i++) {
+            const uint8_t *w = (const uint8_t *)ws[i]->dev_aux;
+            if (imma && smol_imma_type_ok(ws[i]->type)) {
+                if (ck(c, smol_gemm_imma_f32_cuda(outs[i], mode, ws[i]->type, w, ws[i]->rows, ws[i]->cols, x, n, c->n_sm,
+                                                  c->gpart, c->gpart_cap, c->gtick, c->gtick_cap, c->st), "gemm imma fused"))
+                    return;
+            } else if (ck(c, smol_gemm_mma_f32_cuda(outs[i], mode, ws[i]->type, w, ws[i]->rows, ws[i]->cols, x, n, c->n_sm,
+                                                    c->gpart, c->gpart_cap, c->gtick, c->gtick_cap, c->st), "gemm mma fused")) {
+                return;
+            }
+        }
+        return;
+    }
     const size_t need = (size_t)n * ws[0]->cols;
     if (need > c->x16_cap) {  /* more than reserve planned for (a caller past max_tokens): grow */
         sync(c, "free f16 activations");
@@ -615,7 +640,6 @@ static void gemm(struct cuda *c, float *const *outs, const struct smol_weight *c
         if (ck(c, cudaMalloc((void **)&c->x16, need * sizeof(uint16_t)), "alloc f16 activations")) return;
         c->x16_cap = need;
     }
-    const int imma = c->opts.gemm == SMOL_CUDA_GEMM_IMMA;
     int n_imma = 0;
     for (int i = 0; i < n_w; i++) n_imma += imma && smol_imma_type_ok(ws[i]->type);
     if (n_imma) {
@@ -1276,6 +1300,7 @@ static void cu_destroy(struct smol_backend *be)
     cudaFree(c->xs);
     cudaFree(c->x16);
     cudaFree(c->gpart);
+    cudaFree(c->gtick);
     cudaFreeHost(c->stage);
     for (int i = 0; i < c->n_weights; i++) cudaFree(c->weights[i]);
     for (int k = 0; k < SLOT_COUNT; k++)
@@ -1378,13 +1403,13 @@ static enum smol_err cu_new(struct smol_backend **out, int device, const struct 
     be->step_ids = cu_step_ids;
     be->step_begin = cu_step_begin;
     be->step_end = cu_step_end;
-    fprintf(stderr, "<6>cuda: device %d: %s, sm_%d%d, %d SMs, %.1f GiB; matvec=%s fuse=%s graphs=%s gemm=%s attn=%s\n",
+    fprintf(stderr, "<6>cuda: device %d: %s, sm_%d%d, %d SMs, %.1f GiB; matvec=%s fuse=%s graphs=%s gemm=%s%s attn=%s\n",
             device, prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0,
             c->opts.matvec == SMOL_CUDA_MATVEC_Q8K ? "q8k" : c->opts.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
             c->opts.fuse == SMOL_CUDA_FUSE_LAYER ? "layer" : c->opts.fuse ? "on" : "off",
             c->opts.graphs == SMOL_CUDA_GRAPHS_BUCKET ? "bucket" : c->opts.graphs ? "on" : "off",
             c->opts.gemm == SMOL_CUDA_GEMM_IMMA ? "imma" : c->opts.gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
-            c->opts.attn == SMOL_CUDA_ATTN_TILED ? "tiled" : c->opts.attn == SMOL_CUDA_ATTN_PREFILL ? "prefill" : "paged");
+            c->opts.gemm_fuse ? " gemm_fuse=on" : "", c->opts.attn == SMOL_CUDA_ATTN_TILED ? "tiled" : c->opts.attn == SMOL_CUDA_ATTN_PREFILL ? "prefill" : "paged");
     *out = be;
     return SMOL_OK;
 }

@@ -77,7 +77,7 @@ enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, cons
         return SMOL_OK;
     }
     int *sw = !strcmp(key, "cuda_fuse") ? &o->fuse : !strcmp(key, "cuda_graphs") ? &o->graphs
-            : !strcmp(key, "cuda_persistent") ? &o->persistent : NULL;
+            : !strcmp(key, "cuda_persistent") ? &o->persistent : !strcmp(key, "cuda_gemm_fuse") ? &o->gemm_fuse : NULL;
     if (!sw) return smol_errf(err, SMOL_EINVAL, "cuda: unknown option '%.64s'", key);
     if (parse_switch(val, sw))
         return smol_errf(err, SMOL_EINVAL, "%s must be on, off, 1, 0, true or false%s (got '%.64s')", key,
@@ -89,7 +89,8 @@ enum smol_err smol_cuda_opts_from_env(struct smol_cuda_opts *o, char *err)
 {
     static const char *const vars[][2] = {
         {"SMOL_CUDA_MATVEC", "cuda_matvec"}, {"SMOL_CUDA_FUSE", "cuda_fuse"}, {"SMOL_CUDA_GRAPHS", "cuda_graphs"},
-        {"SMOL_CUDA_GEMM", "cuda_gemm"}, {"SMOL_CUDA_ATTN", "cuda_attn"}, {"SMOL_CUDA_PERSISTENT", "cuda_persistent"}};
+        {"SMOL_CUDA_GEMM", "cuda_gemm"}, {"SMOL_CUDA_ATTN", "cuda_attn"}, {"SMOL_CUDA_PERSISTENT", "cuda_persistent"},
+        {"SMOL_CUDA_GEMM_FUSE", "cuda_gemm_fuse"}};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i][0]);
         if (!v || !*v) continue;
@@ -106,7 +107,8 @@ void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t c
              o->fuse == SMOL_CUDA_FUSE_LAYER ? "layer" : o->fuse ? "on" : "off",
              o->graphs == SMOL_CUDA_GRAPHS_BUCKET ? "bucket" : o->graphs ? "on" : "off", o->gemm == SMOL_CUDA_GEMM_IMMA ? "imma" : o->gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
              o->attn == SMOL_CUDA_ATTN_TILED ? "tiled" : o->attn == SMOL_CUDA_ATTN_PREFILL ? "prefill" : "paged");
-    if (o->persistent && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - n, " persistent=on");
+    const int n2 = o->persistent && n > 0 && (size_t)n < cap ? n + snprintf(buf + n, cap - n, " persistent=on") : n;
+    if (o->gemm_fuse && n2 > 0 && (size_t)n2 < cap) snprintf(buf + n2, cap - n2, " gemm_fuse=on");
 }
 
 /* ---- plugin ----------------------------------------------------------------------------- */

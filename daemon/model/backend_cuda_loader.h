@@ -18,7 +18,7 @@
 #include "daemon/model/backend.h"
 #include "daemon/model/error.h"
 
-#define SMOL_CUDA_PLUGIN_ABI 5
+#define SMOL_CUDA_PLUGIN_ABI 6  /* 6: struct smol_cuda_opts gained gemm_fuse */
 #define SMOL_CUDA_PLUGIN_ENTRY "smol_cuda_plugin_v1"
 #define SMOL_CUDA_PLUGIN_FILE "libsmollm3_cuda.so"
 /* The same backend built by g++ against the host emulator (tests/cuda_emu): the real kernels'
@@ -27,9 +27,9 @@
 
 /* The CUDA backend's knobs: each newer path stays off by default until a device run has shown
  * it correct and faster than the path before it (kernels/cuda/NOTES.md).  Config keys
- * cuda_matvec, cuda_fuse, cuda_graphs, cuda_gemm, cuda_attn; the environment (SMOL_CUDA_MATVEC,
- * SMOL_CUDA_FUSE, SMOL_CUDA_GRAPHS, SMOL_CUDA_GEMM, SMOL_CUDA_ATTN, SMOL_CUDA_PERSISTENT) overrides them when the
- * backend is made. */
+ * cuda_matvec, cuda_fuse, cuda_graphs, cuda_gemm, cuda_gemm_fuse, cuda_attn; the environment (SMOL_CUDA_MATVEC,
+ * SMOL_CUDA_FUSE, SMOL_CUDA_GRAPHS, SMOL_CUDA_GEMM, SMOL_CUDA_GEMM_FUSE, SMOL_CUDA_ATTN, SMOL_CUDA_PERSISTENT)
+ * overrides them when the backend is made. */
 enum { SMOL_CUDA_MATVEC_F32 = 0, SMOL_CUDA_MATVEC_Q8 = 1, SMOL_CUDA_MATVEC_Q8K = 2 };
 enum { SMOL_CUDA_ATTN_PAGED = 0, SMOL_CUDA_ATTN_TILED = 1, SMOL_CUDA_ATTN_PREFILL = 2 };
 struct smol_cuda_opts {
@@ -60,6 +60,10 @@ struct smol_cuda_opts {
                        SMOL_CUDA_ATTN_PREFILL (tiled for steps where a sequence has several query
                        tokens: prefill chunks, speculative verify; paged for decode-only steps, where
                        the paged kernel is faster: device run 3) */
+    int gemm_fuse;  /* 1: the mma / imma GEMM in one launch a mat-mul: f32 activations converted to f16
+                       (mma) or quantized to q8a (imma) as the kernel stages them, split-K partials
+                       summed by each tile's last split (an atomic ticket) instead of a second kernel;
+                       0: the f16 / q8a kernel, the GEMM, the split-sum kernel (not yet run on a device) */
 };
 enum { SMOL_CUDA_FUSE_LAYER = 2 };
 enum { SMOL_CUDA_GRAPHS_BUCKET = 2 };
@@ -68,10 +72,11 @@ enum { SMOL_CUDA_GEMM_TILED = 0, SMOL_CUDA_GEMM_MMA = 1, SMOL_CUDA_GEMM_IMMA = 2
 /* The defaults (the verified paths). */
 void smol_cuda_opts_default(struct smol_cuda_opts *o);
 /* Sets one knob from text: key "cuda_matvec" ("f32" | "q8" | "q8k"), "cuda_fuse" / "cuda_graphs"
- * ("on" | "off" | "1" | "0" | "true" | "false"; cuda_fuse also "layer", cuda_graphs also "bucket"), "cuda_persistent" (the same switches), "cuda_gemm" ("tiled" | "mma" | "imma"), "cuda_attn"
+ * ("on" | "off" | "1" | "0" | "true" | "false"; cuda_fuse also "layer", cuda_graphs also "bucket"), "cuda_persistent" and "cuda_gemm_fuse" (the same switches), "cuda_gemm" ("tiled" | "mma" | "imma"), "cuda_attn"
  * ("paged" | "tiled"); SMOL_EINVAL with a message otherwise. */
 enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, const char *val, char *err);
-/* Applies SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS / SMOL_CUDA_GEMM / SMOL_CUDA_ATTN where set. */
+/* Applies SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS / SMOL_CUDA_GEMM / SMOL_CUDA_GEMM_FUSE / SMOL_CUDA_ATTN /
+ * SMOL_CUDA_PERSISTENT where set. */
 enum smol_err smol_cuda_opts_from_env(struct smol_cuda_opts *o, char *err);
 /* "matvec=q8 fuse=on graphs=off gemm=tiled attn=paged" */
 void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t cap);

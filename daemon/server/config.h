@@ -49,6 +49,7 @@ struct smol_daemon_config {
     int cuda_graphs;            /* bool: the CUDA decode step as a CUDA graph */
     char cuda_gemm[8];          /* "tiled" | "mma" (checked when set): CUDA mat-muls of > 8 tokens */
     char cuda_attn[8];          /* "paged" | "tiled" (checked when set): the CUDA attention kernels */
+    int cuda_gemm_fuse;         /* bool: the CUDA GEMM in one launch a mat-mul (struct smol_cuda_opts) */
     int speculative;            /* longest prompt-lookup draft per step; 0 = off by default */
     int speculative_calibrate;  /* bool: measure the verify costs at start */
     int backend_sampling;       /* plain rows sampled by the backend (engine.h): 1, 0, or -1 = auto

@@ -167,6 +167,7 @@ int main(int argc, char **argv)
     ms.cuda.graphs = cfg.cuda_graphs;
     if (smol_cuda_opts_set(&ms.cuda, "cuda_gemm", cfg.cuda_gemm, err)) { smol_log_err("%s", err); goto out; }
     if (smol_cuda_opts_set(&ms.cuda, "cuda_attn", cfg.cuda_attn, err)) { smol_log_err("%s", err); goto out; }
+    ms.cuda.gemm_fuse = cfg.cuda_gemm_fuse;
     ms.quiet = 1;
     if (smol_model_open(&m, cfg.model, &ms, err)) { smol_log_err("model %s: %s", cfg.model, err); goto out; }
     if (smol_tokenizer_new(&tok, m->gguf, err)) { smol_log_err("tokenizer: %s", err); goto out; }

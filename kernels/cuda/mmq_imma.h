@@ -167,6 +167,13 @@ static inline float smol_imma_row_ref(uint32_t t, const uint8_t *w, size_t n_blo
 cudaError_t smol_gemm_imma_cuda(float *out, int mode, uint32_t type, const uint8_t *w, int rows, int cols,
                                 const int8_t *xq, const struct smol_q8a *xs, int n, int n_sm, float *part,
                                 size_t part_cap, cudaStream_t st);
+
+/* Knob cuda_gemm_fuse: the same in one launch from f32 activations x [n][cols], quantized to q8a
+ * in the kernel with smol_q8a_cuda's arithmetic (the same bits as smol_gemm_imma_cuda after it);
+ * tickets as smol_gemm_mma_f32_cuda (mmq_tc.h). */
+cudaError_t smol_gemm_imma_f32_cuda(float *out, int mode, uint32_t type, const uint8_t *w, int rows, int cols,
+                                    const float *x, int n, int n_sm, float *part, size_t part_cap, unsigned *tickets,
+                                    size_t n_tickets, cudaStream_t st);
 #endif
 
 #endif

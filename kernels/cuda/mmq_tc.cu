@@ -25,6 +25,18 @@
  * others).  Grids with fewer blocks than the device runs at once split K
  * (blockIdx.z) into partials summed in a fixed order by a second kernel.
  *
+ * Knob cuda_gemm_fuse (the *_f32_cuda launchers; not yet run on a device): one launch a mat-mul.
+ *   - The activations are read as f32 straight from the caller's buffer: each thread loads its
+ *     8-float pieces of step k + 1 into registers beside the weights' cp.async, converts them
+ *     (f16, round to nearest even: f16_kernel's rounding) or quantizes each 32-column block to
+ *     int8 + scales (imma: q8a_block's arithmetic, 4 lanes a block) after the step's weight
+ *     decode, and stores them into the other stage: no f16_kernel / q8a launch, no x16 scratch.
+ *   - Split-K without split_sum_kernel: every split writes its partial tile, then
+ *     __threadfence and an atomic ticket per output tile; the last split to arrive resets the
+ *     ticket (a replayed graph finds it 0) and sums the partials in split order (0, 1, ...),
+ *     split_sum_kernel's order and arithmetic, then stores or adds: the same bits as the
+ *     default path, whichever block arrives last.
+ *
  * Error of the result against the float64 dot of the decoded weights and
  * the f16-rounded activations: each weight is rounded once to f16 (relative
  * error <= 2^-11), products are exact in the f32 accumulators, sums are
@@ -66,9 +78,78 @@ struct gemm_args {
     float *out;             /* [n][rows], or the partials [splits][n][rows] */
     const uint8_t *w;
     const __half *x;        /* [n][cols] */
+    const float *x32;       /* F32 kernels: the activations [n][cols] as f32 */
+    float *part;            /* tickets != NULL: the partials [splits][n][rows], summed in the kernel */
+    unsigned *tickets;      /* one per (row tile, token tile) of a split grid, 0 between launches */
     size_t n_blocks;
     int rows, cols, n, mode, steps_per_split;
 };
+
+/* ---- pieces the fused kernels share (knob cuda_gemm_fuse) ------------------------------------------ */
+
+#define TC_XIT (TC_BN * (SMOL_GEMM_BK / 8) / TC_THREADS)  /* 8-float activation pieces a thread per step: 4 */
+
+/* the thread's pieces of step k of x32 into registers: piece idx = tid + TC_THREADS i is token
+ * idx / 16, floats 8 (idx % 16) of the step (4 consecutive pieces = one 32-column block) */
+static __device__ __forceinline__ void x32_load(float4 (&xr)[TC_XIT][2], const float *x32, int cols, int t0, int nt,
+                                                int k, int tid)
+{
+#pragma unroll
+    for (int i = 0; i < TC_XIT; i++) {
+        const int idx = tid + TC_THREADS * i;
+        if (idx < nt * 16) {
+            const float4 *src = (const float4 *)(x32 + (size_t)(t0 + (idx >> 4)) * cols + (size_t)k * SMOL_GEMM_BK + 8 * (idx & 15));
+            xr[i][0] = __ldg(src);
+            xr[i][1] = __ldg(src + 1);
+        } else {
+            xr[i][0] = xr[i][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    }
+}
+
+/* ... as f16 into a stage of Xs ([TC_BN][TC_LDS]): f16_kernel's rounding */
+static __device__ __forceinline__ void x32_store_f16(const float4 (&xr)[TC_XIT][2], __half *xs, int nt, int tid)
+{
+#pragma unroll
+    for (int i = 0; i < TC_XIT; i++) {
+        const int idx = tid + TC_THREADS * i;
+        if (idx < nt * 16) {
+            const float4 a = xr[i][0], b = xr[i][1];
+            *(uint4 *)(xs + (idx >> 4) * TC_LDS + 8 * (idx & 15)) =
+                make_uint4(pack_h2(a.x, a.y), pack_h2(a.z, a.w), pack_h2(b.x, b.y), pack_h2(b.z, b.w));
+        }
+    }
+}
+
+/* Split-K epilogue in the kernel: the block's partial tile is in part[blockIdx.z]; the last split
+ * of this (row tile, token tile) to arrive sums all of them in split order and stores / adds
+ * (out[t][r], rows x n). */
+template <int BM>
+static __device__ void split_finish(float *out, const float *part, unsigned *tickets, int rows, int n, int mode,
+                                    int r0, int t0)
+{
+    __shared__ int last;
+    __threadfence();  /* this block's partials visible device-wide before its ticket */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *tk = tickets + blockIdx.y * gridDim.x + blockIdx.x;
+        last = atomicAdd(tk, 1u) == gridDim.z - 1;
+        if (last) *tk = 0u;  /* for the next launch (a replayed graph's too) */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const size_t count = (size_t)n * rows;
+    for (int idx = threadIdx.x; idx < BM * TC_BN; idx += TC_THREADS) {
+        const int r = r0 + idx % BM, t = t0 + idx / BM;
+        if (r >= rows || t >= n) continue;
+        const size_t i = (size_t)t * rows + r;
+        float v = 0.0f;
+        for (unsigned s = 0; s < gridDim.z; s++) v += __ldcg(part + s * count + i);  /* split_sum_kernel's order */
+        if (mode == SMOL_MV_ADD) out[i] += v;
+        else out[i] = v;
+    }
+}
 
 template <int T, int BM>
 constexpr int smem_bytes()
@@ -76,7 +157,7 @@ constexpr int smem_bytes()
     return BM * TC_LDS * 2 + 2 * TC_BN * TC_LDS * 2 + 2 * BM * SMOL_GEMM_RB(T);
 }
 
-template <int T, int BM>
+template <int T, int BM, bool F32>
 static __global__ void __launch_bounds__(TC_THREADS) gemm_kernel(const struct gemm_args a)
 {
     constexpr int WM = BM / 32, WN = 8 / WM;      /* warps along rows and tokens */
@@ -120,12 +201,14 @@ static __global__ void __launch_bounds__(TC_THREADS) gemm_kernel(const struct ge
             else cp_async<4>(dst, a.w + src);
         }
         __half *xs = Xs + s * TC_BN * TC_LDS;
-        for (int idx = tid; idx < nt * (SMOL_GEMM_BK / 8); idx += TC_THREADS) {
-            const int tt = idx >> 4, p = idx & 15;
-            cp_async<16>(xs + tt * TC_LDS + 8 * p, a.x + (size_t)(t0 + tt) * a.cols + (size_t)k * SMOL_GEMM_BK + 8 * p);
-        }
+        if (!F32)
+            for (int idx = tid; idx < nt * (SMOL_GEMM_BK / 8); idx += TC_THREADS) {
+                const int tt = idx >> 4, p = idx & 15;
+                cp_async<16>(xs + tt * TC_LDS + 8 * p, a.x + (size_t)(t0 + tt) * a.cols + (size_t)k * SMOL_GEMM_BK + 8 * p);
+            }
         cp_commit();
     };
+    float4 xr[TC_XIT][2];  /* F32: the next step's activations, in flight across this step's decode */
 
     float acc[2][NT][4];
 #pragma unroll
@@ -135,11 +218,18 @@ static __global__ void __launch_bounds__(TC_THREADS) gemm_kernel(const struct ge
 #pragma unroll
             for (int v = 0; v < 4; v++) acc[i][j][v] = 0.0f;
 
-    if (k_begin < k_end) issue(k_begin, 0);
+    if (k_begin < k_end) {
+        issue(k_begin, 0);
+        if (F32) {
+            x32_load(xr, a.x32, a.cols, t0, nt, k_begin, tid);
+            x32_store_f16(xr, Xs, nt, tid);
+        }
+    }
     for (int k = k_begin; k < k_end; k++) {
         const int s = (k - k_begin) & 1;
         if (k + 1 < k_end) {
             issue(k + 1, s ^ 1);
+            if (F32) x32_load(xr, a.x32, a.cols, t0, nt, k + 1, tid);
             cp_wait<1>();
         } else {
             cp_wait<0>();
@@ -154,6 +244,9 @@ static __global__ void __launch_bounds__(TC_THREADS) gemm_kernel(const struct ge
             smol_gemm_decode(T, raw + rr * RB, min(r0 + rr, a.rows - 1), k, a.cols, j, y);
             store32(Ws + rr * TC_LDS + 32 * j, y);
         }
+        /* F32: the next step's activations into the other stage (last read before the barrier
+         * that ended the step before; first read after the next step's first barrier) */
+        if (F32 && k + 1 < k_end) x32_store_f16(xr, Xs + (s ^ 1) * TC_BN * TC_LDS, nt, tid);
         __syncthreads();
         const __half *xs = Xs + s * TC_BN * TC_LDS;
 #pragma unroll
@@ -181,7 +274,9 @@ static __global__ void __launch_bounds__(TC_THREADS) gemm_kernel(const struct ge
 
     /* epilogue: c0 c1 at row g, tokens 2q, 2q + 1; c2 c3 at row g + 8 */
     const int g = lane >> 2, q = lane & 3;
-    float *out = a.out + (size_t)blockIdx.z * a.n * a.rows;  /* z > 0 only with partials */
+    const bool fin = a.tickets && gridDim.z > 1;  /* split-K summed in this kernel */
+    float *out = (fin ? a.part : a.out) + (size_t)blockIdx.z * a.n * a.rows;  /* z > 0 only with partials */
+    const int mode = fin ? SMOL_MV_STORE : a.mode;
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -191,10 +286,11 @@ static __global__ void __launch_bounds__(TC_THREADS) gemm_kernel(const struct ge
                 const int r = r0 + wm + 16 * i + g + 8 * (v >> 1), t = t0 + wn + 8 * j + 2 * q + (v & 1);
                 if (r < a.rows && t < a.n) {
                     float *o = out + (size_t)t * a.rows + r;
-                    if (a.mode == SMOL_MV_ADD) *o += acc[i][j][v];
+                    if (mode == SMOL_MV_ADD) *o += acc[i][j][v];
                     else *o = acc[i][j][v];
                 }
             }
+    if (fin) split_finish<BM>(a.out, a.part, a.tickets, a.rows, a.n, a.mode, r0, t0);
 }
 
 /* out[i] (=, +=) the sum of the splits' partials part[s][i], s in order */
@@ -253,48 +349,70 @@ size_t smol_gemm_part_need(int n_sm)
     return (size_t)2 * (n_sm > 0 ? n_sm : 1) * TC_BN * 64;
 }
 
-template <int T, int BM>
+template <int T, int BM, bool F32>
 static cudaError_t launch(const struct gemm_args &a, dim3 grid, cudaStream_t st)
 {
     constexpr int bytes = smem_bytes<T, BM>();
     static bool set;  /* the engine thread only; setting it twice is harmless */
     if (!set) {
-        const cudaError_t e = cudaFuncSetAttribute(gemm_kernel<T, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        const cudaError_t e = cudaFuncSetAttribute(gemm_kernel<T, BM, F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
         if (e != cudaSuccess) return e;
         set = true;
     }
-    gemm_kernel<T, BM><<<grid, TC_THREADS, bytes, st>>>(a);
+    gemm_kernel<T, BM, F32><<<grid, TC_THREADS, bytes, st>>>(a);
     return cudaGetLastError();
 }
 
 template <int T>
 static cudaError_t launch_bm(int bm, const struct gemm_args &a, dim3 grid, cudaStream_t st)
 {
-    return bm == 128 ? launch<T, 128>(a, grid, st) : launch<T, 64>(a, grid, st);
+    if (a.x32) return bm == 128 ? launch<T, 128, true>(a, grid, st) : launch<T, 64, true>(a, grid, st);
+    return bm == 128 ? launch<T, 128, false>(a, grid, st) : launch<T, 64, false>(a, grid, st);
 }
 
-cudaError_t smol_gemm_mma_cuda(float *out, int mode, uint32_t type, const uint8_t *w, int rows, int cols,
-                               const uint16_t *x16, int n, int n_sm, float *part, size_t part_cap, cudaStream_t st)
+/* the grid of a mat-mul: plan_of, less the split where the partials (or, for the fused path, the
+ * tickets: one per tile) do not fit */
+static struct plan plan_fit(int rows, int cols, int n, int n_sm, const float *part, size_t part_cap,
+                            const unsigned *tickets, size_t n_tickets)
+{
+    struct plan p = plan_of(rows, cols, n, n_sm > 0 ? n_sm : 1);
+    const size_t tiles = (size_t)((rows + p.bm - 1) / p.bm) * (size_t)((n + TC_BN - 1) / TC_BN);
+    if (p.splits > 1 && (!part || (size_t)p.splits * n * rows > part_cap || (tickets && tiles > n_tickets))) {
+        p.splits = 1;
+        p.steps = cols / SMOL_GEMM_BK;
+    }
+    return p;
+}
+
+size_t smol_gemm_tickets_need(int n_sm)
+{
+    return (size_t)(n_sm > 0 ? n_sm : 1);  /* plan_of splits only grids of <= n_sm tiles */
+}
+
+/* x16 (f16, split_sum_kernel for split-K) or x32 (f32, converted in the kernel, split-K summed
+ * there with tickets) */
+static cudaError_t gemm_mma(float *out, int mode, uint32_t type, const uint8_t *w, int rows, int cols,
+                            const uint16_t *x16, const float *x32, int n, int n_sm, float *part, size_t part_cap,
+                            unsigned *tickets, size_t n_tickets, cudaStream_t st)
 {
     if (n <= 0 || rows <= 0) return cudaSuccess;
     if (!smol_gemm_type_ok(type) || cols <= 0 || cols % SMOL_GEMM_BK ||
         ((type == SMOL_TYPE_Q4_K || type == SMOL_TYPE_Q6_K) && cols % QK_K) ||
-        (mode != SMOL_MV_STORE && mode != SMOL_MV_ADD))
+        (mode != SMOL_MV_STORE && mode != SMOL_MV_ADD) || (x32 && !tickets))
         return cudaErrorInvalidValue;
-    struct plan p = plan_of(rows, cols, n, n_sm > 0 ? n_sm : 1);
-    if (p.splits > 1 && (!part || (size_t)p.splits * n * rows > part_cap)) {
-        p.splits = 1;
-        p.steps = cols / SMOL_GEMM_BK;
-    }
+    const struct plan p = plan_fit(rows, cols, n, n_sm, part, part_cap, tickets, n_tickets);
     struct gemm_args a;
-    a.out = p.splits > 1 ? part : out;
+    a.out = p.splits > 1 && !x32 ? part : out;
     a.w = w;
     a.x = (const __half *)x16;
+    a.x32 = x32;
+    a.part = part;
+    a.tickets = x32 ? tickets : NULL;
     a.n_blocks = (size_t)rows * (cols / (type == SMOL_TYPE_Q4_K || type == SMOL_TYPE_Q6_K ? QK_K : 32));
     a.rows = rows;
     a.cols = cols;
     a.n = n;
-    a.mode = p.splits > 1 ? SMOL_MV_STORE : mode;
+    a.mode = p.splits > 1 && !x32 ? SMOL_MV_STORE : mode;
     a.steps_per_split = p.steps;
     const dim3 grid((rows + p.bm - 1) / p.bm, (n + TC_BN - 1) / TC_BN, p.splits);
     cudaError_t e;
@@ -305,11 +423,24 @@ cudaError_t smol_gemm_mma_cuda(float *out, int mode, uint32_t type, const uint8_
     case SMOL_TYPE_Q4_0: e = launch_bm<SMOL_TYPE_Q4_0>(p.bm, a, grid, st); break;
     default: e = launch_bm<SMOL_TYPE_Q4_1>(p.bm, a, grid, st); break;
     }
-    if (e != cudaSuccess || p.splits == 1) return e;
+    if (e != cudaSuccess || p.splits == 1 || x32) return e;
     const size_t count = (size_t)n * rows;
     const int blocks = (int)(count / 256 + 1 < 4096 ? count / 256 + 1 : 4096);
     split_sum_kernel<<<blocks, 256, 0, st>>>(out, part, count, p.splits, mode);
     return cudaGetLastError();
+}
+
+cudaError_t smol_gemm_mma_cuda(float *out, int mode, uint32_t type, const uint8_t *w, int rows, int cols,
+                               const uint16_t *x16, int n, int n_sm, float *part, size_t part_cap, cudaStream_t st)
+{
+    return gemm_mma(out, mode, type, w, rows, cols, x16, NULL, n, n_sm, part, part_cap, NULL, 0, st);
+}
+
+cudaError_t smol_gemm_mma_f32_cuda(float *out, int mode, uint32_t type, const uint8_t *w, int rows, int cols,
+                                   const float *x, int n, int n_sm, float *part, size_t part_cap, unsigned *tickets,
+                                   size_t n_tickets, cudaStream_t st)
+{
+    return gemm_mma(out, mode, type, w, rows, cols, NULL, x, n, n_sm, part, part_cap, tickets, n_tickets, st);
 }
 
 /* ==== the int8 GEMM (knob cuda_gemm = imma; data path in mmq_imma.h) ====================================
@@ -330,6 +461,9 @@ struct imma_args {
     const uint8_t *w;
     const int8_t *xq;              /* [n][cols] */
     const struct smol_q8a *xs;     /* [n][cols / 32] */
+    const float *x32;              /* F32 kernels: the activations [n][cols] as f32, quantized here */
+    float *part;                   /* tickets != NULL: the partials, summed in the kernel (gemm_args) */
+    unsigned *tickets;
     size_t n_blocks;
     int rows, cols, n, mode, steps_per_split;
 };
@@ -342,7 +476,42 @@ constexpr int imma_smem_bytes()
     return BM * SMOL_IMMA_LDS + 4 * BM * 8 + 2 * TC_BN * SMOL_IMMA_LDS + 2 * 4 * TC_BN * 16 + 2 * BM * SMOL_GEMM_RB(T);
 }
 
-template <int T, int BM>
+/* F32: the thread's pieces (x32_load) quantized to q8a into a stage: 4 lanes a 32-column block
+ * (piece idx % 4 = its quarter), q8a_block's arithmetic (amax over the block, d = amax / 127,
+ * q = roundf(x / d), s0 / s1 = d * the sums of q over each half): int8 rows [TC_BN][LDS] at xq,
+ * their q8a at xc [4][TC_BN].  Every thread calls it (shuffles; pieces past nt * 16 are whole
+ * quads and store nothing). */
+static __device__ __forceinline__ void x32_store_q8a(const float4 (&xr)[TC_XIT][2], uint8_t *xq, struct smol_q8a *xc,
+                                                     int nt, int tid)
+{
+#pragma unroll
+    for (int i = 0; i < TC_XIT; i++) {
+        const int idx = tid + TC_THREADS * i, tt = idx >> 4, j = (idx >> 2) & 3, sub = idx & 3;
+        const float v[8] = {xr[i][0].x, xr[i][0].y, xr[i][0].z, xr[i][0].w, xr[i][1].x, xr[i][1].y, xr[i][1].z, xr[i][1].w};
+        float amax = 0.0f;
+#pragma unroll
+        for (int l = 0; l < 8; l++) amax = fmaxf(amax, fabsf(v[l]));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int p = 0;
+        uint32_t w[2] = {0, 0};
+#pragma unroll
+        for (int l = 0; l < 8; l++) {
+            const int iv = (int)roundf(v[l] * id);
+            p += iv;
+            w[l >> 2] |= (uint32_t)(iv & 0xff) << (8 * (l & 3));
+        }
+        p += __shfl_xor_sync(0xffffffffu, p, 1);               /* quarters 0 + 1: the first half's sum */
+        const int p1 = __shfl_xor_sync(0xffffffffu, p, 2);     /* at quarter 0: the second half's */
+        if (idx < nt * 16) {
+            *(uint2 *)(xq + tt * SMOL_IMMA_LDS + 32 * j + 8 * sub) = make_uint2(w[0], w[1]);
+            if (sub == 0) *(float4 *)(xc + j * TC_BN + tt) = make_float4(d, d * (float)p, d * (float)p1, 0.0f);
+        }
+    }
+}
+
+template <int T, int BM, bool F32>
 static __global__ void __launch_bounds__(TC_THREADS) imma_kernel(const struct imma_args a)
 {
     constexpr int WM = BM / 32, WN = 8 / WM;
@@ -389,18 +558,21 @@ static __global__ void __launch_bounds__(TC_THREADS) imma_kernel(const struct im
             else if (bytes == 8) cp_async<8>(dst, a.w + src);
             else cp_async<4>(dst, a.w + src);
         }
-        uint8_t *xs = Xs + s * TC_BN * LDS;
-        for (int idx = tid; idx < nt * (SMOL_GEMM_BK / 16); idx += TC_THREADS) {
-            const int tt = idx >> 3, p = idx & 7;
-            cp_async<16>(xs + tt * LDS + 16 * p, a.xq + (size_t)(t0 + tt) * a.cols + (size_t)k * SMOL_GEMM_BK + 16 * p);
-        }
-        struct smol_q8a *xc = Xc + s * 4 * TC_BN;
-        for (int idx = tid; idx < nt * 4; idx += TC_THREADS) {
-            const int tt = idx >> 2, j = idx & 3;
-            cp_async<16>(xc + j * TC_BN + tt, a.xs + (size_t)(t0 + tt) * nb32 + 4 * k + j);
+        if (!F32) {
+            uint8_t *xs = Xs + s * TC_BN * LDS;
+            for (int idx = tid; idx < nt * (SMOL_GEMM_BK / 16); idx += TC_THREADS) {
+                const int tt = idx >> 3, p = idx & 7;
+                cp_async<16>(xs + tt * LDS + 16 * p, a.xq + (size_t)(t0 + tt) * a.cols + (size_t)k * SMOL_GEMM_BK + 16 * p);
+            }
+            struct smol_q8a *xc = Xc + s * 4 * TC_BN;
+            for (int idx = tid; idx < nt * 4; idx += TC_THREADS) {
+                const int tt = idx >> 2, j = idx & 3;
+                cp_async<16>(xc + j * TC_BN + tt, a.xs + (size_t)(t0 + tt) * nb32 + 4 * k + j);
+            }
         }
         cp_commit();
     };
+    float4 xr[TC_XIT][2];  /* F32: the next step's activations, in flight across this step's unpack */
 
     float acc[2][NT][4];
 #pragma unroll
@@ -411,11 +583,18 @@ static __global__ void __launch_bounds__(TC_THREADS) imma_kernel(const struct im
             for (int v = 0; v < 4; v++) acc[i][j][v] = 0.0f;
 
     const int g = lane >> 2, q = lane & 3;
-    if (k_begin < k_end) issue(k_begin, 0);
+    if (k_begin < k_end) {
+        issue(k_begin, 0);
+        if (F32) {
+            x32_load(xr, a.x32, a.cols, t0, nt, k_begin, tid);
+            x32_store_q8a(xr, Xs, Xc, nt, tid);
+        }
+    }
     for (int k = k_begin; k < k_end; k++) {
         const int s = (k - k_begin) & 1;
         if (k + 1 < k_end) {
             issue(k + 1, s ^ 1);
+            if (F32) x32_load(xr, a.x32, a.cols, t0, nt, k + 1, tid);
             cp_wait<1>();
         } else {
             cp_wait<0>();
@@ -434,6 +613,8 @@ static __global__ void __launch_bounds__(TC_THREADS) imma_kernel(const struct im
             *(uint4 *)(Ws + rr * LDS + 32 * j + 16) = make_uint4(wv[4], wv[5], wv[6], wv[7]);
             Sw[j * BM + rr] = T == SMOL_TYPE_Q6_K ? make_float2(sc[0], sc[1]) : make_float2(sc[0], mn);
         }
+        /* F32: the next step's activations, quantized, into the other stage (as the f16 kernel) */
+        if (F32 && k + 1 < k_end) x32_store_q8a(xr, Xs + (s ^ 1) * TC_BN * LDS, Xc + (s ^ 1) * 4 * TC_BN, nt, tid);
         __syncthreads();
         const uint8_t *xs = Xs + s * TC_BN * LDS;
         const struct smol_q8a *xc = Xc + s * 4 * TC_BN;
@@ -492,7 +673,9 @@ static __global__ void __launch_bounds__(TC_THREADS) imma_kernel(const struct im
         __syncthreads();  /* Ws, Sw and this stage are rewritten next */
     }
 
-    float *out = a.out + (size_t)blockIdx.z * a.n * a.rows;
+    const bool fin = a.tickets && gridDim.z > 1;  /* split-K summed in this kernel */
+    float *out = (fin ? a.part : a.out) + (size_t)blockIdx.z * a.n * a.rows;
+    const int mode = fin ? SMOL_MV_STORE : a.mode;
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -502,56 +685,59 @@ static __global__ void __launch_bounds__(TC_THREADS) imma_kernel(const struct im
                 const int r = r0 + wm + 16 * i + g + 8 * (v >> 1), t = t0 + wn + 8 * j + 2 * q + (v & 1);
                 if (r < a.rows && t < a.n) {
                     float *o = out + (size_t)t * a.rows + r;
-                    if (a.mode == SMOL_MV_ADD) *o += acc[i][j][v];
+                    if (mode == SMOL_MV_ADD) *o += acc[i][j][v];
                     else *o = acc[i][j][v];
                 }
             }
+    if (fin) split_finish<BM>(a.out, a.part, a.tickets, a.rows, a.n, a.mode, r0, t0);
 }
 
-template <int T, int BM>
+template <int T, int BM, bool F32>
 static cudaError_t launch_imma(const struct imma_args &a, dim3 grid, cudaStream_t st)
 {
     constexpr int bytes = imma_smem_bytes<T, BM>();
     static bool set;
     if (!set) {
-        const cudaError_t e = cudaFuncSetAttribute(imma_kernel<T, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        const cudaError_t e = cudaFuncSetAttribute(imma_kernel<T, BM, F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
         if (e != cudaSuccess) return e;
         set = true;
     }
-    imma_kernel<T, BM><<<grid, TC_THREADS, bytes, st>>>(a);
+    imma_kernel<T, BM, F32><<<grid, TC_THREADS, bytes, st>>>(a);
     return cudaGetLastError();
 }
 
 template <int T>
 static cudaError_t launch_imma_bm(int bm, const struct imma_args &a, dim3 grid, cudaStream_t st)
 {
-    return bm == 128 ? launch_imma<T, 128>(a, grid, st) : launch_imma<T, 64>(a, grid, st);
+    if (a.x32) return bm == 128 ? launch_imma<T, 128, true>(a, grid, st) : launch_imma<T, 64, true>(a, grid, st);
+    return bm == 128 ? launch_imma<T, 128, false>(a, grid, st) : launch_imma<T, 64, false>(a, grid, st);
 }
 
-cudaError_t smol_gemm_imma_cuda(float *out, int mode, uint32_t type, const uint8_t *w, int rows, int cols,
-                                const int8_t *xq, const struct smol_q8a *xs, int n, int n_sm, float *part,
-                                size_t part_cap, cudaStream_t st)
+/* q8a activations (xq, xs; split_sum_kernel for split-K) or x32 (quantized in the kernel, split-K
+ * summed there with tickets) */
+static cudaError_t gemm_imma(float *out, int mode, uint32_t type, const uint8_t *w, int rows, int cols,
+                             const int8_t *xq, const struct smol_q8a *xs, const float *x32, int n, int n_sm,
+                             float *part, size_t part_cap, unsigned *tickets, size_t n_tickets, cudaStream_t st)
 {
     if (n <= 0 || rows <= 0) return cudaSuccess;
     if (!smol_imma_type_ok(type) || cols <= 0 || cols % SMOL_GEMM_BK ||
         ((type == SMOL_TYPE_Q4_K || type == SMOL_TYPE_Q6_K) && cols % QK_K) ||
-        (mode != SMOL_MV_STORE && mode != SMOL_MV_ADD))
+        (mode != SMOL_MV_STORE && mode != SMOL_MV_ADD) || (x32 && !tickets))
         return cudaErrorInvalidValue;
-    struct plan p = plan_of(rows, cols, n, n_sm > 0 ? n_sm : 1);
-    if (p.splits > 1 && (!part || (size_t)p.splits * n * rows > part_cap)) {
-        p.splits = 1;
-        p.steps = cols / SMOL_GEMM_BK;
-    }
+    const struct plan p = plan_fit(rows, cols, n, n_sm, part, part_cap, tickets, n_tickets);
     struct imma_args a;
-    a.out = p.splits > 1 ? part : out;
+    a.out = p.splits > 1 && !x32 ? part : out;
     a.w = w;
     a.xq = xq;
     a.xs = xs;
+    a.x32 = x32;
+    a.part = part;
+    a.tickets = x32 ? tickets : NULL;
     a.n_blocks = (size_t)rows * (cols / (type == SMOL_TYPE_Q8_0 ? 32 : QK_K));
     a.rows = rows;
     a.cols = cols;
     a.n = n;
-    a.mode = p.splits > 1 ? SMOL_MV_STORE : mode;
+    a.mode = p.splits > 1 && !x32 ? SMOL_MV_STORE : mode;
     a.steps_per_split = p.steps;
     const dim3 grid((rows + p.bm - 1) / p.bm, (n + TC_BN - 1) / TC_BN, p.splits);
     cudaError_t e;
@@ -560,9 +746,23 @@ cudaError_t smol_gemm_imma_cuda(float *out, int mode, uint32_t type, const uint8
     case SMOL_TYPE_Q6_K: e = launch_imma_bm<SMOL_TYPE_Q6_K>(p.bm, a, grid, st); break;
     default: e = launch_imma_bm<SMOL_TYPE_Q8_0>(p.bm, a, grid, st); break;
     }
-    if (e != cudaSuccess || p.splits == 1) return e;
+    if (e != cudaSuccess || p.splits == 1 || x32) return e;
     const size_t count = (size_t)n * rows;
     const int blocks = (int)(count / 256 + 1 < 4096 ? count / 256 + 1 : 4096);
     split_sum_kernel<<<blocks, 256, 0, st>>>(out, part, count, p.splits, mode);
     return cudaGetLastError();
+}
+
+cudaError_t smol_gemm_imma_cuda(float *out, int mode, uint32_t type, const uint8_t *w, int rows, int cols,
+                                const int8_t *xq, const struct smol_q8a *xs, int n, int n_sm, float *part,
+                                size_t part_cap, cudaStream_t st)
+{
+    return gemm_imma(out, mode, type, w, rows, cols, xq, xs, NULL, n, n_sm, part, part_cap, NULL, 0, st);
+}
+
+cudaError_t smol_gemm_imma_f32_cuda(float *out, int mode, uint32_t type, const uint8_t *w, int rows, int cols,
+                                    const float *x, int n, int n_sm, float *part, size_t part_cap, unsigned *tickets,
+                                    size_t n_tickets, cudaStream_t st)
+{
+    return gemm_imma(out, mode, type, w, rows, cols, NULL, NULL, x, n, n_sm, part, part_cap, tickets, n_tickets, st);
 }

@@ -190,6 +190,18 @@ size_t smol_gemm_part_need(int n_sm);
  * count follows the grid, which follows n). */
 cudaError_t smol_gemm_mma_cuda(float *out, int mode, uint32_t type, const uint8_t *w, int rows, int cols,
                                const uint16_t *x16, int n, int n_sm, float *part, size_t part_cap, cudaStream_t st);
+
+/* Knob cuda_gemm_fuse (not yet run on a device): the same mat-mul in one launch.  x: [n][cols]
+ * f32, rounded to f16 as smol_f16_from_f32_cuda does while the kernel stages it; split-K summed by
+ * the last split of each output tile in the order split_sum_kernel sums (the same bits as
+ * smol_gemm_mma_cuda of the rounded x).  tickets: n_tickets (>= smol_gemm_tickets_need) words that
+ * are 0 before the launch and 0 after it (each tile's last split resets its own). */
+cudaError_t smol_gemm_mma_f32_cuda(float *out, int mode, uint32_t type, const uint8_t *w, int rows, int cols,
+                                   const float *x, int n, int n_sm, float *part, size_t part_cap, unsigned *tickets,
+                                   size_t n_tickets, cudaStream_t st);
+
+/* Tickets the fused launchers use at most on n_sm SMs (a split grid has at most n_sm tiles). */
+size_t smol_gemm_tickets_need(int n_sm);
 #endif
 
 #endif

@@ -6,7 +6,8 @@
 # (SMOL_CUDA_EMU_PLAN).  Checked: cuda_fuse = layer at <= 4 kernels a layer + 6 (the goal: 150
 # for the 3B's 36 layers) with one graph replay per decode step and per batched step (-b 4);
 # cuda_graphs = bucket with one replay and one upload per batched step of 3 rows (bucket 4) and
-# of 16 (the GEMM path); the default path's count is printed beside them.  One
+# of 16 (the GEMM path); the default path's count is printed beside them; cuda_gemm_fuse = on gives a
+# 40-token prompt's logits bit for bit as its default (mma, imma).  One
 # line per check ("... ok" / "... FAIL"); exit 1 on a failure.
 BUILD=${1:-build}
 cd "$(dirname "$0")/../.." || exit 1
@@ -62,4 +63,22 @@ SMOL_CUDA_PERSISTENT=on CHECK=1 run "persistent" --cuda-fuse layer
 # bucketed graphs: batched steps of 3 rows (bucket 4) and 16 (the GEMM path) in one replay each
 CHECK=2 run "graphs=bucket -b 3" --cuda-graphs bucket -b 3
 CHECK=2 run "graphs=bucket -b 16" --cuda-graphs bucket -b 16
+# cuda_gemm_fuse: a 40-token prompt (every mat-mul through the GEMM, one launch each) gives the
+# default GEMM path's logits bit for bit, for mma and imma (test_cuda t_gemm_fuse counts the launches)
+IDS=$(awk 'BEGIN { for (i = 0; i < 40; i++) printf "%s%d", i ? "," : "", (i * 7919) % 5000 + 10 }')
+T=$(mktemp -d) || exit 1
+for g in mma imma; do
+    ok=1
+    for f in off on; do
+        SMOL_CUDA_GEMM=$g SMOL_CUDA_GEMM_FUSE=$f "$BUILD/bin/smollm3" logits -m "$M" --backend cuda-emu --ids "$IDS" \
+            -o "$T/$f.f32" >/dev/null 2>"$T/err" || { tail -3 "$T/err"; ok=0; }
+    done
+    if [ $ok = 1 ] && cmp -s "$T/off.f32" "$T/on.f32"; then
+        echo "count: gemm_fuse $g: 40-token prompt's logits bit-identical to the default GEMM path's  ok"
+    else
+        echo "count: gemm_fuse $g: 40-token prompt's logits differ from the default GEMM path's (or a run failed)  FAIL"
+        fail=1
+    fi
+done
+rm -rf "$T"
 exit $fail

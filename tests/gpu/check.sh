@@ -118,6 +118,8 @@ matvec-q8k      SMOL_CUDA_MATVEC=q8k        s8
 persistent-on   SMOL_CUDA_PERSISTENT=on     s8
 gemm-imma       SMOL_CUDA_GEMM=imma         s40
 gemm-lt         SMOL_CUDA_GEMM=lt           s40
+gemm-fuse       SMOL_CUDA_GEMM_FUSE=on      s40
+gemm-imma-fuse  SMOL_CUDA_GEMM=imma,SMOL_CUDA_GEMM_FUSE=on  s40
 graphs-off      SMOL_CUDA_GRAPHS=off        s8
 fuse-off        SMOL_CUDA_FUSE=off          s8
 attn-tiled      SMOL_CUDA_ATTN=tiled        s40
