@@ -3,7 +3,7 @@
  * and read back gives the same KV bytes and bit-identical next-token logits
  * as the one that stayed in memory; every kind of bad file (truncated at
  * many lengths, a flipped byte in the header or the payload, another
- * version, another model, another KV geometry, trailing bytes, random
+ * version, another model, another KV geometry, random
  * bytes) is refused, counted and removed, never loaded; leftovers of
  * unfinished writes are removed, foreign names left alone; the disk budget
  * drops the least recently used file; a pool without room says EBUSY and
@@ -47,7 +47,14 @@ struct rig {
     float *ref;                 /* logits of ids[N_HIST] after the history */
 };
 
+static struct smol_model *open_model_ctx(const char *fixture, int yarn, int n_ctx);
+
 static struct smol_model *open_model(const char *fixture, int yarn)
+{
+    return open_model_ctx(fixture, yarn, 1024);
+}
+
+static struct smol_model *open_model_ctx(const char *fixture, int yarn, int n_ctx)
 {
     const char *p = fixture_path(fixture);
     if (!p) return NULL;
@@ -56,9 +63,9 @@ static struct smol_model *open_model(const char *fixture, int yarn)
     smol_model_settings_default(&set);
     set.n_threads = 1;
     set.quiet = 1;
-    set.n_ctx = 1024;
+    set.n_ctx = n_ctx;
     set.max_tokens = 64;
-    set.kv_budget = 1u << 20;   /* 2048 tokens of fixture-t */
+    set.kv_budget = n_ctx <= 1024 ? 1u << 20 : (size_t)n_ctx * 1024; /* 2048 tokens of fixture-t, or 2 n_ctx */
     set.yarn = yarn;
     struct smol_model *m = NULL;
     ck_assert_msg(smol_model_open(&m, p, &set, err) == SMOL_OK, "%s", err);
@@ -322,7 +329,6 @@ START_TEST(t_bad_files)
         {"new version", .set_version = 1, .version = SMOL_SPILL_VERSION + 1, .rehash = 1},
         {"another model", .model = 1, .rehash = 1},
         {"another kv type", .kv_type = 1, .rehash = 1},
-        {"trailing bytes", .trailing = 1},
         {"random bytes", .random = 1},
     };
     for (size_t i = 0; i < sizeof muts / sizeof muts[0]; i++) {
@@ -352,6 +358,28 @@ START_TEST(t_bad_files)
     write_bytes(path, good, n);
     struct smol_spill_stats ss;
     ck_assert_int_eq(load_fresh(&g, "s", &ss, NULL), SMOL_OK);
+    /* so does the same session in a version 1 file (one record, a 136-byte
+     * header without the *_from, seq, file_id and gen fields) */
+    {
+        const size_t v1 = 136, h2 = sizeof(struct smol_spill_header);
+        char *old = malloc(n);
+        memcpy(old, good, v1 - 8);
+        struct smol_spill_header *h = (struct smol_spill_header *)old;
+        h->version = 1;
+        h->header_bytes = (uint32_t)v1;
+        h->flags &= ~(SMOL_SPILL_F_BASE | SMOL_SPILL_F_MSGS);
+        const uint64_t hh = XXH3_64bits(old, v1 - 8);
+        memcpy(old + v1 - 8, &hh, 8);
+        memcpy(old + v1, good + h2, n - h2);
+        write_bytes(path, old, n - (h2 - v1));
+        free(old);
+        struct smol_session *y = NULL;
+        ck_assert_int_eq(load_fresh(&g, "s", &ss, &y), SMOL_OK);
+        ck_assert_int_eq(y->n_tokens, N_HIST);
+        ck_assert(y->msgs && json_array_size(y->msgs) == 1 && y->hist_len == 30);
+        smol_sessions_remove(&g.ss, y);
+        write_bytes(path, good, n);
+    }
     /* unfinished writes are removed, foreign names left alone */
     char p2[600];
     snprintf(p2, sizeof p2, "%s/.tmp-0123-99", g.dir);
@@ -611,6 +639,12 @@ START_TEST(t_read_ahead)
     kv_file(g.dir, path, sizeof path);
     ck_assert(unlink(path) == 0);                            /* behind the spill's back */
     ck_assert_int_eq(load_count(&g, sp, "r"), N_HIST);       /* from memory, same logits */
+    /* the next write would append to the file removed behind its back: not
+     * written, the index forgets it, and the write after is whole */
+    ck_assert(save(sp, &g, x, err) == SMOL_OK);
+    smol_spill_flush(sp);
+    ck_assert_int_eq(count_files(g.dir), 0);
+    ck_assert(!smol_spill_has(sp, "r"));
     /* corrupt on disk: refused after the read-ahead too */
     ck_assert(save(sp, &g, x, err) == SMOL_OK);
     smol_spill_flush(sp);
@@ -1544,7 +1578,9 @@ int __wrap_openat(int dirfd, const char *path, int flags, ...)
         mode = va_arg(ap, int);
         va_end(ap);
     }
-    const int tmp = !strncmp(path, ".tmp-", 5);
+    const size_t pl = strlen(path);     /* a write's temporary file, or a session file opened to append */
+    const int tmp = !strncmp(path, ".tmp-", 5) ||
+                    (pl > 3 && !strcmp(path + pl - 3, ".kv") && (flags & O_ACCMODE) == O_RDWR && !(flags & O_CREAT));
     if (tmp && fault_take(F_OPEN)) return -1;
     const int fd = __real_openat(dirfd, path, flags, mode);
     if (tmp && fd >= 0) atomic_store(&fault_tmp_fd, fd);
@@ -1591,17 +1627,24 @@ time_t __wrap_time(time_t *t)
     return now;
 }
 
-/* The history length the directory's only session file holds (its header). */
+/* The history length the directory's only session file holds (the header
+ * of its last complete record). */
 static int file_tokens(const char *dir)
 {
     char path[600];
     kv_file(dir, path, sizeof path);
+    size_t n = 0;
+    unsigned char *b = read_file(path, &n);
+    ck_assert(b);
+    int tokens = -1;
     struct smol_spill_header h;
-    FILE *f = fopen(path, "rb");
-    ck_assert(f);
-    ck_assert(fread(&h, sizeof h, 1, f) == 1);
-    fclose(f);
-    return (int)h.n_tokens;
+    for (size_t off = 0; off + sizeof h <= n; off += sizeof h + h.payload_bytes) {
+        memcpy(&h, b + off, sizeof h);
+        if (off + sizeof h + h.payload_bytes > n) break;
+        tokens = (int)h.n_tokens;
+    }
+    free(b);
+    return tokens;
 }
 
 /* Waits (at most 5 s) until the spill has nothing queued (0) or the fault
@@ -1647,6 +1690,10 @@ START_TEST(t_write_faults)
             n -= 2;                                 /* another history (shorter: its KV at hand) */
             smol_kv_seq_truncate(&g.m->kv, &x->seq, n);
             ck_assert(smol_session_set_tokens(x, g.ids, n) == 0);
+            /* open, write, fsync: an append (the history shortened); rename and
+             * the directory's fsync: a base (a history that shares nothing) */
+            const int base = steps[si] == F_RENAME || steps[si] == F_DIRSYNC;
+            if (base) x->tokens[0] = (g.ids[0] + 1 + cases) % g.m->cfg.vocab;
             ck_assert(!x->on_disk);
             smol_spill_get_stats(sp, &st0);
             fault_arm(steps[si], errs[ei], once ? 1 : -1);
@@ -1664,6 +1711,7 @@ START_TEST(t_write_faults)
             ck_assert_int_eq(file_tokens(g.dir), n);
             smol_spill_get_stats(sp, &st);
             ck_assert_int_eq(st.written, st0.written + 1);
+            if (base) ck_assert_int_eq(st.appends, st0.appends);
             ck_assert_msg(once ? st.write_errors == st0.write_errors + 1 : st.write_errors >= st0.write_errors + 3,
                           "step %d errno %d: %llu write errors", steps[si], errs[ei],
                           (unsigned long long)(st.write_errors - st0.write_errors));
@@ -1696,6 +1744,151 @@ START_TEST(t_write_faults)
 }
 END_TEST
 
+/* A turn writes what it added (spill.h, Format).  A session of N_LONG
+ * tokens is written; a turn adding 1% of them (tokens, text, a message)
+ * writes at most 5% of the file's size (the spill's bytes_written); a new
+ * process reads the whole session back: tokens, text, messages and every
+ * KV page's bytes.  Torn appends: the file of the first write and three
+ * turns, cut at every record boundary and up to 3 bytes either side, reads
+ * back as the last complete turn (cut inside the first record: refused);
+ * bytes after the last record are ignored.  A turn whose history shares
+ * nothing with the file's (a dead share over half) writes a new base: the
+ * file shrinks to one record. */
+#define N_LONG 3960            /* the "4K-token session" (+ 3 turns within the fixture's 4096) */
+#define N_TURN 40               /* 1% of N_LONG */
+
+static void file_size(const char *dir, uint64_t *out)
+{
+    char path[600];
+    struct stat st;
+    kv_file(dir, path, sizeof path);
+    ck_assert(stat(path, &st) == 0);
+    *out = (uint64_t)st.st_size;
+}
+
+START_TEST(t_append_turn)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    smol_sessions_deinit(&g.ss);       /* the rig's model with room for N_LONG tokens and three turns */
+    smol_model_close(&g.m);
+    g.m = open_model_ctx("models/fixture-t.Q8_0.gguf", 0, 4096);
+    smol_sessions_init(&g.ss, &g.m->kv);
+    g.ss.vocab = g.m->cfg.vocab;
+    char err[SMOL_ERRLEN], path[600];
+    struct smol_spill *sp = NULL;
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    int32_t ids[N_LONG + 3 * N_TURN];
+    for (int i = 0; i < N_LONG + 3 * N_TURN; i++) ids[i] = rand() % g.m->cfg.vocab;
+    struct smol_session *x = smol_sessions_add(&g.ss, "", "long");
+    ck_assert(smol_model_eval(g.m, &x->seq, ids, N_LONG, 0, NULL, err) == SMOL_OK);
+    ck_assert(smol_session_set_tokens(x, ids, N_LONG) == 0);
+    char text[256] = "<|im_start|>user\nturn 0<|im_end|>\n";
+    ck_assert(smol_session_set_text(x, text, strlen(text)) == 0);
+    snprintf(x->date, sizeof x->date, "29 November 2026");
+    x->msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", "turn 0");
+    ck_assert(save(sp, &g, x, err) == SMOL_OK);
+    smol_spill_flush(sp);
+    uint64_t ends[4];                   /* the file's size after the first write and each turn */
+    int ntok[4] = {N_LONG};
+    file_size(g.dir, &ends[0]);
+    for (int t = 1; t <= 3; t++) {
+        struct smol_spill_stats a, b;
+        smol_spill_get_stats(sp, &a);
+        const int n = N_LONG + t * N_TURN;
+        ck_assert_msg(smol_model_eval(g.m, &x->seq, ids + n - N_TURN, N_TURN, 0, NULL, err) == SMOL_OK, "%s", err);
+        ck_assert(smol_session_set_tokens(x, ids, n) == 0);
+        snprintf(text + strlen(text), sizeof text - strlen(text), "t%d ", t);
+        ck_assert(smol_session_set_text(x, text, strlen(text)) == 0);
+        json_array_append_new(x->msgs, json_pack("{s:s,s:i}", "role", "user", "turn", t));
+        ck_assert(save(sp, &g, x, err) == SMOL_OK);
+        smol_spill_flush(sp);
+        smol_spill_get_stats(sp, &b);
+        file_size(g.dir, &ends[t]);
+        ntok[t] = n;
+        const uint64_t w = b.bytes_written - a.bytes_written;
+        ck_assert_msg(w * 20 <= ends[t], "turn %d adding %d tokens wrote %llu bytes of a %llu-byte file", t,
+                      N_TURN, (unsigned long long)w, (unsigned long long)ends[t]);
+        ck_assert_int_eq(b.appends, a.appends + 1);
+        if (t == 1)
+            printf("append: a turn of %d tokens on %d wrote %llu of %llu bytes (%.1f%%)\n", N_TURN, N_LONG,
+                   (unsigned long long)w, (unsigned long long)ends[t], 100.0 * w / ends[t]);
+    }
+    smol_spill_close(&sp);
+    /* a new process reads it all back */
+    struct smol_spill_stats st;
+    struct smol_session *y = NULL;
+    ck_assert(load_fresh(&g, "long", &st, &y) == SMOL_OK);
+    ck_assert_int_eq(y->n_tokens, N_LONG + 3 * N_TURN);
+    ck_assert_int_eq(y->seq.n_tokens, N_LONG + 3 * N_TURN);
+    ck_assert(!memcmp(y->tokens, ids, sizeof ids));
+    ck_assert(y->hist_len == strlen(text) && !memcmp(y->hist_text, text, y->hist_len));
+    ck_assert(json_equal(y->msgs, x->msgs));
+    ck_assert_str_eq(y->date, "29 November 2026");
+    const size_t pb = smol_kv_page_host_bytes(&g.m->kv);
+    unsigned char *p1 = malloc(pb), *p2 = malloc(pb);
+    for (int i = 0; i < x->seq.n_pages; i++) {
+        smol_kv_page_read(&g.m->kv, x->seq.pages[i], p1);
+        smol_kv_page_read(&g.m->kv, y->seq.pages[i], p2);
+        if (i < x->seq.n_pages - 1) ck_assert_msg(!memcmp(p1, p2, pb), "page %d differs", i);
+    }
+    free(p1);
+    free(p2);
+    smol_sessions_remove(&g.ss, y);
+    /* torn appends */
+    kv_file(g.dir, path, sizeof path);
+    size_t n = 0;
+    char *good = read_file(path, &n);
+    ck_assert(good && n == ends[3]);
+    for (int k = 0; k <= 3; k++)
+        for (int d = -3; d <= 3; d++) {
+            const long len = (long)ends[k] + d;
+            if (len > (long)n) continue;
+            write_bytes(path, good, (size_t)len);
+            int want = -1;
+            for (int i = 0; i <= 3; i++)
+                if ((long)ends[i] <= len) want = ntok[i];
+            enum smol_err rc = load_fresh(&g, "long", &st, &y);
+            if (want < 0) {
+                ck_assert_msg(rc != SMOL_OK && st.rejected == 1, "cut at %ld: loaded", len);
+                continue;
+            }
+            ck_assert_msg(rc == SMOL_OK, "cut at %ld: %d", len, rc);
+            ck_assert_msg(y->n_tokens == want, "cut at %ld: %d tokens, want %d", len, y->n_tokens, want);
+            ck_assert(!memcmp(y->tokens, ids, (size_t)want * 4));
+            ck_assert_int_eq(y->seq.n_tokens, want);
+            ck_assert_int_eq((int)json_array_size(y->msgs), 1 + (want - N_LONG) / N_TURN);
+            smol_sessions_remove(&g.ss, y);
+        }
+    char *more = malloc(n + 16);
+    memcpy(more, good, n);
+    memset(more + n, 0, 16);
+    write_bytes(path, more, n + 16);
+    ck_assert(load_fresh(&g, "long", &st, &y) == SMOL_OK);
+    ck_assert_int_eq(y->n_tokens, ntok[3]);
+    smol_sessions_remove(&g.ss, y);
+    free(more);
+    /* a history that shares nothing with the file's: a new base */
+    write_bytes(path, good, n);
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    y = smol_sessions_add(&g.ss, "", "long");
+    int need = 0;
+    ck_assert(load(sp, &g, y, &need, err) == SMOL_OK);
+    y->tokens[0] = (y->tokens[0] + 1) % g.m->cfg.vocab;
+    ck_assert(save(sp, &g, y, err) == SMOL_OK);
+    smol_spill_flush(sp);
+    smol_spill_get_stats(sp, &st);
+    ck_assert_int_eq(st.compactions, 1);
+    uint64_t after;
+    file_size(g.dir, &after);
+    ck_assert_msg(after < ends[3] && after >= ends[0], "compacted to %llu bytes", (unsigned long long)after);
+    smol_spill_close(&sp);
+    smol_sessions_remove(&g.ss, y);
+    free(good);
+    rig_close(&g);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("spill");
@@ -1719,6 +1912,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_shared_failover_expiry);
     tcase_add_test(tc, t_shared_bounded_dir);
     tcase_add_test(tc, t_shared_clock_skew);
+    tcase_add_test(tc, t_append_turn);
     suite_add_tcase(s, tc);
     return s;
 }

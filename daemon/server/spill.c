@@ -17,10 +17,34 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-_Static_assert(sizeof(struct smol_spill_header) == 136, "spill header layout");
+_Static_assert(sizeof(struct smol_spill_header) == 176, "spill header layout");
+#define V1_HEADER_BYTES 136     /* version 1: the header up to date[], then its hash */
+_Static_assert(offsetof(struct smol_spill_header, tok_from) == V1_HEADER_BYTES - 8, "v1 prefix of the header");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "spill files are little-endian");
 
 #define NAME_LEN 35 /* 32 hex digits + ".kv" */
+
+/* What a session file's records add up to, as this node wrote or read it
+ * (known 0: not known, e.g. found by a scan or written by another node;
+ * the next write is then a base).  The next turn's record is what differs. */
+struct written {
+    int known;
+    uint64_t end;               /* bytes of the complete records (where the next one goes) */
+    uint64_t file_id, seq;      /* of the file and its last record */
+    int32_t *tokens;            /* [n_tokens] */
+    int n_tokens, n_kv;
+    int has_hist;
+    uint64_t hist_len, hist_hash; /* XXH3-64 of the text */
+    int has_msgs, n_msgs;
+    uint64_t *msg_hash;         /* [n_msgs] XXH3-64 of each message's compact JSON */
+};
+
+static void written_deinit(struct written *w)
+{
+    free(w->tokens);
+    free(w->msg_hash);
+    memset(w, 0, sizeof *w);
+}
 
 struct entry {
     char name[NAME_LEN + 1];
@@ -32,6 +56,7 @@ struct entry {
     char prefix_id[SMOL_SPILL_KEY_MAX + 1];
     int32_t *tokens;
     int n_tokens;
+    struct written log;         /* what the file's records hold, as far as this node knows */
 };
 
 /* A file operation for the writer thread.  Jobs run in the order they were
@@ -50,6 +75,9 @@ struct job {
     const char *read_err;               /* JOB_READ: why the file could not be read, or NULL */
     int n_kv;
     int prefix;                         /* JOB_WRITE: a cached prefix */
+    int64_t off;                        /* JOB_WRITE: -1 a base (temporary file, rename); else an append
+                                           at this offset (the end of the file's last complete record) */
+    int compact;                        /* JOB_WRITE: a base over a file of records */
     int refs;                           /* the queue's (then the ready list's) + readers' */
     int running, finished;
     int leased;                         /* holds a reference to its name's lease (shared directory) */
@@ -187,6 +215,7 @@ static struct entry *find_ent(const struct smol_spill *sp, const char *name)
 static void drop_ent(struct smol_spill *sp, struct entry *e)
 {
     free(e->tokens);
+    written_deinit(&e->log);
     sp->st.bytes -= e->bytes;
     sp->st.files--;
     *e = sp->ent[--sp->n_ent];
@@ -612,7 +641,7 @@ int smol_spill_holds(struct smol_spill *sp, const char *id)
  * locks the file) and nobody wrote the file since this node last saw it
  * (the generation); then the generation is advanced, on disk first.  -1:
  * the lease was lost (logged, counted); the file is left alone. */
-static int lease_advance(struct smol_spill *sp, const struct job *j)
+static int lease_advance(struct smol_spill *sp, const struct job *j, uint64_t *gen_out)
 {
     pthread_mutex_lock(&sp->mu);
     struct lease *l = lease_of(sp, j->name, 0);
@@ -640,6 +669,7 @@ static int lease_advance(struct smol_spill *sp, const struct job *j)
     pthread_mutex_lock(&sp->mu);
     if ((l = lease_of(sp, j->name, 0))) l->gen = next;
     pthread_mutex_unlock(&sp->mu);
+    if (gen_out) *gen_out = next;
     return 0;
 }
 
@@ -650,32 +680,60 @@ static uint64_t header_hash(const struct smol_spill_header *h)
     return XXH3_64bits(h, offsetof(struct smol_spill_header, header_hash));
 }
 
-static uint64_t kv_payload_bytes(const struct smol_spill *sp, uint32_t n_kv, const struct smol_kv *kv)
+
+/* Reads the record header at b (n bytes available) into h: NULL, or why
+ * it is not one.  A version 1 header (a whole file's) is read as the base
+ * record it is (header_bytes stays 136: its payload follows there). */
+static const char *read_header(const unsigned char *b, uint64_t n, struct smol_spill_header *h)
 {
-    return (uint64_t)smol_kv_pages_for((int)n_kv) * smol_kv_page_host_bytes(kv);
+    if (n < 16) return "truncated (shorter than the header)";
+    if (memcmp(b, SMOL_SPILL_MAGIC, 8)) return "not a smollm3d KV file (bad magic)";
+    uint32_t v;
+    memcpy(&v, b + 8, 4);
+    if (v == 1) {
+        uint64_t hh;
+        if (n < V1_HEADER_BYTES) return "truncated (shorter than the header)";
+        memcpy(&hh, b + V1_HEADER_BYTES - 8, 8);
+        if (hh != XXH3_64bits(b, V1_HEADER_BYTES - 8)) return "header checksum mismatch";
+        memset(h, 0, sizeof *h);
+        memcpy(h, b, V1_HEADER_BYTES - 8);
+        if (h->header_bytes != V1_HEADER_BYTES) return "header checksum mismatch";
+        h->flags |= SMOL_SPILL_F_BASE | (h->msgs_len ? SMOL_SPILL_F_MSGS : 0);
+        h->seq = 1;
+        h->header_hash = header_hash(h);
+        return NULL;
+    }
+    if (v != SMOL_SPILL_VERSION) return "another format version";
+    if (n < sizeof *h) return "truncated (shorter than the header)";
+    memcpy(h, b, sizeof *h);
+    if (h->header_bytes != sizeof *h || h->header_hash != header_hash(h)) return "header checksum mismatch";
+    return NULL;
 }
 
-/* NULL if h describes a file of ours for this model and kv, of exactly
- * file_bytes bytes; else why not. */
-static const char *check_header(const struct smol_spill *sp, const struct smol_spill_header *h, uint64_t file_bytes,
-                                const struct smol_kv *kv)
+/* NULL if h (read_header) is a record of ours for this model and kv
+ * (foreign: of any model, KV type and geometry); else why not. */
+static const char *check_header(const struct smol_spill *sp, const struct smol_spill_header *h,
+                                const struct smol_kv *kv, int foreign)
 {
-    if (file_bytes < sizeof *h) return "truncated (shorter than the header)";
-    if (memcmp(h->magic, SMOL_SPILL_MAGIC, 8)) return "not a smollm3d KV file (bad magic)";
-    if (h->version != SMOL_SPILL_VERSION) return "another format version";
-    if (h->header_bytes != sizeof *h || h->header_hash != header_hash(h)) return "header checksum mismatch";
     /* the type before the model: the model id covers q8_0's rotation */
-    if (h->kv_type != kv->type) return "another KV type or geometry";
-    if (memcmp(h->model_id, sp->model_id, 16)) return "written for another model (or RoPE settings, or KV rotation)";
-    if (h->n_layers != (uint32_t)kv->n_layers || h->n_kv_heads != (uint32_t)kv->n_kv_heads ||
-        h->head_dim != (uint32_t)kv->head_dim || h->page_tokens != SMOL_KV_PAGE)
+    if (!foreign && h->kv_type != kv->type) return "another KV type or geometry";
+    if (!foreign && memcmp(h->model_id, sp->model_id, 16))
+        return "written for another model (or RoPE settings, or KV rotation)";
+    if (!foreign && (h->n_layers != (uint32_t)kv->n_layers || h->n_kv_heads != (uint32_t)kv->n_kv_heads ||
+                     h->head_dim != (uint32_t)kv->head_dim || h->page_tokens != SMOL_KV_PAGE))
         return "another KV type or geometry";
     if (h->id_len == 0 || h->id_len > SMOL_SPILL_KEY_MAX || h->n_kv > h->n_tokens || h->n_tokens > (1u << 26) ||
-        h->reserved || memchr(h->date, 0, sizeof h->date) == NULL)
+        h->reserved || memchr(h->date, 0, sizeof h->date) == NULL || h->tok_from > h->n_tokens ||
+        h->hist_from > h->hist_len || (uint64_t)h->page_from * SMOL_KV_PAGE > h->tok_from ||
+        (int)h->page_from > smol_kv_pages_for((int)h->n_kv) || (!(h->flags & SMOL_SPILL_F_MSGS) && h->msgs_len) ||
+        ((h->flags & SMOL_SPILL_F_BASE) && (h->tok_from || h->page_from || h->hist_from || h->msgs_from)))
         return "inconsistent header";
-    uint64_t want = (uint64_t)h->id_len + 4ull * h->n_tokens + h->hist_len + h->msgs_len + kv_payload_bytes(sp, h->n_kv, kv);
-    if (h->payload_bytes != want) return "inconsistent payload size";
-    if (file_bytes != sizeof *h + want) return file_bytes < sizeof *h + want ? "truncated" : "trailing bytes";
+    const uint64_t head = (uint64_t)h->id_len + 4ull * (h->n_tokens - h->tok_from) + (h->hist_len - h->hist_from) +
+                          h->msgs_len;
+    if (foreign ? h->payload_bytes < head
+                : h->payload_bytes != head + (uint64_t)(smol_kv_pages_for((int)h->n_kv) - (int)h->page_from) *
+                                                 smol_kv_page_host_bytes(kv))
+        return "inconsistent payload size";
     return NULL;
 }
 
@@ -744,13 +802,59 @@ static void enqueue(struct smol_spill *sp, struct job *j)
 static int write_full(int fd, const void *buf, size_t n);
 static int read_full(int fd, void *buf, size_t n);
 
-/* JOB_WRITE: checksums, then temporary file, fsync, rename, fsync of the
- * directory.  0 when all of it succeeded; -1 on an I/O error at any step
- * (logged): the temporary file is removed and the file of the name is left
- * as it was (the previous good state stands; after a rename whose directory
- * fsync failed, the new one, which the retry writes again); the caller
- * retries the job.  -2: the lease was lost (shared), the file left as the
- * other node made it. */
+/* JOB_WRITE, an append (j->off >= 0): the record written at the end of
+ * the file's last complete record, the file cut after it (a torn tail of
+ * an earlier attempt goes), fsync.  Until it is all there, a reader stops
+ * before it (the turn before stands).  0, -1 (I/O error, logged: retried),
+ * -2 (lease lost), -3 (the file is not the one the record follows: removed
+ * or replaced behind this node's back; logged, the index forgets it and
+ * the session's next write is a base). */
+static int run_append(struct smol_spill *sp, struct job *j, struct smol_spill_header *h)
+{
+    const char *step = "open";
+    int fd = openat(sp->dirfd, j->name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    int bad = fd < 0, e = errno;
+    unsigned char raw[sizeof *h];
+    struct smol_spill_header first;
+    struct stat st;
+    if ((bad && e == ENOENT) ||
+        (!bad && (fstat(fd, &st) || (uint64_t)st.st_size < (uint64_t)j->off ||
+                  pread(fd, raw, sizeof raw, 0) != (ssize_t)sizeof raw || read_header(raw, sizeof raw, &first) ||
+                  first.file_id != h->file_id))) {
+        smol_log_warn("spill: a turn of session '%s' not appended to %s/%s: the file is not the one it follows "
+                      "(removed or replaced meanwhile); the session's next write is whole", j->id, sp->dir, j->name);
+        if (fd >= 0) close(fd);
+        return -3;
+    }
+    if (!bad && j->leased && lease_advance(sp, j, &h->gen)) {
+        close(fd);
+        return -2;
+    }
+    h->header_hash = header_hash(h);
+    if (!bad && (step = "write", lseek(fd, (off_t)j->off, SEEK_SET) < 0 || write_full(fd, h, sizeof *h) ||
+                 write_full(fd, j->image + sizeof *h, j->bytes - sizeof *h)))
+        bad = 1, e = errno;
+    if (!bad && (step = "truncate", ftruncate(fd, (off_t)(j->off + j->bytes)))) bad = 1, e = errno;
+    if (!bad && (step = "fsync", fsync(fd))) {
+        bad = 1, e = errno;
+        if (ftruncate(fd, (off_t)j->off)) { /* (the turn before, as far as this node can tell) */ }
+    }
+    if (fd >= 0 && close(fd) && !bad) { bad = 1; e = errno; step = "close"; }
+    if (bad) {
+        smol_log_warn("spill: a turn of session '%s' not appended to %s/%s (%s: %s); the turn before stands, retried "
+                      "(attempt %d)", j->id, sp->dir, j->name, step, strerror(e ? e : EIO), j->tries + 1);
+        return -1;
+    }
+    return 0;
+}
+
+/* JOB_WRITE: checksums, then (a base) temporary file, fsync, rename, fsync
+ * of the directory, or (an append) run_append.  0 when all of it
+ * succeeded; -1 on an I/O error at any step (logged): the temporary file
+ * is removed and the file of the name is left as it was (the previous good
+ * state stands; after a rename whose directory fsync failed, the new one,
+ * which the retry writes again); the caller retries the job.  -2: the
+ * lease was lost (shared), the file left as the other node made it. */
 static int run_write(struct smol_spill *sp, struct job *j)
 {
     /* the image is read by smol_spill_load meanwhile: it is not changed */
@@ -758,6 +862,13 @@ static int run_write(struct smol_spill *sp, struct job *j)
     memcpy(&h, j->image, sizeof h);
     char tmp[160];
     h.payload_hash = XXH3_64bits(j->image + sizeof h, j->bytes - sizeof h);
+    if (j->off >= 0) return run_append(sp, j, &h);
+    if (j->leased) { /* the generation this write will advance the lease to (lease_advance) */
+        pthread_mutex_lock(&sp->mu);
+        const struct lease *l = lease_of(sp, j->name, 0);
+        h.gen = l ? l->gen + 1 : 0;
+        pthread_mutex_unlock(&sp->mu);
+    }
     h.header_hash = header_hash(&h);
     snprintf(tmp, sizeof tmp, ".tmp-%.32s-%s", j->name, sp->node);
     const char *step = "open";
@@ -770,7 +881,7 @@ static int run_write(struct smol_spill *sp, struct job *j)
     if (fd >= 0 && close(fd) && !bad) { bad = 1; e = errno; step = "close"; }
     /* a shared directory: replaced only while this node holds the session's
      * lease and nobody wrote it since; else left as it is */
-    if (!bad && j->leased && lease_advance(sp, j)) {
+    if (!bad && j->leased && lease_advance(sp, j, NULL)) {
         unlinkat(sp->dirfd, tmp, 0);
         return -2;
     }
@@ -804,7 +915,7 @@ static int forget_locked(struct smol_spill *sp, const char *name)
  * lock is held and no other reference of this node needs it (spill.h). */
 static void run_unlink(struct smol_spill *sp, struct job *j)
 {
-    if (j->leased && lease_advance(sp, j)) return; /* another node's now: left alone */
+    if (j->leased && lease_advance(sp, j, NULL)) return; /* another node's now: left alone */
     struct stat st;
     if (j->unused_since && !fstatat(sp->dirfd, j->name, &st, AT_SYMLINK_NOFOLLOW) && mtime_ns(&st) > j->unused_since) {
         smol_log_info("spill: %s/%s left in place: used since it was indexed", sp->dir, j->name);
@@ -955,6 +1066,14 @@ static struct job *next_job(struct smol_spill *sp, double *until)
             if (!*until || j->not_before < *until) *until = j->not_before;
             continue;
         }
+        /* jobs on one name run in order; a failed write before j waits
+         * for its retry if j is an append (which follows it), else j
+         * supersedes it (below) */
+        const int append = j->kind == JOB_WRITE && j->off >= 0;
+        int behind = 0;
+        for (struct job *k = sp->q_head; k != j && !behind; k = k->next)
+            behind = !strcmp(k->name, j->name) && (!k->tries || append);
+        if (behind) continue;
         for (struct job *k = sp->q_head, *kn; k != j; k = kn) {
             kn = k->next;
             if (k->tries && !strcmp(k->name, j->name)) drop_job_locked(sp, k);
@@ -1012,17 +1131,15 @@ static void *writer_main(void *arg)
         j->running = 0;
         if (j->kind == JOB_WRITE && bad == -1) {
             sp->st.write_errors++;
-            int later = 0; /* a newer job on the name supersedes it */
-            for (struct job *k = j->next; k && !later; k = k->next) later = !strcmp(k->name, j->name);
+            int later = 0; /* a newer job on the name supersedes it (not an append, which follows it) */
+            for (struct job *k = j->next; k && !later; k = k->next)
+                later = !strcmp(k->name, j->name) && !(k->kind == JOB_WRITE && k->off >= 0);
             if (!later && !sp->stop) { /* written again after a backoff: the image and the lease are kept */
                 double wait = sp->retry_first_s;
                 for (int i = 0; i < j->tries && wait < sp->retry_max_s; i++) wait *= 2;
                 j->tries++;
                 j->not_before = smol_mono_s() + (wait < sp->retry_max_s ? wait : sp->retry_max_s);
-                unqueue_locked(sp, j);
-                if (sp->q_tail) sp->q_tail->next = j;
-                else sp->q_head = j;
-                sp->q_tail = j;
+                /* (it keeps its place: the jobs behind it on its name follow it) */
                 pthread_cond_broadcast(&sp->done);
                 continue;
             }
@@ -1034,9 +1151,12 @@ static void *writer_main(void *arg)
         j->leased = 0;
         if (j->kind == JOB_WRITE) {
             if (!bad) sp->st.write_s += dt;
+            if (!bad) sp->st.bytes_written += j->bytes;
+            if (!bad && j->off >= 0) sp->st.appends++;
+            if (!bad && j->compact) sp->st.compactions++;
             if (!bad && j->prefix) sp->st.prefixes_written++;
             else if (!bad) sp->st.written++;
-            else if (bad == -2) forget_locked(sp, j->name);
+            else if (bad == -2 || bad == -3) forget_locked(sp, j->name);
         }
         unqueue_locked(sp, j);
         j->finished = 1;
@@ -1261,12 +1381,17 @@ static void scan(struct smol_spill *sp, const struct smol_kv *kv)
             continue;
         }
         struct smol_spill_header h;
+        unsigned char raw[sizeof h];
         struct stat stt;
         int f = openat(sp->dirfd, n, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         const char *why = NULL;
+        ssize_t got = 0;
         if (f < 0 || fstat(f, &stt) || !S_ISREG(stt.st_mode)) why = "cannot be read as a regular file";
-        else if (stt.st_size < (off_t)sizeof h || pread(f, &h, sizeof h, 0) != (ssize_t)sizeof h) why = "truncated (shorter than the header)";
-        else why = check_header(sp, &h, (uint64_t)stt.st_size, kv);
+        else if ((got = pread(f, raw, sizeof raw, 0)) < 0) why = "truncated (shorter than the header)";
+        else if (!(why = read_header(raw, (uint64_t)got, &h)) && !(why = check_header(sp, &h, kv, 0)) &&
+                 (uint64_t)stt.st_size < h.header_bytes + h.payload_bytes)
+            why = "truncated"; /* (its first record; a torn later one is the load's to find) */
+        else if (!why && !(h.flags & SMOL_SPILL_F_BASE)) why = "inconsistent header";
         /* a cached prefix: its id and KV tokens go into the index (the
          * checksum covers them when the file is loaded) */
         char pid[SMOL_SPILL_KEY_MAX + 1] = "", ptenant[SMOL_RULE_TENANT_MAX + 1];
@@ -1275,8 +1400,8 @@ static void scan(struct smol_spill *sp, const struct smol_kv *kv)
         if (!why && (h.flags & SMOL_SPILL_F_PREFIX)) {
             if (h.id_len < SMOL_SPILL_PREFIX_ID_LEN || h.n_kv != h.n_tokens) why = "inconsistent header";
             else if (!(toks = malloc(4ull * h.n_kv + 1))) why = "out of memory for its tokens";
-            else if (pread(f, pid, h.id_len, sizeof h) != (ssize_t)h.id_len ||
-                     pread(f, toks, 4ull * h.n_kv, sizeof h + h.id_len) != (ssize_t)(4ull * h.n_kv))
+            else if (pread(f, pid, h.id_len, h.header_bytes) != (ssize_t)h.id_len ||
+                     pread(f, toks, 4ull * h.n_kv, h.header_bytes + h.id_len) != (ssize_t)(4ull * h.n_kv))
                 why = "short read";
             else if (pid[h.id_len] = 0, split_key(pid, ptenant, &bare) || strlen(bare) != SMOL_SPILL_PREFIX_ID_LEN ||
                      strncmp(bare, SMOL_SPILL_PREFIX_ID, strlen(SMOL_SPILL_PREFIX_ID)))
@@ -1472,7 +1597,68 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
         return SMOL_OK;
     }
     /* a cached prefix keeps its KV tokens only: no text, messages or date */
-    char *msgs = x->msgs && !prefix ? json_dumps(x->msgs, JSON_COMPACT) : NULL;
+    const int n_tok = prefix ? n_kv : x->n_tokens;
+    const char *hist = x->hist_text && !prefix ? x->hist_text : NULL;
+    const uint64_t hist_len = hist ? x->hist_len : 0;
+    const int has_msgs = x->msgs && !prefix && json_is_array(x->msgs);
+    const int n_msgs = has_msgs ? (int)json_array_size(x->msgs) : 0;
+    const size_t pb = sp->page_buf_bytes;
+    char **mj = calloc((size_t)n_msgs + 1, sizeof *mj);      /* each message's compact JSON */
+    struct written w = {.known = 1, .n_tokens = n_tok, .n_kv = n_kv, .has_hist = !!hist, .hist_len = hist_len,
+                        .has_msgs = has_msgs, .n_msgs = n_msgs};
+    w.tokens = malloc((size_t)n_tok * sizeof *w.tokens + 1);
+    w.msg_hash = malloc((size_t)n_msgs * sizeof *w.msg_hash + 1);
+    uint64_t msgs_all = 2;                                  /* "[...]" of them all */
+    int oom = !mj || !w.tokens || !w.msg_hash;
+    for (int i = 0; i < n_msgs && !oom; i++) {
+        if (!(mj[i] = json_dumps(json_array_get(x->msgs, (size_t)i), JSON_COMPACT | JSON_ENCODE_ANY))) oom = 1;
+        else {
+            w.msg_hash[i] = XXH3_64bits(mj[i], strlen(mj[i]));
+            msgs_all += strlen(mj[i]) + (i > 0);
+        }
+    }
+    if (oom) {
+        for (int i = 0; mj && i < n_msgs; i++) free(mj[i]);
+        free(mj);
+        written_deinit(&w);
+        return smol_errf(err, SMOL_ENOMEM, "spill: '%s': out of memory", key);
+    }
+    memcpy(w.tokens, x->tokens, (size_t)n_tok * sizeof *w.tokens);
+    w.hist_hash = hist ? XXH3_64bits(hist, hist_len) : 0;
+    /* what the file holds already (the records this node wrote or read):
+     * the turn appends the rest, unless the dead share would pass half */
+    const struct entry *e = find_ent(sp, name);
+    const struct written *o = e && e->log.known && !prefix ? &e->log : NULL;
+    uint32_t tok_from = 0, page_from = 0, hist_from = 0, msgs_from = 0;
+    if (o) {
+        tok_from = (uint32_t)smol_lcp(o->tokens, o->n_tokens, x->tokens, n_tok);
+        uint32_t kv_keep = tok_from < (uint32_t)o->n_kv ? tok_from : (uint32_t)o->n_kv;
+        if (kv_keep > (uint32_t)n_kv) kv_keep = (uint32_t)n_kv;
+        page_from = kv_keep / SMOL_KV_PAGE;
+        if (hist && o->has_hist && hist_len >= o->hist_len && XXH3_64bits(hist, o->hist_len) == o->hist_hash)
+            hist_from = (uint32_t)o->hist_len;
+        if (has_msgs && o->has_msgs)
+            while ((int)msgs_from < n_msgs && (int)msgs_from < o->n_msgs && o->msg_hash[msgs_from] == w.msg_hash[msgs_from])
+                msgs_from++;
+    }
+    const uint64_t live = sizeof(struct smol_spill_header) + strlen(key) + 4ull * n_tok + hist_len +
+                          (has_msgs ? msgs_all : 0) + (uint64_t)smol_kv_pages_for(n_kv) * pb;
+    uint64_t msgs_len = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        msgs_len = 0;
+        if (has_msgs) {
+            msgs_len = 2;
+            for (int i = (int)msgs_from; i < n_msgs; i++) msgs_len += strlen(mj[i]) + (i > (int)msgs_from);
+        }
+        if (!o) break;
+        const uint64_t rec = sizeof(struct smol_spill_header) + strlen(key) + 4ull * (n_tok - tok_from) +
+                             (hist_len - hist_from) + msgs_len + (uint64_t)(smol_kv_pages_for(n_kv) - (int)page_from) * pb;
+        /* an append while the dead share stays under half and the record is
+         * under half of a base; else a new base (compaction) */
+        if ((o->end + rec - live) * 2 <= o->end + rec && rec * 2 <= live) break;
+        o = NULL;
+        tok_from = page_from = hist_from = msgs_from = 0;
+    }
     struct smol_spill_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, SMOL_SPILL_MAGIC, 8);
@@ -1485,50 +1671,71 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
     h.head_dim = (uint32_t)kv->head_dim;
     h.page_tokens = SMOL_KV_PAGE;
     h.id_len = (uint32_t)strlen(key);
-    h.n_tokens = (uint32_t)(prefix ? n_kv : x->n_tokens);
+    h.n_tokens = (uint32_t)n_tok;
     h.n_kv = (uint32_t)n_kv;
-    h.hist_len = x->hist_text && !prefix ? (uint32_t)x->hist_len : 0;
-    h.msgs_len = msgs ? (uint32_t)strlen(msgs) : 0;
-    if (prefix) h.flags = SMOL_SPILL_F_PREFIX;
+    h.hist_len = (uint32_t)hist_len;
+    h.msgs_len = (uint32_t)msgs_len;
+    h.tok_from = tok_from;
+    h.page_from = page_from;
+    h.hist_from = hist_from;
+    h.msgs_from = msgs_from;
+    if (prefix) h.flags = SMOL_SPILL_F_PREFIX | SMOL_SPILL_F_BASE;
     else {
         h.flags = (x->think_set ? SMOL_SPILL_F_THINK_SET : 0) | (x->enable_thinking ? SMOL_SPILL_F_THINKING : 0) |
-                  (x->hist_text ? SMOL_SPILL_F_HIST : 0);
+                  (hist ? SMOL_SPILL_F_HIST : 0) | (has_msgs ? SMOL_SPILL_F_MSGS : 0) | (o ? 0 : SMOL_SPILL_F_BASE);
         snprintf(h.date, sizeof h.date, "%s", x->date);
     }
-    h.payload_bytes = (uint64_t)h.id_len + 4ull * h.n_tokens + h.hist_len + h.msgs_len + kv_payload_bytes(sp, h.n_kv, kv);
-    const uint64_t total = sizeof h + h.payload_bytes;
-    if (sp->budget && total > sp->budget) {
-        free(msgs);
+    h.seq = o ? o->seq + 1 : e && e->log.known ? e->log.seq + 1 : 1;
+    h.file_id = o ? o->file_id : XXH3_64bits_withSeed(name, NAME_LEN, (uint64_t)now_ns() ^ (uint64_t)(uintptr_t)sp);
+    h.payload_bytes = (uint64_t)h.id_len + 4ull * (h.n_tokens - tok_from) + (h.hist_len - hist_from) + h.msgs_len +
+                      (uint64_t)(smol_kv_pages_for(n_kv) - (int)page_from) * pb;
+    const uint64_t total = sizeof h + h.payload_bytes, file_end = (o ? o->end : 0) + total;
+    w.end = file_end;
+    w.file_id = h.file_id;
+    w.seq = h.seq;
+    if (sp->budget && file_end > sp->budget) {
+        for (int i = 0; i < n_msgs; i++) free(mj[i]);
+        free(mj);
+        written_deinit(&w);
         return smol_errf(err, SMOL_ETOOLARGE, "%s '%s': %.1f MiB exceed kv_spill_budget_mb",
-                         prefix ? "cached prefix" : "session", key, total / 1048576.0);
+                         prefix ? "cached prefix" : "session", key, file_end / 1048576.0);
     }
-    /* the file's image in memory (the KV pages copied out of the pool); the
-     * writer thread checksums and writes it */
+    /* the record's image in memory (its KV pages copied out of the pool:
+     * the pages the turn added, and the partial last one again); the writer
+     * thread checksums and writes it */
     const double t0 = smol_mono_s();
     pthread_mutex_lock(&sp->mu);
     while (busy_locked(sp) && sp->q_bytes + total > SPILL_QUEUE_MAX && !sp->paused) pthread_cond_wait(&sp->done, &sp->mu);
     const int full = sp->q_head && sp->q_bytes + total > SPILL_QUEUE_MAX && !sp->paused; /* of failed writes */
     pthread_mutex_unlock(&sp->mu);
-    if (full) {
-        free(msgs);
-        return smol_errf(err, SMOL_EBUSY, "spill: '%s' not written: the queue is full of writes waiting for a retry",
-                         key);
-    }
-    struct job *j = calloc(1, sizeof *j);
+    struct job *j = full ? NULL : calloc(1, sizeof *j);
     unsigned char *img = j && total <= SIZE_MAX ? malloc((size_t)total) : NULL;
     if (!img) {
         free(j);
-        free(msgs);
+        for (int i = 0; i < n_msgs; i++) free(mj[i]);
+        free(mj);
+        written_deinit(&w);
+        if (full)
+            return smol_errf(err, SMOL_EBUSY, "spill: '%s' not written: the queue is full of writes waiting for a retry",
+                             key);
         return smol_errf(err, SMOL_ENOMEM, "spill: '%s': out of memory for %.1f MiB", key, total / 1048576.0);
     }
     unsigned char *p = put(img, &h, sizeof h);
     p = put(p, key, h.id_len);
-    p = put(p, x->tokens, 4ull * h.n_tokens);
-    p = put(p, x->hist_text, h.hist_len);
-    p = put(p, msgs, h.msgs_len);
-    free(msgs);
+    p = put(p, x->tokens + tok_from, 4ull * (h.n_tokens - tok_from));
+    p = put(p, hist ? hist + hist_from : NULL, h.hist_len - hist_from);
+    if (has_msgs) {
+        *p++ = '[';
+        for (int i = (int)msgs_from; i < n_msgs; i++) {
+            if (i > (int)msgs_from) *p++ = ',';
+            p = put(p, mj[i], strlen(mj[i]));
+        }
+        *p++ = ']';
+    }
+    for (int i = 0; i < n_msgs; i++) free(mj[i]);
+    free(mj);
     const int n_pages = smol_kv_pages_for(n_kv);
-    for (int i = 0; i < n_pages; i++, p += sp->page_buf_bytes) smol_kv_page_read(kv, x->seq->pages[i], p);
+    for (int i = (int)page_from; i < n_pages; i++, p += pb) smol_kv_page_read(kv, x->seq->pages[i], p);
     SMOL_ASSERT((uint64_t)(p - img) == total);
     drop_ready(sp, name);
     if (sp->shared && !prefix) { /* the write holds the lease until it is done */
@@ -1546,10 +1753,15 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
     j->bytes = total;
     j->n_kv = n_kv;
     j->prefix = prefix;
+    j->off = o ? (int64_t)o->end : -1;
+    j->compact = !o && e && e->log.known;
     enqueue(sp, j);
-    smol_log_debug("spill: '%s' queued for %s: %.1f MiB copied in %.1f ms", key, name, total / 1048576.0,
-                   (smol_mono_s() - t0) * 1e3);
-    put_ent(sp, name, total, now_ns(), prefix ? key : NULL, x->tokens, n_kv);
+    smol_log_debug("spill: '%s' queued for %s: %s of %.1f MiB copied in %.1f ms", key, name, o ? "an append" : "a base",
+                   total / 1048576.0, (smol_mono_s() - t0) * 1e3);
+    put_ent(sp, name, file_end, now_ns(), prefix ? key : NULL, x->tokens, n_kv);
+    struct entry *ne = find_ent(sp, name);
+    if (ne && !prefix) ne->log = w;
+    else written_deinit(&w);
     if (prefix) drop_extended(sp, x->tenant, x->tokens, n_kv);
     trim(sp, name);
     return SMOL_OK;
@@ -1557,123 +1769,134 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
 
 /* ---- load ---------------------------------------------------------------------------- */
 
-/* Where a load reads: the file, or the image of a write still queued (the
- * latest state of the session, which the file will hold once written). */
-struct src {
-    int fd;
-    const unsigned char *mem;
-    uint64_t len, off;
-    int trusted;                /* our own image, not checksummed yet */
+/* The state a file's records add up to, as a load applies them in order. */
+struct replay {
+    int n_rec;                  /* records applied */
+    uint64_t end;               /* bytes of the records applied (of the file, then of the queued images) */
+    uint64_t file_id, seq;
+    struct smol_spill_header last;  /* the last record's header (flags, date, sizes) */
+    int32_t *tokens;            /* [n_tokens] */
+    uint32_t n_tokens;
+    char *hist;                 /* [hist_len] */
+    uint32_t hist_len;
+    json_t *msgs;               /* NULL: none */
+    const unsigned char **page; /* [n_pages] where each KV page's bytes are (in the buffers read) */
+    uint32_t n_pages;
 };
 
-static int src_read(struct src *s, void *p, size_t n)
+static void replay_deinit(struct replay *r)
 {
-    if (!s->mem) return read_full(s->fd, p, n);
-    if (n > s->len - s->off) return -1;
-    memcpy(p, s->mem + s->off, n);
-    s->off += n;
-    return 0;
+    free(r->tokens);
+    free(r->hist);
+    if (r->msgs) json_decref(r->msgs);
+    free(r->page);
+    memset(r, 0, sizeof *r);
 }
 
-static int get(struct src *s, XXH3_state_t *st, void *p, size_t n)
+/* Applies the record at b (n bytes available; trusted: an image of ours,
+ * not checksummed yet).  0 applied; 1 skipped (an image of a record the
+ * file already holds); -1 not applied, *why set (incomplete, a checksum,
+ * does not follow); -2 another key; -3 out of memory. */
+static int replay_one(struct smol_spill *sp, const struct smol_kv *kv, struct replay *r, const unsigned char *b,
+                      uint64_t n, int trusted, int foreign, const char *key, const char **why)
 {
-    if (!n) return 0;
-    if (src_read(s, p, n)) return -1;
-    XXH3_64bits_update(st, p, n);
-    return 0;
-}
-
-/* A session file in a shared directory that is sound but of another model
- * (or KV type or geometry): another node's, which runs another model file. */
-static int foreign_header(const struct smol_spill_header *h, uint64_t file_bytes)
-{
-    return file_bytes >= sizeof *h && !memcmp(h->magic, SMOL_SPILL_MAGIC, 8) && h->version == SMOL_SPILL_VERSION &&
-           h->header_bytes == sizeof *h && h->header_hash == header_hash(h) && !(h->flags & SMOL_SPILL_F_PREFIX) &&
-           h->id_len > 0 && h->id_len <= SMOL_SPILL_KEY_MAX && h->n_kv <= h->n_tokens && !h->reserved &&
-           memchr(h->date, 0, sizeof h->date) != NULL && h->payload_bytes == file_bytes - sizeof *h &&
-           h->payload_bytes >= (uint64_t)h->id_len + 4ull * h->n_tokens + h->hist_len + h->msgs_len;
-}
-
-/* Skips n bytes of s, hashing them. */
-static int skip(struct src *s, XXH3_state_t *st, uint64_t n, void *buf, size_t cap)
-{
-    while (n) {
-        size_t k = n < cap ? (size_t)n : cap;
-        if (get(s, st, buf, k)) return -1;
-        n -= k;
+    struct smol_spill_header h;
+    if (trusted) { /* (the writer sets the hashes on its copy) */
+        memcpy(&h, b, sizeof h);
+        h.header_hash = header_hash(&h);
+    } else if ((*why = read_header(b, n, &h))) {
+        return -1;
     }
+    if ((*why = check_header(sp, &h, kv, foreign))) return -1;
+    if (h.header_bytes + h.payload_bytes > n) { *why = "truncated"; return -1; }
+    const int base = !!(h.flags & SMOL_SPILL_F_BASE);
+    if (r->n_rec && !base && (h.file_id != r->file_id || h.seq != r->seq + 1)) {
+        if (trusted && h.file_id == r->file_id && h.seq <= r->seq) return 1;
+        *why = "a record that does not follow";
+        return -1;
+    }
+    if (!r->n_rec && !base) { *why = "no base record"; return -1; }
+    if (!base && (h.tok_from > r->n_tokens || h.hist_from > r->hist_len || h.page_from > r->n_pages ||
+                  h.msgs_from > (r->msgs ? json_array_size(r->msgs) : 0))) {
+        *why = "a record that does not follow";
+        return -1;
+    }
+    const unsigned char *pl = b + h.header_bytes;
+    if (!trusted && XXH3_64bits(pl, h.payload_bytes) != h.payload_hash) { *why = "payload checksum mismatch"; return -1; }
+    if (h.id_len != strlen(key) || memcmp(pl, key, h.id_len)) return -2;
+    pl += h.id_len;
+    json_t *add = NULL;
+    const unsigned char *mp = pl + 4ull * (h.n_tokens - h.tok_from) + (h.hist_len - h.hist_from);
+    if ((h.flags & SMOL_SPILL_F_MSGS) && (!(add = json_loadb((const char *)mp, h.msgs_len, 0, NULL)) || !json_is_array(add))) {
+        if (add) json_decref(add);
+        *why = "bad messages JSON";
+        return -1;
+    }
+    const uint32_t n_pages = foreign ? 0 : (uint32_t)smol_kv_pages_for((int)h.n_kv);
+    int32_t *tok = realloc(r->tokens, 4ull * h.n_tokens + 4);
+    char *hist = tok ? realloc(r->hist, (size_t)h.hist_len + 1) : NULL;
+    const unsigned char **pg = hist ? realloc(r->page, (size_t)n_pages * sizeof *pg + 1) : NULL;
+    if (tok) r->tokens = tok;
+    if (hist) r->hist = hist;
+    if (!pg) {
+        if (add) json_decref(add);
+        return -3;
+    }
+    r->page = pg;
+    memcpy(r->tokens + h.tok_from, pl, 4ull * (h.n_tokens - h.tok_from));
+    pl += 4ull * (h.n_tokens - h.tok_from);
+    memcpy(r->hist + h.hist_from, pl, h.hist_len - h.hist_from);
+    pl += h.hist_len - h.hist_from + h.msgs_len;
+    json_t *m = NULL;
+    if (add) {
+        m = json_array();
+        for (uint32_t i = 0; m && i < h.msgs_from; i++) json_array_append(m, json_array_get(r->msgs, i));
+        if (m) json_array_extend(m, add);
+        json_decref(add);
+        if (!m) return -3;
+    }
+    if (r->msgs) json_decref(r->msgs);
+    r->msgs = m;
+    const size_t pb = smol_kv_page_host_bytes(kv);
+    for (uint32_t i = foreign ? n_pages : h.page_from; i < n_pages; i++, pl += pb) r->page[i] = pl;
+    r->n_pages = n_pages;
+    r->n_tokens = h.n_tokens;
+    r->hist_len = h.hist_len;
+    r->end = (base ? 0 : r->end) + h.header_bytes + h.payload_bytes;
+    r->file_id = h.file_id;
+    r->seq = h.seq;
+    r->last = h;
+    r->n_rec++;
     return 0;
 }
 
-/* Reads the conversation of a foreign_header file (src past its header)
- * into x: text, messages, date and mode, no tokens and no KV (another
- * model's tokens and KV mean nothing here: the history is prefilled again).
- * SMOL_OK; SMOL_ENOSESSION (another key); SMOL_EFORMAT, err = why (the
- * caller removes the file); SMOL_ENOMEM. */
-static enum smol_err load_history(struct smol_spill *sp, struct src *src, const struct smol_spill_header *h,
-                                  const char *key, const char *foreign, struct smol_spill_record *x, char *err)
+/* Reads the whole file `name` into *buf (*len bytes; fewer if it shrank
+ * while read): NULL, or why not. */
+static const char *read_whole(struct smol_spill *sp, const char *name, unsigned char **buf, uint64_t *len, int touch)
 {
-    const double t0 = smol_mono_s();
-    XXH3_state_t *st = XXH3_createState();
-    char id[SMOL_SPILL_KEY_MAX + 1];
-    char *hist = malloc((size_t)h->hist_len + 1), *msgs = malloc((size_t)h->msgs_len + 1);
-    const size_t cap = 1 << 16;
-    void *buf = malloc(cap);
-    const uint64_t rest = h->payload_bytes - h->id_len - 4ull * h->n_tokens - h->hist_len - h->msgs_len;
-    enum smol_err rc = SMOL_OK;
-    json_t *j = NULL;
+    struct stat st;
+    *buf = NULL;
+    *len = 0;
+    int fd = openat(sp->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     const char *why = NULL;
-    if (!st || !hist || !msgs || !buf || XXH3_64bits_reset(st) != XXH_OK) {
-        rc = smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
-        goto out;
+    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) why = "cannot be read as a regular file";
+    else if (!(*buf = malloc((size_t)st.st_size + 1))) why = "out of memory for reading it";
+    while (!why && *len < (uint64_t)st.st_size) {
+        ssize_t r = read(fd, *buf + *len, (size_t)((uint64_t)st.st_size - *len));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) why = "short read";
+        if (r <= 0) break;
+        *len += (uint64_t)r;
     }
-    if (get(src, st, id, h->id_len) || skip(src, st, 4ull * h->n_tokens, buf, cap) || get(src, st, hist, h->hist_len) ||
-        get(src, st, msgs, h->msgs_len) || skip(src, st, rest, buf, cap))
-        why = "short read";
-    else if (XXH3_64bits_digest(st) != h->payload_hash)
-        why = "payload checksum mismatch";
-    if (!why && (id[h->id_len] = 0, strcmp(id, key))) {
-        rc = smol_errf(err, SMOL_ENOSESSION, "no spilled session '%s'", key);
-        goto out;
+    if (fd >= 0) {
+        if (!why && touch) futimens(fd, NULL); /* recently used, also for the next process */
+        close(fd);
     }
-    hist[h->hist_len] = 0;
-    if (!why && h->msgs_len && (!(j = json_loadb(msgs, h->msgs_len, 0, NULL)) || !json_is_array(j)))
-        why = "bad messages JSON";
-    if (why) {
-        rc = smol_errf(err, SMOL_EFORMAT, "%s", why);
-        goto out;
-    }
-    const char *bare;
-    split_key(key, x->tenant, &bare);
-    snprintf(x->id, sizeof x->id, "%s", bare);
-    x->tokens = NULL;
-    x->n_tokens = 0;
-    x->seq->n_tokens = 0;
-    if (h->flags & SMOL_SPILL_F_HIST) {
-        x->hist_text = hist;
-        x->hist_len = h->hist_len;
-        hist = NULL;
-    }
-    x->msgs = j;
-    j = NULL;
-    snprintf(x->date, sizeof x->date, "%s", h->date);
-    x->think_set = !!(h->flags & SMOL_SPILL_F_THINK_SET);
-    x->enable_thinking = !!(h->flags & SMOL_SPILL_F_THINKING);
-    pthread_mutex_lock(&sp->mu);
-    sp->st.restored++;
-    sp->st.history_restored++;
-    sp->st.restore_s += smol_mono_s() - t0;
-    pthread_mutex_unlock(&sp->mu);
-    smol_log_info("spill: session '%s' restored without its KV (%s): its %u tokens of history are computed again",
-                  key, foreign, h->n_tokens);
-out:
-    if (j) json_decref(j);
-    if (st) XXH3_freeState(st);
-    free(hist);
-    free(msgs);
-    free(buf);
-    return rc;
+    return why;
 }
+
+/* What load() read: the file's bytes, the queued writes' images after them. */
+#define LOAD_JOBS_MAX 64
 
 /* key: the session's id, or the cached prefix's id (prefix) */
 static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *key, int prefix,
@@ -1686,8 +1909,8 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
     struct entry *ent = find_ent(sp, name);
     if (!ent) return smol_errf(err, SMOL_ENOSESSION, "no spilled %s '%s'", what, key);
     double t0 = smol_mono_s();
-    /* a write of this file still queued: its image is the session (the file
-     * is old or absent); else no job touches the file while we read it */
+    /* writes of this file still queued: their images follow the file's
+     * records (a base among them: from the last base on, the file unread) */
     struct job *pj = pending_for(sp, name), *rd = NULL;
     if (pj && pj->kind == JOB_READ) { /* read ahead under way: wait for it */
         pthread_mutex_lock(&sp->mu);
@@ -1700,130 +1923,151 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
         release(sp, pj);
         return smol_errf(err, SMOL_ENOSESSION, "no spilled %s '%s'", what, key);
     }
-    if (!pj) rd = take_ready(sp, name);
-    struct src src = {.fd = -1};
-    struct smol_spill_header h;
-    const char *why = NULL;
-    uint64_t flen = 0;                  /* the file's size, once its header is read */
-    if (pj) {
-        src.mem = pj->image;
-        src.len = pj->bytes;
-        src.trusted = 1;
-        src_read(&src, &h, sizeof h);
-        h.header_hash = header_hash(&h); /* set by the writer on its copy */
-        why = check_header(sp, &h, src.len, kv);
-    } else if (rd) {
-        src.mem = rd->image;
-        src.len = rd->bytes;
-        if (!(why = rd->read_err)) {
-            if (src.len < sizeof h || src_read(&src, &h, sizeof h)) why = "truncated (shorter than the header)";
-            else why = check_header(sp, &h, flen = src.len, kv);
+    if (pj) release(sp, pj);
+    struct job *jobs[LOAD_JOBS_MAX];
+    int n_jobs = 0;
+    pthread_mutex_lock(&sp->mu);
+    for (struct job *j = sp->q_head; j; j = j->next)
+        if (j->kind == JOB_WRITE && !strcmp(j->name, name)) {
+            if (j->off < 0) n_jobs = 0; /* a base: what came before does not count */
+            if (n_jobs < LOAD_JOBS_MAX) {
+                j->refs++;
+                jobs[n_jobs++] = j;
+            }
         }
-    } else {
-        struct stat stt;
-        src.fd = openat(sp->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (src.fd < 0 || fstat(src.fd, &stt) || !S_ISREG(stt.st_mode)) why = "cannot be read as a regular file";
-        else if (stt.st_size < (off_t)sizeof h || read_full(src.fd, &h, sizeof h)) why = "truncated (shorter than the header)";
-        else why = check_header(sp, &h, flen = (uint64_t)stt.st_size, kv);
-    }
-    if (!why && !(h.flags & SMOL_SPILL_F_PREFIX) != !prefix) why = "a session file under a cached prefix's name, or the reverse";
-    if (why && sp->shared && !prefix && flen && foreign_header(&h, flen)) {
-        /* another node's model: the conversation without its KV */
-        enum smol_err rc = load_history(sp, &src, &h, key, why, x, err);
-        if (src.fd >= 0) close(src.fd);
-        if (pj) release(sp, pj);
-        if (rd) release(sp, rd);
-        if (rc == SMOL_EFORMAT) reject_file(sp, name, err);
-        if (rc == SMOL_OK) ent->stamp = now_ns();
-        return rc;
-    }
-    if (why) {
-        if (src.fd >= 0) close(src.fd);
-        if (pj) release(sp, pj);
-        if (rd) release(sp, rd);
-        reject_file(sp, name, why);
-        return smol_errf(err, SMOL_EFORMAT, "spilled %s '%s': %s", what, key, why);
-    }
-    const int n_pages = smol_kv_pages_for((int)h.n_kv);
-    if (n_pages > kv->n_free) {
-        if (src.fd >= 0) close(src.fd);
-        if (pj) release(sp, pj);
-        if (rd) release(sp, rd); /* read again on the next try */
-        *pages_needed = n_pages;
-        return smol_errf(err, SMOL_EBUSY, "spilled %s '%s' needs %d free KV pages", what, key, n_pages);
-    }
-    XXH3_state_t *st = XXH3_createState();
-    char id[SMOL_SPILL_KEY_MAX + 1];
-    int32_t *tokens = malloc(4ull * h.n_tokens + 4);
-    char *hist = malloc((size_t)h.hist_len + 1), *msgs = malloc((size_t)h.msgs_len + 1);
+    pthread_mutex_unlock(&sp->mu);
+    const int from_base = n_jobs && jobs[0]->off < 0;
+    if (!from_base) rd = take_ready(sp, name);
+    struct replay r = {0};
+    unsigned char *fbuf = NULL;
+    uint64_t flen = 0;
+    const char *why = NULL, *tail = NULL;
+    int rc_key = 0, foreign = 0;
     enum smol_err rc = SMOL_OK;
-    json_t *j = NULL;
-    if (!st || !tokens || !hist || !msgs || XXH3_64bits_reset(st) != XXH_OK) {
-        rc = smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
-        goto out;
+    if (!from_base) {
+        if (rd) why = rd->read_err;
+        else why = read_whole(sp, name, &fbuf, &flen, 1);
+        const unsigned char *b = rd ? rd->image : fbuf;
+        const uint64_t len = rd ? rd->bytes : flen;
+        struct smol_spill_header h0;
+        /* a shared directory's session file of another model: its conversation without KV */
+        if (!why && sp->shared && !prefix && !read_header(b, len, &h0) && check_header(sp, &h0, kv, 0) &&
+            !check_header(sp, &h0, kv, 1) && !(h0.flags & SMOL_SPILL_F_PREFIX))
+            foreign = 1;
+        for (uint64_t off = 0; !why && off < len;) {
+            const int k = replay_one(sp, kv, &r, b + off, len - off, 0, foreign, key, &tail);
+            if (k == -2) { rc_key = 1; break; }
+            if (k == -3) { rc = smol_errf(err, SMOL_ENOMEM, "spill: out of memory"); break; }
+            if (k < 0 && !r.n_rec) why = tail;
+            if (k < 0) break;
+            tail = NULL;
+            off = r.end;
+        }
+        if (!why && !rc && !rc_key && !r.n_rec) why = "truncated (shorter than the header)";
+        if (!why && !rc && !rc_key && tail) {
+            smol_log_info("spill: %s '%s': the records after byte %llu ignored (%s: a torn append)", what, key,
+                          (unsigned long long)r.end, tail);
+            pthread_mutex_lock(&sp->mu);
+            sp->st.torn_records++;
+            pthread_mutex_unlock(&sp->mu);
+        }
     }
-    if (get(&src, st, id, h.id_len) || get(&src, st, tokens, 4ull * h.n_tokens) || get(&src, st, hist, h.hist_len) ||
-        get(&src, st, msgs, h.msgs_len)) { why = "short read"; goto out; }
-    id[h.id_len] = 0;
-    if ((rc = smol_kv_seq_reserve(kv, x->seq, 0, (int)h.n_kv, err))) goto out;
-    for (int i = 0; i < n_pages && !why && !rc; i++) {
-        if (get(&src, st, sp->page_buf, sp->page_buf_bytes)) why = "short read";
-        else rc = smol_kv_page_write(kv, x->seq->pages[i], sp->page_buf, err);
+    for (int i = 0; i < n_jobs && !why && !rc && !rc_key; i++) {
+        const char *jw = NULL;
+        const int k = replay_one(sp, kv, &r, jobs[i]->image, jobs[i]->bytes, 1, 0, key, &jw);
+        if (k == -3) rc = smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
+        else if (k == -2) rc_key = 1;
+        else if (k < 0) { /* (our own images follow what this node wrote: not seen) */
+            smol_log_warn("spill: %s '%s': a queued write does not follow the file (%s); read without it", what,
+                          key, jw);
+            break;
+        }
     }
-    /* (an image in memory has no checksum yet: the writer computes it) */
-    if (!why && !rc && !src.trusted && XXH3_64bits_digest(st) != h.payload_hash) why = "payload checksum mismatch";
-    if (!why && !rc && strcmp(id, key)) /* a sound file of another id with the same hash */
-        rc = smol_errf(err, SMOL_ENOSESSION, "no spilled %s '%s'", what, key);
-    for (uint32_t i = 0; !why && !rc && i < h.n_tokens; i++)
-        if (tokens[i] < 0 || tokens[i] >= vocab) why = "token id out of range";
-    hist[h.hist_len] = 0;
-    msgs[h.msgs_len] = 0;
-    if (!why && !rc && h.msgs_len && !(j = json_loadb(msgs, h.msgs_len, 0, NULL))) why = "bad messages JSON";
-    if (!why && !rc && j && !json_is_array(j)) why = "bad messages JSON";
-    if (!why && !rc) {   /* the record takes what was read */
+    if (rc_key && !rc) rc = smol_errf(err, SMOL_ENOSESSION, "no spilled %s '%s'", what, key);
+    const struct smol_spill_header *h = &r.last;
+    if (!why && !rc && !(h->flags & SMOL_SPILL_F_PREFIX) != !prefix)
+        why = "a session file under a cached prefix's name, or the reverse";
+    for (uint32_t i = 0; !why && !rc && !foreign && i < r.n_tokens; i++)
+        if (r.tokens[i] < 0 || r.tokens[i] >= vocab) why = "token id out of range";
+    const int n_pages = foreign ? 0 : smol_kv_pages_for((int)h->n_kv);
+    if (!why && !rc && n_pages > kv->n_free) {
+        *pages_needed = n_pages;
+        rc = smol_errf(err, SMOL_EBUSY, "spilled %s '%s' needs %d free KV pages", what, key, n_pages);
+    }
+    if (!why && !rc && !foreign && !(rc = smol_kv_seq_reserve(kv, x->seq, 0, (int)h->n_kv, err)))
+        for (int i = 0; i < n_pages && !rc; i++) {
+            memcpy(sp->page_buf, r.page[i], sp->page_buf_bytes); /* (the backend's write wants it aligned) */
+            rc = smol_kv_page_write(kv, x->seq->pages[i], sp->page_buf, err);
+        }
+    if (!why && !rc) { /* the record takes what was read */
         const char *bare;   /* (the key compared equal: its tenant is well formed) */
         split_key(key, x->tenant, &bare);
         snprintf(x->id, sizeof x->id, "%s", prefix ? "" : bare);
-        x->tokens = tokens;
-        tokens = NULL;
-        x->n_tokens = (int)h.n_tokens;
-        x->seq->n_tokens = (int32_t)h.n_kv;
-        if (h.flags & SMOL_SPILL_F_HIST) {
-            x->hist_text = hist;
-            x->hist_len = h.hist_len;
-            hist = NULL;
+        if (!foreign) {
+            x->tokens = r.tokens;
+            r.tokens = NULL;
+            x->n_tokens = (int)r.n_tokens;
+            x->seq->n_tokens = (int32_t)h->n_kv;
+        } else {
+            x->seq->n_tokens = 0;
         }
-        x->msgs = j;
-        j = NULL;
-        snprintf(x->date, sizeof x->date, "%s", h.date);
-        x->think_set = !!(h.flags & SMOL_SPILL_F_THINK_SET);
-        x->enable_thinking = !!(h.flags & SMOL_SPILL_F_THINKING);
-        if (src.fd >= 0) futimens(src.fd, NULL); /* recently used, also for the next process */
+        if (h->flags & SMOL_SPILL_F_HIST) {
+            r.hist[r.hist_len] = 0;
+            x->hist_text = r.hist;
+            x->hist_len = r.hist_len;
+            r.hist = NULL;
+        }
+        snprintf(x->date, sizeof x->date, "%s", h->date);
+        x->think_set = !!(h->flags & SMOL_SPILL_F_THINK_SET);
+        x->enable_thinking = !!(h->flags & SMOL_SPILL_F_THINKING);
+        /* the next write appends to what was read (this node's records:
+         * known; another model's file is written again as a base) */
+        struct written w = {.known = !foreign && !prefix, .end = r.end, .file_id = r.file_id, .seq = r.seq,
+                            .n_tokens = x->n_tokens, .n_kv = x->seq->n_tokens, .has_hist = !!x->hist_text,
+                            .hist_len = x->hist_len, .has_msgs = !!r.msgs};
+        if (w.known) {
+            w.hist_hash = x->hist_text ? XXH3_64bits(x->hist_text, x->hist_len) : 0;
+            w.n_msgs = r.msgs ? (int)json_array_size(r.msgs) : 0;
+            w.tokens = malloc(4ull * w.n_tokens + 4);
+            w.msg_hash = malloc((size_t)w.n_msgs * 8 + 8);
+            if (w.tokens) memcpy(w.tokens, x->tokens, 4ull * w.n_tokens);
+            for (int i = 0; w.msg_hash && i < w.n_msgs; i++) {
+                char *d = json_dumps(json_array_get(r.msgs, (size_t)i), JSON_COMPACT | JSON_ENCODE_ANY);
+                if (!d) { free(w.msg_hash); w.msg_hash = NULL; break; }
+                w.msg_hash[i] = XXH3_64bits(d, strlen(d));
+                free(d);
+            }
+            if (!w.tokens || !w.msg_hash) written_deinit(&w);
+        }
+        written_deinit(&ent->log);
+        ent->log = w;
+        x->msgs = r.msgs;
+        r.msgs = NULL;
         ent->stamp = now_ns();
         pthread_mutex_lock(&sp->mu);
         if (prefix) sp->st.prefixes_restored++;
         else sp->st.restored++;
-        sp->st.tokens_restored += h.n_kv;
+        if (foreign) sp->st.history_restored++;
+        sp->st.tokens_restored += (uint64_t)x->seq->n_tokens;
         if (!prefix) sp->st.restore_s += smol_mono_s() - t0;
         pthread_mutex_unlock(&sp->mu);
-        smol_log_info("spill: %s '%s' restored%s: %u tokens, %.1f MiB in %.2f ms", what, key,
-                      pj ? " (from its write still queued)" : rd ? " (read ahead)" : "", h.n_kv,
-                      (sizeof h + h.payload_bytes) / 1048576.0, (smol_mono_s() - t0) * 1e3);
+        if (foreign)
+            smol_log_info("spill: session '%s' restored without its KV (written for another model): its %u tokens "
+                          "of history are computed again", key, h->n_tokens);
+        else
+            smol_log_info("spill: %s '%s' restored%s: %u tokens, %d records, %.1f MiB in %.2f ms", what, key,
+                          n_jobs ? " (with its writes still queued)" : rd ? " (read ahead)" : "", h->n_kv, r.n_rec,
+                          r.end / 1048576.0, (smol_mono_s() - t0) * 1e3);
     }
-out:
-    if (j) json_decref(j);
-    if (src.fd >= 0) close(src.fd);
-    if (pj) release(sp, pj);
+    for (int i = 0; i < n_jobs; i++) release(sp, jobs[i]);
     if (rd) release(sp, rd);
-    if (why || rc) smol_kv_seq_truncate(kv, x->seq, 0);
+    free(fbuf);
+    replay_deinit(&r);
+    if (why || (rc && rc != SMOL_EBUSY)) smol_kv_seq_truncate(kv, x->seq, 0);
     if (why) {
         reject_file(sp, name, why);
         rc = smol_errf(err, SMOL_EFORMAT, "spilled %s '%s': %s", what, key, why);
     }
-    XXH3_freeState(st);
-    free(tokens);
-    free(hist);
-    free(msgs);
     return rc;
 }
 
@@ -1891,6 +2135,7 @@ void smol_spill_expire(struct smol_spill *sp, const char *id)
 
 int smol_spill_has(struct smol_spill *sp, const char *id)
 {
+    reap_failed(sp);
     char name[NAME_LEN + 1];
     file_name(id, name);
     struct stat st;
