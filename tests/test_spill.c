@@ -1587,9 +1587,16 @@ int __wrap_openat(int dirfd, const char *path, int flags, ...)
     return fd;
 }
 
+/* Called once, on the writer thread, at the next write to a spill write's
+ * file (t_shared_fence: what another node does between a write's lease
+ * check and its bytes). */
+static void (*_Atomic write_hook)(void);
+
 ssize_t __wrap_write(int fd, const void *buf, size_t n)
 {
     if (fd == atomic_load(&fault_tmp_fd)) {
+        void (*hook)(void) = atomic_exchange(&write_hook, NULL);
+        if (hook) hook();
         if (atomic_exchange(&fault_short_next, 0)) {
             errno = atomic_load(&fault_errno);
             return -1;
@@ -1889,6 +1896,77 @@ START_TEST(t_append_turn)
 }
 END_TEST
 
+/* Fencing (spill.h): a node whose lock is broken after its writer checked
+ * the lease, and before its append reaches the disk, cannot make the new
+ * holder's turn disappear.  Node A appends a turn of session f1; between
+ * A's lease check and A's bytes (write_hook), A's lock is broken, node B
+ * takes the lease, reads A's file and writes a turn of its own; then A's
+ * append lands.  A third node reads B's turn. */
+static struct rig *fence_rig;
+static struct smol_spill *fence_b;
+
+static void fence_takeover(void)
+{
+    struct rig *g = fence_rig;
+    char err[SMOL_ERRLEN];
+    revoke_lock(g->dir, "f1");
+    ck_assert_int_eq(smol_spill_lease(fence_b, "f1"), SMOL_LEASE_CHANGED);
+    struct smol_session *y = smol_sessions_add(&g->ss, "", "f1b");
+    struct smol_spill_record rec = {.seq = &y->seq};
+    int need = 0;
+    ck_assert(smol_spill_load(fence_b, &g->m->kv, g->m->cfg.vocab, "f1", &rec, &need, err) == SMOL_OK);
+    ck_assert_int_eq(rec.n_tokens, N_HIST - 20);    /* A's file without A's append */
+    ck_assert(smol_model_eval(g->m, &y->seq, g->ids + N_HIST - 20, 5, 0, NULL, err) == SMOL_OK);
+    ck_assert(smol_session_set_tokens(y, g->ids, N_HIST - 15) == 0);
+    smol_spill_record_deinit(&rec);
+    snprintf(y->id, sizeof y->id, "f1");
+    ck_assert_msg(save(fence_b, g, y, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(fence_b, "f1");
+    smol_spill_flush(fence_b);
+    snprintf(y->id, sizeof y->id, "f1b");
+    smol_sessions_remove(&g->ss, y);
+}
+
+START_TEST(t_shared_fence)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char err[SMOL_ERRLEN];
+    struct smol_spill *a = open_shared(&g, g.m);
+    fence_rig = &g;
+    fence_b = open_shared(&g, g.m);
+    struct smol_session *x = make_session(&g, "f1");
+    snprintf(x->id, sizeof x->id, "f1");
+    /* A: the session's first write, then a turn (an append) */
+    smol_kv_seq_truncate(&g.m->kv, &x->seq, N_HIST - 20);
+    ck_assert(smol_session_set_tokens(x, g.ids, N_HIST - 20) == 0);
+    ck_assert_int_eq(smol_spill_lease(a, "f1"), SMOL_LEASE_HELD);   /* (no file yet) */
+    ck_assert_msg(save(a, &g, x, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(a, "f1");
+    smol_spill_flush(a);
+    ck_assert_int_eq(smol_spill_lease(a, "f1"), SMOL_LEASE_HELD);
+    ck_assert(smol_model_eval(g.m, &x->seq, g.ids + N_HIST - 20, 10, 0, NULL, err) == SMOL_OK);
+    ck_assert(smol_session_set_tokens(x, g.ids, N_HIST - 10) == 0);
+    atomic_store(&write_hook, fence_takeover);
+    ck_assert_msg(save(a, &g, x, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(a, "f1");
+    smol_spill_flush(a);
+    ck_assert(atomic_load(&write_hook) == NULL);    /* the takeover ran */
+    struct smol_spill_stats st;
+    smol_spill_get_stats(a, &st);
+    ck_assert_int_eq(st.appends, 1);                /* A's append went out (to the file B replaced) */
+    /* a third node reads B's turn */
+    struct smol_spill *c = open_shared(&g, g.m);
+    ck_assert_int_eq(smol_spill_lease(c, "f1"), SMOL_LEASE_CHANGED);
+    ck_assert_int_eq(load_count(&g, c, "f1"), N_HIST - 15);
+    smol_spill_unlease(c, "f1");
+    smol_spill_close(&c);
+    smol_spill_close(&a);
+    smol_spill_close(&fence_b);
+    rig_close(&g);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("spill");
@@ -1913,6 +1991,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_shared_bounded_dir);
     tcase_add_test(tc, t_shared_clock_skew);
     tcase_add_test(tc, t_append_turn);
+    tcase_add_test(tc, t_shared_fence);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -490,7 +490,11 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
         x->enable_thinking = !!(h->flags & SMOL_SPILL_F_THINKING);
         /* the next write appends to what was read (this node's records:
          * known; another model's file is written again as a base) */
-        struct written w = {.known = !foreign && !prefix, .end = r.end, .file_id = r.file_id, .seq = r.seq,
+        /* (a shared directory: only a file this node made; a file another
+         * node made is written whole next, so that this node never appends
+         * to a file another may still append to: spill.h, Fencing) */
+        const int ours = !sp->shared || (ent->log.known && ent->log.file_id == r.file_id);
+        struct written w = {.known = !foreign && !prefix && ours, .end = r.end, .file_id = r.file_id, .seq = r.seq,
                             .n_tokens = x->n_tokens, .n_kv = x->seq->n_tokens, .has_hist = !!x->hist_text,
                             .hist_len = x->hist_len, .has_msgs = !!r.msgs};
         if (w.known) {

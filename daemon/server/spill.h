@@ -101,7 +101,24 @@
  * holds the lock and the generation is the one it knows; otherwise the
  * lease was lost (the filesystem broke the lock: a partition, an expired
  * NFS lease) and the write is dropped, counted (lease_lost), the file left
- * as the other node made it.  A save of a session whose lease this node
+ * as the other node made it.
+ * Fencing (a node whose lock is broken after that check, before its bytes
+ * land): appends are fenced, bases and removals are not.  A node appends
+ * only to a file it made (a base of its own, its file id in every record)
+ * and checks that id through the descriptor it writes with; a node that
+ * takes a session over (CHANGED, or a file it read but did not make)
+ * writes it whole: a new file, renamed over the name.  So a late append of
+ * the node that lost the lock lands in its own file, which is either
+ * still the current one (the new holder has not written yet: its turn
+ * then replaces it) or already replaced (the append goes to the unlinked
+ * file, or finds another file id and is dropped): the new holder's turn
+ * never disappears (test_spill t_shared_fence).  An append does not
+ * require the generation it knew (a late node may advance it): it writes
+ * one past both.  Not fenced: a base's rename and a removal's unlink that
+ * pass the check and land after another node's write replace or remove
+ * that node's file (the window between the check and the call; a base is
+ * a session's first write, a compaction or a takeover).
+ * A save of a session whose lease this node
  * does not hold is refused (unleased_refused).  A lock file is removed
  * with its session's file, by the node holding its lock, while no other
  * reference of that node needs it; a node that locked a lock file checks

@@ -319,7 +319,11 @@ int smol_spill_holds(struct smol_spill *sp, const char *id)
  * when this node still holds the lease (no other open file description
  * locks the file) and nobody wrote the file since this node last saw it
  * (the generation); then the generation is advanced, on disk first.  -1:
- * the lease was lost (logged, counted); the file is left alone. */
+ * the lease was lost (logged, counted); the file is left alone.  An append
+ * (j->off >= 0) checked the file itself (its file id, through the
+ * descriptor it writes: only this node appends to a file it made), so a
+ * generation another node advanced is no reason to drop it (a node whose
+ * lock was broken may advance it late): the next one is past both. */
 int smol_spill_lease_advance(struct smol_spill *sp, const struct job *j, uint64_t *gen_out)
 {
     pthread_mutex_lock(&sp->mu);
@@ -332,9 +336,11 @@ int smol_spill_lease_advance(struct smol_spill *sp, const struct job *j, uint64_
     if (fd < 0) why = "not held";
     else if (fcntl(fd, F_OFD_GETLK, &fl)) why = strerror(errno);
     else if (fl.l_type != F_UNLCK) why = "another node holds it";
-    else if (read_gen(fd) != gen) why = "another node wrote the session since";
+    uint64_t disk = fd >= 0 && !why ? read_gen(fd) : gen;
+    const int append = j->kind == JOB_WRITE && j->off >= 0;
+    if (!why && disk != gen && !append) why = "another node wrote the session since";
     unsigned char b[8];
-    const uint64_t next = gen + 1;
+    const uint64_t next = (disk > gen ? disk : gen) + 1;
     memcpy(b, &next, 8);
     if (!why && (pwrite(fd, b, 8, 0) != 8 || fdatasync(fd))) why = "cannot advance the generation";
     if (why) {
