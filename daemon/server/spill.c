@@ -527,9 +527,9 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
             smol_log_info("spill: session '%s' restored without its KV (written for another model): its %u tokens "
                           "of history are computed again", key, h->n_tokens);
         else
-            smol_log_info("spill: %s '%s' restored%s: %u tokens, %d records, %.1f MiB in %.2f ms", what, key,
-                          n_jobs ? " (with its writes still queued)" : rd ? " (read ahead)" : "", h->n_kv, r.n_rec,
-                          r.end / 1048576.0, (smol_mono_s() - t0) * 1e3);
+            smol_log_info("spill: %s '%s' restored%s: %u tokens, %.1f MiB in %.2f ms (%d records)", what, key,
+                          n_jobs ? " (with its writes still queued)" : rd ? " (read ahead)" : "", h->n_kv,
+                          r.end / 1048576.0, (smol_mono_s() - t0) * 1e3, r.n_rec);
     }
     for (int i = 0; i < n_jobs; i++) smol_spill_release(sp, jobs[i]);
     if (rd) smol_spill_release(sp, rd);

@@ -375,9 +375,10 @@ void *smol_spill_writer_main(void *arg)
         else run_unlink(sp, j);
         const double dt = smol_mono_s() - t0;
         if (j->kind == JOB_WRITE && !bad)
-            smol_log_info("spill: %s '%s' written to %s: %d tokens, %.1f MiB in %.0f ms%s",
+            smol_log_info("spill: %s '%s' written to %s: %d tokens, %.1f MiB in %.0f ms%s%s",
                           j->prefix ? "cached prefix" : "session", j->id, j->name, j->n_kv, j->bytes / 1048576.0,
-                          (smol_mono_s() - t0) * 1e3, j->tries ? " (retried)" : "");
+                          (smol_mono_s() - t0) * 1e3, j->off >= 0 ? " (a turn appended)" : "",
+                          j->tries ? " (retried)" : "");
         pthread_mutex_lock(&sp->mu);
         j->running = 0;
         if (j->kind == JOB_WRITE && bad == -1) {
