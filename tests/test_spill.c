@@ -1618,8 +1618,14 @@ int __wrap_fsync(int fd)
     return __real_fsync(fd);
 }
 
+/* Called once, on the writer thread, at the next rename of a spill write
+ * (t_shared_fence: between a whole file's lease check and its rename). */
+static void (*_Atomic rename_hook)(void);
+
 int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
 {
+    void (*hook)(void) = !strncmp(oldpath, ".tmp-", 5) ? atomic_exchange(&rename_hook, NULL) : NULL;
+    if (hook) hook();
     if (!strncmp(oldpath, ".tmp-", 5) && fault_take(F_RENAME)) return -1;
     return __real_renameat(olddirfd, oldpath, newdirfd, newpath);
 }
@@ -1904,6 +1910,7 @@ END_TEST
  * append lands.  A third node reads B's turn. */
 static struct rig *fence_rig;
 static struct smol_spill *fence_b;
+static int fence_expect = N_HIST - 20;  /* the tokens B finds in the file */
 
 static void fence_takeover(void)
 {
@@ -1915,9 +1922,9 @@ static void fence_takeover(void)
     struct smol_spill_record rec = {.seq = &y->seq};
     int need = 0;
     ck_assert(smol_spill_load(fence_b, &g->m->kv, g->m->cfg.vocab, "f1", &rec, &need, err) == SMOL_OK);
-    ck_assert_int_eq(rec.n_tokens, N_HIST - 20);    /* A's file without A's append */
-    ck_assert(smol_model_eval(g->m, &y->seq, g->ids + N_HIST - 20, 5, 0, NULL, err) == SMOL_OK);
-    ck_assert(smol_session_set_tokens(y, g->ids, N_HIST - 15) == 0);
+    ck_assert_int_eq(rec.n_tokens, fence_expect);   /* A's file without A's write */
+    ck_assert(smol_model_eval(g->m, &y->seq, g->ids + fence_expect, 5, 0, NULL, err) == SMOL_OK);
+    ck_assert(smol_session_set_tokens(y, g->ids, fence_expect + 5) == 0);
     smol_spill_record_deinit(&rec);
     snprintf(y->id, sizeof y->id, "f1");
     ck_assert_msg(save(fence_b, g, y, err) == SMOL_OK, "%s", err);
@@ -1960,6 +1967,37 @@ START_TEST(t_shared_fence)
     ck_assert_int_eq(smol_spill_lease(c, "f1"), SMOL_LEASE_CHANGED);
     ck_assert_int_eq(load_count(&g, c, "f1"), N_HIST - 15);
     smol_spill_unlease(c, "f1");
+    /* the same for a whole file (a node's takeover writes one): A takes the
+     * session back (CHANGED: a base next), B's takeover runs between A's
+     * lease check and A's rename */
+    ck_assert_int_eq(smol_spill_lease(a, "f1"), SMOL_LEASE_CHANGED);
+    struct smol_session *z = smol_sessions_add(&g.ss, "", "f1z");
+    struct smol_spill_record rec = {.seq = &z->seq};
+    int need = 0;
+    ck_assert(smol_spill_load(a, &g.m->kv, g.m->cfg.vocab, "f1", &rec, &need, err) == SMOL_OK);
+    ck_assert_int_eq(rec.n_tokens, N_HIST - 15);
+    ck_assert(smol_session_set_tokens(z, rec.tokens, rec.n_tokens) == 0);
+    smol_spill_record_deinit(&rec);
+    ck_assert(smol_model_eval(g.m, &z->seq, g.ids + N_HIST - 15, 3, 0, NULL, err) == SMOL_OK);
+    ck_assert(smol_session_set_tokens(z, g.ids, N_HIST - 12) == 0);
+    snprintf(z->id, sizeof z->id, "f1");
+    fence_expect = N_HIST - 15;
+    atomic_store(&rename_hook, fence_takeover);
+    smol_spill_get_stats(a, &st);
+    const uint64_t lost0 = st.lease_lost;
+    ck_assert_msg(save(a, &g, z, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(a, "f1");
+    smol_spill_set_retry(a, 0.001, 0.002);
+    smol_spill_flush(a);
+    ck_assert(atomic_load(&rename_hook) == NULL);   /* the takeover ran */
+    for (int i = 0; i < 2000 && smol_spill_pending(a); i++) usleep(1000); /* (its retry) */
+    smol_spill_get_stats(a, &st);
+    ck_assert_int_eq(st.lease_lost, lost0 + 1);     /* A's whole file: not renamed, then dropped */
+    ck_assert_int_eq(smol_spill_lease(c, "f1"), SMOL_LEASE_CHANGED);
+    ck_assert_int_eq(load_count(&g, c, "f1"), N_HIST - 10); /* B's second turn */
+    smol_spill_unlease(c, "f1");
+    snprintf(z->id, sizeof z->id, "f1z");
+    smol_sessions_remove(&g.ss, z);
     smol_spill_close(&c);
     smol_spill_close(&a);
     smol_spill_close(&fence_b);

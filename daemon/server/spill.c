@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,8 @@ enum smol_err smol_spill_open_shared(struct smol_spill **out, const char *dir, u
     gethostname(host, sizeof host - 1);
     for (char *c = host; *c; c++) /* a file name's part */
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-')) *c = '_';
-    snprintf(sp->node, sizeof sp->node, "%s-%d", host, (int)getpid());
+    static atomic_int opened;   /* two spills of one process are two writers (tests: two nodes) */
+    snprintf(sp->node, sizeof sp->node, "%s-%d-%d", host, (int)getpid(), atomic_fetch_add(&opened, 1));
     if (mkdir(dir, 0700) && errno != EEXIST) {
         int e = errno;
         free(sp);

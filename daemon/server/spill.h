@@ -103,7 +103,7 @@
  * NFS lease) and the write is dropped, counted (lease_lost), the file left
  * as the other node made it.
  * Fencing (a node whose lock is broken after that check, before its bytes
- * land): appends are fenced, bases and removals are not.  A node appends
+ * land): appends and whole files are fenced, removals are not.  A node appends
  * only to a file it made (a base of its own, its file id in every record)
  * and checks that id through the descriptor it writes with; a node that
  * takes a session over (CHANGED, or a file it read but did not make)
@@ -114,10 +114,17 @@
  * file, or finds another file id and is dropped): the new holder's turn
  * never disappears (test_spill t_shared_fence).  An append does not
  * require the generation it knew (a late node may advance it): it writes
- * one past both.  Not fenced: a base's rename and a removal's unlink that
- * pass the check and land after another node's write replace or remove
- * that node's file (the window between the check and the call; a base is
- * a session's first write, a compaction or a takeover).
+ * one past both.  A whole file (a base: a session's first write, a
+ * compaction, a takeover) is written under one temporary name per
+ * session, .tmp-<hash>, made with O_EXCL; a writer that finds one there
+ * (a late writer's, or a crashed one's: only the lease holder writes it)
+ * removes it and makes its own.  So a late rename finds no file (and the
+ * late write, retried, is dropped: lease lost), or, if it fires while the
+ * new holder's own temporary file is being written, publishes that one,
+ * whose own rename then fails and is retried (the new holder's turn is
+ * late, never lost while it runs).  Not fenced: a removal's unlink that
+ * passes the check and lands after another node's write removes that
+ * node's file.
  * A save of a session whose lease this node
  * does not hold is refused (unleased_refused).  A lock file is removed
  * with its session's file, by the node holding its lock, while no other
@@ -132,7 +139,9 @@
  * computes again; it is not removed (history_restored).
  * The index is refreshed from the directory whenever a lease is taken;
  * files failing the checks at open are left alone (maybe another model's
- * node); temporary files are named by host and pid, and only one an hour
+ * node); temporary files are named by session (.tmp-<hash>, a session's
+ * whole file, above) or by host, pid and spill (a cached prefix's), and
+ * only one an hour
  * old by the file server's clock (a probe file's mtime) is removed.  The
  * budget removes the least recently used files, this node's own or, found
  * in the directory (at open, on a lease), anyone's that nobody used since

@@ -114,7 +114,8 @@ struct smol_spill {
     pthread_t lease_thread;     /* asks for leases (lock_open, the generation, the file's stat) */
     int have_lease_thread, lease_stop;
     pthread_cond_t lease_wake;  /* an ask queued */
-    char node[80];              /* host name and pid: in the names of our temporary files */
+    char node[80];              /* host name, pid and a count of this process's spills: in the names
+                                   of our temporary files (but a leased session's) */
 };
 
 /* A session's lease in a shared directory: an OFD write lock on the whole of

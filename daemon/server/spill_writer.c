@@ -128,9 +128,17 @@ static int run_write(struct smol_spill *sp, struct job *j)
         pthread_mutex_unlock(&sp->mu);
     }
     h.header_hash = smol_spill_header_hash(&h);
-    snprintf(tmp, sizeof tmp, ".tmp-%.32s-%s", j->name, sp->node);
+    /* a session's whole file under its lease: one temporary name per
+     * session, made with O_EXCL; one left there is a late writer's (its
+     * lock broken) or a crashed one's, and is removed first: the late
+     * writer's rename then finds no file (spill.h, Fencing).  Else (no
+     * lease: a cached prefix, a directory not shared) one per node. */
+    if (j->leased) snprintf(tmp, sizeof tmp, ".tmp-%.32s", j->name);
+    else snprintf(tmp, sizeof tmp, ".tmp-%.32s-%s", j->name, sp->node);
     const char *step = "open";
-    int fd = openat(sp->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (j->leased ? O_EXCL : O_TRUNC);
+    int fd = openat(sp->dirfd, tmp, flags, 0600);
+    if (fd < 0 && errno == EEXIST && !unlinkat(sp->dirfd, tmp, 0)) fd = openat(sp->dirfd, tmp, flags, 0600);
     int bad = fd < 0;
     if (!bad && (step = "write", smol_spill_write_full(fd, &h, sizeof h) || smol_spill_write_full(fd, j->image + sizeof h, j->bytes - sizeof h)))
         bad = 1;
