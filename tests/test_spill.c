@@ -1731,6 +1731,26 @@ START_TEST(t_write_faults)
             cases++;
         }
     ck_assert_int_eq(cases, 18);
+    /* an append behind a failed one waits for it (they land in order) and
+     * does not hold up smol_spill_flush meanwhile */
+    const int before = n;
+    fault_arm(F_WRITE, EIO, -1);
+    for (int k = 0; k < 2; k++) {
+        n -= 2;
+        smol_kv_seq_truncate(&g.m->kv, &x->seq, n);
+        ck_assert(smol_session_set_tokens(x, g.ids, n) == 0);
+        ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 1);
+        if (!k) wait_for(sp, 2);
+    }
+    const double t0 = smol_mono_s();
+    smol_spill_flush(sp);
+    ck_assert_msg(smol_mono_s() - t0 < 1.0, "flush waited %.1f s for a failed write", smol_mono_s() - t0);
+    ck_assert_int_eq(smol_spill_pending(sp), 2);
+    ck_assert_int_eq(file_tokens(g.dir), before);
+    ck_assert_int_eq(load_count(&g, sp, "w1"), n);  /* the file, then both queued records */
+    fault_arm(F_NONE, 0, 0);
+    wait_for(sp, 0);
+    ck_assert_int_eq(file_tokens(g.dir), n);
     fault_arm(F_NONE, 0, 0);
     smol_spill_close(&sp);
     /* a new process reads the last state, whole */

@@ -346,8 +346,14 @@ static struct job *next_job(struct smol_spill *sp, double *until)
  * smol_spill_flush waits for; failed writes waiting for a retry do not count) */
 int smol_spill_busy_locked(const struct smol_spill *sp)
 {
-    for (const struct job *j = sp->q_head; j; j = j->next)
-        if (!j->tries || j->running) return 1;
+    for (const struct job *j = sp->q_head; j; j = j->next) {
+        if (j->running) return 1;
+        if (j->tries) continue;
+        int behind = 0; /* an append behind a failed write of its file waits with it */
+        for (const struct job *k = sp->q_head; k != j && !behind && j->kind == JOB_WRITE && j->off >= 0; k = k->next)
+            behind = k->tries && !strcmp(k->name, j->name);
+        if (!behind) return 1;
+    }
     return 0;
 }
 
