@@ -1777,7 +1777,7 @@ START_TEST(t_write_faults)
 }
 END_TEST
 
-/* A turn writes what it added (spill.h, Format).  A session of N_LONG
+/* A turn writes what it added (spill.h, Format).  A session of n_long
  * tokens is written; a turn adding 1% of them (tokens, text, a message)
  * writes at most 5% of the file's size (the spill's bytes_written); a new
  * process reads the whole session back: tokens, text, messages and every
@@ -1787,8 +1787,8 @@ END_TEST
  * bytes after the last record are ignored.  A turn whose history shares
  * nothing with the file's (a dead share over half) writes a new base: the
  * file shrinks to one record. */
-#define N_LONG 3960            /* the "4K-token session" (+ 3 turns within the fixture's 4096) */
-#define N_TURN 40               /* 1% of N_LONG */
+#define N_LONG_MAX 3960         /* the "4K-token session" (+ 3 turns within the fixture's 4096) */
+#define N_TURN_MAX 40           /* 1% of it */
 
 static void file_size(const char *dir, uint64_t *out)
 {
@@ -1803,7 +1803,7 @@ START_TEST(t_append_turn)
 {
     struct rig g;
     if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
-    smol_sessions_deinit(&g.ss);       /* the rig's model with room for N_LONG tokens and three turns */
+    smol_sessions_deinit(&g.ss);       /* the rig's model with room for n_long tokens and three turns */
     smol_model_close(&g.m);
     g.m = open_model_ctx("models/fixture-t.Q8_0.gguf", 0, 4096);
     smol_sessions_init(&g.ss, &g.m->kv);
@@ -1811,11 +1811,14 @@ START_TEST(t_append_turn)
     char err[SMOL_ERRLEN], path[600];
     struct smol_spill *sp = NULL;
     ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
-    int32_t ids[N_LONG + 3 * N_TURN];
-    for (int i = 0; i < N_LONG + 3 * N_TURN; i++) ids[i] = rand() % g.m->cfg.vocab;
+    /* SMOL_TEST_QUICK (the sanitizer runs): 960 tokens and turns of one page */
+    const int quick = getenv("SMOL_TEST_QUICK") != NULL;
+    const int n_long = quick ? 960 : N_LONG_MAX, n_turn = quick ? 32 : N_TURN_MAX;
+    int32_t ids[N_LONG_MAX + 3 * N_TURN_MAX];
+    for (int i = 0; i < n_long + 3 * n_turn; i++) ids[i] = rand() % g.m->cfg.vocab;
     struct smol_session *x = smol_sessions_add(&g.ss, "", "long");
-    ck_assert(smol_model_eval(g.m, &x->seq, ids, N_LONG, 0, NULL, err) == SMOL_OK);
-    ck_assert(smol_session_set_tokens(x, ids, N_LONG) == 0);
+    ck_assert(smol_model_eval(g.m, &x->seq, ids, n_long, 0, NULL, err) == SMOL_OK);
+    ck_assert(smol_session_set_tokens(x, ids, n_long) == 0);
     char text[256] = "<|im_start|>user\nturn 0<|im_end|>\n";
     ck_assert(smol_session_set_text(x, text, strlen(text)) == 0);
     snprintf(x->date, sizeof x->date, "29 November 2026");
@@ -1823,13 +1826,13 @@ START_TEST(t_append_turn)
     ck_assert(save(sp, &g, x, err) == SMOL_OK);
     smol_spill_flush(sp);
     uint64_t ends[4];                   /* the file's size after the first write and each turn */
-    int ntok[4] = {N_LONG};
+    int ntok[4] = {n_long};
     file_size(g.dir, &ends[0]);
     for (int t = 1; t <= 3; t++) {
         struct smol_spill_stats a, b;
         smol_spill_get_stats(sp, &a);
-        const int n = N_LONG + t * N_TURN;
-        ck_assert_msg(smol_model_eval(g.m, &x->seq, ids + n - N_TURN, N_TURN, 0, NULL, err) == SMOL_OK, "%s", err);
+        const int n = n_long + t * n_turn;
+        ck_assert_msg(smol_model_eval(g.m, &x->seq, ids + n - n_turn, n_turn, 0, NULL, err) == SMOL_OK, "%s", err);
         ck_assert(smol_session_set_tokens(x, ids, n) == 0);
         snprintf(text + strlen(text), sizeof text - strlen(text), "t%d ", t);
         ck_assert(smol_session_set_text(x, text, strlen(text)) == 0);
@@ -1841,10 +1844,10 @@ START_TEST(t_append_turn)
         ntok[t] = n;
         const uint64_t w = b.bytes_written - a.bytes_written;
         ck_assert_msg(w * 20 <= ends[t], "turn %d adding %d tokens wrote %llu bytes of a %llu-byte file", t,
-                      N_TURN, (unsigned long long)w, (unsigned long long)ends[t]);
+                      n_turn, (unsigned long long)w, (unsigned long long)ends[t]);
         ck_assert_int_eq(b.appends, a.appends + 1);
         if (t == 1)
-            printf("append: a turn of %d tokens on %d wrote %llu of %llu bytes (%.1f%%)\n", N_TURN, N_LONG,
+            printf("append: a turn of %d tokens on %d wrote %llu of %llu bytes (%.1f%%)\n", n_turn, n_long,
                    (unsigned long long)w, (unsigned long long)ends[t], 100.0 * w / ends[t]);
     }
     smol_spill_close(&sp);
@@ -1852,9 +1855,9 @@ START_TEST(t_append_turn)
     struct smol_spill_stats st;
     struct smol_session *y = NULL;
     ck_assert(load_fresh(&g, "long", &st, &y) == SMOL_OK);
-    ck_assert_int_eq(y->n_tokens, N_LONG + 3 * N_TURN);
-    ck_assert_int_eq(y->seq.n_tokens, N_LONG + 3 * N_TURN);
-    ck_assert(!memcmp(y->tokens, ids, sizeof ids));
+    ck_assert_int_eq(y->n_tokens, n_long + 3 * n_turn);
+    ck_assert_int_eq(y->seq.n_tokens, n_long + 3 * n_turn);
+    ck_assert(!memcmp(y->tokens, ids, (size_t)(n_long + 3 * n_turn) * sizeof *ids));
     ck_assert(y->hist_len == strlen(text) && !memcmp(y->hist_text, text, y->hist_len));
     ck_assert(json_equal(y->msgs, x->msgs));
     ck_assert_str_eq(y->date, "29 November 2026");
@@ -1890,7 +1893,7 @@ START_TEST(t_append_turn)
             ck_assert_msg(y->n_tokens == want, "cut at %ld: %d tokens, want %d", len, y->n_tokens, want);
             ck_assert(!memcmp(y->tokens, ids, (size_t)want * 4));
             ck_assert_int_eq(y->seq.n_tokens, want);
-            ck_assert_int_eq((int)json_array_size(y->msgs), 1 + (want - N_LONG) / N_TURN);
+            ck_assert_int_eq((int)json_array_size(y->msgs), 1 + (want - n_long) / n_turn);
             smol_sessions_remove(&g.ss, y);
         }
     char *more = malloc(n + 16);
