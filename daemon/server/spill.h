@@ -38,8 +38,10 @@
  * that is incomplete, fails its checksums or does not follow: a torn
  * append (a crash mid-write) leaves the last complete turn, which the next
  * append overwrites.  When the bytes no longer live (text, messages and
- * pages a later record replaced, headers) pass half the file, the next
- * write is a new base (compaction: a temporary file renamed over the old).
+ * pages a later record replaced, headers) would pass half the file, or a
+ * record would hold more than half of the session (a history that shares
+ * little with the file's), the write is a new base instead (compaction: a
+ * temporary file renamed over the old).
  * Version 1 files (one record of 136 bytes' header, no *_from fields) are
  * still read; the next write of such a session is a base.
  * The header names the model (XXH3-128 of the GGUF header and tensor table,
@@ -53,7 +55,7 @@
  * A base is written atomically: a temporary file in the directory, fsync,
  * rename over the final name, fsync of the directory.  An append is
  * written in place at the end of the last complete record (then the file
- * is cut there, fdatasync): until it is complete, readers see the turn
+ * is cut there, fsync): until it is complete, readers see the turn
  * before.  A disk budget is kept least
  * recently used first (file mtime survives restarts; a read touches it).
  *
@@ -70,19 +72,21 @@
  * engine thread there; the other lease paths (expiry, the budget, a write
  * of a session not leased) still lock on the caller's thread.  Writing
  * and removing files run on a writer thread of the spill's own:
- * smol_spill_save copies the session (its KV pages out of the pool) into an
- * image in memory and queues it; the writer checksums it and writes it as
- * above.  Jobs run in queue order, so operations on one file never pass each
- * other.  The index (has, stats, the budget) describes the directory as it
- * will be once the queue is done; smol_spill_load of a session whose write
- * is still queued reads that image; a file read ahead by smol_spill_prefetch
+ * smol_spill_save copies the turn's record (the KV pages the turn added
+ * out of the pool, or all of them for a base) into an image in memory and
+ * queues it; the writer checksums it and writes it as above.  Jobs run in
+ * queue order, so operations on one file never pass each other (an append
+ * waits behind a failed write of its file).  The index (has, stats, the
+ * budget, what each file's records add up to) describes the directory as
+ * it will be once the queue is done; smol_spill_load of a session whose
+ * writes are still queued reads the file, then their images; a file read ahead by smol_spill_prefetch
  * (on the writer thread) is checked and used from memory; otherwise the
  * file is read in place (on the caller's thread).  A write that fails is
  * logged and leaves the previous file as it was (an I/O error at any step:
  * open, write, fsync, rename, the directory's fsync); the job keeps its
  * image (and its lease) and is tried again after a backoff (0.1 s,
  * doubling, at most 30 s: smol_spill_set_retry) until it succeeds or a
- * newer job on its name supersedes it; smol_spill_close tries each once
+ * newer base or removal of its name supersedes it; smol_spill_close tries each once
  * more, then gives up (logged).  smol_spill_close finishes the queue first.
  * At most 1 GiB of images wait; a save beyond that waits for the writer,
  * and is refused (SMOL_EBUSY) when what fills the queue is failed writes.
