@@ -3,7 +3,7 @@
  * and read back gives the same KV bytes and bit-identical next-token logits
  * as the one that stayed in memory; every kind of bad file (truncated at
  * many lengths, a flipped byte in the header or the payload, another
- * version, another model, another KV geometry, trailing bytes, random
+ * version, another model, another KV geometry, random
  * bytes) is refused, counted and removed, never loaded; leftovers of
  * unfinished writes are removed, foreign names left alone; the disk budget
  * drops the least recently used file; a pool without room says EBUSY and
@@ -47,7 +47,14 @@ struct rig {
     float *ref;                 /* logits of ids[N_HIST] after the history */
 };
 
+static struct smol_model *open_model_ctx(const char *fixture, int yarn, int n_ctx);
+
 static struct smol_model *open_model(const char *fixture, int yarn)
+{
+    return open_model_ctx(fixture, yarn, 1024);
+}
+
+static struct smol_model *open_model_ctx(const char *fixture, int yarn, int n_ctx)
 {
     const char *p = fixture_path(fixture);
     if (!p) return NULL;
@@ -56,9 +63,9 @@ static struct smol_model *open_model(const char *fixture, int yarn)
     smol_model_settings_default(&set);
     set.n_threads = 1;
     set.quiet = 1;
-    set.n_ctx = 1024;
+    set.n_ctx = n_ctx;
     set.max_tokens = 64;
-    set.kv_budget = 1u << 20;   /* 2048 tokens of fixture-t */
+    set.kv_budget = n_ctx <= 1024 ? 1u << 20 : (size_t)n_ctx * 1024; /* 2048 tokens of fixture-t, or 2 n_ctx */
     set.yarn = yarn;
     struct smol_model *m = NULL;
     ck_assert_msg(smol_model_open(&m, p, &set, err) == SMOL_OK, "%s", err);
@@ -322,7 +329,6 @@ START_TEST(t_bad_files)
         {"new version", .set_version = 1, .version = SMOL_SPILL_VERSION + 1, .rehash = 1},
         {"another model", .model = 1, .rehash = 1},
         {"another kv type", .kv_type = 1, .rehash = 1},
-        {"trailing bytes", .trailing = 1},
         {"random bytes", .random = 1},
     };
     for (size_t i = 0; i < sizeof muts / sizeof muts[0]; i++) {
@@ -352,6 +358,28 @@ START_TEST(t_bad_files)
     write_bytes(path, good, n);
     struct smol_spill_stats ss;
     ck_assert_int_eq(load_fresh(&g, "s", &ss, NULL), SMOL_OK);
+    /* so does the same session in a version 1 file (one record, a 136-byte
+     * header without the *_from, seq, file_id and gen fields) */
+    {
+        const size_t v1 = 136, h2 = sizeof(struct smol_spill_header);
+        char *old = malloc(n);
+        memcpy(old, good, v1 - 8);
+        struct smol_spill_header *h = (struct smol_spill_header *)old;
+        h->version = 1;
+        h->header_bytes = (uint32_t)v1;
+        h->flags &= ~(SMOL_SPILL_F_BASE | SMOL_SPILL_F_MSGS);
+        const uint64_t hh = XXH3_64bits(old, v1 - 8);
+        memcpy(old + v1 - 8, &hh, 8);
+        memcpy(old + v1, good + h2, n - h2);
+        write_bytes(path, old, n - (h2 - v1));
+        free(old);
+        struct smol_session *y = NULL;
+        ck_assert_int_eq(load_fresh(&g, "s", &ss, &y), SMOL_OK);
+        ck_assert_int_eq(y->n_tokens, N_HIST);
+        ck_assert(y->msgs && json_array_size(y->msgs) == 1 && y->hist_len == 30);
+        smol_sessions_remove(&g.ss, y);
+        write_bytes(path, good, n);
+    }
     /* unfinished writes are removed, foreign names left alone */
     char p2[600];
     snprintf(p2, sizeof p2, "%s/.tmp-0123-99", g.dir);
@@ -611,6 +639,12 @@ START_TEST(t_read_ahead)
     kv_file(g.dir, path, sizeof path);
     ck_assert(unlink(path) == 0);                            /* behind the spill's back */
     ck_assert_int_eq(load_count(&g, sp, "r"), N_HIST);       /* from memory, same logits */
+    /* the next write would append to the file removed behind its back: not
+     * written, the index forgets it, and the write after is whole */
+    ck_assert(save(sp, &g, x, err) == SMOL_OK);
+    smol_spill_flush(sp);
+    ck_assert_int_eq(count_files(g.dir), 0);
+    ck_assert(!smol_spill_has(sp, "r"));
     /* corrupt on disk: refused after the read-ahead too */
     ck_assert(save(sp, &g, x, err) == SMOL_OK);
     smol_spill_flush(sp);
@@ -1544,16 +1578,25 @@ int __wrap_openat(int dirfd, const char *path, int flags, ...)
         mode = va_arg(ap, int);
         va_end(ap);
     }
-    const int tmp = !strncmp(path, ".tmp-", 5);
+    const size_t pl = strlen(path);     /* a write's temporary file, or a session file opened to append */
+    const int tmp = !strncmp(path, ".tmp-", 5) ||
+                    (pl > 3 && !strcmp(path + pl - 3, ".kv") && (flags & O_ACCMODE) == O_RDWR && !(flags & O_CREAT));
     if (tmp && fault_take(F_OPEN)) return -1;
     const int fd = __real_openat(dirfd, path, flags, mode);
     if (tmp && fd >= 0) atomic_store(&fault_tmp_fd, fd);
     return fd;
 }
 
+/* Called once, on the writer thread, at the next write to a spill write's
+ * file (t_shared_fence: what another node does between a write's lease
+ * check and its bytes). */
+static void (*_Atomic write_hook)(void);
+
 ssize_t __wrap_write(int fd, const void *buf, size_t n)
 {
     if (fd == atomic_load(&fault_tmp_fd)) {
+        void (*hook)(void) = atomic_exchange(&write_hook, NULL);
+        if (hook) hook();
         if (atomic_exchange(&fault_short_next, 0)) {
             errno = atomic_load(&fault_errno);
             return -1;
@@ -1575,8 +1618,14 @@ int __wrap_fsync(int fd)
     return __real_fsync(fd);
 }
 
+/* Called once, on the writer thread, at the next rename of a spill write
+ * (t_shared_fence: between a whole file's lease check and its rename). */
+static void (*_Atomic rename_hook)(void);
+
 int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
 {
+    void (*hook)(void) = !strncmp(oldpath, ".tmp-", 5) ? atomic_exchange(&rename_hook, NULL) : NULL;
+    if (hook) hook();
     if (!strncmp(oldpath, ".tmp-", 5) && fault_take(F_RENAME)) return -1;
     return __real_renameat(olddirfd, oldpath, newdirfd, newpath);
 }
@@ -1591,17 +1640,24 @@ time_t __wrap_time(time_t *t)
     return now;
 }
 
-/* The history length the directory's only session file holds (its header). */
+/* The history length the directory's only session file holds (the header
+ * of its last complete record). */
 static int file_tokens(const char *dir)
 {
     char path[600];
     kv_file(dir, path, sizeof path);
+    size_t n = 0;
+    unsigned char *b = read_file(path, &n);
+    ck_assert(b);
+    int tokens = -1;
     struct smol_spill_header h;
-    FILE *f = fopen(path, "rb");
-    ck_assert(f);
-    ck_assert(fread(&h, sizeof h, 1, f) == 1);
-    fclose(f);
-    return (int)h.n_tokens;
+    for (size_t off = 0; off + sizeof h <= n; off += sizeof h + h.payload_bytes) {
+        memcpy(&h, b + off, sizeof h);
+        if (off + sizeof h + h.payload_bytes > n) break;
+        tokens = (int)h.n_tokens;
+    }
+    free(b);
+    return tokens;
 }
 
 /* Waits (at most 5 s) until the spill has nothing queued (0) or the fault
@@ -1647,6 +1703,10 @@ START_TEST(t_write_faults)
             n -= 2;                                 /* another history (shorter: its KV at hand) */
             smol_kv_seq_truncate(&g.m->kv, &x->seq, n);
             ck_assert(smol_session_set_tokens(x, g.ids, n) == 0);
+            /* open, write, fsync: an append (the history shortened); rename and
+             * the directory's fsync: a base (a history that shares nothing) */
+            const int base = steps[si] == F_RENAME || steps[si] == F_DIRSYNC;
+            if (base) x->tokens[0] = (g.ids[0] + 1 + cases) % g.m->cfg.vocab;
             ck_assert(!x->on_disk);
             smol_spill_get_stats(sp, &st0);
             fault_arm(steps[si], errs[ei], once ? 1 : -1);
@@ -1664,12 +1724,33 @@ START_TEST(t_write_faults)
             ck_assert_int_eq(file_tokens(g.dir), n);
             smol_spill_get_stats(sp, &st);
             ck_assert_int_eq(st.written, st0.written + 1);
+            if (base) ck_assert_int_eq(st.appends, st0.appends);
             ck_assert_msg(once ? st.write_errors == st0.write_errors + 1 : st.write_errors >= st0.write_errors + 3,
                           "step %d errno %d: %llu write errors", steps[si], errs[ei],
                           (unsigned long long)(st.write_errors - st0.write_errors));
             cases++;
         }
     ck_assert_int_eq(cases, 18);
+    /* an append behind a failed one waits for it (they land in order) and
+     * does not hold up smol_spill_flush meanwhile */
+    const int before = n;
+    fault_arm(F_WRITE, EIO, -1);
+    for (int k = 0; k < 2; k++) {
+        n -= 2;
+        smol_kv_seq_truncate(&g.m->kv, &x->seq, n);
+        ck_assert(smol_session_set_tokens(x, g.ids, n) == 0);
+        ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 1);
+        if (!k) wait_for(sp, 2);
+    }
+    const double t0 = smol_mono_s();
+    smol_spill_flush(sp);
+    ck_assert_msg(smol_mono_s() - t0 < 1.0, "flush waited %.1f s for a failed write", smol_mono_s() - t0);
+    ck_assert_int_eq(smol_spill_pending(sp), 2);
+    ck_assert_int_eq(file_tokens(g.dir), before);
+    ck_assert_int_eq(load_count(&g, sp, "w1"), n);  /* the file, then both queued records */
+    fault_arm(F_NONE, 0, 0);
+    wait_for(sp, 0);
+    ck_assert_int_eq(file_tokens(g.dir), n);
     fault_arm(F_NONE, 0, 0);
     smol_spill_close(&sp);
     /* a new process reads the last state, whole */
@@ -1692,6 +1773,257 @@ START_TEST(t_write_faults)
     ck_assert(!x->on_disk && x->save_failures == 2);
     g.ss.spill = NULL;
     smol_spill_close(&sp);
+    rig_close(&g);
+}
+END_TEST
+
+/* A turn writes what it added (spill.h, Format).  A session of n_long
+ * tokens is written; a turn adding 1% of them (tokens, text, a message)
+ * writes at most 5% of the file's size (the spill's bytes_written); a new
+ * process reads the whole session back: tokens, text, messages and every
+ * KV page's bytes.  Torn appends: the file of the first write and three
+ * turns, cut at every record boundary and up to 3 bytes either side, reads
+ * back as the last complete turn (cut inside the first record: refused);
+ * bytes after the last record are ignored.  A turn whose history shares
+ * nothing with the file's (a dead share over half) writes a new base: the
+ * file shrinks to one record. */
+#define N_LONG_MAX 3960         /* the "4K-token session" (+ 3 turns within the fixture's 4096) */
+#define N_TURN_MAX 40           /* 1% of it */
+
+static void file_size(const char *dir, uint64_t *out)
+{
+    char path[600];
+    struct stat st;
+    kv_file(dir, path, sizeof path);
+    ck_assert(stat(path, &st) == 0);
+    *out = (uint64_t)st.st_size;
+}
+
+START_TEST(t_append_turn)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    smol_sessions_deinit(&g.ss);       /* the rig's model with room for n_long tokens and three turns */
+    smol_model_close(&g.m);
+    g.m = open_model_ctx("models/fixture-t.Q8_0.gguf", 0, 4096);
+    smol_sessions_init(&g.ss, &g.m->kv);
+    g.ss.vocab = g.m->cfg.vocab;
+    char err[SMOL_ERRLEN], path[600];
+    struct smol_spill *sp = NULL;
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    /* SMOL_TEST_QUICK (the sanitizer runs): 960 tokens and turns of one page */
+    const int quick = getenv("SMOL_TEST_QUICK") != NULL;
+    const int n_long = quick ? 960 : N_LONG_MAX, n_turn = quick ? 32 : N_TURN_MAX;
+    int32_t ids[N_LONG_MAX + 3 * N_TURN_MAX];
+    for (int i = 0; i < n_long + 3 * n_turn; i++) ids[i] = rand() % g.m->cfg.vocab;
+    struct smol_session *x = smol_sessions_add(&g.ss, "", "long");
+    ck_assert(smol_model_eval(g.m, &x->seq, ids, n_long, 0, NULL, err) == SMOL_OK);
+    ck_assert(smol_session_set_tokens(x, ids, n_long) == 0);
+    char text[256] = "<|im_start|>user\nturn 0<|im_end|>\n";
+    ck_assert(smol_session_set_text(x, text, strlen(text)) == 0);
+    snprintf(x->date, sizeof x->date, "29 November 2026");
+    x->msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", "turn 0");
+    ck_assert(save(sp, &g, x, err) == SMOL_OK);
+    smol_spill_flush(sp);
+    uint64_t ends[4];                   /* the file's size after the first write and each turn */
+    int ntok[4] = {n_long};
+    file_size(g.dir, &ends[0]);
+    for (int t = 1; t <= 3; t++) {
+        struct smol_spill_stats a, b;
+        smol_spill_get_stats(sp, &a);
+        const int n = n_long + t * n_turn;
+        ck_assert_msg(smol_model_eval(g.m, &x->seq, ids + n - n_turn, n_turn, 0, NULL, err) == SMOL_OK, "%s", err);
+        ck_assert(smol_session_set_tokens(x, ids, n) == 0);
+        snprintf(text + strlen(text), sizeof text - strlen(text), "t%d ", t);
+        ck_assert(smol_session_set_text(x, text, strlen(text)) == 0);
+        json_array_append_new(x->msgs, json_pack("{s:s,s:i}", "role", "user", "turn", t));
+        ck_assert(save(sp, &g, x, err) == SMOL_OK);
+        smol_spill_flush(sp);
+        smol_spill_get_stats(sp, &b);
+        file_size(g.dir, &ends[t]);
+        ntok[t] = n;
+        const uint64_t w = b.bytes_written - a.bytes_written;
+        ck_assert_msg(w * 20 <= ends[t], "turn %d adding %d tokens wrote %llu bytes of a %llu-byte file", t,
+                      n_turn, (unsigned long long)w, (unsigned long long)ends[t]);
+        ck_assert_int_eq(b.appends, a.appends + 1);
+        if (t == 1)
+            printf("append: a turn of %d tokens on %d wrote %llu of %llu bytes (%.1f%%)\n", n_turn, n_long,
+                   (unsigned long long)w, (unsigned long long)ends[t], 100.0 * w / ends[t]);
+    }
+    smol_spill_close(&sp);
+    /* a new process reads it all back */
+    struct smol_spill_stats st;
+    struct smol_session *y = NULL;
+    ck_assert(load_fresh(&g, "long", &st, &y) == SMOL_OK);
+    ck_assert_int_eq(y->n_tokens, n_long + 3 * n_turn);
+    ck_assert_int_eq(y->seq.n_tokens, n_long + 3 * n_turn);
+    ck_assert(!memcmp(y->tokens, ids, (size_t)(n_long + 3 * n_turn) * sizeof *ids));
+    ck_assert(y->hist_len == strlen(text) && !memcmp(y->hist_text, text, y->hist_len));
+    ck_assert(json_equal(y->msgs, x->msgs));
+    ck_assert_str_eq(y->date, "29 November 2026");
+    const size_t pb = smol_kv_page_host_bytes(&g.m->kv);
+    unsigned char *p1 = malloc(pb), *p2 = malloc(pb);
+    for (int i = 0; i < x->seq.n_pages; i++) {
+        smol_kv_page_read(&g.m->kv, x->seq.pages[i], p1);
+        smol_kv_page_read(&g.m->kv, y->seq.pages[i], p2);
+        if (i < x->seq.n_pages - 1) ck_assert_msg(!memcmp(p1, p2, pb), "page %d differs", i);
+    }
+    free(p1);
+    free(p2);
+    smol_sessions_remove(&g.ss, y);
+    /* torn appends */
+    kv_file(g.dir, path, sizeof path);
+    size_t n = 0;
+    char *good = read_file(path, &n);
+    ck_assert(good && n == ends[3]);
+    for (int k = 0; k <= 3; k++)
+        for (int d = -3; d <= 3; d++) {
+            const long len = (long)ends[k] + d;
+            if (len > (long)n) continue;
+            write_bytes(path, good, (size_t)len);
+            int want = -1;
+            for (int i = 0; i <= 3; i++)
+                if ((long)ends[i] <= len) want = ntok[i];
+            enum smol_err rc = load_fresh(&g, "long", &st, &y);
+            if (want < 0) {
+                ck_assert_msg(rc != SMOL_OK && st.rejected == 1, "cut at %ld: loaded", len);
+                continue;
+            }
+            ck_assert_msg(rc == SMOL_OK, "cut at %ld: %d", len, rc);
+            ck_assert_msg(y->n_tokens == want, "cut at %ld: %d tokens, want %d", len, y->n_tokens, want);
+            ck_assert(!memcmp(y->tokens, ids, (size_t)want * 4));
+            ck_assert_int_eq(y->seq.n_tokens, want);
+            ck_assert_int_eq((int)json_array_size(y->msgs), 1 + (want - n_long) / n_turn);
+            smol_sessions_remove(&g.ss, y);
+        }
+    char *more = malloc(n + 16);
+    memcpy(more, good, n);
+    memset(more + n, 0, 16);
+    write_bytes(path, more, n + 16);
+    ck_assert(load_fresh(&g, "long", &st, &y) == SMOL_OK);
+    ck_assert_int_eq(y->n_tokens, ntok[3]);
+    smol_sessions_remove(&g.ss, y);
+    free(more);
+    /* a history that shares nothing with the file's: a new base */
+    write_bytes(path, good, n);
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    y = smol_sessions_add(&g.ss, "", "long");
+    int need = 0;
+    ck_assert(load(sp, &g, y, &need, err) == SMOL_OK);
+    y->tokens[0] = (y->tokens[0] + 1) % g.m->cfg.vocab;
+    ck_assert(save(sp, &g, y, err) == SMOL_OK);
+    smol_spill_flush(sp);
+    smol_spill_get_stats(sp, &st);
+    ck_assert_int_eq(st.compactions, 1);
+    uint64_t after;
+    file_size(g.dir, &after);
+    ck_assert_msg(after < ends[3] && after >= ends[0], "compacted to %llu bytes", (unsigned long long)after);
+    smol_spill_close(&sp);
+    smol_sessions_remove(&g.ss, y);
+    free(good);
+    rig_close(&g);
+}
+END_TEST
+
+/* Fencing (spill.h): a node whose lock is broken after its writer checked
+ * the lease, and before its append reaches the disk, cannot make the new
+ * holder's turn disappear.  Node A appends a turn of session f1; between
+ * A's lease check and A's bytes (write_hook), A's lock is broken, node B
+ * takes the lease, reads A's file and writes a turn of its own; then A's
+ * append lands.  A third node reads B's turn. */
+static struct rig *fence_rig;
+static struct smol_spill *fence_b;
+static int fence_expect = N_HIST - 20;  /* the tokens B finds in the file */
+
+static void fence_takeover(void)
+{
+    struct rig *g = fence_rig;
+    char err[SMOL_ERRLEN];
+    revoke_lock(g->dir, "f1");
+    ck_assert_int_eq(smol_spill_lease(fence_b, "f1"), SMOL_LEASE_CHANGED);
+    struct smol_session *y = smol_sessions_add(&g->ss, "", "f1b");
+    struct smol_spill_record rec = {.seq = &y->seq};
+    int need = 0;
+    ck_assert(smol_spill_load(fence_b, &g->m->kv, g->m->cfg.vocab, "f1", &rec, &need, err) == SMOL_OK);
+    ck_assert_int_eq(rec.n_tokens, fence_expect);   /* A's file without A's write */
+    ck_assert(smol_model_eval(g->m, &y->seq, g->ids + fence_expect, 5, 0, NULL, err) == SMOL_OK);
+    ck_assert(smol_session_set_tokens(y, g->ids, fence_expect + 5) == 0);
+    smol_spill_record_deinit(&rec);
+    snprintf(y->id, sizeof y->id, "f1");
+    ck_assert_msg(save(fence_b, g, y, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(fence_b, "f1");
+    smol_spill_flush(fence_b);
+    snprintf(y->id, sizeof y->id, "f1b");
+    smol_sessions_remove(&g->ss, y);
+}
+
+START_TEST(t_shared_fence)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char err[SMOL_ERRLEN];
+    struct smol_spill *a = open_shared(&g, g.m);
+    fence_rig = &g;
+    fence_b = open_shared(&g, g.m);
+    struct smol_session *x = make_session(&g, "f1");
+    snprintf(x->id, sizeof x->id, "f1");
+    /* A: the session's first write, then a turn (an append) */
+    smol_kv_seq_truncate(&g.m->kv, &x->seq, N_HIST - 20);
+    ck_assert(smol_session_set_tokens(x, g.ids, N_HIST - 20) == 0);
+    ck_assert_int_eq(smol_spill_lease(a, "f1"), SMOL_LEASE_HELD);   /* (no file yet) */
+    ck_assert_msg(save(a, &g, x, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(a, "f1");
+    smol_spill_flush(a);
+    ck_assert_int_eq(smol_spill_lease(a, "f1"), SMOL_LEASE_HELD);
+    ck_assert(smol_model_eval(g.m, &x->seq, g.ids + N_HIST - 20, 10, 0, NULL, err) == SMOL_OK);
+    ck_assert(smol_session_set_tokens(x, g.ids, N_HIST - 10) == 0);
+    atomic_store(&write_hook, fence_takeover);
+    ck_assert_msg(save(a, &g, x, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(a, "f1");
+    smol_spill_flush(a);
+    ck_assert(atomic_load(&write_hook) == NULL);    /* the takeover ran */
+    struct smol_spill_stats st;
+    smol_spill_get_stats(a, &st);
+    ck_assert_int_eq(st.appends, 1);                /* A's append went out (to the file B replaced) */
+    /* a third node reads B's turn */
+    struct smol_spill *c = open_shared(&g, g.m);
+    ck_assert_int_eq(smol_spill_lease(c, "f1"), SMOL_LEASE_CHANGED);
+    ck_assert_int_eq(load_count(&g, c, "f1"), N_HIST - 15);
+    smol_spill_unlease(c, "f1");
+    /* the same for a whole file (a node's takeover writes one): A takes the
+     * session back (CHANGED: a base next), B's takeover runs between A's
+     * lease check and A's rename */
+    ck_assert_int_eq(smol_spill_lease(a, "f1"), SMOL_LEASE_CHANGED);
+    struct smol_session *z = smol_sessions_add(&g.ss, "", "f1z");
+    struct smol_spill_record rec = {.seq = &z->seq};
+    int need = 0;
+    ck_assert(smol_spill_load(a, &g.m->kv, g.m->cfg.vocab, "f1", &rec, &need, err) == SMOL_OK);
+    ck_assert_int_eq(rec.n_tokens, N_HIST - 15);
+    ck_assert(smol_session_set_tokens(z, rec.tokens, rec.n_tokens) == 0);
+    smol_spill_record_deinit(&rec);
+    ck_assert(smol_model_eval(g.m, &z->seq, g.ids + N_HIST - 15, 3, 0, NULL, err) == SMOL_OK);
+    ck_assert(smol_session_set_tokens(z, g.ids, N_HIST - 12) == 0);
+    snprintf(z->id, sizeof z->id, "f1");
+    fence_expect = N_HIST - 15;
+    atomic_store(&rename_hook, fence_takeover);
+    smol_spill_get_stats(a, &st);
+    const uint64_t lost0 = st.lease_lost;
+    ck_assert_msg(save(a, &g, z, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(a, "f1");
+    smol_spill_set_retry(a, 0.001, 0.002);
+    smol_spill_flush(a);
+    ck_assert(atomic_load(&rename_hook) == NULL);   /* the takeover ran */
+    for (int i = 0; i < 2000 && smol_spill_pending(a); i++) usleep(1000); /* (its retry) */
+    smol_spill_get_stats(a, &st);
+    ck_assert_int_eq(st.lease_lost, lost0 + 1);     /* A's whole file: not renamed, then dropped */
+    ck_assert_int_eq(smol_spill_lease(c, "f1"), SMOL_LEASE_CHANGED);
+    ck_assert_int_eq(load_count(&g, c, "f1"), N_HIST - 10); /* B's second turn */
+    smol_spill_unlease(c, "f1");
+    snprintf(z->id, sizeof z->id, "f1z");
+    smol_sessions_remove(&g.ss, z);
+    smol_spill_close(&c);
+    smol_spill_close(&a);
+    smol_spill_close(&fence_b);
     rig_close(&g);
 }
 END_TEST
@@ -1719,6 +2051,8 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_shared_failover_expiry);
     tcase_add_test(tc, t_shared_bounded_dir);
     tcase_add_test(tc, t_shared_clock_skew);
+    tcase_add_test(tc, t_append_turn);
+    tcase_add_test(tc, t_shared_fence);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -20,20 +20,43 @@
  * a leading part of one of its tenant's already on disk is not written;
  * writing one removes the files of its tenant it extends.
  *
- * Format (little-endian), version SMOL_SPILL_VERSION:
- *     header    struct smol_spill_header (136 bytes), its own XXH3-64 last
- *     payload   key[id_len] | tokens int32[n_tokens] | hist[hist_len] |
- *               msgs[msgs_len] (JSON) | pages_for(n_kv) KV pages, each
- *               [layer][K, V][page_bytes] as the pool stores them
+ * Format (little-endian), version SMOL_SPILL_VERSION: a log of records, each
+ *     header    struct smol_spill_header (176 bytes), its own XXH3-64 last
+ *     payload   key[id_len] | tokens int32[tok_from, n_tokens) |
+ *               hist[hist_from, hist_len) | msgs (JSON array: the messages
+ *               after the first msgs_from) | KV pages [page_from,
+ *               pages_for(n_kv)), each [layer][K, V][page_bytes] as the pool
+ *               stores them
+ * A record says what the session is after it: it keeps the first tok_from
+ * tokens, page_from KV pages, hist_from bytes of text and msgs_from messages
+ * of the state before it and adds the rest.  The first record of a file is
+ * a base (SMOL_SPILL_F_BASE: every *_from 0); a turn appends one record with
+ * what it added (its new tokens and their KV pages, the partial last page
+ * again, the new text and messages), so a turn's write costs what it added.
+ * Records carry the file's id (random, set by its base) and a sequence
+ * number (+1 each); a reader applies them in order and stops at the first
+ * that is incomplete, fails its checksums or does not follow: a torn
+ * append (a crash mid-write) leaves the last complete turn, which the next
+ * append overwrites.  When the bytes no longer live (text, messages and
+ * pages a later record replaced, headers) would pass half the file, or a
+ * record would hold more than half of the session (a history that shares
+ * little with the file's), the write is a new base instead (compaction: a
+ * temporary file renamed over the old).
+ * Version 1 files (one record of 136 bytes' header, no *_from fields) are
+ * still read; the next write of such a session is a base.
  * The header names the model (XXH3-128 of the GGUF header and tensor table,
  * plus the RoPE settings and q8_0 rotation, which shape K), the KV type and
- * geometry, and carries the payload's size and XXH3-64.  A file is trusted only when all
- * of these match and the checksum of everything read is right; anything
- * else (random bytes, a truncated or foreign-model file, another version)
- * is logged, counted, removed and the session is recomputed.
+ * geometry, and carries the payload's size and XXH3-64.  A file is trusted
+ * only when all of these match in its first record and the checksum of
+ * everything read is right; anything else (random bytes, a truncated or
+ * foreign-model file, another version) is logged, counted, removed and the
+ * session is recomputed.
  *
- * Writes are atomic: a temporary file in the directory, fsync, rename over
- * the final name, fsync of the directory.  A disk budget is kept least
+ * A base is written atomically: a temporary file in the directory, fsync,
+ * rename over the final name, fsync of the directory.  An append is
+ * written in place at the end of the last complete record (then the file
+ * is cut there, fsync): until it is complete, readers see the turn
+ * before.  A disk budget is kept least
  * recently used first (file mtime survives restarts; a read touches it).
  *
  * The spill reads and writes records (struct smol_spill_record), plain
@@ -49,19 +72,21 @@
  * engine thread there; the other lease paths (expiry, the budget, a write
  * of a session not leased) still lock on the caller's thread.  Writing
  * and removing files run on a writer thread of the spill's own:
- * smol_spill_save copies the session (its KV pages out of the pool) into an
- * image in memory and queues it; the writer checksums it and writes it as
- * above.  Jobs run in queue order, so operations on one file never pass each
- * other.  The index (has, stats, the budget) describes the directory as it
- * will be once the queue is done; smol_spill_load of a session whose write
- * is still queued reads that image; a file read ahead by smol_spill_prefetch
+ * smol_spill_save copies the turn's record (the KV pages the turn added
+ * out of the pool, or all of them for a base) into an image in memory and
+ * queues it; the writer checksums it and writes it as above.  Jobs run in
+ * queue order, so operations on one file never pass each other (an append
+ * waits behind a failed write of its file).  The index (has, stats, the
+ * budget, what each file's records add up to) describes the directory as
+ * it will be once the queue is done; smol_spill_load of a session whose
+ * writes are still queued reads the file, then their images; a file read ahead by smol_spill_prefetch
  * (on the writer thread) is checked and used from memory; otherwise the
  * file is read in place (on the caller's thread).  A write that fails is
  * logged and leaves the previous file as it was (an I/O error at any step:
  * open, write, fsync, rename, the directory's fsync); the job keeps its
  * image (and its lease) and is tried again after a backoff (0.1 s,
  * doubling, at most 30 s: smol_spill_set_retry) until it succeeds or a
- * newer job on its name supersedes it; smol_spill_close tries each once
+ * newer base or removal of its name supersedes it; smol_spill_close tries each once
  * more, then gives up (logged).  smol_spill_close finishes the queue first.
  * At most 1 GiB of images wait; a save beyond that waits for the writer,
  * and is refused (SMOL_EBUSY) when what fills the queue is failed writes.
@@ -80,7 +105,31 @@
  * holds the lock and the generation is the one it knows; otherwise the
  * lease was lost (the filesystem broke the lock: a partition, an expired
  * NFS lease) and the write is dropped, counted (lease_lost), the file left
- * as the other node made it.  A save of a session whose lease this node
+ * as the other node made it.
+ * Fencing (a node whose lock is broken after that check, before its bytes
+ * land): appends and whole files are fenced, removals are not.  A node appends
+ * only to a file it made (a base of its own, its file id in every record)
+ * and checks that id through the descriptor it writes with; a node that
+ * takes a session over (CHANGED, or a file it read but did not make)
+ * writes it whole: a new file, renamed over the name.  So a late append of
+ * the node that lost the lock lands in its own file, which is either
+ * still the current one (the new holder has not written yet: its turn
+ * then replaces it) or already replaced (the append goes to the unlinked
+ * file, or finds another file id and is dropped): the new holder's turn
+ * never disappears (test_spill t_shared_fence).  An append does not
+ * require the generation it knew (a late node may advance it): it writes
+ * one past both.  A whole file (a base: a session's first write, a
+ * compaction, a takeover) is written under one temporary name per
+ * session, .tmp-<hash>, made with O_EXCL; a writer that finds one there
+ * (a late writer's, or a crashed one's: only the lease holder writes it)
+ * removes it and makes its own.  So a late rename finds no file (and the
+ * late write, retried, is dropped: lease lost), or, if it fires while the
+ * new holder's own temporary file is being written, publishes that one,
+ * whose own rename then fails and is retried (the new holder's turn is
+ * late, never lost while it runs).  Not fenced: a removal's unlink that
+ * passes the check and lands after another node's write removes that
+ * node's file.
+ * A save of a session whose lease this node
  * does not hold is refused (unleased_refused).  A lock file is removed
  * with its session's file, by the node holding its lock, while no other
  * reference of that node needs it; a node that locked a lock file checks
@@ -94,7 +143,9 @@
  * computes again; it is not removed (history_restored).
  * The index is refreshed from the directory whenever a lease is taken;
  * files failing the checks at open are left alone (maybe another model's
- * node); temporary files are named by host and pid, and only one an hour
+ * node); temporary files are named by session (.tmp-<hash>, a session's
+ * whole file, above) or by host, pid and spill (a cached prefix's), and
+ * only one an hour
  * old by the file server's clock (a probe file's mtime) is removed.  The
  * budget removes the least recently used files, this node's own or, found
  * in the directory (at open, on a lease), anyone's that nobody used since
@@ -110,9 +161,10 @@
 #include "daemon/model/model.h"
 #include "daemon/model/rules.h"
 
-#define SMOL_SPILL_VERSION 1u
+#define SMOL_SPILL_VERSION 2u
 #define SMOL_SPILL_MAGIC "SMOLKV\r\n"
 
+/* One record's header (see Format above). */
 struct smol_spill_header {
     char magic[8];              /* SMOL_SPILL_MAGIC */
     uint32_t version;           /* SMOL_SPILL_VERSION */
@@ -120,15 +172,22 @@ struct smol_spill_header {
     uint8_t model_id[16];       /* smol_spill_model_id() */
     uint32_t kv_type, n_layers, n_kv_heads, head_dim, page_tokens;
     uint32_t id_len;            /* bytes of the key (no NUL) */
-    uint32_t n_tokens;          /* history tokens */
+    uint32_t n_tokens;          /* history tokens, after this record */
     uint32_t n_kv;              /* of which with KV (<= n_tokens) */
-    uint32_t hist_len;          /* conversation text bytes */
-    uint32_t msgs_len;          /* conversation messages (JSON) bytes */
+    uint32_t hist_len;          /* conversation text bytes, after this record */
+    uint32_t msgs_len;          /* bytes of this record's messages (JSON array; 0: none, F_MSGS unset) */
     uint32_t flags;             /* SMOL_SPILL_F_* */
     uint32_t reserved;          /* 0 */
     uint64_t payload_bytes;     /* bytes after the header */
     uint64_t payload_hash;      /* XXH3-64 of them */
     char date[32];              /* the session's frozen date, NUL-terminated */
+    uint32_t tok_from;          /* tokens kept from the state before (0 in a base) */
+    uint32_t page_from;         /* KV pages kept (page_from * SMOL_KV_PAGE <= tok_from) */
+    uint32_t hist_from;         /* text bytes kept */
+    uint32_t msgs_from;         /* messages kept */
+    uint64_t seq;               /* the record's number in its file (the base's + 1 each) */
+    uint64_t file_id;           /* set by the base, carried by every record of the file */
+    uint64_t gen;               /* shared: the lease generation its writer advanced to (0: not shared) */
     uint64_t header_hash;       /* XXH3-64 of the bytes above */
 };
 
@@ -136,6 +195,8 @@ struct smol_spill_header {
 #define SMOL_SPILL_F_THINKING 2u
 #define SMOL_SPILL_F_HIST 4u       /* hist holds text (possibly empty) */
 #define SMOL_SPILL_F_PREFIX 8u     /* a cached prefix, not a session (no text, messages or date) */
+#define SMOL_SPILL_F_BASE 16u      /* the first record of a file (every *_from 0) */
+#define SMOL_SPILL_F_MSGS 32u      /* the session has messages (msgs_from + this record's) */
 
 #define SMOL_SPILL_PREFIX_ID "#prefix-" /* + 32 hex digits */
 #define SMOL_SPILL_PREFIX_ID_LEN 40
@@ -157,6 +218,9 @@ struct smol_spill_stats {
     uint64_t unleased_refused;                    /* shared: saves refused, no lease */
     uint64_t history_restored;                    /* shared: sessions of another model read without KV */
     uint64_t write_errors;                        /* write attempts that failed (each is retried) */
+    uint64_t bytes_written;                       /* bytes of the records written (bases and appends) */
+    uint64_t appends, compactions;                /* writes that appended a turn; bases over a file */
+    uint64_t torn_records;                        /* loads that stopped at an incomplete or bad tail */
 };
 
 /* What one file holds: a session's (or a cached prefix's) history.  To

@@ -648,17 +648,28 @@ def part_append(nodes, ref_endpoint):
 
 def session_record(shared, key):
     """the conversation (messages) of session `key` as its file in the
-    shared directory holds it (spill.h: the header, then key, tokens, text,
-    messages), or None"""
+    shared directory holds it (spill.h: records, each a header, then key,
+    the tokens, text and messages it adds; a record keeps the first
+    msgs_from messages of the state before it), or None"""
     for name in os.listdir(shared):
         if not name.endswith(".kv"):
             continue
         b = open(os.path.join(shared, name), "rb").read()
-        id_len, n_tokens, _, hist_len, msgs_len = struct.unpack_from("<5I", b, 52)
-        if b[136:136 + id_len].decode(errors="replace") != key:
-            continue
-        off = 136 + id_len + 4 * n_tokens + hist_len
-        return json.loads(b[off:off + msgs_len]) if msgs_len else []
+        msgs, off = None, 0
+        while off + 16 <= len(b):
+            version, hb = struct.unpack_from("<2I", b, off + 8)
+            if version not in (1, 2) or off + hb > len(b):
+                break
+            id_len, n_tokens, _, hist_len, msgs_len = struct.unpack_from("<5I", b, off + 52)
+            payload_bytes = struct.unpack_from("<Q", b, off + 80)[0]
+            tok_from, _, hist_from, msgs_from = struct.unpack_from("<4I", b, off + 128) if version == 2 else (0, 0, 0, 0)
+            if off + hb + payload_bytes > len(b) or b[off + hb:off + hb + id_len].decode(errors="replace") != key:
+                break
+            p = off + hb + id_len + 4 * (n_tokens - tok_from) + (hist_len - hist_from)
+            msgs = (msgs or [])[:msgs_from] + (json.loads(b[p:p + msgs_len]) if msgs_len else [])
+            off += hb + payload_bytes
+        if msgs is not None:
+            return msgs
     return None
 
 
