@@ -438,6 +438,92 @@ static void reply_error(struct smol_rpc *rpc, const unsigned char *ident, size_t
     reply(rpc, ident, ilen, delim, &ev);
 }
 
+/* ====================================================== stored Responses */
+
+/* response_store / get / delete / list (responses_store.h), answered here: a few small files, on
+ * this thread rather than the engine's, whose loop never touches a file system. */
+static void handle_responses(struct smol_rpc *rpc, const unsigned char *ident, size_t ilen, int delim,
+                             const Smollm3__Request *rq)
+{
+    char err[SMOL_ERRLEN];
+    enum smol_err e = SMOL_OK;
+    struct smol_rstore *st = rpc->cfg.rstore;
+    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
+    Smollm3__Ack ack = SMOLLM3__ACK__INIT;
+    Smollm3__StoredResponses list = SMOLLM3__STORED_RESPONSES__INIT;
+    enum { MAX_CHAIN = 4096 };
+    struct smol_rstore_rec *recs = NULL;
+    size_t n = 0;
+    ev.request_id = rq->request_id;
+    if (!st) {
+        reply_error(rpc, ident, ilen, delim, rq->request_id, SMOL_EUNSUPPORTED, "this daemon stores no responses");
+        return;
+    }
+    switch (rq->kind_case) {
+    case SMOLLM3__REQUEST__KIND_RESPONSE_STORE: {
+        const Smollm3__StoredResponse *in = rq->response_store->response;
+        struct smol_rstore_rec r = { .data = in->record.data, .len = in->record.len };
+        snprintf(r.id, sizeof r.id, "%s", in->id);
+        snprintf(r.prev, sizeof r.prev, "%s", in->previous_response_id ? in->previous_response_id : "");
+        e = smol_rstore_put(st, rq->response_store->tenant, &r, err);
+        break;
+    }
+    case SMOLLM3__REQUEST__KIND_RESPONSE_DELETE:
+        e = smol_rstore_delete(st, rq->response_delete->tenant, rq->response_delete->id, err);
+        break;
+    case SMOLLM3__REQUEST__KIND_RESPONSE_LIST:
+        e = smol_rstore_list(st, rq->response_list->tenant, &recs, &n, err);
+        break;
+    default: {  /* get: the response, then up to `chain` predecessors */
+        const uint32_t chain = rq->response_get->chain < MAX_CHAIN ? rq->response_get->chain : MAX_CHAIN;
+        const char *id = rq->response_get->id;
+        for (uint32_t i = 0; i <= chain && !e; i++) {
+            struct smol_rstore_rec *g = realloc(recs, (n + 1) * sizeof *g);
+            if (!g) { e = smol_errf(err, SMOL_ENOMEM, "out of memory"); break; }
+            recs = g;
+            enum smol_err ge = smol_rstore_get(st, rq->response_get->tenant, id, &recs[n], err);
+            if (ge) {
+                if (!n || ge != SMOL_ENOSESSION) e = ge;   /* a missing predecessor ends the walk */
+                break;
+            }
+            id = recs[n++].prev;
+            if (!*id) break;
+        }
+        break;
+    }
+    }
+    Smollm3__StoredResponse *items = n ? calloc(n, sizeof *items) : NULL;
+    Smollm3__StoredResponse **ptrs = n ? calloc(n, sizeof *ptrs) : NULL;
+    if (!e && n && (!items || !ptrs)) e = smol_errf(err, SMOL_ENOMEM, "out of memory");
+    if (e) {
+        reply_error(rpc, ident, ilen, delim, rq->request_id, e, err);
+    } else if (rq->kind_case == SMOLLM3__REQUEST__KIND_RESPONSE_STORE ||
+               rq->kind_case == SMOLLM3__REQUEST__KIND_RESPONSE_DELETE) {
+        ev.kind_case = SMOLLM3__EVENT__KIND_ACK;
+        ev.ack = &ack;
+        reply(rpc, ident, ilen, delim, &ev);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            smollm3__stored_response__init(&items[i]);
+            items[i].id = recs[i].id;
+            items[i].previous_response_id = recs[i].prev;
+            items[i].created_at = recs[i].created;
+            items[i].record.data = recs[i].data;
+            items[i].record.len = recs[i].data ? recs[i].len : 0;
+            ptrs[i] = &items[i];
+        }
+        list.responses = ptrs;
+        list.n_responses = n;
+        ev.kind_case = SMOLLM3__EVENT__KIND_RESPONSES;
+        ev.responses = &list;
+        reply(rpc, ident, ilen, delim, &ev);
+    }
+    for (size_t i = 0; i < n; i++) free(recs[i].data);
+    free(recs);
+    free(items);
+    free(ptrs);
+}
+
 /* ====================================================== client requests */
 
 static enum smol_err park(struct smol_rpc *rpc, struct route *rt, struct smol_request *r, char *err);
@@ -516,6 +602,12 @@ static void handle_request(struct smol_rpc *rpc, const unsigned char *ident, siz
         }
         break;
     }
+    case SMOLLM3__REQUEST__KIND_RESPONSE_STORE:
+    case SMOLLM3__REQUEST__KIND_RESPONSE_GET:
+    case SMOLLM3__REQUEST__KIND_RESPONSE_DELETE:
+    case SMOLLM3__REQUEST__KIND_RESPONSE_LIST:
+        handle_responses(rpc, ident, ilen, delim, rq);
+        break;
     default: {  /* stats, session get/list/delete: the engine answers */
         struct route *rt = NULL;
         if (rpc->drained)
