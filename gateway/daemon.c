@@ -157,6 +157,8 @@ void gw_stream_fail(struct gw_stream *s, const struct gw_error *e)
     gw_stream_push(s);
 }
 
+static void lost(struct gw_stream *s);
+
 /* s's follow-up is answered (ev), or failed (ev NULL: the daemon went away). */
 static void follow_reply(struct gw_stream *s, const Smollm3__Event *ev)
 {
@@ -171,7 +173,9 @@ static void follow_reply(struct gw_stream *s, const Smollm3__Event *ev)
         ev = &lost_ev;
     }
     s->follow_rid = 0;
+    const unsigned oom = gw_oom_count;
     if (s->proto && s->proto->event) s->proto->event(s, ev);
+    if (gw_oom_count != oom) lost(s);   /* its last bytes lost: closed, not ended as if whole */
     if (waiting(s)) wake(s);
     else gw_stream_push(s);
 }
