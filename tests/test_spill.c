@@ -31,6 +31,7 @@
 
 #include "daemon/model/model.h"
 #include "daemon/server/log.h"
+#include "daemon/server/responses_store.h"
 #include "daemon/server/sessions.h"
 #include "daemon/server/spill.h"
 #include "testutil.h"
@@ -1696,6 +1697,76 @@ START_TEST(t_write_faults)
 }
 END_TEST
 
+/* responses_store.c: a record's write failing at each step (open, write, a short write, fsync,
+ * rename, the directory's fsync) with ENOSPC, EIO, ESTALE is an error, the previous record stands
+ * (after the rename, the new one), no temporary file is left, and the next write succeeds; a
+ * temporary file a day old is removed. */
+static int rstore_tmp_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int n = 0;
+    while (d && (de = readdir(d))) n += !strncmp(de->d_name, ".tmp-", 5);
+    if (d) closedir(d);
+    return n;
+}
+
+static void rstore_expect(struct smol_rstore *rs, const char *want)
+{
+    char err[SMOL_ERRLEN];
+    struct smol_rstore_rec g;
+    ck_assert_msg(smol_rstore_get(rs, "t", "resp_a", &g, err) == SMOL_OK, "%s", err);
+    ck_assert_int_eq(g.len, strlen(want));
+    ck_assert(!memcmp(g.data, want, g.len));
+    free(g.data);
+}
+
+START_TEST(t_responses_store_faults)
+{
+    char dir[] = "/tmp/smol-rstore-XXXXXX", td[600], old[700];
+    ck_assert(mkdtemp(dir));
+    snprintf(td, sizeof td, "%s/responses/t-t", dir);
+    char err[SMOL_ERRLEN];
+    struct smol_rstore *rs = NULL;
+    ck_assert_msg(smol_rstore_new(&rs, dir, 1 << 20, 0, err) == SMOL_OK, "%s", err);
+    struct smol_rstore_rec v1 = { .id = "resp_a", .data = (uint8_t *)"one", .len = 3 };
+    struct smol_rstore_rec v2 = { .id = "resp_a", .data = (uint8_t *)"two, longer", .len = 11 };
+    ck_assert_msg(smol_rstore_put(rs, "t", &v1, err) == SMOL_OK, "%s", err);
+    static const int steps[] = {F_OPEN, F_WRITE, F_SHORT, F_FSYNC, F_RENAME, F_DIRSYNC};
+    static const int errs[] = {ENOSPC, EIO, ESTALE};
+    int cases = 0;
+    for (size_t si = 0; si < sizeof steps / sizeof *steps; si++)
+        for (size_t ei = 0; ei < sizeof errs / sizeof *errs; ei++) {
+            fault_arm(steps[si], errs[ei], -1);
+            ck_assert_int_eq(smol_rstore_put(rs, "t", &v2, err), SMOL_EIO);
+            ck_assert_msg(atomic_load(&fault_hits) > 0, "step %d not reached", steps[si]);
+            fault_arm(F_NONE, 0, 0);
+            rstore_expect(rs, steps[si] == F_DIRSYNC ? "two, longer" : "one");
+            ck_assert_int_eq(rstore_tmp_files(td), 0);
+            ck_assert_msg(smol_rstore_put(rs, "t", &v1, err) == SMOL_OK, "%s", err);
+            cases++;
+        }
+    ck_assert_int_eq(cases, 18);
+    ck_assert_msg(smol_rstore_put(rs, "t", &v2, err) == SMOL_OK, "%s", err);
+    rstore_expect(rs, "two, longer");
+    /* a crash's leftover a day old goes at the tenant's next write; a fresh one (a write under way) stays */
+    snprintf(old, sizeof old, "%s/.tmp-resp_b-1-0", td);
+    FILE *f = fopen(old, "w");
+    ck_assert(f && fclose(f) == 0);
+    struct timespec ts[2] = {{time(NULL) - 2 * 86400, 0}, {time(NULL) - 2 * 86400, 0}};
+    ck_assert(!utimensat(AT_FDCWD, old, ts, 0));
+    snprintf(old, sizeof old, "%s/.tmp-resp_c-1-0", td);
+    ck_assert((f = fopen(old, "w")) && fclose(f) == 0);
+    ck_assert_msg(smol_rstore_put(rs, "t", &v1, err) == SMOL_OK, "%s", err);
+    ck_assert_int_eq(rstore_tmp_files(td), 1);
+    smol_rstore_free(&rs);
+    ck_assert(rs == NULL);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("spill");
@@ -1716,6 +1787,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_shared_race);
     tcase_add_test(tc, t_shared_foreign_model);
     tcase_add_test(tc, t_write_faults);
+    tcase_add_test(tc, t_responses_store_faults);
     tcase_add_test(tc, t_shared_failover_expiry);
     tcase_add_test(tc, t_shared_bounded_dir);
     tcase_add_test(tc, t_shared_clock_skew);

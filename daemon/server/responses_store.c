@@ -25,6 +25,7 @@
 #include "daemon/server/log.h"
 
 #define MAGIC "SRSP1"
+#define TMP_AGE_S 86400         /* a temporary file this old is a crash's leftover */
 
 struct ment {                           /* a record in memory */
     struct ment *next;                  /* newest first */
@@ -175,6 +176,12 @@ static enum smol_err file_scan(struct smol_rstore *rs, const char *tenant, int64
     enum smol_err e = SMOL_OK;
     while ((de = readdir(d))) {
         struct stat st;
+        if (!strncmp(de->d_name, ".tmp-", 5)) {
+            /* a write a crash cut short (they take milliseconds): a day old, by any clock, is not running */
+            if (!fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) && now - (int64_t)st.st_mtim.tv_sec > TMP_AGE_S)
+                unlinkat(dirfd(d), de->d_name, 0);
+            continue;
+        }
         if (!smol_rstore_id_ok(de->d_name) || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
             !S_ISREG(st.st_mode))
             continue;
@@ -219,10 +226,14 @@ static int write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
+/* Writes rec as DIR/t-TENANT/ID: a temporary file beside it, fsync, rename over it, fsync of the
+ * directory; only then SMOL_OK.  On any failure (ENOSPC, EIO, ESTALE, a short write) the previous
+ * record of that id stands (a failed directory fsync after the rename: the new one may, but is
+ * not promised durable) and no temporary file is left. */
 static enum smol_err file_put(struct smol_rstore *rs, const char *tenant, const struct smol_rstore_rec *rec,
                               char *err)
 {
-    char td[1200], hdr[200], tmp[1400], fin[1400];
+    char td[1200], hdr[200], tmp[200];
     if (tenant_dir(rs, tenant, td, sizeof td)) return smol_errf(err, SMOL_EINVAL, "path too long");
     if (mkdir(td, 0750) && errno != EEXIST)
         return smol_errf(err, SMOL_EIO, "responses store: cannot create %s: %s", td, strerror(errno));
@@ -231,37 +242,44 @@ static enum smol_err file_put(struct smol_rstore *rs, const char *tenant, const 
     if (rs->tenant_bytes && need > rs->tenant_bytes)
         return smol_errf(err, SMOL_ETOOLARGE, "the response (%llu bytes) is over the tenant's store (%llu bytes)",
                          (unsigned long long)need, (unsigned long long)rs->tenant_bytes);
+    int dfd = open(td, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return smol_errf(err, SMOL_EIO, "responses store: %s: %s", td, strerror(errno));
     /* room first: expired ones go, then the oldest (never the one replaced: it goes by the rename) */
     struct fent *fs = NULL;
     size_t n = 0;
     enum smol_err e = file_scan(rs, tenant, rec->created, &fs, &n, err);
-    if (e) return e;
+    if (e) {
+        close(dfd);
+        return e;
+    }
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++)
         if (strcmp(fs[i].id, rec->id)) total += fs[i].size;
-    for (size_t i = n; i-- > 0 && rs->tenant_bytes && total + need > rs->tenant_bytes;) {
-        if (!strcmp(fs[i].id, rec->id)) continue;
-        snprintf(fin, sizeof fin, "%s/%s", td, fs[i].id);
-        if (!unlink(fin) || errno == ENOENT) total -= fs[i].size;
-    }
+    for (size_t i = n; i-- > 0 && rs->tenant_bytes && total + need > rs->tenant_bytes;)
+        if (strcmp(fs[i].id, rec->id) && (!unlinkat(dfd, fs[i].id, 0) || errno == ENOENT)) total -= fs[i].size;
     free(fs);
-    snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d-%u", td, rec->id, (int)getpid(), rs->tmp_seq++);
-    snprintf(fin, sizeof fin, "%s/%s", td, rec->id);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
-    if (fd < 0) return smol_errf(err, SMOL_EIO, "responses store: %s: %s", tmp, strerror(errno));
-    int bad = write_all(fd, hdr, (size_t)hn) || write_all(fd, rec->data, rec->len) || fsync(fd);
-    int saved = errno;
-    if (close(fd)) bad = 1;
-    if (bad || rename(tmp, fin)) {
-        if (!bad) saved = errno;
-        unlink(tmp);
-        return smol_errf(err, SMOL_EIO, "responses store: writing %s: %s", fin, strerror(saved));
-    }
-    int dfd = open(td, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        if (fsync(dfd)) smol_log_warn("responses store: fsync of %s: %s", td, strerror(errno));
+    snprintf(tmp, sizeof tmp, ".tmp-%s-%d-%u", rec->id, (int)getpid(), rs->tmp_seq++);
+    const char *step = "open";
+    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+    int bad = fd < 0, saved = errno;
+    if (!bad && (step = "write", write_all(fd, hdr, (size_t)hn) || write_all(fd, rec->data, rec->len)))
+        bad = 1, saved = errno;
+    if (!bad && (step = "fsync", fsync(fd))) bad = 1, saved = errno;
+    if (fd >= 0 && close(fd) && !bad) bad = 1, saved = errno, step = "close";
+    if (!bad && (step = "rename", renameat(dfd, tmp, dfd, rec->id))) bad = 1, saved = errno;
+    if (bad) {
+        if (fd >= 0) unlinkat(dfd, tmp, 0);
         close(dfd);
+        return smol_errf(err, SMOL_EIO, "responses store: %s of %s/%s: %s (the previous record stands)", step, td,
+                         rec->id, strerror(saved));
     }
+    if (fsync(dfd)) {
+        saved = errno;
+        close(dfd);
+        return smol_errf(err, SMOL_EIO, "responses store: fsync of %s: %s (%s may not survive a crash)", td,
+                         strerror(saved), rec->id);
+    }
+    close(dfd);
     return SMOL_OK;
 }
 
