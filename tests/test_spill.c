@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <limits.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1568,9 +1569,12 @@ ssize_t __wrap_write(int fd, const void *buf, size_t n)
     return __real_write(fd, buf, n);
 }
 
+static atomic_int fault_fsync_delay_ms;    /* every fsync this much slower: a slow file server */
+
 int __wrap_fsync(int fd)
 {
     struct stat st;
+    if (atomic_load(&fault_fsync_delay_ms)) usleep(1000 * atomic_load(&fault_fsync_delay_ms));
     if (fd == atomic_load(&fault_tmp_fd) && fault_take(F_FSYNC)) return -1;
     if (!fstat(fd, &st) && S_ISDIR(st.st_mode) && fault_take(F_DIRSYNC)) return -1;
     return __real_fsync(fd);
@@ -1767,6 +1771,54 @@ START_TEST(t_responses_store_faults)
 }
 END_TEST
 
+/* The store's thread: a put handed over returns at once while the file server takes 300 ms per
+ * fsync; the done job comes back through the eventfd with its answer. */
+struct put_job {
+    struct smol_rstore_job base;
+    struct smol_rstore_rec rec;
+    enum smol_err e;
+};
+
+static void put_job_run(struct smol_rstore *rs, struct smol_rstore_job *b)
+{
+    struct put_job *j = (struct put_job *)b;
+    char err[SMOL_ERRLEN];
+    j->e = smol_rstore_put(rs, "t", &j->rec, err);
+}
+
+static void put_job_free(struct smol_rstore_job *b) { (void)b; }
+
+START_TEST(t_responses_store_thread)
+{
+    char dir[] = "/tmp/smol-rstore-XXXXXX";
+    ck_assert(mkdtemp(dir));
+    char err[SMOL_ERRLEN];
+    struct smol_rstore *rs = NULL;
+    ck_assert_msg(smol_rstore_new(&rs, dir, 0, 0, err) == SMOL_OK, "%s", err);
+    struct put_job pj = { .base = { .run = put_job_run, .free = put_job_free },
+                          .rec = { .id = "resp_slow", .data = (uint8_t *)"x", .len = 1 }, .e = SMOL_EINTERNAL };
+    ck_assert_int_eq(smol_rstore_fd(rs), -1);
+    ck_assert_int_eq(smol_rstore_submit(rs, &pj.base), -1);     /* no thread yet */
+    ck_assert_msg(smol_rstore_start(rs, err) == SMOL_OK, "%s", err);
+    atomic_store(&fault_fsync_delay_ms, 300);
+    double t0 = smol_mono_s();
+    ck_assert_int_eq(smol_rstore_submit(rs, &pj.base), 0);
+    ck_assert_msg(smol_mono_s() - t0 < 0.05, "submit waited %.3f s", smol_mono_s() - t0);
+    ck_assert(smol_rstore_done(rs) == NULL);                   /* still writing */
+    struct pollfd p = { .fd = smol_rstore_fd(rs), .events = POLLIN };
+    ck_assert_int_eq(poll(&p, 1, 5000), 1);
+    atomic_store(&fault_fsync_delay_ms, 0);
+    ck_assert(smol_rstore_done(rs) == &pj.base);
+    ck_assert_msg(smol_mono_s() - t0 >= 0.3, "done after %.3f s", smol_mono_s() - t0);
+    ck_assert_int_eq(pj.e, SMOL_OK);
+    ck_assert(smol_rstore_done(rs) == NULL);
+    smol_rstore_free(&rs);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("spill");
@@ -1788,6 +1840,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_shared_foreign_model);
     tcase_add_test(tc, t_write_faults);
     tcase_add_test(tc, t_responses_store_faults);
+    tcase_add_test(tc, t_responses_store_thread);
     tcase_add_test(tc, t_shared_failover_expiry);
     tcase_add_test(tc, t_shared_bounded_dir);
     tcase_add_test(tc, t_shared_clock_skew);

@@ -195,7 +195,8 @@ int main(int argc, char **argv)
     }
 
     /* stored Responses beside the sessions' files (shared with them), else in memory */
-    if (smol_rstore_new(&rstore, cfg.kv_spill_dir, (uint64_t)cfg.responses_store_mb << 20, cfg.responses_ttl, err)) {
+    if (smol_rstore_new(&rstore, cfg.kv_spill_dir, (uint64_t)cfg.responses_store_mb << 20, cfg.responses_ttl, err) ||
+        smol_rstore_start(rstore, err)) {
         smol_log_err("%s", err);
         goto out;
     }

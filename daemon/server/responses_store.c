@@ -14,6 +14,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,14 @@ struct smol_rstore {
     int64_t ttl_s;
     struct ment *mem;                   /* in memory: every tenant's records */
     unsigned tmp_seq;                   /* temporary file names */
+    /* the thread: jobs in todo run in order, then wait in done until the RPC loop takes them */
+    pthread_t thread;
+    int started, quit;
+    int efd;                            /* eventfd: done jobs wait */
+    pthread_mutex_t mu;                 /* guards the queues, quit */
+    pthread_cond_t cv;
+    struct smol_rstore_job *todo, **todo_tail, *done, **done_tail;
+    int n_todo;
 };
 
 int smol_rstore_id_ok(const char *id)
@@ -65,6 +75,11 @@ enum smol_err smol_rstore_new(struct smol_rstore **out, const char *dir, uint64_
     if (!rs) return smol_errf(err, SMOL_ENOMEM, "out of memory");
     rs->tenant_bytes = tenant_bytes;
     rs->ttl_s = ttl_s;
+    rs->efd = -1;
+    rs->todo_tail = &rs->todo;
+    rs->done_tail = &rs->done;
+    pthread_mutex_init(&rs->mu, NULL);
+    pthread_cond_init(&rs->cv, NULL);
     if (dir && *dir) {
         if (asprintf(&rs->dir, "%s/responses", dir) < 0) {
             free(rs);
@@ -86,6 +101,22 @@ void smol_rstore_free(struct smol_rstore **p)
 {
     struct smol_rstore *rs = p ? *p : NULL;
     if (!rs) return;
+    if (rs->started) {
+        pthread_mutex_lock(&rs->mu);
+        rs->quit = 1;
+        pthread_cond_signal(&rs->cv);
+        pthread_mutex_unlock(&rs->mu);
+        pthread_join(rs->thread, NULL);
+    }
+    for (struct smol_rstore_job **q = &rs->todo; q; q = q == &rs->todo ? &rs->done : NULL)
+        while (*q) {
+            struct smol_rstore_job *j = *q;
+            *q = j->next;
+            j->free(j);
+        }
+    if (rs->efd >= 0) close(rs->efd);
+    pthread_mutex_destroy(&rs->mu);
+    pthread_cond_destroy(&rs->cv);
     while (rs->mem) {
         struct ment *m = rs->mem;
         rs->mem = m->next;
@@ -461,4 +492,75 @@ enum smol_err smol_rstore_list(struct smol_rstore *rs, const char *tenant, struc
             (*ids)[(*n)++].data = NULL;
         }
     return SMOL_OK;
+}
+
+/* ---- the thread ------------------------------------------------------------------------ */
+
+static void *thread_main(void *arg)
+{
+    struct smol_rstore *rs = arg;
+    pthread_mutex_lock(&rs->mu);
+    for (;;) {
+        while (!rs->todo && !rs->quit) pthread_cond_wait(&rs->cv, &rs->mu);
+        if (rs->quit) break;
+        struct smol_rstore_job *j = rs->todo;
+        rs->todo = j->next;
+        if (!rs->todo) rs->todo_tail = &rs->todo;
+        rs->n_todo--;
+        pthread_mutex_unlock(&rs->mu);
+        j->next = NULL;
+        j->run(rs, j);                  /* the files: outside the lock */
+        pthread_mutex_lock(&rs->mu);
+        *rs->done_tail = j;
+        rs->done_tail = &j->next;
+        uint64_t one = 1;
+        if (write(rs->efd, &one, sizeof one) < 0 && errno != EAGAIN)
+            smol_log_warn("responses store: eventfd: %s", strerror(errno));
+    }
+    pthread_mutex_unlock(&rs->mu);
+    return NULL;
+}
+
+enum smol_err smol_rstore_start(struct smol_rstore *rs, char *err)
+{
+    if (rs->started) return SMOL_OK;
+    rs->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (rs->efd < 0) return smol_errf(err, SMOL_EIO, "responses store: eventfd: %s", strerror(errno));
+    int e = pthread_create(&rs->thread, NULL, thread_main, rs);
+    if (e) return smol_errf(err, SMOL_EIO, "responses store: cannot start its thread: %s", strerror(e));
+    rs->started = 1;
+    return SMOL_OK;
+}
+
+int smol_rstore_fd(const struct smol_rstore *rs) { return rs && rs->started ? rs->efd : -1; }
+
+int smol_rstore_submit(struct smol_rstore *rs, struct smol_rstore_job *job)
+{
+    if (!rs->started) return -1;
+    pthread_mutex_lock(&rs->mu);
+    int full = rs->n_todo >= SMOL_RSTORE_MAX_JOBS;
+    if (!full) {
+        job->next = NULL;
+        *rs->todo_tail = job;
+        rs->todo_tail = &job->next;
+        rs->n_todo++;
+        pthread_cond_signal(&rs->cv);
+    }
+    pthread_mutex_unlock(&rs->mu);
+    return full ? -1 : 0;
+}
+
+struct smol_rstore_job *smol_rstore_done(struct smol_rstore *rs)
+{
+    uint64_t n;
+    if (read(rs->efd, &n, sizeof n) < 0 && errno != EAGAIN) smol_log_warn("responses store: eventfd: %s", strerror(errno));
+    pthread_mutex_lock(&rs->mu);
+    struct smol_rstore_job *j = rs->done;
+    if (j) {
+        rs->done = j->next;
+        if (!rs->done) rs->done_tail = &rs->done;
+        j->next = NULL;
+    }
+    pthread_mutex_unlock(&rs->mu);
+    return j;
 }

@@ -16,7 +16,13 @@
  * tenant stores).  Another tenant's id, an expired one and one never stored
  * are the same SMOL_ENOSESSION.
  *
- * Thread: the RPC thread's (rpc.c), never the engine's.  Not thread-safe.
+ * Threads: the store runs its requests on a thread of its own
+ * (smol_rstore_start): the RPC loop, which routes every stream's tokens,
+ * hands a job over (smol_rstore_submit) and takes it back done when
+ * smol_rstore_fd is readable, so a slow file server delays only the stored
+ * Responses' replies, never a token.  put / get / delete / list are called
+ * from that thread (or, with no thread started, from one thread only: the
+ * tests); they are not thread-safe.
  */
 #ifndef SMOL_RESPONSES_STORE_H
 #define SMOL_RESPONSES_STORE_H
@@ -37,7 +43,8 @@ struct smol_rstore_rec {
     size_t len;
 };
 
-/* dir NULL or "": in memory.  The directory DIR/responses is created. */
+/* dir NULL or "": in memory.  The directory DIR/responses is created.  smol_rstore_free stops the
+ * thread (the job running ends first) and frees the jobs not taken back. */
 enum smol_err smol_rstore_new(struct smol_rstore **out, const char *dir, uint64_t tenant_bytes, int64_t ttl_s,
                               char *err);
 void smol_rstore_free(struct smol_rstore **rs);
@@ -54,5 +61,25 @@ enum smol_err smol_rstore_delete(struct smol_rstore *rs, const char *tenant, con
 /* tenant's ids, newest first, into *ids (malloc'd [*n]; records' data NULL). */
 enum smol_err smol_rstore_list(struct smol_rstore *rs, const char *tenant, struct smol_rstore_rec **ids,
                                size_t *n, char *err);
+
+/* ---- the store's thread ---- */
+
+/* A job: embedded first in the caller's own struct. */
+struct smol_rstore_job {
+    struct smol_rstore_job *next;
+    void (*run)(struct smol_rstore *rs, struct smol_rstore_job *job);  /* on the store's thread */
+    void (*free)(struct smol_rstore_job *job);  /* a job never taken back (at smol_rstore_free) */
+};
+
+#define SMOL_RSTORE_MAX_JOBS 4096
+
+/* Starts the thread and its eventfd. */
+enum smol_err smol_rstore_start(struct smol_rstore *rs, char *err);
+/* Readable while done jobs wait (-1 before start). */
+int smol_rstore_fd(const struct smol_rstore *rs);
+/* Queues job: 0; -1 (not started, or SMOL_RSTORE_MAX_JOBS waiting): the caller keeps it. */
+int smol_rstore_submit(struct smol_rstore *rs, struct smol_rstore_job *job);
+/* The next done job (the caller's again), NULL when none. */
+struct smol_rstore_job *smol_rstore_done(struct smol_rstore *rs);
 
 #endif

@@ -23,9 +23,11 @@
  *   health         -> answered here (ready, model, status, protocol version,
  *                     max_request_bytes: the frame limit above).
  *   stats, session_get/list/delete -> QUERY to the engine, which answers.
- *   response_store/get/delete/list -> answered here from the stored
- *                     Responses (responses_store.h: small files under
- *                     kv_spill_dir, or memory), never by the engine thread.
+ *   response_store/get/delete/list -> handed to the stored Responses'
+ *                     thread (responses_store.h: small files under
+ *                     kv_spill_dir, or memory), whose replies the loop
+ *                     sends when its eventfd says they are done: neither
+ *                     this loop nor the engine waits on those files.
  * While draining (SIGTERM) generate gets ERROR_SHUTTING_DOWN.
  *
  * Trust.  Clients on this socket are trusted: a request says which tenant
@@ -81,7 +83,7 @@ struct smol_rpc_config {
     uint64_t watchdog_usec;     /* 0 = no systemd watchdog */
     const char *model_name;     /* health reply (copied) */
     int thinking;               /* health reply: the model has a thinking mode (SmolLM3's template) */
-    struct smol_rstore *rstore; /* stored Responses (responses_store.h), answered on this thread; NULL:
+    struct smol_rstore *rstore; /* stored Responses (responses_store.h), its thread started; NULL:
                                    those requests are ERROR_UNSUPPORTED.  Not owned */
 };
 
