@@ -290,13 +290,13 @@ model:
 # install: binaries, systemd units, sysusers/tmpfiles, /etc/smollm3d/smollm3d.conf
 # (kept if present), web UI, nginx site; PREFIX and DESTDIR as usual (deploy/install.sh).
 # It builds only the programs it installs (and the CUDA plugin where make run would: a usable
-# GPU or CUDA=1; one already built is installed too), then prints what it installed and the
-# commands that start the service.
+# GPU or CUDA=1, and installs it only there: INSTALL_CUDA), then prints what it installed, the
+# commands that start the service and its URL.
 PREFIX  ?= /usr/local
 DESTDIR ?=
 install: $(PROGS) $(BUILD)/bin/smollm3-gateway
 	$(if $(RUN_CUDA),$(if $(NVCC),@$(MAKE) --no-print-directory $(CUDA_LIB) CUDA=1))
-	@sh deploy/install.sh "$(BUILD)" "$(DESTDIR)" "$(PREFIX)"
+	@INSTALL_CUDA=$(RUN_CUDA) sh deploy/install.sh "$(BUILD)" "$(DESTDIR)" "$(PREFIX)"
 
 # asan (no CUDA plugin: nothing here runs it; the emulator's build is built, sanitized, with all):
 # the unit suites, test_fault.py and the gateway suites holding a use-after-free regression

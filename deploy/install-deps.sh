@@ -5,7 +5,8 @@
 # Build: compiler, pkg-config and the -dev libraries.  Tests: nginx, curl,
 # clang + its runtime (libFuzzer), python3 + venv (the tests' own packages go
 # into build/venv, see tests/setup-env.sh), protoc (Python stubs for the
-# clients), systemd (systemd-analyze), chromium (the browser test),
+# clients), python3-zmq + python3-protobuf (the README's protobuf client runs
+# on Debian's python3), systemd (systemd-analyze), chromium (the browser test),
 # prometheus (its promtool checks /metrics), nodejs + npm (the UI's assets and
 # the browser test driver), unzip, libsimde-dev (header-only: tests/test_amx_sim
 # runs the AMX kernels on any x86-64 with their AVX-512 intrinsics emulated).
@@ -34,7 +35,7 @@ RUN_PKGS="$BUILD_PKGS nginx curl python3 python3-pip unzip"
 NODE=1          # node + npm wanted
 case ${1:-} in
 '') PKGS="$BUILD_PKGS check libsubunit-dev nginx curl clang libclang-rt-14-dev python3 python3-venv python3-pip systemd \
-protobuf-compiler chromium prometheus unzip libsimde-dev" ;;
+protobuf-compiler python3-zmq python3-protobuf chromium prometheus unzip libsimde-dev" ;;
 run) PKGS=$RUN_PKGS ;;
 check) PKGS="$BUILD_PKGS check libsubunit-dev libsimde-dev python3"; NODE= ;;
 fuzz) PKGS="$BUILD_PKGS clang libclang-rt-14-dev protobuf-compiler python3"; NODE= ;;

@@ -2,12 +2,14 @@
 # install.sh BUILD DESTDIR PREFIX - `make install`.
 #
 #   PREFIX/bin/                      smollm3 smollm3d smollm3ctl smollm3-gateway
-#   PREFIX/lib/libsmollm3_cuda.so    the CUDA backend plugin, when built
+#   PREFIX/lib/libsmollm3_cuda.so    the CUDA backend plugin, when built for a GPU
+#                                    (INSTALL_CUDA, set by make install)
 #   PREFIX/lib/systemd/system/       smollm3d.service smollm3-gateway.service
 #   PREFIX/lib/sysusers.d/           smollm3d.conf   (users smollm3d, smollm3-gateway)
 #   PREFIX/lib/tmpfiles.d/           smollm3d.conf   (/var/lib/smollm3d/models)
 #   PREFIX/share/smollm3d/web/       the chat UI (+ its npm runtime packages when
-#                                    web/node_modules exists: run `npm ci` in web/)
+#                                    web/node_modules exists: run `npm ci` in web/;
+#                                    what the browser loads: no sources, .ts, maps)
 #   PREFIX/share/doc/smollm3d/       README.md and the READMEs it links, proto, nginx scale-out example,
 #                                    deploy/scale-out/ and the Grafana dashboard
 #   /etc/smollm3d/gateway.conf       the gateway's settings (API keys; kept if present)
@@ -16,7 +18,8 @@
 #   /etc/smollm3d/smollm3d.conf      default config (model = /var/lib/smollm3d/
 #                                    models/SmolLM3-3B-Q4_K_M.gguf); an existing
 #                                    file is kept, the new one goes to .dist
-#   /etc/nginx/sites-available/smollm3   the nginx site
+#   /etc/nginx/sites-available/smollm3   the nginx site (and Debian's stock default
+#                                    site disabled: below)
 # Paths inside the units and the nginx site follow PREFIX.  Everything goes
 # under DESTDIR when set (packaging); without DESTDIR, as root, the users and
 # directories are created (systemd-sysusers, systemd-tmpfiles) and systemd is
@@ -47,11 +50,16 @@ for p in smollm3 smollm3d smollm3ctl smollm3-gateway; do
     fi
 done
 
-# The CUDA backend plugin, when built: smollm3d dlopens BIN/../lib/libsmollm3_cuda.so.
-if [ -f "$BUILD/lib/libsmollm3_cuda.so" ]; then
+# The CUDA backend plugin, when built and meant for a GPU: smollm3d dlopens
+# BIN/../lib/libsmollm3_cuda.so.  INSTALL_CUDA (make install: 1 where a GPU is
+# usable or with CUDA=1) says so; a plugin `make all` built beside nvcc on a
+# machine without a GPU stays out.
+if [ -f "$BUILD/lib/libsmollm3_cuda.so" ] && [ -n "${INSTALL_CUDA:-}" ]; then
     install -d "$D$PREFIX/lib"
     install -m 0755 "$BUILD/lib/libsmollm3_cuda.so" "$D$PREFIX/lib/libsmollm3_cuda.so"
     CUDA_PLUGIN=yes
+elif [ -f "$BUILD/lib/libsmollm3_cuda.so" ]; then
+    say "the CUDA plugin ($BUILD/lib/libsmollm3_cuda.so) is not installed: no usable GPU here (make install CUDA=1 installs it)"
 fi
 
 # Units, with ExecStart following PREFIX.
@@ -100,6 +108,27 @@ grep -q '^ *tenant_secret_file *=' "$GCONF" || SECRET_LINE=no
 sed "s|/usr/share/smollm3d/web|$SHARE/web|g" deploy/nginx/smollm3.conf > "$D$SYSCONFDIR/nginx/sites-available/smollm3"
 chmod 0644 "$D$SYSCONFDIR/nginx/sites-available/smollm3"
 
+# Debian's nginx enables a default site (sites-enabled/default -> sites-available/default,
+# `listen 80 default_server`, the "Welcome to nginx!" page) that takes every request on port
+# 80 whose Host names no other site: beside it ours (server_name _) is never reached at
+# http://localhost/.  When it is still that page (a link to a site serving /var/www/html and
+# proxying nothing), the link is removed (sites-available/default stays) and said so;
+# NGINX_KEEP_DEFAULT=1 keeps it.  Another default site is left alone, with a warning.
+NGX_DEF=$D$SYSCONFDIR/nginx/sites-enabled/default
+DEFAULT_SITE=none
+if [ -L "$NGX_DEF" ] || [ -e "$NGX_DEF" ]; then
+    live=$(grep -v '^[[:space:]]*#' "$NGX_DEF" 2>/dev/null || true)
+    if [ -L "$NGX_DEF" ] && [ -z "${NGINX_KEEP_DEFAULT:-}" ] && printf '%s\n' "$live" | grep -q 'root /var/www/html' &&
+       ! printf '%s\n' "$live" | grep -Eq '(proxy|fastcgi|uwsgi|scgi|grpc)_pass|server_name[[:space:]]+[^_[:space:]]'; then
+        rm -f "$NGX_DEF"
+        DEFAULT_SITE=disabled
+        say "disabled Debian's default nginx site (the link $SYSCONFDIR/nginx/sites-enabled/default; sites-available/default is kept): it answered port 80 before smollm3's.  Undo: ln -s ../sites-available/default $SYSCONFDIR/nginx/sites-enabled/default"
+    else
+        DEFAULT_SITE=kept
+        say "WARNING: $SYSCONFDIR/nginx/sites-enabled/default is enabled and answers port 80 first (default_server): remove it, or give smollm3's site 'listen 80 default_server;' or a server_name" >&2
+    fi
+fi
+
 # Web UI: everything in web/ but node_modules, npm metadata and tests; then
 # the npm runtime dependencies (package.json "dependencies", not dev ones).
 if [ -d web ]; then
@@ -113,7 +142,11 @@ if [ -d web ]; then
         for m in $deps; do
             if [ -d "web/node_modules/$m" ]; then
                 install -d "$D$SHARE/web/node_modules/$m"
-                (cd web/node_modules && tar cf - "$m") | (cd "$D$SHARE/web/node_modules" && tar xf - --no-same-owner)
+                # what a browser loads: no sources, type declarations, source maps, CLIs or man pages
+                (cd web/node_modules && tar cf - --exclude='*.map' --exclude='*.ts' --exclude='*.mts' \
+                    --exclude='*.cts' --exclude="$m/src" --exclude="$m/bin" --exclude="$m/man" \
+                    --exclude="$m/editors" --exclude="$m/test" --exclude="$m/tests" --exclude="$m/types" "$m") |
+                    (cd "$D$SHARE/web/node_modules" && tar xf - --no-same-owner)
                 WEB_ASSETS=yes
             else
                 say "WARNING: web/node_modules/$m missing (npm ci in web/)" >&2
@@ -168,6 +201,7 @@ echo "  put the model at /var/lib/smollm3d/models/SmolLM3-3B-Q4_K_M.gguf (make m
 echo "  systemctl daemon-reload"
 echo "  systemctl enable --now smollm3d smollm3-gateway"
 echo "  ln -s ../sites-available/smollm3 $SYSCONFDIR/nginx/sites-enabled/smollm3 && nginx -t && systemctl reload nginx"
+[ "$DEFAULT_SITE" = kept ] && echo "  rm $SYSCONFDIR/nginx/sites-enabled/default   (or: listen 80 default_server; in the smollm3 site)"
 echo "  then: smollm3ctl health; curl http://localhost/health"
 echo "  the site listens on 127.0.0.1 and ::1 only: add API keys (api_key_file in $SYSCONFDIR/smollm3d/gateway.conf,"
 echo "  systemctl reload smollm3-gateway), then open it (listen 80; in the site) -- deploy/README.md"
@@ -175,4 +209,5 @@ echo "  systemctl reload smollm3-gateway), then open it (listen 80; in the site)
     echo "  a package must not ship $SYSCONFDIR/smollm3d/tenant-secret: remove it from the package and make it on the target (deploy/README.md)"
 [ "$SECRET_LINE" = no ] &&
     echo "  $SYSCONFDIR/smollm3d/gateway.conf (kept) has no tenant_secret_file: with API keys the gateway needs it (tenant_secret_file = $SYSCONFDIR/smollm3d/tenant-secret; tenant ids change: deploy/README.md, Upgrading)"
+echo "install: the service, once started: http://localhost/ (the chat UI; the OpenAI API under http://localhost/v1/)"
 true

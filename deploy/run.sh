@@ -20,9 +20,17 @@
 # sessions on disk stay its own from one run to the next.
 # nginx listens on 127.0.0.1 only (said at start, with or without a key).
 #
+# Sessions are kept on disk in BUILD/run/kv (kv_spill_dir): a conversation
+# (the UI's, a session_id's) continues after a restart.
+#
 # SIGTERM, SIGINT (Ctrl-C) or SIGHUP stops nginx, then the gateway, then the
 # daemon (which drains), waits for all three and exits 0.  If one of them
 # dies on its own, the others are stopped and the exit status is 1.
+# `kill -INT` of make's pid alone stops them too: GNU make forwards only
+# SIGTERM to its recipe (it takes SIGINT for a terminal's, sent to the whole
+# process group, and waits), so the loop below watches make, its parent:
+# when make no longer catches SIGINT (its handler resets it to the default
+# as it runs) the stack stops as on Ctrl-C.
 # Note: `make run` itself, when *it* receives SIGTERM, forwards it here and
 # then re-raises it (GNU make exits 143 after the clean stop); signal this
 # script (or the process group) to see exit status 0.
@@ -110,7 +118,10 @@ cat > "$RUN/smollm3d.conf" <<CONF
 listen = ipc://$DSOCK
 threads = ${THREADS:-0}
 kv_budget_mb = ${KV_BUDGET_MB:-1024}
+# sessions kept on disk: a conversation survives a restart of make run
+kv_spill_dir = $RUN/kv
 CONF
+say "sessions kept on disk in $RUN/kv (kv_spill_dir): they survive a restart; rm -r it to forget them"
 # The shipped site, with local paths: web/ as root, the gateway's socket,
 # 127.0.0.1:PORT.
 sed -e "s|^\( *\)listen \(127\.0\.0\.1:\)\{0,1\}80\([ ;]\)|\1listen 127.0.0.1:$PORT\3|" -e '/^ *listen \[::1\{0,1\}\]:80[ ;]/d' \
@@ -189,8 +200,23 @@ echo "$DPID $GPID $NPID" > "$RUN/pids"
 URL=http://127.0.0.1:$PORT/
 say "starting: $URL (logs: stderr, $T/logs/)"
 
+# make's SIGINT handler (signal 2: mask 0x2 of /proc/PID/status SigCgt) while it runs make run;
+# gone = signalled (or make gone: the stack stops with it)
+PARENT=$PPID
+sigint_caught() {
+    m=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null) || return 1
+    m=${m#"${m%??}"}    # the last byte: signals 1-8
+    [ -n "$m" ] && [ $(( 0x$m & 2 )) != 0 ]
+}
+WATCH_MAKE=0
+case $(cat "/proc/$PARENT/comm" 2>/dev/null) in *make) sigint_caught "$PARENT" && WATCH_MAKE=1 ;; esac
+
 READY=0 WAITED=0
 while :; do
+    if [ "$WATCH_MAKE" = 1 ] && ! sigint_caught "$PARENT"; then
+        say "make got SIGINT"
+        on_signal
+    fi
     for p in "$DPID:smollm3d" "$GPID:smollm3-gateway" "$NPID:nginx"; do
         if ! alive "${p%%:*}"; then
             # A signal to the whole process group (Ctrl-C, kill -TERM -PGID)

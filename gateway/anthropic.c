@@ -66,7 +66,7 @@ static const struct field {
     { "tool_choice", BOTH, HONOURED },
     { "thinking", BOTH, HONOURED },
     { "output_config", BOTH, HONOURED },    /* format: the structured-output engine; effort: metadata */
-    { "service_tier", CREATE, HONOURED },   /* "auto" / "standard_only": the one tier there is */
+    { "service_tier", CREATE, HONOURED },   /* auto (priority where the key has it), standard_only */
     { "speed", BOTH, HONOURED },            /* "standard"; "fast" refused */
     { "metadata", CREATE, METADATA },       /* user_id */
     { "cache_control", BOTH, METADATA },    /* the prefix cache is automatic */
@@ -709,6 +709,8 @@ static int parse_thinking(struct gw_anthropic_parsed *p, json_t *root, unsigned 
             FAIL("thinking", "'thinking.type' \"%.40s\" is not supported (enabled, adaptive, disabled)", type);
         }
     }
+    if (gw_field_thinking_supported(on, G.thinking, "thinking", "thinking", &p->prm.err))
+        FAIL("thinking", "%s", p->prm.err.msg);
     gw_field_thinking(g, on, 0);     /* the budget: budget_tokens above */
     return 0;
 }
@@ -808,7 +810,7 @@ static int parse_sampling(struct gw_anthropic_parsed *p, json_t *root, unsigned 
         }
         g->stop = p->prm.stops;
     }
-    GW_FIELD_REFUSE(gw_field_service_tier(root, "standard_only", &p->prm.err));
+    GW_FIELD_REFUSE(gw_field_service_tier(root, 1, &g->service_tier, &p->prm.err));
     return 0;
 }
 
@@ -926,6 +928,7 @@ static json_t *usage_json(const struct gw_stream *s, int final)
     if (u && final)
         json_object_set_new(u, "output_tokens_details", json_pack("{s:i}", "thinking_tokens",
                                                                    (int)s->reasoning_tokens));
+    if (u) json_object_set_new(u, "service_tier", json_string(gw_field_service_tier_name(s->tier, 1)));
     return u;
 }
 

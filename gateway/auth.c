@@ -8,7 +8,12 @@
  * logs; default "key<line>", [A-Za-z0-9_.-]) and `attribute=value` fields,
  * blank lines and `#` comments skipped:
  *
- *   KEY [NAME] [tenant=TENANT]
+ *   KEY [NAME] [tenant=TENANT] [max_inflight=N] [max_tier=TIER]
+ *
+ * max_inflight: its streams in flight (default its share of --max-inflight,
+ * max_inflight / number of live keys, so that one key cannot take another's
+ * room); max_tier=priority|default|flex: the highest service tier its
+ * requests get (default `default`: asking for priority gets default).
  *
  * Keys are compared in constant time: each presented key is compared with
  * every key, over a fixed width, whatever matches, so the time says nothing
@@ -65,6 +70,8 @@ struct gw_key {
     int live;                   /* 0: revoked by a reload, never matches */
     char name[NAME_MAX_ + 1];   /* [A-Za-z0-9_.-] */
     const char *tenant;         /* interned (intern_tenant): tenant= or the derived id */
+    unsigned max_inflight;      /* max_inflight=N: its streams in flight; 0 = its share of --max-inflight */
+    int max_tier;               /* max_tier=: the highest service tier it gets (GW_TIER_*) */
 };
 
 static struct gw_key **keys;    /* [n_keys], slots only ever added */
@@ -178,7 +185,22 @@ struct line {
     char name[NAME_MAX_ + 1];
     char tenant[TENANT_MAX + 1];
     int derived;                /* tenant derived from the key, not the line's tenant= */
+    unsigned max_inflight;      /* max_inflight=N, 0 if absent */
+    int max_tier;               /* max_tier=, GW_TIER_DEFAULT if absent */
 };
+
+unsigned gw_auth_max_inflight(int i, unsigned total)
+{
+    if (i < 0 || i >= n_keys) return total;
+    if (keys[i]->max_inflight) return keys[i]->max_inflight;
+    const unsigned share = n_live ? total / (unsigned)n_live : total;
+    return share ? share : 1;
+}
+
+int gw_auth_max_tier(int i)
+{
+    return i >= 0 && i < n_keys ? keys[i]->max_tier : GW_TIER_PRIORITY;
+}
 
 static int name_ok(const char *s, size_t n)
 {
@@ -191,6 +213,7 @@ static int name_ok(const char *s, size_t n)
 static int parse_line(char *p, int ln, struct line *x, char *why, size_t why_len)
 {
     memset(x, 0, sizeof *x);
+    x->max_tier = GW_TIER_DEFAULT;      /* priority only where a key says so */
     char *k = p;
     while (*p && !isspace((unsigned char)*p)) p++;
     size_t klen = (size_t)(p - k);
@@ -209,7 +232,7 @@ static int parse_line(char *p, int ln, struct line *x, char *why, size_t why_len
         char *eq = memchr(t, '=', tlen);
         if (!eq) {                                      /* the name */
             if (x->name[0]) {
-                snprintf(why, why_len, "expected 'KEY [NAME] [tenant=TENANT]', a second name '%.*s'",
+                snprintf(why, why_len, "expected 'KEY [NAME] [tenant=TENANT] [max_inflight=N] [max_tier=TIER]', a second name '%.*s'",
                          (int)(tlen > 40 ? 40 : tlen), t);
                 return -1;
             }
@@ -228,8 +251,32 @@ static int parse_line(char *p, int ln, struct line *x, char *why, size_t why_len
             }
             memcpy(x->tenant, eq + 1, vlen);
             x->tenant[vlen] = 0;
+        } else if (alen == 12 && !memcmp(t, "max_inflight", 12)) {
+            char v[16], *end;
+            unsigned long m = 0;
+            if (vlen > 0 && vlen < sizeof v) {
+                memcpy(v, eq + 1, vlen);
+                v[vlen] = 0;
+                errno = 0;
+                m = strtoul(v, &end, 10);
+                if (*end || errno || v[0] == '-') m = 0;
+            }
+            if (m < 1 || m > 1000000) {
+                snprintf(why, why_len, "max_inflight must be 1..1000000");
+                return -1;
+            }
+            x->max_inflight = (unsigned)m;
+        } else if (alen == 8 && !memcmp(t, "max_tier", 8)) {
+            if (vlen == 8 && !memcmp(eq + 1, "priority", 8)) x->max_tier = GW_TIER_PRIORITY;
+            else if (vlen == 7 && !memcmp(eq + 1, "default", 7)) x->max_tier = GW_TIER_DEFAULT;
+            else if (vlen == 4 && !memcmp(eq + 1, "flex", 4)) x->max_tier = GW_TIER_FLEX;
+            else {
+                snprintf(why, why_len, "max_tier must be priority, default or flex");
+                return -1;
+            }
         } else {
-            snprintf(why, why_len, "unknown field '%.*s=' (known: tenant=)", (int)(alen > 40 ? 40 : alen), t);
+            snprintf(why, why_len, "unknown field '%.*s=' (known: tenant=, max_inflight=, max_tier=)",
+                     (int)(alen > 40 ? 40 : alen), t);
             return -1;
         }
     }
@@ -364,6 +411,8 @@ int gw_auth_load(const char *path)
             k->live = 1;
             snprintf(k->name, sizeof k->name, "%s", v[i].name);
             k->tenant = tid[i];
+            k->max_inflight = v[i].max_inflight;
+            k->max_tier = v[i].max_tier;
         }
         int first = keys_path == NULL;
         if (first) keys_path = strdup(path);

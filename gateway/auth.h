@@ -37,4 +37,13 @@ const char *gw_auth_tenant(int i);
 int gw_auth_n_tenants(void);
 const char *gw_auth_tenant_at(int i);
 
+/* Service tiers, ordered (a key's max_tier caps a request's). */
+enum { GW_TIER_FLEX = 0, GW_TIER_DEFAULT = 1, GW_TIER_PRIORITY = 2 };
+/* Key i's limit of streams in flight: its max_inflight=, else its share of
+ * total (total / live keys, at least 1); total for GW_AUTH_OPEN / GW_AUTH_NONE. */
+unsigned gw_auth_max_inflight(int i, unsigned total);
+/* Key i's highest service tier (GW_TIER_*): its max_tier=, else default;
+ * priority for GW_AUTH_OPEN (no keys: nobody to be fair to). */
+int gw_auth_max_tier(int i);
+
 #endif

@@ -4,6 +4,7 @@
  * daemon, the refusal of a parsed request.
  */
 #include "gateway/core.h"
+#include "gateway/auth.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -32,7 +33,30 @@ int gw_core_admit(struct gw_req *r, enum MHD_Result *ret)
                               "too many requests in flight (limit %u)", G.cfg.max_inflight);
         return 0;
     }
+    const unsigned mine = gw_auth_max_inflight(r->key, G.cfg.max_inflight);
+    if (r->key >= 0 && gw_stream_inflight_of(r->key) >= mine) {  /* one key cannot take another's room */
+        gw_metrics_refusal(GW_REFUSE_INFLIGHT_KEY, r->key);
+        *ret = gw_queue_error(r, 429, "rate_limit_error", "too_many_requests",
+                              "too many requests in flight for this API key (limit %u)", mine);
+        return 0;
+    }
     return 1;
+}
+
+/* The class a request is scheduled in: what it asked, capped by its key's
+ * max_tier; Anthropic's "auto" is priority where the key may have it. */
+static Smollm3__ServiceTier effective_tier(int asked, int key)
+{
+    static const int rank[] = { [SMOLLM3__SERVICE_TIER__SERVICE_TIER_FLEX] = GW_TIER_FLEX,
+                                [SMOLLM3__SERVICE_TIER__SERVICE_TIER_DEFAULT] = GW_TIER_DEFAULT,
+                                [SMOLLM3__SERVICE_TIER__SERVICE_TIER_PRIORITY] = GW_TIER_PRIORITY };
+    const int cap = gw_auth_max_tier(key);
+    if (asked == GW_SERVICE_TIER_AUTO_PRIORITY)
+        return key >= 0 && cap == GW_TIER_PRIORITY ? SMOLLM3__SERVICE_TIER__SERVICE_TIER_PRIORITY
+                                                   : SMOLLM3__SERVICE_TIER__SERVICE_TIER_DEFAULT;
+    if (asked < 0 || asked > SMOLLM3__SERVICE_TIER__SERVICE_TIER_FLEX) return SMOLLM3__SERVICE_TIER__SERVICE_TIER_DEFAULT;
+    if (rank[asked] <= cap) return (Smollm3__ServiceTier)asked;
+    return cap == GW_TIER_FLEX ? SMOLLM3__SERVICE_TIER__SERVICE_TIER_FLEX : SMOLLM3__SERVICE_TIER__SERVICE_TIER_DEFAULT;
 }
 
 int gw_pack_generate(struct gw_stream *s, Smollm3__GenerateRequest *g)
@@ -43,6 +67,8 @@ int gw_pack_generate(struct gw_stream *s, Smollm3__GenerateRequest *g)
     req.kind_case = SMOLLM3__REQUEST__KIND_GENERATE;
     req.generate = g;
     g->tenant = (char *)s->tenant;      /* sessions and cached prefixes are the key's own (auth.c) */
+    g->service_tier = effective_tier((int)g->service_tier, s->key);
+    s->tier = (int)g->service_tier;
     s->packed_len = smollm3__request__get_packed_size(&req);
     s->packed = malloc(s->packed_len ? s->packed_len : 1);
     if (!s->packed) return -1;

@@ -61,6 +61,13 @@ void gw_stream_hold(struct gw_stream *s)
     }
 }
 
+unsigned gw_stream_inflight_of(int key)
+{
+    unsigned n = 0;
+    for (const struct gw_stream *s = G.streams; s; s = s->next) n += s->counted && s->key == key;
+    return n;
+}
+
 static void release(struct gw_stream *s)
 {
     if (s->counted) {
@@ -330,6 +337,20 @@ static void on_event(Smollm3__Event *ev)
             G.stats = *ev->stats;       /* its strings go with ev: copied */
             snprintf(G.stats_kv_type, sizeof G.stats_kv_type, "%s", ev->stats->kv_type ? ev->stats->kv_type : "");
             G.stats.kv_type = G.stats_kv_type;
+            G.stats.tenants = NULL;     /* copied too */
+            G.stats.n_tenants = 0;
+            G.n_stats_tenants = 0;
+            for (size_t i = 0; i < ev->stats->n_tenants && G.n_stats_tenants < 64; i++) {
+                const Smollm3__TenantStats *t = ev->stats->tenants[i];
+                struct gw_tenant_stats *x = &G.stats_tenants[G.n_stats_tenants++];
+                snprintf(x->id, sizeof x->id, "%s", t->tenant ? t->tenant : "");
+                x->queued = t->queued;
+                x->running = t->running;
+                x->preempted = t->preempted;
+                x->preemptions = t->preemptions_total;
+                x->kv_bytes = t->kv_bytes;
+                x->served = t->tokens_served;
+            }
             G.have_stats = 1;
         }
         return;
@@ -385,6 +406,7 @@ static void on_event(Smollm3__Event *ev)
             s->decode_steps += d->usage->decode_steps;
         }
         s->finish = smol_client_finish_name(d->finish_reason);
+        s->tier = d->service_tier;
         if (++s->n_done >= s->n_choices) mark_terminal(s);
     }
     const unsigned oom = gw_oom_count;

@@ -125,6 +125,7 @@ struct gw_stream {
     int an_thinking_omitted;    /* thinking.display "omitted" */
     char *an_stop;              /* the stop sequence that ended it (malloc'd), or NULL */
     int key;                    /* API key of the request that made it (index), or < 0 */
+    int tier;                   /* its scheduling class (Smollm3__ServiceTier), as sent, then as Done says */
     const char *tenant;         /* its owner, the key's tenant (gw_auth_tenant; "" with keys off): sent
                                    as GenerateRequest.tenant, checked when another request names it */
     int counted;                /* counted in G.n_inflight (sent and not terminal; UI: from creation) */
@@ -149,6 +150,12 @@ struct gw {
     double next_health, next_stats;
     Smollm3__StatsReply stats;  /* last stats (scalars; kv_type points to stats_kv_type) */
     char stats_kv_type[16];
+    struct gw_tenant_stats {        /* the last stats' tenants (StatsReply.tenants), by tenant id */
+        char id[65];
+        uint32_t queued, running, preempted;
+        uint64_t preemptions, kv_bytes, served;
+    } stats_tenants[64];            /* the first 64 the daemon listed */
+    int n_stats_tenants;
     uint64_t daemon_max_request;    /* the daemon's largest accepted Request frame (health); 0 = unknown */
     int daemon_refused;         /* --max-body-bytes is over daemon_max_request: never ready (logged) */
     int have_stats;
@@ -189,6 +196,8 @@ struct gw_stream *gw_stream_new(enum gw_kind kind);
 /* Counts s in G.n_inflight now (a send does; a UI stream is counted from its creation, so
  * streams nobody claimed yet cannot take the daemon past --max-inflight when claimed). */
 void gw_stream_hold(struct gw_stream *s);
+/* Streams of API key index key in flight (held, not yet terminal or freed). */
+unsigned gw_stream_inflight_of(int key);
 void gw_stream_free(struct gw_stream *s);
 struct gw_stream *gw_stream_by_rid(uint64_t rid);
 void gw_stream_push(struct gw_stream *s);

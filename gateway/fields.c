@@ -59,14 +59,37 @@ int gw_field_forced_needs_tools(const char *forced, size_t n_tools, struct gw_er
     return 0;
 }
 
-int gw_field_service_tier(json_t *root, const char *other_tier, struct gw_error *e)
+int gw_field_service_tier(json_t *root, int anthropic, Smollm3__ServiceTier *tier, struct gw_error *e)
 {
+    static const struct { const char *word; int tier; } openai[] = {
+        { "auto", SMOLLM3__SERVICE_TIER__SERVICE_TIER_DEFAULT },
+        { "default", SMOLLM3__SERVICE_TIER__SERVICE_TIER_DEFAULT },
+        { "flex", SMOLLM3__SERVICE_TIER__SERVICE_TIER_FLEX },
+        { "priority", SMOLLM3__SERVICE_TIER__SERVICE_TIER_PRIORITY },
+    }, claude[] = {
+        { "auto", GW_SERVICE_TIER_AUTO_PRIORITY },
+        { "standard_only", SMOLLM3__SERVICE_TIER__SERVICE_TIER_DEFAULT },
+    };
+    *tier = SMOLLM3__SERVICE_TIER__SERVICE_TIER_DEFAULT;
     json_t *x = gw_get(root, "service_tier");
-    if (x && (!json_is_string(x) ||
-              (strcmp(json_string_value(x), "auto") && strcmp(json_string_value(x), other_tier))))
-        return gw_error_set(e, SMOL_EINVAL, "service_tier",
-                            "'service_tier' must be \"auto\" or \"%s\" (there is one tier)", other_tier);
-    return 0;
+    if (!x || json_is_null(x)) return 0;
+    const char *w = json_string_value(x);
+    const size_t n = anthropic ? sizeof claude / sizeof *claude : sizeof openai / sizeof *openai;
+    for (size_t i = 0; w && i < n; i++)
+        if (!strcmp(w, anthropic ? claude[i].word : openai[i].word)) {
+            *tier = (Smollm3__ServiceTier)(anthropic ? claude[i].tier : openai[i].tier);
+            return 0;
+        }
+    return anthropic ? gw_error_set(e, SMOL_EINVAL, "service_tier", "'service_tier' must be \"auto\" or \"standard_only\"")
+                     : gw_error_set(e, SMOL_EINVAL, "service_tier",
+                                    "'service_tier' must be \"auto\", \"default\", \"flex\" or \"priority\"");
+}
+
+const char *gw_field_service_tier_name(int tier, int anthropic)
+{
+    if (tier == SMOLLM3__SERVICE_TIER__SERVICE_TIER_PRIORITY) return "priority";
+    if (anthropic) return "standard";
+    return tier == SMOLLM3__SERVICE_TIER__SERVICE_TIER_FLEX ? "flex" : "default";
 }
 
 int gw_field_effort(json_t *v, const char *key, const char *param, int with_max, int *on, unsigned *budget,
@@ -140,6 +163,14 @@ int gw_field_json_schema(Smollm3__GenerateRequest *g, struct gw_owned *o, json_t
     g->constraint_case = SMOLLM3__GENERATE_REQUEST__CONSTRAINT_JSON_SCHEMA;
     g->json_schema = s;
     return 0;
+}
+
+int gw_field_thinking_supported(int on, int model_thinks, const char *key, const char *param, struct gw_error *e)
+{
+    if (!on || model_thinks) return 0;
+    return gw_error_set(e, SMOL_EUNSUPPORTED, param,
+                        "'%s' asks for thinking, and the model served has no thinking mode: leave it out or turn "
+                        "thinking off; thinking needs a SmolLM3 model (`make model`, or MODEL=path)", key);
 }
 
 void gw_field_thinking(Smollm3__GenerateRequest *g, int on, unsigned budget)

@@ -40,8 +40,17 @@ int gw_field_parallel_tool_calls(json_t *root, struct gw_error *e);
 /* A forced tool_choice needs tools: 0, or -1 with *e set (param "tool_choice"). */
 int gw_field_forced_needs_tools(const char *forced, size_t n_tools, struct gw_error *e);
 
-/* service_tier of root: absent, null, "auto" or other_tier (there is one). */
-int gw_field_service_tier(json_t *root, const char *other_tier, struct gw_error *e);
+/* service_tier of root into *tier (the scheduling class, as the daemon
+ * has it): OpenAI's (anthropic 0) "auto" and "default" are DEFAULT, "flex"
+ * FLEX, "priority" PRIORITY; Anthropic's "standard_only" is DEFAULT and
+ * "auto" GW_SERVICE_TIER_AUTO_PRIORITY (priority where the key may have
+ * it, else default: the core decides, gw_pack_generate).  Absent or null:
+ * DEFAULT.  0, or -1 with *e set (param "service_tier"). */
+#define GW_SERVICE_TIER_AUTO_PRIORITY 99
+int gw_field_service_tier(json_t *root, int anthropic, Smollm3__ServiceTier *tier, struct gw_error *e);
+/* The API's word for a scheduling class: OpenAI's "default" / "priority" /
+ * "flex", Anthropic's "standard" / "priority" (flex is never asked there). */
+const char *gw_field_service_tier_name(int tier, int anthropic);
 
 /* An OpenAI reasoning effort (chat's reasoning_effort, Responses'
  * reasoning.effort) at key: *on (thinking mode) and *budget
@@ -65,6 +74,13 @@ int gw_field_top_p(json_t *x, Smollm3__SamplingParams *sp, struct gw_error *e);
  * constraint.  0, or -1 out of memory. */
 void gw_field_json_object(Smollm3__GenerateRequest *g);
 int gw_field_json_schema(Smollm3__GenerateRequest *g, struct gw_owned *o, json_t *schema);
+
+/* A request turning thinking on (key: the field that did, param: its
+ * error's param) for a model without a thinking mode (model_thinks 0: the
+ * daemon's health reply, SmolLM2's) is refused: a 400 naming the field, as a
+ * request with tools is, rather than an answer that silently did not think.
+ * 0 when allowed (thinking off, or the model has the mode). */
+int gw_field_thinking_supported(int on, int model_thinks, const char *key, const char *param, struct gw_error *e);
 
 /* Thinking mode on / off, and its budget (0: the daemon's default). */
 void gw_field_thinking(Smollm3__GenerateRequest *g, int on, unsigned budget);

@@ -192,7 +192,7 @@ void gw_metrics_text(struct gw_buf *out)
     static const char *const reason[GW_REFUSE_COUNT] = {
         [GW_REFUSE_INFLIGHT] = "max_inflight", [GW_REFUSE_UI_UNCLAIMED] = "ui_unclaimed",
         [GW_REFUSE_UI_UNCLAIMED_KEY] = "ui_unclaimed_per_key", [GW_REFUSE_DAEMON_FRAME] = "daemon_frame",
-        [GW_REFUSE_STORE_SHARE] = "responses_store_share",
+        [GW_REFUSE_STORE_SHARE] = "responses_store_share", [GW_REFUSE_INFLIGHT_KEY] = "max_inflight_per_key",
     };
     gw_buf_str(out, "# HELP smollm3_gateway_refusals_total Requests refused (or a stored response not kept) "
                    "to keep within a limit, by reason.\n# TYPE smollm3_gateway_refusals_total counter\n");

@@ -30,6 +30,7 @@ enum gw_refusal {
     GW_REFUSE_UI_UNCLAIMED_KEY, /* the key's --ui-unclaimed-per-key wait: 429 */
     GW_REFUSE_DAEMON_FRAME,     /* the packed request is over the daemon's max_request_bytes: 413 */
     GW_REFUSE_STORE_SHARE,      /* a stored response alone is over its key's share: not kept */
+    GW_REFUSE_INFLIGHT_KEY,     /* the key's share of --max-inflight (or its max_inflight=) reached: 429 */
     GW_REFUSE_COUNT
 };
 

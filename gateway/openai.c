@@ -10,6 +10,7 @@
  * append_to_session = false (the daemon reuses its KV for the common prefix).
  */
 #include "gateway/openai.h"
+#include "gateway/fields.h"
 #include "gateway/structured.h"
 #include "gateway/params.h"
 
@@ -174,7 +175,8 @@ static int parse_tools(struct gw_openai_parsed *p, json_t *root, char *why, size
 
 /* Thinking: chat_template_kwargs.enable_thinking and reasoning_effort
  * ("none" / "minimal" -> off, the others -> on) must agree when both come;
- * the effort sets the thinking budget (gw_effort_budget). */
+ * the effort sets the thinking budget (gw_effort_budget).  Thinking asked of
+ * a model without the mode is a 400 (gw_field_thinking_supported). */
 static int parse_thinking(struct gw_openai_parsed *p, json_t *root, char *why, size_t wn)
 {
     Smollm3__GenerateRequest *g = &p->prm.gen;
@@ -205,6 +207,10 @@ static int parse_thinking(struct gw_openai_parsed *p, json_t *root, char *why, s
         has = 1;
         on = want;
     }
+    if (has)
+        GW_FIELD_REFUSE(gw_field_thinking_supported(on, G.thinking, x ? "reasoning_effort" : "chat_template_kwargs."
+                                                    "enable_thinking", x ? "reasoning_effort" : "chat_template_kwargs",
+                                                    &p->prm.err));
     if (has) gw_field_thinking(g, on, budget);
     return 0;
 }
@@ -365,6 +371,14 @@ static json_t *comp_lp_new(void)
 
 /* ---- events → chunks ---------------------------------------------------- */
 
+/* o with the service tier the request was scheduled in (OpenAI echoes it
+ * in every chunk and in the completion). */
+static json_t *with_tier(const struct gw_stream *s, json_t *o)
+{
+    if (o) json_object_set_new(o, "service_tier", json_string(gw_field_service_tier_name(s->tier, 0)));
+    return o;
+}
+
 static void emit_json(struct gw_stream *s, json_t *c)
 {
     char *txt = json_dumps(c, JSON_COMPACT | JSON_REAL_PRECISION(10));
@@ -388,9 +402,9 @@ static void emit_chunk(struct gw_stream *s, int ci, json_t *delta, const char *t
     }
     json_object_set_new(choice, "logprobs", lp ? lp : json_null());
     json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
-    emit_json(s, json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", s->id, "object",
-                           s->api == GW_API_COMPLETIONS ? "text_completion" : "chat.completion.chunk",
-                           "created", (json_int_t)s->created, "model", G.model, "choices", choice));
+    emit_json(s, with_tier(s, json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", s->id, "object",
+                                        s->api == GW_API_COMPLETIONS ? "text_completion" : "chat.completion.chunk",
+                                        "created", (json_int_t)s->created, "model", G.model, "choices", choice)));
 }
 
 static json_t *usage_json(const struct gw_stream *s)
@@ -488,10 +502,11 @@ void gw_openai_event(struct gw_stream *s, const Smollm3__Event *ev)
         emit_chunk(s, (int)ci, json_object(), "", NULL, s->ch[ci].finish);
         if (!s->terminal) break;                    /* other choices still running */
         if (s->include_usage)
-            emit_json(s, json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", s->id, "object",
-                                   s->api == GW_API_COMPLETIONS ? "text_completion" : "chat.completion.chunk",
-                                   "created", (json_int_t)s->created, "model", G.model, "choices", "usage",
-                                   usage_json(s)));
+            emit_json(s, with_tier(s, json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", s->id, "object",
+                                                s->api == GW_API_COMPLETIONS ? "text_completion"
+                                                                             : "chat.completion.chunk",
+                                                "created", (json_int_t)s->created, "model", G.model, "choices",
+                                                "usage", usage_json(s))));
         gw_buf_str(&s->out, "data: [DONE]\n\n");
         s->ended = 1;
         break;
@@ -542,6 +557,7 @@ enum MHD_Result gw_openai_finish_json(struct gw_req *r, struct gw_stream *s)
     json_t *body = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", s->id, "object",
                              s->api == GW_API_COMPLETIONS ? "text_completion" : "chat.completion", "created",
                              (json_int_t)s->created, "model", G.model, "choices", choices, "usage", usage_json(s));
+    with_tier(s, body);
     r->stream = NULL;
     s->req = NULL;
     gw_stream_free(s);

@@ -50,7 +50,7 @@ static const struct field {
     { "logprobs", BOTH, HONOURED },
     { "top_logprobs", CHAT, HONOURED },
     { "n", BOTH, HONOURED },
-    { "service_tier", CHAT, HONOURED },     /* "auto" / "default": the one tier there is */
+    { "service_tier", CHAT, HONOURED },     /* auto, default, flex, priority: the scheduling class */
     { "messages", CHAT, OWN },
     { "tools", CHAT, OWN },
     { "tool_choice", CHAT, OWN },
@@ -360,7 +360,7 @@ int gw_params_parse(struct gw_params *p, json_t *root, enum gw_api api, int igno
         p->prediction = t;
         if (*t) p->gen.prediction = t;
     }
-    CORE(p, gw_field_service_tier(root, "default", &p->err));
+    CORE(p, gw_field_service_tier(root, 0, &p->gen.service_tier, &p->err));
     if (parse_stop(p, root, why, wn) || parse_logit_bias(p, root, why, wn) ||
         parse_logprobs(p, root, api, why, wn))
         return -1;

@@ -1,6 +1,7 @@
 /*
  * responses.c - OpenAI's Responses API: POST /v1/responses (streaming and
- * not), GET and DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel.
+ * not), GET and DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel,
+ * GET /v1/responses/{id}/input_items (items.c: the request's input, paged).
  *
  * A request becomes the same chat GenerateRequest /v1/chat/completions
  * sends: `instructions` the system message, `input` (a string or a list of
@@ -55,6 +56,7 @@
  */
 #include "gateway/responses.h"
 #include "gateway/auth.h"
+#include "gateway/items.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -89,7 +91,7 @@ static const struct { const char *name; enum disp d; } fields[] = {
     { "metadata", OWN },                /* echoed in the response */
     { "include", OWN },                 /* [] only */
     { "truncation", OWN },              /* "disabled" only */
-    { "service_tier", OWN },            /* "auto" / "default": the one tier there is */
+    { "service_tier", OWN },            /* auto, default, flex, priority: the scheduling class */
     { "background", OWN },              /* false only */
     { "top_logprobs", OWN },            /* 0 only */
     { "user", METADATA },
@@ -114,6 +116,7 @@ struct gw_resp {
     int slot;                           /* its key's share of the store (S.bytes, S.count) */
     size_t bytes;                       /* what it holds (json_cost), counted in S.bytes[slot] */
     json_t *obj;                        /* the Response object */
+    json_t *input;                      /* the request's input items (items.c), for input_items */
     struct gw_stream *live;             /* generating now */
     struct gw_stream *owner;            /* the stream whose state points here (generating, or waiting for
                                            the daemon to store it) */
@@ -226,7 +229,7 @@ static void account(struct gw_resp *e, int sign)
 static void remeasure(struct gw_resp *e)
 {
     account(e, -1);
-    e->bytes = sizeof *e + json_cost(e->obj);
+    e->bytes = sizeof *e + json_cost(e->obj) + json_cost(e->input);
     account(e, +1);
 }
 
@@ -257,6 +260,7 @@ static void entry_free(struct gw_resp *e)
     if (!e) return;
     if (e->owner && e->owner->rs) e->owner->rs->stored = NULL;
     json_decref(e->obj);
+    json_decref(e->input);
     free(e);
 }
 
@@ -299,7 +303,7 @@ static int store_fit(struct gw_resp *keep)
 /* Adds e (generating: kept while it runs, measured again when it ends). */
 static void store_add(struct gw_resp *e)
 {
-    e->bytes = sizeof *e + json_cost(e->obj);
+    e->bytes = sizeof *e + json_cost(e->obj) + json_cost(e->input);
     store_front(e);
     store_fit(e);
 }
@@ -624,6 +628,7 @@ static int parse_text_reasoning(struct parsed *p, json_t *root, char *why, size_
             int on;
             unsigned budget;    /* low 512 ... xhigh 16384 (util.h) */
             CORE(gw_field_effort(e, "reasoning.effort", "reasoning", 0, &on, &budget, &p->prm.err));
+            CORE(gw_field_thinking_supported(on, G.thinking, "reasoning.effort", "reasoning", &p->prm.err));
             gw_field_thinking(&p->prm.gen, on, budget);
         }
         json_object_set(p->echo, "reasoning", r);
@@ -659,7 +664,7 @@ static int parse_scalars(struct parsed *p, json_t *root, char *why, size_t wn)
     if (x && (!json_is_string(x) || strcmp(json_string_value(x), "disabled")))
         FAIL("truncation", "'truncation' other than \"disabled\" is not supported (a prompt over the context is "
              "refused)");
-    CORE(gw_field_service_tier(root, "default", &p->prm.err));
+    CORE(gw_field_service_tier(root, 0, &p->prm.gen.service_tier, &p->prm.err));
     x = get(root, "top_logprobs");
     if (x && (!json_is_integer(x) || json_integer_value(x) != 0))
         FAIL("top_logprobs", "'top_logprobs' is not supported on /v1/responses (use /v1/chat/completions)");
@@ -856,6 +861,7 @@ static json_t *response_json(const struct gw_stream *s, const char *status, int 
                                                      ? json_pack("{s:s}", "reason", "max_output_tokens")
                                                      : json_null());
     json_object_set_new(o, "usage", with_usage ? usage_json(s) : json_null());
+    json_object_set_new(o, "service_tier", json_string(gw_field_service_tier_name(s->tier, 0)));
     if (strcmp(status, "in_progress") && strcmp(status, "queued"))
         json_object_set_new(o, "completed_at", json_integer((json_int_t)time(NULL)));
     return o;
@@ -1150,7 +1156,7 @@ void gw_responses_stream_free(struct gw_stream *s)
 /* ---- questions to the daemon's store -------------------------------------------------- */
 
 /* What a store query stream (GW_QUERY, s->api) asks for. */
-enum { Q_GET = 1, Q_DELETE, Q_CANCEL, Q_PREV };
+enum { Q_GET = 1, Q_DELETE, Q_CANCEL, Q_PREV, Q_ITEMS };
 #define MAX_CHAIN 4096          /* turns of a conversation fetched for previous_response_id */
 
 /* The daemon's reply, kept in s->reply: {"ok": bool, "code", "msg", "records": [{id, prev, rec}]}. */
@@ -1183,6 +1189,7 @@ static enum MHD_Result not_found(struct gw_req *r, const char *id)
 }
 
 static enum MHD_Result create(struct gw_req *r, json_t *prev_history, const char *prev_session);
+static enum MHD_Result input_items(struct gw_req *r, json_t *items);
 
 /* previous_response_id's conversation: the chain's turns (newest first in recs), oldest first, as
  * chat messages, and the session of the conversation; NULL when the chain is broken (a turn no
@@ -1240,6 +1247,12 @@ static enum MHD_Result query_finish(struct gw_req *r, struct gw_stream *s)
         ret = not_found(r, id);
     } else if (mode == Q_DELETE) {
         ret = gw_queue_json(r, 200, json_pack("{s:s,s:s,s:b}", "id", id, "object", "response", "deleted", 1));
+    } else if (mode == Q_ITEMS) {
+        char stem[64];          /* the items' ids, as made when it was stored (items.h) */
+        snprintf(stem, sizeof stem, "%s", id + 5);
+        json_t *items = gw_items_from_input(json_object_get(rec, "input"), stem);
+        ret = items ? input_items(r, items) : gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
+        json_decref(items);
     } else if (mode == Q_CANCEL) {
         ret = gw_queue_error(r, 400, "invalid_request_error", "not_cancellable",
                              "Response '%s' is not in progress (status %s): nothing to cancel", id,
@@ -1372,6 +1385,7 @@ static enum MHD_Result create(struct gw_req *r, json_t *prev_history, const char
         e->tenant = s->tenant;
         e->slot = slot_of(s->key);
         e->live = e->owner = s;
+        e->input = gw_items_from_input(get(p.root, "input"), s->id + 5);
         e->obj = response_json(s, "in_progress", 0);
         store_add(e);
         rs->stored = e;
@@ -1380,21 +1394,51 @@ static enum MHD_Result create(struct gw_req *r, json_t *prev_history, const char
     return gw_req_send(r, s);
 }
 
-/* GET / DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel: a response generating on this
- * gateway is answered here, any other by the daemon's store. */
+/* GET /v1/responses/{id}/input_items: a page of items (the stored input, made whole) (query: limit, order, after,
+ * before, as OpenAI's lists; include is refused, as in the body). */
+static enum MHD_Result input_items(struct gw_req *r, json_t *items)
+{
+    const char *q_limit = MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "limit");
+    const char *param = NULL;   /* set by a refusal; NULL after a NULL page: out of memory */
+    char why[160] = "", *end;
+    long limit = 20;
+    if (q_limit) {
+        limit = strtol(q_limit, &end, 10);
+        if (!*q_limit || *end) limit = 0;   /* not a number: refused below */
+    }
+    if (MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "include") ||
+        MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "include[]"))
+        return gw_queue_error_param(r, 400, "invalid_request_error", "unsupported_parameter", "include",
+                                    "'include' is not supported (the items are listed whole)");
+    json_t *page = gw_items_page(items, limit, MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "order"),
+                                 MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "after"),
+                                 MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "before"), &param, why,
+                                 sizeof why);
+    if (!page && !param) return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
+    if (!page) return gw_queue_error_param(r, 400, "invalid_request_error", "invalid_value", param, "%s", why);
+    return gw_queue_json(r, 200, page);
+}
+
+/* GET / DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel, GET
+ * /v1/responses/{id}/input_items: a response generating on this gateway is answered here, any
+ * other by the daemon's store. */
 enum MHD_Result gw_responses_one(struct gw_req *r, const char *method, const char *arg)
 {
     char id[64];
     const char *slash = strchr(arg, '/');
     size_t n = slash ? (size_t)(slash - arg) : strlen(arg);
     int cancel = slash && !strcmp(slash, "/cancel");
-    if (slash && !cancel)
+    int items = slash && !strcmp(slash, "/input_items");
+    if (slash && !cancel && !items)
         return gw_queue_error(r, 404, "not_found_error", "not_found", "unknown route");
     if (n >= sizeof id) return gw_queue_error(r, 404, "not_found_error", "not_found", "unknown route");
     memcpy(id, arg, n);
     id[n] = 0;
     const char *want = cancel ? "POST" : NULL;
-    if (want ? strcmp(method, want) : (strcmp(method, "GET") && strcmp(method, "HEAD") && strcmp(method, "DELETE")))
+    if (items && strcmp(method, "GET") && strcmp(method, "HEAD"))
+        return gw_queue_error(r, 405, "invalid_request_error", "method_not_allowed", "method %s not allowed here",
+                              method);
+    if (!items && (want ? strcmp(method, want) : (strcmp(method, "GET") && strcmp(method, "HEAD") && strcmp(method, "DELETE"))))
         return gw_queue_error(r, 405, "invalid_request_error", "method_not_allowed", "method %s not allowed here",
                               method);
     /* another key's response is not found: the same answer as an id never stored */
@@ -1405,8 +1449,9 @@ enum MHD_Result gw_responses_one(struct gw_req *r, const char *method, const cha
         /* not generating here: the daemon's (a DELETE of one waiting for its Ack goes after the
          * write on the same link, so it removes what was written) */
         if (e) store_remove(e);
-        return ask_store(r, cancel ? Q_CANCEL : del ? Q_DELETE : Q_GET, id);
+        return ask_store(r, cancel ? Q_CANCEL : del ? Q_DELETE : items ? Q_ITEMS : Q_GET, id);
     }
+    if (items) return input_items(r, e->input);
     if (cancel) {
         /* only a response still generating can be cancelled; background
          * mode (the only one OpenAI cancels) is not offered */

@@ -73,6 +73,18 @@ static const struct daemon_stat daemon_stats[] = {
          "Wall time of those steps."),
     STAT(forward_ms_total, MS, "smollm3_daemon_forward_seconds_total", "counter",
          "Of it, time in the model (the rest is the engine's own host time)."),
+    STAT(prefill_steps, U64, "smollm3_daemon_prefill_steps_total", "counter",
+         "Engine steps that read prompt tokens."),
+    STAT(mixed_steps, U64, "smollm3_daemon_mixed_steps_total", "counter",
+         "Of them, beside decode rows (their prompt chunk sized by step_budget_ms)."),
+    STAT(step_budget_ms, MS, "smollm3_daemon_step_budget_seconds", "gauge",
+         "The time an engine step may take (step_budget_ms; 0: off)."),
+    STAT(step_prompt_token_ms, MS, "smollm3_daemon_step_prompt_token_seconds", "gauge",
+         "The engine's estimate of a prompt token's time in a step."),
+    STAT(step_row_ms, MS, "smollm3_daemon_step_row_seconds", "gauge",
+         "The engine's estimate of a decode row's time in a step."),
+    STAT(preemptions_total, U64, "smollm3_daemon_preemptions_total", "counter",
+         "Requests paused (KV kept) to give another tenant its share of batch slots."),
     STAT(shared_choices_total, U64, "smollm3_daemon_shared_choices_total", "counter",
          "Choices (n > 1) started on another choice's prefilled prompt."),
     STAT(requests_rejected, U64, "smollm3_daemon_requests_rejected_total", "counter",
@@ -132,6 +144,30 @@ static double stat_value(const Smollm3__StatsReply *s, const struct daemon_stat 
     return 0.0;
 }
 
+/* The daemon's per-tenant shares, labelled by tenant id (never a key: the
+ * id is what the daemon was told; "" is the default tenant). */
+static void tenant_metrics(struct gw_buf *b)
+{
+    static const struct { const char *name, *type, *help; } m[] = {
+        { "smollm3_daemon_tenant_queue_depth", "gauge", "Requests of the tenant waiting for admission." },
+        { "smollm3_daemon_tenant_running_slots", "gauge", "Batch slots the tenant holds." },
+        { "smollm3_daemon_tenant_preempted", "gauge", "Requests of the tenant paused now, their KV kept." },
+        { "smollm3_daemon_tenant_preemptions_total", "counter", "Times the tenant's requests were preempted." },
+        { "smollm3_daemon_tenant_kv_bytes", "gauge", "KV memory of the tenant's sessions and cached prefixes." },
+        { "smollm3_daemon_tenant_tokens_total", "counter", "Prompt and decode tokens scheduled for the tenant." },
+    };
+    if (!G.n_stats_tenants) return;
+    for (size_t k = 0; k < sizeof m / sizeof *m; k++) {
+        gw_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", m[k].name, m[k].help, m[k].name, m[k].type);
+        for (int i = 0; i < G.n_stats_tenants; i++) {
+            const struct gw_tenant_stats *t = &G.stats_tenants[i];
+            const double v[] = { t->queued, t->running, t->preempted, (double)t->preemptions, (double)t->kv_bytes,
+                                 (double)t->served };
+            gw_buf_printf(b, "%s{tenant=\"%s\"} %.17g\n", m[k].name, t->id, v[k]);
+        }
+    }
+}
+
 static enum MHD_Result metrics(struct gw_req *r)
 {
     struct gw_buf b = { 0 };
@@ -156,6 +192,7 @@ static enum MHD_Result metrics(struct gw_req *r)
         }
         gw_metrics_one(&b, "smollm3_daemon_kv_usage_ratio", "gauge", "Fraction of the KV cache in use.",
             s->kv_tokens_total ? (double)s->kv_tokens_used / (double)s->kv_tokens_total : 0.0);
+        tenant_metrics(&b);
     }
     enum MHD_Result ret =
         gw_queue_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.len);

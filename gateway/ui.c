@@ -147,7 +147,9 @@ int gw_ui_parse(struct gw_ui_parsed *p, char *body, size_t n, struct gw_error *e
     if (smol_rule_text(f.message, f.message_len, "message", m))
         return gw_error_set(e, SMOL_EUTF8, "message", "the message must be non-empty UTF-8 text");
     if (f.message_len > UI_MAX_MESSAGE)
-        return gw_error_set(e, SMOL_ETOOLARGE, "message", "the message is too long");
+        return gw_error_set(e, SMOL_ETOOLARGE, "message",
+                            "the message is too long: %zu bytes, the limit is %d bytes (%d KiB; UTF-8 bytes, not "
+                            "characters)", f.message_len, UI_MAX_MESSAGE, UI_MAX_MESSAGE / 1024);
     if (f.system && smol_rule_text(f.system, f.system_len, "system", m))
         return gw_error_set(e, SMOL_EUTF8, "system", "the system prompt must be UTF-8 text");
     int think = 1;
@@ -247,6 +249,10 @@ static const char *admit_unclaimed(int key)
     if (G.n_inflight >= G.cfg.max_inflight) {
         gw_metrics_refusal(GW_REFUSE_INFLIGHT, key);
         return "too many requests: try again shortly";
+    }
+    if (key >= 0 && gw_stream_inflight_of(key) >= gw_auth_max_inflight(key, G.cfg.max_inflight)) {
+        gw_metrics_refusal(GW_REFUSE_INFLIGHT_KEY, key);
+        return "too many requests for this API key: try again shortly";
     }
     unsigned all, mine;
     unclaimed(key, &all, &mine);

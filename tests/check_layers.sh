@@ -14,7 +14,7 @@
 #
 # Inside gateway/ the layers are, bottom to top (gw_rank below):
 #
-#   0 util <- 1 error, fields, params, auth, structured, config <- 2 metrics, daemon (the stream
+#   0 util <- 1 error, fields, items, params, auth, structured, config <- 2 metrics, daemon (the stream
 #   registry and the link to the daemon) <- 3 http (the transport) <- 4 core <- 5 openai,
 #   completions, responses, anthropic, ui (the protocol front ends) <- 6 routes, main
 #
@@ -38,7 +38,7 @@ face_ok() {  # folder header
 }
 gw_rank() {
     case $1 in
-        util) echo 0 ;; error|fields|params|auth|structured|config) echo 1 ;; metrics|daemon) echo 2 ;;
+        util) echo 0 ;; error|fields|items|params|auth|structured|config) echo 1 ;; metrics|daemon) echo 2 ;;
         http) echo 3 ;; core) echo 4 ;; openai|completions|responses|anthropic|ui) echo 5 ;;
         routes|main) echo 6 ;; *) echo 99 ;;
     esac

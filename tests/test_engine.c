@@ -17,6 +17,7 @@
 #include "daemon/server/grammar_cache.h"
 #include "daemon/server/request.h"
 #include "daemon/server/spill.h"
+#include "daemon/server/step_budget.h"
 #include "daemon/model/model.h"
 #include "daemon/text/tokenizer.h"
 #include "smollm3.pb-c.h"
@@ -64,6 +65,9 @@ static int rig_sample_threads;  /* the next rig's engine option sample_threads (
 static double rig_queue_timeout_s = 2; /* and queue_timeout_s */
 static int rig_max_sessions = 1024, rig_max_sessions_per_key; /* and the session caps */
 static struct smol_spill *rig_spill;    /* and the spill directory (NULL: none) */
+static int rig_tier;                    /* the next submitted request's service tier (then 0) */
+static double rig_step_budget_ms;       /* and the step budget (0: off) */
+static double (*rig_step_ms_fn)(int, int); /* and its fake clock (NULL: measured) */
 
 static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int max_running, int max_queued)
 {
@@ -94,6 +98,8 @@ static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int ma
     cfg.max_sessions = rig_max_sessions;
     cfg.max_sessions_per_key = rig_max_sessions_per_key;
     cfg.spill = rig_spill;
+    cfg.step_budget_ms = rig_step_budget_ms;
+    cfg.step_ms_fn = rig_step_ms_fn;
     cfg.speculative_calibrate = 0;      /* the default verify costs: draft lengths (and prediction counts)
                                            independent of this machine's speed and build */
     ck_assert_msg(smol_engine_start(&g->e, g->ctx, "inproc://engine-test", g->m, g->tok, &cfg, err) == SMOL_OK, "%s", err);
@@ -131,6 +137,8 @@ static uint64_t submit_tokens_of(struct rig *g, const char *tenant, const int32_
     r->sp.seed = seed;
     r->logprobs = logprobs;
     r->max_tokens = max_tokens;
+    r->tier = rig_tier;
+    rig_tier = 0;
     r->t_received = smol_mono_s();
     if (session) snprintf(r->session, sizeof r->session, "%s", session);
     snprintf(r->tenant, sizeof r->tenant, "%s", tenant);
@@ -1566,6 +1574,323 @@ START_TEST(t_allocs_per_token)
 END_TEST
 #endif
 
+/* The estimator alone, on a CPU-like machine where the cost is not linear:
+ * a step costs 300 ms + 2 ms per decode row + 20 ms per prompt token.
+ * Fed its own steps, the chunk settles where a step takes the budget
+ * (700 ms beside 4 rows: (700 - 300 - 8) / 20 = 19.6 tokens), within 10%,
+ * and follows a slow-down;
+ * with no decode row (nobody waits) a step takes the whole cap; a prompt
+ * always advances by min_chunk; budget 0 is off. */
+static double cpu_like_ms(int rows, int prompt) { return 300 + 2.0 * rows + 20.0 * prompt; }
+START_TEST(t_step_budget_estimator)
+{
+    struct smol_step_budget b;
+    smol_step_budget_init(&b, 700);
+    ck_assert_int_eq(smol_step_budget_chunk(&b, 0, 256), 256);
+    for (int i = 0; i < 3; i++) smol_step_budget_observe(&b, 4, 0, cpu_like_ms(4, 0));  /* decode-only steps */
+    double step = 0;
+    for (int i = 0; i < 40; i++) {
+        const int chunk = smol_step_budget_chunk(&b, 4, 252);
+        step = cpu_like_ms(4, chunk);
+        smol_step_budget_observe(&b, 4, chunk, step);
+    }
+    ck_assert_msg(step > 630 && step <= 700, "a step settles at %.0f ms (budget 700; row %.2f, token %.2f ms)", step,
+                  b.row_ms, b.tok_ms);
+    /* the machine gets twice as slow at prompts: the chunk follows within a few steps */
+    for (int i = 0; i < 20; i++) {
+        const int chunk = smol_step_budget_chunk(&b, 4, 252);
+        step = 300 + 8 + 40.0 * chunk;
+        smol_step_budget_observe(&b, 4, chunk, step);
+    }
+    ck_assert_msg(step > 630 && step <= 700, "after a slow-down a step takes %.0f ms", step);
+    /* decode rows alone over the budget: the prompt still advances */
+    ck_assert_int_eq(smol_step_budget_chunk(&b, 400, 252), b.min_chunk);
+    ck_assert_int_eq(smol_step_budget_chunk(&b, 4, 5), 5);
+    smol_step_budget_init(&b, 0);
+    smol_step_budget_observe(&b, 4, 10, 1000);
+    ck_assert_int_eq(smol_step_budget_chunk(&b, 4, 60), 60);
+}
+END_TEST
+
+/* The engine under a fake clock: a step "takes" 1 ms per decode row and
+ * 1 ms per prompt token (budget_fake_ms), the budget is 20 ms.  Two streams
+ * decode while a 400-token prompt is read: every step that reads a chunk
+ * of it also carries both streams' rows, the chunks stay within what the
+ * budget leaves (20 - 2 = 18 tokens, not the 62 the cap of 64 would allow),
+ * and the streams get a token each step of it: about 400 / 18 each before
+ * the long prompt's first token, where the cap alone gives them 7. */
+enum { BUDGET_MAX_STEPS = 4096 };
+static int budget_rows[BUDGET_MAX_STEPS], budget_prompt[BUDGET_MAX_STEPS], budget_steps;
+static double budget_fake_ms(int rows, int prompt)
+{
+    if (budget_steps < BUDGET_MAX_STEPS) {
+        budget_rows[budget_steps] = rows;
+        budget_prompt[budget_steps++] = prompt;
+    }
+    return rows + prompt;
+}
+
+/* Runs A (two streams) then B (a long prompt) under the fake clock; the
+ * tokens each A stream got between B's Started and B's first token. */
+static void budget_run(double budget_ms, int a_tokens[2])
+{
+    struct rig g;
+    budget_steps = 0;
+    rig_step_budget_ms = budget_ms;
+    rig_step_ms_fn = budget_fake_ms;
+    const int ok = rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 8);
+    rig_step_budget_ms = 0;
+    rig_step_ms_fn = NULL;
+    ck_assert_msg(ok, "fixture missing");
+    int32_t a[2][8], lp[400];
+    for (int i = 0; i < 8; i++) a[0][i] = 200 + i, a[1][i] = 900 + 3 * i;
+    for (int i = 0; i < 400; i++) lp[i] = 100 + (i * 37) % 20000;
+    const uint64_t a0 = submit_ids(&g, a[0], 8, 200, NULL);
+    submit_ids(&g, a[1], 8, 200, NULL);
+    int got[2] = {0, 0}, b_started = 0, b_first = 0, open = 3;
+    uint64_t b = 0;
+    a_tokens[0] = a_tokens[1] = 0;
+    while (open > 0) {
+        unsigned fl;
+        Smollm3__Event *ev;
+        const uint64_t id = recv_event(&g, &fl, &ev);
+        if (id == a0 || id == a0 + 1) {
+            const int k = (int)(id - a0);
+            if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) {
+                got[k]++;
+                if (b_started && !b_first) a_tokens[k]++;
+                if (!b && got[0] >= 2 && got[1] >= 2) b = submit_ids(&g, lp, 400, 2, NULL);   /* both decode */
+            }
+        } else {
+            ck_assert(b && id == b);
+            if (ev->kind_case == SMOLLM3__EVENT__KIND_STARTED) b_started = 1;
+            if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) b_first = 1;
+            ck_assert_msg(ev->kind_case != SMOLLM3__EVENT__KIND_ERROR, "B failed: %s", ev->error->message);
+        }
+        if (fl & SMOL_EV_TERMINAL) open--;
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    rig_close(&g);  /* the engine thread joined: budget_* are ours to read */
+}
+
+START_TEST(t_step_budget)
+{
+    int budgeted[2], capped[2];
+    budget_run(20, budgeted);
+    int prefill = 0, over = 0;
+    for (int i = 0; i < budget_steps; i++) {
+        if (!budget_prompt[i] || !budget_rows[i]) continue;
+        prefill++;
+        /* the first mixed step runs before the prompt's cost is measured (first_chunk) */
+        if (budget_rows[i] + budget_prompt[i] > 20 + 1 && prefill > 1) over++;
+        ck_assert_msg(budget_rows[i] == 2, "step %d: %d decode rows beside %d prompt tokens", i, budget_rows[i],
+                      budget_prompt[i]);
+    }
+    ck_assert_msg(over == 0, "%d of %d steps over the budget", over, prefill);
+    ck_assert_msg(prefill >= 400 / 18, "the prompt read in %d steps", prefill);
+    for (int k = 0; k < 2; k++)
+        ck_assert_msg(budgeted[k] >= 400 / 18 - 1, "stream %d got %d tokens while the prompt was read", k, budgeted[k]);
+    budget_run(0, capped);  /* off: the cap alone */
+    int max_chunk = 0;
+    for (int i = 0; i < budget_steps; i++) if (budget_prompt[i] > max_chunk) max_chunk = budget_prompt[i];
+    ck_assert_msg(max_chunk >= 60, "without a budget the largest chunk was %d", max_chunk);
+    printf("stats: tokens per stream while a 400-token prompt is read: %d, %d with a 20 ms budget; %d, %d without\n",
+           budgeted[0], budgeted[1], capped[0], capped[1]);
+}
+END_TEST
+
+/* What the scheduler tests watch of a request: when it started and ended
+ * (the index of its Started / terminal event among all events), and its
+ * Done. */
+struct sched_obs { int started, ended, tokens, done, err, preemptions, tier, finish; };
+
+/* Records events until every request in [first, first + n) has ended, or,
+ * when until_tokens > 0, until request `watch` has that many tokens. */
+static void sched_watch(struct rig *g, uint64_t first, int n, struct sched_obs *o, int *seq, uint64_t watch,
+                        int until_tokens)
+{
+    int open = 0;
+    for (int i = 0; i < n; i++) open += !o[i].ended;
+    while (open > 0) {
+        if (until_tokens > 0 && o[watch - first].tokens >= until_tokens) return;
+        unsigned fl;
+        Smollm3__Event *ev;
+        const uint64_t id = recv_event(g, &fl, &ev);
+        ck_assert(id >= first && id < first + n);
+        struct sched_obs *x = &o[id - first];
+        ++*seq;
+        switch (ev->kind_case) {
+        case SMOLLM3__EVENT__KIND_STARTED: x->started = *seq; break;
+        case SMOLLM3__EVENT__KIND_TOKEN: x->tokens++; break;
+        case SMOLLM3__EVENT__KIND_DONE:
+            x->done = 1;
+            x->preemptions = ev->done->preemptions;
+            x->tier = ev->done->service_tier;
+            x->finish = ev->done->finish_reason;
+            break;
+        case SMOLLM3__EVENT__KIND_ERROR: x->err = ev->error->code; break;
+        default: break;
+        }
+        if (fl & SMOL_EV_TERMINAL) { x->ended = *seq; open--; }
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+}
+
+static uint64_t submit_tier(struct rig *g, const char *tenant, int tier, int k, int max_tokens)
+{
+    int32_t ids[8];
+    for (int i = 0; i < 8; i++) ids[i] = 300 + 53 * k + 7 * i;
+    rig_tier = tier;
+    return submit_tokens_of(g, tenant, ids, 8, max_tokens, NULL, 0.0f, 1.0f, 0, 0);
+}
+
+/* Issue 47: one tenant's backlog no longer starves another.  4 slots; A
+ * fills them and queues 4 more, then B asks once: B starts before any of
+ * A's backlog and before any of A's streams ends (one of A's is preempted,
+ * its KV kept, to give B its share of 4 / 2 slots), and every one of A's
+ * streams still completes, whole (paused, not failed).  First come first
+ * served started B after A's whole backlog. */
+START_TEST(t_fair_tenants)
+{
+    struct rig g;
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    enum { NA = 8, GEN = 100 };
+    struct sched_obs o[NA + 1];
+    memset(o, 0, sizeof o);
+    int seq = 0;
+    const uint64_t first = g.next_id;
+    for (int k = 0; k < NA; k++) submit_tier(&g, "a", 0, k, GEN);
+    sched_watch(&g, first, NA + 1, o, &seq, first + 3, 2);     /* A's first four decode */
+    const uint64_t b = submit_tier(&g, "b", 0, 99, 4);
+    ck_assert_int_eq(b, first + NA);
+    sched_watch(&g, first, NA + 1, o, &seq, 0, 0);
+    int preempted = 0;
+    for (int k = 0; k < NA; k++) {
+        ck_assert_msg(o[k].done && !o[k].err, "A's request %d: done %d, error %d", k, o[k].done, o[k].err);
+        ck_assert_msg(o[k].tokens == GEN || o[k].finish == SMOLLM3__FINISH_REASON__FINISH_REASON_STOP,
+                      "A's request %d got %d tokens", k, o[k].tokens);
+        if (k >= 4) ck_assert_msg(o[NA].started < o[k].started, "A's queued %d started before B", k);
+        ck_assert_msg(o[NA].started < o[k].ended, "A's request %d ended before B started", k);
+        preempted += o[k].preemptions;
+    }
+    ck_assert_msg(o[NA].done && !o[NA].err, "B: error %d", o[NA].err);
+    ck_assert_msg(preempted >= 1, "no request of A was preempted");
+    Smollm3__Event *hold;
+    const Smollm3__StatsReply *st = query_stats(&g, &hold);
+    ck_assert_uint_eq(st->preemptions_total, (uint64_t)preempted);
+    int seen = 0;
+    for (size_t i = 0; i < st->n_tenants; i++) {
+        const Smollm3__TenantStats *t = st->tenants[i];
+        if (!strcmp(t->tenant, "a")) {
+            seen++;
+            ck_assert_uint_eq(t->preemptions_total, (uint64_t)preempted);
+            ck_assert(t->tokens_served >= (uint64_t)NA * (8 + GEN - 1));
+            ck_assert(t->kv_bytes > 0);     /* its cached prefixes */
+        }
+        if (!strcmp(t->tenant, "b")) { seen++; ck_assert_uint_eq(t->preemptions_total, 0); }
+        ck_assert_uint_eq(t->running + t->queued + t->preempted, 0);
+    }
+    ck_assert_int_eq(seen, 2);
+    smollm3__event__free_unpacked(hold, NULL);
+    rig_close(&g);
+}
+END_TEST
+
+/* Service tiers, one slot, one tenant: behind a running request, priority
+ * is admitted before default and flex after both (whatever their arrival),
+ * and Done echoes each one's tier; a default request preempts a running
+ * flex one (which then completes). */
+START_TEST(t_service_tiers)
+{
+    struct rig g;
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 1, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    const int D = SMOLLM3__SERVICE_TIER__SERVICE_TIER_DEFAULT, P = SMOLLM3__SERVICE_TIER__SERVICE_TIER_PRIORITY,
+              F = SMOLLM3__SERVICE_TIER__SERVICE_TIER_FLEX;
+    struct sched_obs o[6];
+    memset(o, 0, sizeof o);
+    int seq = 0;
+    const uint64_t x = submit_tier(&g, "t", D, 0, 200);
+    sched_watch(&g, x, 4, o, &seq, x, 2);
+    submit_tier(&g, "t", F, 1, 3);
+    submit_tier(&g, "t", D, 2, 3);
+    submit_tier(&g, "t", P, 3, 3);
+    sched_watch(&g, x, 4, o, &seq, 0, 0);
+    for (int i = 0; i < 4; i++) ck_assert_msg(o[i].done && !o[i].err, "request %d: error %d", i, o[i].err);
+    ck_assert_msg(o[0].ended < o[3].started && o[3].started < o[2].started && o[2].started < o[1].started,
+                  "started: default %d, flex %d, default %d, priority %d", o[0].started, o[1].started, o[2].started,
+                  o[3].started);
+    ck_assert_int_eq(o[0].tier, D);
+    ck_assert_int_eq(o[1].tier, F);
+    ck_assert_int_eq(o[3].tier, P);
+    ck_assert_int_eq(o[0].preemptions + o[1].preemptions + o[2].preemptions + o[3].preemptions, 0);
+    /* flex running, default arrives: flex gives up its slot, then completes */
+    memset(o, 0, sizeof o);
+    const uint64_t f = submit_tier(&g, "t", F, 4, 200);
+    sched_watch(&g, f, 2, o, &seq, f, 2);
+    submit_tier(&g, "t", D, 5, 3);
+    sched_watch(&g, f, 2, o, &seq, 0, 0);
+    ck_assert_msg(o[1].ended < o[0].ended, "default ended at %d, flex at %d", o[1].ended, o[0].ended);
+    ck_assert_int_eq(o[0].preemptions, 1);
+    ck_assert_msg(o[0].done && !o[0].err && (o[0].tokens == 200 || o[0].finish == SMOLLM3__FINISH_REASON__FINISH_REASON_STOP),
+                  "flex: %d tokens, error %d", o[0].tokens, o[0].err);
+    rig_close(&g);
+}
+END_TEST
+
+/* KV pressure takes from the heaviest tenant first.  8 pages of 32 tokens:
+ * B leaves one cached prefix (the least recently used entry), A five; C
+ * then needs 4 pages with 2 free.  Least recently used first evicted B's
+ * prefix; now two of A's go, and B's next request still finds its own. */
+START_TEST(t_kv_heaviest_evicted)
+{
+    struct rig g;
+    const size_t per_tok = smol_kv_bytes_per_token(8, 1, 16, 1 /* f16 */);
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", per_tok * 256, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    int32_t ids[24];
+    struct result r;
+#define RUN(tenant, k, gen)                                                                   \
+    do {                                                                                      \
+        for (int i = 0; i < 20; i++) ids[i] = 500 + 97 * (k) + 3 * i;                         \
+        memset(&r, 0, sizeof r);                                                              \
+        collect(&g, submit_tokens_of(&g, tenant, ids, 20, gen, NULL, 0.0f, 1.0f, 0, 0), 1, &r); \
+        ck_assert_msg(r.done && !r.err, "%s %d: error %d", tenant, k, r.err);                 \
+    } while (0)
+    RUN("b", 0, 10);
+    for (int k = 1; k <= 5; k++) RUN("a", k, 10);
+    RUN("c", 6, 100);
+    RUN("b", 0, 10);
+    ck_assert_msg(r.cached > 0, "B's cached prefix was evicted (cached %d): A holds the most", r.cached);
+#undef RUN
+    rig_close(&g);
+}
+END_TEST
+
+/* Preemption frees a batch slot, not KV: a tenant whose request waits for
+ * KV memory that another tenant's running requests hold does not pause
+ * them for nothing.  2 slots, 8 pages of 32 tokens: A's two requests hold
+ * 4 pages each; B (1 page) waits until one of A's ends, and neither of A's
+ * was preempted.  (Before: one of A's stayed preempted while B waited.) */
+START_TEST(t_preempt_not_for_kv)
+{
+    struct rig g;
+    const size_t per_tok = smol_kv_bytes_per_token(8, 1, 16, 1 /* f16 */);
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", per_tok * 256, 2, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    struct sched_obs o[3];
+    memset(o, 0, sizeof o);
+    int seq = 0;
+    const uint64_t a = submit_tier(&g, "a", 0, 1, 100);
+    submit_tier(&g, "a", 0, 2, 100);
+    sched_watch(&g, a, 3, o, &seq, a + 1, 2);
+    submit_tier(&g, "b", 0, 3, 10);
+    sched_watch(&g, a, 3, o, &seq, 0, 0);
+    for (int i = 0; i < 3; i++) ck_assert_msg(o[i].done && !o[i].err, "request %d: error %d", i, o[i].err);
+    ck_assert_msg(o[0].preemptions + o[1].preemptions == 0, "A preempted %d + %d times for a request waiting for KV",
+                  o[0].preemptions, o[1].preemptions);
+    ck_assert_msg(o[2].started > o[0].ended || o[2].started > o[1].ended, "B started before A freed KV");
+    rig_close(&g);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("engine");
@@ -1597,5 +1922,14 @@ Suite *test_suite(void)
     tcase_add_test(tl, t_spill_sweep_at_start);
     tcase_add_test(tl, t_lease_off_engine_thread);
     suite_add_tcase(s, tl);
+    TCase *sc = tcase_create("sched");     /* the scheduler: step budget, tenants' shares, tiers */
+    tcase_set_timeout(sc, 240);
+    tcase_add_test(sc, t_step_budget_estimator);
+    tcase_add_test(sc, t_step_budget);
+    tcase_add_test(sc, t_fair_tenants);
+    tcase_add_test(sc, t_service_tiers);
+    tcase_add_test(sc, t_kv_heaviest_evicted);
+    tcase_add_test(sc, t_preempt_not_for_kv);
+    suite_add_tcase(s, sc);
     return s;
 }

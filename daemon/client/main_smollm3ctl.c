@@ -563,6 +563,9 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         { "engine_steps", s->engine_steps },
         { "step_tokens_total", s->step_tokens_total },
         { "host_pool_sampled_tokens", s->host_pool_sampled_tokens },
+        { "prefill_steps", s->prefill_steps },
+        { "mixed_steps", s->mixed_steps },
+        { "preemptions_total", s->preemptions_total },
         { "spill_lease_refusals", s->spill_lease_refusals },
         { "spill_leases_lost", s->spill_leases_lost },
         { "spill_unleased_refused", s->spill_unleased_refused },
@@ -577,18 +580,42 @@ static int cmd_stats(struct smol_client *c, int timeout_ms, int json)
         json_object_set_new(o, "uptime_s", json_real(s->uptime_s));
         json_object_set_new(o, "step_ms_total", json_real(s->step_ms_total));
         json_object_set_new(o, "forward_ms_total", json_real(s->forward_ms_total));
+        json_object_set_new(o, "step_budget_ms", json_real(s->step_budget_ms));
+        json_object_set_new(o, "step_row_ms", json_real(s->step_row_ms));
+        json_object_set_new(o, "step_prompt_token_ms", json_real(s->step_prompt_token_ms));
         json_object_set_new(o, "spill_restore_ms_total", json_real(s->spill_restore_ms_total));
         json_object_set_new(o, "spill_write_ms_total", json_real(s->spill_write_ms_total));
         json_object_set_new(o, "kv_type", json_string(s->kv_type ? s->kv_type : ""));
+        json_t *ts = json_array();     /* the fair shares, by tenant id */
+        for (size_t i = 0; i < s->n_tenants; i++) {
+            const Smollm3__TenantStats *t = s->tenants[i];
+            json_array_append_new(ts, json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "tenant", t->tenant ? t->tenant : "",
+                                                "queued", (json_int_t)t->queued, "running", (json_int_t)t->running,
+                                                "preempted", (json_int_t)t->preempted, "preemptions_total",
+                                                (json_int_t)t->preemptions_total, "kv_bytes", (json_int_t)t->kv_bytes,
+                                                "tokens_served", (json_int_t)t->tokens_served));
+        }
+        json_object_set_new(o, "tenants", ts);
         jprint(o);
     } else {
         for (size_t i = 0; i < n; i++) printf("%-24s %llu\n", rows[i].name, rows[i].v);
         printf("%-24s %.1f\n", "uptime_s", s->uptime_s);
         printf("%-24s %.1f\n", "step_ms_total", s->step_ms_total);
         printf("%-24s %.1f\n", "forward_ms_total", s->forward_ms_total);
+        printf("%-24s %.1f\n", "step_budget_ms", s->step_budget_ms);
+        printf("%-24s %.3f\n", "step_row_ms", s->step_row_ms);
+        printf("%-24s %.3f\n", "step_prompt_token_ms", s->step_prompt_token_ms);
         printf("%-24s %.1f\n", "spill_restore_ms_total", s->spill_restore_ms_total);
         printf("%-24s %.1f\n", "spill_write_ms_total", s->spill_write_ms_total);
         printf("%-24s %s\n", "kv_type", s->kv_type ? s->kv_type : "");
+        if (s->n_tenants) printf("%-34s %6s %7s %9s %11s %12s %12s\n", "TENANT", "QUEUED", "RUNNING", "PREEMPTED",
+                                 "PREEMPTIONS", "KV_BYTES", "TOKENS");
+        for (size_t i = 0; i < s->n_tenants; i++) {
+            const Smollm3__TenantStats *t = s->tenants[i];
+            printf("%-34s %6u %7u %9u %11llu %12llu %12llu\n", t->tenant && *t->tenant ? t->tenant : "\"\"",
+                   t->queued, t->running, t->preempted, (unsigned long long)t->preemptions_total,
+                   (unsigned long long)t->kv_bytes, (unsigned long long)t->tokens_served);
+        }
     }
     smol_client_event_free(&ev);
     return 0;

@@ -56,7 +56,9 @@ struct smol_daemon_config {
     int backend_sampling;       /* plain rows sampled by the backend (engine.h): 1, 0, or -1 = auto
                                    (on for the cuda backend, off for the cpu one) */
     int step_tokens;            /* tokens per engine step (decode + prefill chunks); -1 = auto */
+    int step_budget_ms;         /* a step's target time, ms (engine.h); 0 = off; -1 = auto */
     int max_running;            /* requests decoding together; -1 = auto */
+    int fair_share;             /* bool: fair order between tenants and tiers (engine.h) */
     int max_queued;             /* admission queue length */
     int default_max_tokens;     /* generation cap when a request gives none */
     int default_thinking_budget; /* thinking tokens before a forced </think>; 0 = unlimited */
@@ -130,10 +132,13 @@ const char *smol_config_kv_type(const struct smol_daemon_config *c);
  *   max_running  16 on the CPU, 256 on CUDA
  *   step_tokens  256 on the CPU, 1024 on CUDA (prefill chunks of ~1K tokens: a 4K prompt in 4 steps
  *                while decode rows wait <= ~60 ms a step on an H100-class card)
+ *   step_budget_ms 500 on the CPU (a 3B decodes a row in ~0.3 s there: a step of a few dozen prompt
+ *                tokens beside it), 60 on CUDA (streams near llama.cpp's pace while a 4K prompt is read)
  *   kv_budget_mb 1024 on the CPU; on CUDA 16384, halved at start while the pool and 1 GiB beside
  *                it do not fit on the device (model.h: kv_budget_gpu), never below 1024
  * An explicit value means exactly that on either backend. */
 enum { SMOL_AUTO_RUNNING_CPU = 16, SMOL_AUTO_RUNNING_GPU = 256, SMOL_AUTO_STEP_CPU = 256, SMOL_AUTO_STEP_GPU = 1024,
+       SMOL_AUTO_BUDGET_MS_CPU = 500, SMOL_AUTO_BUDGET_MS_GPU = 60,
        SMOL_AUTO_KV_MB_CPU = 1024, SMOL_AUTO_KV_MB_GPU = 16384 };
 
 /* ipc://$RUNTIME_DIRECTORY/smollm3d.sock, else ipc://$XDG_RUNTIME_DIR/...,

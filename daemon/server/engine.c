@@ -11,9 +11,13 @@
  * One loop iteration:
  *   1. read every pending command (blocking only when there is no work);
  *   2. drop cancelled requests (their Done goes out now);
- *   3. admit queued requests FIFO while a slot is free and their KV fits;
+ *   3. admit queued requests while a slot is free and their KV fits, in
+ *      fair order (engine_fair.c: class, the tenant least served, arrival),
+ *      preempting a flex request or a tenant over its share for one that
+ *      finds every slot taken;
  *   4. build one batch: a decode token for every running request, then
- *      prompt chunks of prefilling requests up to step_tokens;
+ *      prompt chunks of prefilling requests up to step_tokens, and with a
+ *      step budget only as many as its time allows (step_budget.h);
  *   5. forward, then sample, detokenize and parse for each request whose
  *      row of logits came back, emitting events as text becomes final.
  * Requests own their memory.  The decode path allocates nothing per token:
@@ -46,6 +50,7 @@ void smol_engine_config_default(struct smol_engine_config *c)
     c->max_running = 16;
     c->max_queued = 64;
     c->step_tokens = 256;
+    c->fair_share = 1;
     c->default_max_tokens = 2048;
     c->max_sessions = 1024;
     c->max_sessions_per_key = 0;
@@ -321,7 +326,7 @@ static void add_decode_rows(struct smol_engine *e, struct step_rows *sr, int bud
     int spec_rows = e->spec_rows;
     for (struct req *q = e->running, *nx; q && sr->n < budget; q = nx) {
         nx = q->next;
-        if (q->state != RS_DECODE || q->paused) continue;
+        if (q->state != RS_DECODE || q->paused || q->preempted) continue;
         const int pos = q->seq->n_tokens;
         int max = budget - sr->n - 1;
         if (max > spec_rows) max = spec_rows;
@@ -331,6 +336,7 @@ static void add_decode_rows(struct smol_engine *e, struct step_rows *sr, int bud
         const int k = q->n_draft;
         if (smol_kv_seq_reserve(kv, q->seq, pos, pos + k + 1, err)) { q->n_draft = 0; smol_engine_fail(e, q, SMOL_EBUSY, err); continue; }
         spec_rows -= k;
+        smol_engine_fair_charge(q, k + 1);
         e->b_tok[sr->n] = q->tok[q->n_tok - 1];
         for (int i = 0; i <= k; i++, sr->n++) {
             e->b_pos[sr->n] = pos + i;
@@ -349,12 +355,13 @@ static void add_prefill_rows(struct smol_engine *e, struct step_rows *sr, int bu
     char err[SMOL_ERRLEN];
     for (struct req *q = e->running, *nx; q && sr->n < budget; q = nx) {
         nx = q->next;
-        if (q->state != RS_PREFILL || q->paused) continue;
+        if (q->state != RS_PREFILL || q->paused || q->preempted) continue;
         int pos0 = q->seq->n_tokens, chunk = q->n_prompt - pos0;
         if (chunk > budget - sr->n) chunk = budget - sr->n;
         if (smol_kv_seq_reserve(kv, q->seq, pos0, pos0 + chunk, err)) { smol_engine_fail(e, q, SMOL_EBUSY, err); continue; }
         if (!q->t_first_step) q->t_first_step = now;
         e->n_prefilled += (uint64_t)chunk;
+        smol_engine_fair_charge(q, chunk);
         for (int i = 0; i < chunk; i++, sr->n++) {
             e->b_tok[sr->n] = q->tok[pos0 + i];
             e->b_pos[sr->n] = pos0 + i;
@@ -403,53 +410,47 @@ static void take_rows(struct smol_engine *e, const struct step_rows *sr, double 
     }
 }
 
-/* 1 if a request of q's session is queued before q (q keeps its turn) */
-static int queued_behind_own_session(const struct smol_engine *e, const struct req *q)
+/* After a step of n_rows decode rows (sr->n - n_rows prompt tokens) that
+ * began at now, its model from t0 to t1: the budget learns its time, each
+ * request's KV promise is brought up to date, the counters count. */
+static void end_step(struct smol_engine *e, const struct step_rows *sr, int n_rows, double now, double t0, double t1)
 {
-    if (!q->r->session[0]) return 0;
-    for (const struct req *o = e->queue; o && o != q; o = o->next)
-        if (!strcmp(o->r->session, q->r->session) && !strcmp(o->r->tenant, q->r->tenant)) return 1;
-    return 0;
+    const int n_prompt = sr->n - n_rows;
+    smol_step_budget_observe(&e->sb, n_rows, n_prompt,
+                             e->cfg.step_ms_fn ? e->cfg.step_ms_fn(n_rows, n_prompt) : (smol_mono_s() - t0) * 1e3);
+    if (n_prompt) { e->n_prefill_steps++; e->n_mixed_steps += n_rows > 0; }
+    for (struct req *q = e->running; q; q = q->next)   /* what each may still allocate */
+        q->kv_promise = smol_kv_seq_pages_needed(&e->m->kv, q->seq, q->seq->n_tokens, q->n_prompt + q->max_gen) +
+                        (q->state == RS_PREFILL ? q->sib_pages : 0);
+    e->n_steps++;
+    e->n_step_tokens += (uint64_t)sr->n;
+    e->forward_s += t1 - t0;
+    e->step_s += smol_mono_s() - now;
 }
 
-/* Admits FIFO: a head that waits for KV room waits with the others behind
- * it; one that waits for its session's lease or file (a shared spill, the
- * spill's thread) waits alone, the requests of other sessions admitted
- * past it (a session's own turns stay in order). */
-static void admit(struct smol_engine *e, double now)
-{
-    for (struct req *q = e->queue, *nx; q && e->n_running < e->cfg.max_running && !e->draining; q = nx) {
-        nx = q->next;
-        if (queued_behind_own_session(e, q)) continue;
-        if (smol_engine_try_admit(e, q, now) == 0 && !q->waits_alone) break;
-    }
-}
-
-/* One step: end the cancelled, admit, batch decode and prefill rows, run
- * the model, let each request take its tokens, and count. */
+/* One step: end the cancelled, admit in fair order (engine_fair.c: class,
+ * tenant's share, arrival; the first that must wait for KV or its file
+ * holds the others behind it), batch decode rows and the prompt chunk the
+ * step's time budget leaves, run the model, let each request take its
+ * tokens, and count (the step's time teaches the budget). */
 static void step(struct smol_engine *e)
 {
     const double now = smol_mono_s();
     drop_cancelled(e);
     e->waiting_read = 0;
-    admit(e, now);
-    const int budget = e->cfg.step_tokens < e->m->s.max_tokens ? e->cfg.step_tokens : e->m->s.max_tokens;
+    smol_engine_admit_fair(e, now);
+    const int cap = e->cfg.step_tokens < e->m->s.max_tokens ? e->cfg.step_tokens : e->m->s.max_tokens;
     struct step_rows sr = {0};
-    add_decode_rows(e, &sr, budget);
-    add_prefill_rows(e, &sr, budget, now);
+    add_decode_rows(e, &sr, cap);
+    const int n_rows = sr.n;    /* the prompt's chunk: what the time budget leaves beside them */
+    add_prefill_rows(e, &sr, n_rows + smol_step_budget_chunk(&e->sb, n_rows, cap - n_rows), now);
     if (sr.n == 0) return;
     const double t0 = smol_mono_s();
     if (!forward(e, &sr)) return;
     const double t1 = smol_mono_s();
     smol_engine_host_rows(e, sr.n_out, sr.n_rs);
     take_rows(e, &sr, t1);
-    for (struct req *q = e->running; q; q = q->next)   /* what each may still allocate */
-        q->kv_promise = smol_kv_seq_pages_needed(&e->m->kv, q->seq, q->seq->n_tokens, q->n_prompt + q->max_gen) +
-                        (q->state == RS_PREFILL ? q->sib_pages : 0);
-    e->n_steps++;
-    e->n_step_tokens += (uint64_t)sr.n;
-    e->forward_s += t1 - t0;
-    e->step_s += smol_mono_s() - now;
+    end_step(e, &sr, n_rows, now, t0, t1);
 }
 
 /* ---- commands --------------------------------------------------------------------- */
@@ -491,6 +492,7 @@ static void enqueue(struct smol_engine *e, struct smol_request *r)
     smol_chat_buf_init(&q->rendered);
     smol_engine_list_append(&e->queue, q);
     e->n_queued++;
+    smol_engine_fair_enqueue(e, q);
 }
 
 /* Stops admitting; the queue is refused now, what runs is cancelled after grace_ms. */
@@ -532,7 +534,7 @@ static void *engine_main(void *arg)
     double last_expire = smol_mono_s(), last_sweep = 0; /* (a sweep at start) */
     while (!atomic_load_explicit(&e->stop, memory_order_acquire)) {
         int runnable = e->n_queued > 0 && !e->waiting_read;
-        for (struct req *q = e->running; q && !runnable; q = q->next) runnable = !q->paused || q->cancelled;
+        for (struct req *q = e->running; q && !runnable; q = q->next) runnable = (!q->paused && !q->preempted) || q->cancelled;
         zmq_pollitem_t it = {.socket = e->sock, .events = ZMQ_POLLIN};
         long timeout = runnable || spilled_one ? 0 : e->waiting_read ? 2 : e->n_running ? 10 : 1000;
         if (zmq_poll(&it, 1, timeout) < 0 && zmq_errno() == ETERM) break;
@@ -572,6 +574,7 @@ static void engine_free(struct smol_engine *e)
     while (e->running) { struct req *q = e->running; e->running = q->next; smol_engine_req_free(q); }
     while (e->queue) { struct req *q = e->queue; e->queue = q->next; smol_engine_req_free(q); }
     smol_sessions_deinit(&e->sessions);
+    smol_engine_fair_deinit(e);
     smol_sampler_scratch_free(&e->sc);
     for (int i = 0; e->scs && e->spool && i < smol_pool_threads(e->spool); i++) smol_sampler_scratch_free(&e->scs[i]);
     free(e->scs);
@@ -596,6 +599,7 @@ enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const c
     e->m = m;
     e->tok = tok;
     e->t_start = smol_mono_s();
+    smol_step_budget_init(&e->sb, e->cfg.step_budget_ms);
     smol_sessions_init(&e->sessions, &m->kv);
     e->sessions.spill = e->cfg.spill;
     e->sessions.vocab = m->cfg.vocab;
@@ -629,6 +633,7 @@ enum smol_err smol_engine_start(struct smol_engine **out, void *zmq_ctx, const c
     if (e->cfg.speculative_calibrate && smol_spec_calibrate(m, SMOL_SPEC_MAX_DRAFT, 2, cost, cerr) == SMOL_OK)
         memcpy(e->spec_cost, cost, sizeof cost);
     enum smol_err rc = smol_sampler_scratch_new(&e->sc, m->cfg.vocab, err);
+    if (!rc) rc = smol_engine_fair_init(e, err);
     if (!rc) rc = smol_engine_host_pool_new(e, T, err);
     if (!rc && (!e->b_tok || !e->b_pos || !e->b_out || !e->gmask || !e->b_seq || !e->b_req || !e->b_rs || !e->b_ids ||
                 !e->logits))

@@ -19,8 +19,11 @@
  *
  * Scheduling: every step advances all running requests together: one decode
  * token per running request plus chunks of waiting prompts (chunked
- * prefill), at most step_tokens tokens.  Admission is FIFO from a bounded
- * queue; a request is admitted when a slot is free and its worst-case KV
+ * prefill), at most step_tokens tokens, and with step_budget_ms prompt chunks
+ * sized so that the step stays within that time.  Admission is in fair
+ * order (engine_fair.c: service tier, the tenant least served, arrival)
+ * from a bounded queue, a tenant over its share of slots preempted (KV
+ * kept) for another; a request is admitted when a slot is free and its worst-case KV
  * (prompt + max_tokens) fits in the budget after evicting idle sessions and
  * cached prefixes, least recently used first.  A request that can never fit
  * gets SMOL_EBUSY / SMOL_ECONTEXT at once.  Cancellation marks the request;
@@ -55,6 +58,16 @@ struct smol_engine_config {
     int max_running;        /* requests decoding at once (batch slots); default 16 */
     int max_queued;         /* admission queue; beyond it SMOL_EQUEUE_FULL; default 64 */
     int step_tokens;        /* tokens per step (decode + prefill chunks); default 256 */
+    int fair_share;         /* 1 (default): admission in fair order between tenants and tiers,
+                               preemption for a tenant's share (engine_fair.c); 0: first come
+                               first served, no preemption (as before issue 47: for comparison) */
+    double step_budget_ms;  /* a step's target time: prompt chunks sized to it from the measured
+                               speed beside decode rows (step_budget.h); 0 = off (default; the
+                               daemon's is per backend), chunks up to step_tokens */
+    /* test-only: what a step of n_rows decode rows and n_prompt prompt
+     * tokens "took" in ms, in place of the measured time (a fake clock for
+     * the step budget); NULL = measured */
+    double (*step_ms_fn)(int n_rows, int n_prompt);
     int default_max_tokens; /* when a request gives none; default 2048 (capped by context) */
     int default_thinking_budget; /* thinking tokens before a forced </think> when a request gives none; 0 = unlimited */
     int max_sessions;       /* default 1024 */

@@ -4,8 +4,9 @@
  * prompt rendered and tokenized, the limits checked, the prefix to reuse
  * found (its tenant's own), KV room made, and what generation needs set up
  * (sampler, grammar matcher, speculation, output parser); and, for n > 1,
- * the other choices started on the first one's prefilled prompt.  The
- * scheduler (engine.c) admits the queue's head FIFO.
+ * the other choices started on the first one's prefilled prompt.  Which
+ * queued request is tried next is engine_fair.c's (class, tenant's share,
+ * arrival).
  */
 #include "daemon/server/engine_internal.h"
 #include "daemon/model/model.h"
@@ -259,7 +260,7 @@ static int admit_checks(struct smol_engine *e, struct req *q, struct admit *a)
     } else if (r->n_choices > e->cfg.max_running) {
         code = SMOL_EINVAL;
         snprintf(msg, sizeof msg, "n = %d choices exceed max_running (%d)", r->n_choices, e->cfg.max_running);
-    } else if (e->n_running + r->n_choices > e->cfg.max_running) {
+    } else if (e->n_running - e->n_preempted + r->n_choices > e->cfg.max_running) {
         return 0;   /* wait until all choices can run */
     } else if (n_prompt >= n_ctx) {
         code = SMOL_ECONTEXT;
@@ -321,7 +322,7 @@ static int admit_kv(struct smol_engine *e, struct req *q, double now, struct adm
     const int want = a->need + outstanding_pages(e);
     if (a->s) a->s->busy = 1;               /* protect what we reuse from eviction */
     if (a->src) a->src->busy = 1;
-    while (kv->n_free < want && smol_sessions_evict_one(&e->sessions, 1)) {}
+    while (kv->n_free < want && smol_engine_evict_heaviest(e)) {}   /* the heaviest tenant's first */
     if (a->s) a->s->busy = 0;
     if (a->src) a->src->busy = 0;
     if (kv->n_free >= want) return 1;
@@ -497,6 +498,7 @@ void smol_engine_spawn_choices(struct smol_engine *e, struct req *q, float *logi
         c->r = q->r;
         q->r->refs++;
         c->e = e;
+        c->acct = q->acct;
         c->anon = a;
         c->seq = &a->seq;
         c->state = RS_DECODE;

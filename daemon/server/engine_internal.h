@@ -19,6 +19,7 @@
 #include "daemon/text/text.h"
 #include "daemon/server/engine.h"
 #include "daemon/server/sessions.h"
+#include "daemon/server/step_budget.h"
 #include "smollm3.pb-c.h"
 
 struct smol_model;
@@ -38,6 +39,7 @@ struct req {
     int n_prompt, n_cached, max_gen, n_gen, n_reasoning;
     int waits_alone;                /* its admission waits for its session's lease or file (shared
                                        spill): the requests of other sessions are admitted past it */
+    int passed;                     /* this step's admission went past it (it waits alone) */
     double lease_ask_at;            /* CLOCK_MONOTONIC s: its lease (held elsewhere) asked again then */
     double lease_wait;              /* s: the wait before that (2 ms, doubling to 50 ms) */
     int thinking, cancelled, paused, finished;
@@ -91,6 +93,10 @@ struct req {
     int choice;                     /* n > 1: which continuation (0 = the one that prefilled) */
     int sib_pages;                  /* choice 0 until its prefill ends: pages the others will take */
     double t_admit, t_first_step, t_prefill_done, t_first_token;
+    struct smol_tenant_acct *acct;  /* its tenant's share (engine_fair.c) */
+    int preempted;                  /* paused by the scheduler for another tenant's share or a higher
+                                       class: on the running list, its KV kept, no rows, no slot */
+    int n_preempt;                  /* times it was (Done.preemptions) */
     struct req *next;               /* queue / running list */
 };
 
@@ -106,6 +112,10 @@ struct smol_engine {
     struct smol_sampler_scratch *sc;
     struct req *queue, *running;    /* singly linked, FIFO order */
     int n_queued, n_running;
+    int n_preempted;                /* of n_running, preempted (no batch slot): recounted each admission */
+    struct smol_tenant_acct *tenants; /* [SMOL_MAX_TENANT_ACCTS] fair shares (engine_fair.c) */
+    int n_tenants;
+    uint64_t n_preemptions;         /* requests preempted, all tenants */
     int draining;
     int waiting_read;           /* the queue head waits for its session file (smol_spill_prefetch) */
     atomic_int stop;                /* set by smol_engine_stop on another thread (release), read by the loop (acquire) */
@@ -122,6 +132,7 @@ struct smol_engine {
     struct smol_sampler_scratch **scs; /* a scratch per pool thread */
     float *logits;                  /* [max_out][vocab] */
     int max_out;                    /* rows: max_running + spec_rows */
+    struct smol_step_budget sb;     /* prompt chunks sized to cfg.step_budget_ms */
     int spec_rows;                  /* draft rows a step may verify, all requests together */
     float spec_cost[SMOL_SPEC_MAX_DRAFT + 1]; /* verify step of k + 1 positions / a 1-token step, measured at start */
     uint8_t *pack;                  /* protobuf packing buffer */
@@ -138,6 +149,7 @@ struct smol_engine {
     uint64_t n_prompt_builds;       /* prompts rendered and tokenized (build_prompt) */
     uint64_t n_backend_sampled;     /* tokens the backend sampled (backend_sampling) */
     uint64_t n_steps, n_step_tokens;/* steps that ran the model, and their tokens */
+    uint64_t n_prefill_steps, n_mixed_steps; /* steps with prompt tokens; of them, beside decode rows */
     uint64_t n_host_pooled;         /* tokens the host drew on its pool (emit_host_sampled) */
     double step_s, forward_s;       /* their wall time, and the model's part of it */
     uint64_t n_shared_choices;      /* n > 1: choices started on another's prefilled prompt */
@@ -272,6 +284,43 @@ enum smol_err smol_engine_start_speculation(struct smol_engine *e, struct req *q
 /* q's draft for this step: up to max tokens into draft[] (q->n_draft; 0: a
  * plain decode step). */
 void smol_engine_plan_draft(struct smol_engine *e, struct req *q, int max, int32_t *draft);
+
+/* ---- fair shares between tenants, service tiers (engine_fair.c) ---- */
+
+/* One tenant's account: the fair queue's virtual time (tokens scheduled
+ * for it, lifted to the least active tenant's when it comes back from
+ * idle, so that idle time is not banked) and its counts, recounted from
+ * the lists at each admission.  Entries never move: a request points at
+ * its own; an entry nobody uses is reused for a new tenant. */
+#define SMOL_MAX_TENANT_ACCTS 256
+struct smol_tenant_acct {
+    char name[SMOL_RULE_TENANT_MAX + 1];
+    double vt;                      /* tokens scheduled (prompt + decode rows), the queue's order */
+    int queued, running, preempted; /* requests now (running: holding a batch slot) */
+    uint64_t preemptions, served;   /* totals: times its requests were preempted, tokens scheduled */
+    int used;                       /* the entry names a tenant */
+};
+enum smol_err smol_engine_fair_init(struct smol_engine *e, char *err);
+void smol_engine_fair_deinit(struct smol_engine *e);
+/* q (just queued) takes its tenant's account, made when new. */
+void smol_engine_fair_enqueue(struct smol_engine *e, struct req *q);
+/* n tokens of q go into this step: charged to its tenant. */
+void smol_engine_fair_charge(struct req *q, int n);
+/* Admission: preempted requests resumed and queued ones admitted while
+ * slots are free, in order of class (priority, default, flex), then the
+ * tenant least served, then arrival; a waiting request that finds every
+ * slot taken preempts a flex request, or one of a tenant holding more than
+ * its share (max_running / tenants wanting slots).  Stops at the first
+ * that must wait (KV, its session's file). */
+void smol_engine_admit_fair(struct smol_engine *e, double now);
+/* KV pressure: evicts the least recently used idle entry (a cached prefix
+ * first) of the tenant holding the most KV pages that has one; 1 if one
+ * was evicted. */
+int smol_engine_evict_heaviest(struct smol_engine *e);
+/* Per-tenant stats (StatsReply.tenants): n_out entries into *out,
+ * allocated (free it and its entries' array with free); 0, or -1 out of memory. */
+int smol_engine_fair_stats(struct smol_engine *e, Smollm3__TenantStats **out_v, Smollm3__TenantStats ***out_p,
+                           size_t *n_out);
 
 /* Answers a stats / session / health query (engine_query.c). */
 void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t *data, size_t len);

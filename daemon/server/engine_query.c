@@ -84,6 +84,14 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         st.sessions_evicted = e->sessions.n_evicted;
         st.sessions_evicted_per_key = e->sessions.n_evicted_tenant_cap;
         st.unknown_session_refusals = e->n_unknown_session;
+        st.prefill_steps = e->n_prefill_steps;
+        st.mixed_steps = e->n_mixed_steps;
+        st.step_budget_ms = e->sb.budget_ms;
+        st.step_row_ms = e->sb.row_ms;
+        st.step_prompt_token_ms = e->sb.tok_ms;
+        st.preemptions_total = e->n_preemptions;
+        Smollm3__TenantStats *tv = NULL;   /* a failed allocation leaves the list out, not the reply */
+        smol_engine_fair_stats(e, &tv, &st.tenants, &st.n_tenants);
         if (e->cfg.grammars) {
             struct smol_grammar_cache_stats gs;
             smol_grammar_cache_stats(e->cfg.grammars, &gs);
@@ -97,6 +105,8 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         ev.kind_case = SMOLLM3__EVENT__KIND_STATS;
         ev.stats = &st;
         smol_engine_send_event(e, id, SMOL_EV_TERMINAL, &ev);
+        free(st.tenants);
+        free(tv);
         break;
     }
     case SMOLLM3__REQUEST__KIND_TOKENIZE: {

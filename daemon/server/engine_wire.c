@@ -259,6 +259,8 @@ void smol_engine_send_done(struct smol_engine *e, const struct req *q)
     dn.usage = &us;
     dn.timings = &tm;
     dn.stop_string = q->stop_index >= 0 ? q->r->stops[q->stop_index] : "";
+    dn.service_tier = (Smollm3__ServiceTier)q->r->tier;
+    dn.preemptions = (uint32_t)q->n_preempt;
     ev.request_id = q->r->client_id;
     ev.kind_case = SMOLLM3__EVENT__KIND_DONE;
     ev.done = &dn;

@@ -236,7 +236,9 @@ int main(int argc, char **argv)
     smol_engine_config_default(&ec);
     ec.max_running = max_running;
     ec.max_queued = cfg.max_queued;
+    ec.fair_share = cfg.fair_share;
     ec.step_tokens = step_tokens;
+    ec.step_budget_ms = cfg.step_budget_ms >= 0 ? cfg.step_budget_ms : gpu ? SMOL_AUTO_BUDGET_MS_GPU : SMOL_AUTO_BUDGET_MS_CPU;
     ec.default_max_tokens = cfg.default_max_tokens;
     ec.default_thinking_budget = cfg.default_thinking_budget;
     ec.max_sessions = cfg.max_sessions;
@@ -261,8 +263,8 @@ int main(int argc, char **argv)
     }
     smol_rpc_set_ready(rpc, 1);
     sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", name, cfg.listen);
-    smol_log_notice("serving %s on %s (max_running %d, step_tokens %d, max_queued %d%s)", name, cfg.listen, max_running,
-                    step_tokens, cfg.max_queued, wd_usec ? ", watchdog on" : "");
+    smol_log_notice("serving %s on %s (max_running %d, step_tokens %d, step_budget_ms %g, max_queued %d%s)", name,
+                    cfg.listen, max_running, step_tokens, ec.step_budget_ms, cfg.max_queued, wd_usec ? ", watchdog on" : "");
 
     smol_rpc_run(rpc, sc.fd, on_signal, &sc);
 

@@ -336,6 +336,13 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
     }
     if ((e = smol_rule_tenant(g->tenant, "tenant", err))) goto fail;
     strcpy(r->tenant, g->tenant);
+    if (g->service_tier != SMOLLM3__SERVICE_TIER__SERVICE_TIER_DEFAULT &&
+        g->service_tier != SMOLLM3__SERVICE_TIER__SERVICE_TIER_PRIORITY &&
+        g->service_tier != SMOLLM3__SERVICE_TIER__SERVICE_TIER_FLEX) {
+        e = smol_errf(err, SMOL_EINVAL, "'service_tier' %d is not a ServiceTier", (int)g->service_tier);
+        goto fail;
+    }
+    r->tier = (int)g->service_tier;
     if ((e = text_ok(g->date, "date", err))) goto fail;
     if (g->date[0] && (strlen(g->date) >= sizeof r->date_buf || smol_chat_date_check(g->date))) {
         e = smol_errf(err, SMOL_EINVAL, "'date' must read \"DD Month YYYY\" (e.g. \"09 July 2025\"), got \"%.40s\"",

@@ -74,6 +74,8 @@ struct smol_request {
      * released by smol_request_free), or NULL */
     enum smol_constraint_kind constraint;
     struct smol_grammar_entry *grammar;
+    int tier;                           /* scheduling class, Smollm3__ServiceTier: DEFAULT, PRIORITY
+                                           (admitted first), FLEX (idle capacity only, preempted first) */
     double t_received;                  /* CLOCK_MONOTONIC seconds */
     int cancelled;                      /* cancelled before the engine had it (parked): it ends at once, CANCELLED */
 };

@@ -14,7 +14,9 @@ holds (deleted, or evicted without a record on disk) is then reported as
 ERROR_UNKNOWN_SESSION, not silently started over.  --tenant names the
 sessions' namespace (GenerateRequest.tenant; default: the default one).
 
-Needs `pip install pyzmq protobuf` and `protoc` (Debian: protobuf-compiler).
+Needs pyzmq, protobuf and `protoc`: on Debian `apt-get install python3-zmq
+python3-protobuf protobuf-compiler` (its python3 refuses pip outside a venv,
+PEP 668), elsewhere `pip install pyzmq protobuf` in a virtual environment.
 The smollm3_pb2 module is generated from proto/smollm3.proto at run time
 into a temporary directory (or $SMOLLM3_PB2_DIR when set): generated code is
 never committed.

@@ -15,6 +15,11 @@
 #              ReadWritePaths= to the node config's kv_spill_dir (verify with
 #              it), nginx-real-ip.conf trusts X-Forwarded-For from a listed
 #              balancer only
+#   debian     `make install` into a stock Debian nginx layout (sites-enabled/default): the
+#              default disabled with a message, http://localhost/ then smollm3's UI (a
+#              self-check first: beside the default it is not); a customised default kept
+#              with a warning; installed npm packages without src/, .ts, .map; the CUDA
+#              plugin only with INSTALL_CUDA (a GPU, or CUDA=1); the URL printed
 #   nginx      `nginx -t` clean (no warnings) on the site and on scale-out.conf
 #   ratelimit  the installed site in front of a stub gateway: a burst beyond
 #              its limit_req gets 429 in OpenAI's shape, per key, per address
@@ -39,7 +44,10 @@
 #   make-run   `make run MODEL=fixture PORT=free` in the background: /health 200
 #              through nginx, the UI page, one chat completion, one streamed
 #              (SSE, data: [DONE]); SIGTERM to deploy/run.sh -> all
-#              three processes gone, exit status 0              [needs gateway]
+#              three processes gone, exit status 0; sessions on disk (kv_spill_dir
+#              under RUN_DIR, said); started again with SIGINT not ignored, the
+#              session continues from disk (cached tokens) and kill -INT of
+#              make's pid stops all three                       [needs gateway]
 #
 # Prints "N passed, N failed" and exits 1 on any failure; a part whose
 # prerequisites are missing is a failure ("FAIL - cannot run: reason"; `make
@@ -213,6 +221,112 @@ make -s --no-print-directory install BUILD="$BUILD" DESTDIR="$D2" PREFIX=/usr > 
 check 'grep -q "^ExecStart=/usr/bin/smollm3d " "$D2/usr/lib/systemd/system/smollm3d.service" &&
        [ -x "$D2/usr/bin/smollm3d" ] && grep -q "root /usr/share/smollm3d/web;" "$D2/etc/nginx/sites-available/smollm3"' \
       "PREFIX=/usr: binaries, units and site follow"
+
+# ---------------------------------------------------------------- stock Debian nginx
+# make install into a root laid out as Debian's nginx package leaves it: sites-enabled/default
+# a link to the stock default site (`listen 80 default_server`, the "Welcome to nginx!" page).
+# Before the install our site beside it is never reached (the self-check); after it, with our
+# site enabled as install prints, http://localhost/ is smollm3's UI and the default is kept
+# in sites-available.  Then the web assets (what the browser loads only), the CUDA plugin
+# (only where built for a GPU: INSTALL_CUDA) and the URL printed.
+echo "# make install on a stock Debian nginx layout"
+DEB_DEFAULT=/etc/nginx/sites-available/default
+if ! command -v nginx > /dev/null 2>&1 || [ ! -f "$DEB_DEFAULT" ] || [ ! -f /etc/nginx/mime.types ]; then
+    skip "Debian's nginx package (nginx, $DEB_DEFAULT) not installed (make deps): stock layout not tested"
+else
+    DD=$TMP/dest-debian
+    mkdir -p "$DD/etc/nginx/sites-available" "$DD/etc/nginx/sites-enabled" "$DD/etc/nginx/conf.d"
+    cp "$DEB_DEFAULT" "$DD/etc/nginx/sites-available/default"
+    ln -s ../sites-available/default "$DD/etc/nginx/sites-enabled/default"
+    # Debian's main config, its paths moved under DD and TMP; each enabled site on a loopback port,
+    # the installed web root under DD
+    deb_nginx() {   # deb_nginx DIR PORT: nginx.conf in DIR over DD's sites-enabled, started; its pid in NGXPID
+        mkdir -p "$1/logs" "$1/tmp" "$1/sites"
+        for f in "$DD"/etc/nginx/sites-enabled/*; do
+            [ -e "$f" ] || continue
+            sed -e "s/^\([[:space:]]*\)listen \(127\.0\.0\.1:\)\{0,1\}80\( default_server\)\{0,1\};/\1listen 127.0.0.1:$2\3;/" \
+                -e '/listen \[::\]:80/d' -e "s|root /usr/local/share/smollm3d/web;|root $DD/usr/local/share/smollm3d/web;|" \
+                "$f" > "$1/sites/$(basename "$f")"
+        done
+        cat > "$1/nginx.conf" <<NGX
+$([ "$(id -u)" = 0 ] && echo "user root root;")
+worker_processes 1;
+daemon off;
+pid $1/nginx.pid;
+error_log $1/logs/error.log;
+events { worker_connections 64; }
+http {
+    include /etc/nginx/mime.types;
+    default_type application/octet-stream;
+    access_log $1/logs/access.log;
+    client_body_temp_path $1/tmp/body;
+    proxy_temp_path $1/tmp/proxy;
+    fastcgi_temp_path $1/tmp/fastcgi;
+    uwsgi_temp_path $1/tmp/uwsgi;
+    scgi_temp_path $1/tmp/scgi;
+    include $DD/etc/nginx/conf.d/*.conf;
+    include $1/sites/*;
+}
+NGX
+        nginx -p "$1" -c "$1/nginx.conf" -e "$1/logs/error.log" > "$1/logs/stderr" 2>&1 & NGXPID=$!; PIDS="$PIDS $NGXPID"
+        n=0; while [ "$(http_code "http://127.0.0.1:$2/")" = 000 ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+    }
+    # self-check: the stock default beside our site (as shipped) takes http://localhost/
+    sed "s|/usr/share/smollm3d/web|$ROOT/web|g" deploy/nginx/smollm3.conf > "$DD/etc/nginx/sites-enabled/smollm3"
+    P=$(free_port)
+    deb_nginx "$TMP/ngx-deb0" "$P"
+    curl -s -m 5 -H 'Host: localhost' "http://127.0.0.1:$P/" > "$TMP/deb0.html" 2>/dev/null
+    kill -TERM "$NGXPID" 2>/dev/null; wait "$NGXPID" 2>/dev/null
+    rm -f "$DD/etc/nginx/sites-enabled/smollm3"
+    check 'grep -q "Welcome to nginx" "$TMP/deb0.html"' \
+          "self-check: with Debian's default site enabled, http://localhost/ is its page, not smollm3's"
+    make -s --no-print-directory install BUILD="$BUILD" DESTDIR="$DD" CUDA=0 > "$TMP/install-deb.log" 2>&1
+    check '[ ! -e "$DD/etc/nginx/sites-enabled/default" ] && [ -f "$DD/etc/nginx/sites-available/default" ] &&
+           grep -q "^install: disabled Debian.s default nginx site" "$TMP/install-deb.log"' \
+          "make install disables Debian's default site (the link; sites-available/default kept) and says so"
+    ln -s ../sites-available/smollm3 "$DD/etc/nginx/sites-enabled/smollm3"   # as install prints
+    P=$(free_port)
+    deb_nginx "$TMP/ngx-deb1" "$P"
+    curl -s -m 5 -H 'Host: localhost' "http://127.0.0.1:$P/" > "$TMP/deb1.html" 2>/dev/null
+    code=$(http_code -H 'Host: localhost' "http://127.0.0.1:$P/node_modules/dompurify/dist/purify.min.js")
+    kill -TERM "$NGXPID" 2>/dev/null; wait "$NGXPID" 2>/dev/null
+    check 'cmp -s "$TMP/deb1.html" web/index.html' \
+          "after make install on stock Debian: http://localhost/ is smollm3's UI (index.html)"
+    [ -d web/node_modules/dompurify ] &&
+        check '[ "$code" = 200 ]' "the UI's assets are served from the installed tree (purify.min.js: HTTP $code)"
+    check 'grep -q "^install: the service, once started: http://localhost/" "$TMP/install-deb.log"' "make install prints the URL"
+    # a customised default site (it proxies) is left alone, with a warning
+    DC=$TMP/dest-custom
+    mkdir -p "$DC/etc/nginx/sites-available" "$DC/etc/nginx/sites-enabled"
+    printf 'server {\n    listen 80 default_server;\n    root /var/www/html;\n    location /app/ { proxy_pass http://127.0.0.1:9; }\n}\n' \
+        > "$DC/etc/nginx/sites-available/default"
+    ln -s ../sites-available/default "$DC/etc/nginx/sites-enabled/default"
+    make -s --no-print-directory install BUILD="$BUILD" DESTDIR="$DC" CUDA=0 > "$TMP/install-custom.log" 2>&1
+    check '[ -L "$DC/etc/nginx/sites-enabled/default" ] && grep -q "WARNING: .*sites-enabled/default is enabled" "$TMP/install-custom.log"' \
+          "a default site that is not Debian's stock page is kept, with a warning and the way out"
+fi
+# the UI's npm packages: what the browser loads, no sources, type declarations or source maps
+if [ -d web/node_modules/dompurify ]; then
+    W=$D/usr/local/share/smollm3d/web/node_modules
+    extra=$(cd "$W" 2>/dev/null && find . \( -name '*.map' -o -name '*.ts' -o -name '*.mts' -o -path '*/src/*' \) -print | head -n 5 | tr '\n' ' ')
+    check '[ -f "$W/dompurify/dist/purify.min.js" ] && [ -f "$W/marked/lib/marked.umd.js" ] && [ -z "$extra" ]' \
+          "web: the installed npm packages hold what the UI loads, no src/, .ts or .map${extra:+ (found: $extra)}"
+fi
+# the CUDA plugin: installed only where make install was told it is for a GPU (INSTALL_CUDA)
+FB=$TMP/fakebuild
+mkdir -p "$FB/bin" "$FB/lib"
+for p in smollm3 smollm3d smollm3ctl smollm3-gateway; do [ -x "$BUILD/bin/$p" ] && ln -s "$BUILD/bin/$p" "$FB/bin/$p"; done
+[ -e "$FB/bin/smollm3" ] || printf '#!/bin/sh\n' > "$FB/bin/smollm3" && chmod +x "$FB/bin/smollm3"
+printf 'not a real plugin\n' > "$FB/lib/libsmollm3_cuda.so"
+INSTALL_CUDA= sh deploy/install.sh "$FB" "$TMP/dest-nogpu" /usr/local > "$TMP/install-nogpu.log" 2>&1
+INSTALL_CUDA=1 sh deploy/install.sh "$FB" "$TMP/dest-gpu" /usr/local > "$TMP/install-gpu.log" 2>&1
+check '[ ! -e "$TMP/dest-nogpu/usr/local/lib/libsmollm3_cuda.so" ] && grep -q "CUDA plugin .* not installed: no usable GPU" "$TMP/install-nogpu.log" &&
+       [ -f "$TMP/dest-gpu/usr/local/lib/libsmollm3_cuda.so" ]' \
+      "a built CUDA plugin is installed only for a GPU (INSTALL_CUDA), else install says why not"
+make -n --no-print-directory install BUILD="$TMP/nobuild" DESTDIR="$TMP/nodest" CUDA=0 > "$TMP/inst-c0.log" 2>&1
+make -n --no-print-directory install BUILD="$TMP/nobuild" DESTDIR="$TMP/nodest" CUDA=1 > "$TMP/inst-c1.log" 2>&1
+check 'grep -q "^INSTALL_CUDA= sh deploy/install.sh" "$TMP/inst-c0.log" && grep -q "^INSTALL_CUDA=1 sh deploy/install.sh" "$TMP/inst-c1.log"' \
+      "make install tells install.sh: CUDA=0 no plugin, CUDA=1 the plugin"
 
 # ---------------------------------------------------------------- systemd
 echo "# systemd units"
@@ -581,6 +695,10 @@ check 'grep -q "^sh deploy/install-deps.sh bench" "$TMP/bench-n.log" &&
        grep -q "$TP/bin/smollm3 " "$TMP/bench-n.log" && grep -q "$TP/bench/bench_kernels" "$TMP/bench-n.log" &&
        grep -q "$TP/bench/bench_membw" "$TMP/bench-n.log"' \
       "make bench installs what it needs (install-deps.sh bench) and builds the programs and benchmarks, no Check suite"
+if [ ! -e /dev/nvidia0 ] && ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    # nvcc may well be here (CI): the plugin is still not bench's to build without a GPU
+    check '! grep -q "nvcc \|libsmollm3_cuda" "$TMP/bench-n.log"' "no GPU here: make bench builds no CUDA plugin"
+fi
 make -n --no-print-directory all BUILD="$TP" HAVE_CHECK= > "$TMP/all-nocheck-n.log" 2>&1
 check '! grep -q "$TP/tests/test_[a-z0-9_]* \|tests/test_[a-z0-9_]*\.c" "$TMP/all-nocheck-n.log" &&
        grep -q "$TP/bin/smollm3d" "$TMP/all-nocheck-n.log" && grep -q "Check suites.*not built" "$TMP/all-nocheck-n.log"' \
@@ -612,6 +730,10 @@ else
         code=$(curl -s -o "$TMP/resp" -m 60 -w '%{http_code}' -H 'Content-Type: application/json' \
                -d '{"model":"x","messages":[{"role":"user","content":"Hi"}],"max_tokens":4}' "$U/v1/chat/completions")
         check '[ "$code" = 200 ] && grep -q "\"choices\"" "$TMP/resp"' "make run: one chat completion (HTTP $code)"
+        # a conversation on a session, to be continued after a restart (kv_spill_dir)
+        curl -s -o "$TMP/sess1" -m 60 -H 'Content-Type: application/json' \
+            -d '{"model":"x","session_id":"deploy-s1","messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"temperature":0}' \
+            "$U/v1/chat/completions"
         curl -sN -o "$TMP/sse" -m 60 -H 'Content-Type: application/json' \
             -d '{"model":"x","messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"stream":true}' "$U/v1/chat/completions"
         check 'grep -q "^data: {" "$TMP/sse" && tail -n 2 "$TMP/sse" | grep -q "^data: \[DONE\]"' \
@@ -631,6 +753,31 @@ else
         check '[ -n "$three" ] && [ -z "$left" ] && [ $rc = 0 ]' \
               "SIGTERM: daemon, gateway and nginx gone (pids $three${left:+; left:$left}), exit status $rc"
         check '[ ! -e "$R/smollm3d.sock" ]' "make run: sockets removed"
+        check 'grep -q "^kv_spill_dir = $R/kv$" "$R/smollm3d.conf" && grep -q "sessions kept on disk in $R/kv" "$TMP/make-run.log" &&
+               [ -n "$(ls "$R/kv" 2>/dev/null)" ]' "make run keeps sessions on disk (kv_spill_dir = RUN_DIR/kv, written) and says so"
+        # again, as a terminal's make would be (SIGINT not ignored): the session continues from
+        # disk, and kill -INT of make's own pid stops all three as Ctrl-C does
+        RUN_DIR=$R THREADS=1 KV_BUDGET_MB=64 env --default-signal=INT make -s --no-print-directory run BUILD="$BUILD" \
+            MODEL="$FIXTURE" PORT="$P" > "$TMP/make-run2.log" 2>&1 &
+        MP=$!; PIDS="$PIDS $MP"
+        if wait_http_200 "$U/health" 120; then
+            body=$(python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["choices"][0]["message"]["content"]
+print(json.dumps({"model":"x","session_id":"deploy-s1","max_tokens":2,"temperature":0,"messages":[
+    {"role":"user","content":"Hi"},{"role":"assistant","content":a},{"role":"user","content":"Again"}]}))' "$TMP/sess1" 2>/dev/null)
+            cached=$(curl -s -m 60 -H 'Content-Type: application/json' -d "$body" "$U/v1/chat/completions" |
+                     python3 -c 'import json,sys; print(json.load(sys.stdin)["usage"]["prompt_tokens_details"]["cached_tokens"])' 2>/dev/null)
+            check '[ "${cached:-0}" -gt 0 ]' "after a restart of make run the session continues from disk (cached_tokens ${cached:-none})"
+            three=$(cat "$R/pids" 2>/dev/null)
+            kill -INT "$MP"
+            n=0; while kill -0 "$MP" 2>/dev/null && [ $n -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+            left=
+            for p in $three; do kill -0 "$p" 2>/dev/null && left="$left $p"; done
+            check '[ -n "$three" ] && [ -z "$left" ] && ! kill -0 "$MP" 2>/dev/null' \
+                  "kill -INT of make run's pid: make, daemon, gateway and nginx gone (pids $three${left:+; left:$left})"
+        else
+            bad "make run (again): /health never 200 on 127.0.0.1:$P"
+            tail -n 20 "$TMP/make-run2.log" | sed 's/^/    /'
+        fi
     else
         bad "make run: /health never 200 on 127.0.0.1:$P"
         tail -n 20 "$TMP/make-run.log" | sed 's/^/    /'

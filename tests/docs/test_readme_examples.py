@@ -11,10 +11,16 @@ Starts the stack as `make run` does (deploy/run.sh: smollm3d, smollm3-gateway an
 nginx) with RUN_DIR in a temporary directory, on SmolLM2-135M-Instruct
 (build/models/SmolLM2-135M-Instruct.Q4_1.gguf) and a free port.  Runs each command
 of each sh block and each python block as written, with make run's defaults
-substituted: 127.0.0.1:8080 -> the port, build/run/ -> RUN_DIR, build/bin/ ->
-BUILD/bin/.  Each must exit 0 and print an answer: a chat completion JSON with a
-message (no error object), an SSE stream of chunks ending in `data: [DONE]`, or
-(smollm3ctl, Python) non-empty text.  Then proto/examples/client.py in its simple
+substituted: the port comes from the one variable PORT (set to the stack's; an
+example naming 127.0.0.1:8080 itself is a failure), build/run/ -> RUN_DIR,
+build/bin/ -> BUILD/bin/.  Shell examples run with Debian's python3 first on
+PATH (the README's `apt-get install python3-zmq python3-protobuf`), the python
+examples with the tests' venv (the README's venv with openai).  Each must exit 0
+and print an answer: a chat completion JSON with a message (no error object), an
+SSE stream of chunks ending in `data: [DONE]`, or (smollm3ctl, Python) non-empty
+text; and the answer (the message content, the streamed deltas, or the output)
+must hold what the README shows on the `# -> ANSWER` line after the command
+(whitespace folded).  An example without that line is a failure.  Then proto/examples/client.py in its simple
 form.  Two cases check that the checks fail: the curl example sent to an unknown
 path, and the SDK example sent to a closed port.
 
@@ -70,10 +76,15 @@ def readme_blocks(path):
 
 
 def commands(sh_text):
-    """[(line offset, command)] of a shell block: lines joined at trailing backslashes,
-    comments dropped."""
+    """[(line offset, command, expected answer or None)] of a shell block: lines joined at
+    trailing backslashes; a `# -> TEXT` line after a command is its answer, other comments
+    are dropped."""
     cmds, cur, first = [], "", 0
     for i, line in enumerate(sh_text.split("\n")):
+        m = re.match(r"^\s*# -> (.*)$", line)
+        if m and not cur and cmds and cmds[-1][2] is None:
+            cmds[-1] = (cmds[-1][0], cmds[-1][1], m.group(1).strip())
+            continue
         if cur:
             cur += "\n" + line
         elif line.strip() and not line.lstrip().startswith("#"):
@@ -81,15 +92,47 @@ def commands(sh_text):
         else:
             continue
         if not cur.rstrip().endswith("\\"):
-            cmds.append((first, cur))
+            cmds.append((first, cur, None))
             cur = ""
     if cur:
-        cmds.append((first, cur))
+        cmds.append((first, cur, None))
     return cmds
 
 
+def expected_of(py_text):
+    """The `# -> TEXT` line of a python example (its answer), or None."""
+    m = re.findall(r"(?m)^# -> (.*)$", py_text)
+    return m[-1].strip() if m else None
+
+
+def fold(text):
+    return " ".join(text.split())
+
+
+def answer_of(out):
+    """The text a reader reads in out: a chat completion's message content, an SSE stream's
+    deltas, else the output itself."""
+    text = out.strip()
+    if re.search(r"(?m)^data: ", text):
+        content = ""
+        for d in re.findall(r"(?m)^data: (.*)$", text):
+            try:
+                j = json.loads(d)
+            except ValueError:
+                continue
+            for c in j.get("choices", []) if isinstance(j, dict) else []:
+                content += (c.get("delta") or {}).get("content") or ""
+        return content
+    if text.startswith("{"):
+        try:
+            j = json.loads(text)
+            return ((j.get("choices") or [{}])[0].get("message") or {}).get("content") or ""
+        except (ValueError, AttributeError):
+            return text
+    return text
+
+
 def substitute(text, port, run_dir, build):
-    text = text.replace("127.0.0.1:8080", "127.0.0.1:%d" % port)
     text = text.replace("build/run/", run_dir.rstrip("/") + "/")
     if os.path.normpath(build) != "build":
         text = text.replace("build/bin/", os.path.join(build, "bin") + "/")
@@ -140,8 +183,10 @@ def run(cmd, name, env, shell=True, timeout=180):
         return None, "", "timed out after %d s" % timeout
 
 
-def check(name, rc, out, err, expect_fail=False):
+def check(name, rc, out, err, expect_fail=False, want=None):
     why = "exit status %s (%s)" % (rc, err.strip()[-300:]) if rc != 0 else verdict(out)
+    if not why and want is not None and fold(want) not in fold(answer_of(out)):
+        why = "the answer %r does not hold what the README shows: %r" % (fold(answer_of(out))[:200], want)
     if expect_fail:
         if why:
             ok(name + " (fails as it must: %s)" % why[:80])
@@ -186,14 +231,25 @@ def main():
             examples.append((line, lang, text))
         elif lang in LANGS and "not-run" not in info[1:]:
             bad("README.md:%d" % line, "a ```%s block tagged neither `example` nor `not-run`" % lang)
-    sh = [(l + 1 + i, c) for l, lang, t in examples if lang in ("sh", "bash", "shell") for i, c in commands(t)]
+    sh = [(l + 1 + i, c, w) for l, lang, t in examples if lang in ("sh", "bash", "shell") for i, c, w in commands(t)]
     py = [(l, t) for l, lang, t in examples if lang in ("python", "py")]
+    for l, c, w in sh:
+        if w is None:
+            bad("README.md:%d" % l, "no `# -> ANSWER` line after the command (what a reader should see)")
+    for l, t in py:
+        if expected_of(t) is None:
+            bad("README.md:%d" % l, "no `# -> ANSWER` line in the python example (what a reader should see)")
+    fixed = [l for l, c, _ in sh if ":8080" in c] + [l for l, t in py if ":8080" in t]
+    if fixed:
+        bad("README.md:%s" % ",".join(map(str, fixed)), "an example names port 8080 itself, not $PORT (the one variable)")
+    else:
+        ok("every example takes the port from PORT")
     others = [(l, lang) for l, lang, t in examples if lang not in ("sh", "bash", "shell", "python", "py")]
     for l, lang in others:
         bad("README.md:%d" % l, "an example in %r, which this test cannot run" % lang)
-    for what, present in (("a curl command", any(c.lstrip().startswith("curl ") for _, c in sh)),
+    for what, present in (("a curl command", any(c.lstrip().startswith("curl ") for _, c, _ in sh)),
                           ("an openai SDK snippet", any("from openai import" in t for _, t in py)),
-                          ("a smollm3ctl command", any("smollm3ctl" in c for _, c in sh))):
+                          ("a smollm3ctl command", any("smollm3ctl" in c for _, c, _ in sh))):
         if present:
             ok("README.md has " + what + " among its examples")
         else:
@@ -218,6 +274,9 @@ def main():
         import google.protobuf  # noqa: F401
     except ImportError as e:
         bad("prerequisites", "python package missing: %s (make deps: build/venv)" % e)
+    # the README's protobuf client runs on Debian's python3 (python3-zmq, python3-protobuf)
+    if subprocess.run(["/usr/bin/python3", "-c", "import zmq, google.protobuf"], capture_output=True).returncode:
+        bad("prerequisites", "Debian's python3 lacks python3-zmq or python3-protobuf (make deps)")
     if failed and not (sh or py):
         print("examples: %d passed, %d failed" % (passed, failed))
         return 1
@@ -229,8 +288,10 @@ def main():
     tmp = tempfile.mkdtemp(prefix="readme-ex-")
     run_dir = os.path.join(tmp, "run")
     port = free_port()
-    env = dict(os.environ, RUN_DIR=run_dir, THREADS="2", KV_BUDGET_MB="256")
+    env = dict(os.environ, RUN_DIR=run_dir, THREADS="2", KV_BUDGET_MB="256", PORT=str(port))
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    # shell examples as a reader on Debian runs them: python3 is the system's
+    sh_env = dict(env, PATH="/usr/bin:/bin:" + env["PATH"])
     log = open(os.path.join(tmp, "run.log"), "w")
     stack = subprocess.Popen(["sh", "deploy/run.sh", build, os.path.abspath(a.model), str(port)],
                              cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -247,11 +308,14 @@ def main():
             time.sleep(0.5)
         ok("the stack answers /health on 127.0.0.1:%d (deploy/run.sh, RUN_DIR)" % port)
 
-        for line, cmd in sh:
+        first = None
+        for line, cmd, want in sh:
             c = substitute(cmd, port, run_dir, build)
             name = "README.md:%d: %s" % (line, " ".join(cmd.split())[:90])
-            rc, out, err = run(c, name, env)
-            check(name, rc, out, err)
+            rc, out, err = run(c, name, sh_env)
+            check(name, rc, out, err, want=want)
+            if first is None and rc == 0 and want:
+                first = (out, want)
         for line, text in py:
             line += 1
             path = os.path.join(tmp, "example_%d.py" % line)
@@ -259,7 +323,10 @@ def main():
                 f.write(substitute(text, port, run_dir, build))
             name = "README.md:%d: the python example" % line
             rc, out, err = run([sys.executable, path], name, env, shell=False)
-            check(name, rc, out, err)
+            check(name, rc, out, err, want=expected_of(text))
+        if first:
+            check("self-check: an answer that does not hold the README's", 0, first[0], "", expect_fail=True,
+                  want=first[1] + " (not said)")
 
         # proto/examples/client.py as its docstring shows it, in its simple form
         name = "proto/examples/client.py --connect ipc://RUN_DIR/smollm3d.sock \"Hello!\""
@@ -268,17 +335,18 @@ def main():
         check(name, rc, out, err)
 
         # the checks can fail: an unknown path, a closed port
-        curl = next((c for _, c in sh if c.lstrip().startswith("curl ") and "completions" in c), None)
+        curl = next((c for _, c, _ in sh if c.lstrip().startswith("curl ") and "completions" in c), None)
         if curl:
             c = substitute(curl, port, run_dir, build).replace("/v1/chat/completions", "/v1/chat/nowhere")
-            rc, out, err = run(c, "self-check", env)
+            rc, out, err = run(c, "self-check", sh_env)
             check("self-check: the curl example sent to /v1/chat/nowhere", rc, out, err, expect_fail=True)
         if py:
             path = os.path.join(tmp, "closed.py")
             with open(path, "w") as f:
-                f.write(substitute(py[0][1], free_port(), run_dir, build).replace(
+                f.write(substitute(py[0][1], port, run_dir, build).replace(
                     "OpenAI(", "OpenAI(max_retries=0, timeout=10, ", 1))
-            rc, out, err = run([sys.executable, path], "self-check", env, shell=False, timeout=60)
+            rc, out, err = run([sys.executable, path], "self-check", dict(env, PORT=str(free_port())),
+                               shell=False, timeout=60)
             check("self-check: the python example against a closed port", rc, out, err, expect_fail=True)
     finally:
         if stack.poll() is None:

@@ -11,8 +11,9 @@
 # the one set of input rules: the same good and bad inputs through the gateway
 # (HTTP) and straight to the daemon (ZeroMQ), the same verdicts required
 # (tests/gateway/test_rules.py), faults injected into the gateway (tests/gateway/test_fault.py), and
-# tenancy and bounded memory with two API keys and hostile clients (tests/gateway/test_tenancy.py), and
-# API keys: tenant ids under the deployment's secret, tenant=, SIGHUP reload (tests/gateway/test_keys.py).
+# tenancy and bounded memory with two API keys and hostile clients (tests/gateway/test_tenancy.py),
+# API keys: tenant ids under the deployment's secret, tenant=, SIGHUP reload (tests/gateway/test_keys.py), and
+# fair sharing between keys and service tiers (tests/gateway/test_sched.py).
 # Prints "N passed, N failed" and exits non-zero on failure; a missing
 # prerequisite is a failure ("FAIL: cannot run: why"; `make deps` installs
 # them all: promtool from Debian's prometheus, the Python packages in build/venv).
@@ -60,6 +61,10 @@ rc=0
 { python3 tests/gateway/test_keys.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/keys.rc"; } 2>&1 |
     tee "$PB2/keys.out"
 [ "$(cat "$PB2/keys.rc")" = 0 ] || rc=1
+# fair sharing and priority: per-key in-flight limits, service_tier, per-tenant metrics (test_sched.py)
+{ python3 tests/gateway/test_sched.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/sched.rc"; } 2>&1 |
+    tee "$PB2/sched.out"
+[ "$(cat "$PB2/sched.rc")" = 0 ] || rc=1
 # the Responses API with the openai SDK and openai-agents (test_responses.py)
 { python3 tests/gateway/test_responses.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/responses.rc"; } 2>&1 |
     tee "$PB2/responses.out"
@@ -81,9 +86,9 @@ rc=0
 # libmicrohttpd's responses; a sample of the N, SMOL_FAULT_FULL=1 for all)
 { python3 tests/gateway/test_fault.py --build "$BUILD"; echo $? > "$PB2/fault.rc"; } 2>&1 | tee "$PB2/fault.out"
 [ "$(cat "$PB2/fault.rc")" = 0 ] || rc=1
-# one result line for all nine (tests/run_all.sh reads the last one)
+# one result line for all ten (tests/run_all.sh reads the last one)
 sum() { sed -n "s/^\([0-9]*\) passed, \([0-9]*\) failed$/\\$1/p" "$PB2/gateway.out" "$PB2/api.out" "$PB2/responses.out" "$PB2/fleet.out" \
-        "$PB2/anthropic.out" "$PB2/rules.out" "$PB2/fault.out" "$PB2/tenancy.out" "$PB2/keys.out" |
+        "$PB2/anthropic.out" "$PB2/rules.out" "$PB2/fault.out" "$PB2/tenancy.out" "$PB2/keys.out" "$PB2/sched.out" |
         awk '{ n += $1 } END { print n + 0 }'; }
 p=$(sum 1) f=$(sum 2)
 [ "$rc" != 0 ] && [ "$f" = 0 ] && f=1

@@ -654,6 +654,7 @@ def main():
                 pb2 = None
             if pb2:
                 fd = tg.FakeDaemon(os.path.join(st.tmp, "fake.sock"), pb2)
+                fd.thinking = True      # it scripts reasoning: a model with a thinking mode
                 st.gw = tg.Gateway(fd.endpoint, st.tmp, ["--ping-interval", "1"])
                 for n, f in fake:
                     run_test(n, f, st.gw, fd)

@@ -94,7 +94,7 @@ REFUSED_VALUES = [
     # (tool_choice "required" / named without tools, and a malformed name; with tools: t_tool_choice_forced)
     ("tool_choice", "required"), ("tool_choice", {"type": "function", "function": {"name": "get_weather"}}),
     ("tool_choice", {"type": "function", "function": {"name": "not a name!"}}), ("tool_choice", "always"),
-    ("parallel_tool_calls", False), ("service_tier", "flex"), ("modalities", ["text", "audio"]),
+    ("parallel_tool_calls", False), ("service_tier", "gold"), ("modalities", ["text", "audio"]),
     ("top_logprobs", 21), ("logit_bias", {"100": 101}), ("logit_bias", {"x": 1}),
     ("prediction", {"type": "text", "content": "x"}), ("prediction", {"type": "content", "content": 5}),
     ("prediction", {"type": "content", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}),

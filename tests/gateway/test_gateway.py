@@ -760,6 +760,10 @@ def t_ui(gw, d):
     check(st == 404, "second GET: %d" % st)
     st, h, b = gw.request("GET", "/ui/stream/doesnotexist0000")
     check(st == 404, "unknown stream: %d" % st)
+    # a message over the UI's limit: refused, naming the limit
+    st, h, b = ui_post(gw, conversation="conv-big", message="x" * (64 * 1024 + 1))
+    check(st == 413 and b"65537 bytes" in b and b"the limit is 65536 bytes (64 KiB" in b,
+          "message too long: %d %r" % (st, b[:300]))
     # stop mid-generation
     st, h, b = ui_post(gw, conversation="conv-2", think="1")
     sid = sid_of(b.decode())
@@ -1020,6 +1024,7 @@ class FakeDaemon:
         self.sock.bind(self.endpoint)
         self.running = True
         self.max_request_bytes = 0  # HealthReply.max_request_bytes (0: unknown)
+        self.thinking = False       # HealthReply.thinking_supported (SmolLM2's daemon: no thinking mode)
         self.cancels = []
         self.out = []               # (when, ident, Event) to send
         self.lock = threading.Lock()
@@ -1067,7 +1072,7 @@ class FakeDaemon:
                     evs.append(self.ev(rid, token=pb.Token(text=t, token_id=2,
                                                            channel=pb.CHANNEL_CONTENT)))
                 evs.append(self.ev(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_STOP,
-                                                     usage=usage)))
+                                                     usage=usage, service_tier=g.service_tier)))
         gap = 0.15 if "SLOW" in text else 0.0
         with self.lock:
             for i, e in enumerate(evs):
@@ -1118,10 +1123,12 @@ class FakeDaemon:
                 kind = req.WhichOneof("kind")
                 if kind == "health":
                     r = self.ev(req.request_id, health=pb.HealthReply(
-                        ready=True, model="fake", protocol_version=1, max_request_bytes=self.max_request_bytes))
+                        ready=True, model="fake", protocol_version=1, max_request_bytes=self.max_request_bytes,
+                        thinking_supported=self.thinking))
                     self.sock.send_multipart([ident, r.SerializeToString()])
                 elif kind == "stats":
-                    r = self.ev(req.request_id, stats=pb.StatsReply(requests_queued=2))
+                    r = self.ev(req.request_id, stats=getattr(self, "stats_reply", None) or
+                                pb.StatsReply(requests_queued=2))
                     self.sock.send_multipart([ident, r.SerializeToString()])
                 elif kind == "cancel":
                     self.cancels.append(req.cancel.target_request_id)

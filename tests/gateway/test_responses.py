@@ -15,6 +15,13 @@ fixture model (random weights: a call is forced with tool_choice).
   the call renders back as the tokens the model produced.
 * text.format json_schema: the output parses and validates (jsonschema).
 * retrieve / delete / cancel, 404 for an unknown id, 400 for bad values.
+* input_items: the SDK's client.responses.input_items.list pages a
+  response's input (newest first, limit / after / before / order as
+  OpenAI's lists: data, first_id, last_id, has_more); bad values 400.
+* a model without a thinking mode (the fake daemon's health says so, as
+  SmolLM2's does): reasoning.effort that thinks, chat's reasoning_effort and
+  chat_template_kwargs.enable_thinking, Anthropic's thinking are each a 400
+  naming the field; effort "none" is answered.
 
 Prints "ok NAME" / "FAIL NAME: why" and "N passed, N failed" last.
 """
@@ -307,6 +314,73 @@ def t_retrieve_delete(gw, d):
     check(st == 405, "PUT: %d" % st)
 
 
+def t_input_items(gw, d):
+    import openai
+    cl = client(gw)
+    items = [{"role": "user", "content": "One."}, {"role": "assistant", "content": "Two."},
+             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Three."}]}]
+    r = cl.responses.create(model="x", input=items, max_output_tokens=2, temperature=0, reasoning={"effort": "none"})
+    text = lambda it: it.content[0].text  # noqa: E731
+    # the SDK's auto-pagination follows has_more with after=last_id: pages of 2 -> all 3, newest first
+    got = list(cl.responses.input_items.list(r.id, limit=2))
+    check([text(i) for i in got] == ["Three.", "Two.", "One."], "input_items (desc, paged): %r" % got)
+    check(len({i.id for i in got}) == 3 and all(i.type == "message" for i in got) and
+          [i.role for i in got] == ["user", "assistant", "user"] and got[1].content[0].type == "output_text",
+          "items whole (ids, types, roles, parts): %r" % got)
+    page = cl.responses.input_items.list(r.id, limit=2, order="asc")
+    check([text(i) for i in page.data] == ["One.", "Two."] and page.has_more and
+          page.first_id == page.data[0].id and page.last_id == page.data[1].id, "first page asc: %r" % page)
+    asc = [i.id for i in cl.responses.input_items.list(r.id, order="asc")]
+    p2 = cl.responses.input_items.list(r.id, order="asc", after=asc[0])
+    check([text(i) for i in p2.data] == ["Two.", "Three."] and not p2.has_more, "after: %r" % p2)
+    st, _, body = gw.request("GET", "/v1/responses/%s/input_items?order=asc&before=%s" % (r.id, asc[2]))
+    j = json.loads(body)
+    check(st == 200 and [x["content"][0]["text"] for x in j["data"]] == ["One.", "Two."] and
+          j["object"] == "list" and j["has_more"] is False, "before: %d %s" % (st, body))
+    # a string input is one user message with one input_text part
+    r2 = cl.responses.create(model="x", input="Hi", max_output_tokens=1)
+    one = cl.responses.input_items.list(r2.id)
+    check(len(one.data) == 1 and one.data[0].role == "user" and one.data[0].content[0].type == "input_text" and
+          text(one.data[0]) == "Hi" and not one.has_more, "string input: %r" % one)
+    for q, param in (("limit=0", "limit"), ("limit=101", "limit"), ("limit=x", "limit"), ("order=up", "order"),
+                     ("after=msg_nope", "after"), ("before=msg_nope", "before")):
+        st, _, body = gw.request("GET", "/v1/responses/%s/input_items?%s" % (r.id, q))
+        check(st == 400 and json.loads(body)["error"]["param"] == param, "%s: %d %s" % (q, st, body))
+    try:
+        cl.responses.input_items.list("resp_nothing")
+        raise AssertionError("input_items of an unknown response answered")
+    except openai.NotFoundError:
+        pass
+    st, _, _ = gw.request("POST", "/v1/responses/%s/input_items" % r.id, b"")
+    check(st == 405, "POST input_items: %d" % st)
+
+
+def t_no_thinking_mode(gw, fd):
+    """The fake daemon's model has no thinking mode: asking it to think is a 400 naming the
+    field, in every API; thinking off is answered."""
+    cl = client(gw)
+    for effort in ("low", "high"):
+        expect_400(lambda: cl.responses.create(model="x", input="Hi", reasoning={"effort": effort}), "reasoning")
+    r = cl.responses.create(model="x", input="Hi", reasoning={"effort": "none"})
+    check(r.status == "completed", "effort none: %s" % r.status)
+    chat = {"model": "x", "messages": [{"role": "user", "content": "Hi"}]}
+    for extra, param, named in (({"reasoning_effort": "high"}, "reasoning_effort", "'reasoning_effort'"),
+                                ({"chat_template_kwargs": {"enable_thinking": True}}, "chat_template_kwargs",
+                                 "'chat_template_kwargs.enable_thinking'")):
+        st, _, body = gw.request("POST", "/v1/chat/completions", dict(chat, **extra),
+                                 {"Content-Type": "application/json"})
+        e = json.loads(body).get("error", {})
+        check(st == 400 and e.get("param") == param and named in e.get("message", "") and
+              "no thinking mode" in e.get("message", ""), "chat %s: %d %s" % (extra, st, body))
+    st, _, body = gw.request("POST", "/v1/chat/completions", dict(chat, reasoning_effort="none"),
+                             {"Content-Type": "application/json"})
+    check(st == 200, "chat reasoning_effort none: %d %s" % (st, body))
+    st, _, body = gw.request("POST", "/v1/messages", {"model": "x", "max_tokens": 64, "messages": chat["messages"],
+                                                      "thinking": {"type": "enabled", "budget_tokens": 16}},
+                             {"Content-Type": "application/json", "anthropic-version": "2023-06-01"})
+    check(st == 400 and b"'thinking'" in body and b"no thinking mode" in body, "anthropic thinking: %d %s" % (st, body))
+
+
 def t_store_daemon(d, tmp):
     """The gateway keeps no answered response (they are the daemon's): its --responses-store
     bounds only those generating now, so a fourth response does not push out the first."""
@@ -437,6 +511,7 @@ def main():
                          ("responses_tools_stateless", t_tools_stateless), ("responses_tools_stream", t_tools_stream),
                          ("chat_tool_history", t_chat_tool_history),
                          ("responses_json_schema", t_json_schema), ("responses_retrieve_delete", t_retrieve_delete),
+                         ("responses_input_items", t_input_items),
                          ("responses_agents_sdk", t_agents_sdk)):
             if want(name):
                 run_test(name, fn, st.gw, st.d)
@@ -444,12 +519,15 @@ def main():
             run_test("responses_store_daemon", t_store_daemon, st.d, st.tmp)
         st.gw.stop()
         st.gw = None
-        if want("responses_fake_daemon"):
+        if want("responses_fake_daemon") or want("responses_no_thinking_mode"):
             sys.path.insert(0, tg.ARGS.pb2_dir or "")
             import smollm3_pb2 as pb2
             fd = tg.FakeDaemon(os.path.join(st.tmp, "fake.sock"), pb2)
             st.gw = tg.Gateway(fd.endpoint, st.tmp)
-            run_test("responses_fake_daemon", t_fake_daemon, st.gw, fd)
+            if want("responses_fake_daemon"):
+                run_test("responses_fake_daemon", t_fake_daemon, st.gw, fd)
+            if want("responses_no_thinking_mode"):
+                run_test("responses_no_thinking_mode", t_no_thinking_mode, st.gw, fd)
             st.gw.stop()
             st.gw = None
             fd.close()

@@ -5,7 +5,8 @@
 
 * responses_fleet_any_node: a response stored through node 1 (JSON and
   streamed) is GET on node 2 the moment its answer (or response.completed)
-  arrived; another key's GET, DELETE and previous_response_id find nothing,
+  arrived, its input_items too; another key's GET, DELETE,
+  input_items and previous_response_id find nothing,
   with the body, byte for byte, of an id never stored.
 * responses_fleet_chain: a conversation of N turns alternating between the
   nodes by previous_response_id: each turn's prompt holds the whole history
@@ -67,6 +68,12 @@ def t_any_node(st):
     got = json.loads(b)
     check(got["id"] == r["id"] and got["output"] == r["output"] and got["usage"] == r["usage"],
           "node 2's copy differs: %r vs %r" % (got, r))
+    # its input items, on the other node (the daemon's record)
+    s, _, b = g2.request("GET", "/v1/responses/%s/input_items" % r["id"], headers=HA)
+    check(s == 200 and [x["content"][0]["text"] for x in json.loads(b)["data"]] == ["Hi"],
+          "input_items on node 2: %d %s" % (s, b))
+    s, _, b = g2.request("GET", "/v1/responses/%s/input_items" % r["id"], headers=HB)
+    check(s == 404, "B's input_items: %d %s" % (s, b))
     # streamed: stored before response.completed is sent
     c = g1.conn(30)
     c.request("POST", "/v1/responses", json.dumps({"model": "x", "input": "Hello", "stream": True,
