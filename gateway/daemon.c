@@ -194,6 +194,11 @@ int gw_daemon_send_follow(struct gw_stream *s, Smollm3__Request *req)
     req->protocol_version = SMOLLM3__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
     req->request_id = rid;
     size_t n = smollm3__request__get_packed_size(req);
+    if (G.daemon_max_request && n > G.daemon_max_request) {
+        /* a frame the daemon would refuse, or drop with the link every stream shares */
+        gw_metrics_refusal(GW_REFUSE_DAEMON_FRAME, s->key);
+        return -1;
+    }
     uint8_t *b = malloc(n ? n : 1);
     if (!b) return -1;
     smollm3__request__pack(req, b);

@@ -188,7 +188,8 @@ int gw_daemon_fits(const struct gw_stream *s);
 void gw_daemon_cancel(struct gw_stream *s);
 /* Sends req (a one-reply request: its request_id is set here) on behalf of s, whose encoder gets
  * the reply as an event (an ERROR event when the daemon fails it or goes away): 0, or -1 when it
- * could not be sent (nothing pending). */
+ * could not be sent (nothing pending; a frame over the daemon's max_request_bytes is not sent,
+ * counted as gw_daemon_fits counts one). */
 int gw_daemon_send_follow(struct gw_stream *s, Smollm3__Request *req);
 /* 1 while s waits for nothing more from the daemon (terminal, no follow-up pending). */
 static inline int gw_stream_done(const struct gw_stream *s) { return s->terminal && !s->follow_rid; }

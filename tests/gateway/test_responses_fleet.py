@@ -16,6 +16,8 @@
   a follow-up naming it refused.
 * responses_fleet_restart: GET after node 1's gateway restarts and after
   node 2's daemon restarts.
+* responses_store_too_large: a record over the daemon's max_request_bytes
+  is not sent (the answer stands, not stored, counted as daemon_frame).
 * responses_store_bounds: straight to a daemon (protobuf over ZeroMQ), in a
   spill directory and in memory: a tenant's records stay within
   responses_store_mb (the oldest dropped, another tenant's untouched), one
@@ -49,7 +51,7 @@ def turn(gw, text, prev=None, h=HA):
     if prev:
         body["previous_response_id"] = prev
     st, r = post(gw, body, h)
-    check(st == 200 and r["status"] in ("completed", "incomplete"), "turn %r: %d %r" % (text, st, r))
+    check(st == 200 and r["status"] in ("completed", "incomplete"), "turn %r: %d %r" % (text[:40], st, r))
     return r
 
 
@@ -159,6 +161,26 @@ def t_restart(st):
     check(r2["previous_response_id"] == r["id"], "follow-up after both restarts: %r" % r2)
 
 
+def t_too_large(st):
+    """A record over the daemon's max_request_bytes (the input is in it twice: as items and as chat
+    messages) is not sent: the answer stands, the response is not stored, the refusal is counted,
+    and the link every stream shares carries the next request."""
+    d = tg.Daemon(os.path.join(st.tmp, "small.sock"), ["--max-request-bytes", "16384"])
+    g = tg.Gateway(d.endpoint, st.tmp, st.gw_args + ["--max-body-bytes", "15000"])
+    try:
+        r = turn(g, "y" * 10000)    # ~2,500 tokens: a 10 KB request, a 20 KB record
+        s, _, b = g.request("GET", "/v1/responses/" + r["id"], headers=HA)
+        check(s == 404, "a record over max_request_bytes: GET %d" % s)
+        s, _, m = g.request("GET", "/metrics")
+        check(b'smollm3_gateway_refusals_total{reason="daemon_frame"} 1' in m, "the refusal is not counted")
+        r2 = turn(g, "Short")
+        s, _, b = g.request("GET", "/v1/responses/" + r2["id"], headers=HA)
+        check(s == 200, "the next response after it: GET %d" % s)
+    finally:
+        g.stop()
+        d.stop()
+
+
 def rpc(endpoint, pb, **kind):
     import zmq
     ctx = zmq.Context.instance()
@@ -243,7 +265,8 @@ def main():
         st.gw = st.g1
         try:
             for name, fn in (("responses_fleet_any_node", t_any_node), ("responses_fleet_chain", t_chain),
-                             ("responses_fleet_restart", t_restart), ("responses_store_bounds", t_bounds)):
+                             ("responses_fleet_restart", t_restart), ("responses_store_bounds", t_bounds),
+                             ("responses_store_too_large", t_too_large)):
                 if want(name):
                     run_test(name, fn, st)
         finally:
