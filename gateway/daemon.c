@@ -173,7 +173,7 @@ static void follow_reply(struct gw_stream *s, const Smollm3__Event *ev)
     Smollm3__Error er = SMOLLM3__ERROR__INIT;
     if (!ev) {
         er.code = SMOLLM3__ERROR_CODE__ERROR_IO;
-        er.message = "the inference daemon went away";
+        er.message = G.daemon_connected ? "no answer from the daemon" : "the inference daemon went away";
         lost_ev.request_id = s->follow_rid;
         lost_ev.kind_case = SMOLLM3__EVENT__KIND_ERROR;
         lost_ev.error = &er;
@@ -206,6 +206,7 @@ int gw_daemon_send_follow(struct gw_stream *s, Smollm3__Request *req)
     free(b);
     if (e != SMOL_OK) return -1;
     s->follow_rid = rid;
+    s->follow_sent = smol_mono_s();
     return 0;
 }
 
@@ -447,6 +448,12 @@ void gw_daemon_drain(void)
 
 void gw_daemon_tick(double now)
 {
+    /* a follow-up the daemon never answers (a frame it refused unparsed gets request_id 0) fails
+     * after --request-timeout: its stream ends instead of waiting forever */
+    for (struct gw_stream *s = G.streams, *next; s; s = next) {
+        next = s->next;
+        if (s->follow_rid && now - s->follow_sent > G.cfg.request_timeout) follow_reply(s, NULL);
+    }
     int conn = smol_client_connected(G.cli);
     if (conn != G.daemon_connected) {
         G.daemon_connected = conn;

@@ -133,6 +133,7 @@ struct gw_stream {
     uint64_t follow_rid;        /* a one-reply request its encoder sent after the daemon's last event
                                    (a stored Response's write: gw_daemon_send_follow), 0 = none: its
                                    reply goes to the encoder too, and a non-streaming answer waits for it */
+    double follow_sent;         /* monotonic s it was sent: unanswered after --request-timeout, failed */
     const struct gw_proto *proto;   /* what its events become (core.h) */
 };
 

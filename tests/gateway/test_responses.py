@@ -498,6 +498,26 @@ def t_fake_daemon(gw, fd):
     check(st == 404, "cancel unknown: %d" % st)
 
 
+def t_store_unanswered(fd, tmp):
+    """A daemon that never answers a record's write: the answer (held for the daemon's Ack) still
+    comes, after --request-timeout, JSON and streamed."""
+    import time
+    fd.store_silent = True
+    gw = tg.Gateway(fd.endpoint, tmp, extra=["--request-timeout", "1"])
+    try:
+        t0 = time.monotonic()
+        st, r = tg.post_json(gw, "/v1/responses", {"model": "x", "input": "Hi"})
+        check(st == 200 and r["status"] == "completed", "JSON: %d %r" % (st, r))
+        st, _, chunks = tg.read_stream(gw, {"model": "x", "input": "Hi", "stream": True}, path="/v1/responses")
+        body = b"".join(c for _, c in chunks)
+        check(st == 200 and b"event: response.completed" in body, "stream: %d %r" % (st, body[-200:]))
+        took = time.monotonic() - t0
+        check(took < 8, "the answers waited %.1f s" % took)
+    finally:
+        fd.store_silent = False
+        gw.stop()
+
+
 def main():
     want = tg.suite_args()
     with tg.Suite("smollm3-responses-test-") as st:
@@ -530,6 +550,8 @@ def main():
                 run_test("responses_no_thinking_mode", t_no_thinking_mode, st.gw, fd)
             st.gw.stop()
             st.gw = None
+            if want("responses_store_unanswered"):
+                run_test("responses_store_unanswered", t_store_unanswered, fd, st.tmp)
             fd.close()
     return st.result()
 
