@@ -70,6 +70,10 @@ void gw_metrics_store_evicted(void) NEVER
 const char *gw_auth_tenant(int i) NEVER
 int gw_auth_n_keys(void) NEVER
 int gw_auth_n_live(void) NEVER
+unsigned gw_auth_max_inflight(int i, unsigned total) NEVER
+int gw_auth_max_tier(int i) NEVER
+unsigned gw_stream_inflight_of(int key) NEVER
+const char *MHD_lookup_connection_value(struct MHD_Connection *c, enum MHD_ValueKind k, const char *key) NEVER
 int gw_oom_in_request(void) { return 0; }
 const char *smol_client_error_name(int code) NEVER
 const char *smol_client_finish_name(int finish_reason) NEVER
