@@ -164,11 +164,61 @@ void gw_stream_fail(struct gw_stream *s, const struct gw_error *e)
     gw_stream_push(s);
 }
 
+static void lost(struct gw_stream *s);
+
+/* s's follow-up is answered (ev), or failed (ev NULL: the daemon went away). */
+static void follow_reply(struct gw_stream *s, const Smollm3__Event *ev)
+{
+    Smollm3__Event lost_ev = SMOLLM3__EVENT__INIT;
+    Smollm3__Error er = SMOLLM3__ERROR__INIT;
+    if (!ev) {
+        er.code = SMOLLM3__ERROR_CODE__ERROR_IO;
+        er.message = G.daemon_connected ? "no answer from the daemon" : "the inference daemon went away";
+        lost_ev.request_id = s->follow_rid;
+        lost_ev.kind_case = SMOLLM3__EVENT__KIND_ERROR;
+        lost_ev.error = &er;
+        ev = &lost_ev;
+    }
+    s->follow_rid = 0;
+    const unsigned oom = gw_oom_count;
+    if (s->proto && s->proto->event) s->proto->event(s, ev);
+    if (gw_oom_count != oom) lost(s);   /* its last bytes lost: closed, not ended as if whole */
+    if (waiting(s)) wake(s);
+    else gw_stream_push(s);
+}
+
+int gw_daemon_send_follow(struct gw_stream *s, Smollm3__Request *req)
+{
+    char err[SMOL_ERRLEN];
+    uint64_t rid = smol_client_next_id(G.cli);
+    req->protocol_version = SMOLLM3__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
+    req->request_id = rid;
+    size_t n = smollm3__request__get_packed_size(req);
+    if (G.daemon_max_request && n > G.daemon_max_request) {
+        /* a frame the daemon would refuse, or drop with the link every stream shares */
+        gw_metrics_refusal(GW_REFUSE_DAEMON_FRAME, s->key);
+        return -1;
+    }
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b) return -1;
+    smollm3__request__pack(req, b);
+    enum smol_err e = G.daemon_connected ? smol_client_send_raw(G.cli, b, n, err) : SMOL_EIO;
+    free(b);
+    if (e != SMOL_OK) return -1;
+    s->follow_rid = rid;
+    s->follow_sent = smol_mono_s();
+    return 0;
+}
+
 void gw_streams_fail_all(const struct gw_error *e)
 {
     struct gw_stream *s = G.streams, *next;
     for (; s; s = next) {
         next = s->next;
+        if (s->follow_rid) {
+            follow_reply(s, NULL);
+            continue;
+        }
         if (!s->sent) {
             if (!s->req) gw_stream_free(s);     /* unclaimed UI stream */
             continue;
@@ -312,6 +362,11 @@ static void on_event(Smollm3__Event *ev)
         return;
     }
     struct gw_stream *s = gw_stream_by_rid(ev->request_id);
+    if (!s && ev->request_id) {
+        for (s = G.streams; s && s->follow_rid != ev->request_id; s = s->next) {}
+        if (s) follow_reply(s, ev);
+        return;
+    }
     if (!s || s->terminal) return;      /* cancelled or gone */
     if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) {
         /* the daemon's code through the one map (rules.h), carried as it is */
@@ -365,7 +420,7 @@ static void on_event(Smollm3__Event *ev)
     if (gw_oom_count != oom) lost(s);   /* then answered as any failed stream: resumed below */
     if (waiting(s)) {
         /* streaming: answer once started; non-streaming: once finished */
-        if ((gw_kind_sse(s->kind) && s->started) || s->terminal) wake(s);
+        if ((gw_kind_sse(s->kind) && s->started) || gw_stream_done(s)) wake(s);
     } else {
         gw_stream_push(s);
     }
@@ -393,6 +448,12 @@ void gw_daemon_drain(void)
 
 void gw_daemon_tick(double now)
 {
+    /* a follow-up the daemon never answers (a frame it refused unparsed gets request_id 0) fails
+     * after --request-timeout: its stream ends instead of waiting forever */
+    for (struct gw_stream *s = G.streams, *next; s; s = next) {
+        next = s->next;
+        if (s->follow_rid && now - s->follow_sent > G.cfg.request_timeout) follow_reply(s, NULL);
+    }
     int conn = smol_client_connected(G.cli);
     if (conn != G.daemon_connected) {
         G.daemon_connected = conn;

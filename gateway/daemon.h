@@ -130,6 +130,10 @@ struct gw_stream {
                                    as GenerateRequest.tenant, checked when another request names it */
     int counted;                /* counted in G.n_inflight (sent and not terminal; UI: from creation) */
     struct gw_resp_state *rs;   /* /v1/responses: its items and store entry (responses.c) */
+    uint64_t follow_rid;        /* a one-reply request its encoder sent after the daemon's last event
+                                   (a stored Response's write: gw_daemon_send_follow), 0 = none: its
+                                   reply goes to the encoder too, and a non-streaming answer waits for it */
+    double follow_sent;         /* monotonic s it was sent: unanswered after --request-timeout, failed */
     const struct gw_proto *proto;   /* what its events become (core.h) */
 };
 
@@ -183,6 +187,13 @@ int gw_daemon_send_stream(struct gw_stream *s);
  * counted (a larger frame would be dropped by the daemon, closing the link of every stream). */
 int gw_daemon_fits(const struct gw_stream *s);
 void gw_daemon_cancel(struct gw_stream *s);
+/* Sends req (a one-reply request: its request_id is set here) on behalf of s, whose encoder gets
+ * the reply as an event (an ERROR event when the daemon fails it or goes away): 0, or -1 when it
+ * could not be sent (nothing pending; a frame over the daemon's max_request_bytes is not sent,
+ * counted as gw_daemon_fits counts one). */
+int gw_daemon_send_follow(struct gw_stream *s, Smollm3__Request *req);
+/* 1 while s waits for nothing more from the daemon (terminal, no follow-up pending). */
+static inline int gw_stream_done(const struct gw_stream *s) { return s->terminal && !s->follow_rid; }
 struct gw_stream *gw_stream_new(enum gw_kind kind);
 /* Counts s in G.n_inflight now (a send does; a UI stream is counted from its creation, so
  * streams nobody claimed yet cannot take the daemon past --max-inflight when claimed). */

@@ -271,7 +271,7 @@ enum MHD_Result gw_req_answer(struct gw_req *r)
 enum MHD_Result gw_req_wait(struct gw_req *r)
 {
     struct gw_stream *s = r->stream;
-    if (s && (s->err.status || s->terminal ||
+    if (s && (s->err.status || gw_stream_done(s) ||
               (gw_kind_sse(s->kind) && s->started)))
         return gw_req_answer(r);
     r->suspended = 1;

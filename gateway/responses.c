@@ -18,20 +18,31 @@
  * changes nothing) or refused with a 400 naming it; unknown fields are
  * refused unless --ignore-unknown-fields.
  *
- * Stored responses (store, default true) live in a bounded in-memory LRU:
- * at most --responses-store N entries holding --responses-store-mb of memory
- * (each entry's JSON measured as jansson holds it, json_cost), split in
- * equal shares among the API keys.  An entry is its key's (the tenant of the
- * request that made it): another key's GET, DELETE, cancel or
- * previous_response_id finds nothing, with the same answer, byte for byte,
- * as an id that never existed; a key over its share drops its own least
- * recently used entries, never another key's.  Each keeps the daemon session id of its
- * conversation ("resp-" + the first response's id) and the conversation as
- * chat messages (without the instructions, which OpenAI does not carry
- * over), so a follow-up with previous_response_id sends the whole history
- * on that session: the daemon finds its recorded history as a prefix of the
- * render and continues from the session's own tokens (reasoning included),
- * computing only the new ones (usage.input_tokens_details.cached_tokens).
+ * Stored responses (store, default true) are the daemon's, not the
+ * gateway's (proto StoredResponse: the daemon keeps them in kv_spill_dir,
+ * shared by the fleet, or in its memory, per tenant bounded and with a
+ * TTL), so any gateway of the fleet, and this one after a restart, answers
+ * GET / DELETE and previous_response_id.  When a response ends, its record
+ * goes to the daemon (response_store) and the final event (the JSON answer)
+ * waits for the daemon's Ack: a client that has the answer finds it stored.
+ * A record holds what its turn added (the new input as chat messages, the
+ * answer), the daemon session of its conversation ("resp-" + the first
+ * response's id), the Response object and the request's input; its
+ * predecessor is referenced by id (StoredResponse.previous_response_id),
+ * so a chain of N turns stores O(N) bytes.  A follow-up first asks the
+ * daemon for the chain (response_get with chain), joins the turns oldest
+ * first into the whole history (without the instructions, which OpenAI does
+ * not carry over) and sends it on that session: the daemon finds its
+ * recorded history as a prefix of the render and continues from the
+ * session's own tokens, computing only the new ones
+ * (usage.input_tokens_details.cached_tokens).  Records are the request's
+ * tenant's: another key's id is not found, with the same answer, byte for
+ * byte, as an id that never existed.
+ *
+ * The gateway keeps only what dies with a connection: the responses
+ * generating now (and waiting for their Ack), in a list bounded by
+ * --responses-store / --responses-store-mb in per-key shares, so that
+ * cancel, and a GET on this gateway, see them in progress.
  *
  * Daemon events become the Responses stream (event: TYPE / data: JSON, each
  * with sequence_number): response.created, response.in_progress, per item
@@ -105,19 +116,23 @@ struct gw_resp {
     int slot;                           /* its key's share of the store (S.bytes, S.count) */
     size_t bytes;                       /* what it holds (json_cost), counted in S.bytes[slot] */
     json_t *obj;                        /* the Response object */
-    json_t *history;                    /* the conversation as chat messages, this answer included */
     json_t *input;                      /* the request's input items (items.c), for input_items */
     struct gw_stream *live;             /* generating now */
+    struct gw_stream *owner;            /* the stream whose state points here (generating, or waiting for
+                                           the daemon to store it) */
 };
 
 /* Per-stream state (gw_stream.rs). */
 struct gw_resp_state {
     struct gw_resp *stored;             /* its store entry, NULL with store false (or deleted) */
     json_t *echo;                       /* request fields echoed in the Response object */
-    json_t *history;                    /* the messages sent (for the store) */
+    json_t *turn;                       /* the chat messages this turn added (the record's) */
+    json_t *input;                      /* the request's input, as sent (the record's: input_items) */
     char session[64];
     char prev_id[48];
     int store;
+    const char *final_ev;               /* the final event, held until the daemon stored the record */
+    json_t *final_obj;                  /* its Response object (kept for the JSON answer) */
     unsigned seq;                       /* next sequence_number */
     json_t *output;                     /* finished items */
     int open;                           /* 0 none, 1 message, 2 reasoning */
@@ -214,7 +229,7 @@ static void account(struct gw_resp *e, int sign)
 static void remeasure(struct gw_resp *e)
 {
     account(e, -1);
-    e->bytes = sizeof *e + json_cost(e->obj) + json_cost(e->history) + json_cost(e->input);
+    e->bytes = sizeof *e + json_cost(e->obj) + json_cost(e->input);
     account(e, +1);
 }
 
@@ -243,9 +258,8 @@ static void store_front(struct gw_resp *e)
 static void entry_free(struct gw_resp *e)
 {
     if (!e) return;
-    if (e->live && e->live->rs) e->live->rs->stored = NULL;
+    if (e->owner && e->owner->rs) e->owner->rs->stored = NULL;
     json_decref(e->obj);
-    json_decref(e->history);
     json_decref(e->input);
     free(e);
 }
@@ -289,13 +303,15 @@ static int store_fit(struct gw_resp *keep)
 /* Adds e (generating: kept while it runs, measured again when it ends). */
 static void store_add(struct gw_resp *e)
 {
-    e->bytes = sizeof *e + json_cost(e->obj) + json_cost(e->history) + json_cost(e->input);
+    e->bytes = sizeof *e + json_cost(e->obj) + json_cost(e->input);
     store_front(e);
     store_fit(e);
 }
 
 size_t gw_responses_store_count(void) { return S.n; }
 size_t gw_responses_store_bytes(void) { return S.total; }
+
+static int id_ok(const char *id);
 
 /* ---- request parsing ---------------------------------------------------------- */
 
@@ -313,7 +329,9 @@ struct parsed {
     json_t *dumps;                      /* tool_calls_json strings (owned) */
     struct gw_owned strs;               /* owned strings */
     int stream, store;
-    struct gw_resp *prev;
+    char prev_id[48];                   /* previous_response_id, "" = none */
+    json_t *prev_history;               /* its conversation (the daemon's chain), NULL = not fetched yet */
+    size_t n_prev;                      /* of p->messages, those from prev_history */
     const char *tenant;                 /* of the request's key: previous_response_id must be its own */
     char param[64];
 };
@@ -406,7 +424,7 @@ static int parse_input(struct parsed *p, json_t *root, char *why, size_t wn)
     json_t *in = get(root, "input");
     json_t *msgs = p->messages;
     if (!in) {
-        if (!p->prev) FAIL("input", "'input' is required (a string or a list of items)");
+        if (!p->prev_id[0]) FAIL("input", "'input' is required (a string or a list of items)");
         return 0;
     }
     if (json_is_string(in)) {
@@ -684,12 +702,14 @@ static int parse_scalars(struct parsed *p, json_t *root, char *why, size_t wn)
     x = get(root, "previous_response_id");
     if (x) {
         if (!json_is_string(x)) FAIL("previous_response_id", "'previous_response_id' must be a string");
-        p->prev = store_find(json_string_value(x), p->tenant);
-        if (!p->prev)
-            FAIL("previous_response_id", "Previous response with id '%.60s' not found (stored responses are "
-                 "kept in a bounded store, the least recently used dropped first)", json_string_value(x));
-        if (p->prev->live)
+        /* found in the daemon's store once the rest is known good (gw_responses_create) */
+        struct gw_resp *here = id_ok(json_string_value(x)) ? store_find(json_string_value(x), p->tenant) : NULL;
+        if (here && here->live)
             FAIL("previous_response_id", "Previous response with id '%.60s' is still in progress", json_string_value(x));
+        if (!id_ok(json_string_value(x)))
+            FAIL("previous_response_id", "Previous response with id '%.60s' not found (stored responses are "
+                 "kept in a bounded store, the oldest dropped first)", json_string_value(x));
+        snprintf(p->prev_id, sizeof p->prev_id, "%s", json_string_value(x));
         json_object_set(p->echo, "previous_response_id", x);
     }
     return 0;
@@ -747,12 +767,15 @@ static int to_chat(struct parsed *p, char *why, size_t wn)
     return 0;
 }
 
-static int parse_request(struct parsed *p, const char *body, size_t len, const char *tenant, char *why,
-                         size_t wn)
+/* prev_history: previous_response_id's conversation, fetched from the daemon; NULL before (a
+ * request naming one is then checked but not made into chat messages: p->prev_id says to fetch). */
+static int parse_request(struct parsed *p, const char *body, size_t len, const char *tenant, json_t *prev_history,
+                         char *why, size_t wn)
 {
     json_error_t je;
     memset(p, 0, sizeof *p);
     p->tenant = tenant;
+    p->prev_history = prev_history;
     smollm3__generate_request__init(&p->prm.gen);
     smollm3__sampling_params__init(&p->prm.sampling);
     smollm3__chat_input__init(&p->chat);
@@ -769,21 +792,23 @@ static int parse_request(struct parsed *p, const char *body, size_t len, const c
     }
     if (!json_is_object(p->root)) FAIL("", "the request body must be a JSON object");
     if (check_fields(p, p->root, why, wn) || parse_scalars(p, p->root, why, wn)) return -1;
-    if (p->prev) {
-        json_t *h = json_deep_copy(p->prev->history);
+    if (p->prev_id[0] && prev_history) {
+        json_t *h = json_deep_copy(prev_history);
         if (!h || json_array_extend(p->messages, h)) {
             json_decref(h);
             snprintf(why, wn, "out of memory");
             return -1;
         }
         json_decref(h);
+        p->n_prev = json_array_size(p->messages);
     }
-    if (parse_input(p, p->root, why, wn) || parse_tools(p, p->root, why, wn) ||
-        parse_text_reasoning(p, p->root, why, wn) || to_chat(p, why, wn))
-        return -1;
     p->prm.gen.input_case = SMOLLM3__GENERATE_REQUEST__INPUT_CHAT;
     p->prm.gen.chat = &p->chat;
-    return 0;
+    if (parse_input(p, p->root, why, wn) || parse_tools(p, p->root, why, wn) ||
+        parse_text_reasoning(p, p->root, why, wn))
+        return -1;
+    if (p->prev_id[0] && !prev_history) return 0;   /* the rest once the history is there */
+    return to_chat(p, why, wn);
 }
 
 #undef FAIL
@@ -792,7 +817,7 @@ int gw_responses_parse(const char *body, size_t len, void (*check)(Smollm3__Gene
                        size_t pn, char *why, size_t wn)
 {
     struct parsed p;
-    int rc = parse_request(&p, body, len, "", why, wn);
+    int rc = parse_request(&p, body, len, "", NULL, why, wn);
     snprintf(param, pn, "%s", p.param);
     if (!rc && check) check(&p.prm.gen);
     parsed_deinit(&p);
@@ -948,17 +973,54 @@ static void on_tool_call(struct gw_stream *s, const Smollm3__ToolCall *tc)
                                                "name", name, "arguments", args));
 }
 
-/* The conversation through this answer, for a follow-up. */
-static json_t *history_with_answer(struct gw_resp_state *rs)
+/* The assistant message of this answer (its text and tool calls). */
+static json_t *answer_message(struct gw_resp_state *rs)
 {
-    json_t *h = json_deep_copy(rs->history);
     json_t *m = json_pack("{s:s,s:s}", "role", "assistant", "content", rs->content.p ? rs->content.p : "");
-    if (rs->calls) json_object_set(m, "tool_calls", rs->calls);
-    json_array_append_new(h, m);
-    return h;
+    if (m && rs->calls) json_object_set(m, "tool_calls", rs->calls);
+    return m;
 }
 
-/* The end: status, the final event, the store entry. */
+/* Sends s's record to the daemon (response_store, a follow-up of the stream): the turn's new
+ * messages (and the answer, when there is one), the session, the Response object, the input.
+ * 0 when sent (the Ack comes to gw_responses_event), -1 when not. */
+static int persist(struct gw_stream *s, json_t *obj, const char *status)
+{
+    struct gw_resp_state *rs = s->rs;
+    json_t *msgs = rs->turn ? json_deep_copy(rs->turn) : json_array();
+    if (msgs && (!strcmp(status, "completed") || !strcmp(status, "incomplete")))
+        json_array_append_new(msgs, answer_message(rs));
+    json_t *rec = msgs ? json_pack("{s:i,s:O,s:o,s:s,s:O?}", "v", 1, "response", obj, "messages", msgs, "session",
+                                   rs->session, "input", rs->input)
+                       : NULL;
+    char *d = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+    json_decref(rec);
+    if (!d) return -1;
+    Smollm3__StoredResponse sr = SMOLLM3__STORED_RESPONSE__INIT;
+    sr.id = s->id;
+    sr.previous_response_id = rs->prev_id;
+    sr.record.data = (uint8_t *)d;
+    sr.record.len = strlen(d);
+    Smollm3__ResponseStoreRequest st = SMOLLM3__RESPONSE_STORE_REQUEST__INIT;
+    st.tenant = (char *)s->tenant;
+    st.response = &sr;
+    Smollm3__Request req = SMOLLM3__REQUEST__INIT;
+    req.kind_case = SMOLLM3__REQUEST__KIND_RESPONSE_STORE;
+    req.response_store = &st;
+    int rc = gw_daemon_send_follow(s, &req);
+    free(d);
+    return rc;
+}
+
+/* The final event (consumes obj; SSE: the stream then ends). */
+static void final_emit(struct gw_stream *s, const char *ev, json_t *obj)
+{
+    emit(s, ev, json_pack("{s:o}", "response", obj));
+    if (s->kind == GW_OPENAI_SSE) s->ended = 1;
+}
+
+/* The end: status, the local entry's object, the record to the daemon; the final event follows
+ * once the daemon stored it (stored()), or now when nothing is stored. */
 static void finish(struct gw_stream *s, const char *status)
 {
     struct gw_resp_state *rs = s->rs;
@@ -966,33 +1028,48 @@ static void finish(struct gw_stream *s, const char *status)
     rs->status = status;
     close_item(s, !strcmp(status, "completed") ? "completed" : "incomplete");
     json_t *obj = response_json(s, status, strcmp(status, "failed") != 0);
+    const char *ev = !strcmp(status, "completed")    ? "response.completed"
+                     : !strcmp(status, "incomplete") ? "response.incomplete"
+                                                     : "response.failed";
     if (rs->stored) {
         json_decref(rs->stored->obj);
         rs->stored->obj = json_incref(obj);
         rs->stored->live = NULL;
-        if (!strcmp(status, "completed") || !strcmp(status, "incomplete")) {
-            json_decref(rs->stored->history);
-            rs->stored->history = history_with_answer(rs);
-        }
         remeasure(rs->stored);
-        if (store_fit(rs->stored)) {
-            /* alone (or beside the key's running ones) over the key's share: not kept */
-            gw_metrics_refusal(GW_REFUSE_STORE_SHARE, s->key);
-            store_remove(rs->stored);
-            rs->stored = NULL;
+        if (!persist(s, obj, status)) {
+            rs->final_ev = ev;
+            rs->final_obj = obj;
+            return;
         }
+        gw_log(4, "response %s: its record could not be sent to the daemon: not stored", s->id);
+        store_remove(rs->stored);
     }
-    const char *ev = !strcmp(status, "completed")    ? "response.completed"
-                     : !strcmp(status, "incomplete") ? "response.incomplete"
-                                                     : "response.failed";
-    if (!strcmp(status, "cancelled")) ev = "response.failed";
-    emit(s, ev, json_pack("{s:o}", "response", obj));
-    if (s->kind == GW_OPENAI_SSE) s->ended = 1;
+    final_emit(s, ev, obj);
+}
+
+/* The daemon's answer to persist: the final event goes out (stored or not: the answer stands). */
+static void stored(struct gw_stream *s, const Smollm3__Event *ev)
+{
+    struct gw_resp_state *rs = s->rs;
+    if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR)
+        gw_log(4, "response %s not stored: %s", s->id,
+               ev->error && ev->error->message ? ev->error->message : "error");
+    if (rs->stored) store_remove(rs->stored);   /* the daemon's now (or lost): not this gateway's */
+    const char *fe = rs->final_ev;
+    rs->final_ev = NULL;
+    if (s->kind == GW_OPENAI_SSE) {
+        final_emit(s, fe, rs->final_obj);
+        rs->final_obj = NULL;
+    }
 }
 
 void gw_responses_event(struct gw_stream *s, const Smollm3__Event *ev)
 {
     struct gw_resp_state *rs = s->rs;
+    if (rs && rs->final_ev && (ev->kind_case == SMOLLM3__EVENT__KIND_ACK || ev->kind_case == SMOLLM3__EVENT__KIND_ERROR)) {
+        stored(s, ev);          /* the daemon's answer to the record's write (persist) */
+        return;
+    }
     if (!rs || rs->status) return;
     switch (ev->kind_case) {
     case SMOLLM3__EVENT__KIND_STARTED:
@@ -1041,14 +1118,16 @@ void gw_responses_error(struct gw_stream *s, const struct gw_error *e)
     } else if (s->kind != GW_OPENAI_SSE) {
         s->err = *e;
     }
-    s->ended = 1;
+    if (!(rs && rs->final_ev)) s->ended = 1;  /* else once the record is stored */
 }
 
 enum MHD_Result gw_responses_finish_json(struct gw_req *r, struct gw_stream *s)
 {
     struct gw_resp_state *rs = s->rs;
     if (!rs->status) finish(s, s->finish && !strcmp(s->finish, "length") ? "incomplete" : "completed");
-    json_t *obj = rs->stored ? json_incref(rs->stored->obj) : response_json(s, rs->status, 1);
+    json_t *obj = rs->final_obj  ? json_incref(rs->final_obj)
+                  : rs->stored ? json_incref(rs->stored->obj)
+                               : response_json(s, rs->status, 1);
     r->stream = NULL;
     s->req = NULL;
     gw_stream_free(s);
@@ -1059,14 +1138,12 @@ void gw_responses_stream_free(struct gw_stream *s)
 {
     struct gw_resp_state *rs = s->rs;
     if (!rs) return;
-    if (rs->stored) {
-        rs->stored->live = NULL;
-        /* never answered (refused before it started, or its client went
-         * away): there is no response to keep */
-        if (!rs->status) store_remove(rs->stored);
-    }
+    /* generating, or waiting for its Ack: either way only this connection's, never kept here */
+    if (rs->stored) store_remove(rs->stored);
     json_decref(rs->echo);
-    json_decref(rs->history);
+    json_decref(rs->turn);
+    json_decref(rs->input);
+    json_decref(rs->final_obj);
     json_decref(rs->output);
     json_decref(rs->calls);
     json_decref(rs->error);
@@ -1076,24 +1153,197 @@ void gw_responses_stream_free(struct gw_stream *s)
     s->rs = NULL;
 }
 
+/* ---- questions to the daemon's store -------------------------------------------------- */
+
+/* What a store query stream (GW_QUERY, s->api) asks for. */
+enum { Q_GET = 1, Q_DELETE, Q_CANCEL, Q_PREV, Q_ITEMS };
+#define MAX_CHAIN 4096          /* turns of a conversation fetched for previous_response_id */
+
+/* The daemon's reply, kept in s->reply: {"ok": bool, "code", "msg", "records": [{id, prev, rec}]}. */
+static void query_event(struct gw_stream *s, const Smollm3__Event *ev)
+{
+    json_t *res = json_object();
+    if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) {
+        json_object_set_new(res, "code", json_integer(ev->error ? (int)ev->error->code : SMOL_EINTERNAL));
+        json_object_set_new(res, "msg", json_string(ev->error && ev->error->message ? ev->error->message : ""));
+    } else {
+        json_t *recs = json_array();
+        for (size_t i = 0; ev->kind_case == SMOLLM3__EVENT__KIND_RESPONSES && i < ev->responses->n_responses; i++) {
+            const Smollm3__StoredResponse *sr = ev->responses->responses[i];
+            json_t *rec = json_loadb((const char *)sr->record.data, sr->record.len, 0, NULL);
+            json_array_append_new(recs, json_pack("{s:s,s:s,s:o*}", "id", sr->id, "prev", sr->previous_response_id,
+                                                  "rec", rec));
+        }
+        json_object_set_new(res, "records", recs);
+        json_object_set_new(res, "ok", json_true());
+    }
+    json_decref(s->reply);
+    s->reply = res;
+}
+
+static enum MHD_Result not_found(struct gw_req *r, const char *id)
+{
+    return gw_queue_error_param(r, 404, "invalid_request_error", "not_found", "response_id",
+                                "Response with id '%.60s' not found (stored responses are kept in a bounded "
+                                "store, the oldest dropped first)", id);
+}
+
+static enum MHD_Result create(struct gw_req *r, json_t *prev_history, const char *prev_session);
+static enum MHD_Result input_items(struct gw_req *r, json_t *items);
+
+/* previous_response_id's conversation: the chain's turns (newest first in recs), oldest first, as
+ * chat messages, and the session of the conversation; NULL when the chain is broken (a turn no
+ * longer stored) or a record is not one of ours. */
+static json_t *chain_history(json_t *recs, char *session, size_t sn)
+{
+    size_t n = json_array_size(recs);
+    json_t *last = json_array_get(recs, n - 1);
+    if (!n || *json_string_value(json_object_get(last, "prev"))) return NULL;   /* broken */
+    json_t *h = json_array();
+    for (size_t i = n; h && i-- > 0;) {
+        json_t *m = json_object_get(json_object_get(json_array_get(recs, i), "rec"), "messages");
+        if (!json_is_array(m) || json_array_extend(h, m)) {
+            json_decref(h);
+            return NULL;
+        }
+    }
+    const char *ses = json_string_value(json_object_get(json_object_get(json_array_get(recs, 0), "rec"), "session"));
+    snprintf(session, sn, "%s", ses ? ses : "");
+    return h;
+}
+
+/* The daemon answered: the HTTP answer (or, for previous_response_id, the generation). */
+static enum MHD_Result query_finish(struct gw_req *r, struct gw_stream *s)
+{
+    json_t *res = json_incref(s->reply);
+    const int mode = s->api;
+    char id[64];
+    snprintf(id, sizeof id, "%s", s->id);
+    r->stream = NULL;
+    s->req = NULL;
+    gw_stream_free(s);
+    enum MHD_Result ret;
+    json_t *recs = json_object_get(res, "records");
+    json_t *rec = json_object_get(json_array_get(recs, 0), "rec");
+    int code = (int)json_integer_value(json_object_get(res, "code"));
+    if (!json_is_true(json_object_get(res, "ok")) && code != SMOL_ENOSESSION) {
+        struct gw_error e;      /* the store failed (I/O, the daemon gone): the daemon's code and words */
+        gw_error_set(&e, code > 0 && code < SMOL_ERR_COUNT ? (enum smol_err)code : SMOL_EINTERNAL, NULL, "%s",
+                     json_string_value(json_object_get(res, "msg")));
+        ret = gw_queue_gw_error(r, &e);
+    } else if (mode == Q_PREV) {
+        char session[64] = "";
+        json_t *h = rec ? chain_history(recs, session, sizeof session) : NULL;
+        if (!h)
+            ret = gw_core_refuse(r, 0, "previous_response_id",
+                                 rec ? "Previous response's conversation is no longer stored whole (an earlier "
+                                       "turn was deleted or dropped)"
+                                     : "Previous response not found (stored responses are kept in a bounded "
+                                       "store, the oldest dropped first)");
+        else
+            ret = create(r, h, session);
+        json_decref(h);
+    } else if (!json_is_true(json_object_get(res, "ok")) || (mode != Q_DELETE && !json_is_object(rec))) {
+        ret = not_found(r, id);
+    } else if (mode == Q_DELETE) {
+        ret = gw_queue_json(r, 200, json_pack("{s:s,s:s,s:b}", "id", id, "object", "response", "deleted", 1));
+    } else if (mode == Q_ITEMS) {
+        char stem[64];          /* the items' ids, as made when it was stored (items.h) */
+        snprintf(stem, sizeof stem, "%s", id + 5);
+        json_t *items = gw_items_from_input(json_object_get(rec, "input"), stem);
+        ret = items ? input_items(r, items) : gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
+        json_decref(items);
+    } else if (mode == Q_CANCEL) {
+        ret = gw_queue_error(r, 400, "invalid_request_error", "not_cancellable",
+                             "Response '%s' is not in progress (status %s): nothing to cancel", id,
+                             json_string_value(json_object_get(json_object_get(rec, "response"), "status")));
+    } else {
+        ret = gw_queue_json(r, 200, json_incref(json_object_get(rec, "response")));
+    }
+    json_decref(res);
+    return ret;
+}
+
+static const struct gw_proto query_proto = { "responses-store", query_event, NULL, query_finish, NULL };
+
+/* Asks the daemon's store (mode: Q_*) about id for r's tenant; the answer comes to query_finish. */
+static enum MHD_Result ask_store(struct gw_req *r, int mode, const char *id)
+{
+    enum MHD_Result ret;
+    if (!gw_core_admit(r, &ret)) return ret;
+    Smollm3__Request req = SMOLLM3__REQUEST__INIT;
+    Smollm3__ResponseGetRequest get = SMOLLM3__RESPONSE_GET_REQUEST__INIT;
+    Smollm3__ResponseDeleteRequest del = SMOLLM3__RESPONSE_DELETE_REQUEST__INIT;
+    get.tenant = del.tenant = (char *)gw_auth_tenant(r->key);
+    get.id = del.id = (char *)id;
+    get.chain = mode == Q_PREV ? MAX_CHAIN : 0;
+    if (mode == Q_DELETE) {
+        req.kind_case = SMOLLM3__REQUEST__KIND_RESPONSE_DELETE;
+        req.response_delete = &del;
+    } else {
+        req.kind_case = SMOLLM3__REQUEST__KIND_RESPONSE_GET;
+        req.response_get = &get;
+    }
+    struct gw_stream *s = gw_stream_new(GW_QUERY);
+    if (!s) return gw_queue_error(r, 500, "server_error", "out_of_memory", "out of memory");
+    s->proto = &query_proto;
+    s->api = mode;
+    snprintf(s->id, sizeof s->id, "%s", id);
+    s->terminal = 1;            /* nothing generates: only the follow-up's reply is awaited */
+    s->req = r;
+    s->key = r->key;
+    r->stream = s;
+    if (gw_daemon_send_follow(s, &req)) {
+        r->stream = NULL;
+        s->req = NULL;
+        gw_stream_free(s);
+        return gw_queue_error(r, 503, "server_error", "daemon_unavailable", "the inference daemon is not reachable");
+    }
+    r->waiting = 1;
+    return gw_req_wait(r);
+}
+
 /* ---- the endpoints ------------------------------------------------------------------ */
 
+static int id_ok(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n < 6 || n > 47 || strncmp(id, "resp_", 5)) return 0;
+    for (size_t i = 5; i < n; i++)
+        if (!isalnum((unsigned char)id[i])) return 0;
+    return 1;
+}
+
 enum MHD_Result gw_responses_create(struct gw_req *r)
+{
+    return create(r, NULL, NULL);
+}
+
+/* prev_history, prev_session: previous_response_id's conversation, once fetched (query_finish). */
+static enum MHD_Result create(struct gw_req *r, json_t *prev_history, const char *prev_session)
 {
     struct parsed p;
     char why[320];
     enum MHD_Result ret;
-    if (parse_request(&p, r->body.p ? r->body.p : "", r->body.len, gw_auth_tenant(r->key), why, sizeof why)) {
+    if (parse_request(&p, r->body.p ? r->body.p : "", r->body.len, gw_auth_tenant(r->key), prev_history, why,
+                      sizeof why)) {
         ret = gw_core_refuse(r, !strcmp(p.param, "\x01json"), p.param, why);
         parsed_deinit(&p);
         return ret;
+    }
+    if (p.prev_id[0] && !prev_history) {
+        /* the conversation so far is the daemon's: fetched, then this again (query_finish) */
+        char prev[48];
+        snprintf(prev, sizeof prev, "%s", p.prev_id);
+        parsed_deinit(&p);
+        return ask_store(r, Q_PREV, prev);
     }
     if (!gw_core_admit(r, &ret)) {
         parsed_deinit(&p);
         return ret;
     }
     /* a follow-up runs on its conversation's daemon session (below) */
-    if (p.prev) p.prm.gen.session_id = p.prev->session;
+    if (prev_session && *prev_session) p.prm.gen.session_id = (char *)prev_session;
     struct gw_stream *s = gw_core_stream(r, &gw_proto_responses, p.stream ? GW_OPENAI_SSE : GW_OPENAI_JSON,
                                          &p.prm.gen, 1, "resp_", 32, "response", &ret);
     if (!s) {
@@ -1110,13 +1360,18 @@ enum MHD_Result gw_responses_create(struct gw_req *r)
     rs->store = p.store;
     rs->echo = json_incref(p.echo);
     rs->output = json_array();
-    rs->history = json_deep_copy(p.messages);
+    /* this turn's own messages: a chain is stored by reference, each record its turn */
+    rs->turn = json_array();
+    for (size_t i = p.n_prev; i < json_array_size(p.messages); i++)
+        json_array_append(rs->turn, json_array_get(p.messages, i));
+    rs->input = json_incref(get(p.root, "input"));
+    snprintf(rs->prev_id, sizeof rs->prev_id, "%s", p.prev_id);
     /* the daemon session of the conversation, "resp-" + its first response's
      * id: the first response runs without one (the daemon keeps its KV and
      * history as a cached prefix, which a client sending the whole history
      * back also hits), its follow-ups on it (a new session starts from that
      * prefix and persists, on disk too with kv_spill_dir) */
-    if (p.prev) snprintf(rs->session, sizeof rs->session, "%s", p.prev->session);
+    if (prev_session && *prev_session) snprintf(rs->session, sizeof rs->session, "%s", prev_session);
     else snprintf(rs->session, sizeof rs->session, "resp-%s", s->id + 5);
     if (p.store && G.cfg.responses_store && G.cfg.responses_store_bytes) {
         struct gw_resp *e = slots_ready() ? NULL : calloc(1, sizeof *e);
@@ -1129,8 +1384,7 @@ enum MHD_Result gw_responses_create(struct gw_req *r)
         snprintf(e->session, sizeof e->session, "%s", rs->session);
         e->tenant = s->tenant;
         e->slot = slot_of(s->key);
-        e->live = s;
-        e->history = json_deep_copy(p.messages);
+        e->live = e->owner = s;
         e->input = gw_items_from_input(get(p.root, "input"), s->id + 5);
         e->obj = response_json(s, "in_progress", 0);
         store_add(e);
@@ -1140,18 +1394,9 @@ enum MHD_Result gw_responses_create(struct gw_req *r)
     return gw_req_send(r, s);
 }
 
-static int id_ok(const char *id)
-{
-    size_t n = strlen(id);
-    if (n < 6 || n > 47 || strncmp(id, "resp_", 5)) return 0;
-    for (size_t i = 5; i < n; i++)
-        if (!isalnum((unsigned char)id[i])) return 0;
-    return 1;
-}
-
-/* GET /v1/responses/{id}/input_items: a page of e's input items (query: limit, order, after,
+/* GET /v1/responses/{id}/input_items: a page of items (the stored input, made whole) (query: limit, order, after,
  * before, as OpenAI's lists; include is refused, as in the body). */
-static enum MHD_Result input_items(struct gw_req *r, struct gw_resp *e)
+static enum MHD_Result input_items(struct gw_req *r, json_t *items)
 {
     const char *q_limit = MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "limit");
     const char *param = NULL;   /* set by a refusal; NULL after a NULL page: out of memory */
@@ -1165,7 +1410,7 @@ static enum MHD_Result input_items(struct gw_req *r, struct gw_resp *e)
         MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "include[]"))
         return gw_queue_error_param(r, 400, "invalid_request_error", "unsupported_parameter", "include",
                                     "'include' is not supported (the items are listed whole)");
-    json_t *page = gw_items_page(e->input, limit, MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "order"),
+    json_t *page = gw_items_page(items, limit, MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "order"),
                                  MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "after"),
                                  MHD_lookup_connection_value(r->mc, MHD_GET_ARGUMENT_KIND, "before"), &param, why,
                                  sizeof why);
@@ -1175,7 +1420,8 @@ static enum MHD_Result input_items(struct gw_req *r, struct gw_resp *e)
 }
 
 /* GET / DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel, GET
- * /v1/responses/{id}/input_items. */
+ * /v1/responses/{id}/input_items: a response generating on this gateway is answered here, any
+ * other by the daemon's store. */
 enum MHD_Result gw_responses_one(struct gw_req *r, const char *method, const char *arg)
 {
     char id[64];
@@ -1196,12 +1442,16 @@ enum MHD_Result gw_responses_one(struct gw_req *r, const char *method, const cha
         return gw_queue_error(r, 405, "invalid_request_error", "method_not_allowed", "method %s not allowed here",
                               method);
     /* another key's response is not found: the same answer as an id never stored */
-    struct gw_resp *e = id_ok(id) ? store_find(id, gw_auth_tenant(r->key)) : NULL;
-    if (!e)
-        return gw_queue_error_param(r, 404, "invalid_request_error", "not_found", "response_id",
-                                    "Response with id '%.60s' not found (stored responses are kept in a bounded "
-                                    "store, the least recently used dropped first)", id);
-    if (items) return input_items(r, e);
+    if (!id_ok(id)) return not_found(r, id);
+    struct gw_resp *e = store_find(id, gw_auth_tenant(r->key));
+    const int del = !strcmp(method, "DELETE");
+    if (!e || (del && !e->live)) {
+        /* not generating here: the daemon's (a DELETE of one waiting for its Ack goes after the
+         * write on the same link, so it removes what was written) */
+        if (e) store_remove(e);
+        return ask_store(r, cancel ? Q_CANCEL : del ? Q_DELETE : items ? Q_ITEMS : Q_GET, id);
+    }
+    if (items) return input_items(r, e->input);
     if (cancel) {
         /* only a response still generating can be cancelled; background
          * mode (the only one OpenAI cancels) is not offered */
@@ -1214,20 +1464,19 @@ enum MHD_Result gw_responses_one(struct gw_req *r, const char *method, const cha
         json_t *out;
         if (s->rs) {
             finish(s, "cancelled");
-            /* finish drops the entry when it is over its key's share: then the stream's own answer */
-            out = s->rs->stored ? json_incref(s->rs->stored->obj) : response_json(s, "cancelled", 1);
+            out = s->rs->final_obj ? json_incref(s->rs->final_obj)
+                  : s->rs->stored  ? json_incref(s->rs->stored->obj)
+                                   : response_json(s, "cancelled", 1);
         } else {
             out = json_incref(e->obj);
         }
         if (s->req) gw_req_resume(s->req);
         return gw_queue_json(r, 200, out);
     }
-    if (!strcmp(method, "DELETE")) {
-        if (e->live) {
-            struct gw_stream *s = e->live;
-            s->rs->stored = NULL;       /* the stream finishes without it */
-            e->live = NULL;
-        }
+    if (del) {                  /* generating: it finishes without being stored */
+        struct gw_stream *s = e->live;
+        s->rs->stored = NULL;
+        e->live = e->owner = NULL;
         store_remove(e);
         return gw_queue_json(r, 200, json_pack("{s:s,s:s,s:b}", "id", id, "object", "response", "deleted", 1));
     }

@@ -175,10 +175,11 @@ static enum MHD_Result metrics(struct gw_req *r)
     gw_metrics_one(&b, "smollm3_gateway_inflight_streams", "gauge", "Generation requests in flight.",
         (double)G.n_inflight);
     gw_metrics_one(&b, "smollm3_gateway_connections", "gauge", "Open HTTP connections.", (double)G.n_conns);
-    gw_metrics_one(&b, "smollm3_gateway_responses_stored", "gauge", "Stored responses (/v1/responses).",
+    gw_metrics_one(&b, "smollm3_gateway_responses_stored", "gauge",
+        "Responses (/v1/responses, store: true) generating here, or waiting for the daemon to store them.",
         (double)gw_responses_store_count());
     gw_metrics_one(&b, "smollm3_gateway_responses_store_bytes", "gauge",
-        "Memory the stored responses hold (estimated from their JSON).", (double)gw_responses_store_bytes());
+        "Memory those responses hold here (estimated from their JSON).", (double)gw_responses_store_bytes());
     gw_metrics_one(&b, "smollm3_gateway_ui_unclaimed_streams", "gauge", "Web UI streams waiting to be claimed.",
         (double)gw_ui_unclaimed_count());
     gw_metrics_one(&b, "smollm3_daemon_up", "gauge", "1 when the daemon is connected and ready.",

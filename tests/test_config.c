@@ -149,6 +149,14 @@ START_TEST(kv_spill_shared_option)
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-spill-ttl", "7200", NULL), SMOL_OK);
     ck_assert_int_eq(c.kv_spill_ttl, 7200);
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--kv-spill-ttl", "-1", NULL), SMOL_EINVAL);
+    /* stored Responses: 64 MiB per tenant and 30 days by default, flags too */
+    smol_config_defaults(&c);
+    ck_assert_int_eq(c.responses_store_mb, 64);
+    ck_assert_int_eq(c.responses_ttl, 30 * 86400);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--responses-store-mb", "1", "--responses-ttl", "2", NULL),
+                     SMOL_OK);
+    ck_assert(c.responses_store_mb == 1 && c.responses_ttl == 2);
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--responses-ttl", "-1", NULL), SMOL_EINVAL);
 }
 END_TEST
 

@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <limits.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@
 
 #include "daemon/model/model.h"
 #include "daemon/server/log.h"
+#include "daemon/server/responses_store.h"
 #include "daemon/server/sessions.h"
 #include "daemon/server/spill.h"
 #include "testutil.h"
@@ -1610,9 +1612,12 @@ ssize_t __wrap_write(int fd, const void *buf, size_t n)
     return __real_write(fd, buf, n);
 }
 
+static atomic_int fault_fsync_delay_ms;    /* every fsync this much slower: a slow file server */
+
 int __wrap_fsync(int fd)
 {
     struct stat st;
+    if (atomic_load(&fault_fsync_delay_ms)) usleep(1000 * atomic_load(&fault_fsync_delay_ms));
     if (fd == atomic_load(&fault_tmp_fd) && fault_take(F_FSYNC)) return -1;
     if (!fstat(fd, &st) && S_ISDIR(st.st_mode) && fault_take(F_DIRSYNC)) return -1;
     return __real_fsync(fd);
@@ -2028,6 +2033,124 @@ START_TEST(t_shared_fence)
 }
 END_TEST
 
+/* responses_store.c: a record's write failing at each step (open, write, a short write, fsync,
+ * rename, the directory's fsync) with ENOSPC, EIO, ESTALE is an error, the previous record stands
+ * (after the rename, the new one), no temporary file is left, and the next write succeeds; a
+ * temporary file a day old is removed. */
+static int rstore_tmp_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int n = 0;
+    while (d && (de = readdir(d))) n += !strncmp(de->d_name, ".tmp-", 5);
+    if (d) closedir(d);
+    return n;
+}
+
+static void rstore_expect(struct smol_rstore *rs, const char *want)
+{
+    char err[SMOL_ERRLEN];
+    struct smol_rstore_rec g;
+    ck_assert_msg(smol_rstore_get(rs, "t", "resp_a", &g, err) == SMOL_OK, "%s", err);
+    ck_assert_int_eq(g.len, strlen(want));
+    ck_assert(!memcmp(g.data, want, g.len));
+    free(g.data);
+}
+
+START_TEST(t_responses_store_faults)
+{
+    char dir[] = "/tmp/smol-rstore-XXXXXX", td[600], old[700];
+    ck_assert(mkdtemp(dir));
+    snprintf(td, sizeof td, "%s/responses/t-t", dir);
+    char err[SMOL_ERRLEN];
+    struct smol_rstore *rs = NULL;
+    ck_assert_msg(smol_rstore_new(&rs, dir, 1 << 20, 0, err) == SMOL_OK, "%s", err);
+    struct smol_rstore_rec v1 = { .id = "resp_a", .data = (uint8_t *)"one", .len = 3 };
+    struct smol_rstore_rec v2 = { .id = "resp_a", .data = (uint8_t *)"two, longer", .len = 11 };
+    ck_assert_msg(smol_rstore_put(rs, "t", &v1, err) == SMOL_OK, "%s", err);
+    static const int steps[] = {F_OPEN, F_WRITE, F_SHORT, F_FSYNC, F_RENAME, F_DIRSYNC};
+    static const int errs[] = {ENOSPC, EIO, ESTALE};
+    int cases = 0;
+    for (size_t si = 0; si < sizeof steps / sizeof *steps; si++)
+        for (size_t ei = 0; ei < sizeof errs / sizeof *errs; ei++) {
+            fault_arm(steps[si], errs[ei], -1);
+            ck_assert_int_eq(smol_rstore_put(rs, "t", &v2, err), SMOL_EIO);
+            ck_assert_msg(atomic_load(&fault_hits) > 0, "step %d not reached", steps[si]);
+            fault_arm(F_NONE, 0, 0);
+            rstore_expect(rs, steps[si] == F_DIRSYNC ? "two, longer" : "one");
+            ck_assert_int_eq(rstore_tmp_files(td), 0);
+            ck_assert_msg(smol_rstore_put(rs, "t", &v1, err) == SMOL_OK, "%s", err);
+            cases++;
+        }
+    ck_assert_int_eq(cases, 18);
+    ck_assert_msg(smol_rstore_put(rs, "t", &v2, err) == SMOL_OK, "%s", err);
+    rstore_expect(rs, "two, longer");
+    /* a crash's leftover a day old goes at the tenant's next write; a fresh one (a write under way) stays */
+    snprintf(old, sizeof old, "%s/.tmp-resp_b-1-0", td);
+    FILE *f = fopen(old, "w");
+    ck_assert(f && fclose(f) == 0);
+    struct timespec ts[2] = {{time(NULL) - 2 * 86400, 0}, {time(NULL) - 2 * 86400, 0}};
+    ck_assert(!utimensat(AT_FDCWD, old, ts, 0));
+    snprintf(old, sizeof old, "%s/.tmp-resp_c-1-0", td);
+    ck_assert((f = fopen(old, "w")) && fclose(f) == 0);
+    ck_assert_msg(smol_rstore_put(rs, "t", &v1, err) == SMOL_OK, "%s", err);
+    ck_assert_int_eq(rstore_tmp_files(td), 1);
+    smol_rstore_free(&rs);
+    ck_assert(rs == NULL);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
+/* The store's thread: a put handed over returns at once while the file server takes 300 ms per
+ * fsync; the done job comes back through the eventfd with its answer. */
+struct put_job {
+    struct smol_rstore_job base;
+    struct smol_rstore_rec rec;
+    enum smol_err e;
+};
+
+static void put_job_run(struct smol_rstore *rs, struct smol_rstore_job *b)
+{
+    struct put_job *j = (struct put_job *)b;
+    char err[SMOL_ERRLEN];
+    j->e = smol_rstore_put(rs, "t", &j->rec, err);
+}
+
+static void put_job_free(struct smol_rstore_job *b) { (void)b; }
+
+START_TEST(t_responses_store_thread)
+{
+    char dir[] = "/tmp/smol-rstore-XXXXXX";
+    ck_assert(mkdtemp(dir));
+    char err[SMOL_ERRLEN];
+    struct smol_rstore *rs = NULL;
+    ck_assert_msg(smol_rstore_new(&rs, dir, 0, 0, err) == SMOL_OK, "%s", err);
+    struct put_job pj = { .base = { .run = put_job_run, .free = put_job_free },
+                          .rec = { .id = "resp_slow", .data = (uint8_t *)"x", .len = 1 }, .e = SMOL_EINTERNAL };
+    ck_assert_int_eq(smol_rstore_fd(rs), -1);
+    ck_assert_int_eq(smol_rstore_submit(rs, &pj.base), -1);     /* no thread yet */
+    ck_assert_msg(smol_rstore_start(rs, err) == SMOL_OK, "%s", err);
+    atomic_store(&fault_fsync_delay_ms, 300);
+    double t0 = smol_mono_s();
+    ck_assert_int_eq(smol_rstore_submit(rs, &pj.base), 0);
+    ck_assert_msg(smol_mono_s() - t0 < 0.05, "submit waited %.3f s", smol_mono_s() - t0);
+    ck_assert(smol_rstore_done(rs) == NULL);                   /* still writing */
+    struct pollfd p = { .fd = smol_rstore_fd(rs), .events = POLLIN };
+    ck_assert_int_eq(poll(&p, 1, 5000), 1);
+    atomic_store(&fault_fsync_delay_ms, 0);
+    ck_assert(smol_rstore_done(rs) == &pj.base);
+    ck_assert_msg(smol_mono_s() - t0 >= 0.3, "done after %.3f s", smol_mono_s() - t0);
+    ck_assert_int_eq(pj.e, SMOL_OK);
+    ck_assert(smol_rstore_done(rs) == NULL);
+    smol_rstore_free(&rs);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("spill");
@@ -2048,6 +2171,8 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_shared_race);
     tcase_add_test(tc, t_shared_foreign_model);
     tcase_add_test(tc, t_write_faults);
+    tcase_add_test(tc, t_responses_store_faults);
+    tcase_add_test(tc, t_responses_store_thread);
     tcase_add_test(tc, t_shared_failover_expiry);
     tcase_add_test(tc, t_shared_bounded_dir);
     tcase_add_test(tc, t_shared_clock_skew);

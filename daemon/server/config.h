@@ -42,6 +42,8 @@ struct smol_daemon_config {
     int kv_spill_when_idle;     /* bool: write changed sessions whenever the engine is idle */
     int kv_spill_shared;        /* bool: kv_spill_dir is shared by several nodes (spill.h) */
     int kv_spill_ttl;           /* seconds a spill file nobody uses is kept; 0 = session_ttl */
+    int responses_store_mb;     /* stored Responses per tenant (responses_store.h), MiB; 0 = no limit */
+    int responses_ttl;          /* seconds a stored Response is kept; 0 = no limit */
     char backend[SMOL_CONFIG_PATH_MAX]; /* "auto" | "cpu" | "cuda" */
     int cuda_device;            /* CUDA device index */
     char cuda_matvec[8];        /* "f32" | "q8" (checked when set): the CUDA decode mat-vec */

@@ -33,6 +33,7 @@
 #include "daemon/server/grammar_cache.h"
 #include "daemon/model/model.h"
 #include "daemon/server/log.h"
+#include "daemon/server/responses_store.h"
 #include "daemon/server/rpc.h"
 #include "daemon/server/spill.h"
 #include "daemon/text/text.h"
@@ -143,6 +144,7 @@ int main(int argc, char **argv)
     struct smol_rpc *rpc = NULL;
     struct smol_engine *eng = NULL;
     struct smol_spill *spill = NULL;
+    struct smol_rstore *rstore = NULL;   /* stored Responses: the RPC thread's */
     struct smol_grammar_cache *grammars = NULL;
     void *zctx = NULL;
     char name[256];
@@ -193,6 +195,13 @@ int main(int argc, char **argv)
         goto out;
     }
 
+    /* stored Responses beside the sessions' files (shared with them), else in memory */
+    if (smol_rstore_new(&rstore, cfg.kv_spill_dir, (uint64_t)cfg.responses_store_mb << 20, cfg.responses_ttl, err) ||
+        smol_rstore_start(rstore, err)) {
+        smol_log_err("%s", err);
+        goto out;
+    }
+
     sd_notify(0, "STATUS=warming up");
     if (smol_engine_warmup(m, err)) { smol_log_err("warm-up failed: %s", err); goto out; }
 
@@ -215,6 +224,7 @@ int main(int argc, char **argv)
         .watchdog_usec = wd_usec,
         .model_name = name,
         .thinking = has_thinking(m, tok),
+        .rstore = rstore,
     };
     if (!(zctx = zmq_ctx_new())) { smol_log_err("zmq_ctx_new: %s", zmq_strerror(errno)); goto out; }
     if (smol_rpc_new(&rpc, zctx, &rc_cfg, err) || smol_rpc_bind_engine(rpc, ENGINE_ENDPOINT, err) ||
@@ -266,6 +276,7 @@ out:
     smol_engine_stop(&eng);     /* STOP + join, before the sockets and the model go */
     smol_spill_close(&spill);   /* after the engine: it writes there until it stops */
     smol_rpc_free(&rpc);
+    smol_rstore_free(&rstore);
     smol_grammar_cache_free(&grammars);  /* after the engine: requests hold entries */
     if (zctx) zmq_ctx_term(zctx);
     smol_tokenizer_free(&tok);

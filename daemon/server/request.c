@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "daemon/text/text.h"
+#include "daemon/server/responses_store.h"
 
 /* ============================================================ validation */
 
@@ -66,6 +67,32 @@ enum smol_err smol_rpc_decode(const void *buf, size_t len, const struct smol_rpc
             (e = smol_rule_session_id(rq->session_get->session_id, "session_get.session_id", err)) ||
             (e = smol_rule_tenant(rq->session_get->tenant, "session_get.tenant", err)))
             goto fail;
+        break;
+    case SMOLLM3__REQUEST__KIND_RESPONSE_STORE:
+        if (!rq->response_store->response || !rq->response_store->response->id ||
+            !smol_rstore_id_ok(rq->response_store->response->id)) {
+            e = smol_errf(err, SMOL_EINVAL, "response_store.response.id must be 1..64 of [A-Za-z0-9_-]");
+            goto fail;
+        }
+        if (rq->response_store->response->previous_response_id && *rq->response_store->response->previous_response_id &&
+            !smol_rstore_id_ok(rq->response_store->response->previous_response_id)) {
+            e = smol_errf(err, SMOL_EINVAL, "response_store.response.previous_response_id must be 1..64 of [A-Za-z0-9_-]");
+            goto fail;
+        }
+        if ((e = smol_rule_tenant(rq->response_store->tenant, "response_store.tenant", err))) goto fail;
+        break;
+    case SMOLLM3__REQUEST__KIND_RESPONSE_GET:
+        if ((e = text_ok(rq->response_get->id, "response_get.id", err)) ||
+            (e = smol_rule_tenant(rq->response_get->tenant, "response_get.tenant", err)))
+            goto fail;
+        break;
+    case SMOLLM3__REQUEST__KIND_RESPONSE_DELETE:
+        if ((e = text_ok(rq->response_delete->id, "response_delete.id", err)) ||
+            (e = smol_rule_tenant(rq->response_delete->tenant, "response_delete.tenant", err)))
+            goto fail;
+        break;
+    case SMOLLM3__REQUEST__KIND_RESPONSE_LIST:
+        if ((e = smol_rule_tenant(rq->response_list->tenant, "response_list.tenant", err))) goto fail;
         break;
     case SMOLLM3__REQUEST__KIND_SESSION_DELETE:
         if ((e = text_ok(rq->session_delete->session_id, "session_delete.session_id", err)) ||

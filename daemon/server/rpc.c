@@ -400,11 +400,22 @@ static void peer_gone(struct smol_rpc *rpc, struct route *rt)
     }
 }
 
+static void reply_msg(struct smol_rpc *rpc, const unsigned char *ident, size_t ilen, int delim, uint64_t rid,
+                      zmq_msg_t *m);
+
 /* A reply made by the RPC thread: sent now, or queued in a REPLY route. */
 static void reply(struct smol_rpc *rpc, const unsigned char *ident, size_t ilen, int delim, const Smollm3__Event *ev)
 {
     zmq_msg_t m;
     if (pack_event_or_oom(ev, &m)) { smol_log_err("rpc: out of memory packing a reply"); return; }
+    reply_msg(rpc, ident, ilen, delim, ev->request_id, &m);
+}
+
+/* A packed reply (m, taken): sent now, or queued in a REPLY route. */
+static void reply_msg(struct smol_rpc *rpc, const unsigned char *ident, size_t ilen, int delim, uint64_t rid,
+                      zmq_msg_t *mp)
+{
+    zmq_msg_t m = *mp;
     struct route tmp;
     memcpy(tmp.ident, ident, ilen);
     tmp.ident_len = (uint8_t)ilen;
@@ -416,7 +427,7 @@ static void reply(struct smol_rpc *rpc, const unsigned char *ident, size_t ilen,
         zmq_msg_close(&m);
         return;
     }
-    struct route *rt = route_new(rpc, ROUTE_REPLY, ident, ilen, delim, ev->request_id, 0);
+    struct route *rt = route_new(rpc, ROUTE_REPLY, ident, ilen, delim, rid, 0);
     if (!rt) { zmq_msg_close(&m); return; }
     route_push(rpc, rt, &m);
 }
@@ -436,6 +447,167 @@ static void reply_error(struct smol_rpc *rpc, const unsigned char *ident, size_t
     ev.error = &er;
     smol_log_debug("rpc: request %llu refused: %s: %s", (unsigned long long)rid, smol_err_name(code), msg);
     reply(rpc, ident, ilen, delim, &ev);
+}
+
+/* ====================================================== stored Responses */
+
+/* A response_store / get / delete / list request (responses_store.h), answered on the store's
+ * thread: the RPC loop never waits on its files, a slow file server delays only these replies. */
+struct rstore_job {
+    struct smol_rstore_job base;        /* first */
+    Smollm3__Request *rq;               /* the request (owned) */
+    unsigned char ident[256];           /* the client's routing id */
+    uint8_t ident_len, delim;
+    uint8_t *reply;                     /* the packed Event, made on the store's thread; NULL: out of memory */
+    size_t reply_len;
+};
+
+static void rstore_job_free_base(struct smol_rstore_job *b)
+{
+    struct rstore_job *j = (struct rstore_job *)b;
+    smollm3__request__free_unpacked(j->rq, NULL);
+    free(j->reply);
+    free(j);
+}
+
+static void rstore_pack(struct rstore_job *j, const Smollm3__Event *ev)
+{
+    j->reply_len = smollm3__event__get_packed_size(ev);
+    if ((j->reply = malloc(j->reply_len ? j->reply_len : 1))) smollm3__event__pack(ev, j->reply);
+}
+
+/* On the store's thread: the request's answer, packed into j->reply. */
+static void rstore_run(struct smol_rstore *st, struct smol_rstore_job *b)
+{
+    struct rstore_job *j = (struct rstore_job *)b;
+    const Smollm3__Request *rq = j->rq;
+    char err[SMOL_ERRLEN];
+    enum smol_err e = SMOL_OK;
+    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
+    Smollm3__Ack ack = SMOLLM3__ACK__INIT;
+    Smollm3__StoredResponses list = SMOLLM3__STORED_RESPONSES__INIT;
+    enum { MAX_CHAIN = 4096 };
+    struct smol_rstore_rec *recs = NULL;
+    size_t n = 0;
+    ev.request_id = rq->request_id;
+    switch (rq->kind_case) {
+    case SMOLLM3__REQUEST__KIND_RESPONSE_STORE: {
+        const Smollm3__StoredResponse *in = rq->response_store->response;
+        struct smol_rstore_rec r = { .data = in->record.data, .len = in->record.len };
+        snprintf(r.id, sizeof r.id, "%s", in->id);
+        snprintf(r.prev, sizeof r.prev, "%s", in->previous_response_id ? in->previous_response_id : "");
+        e = smol_rstore_put(st, rq->response_store->tenant, &r, err);
+        break;
+    }
+    case SMOLLM3__REQUEST__KIND_RESPONSE_DELETE:
+        e = smol_rstore_delete(st, rq->response_delete->tenant, rq->response_delete->id, err);
+        break;
+    case SMOLLM3__REQUEST__KIND_RESPONSE_LIST:
+        e = smol_rstore_list(st, rq->response_list->tenant, &recs, &n, err);
+        break;
+    default: {  /* get: the response, then up to `chain` predecessors */
+        const uint32_t chain = rq->response_get->chain < MAX_CHAIN ? rq->response_get->chain : MAX_CHAIN;
+        const char *id = rq->response_get->id;
+        for (uint32_t i = 0; i <= chain && !e; i++) {
+            struct smol_rstore_rec *g = realloc(recs, (n + 1) * sizeof *g);
+            if (!g) { e = smol_errf(err, SMOL_ENOMEM, "out of memory"); break; }
+            recs = g;
+            enum smol_err ge = smol_rstore_get(st, rq->response_get->tenant, id, &recs[n], err);
+            if (ge) {
+                if (!n || ge != SMOL_ENOSESSION) e = ge;   /* a missing predecessor ends the walk */
+                break;
+            }
+            id = recs[n++].prev;
+            if (!*id) break;
+        }
+        break;
+    }
+    }
+    Smollm3__StoredResponse *items = n ? calloc(n, sizeof *items) : NULL;
+    Smollm3__StoredResponse **ptrs = n ? calloc(n, sizeof *ptrs) : NULL;
+    if (!e && n && (!items || !ptrs)) e = smol_errf(err, SMOL_ENOMEM, "out of memory");
+    Smollm3__Error er = SMOLLM3__ERROR__INIT;
+    char param[64];
+    if (e) {
+        smol_err_param(err, param, sizeof param);
+        er.code = (Smollm3__ErrorCode)e;
+        er.message = err;
+        er.param = param;
+        ev.kind_case = SMOLLM3__EVENT__KIND_ERROR;
+        ev.error = &er;
+    } else if (rq->kind_case == SMOLLM3__REQUEST__KIND_RESPONSE_STORE ||
+               rq->kind_case == SMOLLM3__REQUEST__KIND_RESPONSE_DELETE) {
+        ev.kind_case = SMOLLM3__EVENT__KIND_ACK;
+        ev.ack = &ack;
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            smollm3__stored_response__init(&items[i]);
+            items[i].id = recs[i].id;
+            items[i].previous_response_id = recs[i].prev;
+            items[i].created_at = recs[i].created;
+            items[i].record.data = recs[i].data;
+            items[i].record.len = recs[i].data ? recs[i].len : 0;
+            ptrs[i] = &items[i];
+        }
+        list.responses = ptrs;
+        list.n_responses = n;
+        ev.kind_case = SMOLLM3__EVENT__KIND_RESPONSES;
+        ev.responses = &list;
+    }
+    rstore_pack(j, &ev);
+    for (size_t i = 0; i < n; i++) free(recs[i].data);
+    free(recs);
+    free(items);
+    free(ptrs);
+}
+
+/* Hands rq (taken: *rqp is NULLed) to the store's thread; refused at once when it cannot. */
+static void handle_responses(struct smol_rpc *rpc, const unsigned char *ident, size_t ilen, int delim,
+                             Smollm3__Request **rqp)
+{
+    const uint64_t rid = (*rqp)->request_id;
+    if (!rpc->cfg.rstore) {
+        reply_error(rpc, ident, ilen, delim, rid, SMOL_EUNSUPPORTED, "this daemon stores no responses");
+        return;
+    }
+    struct rstore_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        reply_error(rpc, ident, ilen, delim, rid, SMOL_ENOMEM, "out of memory");
+        return;
+    }
+    j->base.run = rstore_run;
+    j->base.free = rstore_job_free_base;
+    j->rq = *rqp;
+    memcpy(j->ident, ident, ilen);
+    j->ident_len = (uint8_t)ilen;
+    j->delim = (uint8_t)delim;
+    if (smol_rstore_submit(rpc->cfg.rstore, &j->base)) {
+        j->rq = NULL;
+        rstore_job_free_base(&j->base);
+        reply_error(rpc, ident, ilen, delim, rid, SMOL_EQUEUE_FULL, "too many stored-response requests waiting");
+        return;
+    }
+    *rqp = NULL;
+}
+
+/* The store's done jobs: their replies to their clients. */
+static void rstore_replies(struct smol_rpc *rpc)
+{
+    struct smol_rstore_job *b;
+    while ((b = smol_rstore_done(rpc->cfg.rstore))) {
+        struct rstore_job *j = (struct rstore_job *)b;
+        zmq_msg_t m;
+        if (!j->reply) {
+            reply_error(rpc, j->ident, j->ident_len, j->delim, j->rq->request_id, SMOL_ENOMEM,
+                        "out of memory packing a reply");
+        } else if (zmq_msg_init_size(&m, j->reply_len)) {
+            smol_log_err("rpc: out of memory for a reply");
+        } else {
+            memcpy(zmq_msg_data(&m), j->reply, j->reply_len);
+            reply_msg(rpc, j->ident, j->ident_len, j->delim, j->rq->request_id, &m);
+        }
+        rstore_job_free_base(b);
+    }
 }
 
 /* ====================================================== client requests */
@@ -516,6 +688,12 @@ static void handle_request(struct smol_rpc *rpc, const unsigned char *ident, siz
         }
         break;
     }
+    case SMOLLM3__REQUEST__KIND_RESPONSE_STORE:
+    case SMOLLM3__REQUEST__KIND_RESPONSE_GET:
+    case SMOLLM3__REQUEST__KIND_RESPONSE_DELETE:
+    case SMOLLM3__REQUEST__KIND_RESPONSE_LIST:
+        handle_responses(rpc, ident, ilen, delim, &rq);
+        break;
     default: {  /* stats, session get/list/delete: the engine answers */
         struct route *rt = NULL;
         if (rpc->drained)
@@ -738,14 +916,16 @@ int smol_rpc_poll_once(struct smol_rpc *rpc, int timeout_ms, int extra_fd,
         if (wd < timeout_ms) timeout_ms = wd < 0 ? 0 : wd;
     }
     if (rpc->drained && timeout_ms > 100) timeout_ms = 100;
-    zmq_pollitem_t it[4] = {
+    const int rfd = smol_rstore_fd(rpc->cfg.rstore);
+    zmq_pollitem_t it[5] = {
         {rpc->router, 0, ZMQ_POLLIN, 0},
         {rpc->engine, 0, ZMQ_POLLIN, 0},
         {NULL, rpc->cfg.lim.grammars ? smol_grammar_cache_fd(rpc->cfg.lim.grammars) : -1,
          rpc->cfg.lim.grammars ? ZMQ_POLLIN : 0, 0},
+        {NULL, rfd, rfd >= 0 ? ZMQ_POLLIN : 0, 0},
         {NULL, extra_fd, ZMQ_POLLIN, 0},
     };
-    int n_it = extra_fd >= 0 ? 4 : 3;
+    int n_it = extra_fd >= 0 ? 5 : 4;
     if (zmq_poll(it, n_it, timeout_ms) < 0 && errno != EINTR) {
         smol_log_err("rpc: zmq_poll: %s", zmq_strerror(errno));
         return 0;
@@ -756,7 +936,8 @@ int smol_rpc_poll_once(struct smol_rpc *rpc, int timeout_ms, int extra_fd,
     if (it[0].revents & ZMQ_POLLIN)
         for (int k = 0; k < 256 && recv_client(rpc); k++) {}
     if ((it[2].revents & ZMQ_POLLIN) && rpc->cfg.lim.grammars) unpark_ready(rpc);
-    if (n_it == 4 && (it[3].revents & ZMQ_POLLIN) && on_extra) on_extra(rpc, user);
+    if ((it[3].revents & ZMQ_POLLIN) && rfd >= 0) rstore_replies(rpc);
+    if (n_it == 5 && (it[4].revents & ZMQ_POLLIN) && on_extra) on_extra(rpc, user);
     if (rpc->pending) flush_pending(rpc);
     watchdog_tick(rpc, smol_mono_s());
     return !finished(rpc, smol_mono_s());

@@ -23,6 +23,11 @@
  *   health         -> answered here (ready, model, status, protocol version,
  *                     max_request_bytes: the frame limit above).
  *   stats, session_get/list/delete -> QUERY to the engine, which answers.
+ *   response_store/get/delete/list -> handed to the stored Responses'
+ *                     thread (responses_store.h: small files under
+ *                     kv_spill_dir, or memory), whose replies the loop
+ *                     sends when its eventfd says they are done: neither
+ *                     this loop nor the engine waits on those files.
  * While draining (SIGTERM) generate gets ERROR_SHUTTING_DOWN.
  *
  * Trust.  Clients on this socket are trusted: a request says which tenant
@@ -60,6 +65,7 @@
 #include <stdint.h>
 #include "daemon/server/engine.h"
 #include "daemon/server/request.h"
+#include "daemon/server/responses_store.h"
 #include "daemon/model/error.h"
 #include "smollm3.pb-c.h"     /* generated into $(BUILD)/gen */
 
@@ -77,6 +83,8 @@ struct smol_rpc_config {
     uint64_t watchdog_usec;     /* 0 = no systemd watchdog */
     const char *model_name;     /* health reply (copied) */
     int thinking;               /* health reply: the model has a thinking mode (SmolLM3's template) */
+    struct smol_rstore *rstore; /* stored Responses (responses_store.h), its thread started; NULL:
+                                   those requests are ERROR_UNSUPPORTED.  Not owned */
 };
 
 struct smol_rpc_counters {

@@ -201,6 +201,7 @@ void smol_spill_scan(struct smol_spill *sp, const struct smol_kv *kv)
             continue;
         }
         if (strlen(n) == 37 && !strcmp(n + 32, ".lock")) continue; /* a session's lease (shared) */
+        if (!strcmp(n, "responses")) continue;  /* stored Responses (responses_store.c): theirs */
         if (!smol_spill_is_our_name(n)) {
             smol_log_warn("spill: %s/%s: not a session file name; ignored", sp->dir, n);
             continue;

@@ -46,6 +46,7 @@ struct gw G;
 #define NEVER { __builtin_trap(); }
 void gw_daemon_drain(void) NEVER
 int gw_daemon_send_stream(struct gw_stream *s) NEVER
+int gw_daemon_send_follow(struct gw_stream *s, Smollm3__Request *req) NEVER
 enum MHD_Result gw_queue_error(struct gw_req *r, int status, const char *type, const char *code,
                                const char *fmt, ...) NEVER
 enum MHD_Result gw_queue_error_param(struct gw_req *r, int status, const char *type, const char *code,
@@ -68,6 +69,11 @@ void gw_metrics_refusal(enum gw_refusal why, int key) NEVER
 void gw_metrics_store_evicted(void) NEVER
 const char *gw_auth_tenant(int i) NEVER
 int gw_auth_n_keys(void) NEVER
+int gw_auth_n_live(void) NEVER
+unsigned gw_auth_max_inflight(int i, unsigned total) NEVER
+int gw_auth_max_tier(int i) NEVER
+unsigned gw_stream_inflight_of(int key) NEVER
+const char *MHD_lookup_connection_value(struct MHD_Connection *c, enum MHD_ValueKind k, const char *key) NEVER
 int gw_oom_in_request(void) { return 0; }
 const char *smol_client_error_name(int code) NEVER
 const char *smol_client_finish_name(int finish_reason) NEVER

@@ -34,7 +34,7 @@ CFLAGS="-std=gnu11 -D_GNU_SOURCE -g -O1 -I. -I$OUT/gen -fno-omit-frame-pointer \
  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(pkg-config --cflags $PKG)"
 # shellcheck disable=SC2086
 nice -n 10 $CC $CFLAGS tests/fuzz/fuzz_gateway.c gateway/core.c gateway/openai.c gateway/anthropic.c gateway/params.c \
-    gateway/structured.c gateway/ui.c gateway/util.c gateway/responses.c gateway/fields.c gateway/error.c \
+    gateway/structured.c gateway/ui.c gateway/util.c gateway/responses.c gateway/items.c gateway/fields.c gateway/error.c \
     daemon/text/chat_template.c daemon/text/chat_buf.c daemon/text/pyrepr.c daemon/model/rules.c daemon/model/error.c \
     "$OUT/gen/smollm3.pb-c.c" -ljansson -lprotobuf-c -lm -o "$OUT/fuzz_gateway"
 

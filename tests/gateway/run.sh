@@ -5,7 +5,8 @@
 # the openai SDK and a scripted fake daemon (tests/gateway/test_gateway.py),
 # the OpenAI API surface with the openai SDK, curl and langchain-openai
 # (tests/gateway/test_api.py), the Responses API (tests/gateway/test_responses.py:
-# the openai SDK and openai-agents), Anthropic's Messages API with the
+# the openai SDK and openai-agents; tests/gateway/test_responses_fleet.py: stored
+# responses on two nodes and after restarts), Anthropic's Messages API with the
 # anthropic SDK and langchain-anthropic (tests/gateway/test_anthropic.py), and
 # the one set of input rules: the same good and bad inputs through the gateway
 # (HTTP) and straight to the daemon (ZeroMQ), the same verdicts required
@@ -68,6 +69,11 @@ rc=0
 { python3 tests/gateway/test_responses.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/responses.rc"; } 2>&1 |
     tee "$PB2/responses.out"
 [ "$(cat "$PB2/responses.rc")" = 0 ] || rc=1
+# stored Responses are the daemons': two gateways over two daemons on one shared spill directory,
+# restarts, per-tenant bounds and TTL (test_responses_fleet.py)
+{ python3 tests/gateway/test_responses_fleet.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/fleet.rc"; } 2>&1 |
+    tee "$PB2/fleet.out"
+[ "$(cat "$PB2/fleet.rc")" = 0 ] || rc=1
 # Anthropic's Messages API (test_anthropic.py)
 { python3 tests/gateway/test_anthropic.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/anthropic.rc"; } 2>&1 |
     tee "$PB2/anthropic.out"
@@ -80,8 +86,8 @@ rc=0
 # libmicrohttpd's responses; a sample of the N, SMOL_FAULT_FULL=1 for all)
 { python3 tests/gateway/test_fault.py --build "$BUILD"; echo $? > "$PB2/fault.rc"; } 2>&1 | tee "$PB2/fault.out"
 [ "$(cat "$PB2/fault.rc")" = 0 ] || rc=1
-# one result line for all nine (tests/run_all.sh reads the last one)
-sum() { sed -n "s/^\([0-9]*\) passed, \([0-9]*\) failed$/\\$1/p" "$PB2/gateway.out" "$PB2/api.out" "$PB2/responses.out" \
+# one result line for all ten (tests/run_all.sh reads the last one)
+sum() { sed -n "s/^\([0-9]*\) passed, \([0-9]*\) failed$/\\$1/p" "$PB2/gateway.out" "$PB2/api.out" "$PB2/responses.out" "$PB2/fleet.out" \
         "$PB2/anthropic.out" "$PB2/rules.out" "$PB2/fault.out" "$PB2/tenancy.out" "$PB2/keys.out" "$PB2/sched.out" |
         awk '{ n += $1 } END { print n + 0 }'; }
 p=$(sum 1) f=$(sum 2)

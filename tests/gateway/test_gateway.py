@@ -1081,6 +1081,35 @@ class FakeDaemon:
                     when = now + 2.5      # silent after `started`: pings
                 self.out.append((when, ident, e))
 
+    def stored_response(self, req, kind):
+        """The daemon's stored Responses (proto StoredResponse), in a dict
+        keyed by (tenant, id), at most 64 per tenant: store, get with its
+        chain, delete, list."""
+        pb, rid = self.pb, req.request_id
+        store = self.__dict__.setdefault("responses", {})
+        q = getattr(req, kind)
+        unknown = self.ev(rid, error=pb.Error(code=pb.ERROR_UNKNOWN_SESSION, message="no stored response"))
+        if kind == "response_store":
+            r = pb.StoredResponse()
+            r.CopyFrom(q.response)
+            r.created_at = int(time.time())
+            store.pop((q.tenant, r.id), None)
+            store[(q.tenant, r.id)] = r
+            mine = [k for k in store if k[0] == q.tenant]
+            for k in mine[:max(0, len(mine) - 64)]:     # bounded per tenant, the oldest dropped
+                del store[k]
+            return self.ev(rid, ack=pb.Ack())
+        if kind == "response_delete":
+            return self.ev(rid, ack=pb.Ack()) if store.pop((q.tenant, q.id), None) else unknown
+        if kind == "response_list":
+            return self.ev(rid, responses=pb.StoredResponses(responses=[
+                pb.StoredResponse(id=i) for (t, i) in store if t == q.tenant]))
+        out, i = [], q.id
+        while i and (q.tenant, i) in store and len(out) <= q.chain:
+            out.append(store[(q.tenant, i)])
+            i = out[-1].previous_response_id
+        return self.ev(rid, responses=pb.StoredResponses(responses=out)) if out else unknown
+
     def loop(self):
         zmq, pb = self.zmq, self.pb
         poller = zmq.Poller()
@@ -1107,6 +1136,11 @@ class FakeDaemon:
                     self.sock.send_multipart([ident, r.SerializeToString()])
                 elif kind == "generate":
                     self.script(ident, req.request_id, req.generate)
+                elif kind == "response_store" and getattr(self, "store_silent", False):
+                    pass                # a daemon that never answers (test_responses: the gateway gives up)
+                elif kind.startswith("response_"):
+                    r = self.stored_response(req, kind)
+                    self.sock.send_multipart([ident, r.SerializeToString()])
             now = time.monotonic()
             with self.lock:
                 due = [x for x in self.out if x[0] <= now]

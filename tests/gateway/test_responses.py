@@ -381,19 +381,17 @@ def t_no_thinking_mode(gw, fd):
     check(st == 400 and b"'thinking'" in body and b"no thinking mode" in body, "anthropic thinking: %d %s" % (st, body))
 
 
-def t_store_lru(d, tmp):
+def t_store_daemon(d, tmp):
+    """The gateway keeps no answered response (they are the daemon's): its --responses-store
+    bounds only those generating now, so a fourth response does not push out the first."""
     gw = tg.Gateway(d.endpoint, tmp, extra=["--responses-store", "2"])
     try:
-        import openai
         cl = client(gw)
-        ids = [cl.responses.create(model="x", input="Hi", max_output_tokens=1).id for _ in range(3)]
-        try:
-            cl.responses.retrieve(ids[0])
-            raise AssertionError("the least recently used response outlived --responses-store 2")
-        except openai.NotFoundError:
-            pass
-        for i in ids[1:]:
-            check(cl.responses.retrieve(i).id == i, "recent response evicted")
+        ids = [cl.responses.create(model="x", input="Hi", max_output_tokens=1).id for _ in range(4)]
+        for i in ids:
+            check(cl.responses.retrieve(i).id == i, "response %s lost" % i)
+        st, _, body = gw.request("GET", "/metrics")
+        check(b"\nsmollm3_gateway_responses_stored 0\n" in body, "the gateway holds answered responses")
     finally:
         gw.stop()
 
@@ -500,6 +498,26 @@ def t_fake_daemon(gw, fd):
     check(st == 404, "cancel unknown: %d" % st)
 
 
+def t_store_unanswered(fd, tmp):
+    """A daemon that never answers a record's write: the answer (held for the daemon's Ack) still
+    comes, after --request-timeout, JSON and streamed."""
+    import time
+    fd.store_silent = True
+    gw = tg.Gateway(fd.endpoint, tmp, extra=["--request-timeout", "1"])
+    try:
+        t0 = time.monotonic()
+        st, r = tg.post_json(gw, "/v1/responses", {"model": "x", "input": "Hi"})
+        check(st == 200 and r["status"] == "completed", "JSON: %d %r" % (st, r))
+        st, _, chunks = tg.read_stream(gw, {"model": "x", "input": "Hi", "stream": True}, path="/v1/responses")
+        body = b"".join(c for _, c in chunks)
+        check(st == 200 and b"event: response.completed" in body, "stream: %d %r" % (st, body[-200:]))
+        took = time.monotonic() - t0
+        check(took < 8, "the answers waited %.1f s" % took)
+    finally:
+        fd.store_silent = False
+        gw.stop()
+
+
 def main():
     want = tg.suite_args()
     with tg.Suite("smollm3-responses-test-") as st:
@@ -517,8 +535,8 @@ def main():
                          ("responses_agents_sdk", t_agents_sdk)):
             if want(name):
                 run_test(name, fn, st.gw, st.d)
-        if want("responses_store_lru"):
-            run_test("responses_store_lru", t_store_lru, st.d, st.tmp)
+        if want("responses_store_daemon"):
+            run_test("responses_store_daemon", t_store_daemon, st.d, st.tmp)
         st.gw.stop()
         st.gw = None
         if want("responses_fake_daemon") or want("responses_no_thinking_mode"):
@@ -532,6 +550,8 @@ def main():
                 run_test("responses_no_thinking_mode", t_no_thinking_mode, st.gw, fd)
             st.gw.stop()
             st.gw = None
+            if want("responses_store_unanswered"):
+                run_test("responses_store_unanswered", t_store_unanswered, fd, st.tmp)
             fd.close()
     return st.result()
 

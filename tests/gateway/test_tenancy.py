@@ -21,7 +21,7 @@ every id a client can name.  With two keys, A and B:
   --max-body-bytes is never served (health 503 says why); a request packed
   over it is a 413 and the link (a stream in flight) survives;
 * hostile_*: one key floods the Responses store with large entries (N of
-  400 KiB inputs), parks 1,000 web UI chats nobody claims, opens many
+  400 KiB inputs: the daemon's to bound, the gateway keeps none), parks 1,000 web UI chats nobody claims, opens many
   sessions: the gateway's RSS stays under its configured bounds + 64 MiB,
   the other key's stored responses and requests are never evicted or
   refused, and /metrics counts the refusals.  N: SMOL_HOSTILE_N (default
@@ -329,9 +329,10 @@ def t_hostile(d, tmp, pb2):
         print("  hostile store: %d x 400 KiB in %.1f s; store %.1f MiB (%d entries), evicted %d, peak RSS %.0f MiB "
               "(start %.0f, bound %.0f)" % (HOSTILE_N, took, stored_mb, m["smollm3_gateway_responses_stored"],
                                            m["smollm3_gateway_responses_evicted_total"], peak, base, bound), flush=True)
-        check(stored_mb <= STORE_MB, "store holds %.1f MiB > %d" % (stored_mb, STORE_MB))
-        a_share = STORE_MB / 2 * MIB / (400 * 1024 + 4096)
-        check(m["smollm3_gateway_responses_evicted_total"] >= HOSTILE_N - a_share - 1, "evictions %r" % m)
+        # stored responses are the daemon's (its per-tenant bound: test_responses_fleet.py): the
+        # gateway keeps none once answered
+        check(stored_mb == 0 and m["smollm3_gateway_responses_stored"] == 0,
+              "the gateway holds %.1f MiB of answered responses" % stored_mb)
         for rid in mine:
             st, _, b = gw.request("GET", "/v1/responses/" + rid, headers=HB)
             check(st == 200, "B's stored response %s evicted by A's flood: %d" % (rid, st))

@@ -45,6 +45,10 @@ the nodes listen on 127.0.0.2, .3, .4.  Only these addresses are used.
   restore-4k     a 4K-token session written by one node, its next turn on
                  another: TTFT restored from the shared directory vs a node
                  recomputing it; >= 20x asserted.
+  responses      12 stored Responses made on one node; its gateway restarts:
+                 every live node still answers GET of all 12 (0 lost: they are
+                 the daemons', in the shared directory), and a follow-up by
+                 previous_response_id runs on another node.
   metrics        every series deploy/grafana/smollm3-fleet.json queries is in
                  a live node's /metrics; the Prometheus example scrapes every
                  node.
@@ -207,10 +211,23 @@ class Node:
         if self.spill:
             cmd += ["--kv-spill-dir", self.shared_dir, "--kv-spill-shared"]
         self.daemon = subprocess.Popen(pre + cmd, stdout=dlog, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.start_gateway(glog)
+        return self
+
+    def start_gateway(self, glog=None):
+        if glog is None:
+            glog = open(os.path.join(self.tmp, "g%d.%d.log" % (self.i, len(self.logs))), "ab")
+        pre = self.net.prefix(self.i) if self.spill else []
         self.gateway = subprocess.Popen(pre + [os.path.join(ARGS.build, "bin/smollm3-gateway"), "--listen",
                                                "%s:%d" % (self.host, self.port), "--daemon", self.endpoint],
                                         stdout=glog, stderr=subprocess.STDOUT, cwd=ROOT)
-        return self
+
+    def restart_gateway(self):
+        """systemctl restart smollm3-gateway: the daemon stays"""
+        self.gateway.send_signal(signal.SIGTERM)
+        self.gateway.wait(30)
+        self.start_gateway()
+        return self.healthy(30)
 
     def healthy(self, secs=60):
         return wait_health(self.host, self.port, secs)
@@ -646,6 +663,30 @@ def part_append(nodes, ref_endpoint):
     check(e3 == "ERROR_UNKNOWN_SESSION", "append: a session no node ever had is still refused (%s)" % e3)
 
 
+def part_responses(nodes, n_resp=12):
+    """stored Responses are the daemons' (in the shared directory): a gateway
+    restart loses none, every node answers them, a follow-up runs anywhere"""
+    live = [n for n in nodes if n.alive()]
+    a = live[0]
+    h = {"Content-Type": "application/json"}
+    ids = []
+    for k in range(n_resp):
+        st, b = http_req(a.host, a.port, "POST", "/v1/responses", json.dumps(
+            {"model": "x", "input": "Stored %d" % k, "max_output_tokens": 2, "temperature": 0}), h)
+        if st == 200:
+            ids.append(json.loads(b)["id"])
+    check(len(ids) == n_resp, "responses: %d of %d stored on node %d" % (len(ids), n_resp, a.i))
+    check(a.restart_gateway(), "responses: node %d's gateway restarted" % a.i)
+    found = {n.i: sum(http_req(n.host, n.port, "GET", "/v1/responses/" + i)[0] == 200 for i in ids) for n in live}
+    log("stored responses found after node %d's gateway restart, per node: %s of %d" % (a.i, found, len(ids)))
+    check(all(v == len(ids) for v in found.values()), "responses: 0 stored responses lost to a gateway restart "
+          "(%s of %d found per node)" % (found, len(ids)))
+    b_node = live[-1]
+    st, b = http_req(b_node.host, b_node.port, "POST", "/v1/responses", json.dumps(
+        {"model": "x", "input": "And then?", "max_output_tokens": 2, "previous_response_id": ids[-1]}), h)
+    check(st == 200, "responses: a follow-up on node %d of node %d's response (%d %s)" % (b_node.i, a.i, st, b[:200]))
+
+
 def session_record(shared, key):
     """the conversation (messages) of session `key` as its file in the
     shared directory holds it (spill.h: records, each a header, then key,
@@ -837,6 +878,7 @@ def main():
             return
         part_conversations(net, tmp, shared, nodes, ref, lb)
         part_append(nodes, ref.endpoint)
+        part_responses(nodes)
         part_race(nodes, shared)
         part_restore_4k(tmp, shared, nodes, net)
         part_metrics(nodes)
