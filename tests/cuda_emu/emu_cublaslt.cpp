@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <vector>
 #include "cuda_runtime.h"
 #include "cublasLt.h"
 
@@ -263,21 +264,35 @@ static inline void store(const emu_lt_layout *l, void *p, size_t i, double v)
     else ((uint16_t *)p)[i] = smol_f32_to_half((float)v);
 }
 
+/* op(B) decoded once (n columns of k), then a row of op(A) at a time; the dot in double with four
+ * partial sums (the emulated prefill's head is ~2 G products: a single chain would be slow) */
 static void gemm_thunk(void *ctx)
 {
     const gemm_job *j = (const gemm_job *)ctx;
+    const size_t k = j->k;
+    std::vector<float> bt(j->n * k), ar(k);  /* bf16 / f16 / f32 values are exact in float */
     for (uint64_t col = 0; col < j->n; col++)
-        for (uint64_t row = 0; row < j->m; row++) {
-            double s = 0;
-            for (uint64_t p = 0; p < j->k; p++) {
-                const size_t ia = j->ta == CUBLAS_OP_N ? at(&j->a, row, p) : at(&j->a, p, row);
-                const size_t ib = j->tb == CUBLAS_OP_N ? at(&j->b, p, col) : at(&j->b, col, p);
-                s += load(&j->a, j->A, ia) * load(&j->b, j->B, ib);
+        for (uint64_t p = 0; p < k; p++)
+            bt[col * k + p] = (float)load(&j->b, j->B, j->tb == CUBLAS_OP_N ? at(&j->b, p, col) : at(&j->b, col, p));
+    for (uint64_t row = 0; row < j->m; row++) {
+        for (uint64_t p = 0; p < k; p++)
+            ar[p] = (float)load(&j->a, j->A, j->ta == CUBLAS_OP_N ? at(&j->a, row, p) : at(&j->a, p, row));
+        for (uint64_t col = 0; col < j->n; col++) {
+            const float *b = &bt[col * k];
+            double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            size_t p = 0;
+            for (; p + 4 <= k; p += 4) {
+                s0 += (double)ar[p] * b[p];
+                s1 += (double)ar[p + 1] * b[p + 1];
+                s2 += (double)ar[p + 2] * b[p + 2];
+                s3 += (double)ar[p + 3] * b[p + 3];
             }
-            double v = (double)j->alpha * s;
+            for (; p < k; p++) s0 += (double)ar[p] * b[p];
+            double v = (double)j->alpha * ((s0 + s1) + (s2 + s3));
             if (j->beta != 0.0f) v += (double)j->beta * load(&j->c, j->C, at(&j->c, row, col));
             store(&j->d, j->D, at(&j->d, row, col), v);
         }
+    }
 }
 static void gemm_free(void *ctx) { delete (gemm_job *)ctx; }
 static void *gemm_copy(const void *ctx) { return new gemm_job(*(const gemm_job *)ctx); }
