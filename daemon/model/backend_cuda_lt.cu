@@ -37,6 +37,7 @@
 
 struct lt_plan {
     int m, n, k, ldd;
+    uint32_t align;                     /* D's (and C's) alignment the algorithm was chosen for */
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
 };
@@ -133,21 +134,34 @@ int smol_lt_ok(const struct smol_lt *lt, const struct smol_weight *w, int n)
            (size_t)n * w->cols <= lt->xbf_cap && (size_t)w->cols <= lt->wbf_cap;
 }
 
-/* the plan of D[m x n] (leading dimension ldd) = A^T[m x k] B[k x n]: made once, then found */
-static const struct lt_plan *plan_get(struct smol_lt *lt, int m, int n, int k, int ldd, cublasStatus_t *st)
+/* the largest power of two <= 256 that divides p's address: cuBLASLt's algorithms assume 256-byte
+ * aligned operands unless the preference says less (A and B are our scratch: 256) */
+static uint32_t align_of(const void *p)
+{
+    uint32_t a = 256;
+    while (a > 4 && (uintptr_t)p % a) a /= 2;
+    return a;
+}
+
+/* the plan of D[m x n] (leading dimension ldd, at an address aligned to align) = A^T[m x k] B[k x n]:
+ * made once, then found */
+static const struct lt_plan *plan_get(struct smol_lt *lt, int m, int n, int k, int ldd, uint32_t align,
+                                      cublasStatus_t *st)
 {
     for (int i = 0; i < lt->n_plans; i++) {
         const struct lt_plan *p = &lt->plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->ldd == ldd) return p;
+        if (p->m == m && p->n == n && p->k == k && p->ldd == ldd && p->align == align) return p;
     }
     struct lt_plan p;
     memset(&p, 0, sizeof p);
-    p.m = m, p.n = n, p.k = k, p.ldd = ldd;
+    p.m = m, p.n = n, p.k = k, p.ldd = ldd, p.align = align;
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     cublasStatus_t s = cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, k);
     if (!s) s = cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, k);
     if (!s) s = cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, (uint64_t)m, (uint64_t)n, ldd);
+    if (!s) s = cublasLtMatmulPreferenceSetAttribute(lt->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align, sizeof align);
+    if (!s) s = cublasLtMatmulPreferenceSetAttribute(lt->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof align);
     if (!s) s = cublasLtMatmulAlgoGetHeuristic(lt->h, lt->op, p.a, p.b, p.d, p.d, lt->pref, 1, &res, &found);
     if (!s && (found < 1 || res.state != CUBLAS_STATUS_SUCCESS)) s = CUBLAS_STATUS_NOT_SUPPORTED;
     *st = s;
@@ -183,16 +197,20 @@ cudaError_t smol_lt_matmul(struct smol_lt *lt, float *const *outs, const struct 
     const float alpha = 1.0f, beta = add ? 1.0f : 0.0f;
     for (int i = 0; i < n_w && !e; i++) {
         const struct smol_weight *w = ws[i];
-        const int slab = (int)(lt->wbf_cap / (size_t)k < (size_t)w->rows ? lt->wbf_cap / (size_t)k : (size_t)w->rows);
+        /* rows a slab: what the scratch holds, in multiples of 64 where it holds more (D's rows
+         * then start 256-byte aligned past the first slab as at it) */
+        size_t fit = lt->wbf_cap / (size_t)k;
+        if (fit > 64) fit -= fit % 64;
+        const int slab = (int)(fit < (size_t)w->rows ? fit : (size_t)w->rows);
         for (int r0 = 0; r0 < w->rows && !e; r0 += slab) {
             const int m = w->rows - r0 < slab ? w->rows - r0 : slab;
             e = smol_dequant_bf16_cuda(lt->wbf, w->type, (const uint8_t *)w->dev + (size_t)r0 * w->row_bytes,
                                        w->row_bytes, m, k, st);
             if (e) break;
             cublasStatus_t s;
-            const struct lt_plan *p = plan_get(lt, m, n, k, w->rows, &s);
-            if (!p) return lt_fail(lt, s, "no algorithm", m, n, k);
             float *d = outs[i] + r0;
+            const struct lt_plan *p = plan_get(lt, m, n, k, w->rows, align_of(d), &s);
+            if (!p) return lt_fail(lt, s, "no algorithm", m, n, k);
             s = cublasLtMatmul(lt->h, lt->op, &alpha, lt->wbf, p->a, lt->xbf, p->b, &beta, d, p->d, d, p->d, &p->algo,
                                lt->ws, lt->ws_bytes, st);
             if (s) return lt_fail(lt, s, "cublasLtMatmul", m, n, k);

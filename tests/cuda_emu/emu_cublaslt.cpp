@@ -30,7 +30,10 @@ struct emu_lt_layout {
     int64_t ld;
     int32_t order, batch;
 };
-struct emu_lt_pref { uint64_t max_ws; };
+struct emu_lt_pref {
+    uint64_t max_ws;
+    uint32_t align[4];  /* minimum alignment of A, B, C, D the algorithm may assume (bytes) */
+};
 
 #define LT_MAGIC 0x4c54656d
 #define ALGO_MAGIC 0x656d752d4c54ull
@@ -154,7 +157,7 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublas
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
 {
     if (!p) return CUBLAS_STATUS_INVALID_VALUE;
-    *p = new emu_lt_pref{0};
+    *p = new emu_lt_pref{0, {256, 256, 256, 256}};
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -169,6 +172,14 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
                                                     size_t size)
 {
     if (!p) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (attr >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && attr <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) {
+        uint32_t v;
+        if (!buf || size != sizeof v) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&v, buf, sizeof v);
+        if (!v || (v & (v - 1)) || v > 256) return CUBLAS_STATUS_INVALID_VALUE;
+        p->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = v;
+        return CUBLAS_STATUS_SUCCESS;
+    }
     if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES)
         return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "preference: attribute %d not emulated", (int)attr);
     if (!buf || size != sizeof(uint64_t)) return CUBLAS_STATUS_INVALID_VALUE;
@@ -232,6 +243,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     results[0].algo.data[1] = m;
     results[0].algo.data[2] = n;
     results[0].algo.data[3] = k;
+    for (int i = 0; i < 4; i++) results[0].algo.data[4 + i] = pref->align[i];  /* what the algorithm assumes */
     results[0].workspaceSize = 0;  /* the reference needs none */
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].wavesCount = 1.0f;
@@ -321,10 +333,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
                       (long)c->ld, (long)d->ld);
     const struct { const void *p; const emu_lt_layout *l; const char *name; } ops[4] = {
         {A, a, "A"}, {B, b, "B"}, {j.beta != 0.0f ? C : NULL, c, "C"}, {D, d, "D"}};
-    for (const auto &o : ops)
+    for (int i = 0; i < 4; i++) {
+        const auto &o = ops[i];
         if (o.p && !emu_is_device(o.p, span(o.l)))
             return refuse(CUBLAS_STATUS_INVALID_VALUE, "matmul: matrix %s (%ld bytes) is not in one device allocation",
                           o.name, (long)span(o.l));
+        /* the algorithm's alignment: the heuristic's preference (256 bytes without an algorithm) */
+        const uint64_t al = algo ? algo->data[4 + i] : 256;
+        if (o.p && (uintptr_t)o.p % al)
+            return refuse(CUBLAS_STATUS_INVALID_VALUE, "matmul: matrix %s at %p is not %lu-byte aligned (the algorithm "
+                          "assumes it: lower the preference's MIN_ALIGNMENT)", o.name, o.p, (unsigned long)al);
+    }
     j.m = m, j.n = n, j.k = k;
     j.ta = op->trans_a, j.tb = op->trans_b;
     j.a = *a, j.b = *b, j.c = *c, j.d = *d;

@@ -11,7 +11,8 @@
  *           same decoded inputs, relative to sum |a||b| + |beta c|.
  *  refuse   what the library refuses, with its status: A and B of different types, a compute type
  *           not emulated, k that does not match, a leading dimension under the rows, an operand
- *           outside device memory, an epilogue; the heuristic returns no algorithm for those.
+ *           outside device memory, an epilogue, D less aligned than the algorithm was chosen for
+ *           (taken once the preference says so); the heuristic returns no algorithm for those.
  *  capture  a matmul recorded in a stream capture runs only when the graph is replayed (twice:
  *           beta 1 adds twice), one kernel node a replay.
  *  dequant  smol_dequant_bf16_cuda for q4_K q5_K q6_K q8_0 q4_0 q4_1 q5_0 q5_1 f16 bf16 rows
@@ -198,6 +199,19 @@ static int refuse_cases(cublasLtHandle_t h)
     expect("matmul: A in host memory", cublasLtMatmul(h, op, &one, z16.data(), a16, a, b16, &zero, d, d32, d, d32, NULL, NULL, 0, NULL),
            CUBLAS_STATUS_INVALID_VALUE);
     expect("matmul: the same, all taken", cublasLtMatmul(h, op, &one, a, a16, a, b16, &zero, d, d32, d, d32, NULL, NULL, 0, NULL),
+           CUBLAS_STATUS_SUCCESS);
+    /* D 4 bytes into its allocation: an algorithm chosen for 256-byte alignment (the default) is
+     * refused; one chosen with MIN_ALIGNMENT_D_BYTES = 4 (and C) takes it */
+    cs(cublasLtMatmulAlgoGetHeuristic(h, op, a16, b16, d32, d32, pref, 1, &res, &found), "heuristic");
+    expect("matmul: D 4-byte aligned, algorithm for 256",
+           cublasLtMatmul(h, op, &one, a, a16, a, b16, &zero, d + 1, d32, d + 1, d32, &res.algo, NULL, 0, NULL),
+           CUBLAS_STATUS_INVALID_VALUE);
+    const uint32_t four = 4;
+    cs(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &four, sizeof four), "align");
+    cs(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &four, sizeof four), "align");
+    cs(cublasLtMatmulAlgoGetHeuristic(h, op, a16, b16, d32, d32, pref, 1, &res, &found), "heuristic");
+    expect("matmul: D 4-byte aligned, algorithm for 4",
+           cublasLtMatmul(h, op, &one, a, a16, a, b16, &zero, d + 1, d32, d + 1, d32, &res.algo, NULL, 0, NULL),
            CUBLAS_STATUS_SUCCESS);
     for (cublasLtMatrixLayout_t l : {a16, b32, b16, d32, bk, dlow}) cublasLtMatrixLayoutDestroy(l);
     cublasLtMatmulPreferenceDestroy(pref);

@@ -6,8 +6,10 @@
  * What is emulated: one handle; matmul descriptors of compute type CUBLAS_COMPUTE_32F with scale
  * type CUDA_R_32F, attributes TRANSA / TRANSB (N, T; C as T for real types), POINTER_MODE host,
  * EPILOGUE default; matrix layouts of CUDA_R_32F, CUDA_R_16F or CUDA_R_16BF, column or row order,
- * one batch; A and B of one type, C = D of f32 (or of A's type); a preference's workspace limit;
- * the heuristic (one algorithm, no workspace); cublasLtMatmul as one "kernel" on the stream, so
+ * one batch; A and B of one type, C = D of f32 (or of A's type); a preference's workspace limit
+ * and minimum alignments of A-D (default 256 bytes, as the library's: its algorithm then assumes
+ * them, and cublasLtMatmul refuses a pointer less aligned); the heuristic (one algorithm, no
+ * workspace); cublasLtMatmul as one "kernel" on the stream, so
  * that it is recorded into a stream capture and replayed like the launches around it.  Anything
  * else is refused with the status the library gives (CUBLAS_STATUS_NOT_SUPPORTED for a
  * combination it has no kernel for, CUBLAS_STATUS_INVALID_VALUE for inconsistent shapes or a
@@ -73,8 +75,14 @@ typedef enum {
 } cublasLtMatmulDescAttributes_t;
 typedef enum { CUBLASLT_POINTER_MODE_HOST = 0, CUBLASLT_POINTER_MODE_DEVICE = 1 } cublasLtPointerMode_t;
 typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1 } cublasLtEpilogue_t;
-typedef enum { CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 }
-    cublasLtMatmulPreferenceAttributes_t;
+typedef enum {
+    CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
+} cublasLtMatmulPreferenceAttributes_t;
 typedef struct {
     cublasLtMatmulAlgo_t algo;
     size_t workspaceSize;
