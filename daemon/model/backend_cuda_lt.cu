@@ -130,7 +130,8 @@ cudaError_t smol_lt_reserve(struct smol_lt *lt, size_t w_elems, size_t x_elems)
 
 int smol_lt_ok(const struct smol_lt *lt, const struct smol_weight *w, int n)
 {
-    return lt && w->dev && w->rows > 0 && w->cols > 0 && w->type != SMOL_TYPE_F32 && smol_cuda_type_ok(w->type) &&
+    return lt && w->dev && w->rows > 0 && w->cols > 0 && w->cols % 2 == 0 && w->type != SMOL_TYPE_F32 &&
+           smol_cuda_type_ok(w->type) &&
            (size_t)n * w->cols <= lt->xbf_cap && (size_t)w->cols <= lt->wbf_cap;
 }
 

@@ -31,7 +31,8 @@ void smol_lt_free(struct smol_lt **lt);
 cudaError_t smol_lt_reserve(struct smol_lt *lt, size_t w_elems, size_t x_elems);
 
 /* 1 if smol_lt_matmul takes weight w for n tokens: a type dq32 decodes (f32 weights excepted:
- * they stay on the exact f32 path), activations that fit the scratch, one row of w at least. */
+ * they stay on the exact f32 path), an even width (activations convert in pairs), activations
+ * that fit the scratch, one row of w at least. */
 int smol_lt_ok(const struct smol_lt *lt, const struct smol_weight *w, int n);
 
 /* outs[i][t][r] = (add: +=) dot(ws[i] row r, x[t]) for t < n, i < n_w, every ws[i] of x's width:
