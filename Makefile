@@ -153,14 +153,23 @@ NVCC      := $(if $(filter 0,$(CUDA)),,$(firstword $(wildcard /usr/local/cuda/bi
 NVCCFLAGS := -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Wno-unused-parameter,-Wno-unused-function \
              -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a \
              -gencode arch=compute_90,code=compute_90 -I.
-CUDA_SRCS := $(wildcard kernels/cuda/*.cu) daemon/model/backend_cuda.cu
+CUDA_SRCS := $(wildcard kernels/cuda/*.cu) daemon/model/backend_cuda.cu daemon/model/backend_cuda_lt.cu
+# cuBLASLt (knob cuda_gemm = lt): linked where the toolkit has it (CUBLASLT_HOME: the toolkit's
+# folder; another, e.g. an unpacked nvidia-cublas wheel's nvidia/cu13, may be named), else the
+# plugin is built without it and refuses the knob ("must be built with cuBLASLt")
+CUBLASLT_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUBLASLT_H    := $(if $(NVCC),$(firstword $(wildcard $(CUBLASLT_HOME)/include/cublasLt.h $(CUBLASLT_HOME)/targets/*/include/cublasLt.h)))
+CUBLASLT_SO   := $(if $(NVCC),$(firstword $(wildcard $(CUBLASLT_HOME)/lib64/libcublasLt.so $(CUBLASLT_HOME)/lib/libcublasLt.so $(CUBLASLT_HOME)/targets/*/lib/libcublasLt.so)))
+LT_NVCCFLAGS  := $(if $(and $(CUBLASLT_H),$(CUBLASLT_SO)),-DSMOL_CUDA_LT=1 -I$(dir $(CUBLASLT_H)))
+LT_COMMA      := ,
+LT_LDFLAGS    := $(if $(LT_NVCCFLAGS),-L$(dir $(CUBLASLT_SO)) -Xlinker -rpath$(LT_COMMA)$(patsubst %/,%,$(dir $(CUBLASLT_SO))) -lcublasLt)
 CUDA_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRCS))
 CUDA_LIB  := $(if $(NVCC),$(BUILD)/lib/libsmollm3_cuda.so)
 
 all: $(CUDA_LIB)
 
 CUDA_DEPS := $(wildcard kernels/cuda/*.cuh) kernels/cuda/mmvq.h kernels/cuda/mmq_tc.h kernels/cuda/mmq_imma.h kernels/quant.h kernels/fp16.h kernels/ops_ref.h \
-             daemon/model/backend.h daemon/model/backend_cuda_loader.h daemon/model/kv.h
+             daemon/model/backend.h daemon/model/backend_cuda_loader.h daemon/model/kv.h daemon/model/backend_cuda_lt.cuh
 # ptxas' report of every kernel (registers, spills) beside each object: the cuda-static suite
 # (tests/gpu/check_spills.sh) reads it instead of compiling the file again
 CUDA_PTXAS = -Xptxas -v 2> $@.ptxas.log || { cat $@.ptxas.log; exit 1; }; \
@@ -173,9 +182,14 @@ $(BUILD)/obj/daemon/model/backend_cuda.o: daemon/model/backend_cuda.cu $(CUDA_DE
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@ $(CUDA_PTXAS)
 
+# its cuBLASLt calls (host code only): compiled against cublasLt.h where the toolkit has it
+$(BUILD)/obj/daemon/model/backend_cuda_lt.o: daemon/model/backend_cuda_lt.cu $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(LT_NVCCFLAGS) -c $< -o $@
+
 $(BUILD)/lib/libsmollm3_cuda.so: $(CUDA_OBJS)
 	@mkdir -p $(dir $@)
-	$(NVCC) -shared -Xcompiler -fPIC $^ -o $@ -L/usr/local/cuda/lib64 -Xlinker -rpath,/usr/local/cuda/lib64 -lcudart
+	$(NVCC) -shared -Xcompiler -fPIC $^ -o $@ -L/usr/local/cuda/lib64 -Xlinker -rpath,/usr/local/cuda/lib64 -lcudart $(LT_LDFLAGS)
 
 # ---- cuda-emu: the same backend on the host emulator --------------------------------------
 # $(BUILD)/lib/libsmollm3_cuda_emu.so: kernels/cuda/*.cu and backend_cuda.cu as C++ (their
@@ -188,7 +202,8 @@ EMU_CXXFLAGS := -std=c++17 $(OPT) -g -fPIC -fvisibility=hidden -Wall -Wno-unknow
                 -Wno-unused-parameter -Wno-unused-variable -Wno-unused-but-set-variable -Wno-class-memaccess \
                 -fno-strict-aliasing $(SAN) -DSMOL_CUDA_EMU=1 -Itests/cuda_emu/include -I. -iquote kernels/cuda
 EMU_HDRS := $(wildcard tests/cuda_emu/include/*.h)
-EMU_OBJS := $(patsubst %.cu,$(BUILD)/cuda_emu/obj/%.o,$(CUDA_SRCS)) $(BUILD)/cuda_emu/obj/emu_runtime.o
+EMU_OBJS := $(patsubst %.cu,$(BUILD)/cuda_emu/obj/%.o,$(CUDA_SRCS)) $(BUILD)/cuda_emu/obj/emu_runtime.o \
+            $(BUILD)/cuda_emu/obj/emu_cublaslt.o
 CUDA_EMU_LIB := $(BUILD)/lib/libsmollm3_cuda_emu.so
 
 all: $(CUDA_EMU_LIB)
@@ -202,6 +217,9 @@ $(BUILD)/cuda_emu/obj/%.o: $(BUILD)/cuda_emu/src/%.cpp $(CUDA_DEPS) $(EMU_HDRS)
 $(BUILD)/cuda_emu/obj/emu_runtime.o: tests/cuda_emu/emu_runtime.cpp $(EMU_HDRS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(BUILD)/cuda_emu/obj/emu_cublaslt.o: tests/cuda_emu/emu_cublaslt.cpp $(EMU_HDRS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 $(CUDA_EMU_LIB): $(EMU_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) -shared $(SAN) $^ -o $@
@@ -209,7 +227,7 @@ $(CUDA_EMU_LIB): $(EMU_OBJS)
 # The kernel tests of the cuda-emu suite (tests/cuda_emu/suite.sh): tests/cuda_emu/NAME.cpp is
 # $(BUILD)/cuda_emu/NAME, linked with the kernel objects above (the plugin's own), the emulated
 # runtime and the reference decoders it checks against.
-EMU_TESTS := $(BUILD)/cuda_emu/fattn_emu $(BUILD)/cuda_emu/imma_emu
+EMU_TESTS := $(BUILD)/cuda_emu/fattn_emu $(BUILD)/cuda_emu/imma_emu $(BUILD)/cuda_emu/lt_emu
 all: $(EMU_TESTS)
 
 $(BUILD)/cuda_emu/tests/%.o: tests/cuda_emu/%.cpp $(CUDA_DEPS) $(EMU_HDRS) kernels/quant_ref.h
@@ -221,6 +239,11 @@ $(BUILD)/cuda_emu/fattn_emu: $(BUILD)/cuda_emu/tests/fattn_emu.o $(BUILD)/cuda_e
 $(BUILD)/cuda_emu/imma_emu: $(BUILD)/cuda_emu/tests/imma_emu.o $(BUILD)/cuda_emu/obj/kernels/cuda/mmq_tc.o \
                             $(BUILD)/cuda_emu/obj/emu_runtime.o $(BUILD)/obj/kernels/quant_ref.o \
                             $(BUILD)/obj/kernels/quantize_k_ref.o $(BUILD)/obj/kernels/types.o
+	$(CXX) $(SAN) $^ -o $@ -lm
+$(BUILD)/cuda_emu/lt_emu: $(BUILD)/cuda_emu/tests/lt_emu.o $(BUILD)/cuda_emu/obj/kernels/cuda/lt.o \
+                          $(BUILD)/cuda_emu/obj/daemon/model/backend_cuda_lt.o \
+                          $(BUILD)/cuda_emu/obj/emu_cublaslt.o $(BUILD)/cuda_emu/obj/emu_runtime.o \
+                          $(BUILD)/obj/kernels/quant_ref.o $(BUILD)/obj/kernels/quantize_k_ref.o $(BUILD)/obj/kernels/types.o
 	$(CXX) $(SAN) $^ -o $@ -lm
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -165,7 +165,7 @@ else
 fi
 expect 2 "generate --cuda-fuse bogus" $S generate -m $T --ids 1 -n 1 --cuda-fuse bogus
 expect 2 "bench --cuda-gemm bogus" $S bench -m $T --cuda-gemm wgmma
-grep -q "tiled, mma or imma" "$TMP/err" && ok || bad "--cuda-gemm message: $(cat "$TMP/err")"
+grep -q "tiled, mma, imma or lt" "$TMP/err" && ok || bad "--cuda-gemm message: $(cat "$TMP/err")"
 expect 1 "bad SMOL_CUDA_GEMM" env SMOL_CUDA_GEMM=fast $S bench -m $T -p 16 -n 4 --backend auto --cuda-gemm mma
 grep -q "SMOL_CUDA_GEMM" "$TMP/err" && ok || bad "bad SMOL_CUDA_GEMM message: $(cat "$TMP/err")"
 expect 2 "logits --cuda-graphs bogus" $S logits -m $T --ids 1 -o "$TMP/x" --cuda-graphs bogus

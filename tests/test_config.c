@@ -287,19 +287,24 @@ START_TEST(cuda_opts_set_and_describe)
     ck_assert_msg(strstr(buf, " attn=prefill"), "%s", buf);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_attn", "paged", err), SMOL_OK);
     ck_assert_int_eq(o.attn, SMOL_CUDA_ATTN_PAGED);
-    /* cuda_gemm: tiled, mma or imma */
+    /* cuda_gemm: tiled, mma, imma or lt */
     ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_TILED);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", "mma", err), SMOL_OK);
     ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_MMA);
     smol_cuda_opts_describe(&o, buf, sizeof buf);
     ck_assert_str_eq(buf, "matvec=f32 fuse=on graphs=off gemm=mma attn=paged");
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", "wgmma", err), SMOL_EINVAL);
-    ck_assert_msg(strstr(err, "cuda_gemm") && strstr(err, "tiled, mma or imma") && strstr(err, "wgmma"), "%s", err);
+    ck_assert_msg(strstr(err, "cuda_gemm") && strstr(err, "tiled, mma, imma or lt") && strstr(err, "wgmma"), "%s", err);
     ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_MMA);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", "imma", err), SMOL_OK);
     ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_IMMA);
     smol_cuda_opts_describe(&o, buf, sizeof buf);
     ck_assert_str_eq(buf, "matvec=f32 fuse=on graphs=off gemm=imma attn=paged");
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", "lt", err), SMOL_OK);
+    ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_LT);
+    smol_cuda_opts_describe(&o, buf, sizeof buf);
+    ck_assert_str_eq(buf, "matvec=f32 fuse=on graphs=off gemm=lt attn=paged");
+    ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", "imma", err), SMOL_OK);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", "IMMA", err), SMOL_EINVAL);  /* names are exact */
     ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_IMMA);
     ck_assert_int_eq(smol_cuda_opts_set(&o, "cuda_gemm", "tiled", err), SMOL_OK);
@@ -348,7 +353,10 @@ START_TEST(cuda_opts_env)
     ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_MMA);
     setenv("SMOL_CUDA_GEMM", "fast", 1);
     ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_EINVAL);
-    ck_assert_msg(strstr(err, "SMOL_CUDA_GEMM") && strstr(err, "tiled, mma or imma"), "%s", err);
+    ck_assert_msg(strstr(err, "SMOL_CUDA_GEMM") && strstr(err, "tiled, mma, imma or lt"), "%s", err);
+    setenv("SMOL_CUDA_GEMM", "lt", 1);
+    ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);
+    ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_LT);
     setenv("SMOL_CUDA_GEMM", "imma", 1);
     ck_assert_int_eq(smol_cuda_opts_from_env(&o, err), SMOL_OK);
     ck_assert_int_eq(o.gemm, SMOL_CUDA_GEMM_IMMA);
@@ -413,9 +421,11 @@ START_TEST(cuda_options)
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-gemm", "mma", NULL), SMOL_OK);
     ck_assert_str_eq(c.cuda_gemm, "mma");
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-gemm", "cublas", NULL), SMOL_EINVAL);
-    ck_assert_msg(strstr(err, "cuda_gemm") && strstr(err, "tiled, mma or imma") && strstr(err, "cublas"), "%s", err);
+    ck_assert_msg(strstr(err, "cuda_gemm") && strstr(err, "tiled, mma, imma or lt") && strstr(err, "cublas"), "%s", err);
     ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-gemm", "imma", NULL), SMOL_OK);
     ck_assert_str_eq(c.cuda_gemm, "imma");
+    ck_assert_int_eq(parse(&c, &a, err, "--model", "m", "--cuda-gemm", "lt", NULL), SMOL_OK);
+    ck_assert_str_eq(c.cuda_gemm, "lt");
     ck_assert_int_eq(smol_config_load_string(&c, "[smollm3d]\ncuda_gemm = mma\n", err), SMOL_OK);
     ck_assert_str_eq(c.cuda_gemm, "mma");
     smol_config_defaults(&c);

@@ -1262,6 +1262,9 @@ static const struct smol_cuda_opts knobs_device[] = {
     /* the persistent one-launch decode step (not yet run on a device) */
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = SMOL_CUDA_FUSE_LAYER, .graphs = SMOL_CUDA_GRAPHS_BUCKET, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL,
      .persistent = 1},
+    /* cuBLASLt on bf16 weights decoded per mat-mul (an A/B knob; not yet run on a device; a plugin
+     * built without cuBLASLt refuses it: a note) */
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0, .gemm = SMOL_CUDA_GEMM_LT, .attn = SMOL_CUDA_ATTN_PREFILL},
 };
 /* On the emulator (SMOL_TEST_CUDA_EMU=1, the cuda-emu suite): the defaults and the newer paths,
  * each with its graph twin (the others ran on devices; the emulator is ~10^4 times slower) */
@@ -1273,6 +1276,8 @@ static const struct smol_cuda_opts knobs_emu[] = {
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = SMOL_CUDA_FUSE_LAYER, .graphs = SMOL_CUDA_GRAPHS_BUCKET, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL},
     {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = SMOL_CUDA_FUSE_LAYER, .graphs = SMOL_CUDA_GRAPHS_BUCKET, .gemm = SMOL_CUDA_GEMM_MMA, .attn = SMOL_CUDA_ATTN_PREFILL,
      .persistent = 1},
+    /* cuda_gemm = lt: the prefill's mat-muls on cuBLASLt (the emulator's: a float64 reference GEMM) */
+    {.matvec = SMOL_CUDA_MATVEC_Q8, .fuse = 1, .graphs = 0, .gemm = SMOL_CUDA_GEMM_LT, .attn = SMOL_CUDA_ATTN_PREFILL},
 };
 static const struct smol_cuda_opts *knobs = knobs_device;
 static int N_KNOBS = (int)(sizeof knobs_device / sizeof knobs_device[0]);
@@ -1466,6 +1471,11 @@ static void tally_l2(const float *a, const float *b, size_t n, double *num, doub
 }
 
 /* Prompt p of a model on CUDA (m, knob setting k) against its CPU side, into t. */
+/* 1 if setting k runs the greedy decode steps after its prefill: on the emulator, cuda_gemm = lt
+ * does not (its GEMM takes > 8-token steps only; the decode steps would repeat the default row's
+ * mat-vec path at ~1 s a step of the 128K head) */
+static int decodes(int k) { return !(on_emu() && knobs[k].gemm == SMOL_CUDA_GEMM_LT); }
+
 static void cuda_prompt(struct smol_model *m, const char *name, int k, struct prompt_case *pc, int p,
                         struct model_bounds b, struct cuda_tally *t)
 {
@@ -1484,6 +1494,11 @@ static void cuda_prompt(struct smol_model *m, const char *name, int k, struct pr
         t->cuda_agree += (int)lround(s.argmax_agree * pc->n);
         t->rows += pc->n;
     } else tally_l2(lg, pc->cpu_logits, (size_t)pc->n * V, &t->pre_num, &t->pre_den);
+    if (!decodes(k)) {
+        smol_kv_seq_deinit(&m->kv, &seq);
+        free(lg);
+        return;
+    }
     float *dec = malloc((size_t)N_GREEDY * V * sizeof *dec);
     int32_t am[N_GREEDY];
     decode_steps(m, &seq, lg + (size_t)(pc->n - 1) * V, pc->tok, 0, am, NULL, dec);
@@ -1537,11 +1552,28 @@ static void cuda_side(const char *path, const char *name, int k, struct prompt_c
                cpu_head_dim, knobs[k].attn == SMOL_CUDA_ATTN_TILED ? "tiled" : "prefill");
         return;
     }
+    const char *only = getenv("SMOL_TEST_CUDA_ROWS");  /* a developer's filter: the settings whose description has it */
+    if (only && !strstr(desc, only)) return;
+    if (knobs[k].gemm == SMOL_CUDA_GEMM_LT) {  /* a device plugin built without cuBLASLt refuses it */
+        struct smol_backend *be = NULL;
+        char err[SMOL_ERRLEN];
+        if (new_cuda(&be, &knobs[k], err) != SMOL_OK && strstr(err, "built with cuBLASLt")) {
+            printf("note: %s [%s] not in this build: %s\n", name, desc, err);
+            return;
+        }
+        smol_backend_free(&be);
+    }
     struct smol_model *m = open_model(path, &knobs[k]);
     ck_assert_int_eq(m->cfg.vocab, V);
     struct cuda_tally t = {0};
     for (int p = 0; p < np; p++) cuda_prompt(m, name, k, &pcs[p], p, b, &t);
+    struct smol_cuda_counts cnt;
+    ck_assert_int_eq(smol_backend_cuda_counts(m->be, &cnt), SMOL_OK);
     smol_model_close(&m);
+    /* the GEMM the setting names ran: cuBLASLt took the prefill's mat-muls under lt, none elsewhere */
+    if (knobs[k].gemm == SMOL_CUDA_GEMM_LT) printf("stats: %s [%s] %ld mat-muls on cuBLASLt\n", name, desc, cnt.lt_matmuls);
+    ck_assert_msg((knobs[k].gemm == SMOL_CUDA_GEMM_LT) == (cnt.lt_matmuls > 0), "%s [%s]: %ld mat-muls on cuBLASLt",
+                  name, desc, cnt.lt_matmuls);
 
     const double dec_rel = sqrt(t.dec_num / (t.dec_den > 0 ? t.dec_den : 1));
     const double pre_rel = sqrt(t.pre_num / (t.pre_den > 0 ? t.pre_den : 1));
@@ -1551,7 +1583,8 @@ static void cuda_side(const char *path, const char *name, int k, struct prompt_c
         printf("stats: %s [%s] all prompts vs exact (%d rows): cpu mean |d| %.3e argmax %d, cuda mean |d| %.3e "
                "argmax %d\n", name, desc, t.rows, cpu_mean, t.cpu_agree, cuda_mean, t.cuda_agree);
     else printf("stats: %s [%s] prefill vs cpu rel L2 %.3e (bound %.0e)\n", name, desc, pre_rel, b.rel_l2);
-    printf("stats: %s [%s] decode vs cpu rel L2 %.3e (bound %.0e); greedy %d/%d steps equal where the cpu margin "
+    if (!decodes(k)) printf("note: %s [%s] decode steps not run on the emulator (<= 8 tokens: the default's path)\n", name, desc);
+    else printf("stats: %s [%s] decode vs cpu rel L2 %.3e (bound %.0e); greedy %d/%d steps equal where the cpu margin "
            ">= %.2f%s\n", name, desc, dec_rel, b.rel_l2, t.greedy_eq, t.greedy_cmp, b.greedy_margin,
            !t.graph_cmp ? "" : t.graph_diff ? "; decode logits DIFFER from graphs=off" :
                                                    "; decode logits bit-identical to graphs=off");
@@ -1928,6 +1961,11 @@ START_TEST(t_model_batch)
             printf("note: batch kv %s [%s] not run: the q8_0 cache takes the op-by-op path there\n", kv_type, desc);
             continue;
         }
+        if (knobs[k].gemm == SMOL_CUDA_GEMM_LT) {  /* steps of <= 8 tokens here: lt's GEMM is not on this path */
+            printf("note: batch [%s] not run: every step here has <= 8 tokens (the mat-vec's)\n", desc);
+            continue;
+        }
+        if (getenv("SMOL_TEST_CUDA_ROWS") && !strstr(desc, getenv("SMOL_TEST_CUDA_ROWS"))) continue;
         batch_run(path, &knobs[k], kv_type, got);
         double num = 0, den = 0;
         tally_l2(got, cpu, per, &num, &den);

@@ -56,7 +56,7 @@
  *            --cuda-device N, and the CUDA backend's knobs, each a newer path
  *            off by default until verified on a device (kernels/cuda/NOTES.md):
  *            --cuda-matvec f32|q8|q8k, --cuda-fuse on|off|layer, --cuda-graphs on|off|bucket,
- *            --cuda-gemm tiled|mma|imma, --cuda-attn paged|tiled|prefill, --cuda-persistent on|off,
+ *            --cuda-gemm tiled|mma|imma|lt, --cuda-attn paged|tiled|prefill, --cuda-persistent on|off,
  *            --cuda-gemm-fuse on|off (SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS /
  *            SMOL_CUDA_GEMM / SMOL_CUDA_GEMM_FUSE / SMOL_CUDA_ATTN / SMOL_CUDA_PERSISTENT override them).
  */
@@ -744,7 +744,7 @@ int smol_cli_bench(int argc, char **argv)
             printf("{\"matvec\": \"%s\", \"fuse\": %s, \"graphs\": %s, \"gemm\": \"%s\", \"attn\": \"%s\"}",
                    m->cuda.matvec == SMOL_CUDA_MATVEC_Q8K ? "q8k" : m->cuda.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
                    m->cuda.fuse == SMOL_CUDA_FUSE_LAYER ? "\"layer\"" : m->cuda.fuse ? "true" : "false",
-                   m->cuda.graphs == SMOL_CUDA_GRAPHS_BUCKET ? "\"bucket\"" : m->cuda.graphs ? "true" : "false", m->cuda.gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
+                   m->cuda.graphs == SMOL_CUDA_GRAPHS_BUCKET ? "\"bucket\"" : m->cuda.graphs ? "true" : "false", m->cuda.gemm == SMOL_CUDA_GEMM_LT ? "lt" : m->cuda.gemm == SMOL_CUDA_GEMM_IMMA ? "imma" : m->cuda.gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
                    m->cuda.attn == SMOL_CUDA_ATTN_TILED ? "tiled" : "paged");
         else
             printf("null");

@@ -33,7 +33,7 @@ static void usage(FILE *f)
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (commands[i].fn) fprintf(f, "  smollm3 %s\n", commands[i].usage);
     fprintf(f, "\nlogits, generate and bench also take --backend cpu|cuda|cuda-emu|auto (default cpu), --cuda-device N,\n"
-               "--cuda-matvec f32|q8|q8k, --cuda-fuse on|off|layer, --cuda-graphs on|off|bucket, --cuda-gemm tiled|mma|imma,\n"
+               "--cuda-matvec f32|q8|q8k, --cuda-fuse on|off|layer, --cuda-graphs on|off|bucket, --cuda-gemm tiled|mma|imma|lt,\n"
                "--cuda-attn paged|tiled|prefill, --cuda-persistent on|off, --cuda-gemm-fuse on|off (the CUDA backend's paths; kernels/cuda/NOTES.md)\n");
 }
 

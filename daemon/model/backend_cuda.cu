@@ -35,6 +35,8 @@
  * once into x16) instead of matmul.cu's f16 tiles.  gemm_fuse = on (not yet
  * run on a device) makes each of those mat-muls one launch: the kernel reads
  * the f32 activations and sums its own split-K partials (tickets in gtick).
+ * gemm = lt (an A/B knob, not yet run on a device) sends them to cuBLASLt on
+ * bf16 weights decoded per mat-mul (backend_cuda_lt.cu).
  *
  * Newer knob values (not yet run on a device; kernels/cuda/NOTES.md, session 6): matvec = q8k
  * splits the rows of weights with few rows among 2-4 warps (mv_launch); fuse = layer runs a
@@ -60,6 +62,7 @@
 #include "kernels/cuda/fattn.cuh"
 #include "kernels/cuda/mmq_tc.h"
 #include "kernels/cuda/mmq_imma.h"
+#include "daemon/model/backend_cuda_lt.cuh"
 extern "C" {
 #include "daemon/model/backend.h"
 #include "daemon/model/kv.h"
@@ -103,6 +106,8 @@ struct cuda {
     size_t gpart_cap;
     unsigned *gtick;            /* knob gemm_fuse: a ticket per output tile of a split GEMM, 0 between launches */
     size_t gtick_cap;
+    struct smol_lt *lt;         /* knob gemm = lt: cuBLASLt, its plans and bf16 scratch (backend_cuda_lt.cu) */
+    size_t lt_wmax;             /* elements of the largest weight it may decode (upload): its slab at reserve */
     struct graph graphs[MAX_GRAPHS];
     int n_graphs, next_graph;
     unsigned gen;               /* bumped when a buffer recorded steps use moves */
@@ -444,6 +449,7 @@ static enum smol_err cu_upload(struct smol_backend *be, struct smol_weight *w, c
     c->weights[c->n_weights++] = d;
     w->dev = d;
     w->dev_aux = NULL;
+    if (w->type != SMOL_TYPE_F32 && (size_t)w->rows * w->cols > c->lt_wmax) c->lt_wmax = (size_t)w->rows * w->cols;
     const int mma = c->opts.gemm == SMOL_CUDA_GEMM_MMA || c->opts.gemm == SMOL_CUDA_GEMM_IMMA;
     if ((c->opts.matvec >= SMOL_CUDA_MATVEC_Q8 || mma) && smol_mmvq_type_ok(w->type) && w->rows > 0) {
         if (!smol_mmvq_repacked(w->type)) {
@@ -523,6 +529,10 @@ static enum smol_err cu_reserve(struct smol_backend *be, int max_tokens, int max
         c->x16_cap = x16_cap;
         c->gpart_cap = gpart_cap;
         c->gtick_cap = gtick_cap;
+    }
+    if (c->lt) {  /* cuBLASLt's workspace, the bf16 weight slab and activations: never grown later */
+        cudaError_t e = smol_lt_reserve(c->lt, c->lt_wmax, (size_t)max_tokens * max_cols);
+        if (e) return errf(err, SMOL_ENOMEM, "cuda: cannot allocate cuBLASLt's scratch: %s", cudaGetErrorString(e));
     }
     /* slots sized for a full step so the decode loop never grows them */
     const size_t pages = (size_t)(max_ctx + SMOL_KV_PAGE - 1) / SMOL_KV_PAGE;
@@ -661,10 +671,23 @@ static void gemm(struct cuda *c, float *const *outs, const struct smol_weight *c
                                  c->x16, n, c->n_sm, c->gpart, c->gpart_cap, c->st), "gemm mma");
 }
 
+/* ---- cuBLASLt on bf16 weights (knob gemm = lt) ---------------------------------------------- */
+
+/* 1 if w x for n tokens goes to cuBLASLt */
+static int lt_ok(const struct cuda *c, const struct smol_weight *w, int n)
+{
+    return c->opts.gemm == SMOL_CUDA_GEMM_LT && n > SMOL_MMVQ_MAX_TOKENS && smol_lt_ok(c->lt, w, n);
+}
+
 static void cu_matmul(struct smol_backend *be, float *out, const struct smol_weight *w, const float *x, int n)
 {
     struct cuda *c = C(be);
     if (q8_ok(c, w, n)) return mmvq(c, &out, &w, 1, SMOL_MV_STORE, x, n);
+    if (lt_ok(c, w, n)) {
+        c->counts.lt_matmuls++;
+        ck(c, smol_lt_matmul(c->lt, &out, &w, 1, 0, x, n, c->st), "gemm lt");
+        return;
+    }
     if (gemm_ok(c, w, n)) return gemm(c, &out, &w, 1, SMOL_MV_STORE, x, n);
     ck(c, smol_matmul_cuda(out, w->type, w->dev, w->row_bytes, w->rows, w->cols, x, n, c->st), "matmul");
 }
@@ -676,6 +699,13 @@ static void cu_matmul_n(struct smol_backend *be, float *const *outs, const struc
     int all = n_w >= 1 && n_w <= 3;
     for (int i = 0; i < n_w && all; i++) all = q8_ok(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
     if (all) return mmvq(c, outs, ws, n_w, SMOL_MV_STORE, x, n);
+    all = n_w >= 1;
+    for (int i = 0; i < n_w && all; i++) all = lt_ok(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
+    if (all) {  /* the activations rounded to bf16 once for all */
+        c->counts.lt_matmuls += n_w;
+        ck(c, smol_lt_matmul(c->lt, outs, ws, n_w, 0, x, n, c->st), "gemm lt");
+        return;
+    }
     all = n_w >= 1;
     for (int i = 0; i < n_w && all; i++) all = gemm_ok(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
     if (all) return gemm(c, outs, ws, n_w, SMOL_MV_STORE, x, n);
@@ -715,6 +745,11 @@ static int cu_rope_store(struct smol_backend *be, float *q, float *k, const floa
 static int cu_matmul_add(struct smol_backend *be, float *x, const struct smol_weight *w, const float *in, int n)
 {
     struct cuda *c = C(be);
+    if (c->opts.fuse && lt_ok(c, w, n)) {  /* the residual added by cuBLASLt's beta = 1 */
+        c->counts.lt_matmuls++;
+        ck(c, smol_lt_matmul(c->lt, &x, &w, 1, 1, in, n, c->st), "gemm lt add");
+        return 1;
+    }
     if (c->opts.fuse && gemm_ok(c, w, n)) {  /* the residual added in the GEMM's epilogue */
         gemm(c, &x, &w, 1, SMOL_MV_ADD, in, n);
         return 1;
@@ -1301,6 +1336,7 @@ static void cu_destroy(struct smol_backend *be)
     cudaFree(c->x16);
     cudaFree(c->gpart);
     cudaFree(c->gtick);
+    smol_lt_free(&c->lt);
     cudaFreeHost(c->stage);
     for (int i = 0; i < c->n_weights; i++) cudaFree(c->weights[i]);
     for (int k = 0; k < SLOT_COUNT; k++)
@@ -1353,17 +1389,24 @@ static enum smol_err cu_new(struct smol_backend **out, int device, const struct 
     if (prop.major < 8)
         return errf(err, SMOL_EUNSUPPORTED, "cuda: no usable device (%s is sm_%d%d; the plugin needs sm_80 or newer)",
                     prop.name, prop.major, prop.minor);
+    struct smol_lt *lt = NULL;
+    if (opts && opts->gemm == SMOL_CUDA_GEMM_LT) {  /* refused where the plugin has no cuBLASLt */
+        char msg[256];
+        if (!(lt = smol_lt_new(msg, sizeof msg))) return errf(err, SMOL_EUNSUPPORTED, "%s", msg);
+    }
     struct smol_backend *be = (struct smol_backend *)calloc(1, sizeof *be);
     struct cuda *c = (struct cuda *)calloc(1, sizeof *c);
     if (!be || !c || (e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         free(be);
         free(c);
+        smol_lt_free(&lt);
         return errf(err, SMOL_ENOMEM, "cuda: cannot create the backend%s%s", e ? ": " : "",
                     e ? cudaGetErrorString(e) : "");
     }
     c->device = device;
     c->n_sm = prop.multiProcessorCount;
     if (opts) c->opts = *opts;
+    c->lt = lt;
     if (cudaMallocHost((void **)&c->stage, STAGE_BYTES) != cudaSuccess) {  /* uploads from pageable memory then */
         cudaGetLastError();
         c->stage = NULL;
@@ -1408,7 +1451,8 @@ static enum smol_err cu_new(struct smol_backend **out, int device, const struct 
             c->opts.matvec == SMOL_CUDA_MATVEC_Q8K ? "q8k" : c->opts.matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
             c->opts.fuse == SMOL_CUDA_FUSE_LAYER ? "layer" : c->opts.fuse ? "on" : "off",
             c->opts.graphs == SMOL_CUDA_GRAPHS_BUCKET ? "bucket" : c->opts.graphs ? "on" : "off",
-            c->opts.gemm == SMOL_CUDA_GEMM_IMMA ? "imma" : c->opts.gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
+            c->opts.gemm == SMOL_CUDA_GEMM_LT ? "lt" : c->opts.gemm == SMOL_CUDA_GEMM_IMMA ? "imma" :
+            c->opts.gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
             c->opts.gemm_fuse ? " gemm_fuse=on" : "", c->opts.attn == SMOL_CUDA_ATTN_TILED ? "tiled" : c->opts.attn == SMOL_CUDA_ATTN_PREFILL ? "prefill" : "paged");
     *out = be;
     return SMOL_OK;

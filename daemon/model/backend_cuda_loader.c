@@ -65,7 +65,8 @@ enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, cons
         if (!strcmp(val, "tiled")) o->gemm = SMOL_CUDA_GEMM_TILED;
         else if (!strcmp(val, "mma")) o->gemm = SMOL_CUDA_GEMM_MMA;
         else if (!strcmp(val, "imma")) o->gemm = SMOL_CUDA_GEMM_IMMA;
-        else return smol_errf(err, SMOL_EINVAL, "cuda_gemm must be tiled, mma or imma (got '%.64s')", val);
+        else if (!strcmp(val, "lt")) o->gemm = SMOL_CUDA_GEMM_LT;
+        else return smol_errf(err, SMOL_EINVAL, "cuda_gemm must be tiled, mma, imma or lt (got '%.64s')", val);
         return SMOL_OK;
     }
     if (!strcmp(key, "cuda_fuse") && !strcmp(val, "layer")) {
@@ -105,7 +106,7 @@ void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t c
     const int n = snprintf(buf, cap, "matvec=%s fuse=%s graphs=%s gemm=%s attn=%s",
              o->matvec == SMOL_CUDA_MATVEC_Q8K ? "q8k" : o->matvec == SMOL_CUDA_MATVEC_Q8 ? "q8" : "f32",
              o->fuse == SMOL_CUDA_FUSE_LAYER ? "layer" : o->fuse ? "on" : "off",
-             o->graphs == SMOL_CUDA_GRAPHS_BUCKET ? "bucket" : o->graphs ? "on" : "off", o->gemm == SMOL_CUDA_GEMM_IMMA ? "imma" : o->gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
+             o->graphs == SMOL_CUDA_GRAPHS_BUCKET ? "bucket" : o->graphs ? "on" : "off", o->gemm == SMOL_CUDA_GEMM_LT ? "lt" : o->gemm == SMOL_CUDA_GEMM_IMMA ? "imma" : o->gemm == SMOL_CUDA_GEMM_MMA ? "mma" : "tiled",
              o->attn == SMOL_CUDA_ATTN_TILED ? "tiled" : o->attn == SMOL_CUDA_ATTN_PREFILL ? "prefill" : "paged");
     const int n2 = o->persistent && n > 0 && (size_t)n < cap ? n + snprintf(buf + n, cap - n, " persistent=on") : n;
     if (o->gemm_fuse && n2 > 0 && (size_t)n2 < cap) snprintf(buf + n2, cap - n2, " gemm_fuse=on");

@@ -18,7 +18,7 @@
 #include "daemon/model/backend.h"
 #include "daemon/model/error.h"
 
-#define SMOL_CUDA_PLUGIN_ABI 6  /* 6: struct smol_cuda_opts gained gemm_fuse */
+#define SMOL_CUDA_PLUGIN_ABI 6  /* 6: struct smol_cuda_opts gained gemm_fuse, struct smol_cuda_counts lt_matmuls */
 #define SMOL_CUDA_PLUGIN_ENTRY "smol_cuda_plugin_v1"
 #define SMOL_CUDA_PLUGIN_FILE "libsmollm3_cuda.so"
 /* The same backend built by g++ against the host emulator (tests/cuda_emu): the real kernels'
@@ -51,7 +51,10 @@ struct smol_cuda_opts {
                        (quantized tiles decoded in shared memory, cp.async, mma.sync: mmq_tc.cu) or
                        SMOL_CUDA_GEMM_IMMA (q4_K / q6_K / q8_0 weights unpacked to int8, q8a
                        activations, int8 mma.sync, scales on the int32 sums: mmq_tc.cu and mmq_imma.h;
-                       other types take the mma path) */
+                       other types take the mma path) or SMOL_CUDA_GEMM_LT (an A/B knob: cuBLASLt on
+                       bf16 weights decoded per mat-mul, bf16 activations, f32 accumulate and output:
+                       backend_cuda_lt.cu; f32 weights stay on matmul.cu; refused by a plugin built
+                       without cuBLASLt; not yet run on a device) */
     int persistent; /* 1: decode steps (<= 8 tokens) run every layer in one cooperative launch
                        (layer.cu's bodies with grid-wide waits; not yet run on a device) */
     int attn;       /* SMOL_CUDA_ATTN_PAGED (attention.cu: a block per query token), SMOL_CUDA_ATTN_TILED
@@ -67,12 +70,12 @@ struct smol_cuda_opts {
 };
 enum { SMOL_CUDA_FUSE_LAYER = 2 };
 enum { SMOL_CUDA_GRAPHS_BUCKET = 2 };
-enum { SMOL_CUDA_GEMM_TILED = 0, SMOL_CUDA_GEMM_MMA = 1, SMOL_CUDA_GEMM_IMMA = 2 };
+enum { SMOL_CUDA_GEMM_TILED = 0, SMOL_CUDA_GEMM_MMA = 1, SMOL_CUDA_GEMM_IMMA = 2, SMOL_CUDA_GEMM_LT = 3 };
 
 /* The defaults (the verified paths). */
 void smol_cuda_opts_default(struct smol_cuda_opts *o);
 /* Sets one knob from text: key "cuda_matvec" ("f32" | "q8" | "q8k"), "cuda_fuse" / "cuda_graphs"
- * ("on" | "off" | "1" | "0" | "true" | "false"; cuda_fuse also "layer", cuda_graphs also "bucket"), "cuda_persistent" and "cuda_gemm_fuse" (the same switches), "cuda_gemm" ("tiled" | "mma" | "imma"), "cuda_attn"
+ * ("on" | "off" | "1" | "0" | "true" | "false"; cuda_fuse also "layer", cuda_graphs also "bucket"), "cuda_persistent" and "cuda_gemm_fuse" (the same switches), "cuda_gemm" ("tiled" | "mma" | "imma" | "lt"), "cuda_attn"
  * ("paged" | "tiled"); SMOL_EINVAL with a message otherwise. */
 enum smol_err smol_cuda_opts_set(struct smol_cuda_opts *o, const char *key, const char *val, char *err);
 /* Applies SMOL_CUDA_MATVEC / SMOL_CUDA_FUSE / SMOL_CUDA_GRAPHS / SMOL_CUDA_GEMM / SMOL_CUDA_GEMM_FUSE / SMOL_CUDA_ATTN /
@@ -83,9 +86,11 @@ void smol_cuda_opts_describe(const struct smol_cuda_opts *o, char *buf, size_t c
 
 /* What a backend has done since it was made: kernels run (launched from the host or as nodes
  * of replayed graphs; -1 where the plugin cannot count them: the device build), graph
- * replays, host->device and device->host copies, host waits for the device. */
+ * replays, host->device and device->host copies, host waits for the device; mat-muls sent to
+ * cuBLASLt (cuda_gemm = lt; a recorded step's counted once, when it is recorded). */
 struct smol_cuda_counts {
     long kernels, graph_launches, copies_h2d, copies_d2h, syncs;
+    long lt_matmuls;
 };
 
 /* What the plugin's entry symbol returns (const struct smol_cuda_plugin *smol_cuda_plugin_v1(void)). */

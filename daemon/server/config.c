@@ -65,7 +65,7 @@ static const struct smol_option options[] = {
     {"cuda_graphs", SMOL_OPT_BOOL, OFF(cuda_graphs), 0, 1, "true",
      "CUDA decode steps (<= 8 tokens) recorded once per shape as CUDA graphs; false = launched from the host; bucket = also batched steps, padded to 2^k rows (not yet run on a device)"},
     {"cuda_gemm", SMOL_OPT_MATVEC, OFF(cuda_gemm), 0, 0, "mma",
-     "CUDA mat-muls of > 8 tokens (batched decode, prefill): mma (quantized tiles on tensor cores, kernels/cuda/NOTES.md), imma (int8 mma on q4_K/q6_K/q8_0; not yet run) or tiled (f16, wmma)"},
+     "CUDA mat-muls of > 8 tokens (batched decode, prefill): mma (quantized tiles, tensor cores), imma (int8 mma), lt (cuBLASLt, bf16 weights) or tiled (f16); imma, lt not yet run on a device"},
     {"cuda_gemm_fuse", SMOL_OPT_BOOL, OFF(cuda_gemm_fuse), 0, 1, "false",
      "CUDA mma / imma GEMM in one launch a mat-mul: activations converted in its loads, split-K summed by each tile's last block (not yet run on a device)"},
     {"cuda_attn", SMOL_OPT_MATVEC, OFF(cuda_attn), 0, 0, "prefill",

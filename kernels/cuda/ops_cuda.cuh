@@ -39,6 +39,14 @@ cudaError_t smol_matmul_cuda_1(float *out, uint32_t type, const void *w, size_t 
 cudaError_t smol_matmul_cuda_2(float *out, uint32_t type, const void *w, size_t row_bytes, int rows, int cols,
                                const float *x, int n, cudaStream_t st);  /* f16 wmma tiles, any n */
 
+/* ---- the bf16 operands of the cuBLASLt GEMM (lt.cu; knob cuda_gemm = lt) ---- */
+/* out[r][c] (row-major, rows x cols bf16 bits) = weight rows [0, rows) of `type` from w (row_bytes
+ * apart), decoded by dq32 and rounded to nearest even (smol_f32_to_bf16 of kernels/fp16.h). */
+cudaError_t smol_dequant_bf16_cuda(uint16_t *out, uint32_t type, const void *w, size_t row_bytes, int rows, int cols,
+                                   cudaStream_t st);
+/* dst[i] = bf16 of x[i], i < count (even) */
+cudaError_t smol_bf16_from_f32_cuda(uint16_t *dst, const float *x, size_t count, cudaStream_t st);
+
 /* ---- the q8 mat-vec (mmvq.cu; layouts in mmvq.h) ---- */
 #define SMOL_MMVQ_MAX_TOKENS 8
 enum { SMOL_MV_STORE = 0, SMOL_MV_ADD = 1, SMOL_MV_GLU = 2 };

@@ -499,6 +499,7 @@ static int in_map(const std::map<uintptr_t, size_t> &m, const void *p, size_t n)
     return a >= it->first && a + n <= it->first + it->second;
 }
 static int is_dev(const void *p, size_t n) { return in_map(dev_allocs, p, n ? n : 1); }
+int emu_is_device(const void *p, size_t n) { return is_dev(p, n); }
 static int touches_dev(const void *p)
 {
     const uintptr_t a = (uintptr_t)p;
@@ -596,7 +597,7 @@ const char *cudaGetErrorName(cudaError_t e)
         N(cudaErrorInvalidConfiguration) N(cudaErrorInvalidDevicePointer) N(cudaErrorInvalidMemcpyDirection)
         N(cudaErrorInsufficientDriver) N(cudaErrorNoDevice) N(cudaErrorInvalidDevice) N(cudaErrorInvalidResourceHandle)
         N(cudaErrorNotReady) N(cudaErrorIllegalAddress) N(cudaErrorLaunchOutOfResources) N(cudaErrorLaunchFailure)
-        N(cudaErrorCooperativeLaunchTooLarge) N(cudaErrorStreamCaptureUnsupported)
+        N(cudaErrorCooperativeLaunchTooLarge) N(cudaErrorNotSupported) N(cudaErrorStreamCaptureUnsupported)
         N(cudaErrorStreamCaptureInvalidated) N(cudaErrorStreamCaptureWrongThread) N(cudaErrorUnknown)
 #undef N
     }
@@ -617,6 +618,7 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorLaunchFailure: return "unspecified launch failure (cuda-emu: see the line above)";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorCooperativeLaunchTooLarge: return "too many blocks in cooperative launch";
+    case cudaErrorNotSupported: return "operation not supported";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     default: return cudaGetErrorName(e);

@@ -3,7 +3,9 @@
 # source run on the host emulator (build/lib/libsmollm3_cuda_emu.so, tests/cuda_emu/README.md), no
 # GPU and no CUDA toolkit needed:
 #   kernels  the kernel tests of this folder (fattn_emu: the tiled attention against float64;
-#            imma_emu: the int8 GEMM against its twin), each case line counts;
+#            imma_emu: the int8 GEMM against its twin; lt_emu: the emulated cublasLtMatmul against
+#            float64, the bf16 operands of cuda_gemm = lt bit for bit, its row slabs), each case
+#            line counts;
 #   backend  build/tests/test_cuda's emu cases (SMOL_TEST_CUDA_EMU=1, CK_RUN_CASE=emu, emu_synth,
 #            emu_batch; run side by side with count.sh): the backend
 #            through its interface end to end on the fixture models against the CPU backend and the
@@ -26,7 +28,7 @@ count_lines() {  # name, output, rc
     [ "$p" = 0 ] && [ "$f" = 0 ] && { echo "cuda-emu: $1 ran no case"; f=1; }
     pass=$((pass + p)) fail=$((fail + f))
 }
-for t in fattn_emu imma_emu; do
+for t in fattn_emu imma_emu lt_emu; do
     if [ ! -x "$BUILD/cuda_emu/$t" ]; then
         echo "cuda-emu: $BUILD/cuda_emu/$t not built (make all)"; fail=$((fail + 1)); continue
     fi

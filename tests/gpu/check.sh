@@ -78,7 +78,8 @@
 #   7c gemm    cuda_gemm A/B/C (SMOL_CUDA_GEMM=tiled|mma|imma on the best combination), in turn:
 #              smollm3 bench -p 512 -n 16 -b 4, -p 2048 -n 16 -b 16, -p 128 -n 32 -b 64,
 #              -p 8192 -n 8 (each <= 45 s; ~100 s in all on an H100 at today's tiled speed), and the
-#              logits of a 40-token step (the GEMM's path) mma vs tiled and imma vs mma; bench_cuda
+#              logits of a 40-token step (the GEMM's path) mma vs tiled, imma vs mma and lt (cuBLASLt,
+#              logits only: its speed is the quick mode's gemm-lt row) vs mma; bench_cuda
 #              --gemm on gate_up and down (q4_K, q6_K; n 16 64 512 2048; tiled, mma, imma; <= 60 s);
 #              GPU_CHECK_GEMM=0 skips it
 #    8 daemon  smollm3d on cuda (best combination): 1, 16, 64 concurrent `smollm3ctl generate
@@ -593,7 +594,7 @@ s_gemm() {
     [ -z "$NODEV" ] || { NOTE=$NODEV; return 77; }
     local g run fails=0 done=0 ids
     ids=$(seq 11 97 3890 | paste -sd, -)   # 40 tokens: one step through the GEMM (> 8 tokens)
-    for g in tiled mma imma; do
+    for g in tiled mma imma lt; do   # lt: refused ("must be built with cuBLASLt") where the toolkit has no cuBLAS
         # shellcheck disable=SC2046
         tmo 40 env $(combo_env "$BEST-$g") "$SM" logits -m "$MODEL" ${BACKEND_ARGS[@]+"${BACKEND_ARGS[@]}"} \
             --ids "$ids" --all -o "$W/agree/gemm-$g.bin" || echo "logits gemm=$g failed"
@@ -605,6 +606,10 @@ s_gemm() {
     if [ -s "$W/agree/gemm-imma.bin" ] && [ -s "$W/agree/gemm-mma.bin" ]; then
         report agree "$W/agree/gemm-imma.bin" "$W/agree/gemm-mma.bin" > "$W/agree/gemm_imma.txt"
         say "  logits of a 40-token step, gemm imma vs mma: rel L2 $(cat "$W/agree/gemm_imma.txt")"
+    fi
+    if [ -s "$W/agree/gemm-lt.bin" ] && [ -s "$W/agree/gemm-mma.bin" ]; then
+        report agree "$W/agree/gemm-lt.bin" "$W/agree/gemm-mma.bin" > "$W/agree/gemm_lt.txt"
+        say "  logits of a 40-token step, gemm lt (cuBLASLt, bf16) vs mma: rel L2 $(cat "$W/agree/gemm_lt.txt")"
     fi
     if [ -x "$B/bench/bench_cuda" ]; then   # the kernels alone: TFLOP/s and the cuBLAS dense rate
         tmo 60 "$B/bench/bench_cuda" --gemm --types q4_K,q6_K --shapes gate_up,down --n-gemm 16,64,512,2048 --reps 3 \
@@ -620,7 +625,7 @@ s_gemm() {
             done=$((done + 1))
         done
     done
-    NOTE="$done runs, $fails failed; logits rel L2 mma vs tiled $(cat "$W/agree/gemm.txt" 2>/dev/null || echo '?'), imma vs mma $(cat "$W/agree/gemm_imma.txt" 2>/dev/null || echo '?')"
+    NOTE="$done runs, $fails failed; logits rel L2 mma vs tiled $(cat "$W/agree/gemm.txt" 2>/dev/null || echo '?'), imma vs mma $(cat "$W/agree/gemm_imma.txt" 2>/dev/null || echo '?'), lt vs mma $(cat "$W/agree/gemm_lt.txt" 2>/dev/null || echo '?')"
     [ $fails -eq 0 ]
 }
 

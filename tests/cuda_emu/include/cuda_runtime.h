@@ -275,6 +275,7 @@ typedef enum cudaError {
     cudaErrorLaunchOutOfResources = 701,
     cudaErrorLaunchFailure = 719,
     cudaErrorCooperativeLaunchTooLarge = 720,
+    cudaErrorNotSupported = 801,
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
     cudaErrorStreamCaptureWrongThread = 908,
@@ -380,6 +381,8 @@ struct emu_kernel_run {
     void *(*copy_ctx)(const void *ctx);
 };
 cudaError_t emu_submit(cudaStream_t st, emu_kernel_run *r);
+/* 1 if [p, p + n) lies inside one device allocation (the emulated libraries check their operands) */
+int emu_is_device(const void *p, size_t n);
 
 template <class F, class Tup> struct emu_call {
     F fn;
