@@ -114,6 +114,7 @@ void smol_engine_lose(struct req *q)
 
 static void emit_text(struct req *q, const char *text, size_t len, int channel)
 {
+    if (q->n_gen <= q->r->n_resume) return;     /* a resumed token: its client has it already */
     int rc = smol_engine_send_token(q->e, q, text, len, channel, q->seg_in_token ? -1 : q->cur_token);
     if (rc != SMOL_WIRE_UNMADE) q->seg_in_token++;
     if (rc) smol_engine_lose(q);
@@ -128,6 +129,8 @@ void smol_engine_on_parse(void *ud, const struct smol_chat_event *pe)
             emit_text(q, "", 0, SMOLLM3__CHANNEL__CHANNEL_CONTENT);
             snprintf(id, sizeof id, "call_%llu_%d_%d", (unsigned long long)q->r->id, q->choice, pe->index);
         } else {
+            /* its token's id goes out first, so that a gateway knows every output token (resume) */
+            if (q->seg_in_token == 0) emit_text(q, "", 0, SMOLLM3__CHANNEL__CHANNEL_CONTENT);
             snprintf(id, sizeof id, "call_%llu_%d", (unsigned long long)q->r->id, pe->index);
         }
         /* the history renders the call back as the model wrote it (chat_template.c) */
@@ -135,7 +138,7 @@ void smol_engine_on_parse(void *ud, const struct smol_chat_event *pe)
         if (q->tool_calls)
             json_array_append_new(q->tool_calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function",
                                                            "function", "name", pe->name, "arguments", pe->arguments));
-        if (smol_engine_send_tool_call(q->e, q, pe, id)) smol_engine_lose(q);
+        if (q->n_gen > q->r->n_resume && smol_engine_send_tool_call(q->e, q, pe, id)) smol_engine_lose(q);
         q->seg_in_token++;
         return;
     }
@@ -327,6 +330,7 @@ static void add_decode_rows(struct smol_engine *e, struct step_rows *sr, int bud
         if (max > spec_rows) max = spec_rows;
         if (max > q->max_gen - q->n_gen - 1) max = q->max_gen - q->n_gen - 1;
         if (max > e->m->cfg.n_ctx - pos - 2) max = e->m->cfg.n_ctx - pos - 2;
+        if (q->n_gen < q->r->n_resume) max = 0;     /* resumed tokens are replayed one a step */
         smol_engine_plan_draft(e, q, max, e->b_tok + sr->n + 1);
         const int k = q->n_draft;
         if (smol_kv_seq_reserve(kv, q->seq, pos, pos + k + 1, err)) { q->n_draft = 0; smol_engine_fail(e, q, SMOL_EBUSY, err); continue; }

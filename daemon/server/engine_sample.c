@@ -74,6 +74,9 @@ enum smol_err smol_engine_sample_row(struct smol_engine *e, struct req *q, int i
         }
     }
     if (force_close) forced = think_end;
+    /* resume: the tokens a previous run streamed go the same way, forced (the
+     * RNG draws, the grammar and the thinking budget advance as they did) */
+    if (q->n_gen + i < q->r->n_resume) forced = q->r->resume[q->n_gen + i];
     if (forced >= 0) {
         const int V = e->m->cfg.vocab;
         for (int k = 0; k < V; k++)
@@ -172,7 +175,7 @@ void smol_engine_sample_and_emit(struct smol_engine *e, struct req *q, float *lo
 static int backend_samples(const struct req *q)
 {
     const struct smol_request *r = q->r;
-    return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs &&
+    return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs && q->n_gen >= r->n_resume &&
            !(q->think_open && q->think_budget > 0) &&   /* the thinking budget forces tokens (sample_row) */
            smol_sampler_is_plain(q->smp);
 }
@@ -184,7 +187,8 @@ static int backend_samples(const struct req *q)
 static int host_samples(const struct req *q)
 {
     const struct smol_request *r = q->r;
-    return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs && !(q->think_open && q->think_budget > 0);
+    return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs && q->n_gen >= r->n_resume &&
+           !(q->think_open && q->think_budget > 0);
 }
 
 #define HOST_POOL_MIN_ROWS 4    /* fewer rows: serial (the pool's wake-up costs ~10 us) */
