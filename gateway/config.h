@@ -8,9 +8,13 @@
 
 #include <stddef.h>
 
+#define GW_MAX_DAEMONS 16
+
 struct gw_config {
     const char *listen;
-    const char *daemon;
+    const char *daemons[GW_MAX_DAEMONS];    /* --daemon (repeatable; config: a comma-separated list) */
+    unsigned n_daemons;
+    unsigned resume_timeout;    /* --resume-timeout: s a stream waits for a live daemon to resume on */
     const char *model_name;     /* NULL = from health */
     size_t max_body;
     unsigned max_connections;
