@@ -1,0 +1,359 @@
+#!/usr/bin/env python3
+"""A gateway over a pool of daemons, and streams that survive their daemon (issue 48).
+
+Two real daemons (BUILD/bin/smollm3d on the fixture model) behind one gateway
+(--daemon twice): /health and /metrics show each daemon's state; a request's
+daemon is the rendezvous choice of its prompt (the same prompt, the same
+daemon); then concurrent streams (greedy and seeded) are generated once as
+twins, and again while one daemon is killed with SIGKILL mid-answer: every
+stream completes, byte for byte its twin (and the same usage).  Last, a
+gateway over one daemon that is killed and started again on the same socket,
+as systemd's Restart= would: its streams pause and then resume there.
+
+Before them, the daemon's half alone (GenerateRequest.resume_tokens, over
+ZeroMQ): a request sent again with the first k tokens of its answer streams
+exactly the events its first run streamed after them, for greedy and seeded
+sampling with penalties, json_schema, a forced tool call, thinking with a
+budget, and logprobs.
+
+Prints "ok NAME" / "FAIL NAME: why" per test and "N passed, N failed" last.
+"""
+import json
+import os
+import re
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_gateway as tg  # noqa: E402
+from test_gateway import check, run_test  # noqa: E402
+
+N_STREAMS = 8
+MAX_TOKENS = 160
+
+
+def body(i):
+    b = {"messages": [{"role": "user", "content": "Story %d: tell me about the sea, the ships and %s." % (i, "x" * i)}],
+         "max_tokens": MAX_TOKENS, "stream": True, "stream_options": {"include_usage": True}}
+    if i % 2:
+        b.update(temperature=0.9, top_p=0.95, seed=1000 + i)       # seeded sampling
+    else:
+        b.update(temperature=0)                                     # greedy
+    return b
+
+
+def stream(gw, b, progress=None, idx=0):
+    """The raw SSE bytes of one stream; progress[idx] counts the bytes as they come."""
+    c = gw.conn(120)
+    c.request("POST", "/v1/chat/completions", body=json.dumps(b), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    check(r.status == 200, "status %d" % r.status)
+    out = b""
+    while True:
+        x = r.read1(65536)
+        if not x:
+            break
+        out += x
+        if progress is not None:
+            progress[idx] = len(out)
+    c.close()
+    return out
+
+
+def answer(raw):
+    """(text, finish_reason, usage) of an OpenAI stream; fails on an error event."""
+    chunks = tg.openai_chunks(raw)
+    text, finish, usage = "", None, None
+    for ch in chunks:
+        check("error" not in ch, "error event: %r" % ch)
+        for c in ch.get("choices", []):
+            text += c.get("delta", {}).get("content") or ""
+            text += c.get("delta", {}).get("reasoning_content") or ""
+            finish = c.get("finish_reason") or finish
+        if ch.get("usage"):
+            usage = ch["usage"]
+    return text, finish, usage
+
+
+def run_all(gw, n, during=None):
+    """n concurrent streams; during(progress) runs while they do.  Their answers."""
+    res, prog, errs = [None] * n, [0] * n, []
+
+    def one(i):
+        try:
+            res[i] = stream(gw, body(i), prog, i)
+        except Exception as e:  # noqa: BLE001
+            errs.append("%d: %s" % (i, e))
+    th = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in th:
+        t.start()
+    if during:
+        during(prog)
+    for t in th:
+        t.join(180)
+    check(not errs, "streams failed: %s" % errs)
+    return [answer(r) for r in res]
+
+
+def metric(gw, name):
+    st, _, b = gw.request("GET", "/metrics")
+    m = re.search(r"^%s (\S+)$" % re.escape(name), b.decode(), re.M)
+    return float(m.group(1)) if m else None
+
+
+def wait_some_bytes(prog, at_least=1500, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and sum(1 for p in prog if p >= at_least) < len(prog) // 2:
+        time.sleep(0.005)
+
+
+# ---- the daemon: resume_tokens -------------------------------------------------------
+
+TOOLS = json.dumps([{"type": "function", "function": {
+    "name": "get_weather", "description": "weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])
+SCHEMA = json.dumps({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
+                     "required": ["name", "n"]})
+
+# name -> (GenerateRequest fields, sampling fields, chat fields)
+DAEMON_CASES = {
+    "greedy": ({"enable_thinking": False}, {"temperature": 0.0}, {}),
+    "seeded_penalties": ({"enable_thinking": False, "stop": ["zq#"]},
+                         {"temperature": 0.9, "top_p": 0.9, "top_k": 40, "seed": 7, "repetition_penalty": 1.1,
+                          "presence_penalty": 0.4, "frequency_penalty": 0.2}, {}),
+    "json_schema": ({"enable_thinking": False, "json_schema": SCHEMA}, {"temperature": 0.8, "seed": 11}, {}),
+    "tool_call": ({"enable_thinking": False, "tool_choice": "get_weather"}, {"temperature": 0.7, "seed": 5},
+                  {"tools_json": TOOLS}),
+    "thinking_budget": ({"enable_thinking": True, "thinking_budget": 12}, {"temperature": 0.8, "seed": 3}, {}),
+    "logprobs": ({"enable_thinking": False, "logprobs": True, "top_logprobs": 2}, {"temperature": 0.6, "seed": 9}, {}),
+}
+
+
+class DaemonLink:
+    def __init__(self, endpoint, pb):
+        import zmq
+        self.pb, self.ctx = pb, zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+        self.rid = 5000
+
+    def close(self):
+        self.sock.close()
+        self.ctx.term()
+
+    def run(self, case, resume=()):
+        """The events of one request of DAEMON_CASES[case] (resume_tokens: resume), Started left out."""
+        pb = self.pb
+        gen_f, samp_f, chat_f = DAEMON_CASES[case]
+        self.rid += 1
+        req = pb.Request(protocol_version=1, request_id=self.rid)
+        g = req.generate
+        g.max_tokens = 48
+        for k, v in gen_f.items():
+            if k == "stop":
+                g.stop.extend(v)
+            else:
+                setattr(g, k, v)
+        for k, v in samp_f.items():
+            setattr(g.sampling, k, v)
+        m = g.chat.messages.add()
+        m.role, m.content = "user", "Case %s: what is the weather like in Paris?" % case
+        for k, v in chat_f.items():
+            setattr(g.chat, k, v)
+        g.resume_tokens.extend(resume)
+        self.sock.send(req.SerializeToString())
+        evs = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if not self.sock.poll(1000):
+                continue
+            ev = pb.Event()
+            ev.ParseFromString(self.sock.recv())
+            if ev.request_id != self.rid:
+                continue
+            kind = ev.WhichOneof("kind")
+            check(kind != "error", "%s: error %s" % (case, ev.error.message))
+            if kind == "token":
+                t = ev.token
+                evs.append(("t", t.text, t.token_id, t.channel,
+                            round(t.logprob, 5) if t.HasField("logprob") else None,
+                            tuple(x.token_id for x in t.top_logprobs)))
+            elif kind == "tool_call":
+                evs.append(("c", ev.tool_call.index, ev.tool_call.name, ev.tool_call.arguments_json))
+            elif kind == "done":
+                u = ev.done.usage
+                evs.append(("d", ev.done.finish_reason, u.completion_tokens, u.reasoning_tokens))
+                return evs
+        raise AssertionError("%s: no Done" % case)
+
+
+def t_daemon_resume_tokens(st):
+    """Each case, cut after k tokens and sent again with them: the same events after the cut."""
+    import smollm3_pb2 as pb
+    z = DaemonLink(st.ds[0].endpoint, pb)
+    try:
+        for case in DAEMON_CASES:
+            full = z.run(case)
+            starts = [i for i, e in enumerate(full) if e[0] == "t" and e[2] >= 0]
+            toks = [full[i][2] for i in starts]
+            if case == "tool_call":
+                check(any(e[0] == "c" for e in full), "tool_call: no call: %r" % full[-3:])
+            if case == "thinking_budget":
+                check(full[-1][3] > 0, "thinking_budget: no reasoning")
+            check(len(toks) == full[-1][2] or full[-1][1] != 1, "%s: %d token ids for %d tokens" %
+                  (case, len(toks), full[-1][2]))
+            for k in sorted({1, len(toks) // 3, len(toks) // 2, len(toks) - 1}):
+                if k <= 0 or k >= len(toks):
+                    continue
+                got = z.run(case, toks[:k])
+                want = full[starts[k]:]
+                check(got == want, "%s resumed after %d of %d tokens:\n want %r\n got  %r" %
+                      (case, k, len(toks), want[:6], got[:6]))
+    finally:
+        z.close()
+
+
+def t_pool_health(st):
+    s, _, b = st.gw.request("GET", "/health")
+    h = json.loads(b)
+    check(s == 200 and [d["state"] for d in h["daemons"]] == ["up", "up"], "health: %r" % h)
+    check([d["endpoint"] for d in h["daemons"]] == [d.endpoint for d in st.ds], "endpoints: %r" % h)
+    _, _, m = st.gw.request("GET", "/metrics")
+    for d in st.ds:
+        check('smollm3_gateway_daemon_state{daemon="%s",state="up"} 1' % d.endpoint in m.decode(),
+              "no up state for %s in /metrics" % d.endpoint)
+
+
+def t_rendezvous(st):
+    """The same prompt goes to the same daemon every time; different prompts spread over both."""
+    def totals():
+        return [d.stats()["requests_total"] for d in st.ds]
+    before = totals()
+    for _ in range(3):
+        s, r = tg.post_json(st.gw, "/v1/chat/completions", tg.chat("always the same prompt", max_tokens=2))
+        check(s == 200, "status %d" % s)
+    delta = [a - b for a, b in zip(totals(), before)]
+    check(sorted(delta) == [0, 3], "one prompt went to several daemons: %r" % delta)
+    before = totals()
+    for i in range(16):
+        s, r = tg.post_json(st.gw, "/v1/chat/completions", tg.chat("prompt number %d" % i, max_tokens=2))
+        check(s == 200, "status %d" % s)
+    delta = [a - b for a, b in zip(totals(), before)]
+    check(min(delta) >= 2, "16 prompts not spread over both daemons: %r" % delta)
+
+
+def t_kill_resumes(st):
+    """SIGKILL of one daemon mid-answer: every stream completes as its twin did without a kill."""
+    t0 = time.monotonic()
+    twins = run_all(st.gw, N_STREAMS)
+    t_twins = time.monotonic() - t0
+    check(all(f == "length" for _, f, _ in twins), "twins did not run to max_tokens: %r" % [f for _, f, _ in twins])
+    resumed0 = metric(st.gw, "smollm3_gateway_streams_resumed_total")
+    active = []
+
+    def kill(prog):
+        wait_some_bytes(prog)
+        a = [d.stats()["requests_active"] for d in st.ds]
+        victim = st.ds[0] if a[0] >= a[1] else st.ds[1]
+        active.append(a)
+        victim.kill()
+    got = run_all(st.gw, N_STREAMS, kill)
+    resumed = metric(st.gw, "smollm3_gateway_streams_resumed_total") - resumed0
+    check(resumed >= 1, "nothing was resumed (active per daemon at the kill: %r)" % active)
+    for i, (a, b) in enumerate(zip(twins, got)):
+        check(a[0] == b[0], "stream %d differs from its twin:\n twin %r\n got  %r" % (i, a[0], b[0]))
+        check(a[1] == b[1], "stream %d finish %r, twin %r" % (i, b[1], a[1]))
+        check(a[2]["completion_tokens"] == b[2]["completion_tokens"] == MAX_TOKENS,
+              "stream %d usage %r, twin %r" % (i, b[2], a[2]))
+    s, _, b = st.gw.request("GET", "/health")
+    states = sorted(d["state"] for d in json.loads(b)["daemons"])
+    check(states == ["down", "up"], "health after the kill: %r" % states)
+    print("  %d streams, %d resumed; twins took %.2f s" % (N_STREAMS, resumed, t_twins), flush=True)
+
+
+def t_restart_resumes(st):
+    """One daemon, killed and started again on its socket: the streams pause, then resume there."""
+    d = st.solo
+    twins = run_all(st.gw1, N_STREAMS)
+    resumed0 = metric(st.gw1, "smollm3_gateway_streams_resumed_total")
+    pause = []
+
+    def restart(prog):
+        wait_some_bytes(prog)
+        d.kill()
+        t = time.monotonic()
+        time.sleep(0.5)
+        before = list(prog)
+        d.start()
+        pause.append((time.monotonic() - t, before))
+    got = run_all(st.gw1, N_STREAMS, restart)
+    resumed = metric(st.gw1, "smollm3_gateway_streams_resumed_total") - resumed0
+    check(resumed >= 1, "nothing was resumed")
+    for i, (a, b) in enumerate(zip(twins, got)):
+        check(a[0] == b[0], "stream %d differs from its twin:\n twin %r\n got  %r" % (i, a[0], b[0]))
+        check(a[2]["completion_tokens"] == b[2]["completion_tokens"], "stream %d usage %r, twin %r" % (i, b[2], a[2]))
+    print("  %d streams, %d resumed after a restart of %.2f s" % (N_STREAMS, resumed, pause[0][0]), flush=True)
+
+
+def t_config_list(st):
+    """config: daemon = A, B is the pool of two."""
+    conf = os.path.join(st.tmp, "gw.conf")
+    with open(conf, "w") as f:
+        f.write("[gateway]\ndaemon = %s, %s\nresume_timeout = 5\n" % (st.ds[0].endpoint, st.ds[1].endpoint))
+    port = tg.free_port()
+    import subprocess
+    p = subprocess.Popen([os.path.join(tg.ARGS.build, "bin/smollm3-gateway"), "--listen", "127.0.0.1:%d" % port,
+                          "--config", conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        h = None
+        while time.monotonic() < deadline:
+            try:
+                import http.client
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/health")
+                h = json.loads(c.getresponse().read())
+                c.close()
+                if len(h.get("daemons", [])) == 2:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        check(h and [d["endpoint"] for d in h["daemons"]] == [st.ds[0].endpoint, st.ds[1].endpoint],
+              "config list not the pool: %r" % h)
+    finally:
+        p.terminate()
+        p.wait(10)
+
+
+def main():
+    want = tg.suite_args()
+    sys.path.insert(0, tg.ARGS.pb2_dir or "")
+    with tg.Suite("smol-resume-") as st:
+        st.ds = [tg.Daemon(os.path.join(st.tmp, "d%d.sock" % i)) for i in range(2)]
+        try:
+            st.gw = tg.Gateway(st.ds[0].endpoint, st.tmp, extra=["--daemon", st.ds[1].endpoint])
+            for name, fn in (("daemon_resume_tokens", t_daemon_resume_tokens), ("pool_health", t_pool_health), ("rendezvous", t_rendezvous),
+                             ("config_list", t_config_list), ("kill_resumes", t_kill_resumes)):
+                if want(name):
+                    run_test(name, fn, st)
+            st.gw.stop()
+            st.gw = None
+            st.solo = st.ds[1] if st.ds[1].proc.poll() is None else st.ds[0]
+            if st.solo.proc.poll() is not None:
+                st.solo.start()
+            st.gw1 = tg.Gateway(st.solo.endpoint, st.tmp)
+            st.gw = st.gw1
+            if want("restart_resumes"):
+                run_test("restart_resumes", t_restart_resumes, st)
+        finally:
+            for d in st.ds:
+                d.stop()
+    print("%d passed, %d failed" % (tg.RESULTS["pass"], tg.RESULTS["fail"]), flush=True)
+    return 1 if tg.RESULTS["fail"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
