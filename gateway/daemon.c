@@ -505,6 +505,18 @@ static void on_event(struct gw_link *l, Smollm3__Event *ev)
     if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) {
         /* the daemon's code through the one map (rules.h), carried as it is */
         int code = ev->error ? (int)ev->error->code : SMOL_EINTERNAL;
+        if (code == SMOL_ESHUTDOWN && resumable(s)) {
+            /* the daemon is draining (SIGTERM) and gives the stream back: resumed on another
+             * one now, or on this one when it is back */
+            if (l->ready) gw_log(5, "daemon %s: draining", l->endpoint);
+            l->ready = 0;
+            l->next_health = smol_mono_s() + 1.0;
+            aggregate();
+            s->link = -1;
+            s->resume_by = smol_mono_s() + G.cfg.resume_timeout;
+            resume_waiting(smol_mono_s());
+            return;
+        }
         if (code <= 0 || code >= SMOL_ERR_COUNT) code = SMOL_EINTERNAL;
         struct gw_error e;
         /* and the field it names (Error.param, smol_err_param) */

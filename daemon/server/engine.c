@@ -497,7 +497,8 @@ static void enqueue(struct smol_engine *e, struct smol_request *r)
     e->n_queued++;
 }
 
-/* Stops admitting; the queue is refused now, what runs is cancelled after grace_ms. */
+/* Stops admitting; the queue is refused now, what runs is cancelled after grace_ms; what its
+ * client resumes elsewhere (GenerateRequest.handover) ends now, handed over. */
 static void drain(struct smol_engine *e, uint32_t grace_ms)
 {
     e->draining = 1;
@@ -505,6 +506,10 @@ static void drain(struct smol_engine *e, uint32_t grace_ms)
     while (e->queue) {
         struct req *q = e->queue;
         smol_engine_reject(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down");
+    }
+    for (struct req *q = e->running, *nx; q; q = nx) {
+        nx = q->next;           /* (n > 1: the other choices are cancelled by the first one's failure) */
+        if (q->r->handover && !q->cancelled) smol_engine_fail(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down: handed over");
     }
 }
 

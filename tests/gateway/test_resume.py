@@ -273,6 +273,39 @@ def t_kill_resumes(st):
     print("  %d streams, %d resumed; twins took %.2f s" % (N_STREAMS, resumed, t_twins), flush=True)
 
 
+def t_sigterm_handover(st):
+    """SIGTERM to one daemon of the pool (systemctl stop/restart): its streams are handed over at once to
+    the other, each its twin byte for byte, and the daemon exits without waiting for them."""
+    twins = run_all(st.gw, N_STREAMS)
+    resumed0 = metric(st.gw, "smollm3_gateway_streams_resumed_total")
+    took = []
+
+    def term(prog):
+        wait_some_bytes(prog)
+        a = [d.stats()["requests_active"] for d in st.ds]
+        victim = st.ds[0] if a[0] >= a[1] else st.ds[1]
+        t = time.monotonic()
+        victim.stop()               # SIGTERM and wait for its exit (drain_grace_ms: 10 s)
+        took.append((time.monotonic() - t, a, victim))
+    got = run_all(st.gw, N_STREAMS, term)
+    resumed = metric(st.gw, "smollm3_gateway_streams_resumed_total") - resumed0
+    check(resumed >= 1, "nothing was handed over (active per daemon at the SIGTERM: %r)" % (took[0][1],))
+    check(took[0][0] < 5, "the daemon took %.1f s to exit: it waited for its streams" % took[0][0])
+    for i, (a, b) in enumerate(zip(twins, got)):
+        check(a[0] == b[0], "stream %d differs from its twin:\n twin %r\n got  %r" % (i, a[0], b[0]))
+        check(a[2]["completion_tokens"] == b[2]["completion_tokens"], "stream %d usage %r, twin %r" % (i, b[2], a[2]))
+    took[0][2].start()
+    st.gw.wait_ready(30)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        _, _, b = st.gw.request("GET", "/health")
+        if [d["state"] for d in json.loads(b)["daemons"]] == ["up", "up"]:
+            break
+        time.sleep(0.1)
+    print("  %d streams, %d handed over; the daemon exited %.2f s after SIGTERM" % (N_STREAMS, resumed, took[0][0]),
+          flush=True)
+
+
 def t_restart_resumes(st):
     """One daemon, killed and started again on its socket: the streams pause, then resume there."""
     d = st.solo
@@ -295,6 +328,22 @@ def t_restart_resumes(st):
         check(a[0] == b[0], "stream %d differs from its twin:\n twin %r\n got  %r" % (i, a[0], b[0]))
         check(a[2]["completion_tokens"] == b[2]["completion_tokens"], "stream %d usage %r, twin %r" % (i, b[2], a[2]))
     print("  %d streams, %d resumed after a restart of %.2f s" % (N_STREAMS, resumed, pause[0][0]), flush=True)
+    # the same with SIGTERM (systemctl restart): handed back at once, held, resumed on the new process
+    resumed0 = metric(st.gw1, "smollm3_gateway_streams_resumed_total")
+
+    def sigterm_restart(prog):
+        wait_some_bytes(prog)
+        t = time.monotonic()
+        d.stop()
+        d.start()
+        pause.append(time.monotonic() - t)
+    got = run_all(st.gw1, N_STREAMS, sigterm_restart)
+    resumed = metric(st.gw1, "smollm3_gateway_streams_resumed_total") - resumed0
+    check(resumed >= 1, "nothing was resumed after SIGTERM + start")
+    check(pause[1] < 8, "stop + start took %.1f s: the daemon waited for its streams" % pause[1])
+    for i, (a, b) in enumerate(zip(twins, got)):
+        check(a[0] == b[0], "stream %d differs from its twin after SIGTERM:\n twin %r\n got  %r" % (i, a[0], b[0]))
+    print("  %d streams, %d resumed after SIGTERM + start (%.2f s)" % (N_STREAMS, resumed, pause[1]), flush=True)
 
 
 def t_config_list(st):
@@ -336,7 +385,8 @@ def main():
         try:
             st.gw = tg.Gateway(st.ds[0].endpoint, st.tmp, extra=["--daemon", st.ds[1].endpoint])
             for name, fn in (("daemon_resume_tokens", t_daemon_resume_tokens), ("pool_health", t_pool_health), ("rendezvous", t_rendezvous),
-                             ("config_list", t_config_list), ("kill_resumes", t_kill_resumes)):
+                             ("config_list", t_config_list), ("sigterm_handover", t_sigterm_handover),
+                             ("kill_resumes", t_kill_resumes)):
                 if want(name):
                     run_test(name, fn, st)
             st.gw.stop()
