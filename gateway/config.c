@@ -28,6 +28,7 @@ static const char *const keys[] = {
     "listen", "daemon", "model-name", "max-body-bytes", "max-connections", "request-timeout",
     "max-inflight", "ping-interval", "ignore-unknown-fields", "api-key-file", "tenant-secret-file", "responses-store",
     "responses-store-mb", "ui-unclaimed-max", "ui-unclaimed-per-key", "resume-timeout",
+    "curve-key-file", "curve-server-keys", "allow-plain-tcp",
 };
 
 struct cfg_ctx {
@@ -71,7 +72,7 @@ static int handler(void *user, const char *section, const char *name, const char
     }
     char opt[80];
     snprintf(opt, sizeof opt, "--%s", key);
-    if (!strcmp(key, "ignore-unknown-fields")) {        /* a switch */
+    if (!strcmp(key, "ignore-unknown-fields") || !strcmp(key, "allow-plain-tcp")) {     /* switches */
         if (!strcmp(value, "true")) return push(x, opt) == 0;
         if (!strcmp(value, "false")) return 1;
         snprintf(x->msg, sizeof x->msg, "%s: expected true or false, got '%.64s'", name, value);

@@ -38,6 +38,8 @@
 #include "gateway/daemon.h"
 #include "gateway/auth.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -651,6 +653,43 @@ void gw_daemon_tick(double now)
     resume_waiting(now);
 }
 
+/* The first word of path into out[41] (a Z85 key); 0 or -1 (logged). */
+static int read_key(const char *path, char *out)
+{
+    FILE *f = fopen(path, "r");
+    char buf[64] = "";
+    int ok = f && fscanf(f, "%63s", buf) == 1 && strlen(buf) == 40;
+    if (f) fclose(f);
+    if (!ok) {
+        gw_log(3, "--curve-key-file %s: expected a secret key of 40 Z85 characters", path);
+        return -1;
+    }
+    memcpy(out, buf, 41);
+    return 0;
+}
+
+/* The public key --curve-server-keys gives endpoint, into out[41]; 1 found, 0 not, -1 bad file (logged). */
+static int server_key(const char *endpoint, char *out)
+{
+    if (!G.cfg.curve_server_keys) return 0;
+    FILE *f = fopen(G.cfg.curve_server_keys, "r");
+    if (!f) {
+        gw_log(3, "--curve-server-keys %s: %s", G.cfg.curve_server_keys, strerror(errno));
+        return -1;
+    }
+    char line[1024], ep[900], key[64];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || sscanf(line, "%899s %63s", ep, key) != 2) continue;
+        if (!strcmp(ep, endpoint) && strlen(key) == 40) {
+            memcpy(out, key, 41);
+            found = 1;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
 void gw_daemon_open(void)
 {
     struct smol_client_opts o;
@@ -658,10 +697,26 @@ void gw_daemon_open(void)
     o.send_timeout_ms = 0;
     o.heartbeat_ivl_ms = 1000;
     o.heartbeat_timeout_ms = 3000;
+    char secret[41] = "", server[41];
+    if (G.cfg.curve_key_file && read_key(G.cfg.curve_key_file, secret)) exit(1);
     G.n_links = G.cfg.n_daemons;
     for (unsigned i = 0; i < G.n_links; i++) {
         char err[SMOL_ERRLEN];
         G.links[i].endpoint = G.cfg.daemons[i];
+        o.curve_server_key = o.curve_secret_key = NULL;
+        if (!strncmp(G.cfg.daemons[i], "tcp://", 6)) {
+            /* between nodes: authenticated unless explicitly not (issue 48 item 4) */
+            int k = secret[0] ? server_key(G.cfg.daemons[i], server) : 0;
+            if (k < 0) exit(1);
+            if (k) {
+                o.curve_server_key = server;
+                o.curve_secret_key = secret;
+            } else if (!G.cfg.allow_plain_tcp) {
+                gw_log(3, "daemon %s: tcp:// needs CURVE (--curve-key-file and its key in --curve-server-keys) "
+                          "or --allow-plain-tcp", G.cfg.daemons[i]);
+                exit(1);
+            }
+        }
         if (smol_client_open(&G.links[i].cli, G.cfg.daemons[i], &o, err) != SMOL_OK) {
             gw_log(3, "cannot open the client of daemon %s: %s", G.cfg.daemons[i], err);
             exit(1);

@@ -8,7 +8,8 @@
  *                   [--ignore-unknown-fields] [--api-key-file FILE] [--tenant-secret-file FILE]
  *                   [--responses-store N]
  *                   [--responses-store-mb MB] [--ui-unclaimed-max N] [--ui-unclaimed-per-key N]
- *                   [--resume-timeout S] [--config FILE]
+ *                   [--resume-timeout S] [--curve-key-file FILE] [--curve-server-keys FILE]
+ *                   [--allow-plain-tcp] [--config FILE]
  *
  * The loop watches MHD's epoll fd, the daemon socket's ZMQ_FD (edge-
  * triggered: drained after every wake-up and every send), a signalfd for
@@ -63,6 +64,10 @@ static void usage(FILE *f)
         "                           session (else its prompt's start) picks; config: daemon = A, B\n"
         "  --resume-timeout S       a stream whose daemon went away waits this long for a live one\n"
         "                           and continues there after what it already sent (default 30, 0 = off)\n"
+        "  --curve-key-file FILE    tcp:// daemons over CURVE: the gateway's secret key (40 Z85 characters;\n"
+        "                           its public key goes in each daemon's curve_clients_file as 'KEY gateway')\n"
+        "  --curve-server-keys FILE each tcp:// daemon's public key, 'ENDPOINT KEY' a line\n"
+        "  --allow-plain-tcp        use a tcp:// daemon that has no key there, unauthenticated\n"
         "  --model-name NAME        name reported by /v1/models (default: the daemon's)\n"
         "  --max-body-bytes N       request body limit (default 1048576); at most the daemon's\n"
         "                           max_request_bytes (its health reply says; over it: not served)\n"
@@ -219,6 +224,9 @@ static int parse_args(int argc, char **argv)
         { "ui-unclaimed-max", required_argument, 0, 'U' },
         { "ui-unclaimed-per-key", required_argument, 0, 'K' },
         { "resume-timeout", required_argument, 0, 'T' },
+        { "curve-key-file", required_argument, 0, 'C' },
+        { "curve-server-keys", required_argument, 0, 'V' },
+        { "allow-plain-tcp", no_argument, 0, 'P' },
         { "config", required_argument, 0, 'f' },
         { "help", no_argument, 0, 'h' },
         { 0, 0, 0, 0 },
@@ -292,6 +300,9 @@ static int parse_args(int argc, char **argv)
             c->ui_unclaimed_per_key = (unsigned)v;
             break;
         case 'u': c->ignore_unknown = 1; break;
+        case 'C': c->curve_key_file = optarg; break;
+        case 'V': c->curve_server_keys = optarg; break;
+        case 'P': c->allow_plain_tcp = 1; break;
         case 'k': c->api_key_file = optarg; break;
         case 'S': c->tenant_secret_file = optarg; break;
         case 'f': break;                        /* read first (config_path) */

@@ -377,11 +377,137 @@ def t_config_list(st):
         p.wait(10)
 
 
+# ---- the link between nodes: tcp:// with CURVE ---------------------------------------------------
+
+def daemon_tcp(st, port, extra, wait=True):
+    import subprocess
+    log = open(os.path.join(st.tmp, "tcp-%d.log" % port), "ab")
+    p = subprocess.Popen([os.path.join(tg.ARGS.build, "bin/smollm3d"), "--model", tg.MODEL, "--listen",
+                          "tcp://127.0.0.1:%d" % port, "--threads", "1", "--kv-budget-mb", "64"] + extra,
+                         stdout=log, stderr=subprocess.STDOUT)
+    st.procs.append(p)
+    return p
+
+
+def zclient(endpoint, server_pub, pub, sec):
+    import zmq
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.curve_serverkey, s.curve_publickey, s.curve_secretkey = server_pub, pub, sec
+    s.connect(endpoint)
+    return s
+
+
+def zcall(s, req, timeout=3.0):
+    """One request, its terminal event (or None: no answer in timeout)."""
+    import smollm3_pb2 as pb
+    s.send(req.SerializeToString())
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not s.poll(100):
+            continue
+        ev = pb.Event()
+        ev.ParseFromString(s.recv())
+        if ev.request_id == req.request_id and ev.WhichOneof("kind") not in ("started", "token"):
+            return ev
+    return None
+
+
+def t_curve(st):
+    """tcp:// with CURVE: a listed gateway is served, a wrong key is refused (until SIGHUP lists it),
+    plain tcp:// is refused on both sides, a non-gateway client acts for its own tenant only."""
+    import signal
+    import subprocess
+    import zmq
+    import smollm3_pb2 as pb
+    dkey = os.path.join(st.tmp, "daemon.key")        # the daemon's pair from smollm3ctl curve-keygen
+    r = subprocess.run([os.path.join(tg.ARGS.build, "bin/smollm3ctl"), "curve-keygen", dkey], capture_output=True)
+    check(r.returncode == 0 and len(r.stdout.strip()) == 40 and os.stat(dkey).st_mode & 0o077 == 0,
+          "smollm3ctl curve-keygen: %r" % (r,))
+    srv_pub = r.stdout.strip()
+    gw_pub, gw_sec = zmq.curve_keypair()
+    cl_pub, cl_sec = zmq.curve_keypair()
+    bad_pub, bad_sec = zmq.curve_keypair()
+    f = lambda name, text: (open(os.path.join(st.tmp, name), "w").write(text), os.path.join(st.tmp, name))[1]  # noqa
+    clients = f("clients", "# the gateway\n%s gateway\n%s tenant=t1\n" % (gw_pub.decode(), cl_pub.decode()))
+    gkey = f("gw.key", gw_sec.decode() + "\n")
+    bkey = f("bad.key", bad_sec.decode() + "\n")
+    port, plain = tg.free_port(), tg.free_port()
+    ep = "tcp://127.0.0.1:%d" % port
+    skeys = f("server-keys", "%s %s\n" % (ep, srv_pub.decode()))
+    # plain tcp:// is refused by the daemon ...
+    p = daemon_tcp(st, plain, [])
+    check(p.wait(60) != 0, "the daemon served plain tcp:// without allow_plain_tcp")
+    # ... and by the gateway
+    g = subprocess.run([os.path.join(tg.ARGS.build, "bin/smollm3-gateway"), "--listen", "127.0.0.1:%d" % tg.free_port(),
+                        "--daemon", "tcp://127.0.0.1:%d" % plain], capture_output=True, timeout=20)
+    check(g.returncode != 0 and b"CURVE" in g.stderr, "the gateway took a plain tcp:// daemon: %r" % g.stderr[-200:])
+    d = daemon_tcp(st, port, ["--curve-secret-key-file", dkey, "--curve-clients-file", clients])
+    try:
+        gw = tg.Gateway(ep, st.tmp, extra=["--curve-key-file", gkey, "--curve-server-keys", skeys])
+    except RuntimeError:
+        with open(os.path.join(st.tmp, "tcp-%d.log" % port), "rb") as fh:
+            raise AssertionError("no gateway over CURVE; the daemon's log:\n%s" % fh.read().decode()[-1500:])
+    st.extra_gws.append(gw)
+    s, r = tg.post_json(gw, "/v1/chat/completions", tg.chat("over CURVE", max_tokens=4))
+    check(s == 200 and r["usage"]["completion_tokens"] == 4, "served over CURVE: %d %r" % (s, r))
+    bad = tg.Gateway.__new__(tg.Gateway)
+    bad.port = tg.free_port()
+    bad.listen = "127.0.0.1:%d" % bad.port
+    bad.log_path = os.path.join(st.tmp, "gw-bad.log")
+    bad.log = open(bad.log_path, "wb")
+    bad.proc = subprocess.Popen([os.path.join(tg.ARGS.build, "bin/smollm3-gateway"), "--listen", bad.listen,
+                                 "--daemon", ep, "--curve-key-file", bkey, "--curve-server-keys", skeys],
+                                stdout=bad.log, stderr=subprocess.STDOUT)
+    st.extra_gws.append(bad)
+    time.sleep(2.5)
+    check(bad.request("GET", "/health")[0] == 503, "a gateway with an unlisted key was served")
+    # a client that is not a gateway: its requests act for tenant t1, whatever they say
+    cl = zclient(ep, srv_pub, cl_pub, cl_sec)
+    req = pb.Request(protocol_version=1, request_id=77)
+    g_ = req.generate
+    g_.session_id, g_.tenant, g_.max_tokens = "curve-s1", "someone-else", 2
+    m = g_.chat.messages.add()
+    m.role, m.content = "user", "hi"
+    ev = zcall(cl, req, 30)
+    check(ev is not None and ev.WhichOneof("kind") == "done", "the tenant client's request: %r" % ev)
+    trusted = zclient(ep, srv_pub, gw_pub, gw_sec)
+    lists = {}
+    for i, t in enumerate(("t1", "someone-else")):
+        req = pb.Request(protocol_version=1, request_id=100 + i)
+        req.session_list.tenant = t
+        ev = zcall(trusted, req)
+        check(ev is not None and ev.WhichOneof("kind") == "sessions", "session list: %r" % ev)
+        lists[t] = [x.session_id for x in ev.sessions.sessions]
+    check("curve-s1" in lists["t1"] and "curve-s1" not in lists["someone-else"],
+          "the session is not its client's tenant's only: %r" % lists)
+    # an unlisted key gets nothing; listed and SIGHUP'd, it is served
+    b = zclient(ep, srv_pub, bad_pub, bad_sec)
+    req = pb.Request(protocol_version=1, request_id=200)
+    req.health.SetInParent()
+    check(zcall(b, req, 1.5) is None, "an unlisted key got an answer")
+    with open(clients, "a") as fh:
+        fh.write("%s tenant=t2\n" % bad_pub.decode())
+    d.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    b.close()
+    b = zclient(ep, srv_pub, bad_pub, bad_sec)
+    req.request_id = 201
+    ev = zcall(b, req, 5)
+    if ev is None or ev.WhichOneof("kind") != "health":
+        with open(os.path.join(st.tmp, "tcp-%d.log" % port), "rb") as fh:
+            raise AssertionError("a key listed on SIGHUP was refused; the daemon's log:\n%s" % fh.read().decode()[-800:])
+    for s_ in (cl, trusted, b):
+        s_.close()
+
+
 def main():
     want = tg.suite_args()
     sys.path.insert(0, tg.ARGS.pb2_dir or "")
     with tg.Suite("smol-resume-") as st:
         st.ds = [tg.Daemon(os.path.join(st.tmp, "d%d.sock" % i)) for i in range(2)]
+        st.procs, st.extra_gws = [], []
         try:
             st.gw = tg.Gateway(st.ds[0].endpoint, st.tmp, extra=["--daemon", st.ds[1].endpoint])
             for name, fn in (("daemon_resume_tokens", t_daemon_resume_tokens), ("pool_health", t_pool_health), ("rendezvous", t_rendezvous),
@@ -398,7 +524,15 @@ def main():
             st.gw = st.gw1
             if want("restart_resumes"):
                 run_test("restart_resumes", t_restart_resumes, st)
+            if want("curve"):
+                run_test("curve", t_curve, st)
         finally:
+            for g in st.extra_gws:
+                g.stop()
+            for p in st.procs:
+                if p.poll() is None:
+                    p.terminate()
+                    p.wait(15)
             for d in st.ds:
                 d.stop()
     print("%d passed, %d failed" % (tg.RESULTS["pass"], tg.RESULTS["fail"]), flush=True)
