@@ -181,19 +181,6 @@ void gw_stream_fail(struct gw_stream *s, const struct gw_error *e)
     gw_stream_push(s);
 }
 
-void gw_streams_fail_all(const struct gw_error *e)
-{
-    struct gw_stream *s = G.streams, *next;
-    for (; s; s = next) {
-        next = s->next;
-        if (!s->sent) {
-            if (!s->req) gw_stream_free(s);     /* unclaimed UI stream */
-            continue;
-        }
-        if (!s->terminal) gw_stream_fail(s, e);
-    }
-}
-
 /* ---- the pool ------------------------------------------------------------ */
 
 const char *gw_link_state(const struct gw_link *l)
@@ -467,9 +454,9 @@ static void on_health(struct gw_link *l, const Smollm3__HealthReply *h)
         /* a body the gateway accepts would be a frame the daemon drops, and with it the
          * link every stream in flight shares: refuse to serve until configured right */
         if (!l->refused)
-            gw_log(3, "--max-body-bytes %zu is over what daemon %s accepts (max_request_bytes %llu): "
+            gw_log(3, "--max-body-bytes %zu is over what the daemon accepts (max_request_bytes %llu, daemon %s): "
                    "lower --max-body-bytes (or raise the daemon's max_request_bytes); not serving",
-                   G.cfg.max_body, l->endpoint, (unsigned long long)l->max_request);
+                   G.cfg.max_body, (unsigned long long)l->max_request, l->endpoint);
         l->refused = 1;
         l->ready = 0;
         aggregate();

@@ -214,9 +214,7 @@ void gw_stream_hold(struct gw_stream *s);
 void gw_stream_free(struct gw_stream *s);
 struct gw_stream *gw_stream_by_rid(uint64_t rid);
 void gw_stream_push(struct gw_stream *s);
-/* Ends s (every live stream) with error e: an HTTP error if no response
- * began, else the protocol's error event. */
+/* Ends s with error e: an HTTP error if no response began, else the protocol's error event. */
 void gw_stream_fail(struct gw_stream *s, const struct gw_error *e);
-void gw_streams_fail_all(const struct gw_error *e);
 
 #endif

@@ -30,6 +30,7 @@ import test_gateway as tg  # noqa: E402
 from test_gateway import check, run_test  # noqa: E402
 
 N_STREAMS = 8
+GAPS = {}                       # stream index -> the longest silence its client saw, s
 MAX_TOKENS = 160
 
 
@@ -50,14 +51,20 @@ def stream(gw, b, progress=None, idx=0):
     r = c.getresponse()
     check(r.status == 200, "status %d" % r.status)
     out = b""
+    last, gap = None, 0.0
     while True:
         x = r.read1(65536)
         if not x:
             break
+        now = time.monotonic()
+        if last is not None:
+            gap = max(gap, now - last)
+        last = now
         out += x
         if progress is not None:
             progress[idx] = len(out)
     c.close()
+    GAPS[idx] = gap
     return out
 
 
@@ -270,7 +277,9 @@ def t_kill_resumes(st):
     s, _, b = st.gw.request("GET", "/health")
     states = sorted(d["state"] for d in json.loads(b)["daemons"])
     check(states == ["down", "up"], "health after the kill: %r" % states)
-    print("  %d streams, %d resumed; twins took %.2f s" % (N_STREAMS, resumed, t_twins), flush=True)
+    g = sorted(GAPS[i] for i in range(N_STREAMS))
+    print("  %d streams, %d resumed; twins took %.2f s; the longest pause a client saw: median %.0f ms, max %.0f ms"
+          % (N_STREAMS, resumed, t_twins, 1000 * g[len(g) // 2], 1000 * g[-1]), flush=True)
 
 
 def t_sigterm_handover(st):
@@ -302,7 +311,9 @@ def t_sigterm_handover(st):
         if [d["state"] for d in json.loads(b)["daemons"]] == ["up", "up"]:
             break
         time.sleep(0.1)
-    print("  %d streams, %d handed over; the daemon exited %.2f s after SIGTERM" % (N_STREAMS, resumed, took[0][0]),
+    g = sorted(GAPS[i] for i in range(N_STREAMS))
+    print("  %d streams, %d handed over; the daemon exited %.2f s after SIGTERM; the longest pause a client saw: "
+          "median %.0f ms, max %.0f ms" % (N_STREAMS, resumed, took[0][0], 1000 * g[len(g) // 2], 1000 * g[-1]),
           flush=True)
 
 
