@@ -4,7 +4,8 @@
 Two real daemons (BUILD/bin/smollm3d on the fixture model) behind one gateway
 (--daemon twice): /health and /metrics show each daemon's state; a request's
 daemon is the rendezvous choice of its prompt (the same prompt, the same
-daemon); then concurrent streams (greedy and seeded) are generated once as
+daemon); then 12 concurrent streams (greedy and seeded; json_schema, a forced
+tool call, thinking with a budget among them) are generated once as
 twins, and again while one daemon is killed with SIGKILL mid-answer: every
 stream completes, byte for byte its twin (and the same usage).  Last, a
 gateway over one daemon that is killed and started again on the same socket,
@@ -29,9 +30,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_gateway as tg  # noqa: E402
 from test_gateway import check, run_test  # noqa: E402
 
-N_STREAMS = 8
+N_STREAMS = 12
 GAPS = {}                       # stream index -> the longest silence its client saw, s
 MAX_TOKENS = 160
+
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "description": "weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
 
 def body(i):
@@ -41,6 +46,16 @@ def body(i):
         b.update(temperature=0.9, top_p=0.95, seed=1000 + i)       # seeded sampling
     else:
         b.update(temperature=0)                                     # greedy
+    if i % 8 == 2:      # structured output
+        b["response_format"] = {"type": "json_schema", "json_schema": {"name": "thing", "schema": {
+            "type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
+            "required": ["name", "n"]}}}
+    elif i % 8 == 3:    # a forced tool call
+        b.update(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    elif i % 8 in (4, 5):   # thinking, with a budget
+        b["reasoning_effort"] = "low"
+    else:
+        b["chat_template_kwargs"] = {"enable_thinking": False}
     return b
 
 
@@ -75,8 +90,12 @@ def answer(raw):
     for ch in chunks:
         check("error" not in ch, "error event: %r" % ch)
         for c in ch.get("choices", []):
-            text += c.get("delta", {}).get("content") or ""
-            text += c.get("delta", {}).get("reasoning_content") or ""
+            d = c.get("delta", {})
+            text += d.get("content") or ""
+            text += "<r>%s</r>" % d["reasoning_content"] if d.get("reasoning_content") else ""
+            for tc in d.get("tool_calls") or []:       # ids name their request: left out
+                f = tc.get("function", {})
+                text += "<call %s>%s%s" % (tc.get("index"), f.get("name") or "", f.get("arguments") or "")
             finish = c.get("finish_reason") or finish
         if ch.get("usage"):
             usage = ch["usage"]
@@ -256,7 +275,9 @@ def t_kill_resumes(st):
     t0 = time.monotonic()
     twins = run_all(st.gw, N_STREAMS)
     t_twins = time.monotonic() - t0
-    check(all(f == "length" for _, f, _ in twins), "twins did not run to max_tokens: %r" % [f for _, f, _ in twins])
+    check(sum(f == "length" for _, f, _ in twins) >= N_STREAMS // 2, "twins ended early: %r" % [f for _, f, _ in twins])
+    check(any("<call" in t for t, _, _ in twins) and any("<r>" in t for t, _, _ in twins),
+          "no tool call or no reasoning among the twins")
     resumed0 = metric(st.gw, "smollm3_gateway_streams_resumed_total")
     active = []
 
@@ -272,8 +293,7 @@ def t_kill_resumes(st):
     for i, (a, b) in enumerate(zip(twins, got)):
         check(a[0] == b[0], "stream %d differs from its twin:\n twin %r\n got  %r" % (i, a[0], b[0]))
         check(a[1] == b[1], "stream %d finish %r, twin %r" % (i, b[1], a[1]))
-        check(a[2]["completion_tokens"] == b[2]["completion_tokens"] == MAX_TOKENS,
-              "stream %d usage %r, twin %r" % (i, b[2], a[2]))
+        check(a[2]["completion_tokens"] == b[2]["completion_tokens"], "stream %d usage %r, twin %r" % (i, b[2], a[2]))
     s, _, b = st.gw.request("GET", "/health")
     states = sorted(d["state"] for d in json.loads(b)["daemons"])
     check(states == ["down", "up"], "health after the kill: %r" % states)
