@@ -408,6 +408,92 @@ def t_config_list(st):
         p.wait(10)
 
 
+class Router:
+    """A scripted daemon (pyzmq ROUTER): answers Health, records each Generate and streams the given
+    tokens for it; stop() closes the socket as a dying daemon's would."""
+
+    def __init__(self, endpoint, pb, tokens, done=False):
+        import zmq
+        self.pb, self.tokens, self.done, self.gens = pb, tokens, done, []
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.running = True
+        self.th = threading.Thread(target=self.loop, daemon=True)
+        self.th.start()
+
+    def send(self, ident, ev):
+        self.sock.send_multipart([ident, ev.SerializeToString()])
+
+    def loop(self):
+        pb = self.pb
+        while self.running:
+            if not self.sock.poll(50):
+                continue
+            ident, frame = self.sock.recv_multipart()
+            req = pb.Request()
+            req.ParseFromString(frame)
+            kind = req.WhichOneof("kind")
+            if kind == "health":
+                self.send(ident, pb.Event(request_id=req.request_id, health=pb.HealthReply(
+                    ready=True, model="fake", status="serving")))
+            elif kind == "generate":
+                self.gens.append(req)
+                self.send(ident, pb.Event(request_id=req.request_id, started=pb.Started(prompt_tokens=7)))
+                for tid, text in self.tokens:
+                    self.send(ident, pb.Event(request_id=req.request_id, token=pb.Token(text=text, token_id=tid)))
+                if self.done:
+                    self.send(ident, pb.Event(request_id=req.request_id, done=pb.Done(
+                        finish_reason=pb.FINISH_REASON_LENGTH, usage=pb.Usage(prompt_tokens=9, completion_tokens=5))))
+
+    def stop(self):
+        self.running = False
+        self.th.join(5)
+        self.sock.close()
+        self.ctx.term()
+
+
+def t_resend(st):
+    """What the gateway sends again: the same request id and seed (one it chose: the request had none),
+    resume_tokens = the ids it streamed, handover set; the client gets each byte once, the first
+    daemon's prompt numbers and the last one's completion count."""
+    import smollm3_pb2 as pb
+    sock = os.path.join(st.tmp, "fake.sock")
+    ep = "ipc://" + sock
+    first = Router(ep, pb, [(11, "a"), (12, "b"), (-1, "+"), (13, "")])
+    gw = tg.Gateway(ep, st.tmp)
+    st.extra_gws.append(gw)
+    res = {}
+
+    def client():
+        res["raw"] = stream(gw, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "stream": True,
+                                 "temperature": 0.8, "stream_options": {"include_usage": True}})
+    th = threading.Thread(target=client)
+    th.start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not first.gens:
+        time.sleep(0.05)
+    time.sleep(0.5)                 # its tokens reached the gateway
+    first.stop()
+    os.unlink(sock)
+    time.sleep(0.3)
+    second = Router(ep, pb, [(14, "c"), (15, "d")], done=True)
+    th.join(30)
+    second.stop()
+    check(len(first.gens) == 1 and len(second.gens) == 1, "generates: %d then %d" % (len(first.gens), len(second.gens)))
+    a, b = first.gens[0], second.gens[0]
+    check(a.generate.sampling.HasField("seed"), "the gateway sent no seed for a request without one")
+    check(b.request_id == a.request_id and b.generate.sampling.seed == a.generate.sampling.seed,
+          "sent again under another id or seed")
+    check(list(b.generate.resume_tokens) == [11, 12, 13] and not a.generate.resume_tokens,
+          "resume_tokens %r" % list(b.generate.resume_tokens))
+    check(a.generate.handover and b.generate.handover, "handover not set")
+    text, finish, usage = answer(res["raw"])
+    check(text == "ab+cd" and finish == "length", "the client got %r (%s)" % (text, finish))
+    check(usage["prompt_tokens"] == 7 and usage["completion_tokens"] == 5, "usage %r" % usage)
+
+
 # ---- the link between nodes: tcp:// with CURVE ---------------------------------------------------
 
 def daemon_tcp(st, port, extra, wait=True):
@@ -557,6 +643,8 @@ def main():
                 run_test("restart_resumes", t_restart_resumes, st)
             if want("curve"):
                 run_test("curve", t_curve, st)
+            if want("resend"):
+                run_test("resend", t_resend, st)
         finally:
             for g in st.extra_gws:
                 g.stop()
