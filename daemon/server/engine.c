@@ -330,7 +330,6 @@ static void add_decode_rows(struct smol_engine *e, struct step_rows *sr, int bud
         if (max > spec_rows) max = spec_rows;
         if (max > q->max_gen - q->n_gen - 1) max = q->max_gen - q->n_gen - 1;
         if (max > e->m->cfg.n_ctx - pos - 2) max = e->m->cfg.n_ctx - pos - 2;
-        if (q->n_gen < q->r->n_resume) max = 0;     /* resumed tokens are replayed one a step */
         smol_engine_plan_draft(e, q, max, e->b_tok + sr->n + 1);
         const int k = q->n_draft;
         if (smol_kv_seq_reserve(kv, q->seq, pos, pos + k + 1, err)) { q->n_draft = 0; smol_engine_fail(e, q, SMOL_EBUSY, err); continue; }
@@ -354,17 +353,19 @@ static void add_prefill_rows(struct smol_engine *e, struct step_rows *sr, int bu
     for (struct req *q = e->running, *nx; q && sr->n < budget; q = nx) {
         nx = q->next;
         if (q->state != RS_PREFILL || q->paused) continue;
-        int pos0 = q->seq->n_tokens, chunk = q->n_prompt - pos0;
+        /* a resumed request's replayed tokens are prefilled after its prompt (smol_engine_replay) */
+        const int end = q->n_prompt + q->r->n_resume;
+        int pos0 = q->seq->n_tokens, chunk = end - pos0;
         if (chunk > budget - sr->n) chunk = budget - sr->n;
         if (smol_kv_seq_reserve(kv, q->seq, pos0, pos0 + chunk, err)) { smol_engine_fail(e, q, SMOL_EBUSY, err); continue; }
         if (!q->t_first_step) q->t_first_step = now;
         e->n_prefilled += (uint64_t)chunk;
-        for (int i = 0; i < chunk; i++, sr->n++) {
-            e->b_tok[sr->n] = q->tok[pos0 + i];
-            e->b_pos[sr->n] = pos0 + i;
+        for (int i = 0, p = pos0; i < chunk; i++, p++, sr->n++) {
+            e->b_tok[sr->n] = p < q->n_prompt ? q->tok[p] : q->r->resume[p - q->n_prompt];
+            e->b_pos[sr->n] = p;
             e->b_seq[sr->n] = q->seq;
         }
-        if (pos0 + chunk == q->n_prompt) {
+        if (pos0 + chunk == end) {
             e->b_out[sr->n_out] = sr->n - 1;
             e->b_req[sr->n_out++] = q;
         }
@@ -400,6 +401,7 @@ static void take_rows(struct smol_engine *e, const struct step_rows *sr, double 
             q->state = RS_DECODE;
             q->t_prefill_done = now;
             if (q->r->n_choices > 1) smol_engine_spawn_choices(e, q, e->logits + i * V, now);
+            if (q->r->n_resume && !smol_engine_replay(e, q, now)) continue;     /* finished there */
         }
         if (sr->n_rs && e->b_rs[i].on) smol_engine_emit_drawn(e, q, e->b_ids[i], now, 1);
         else if (e->spool && e->b_host[i]) smol_engine_emit_drawn(e, q, e->b_ids[i], now, 0);

@@ -74,9 +74,6 @@ enum smol_err smol_engine_sample_row(struct smol_engine *e, struct req *q, int i
         }
     }
     if (force_close) forced = think_end;
-    /* resume: the tokens a previous run streamed go the same way, forced (the
-     * RNG draws, the grammar and the thinking budget advance as they did) */
-    if (q->n_gen + i < q->r->n_resume) forced = q->r->resume[q->n_gen + i];
     if (forced >= 0) {
         const int V = e->m->cfg.vocab;
         for (int k = 0; k < V; k++)
@@ -116,6 +113,40 @@ enum smol_err smol_engine_sample_row(struct smol_engine *e, struct req *q, int i
     }
     if (q->gm && !q->gm_active && *t == think_end) q->gm_active = 1;
     return SMOL_OK;
+}
+
+/* Resume (GenerateRequest.resume_tokens): the tokens a previous run of the request streamed,
+ * whose KV its prefill just computed after the prompt, taken as sample_row and sample_and_emit
+ * would have taken them had they been drawn one a step: one RNG draw each (none when greedy),
+ * the penalties' history, the grammar, the thinking state, speculation's lookup; emit_token
+ * sends nothing for them (emit_text).  The token after them is then drawn from the prefill's
+ * last row as the first run drew it.  (Not reproduced: a seeded token the grammar drew twice
+ * near the length limit, its first draw unknown here.)  0 when q ended (and was freed). */
+int smol_engine_replay(struct smol_engine *e, struct req *q, double now)
+{
+    char err[SMOL_ERRLEN];
+    enum smol_err rc = SMOL_OK;
+    const int32_t think_end = smol_tokenizer_special(e->tok)->think_end;
+    for (int g = 0; g < q->r->n_resume; g++) {
+        const int32_t t = q->r->resume[g];
+        if (q->gm_active && !smol_grammar_matcher_is_done(q->gm) && (rc = smol_grammar_matcher_accept_token(q->gm, t))) {
+            smol_engine_fail(e, q, rc == SMOL_ENOMEM ? SMOL_ENOMEM : SMOL_EINVAL,
+                             rc == SMOL_ENOMEM ? "structured output: out of memory"
+                                               : "resume_tokens: a token the grammar does not allow there");
+            return 0;
+        }
+        if ((rc = smol_sampler_accept(q->smp, &t, 1, true, err)) ||
+            (q->lk && (rc = smol_lookup_append(q->lk, &t, 1, err)))) {
+            smol_engine_fail(e, q, rc, err);
+            return 0;
+        }
+        smol_sampler_skip(q->smp, 1);
+        if (q->think_open && t == think_end) q->think_open = 0;
+        if (q->gm && !q->gm_active && t == think_end) q->gm_active = 1;
+        memset(&q->cur_lp, 0, sizeof q->cur_lp);
+        if (!smol_engine_emit_token(e, q, t, now, q->n_prompt + g)) return 0;
+    }
+    return 1;
 }
 
 static enum smol_err spec_sample(void *ctx, int i, float *row, int32_t *t, char *err)
