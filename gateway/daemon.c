@@ -292,13 +292,17 @@ static int send_to_pool(struct gw_stream *s, const void *buf, size_t len)
     return 0;
 }
 
-/* Sends s->packed (kept: a resume sends it again).  0 on success; else fails nothing and
- * returns -1. */
+/* Sends s->packed (kept while resume is on: a resume sends it again).  0 on success; else
+ * fails nothing and returns -1. */
 int gw_daemon_send_stream(struct gw_stream *s)
 {
     if (send_to_pool(s, s->packed, s->packed_len)) {
         gw_daemon_drain();
         return -1;
+    }
+    if (!G.cfg.resume_timeout) {        /* never sent again: its memory goes now, as before resume */
+        free(s->packed);
+        s->packed = NULL;
     }
     s->sent = 1;
     s->t_sent = smol_mono_s();
@@ -528,7 +532,7 @@ static void on_event(struct gw_link *l, Smollm3__Event *ev)
         s->cached_tokens = ev->started->cached_tokens;
     } else if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) {
         s->n_tokens++;
-        if (ev->token->token_id >= 0 && s->n_choices == 1) {    /* what a resume replays */
+        if (ev->token->token_id >= 0 && s->n_choices == 1 && s->packed) {  /* what a resume replays */
             if (s->n_toks == s->cap_toks) {
                 uint32_t cap = s->cap_toks ? 2 * s->cap_toks : 64;
                 int32_t *t = realloc(s->toks, cap * sizeof *t);
