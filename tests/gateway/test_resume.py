@@ -462,8 +462,9 @@ def t_resend(st):
     sock = os.path.join(st.tmp, "fake.sock")
     ep = "ipc://" + sock
     first = Router(ep, pb, [(11, "a"), (12, "b"), (-1, "+"), (13, "")])
-    gw = tg.Gateway(ep, st.tmp)
+    gw = tg.Gateway.__new__(tg.Gateway)
     st.extra_gws.append(gw)
+    gw.__init__(ep, st.tmp)
     res = {}
 
     def client():
@@ -561,12 +562,13 @@ def t_curve(st):
                         "--daemon", "tcp://127.0.0.1:%d" % plain], capture_output=True, timeout=20)
     check(g.returncode != 0 and b"CURVE" in g.stderr, "the gateway took a plain tcp:// daemon: %r" % g.stderr[-200:])
     d = daemon_tcp(st, port, ["--curve-secret-key-file", dkey, "--curve-clients-file", clients])
+    gw = tg.Gateway.__new__(tg.Gateway)
+    st.extra_gws.append(gw)         # stopped at the end even when it never becomes ready
     try:
-        gw = tg.Gateway(ep, st.tmp, extra=["--curve-key-file", gkey, "--curve-server-keys", skeys])
+        gw.__init__(ep, st.tmp, extra=["--curve-key-file", gkey, "--curve-server-keys", skeys])
     except RuntimeError:
         with open(os.path.join(st.tmp, "tcp-%d.log" % port), "rb") as fh:
             raise AssertionError("no gateway over CURVE; the daemon's log:\n%s" % fh.read().decode()[-1500:])
-    st.extra_gws.append(gw)
     s, r = tg.post_json(gw, "/v1/chat/completions", tg.chat("over CURVE", max_tokens=4))
     check(s == 200 and r["usage"]["completion_tokens"] == 4, "served over CURVE: %d %r" % (s, r))
     bad = tg.Gateway.__new__(tg.Gateway)
@@ -647,7 +649,8 @@ def main():
                 run_test("resend", t_resend, st)
         finally:
             for g in st.extra_gws:
-                g.stop()
+                if getattr(g, "proc", None):
+                    g.stop()
             for p in st.procs:
                 if p.poll() is None:
                     p.terminate()
