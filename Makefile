@@ -47,7 +47,7 @@ PROGS    := $(patsubst main_%.c,$(BUILD)/bin/%,$(notdir $(MAINS)))
 TESTS    := $(patsubst tests/test_%.c,$(BUILD)/tests/test_%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 
-.PHONY: all test unit asan tsan fuzz deps clean check-headers bench bench-kv bench-long run model install bench-grammar soak bench-spec gpu-check
+.PHONY: all test unit asan tsan fuzz deps clean check-headers bench bench-kv bench-resume bench-long run model install bench-grammar soak bench-spec gpu-check
 .PHONY: pkgs-check pkgs-fuzz pkgs-bench no-check-note
 .DEFAULT_GOAL := all
 
@@ -393,6 +393,12 @@ check-spills:
 bench-kv: deps
 	@$(MAKE) --no-print-directory $(PROGS)
 	@sh tests/bench_kv.sh $(BUILD)
+
+# bench-resume: the pause a client sees when one of two daemons behind a gateway is killed, by
+# history length, and inter-token latency with one daemon vs a pool of two (tests/bench/bench_resume.py).
+bench-resume: deps
+	@$(MAKE) --no-print-directory $(PROGS)
+	@build/venv/bin/python3 tests/bench/bench_resume.py --build $(BUILD) $(BENCH_RESUME_ARGS)
 
 # bench-long: the daemon serves a 64K-token conversation within its KV budget, with
 # --yarn, through a restart (tests/bench/long_context.py on tests/fixtures/hf/hf-long;

@@ -6,9 +6,11 @@
  *   api_key_file = /etc/smollm3d/api-keys
  *   max_inflight = 128
  *   ignore_unknown_fields = false
+ *   daemon = ipc:///run/smollm3d/a.sock, tcp://10.0.0.2:5555
  *
  * A key is a flag's name with '_' or '-' (api_key_file = --api-key-file);
- * ignore_unknown_fields takes true/false.  The file becomes flags placed
+ * ignore_unknown_fields takes true/false; daemon a comma-separated list (one
+ * --daemon each).  The file becomes flags placed
  * before the command line's, so main.c's one getopt loop checks every value
  * and a flag on the command line overrides the file.
  */
@@ -25,7 +27,8 @@
 static const char *const keys[] = {
     "listen", "daemon", "model-name", "max-body-bytes", "max-connections", "request-timeout",
     "max-inflight", "ping-interval", "ignore-unknown-fields", "api-key-file", "tenant-secret-file", "responses-store",
-    "responses-store-mb", "ui-unclaimed-max", "ui-unclaimed-per-key",
+    "responses-store-mb", "ui-unclaimed-max", "ui-unclaimed-per-key", "resume-timeout",
+    "curve-key-file", "curve-server-keys", "allow-plain-tcp",
 };
 
 struct cfg_ctx {
@@ -69,7 +72,7 @@ static int handler(void *user, const char *section, const char *name, const char
     }
     char opt[80];
     snprintf(opt, sizeof opt, "--%s", key);
-    if (!strcmp(key, "ignore-unknown-fields")) {        /* a switch */
+    if (!strcmp(key, "ignore-unknown-fields") || !strcmp(key, "allow-plain-tcp")) {     /* switches */
         if (!strcmp(value, "true")) return push(x, opt) == 0;
         if (!strcmp(value, "false")) return 1;
         snprintf(x->msg, sizeof x->msg, "%s: expected true or false, got '%.64s'", name, value);
@@ -78,6 +81,21 @@ static int handler(void *user, const char *section, const char *name, const char
     if (!*value) {
         snprintf(x->msg, sizeof x->msg, "%s: empty value", name);
         return 0;
+    }
+    if (!strcmp(key, "daemon")) {                       /* a list: one --daemon each */
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%s", value);
+        for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            while (*t == ' ' || *t == '\t') t++;
+            char *end = t + strlen(t);
+            while (end > t && (end[-1] == ' ' || end[-1] == '\t')) *--end = 0;
+            if (!*t) {
+                snprintf(x->msg, sizeof x->msg, "%s: empty endpoint in the list", name);
+                return 0;
+            }
+            if (push(x, opt) || push(x, t)) return 0;
+        }
+        return 1;
     }
     return push(x, opt) == 0 && push(x, value) == 0;
 }

@@ -8,9 +8,16 @@
 
 #include <stddef.h>
 
+#define GW_MAX_DAEMONS 16
+
 struct gw_config {
     const char *listen;
-    const char *daemon;
+    const char *daemons[GW_MAX_DAEMONS];    /* --daemon (repeatable; config: a comma-separated list) */
+    unsigned n_daemons;
+    unsigned resume_timeout;    /* --resume-timeout: s a stream waits for a live daemon to resume on */
+    const char *curve_key_file;     /* --curve-key-file: the gateway's CURVE secret key (tcp:// daemons) */
+    const char *curve_server_keys;  /* --curve-server-keys: "ENDPOINT PUBLIC_KEY" a line, each tcp:// daemon's */
+    int allow_plain_tcp;            /* --allow-plain-tcp: a tcp:// daemon without a key is used unauthenticated */
     const char *model_name;     /* NULL = from health */
     size_t max_body;
     unsigned max_connections;

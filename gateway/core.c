@@ -69,11 +69,26 @@ int gw_pack_generate(struct gw_stream *s, Smollm3__GenerateRequest *g)
     g->tenant = (char *)s->tenant;      /* sessions and cached prefixes are the key's own (auth.c) */
     g->service_tier = effective_tier((int)g->service_tier, s->key);
     s->tier = (int)g->service_tier;
+    gw_stream_route(s, g);              /* which daemon of the pool (daemon.c) */
+    /* a request without a seed gets one here, not from the daemon: a resumed stream
+     * (daemon.c) continues with the draws of the same seed */
+    Smollm3__SamplingParams own = SMOLLM3__SAMPLING_PARAMS__INIT, *was = g->sampling;
+    uint64_t seed;
+    int pinned = 0;
+    if (!g->sampling) g->sampling = &own;
+    if (g->sampling->seed_opt_case != SMOLLM3__SAMPLING_PARAMS__SEED_OPT_SEED && !gw_random_bytes(&seed, sizeof seed)) {
+        g->sampling->seed_opt_case = SMOLLM3__SAMPLING_PARAMS__SEED_OPT_SEED;
+        g->sampling->seed = seed;
+        pinned = 1;
+    }
+    g->handover = G.cfg.resume_timeout > 0;     /* a draining daemon gives it back at once */
     s->packed_len = smollm3__request__get_packed_size(&req);
     s->packed = malloc(s->packed_len ? s->packed_len : 1);
-    if (!s->packed) return -1;
-    smollm3__request__pack(&req, s->packed);
-    return 0;
+    if (s->packed) smollm3__request__pack(&req, s->packed);
+    g->handover = 0;
+    if (pinned) g->sampling->seed_opt_case = SMOLLM3__SAMPLING_PARAMS__SEED_OPT__NOT_SET;
+    g->sampling = was;
+    return s->packed ? 0 : -1;
 }
 
 struct gw_stream *gw_core_stream(struct gw_req *r, const struct gw_proto *proto, enum gw_kind kind,

@@ -1,23 +1,45 @@
 /*
- * daemon.c - the gateway's link to smollm3d (daemon.h): one DEALER
- * (daemon/client/client.h) polled from the main epoll loop, stream
- * bookkeeping and routing of daemon events to their stream's encoder; the
- * HTTP side is reached only through the hooks it registered.
+ * daemon.c - the gateway's link to its pool of smollm3d daemons (daemon.h):
+ * one DEALER per daemon (daemon/client/client.h), all polled from the main
+ * epoll loop, stream bookkeeping, routing of daemon events to their
+ * stream's encoder, and resume; the HTTP side is reached only through the
+ * hooks it registered.
  *
- * ZMQ_FD is edge-triggered: gw_daemon_drain() reads until nothing is left,
- * and the loop calls it after every wake-up and after every send.  The
- * client never blocks: send_timeout_ms is 0, so with no daemon connected a
- * send fails at once (ZMQ_IMMEDIATE) and the request gets 503.
+ * ZMQ_FD is edge-triggered: gw_daemon_drain() reads every socket until
+ * nothing is left, and the loop calls it after every wake-up and after every
+ * send.  The client never blocks: send_timeout_ms is 0, so with no daemon
+ * connected a send fails at once (ZMQ_IMMEDIATE) and the request gets 503.
+ *
+ * The pool: each daemon is up (connected, health ready), draining
+ * (connected, not ready) or down.  A request goes to the up daemon with the
+ * highest rendezvous score of (its key, the daemon's endpoint), the key
+ * being its tenant and session id, or its tenant and the start of its prompt
+ * (the prefix a daemon may have cached): a conversation stays where its KV
+ * is and moves only when that daemon is gone; removing a daemon moves only
+ * its own keys.
  *
  * Liveness: the socket monitor (smol_client_connected, looked at on every
- * tick) and ZeroMQ heartbeats report a vanished daemon; every stream in
- * flight is then failed, `ready` drops, and health probes run every second
- * until the daemon (reconnected by ZeroMQ on its own) answers ready again.
+ * tick) and ZeroMQ heartbeats report a vanished daemon; its streams in flight
+ * are then resumed (below), `ready` drops, and health probes run every
+ * second until it (reconnected by ZeroMQ on its own) answers ready again.
  * Stats are polled every 2 s for /metrics.
+ *
+ * Resume (issue 48): a stream keeps its packed request and the token ids of
+ * its output so far.  When its daemon goes away, the stream waits (its
+ * client sees a pause) up to --resume-timeout for an up daemon, the same one
+ * back or another, and is sent again there under the same request id with
+ * GenerateRequest.resume_tokens: the daemon replays them silently and
+ * continues, so the client's bytes go on where they stopped.  The second
+ * Started is not shown to the encoder, and the usage keeps the first
+ * daemon's prompt numbers (completion tokens: the last daemon's, which
+ * counts the replayed ones).  Streams with n > 1 resume only before their
+ * first token; one-reply queries and token counts are not resumed.
  */
 #include "gateway/daemon.h"
 #include "gateway/auth.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,7 +66,9 @@ struct gw_stream *gw_stream_new(enum gw_kind kind)
     s->key = GW_AUTH_NONE;
     s->tenant = "";
     s->n_choices = 1;
-    s->rid = smol_client_next_id(G.cli);
+    s->link = -1;
+    s->follow_link = -1;
+    s->rid = smol_client_next_id(G.links[0].cli);
     s->born = s->last_write = smol_mono_s();
     s->next = G.streams;
     if (G.streams) G.streams->prev = s;
@@ -96,6 +120,7 @@ void gw_stream_free(struct gw_stream *s)
     free(s->an_stop);
     json_decref(s->reply);
     free(s->packed);
+    free(s->toks);
     free(s);
 }
 
@@ -164,6 +189,96 @@ void gw_stream_fail(struct gw_stream *s, const struct gw_error *e)
     gw_stream_push(s);
 }
 
+/* ---- the pool ------------------------------------------------------------ */
+
+const char *gw_link_state(const struct gw_link *l)
+{
+    return !l->connected ? "down" : l->ready && !l->refused ? "up" : "draining";
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The prompt's start a daemon may hold as a cached prefix: this many bytes of it. */
+#define GW_ROUTE_PREFIX 512
+
+void gw_stream_route(struct gw_stream *s, const Smollm3__GenerateRequest *g)
+{
+    uint64_t h = fnv1a(0xcbf29ce484222325ull, s->tenant, strlen(s->tenant) + 1);
+    if (g->session_id && *g->session_id) {
+        h = fnv1a(h, "s", 1);
+        h = fnv1a(h, g->session_id, strlen(g->session_id));
+    } else if (g->input_case == SMOLLM3__GENERATE_REQUEST__INPUT_CHAT && g->chat && g->chat->n_messages) {
+        /* the first message (the system prompt, usually): shared by a conversation's turns */
+        const Smollm3__ChatMessage *m = g->chat->messages[0];
+        size_t n = m->content ? strlen(m->content) : 0;
+        h = fnv1a(h, m->role ? m->role : "", m->role ? strlen(m->role) : 0);
+        h = fnv1a(h, m->content ? m->content : "", n < GW_ROUTE_PREFIX ? n : GW_ROUTE_PREFIX);
+    } else if (g->input_case == SMOLLM3__GENERATE_REQUEST__INPUT_TEXT && g->text) {
+        size_t n = strlen(g->text);
+        h = fnv1a(h, g->text, n < GW_ROUTE_PREFIX ? n : GW_ROUTE_PREFIX);
+    } else if (g->input_case == SMOLLM3__GENERATE_REQUEST__INPUT_TOKENS && g->tokens) {
+        size_t n = g->tokens->n_ids < GW_ROUTE_PREFIX / 4 ? g->tokens->n_ids : GW_ROUTE_PREFIX / 4;
+        h = fnv1a(h, g->tokens->ids, n * sizeof *g->tokens->ids);
+    }
+    s->route = h;
+}
+
+/* The up daemon of highest rendezvous score for key, or -1. */
+static int pick(uint64_t key)
+{
+    int best = -1;
+    uint64_t best_score = 0;
+    for (unsigned i = 0; i < G.n_links; i++) {
+        const struct gw_link *l = &G.links[i];
+        if (!l->connected || !l->ready || l->refused) continue;
+        uint64_t sc = mix64(key ^ fnv1a(0xcbf29ce484222325ull, l->endpoint, strlen(l->endpoint)));
+        if (best < 0 || sc > best_score) {
+            best = (int)i;
+            best_score = sc;
+        }
+    }
+    return best;
+}
+
+/* The pool as one daemon, for the layers above (admission, /health, the UI's config). */
+static void aggregate(void)
+{
+    G.daemon_connected = G.daemon_ready = G.daemon_refused = 0;
+    G.daemon_max_request = 0;
+    G.have_stats = 0;
+    for (unsigned i = 0; i < G.n_links; i++) {
+        const struct gw_link *l = &G.links[i];
+        G.daemon_connected |= l->connected;
+        G.daemon_refused |= l->refused;
+        if (l->connected && l->ready && !l->refused) {
+            G.daemon_ready = 1;
+            if (l->max_request && (!G.daemon_max_request || l->max_request < G.daemon_max_request))
+                G.daemon_max_request = l->max_request;
+        }
+        if (l->refused && l->max_request && !G.daemon_ready) G.daemon_max_request = l->max_request;
+        if (!G.have_stats && l->have_stats) {
+            G.stats = l->stats;
+            memcpy(G.stats_tenants, l->stats_tenants, (size_t)l->n_stats_tenants * sizeof *l->stats_tenants);
+            G.n_stats_tenants = l->n_stats_tenants;
+            G.have_stats = 1;
+        }
+    }
+}
+
 static void lost(struct gw_stream *s);
 
 /* s's follow-up is answered (ev), or failed (ev NULL: the daemon went away). */
@@ -173,13 +288,15 @@ static void follow_reply(struct gw_stream *s, const Smollm3__Event *ev)
     Smollm3__Error er = SMOLLM3__ERROR__INIT;
     if (!ev) {
         er.code = SMOLLM3__ERROR_CODE__ERROR_IO;
-        er.message = G.daemon_connected ? "no answer from the daemon" : "the inference daemon went away";
+        er.message = s->follow_link >= 0 && G.links[s->follow_link].connected ? "no answer from the daemon"
+                                                                               : "the inference daemon went away";
         lost_ev.request_id = s->follow_rid;
         lost_ev.kind_case = SMOLLM3__EVENT__KIND_ERROR;
         lost_ev.error = &er;
         ev = &lost_ev;
     }
     s->follow_rid = 0;
+    s->follow_link = -1;
     const unsigned oom = gw_oom_count;
     if (s->proto && s->proto->event) s->proto->event(s, ev);
     if (gw_oom_count != oom) lost(s);   /* its last bytes lost: closed, not ended as if whole */
@@ -187,14 +304,19 @@ static void follow_reply(struct gw_stream *s, const Smollm3__Event *ev)
     else gw_stream_push(s);
 }
 
+/* (on the stream's own daemon while it is up, else the pool's choice for its key) */
 int gw_daemon_send_follow(struct gw_stream *s, Smollm3__Request *req)
 {
     char err[SMOL_ERRLEN];
-    uint64_t rid = smol_client_next_id(G.cli);
+    int li = s->link;
+    if (li < 0 || !G.links[li].connected || !G.links[li].ready || G.links[li].refused) li = pick(s->route);
+    if (li < 0) return -1;
+    struct gw_link *l = &G.links[li];
+    uint64_t rid = smol_client_next_id(l->cli);
     req->protocol_version = SMOLLM3__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
     req->request_id = rid;
     size_t n = smollm3__request__get_packed_size(req);
-    if (G.daemon_max_request && n > G.daemon_max_request) {
+    if (l->max_request && n > l->max_request) {
         /* a frame the daemon would refuse, or drop with the link every stream shares */
         gw_metrics_refusal(GW_REFUSE_DAEMON_FRAME, s->key);
         return -1;
@@ -202,29 +324,13 @@ int gw_daemon_send_follow(struct gw_stream *s, Smollm3__Request *req)
     uint8_t *b = malloc(n ? n : 1);
     if (!b) return -1;
     smollm3__request__pack(req, b);
-    enum smol_err e = G.daemon_connected ? smol_client_send_raw(G.cli, b, n, err) : SMOL_EIO;
+    enum smol_err e = smol_client_send_raw(l->cli, b, n, err);
     free(b);
     if (e != SMOL_OK) return -1;
     s->follow_rid = rid;
+    s->follow_link = li;
     s->follow_sent = smol_mono_s();
     return 0;
-}
-
-void gw_streams_fail_all(const struct gw_error *e)
-{
-    struct gw_stream *s = G.streams, *next;
-    for (; s; s = next) {
-        next = s->next;
-        if (s->follow_rid) {
-            follow_reply(s, NULL);
-            continue;
-        }
-        if (!s->sent) {
-            if (!s->req) gw_stream_free(s);     /* unclaimed UI stream */
-            continue;
-        }
-        if (!s->terminal) gw_stream_fail(s, e);
-    }
 }
 
 /* ---- sending ------------------------------------------------------------ */
@@ -236,17 +342,32 @@ int gw_daemon_fits(const struct gw_stream *s)
     return 0;
 }
 
-/* Sends s->packed.  0 on success; else fails nothing and returns -1. */
+/* Sends buf to the daemon pick() chooses for s; 0 (s->link set) or -1. */
+static int send_to_pool(struct gw_stream *s, const void *buf, size_t len)
+{
+    int i = pick(s->route);
+    if (i < 0) return -1;
+    char err[SMOL_ERRLEN];
+    if (smol_client_send_raw(G.links[i].cli, buf, len, err) != SMOL_OK) {
+        gw_log(4, "send to daemon %s failed: %s", G.links[i].endpoint, err);
+        return -1;
+    }
+    s->link = i;
+    return 0;
+}
+
+/* Sends s->packed (kept while resume is on: a resume sends it again).  0 on success; else
+ * fails nothing and returns -1. */
 int gw_daemon_send_stream(struct gw_stream *s)
 {
-    char err[SMOL_ERRLEN];
-    if (smol_client_send_raw(G.cli, s->packed, s->packed_len, err) != SMOL_OK) {
-        gw_log(4, "send to daemon failed: %s", err);
+    if (send_to_pool(s, s->packed, s->packed_len)) {
         gw_daemon_drain();
         return -1;
     }
-    free(s->packed);
-    s->packed = NULL;
+    if (!G.cfg.resume_timeout) {        /* never sent again: its memory goes now, as before resume */
+        free(s->packed);
+        s->packed = NULL;
+    }
     s->sent = 1;
     s->t_sent = smol_mono_s();
     gw_stream_hold(s);
@@ -254,17 +375,27 @@ int gw_daemon_send_stream(struct gw_stream *s)
     return 0;
 }
 
+int gw_daemon_send_cancel(struct gw_stream *s)
+{
+    if (s->link < 0) return s->resume_by > 0 ? 0 : -1;      /* waiting to resume: nothing runs */
+    char err[SMOL_ERRLEN];
+    if (smol_client_send_cancel(G.links[s->link].cli, s->rid, NULL, err) != SMOL_OK) {
+        gw_log(4, "cancel of %llu not sent: %s", (unsigned long long)s->rid, err);
+        return -1;
+    }
+    return 0;
+}
+
 void gw_daemon_cancel(struct gw_stream *s)
 {
     if (!s->sent || s->terminal) return;
-    char err[SMOL_ERRLEN];
-    if (smol_client_send_cancel(G.cli, s->rid, NULL, err) != SMOL_OK)
-        gw_log(4, "cancel of %llu not sent: %s", (unsigned long long)s->rid, err);
+    gw_daemon_send_cancel(s);
+    s->resume_by = 0;
     mark_terminal(s);
     gw_daemon_drain();
 }
 
-static void send_probe(int kind_case, uint64_t *rid)
+static void send_probe(struct gw_link *l, int kind_case, uint64_t *rid)
 {
     Smollm3__Request req = SMOLLM3__REQUEST__INIT;
     Smollm3__HealthRequest h = SMOLLM3__HEALTH_REQUEST__INIT;
@@ -274,20 +405,97 @@ static void send_probe(int kind_case, uint64_t *rid)
     else req.stats = &st;
     char err[SMOL_ERRLEN];
     uint64_t id = 0;
-    if (smol_client_send(G.cli, &req, &id, err) == SMOL_OK) *rid = id;
+    if (smol_client_send(l->cli, &req, &id, err) == SMOL_OK) *rid = id;
     gw_daemon_drain();
+}
+
+/* ---- resume ------------------------------------------------------------- */
+
+static int resumable(const struct gw_stream *s)
+{
+    if (!G.cfg.resume_timeout || !s->packed) return 0;
+    if (s->kind == GW_QUERY || s->kind == GW_ANTHROPIC_COUNT) return 0;
+    return s->n_choices == 1 || s->n_tokens == 0;
+}
+
+/* s's request again, with the tokens streamed so far; 0 or -1 (out of memory). */
+static int resend(struct gw_stream *s)
+{
+    Smollm3__Request *req = smollm3__request__unpack(NULL, s->packed_len, s->packed);
+    if (!req || req->kind_case != SMOLLM3__REQUEST__KIND_GENERATE) {
+        smollm3__request__free_unpacked(req, NULL);
+        return -1;
+    }
+    req->generate->n_resume_tokens = s->n_toks;
+    req->generate->resume_tokens = s->toks;
+    size_t n = smollm3__request__get_packed_size(req);
+    uint8_t *buf = malloc(n ? n : 1);
+    int rc = -1;
+    if (buf) {
+        smollm3__request__pack(req, buf);
+        rc = send_to_pool(s, buf, n);
+    }
+    req->generate->n_resume_tokens = 0;     /* ours, not the unpacker's */
+    req->generate->resume_tokens = NULL;
+    smollm3__request__free_unpacked(req, NULL);
+    free(buf);
+    return rc;
+}
+
+/* Streams waiting for a daemon: sent again to the up one the pool picks, or failed once
+ * their time is up. */
+static void resume_waiting(double now)
+{
+    struct gw_stream *s = G.streams, *next;
+    for (; s; s = next) {
+        next = s->next;
+        if (s->resume_by <= 0 || s->terminal) continue;
+        if (!resend(s)) {
+            s->resume_by = 0;
+            s->resumes++;
+            G.n_resumed++;
+            gw_log(5, "request %llu resumed on %s after %u tokens", (unsigned long long)s->rid,
+                   G.links[s->link].endpoint, s->n_toks);
+            continue;
+        }
+        if (now < s->resume_by) continue;
+        s->resume_by = 0;
+        G.n_resume_failed++;
+        struct gw_error e;
+        gw_error_http(&e, 503, "server_error", "daemon_unavailable", NULL,
+                      "the inference daemon went away and none came back within --resume-timeout");
+        gw_stream_fail(s, &e);
+    }
 }
 
 /* ---- receiving ---------------------------------------------------------- */
 
-static void daemon_lost(void)
+/* Daemon l went away: its streams wait to be resumed (or fail, those that cannot be). */
+static void daemon_lost(struct gw_link *l)
 {
-    if (G.daemon_ready || G.n_inflight) gw_log(3, "daemon connection lost");
-    G.daemon_ready = 0;
+    const int li = (int)(l - G.links);
+    if (l->ready || G.n_inflight) gw_log(3, "daemon %s: connection lost", l->endpoint);
+    l->ready = 0;
+    l->n_lost++;
+    l->health_rid = l->stats_rid = 0;
+    l->next_health = 0;
+    aggregate();
+    const double now = smol_mono_s();
     struct gw_error e;
     gw_error_http(&e, 503, "server_error", "daemon_unavailable", NULL, "the inference daemon went away");
-    gw_streams_fail_all(&e);
-    G.next_health = 0;
+    struct gw_stream *s = G.streams, *next;
+    for (; s; s = next) {
+        next = s->next;
+        if (s->follow_rid && s->follow_link == li) {   /* its follow-up lost with the daemon */
+            follow_reply(s, NULL);
+            continue;
+        }
+        if (!s->sent || s->terminal || s->link != li) continue;
+        s->link = -1;
+        if (resumable(s)) s->resume_by = now + G.cfg.resume_timeout;
+        else gw_stream_fail(s, &e);
+    }
+    resume_waiting(now);
 }
 
 /* The event's bytes (a token's text, a chunk, the reply's pieces) were lost to a failed
@@ -310,45 +518,50 @@ static void lost(struct gw_stream *s)
     if (s->broken) s->ended = 1;
 }
 
-static void on_event(Smollm3__Event *ev)
+static void on_health(struct gw_link *l, const Smollm3__HealthReply *h)
 {
-    if (ev->request_id && ev->request_id == G.health_rid) {
-        G.health_rid = 0;
-        if (ev->kind_case == SMOLLM3__EVENT__KIND_HEALTH) {
-            int was = G.daemon_ready;
-            G.daemon_max_request = ev->health->max_request_bytes;
-            if (G.daemon_max_request && G.cfg.max_body > G.daemon_max_request) {
-                /* a body the gateway accepts would be a frame the daemon drops, and with it the
-                 * link every stream in flight shares: refuse to serve until configured right */
-                if (!G.daemon_refused)
-                    gw_log(3, "--max-body-bytes %zu is over what the daemon accepts (max_request_bytes %llu): "
-                           "lower --max-body-bytes (or raise the daemon's max_request_bytes); not serving",
-                           G.cfg.max_body, (unsigned long long)G.daemon_max_request);
-                G.daemon_refused = 1;
-                G.daemon_ready = 0;
-                return;
-            }
-            G.daemon_refused = 0;
-            G.daemon_ready = ev->health->ready;
-            if (!G.cfg.model_name && ev->health->model && *ev->health->model)
-                snprintf(G.model, sizeof G.model, "%s", ev->health->model);
-            if (ev->health->ready) G.thinking = ev->health->thinking_supported;
-            if (G.daemon_ready && !was) gw_log(6, "daemon ready, model %s", G.model);
-        }
+    int was = l->ready;
+    l->max_request = h->max_request_bytes;
+    if (l->max_request && G.cfg.max_body > l->max_request) {
+        /* a body the gateway accepts would be a frame the daemon drops, and with it the
+         * link every stream in flight shares: refuse to serve until configured right */
+        if (!l->refused)
+            gw_log(3, "--max-body-bytes %zu is over what the daemon accepts (max_request_bytes %llu, daemon %s): "
+                   "lower --max-body-bytes (or raise the daemon's max_request_bytes); not serving",
+                   G.cfg.max_body, (unsigned long long)l->max_request, l->endpoint);
+        l->refused = 1;
+        l->ready = 0;
+        aggregate();
         return;
     }
-    if (ev->request_id && ev->request_id == G.stats_rid) {
-        G.stats_rid = 0;
+    l->refused = 0;
+    l->ready = h->ready;
+    if (!G.cfg.model_name && h->model && *h->model) snprintf(G.model, sizeof G.model, "%s", h->model);
+    if (h->ready) G.thinking = h->thinking_supported;
+    if (l->ready && !was) gw_log(6, "daemon %s ready, model %s", l->endpoint, G.model);
+    aggregate();
+    if (l->ready && !was) resume_waiting(smol_mono_s());
+}
+
+static void on_event(struct gw_link *l, Smollm3__Event *ev)
+{
+    if (ev->request_id && ev->request_id == l->health_rid) {
+        l->health_rid = 0;
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_HEALTH) on_health(l, ev->health);
+        return;
+    }
+    if (ev->request_id && ev->request_id == l->stats_rid) {
+        l->stats_rid = 0;
         if (ev->kind_case == SMOLLM3__EVENT__KIND_STATS) {
-            G.stats = *ev->stats;       /* its strings go with ev: copied */
-            snprintf(G.stats_kv_type, sizeof G.stats_kv_type, "%s", ev->stats->kv_type ? ev->stats->kv_type : "");
-            G.stats.kv_type = G.stats_kv_type;
-            G.stats.tenants = NULL;     /* copied too */
-            G.stats.n_tenants = 0;
-            G.n_stats_tenants = 0;
-            for (size_t i = 0; i < ev->stats->n_tenants && G.n_stats_tenants < 64; i++) {
+            l->stats = *ev->stats;       /* its strings go with ev: copied */
+            snprintf(l->stats_kv_type, sizeof l->stats_kv_type, "%s", ev->stats->kv_type ? ev->stats->kv_type : "");
+            l->stats.kv_type = l->stats_kv_type;
+            l->stats.tenants = NULL;    /* copied too */
+            l->stats.n_tenants = 0;
+            l->n_stats_tenants = 0;
+            for (size_t i = 0; i < ev->stats->n_tenants && l->n_stats_tenants < 64; i++) {
                 const Smollm3__TenantStats *t = ev->stats->tenants[i];
-                struct gw_tenant_stats *x = &G.stats_tenants[G.n_stats_tenants++];
+                struct gw_tenant_stats *x = &l->stats_tenants[l->n_stats_tenants++];
                 snprintf(x->id, sizeof x->id, "%s", t->tenant ? t->tenant : "");
                 x->queued = t->queued;
                 x->running = t->running;
@@ -357,20 +570,33 @@ static void on_event(Smollm3__Event *ev)
                 x->kv_bytes = t->kv_bytes;
                 x->served = t->tokens_served;
             }
-            G.have_stats = 1;
+            l->have_stats = 1;
+            aggregate();
         }
         return;
     }
     struct gw_stream *s = gw_stream_by_rid(ev->request_id);
     if (!s && ev->request_id) {
-        for (s = G.streams; s && s->follow_rid != ev->request_id; s = s->next) {}
+        for (s = G.streams; s && !(s->follow_rid == ev->request_id && s->follow_link == (int)(l - G.links)); s = s->next) {}
         if (s) follow_reply(s, ev);
         return;
     }
-    if (!s || s->terminal) return;      /* cancelled or gone */
+    if (!s || s->terminal || s->link != (int)(l - G.links)) return;     /* cancelled, gone, or moved */
     if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) {
         /* the daemon's code through the one map (rules.h), carried as it is */
         int code = ev->error ? (int)ev->error->code : SMOL_EINTERNAL;
+        if (code == SMOL_ESHUTDOWN && resumable(s)) {
+            /* the daemon is draining (SIGTERM) and gives the stream back: resumed on another
+             * one now, or on this one when it is back */
+            if (l->ready) gw_log(5, "daemon %s: draining", l->endpoint);
+            l->ready = 0;
+            l->next_health = smol_mono_s() + 1.0;
+            aggregate();
+            s->link = -1;
+            s->resume_by = smol_mono_s() + G.cfg.resume_timeout;
+            resume_waiting(smol_mono_s());
+            return;
+        }
         if (code <= 0 || code >= SMOL_ERR_COUNT) code = SMOL_EINTERNAL;
         struct gw_error e;
         /* and the field it names (Error.param, smol_err_param) */
@@ -387,11 +613,27 @@ static void on_event(Smollm3__Event *ev)
         return;
     }
     if (ev->kind_case == SMOLLM3__EVENT__KIND_STARTED) {
+        if (s->resumes) return;         /* its client had the first daemon's */
         s->started = 1;
         s->prompt_tokens = ev->started->prompt_tokens;
         s->cached_tokens = ev->started->cached_tokens;
     } else if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) {
         s->n_tokens++;
+        if (ev->token->token_id >= 0 && s->n_choices == 1 && s->packed) {  /* what a resume replays */
+            if (s->n_toks == s->cap_toks) {
+                uint32_t cap = s->cap_toks ? 2 * s->cap_toks : 64;
+                int32_t *t = realloc(s->toks, cap * sizeof *t);
+                if (t) {
+                    s->toks = t;
+                    s->cap_toks = cap;
+                }
+            }
+            if (s->n_toks < s->cap_toks) s->toks[s->n_toks++] = ev->token->token_id;
+            else {
+                free(s->packed);        /* a token lost: this stream cannot be resumed */
+                s->packed = NULL;
+            }
+        }
         if (!s->t_first) {
             s->t_first = smol_mono_s();
             gw_metrics_first_token(s->t_first - s->t_sent);
@@ -399,7 +641,7 @@ static void on_event(Smollm3__Event *ev)
     } else if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE) {
         Smollm3__Done *d = ev->done;
         if (d->usage) {         /* n > 1: the prompt once (choice 0's), the outputs summed */
-            if (d->usage->choice == 0) {
+            if (d->usage->choice == 0 && !s->resumes) {
                 s->prompt_tokens = d->usage->prompt_tokens;
                 s->cached_tokens = d->usage->cached_tokens;
             }
@@ -428,21 +670,58 @@ static void on_event(Smollm3__Event *ev)
 
 void gw_daemon_drain(void)
 {
-    for (;;) {
-        Smollm3__Event *ev = NULL;
-        char err[SMOL_ERRLEN];
-        enum smol_err e = smol_client_recv(G.cli, 0, NULL, &ev, err);
-        if (e == SMOL_OK && ev) {
-            on_event(ev);
-            smol_client_event_free(&ev);
-            continue;
+    static int depth;           /* a resume sends, and a send drains: once is enough */
+    if (depth) return;
+    depth++;
+    for (unsigned i = 0; i < G.n_links; i++) {
+        struct gw_link *l = &G.links[i];
+        for (;;) {
+            Smollm3__Event *ev = NULL;
+            char err[SMOL_ERRLEN];
+            enum smol_err e = smol_client_recv(l->cli, 0, NULL, &ev, err);
+            if (e == SMOL_OK && ev) {
+                on_event(l, ev);
+                smol_client_event_free(&ev);
+                continue;
+            }
+            if (strstr(err, "disconnected")) {
+                l->connected = 0;
+                daemon_lost(l);
+                continue;
+            }
+            break;              /* timed out: nothing more now */
         }
-        if (strstr(err, "disconnected")) {
-            G.daemon_connected = 0;
-            daemon_lost();
-            continue;
+    }
+    depth--;
+}
+
+static void tick_link(struct gw_link *l, double now)
+{
+    int conn = smol_client_connected(l->cli);
+    if (conn != l->connected) {
+        l->connected = conn;
+        if (conn) {
+            gw_log(6, "connected to daemon %s", l->endpoint);
+            l->next_health = 0;
+            aggregate();
+        } else {
+            daemon_lost(l);
         }
-        break;                  /* timed out: nothing more now */
+    }
+    if (!conn) l->ready = 0;
+    if (conn && now >= l->next_health) {
+        if (!l->ready) {
+            l->health_rid = 0;
+            send_probe(l, SMOLLM3__REQUEST__KIND_HEALTH, &l->health_rid);
+            l->next_health = now + 1.0;
+        } else {
+            l->next_health = now + 10.0;
+            send_probe(l, SMOLLM3__REQUEST__KIND_HEALTH, &l->health_rid);
+        }
+    }
+    if (conn && now >= l->next_stats) {
+        l->next_stats = now + 2.0;
+        send_probe(l, SMOLLM3__REQUEST__KIND_STATS, &l->stats_rid);
     }
 }
 
@@ -454,31 +733,46 @@ void gw_daemon_tick(double now)
         next = s->next;
         if (s->follow_rid && now - s->follow_sent > G.cfg.request_timeout) follow_reply(s, NULL);
     }
-    int conn = smol_client_connected(G.cli);
-    if (conn != G.daemon_connected) {
-        G.daemon_connected = conn;
-        if (conn) {
-            gw_log(6, "connected to daemon %s", G.cfg.daemon);
-            G.next_health = 0;
-        } else {
-            daemon_lost();
+    for (unsigned i = 0; i < G.n_links; i++) tick_link(&G.links[i], now);
+    aggregate();
+    resume_waiting(now);
+}
+
+/* The first word of path into out[41] (a Z85 key); 0 or -1 (logged). */
+static int read_key(const char *path, char *out)
+{
+    FILE *f = fopen(path, "r");
+    char buf[64] = "";
+    int ok = f && fscanf(f, "%63s", buf) == 1 && strlen(buf) == 40;
+    if (f) fclose(f);
+    if (!ok) {
+        gw_log(3, "--curve-key-file %s: expected a secret key of 40 Z85 characters", path);
+        return -1;
+    }
+    memcpy(out, buf, 41);
+    return 0;
+}
+
+/* The public key --curve-server-keys gives endpoint, into out[41]; 1 found, 0 not, -1 bad file (logged). */
+static int server_key(const char *endpoint, char *out)
+{
+    if (!G.cfg.curve_server_keys) return 0;
+    FILE *f = fopen(G.cfg.curve_server_keys, "r");
+    if (!f) {
+        gw_log(3, "--curve-server-keys %s: %s", G.cfg.curve_server_keys, strerror(errno));
+        return -1;
+    }
+    char line[1024], ep[900], key[64];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || sscanf(line, "%899s %63s", ep, key) != 2) continue;
+        if (!strcmp(ep, endpoint) && strlen(key) == 40) {
+            memcpy(out, key, 41);
+            found = 1;
         }
     }
-    if (!conn) G.daemon_ready = 0;
-    if (conn && now >= G.next_health && (!G.daemon_ready || now >= G.next_health)) {
-        if (!G.daemon_ready) {
-            G.health_rid = 0;
-            send_probe(SMOLLM3__REQUEST__KIND_HEALTH, &G.health_rid);
-            G.next_health = now + 1.0;
-        } else {
-            G.next_health = now + 10.0;
-            send_probe(SMOLLM3__REQUEST__KIND_HEALTH, &G.health_rid);
-        }
-    }
-    if (conn && now >= G.next_stats) {
-        G.next_stats = now + 2.0;
-        send_probe(SMOLLM3__REQUEST__KIND_STATS, &G.stats_rid);
-    }
+    fclose(f);
+    return found;
 }
 
 void gw_daemon_open(void)
@@ -488,9 +782,34 @@ void gw_daemon_open(void)
     o.send_timeout_ms = 0;
     o.heartbeat_ivl_ms = 1000;
     o.heartbeat_timeout_ms = 3000;
-    char err[SMOL_ERRLEN];
-    if (smol_client_open(&G.cli, G.cfg.daemon, &o, err) != SMOL_OK) {
-        gw_log(3, "cannot open daemon client: %s", err);
-        exit(1);
+    char secret[41] = "", server[41];
+    if (G.cfg.curve_key_file && read_key(G.cfg.curve_key_file, secret)) exit(1);
+    G.n_links = G.cfg.n_daemons;
+    for (unsigned i = 0; i < G.n_links; i++) {
+        char err[SMOL_ERRLEN];
+        G.links[i].endpoint = G.cfg.daemons[i];
+        o.curve_server_key = o.curve_secret_key = NULL;
+        if (!strncmp(G.cfg.daemons[i], "tcp://", 6)) {
+            /* between nodes: authenticated unless explicitly not (issue 48 item 4) */
+            int k = secret[0] ? server_key(G.cfg.daemons[i], server) : 0;
+            if (k < 0) exit(1);
+            if (k) {
+                o.curve_server_key = server;
+                o.curve_secret_key = secret;
+            } else if (!G.cfg.allow_plain_tcp) {
+                gw_log(3, "daemon %s: tcp:// needs CURVE (--curve-key-file and its key in --curve-server-keys) "
+                          "or --allow-plain-tcp", G.cfg.daemons[i]);
+                exit(1);
+            }
+        }
+        if (smol_client_open(&G.links[i].cli, G.cfg.daemons[i], &o, err) != SMOL_OK) {
+            gw_log(3, "cannot open the client of daemon %s: %s", G.cfg.daemons[i], err);
+            exit(1);
+        }
     }
+}
+
+void gw_daemon_close(void)
+{
+    for (unsigned i = 0; i < G.n_links; i++) smol_client_close(&G.links[i].cli);
 }

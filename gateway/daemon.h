@@ -83,15 +83,22 @@ struct gw_choice {
 struct gw_stream {
     struct gw_stream *next, *prev;  /* gw.streams list */
     enum gw_kind kind;
-    uint64_t rid;               /* daemon request id (assigned at creation) */
+    uint64_t rid;               /* daemon request id (assigned at creation; kept when resumed) */
     int sent;                   /* the Generate went to the daemon */
+    int link;                   /* the daemon it was sent to (G.links index), -1 while none */
+    uint64_t route;             /* its rendezvous key: tenant + session id, else the prompt's start */
+    double resume_by;           /* > 0: its daemon went away; resumed on a live one before this
+                                   monotonic s, else failed */
+    int32_t *toks;              /* the output token ids streamed so far (one choice): resume_tokens */
+    uint32_t n_toks, cap_toks;
+    unsigned resumes;           /* times it was resumed */
     int started;                /* `started` seen */
     int terminal;               /* terminal event seen (or forced): no more daemon events */
     int ended;                  /* the last bytes are in `out`: end after draining it */
     int broken;                 /* bytes of it were lost (out of memory) and its error could not be
                                    told either: the connection is closed, not ended */
     struct gw_req *req;         /* the HTTP request serving it; NULL while unclaimed (UI) */
-    uint8_t *packed;            /* packed Request (UI: sent when claimed) */
+    uint8_t *packed;            /* packed Request (UI: sent when claimed; kept after: a resume sends it again) */
     size_t packed_len;
     /* response */
     struct gw_buf out;          /* SSE bytes not yet handed to MHD */
@@ -133,32 +140,56 @@ struct gw_stream {
     uint64_t follow_rid;        /* a one-reply request its encoder sent after the daemon's last event
                                    (a stored Response's write: gw_daemon_send_follow), 0 = none: its
                                    reply goes to the encoder too, and a non-streaming answer waits for it */
+    int follow_link;            /* the daemon (G.links index) its follow-up went to, -1 = none */
     double follow_sent;         /* monotonic s it was sent: unanswered after --request-timeout, failed */
     const struct gw_proto *proto;   /* what its events become (core.h) */
 };
+
+/* One daemon of the pool (--daemon, in order). */
+struct gw_tenant_stats {        /* a tenant's line of a daemon's stats (StatsReply.tenants) */
+    char id[65];
+    uint32_t queued, running, preempted;
+    uint64_t preemptions, kv_bytes, served;
+};
+
+struct gw_link {
+    const char *endpoint;
+    struct smol_client *cli;
+    int connected;              /* the monitor says connected */
+    int ready;                  /* health replied ready */
+    int refused;                /* --max-body-bytes is over its max_request_bytes: never used */
+    uint64_t max_request;       /* its largest accepted Request frame (health); 0 = unknown */
+    uint64_t health_rid, stats_rid;
+    double next_health, next_stats;
+    Smollm3__StatsReply stats;  /* last stats (scalars; kv_type points to stats_kv_type) */
+    char stats_kv_type[16];
+    struct gw_tenant_stats stats_tenants[64];   /* the last stats' tenants, the first 64 it listed */
+    int n_stats_tenants;
+    int have_stats;
+    uint64_t n_lost;            /* times its connection was lost */
+};
+
+/* "up" (connected, ready), "draining" (connected, not ready) or "down" */
+const char *gw_link_state(const struct gw_link *l);
 
 /* The gateway's state. */
 struct gw {
     struct gw_config cfg;
     struct MHD_Daemon *mhd;
     int epfd;
-    struct smol_client *cli;
-    int daemon_connected;       /* the monitor says connected */
-    int daemon_ready;           /* health replied ready */
+    struct gw_link links[GW_MAX_DAEMONS];
+    unsigned n_links;
+    uint64_t n_resumed, n_resume_failed;    /* streams resumed on a daemon; given up (/metrics) */
+    /* the pool as one daemon (what the single-daemon gateway showed): */
+    int daemon_connected;       /* some daemon connected */
+    int daemon_ready;           /* some daemon ready */
     char model[256];
     int thinking;               /* the daemon's model has a thinking mode (its health reply); 1 until known */
-    uint64_t health_rid, stats_rid;
-    double next_health, next_stats;
-    Smollm3__StatsReply stats;  /* last stats (scalars; kv_type points to stats_kv_type) */
-    char stats_kv_type[16];
-    struct gw_tenant_stats {        /* the last stats' tenants (StatsReply.tenants), by tenant id */
-        char id[65];
-        uint32_t queued, running, preempted;
-        uint64_t preemptions, kv_bytes, served;
-    } stats_tenants[64];            /* the first 64 the daemon listed */
+    Smollm3__StatsReply stats;  /* the first daemon's with stats */
+    struct gw_tenant_stats stats_tenants[64];   /* its tenants (StatsReply.tenants) */
     int n_stats_tenants;
-    uint64_t daemon_max_request;    /* the daemon's largest accepted Request frame (health); 0 = unknown */
-    int daemon_refused;         /* --max-body-bytes is over daemon_max_request: never ready (logged) */
+    uint64_t daemon_max_request;    /* the smallest max_request_bytes of the ready daemons; 0 = unknown */
+    int daemon_refused;         /* --max-body-bytes is over a daemon's: that one is never used (logged) */
     int have_stats;
     struct gw_stream *streams;  /* all live streams */
     unsigned n_inflight;        /* streams sent to the daemon, not terminal */
@@ -180,6 +211,7 @@ struct gw_stream_hooks {
 void gw_stream_hooks_set(const struct gw_stream_hooks *h);
 
 void gw_daemon_open(void);
+void gw_daemon_close(void);
 void gw_daemon_drain(void);
 void gw_daemon_tick(double now);
 int gw_daemon_send_stream(struct gw_stream *s);
@@ -194,6 +226,10 @@ void gw_daemon_cancel(struct gw_stream *s);
 int gw_daemon_send_follow(struct gw_stream *s, Smollm3__Request *req);
 /* 1 while s waits for nothing more from the daemon (terminal, no follow-up pending). */
 static inline int gw_stream_done(const struct gw_stream *s) { return s->terminal && !s->follow_rid; }
+/* Sends a Cancel for s to its daemon (the daemon's Done ends it); 0 or -1. */
+int gw_daemon_send_cancel(struct gw_stream *s);
+/* s's rendezvous key from its request (core.c, at packing). */
+void gw_stream_route(struct gw_stream *s, const Smollm3__GenerateRequest *g);
 struct gw_stream *gw_stream_new(enum gw_kind kind);
 /* Counts s in G.n_inflight now (a send does; a UI stream is counted from its creation, so
  * streams nobody claimed yet cannot take the daemon past --max-inflight when claimed). */
@@ -203,9 +239,7 @@ unsigned gw_stream_inflight_of(int key);
 void gw_stream_free(struct gw_stream *s);
 struct gw_stream *gw_stream_by_rid(uint64_t rid);
 void gw_stream_push(struct gw_stream *s);
-/* Ends s (every live stream) with error e: an HTTP error if no response
- * began, else the protocol's error event. */
+/* Ends s with error e: an HTTP error if no response began, else the protocol's error event. */
 void gw_stream_fail(struct gw_stream *s, const struct gw_error *e);
-void gw_streams_fail_all(const struct gw_error *e);
 
 #endif

@@ -2,13 +2,14 @@
  * main.c - smollm3-gateway: flags, the listening socket, the one epoll loop
  * and shutdown.
  *
- *   smollm3-gateway --listen unix:PATH | 127.0.0.1:PORT --daemon ipc://PATH
+ *   smollm3-gateway --listen unix:PATH | 127.0.0.1:PORT --daemon ENDPOINT [--daemon ENDPOINT…]
  *                   [--model-name NAME] [--max-body-bytes N] [--max-connections N]
  *                   [--request-timeout S] [--max-inflight N] [--ping-interval S]
  *                   [--ignore-unknown-fields] [--api-key-file FILE] [--tenant-secret-file FILE]
  *                   [--responses-store N]
  *                   [--responses-store-mb MB] [--ui-unclaimed-max N] [--ui-unclaimed-per-key N]
- *                   [--config FILE]
+ *                   [--resume-timeout S] [--curve-key-file FILE] [--curve-server-keys FILE]
+ *                   [--allow-plain-tcp] [--config FILE]
  *
  * The loop watches MHD's epoll fd, the daemon socket's ZMQ_FD (edge-
  * triggered: drained after every wake-up and every send), a signalfd for
@@ -57,7 +58,16 @@ static char unix_path[108];
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: smollm3-gateway --listen unix:PATH|127.0.0.1:PORT --daemon ipc://PATH [options]\n"
+        "usage: smollm3-gateway --listen unix:PATH|127.0.0.1:PORT --daemon ENDPOINT [--daemon ENDPOINT...] [options]\n"
+        "  --daemon ENDPOINT        a daemon (ipc://PATH or tcp://HOST:PORT); several: a pool, each\n"
+        "                           request on the live daemon rendezvous hashing of its tenant and\n"
+        "                           session (else its prompt's start) picks; config: daemon = A, B\n"
+        "  --resume-timeout S       a stream whose daemon went away waits this long for a live one\n"
+        "                           and continues there after what it already sent (default 30, 0 = off)\n"
+        "  --curve-key-file FILE    tcp:// daemons over CURVE: the gateway's secret key (40 Z85 characters;\n"
+        "                           its public key goes in each daemon's curve_clients_file as 'KEY gateway')\n"
+        "  --curve-server-keys FILE each tcp:// daemon's public key, 'ENDPOINT KEY' a line\n"
+        "  --allow-plain-tcp        use a tcp:// daemon that has no key there, unauthenticated\n"
         "  --model-name NAME        name reported by /v1/models (default: the daemon's)\n"
         "  --max-body-bytes N       request body limit (default 1048576); at most the daemon's\n"
         "                           max_request_bytes (its health reply says; over it: not served)\n"
@@ -215,6 +225,10 @@ static int parse_args(int argc, char **argv)
         { "responses-store-mb", required_argument, 0, 'R' },
         { "ui-unclaimed-max", required_argument, 0, 'U' },
         { "ui-unclaimed-per-key", required_argument, 0, 'K' },
+        { "resume-timeout", required_argument, 0, 'T' },
+        { "curve-key-file", required_argument, 0, 'C' },
+        { "curve-server-keys", required_argument, 0, 'V' },
+        { "allow-plain-tcp", no_argument, 0, 'P' },
         { "config", required_argument, 0, 'f' },
         { "help", no_argument, 0, 'h' },
         { 0, 0, 0, 0 },
@@ -229,12 +243,27 @@ static int parse_args(int argc, char **argv)
     c->responses_store_bytes = (size_t)256 << 20;
     c->ui_unclaimed_max = 64;
     c->ui_unclaimed_per_key = 8;
+    c->resume_timeout = 30;
+    int daemons_from_cli = 0;
     int o;
     unsigned long long v;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
         case 'l': c->listen = optarg; break;
-        case 'd': c->daemon = optarg; break;
+        case 'd':
+            /* the command line's list replaces the config file's */
+            if (optind - 1 > n_cfg && !daemons_from_cli) {
+                daemons_from_cli = 1;
+                c->n_daemons = 0;
+            }
+            if (c->n_daemons == GW_MAX_DAEMONS || (strncmp(optarg, "ipc://", 6) && strncmp(optarg, "tcp://", 6)))
+                goto bad;
+            c->daemons[c->n_daemons++] = optarg;
+            break;
+        case 'T':
+            if (parse_uint(optarg, 0, 3600, &v)) goto bad;
+            c->resume_timeout = (unsigned)v;
+            break;
         case 'm': c->model_name = optarg; break;
         case 'b':
             if (parse_uint(optarg, 1024, 1ull << 30, &v)) goto bad;
@@ -273,6 +302,9 @@ static int parse_args(int argc, char **argv)
             c->ui_unclaimed_per_key = (unsigned)v;
             break;
         case 'u': c->ignore_unknown = 1; break;
+        case 'C': c->curve_key_file = optarg; break;
+        case 'V': c->curve_server_keys = optarg; break;
+        case 'P': c->allow_plain_tcp = 1; break;
         case 'k': c->api_key_file = optarg; break;
         case 'S': c->tenant_secret_file = optarg; break;
         case 'f': break;                        /* read first (config_path) */
@@ -289,7 +321,7 @@ static int parse_args(int argc, char **argv)
         return -1;
     }
     }
-    if (optind < argc || !c->listen || !c->daemon) {
+    if (optind < argc || !c->listen || !c->n_daemons) {
         usage(stderr);
         return -1;
     }
@@ -383,15 +415,16 @@ int main(int argc, char **argv)
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(G.mhd, MHD_DAEMON_INFO_EPOLL_FD);
     int mfd = di ? di->epoll_fd : -1;
-    int zfd = smol_client_fd(G.cli);
     static int tag_mhd, tag_zmq, tag_sig;
     struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &tag_mhd };
     epoll_ctl(G.epfd, EPOLL_CTL_ADD, mfd, &ev);
-    ev = (struct epoll_event){ .events = EPOLLIN | EPOLLET, .data.ptr = &tag_zmq };
-    epoll_ctl(G.epfd, EPOLL_CTL_ADD, zfd, &ev);
+    for (unsigned i = 0; i < G.n_links; i++) {      /* every daemon's socket: drained together */
+        ev = (struct epoll_event){ .events = EPOLLIN | EPOLLET, .data.ptr = &tag_zmq };
+        epoll_ctl(G.epfd, EPOLL_CTL_ADD, smol_client_fd(G.links[i].cli), &ev);
+    }
     ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &tag_sig };
     epoll_ctl(G.epfd, EPOLL_CTL_ADD, sfd, &ev);
-    gw_log(6, "listening on %s, daemon %s", G.cfg.listen, G.cfg.daemon);
+    gw_log(6, "listening on %s, daemon %s%s", G.cfg.listen, G.cfg.daemons[0], G.n_links > 1 ? " and others" : "");
 
     double stop_deadline = 0;
     for (;;) {
@@ -433,7 +466,7 @@ int main(int argc, char **argv)
     MHD_run(G.mhd);
     MHD_stop_daemon(G.mhd);
     while (G.streams) gw_stream_free(G.streams);
-    smol_client_close(&G.cli);
+    gw_daemon_close();
     close(G.epfd);
     close(sfd);
     gw_log(6, "stopped");

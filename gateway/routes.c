@@ -28,6 +28,11 @@ static enum MHD_Result health(struct gw_req *r)
     json_t *b = json_pack("{s:s,s:b,s:b,s:s}", "status", G.daemon_ready ? "ok" : "unavailable",
                           "daemon_connected", G.daemon_connected, "ready", G.daemon_ready,
                           "model", G.model);
+    json_t *pool = json_array();        /* each daemon of the pool: up, draining or down */
+    for (unsigned i = 0; i < G.n_links; i++)
+        json_array_append_new(pool, json_pack("{s:s,s:s}", "endpoint", G.links[i].endpoint, "state",
+                                              gw_link_state(&G.links[i])));
+    json_object_set_new(b, "daemons", pool);
     if (G.daemon_refused)
         json_object_set_new(b, "error", json_sprintf("--max-body-bytes %zu is over the daemon's max_request_bytes "
                                                      "%llu", G.cfg.max_body,
@@ -184,6 +189,20 @@ static enum MHD_Result metrics(struct gw_req *r)
         (double)gw_ui_unclaimed_count());
     gw_metrics_one(&b, "smollm3_daemon_up", "gauge", "1 when the daemon is connected and ready.",
         (double)(G.daemon_connected && G.daemon_ready));
+    gw_buf_str(&b, "# HELP smollm3_gateway_daemon_state The state of each daemon of the pool (1 for its state).\n"
+                   "# TYPE smollm3_gateway_daemon_state gauge\n");
+    for (unsigned i = 0; i < G.n_links; i++) {
+        const char *st = gw_link_state(&G.links[i]), *states[] = { "up", "draining", "down" };
+        for (int k = 0; k < 3; k++)
+            gw_buf_printf(&b, "smollm3_gateway_daemon_state{daemon=\"%s\",state=\"%s\"} %d\n",
+                          G.links[i].endpoint, states[k], !strcmp(st, states[k]));
+    }
+    gw_metrics_one(&b, "smollm3_gateway_streams_resumed_total", "counter",
+        "Streams sent again to a daemon after theirs went away, continuing after the tokens already sent.",
+        (double)G.n_resumed);
+    gw_metrics_one(&b, "smollm3_gateway_streams_resume_failed_total", "counter",
+        "Streams whose daemon went away and no daemon came back within --resume-timeout.",
+        (double)G.n_resume_failed);
     if (G.have_stats) {
         const Smollm3__StatsReply *s = &G.stats;
         for (size_t i = 0; i < sizeof daemon_stats / sizeof *daemon_stats; i++) {

@@ -434,9 +434,8 @@ enum MHD_Result gw_ui_stop(struct gw_req *r, const char *sid)
     if (!s->sent && !s->req) {
         gw_stream_free(s);      /* never claimed: nothing runs */
     } else if (s->sent && !s->terminal) {
-        char err[SMOL_ERRLEN];
         /* not terminal yet: the daemon's done(cancelled) ends the stream */
-        if (smol_client_send_cancel(G.cli, s->rid, NULL, err) != SMOL_OK) {
+        if (gw_daemon_send_cancel(s)) {
             struct gw_error e;
             gw_error_http(&e, 503, "server_error", "daemon_unavailable", NULL, "the inference daemon is not reachable");
             gw_stream_fail(s, &e);

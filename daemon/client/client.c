@@ -184,6 +184,19 @@ enum smol_err smol_client_open(struct smol_client **out, const char *endpoint,
             set_int(c->sock, ZMQ_HEARTBEAT_TTL, opts->heartbeat_timeout_ms))
             goto zfail;
     }
+    if (opts->curve_server_key || opts->curve_secret_key) {
+        char pub[41];
+        if (!opts->curve_server_key || !opts->curve_secret_key || strlen(opts->curve_server_key) != 40 ||
+            strlen(opts->curve_secret_key) != 40 || zmq_curve_public(pub, opts->curve_secret_key)) {
+            smol_errf(err, SMOL_EINVAL, "CURVE needs the daemon's public key and a secret key, 40 Z85 characters each");
+            smol_client_close(&c);
+            return SMOL_EINVAL;
+        }
+        if (zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, opts->curve_server_key, 40) ||
+            zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, pub, 40) ||
+            zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, opts->curve_secret_key, 40))
+            goto zfail;
+    }
     /* The monitor must exist before connect so no CONNECTED is missed. */
     snprintf(monep, sizeof monep, "inproc://smol-client-mon-%p-%llx", (void *)c,
              (unsigned long long)seed);

@@ -48,6 +48,9 @@ struct smol_client_opts {
     int send_timeout_ms;        /* wait for a connection to send on; default 5000, -1 = forever */
     int64_t max_event_bytes;    /* ZMQ_MAXMSGSIZE on incoming frames; default 64 MiB */
     void *zmq_ctx;              /* borrowed context; NULL = the client owns a new one */
+    /* CURVE (tcp:// to a daemon with curve_secret_key_file): both 40 Z85 characters, or NULL */
+    const char *curve_server_key;   /* the daemon's public key */
+    const char *curve_secret_key;   /* this client's secret key (its public key is derived) */
 };
 
 void smol_client_opts_default(struct smol_client_opts *o);

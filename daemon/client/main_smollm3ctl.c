@@ -16,6 +16,7 @@
  * terminal event, so the daemon frees the request at once; a second Ctrl-C
  * quits without waiting.
  */
+#include <fcntl.h>
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "daemon/client/client.h"
 
@@ -57,6 +59,8 @@ static void usage(FILE *f)
         "           [--json] MESSAGE...      one chat turn, streamed (MESSAGE '-' = stdin)\n"
         "  stats [--json]                    daemon counters\n"
         "  health [--json]                   exit 0 when the daemon is ready, 1 otherwise\n"
+        "  curve-keygen FILE                 a CURVE key pair for tcp://: the secret key into FILE\n"
+        "                                    (mode 0600), the public key on stdout\n"
         "  sessions [--json]                 list sessions (id, tokens, idle, busy)\n"
         "  session ID [--json]               one session\n"
         "  delete ID                         delete a session (exit 1 if unknown)\n"
@@ -747,6 +751,17 @@ int main(int argc, char **argv)
         }
     }
     if (!cmd) goto usage;
+    if (!strcmp(cmd, "curve-keygen")) {     /* no daemon needed */
+        char pub[41], sec[41];
+        if (nrest != 1 || rest[0][0] == '-') goto usage;
+        int fd = open(rest[0], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0 || zmq_curve_keypair(pub, sec) || dprintf(fd, "%s\n", sec) != 41 || close(fd)) {
+            fprintf(stderr, "smollm3ctl curve-keygen %s: %s\n", rest[0], fd < 0 ? strerror(errno) : "failed");
+            return 1;
+        }
+        printf("%s\n", pub);
+        return 0;
+    }
 
     int is_generate = !strcmp(cmd, "generate");
     if (!is_generate) {

@@ -29,6 +29,9 @@ struct smol_daemon_config {
     char model[SMOL_CONFIG_PATH_MAX];    /* GGUF path; required */
     char listen[SMOL_CONFIG_PATH_MAX];   /* ZeroMQ endpoint; "" = runtime-dir default */
     char log_file[SMOL_CONFIG_PATH_MAX]; /* "" = stderr */
+    char curve_secret_key_file[SMOL_CONFIG_PATH_MAX]; /* the daemon's CURVE secret key (curve.h); "" = none */
+    char curve_clients_file[SMOL_CONFIG_PATH_MAX];    /* the client keys it allows */
+    int allow_plain_tcp;        /* bool: listen on tcp:// without CURVE */
     int log_level;              /* enum smol_log_level */
     int threads;                /* compute threads; 0 = all CPUs */
     int ctx;                    /* context cap, tokens; 0 = the model's */

@@ -119,6 +119,7 @@ void smol_engine_lose(struct req *q)
 
 static void emit_text(struct req *q, const char *text, size_t len, int channel)
 {
+    if (q->n_gen <= q->r->n_resume) return;     /* a resumed token: its client has it already */
     int rc = smol_engine_send_token(q->e, q, text, len, channel, q->seg_in_token ? -1 : q->cur_token);
     if (rc != SMOL_WIRE_UNMADE) q->seg_in_token++;
     if (rc) smol_engine_lose(q);
@@ -133,6 +134,8 @@ void smol_engine_on_parse(void *ud, const struct smol_chat_event *pe)
             emit_text(q, "", 0, SMOLLM3__CHANNEL__CHANNEL_CONTENT);
             snprintf(id, sizeof id, "call_%llu_%d_%d", (unsigned long long)q->r->id, q->choice, pe->index);
         } else {
+            /* its token's id goes out first, so that a gateway knows every output token (resume) */
+            if (q->seg_in_token == 0) emit_text(q, "", 0, SMOLLM3__CHANNEL__CHANNEL_CONTENT);
             snprintf(id, sizeof id, "call_%llu_%d", (unsigned long long)q->r->id, pe->index);
         }
         /* the history renders the call back as the model wrote it (chat_template.c) */
@@ -140,7 +143,7 @@ void smol_engine_on_parse(void *ud, const struct smol_chat_event *pe)
         if (q->tool_calls)
             json_array_append_new(q->tool_calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function",
                                                            "function", "name", pe->name, "arguments", pe->arguments));
-        if (smol_engine_send_tool_call(q->e, q, pe, id)) smol_engine_lose(q);
+        if (q->n_gen > q->r->n_resume && smol_engine_send_tool_call(q->e, q, pe, id)) smol_engine_lose(q);
         q->seg_in_token++;
         return;
     }
@@ -356,18 +359,20 @@ static void add_prefill_rows(struct smol_engine *e, struct step_rows *sr, int bu
     for (struct req *q = e->running, *nx; q && sr->n < budget; q = nx) {
         nx = q->next;
         if (q->state != RS_PREFILL || q->paused || q->preempted) continue;
-        int pos0 = q->seq->n_tokens, chunk = q->n_prompt - pos0;
+        /* a resumed request's replayed tokens are prefilled after its prompt (smol_engine_replay) */
+        const int end = q->n_prompt + q->r->n_resume;
+        int pos0 = q->seq->n_tokens, chunk = end - pos0;
         if (chunk > budget - sr->n) chunk = budget - sr->n;
         if (smol_kv_seq_reserve(kv, q->seq, pos0, pos0 + chunk, err)) { smol_engine_fail(e, q, SMOL_EBUSY, err); continue; }
         if (!q->t_first_step) q->t_first_step = now;
         e->n_prefilled += (uint64_t)chunk;
         smol_engine_fair_charge(q, chunk);
-        for (int i = 0; i < chunk; i++, sr->n++) {
-            e->b_tok[sr->n] = q->tok[pos0 + i];
-            e->b_pos[sr->n] = pos0 + i;
+        for (int i = 0, p = pos0; i < chunk; i++, p++, sr->n++) {
+            e->b_tok[sr->n] = p < q->n_prompt ? q->tok[p] : q->r->resume[p - q->n_prompt];
+            e->b_pos[sr->n] = p;
             e->b_seq[sr->n] = q->seq;
         }
-        if (pos0 + chunk == q->n_prompt) {
+        if (pos0 + chunk == end) {
             e->b_out[sr->n_out] = sr->n - 1;
             e->b_req[sr->n_out++] = q;
         }
@@ -403,6 +408,7 @@ static void take_rows(struct smol_engine *e, const struct step_rows *sr, double 
             q->state = RS_DECODE;
             q->t_prefill_done = now;
             if (q->r->n_choices > 1) smol_engine_spawn_choices(e, q, e->logits + i * V, now);
+            if (q->r->n_resume && !smol_engine_replay(e, q, now)) continue;     /* finished there */
         }
         if (sr->n_rs && e->b_rs[i].on) smol_engine_emit_drawn(e, q, e->b_ids[i], now, 1);
         else if (e->spool && e->b_host[i]) smol_engine_emit_drawn(e, q, e->b_ids[i], now, 0);
@@ -495,7 +501,8 @@ static void enqueue(struct smol_engine *e, struct smol_request *r)
     smol_engine_fair_enqueue(e, q);
 }
 
-/* Stops admitting; the queue is refused now, what runs is cancelled after grace_ms. */
+/* Stops admitting; the queue is refused now, what runs is cancelled after grace_ms; what its
+ * client resumes elsewhere (GenerateRequest.handover) ends now, handed over. */
 static void drain(struct smol_engine *e, uint32_t grace_ms)
 {
     e->draining = 1;
@@ -503,6 +510,10 @@ static void drain(struct smol_engine *e, uint32_t grace_ms)
     while (e->queue) {
         struct req *q = e->queue;
         smol_engine_reject(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down");
+    }
+    for (struct req *q = e->running, *nx; q; q = nx) {
+        nx = q->next;           /* (n > 1: the other choices are cancelled by the first one's failure) */
+        if (q->r->handover && !q->cancelled) smol_engine_fail(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down: handed over");
     }
 }
 

@@ -284,6 +284,9 @@ enum smol_err smol_engine_start_speculation(struct smol_engine *e, struct req *q
 /* q's draft for this step: up to max tokens into draft[] (q->n_draft; 0: a
  * plain decode step). */
 void smol_engine_plan_draft(struct smol_engine *e, struct req *q, int max, int32_t *draft);
+/* Resume: q's resume_tokens, prefilled after its prompt, taken as if drawn one a step, nothing
+ * streamed for them (engine_sample.c); 0 when q ended there (and was freed). */
+int smol_engine_replay(struct smol_engine *e, struct req *q, double now);
 
 /* ---- fair shares between tenants, service tiers (engine_fair.c) ---- */
 

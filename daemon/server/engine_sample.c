@@ -115,6 +115,40 @@ enum smol_err smol_engine_sample_row(struct smol_engine *e, struct req *q, int i
     return SMOL_OK;
 }
 
+/* Resume (GenerateRequest.resume_tokens): the tokens a previous run of the request streamed,
+ * whose KV its prefill just computed after the prompt, taken as sample_row and sample_and_emit
+ * would have taken them had they been drawn one a step: one RNG draw each (none when greedy),
+ * the penalties' history, the grammar, the thinking state, speculation's lookup; emit_token
+ * sends nothing for them (emit_text).  The token after them is then drawn from the prefill's
+ * last row as the first run drew it.  (Not reproduced: a seeded token the grammar drew twice
+ * near the length limit, its first draw unknown here.)  0 when q ended (and was freed). */
+int smol_engine_replay(struct smol_engine *e, struct req *q, double now)
+{
+    char err[SMOL_ERRLEN];
+    enum smol_err rc = SMOL_OK;
+    const int32_t think_end = smol_tokenizer_special(e->tok)->think_end;
+    for (int g = 0; g < q->r->n_resume; g++) {
+        const int32_t t = q->r->resume[g];
+        if (q->gm_active && !smol_grammar_matcher_is_done(q->gm) && (rc = smol_grammar_matcher_accept_token(q->gm, t))) {
+            smol_engine_fail(e, q, rc == SMOL_ENOMEM ? SMOL_ENOMEM : SMOL_EINVAL,
+                             rc == SMOL_ENOMEM ? "structured output: out of memory"
+                                               : "resume_tokens: a token the grammar does not allow there");
+            return 0;
+        }
+        if ((rc = smol_sampler_accept(q->smp, &t, 1, true, err)) ||
+            (q->lk && (rc = smol_lookup_append(q->lk, &t, 1, err)))) {
+            smol_engine_fail(e, q, rc, err);
+            return 0;
+        }
+        smol_sampler_skip(q->smp, 1);
+        if (q->think_open && t == think_end) q->think_open = 0;
+        if (q->gm && !q->gm_active && t == think_end) q->gm_active = 1;
+        memset(&q->cur_lp, 0, sizeof q->cur_lp);
+        if (!smol_engine_emit_token(e, q, t, now, q->n_prompt + g)) return 0;
+    }
+    return 1;
+}
+
 static enum smol_err spec_sample(void *ctx, int i, float *row, int32_t *t, char *err)
 {
     struct spec_ctx *c = ctx;
@@ -172,7 +206,7 @@ void smol_engine_sample_and_emit(struct smol_engine *e, struct req *q, float *lo
 static int backend_samples(const struct req *q)
 {
     const struct smol_request *r = q->r;
-    return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs &&
+    return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs && q->n_gen >= r->n_resume &&
            !(q->think_open && q->think_budget > 0) &&   /* the thinking budget forces tokens (sample_row) */
            smol_sampler_is_plain(q->smp);
 }
@@ -184,7 +218,8 @@ static int backend_samples(const struct req *q)
 static int host_samples(const struct req *q)
 {
     const struct smol_request *r = q->r;
-    return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs && !(q->think_open && q->think_budget > 0);
+    return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs && q->n_gen >= r->n_resume &&
+           !(q->think_open && q->think_budget > 0);
 }
 
 #define HOST_POOL_MIN_ROWS 4    /* fewer rows: serial (the pool's wake-up costs ~10 us) */

@@ -35,6 +35,7 @@
 #include "daemon/server/log.h"
 #include "daemon/server/responses_store.h"
 #include "daemon/server/rpc.h"
+#include "daemon/server/curve.h"
 #include "daemon/server/spill.h"
 #include "daemon/text/text.h"
 
@@ -55,6 +56,7 @@ static int has_thinking(struct smol_model *m, struct smol_tokenizer *tok)
 struct sigctx {
     int fd;
     int terms;              /* SIGTERM/SIGINT seen */
+    struct smol_curve *curve;   /* SIGHUP reads its clients file again */
 };
 
 static void on_signal(struct smol_rpc *rpc, void *user)
@@ -66,6 +68,7 @@ static void on_signal(struct smol_rpc *rpc, void *user)
             char err[SMOL_ERRLEN];
             if (smol_log_reopen(err)) smol_log_err("%s", err);
             else smol_log_info("SIGHUP: log reopened");
+            smol_curve_reload(sc->curve);
             continue;
         }
         if (sc->terms++ == 0) {
@@ -133,7 +136,7 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
-    struct sigctx sc = {signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC), 0};
+    struct sigctx sc = {.fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)};
     if (sc.fd < 0) {
         smol_log_err("signalfd: %s", strerror(errno));
         return 1;
@@ -227,11 +230,22 @@ int main(int argc, char **argv)
         .rstore = rstore,
     };
     if (!(zctx = zmq_ctx_new())) { smol_log_err("zmq_ctx_new: %s", zmq_strerror(errno)); goto out; }
-    if (smol_rpc_new(&rpc, zctx, &rc_cfg, err) || smol_rpc_bind_engine(rpc, ENGINE_ENDPOINT, err) ||
-        smol_rpc_bind(rpc, cfg.listen, err)) {
+    if (!strncmp(cfg.listen, "tcp://", 6) && !cfg.curve_secret_key_file[0] && !cfg.allow_plain_tcp) {
+        smol_log_err("listen %s: tcp:// needs CURVE (curve_secret_key_file, curve_clients_file) or "
+                     "allow_plain_tcp = true", cfg.listen);
+        goto out;
+    }
+    if (cfg.curve_secret_key_file[0] &&
+        smol_curve_new(&sc.curve, zctx, cfg.curve_secret_key_file, cfg.curve_clients_file, err)) {
         smol_log_err("%s", err);
         goto out;
     }
+    if (smol_rpc_new(&rpc, zctx, &rc_cfg, err) || smol_rpc_bind_engine(rpc, ENGINE_ENDPOINT, err) ||
+        (sc.curve && smol_rpc_secure(rpc, sc.curve, err)) || smol_rpc_bind(rpc, cfg.listen, err)) {
+        smol_log_err("%s", err);
+        goto out;
+    }
+    if (sc.curve) smol_log_notice("CURVE on %s: the daemon's public key is %s", cfg.listen, smol_curve_public(sc.curve));
 
     struct smol_engine_config ec;
     smol_engine_config_default(&ec);
@@ -277,6 +291,7 @@ out:
     smol_spill_close(&spill);   /* after the engine: it writes there until it stops */
     smol_rpc_free(&rpc);
     smol_rstore_free(&rstore);
+    smol_curve_free(&sc.curve);
     smol_grammar_cache_free(&grammars);  /* after the engine: requests hold entries */
     if (zctx) zmq_ctx_term(zctx);
     smol_tokenizer_free(&tok);

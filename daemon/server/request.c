@@ -377,6 +377,31 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
         e = smol_errf(err, SMOL_EINVAL, "'n' > 1 cannot be combined with 'session_id'");
         goto fail;
     }
+    if (g->n_resume_tokens) {
+        if (r->n_choices > 1) {
+            e = smol_errf(err, SMOL_EINVAL, "'resume_tokens' cannot be combined with 'n' > 1");
+            goto fail;
+        }
+        if ((lim->n_ctx > 0 && g->n_resume_tokens >= (size_t)lim->n_ctx) ||
+            (r->max_tokens && g->n_resume_tokens >= (size_t)r->max_tokens)) {
+            e = smol_errf(err, SMOL_EINVAL, "resume_tokens: %zu tokens leave nothing to generate",
+                          g->n_resume_tokens);
+            goto fail;
+        }
+        for (size_t i = 0; i < g->n_resume_tokens; i++)
+            if (g->resume_tokens[i] < 0 || g->resume_tokens[i] >= lim->n_vocab) {
+                e = smol_errf(err, SMOL_EINVAL, "resume_tokens[%zu] = %d is outside [0, %d)", i,
+                              g->resume_tokens[i], lim->n_vocab);
+                goto fail;
+            }
+        if (!(r->resume = malloc(g->n_resume_tokens * sizeof *r->resume))) {
+            e = smol_errf(err, SMOL_ENOMEM, "out of memory");
+            goto fail;
+        }
+        memcpy(r->resume, g->resume_tokens, g->n_resume_tokens * sizeof *r->resume);
+        r->n_resume = (int)g->n_resume_tokens;
+    }
+    r->handover = g->handover && !r->session[0];
     if ((e = smol_rule_bias_count(g->n_logit_bias, err))) goto fail;
     if (g->n_logit_bias) {
         r->bias_id = malloc(g->n_logit_bias * sizeof *r->bias_id);
@@ -465,6 +490,7 @@ void smol_request_free(struct smol_request **rp)
     free(r->text);
     free(r->prediction);
     free(r->ids);
+    free(r->resume);
     free(r->bias_id);
     free(r->bias);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);

@@ -66,6 +66,9 @@ struct smol_request {
     float *bias;                        /*             [n_bias] biases in [-100, 100] */
     int n_bias;
     int n_choices;                      /* [1, SMOL_MAX_CHOICES] continuations of one prompt */
+    int32_t *resume;                    /* resume_tokens: [n_resume] output tokens to replay first (< n_vocab) */
+    int n_resume;
+    int handover;                       /* ended at once with SMOL_ESHUTDOWN when the daemon drains */
     int refs;                           /* engine: the requests (choices) sharing this struct */
     int speculative;                    /* -1: the daemon's default, 0: off, 1: on */
     char *prediction;                   /* Predicted Outputs: UTF-8 text the drafts come from first, or NULL */

@@ -4,6 +4,7 @@
  * request must satisfy before it is routed is checked in request.c.
  */
 #include "daemon/server/rpc.h"
+#include "daemon/server/curve.h"
 #include "daemon/server/engine_wire.h"
 
 #include <errno.h>
@@ -614,6 +615,33 @@ static void rstore_replies(struct smol_rpc *rpc)
 
 static enum smol_err park(struct smol_rpc *rpc, struct route *rt, struct smol_request *r, char *err);
 
+/* *field = t (an unpacked string: the unpacker's allocator is malloc's); 0 or -1 */
+static int set_string(char **field, const char *t)
+{
+    char *d = strdup(t);
+    if (!d) return -1;
+    if (*field && *field != protobuf_c_empty_string) free(*field);
+    *field = d;
+    return 0;
+}
+
+/* A CURVE client that is not a gateway acts for its configured tenant, whatever its
+ * request says (curve.h); 0 or -1 (out of memory). */
+static int force_tenant(Smollm3__Request *rq, const char *t)
+{
+    switch (rq->kind_case) {
+    case SMOLLM3__REQUEST__KIND_GENERATE: return set_string(&rq->generate->tenant, t);
+    case SMOLLM3__REQUEST__KIND_SESSION_GET: return set_string(&rq->session_get->tenant, t);
+    case SMOLLM3__REQUEST__KIND_SESSION_LIST: return set_string(&rq->session_list->tenant, t);
+    case SMOLLM3__REQUEST__KIND_SESSION_DELETE: return set_string(&rq->session_delete->tenant, t);
+    case SMOLLM3__REQUEST__KIND_RESPONSE_STORE: return set_string(&rq->response_store->tenant, t);
+    case SMOLLM3__REQUEST__KIND_RESPONSE_GET: return set_string(&rq->response_get->tenant, t);
+    case SMOLLM3__REQUEST__KIND_RESPONSE_DELETE: return set_string(&rq->response_delete->tenant, t);
+    case SMOLLM3__REQUEST__KIND_RESPONSE_LIST: return set_string(&rq->response_list->tenant, t);
+    default: return 0;
+    }
+}
+
 static void handle_request(struct smol_rpc *rpc, const unsigned char *ident, size_t ilen, int delim,
                            zmq_msg_t *payload)
 {
@@ -621,6 +649,12 @@ static void handle_request(struct smol_rpc *rpc, const unsigned char *ident, siz
     uint64_t rid = 0;
     Smollm3__Request *rq = NULL;
     enum smol_err e = smol_rpc_decode(zmq_msg_data(payload), zmq_msg_size(payload), &rpc->cfg.lim, &rq, &rid, err);
+    const char *tenant = e ? NULL : smol_curve_tenant_of(payload);
+    if (tenant && force_tenant(rq, tenant)) {
+        smollm3__request__free_unpacked(rq, NULL);
+        rq = NULL;
+        e = smol_errf(err, SMOL_ENOMEM, "out of memory");
+    }
     if (e) {
         rpc->ctr.rejected++;
         reply_error(rpc, ident, ilen, delim, rid, e, err);
@@ -1030,6 +1064,11 @@ enum smol_err smol_rpc_bind_engine(struct smol_rpc *rpc, const char *endpoint, c
     if (zmq_bind(rpc->engine, endpoint))
         return smol_errf(err, SMOL_EIO, "cannot bind %s: %s", endpoint, zmq_strerror(errno));
     return SMOL_OK;
+}
+
+enum smol_err smol_rpc_secure(struct smol_rpc *rpc, struct smol_curve *c, char *err)
+{
+    return smol_curve_apply(c, rpc->router, err);
 }
 
 enum smol_err smol_rpc_bind(struct smol_rpc *rpc, const char *endpoint, char *err)

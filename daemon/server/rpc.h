@@ -108,6 +108,9 @@ enum smol_err smol_rpc_bind_engine(struct smol_rpc *rpc, const char *endpoint, c
 /* Binds the ROUTER to endpoint; for ipc:// the socket file is created under
  * umask 0117 and then chmod'ed to socket_mode. */
 enum smol_err smol_rpc_bind(struct smol_rpc *rpc, const char *endpoint, char *err);
+/* The ROUTER as a CURVE server with c's key and ZAP check (curve.h); before smol_rpc_bind. */
+struct smol_curve;
+enum smol_err smol_rpc_secure(struct smol_rpc *rpc, struct smol_curve *c, char *err);
 
 /* Ready flag reported by health (set once the engine runs). */
 void smol_rpc_set_ready(struct smol_rpc *rpc, int ready);

@@ -236,6 +236,13 @@ float smol_sampler_uniform(struct smol_sampler *s)
     return (float)(xoshiro_next(s->rng) >> 40) * 0x1.0p-24f;
 }
 
+void smol_sampler_skip(struct smol_sampler *s, uint64_t n)
+{
+    const float T = s->p.temperature;
+    if (T == 0.0f || !(1.0f / T < INFINITY)) return;    /* greedy: draw() takes no number */
+    while (n--) xoshiro_next(s->rng);
+}
+
 int smol_sampler_is_plain(const struct smol_sampler *s)
 {
     const struct smol_sampler_params *p = &s->p;

@@ -158,6 +158,10 @@ void smol_sampler_apply_penalties(const struct smol_sampler *s, float *logits);
  * seeded sequence: same seed, same draws. */
 float smol_sampler_uniform(struct smol_sampler *s);
 
+/* Advances the RNG as n draws would (none at temperature 0, which draws nothing): a resumed
+ * request's replayed tokens keep the seeded sequence where it was. */
+void smol_sampler_skip(struct smol_sampler *s, uint64_t n);
+
 /* 1 if a draw needs nothing but temperature and top_p (no logit bias, penalties, top_k or min_p):
  * what the backend's batch sampler can do. */
 int smol_sampler_is_plain(const struct smol_sampler *s);

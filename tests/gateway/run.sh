@@ -12,8 +12,9 @@
 # (HTTP) and straight to the daemon (ZeroMQ), the same verdicts required
 # (tests/gateway/test_rules.py), faults injected into the gateway (tests/gateway/test_fault.py), and
 # tenancy and bounded memory with two API keys and hostile clients (tests/gateway/test_tenancy.py),
-# API keys: tenant ids under the deployment's secret, tenant=, SIGHUP reload (tests/gateway/test_keys.py), and
-# fair sharing between keys and service tiers (tests/gateway/test_sched.py).
+# API keys: tenant ids under the deployment's secret, tenant=, SIGHUP reload (tests/gateway/test_keys.py),
+# fair sharing between keys and service tiers (tests/gateway/test_sched.py), and a gateway over a
+# pool of two daemons whose streams survive a kill -9 (tests/gateway/test_resume.py).
 # Prints "N passed, N failed" and exits non-zero on failure; a missing
 # prerequisite is a failure ("FAIL: cannot run: why"; `make deps` installs
 # them all: promtool from Debian's prometheus, the Python packages in build/venv).
@@ -82,13 +83,17 @@ rc=0
 { python3 tests/gateway/test_rules.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/rules.rc"; } 2>&1 |
     tee "$PB2/rules.out"
 [ "$(cat "$PB2/rules.rc")" = 0 ] || rc=1
+# a gateway over two daemons: rendezvous, health, streams resumed after a kill -9 and a restart (test_resume.py)
+{ python3 tests/gateway/test_resume.py --build "$BUILD" --pb2-dir "$PB2" "$@"; echo $? > "$PB2/resume.rc"; } 2>&1 |
+    tee "$PB2/resume.out"
+[ "$(cat "$PB2/resume.rc")" = 0 ] || rc=1
 # faults injected into the gateway (tests/gateway/test_fault.py: its allocations, the daemon link,
 # libmicrohttpd's responses; a sample of the N, SMOL_FAULT_FULL=1 for all)
 { python3 tests/gateway/test_fault.py --build "$BUILD"; echo $? > "$PB2/fault.rc"; } 2>&1 | tee "$PB2/fault.out"
 [ "$(cat "$PB2/fault.rc")" = 0 ] || rc=1
-# one result line for all ten (tests/run_all.sh reads the last one)
+# one result line for all eleven (tests/run_all.sh reads the last one)
 sum() { sed -n "s/^\([0-9]*\) passed, \([0-9]*\) failed$/\\$1/p" "$PB2/gateway.out" "$PB2/api.out" "$PB2/responses.out" "$PB2/fleet.out" \
-        "$PB2/anthropic.out" "$PB2/rules.out" "$PB2/fault.out" "$PB2/tenancy.out" "$PB2/keys.out" "$PB2/sched.out" |
+        "$PB2/anthropic.out" "$PB2/rules.out" "$PB2/fault.out" "$PB2/tenancy.out" "$PB2/keys.out" "$PB2/sched.out" "$PB2/resume.out" |
         awk '{ n += $1 } END { print n + 0 }'; }
 p=$(sum 1) f=$(sum 2)
 [ "$rc" != 0 ] && [ "$f" = 0 ] && f=1

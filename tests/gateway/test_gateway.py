@@ -1300,7 +1300,9 @@ def main():
     d = gw = None
     try:
         d = Daemon(os.path.join(tmp, "d.sock"))
-        gw = Gateway(d.endpoint, tmp)
+        # resume off: daemon_killed checks the error a stream ends with when its daemon is gone
+        # and nothing resumes it (resume: test_resume.py)
+        gw = Gateway(d.endpoint, tmp, ["--resume-timeout", "0"])
         for name, fn in (("health_models", t_health_models), ("sse_framing", t_sse_framing),
                          ("curl_sse", t_curl_sse), ("incremental", t_incremental),
                          ("non_streaming", t_non_streaming), ("speculative", t_speculative),

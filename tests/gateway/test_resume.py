@@ -1,0 +1,665 @@
+#!/usr/bin/env python3
+"""A gateway over a pool of daemons, and streams that survive their daemon (issue 48).
+
+Two real daemons (BUILD/bin/smollm3d on the fixture model) behind one gateway
+(--daemon twice): /health and /metrics show each daemon's state; a request's
+daemon is the rendezvous choice of its prompt (the same prompt, the same
+daemon); then 12 concurrent streams (greedy and seeded; json_schema, a forced
+tool call, thinking with a budget among them) are generated once as
+twins, and again while one daemon is killed with SIGKILL mid-answer: every
+stream completes, byte for byte its twin (and the same usage).  Last, a
+gateway over one daemon that is killed and started again on the same socket,
+as systemd's Restart= would: its streams pause and then resume there.
+
+Before them, the daemon's half alone (GenerateRequest.resume_tokens, over
+ZeroMQ): a request sent again with the first k tokens of its answer streams
+exactly the events its first run streamed after them, for greedy and seeded
+sampling with penalties, json_schema, a forced tool call, thinking with a
+budget, and logprobs.
+
+Prints "ok NAME" / "FAIL NAME: why" per test and "N passed, N failed" last.
+"""
+import json
+import os
+import re
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_gateway as tg  # noqa: E402
+from test_gateway import check, run_test  # noqa: E402
+
+N_STREAMS = 12
+GAPS = {}                       # stream index -> the longest silence its client saw, s
+MAX_TOKENS = 160
+
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "description": "weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def body(i):
+    b = {"messages": [{"role": "user", "content": "Story %d: tell me about the sea, the ships and %s." % (i, "x" * i)}],
+         "max_tokens": MAX_TOKENS, "stream": True, "stream_options": {"include_usage": True}}
+    if i % 2:
+        b.update(temperature=0.9, top_p=0.95, seed=1000 + i)       # seeded sampling
+    else:
+        b.update(temperature=0)                                     # greedy
+    if i % 8 == 2:      # structured output
+        b["response_format"] = {"type": "json_schema", "json_schema": {"name": "thing", "schema": {
+            "type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
+            "required": ["name", "n"]}}}
+    elif i % 8 == 3:    # a forced tool call
+        b.update(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    elif i % 8 in (4, 5):   # thinking, with a budget
+        b["reasoning_effort"] = "low"
+    else:
+        b["chat_template_kwargs"] = {"enable_thinking": False}
+    return b
+
+
+def stream(gw, b, progress=None, idx=0):
+    """The raw SSE bytes of one stream; progress[idx] counts the bytes as they come."""
+    c = gw.conn(120)
+    c.request("POST", "/v1/chat/completions", body=json.dumps(b), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    check(r.status == 200, "status %d" % r.status)
+    out = b""
+    last, gap = None, 0.0
+    while True:
+        x = r.read1(65536)
+        if not x:
+            break
+        now = time.monotonic()
+        if last is not None:
+            gap = max(gap, now - last)
+        last = now
+        out += x
+        if progress is not None:
+            progress[idx] = len(out)
+    c.close()
+    GAPS[idx] = gap
+    return out
+
+
+def answer(raw):
+    """(text, finish_reason, usage) of an OpenAI stream; fails on an error event."""
+    chunks = tg.openai_chunks(raw)
+    text, finish, usage = "", None, None
+    for ch in chunks:
+        check("error" not in ch, "error event: %r" % ch)
+        for c in ch.get("choices", []):
+            d = c.get("delta", {})
+            text += d.get("content") or ""
+            text += "<r>%s</r>" % d["reasoning_content"] if d.get("reasoning_content") else ""
+            for tc in d.get("tool_calls") or []:       # ids name their request: left out
+                f = tc.get("function", {})
+                text += "<call %s>%s%s" % (tc.get("index"), f.get("name") or "", f.get("arguments") or "")
+            finish = c.get("finish_reason") or finish
+        if ch.get("usage"):
+            usage = ch["usage"]
+    return text, finish, usage
+
+
+def run_all(gw, n, during=None):
+    """n concurrent streams; during(progress) runs while they do.  Their answers."""
+    res, prog, errs = [None] * n, [0] * n, []
+
+    def one(i):
+        try:
+            res[i] = stream(gw, body(i), prog, i)
+        except Exception as e:  # noqa: BLE001
+            errs.append("%d: %s" % (i, e))
+    th = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in th:
+        t.start()
+    if during:
+        during(prog)
+    for t in th:
+        t.join(180)
+    check(not errs, "streams failed: %s" % errs)
+    return [answer(r) for r in res]
+
+
+def metric(gw, name):
+    st, _, b = gw.request("GET", "/metrics")
+    m = re.search(r"^%s (\S+)$" % re.escape(name), b.decode(), re.M)
+    return float(m.group(1)) if m else None
+
+
+def wait_some_bytes(prog, at_least=1500, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and sum(1 for p in prog if p >= at_least) < len(prog) // 2:
+        time.sleep(0.005)
+
+
+# ---- the daemon: resume_tokens -------------------------------------------------------
+
+TOOLS = json.dumps([{"type": "function", "function": {
+    "name": "get_weather", "description": "weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])
+SCHEMA = json.dumps({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
+                     "required": ["name", "n"]})
+
+# name -> (GenerateRequest fields, sampling fields, chat fields)
+DAEMON_CASES = {
+    "greedy": ({"enable_thinking": False}, {"temperature": 0.0}, {}),
+    "seeded_penalties": ({"enable_thinking": False, "stop": ["zq#"]},
+                         {"temperature": 0.9, "top_p": 0.9, "top_k": 40, "seed": 7, "repetition_penalty": 1.1,
+                          "presence_penalty": 0.4, "frequency_penalty": 0.2}, {}),
+    "json_schema": ({"enable_thinking": False, "json_schema": SCHEMA}, {"temperature": 0.8, "seed": 11}, {}),
+    "tool_call": ({"enable_thinking": False, "tool_choice": "get_weather"}, {"temperature": 0.7, "seed": 5},
+                  {"tools_json": TOOLS}),
+    "thinking_budget": ({"enable_thinking": True, "thinking_budget": 12}, {"temperature": 0.8, "seed": 3}, {}),
+    "logprobs": ({"enable_thinking": False, "logprobs": True, "top_logprobs": 2}, {"temperature": 0.6, "seed": 9}, {}),
+}
+
+
+class DaemonLink:
+    def __init__(self, endpoint, pb):
+        import zmq
+        self.pb, self.ctx = pb, zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+        self.rid = 5000
+
+    def close(self):
+        self.sock.close()
+        self.ctx.term()
+
+    def run(self, case, resume=()):
+        """The events of one request of DAEMON_CASES[case] (resume_tokens: resume), Started left out."""
+        pb = self.pb
+        gen_f, samp_f, chat_f = DAEMON_CASES[case]
+        self.rid += 1
+        req = pb.Request(protocol_version=1, request_id=self.rid)
+        g = req.generate
+        g.max_tokens = 48
+        for k, v in gen_f.items():
+            if k == "stop":
+                g.stop.extend(v)
+            else:
+                setattr(g, k, v)
+        for k, v in samp_f.items():
+            setattr(g.sampling, k, v)
+        m = g.chat.messages.add()
+        m.role, m.content = "user", "Case %s: what is the weather like in Paris?" % case
+        for k, v in chat_f.items():
+            setattr(g.chat, k, v)
+        g.resume_tokens.extend(resume)
+        self.sock.send(req.SerializeToString())
+        evs = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if not self.sock.poll(1000):
+                continue
+            ev = pb.Event()
+            ev.ParseFromString(self.sock.recv())
+            if ev.request_id != self.rid:
+                continue
+            kind = ev.WhichOneof("kind")
+            check(kind != "error", "%s: error %s" % (case, ev.error.message))
+            if kind == "token":
+                t = ev.token
+                evs.append(("t", t.text, t.token_id, t.channel,
+                            round(t.logprob, 5) if t.HasField("logprob") else None,
+                            tuple(x.token_id for x in t.top_logprobs)))
+            elif kind == "tool_call":
+                evs.append(("c", ev.tool_call.index, ev.tool_call.name, ev.tool_call.arguments_json))
+            elif kind == "done":
+                u = ev.done.usage
+                evs.append(("d", ev.done.finish_reason, u.completion_tokens, u.reasoning_tokens))
+                return evs
+        raise AssertionError("%s: no Done" % case)
+
+
+def t_daemon_resume_tokens(st):
+    """Each case, cut after k tokens and sent again with them: the same events after the cut."""
+    import smollm3_pb2 as pb
+    z = DaemonLink(st.ds[0].endpoint, pb)
+    try:
+        for case in DAEMON_CASES:
+            full = z.run(case)
+            starts = [i for i, e in enumerate(full) if e[0] == "t" and e[2] >= 0]
+            toks = [full[i][2] for i in starts]
+            if case == "tool_call":
+                check(any(e[0] == "c" for e in full), "tool_call: no call: %r" % full[-3:])
+            if case == "thinking_budget":
+                check(full[-1][3] > 0, "thinking_budget: no reasoning")
+            check(len(toks) == full[-1][2] or full[-1][1] != 1, "%s: %d token ids for %d tokens" %
+                  (case, len(toks), full[-1][2]))
+            for k in sorted({1, len(toks) // 3, len(toks) // 2, len(toks) - 1}):
+                if k <= 0 or k >= len(toks):
+                    continue
+                got = z.run(case, toks[:k])
+                want = full[starts[k]:]
+                check(got == want, "%s resumed after %d of %d tokens:\n want %r\n got  %r" %
+                      (case, k, len(toks), want[:6], got[:6]))
+    finally:
+        z.close()
+
+
+def t_pool_health(st):
+    s, _, b = st.gw.request("GET", "/health")
+    h = json.loads(b)
+    check(s == 200 and [d["state"] for d in h["daemons"]] == ["up", "up"], "health: %r" % h)
+    check([d["endpoint"] for d in h["daemons"]] == [d.endpoint for d in st.ds], "endpoints: %r" % h)
+    _, _, m = st.gw.request("GET", "/metrics")
+    for d in st.ds:
+        check('smollm3_gateway_daemon_state{daemon="%s",state="up"} 1' % d.endpoint in m.decode(),
+              "no up state for %s in /metrics" % d.endpoint)
+
+
+def t_rendezvous(st):
+    """The same prompt goes to the same daemon every time; different prompts spread over both."""
+    def totals():
+        return [d.stats()["requests_total"] for d in st.ds]
+    before = totals()
+    for _ in range(3):
+        s, r = tg.post_json(st.gw, "/v1/chat/completions", tg.chat("always the same prompt", max_tokens=2))
+        check(s == 200, "status %d" % s)
+    delta = [a - b for a, b in zip(totals(), before)]
+    check(sorted(delta) == [0, 3], "one prompt went to several daemons: %r" % delta)
+    before = totals()
+    for i in range(16):
+        s, r = tg.post_json(st.gw, "/v1/chat/completions", tg.chat("prompt number %d" % i, max_tokens=2))
+        check(s == 200, "status %d" % s)
+    delta = [a - b for a, b in zip(totals(), before)]
+    check(min(delta) >= 2, "16 prompts not spread over both daemons: %r" % delta)
+
+
+def t_kill_resumes(st):
+    """SIGKILL of one daemon mid-answer: every stream completes as its twin did without a kill."""
+    t0 = time.monotonic()
+    twins = run_all(st.gw, N_STREAMS)
+    t_twins = time.monotonic() - t0
+    check(sum(f == "length" for _, f, _ in twins) >= N_STREAMS // 2, "twins ended early: %r" % [f for _, f, _ in twins])
+    check(any("<call" in t for t, _, _ in twins) and any("<r>" in t for t, _, _ in twins),
+          "no tool call or no reasoning among the twins")
+    resumed0 = metric(st.gw, "smollm3_gateway_streams_resumed_total")
+    active = []
+
+    def kill(prog):
+        wait_some_bytes(prog)
+        a = [d.stats()["requests_active"] for d in st.ds]
+        victim = st.ds[0] if a[0] >= a[1] else st.ds[1]
+        active.append(a)
+        victim.kill()
+    got = run_all(st.gw, N_STREAMS, kill)
+    resumed = metric(st.gw, "smollm3_gateway_streams_resumed_total") - resumed0
+    check(resumed >= 1, "nothing was resumed (active per daemon at the kill: %r)" % active)
+    for i, (a, b) in enumerate(zip(twins, got)):
+        check(a[0] == b[0], "stream %d differs from its twin:\n twin %r\n got  %r" % (i, a[0], b[0]))
+        check(a[1] == b[1], "stream %d finish %r, twin %r" % (i, b[1], a[1]))
+        check(a[2]["completion_tokens"] == b[2]["completion_tokens"], "stream %d usage %r, twin %r" % (i, b[2], a[2]))
+    s, _, b = st.gw.request("GET", "/health")
+    states = sorted(d["state"] for d in json.loads(b)["daemons"])
+    check(states == ["down", "up"], "health after the kill: %r" % states)
+    g = sorted(GAPS[i] for i in range(N_STREAMS))
+    print("  %d streams, %d resumed; twins took %.2f s; the longest pause a client saw: median %.0f ms, max %.0f ms"
+          % (N_STREAMS, resumed, t_twins, 1000 * g[len(g) // 2], 1000 * g[-1]), flush=True)
+
+
+def t_sigterm_handover(st):
+    """SIGTERM to one daemon of the pool (systemctl stop/restart): its streams are handed over at once to
+    the other, each its twin byte for byte, and the daemon exits without waiting for them."""
+    twins = run_all(st.gw, N_STREAMS)
+    resumed0 = metric(st.gw, "smollm3_gateway_streams_resumed_total")
+    took = []
+
+    def term(prog):
+        wait_some_bytes(prog)
+        a = [d.stats()["requests_active"] for d in st.ds]
+        victim = st.ds[0] if a[0] >= a[1] else st.ds[1]
+        t = time.monotonic()
+        victim.stop()               # SIGTERM and wait for its exit (drain_grace_ms: 10 s)
+        took.append((time.monotonic() - t, a, victim))
+    got = run_all(st.gw, N_STREAMS, term)
+    resumed = metric(st.gw, "smollm3_gateway_streams_resumed_total") - resumed0
+    check(resumed >= 1, "nothing was handed over (active per daemon at the SIGTERM: %r)" % (took[0][1],))
+    check(took[0][0] < 5, "the daemon took %.1f s to exit: it waited for its streams" % took[0][0])
+    for i, (a, b) in enumerate(zip(twins, got)):
+        check(a[0] == b[0], "stream %d differs from its twin:\n twin %r\n got  %r" % (i, a[0], b[0]))
+        check(a[2]["completion_tokens"] == b[2]["completion_tokens"], "stream %d usage %r, twin %r" % (i, b[2], a[2]))
+    took[0][2].start()
+    st.gw.wait_ready(30)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        _, _, b = st.gw.request("GET", "/health")
+        if [d["state"] for d in json.loads(b)["daemons"]] == ["up", "up"]:
+            break
+        time.sleep(0.1)
+    g = sorted(GAPS[i] for i in range(N_STREAMS))
+    print("  %d streams, %d handed over; the daemon exited %.2f s after SIGTERM; the longest pause a client saw: "
+          "median %.0f ms, max %.0f ms" % (N_STREAMS, resumed, took[0][0], 1000 * g[len(g) // 2], 1000 * g[-1]),
+          flush=True)
+
+
+def t_restart_resumes(st):
+    """One daemon, killed and started again on its socket: the streams pause, then resume there."""
+    d = st.solo
+    twins = run_all(st.gw1, N_STREAMS)
+    resumed0 = metric(st.gw1, "smollm3_gateway_streams_resumed_total")
+    pause = []
+
+    def restart(prog):
+        wait_some_bytes(prog)
+        d.kill()
+        t = time.monotonic()
+        time.sleep(0.5)
+        before = list(prog)
+        d.start()
+        pause.append((time.monotonic() - t, before))
+    got = run_all(st.gw1, N_STREAMS, restart)
+    resumed = metric(st.gw1, "smollm3_gateway_streams_resumed_total") - resumed0
+    check(resumed >= 1, "nothing was resumed")
+    for i, (a, b) in enumerate(zip(twins, got)):
+        check(a[0] == b[0], "stream %d differs from its twin:\n twin %r\n got  %r" % (i, a[0], b[0]))
+        check(a[2]["completion_tokens"] == b[2]["completion_tokens"], "stream %d usage %r, twin %r" % (i, b[2], a[2]))
+    print("  %d streams, %d resumed after a restart of %.2f s" % (N_STREAMS, resumed, pause[0][0]), flush=True)
+    # the same with SIGTERM (systemctl restart): handed back at once, held, resumed on the new process
+    resumed0 = metric(st.gw1, "smollm3_gateway_streams_resumed_total")
+
+    def sigterm_restart(prog):
+        wait_some_bytes(prog)
+        t = time.monotonic()
+        d.stop()
+        d.start()
+        pause.append(time.monotonic() - t)
+    got = run_all(st.gw1, N_STREAMS, sigterm_restart)
+    resumed = metric(st.gw1, "smollm3_gateway_streams_resumed_total") - resumed0
+    check(resumed >= 1, "nothing was resumed after SIGTERM + start")
+    check(pause[1] < 8, "stop + start took %.1f s: the daemon waited for its streams" % pause[1])
+    for i, (a, b) in enumerate(zip(twins, got)):
+        check(a[0] == b[0], "stream %d differs from its twin after SIGTERM:\n twin %r\n got  %r" % (i, a[0], b[0]))
+    print("  %d streams, %d resumed after SIGTERM + start (%.2f s)" % (N_STREAMS, resumed, pause[1]), flush=True)
+
+
+def t_config_list(st):
+    """config: daemon = A, B is the pool of two."""
+    conf = os.path.join(st.tmp, "gw.conf")
+    with open(conf, "w") as f:
+        f.write("[gateway]\ndaemon = %s, %s\nresume_timeout = 5\n" % (st.ds[0].endpoint, st.ds[1].endpoint))
+    port = tg.free_port()
+    import subprocess
+    p = subprocess.Popen([os.path.join(tg.ARGS.build, "bin/smollm3-gateway"), "--listen", "127.0.0.1:%d" % port,
+                          "--config", conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        h = None
+        while time.monotonic() < deadline:
+            try:
+                import http.client
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/health")
+                h = json.loads(c.getresponse().read())
+                c.close()
+                if len(h.get("daemons", [])) == 2:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        check(h and [d["endpoint"] for d in h["daemons"]] == [st.ds[0].endpoint, st.ds[1].endpoint],
+              "config list not the pool: %r" % h)
+    finally:
+        p.terminate()
+        p.wait(10)
+
+
+class Router:
+    """A scripted daemon (pyzmq ROUTER): answers Health, records each Generate and streams the given
+    tokens for it; stop() closes the socket as a dying daemon's would."""
+
+    def __init__(self, endpoint, pb, tokens, done=False):
+        import zmq
+        self.pb, self.tokens, self.done, self.gens = pb, tokens, done, []
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.running = True
+        self.th = threading.Thread(target=self.loop, daemon=True)
+        self.th.start()
+
+    def send(self, ident, ev):
+        self.sock.send_multipart([ident, ev.SerializeToString()])
+
+    def loop(self):
+        pb = self.pb
+        while self.running:
+            if not self.sock.poll(50):
+                continue
+            ident, frame = self.sock.recv_multipart()
+            req = pb.Request()
+            req.ParseFromString(frame)
+            kind = req.WhichOneof("kind")
+            if kind == "health":
+                self.send(ident, pb.Event(request_id=req.request_id, health=pb.HealthReply(
+                    ready=True, model="fake", status="serving")))
+            elif kind == "generate":
+                self.gens.append(req)
+                self.send(ident, pb.Event(request_id=req.request_id, started=pb.Started(prompt_tokens=7)))
+                for tid, text in self.tokens:
+                    self.send(ident, pb.Event(request_id=req.request_id, token=pb.Token(text=text, token_id=tid)))
+                if self.done:
+                    self.send(ident, pb.Event(request_id=req.request_id, done=pb.Done(
+                        finish_reason=pb.FINISH_REASON_LENGTH, usage=pb.Usage(prompt_tokens=9, completion_tokens=5))))
+
+    def stop(self):
+        self.running = False
+        self.th.join(5)
+        self.sock.close()
+        self.ctx.term()
+
+
+def t_resend(st):
+    """What the gateway sends again: the same request id and seed (one it chose: the request had none),
+    resume_tokens = the ids it streamed, handover set; the client gets each byte once, the first
+    daemon's prompt numbers and the last one's completion count."""
+    import smollm3_pb2 as pb
+    sock = os.path.join(st.tmp, "fake.sock")
+    ep = "ipc://" + sock
+    first = Router(ep, pb, [(11, "a"), (12, "b"), (-1, "+"), (13, "")])
+    gw = tg.Gateway.__new__(tg.Gateway)
+    st.extra_gws.append(gw)
+    gw.__init__(ep, st.tmp)
+    res = {}
+
+    def client():
+        res["raw"] = stream(gw, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "stream": True,
+                                 "temperature": 0.8, "stream_options": {"include_usage": True}})
+    th = threading.Thread(target=client)
+    th.start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not first.gens:
+        time.sleep(0.05)
+    time.sleep(0.5)                 # its tokens reached the gateway
+    first.stop()
+    os.unlink(sock)
+    time.sleep(0.3)
+    second = Router(ep, pb, [(14, "c"), (15, "d")], done=True)
+    th.join(30)
+    second.stop()
+    check(len(first.gens) == 1 and len(second.gens) == 1, "generates: %d then %d" % (len(first.gens), len(second.gens)))
+    a, b = first.gens[0], second.gens[0]
+    check(a.generate.sampling.HasField("seed"), "the gateway sent no seed for a request without one")
+    check(b.request_id == a.request_id and b.generate.sampling.seed == a.generate.sampling.seed,
+          "sent again under another id or seed")
+    check(list(b.generate.resume_tokens) == [11, 12, 13] and not a.generate.resume_tokens,
+          "resume_tokens %r" % list(b.generate.resume_tokens))
+    check(a.generate.handover and b.generate.handover, "handover not set")
+    text, finish, usage = answer(res["raw"])
+    check(text == "ab+cd" and finish == "length", "the client got %r (%s)" % (text, finish))
+    check(usage["prompt_tokens"] == 7 and usage["completion_tokens"] == 5, "usage %r" % usage)
+
+
+# ---- the link between nodes: tcp:// with CURVE ---------------------------------------------------
+
+def daemon_tcp(st, port, extra, wait=True):
+    import subprocess
+    log = open(os.path.join(st.tmp, "tcp-%d.log" % port), "ab")
+    p = subprocess.Popen([os.path.join(tg.ARGS.build, "bin/smollm3d"), "--model", tg.MODEL, "--listen",
+                          "tcp://127.0.0.1:%d" % port, "--threads", "1", "--kv-budget-mb", "64"] + extra,
+                         stdout=log, stderr=subprocess.STDOUT)
+    st.procs.append(p)
+    return p
+
+
+def zclient(endpoint, server_pub, pub, sec):
+    import zmq
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.curve_serverkey, s.curve_publickey, s.curve_secretkey = server_pub, pub, sec
+    s.connect(endpoint)
+    return s
+
+
+def zcall(s, req, timeout=3.0):
+    """One request, its terminal event (or None: no answer in timeout)."""
+    import smollm3_pb2 as pb
+    s.send(req.SerializeToString())
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not s.poll(100):
+            continue
+        ev = pb.Event()
+        ev.ParseFromString(s.recv())
+        if ev.request_id == req.request_id and ev.WhichOneof("kind") not in ("started", "token"):
+            return ev
+    return None
+
+
+def t_curve(st):
+    """tcp:// with CURVE: a listed gateway is served, a wrong key is refused (until SIGHUP lists it),
+    plain tcp:// is refused on both sides, a non-gateway client acts for its own tenant only."""
+    import signal
+    import subprocess
+    import zmq
+    import smollm3_pb2 as pb
+    dkey = os.path.join(st.tmp, "daemon.key")        # the daemon's pair from smollm3ctl curve-keygen
+    r = subprocess.run([os.path.join(tg.ARGS.build, "bin/smollm3ctl"), "curve-keygen", dkey], capture_output=True)
+    check(r.returncode == 0 and len(r.stdout.strip()) == 40 and os.stat(dkey).st_mode & 0o077 == 0,
+          "smollm3ctl curve-keygen: %r" % (r,))
+    srv_pub = r.stdout.strip()
+    gw_pub, gw_sec = zmq.curve_keypair()
+    cl_pub, cl_sec = zmq.curve_keypair()
+    bad_pub, bad_sec = zmq.curve_keypair()
+    f = lambda name, text: (open(os.path.join(st.tmp, name), "w").write(text), os.path.join(st.tmp, name))[1]  # noqa
+    clients = f("clients", "# the gateway\n%s gateway\n%s tenant=t1\n" % (gw_pub.decode(), cl_pub.decode()))
+    gkey = f("gw.key", gw_sec.decode() + "\n")
+    bkey = f("bad.key", bad_sec.decode() + "\n")
+    port, plain = tg.free_port(), tg.free_port()
+    ep = "tcp://127.0.0.1:%d" % port
+    skeys = f("server-keys", "%s %s\n" % (ep, srv_pub.decode()))
+    # plain tcp:// is refused by the daemon ...
+    p = daemon_tcp(st, plain, [])
+    check(p.wait(60) != 0, "the daemon served plain tcp:// without allow_plain_tcp")
+    # ... and by the gateway
+    g = subprocess.run([os.path.join(tg.ARGS.build, "bin/smollm3-gateway"), "--listen", "127.0.0.1:%d" % tg.free_port(),
+                        "--daemon", "tcp://127.0.0.1:%d" % plain], capture_output=True, timeout=20)
+    check(g.returncode != 0 and b"CURVE" in g.stderr, "the gateway took a plain tcp:// daemon: %r" % g.stderr[-200:])
+    d = daemon_tcp(st, port, ["--curve-secret-key-file", dkey, "--curve-clients-file", clients])
+    gw = tg.Gateway.__new__(tg.Gateway)
+    st.extra_gws.append(gw)         # stopped at the end even when it never becomes ready
+    try:
+        gw.__init__(ep, st.tmp, extra=["--curve-key-file", gkey, "--curve-server-keys", skeys])
+    except RuntimeError:
+        with open(os.path.join(st.tmp, "tcp-%d.log" % port), "rb") as fh:
+            raise AssertionError("no gateway over CURVE; the daemon's log:\n%s" % fh.read().decode()[-1500:])
+    s, r = tg.post_json(gw, "/v1/chat/completions", tg.chat("over CURVE", max_tokens=4))
+    check(s == 200 and r["usage"]["completion_tokens"] == 4, "served over CURVE: %d %r" % (s, r))
+    bad = tg.Gateway.__new__(tg.Gateway)
+    bad.port = tg.free_port()
+    bad.listen = "127.0.0.1:%d" % bad.port
+    bad.log_path = os.path.join(st.tmp, "gw-bad.log")
+    bad.log = open(bad.log_path, "wb")
+    bad.proc = subprocess.Popen([os.path.join(tg.ARGS.build, "bin/smollm3-gateway"), "--listen", bad.listen,
+                                 "--daemon", ep, "--curve-key-file", bkey, "--curve-server-keys", skeys],
+                                stdout=bad.log, stderr=subprocess.STDOUT)
+    st.extra_gws.append(bad)
+    time.sleep(2.5)
+    check(bad.request("GET", "/health")[0] == 503, "a gateway with an unlisted key was served")
+    # a client that is not a gateway: its requests act for tenant t1, whatever they say
+    cl = zclient(ep, srv_pub, cl_pub, cl_sec)
+    req = pb.Request(protocol_version=1, request_id=77)
+    g_ = req.generate
+    g_.session_id, g_.tenant, g_.max_tokens = "curve-s1", "someone-else", 2
+    m = g_.chat.messages.add()
+    m.role, m.content = "user", "hi"
+    ev = zcall(cl, req, 30)
+    check(ev is not None and ev.WhichOneof("kind") == "done", "the tenant client's request: %r" % ev)
+    trusted = zclient(ep, srv_pub, gw_pub, gw_sec)
+    lists = {}
+    for i, t in enumerate(("t1", "someone-else")):
+        req = pb.Request(protocol_version=1, request_id=100 + i)
+        req.session_list.tenant = t
+        ev = zcall(trusted, req)
+        check(ev is not None and ev.WhichOneof("kind") == "sessions", "session list: %r" % ev)
+        lists[t] = [x.session_id for x in ev.sessions.sessions]
+    check("curve-s1" in lists["t1"] and "curve-s1" not in lists["someone-else"],
+          "the session is not its client's tenant's only: %r" % lists)
+    # an unlisted key gets nothing; listed and SIGHUP'd, it is served
+    b = zclient(ep, srv_pub, bad_pub, bad_sec)
+    req = pb.Request(protocol_version=1, request_id=200)
+    req.health.SetInParent()
+    check(zcall(b, req, 1.5) is None, "an unlisted key got an answer")
+    with open(clients, "a") as fh:
+        fh.write("%s tenant=t2\n" % bad_pub.decode())
+    d.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    b.close()
+    b = zclient(ep, srv_pub, bad_pub, bad_sec)
+    req.request_id = 201
+    ev = zcall(b, req, 5)
+    if ev is None or ev.WhichOneof("kind") != "health":
+        with open(os.path.join(st.tmp, "tcp-%d.log" % port), "rb") as fh:
+            raise AssertionError("a key listed on SIGHUP was refused; the daemon's log:\n%s" % fh.read().decode()[-800:])
+    for s_ in (cl, trusted, b):
+        s_.close()
+
+
+def main():
+    want = tg.suite_args()
+    sys.path.insert(0, tg.ARGS.pb2_dir or "")
+    with tg.Suite("smol-resume-") as st:
+        st.ds = [tg.Daemon(os.path.join(st.tmp, "d%d.sock" % i)) for i in range(2)]
+        st.procs, st.extra_gws = [], []
+        try:
+            st.gw = tg.Gateway(st.ds[0].endpoint, st.tmp, extra=["--daemon", st.ds[1].endpoint])
+            for name, fn in (("daemon_resume_tokens", t_daemon_resume_tokens), ("pool_health", t_pool_health), ("rendezvous", t_rendezvous),
+                             ("config_list", t_config_list), ("sigterm_handover", t_sigterm_handover),
+                             ("kill_resumes", t_kill_resumes)):
+                if want(name):
+                    run_test(name, fn, st)
+            st.gw.stop()
+            st.gw = None
+            st.solo = st.ds[1] if st.ds[1].proc.poll() is None else st.ds[0]
+            if st.solo.proc.poll() is not None:
+                st.solo.start()
+            st.gw1 = tg.Gateway(st.solo.endpoint, st.tmp)
+            st.gw = st.gw1
+            if want("restart_resumes"):
+                run_test("restart_resumes", t_restart_resumes, st)
+            if want("curve"):
+                run_test("curve", t_curve, st)
+            if want("resend"):
+                run_test("resend", t_resend, st)
+        finally:
+            for g in st.extra_gws:
+                if getattr(g, "proc", None):
+                    g.stop()
+            for p in st.procs:
+                if p.poll() is None:
+                    p.terminate()
+                    p.wait(15)
+            for d in st.ds:
+                d.stop()
+    print("%d passed, %d failed" % (tg.RESULTS["pass"], tg.RESULTS["fail"]), flush=True)
+    return 1 if tg.RESULTS["fail"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
