@@ -128,7 +128,10 @@ void smol_spill_close(struct smol_spill **spp)
         pthread_cond_destroy(&sp->lease_wake);
     }
     if (sp->dirfd >= 0) close(sp->dirfd);
-    for (int i = 0; i < sp->n_ent; i++) free(sp->ent[i].tokens);
+    for (int i = 0; i < sp->n_ent; i++) {
+        free(sp->ent[i].tokens);
+        smol_spill_written_deinit(&sp->ent[i].log);
+    }
     free(sp->ent);
     for (int i = 0; i < sp->n_leases; i++) /* (the writer has finished: no job holds one) */
         if (sp->leases[i].fd >= 0) close(sp->leases[i].fd);
@@ -333,7 +336,7 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
                    total / 1048576.0, (smol_mono_s() - t0) * 1e3);
     smol_spill_put_ent(sp, name, file_end, smol_spill_now_ns(), prefix ? key : NULL, x->tokens, n_kv);
     struct entry *ne = smol_spill_find_ent(sp, name);
-    if (ne && !prefix) ne->log = w;
+    if (ne && !prefix) ne->log = w;     /* (put_ent made the entry anew: its old log is freed) */
     else smol_spill_written_deinit(&w);
     if (prefix) smol_spill_drop_extended(sp, x->tenant, x->tokens, n_kv);
     smol_spill_trim(sp, name);
@@ -399,7 +402,9 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
     pthread_mutex_lock(&sp->mu);
     for (struct job *j = sp->q_head; j; j = j->next)
         if (j->kind == JOB_WRITE && !strcmp(j->name, name)) {
-            if (j->off < 0) n_jobs = 0; /* a base: what came before does not count */
+            if (j->off < 0) { /* a base: what came before does not count (their references back) */
+                while (n_jobs) smol_spill_job_unref(jobs[--n_jobs]);
+            }
             if (n_jobs < LOAD_JOBS_MAX) {
                 j->refs++;
                 jobs[n_jobs++] = j;
