@@ -242,8 +242,14 @@ def t_daemon_resume_tokens(st):
 
 
 def t_pool_health(st):
-    s, _, b = st.gw.request("GET", "/health")
-    h = json.loads(b)
+    # each daemon is "up" once its own Health reply came (the gateway is ready with the first)
+    deadline = time.monotonic() + 15
+    while True:
+        s, _, b = st.gw.request("GET", "/health")
+        h = json.loads(b)
+        if [d["state"] for d in h.get("daemons", [])] == ["up", "up"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     check(s == 200 and [d["state"] for d in h["daemons"]] == ["up", "up"], "health: %r" % h)
     check([d["endpoint"] for d in h["daemons"]] == [d.endpoint for d in st.ds], "endpoints: %r" % h)
     _, _, m = st.gw.request("GET", "/metrics")
