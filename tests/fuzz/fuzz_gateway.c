@@ -58,6 +58,8 @@ enum MHD_Result gw_queue_text(struct gw_req *r, int status, const char *ctype, c
 enum MHD_Result gw_req_wait(struct gw_req *r) NEVER
 enum MHD_Result gw_req_send(struct gw_req *r, struct gw_stream *s) NEVER
 void gw_daemon_cancel(struct gw_stream *s) NEVER
+int gw_daemon_send_cancel(struct gw_stream *s) NEVER
+void gw_stream_route(struct gw_stream *s, const Smollm3__GenerateRequest *g) NEVER
 enum MHD_Result gw_queue_gw_error(struct gw_req *r, const struct gw_error *e) NEVER
 void gw_stream_fail(struct gw_stream *s, const struct gw_error *e) NEVER
 void gw_stream_free(struct gw_stream *s) NEVER
