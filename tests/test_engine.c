@@ -1245,13 +1245,12 @@ START_TEST(t_session_eviction)
 END_TEST
 
 
-/* A shared spill directory: a session deleted while its turn runs gives its
- * lease back (under its name) when it becomes anonymous, so another node can
- * take the session id at once (it stayed locked until the process exited). */
-START_TEST(t_delete_busy_shared)
+/* The fixture model and rig_spill on dir as a node of a fleet (a shared
+ * directory: leases) for a shared-spill test; NULL (SKIPPED said) without
+ * the fixture.  shared_node_close undoes it and removes dir. */
+static struct smol_model *shared_node(const char *dir)
 {
-    char dir[] = "/tmp/smol-engine-shared-XXXXXX", err[SMOL_ERRLEN];
-    ck_assert(mkdtemp(dir));
+    char err[SMOL_ERRLEN];
     struct smol_model_settings set;
     smol_model_settings_default(&set);
     set.quiet = 1;
@@ -1259,10 +1258,31 @@ START_TEST(t_delete_busy_shared)
     struct smol_model *m = NULL;
     if (smol_model_open(&m, fixture_path("models/fixture-t.Q8_0.gguf"), &set, err) != SMOL_OK) {
         printf("SKIPPED: fixture missing\n");
-        return;
+        return NULL;
     }
-    struct smol_spill *other = NULL;
     ck_assert_msg(smol_spill_open_shared(&rig_spill, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    return m;
+}
+
+static void shared_node_close(struct smol_model **m, const char *dir)
+{
+    smol_spill_close(&rig_spill);
+    smol_model_close(m);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+
+/* A shared spill directory: a session deleted while its turn runs gives its
+ * lease back (under its name) when it becomes anonymous, so another node can
+ * take the session id at once (it stayed locked until the process exited). */
+START_TEST(t_delete_busy_shared)
+{
+    char dir[] = "/tmp/smol-engine-shared-XXXXXX", err[SMOL_ERRLEN];
+    ck_assert(mkdtemp(dir));
+    struct smol_model *m = shared_node(dir);
+    if (!m) return;
+    struct smol_spill *other = NULL;
     ck_assert_msg(smol_spill_open_shared(&other, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
     struct rig g;
     ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
@@ -1295,11 +1315,7 @@ START_TEST(t_delete_busy_shared)
     smol_spill_unlease(other, "busy");
     rig_close(&g);
     smol_spill_close(&other);
-    smol_spill_close(&rig_spill);
-    smol_model_close(&m);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert(system(cmd) == 0);
+    shared_node_close(&m, dir);
 }
 END_TEST
 
@@ -1315,17 +1331,9 @@ START_TEST(t_lease_wait_alone)
 {
     char dir[] = "/tmp/smol-engine-hol-XXXXXX", err[SMOL_ERRLEN];
     ck_assert(mkdtemp(dir));
-    struct smol_model_settings set;
-    smol_model_settings_default(&set);
-    set.quiet = 1;
-    set.n_ctx = 1024;
-    struct smol_model *m = NULL;
-    if (smol_model_open(&m, fixture_path("models/fixture-t.Q8_0.gguf"), &set, err) != SMOL_OK) {
-        printf("SKIPPED: fixture missing\n");
-        return;
-    }
+    struct smol_model *m = shared_node(dir);
+    if (!m) return;
     struct smol_spill *other = NULL;
-    ck_assert_msg(smol_spill_open_shared(&rig_spill, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
     ck_assert_msg(smol_spill_open_shared(&other, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
     ck_assert_int_eq(smol_spill_lease(other, "hol-a"), SMOL_LEASE_HELD);
     const double saved_timeout = rig_queue_timeout_s;
@@ -1377,11 +1385,7 @@ START_TEST(t_lease_wait_alone)
     rig_close(&g);
     rig_queue_timeout_s = saved_timeout;
     smol_spill_close(&other);
-    smol_spill_close(&rig_spill);
-    smol_model_close(&m);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert(system(cmd) == 0);
+    shared_node_close(&m, dir);
 }
 END_TEST
 
@@ -1415,18 +1419,10 @@ int __wrap_fcntl(int fd, int cmd, ...)
  * with it; then in fstatat, looking for A's file); then A runs. */
 START_TEST(t_lease_off_engine_thread)
 {
-    char dir[] = "/tmp/smol-engine-slowlock-XXXXXX", err[SMOL_ERRLEN];
+    char dir[] = "/tmp/smol-engine-slowlock-XXXXXX";
     ck_assert(mkdtemp(dir));
-    struct smol_model_settings set;
-    smol_model_settings_default(&set);
-    set.quiet = 1;
-    set.n_ctx = 1024;
-    struct smol_model *m = NULL;
-    if (smol_model_open(&m, fixture_path("models/fixture-t.Q8_0.gguf"), &set, err) != SMOL_OK) {
-        printf("SKIPPED: fixture missing\n");
-        return;
-    }
-    ck_assert_msg(smol_spill_open_shared(&rig_spill, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    struct smol_model *m = shared_node(dir);
+    if (!m) return;
     const double saved_timeout = rig_queue_timeout_s;
     rig_queue_timeout_s = 20;
     struct rig g;
@@ -1480,11 +1476,7 @@ START_TEST(t_lease_off_engine_thread)
     atomic_store(&slow_stat_ms, 0);
     ck_assert_msg(b_done < 1.0, "B answered %.2f s after A held its lease (a slow stat)", b_done);
     rig_close(&g);
-    smol_spill_close(&rig_spill);
-    smol_model_close(&m);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert(system(cmd) == 0);
+    shared_node_close(&m, dir);
 }
 END_TEST
 
@@ -1493,7 +1485,7 @@ END_TEST
  * session_ttl: 3600 s here) goes with its lock file; a fresh one stays. */
 START_TEST(t_spill_sweep_at_start)
 {
-    char dir[] = "/tmp/smol-engine-sweep-XXXXXX", err[SMOL_ERRLEN], old[128], oldlk[128], fresh[128];
+    char dir[] = "/tmp/smol-engine-sweep-XXXXXX", old[128], oldlk[128], fresh[128];
     ck_assert(mkdtemp(dir));
     snprintf(old, sizeof old, "%s/0123456789abcdef0123456789abcdef.kv", dir);
     snprintf(oldlk, sizeof oldlk, "%s/0123456789abcdef0123456789abcdef.lock", dir);
@@ -1508,16 +1500,8 @@ START_TEST(t_spill_sweep_at_start)
     ts[0].tv_sec -= 7200;
     ts[1] = ts[0];
     ck_assert(utimensat(AT_FDCWD, old, ts, 0) == 0 && utimensat(AT_FDCWD, oldlk, ts, 0) == 0);
-    struct smol_model_settings set;
-    smol_model_settings_default(&set);
-    set.quiet = 1;
-    set.n_ctx = 1024;
-    struct smol_model *m = NULL;
-    if (smol_model_open(&m, fixture_path("models/fixture-t.Q8_0.gguf"), &set, err) != SMOL_OK) {
-        printf("SKIPPED: fixture missing\n");
-        return;
-    }
-    ck_assert_msg(smol_spill_open_shared(&rig_spill, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    struct smol_model *m = shared_node(dir);
+    if (!m) return;
     ck_assert(access(old, F_OK) == 0);      /* (not ours to judge at open: another model's, maybe) */
     struct rig g;
     ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
@@ -1525,11 +1509,7 @@ START_TEST(t_spill_sweep_at_start)
     ck_assert_msg(access(old, F_OK) != 0 && access(oldlk, F_OK) != 0, "a file unused for 2 h kept after 5 s");
     ck_assert(access(fresh, F_OK) == 0);
     rig_close(&g);
-    smol_spill_close(&rig_spill);
-    smol_model_close(&m);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert(system(cmd) == 0);
+    shared_node_close(&m, dir);
 }
 END_TEST
 
