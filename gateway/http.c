@@ -161,7 +161,12 @@ enum MHD_Result gw_queue_sse(struct gw_req *r, struct gw_stream *s)
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_reader, r, NULL);
     if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    if (MHD_add_response_header(resp, "Content-Type", "text/event-stream") != MHD_YES) {
+        /* a 200 the client cannot read as a stream: the connection is closed instead (its
+         * stream cancelled and freed by request_completed) */
+        MHD_destroy_response(resp);
+        return MHD_NO;
+    }
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     return queue(r, 200, resp);
