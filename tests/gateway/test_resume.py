@@ -12,7 +12,10 @@ shows the dead daemon down.  The same kill again with the streams through
 nginx running the shipped site (deploy/nginx/smollm3.conf, as tests/soak
 starts it).  Last, a
 gateway over one daemon that is killed and started again on the same socket,
-as systemd's Restart= would: its streams pause and then resume there.
+as systemd's Restart= would: its streams pause and then resume there.  And a
+conversation (session_id) on two daemons sharing a spill directory: its turn,
+killed mid-answer, resumes on the other daemon, which reads the history's KV
+back from the spill (not recomputed), byte for byte its twin.
 
 Before them, the daemon's half alone (GenerateRequest.resume_tokens, over
 ZeroMQ): a request sent again with the first k tokens of its answer streams
@@ -649,6 +652,65 @@ def t_resend(st):
     check(usage["prompt_tokens"] == 7 and usage["completion_tokens"] == 5, "usage %r" % usage)
 
 
+def t_session_spill(st):
+    """A conversation (session_id) on two daemons sharing a spill directory (kv_spill_shared): its next
+    turn, killed mid-answer, resumes on the other daemon, which reads the conversation's KV back from the
+    spill instead of recomputing it; the answer is byte for byte its twin's."""
+    spill = os.path.join(st.tmp, "spill")
+    os.makedirs(spill, exist_ok=True)
+    ds = [tg.Daemon(os.path.join(st.tmp, "sp%d.sock" % i), extra=["--kv-spill-dir", spill, "--kv-spill-shared"])
+          for i in range(2)]
+    st.ds += ds                                 # stopped at the end
+    gw = tg.Gateway(ds[0].endpoint, st.tmp, extra=["--daemon", ds[1].endpoint])
+    st.extra_gws.append(gw)
+    deadline = time.monotonic() + 15
+    while True:
+        _, _, b = gw.request("GET", "/health")
+        if [d["state"] for d in json.loads(b)["daemons"]] == ["up", "up"]:
+            break
+        check(time.monotonic() < deadline, "the spill pool is not up: %r" % b)
+        time.sleep(0.1)
+    first = [{"role": "user", "content": "Remember these words: " + " ".join("w%d" % (k * 37 % 911) for k in range(150))}]
+    b1 = {"messages": first, "max_tokens": 8, "temperature": 0, "session_id": "spill-conv",
+          "chat_template_kwargs": {"enable_thinking": False}}
+    before = [d.stats()["requests_total"] for d in ds]
+    s, r = tg.post_json(gw, "/v1/chat/completions", b1)
+    check(s == 200, "turn 1: %d %r" % (s, r))
+    delta = [d.stats()["requests_total"] - x for d, x in zip(ds, before)]
+    home, other = (ds[0], ds[1]) if delta[0] else (ds[1], ds[0])
+    b2 = dict(b1, messages=first + [{"role": "assistant", "content": r["choices"][0]["message"]["content"]},
+                                    {"role": "user", "content": "Now tell me a long story about them."}],
+              max_tokens=MAX_TOKENS, temperature=0.9, seed=5, stream=True, stream_options={"include_usage": True})
+
+    def written(n, timeout=20):             # the turn written through to the spill
+        deadline = time.monotonic() + timeout
+        while home.stats().get("spill_sessions_written", 0) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+    written(1)
+    twin = answer(stream(gw, b2))
+    written(2)
+    r0 = other.stats().get("spill_tokens_restored", 0)
+    prog, res = [0], {}
+
+    def client():
+        res["raw"] = stream(gw, b2, prog, 0)
+    th = threading.Thread(target=client)
+    th.start()
+    deadline = time.monotonic() + 30
+    while prog[0] < 1500 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    home.kill()
+    th.join(60)
+    check("raw" in res, "the stream did not end")
+    got = answer(res["raw"])
+    restored = other.stats().get("spill_tokens_restored", 0) - r0
+    check(got[0] == twin[0] and got[1] == twin[1], "the resumed turn differs from its twin:\n twin %r\n got  %r"
+          % (twin[0], got[0]))
+    check(restored > 0, "the other daemon restored nothing from the spill")
+    print("  a session's turn resumed on the other daemon: %d tokens read back from the shared spill, "
+          "pause %.0f ms" % (restored, 1000 * GAPS[0]), flush=True)
+
+
 # ---- the link between nodes: tcp:// with CURVE ---------------------------------------------------
 
 def daemon_tcp(st, port, extra, wait=True):
@@ -801,6 +863,8 @@ def main():
                 run_test("curve", t_curve, st)
             if want("resend"):
                 run_test("resend", t_resend, st)
+            if want("session_spill"):
+                run_test("session_spill", t_session_spill, st)
         finally:
             for g in st.extra_gws:
                 if getattr(g, "proc", None):
