@@ -395,7 +395,8 @@ bench-kv: deps
 	@sh tests/bench_kv.sh $(BUILD)
 
 # bench-resume: the pause a client sees when one of two daemons behind a gateway is killed, by
-# history length, and inter-token latency with one daemon vs a pool of two (tests/bench/bench_resume.py).
+# history length (the answer's tokens; a conversation's: restore from a shared spill vs recompute),
+# and inter-token latency with one daemon vs a pool of two (tests/bench/bench_resume.py).
 bench-resume: deps
 	@$(MAKE) --no-print-directory $(PROGS)
 	@build/venv/bin/python3 tests/bench/bench_resume.py --build $(BUILD) $(BENCH_RESUME_ARGS)

@@ -32,8 +32,11 @@
  * continues, so the client's bytes go on where they stopped.  The second
  * Started is not shown to the encoder, and the usage keeps the first
  * daemon's prompt numbers (completion tokens: the last daemon's, which
- * counts the replayed ones).  Streams with n > 1 resume only before their
- * first token; one-reply queries and token counts are not resumed.
+ * counts the replayed ones).  Streams with n > 1 resume too: each choice's
+ * tokens so far go in resume_tokens one choice after the other, their
+ * numbers in resume_counts; a choice that had ended is replayed to its end
+ * again and its second Done (and anything else of it) dropped here.
+ * One-reply queries and token counts are not resumed.
  */
 #include "gateway/daemon.h"
 #include "gateway/auth.h"
@@ -121,6 +124,7 @@ void gw_stream_free(struct gw_stream *s)
     json_decref(s->reply);
     free(s->packed);
     free(s->toks);
+    free(s->tok_choice);
     free(s);
 }
 
@@ -415,7 +419,7 @@ static int resumable(const struct gw_stream *s)
 {
     if (!G.cfg.resume_timeout || !s->packed) return 0;
     if (s->kind == GW_QUERY || s->kind == GW_ANTHROPIC_COUNT) return 0;
-    return s->n_choices == 1 || s->n_tokens == 0;
+    return s->n_choices <= 32;  /* (done_mask) */
 }
 
 /* s's request again, with the tokens streamed so far; 0 or -1 (out of memory). */
@@ -426,8 +430,31 @@ static int resend(struct gw_stream *s)
         smollm3__request__free_unpacked(req, NULL);
         return -1;
     }
+    int32_t *toks = s->toks, *by_choice = NULL;
+    uint32_t *counts = NULL;
+    if (s->n_choices > 1 && s->n_toks) {
+        /* each choice's tokens, one choice after the other (resume_counts) */
+        by_choice = malloc(s->n_toks * sizeof *by_choice);
+        counts = calloc((size_t)s->n_choices, sizeof *counts);
+        if (!by_choice || !counts) {
+            free(by_choice);
+            free(counts);
+            smollm3__request__free_unpacked(req, NULL);
+            return -1;
+        }
+        uint32_t k = 0;
+        for (int c = 0; c < s->n_choices; c++)
+            for (uint32_t i = 0; i < s->n_toks; i++)
+                if (s->tok_choice[i] == c) {
+                    by_choice[k++] = s->toks[i];
+                    counts[c]++;
+                }
+        toks = by_choice;
+        req->generate->n_resume_counts = (size_t)s->n_choices;
+        req->generate->resume_counts = counts;
+    }
     req->generate->n_resume_tokens = s->n_toks;
-    req->generate->resume_tokens = s->toks;
+    req->generate->resume_tokens = toks;
     size_t n = smollm3__request__get_packed_size(req);
     uint8_t *buf = malloc(n ? n : 1);
     int rc = -1;
@@ -437,8 +464,12 @@ static int resend(struct gw_stream *s)
     }
     req->generate->n_resume_tokens = 0;     /* ours, not the unpacker's */
     req->generate->resume_tokens = NULL;
+    req->generate->n_resume_counts = 0;
+    req->generate->resume_counts = NULL;
     smollm3__request__free_unpacked(req, NULL);
     free(buf);
+    free(by_choice);
+    free(counts);
     return rc;
 }
 
@@ -454,8 +485,8 @@ static void resume_waiting(double now)
             s->resume_by = 0;
             s->resumes++;
             G.n_resumed++;
-            gw_log(5, "request %llu resumed on %s after %u tokens", (unsigned long long)s->rid,
-                   G.links[s->link].endpoint, s->n_toks);
+            gw_log(5, "request %llu resumed on %s after %u tokens (n = %d)", (unsigned long long)s->rid,
+                   G.links[s->link].endpoint, s->n_toks, s->n_choices);
             continue;
         }
         if (now < s->resume_by) continue;
@@ -618,18 +649,22 @@ static void on_event(struct gw_link *l, Smollm3__Event *ev)
         s->prompt_tokens = ev->started->prompt_tokens;
         s->cached_tokens = ev->started->cached_tokens;
     } else if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) {
+        const uint32_t ci = ev->token->choice;
+        if (s->n_choices > 1 && ci < 32 && (s->done_mask >> ci & 1)) return;   /* a choice ended already */
         s->n_tokens++;
-        if (ev->token->token_id >= 0 && s->n_choices == 1 && s->packed) {  /* what a resume replays */
+        if (ev->token->token_id >= 0 && s->packed && (int)ci < s->n_choices) {  /* what a resume replays */
             if (s->n_toks == s->cap_toks) {
                 uint32_t cap = s->cap_toks ? 2 * s->cap_toks : 64;
                 int32_t *t = realloc(s->toks, cap * sizeof *t);
-                if (t) {
-                    s->toks = t;
-                    s->cap_toks = cap;
-                }
+                if (t) s->toks = t;
+                uint8_t *c = s->n_choices > 1 ? realloc(s->tok_choice, cap) : NULL;
+                if (c) s->tok_choice = c;
+                if (t && (c || s->n_choices == 1)) s->cap_toks = cap;
             }
-            if (s->n_toks < s->cap_toks) s->toks[s->n_toks++] = ev->token->token_id;
-            else {
+            if (s->n_toks < s->cap_toks) {
+                if (s->n_choices > 1) s->tok_choice[s->n_toks] = (uint8_t)ci;
+                s->toks[s->n_toks++] = ev->token->token_id;
+            } else {
                 free(s->packed);        /* a token lost: this stream cannot be resumed */
                 s->packed = NULL;
             }
@@ -640,6 +675,11 @@ static void on_event(struct gw_link *l, Smollm3__Event *ev)
         }
     } else if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE) {
         Smollm3__Done *d = ev->done;
+        if (s->n_choices > 1) {         /* a resume replays an ended choice to its end again: its Done once */
+            const uint32_t ci = d->usage ? d->usage->choice : 0;
+            if (ci < 32 && (s->done_mask >> ci & 1)) return;
+            if (ci < 32) s->done_mask |= 1u << ci;
+        }
         if (d->usage) {         /* n > 1: the prompt once (choice 0's), the outputs summed */
             if (d->usage->choice == 0 && !s->resumes) {
                 s->prompt_tokens = d->usage->prompt_tokens;

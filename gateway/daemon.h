@@ -89,8 +89,10 @@ struct gw_stream {
     uint64_t route;             /* its rendezvous key: tenant + session id, else the prompt's start */
     double resume_by;           /* > 0: its daemon went away; resumed on a live one before this
                                    monotonic s, else failed */
-    int32_t *toks;              /* the output token ids streamed so far (one choice): resume_tokens */
+    int32_t *toks;              /* the output token ids streamed so far: resume_tokens */
+    uint8_t *tok_choice;        /* n > 1: [n_toks] the choice of each (resume_counts) */
     uint32_t n_toks, cap_toks;
+    uint32_t done_mask;         /* n > 1: the choices whose Done came (a resume's second one is dropped) */
     unsigned resumes;           /* times it was resumed */
     int started;                /* `started` seen */
     int terminal;               /* terminal event seen (or forced): no more daemon events */

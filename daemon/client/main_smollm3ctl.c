@@ -55,7 +55,7 @@ static void usage(FILE *f)
         "commands:\n"
         "  generate [--new-session ID | --session ID] [--no-think|--think] [--system TEXT] [--temp T]\n"
         "           [--top-p P] [--top-k K] [--seed S] [-n N] [--stop STR]... [--logprobs]\n"
-        "           [--no-speculative]\n"
+        "           [--no-speculative] [--resume-tokens ID,ID,...]\n"
         "           [--json] MESSAGE...      one chat turn, streamed (MESSAGE '-' = stdin)\n"
         "  stats [--json]                    daemon counters\n"
         "  health [--json]                   exit 0 when the daemon is ready, 1 otherwise\n"
@@ -367,8 +367,9 @@ static int cmd_generate(const char *endpoint, const char *tenant, int argc, char
     const char *stops[MAX_STOPS];
     struct gen_state st = { .json = json, .channel = -1, .at_line_start = 1 };
     char *message = NULL, err[SMOL_ERRLEN];
-    size_t mlen = 0;
+    size_t mlen = 0, n_resume = 0;
     int rc = 1, from_stdin = 0, opts_done = 0;
+    static int32_t resume[8192];        /* --resume-tokens: the answer's first token ids (resume_tokens) */
 
     smol_client_chat_init(&p);
     p.stops = stops;
@@ -426,6 +427,22 @@ static int cmd_generate(const char *endpoint, const char *tenant, int argc, char
             p.max_tokens = (uint32_t)u; i++;
         } else if (!strcmp(a, "--stop") && v && p.n_stops < MAX_STOPS) {
             stops[p.n_stops++] = v; i++;
+        } else if (!strcmp(a, "--resume-tokens") && v) {
+            /* the token ids of the answer so far, replayed by the daemon (GenerateRequest.resume_tokens) */
+            const char *s = v;
+            n_resume = 0;
+            while (*s) {
+                char *end;
+                long t = strtol(s, &end, 10);
+                if (end == s || t < 0 || t > INT32_MAX || n_resume == sizeof resume / sizeof *resume ||
+                    (*end && *end != ',')) {
+                    fprintf(stderr, "smollm3ctl generate: bad --resume-tokens: %s\n", v);
+                    goto usage;
+                }
+                resume[n_resume++] = (int32_t)t;
+                s = *end ? end + 1 : end;
+            }
+            i++;
         } else {
             fprintf(stderr, "smollm3ctl generate: bad option or value: %s%s%s\n", a,
                     v ? " " : "", v ? v : "");
@@ -451,7 +468,10 @@ static int cmd_generate(const char *endpoint, const char *tenant, int argc, char
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    enum smol_err r = smol_client_stream(c, smol_client_chat_build(&p),
+    Smollm3__GenerateRequest *gen = smol_client_chat_build(&p);
+    gen->n_resume_tokens = n_resume;
+    gen->resume_tokens = resume;
+    enum smol_err r = smol_client_stream(c, gen,
                                          timeout_set ? timeout_ms : GENERATE_IDLE_DEFAULT_MS,
                                          CANCEL_WAIT_MS, &g_interrupted, on_event, &st, NULL, err);
     if (r == SMOL_OK) {

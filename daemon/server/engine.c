@@ -119,7 +119,7 @@ void smol_engine_lose(struct req *q)
 
 static void emit_text(struct req *q, const char *text, size_t len, int channel)
 {
-    if (q->n_gen <= q->r->n_resume) return;     /* a resumed token: its client has it already */
+    if (q->n_gen <= q->n_resume) return;     /* a resumed token: its client has it already */
     int rc = smol_engine_send_token(q->e, q, text, len, channel, q->seg_in_token ? -1 : q->cur_token);
     if (rc != SMOL_WIRE_UNMADE) q->seg_in_token++;
     if (rc) smol_engine_lose(q);
@@ -143,7 +143,7 @@ void smol_engine_on_parse(void *ud, const struct smol_chat_event *pe)
         if (q->tool_calls)
             json_array_append_new(q->tool_calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function",
                                                            "function", "name", pe->name, "arguments", pe->arguments));
-        if (q->n_gen > q->r->n_resume && smol_engine_send_tool_call(q->e, q, pe, id)) smol_engine_lose(q);
+        if (q->n_gen > q->n_resume && smol_engine_send_tool_call(q->e, q, pe, id)) smol_engine_lose(q);
         q->seg_in_token++;
         return;
     }
@@ -360,7 +360,7 @@ static void add_prefill_rows(struct smol_engine *e, struct step_rows *sr, int bu
         nx = q->next;
         if (q->state != RS_PREFILL || q->paused || q->preempted) continue;
         /* a resumed request's replayed tokens are prefilled after its prompt (smol_engine_replay) */
-        const int end = q->n_prompt + q->r->n_resume;
+        const int end = q->n_prompt + q->n_resume;
         int pos0 = q->seq->n_tokens, chunk = end - pos0;
         if (chunk > budget - sr->n) chunk = budget - sr->n;
         if (smol_kv_seq_reserve(kv, q->seq, pos0, pos0 + chunk, err)) { smol_engine_fail(e, q, SMOL_EBUSY, err); continue; }
@@ -368,7 +368,7 @@ static void add_prefill_rows(struct smol_engine *e, struct step_rows *sr, int bu
         e->n_prefilled += (uint64_t)chunk;
         smol_engine_fair_charge(q, chunk);
         for (int i = 0, p = pos0; i < chunk; i++, p++, sr->n++) {
-            e->b_tok[sr->n] = p < q->n_prompt ? q->tok[p] : q->r->resume[p - q->n_prompt];
+            e->b_tok[sr->n] = p < q->n_prompt ? q->tok[p] : q->resume[p - q->n_prompt];
             e->b_pos[sr->n] = p;
             e->b_seq[sr->n] = q->seq;
         }
@@ -407,8 +407,12 @@ static void take_rows(struct smol_engine *e, const struct step_rows *sr, double 
         if (q->state == RS_PREFILL) {
             q->state = RS_DECODE;
             q->t_prefill_done = now;
-            if (q->r->n_choices > 1) smol_engine_spawn_choices(e, q, e->logits + i * V, now);
-            if (q->r->n_resume && !smol_engine_replay(e, q, now)) continue;     /* finished there */
+            if (q->r->n_choices > 1 && q->choice == 0 && !q->spawned) {
+                q->spawned = 1;
+                smol_engine_spawn_choices(e, q, e->logits + i * V, now);
+                if (q->state == RS_PREFILL) continue;  /* resumed: its own tokens are prefilled next */
+            }
+            if (q->n_resume && !smol_engine_replay(e, q, now)) continue;     /* finished there */
         }
         if (sr->n_rs && e->b_rs[i].on) smol_engine_emit_drawn(e, q, e->b_ids[i], now, 1);
         else if (e->spool && e->b_host[i]) smol_engine_emit_drawn(e, q, e->b_ids[i], now, 0);
@@ -491,6 +495,10 @@ static void enqueue(struct smol_engine *e, struct smol_request *r)
     if (r->n_choices < 1) r->n_choices = 1;     /* requests built by hand (tests) leave these 0 */
     r->refs = 1;
     q->r = r;
+    if (r->n_choices <= 1) {    /* n > 1: each choice's own, once they are spawned */
+        q->resume = r->resume;
+        q->n_resume = r->n_resume;
+    }
     q->e = e;
     q->state = RS_QUEUED;
     q->cancelled = r->cancelled;    /* cancelled while parked: finished by the next step */

@@ -483,13 +483,18 @@ int smol_engine_try_admit(struct smol_engine *e, struct req *q, double now)
 /* n > 1: once choice 0 has prefilled the prompt, choices 1..n-1 start
  * from its KV (pages shared, copied on write), its logits row and their own
  * sampler (seed + i), and stream their tokens with their choice index.
- * A choice that cannot start fails the whole request. */
+ * A choice that cannot start fails the whole request.  Resumed
+ * (resume_counts): a choice with tokens to replay, choice 0 included, goes
+ * back to RS_PREFILL for them on the shared prompt's KV, then replays them
+ * (take_rows) and continues; one without starts from the logits row. */
 void smol_engine_spawn_choices(struct smol_engine *e, struct req *q, float *logits, double now)
 {
     struct smol_kv *kv = &e->m->kv;
     char err[SMOL_ERRLEN];
     enum smol_err rc = SMOL_OK;
     q->sib_pages = 0;
+    const int *counts = q->r->resume_counts;    /* resumed: each choice's tokens, one after the other */
+    int off = counts ? counts[0] : 0;
     for (int i = 1; i < q->r->n_choices && !rc; i++) {
         struct req *c = calloc(1, sizeof *c);
         struct smol_session *a = c ? smol_sessions_add(&e->sessions, q->r->tenant, "") : NULL;
@@ -539,7 +544,19 @@ void smol_engine_spawn_choices(struct smol_engine *e, struct req *q, float *logi
         smol_engine_list_append(&e->running, c);
         e->n_running++;
         e->n_shared_choices++;
+        if (counts && counts[i] > 0) {  /* resumed: its own tokens are prefilled after the prompt first */
+            c->resume = q->r->resume + off;
+            c->n_resume = counts[i];
+            off += counts[i];
+            c->state = RS_PREFILL;
+            continue;
+        }
         smol_engine_sample_and_emit(e, c, logits, NULL, now);
+    }
+    if (!rc && counts && counts[0] > 0) {   /* and so are choice 0's */
+        q->resume = q->r->resume;
+        q->n_resume = counts[0];
+        q->state = RS_PREFILL;
     }
     if (rc) {
         for (struct req *o = e->running, *nx; o; o = nx) {

@@ -127,8 +127,8 @@ int smol_engine_replay(struct smol_engine *e, struct req *q, double now)
     char err[SMOL_ERRLEN];
     enum smol_err rc = SMOL_OK;
     const int32_t think_end = smol_tokenizer_special(e->tok)->think_end;
-    for (int g = 0; g < q->r->n_resume; g++) {
-        const int32_t t = q->r->resume[g];
+    for (int g = 0; g < q->n_resume; g++) {
+        const int32_t t = q->resume[g];
         if (q->gm_active && !smol_grammar_matcher_is_done(q->gm) && (rc = smol_grammar_matcher_accept_token(q->gm, t))) {
             smol_engine_fail(e, q, rc == SMOL_ENOMEM ? SMOL_ENOMEM : SMOL_EINVAL,
                              rc == SMOL_ENOMEM ? "structured output: out of memory"
@@ -206,7 +206,7 @@ void smol_engine_sample_and_emit(struct smol_engine *e, struct req *q, float *lo
 static int backend_samples(const struct req *q)
 {
     const struct smol_request *r = q->r;
-    return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs && q->n_gen >= r->n_resume &&
+    return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs && q->n_gen >= q->n_resume &&
            !(q->think_open && q->think_budget > 0) &&   /* the thinking budget forces tokens (sample_row) */
            smol_sampler_is_plain(q->smp);
 }
@@ -218,7 +218,7 @@ static int backend_samples(const struct req *q)
 static int host_samples(const struct req *q)
 {
     const struct smol_request *r = q->r;
-    return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs && q->n_gen >= r->n_resume &&
+    return !q->gm && q->n_draft == 0 && r->n_choices <= 1 && !r->logprobs && q->n_gen >= q->n_resume &&
            !(q->think_open && q->think_budget > 0);
 }
 

@@ -377,13 +377,36 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
         e = smol_errf(err, SMOL_EINVAL, "'n' > 1 cannot be combined with 'session_id'");
         goto fail;
     }
-    if (g->n_resume_tokens) {
-        if (r->n_choices > 1) {
-            e = smol_errf(err, SMOL_EINVAL, "'resume_tokens' cannot be combined with 'n' > 1");
+    if (g->n_resume_counts && (r->n_choices <= 1 || g->n_resume_counts != (size_t)r->n_choices)) {
+        e = smol_errf(err, SMOL_EINVAL, "resume_counts: %zu counts for n = %d (one a choice, only with n > 1)",
+                      g->n_resume_counts, r->n_choices);
+        goto fail;
+    }
+    if (g->n_resume_tokens && r->n_choices > 1) {
+        size_t sum = 0;
+        for (size_t i = 0; i < g->n_resume_counts; i++) {
+            /* a choice may have ended already: all of max_tokens (it is replayed to its end) */
+            if ((lim->n_ctx > 0 && g->resume_counts[i] >= (uint32_t)lim->n_ctx) ||
+                (r->max_tokens && g->resume_counts[i] > (uint32_t)r->max_tokens)) {
+                e = smol_errf(err, SMOL_EINVAL, "resume_counts[%zu] = %u is over max_tokens", i, g->resume_counts[i]);
+                goto fail;
+            }
+            sum += g->resume_counts[i];
+        }
+        if (!g->n_resume_counts || sum != g->n_resume_tokens) {
+            e = smol_errf(err, SMOL_EINVAL, "'resume_tokens' with 'n' > 1 needs resume_counts summing to their number");
             goto fail;
         }
-        if ((lim->n_ctx > 0 && g->n_resume_tokens >= (size_t)lim->n_ctx) ||
-            (r->max_tokens && g->n_resume_tokens >= (size_t)r->max_tokens)) {
+        if (!(r->resume_counts = malloc(g->n_resume_counts * sizeof *r->resume_counts))) {
+            e = smol_errf(err, SMOL_ENOMEM, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < g->n_resume_counts; i++) r->resume_counts[i] = (int)g->resume_counts[i];
+    }
+    if (g->n_resume_tokens) {
+        if (r->n_choices <= 1 &&
+            ((lim->n_ctx > 0 && g->n_resume_tokens >= (size_t)lim->n_ctx) ||
+             (r->max_tokens && g->n_resume_tokens >= (size_t)r->max_tokens))) {
             e = smol_errf(err, SMOL_EINVAL, "resume_tokens: %zu tokens leave nothing to generate",
                           g->n_resume_tokens);
             goto fail;
@@ -491,6 +514,7 @@ void smol_request_free(struct smol_request **rp)
     free(r->prediction);
     free(r->ids);
     free(r->resume);
+    free(r->resume_counts);
     free(r->bias_id);
     free(r->bias);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);

@@ -68,6 +68,7 @@ struct smol_request {
     int n_choices;                      /* [1, SMOL_MAX_CHOICES] continuations of one prompt */
     int32_t *resume;                    /* resume_tokens: [n_resume] output tokens to replay first (< n_vocab) */
     int n_resume;
+    int *resume_counts;                 /* n > 1: [n_choices] resume tokens of each choice, in order (NULL: none) */
     int handover;                       /* ended at once with SMOL_ESHUTDOWN when the daemon drains */
     int refs;                           /* engine: the requests (choices) sharing this struct */
     int speculative;                    /* -1: the daemon's default, 0: off, 1: on */

@@ -5,7 +5,13 @@ Two daemons (BUILD/bin/smollm3d, the fixture model unless --model) behind one ga
   * the pause at a kill -9: N concurrent streams, one daemon killed once every stream has
     streamed about H tokens; each stream's longest silence, p50 / p99 over --reps runs, for each
     history length H (a resumed stream's tokens are prefilled again on the other daemon, so the
-    pause grows with H: this is the recompute path; restoring from the spill is not done);
+    pause grows with H: the answer's own tokens are never in the spill);
+  * restore from spill vs recompute, by conversation history (--spill-history): N conversations
+    of about C tokens (one earlier turn), their next turn streaming on one daemon when it is
+    killed, all resumed on the other; with a session_id on a shared spill directory
+    (kv_spill_shared: the turn's history written through) the other daemon restores the
+    conversation's KV from the spill; without one (the history sent as messages) it recomputes it.
+    Each resumed stream's pause, p50 / max, and the tokens the other daemon restored;
   * the steady-state cost of the pool: inter-token latency p50 / p99 of N streams through a
     gateway over one daemon and over two (the same daemon first in both).
 Prints one table; nothing is checked.
@@ -62,6 +68,62 @@ def gaps(times):
     return [b - a for a, b in zip(times, times[1:])]
 
 
+def wait_pool(gw, n_up, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _, _, b = gw.request("GET", "/health")
+        if sum(d["state"] == "up" for d in json.loads(b).get("daemons", [])) == n_up:
+            return
+        time.sleep(0.05)
+    raise RuntimeError("the pool never had %d daemons up" % n_up)
+
+
+def spill_run(gw, ds, n, hist, mode, tag):
+    """N conversations of about hist tokens on ds[0] alone; their next turn streams, ds[1] comes up,
+    ds[0] is killed: every stream resumes on ds[1].  (pauses, tokens ds[1] restored from the spill,
+    the history's prompt tokens)."""
+    ds[1].kill()
+    wait_pool(gw, 1)
+    convs, prompt = [], 0
+    w0 = ds[0].stats().get("spill_sessions_written", 0)
+    for i in range(n):
+        first = [{"role": "user", "content": "%s %d %d: %s" % (tag, hist, i, " ".join(
+            "w%d" % ((i * 7919 + k) % 997) for k in range(hist // 2)))}]
+        b = {"messages": first, "max_tokens": 1, "temperature": 0, "chat_template_kwargs": {"enable_thinking": False}}
+        if mode == "restore":
+            b["session_id"] = "%s-%d-%d" % (tag, hist, i)
+        st, r = tg.post_json(gw, "/v1/chat/completions", b)
+        if st != 200:
+            raise RuntimeError("turn 1: %d %r" % (st, r))
+        prompt = max(prompt, r["usage"]["prompt_tokens"])
+        b["messages"] = first + [{"role": "assistant", "content": r["choices"][0]["message"]["content"] or ""},
+                                 {"role": "user", "content": "Now tell me a long story about it."}]
+        convs.append(b)
+    if mode == "restore":       # the first turns written through before the next ones run
+        deadline = time.monotonic() + 60
+        while ds[0].stats().get("spill_sessions_written", 0) - w0 < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+    out, prog = [None] * n, [0] * n
+    for b in convs:
+        b.update(max_tokens=256, stream=True)
+    th = [threading.Thread(target=one_stream, args=(gw, convs[i], out, i, prog)) for i in range(n)]
+    for t in th:
+        t.start()
+    ds[1].start()
+    wait_pool(gw, 2)
+    r0 = ds[1].stats().get("spill_tokens_restored", 0)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and min(prog) < 8:
+        time.sleep(0.002)
+    ds[0].kill()
+    for t in th:
+        t.join(600)
+    restored = ds[1].stats().get("spill_tokens_restored", 0) - r0
+    ds[0].start()
+    wait_pool(gw, 2)
+    return [max(gaps(t)) for t in out if len(t) > 1], restored, prompt
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -69,10 +131,15 @@ def main():
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--history", default="32,256,1024")
+    ap.add_argument("--spill-history", default="256,1024", help="conversation lengths for restore vs recompute "
+                    "('' = not measured)")
     a = ap.parse_args()
     tg.ARGS = argparse.Namespace(build=os.path.abspath(a.build))
     tmp = tempfile.mkdtemp(prefix="bench-resume-")
-    ds = [tg.Daemon(os.path.join(tmp, "d%d.sock" % i), model=a.model) for i in range(2)]
+    spill = os.path.join(tmp, "spill")
+    os.makedirs(spill)
+    ds = [tg.Daemon(os.path.join(tmp, "d%d.sock" % i), model=a.model,
+                    extra=["--kv-spill-dir", spill, "--kv-spill-shared"]) for i in range(2)]
     rows = []
     try:
         # steady state: one daemon vs the pool of two
@@ -104,6 +171,18 @@ def main():
                 time.sleep(1.5)                         # both up again
             rows.append("pause at kill -9, history %5d tokens: p50 %7.1f ms  p99 %7.1f ms  (%d streams x %d runs)"
                         % (h, 1e3 * statistics.median(pauses), 1e3 * pct(pauses, 99), a.streams, a.reps))
+        for h in [int(x) for x in a.spill_history.split(",") if x]:
+            for mode in ("recompute", "restore"):
+                pauses, restored, prompt = [], 0, 0
+                for rep in range(a.reps):
+                    p, r, pt = spill_run(gw, ds, a.streams, h, mode, "%s%d" % (mode, rep))
+                    pauses += p
+                    restored += r
+                    prompt = max(prompt, pt)
+                rows.append("resumed turn, conversation %5d tokens, %-9s: pause p50 %7.1f ms  max %7.1f ms  "
+                            "(%d streams x %d runs; %d tokens restored from the spill)"
+                            % (prompt, mode, 1e3 * statistics.median(pauses), 1e3 * max(pauses), a.streams, a.reps,
+                               restored))
         gw.stop()
     finally:
         for d in ds:

@@ -4,18 +4,25 @@
 Two real daemons (BUILD/bin/smollm3d on the fixture model) behind one gateway
 (--daemon twice): /health and /metrics show each daemon's state; a request's
 daemon is the rendezvous choice of its prompt (the same prompt, the same
-daemon); then 12 concurrent streams (greedy and seeded; json_schema, a forced
-tool call, thinking with a budget among them) are generated once as
+daemon); then 24 concurrent streams (greedy and seeded; json_schema, a forced
+tool call, thinking with a budget, n = 2 among them) are generated once as
 twins, and again while one daemon is killed with SIGKILL mid-answer: every
-stream completes, byte for byte its twin (and the same usage).  Last, a
+stream completes, byte for byte its twin (and the same usage); /metrics
+shows the dead daemon down.  The same kill again with the streams through
+nginx running the shipped site (deploy/nginx/smollm3.conf, as tests/soak
+starts it).  Last, a
 gateway over one daemon that is killed and started again on the same socket,
-as systemd's Restart= would: its streams pause and then resume there.
+as systemd's Restart= would: its streams pause and then resume there.  And a
+conversation (session_id) on two daemons sharing a spill directory: its turn,
+killed mid-answer, resumes on the other daemon, which reads the history's KV
+back from the spill (not recomputed), byte for byte its twin.
 
 Before them, the daemon's half alone (GenerateRequest.resume_tokens, over
 ZeroMQ): a request sent again with the first k tokens of its answer streams
 exactly the events its first run streamed after them, for greedy and seeded
 sampling with penalties, json_schema, a forced tool call, thinking with a
-budget, and logprobs.
+budget, logprobs, and n = 2 (resume_counts: each choice cut elsewhere, one
+at its end).
 
 Prints "ok NAME" / "FAIL NAME: why" per test and "N passed, N failed" last.
 """
@@ -30,7 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_gateway as tg  # noqa: E402
 from test_gateway import check, run_test  # noqa: E402
 
-N_STREAMS = 12
+N_STREAMS = 12                  # the SIGTERM and restart mixes
+N_KILL = 24                     # the kill -9 mix (issue 48): the 12 above and 12 more, n = 2 among them
 GAPS = {}                       # stream index -> the longest silence its client saw, s
 MAX_TOKENS = 160
 
@@ -46,6 +54,8 @@ def body(i):
         b.update(temperature=0.9, top_p=0.95, seed=1000 + i)       # seeded sampling
     else:
         b.update(temperature=0)                                     # greedy
+    if i >= 12 and i % 3 == 0:  # n = 2 (12: thinking, 15: seeded, 18: json_schema, 21: seeded thinking)
+        b["n"] = 2
     if i % 8 == 2:      # structured output
         b["response_format"] = {"type": "json_schema", "json_schema": {"name": "thing", "schema": {
             "type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
@@ -86,20 +96,27 @@ def stream(gw, b, progress=None, idx=0):
 def answer(raw):
     """(text, finish_reason, usage) of an OpenAI stream; fails on an error event."""
     chunks = tg.openai_chunks(raw)
-    text, finish, usage = "", None, None
+    texts, fins, finish, usage = {}, {}, None, None     # n > 1: each choice's own (their chunks interleave)
     for ch in chunks:
         check("error" not in ch, "error event: %r" % ch)
         for c in ch.get("choices", []):
             d = c.get("delta", {})
+            i = c.get("index", 0)
+            text = texts.get(i, "")
             text += d.get("content") or ""
             text += "<r>%s</r>" % d["reasoning_content"] if d.get("reasoning_content") else ""
             for tc in d.get("tool_calls") or []:       # ids name their request: left out
                 f = tc.get("function", {})
                 text += "<call %s>%s%s" % (tc.get("index"), f.get("name") or "", f.get("arguments") or "")
+            if c.get("finish_reason"):
+                fins[i] = c["finish_reason"]
+            texts[i] = text
             finish = c.get("finish_reason") or finish
         if ch.get("usage"):
             usage = ch["usage"]
-    return text, finish, usage
+    if len(texts) > 1:
+        return "".join("<choice %d>%s<finish %s>" % (i, texts[i], fins.get(i)) for i in sorted(texts)), finish, usage
+    return texts.get(0, ""), finish, usage
 
 
 def run_all(gw, n, during=None):
@@ -128,6 +145,30 @@ def metric(gw, name):
     return float(m.group(1)) if m else None
 
 
+def daemon_of(st, b):
+    """The pool daemon (index in st.ds) the gateway routes b's prompt to: a one-token probe with it."""
+    before = [d.stats()["requests_total"] for d in st.ds]
+    s, _ = tg.post_json(st.gw, "/v1/chat/completions", {"messages": b["messages"], "max_tokens": 1})
+    check(s == 200, "probe status %d" % s)
+    delta = [d.stats()["requests_total"] - x for d, x in zip(st.ds, before)]
+    return delta.index(max(delta))
+
+
+def n2_victim(st):
+    """The daemon to kill: the one most n = 2 streams of the kill mix go to (so that one is resumed)."""
+    on = [0, 0]
+    for i in range(N_KILL):
+        if body(i).get("n", 1) > 1:
+            on[daemon_of(st, body(i))] += 1
+    return st.ds[0] if on[0] >= on[1] else st.ds[1], on
+
+
+def n2_resumed(gw):
+    """The token counts of the n = 2 streams the gateway resumed (its log)."""
+    with open(gw.log_path, "rb") as f:
+        return [int(m.group(1)) for m in re.finditer(rb"resumed on \S+ after (\d+) tokens \(n = 2\)", f.read())]
+
+
 def wait_some_bytes(prog, at_least=1500, timeout=30):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and sum(1 for p in prog if p >= at_least) < len(prog) // 2:
@@ -153,6 +194,10 @@ DAEMON_CASES = {
                   {"tools_json": TOOLS}),
     "thinking_budget": ({"enable_thinking": True, "thinking_budget": 12}, {"temperature": 0.8, "seed": 3}, {}),
     "logprobs": ({"enable_thinking": False, "logprobs": True, "top_logprobs": 2}, {"temperature": 0.6, "seed": 9}, {}),
+    # n = 2: resume_counts (field 52) says which of resume_tokens are each choice's
+    "n2_seeded": ({"enable_thinking": False, "n": 2}, {"temperature": 0.9, "seed": 21}, {}),
+    "n2_thinking_schema": ({"enable_thinking": True, "thinking_budget": 10, "n": 2, "json_schema": SCHEMA},
+                           {"temperature": 0.8, "seed": 4}, {}),
 }
 
 
@@ -169,8 +214,9 @@ class DaemonLink:
         self.sock.close()
         self.ctx.term()
 
-    def run(self, case, resume=()):
-        """The events of one request of DAEMON_CASES[case] (resume_tokens: resume), Started left out."""
+    def run(self, case, resume=(), counts=()):
+        """The events of one request of DAEMON_CASES[case] (resume_tokens: resume, resume_counts: counts),
+        Started left out; n > 1: each event's choice last."""
         pb = self.pb
         gen_f, samp_f, chat_f = DAEMON_CASES[case]
         self.rid += 1
@@ -189,8 +235,10 @@ class DaemonLink:
         for k, v in chat_f.items():
             setattr(g.chat, k, v)
         g.resume_tokens.extend(resume)
+        g.resume_counts.extend(counts)
+        n = max(1, gen_f.get("n", 1))
         self.sock.send(req.SerializeToString())
-        evs = []
+        evs, dones = [], 0
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if not self.sock.poll(1000):
@@ -205,14 +253,37 @@ class DaemonLink:
                 t = ev.token
                 evs.append(("t", t.text, t.token_id, t.channel,
                             round(t.logprob, 5) if t.HasField("logprob") else None,
-                            tuple(x.token_id for x in t.top_logprobs)))
+                            tuple(x.token_id for x in t.top_logprobs)) + ((t.choice,) if n > 1 else ()))
             elif kind == "tool_call":
                 evs.append(("c", ev.tool_call.index, ev.tool_call.name, ev.tool_call.arguments_json))
             elif kind == "done":
                 u = ev.done.usage
-                evs.append(("d", ev.done.finish_reason, u.completion_tokens, u.reasoning_tokens))
-                return evs
+                evs.append(("d", ev.done.finish_reason, u.completion_tokens, u.reasoning_tokens) +
+                           ((u.choice,) if n > 1 else ()))
+                dones += 1
+                if dones == n:
+                    return evs
         raise AssertionError("%s: no Done" % case)
+
+
+def daemon_resume_n(z, case):
+    """n = 2: the choices cut after k0 and k1 of their tokens (one of them cut at its end: ended already)
+    and sent again with them: each choice's own events after its cut, the same."""
+    full = z.run(case)
+    per = {c: [e for e in full if e[-1] == c and e[0] in "td"] for c in (0, 1)}
+    toks = {c: [e[2] for e in per[c] if e[0] == "t" and e[2] >= 0] for c in (0, 1)}
+    check(all(toks[c] for c in (0, 1)), "%s: a choice streamed no tokens: %r" % (case, full[-4:]))
+    if "thinking" in case:
+        check(all(e[3] > 0 for e in full if e[0] == "d"), "%s: no reasoning" % case)
+    n0, n1 = len(toks[0]), len(toks[1])
+    for k0, k1 in ((n0 // 2, n1 // 3), (1, n1 - 1), (n0, n1 // 2), (0, n1 // 2)):
+        got = z.run(case, toks[0][:k0] + toks[1][:k1], [k0, k1])
+        for c, k in ((0, k0), (1, k1)):
+            starts = [i for i, e in enumerate(per[c]) if e[0] == "t" and e[2] >= 0]
+            want = per[c][starts[k]:] if k < len(starts) else per[c][-1:]
+            mine = [e for e in got if e[-1] == c and e[0] in "td"]
+            check(mine == want, "%s choice %d resumed after %d of %d tokens (the other after %d):\n want %r\n got  %r"
+                  % (case, c, k, len(starts), k1 if c == 0 else k0, want[:6], mine[:6]))
 
 
 def t_daemon_resume_tokens(st):
@@ -221,6 +292,9 @@ def t_daemon_resume_tokens(st):
     z = DaemonLink(st.ds[0].endpoint, pb)
     try:
         for case in DAEMON_CASES:
+            if DAEMON_CASES[case][0].get("n", 1) > 1:
+                daemon_resume_n(z, case)
+                continue
             full = z.run(case)
             starts = [i for i, e in enumerate(full) if e[0] == "t" and e[2] >= 0]
             toks = [full[i][2] for i in starts]
@@ -279,23 +353,28 @@ def t_rendezvous(st):
 def t_kill_resumes(st):
     """SIGKILL of one daemon mid-answer: every stream completes as its twin did without a kill."""
     t0 = time.monotonic()
-    twins = run_all(st.gw, N_STREAMS)
+    twins = run_all(st.gw, N_KILL)
     t_twins = time.monotonic() - t0
-    check(sum(f == "length" for _, f, _ in twins) >= N_STREAMS // 2, "twins ended early: %r" % [f for _, f, _ in twins])
+    check(sum(f == "length" for _, f, _ in twins) >= N_KILL // 2, "twins ended early: %r" % [f for _, f, _ in twins])
     check(any("<call" in t for t, _, _ in twins) and any("<r>" in t for t, _, _ in twins),
           "no tool call or no reasoning among the twins")
     resumed0 = metric(st.gw, "smollm3_gateway_streams_resumed_total")
+    victim, on = n2_victim(st)
+    n2_before = len(n2_resumed(st.gw))
     active = []
 
     def kill(prog):
         wait_some_bytes(prog)
-        a = [d.stats()["requests_active"] for d in st.ds]
-        victim = st.ds[0] if a[0] >= a[1] else st.ds[1]
-        active.append(a)
+        active.append([d.stats()["requests_active"] for d in st.ds])
         victim.kill()
-    got = run_all(st.gw, N_STREAMS, kill)
+        st.killed = victim
+    got = run_all(st.gw, N_KILL, kill)
     resumed = metric(st.gw, "smollm3_gateway_streams_resumed_total") - resumed0
     check(resumed >= 1, "nothing was resumed (active per daemon at the kill: %r)" % active)
+    n2 = n2_resumed(st.gw)[n2_before:]
+    check(any(n > 0 for n in n2), "no n = 2 stream was resumed mid-answer (n = 2 streams per daemon %r; "
+          "resumed after %r tokens)" % (on, n2))
+    st.twins = twins
     for i, (a, b) in enumerate(zip(twins, got)):
         check(a[0] == b[0], "stream %d differs from its twin:\n twin %r\n got  %r" % (i, a[0], b[0]))
         check(a[1] == b[1], "stream %d finish %r, twin %r" % (i, b[1], a[1]))
@@ -303,9 +382,81 @@ def t_kill_resumes(st):
     s, _, b = st.gw.request("GET", "/health")
     states = sorted(d["state"] for d in json.loads(b)["daemons"])
     check(states == ["down", "up"], "health after the kill: %r" % states)
-    g = sorted(GAPS[i] for i in range(N_STREAMS))
+    _, _, m = st.gw.request("GET", "/metrics")
+    for d in st.ds:
+        want = "down" if d is victim else "up"
+        for state in ("up", "draining", "down"):
+            line = 'smollm3_gateway_daemon_state{daemon="%s",state="%s"} %d' % (d.endpoint, state, state == want)
+            check(line in m.decode(), "/metrics after the kill has no %r" % line)
+    g = sorted(GAPS[i] for i in range(N_KILL))
+    print("  n = 2 streams resumed after %r tokens (both choices together)" % n2, flush=True)
     print("  %d streams, %d resumed; twins took %.2f s; the longest pause a client saw: median %.0f ms, max %.0f ms"
-          % (N_STREAMS, resumed, t_twins, 1000 * g[len(g) // 2], 1000 * g[-1]), flush=True)
+          % (N_KILL, resumed, t_twins, 1000 * g[len(g) // 2], 1000 * g[-1]), flush=True)
+
+
+class Front:
+    """nginx with the shipped site (deploy/nginx/smollm3.conf, as tests/soak starts it) in front of a gateway."""
+
+    def __init__(self, st, gw):
+        import argparse
+        import types
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "soak"))
+        import soak
+        self.ns = types.SimpleNamespace(tmp=st.tmp, port=tg.free_port(), gw_port=gw.port, nginx=None,
+                                        a=argparse.Namespace(no_rate_limit=True))  # 24 streams at once
+        soak.Stack.start_nginx(self.ns)
+        st.procs.append(self.ns.nginx)
+        self.port = self.ns.port
+        deadline = time.monotonic() + 20
+        while True:
+            check(self.ns.nginx.poll() is None, "nginx exited")
+            try:
+                c = self.conn(5)
+                c.request("GET", "/health")
+                if c.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            check(time.monotonic() < deadline, "nginx never answered /health with 200")
+            time.sleep(0.1)
+
+    def conn(self, timeout=30):
+        import http.client
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+
+def t_nginx_kill(st):
+    """The kill -9 again, the 24 streams through nginx (buffering off, as shipped): each its twin."""
+    if getattr(st, "killed", None) and st.killed.proc.poll() is not None:
+        st.killed.start()                       # the pool of two again
+    deadline = time.monotonic() + 30
+    while True:
+        _, _, b = st.gw.request("GET", "/health")
+        if [d["state"] for d in json.loads(b)["daemons"]] == ["up", "up"]:
+            break
+        check(time.monotonic() < deadline, "the pool is not up again: %r" % b)
+        time.sleep(0.1)
+    front = Front(st, st.gw)
+    twins = getattr(st, "twins", None) or run_all(st.gw, N_KILL)
+    resumed0 = metric(st.gw, "smollm3_gateway_streams_resumed_total")
+    victim, on = n2_victim(st)
+    n2_before = len(n2_resumed(st.gw))
+
+    def kill(prog):
+        wait_some_bytes(prog)
+        victim.kill()
+        st.killed = victim
+    got = run_all(front, N_KILL, kill)
+    resumed = metric(st.gw, "smollm3_gateway_streams_resumed_total") - resumed0
+    check(resumed >= 1, "nothing was resumed behind nginx")
+    check(any(n > 0 for n in n2_resumed(st.gw)[n2_before:]), "no n = 2 stream was resumed mid-answer behind nginx")
+    for i, (a, b) in enumerate(zip(twins, got)):
+        check(a[0] == b[0], "stream %d through nginx differs from its twin:\n twin %r\n got  %r" % (i, a[0], b[0]))
+        check(a[1] == b[1] and a[2]["completion_tokens"] == b[2]["completion_tokens"],
+              "stream %d through nginx: finish %r usage %r, twin %r %r" % (i, b[1], b[2], a[1], a[2]))
+    g = sorted(GAPS[i] for i in range(N_KILL))
+    print("  %d streams through nginx, %d resumed; the longest pause a client saw: median %.0f ms, max %.0f ms"
+          % (N_KILL, resumed, 1000 * g[len(g) // 2], 1000 * g[-1]), flush=True)
 
 
 def t_sigterm_handover(st):
@@ -501,6 +652,65 @@ def t_resend(st):
     check(usage["prompt_tokens"] == 7 and usage["completion_tokens"] == 5, "usage %r" % usage)
 
 
+def t_session_spill(st):
+    """A conversation (session_id) on two daemons sharing a spill directory (kv_spill_shared): its next
+    turn, killed mid-answer, resumes on the other daemon, which reads the conversation's KV back from the
+    spill instead of recomputing it; the answer is byte for byte its twin's."""
+    spill = os.path.join(st.tmp, "spill")
+    os.makedirs(spill, exist_ok=True)
+    ds = [tg.Daemon(os.path.join(st.tmp, "sp%d.sock" % i), extra=["--kv-spill-dir", spill, "--kv-spill-shared"])
+          for i in range(2)]
+    st.ds += ds                                 # stopped at the end
+    gw = tg.Gateway(ds[0].endpoint, st.tmp, extra=["--daemon", ds[1].endpoint])
+    st.extra_gws.append(gw)
+    deadline = time.monotonic() + 15
+    while True:
+        _, _, b = gw.request("GET", "/health")
+        if [d["state"] for d in json.loads(b)["daemons"]] == ["up", "up"]:
+            break
+        check(time.monotonic() < deadline, "the spill pool is not up: %r" % b)
+        time.sleep(0.1)
+    first = [{"role": "user", "content": "Remember these words: " + " ".join("w%d" % (k * 37 % 911) for k in range(150))}]
+    b1 = {"messages": first, "max_tokens": 8, "temperature": 0, "session_id": "spill-conv",
+          "chat_template_kwargs": {"enable_thinking": False}}
+    before = [d.stats()["requests_total"] for d in ds]
+    s, r = tg.post_json(gw, "/v1/chat/completions", b1)
+    check(s == 200, "turn 1: %d %r" % (s, r))
+    delta = [d.stats()["requests_total"] - x for d, x in zip(ds, before)]
+    home, other = (ds[0], ds[1]) if delta[0] else (ds[1], ds[0])
+    b2 = dict(b1, messages=first + [{"role": "assistant", "content": r["choices"][0]["message"]["content"]},
+                                    {"role": "user", "content": "Now tell me a long story about them."}],
+              max_tokens=MAX_TOKENS, temperature=0.9, seed=5, stream=True, stream_options={"include_usage": True})
+
+    def written(n, timeout=20):             # the turn written through to the spill
+        deadline = time.monotonic() + timeout
+        while home.stats().get("spill_sessions_written", 0) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+    written(1)
+    twin = answer(stream(gw, b2))
+    written(2)
+    r0 = other.stats().get("spill_tokens_restored", 0)
+    prog, res = [0], {}
+
+    def client():
+        res["raw"] = stream(gw, b2, prog, 0)
+    th = threading.Thread(target=client)
+    th.start()
+    deadline = time.monotonic() + 30
+    while prog[0] < 1500 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    home.kill()
+    th.join(60)
+    check("raw" in res, "the stream did not end")
+    got = answer(res["raw"])
+    restored = other.stats().get("spill_tokens_restored", 0) - r0
+    check(got[0] == twin[0] and got[1] == twin[1], "the resumed turn differs from its twin:\n twin %r\n got  %r"
+          % (twin[0], got[0]))
+    check(restored > 0, "the other daemon restored nothing from the spill")
+    print("  a session's turn resumed on the other daemon: %d tokens read back from the shared spill, "
+          "pause %.0f ms" % (restored, 1000 * GAPS[0]), flush=True)
+
+
 # ---- the link between nodes: tcp:// with CURVE ---------------------------------------------------
 
 def daemon_tcp(st, port, extra, wait=True):
@@ -637,7 +847,7 @@ def main():
             st.gw = tg.Gateway(st.ds[0].endpoint, st.tmp, extra=["--daemon", st.ds[1].endpoint])
             for name, fn in (("daemon_resume_tokens", t_daemon_resume_tokens), ("pool_health", t_pool_health), ("rendezvous", t_rendezvous),
                              ("config_list", t_config_list), ("sigterm_handover", t_sigterm_handover),
-                             ("kill_resumes", t_kill_resumes)):
+                             ("kill_resumes", t_kill_resumes), ("nginx_kill", t_nginx_kill)):
                 if want(name):
                     run_test(name, fn, st)
             st.gw.stop()
@@ -653,6 +863,8 @@ def main():
                 run_test("curve", t_curve, st)
             if want("resend"):
                 run_test("resend", t_resend, st)
+            if want("session_spill"):
+                run_test("session_spill", t_session_spill, st)
         finally:
             for g in st.extra_gws:
                 if getattr(g, "proc", None):

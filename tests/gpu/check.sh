@@ -83,7 +83,9 @@
 #              --gemm on gate_up and down (q4_K, q6_K; n 16 64 512 2048; tiled, mma, imma; <= 60 s);
 #              GPU_CHECK_GEMM=0 skips it
 #    8 daemon  smollm3d on cuda (best combination): 1, 16, 64 concurrent `smollm3ctl generate
-#              -n 128`: tokens/s in all, TTFT (the Done event's timings)
+#              -n 128`: tokens/s in all, TTFT (the Done event's timings); then how often a resumed
+#              answer diverges (tests/gpu/resume_diverge.py: 16 answers of 96 tokens, batched, sent
+#              again with their first half as resume_tokens; "resumed answers diverged: K of N", ~10 s)
 #   8b load    tests/load/loadgen.py --mode ctl (smollm3ctl clients, python3's standard library) on a
 #              daemon with max_running 256: 1 / 16 / 64 / 256 streams (GPU_CHECK_LOAD_STREAMS), each
 #              level `streams` requests (>= 4) of GPU_CHECK_LOAD_ARGS ("--mix chat --max-tokens 128"),
@@ -730,6 +732,16 @@ EOF
         [ $((HARD - SECONDS)) -lt 25 ] && { say "  $n streams: skipped (time)"; continue; }
         clients "$n"
     done
+    if [ $((HARD - SECONDS)) -ge 40 ]; then     # issue 48: a resumed answer vs its first run, on cuda
+        LOADGEN_CTL_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} sys tmo 30 python3 tests/gpu/resume_diverge.py \
+            --ctl "$CTL" --connect "$EP" -n 16 --tokens 96 > "$W/resume_diverge.out" 2>&1
+        local line
+        line=$(grep '^resumed answers diverged' "$W/resume_diverge.out" || tail -n 1 "$W/resume_diverge.out")
+        say "  ${line:-resume_diverge: no output}"
+        put fact.resume_diverged "${line:-none}"
+    else
+        say "  resumed answers: skipped (time)"
+    fi
     daemon_down
     local rc=$?
     [ -n "$NOTE" ] && return 1
