@@ -115,6 +115,15 @@ $(BUILD)/tests/smollm3-gateway-fault: $(GW_OBJS) $(BUILD)/obj/tests/gateway/faul
 	$(CC) $(LDFLAGS) $(foreach f,$(GW_FAULT_WRAP),-Xlinker --wrap=$(f)) $(GW_OBJS) \
 	    $(BUILD)/obj/tests/gateway/fault_shim.o $(LIB) $(shell pkg-config --libs libmicrohttpd 2>/dev/null) $(LDLIBS) -o $@
 
+# libslowfs.so (tests/spill/slowfs.c): an LD_PRELOAD shim that delays every filesystem call under
+# SMOL_SLOWFS_DIR by SMOL_SLOWFS_MS (default 100 ms) and logs the thread that made it (the
+# scale-out suite's slowfs part, make bench-spill-slowfs).  Never sanitized, never installed.
+SLOWFS_SO := $(BUILD)/lib/libslowfs.so
+all: $(SLOWFS_SO)
+$(SLOWFS_SO): tests/spill/slowfs.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -g -Wall -fPIC -shared -U_FORTIFY_SOURCE $< -o $@ -ldl -pthread
+
 $(BUILD)/bin/smollm3d: $(BUILD)/obj/daemon/server/main_smollm3d.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
@@ -136,7 +145,7 @@ $(BUILD)/tests/test_fault: LDFLAGS += $(foreach f,$(FAULT_WRAP),-Xlinker --wrap=
 $(BUILD)/tests/test_engine: LDFLAGS += -Xlinker --wrap=fcntl -Xlinker --wrap=fstatat
 # test_spill (t_write_faults): each step of a spill write failing, the same way; time() skewed
 # (t_shared_clock_skew).
-$(BUILD)/tests/test_spill: LDFLAGS += $(foreach f,openat write fsync renameat time,-Xlinker --wrap=$(f))
+$(BUILD)/tests/test_spill: LDFLAGS += $(foreach f,openat write fsync renameat unlinkat time,-Xlinker --wrap=$(f))
 
 # Each tests/bench/NAME.c is a program $(BUILD)/bench/NAME linked with the library, bench_cuda
 # too: it reaches the GPU through the backend interface (the dlopened plugin), no CUDA headers.

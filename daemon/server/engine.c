@@ -541,6 +541,7 @@ static int handle_cmd(struct smol_engine *e)
 static void *engine_main(void *arg)
 {
     struct smol_engine *e = arg;
+    pthread_setname_np(pthread_self(), "smol-engine"); /* (tests/spill/slowfs.c logs calls by thread name) */
     int drained_sent = 0, spilled_one = 0;
     double last_expire = smol_mono_s(), last_sweep = 0; /* (a sweep at start) */
     while (!atomic_load_explicit(&e->stop, memory_order_acquire)) {

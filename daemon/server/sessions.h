@@ -97,7 +97,10 @@ void smol_sessions_touch(struct smol_sessions *s, struct smol_session *x, double
 void smol_sessions_evict(struct smol_sessions *s, struct smol_session *x);
 /* Writes one changed idle named session (with_prefixes: or cached prefix,
  * as smol_sessions_evict would) to the spill directory; 1 if one was
- * written (or failed), 0 when there is none. */
+ * written (or failed), 0 when there is none, or (not with_prefixes, a
+ * shared directory) when its lease is being asked on the spill's lease
+ * thread (written on a later call).  with_prefixes (the drain) takes a
+ * lease on the caller's thread. */
 int smol_sessions_spill_one(struct smol_sessions *s, int with_prefixes);
 /* tenant's session `id` read back from the spill directory as a new
  * session, most recently used, its KV in the pool (idle entries evicted to

@@ -72,46 +72,19 @@ int smol_spill_put_ent(struct smol_spill *sp, const char *name, uint64_t bytes, 
     return 0;
 }
 
-#define RM_SAME_GEN 0   /* only if nobody wrote it since this node last saw it */
-#define RM_ANY_GEN 1    /* whoever wrote it last */
-#define RM_UNUSED 2     /* the budget: as RM_SAME_GEN, or, a file indexed from the directory (an
-                           earlier process's, another node's), if unused since it was indexed */
-
-/* In a shared directory the file is removed under its lease (taken here if
- * need be), as `mode` says, and its lock file with it (spill.h); the index
- * forgets it either way. */
+/* In a shared directory the file is removed under its lease, which the
+ * writer thread takes when the removal's turn comes (no filesystem call
+ * here: smol_spill_lease_for_removal), as `mode` says, and its lock file
+ * with it (spill.h); the index forgets it either way. */
 static void unlink_file_gen(struct smol_spill *sp, const char *name, int mode)
 {
     struct entry *e = smol_spill_find_ent(sp, name);
     const int64_t indexed = e && e->disk_stamp ? e->stamp : 0;
     if (e) smol_spill_drop_ent(sp, e);
     smol_spill_drop_ready(sp, name);
-    int leased = 0;
-    int64_t unused_since = 0;
-    if (sp->shared) {
-        const int r = smol_spill_lease_take(sp, name);
-        /* (CHANGED: lease_take read the generation now on disk, which the
-         * writer checks again before it removes the file) */
-        if (r == SMOL_LEASE_CHANGED && mode == RM_UNUSED && indexed) unused_since = indexed;
-        if (r == SMOL_LEASE_HELD || (r == SMOL_LEASE_CHANGED && (mode == RM_ANY_GEN || unused_since))) {
-            leased = 1;
-        } else {
-            if (r == SMOL_LEASE_CHANGED) {
-                pthread_mutex_lock(&sp->mu);
-                smol_spill_lease_put_locked(sp, name);
-                pthread_mutex_unlock(&sp->mu);
-            }
-            smol_log_info("spill: %s/%s left in place: %s", sp->dir, name,
-                          r == SMOL_LEASE_CHANGED ? "another node wrote it since" : "another node holds it");
-            return;
-        }
-    }
     struct job *j = calloc(1, sizeof *j);
-    if (j) j->leased = leased;
-    if (!j && leased) { /* no memory for a job: not removed (a shared file is removed only by the writer) */
-        pthread_mutex_lock(&sp->mu);
-        smol_spill_lease_put_locked(sp, name);
-        pthread_mutex_unlock(&sp->mu);
+    if (!j && sp->shared) { /* no memory for a job: not removed (a shared file is removed only by the writer) */
+        smol_log_warn("spill: %s/%s left in place: out of memory", sp->dir, name);
         return;
     }
     if (!j) { /* no memory for a job: remove it here, after what is queued */
@@ -121,7 +94,9 @@ static void unlink_file_gen(struct smol_spill *sp, const char *name, int mode)
         return;
     }
     j->kind = JOB_UNLINK;
-    j->unused_since = unused_since;
+    j->rm_take = sp->shared;
+    j->rm_mode = mode;
+    j->indexed = indexed;
     snprintf(j->name, sizeof j->name, "%s", name);
     smol_spill_enqueue(sp, j);
 }

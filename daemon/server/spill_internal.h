@@ -79,6 +79,11 @@ struct job {
     int tries;                          /* JOB_WRITE: attempts that failed (it waits for the next one) */
     int64_t unused_since;               /* JOB_UNLINK: removed only if its mtime is not later (ns; 0: any);
                                            JOB_SWEEP: the TTL (ns; 0: temporary files only) */
+    int rm_take;                        /* JOB_UNLINK, shared: the lease is taken by the writer (RM_* in
+                                           rm_mode), not the engine thread */
+    int rm_mode;
+    int64_t indexed;                    /* JOB_UNLINK, RM_UNUSED: the file's mtime when it was indexed (0: not
+                                           indexed from the directory) */
     double not_before;                  /* smol_mono_s(): no attempt before (a failed write's backoff) */
 };
 
@@ -149,6 +154,13 @@ struct lease {
  * waits for the writer (the engine's memory stays bounded) */
 #define SPILL_QUEUE_MAX ((uint64_t)1 << 30)
 #define LEASE_NONE (-9)         /* struct lease's answer: none waiting */
+#define LEASE_ASK_WRITER 3      /* struct lease's asking: the writer thread locks it for a removal */
+
+/* a removal in a shared directory (JOB_UNLINK's rm_mode) */
+#define RM_SAME_GEN 0   /* only if nobody wrote it since this node last saw it */
+#define RM_ANY_GEN 1    /* whoever wrote it last */
+#define RM_UNUSED 2     /* the budget: as RM_SAME_GEN, or, a file indexed from the directory (an
+                           earlier process's, another node's), if unused since it was indexed */
 
 #define TMP_AGE_NS (3600ll * 1000000000) /* a temporary file this old is no write under way */
 
@@ -209,6 +221,7 @@ int smol_spill_lock_open(struct smol_spill *sp, const char *lk, int *fd_out);
 int smol_spill_lease_take(struct smol_spill *sp, const char *name);
 void *smol_spill_lease_main(void *arg);
 int smol_spill_lease_advance(struct smol_spill *sp, const struct job *j, uint64_t *gen_out);
+int smol_spill_lease_for_removal(struct smol_spill *sp, struct job *j);
 
 /* ---- spill_writer.c: the writer thread ---- */
 
