@@ -6,9 +6,10 @@
  * (lease lost, file replaced) for the index to forget.
  *
  * Threads.  The writer thread (smol_spill_writer_main) takes a job under
- * sp->mu, then runs its filesystem calls with the mutex released (removing
- * a session's lock file, which must happen while no reference of this node
- * is taken, is the one call made under it); it never touches the index.
+ * sp->mu, then runs its filesystem calls with the mutex released (a
+ * session's lock file, removed while no other reference of this node is
+ * taken, is first marked unlinked under it: no reference is taken
+ * meanwhile); it never touches the index.
  * The engine thread queues jobs, takes read-ahead results and reaps the
  * dropped names into the index (smol_spill_reap_failed), all under sp->mu.
  * Jobs on one name never pass each other: an append waits behind a failed
@@ -231,11 +232,19 @@ static void run_unlink(struct smol_spill *sp, struct job *j)
     if (!j->leased) return;
     char lk[NAME_LEN + 8];
     snprintf(lk, sizeof lk, "%.32s.lock", j->name);
+    /* (unlinked set first, under the mutex: no new reference is taken
+     * meanwhile, and no mutex is held over the unlink) */
     pthread_mutex_lock(&sp->mu);
     struct lease *l = smol_spill_lease_of(sp, j->name, 0);
-    if (l && l->refs == 1 && l->fd >= 0 && !unlinkat(sp->dirfd, lk, 0)) {
-        l->unlinked = 1;
-        l->gen = 0; /* a new lock file starts at 0: nothing on disk, as this node knows */
+    const int go = l && l->refs == 1 && l->fd >= 0 && !l->unlinked;
+    if (go) l->unlinked = 1;
+    pthread_mutex_unlock(&sp->mu);
+    if (!go) return;
+    const int gone = !unlinkat(sp->dirfd, lk, 0);
+    pthread_mutex_lock(&sp->mu);
+    if ((l = smol_spill_lease_of(sp, j->name, 0))) {
+        if (gone) l->gen = 0;   /* a new lock file starts at 0: nothing on disk, as this node knows */
+        else l->unlinked = 0;
     }
     pthread_mutex_unlock(&sp->mu);
 }
