@@ -47,7 +47,7 @@ PROGS    := $(patsubst main_%.c,$(BUILD)/bin/%,$(notdir $(MAINS)))
 TESTS    := $(patsubst tests/test_%.c,$(BUILD)/tests/test_%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 
-.PHONY: all test unit asan tsan fuzz deps clean check-headers bench bench-kv bench-resume bench-long run model install bench-grammar soak bench-spec gpu-check
+.PHONY: all test unit asan tsan fuzz deps clean check-headers bench bench-kv bench-resume bench-long run model install bench-grammar soak bench-spec gpu-check bench-spill-slowfs
 .PHONY: pkgs-check pkgs-fuzz pkgs-bench no-check-note
 .DEFAULT_GOAL := all
 
@@ -408,6 +408,16 @@ bench-kv: deps
 bench-resume: deps
 	@$(MAKE) --no-print-directory $(PROGS)
 	@build/venv/bin/python3 tests/bench/bench_resume.py --build $(BUILD) $(BENCH_RESUME_ARGS)
+
+# bench-spill-slowfs: the other sessions' inter-token latency while one session's lease and file
+# are taken (then the session deleted) on a shared spill directory, on a local disk vs every call
+# 100 ms late (build/lib/libslowfs.so): p50 / p99 and the ratio, goal <= 1.1x (not a test;
+# BENCH_SLOWFS_ROUNDS, default 5; tests/scaleout/test_scaleout.py --bench-slowfs).
+BENCH_SLOWFS_ROUNDS ?= 5
+bench-spill-slowfs: deps
+	@$(MAKE) --no-print-directory $(PROGS) $(BUILD)/bin/smollm3-gateway $(SLOWFS_SO)
+	@d=$$(mktemp -d) && build/venv/bin/python3 tests/scaleout/test_scaleout.py --build $(BUILD) --pb2-dir $$d \
+	    --net loopback --bench-slowfs $(BENCH_SLOWFS_ROUNDS); rc=$$?; rm -rf $$d; exit $$rc
 
 # bench-long: the daemon serves a 64K-token conversation within its KV budget, with
 # --yarn, through a restart (tests/bench/long_context.py on tests/fixtures/hf/hf-long;

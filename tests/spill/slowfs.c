@@ -8,7 +8,7 @@
  * `make bench-spill-slowfs` (tests/bench/bench_spill_slowfs.py).
  *
  * With SMOL_SLOWFS_LOG set, each delayed call appends a line
- * "<thread name> <tid> <call> <what>" to that file (O_APPEND, one write per
+ * "<thread name> <tid> <call> <what> <CLOCK_MONOTONIC s>" to that file (O_APPEND, one write per
  * line): the test asserts that no line names the engine thread
  * ("smol-engine", engine.c) - the strongest check that no filesystem call
  * of the spill runs there, whatever the timing.
@@ -103,8 +103,11 @@ static void slow(const char *call, const char *what)
 {
     if (log_fd >= 0) {
         char name[32] = "?", line[512];
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
         prctl(PR_GET_NAME, name, 0, 0, 0);
-        int n = snprintf(line, sizeof line, "%s %ld %s %s\n", name, (long)syscall(SYS_gettid), call, what ? what : "-");
+        int n = snprintf(line, sizeof line, "%s %ld %s %s %.3f\n", name, (long)syscall(SYS_gettid), call,
+                         what ? what : "-", now.tv_sec + now.tv_nsec / 1e9);
         if (n > 0) {
             REAL(ssize_t, write, int, const void *, size_t);
             real_write(log_fd, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1));
