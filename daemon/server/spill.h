@@ -107,7 +107,7 @@
  * NFS lease) and the write is dropped, counted (lease_lost), the file left
  * as the other node made it.
  * Fencing (a node whose lock is broken after that check, before its bytes
- * land): appends and whole files are fenced, removals are not.  A node appends
+ * land): appends, whole files and removals are fenced.  A node appends
  * only to a file it made (a base of its own, its file id in every record)
  * and checks that id through the descriptor it writes with; a node that
  * takes a session over (CHANGED, or a file it read but did not make)
@@ -126,9 +126,15 @@
  * late write, retried, is dropped: lease lost), or, if it fires while the
  * new holder's own temporary file is being written, publishes that one,
  * whose own rename then fails and is retried (the new holder's turn is
- * late, never lost while it runs).  Not fenced: a removal's unlink that
- * passes the check and lands after another node's write removes that
- * node's file.
+ * late, never lost while it runs).  A removal under the lease renames the
+ * file aside to a name of this node's (.tmp-rm-<hash>-<node>), then reads
+ * its first record's generation: a file written after the removal's check
+ * (by a node that took the lease over) has a later one than the removal
+ * advanced to, and is linked back under its name (unless a newer file is
+ * there: linkat never replaces) and kept (lease_lost); else the file
+ * aside is removed (test_spill t_shared_fence_remove).  The cost of a late
+ * removal is at most that node's append meanwhile (its file is aside: the
+ * append finds no file, and the next write is whole).
  * A save of a session whose lease this node
  * does not hold is refused (unleased_refused).  A lock file is removed
  * with its session's file, by the node holding its lock, while no other

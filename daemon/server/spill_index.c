@@ -6,9 +6,11 @@
  * shared directory), the budget's least-recently-used trim, and the
  * lookups of cached prefixes by longest common prefix.
  *
- * Engine thread only (the index has no lock).  The scan at open and a
- * lease taken here (smol_spill_lease_take, for a removal) touch the
- * filesystem on the caller's thread; everything else queues.
+ * Engine thread only (the index has no lock).  The scan at open touches
+ * the filesystem on the caller's thread, and smol_spill_has stats a file
+ * whose lease this node does not hold (a DELETE of a session only on
+ * disk); everything else queues: a removal's lease is taken by the writer
+ * thread when its turn comes (smol_spill_lease_for_removal).
  */
 #include "daemon/server/spill_internal.h"
 #include "daemon/server/log.h"

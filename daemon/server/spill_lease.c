@@ -8,8 +8,11 @@
  * read and changed only under sp->mu.  The engine thread takes and gives
  * references (smol_spill_lease_async answers at once: held here, an answer
  * parked by the lease thread, or PENDING); smol_spill_lease_take locks on
- * the caller's thread (expiry, budget, a write not leased) with sp->mu held
- * over lock_open.  The lease thread (smol_spill_lease_main) locks, reads
+ * the caller's thread with sp->mu held over lock_open (smol_spill_lease:
+ * an eviction's or a drain's write of a session not leased, the tests).
+ * The writer thread takes a removal's lease itself
+ * (smol_spill_lease_for_removal: no mutex over lock_open; the record's
+ * asking = LEASE_ASK_WRITER meanwhile).  The lease thread (smol_spill_lease_main) locks, reads
  * the generation and stats the session file with no mutex held, then
  * parks the answer in the record; a lock nobody comes for within 2 s is
  * let go.  The writer thread calls smol_spill_lease_advance just before it
