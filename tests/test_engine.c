@@ -1480,6 +1480,56 @@ START_TEST(t_lease_off_engine_thread)
 }
 END_TEST
 
+/* A turn whose session file is being read (on the spill's writer thread)
+ * keeps the lease it took while it waits: not given back and asked again
+ * each time the queue is looked at (a lock and a stat, round trips to a
+ * file server, each time).  Its cancel while it waits gives the lease
+ * back: another node takes the session at once. */
+START_TEST(t_lease_kept_while_read)
+{
+    char dir[] = "/tmp/smol-engine-kept-XXXXXX", err[SMOL_ERRLEN];
+    ck_assert(mkdtemp(dir));
+    struct smol_model *m = shared_node(dir);
+    if (!m) return;
+    struct smol_spill *other = NULL;
+    ck_assert_msg(smol_spill_open_shared(&other, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    int32_t ids[12];
+    for (int i = 0; i < 12; i++) ids[i] = 300 + 7 * i;
+    unsigned fl;
+    Smollm3__Event *ev;
+    struct rig g;
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    uint64_t id = submit_ids(&g, ids, 12, 4, "kept");     /* the session's file, written through */
+    while (recv_event(&g, &fl, &ev) == id && !(fl & SMOL_EV_TERMINAL)) smollm3__event__free_unpacked(ev, NULL);
+    smollm3__event__free_unpacked(ev, NULL);
+    rig_close(&g);              /* a new engine on the same node: the session only on disk */
+    smol_spill_flush(rig_spill);
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    smol_spill_pause(rig_spill, 1);     /* its read never ends */
+    id = submit_ids(&g, ids, 12, 4, "kept");
+    for (int i = 0; i < 2000 && !smol_spill_holds(rig_spill, "kept"); i++) usleep(1000);
+    ck_assert(smol_spill_holds(rig_spill, "kept"));
+    int held = 0;
+    for (int i = 0; i < 150; i++, usleep(2000)) held += smol_spill_holds(rig_spill, "kept"); /* (the queue looked at
+                                                                                              many times meanwhile) */
+    ck_assert_msg(held == 150, "the waiting turn held its lease %d times of 150 (given back, asked again)", held);
+    ck_assert_int_eq(smol_spill_lease(other, "kept"), SMOL_LEASE_ELSEWHERE);
+    ck_assert_int_eq(smol_engine_send_id(g.sock, SMOL_CMD_CANCEL, id), 0);
+    while (recv_event(&g, &fl, &ev) == id && !(fl & SMOL_EV_TERMINAL)) smollm3__event__free_unpacked(ev, NULL);
+    smollm3__event__free_unpacked(ev, NULL);
+    int lease = SMOL_LEASE_ELSEWHERE;
+    for (int i = 0; i < 200 && (lease = smol_spill_lease(other, "kept")) == SMOL_LEASE_ELSEWHERE; i++) usleep(10000);
+    ck_assert_msg(lease == SMOL_LEASE_HELD || lease == SMOL_LEASE_CHANGED,
+                  "the cancelled turn's lease still held (%d)", lease);
+    ck_assert(!smol_spill_holds(rig_spill, "kept"));
+    smol_spill_unlease(other, "kept");
+    smol_spill_pause(rig_spill, 0);
+    rig_close(&g);
+    smol_spill_close(&other);
+    shared_node_close(&m, dir);
+}
+END_TEST
+
 /* The engine sweeps its spill directory at start (then every minute):
  * a file nobody wrote or read for the TTL (kv_spill_ttl, at least
  * session_ttl: 3600 s here) goes with its lock file; a fresh one stays. */
@@ -1901,6 +1951,7 @@ Suite *test_suite(void)
     tcase_add_test(tl, t_lease_wait_alone);
     tcase_add_test(tl, t_spill_sweep_at_start);
     tcase_add_test(tl, t_lease_off_engine_thread);
+    tcase_add_test(tl, t_lease_kept_while_read);
     suite_add_tcase(s, tl);
     TCase *sc = tcase_create("sched");     /* the scheduler: step budget, tenants' shares, tiers */
     tcase_set_timeout(sc, 240);

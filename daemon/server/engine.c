@@ -225,6 +225,7 @@ void smol_engine_finish(struct smol_engine *e, struct req *q, int reason)
     }
     if (q->state == RS_QUEUED) { smol_engine_list_remove(&e->queue, q); e->n_queued--; }
     else { smol_engine_list_remove(&e->running, q); e->n_running--; }
+    if (q->lease_kept) smol_sessions_unlease(&e->sessions, q->r->tenant, q->r->session); /* (ended queued) */
     q->state = RS_DONE;
     smol_engine_req_free(q);
 }
@@ -240,6 +241,7 @@ void smol_engine_reject(struct smol_engine *e, struct req *q, enum smol_err code
     if (q->anon) smol_sessions_remove(&e->sessions, q->anon);
     if (q->state == RS_QUEUED) { smol_engine_list_remove(&e->queue, q); e->n_queued--; }
     else if (q->state != RS_DONE) { smol_engine_list_remove(&e->running, q); e->n_running--; }
+    if (q->lease_kept) smol_sessions_unlease(&e->sessions, q->r->tenant, q->r->session);
     smol_engine_req_free(q);
 }
 

@@ -42,6 +42,9 @@ struct req {
     int passed;                     /* this step's admission went past it (it waits alone) */
     double lease_ask_at;            /* CLOCK_MONOTONIC s: its lease (held elsewhere) asked again then */
     double lease_wait;              /* s: the wait before that (2 ms, doubling to 50 ms) */
+    int lease_kept;                 /* it holds its session's lease while it waits for the session's
+                                       (or a prefix's) file to be read: not asked again (given back
+                                       when it is refused or ends queued) */
     int thinking, cancelled, paused, finished;
     int lost;                       /* an event of its stream could not be made or sent (out of
                                        memory): it stops and ends with an error, never with a Done
