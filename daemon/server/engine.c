@@ -550,9 +550,10 @@ static void *engine_main(void *arg)
         int runnable = e->n_queued > 0 && !e->waiting_read;
         for (struct req *q = e->running; q && !runnable; q = q->next) runnable = (!q->paused && !q->preempted) || q->cancelled;
         zmq_pollitem_t it = {.socket = e->sock, .events = ZMQ_POLLIN};
-        long timeout = runnable || spilled_one ? 0 : e->waiting_read ? 2 : e->n_running ? 10 : 1000;
+        long timeout = runnable || spilled_one ? 0 : e->waiting_read || e->n_deletes ? 2 : e->n_running ? 10 : 1000;
         if (zmq_poll(&it, 1, timeout) < 0 && zmq_errno() == ETERM) break;
         while (handle_cmd(e)) {}
+        if (e->n_deletes) smol_engine_poll_deletes(e);
         double now = smol_mono_s();
         if (e->draining && now > e->drain_deadline)
             for (struct req *q = e->running; q; q = q->next) q->cancelled = 1;

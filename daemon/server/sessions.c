@@ -344,6 +344,18 @@ void smol_sessions_remove_file(struct smol_sessions *s, const char *tenant, cons
     if (s->spill) smol_spill_remove(s->spill, key);
 }
 
+uint64_t smol_sessions_remove_file_report(struct smol_sessions *s, const char *tenant, const char *id)
+{
+    char key[SMOL_SPILL_KEY_MAX + 1];
+    smol_spill_key(tenant, id, key);
+    return s->spill ? smol_spill_remove_report(s->spill, key) : 0;
+}
+
+int smol_sessions_removal_done(struct smol_sessions *s, uint64_t ticket)
+{
+    return s->spill ? smol_spill_removal_done(s->spill, ticket) : 0;
+}
+
 void smol_sessions_sweep_files(struct smol_sessions *s, double ttl_s)
 {
     if (s->spill) smol_spill_sweep(s->spill, ttl_s);

@@ -27,7 +27,8 @@
  *       or a drain's write of a named session not leased (sessions.c
  *       spill(), can_wait 0: a write-through that failed; a stop);
  *     - smol_spill_has of a session not held (fstatat): a DELETE of a
- *       session only on disk (engine_query.c);
+ *       session only on disk when smol_spill_remove_report has no room
+ *       (16 DELETEs waiting in the engine, 32 answers here);
  *     - load(): read_whole (openat, fstat, read, futimens) when the file
  *       was not read ahead: a file over SPILL_QUEUE_MAX, or appends queued
  *       behind a failing write; unlink_file_gen without memory for a job
@@ -39,7 +40,8 @@
  *     fdatasync of the generation), reads ahead (smol_spill_prefetch:
  *     openat, fstat, read, futimens), removals and their leases
  *     (smol_spill_lease_for_removal: lock_open; renameat aside, openat,
- *     pread, linkat, unlinkat), sweeps (readdir, fstatat, lock_open,
+ *     pread, linkat, unlinkat; a DELETE's fstatat, smol_spill_remove_report),
+ *     sweeps (readdir, fstatat, lock_open,
  *     unlinkat), the clock probe.
  * No thread holds sp->mu over a filesystem call but smol_spill_lease_take
  * (engine thread, above) and close() of a lease's descriptor.

@@ -325,6 +325,15 @@ int smol_spill_best_prefix(struct smol_spill *sp, const char *tenant, const int3
 
 /* Removes the file of key id, if any. */
 void smol_spill_remove(struct smol_spill *sp, const char *id);
+/* A shared directory: smol_spill_remove that also tells whether the
+ * session's file was there, found on the writer thread (no filesystem call
+ * on the caller's): a ticket (> 0) for smol_spill_removal_done, or 0 (too
+ * many answers pending, or no memory: nothing queued). */
+uint64_t smol_spill_remove_report(struct smol_spill *sp, const char *id);
+/* -1: not known yet; 0: the file was not there; 1: it was (removed, or
+ * left to another node that holds or wrote it).  Answered once: the
+ * ticket is forgotten then. */
+int smol_spill_removal_done(struct smol_spill *sp, uint64_t ticket);
 /* The same for a copy in memory that expired: in a shared directory the
  * file is removed only when no other node wrote it since this node last
  * saw it (else it is another node's conversation, going on there). */

@@ -9,7 +9,7 @@
  * Engine thread only (the index has no lock).  The scan at open touches
  * the filesystem on the caller's thread, and smol_spill_has stats a file
  * whose lease this node does not hold (a DELETE of a session only on
- * disk); everything else queues: a removal's lease is taken by the writer
+ * disk, when smol_spill_remove_report has no room); everything else queues: a removal's lease is taken by the writer
  * thread when its turn comes (smol_spill_lease_for_removal).
  */
 #include "daemon/server/spill_internal.h"
@@ -78,7 +78,15 @@ int smol_spill_put_ent(struct smol_spill *sp, const char *name, uint64_t bytes, 
  * writer thread takes when the removal's turn comes (no filesystem call
  * here: smol_spill_lease_for_removal), as `mode` says, and its lock file
  * with it (spill.h); the index forgets it either way. */
+static void unlink_file_report(struct smol_spill *sp, const char *name, int mode, uint64_t report);
+
 static void unlink_file_gen(struct smol_spill *sp, const char *name, int mode)
+{
+    unlink_file_report(sp, name, mode, 0);
+}
+
+/* report: a ticket the writer answers (the file was there or not) */
+static void unlink_file_report(struct smol_spill *sp, const char *name, int mode, uint64_t report)
 {
     struct entry *e = smol_spill_find_ent(sp, name);
     const int64_t indexed = e && e->disk_stamp ? e->stamp : 0;
@@ -87,6 +95,11 @@ static void unlink_file_gen(struct smol_spill *sp, const char *name, int mode)
     struct job *j = calloc(1, sizeof *j);
     if (!j && sp->shared) { /* no memory for a job: not removed (a shared file is removed only by the writer) */
         smol_log_warn("spill: %s/%s left in place: out of memory", sp->dir, name);
+        if (report) {
+            pthread_mutex_lock(&sp->mu);
+            smol_spill_answer_locked(sp, report, 1);
+            pthread_mutex_unlock(&sp->mu);
+        }
         return;
     }
     if (!j) { /* no memory for a job: remove it here, after what is queued */
@@ -96,6 +109,7 @@ static void unlink_file_gen(struct smol_spill *sp, const char *name, int mode)
         return;
     }
     j->kind = JOB_UNLINK;
+    j->report = report;
     j->rm_take = sp->shared;
     j->rm_mode = mode;
     j->indexed = indexed;
@@ -282,6 +296,38 @@ void smol_spill_remove(struct smol_spill *sp, const char *id)
     smol_spill_file_name(id, name);
     /* (a shared directory's file may be one this node never indexed) */
     if (sp->shared || smol_spill_find_ent(sp, name)) smol_spill_unlink_file(sp, name);
+}
+
+uint64_t smol_spill_remove_report(struct smol_spill *sp, const char *id)
+{
+    smol_spill_reap_failed(sp);
+    char name[NAME_LEN + 1];
+    smol_spill_file_name(id, name);
+    pthread_mutex_lock(&sp->mu);
+    uint64_t t = 0;
+    if (sp->n_reports < (int)(sizeof sp->reports / sizeof sp->reports[0])) {
+        t = ++sp->next_ticket;
+        sp->reports[sp->n_reports].ticket = t;
+        sp->reports[sp->n_reports++].state = -1;
+    }
+    pthread_mutex_unlock(&sp->mu);
+    if (!t) return 0;
+    unlink_file_report(sp, name, RM_ANY_GEN, t);
+    return t;
+}
+
+int smol_spill_removal_done(struct smol_spill *sp, uint64_t ticket)
+{
+    int r = 0;  /* (a ticket not pending: not there) */
+    pthread_mutex_lock(&sp->mu);
+    for (int i = 0; i < sp->n_reports; i++)
+        if (sp->reports[i].ticket == ticket) {
+            r = sp->reports[i].state;
+            if (r >= 0) sp->reports[i] = sp->reports[--sp->n_reports];
+            break;
+        }
+    pthread_mutex_unlock(&sp->mu);
+    return r;
 }
 
 void smol_spill_expire(struct smol_spill *sp, const char *id)

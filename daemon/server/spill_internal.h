@@ -84,6 +84,8 @@ struct job {
     int rm_mode;
     int64_t indexed;                    /* JOB_UNLINK, RM_UNUSED: the file's mtime when it was indexed (0: not
                                            indexed from the directory) */
+    uint64_t report;                    /* JOB_UNLINK: its ticket (smol_spill_remove_report), or 0 */
+    int found;                          /* JOB_UNLINK with a report: the file was there */
     double not_before;                  /* smol_mono_s(): no attempt before (a failed write's backoff) */
 };
 
@@ -119,6 +121,10 @@ struct smol_spill {
     pthread_t lease_thread;     /* asks for leases (lock_open, the generation, the file's stat) */
     int have_lease_thread, lease_stop;
     pthread_cond_t lease_wake;  /* an ask queued */
+    struct { uint64_t ticket; int state; } reports[32]; /* removals' answers (smol_spill_remove_report),
+                                                           under mu: state -1 pending, 0/1 answered */
+    int n_reports;
+    uint64_t next_ticket;
     char node[80];              /* host name, pid and a count of this process's spills: in the names
                                    of our temporary files (but a leased session's) */
 };
@@ -235,5 +241,6 @@ struct job *smol_spill_take_ready(struct smol_spill *sp, const char *name);
 void smol_spill_drop_ready(struct smol_spill *sp, const char *name);
 void smol_spill_release(struct smol_spill *sp, struct job *j);
 void smol_spill_reap_failed(struct smol_spill *sp);
+void smol_spill_answer_locked(struct smol_spill *sp, uint64_t ticket, int found);
 
 #endif

@@ -216,9 +216,10 @@ static int remove_fenced(struct smol_spill *sp, const struct job *j, uint64_t ge
 static void run_unlink(struct smol_spill *sp, struct job *j)
 {
     uint64_t gen = 0;
+    struct stat st;
+    if (j->report) j->found = !fstatat(sp->dirfd, j->name, &st, AT_SYMLINK_NOFOLLOW); /* (answered after) */
     if (j->rm_take && smol_spill_lease_for_removal(sp, j)) return;   /* (logged) */
     if (j->leased && smol_spill_lease_advance(sp, j, &gen)) return; /* another node's now: left alone */
-    struct stat st;
     if (j->unused_since && !fstatat(sp->dirfd, j->name, &st, AT_SYMLINK_NOFOLLOW) && smol_spill_mtime_ns(&st) > j->unused_since) {
         smol_log_info("spill: %s/%s left in place: used since it was indexed", sp->dir, j->name);
         return;
@@ -467,6 +468,7 @@ void *smol_spill_writer_main(void *arg)
         }
         if (j->leased) smol_spill_lease_put_locked(sp, j->name);
         j->leased = 0;
+        if (j->kind == JOB_UNLINK && j->report) smol_spill_answer_locked(sp, j->report, j->found);
         if (j->kind == JOB_WRITE) {
             if (!bad) sp->st.write_s += dt;
             if (!bad) sp->st.bytes_written += j->bytes;
@@ -546,6 +548,13 @@ void smol_spill_release(struct smol_spill *sp, struct job *j)
     pthread_mutex_lock(&sp->mu);
     smol_spill_job_unref(j);
     pthread_mutex_unlock(&sp->mu);
+}
+
+/* under sp->mu: a removal's answer (smol_spill_remove_report) */
+void smol_spill_answer_locked(struct smol_spill *sp, uint64_t ticket, int found)
+{
+    for (int i = 0; i < sp->n_reports; i++)
+        if (sp->reports[i].ticket == ticket) sp->reports[i].state = found;
 }
 
 /* Writes the writer could not finish leave the index (engine thread). */

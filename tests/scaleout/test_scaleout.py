@@ -881,7 +881,7 @@ def slowfs_rounds(tmp, tag, ms, rounds, b_tokens):
     round P streams session slow-b-K (b_tokens tokens) and, once it streams,
     gets slow-a-K's next turn (its lease and its file read back under the
     slow filesystem), then deletes slow-a-K (its lease taken again, its
-    file removed).  Returns (P, the shim's log lines, B's inter-token gaps
+    file removed), and in round 0 slow-d, which only W had (only on disk).  Returns (P, the shim's log lines, B's inter-token gaps
     in s, B's gaps that overlap A's wait, A's cached tokens per round,
     errors)."""
     shared = os.path.join(tmp, "slowfs-%s" % tag)
@@ -907,6 +907,7 @@ def slowfs_rounds(tmp, tag, ms, rounds, b_tokens):
                      (k, " ".join("w%d" % (i * 31 + k) for i in range(60)))}]
             content, _, _ = chat(w.host, w.port, "slow-a-%d" % k, msgs, False, max_tokens=8)
             hist[k] = msgs + [{"role": "assistant", "content": content}]
+        chat(w.host, w.port, "slow-d", [{"role": "user", "content": "A session P never has."}], False, max_tokens=4)
         time.sleep(0.5)     # written through on W, its leases given back
         for k in range(rounds):
             bout = {}
@@ -931,6 +932,8 @@ def slowfs_rounds(tmp, tag, ms, rounds, b_tokens):
             try:
                 with pyclient.Client(p.endpoint, PB) as c:
                     c.session_delete("slow-a-%d" % k)
+                    if k == 0:  # only on disk, for P: its stat and removal on P's writer thread
+                        c.session_delete("slow-d")
             except Exception as e:  # noqa: BLE001
                 errors.append("delete round %d: %s" % (k, e))
             tb.join(120)
