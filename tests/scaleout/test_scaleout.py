@@ -940,13 +940,15 @@ def slowfs_rounds(tmp, tag, ms, rounds, b_tokens):
             if bout.get("err"):
                 errors.append("B round %d: %s" % (k, bout["err"]))
             ts = bout.get("times", [])
+            n_over = 0
             for a, b in zip(ts, ts[1:]):
                 gaps.append(b - a)
                 if b > t0 and a < t1:
                     overlap.append(b - a)
-            if not ts or ts[-1] < t1:
-                errors.append("B round %d ended before A's turn did (%d tokens): it did not stream through "
-                              "A's wait" % (k, len(ts)))
+                    n_over += 1
+            if n_over < 50:     # (the scenario: B decodes while A waits; how long B lasts is the CPU's)
+                errors.append("B round %d streamed %d tokens while A's turn waited (%d in all): too few to "
+                              "tell" % (k, n_over, len(ts)))
         # the deleted sessions' files go (the removals on P's writer thread, 100 ms a call): B's stay
         t_end = time.monotonic() + 10
         while time.monotonic() < t_end:
@@ -992,7 +994,7 @@ def part_slowfs(tmp):
     Asserted: no filesystem
     call under the directory ran on the engine thread (the shim logs each
     call's thread: none is smol-engine), while the spill's threads made
-    them; A restored its KV; B streamed through A's wait.  Reported (not
+    them; A restored its KV; B streamed while A waited.  Reported (not
     asserted: timing): B's gaps over 80 ms while A waited."""
     so = os.path.join(ARGS.build, "lib", "libslowfs.so")
     if not check(os.path.exists(so), "slowfs: %s built" % so):
@@ -1006,7 +1008,7 @@ def part_slowfs(tmp):
     print("    slowfs: %d delayed calls by thread %s; B's gaps while A waited: %d, max %.0f ms, %d over 80 ms "
           "(%.1f s)" % (len(lines), by, len(overlap), max(overlap or [0]) * 1e3, sum(g > 0.08 for g in overlap),
                         time.monotonic() - t_start), flush=True)
-    check(not errors, "slowfs: every turn answered, B streamed through A's wait (%s)" % errors[:3])
+    check(not errors, "slowfs: every turn answered, B streamed while A waited (%s)" % errors[:3])
     check(by.get("spill-lease", 0) > 0 and by.get("spill-writer", 0) > 0,
           "slowfs: the shim delayed the spill threads' calls (lease %d, writer %d)" %
           (by.get("spill-lease", 0), by.get("spill-writer", 0)))
