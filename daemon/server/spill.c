@@ -20,8 +20,8 @@
  *       fstatat, pread; a shared directory's clock probe): at start, before
  *       the engine serves;
  *     - close() of a lock file's descriptor when the engine gives back a
- *       lease's last reference (smol_spill_unlease; usually the turn's
- *       write holds one, and the writer closes it);
+ *       lease's last reference (smol_spill_unlease, no mutex held; usually
+ *       the turn's write holds one, and the writer closes it);
  *     - smol_spill_lease (sync: openat, fcntl(F_OFD_SETLK), fstat, fstatat,
  *       pread of the generation, fstatat of the file): only an eviction's
  *       or a drain's write of a named session not leased (sessions.c
@@ -44,7 +44,11 @@
  *     sweeps (readdir, fstatat, lock_open,
  *     unlinkat), the clock probe.
  * No thread holds sp->mu over a filesystem call but smol_spill_lease_take
- * (engine thread, above) and close() of a lease's descriptor.
+ * (engine thread, above) and the close() of a lease's descriptor when a
+ * failed write is dropped for a newer job (drop_job_locked); a lease's last
+ * reference is otherwise closed with the mutex released
+ * (smol_spill_lease_release_locked: the writer, the lease thread and
+ * smol_spill_unlease).
  */
 #include "daemon/server/spill_internal.h"
 #include "daemon/server/log.h"

@@ -223,6 +223,7 @@ void smol_spill_drop_extended(struct smol_spill *sp, const char *tenant, const i
 
 struct lease *smol_spill_lease_of(struct smol_spill *sp, const char *name, int add);
 void smol_spill_lease_put_locked(struct smol_spill *sp, const char *name);
+int smol_spill_lease_release_locked(struct smol_spill *sp, const char *name);
 int smol_spill_lock_open(struct smol_spill *sp, const char *lk, int *fd_out);
 int smol_spill_lease_take(struct smol_spill *sp, const char *name);
 void *smol_spill_lease_main(void *arg);

@@ -81,6 +81,19 @@ static uint64_t read_gen(int fd)
 }
 
 /* under sp->mu: drops one reference; the last one unlocks. */
+/* under sp->mu: as smol_spill_lease_put_locked, but the descriptor of the
+ * last reference is handed back (>= 0; the lock goes when the caller closes
+ * it, after it releases the mutex: on a network filesystem a close is a
+ * round trip), or -1. */
+int smol_spill_lease_release_locked(struct smol_spill *sp, const char *name)
+{
+    struct lease *l = smol_spill_lease_of(sp, name, 0);
+    if (!l || l->refs <= 0 || --l->refs > 0) return -1;
+    const int fd = l->fd;
+    l->fd = -1;
+    return fd;
+}
+
 void smol_spill_lease_put_locked(struct smol_spill *sp, const char *name)
 {
     struct lease *l = smol_spill_lease_of(sp, name, 0);
@@ -191,14 +204,20 @@ void *smol_spill_lease_main(void *arg)
         if (sp->lease_stop) break;
         if (!l) { /* let go of the locks taken for turns that went away meanwhile */
             const double now = smol_mono_s();
-            int parked = 0;
-            for (int i = 0; i < sp->n_leases; i++) {
+            int parked = 0, fds[64], n_fds = 0;
+            for (int i = 0; i < sp->n_leases && n_fds < 64; i++) {
                 struct lease *o = &sp->leases[i];
                 if (o->refs > 0 || o->answer == LEASE_NONE) continue;
                 if (now - o->answered_at <= LEASE_ANSWER_KEEP_S) { parked = 1; continue; }
-                if (o->fd >= 0) close(o->fd);
+                if (o->fd >= 0) fds[n_fds++] = o->fd;
                 o->fd = -1;
                 o->answer = LEASE_NONE;
+            }
+            if (n_fds) { /* (closed with no mutex held: a round trip each on a network filesystem) */
+                pthread_mutex_unlock(&sp->mu);
+                for (int i = 0; i < n_fds; i++) close(fds[i]);
+                pthread_mutex_lock(&sp->mu);
+                continue;
             }
             if (parked) {
                 struct timespec ts;
@@ -313,8 +332,9 @@ int smol_spill_lease_for_removal(struct smol_spill *sp, struct job *j)
     }
     if (held) {
         pthread_mutex_lock(&sp->mu);
-        smol_spill_lease_put_locked(sp, j->name);
+        const int fd = smol_spill_lease_release_locked(sp, j->name);
         pthread_mutex_unlock(&sp->mu);
+        if (fd >= 0) close(fd);
     }
     smol_log_info("spill: %s/%s left in place: %s", sp->dir, j->name,
                   r == SMOL_LEASE_CHANGED ? "another node wrote it since"
@@ -377,8 +397,9 @@ void smol_spill_unlease(struct smol_spill *sp, const char *id)
     char name[NAME_LEN + 1];
     smol_spill_file_name(id, name);
     pthread_mutex_lock(&sp->mu);
-    smol_spill_lease_put_locked(sp, name);
+    const int fd = smol_spill_lease_release_locked(sp, name);
     pthread_mutex_unlock(&sp->mu);
+    if (fd >= 0) close(fd); /* (no mutex held over it) */
 }
 
 int smol_spill_holds(struct smol_spill *sp, const char *id)

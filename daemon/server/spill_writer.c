@@ -466,8 +466,14 @@ void *smol_spill_writer_main(void *arg)
                 smol_log_warn("spill: session '%s' not written to %s/%s: given up at close after %d attempts", j->id,
                               sp->dir, j->name, j->tries + 1);
         }
-        if (j->leased) smol_spill_lease_put_locked(sp, j->name);
+        const int lfd = j->leased ? smol_spill_lease_release_locked(sp, j->name) : -1;
         j->leased = 0;
+        if (lfd >= 0) { /* the lease's last reference: closed with no mutex held (the job still queued:
+                           smol_spill_flush waits for it) */
+            pthread_mutex_unlock(&sp->mu);
+            close(lfd);
+            pthread_mutex_lock(&sp->mu);
+        }
         if (j->kind == JOB_UNLINK && j->report) smol_spill_answer_locked(sp, j->report, j->found);
         if (j->kind == JOB_WRITE) {
             if (!bad) sp->st.write_s += dt;
