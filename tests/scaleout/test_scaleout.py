@@ -946,7 +946,7 @@ def slowfs_rounds(tmp, tag, ms, rounds, b_tokens):
                 if b > t0 and a < t1:
                     overlap.append(b - a)
                     n_over += 1
-            if n_over < 50:     # (the scenario: B decodes while A waits; how long B lasts is the CPU's)
+            if n_over < 50 and ms is not None:  # (the scenario: B decodes while A waits; a local disk's wait is short)
                 errors.append("B round %d streamed %d tokens while A's turn waited (%d in all): too few to "
                               "tell" % (k, n_over, len(ts)))
         # the deleted sessions' files go (the removals on P's writer thread, 100 ms a call): B's stay
