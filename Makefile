@@ -47,7 +47,7 @@ PROGS    := $(patsubst main_%.c,$(BUILD)/bin/%,$(notdir $(MAINS)))
 TESTS    := $(patsubst tests/test_%.c,$(BUILD)/tests/test_%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 
-.PHONY: all test unit asan tsan fuzz deps clean check-headers bench bench-kv bench-resume bench-long run model install bench-grammar soak bench-spec gpu-check
+.PHONY: all test unit asan tsan fuzz deps clean check-headers bench bench-kv bench-resume bench-long run model install bench-grammar soak bench-spec gpu-check bench-spill-slowfs
 .PHONY: pkgs-check pkgs-fuzz pkgs-bench no-check-note
 .DEFAULT_GOAL := all
 
@@ -115,6 +115,15 @@ $(BUILD)/tests/smollm3-gateway-fault: $(GW_OBJS) $(BUILD)/obj/tests/gateway/faul
 	$(CC) $(LDFLAGS) $(foreach f,$(GW_FAULT_WRAP),-Xlinker --wrap=$(f)) $(GW_OBJS) \
 	    $(BUILD)/obj/tests/gateway/fault_shim.o $(LIB) $(shell pkg-config --libs libmicrohttpd 2>/dev/null) $(LDLIBS) -o $@
 
+# libslowfs.so (tests/spill/slowfs.c): an LD_PRELOAD shim that delays every filesystem call under
+# SMOL_SLOWFS_DIR by SMOL_SLOWFS_MS (default 100 ms) and logs the thread that made it (the
+# scale-out suite's slowfs part, make bench-spill-slowfs).  Never sanitized, never installed.
+SLOWFS_SO := $(BUILD)/lib/libslowfs.so
+all: $(SLOWFS_SO)
+$(SLOWFS_SO): tests/spill/slowfs.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -g -Wall -fPIC -shared -U_FORTIFY_SOURCE $< -o $@ -ldl -pthread
+
 $(BUILD)/bin/smollm3d: $(BUILD)/obj/daemon/server/main_smollm3d.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
@@ -136,7 +145,7 @@ $(BUILD)/tests/test_fault: LDFLAGS += $(foreach f,$(FAULT_WRAP),-Xlinker --wrap=
 $(BUILD)/tests/test_engine: LDFLAGS += -Xlinker --wrap=fcntl -Xlinker --wrap=fstatat
 # test_spill (t_write_faults): each step of a spill write failing, the same way; time() skewed
 # (t_shared_clock_skew).
-$(BUILD)/tests/test_spill: LDFLAGS += $(foreach f,openat write fsync renameat time,-Xlinker --wrap=$(f))
+$(BUILD)/tests/test_spill: LDFLAGS += $(foreach f,openat write fsync renameat unlinkat time,-Xlinker --wrap=$(f))
 
 # Each tests/bench/NAME.c is a program $(BUILD)/bench/NAME linked with the library, bench_cuda
 # too: it reaches the GPU through the backend interface (the dlopened plugin), no CUDA headers.
@@ -400,6 +409,16 @@ bench-kv: deps
 bench-resume: deps
 	@$(MAKE) --no-print-directory $(PROGS)
 	@build/venv/bin/python3 tests/bench/bench_resume.py --build $(BUILD) $(BENCH_RESUME_ARGS)
+
+# bench-spill-slowfs: the other sessions' inter-token latency while one session's lease and file
+# are taken (then the session deleted) on a shared spill directory, on a local disk vs every call
+# 100 ms late (build/lib/libslowfs.so): p50 / p99 and the ratio, goal <= 1.1x (not a test;
+# BENCH_SLOWFS_ROUNDS, default 5; tests/scaleout/test_scaleout.py --bench-slowfs).
+BENCH_SLOWFS_ROUNDS ?= 5
+bench-spill-slowfs: deps
+	@$(MAKE) --no-print-directory $(PROGS) $(BUILD)/bin/smollm3-gateway $(SLOWFS_SO)
+	@d=$$(mktemp -d) && build/venv/bin/python3 tests/scaleout/test_scaleout.py --build $(BUILD) --pb2-dir $$d \
+	    --net loopback --bench-slowfs $(BENCH_SLOWFS_ROUNDS); rc=$$?; rm -rf $$d; exit $$rc
 
 # bench-long: the daemon serves a 64K-token conversation within its KV budget, with
 # --yarn, through a restart (tests/bench/long_context.py on tests/fixtures/hf/hf-long;

@@ -1480,6 +1480,112 @@ START_TEST(t_lease_off_engine_thread)
 }
 END_TEST
 
+/* A turn whose session file is being read (on the spill's writer thread)
+ * keeps the lease it took while it waits: not given back and asked again
+ * each time the queue is looked at (a lock and a stat, round trips to a
+ * file server, each time).  Its cancel while it waits gives the lease
+ * back: another node takes the session at once. */
+START_TEST(t_lease_kept_while_read)
+{
+    char dir[] = "/tmp/smol-engine-kept-XXXXXX", err[SMOL_ERRLEN];
+    ck_assert(mkdtemp(dir));
+    struct smol_model *m = shared_node(dir);
+    if (!m) return;
+    struct smol_spill *other = NULL;
+    ck_assert_msg(smol_spill_open_shared(&other, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    int32_t ids[12];
+    for (int i = 0; i < 12; i++) ids[i] = 300 + 7 * i;
+    unsigned fl;
+    Smollm3__Event *ev;
+    struct rig g;
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    uint64_t id = submit_ids(&g, ids, 12, 4, "kept");     /* the session's file, written through */
+    while (recv_event(&g, &fl, &ev) == id && !(fl & SMOL_EV_TERMINAL)) smollm3__event__free_unpacked(ev, NULL);
+    smollm3__event__free_unpacked(ev, NULL);
+    rig_close(&g);              /* a new engine on the same node: the session only on disk */
+    smol_spill_flush(rig_spill);
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    smol_spill_pause(rig_spill, 1);     /* its read never ends */
+    id = submit_ids(&g, ids, 12, 4, "kept");
+    for (int i = 0; i < 2000 && !smol_spill_holds(rig_spill, "kept"); i++) usleep(1000);
+    ck_assert(smol_spill_holds(rig_spill, "kept"));
+    int held = 0;
+    for (int i = 0; i < 150; i++, usleep(2000)) held += smol_spill_holds(rig_spill, "kept"); /* (the queue looked at
+                                                                                              many times meanwhile) */
+    ck_assert_msg(held == 150, "the waiting turn held its lease %d times of 150 (given back, asked again)", held);
+    ck_assert_int_eq(smol_spill_lease(other, "kept"), SMOL_LEASE_ELSEWHERE);
+    ck_assert_int_eq(smol_engine_send_id(g.sock, SMOL_CMD_CANCEL, id), 0);
+    while (recv_event(&g, &fl, &ev) == id && !(fl & SMOL_EV_TERMINAL)) smollm3__event__free_unpacked(ev, NULL);
+    smollm3__event__free_unpacked(ev, NULL);
+    int lease = SMOL_LEASE_ELSEWHERE;
+    for (int i = 0; i < 200 && (lease = smol_spill_lease(other, "kept")) == SMOL_LEASE_ELSEWHERE; i++) usleep(10000);
+    ck_assert_msg(lease == SMOL_LEASE_HELD || lease == SMOL_LEASE_CHANGED,
+                  "the cancelled turn's lease still held (%d)", lease);
+    ck_assert(!smol_spill_holds(rig_spill, "kept"));
+    smol_spill_unlease(other, "kept");
+    smol_spill_pause(rig_spill, 0);
+    rig_close(&g);
+    smol_spill_close(&other);
+    shared_node_close(&m, dir);
+}
+END_TEST
+
+/* A shared directory: a DELETE of a session only on disk is answered
+ * once the spill's writer found the file (it stats and removes it there,
+ * not the engine thread): an Ack and the file gone; one of a session with
+ * no file: ERROR_UNKNOWN_SESSION; while the writer cannot run, the DELETE
+ * waits and other requests are answered meanwhile. */
+START_TEST(t_delete_on_disk_shared)
+{
+    char dir[] = "/tmp/smol-engine-deldisk-XXXXXX", err[SMOL_ERRLEN];
+    ck_assert(mkdtemp(dir));
+    struct smol_model *m = shared_node(dir);
+    if (!m) return;
+    struct smol_spill *other = NULL;
+    ck_assert_msg(smol_spill_open_shared(&other, dir, 0, 1, m, err) == SMOL_OK, "%s", err);
+    int32_t ids[12];
+    for (int i = 0; i < 12; i++) ids[i] = 500 + 3 * i;
+    unsigned fl;
+    Smollm3__Event *ev;
+    struct rig g;
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    uint64_t id = submit_ids(&g, ids, 12, 4, "dd");
+    while (recv_event(&g, &fl, &ev) == id && !(fl & SMOL_EV_TERMINAL)) smollm3__event__free_unpacked(ev, NULL);
+    smollm3__event__free_unpacked(ev, NULL);
+    rig_close(&g);              /* a new engine: the session only on disk */
+    smol_spill_flush(rig_spill);
+    ck_assert(smol_spill_has(other, "dd"));
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    smol_spill_pause(rig_spill, 1);
+    const uint64_t q1 = send_session_query(&g, SMOLLM3__REQUEST__KIND_SESSION_DELETE, "", "dd");
+    const uint64_t q2 = send_session_query(&g, SMOLLM3__REQUEST__KIND_SESSION_DELETE, "", "no-such");
+    id = submit_ids(&g, ids, 12, 4, NULL);    /* answered while the DELETEs wait */
+    int done = 0;
+    while (!done) {
+        const uint64_t got = recv_event(&g, &fl, &ev);
+        ck_assert_msg(got == id, "a DELETE answered before the writer ran (%llu)", (unsigned long long)got);
+        done = !!(fl & SMOL_EV_TERMINAL);
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    smol_spill_pause(rig_spill, 0);
+    int acked = 0, unknown = 0;
+    for (int open = 2; open > 0; open--) {
+        const uint64_t got = recv_event(&g, &fl, &ev);
+        ck_assert(fl & SMOL_EV_TERMINAL);
+        if (got == q1) acked = ev->kind_case == SMOLLM3__EVENT__KIND_ACK;
+        else if (got == q2) unknown = ev->kind_case == SMOLLM3__EVENT__KIND_ERROR;
+        else ck_abort_msg("event of %llu", (unsigned long long)got);
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    ck_assert_msg(acked, "the DELETE of the session on disk was not acknowledged");
+    ck_assert_msg(unknown, "the DELETE of a session without a file was not refused");
+    ck_assert(!smol_spill_has(other, "dd"));
+    rig_close(&g);
+    smol_spill_close(&other);
+    shared_node_close(&m, dir);
+}
+END_TEST
+
 /* The engine sweeps its spill directory at start (then every minute):
  * a file nobody wrote or read for the TTL (kv_spill_ttl, at least
  * session_ttl: 3600 s here) goes with its lock file; a fresh one stays. */
@@ -1909,6 +2015,8 @@ Suite *test_suite(void)
     tcase_add_test(tl, t_lease_wait_alone);
     tcase_add_test(tl, t_spill_sweep_at_start);
     tcase_add_test(tl, t_lease_off_engine_thread);
+    tcase_add_test(tl, t_lease_kept_while_read);
+    tcase_add_test(tl, t_delete_on_disk_shared);
     suite_add_tcase(s, tl);
     TCase *sc = tcase_create("sched");     /* the scheduler: step budget, tenants' shares, tiers */
     tcase_set_timeout(sc, 240);

@@ -225,6 +225,7 @@ void smol_engine_finish(struct smol_engine *e, struct req *q, int reason)
     }
     if (q->state == RS_QUEUED) { smol_engine_list_remove(&e->queue, q); e->n_queued--; }
     else { smol_engine_list_remove(&e->running, q); e->n_running--; }
+    if (q->lease_kept) smol_sessions_unlease(&e->sessions, q->r->tenant, q->r->session); /* (ended queued) */
     q->state = RS_DONE;
     smol_engine_req_free(q);
 }
@@ -240,6 +241,7 @@ void smol_engine_reject(struct smol_engine *e, struct req *q, enum smol_err code
     if (q->anon) smol_sessions_remove(&e->sessions, q->anon);
     if (q->state == RS_QUEUED) { smol_engine_list_remove(&e->queue, q); e->n_queued--; }
     else if (q->state != RS_DONE) { smol_engine_list_remove(&e->running, q); e->n_running--; }
+    if (q->lease_kept) smol_sessions_unlease(&e->sessions, q->r->tenant, q->r->session);
     smol_engine_req_free(q);
 }
 
@@ -549,15 +551,17 @@ static int handle_cmd(struct smol_engine *e)
 static void *engine_main(void *arg)
 {
     struct smol_engine *e = arg;
+    pthread_setname_np(pthread_self(), "smol-engine"); /* (tests/spill/slowfs.c logs calls by thread name) */
     int drained_sent = 0, spilled_one = 0;
     double last_expire = smol_mono_s(), last_sweep = 0; /* (a sweep at start) */
     while (!atomic_load_explicit(&e->stop, memory_order_acquire)) {
         int runnable = e->n_queued > 0 && !e->waiting_read;
         for (struct req *q = e->running; q && !runnable; q = q->next) runnable = (!q->paused && !q->preempted) || q->cancelled;
         zmq_pollitem_t it = {.socket = e->sock, .events = ZMQ_POLLIN};
-        long timeout = runnable || spilled_one ? 0 : e->waiting_read ? 2 : e->n_running ? 10 : 1000;
+        long timeout = runnable || spilled_one ? 0 : e->waiting_read || e->n_deletes ? 2 : e->n_running ? 10 : 1000;
         if (zmq_poll(&it, 1, timeout) < 0 && zmq_errno() == ETERM) break;
         while (handle_cmd(e)) {}
+        if (e->n_deletes) smol_engine_poll_deletes(e);
         double now = smol_mono_s();
         if (e->draining && now > e->drain_deadline)
             for (struct req *q = e->running; q; q = q->next) q->cancelled = 1;

@@ -174,7 +174,9 @@ static int admit_lookup(struct smol_engine *e, struct req *q, double now, struct
             q->waits_alone = 1;
             return 0;
         }
-        const int lr = smol_sessions_lease_async(&e->sessions, r->tenant, r->session);
+        /* (kept from the last try, which waited for the file: held) */
+        const int lr = q->lease_kept ? SMOL_LEASE_HELD : smol_sessions_lease_async(&e->sessions, r->tenant, r->session);
+        q->lease_kept = 0;
         if (lr == SMOL_LEASE_PENDING && now - r->t_received <= e->cfg.queue_timeout_s) {
             e->waiting_read = 1;    /* asked on the spill's lease thread: the answer next time */
             q->waits_alone = 1;
@@ -464,7 +466,11 @@ int smol_engine_try_admit(struct smol_engine *e, struct req *q, double now)
         (rc = admit_checks(e, q, &a)) <= 0 || (rc = admit_prefix(e, q, now, &a)) <= 0 ||
         (rc = admit_kv(e, q, now, &a)) <= 0 || (rc = admit_commit(e, q, now, &a)) <= 0 ||
         (rc = admit_start(e, q)) <= 0) {
-        if (a.leased) smol_sessions_unlease(&e->sessions, a.tenant, a.session);
+        /* waiting for its file (read on the spill's writer thread): the
+         * lease stays with the request, not given back and asked again
+         * (a round trip each on a slow file server); else given back */
+        if (a.leased && rc == 0 && q->waits_alone) q->lease_kept = 1;
+        else if (a.leased) smol_sessions_unlease(&e->sessions, a.tenant, a.session);
         return rc;
     }
     smol_engine_list_remove(&e->queue, q);

@@ -42,6 +42,9 @@ struct req {
     int passed;                     /* this step's admission went past it (it waits alone) */
     double lease_ask_at;            /* CLOCK_MONOTONIC s: its lease (held elsewhere) asked again then */
     double lease_wait;              /* s: the wait before that (2 ms, doubling to 50 ms) */
+    int lease_kept;                 /* it holds its session's lease while it waits for the session's
+                                       (or a prefix's) file to be read: not asked again (given back
+                                       when it is refused or ends queued) */
     int thinking, cancelled, paused, finished;
     int lost;                       /* an event of its stream could not be made or sent (out of
                                        memory): it stops and ends with an error, never with a Done
@@ -121,6 +124,13 @@ struct smol_engine {
     uint64_t n_preemptions;         /* requests preempted, all tenants */
     int draining;
     int waiting_read;           /* the queue head waits for its session file (smol_spill_prefetch) */
+    /* DELETEs of sessions only in a shared spill directory, answered once
+     * the spill's writer found whether the file was there (engine_query.c) */
+    struct pending_delete {
+        uint64_t id, request_id, ticket;
+        char session[SMOL_SESSION_ID_MAX + 1];
+    } deletes[16];
+    int n_deletes;
     atomic_int stop;                /* set by smol_engine_stop on another thread (release), read by the loop (acquire) */
     double drain_deadline;
     /* step scratch, sized once */
@@ -330,5 +340,6 @@ int smol_engine_fair_stats(struct smol_engine *e, Smollm3__TenantStats **out_v, 
 
 /* Answers a stats / session / health query (engine_query.c). */
 void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t *data, size_t len);
+void smol_engine_poll_deletes(struct smol_engine *e);
 
 #endif

@@ -22,6 +22,29 @@ static uint64_t session_kv_bytes(const struct smol_kv *kv, const struct smol_ses
            smol_kv_bytes_per_token(kv->n_layers, kv->n_kv_heads, kv->head_dim, kv->type);
 }
 
+/* The DELETEs waiting for the spill's writer: an Ack when the file was
+ * there, else ERROR_UNKNOWN_SESSION (as a DELETE answered at once). */
+void smol_engine_poll_deletes(struct smol_engine *e)
+{
+    for (int i = 0; i < e->n_deletes;) {
+        struct pending_delete *d = &e->deletes[i];
+        const int found = smol_sessions_removal_done(&e->sessions, d->ticket);
+        if (found < 0) { i++; continue; }
+        if (found) {
+            Smollm3__Event ev = SMOLLM3__EVENT__INIT;
+            Smollm3__Ack ack = SMOLLM3__ACK__INIT;
+            ev.request_id = d->request_id;
+            ev.kind_case = SMOLLM3__EVENT__KIND_ACK;
+            ev.ack = &ack;
+            smol_engine_send_event(e, d->id, SMOL_EV_TERMINAL, &ev);
+        } else {
+            char msg[SMOL_UNKNOWN_SESSION_MSG];
+            smol_engine_send_error(e, d->id, d->request_id, SMOL_ENOSESSION, smol_unknown_session_msg(msg, d->session));
+        }
+        *d = e->deletes[--e->n_deletes];
+    }
+}
+
 void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t *data, size_t len)
 {
     Smollm3__Request *rq = smollm3__request__unpack(NULL, len, data);
@@ -172,6 +195,21 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         const char *sid = get ? rq->session_get->session_id : rq->session_delete->session_id;
         const char *tenant = get ? rq->session_get->tenant : rq->session_delete->tenant;
         struct smol_session *x = sid && sid[0] ? smol_sessions_find(&e->sessions, tenant, sid) : NULL;
+        /* a shared directory: whether the file is there is found on the
+         * spill's writer thread as it removes it; answered then
+         * (smol_engine_poll_deletes) */
+        if (!x && !get && sid && sid[0] && smol_sessions_shared(&e->sessions) &&
+            e->n_deletes < (int)(sizeof e->deletes / sizeof e->deletes[0])) {
+            const uint64_t t = smol_sessions_remove_file_report(&e->sessions, tenant, sid);
+            if (t) {
+                struct pending_delete *d = &e->deletes[e->n_deletes++];
+                d->id = id;
+                d->request_id = rq->request_id;
+                d->ticket = t;
+                snprintf(d->session, sizeof d->session, "%s", sid);
+                break;
+            }
+        }
         if (!x && !get && sid && sid[0] && smol_sessions_has_file(&e->sessions, tenant, sid)) {
             /* only on disk */
             Smollm3__Ack ack = SMOLLM3__ACK__INIT;

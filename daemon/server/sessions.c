@@ -197,25 +197,30 @@ static void take_record(struct smol_session *x, struct smol_spill_record *rec)
     smol_session_changed(x);
 }
 
-static void spill(struct smol_sessions *s, struct smol_session *x)
+/* Returns 0, or -1 when the session's lease is being asked on the spill's
+ * lease thread (can_wait: written later; nothing done). */
+static int spill(struct smol_sessions *s, struct smol_session *x, int can_wait)
 {
     char err[SMOL_ERRLEN], key[SMOL_SPILL_KEY_MAX + 1];
     const struct smol_spill_record rec = record_of(x);
     /* a shared directory: a named session is written under its lease; one
      * this node does not hold (another node's now), or whose file another
      * node wrote since (this copy is stale), is not written (nor tried
-     * again until it changes) */
+     * again until it changes).  Its lease is asked on the lease thread
+     * when the write can wait (spill_one); an eviction, which cannot, takes
+     * it here (a session whose write-through failed: rare) */
     const int take = x->id[0] && !x->leased && smol_spill_shared(s->spill);
     if (take) {
         smol_spill_key(x->tenant, x->id, key);
-        const int lr = smol_spill_lease(s->spill, key);
+        const int lr = can_wait ? smol_spill_lease_async(s->spill, key) : smol_spill_lease(s->spill, key);
+        if (lr == SMOL_LEASE_PENDING) return -1;
         if (lr == SMOL_LEASE_CHANGED) {
             smol_log_info("spill: session '%s' not written: another node wrote it since", key);
             smol_spill_unlease(s->spill, key);
         }
         if (lr != SMOL_LEASE_HELD) {
             x->on_disk = 1;
-            return;
+            return 0;
         }
     }
     /* on_disk once queued (the spill retries a write that fails until it is
@@ -231,6 +236,7 @@ static void spill(struct smol_sessions *s, struct smol_session *x)
         x->save_failures = 0;
     }
     if (take) smol_spill_unlease(s->spill, key); /* the write holds its own reference */
+    return 0;
 }
 
 /* x's history belongs on disk: a named session, or a cached prefix long
@@ -244,7 +250,7 @@ static int wants_file(const struct smol_session *x)
 
 void smol_sessions_evict(struct smol_sessions *s, struct smol_session *x)
 {
-    if (s->spill && wants_file(x)) spill(s, x);
+    if (s->spill && wants_file(x)) spill(s, x, 0);
     if (x->id[0]) s->n_evicted++;
     smol_sessions_remove(s, x);
 }
@@ -253,10 +259,10 @@ int smol_sessions_spill_one(struct smol_sessions *s, int with_prefixes)
 {
     if (!s->spill) return 0;
     for (struct smol_session *x = s->tail; x; x = x->prev)
-        if (!x->busy && (x->id[0] || with_prefixes) && wants_file(x)) {
-            spill(s, x);
-            return 1;
-        }
+        if (!x->busy && (x->id[0] || with_prefixes) && wants_file(x))
+            /* (the idle write-behind asks for a lease on the lease thread and
+             * writes on a later call; a drain, with_prefixes, cannot wait) */
+            return spill(s, x, !with_prefixes) == 0;
     return 0;
 }
 
@@ -338,6 +344,18 @@ void smol_sessions_remove_file(struct smol_sessions *s, const char *tenant, cons
     if (s->spill) smol_spill_remove(s->spill, key);
 }
 
+uint64_t smol_sessions_remove_file_report(struct smol_sessions *s, const char *tenant, const char *id)
+{
+    char key[SMOL_SPILL_KEY_MAX + 1];
+    smol_spill_key(tenant, id, key);
+    return s->spill ? smol_spill_remove_report(s->spill, key) : 0;
+}
+
+int smol_sessions_removal_done(struct smol_sessions *s, uint64_t ticket)
+{
+    return s->spill ? smol_spill_removal_done(s->spill, ticket) : 0;
+}
+
 void smol_sessions_sweep_files(struct smol_sessions *s, double ttl_s)
 {
     if (s->spill) smol_spill_sweep(s->spill, ttl_s);
@@ -398,7 +416,7 @@ int smol_sessions_settle(struct smol_sessions *s)
     for (struct smol_session *x = s->head, *nx; x && s->n_leased; x = nx) {
         nx = x->next;
         if (!x->leased || x->busy) continue;
-        if (wants_file(x)) spill(s, x);  /* written through, under the lease */
+        if (wants_file(x)) spill(s, x, 0);  /* written through, under the lease (held: no ask) */
         unlease(s, x);
         n++;
     }

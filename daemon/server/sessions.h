@@ -97,7 +97,10 @@ void smol_sessions_touch(struct smol_sessions *s, struct smol_session *x, double
 void smol_sessions_evict(struct smol_sessions *s, struct smol_session *x);
 /* Writes one changed idle named session (with_prefixes: or cached prefix,
  * as smol_sessions_evict would) to the spill directory; 1 if one was
- * written (or failed), 0 when there is none. */
+ * written (or failed), 0 when there is none, or (not with_prefixes, a
+ * shared directory) when its lease is being asked on the spill's lease
+ * thread (written on a later call).  with_prefixes (the drain) takes a
+ * lease on the caller's thread. */
 int smol_sessions_spill_one(struct smol_sessions *s, int with_prefixes);
 /* tenant's session `id` read back from the spill directory as a new
  * session, most recently used, its KV in the pool (idle entries evicted to
@@ -124,6 +127,10 @@ int smol_sessions_read_prefix(struct smol_sessions *s, const char *tenant, const
 int smol_sessions_has_file(const struct smol_sessions *s, const char *tenant, const char *id);
 /* Removes the file of tenant's session id, if any. */
 void smol_sessions_remove_file(struct smol_sessions *s, const char *tenant, const char *id);
+/* A shared spill directory: smol_spill_remove_report / smol_spill_removal_done
+ * (whether the file was there, found on the spill's writer thread). */
+uint64_t smol_sessions_remove_file_report(struct smol_sessions *s, const char *tenant, const char *id);
+int smol_sessions_removal_done(struct smol_sessions *s, uint64_t ticket);
 /* Has the spill sweep its directory: files nobody used for ttl_s go (spill.h, smol_spill_sweep). */
 void smol_sessions_sweep_files(struct smol_sessions *s, double ttl_s);
 /* A shared spill directory (spill.h): a node holds a session's lease from

@@ -107,7 +107,7 @@
  * NFS lease) and the write is dropped, counted (lease_lost), the file left
  * as the other node made it.
  * Fencing (a node whose lock is broken after that check, before its bytes
- * land): appends and whole files are fenced, removals are not.  A node appends
+ * land): appends, whole files and removals are fenced.  A node appends
  * only to a file it made (a base of its own, its file id in every record)
  * and checks that id through the descriptor it writes with; a node that
  * takes a session over (CHANGED, or a file it read but did not make)
@@ -126,9 +126,15 @@
  * late write, retried, is dropped: lease lost), or, if it fires while the
  * new holder's own temporary file is being written, publishes that one,
  * whose own rename then fails and is retried (the new holder's turn is
- * late, never lost while it runs).  Not fenced: a removal's unlink that
- * passes the check and lands after another node's write removes that
- * node's file.
+ * late, never lost while it runs).  A removal under the lease renames the
+ * file aside to a name of this node's (.tmp-rm-<hash>-<node>), then reads
+ * its first record's generation: a file written after the removal's check
+ * (by a node that took the lease over) has a later one than the removal
+ * advanced to, and is linked back under its name (unless a newer file is
+ * there: linkat never replaces) and kept (lease_lost); else the file
+ * aside is removed (test_spill t_shared_fence_remove).  The cost of a late
+ * removal is at most that node's append meanwhile (its file is aside: the
+ * append finds no file, and the next write is whole).
  * A save of a session whose lease this node
  * does not hold is refused (unleased_refused).  A lock file is removed
  * with its session's file, by the node holding its lock, while no other
@@ -319,6 +325,15 @@ int smol_spill_best_prefix(struct smol_spill *sp, const char *tenant, const int3
 
 /* Removes the file of key id, if any. */
 void smol_spill_remove(struct smol_spill *sp, const char *id);
+/* A shared directory: smol_spill_remove that also tells whether the
+ * session's file was there, found on the writer thread (no filesystem call
+ * on the caller's): a ticket (> 0) for smol_spill_removal_done, or 0 (too
+ * many answers pending, or no memory: nothing queued). */
+uint64_t smol_spill_remove_report(struct smol_spill *sp, const char *id);
+/* -1: not known yet; 0: the file was not there; 1: it was (removed, or
+ * left to another node that holds or wrote it).  Answered once: the
+ * ticket is forgotten then. */
+int smol_spill_removal_done(struct smol_spill *sp, uint64_t ticket);
 /* The same for a copy in memory that expired: in a shared directory the
  * file is removed only when no other node wrote it since this node last
  * saw it (else it is another node's conversation, going on there). */

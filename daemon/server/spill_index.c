@@ -6,9 +6,11 @@
  * shared directory), the budget's least-recently-used trim, and the
  * lookups of cached prefixes by longest common prefix.
  *
- * Engine thread only (the index has no lock).  The scan at open and a
- * lease taken here (smol_spill_lease_take, for a removal) touch the
- * filesystem on the caller's thread; everything else queues.
+ * Engine thread only (the index has no lock).  The scan at open touches
+ * the filesystem on the caller's thread, and smol_spill_has stats a file
+ * whose lease this node does not hold (a DELETE of a session only on
+ * disk, when smol_spill_remove_report has no room); everything else queues: a removal's lease is taken by the writer
+ * thread when its turn comes (smol_spill_lease_for_removal).
  */
 #include "daemon/server/spill_internal.h"
 #include "daemon/server/log.h"
@@ -72,46 +74,32 @@ int smol_spill_put_ent(struct smol_spill *sp, const char *name, uint64_t bytes, 
     return 0;
 }
 
-#define RM_SAME_GEN 0   /* only if nobody wrote it since this node last saw it */
-#define RM_ANY_GEN 1    /* whoever wrote it last */
-#define RM_UNUSED 2     /* the budget: as RM_SAME_GEN, or, a file indexed from the directory (an
-                           earlier process's, another node's), if unused since it was indexed */
+/* In a shared directory the file is removed under its lease, which the
+ * writer thread takes when the removal's turn comes (no filesystem call
+ * here: smol_spill_lease_for_removal), as `mode` says, and its lock file
+ * with it (spill.h); the index forgets it either way. */
+static void unlink_file_report(struct smol_spill *sp, const char *name, int mode, uint64_t report);
 
-/* In a shared directory the file is removed under its lease (taken here if
- * need be), as `mode` says, and its lock file with it (spill.h); the index
- * forgets it either way. */
 static void unlink_file_gen(struct smol_spill *sp, const char *name, int mode)
+{
+    unlink_file_report(sp, name, mode, 0);
+}
+
+/* report: a ticket the writer answers (the file was there or not) */
+static void unlink_file_report(struct smol_spill *sp, const char *name, int mode, uint64_t report)
 {
     struct entry *e = smol_spill_find_ent(sp, name);
     const int64_t indexed = e && e->disk_stamp ? e->stamp : 0;
     if (e) smol_spill_drop_ent(sp, e);
     smol_spill_drop_ready(sp, name);
-    int leased = 0;
-    int64_t unused_since = 0;
-    if (sp->shared) {
-        const int r = smol_spill_lease_take(sp, name);
-        /* (CHANGED: lease_take read the generation now on disk, which the
-         * writer checks again before it removes the file) */
-        if (r == SMOL_LEASE_CHANGED && mode == RM_UNUSED && indexed) unused_since = indexed;
-        if (r == SMOL_LEASE_HELD || (r == SMOL_LEASE_CHANGED && (mode == RM_ANY_GEN || unused_since))) {
-            leased = 1;
-        } else {
-            if (r == SMOL_LEASE_CHANGED) {
-                pthread_mutex_lock(&sp->mu);
-                smol_spill_lease_put_locked(sp, name);
-                pthread_mutex_unlock(&sp->mu);
-            }
-            smol_log_info("spill: %s/%s left in place: %s", sp->dir, name,
-                          r == SMOL_LEASE_CHANGED ? "another node wrote it since" : "another node holds it");
-            return;
-        }
-    }
     struct job *j = calloc(1, sizeof *j);
-    if (j) j->leased = leased;
-    if (!j && leased) { /* no memory for a job: not removed (a shared file is removed only by the writer) */
-        pthread_mutex_lock(&sp->mu);
-        smol_spill_lease_put_locked(sp, name);
-        pthread_mutex_unlock(&sp->mu);
+    if (!j && sp->shared) { /* no memory for a job: not removed (a shared file is removed only by the writer) */
+        smol_log_warn("spill: %s/%s left in place: out of memory", sp->dir, name);
+        if (report) {
+            pthread_mutex_lock(&sp->mu);
+            smol_spill_answer_locked(sp, report, 1);
+            pthread_mutex_unlock(&sp->mu);
+        }
         return;
     }
     if (!j) { /* no memory for a job: remove it here, after what is queued */
@@ -121,7 +109,10 @@ static void unlink_file_gen(struct smol_spill *sp, const char *name, int mode)
         return;
     }
     j->kind = JOB_UNLINK;
-    j->unused_since = unused_since;
+    j->report = report;
+    j->rm_take = sp->shared;
+    j->rm_mode = mode;
+    j->indexed = indexed;
     snprintf(j->name, sizeof j->name, "%s", name);
     smol_spill_enqueue(sp, j);
 }
@@ -305,6 +296,38 @@ void smol_spill_remove(struct smol_spill *sp, const char *id)
     smol_spill_file_name(id, name);
     /* (a shared directory's file may be one this node never indexed) */
     if (sp->shared || smol_spill_find_ent(sp, name)) smol_spill_unlink_file(sp, name);
+}
+
+uint64_t smol_spill_remove_report(struct smol_spill *sp, const char *id)
+{
+    smol_spill_reap_failed(sp);
+    char name[NAME_LEN + 1];
+    smol_spill_file_name(id, name);
+    pthread_mutex_lock(&sp->mu);
+    uint64_t t = 0;
+    if (sp->n_reports < (int)(sizeof sp->reports / sizeof sp->reports[0])) {
+        t = ++sp->next_ticket;
+        sp->reports[sp->n_reports].ticket = t;
+        sp->reports[sp->n_reports++].state = -1;
+    }
+    pthread_mutex_unlock(&sp->mu);
+    if (!t) return 0;
+    unlink_file_report(sp, name, RM_ANY_GEN, t);
+    return t;
+}
+
+int smol_spill_removal_done(struct smol_spill *sp, uint64_t ticket)
+{
+    int r = 0;  /* (a ticket not pending: not there) */
+    pthread_mutex_lock(&sp->mu);
+    for (int i = 0; i < sp->n_reports; i++)
+        if (sp->reports[i].ticket == ticket) {
+            r = sp->reports[i].state;
+            if (r >= 0) sp->reports[i] = sp->reports[--sp->n_reports];
+            break;
+        }
+    pthread_mutex_unlock(&sp->mu);
+    return r;
 }
 
 void smol_spill_expire(struct smol_spill *sp, const char *id)

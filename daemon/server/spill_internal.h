@@ -79,6 +79,13 @@ struct job {
     int tries;                          /* JOB_WRITE: attempts that failed (it waits for the next one) */
     int64_t unused_since;               /* JOB_UNLINK: removed only if its mtime is not later (ns; 0: any);
                                            JOB_SWEEP: the TTL (ns; 0: temporary files only) */
+    int rm_take;                        /* JOB_UNLINK, shared: the lease is taken by the writer (RM_* in
+                                           rm_mode), not the engine thread */
+    int rm_mode;
+    int64_t indexed;                    /* JOB_UNLINK, RM_UNUSED: the file's mtime when it was indexed (0: not
+                                           indexed from the directory) */
+    uint64_t report;                    /* JOB_UNLINK: its ticket (smol_spill_remove_report), or 0 */
+    int found;                          /* JOB_UNLINK with a report: the file was there */
     double not_before;                  /* smol_mono_s(): no attempt before (a failed write's backoff) */
 };
 
@@ -114,6 +121,10 @@ struct smol_spill {
     pthread_t lease_thread;     /* asks for leases (lock_open, the generation, the file's stat) */
     int have_lease_thread, lease_stop;
     pthread_cond_t lease_wake;  /* an ask queued */
+    struct { uint64_t ticket; int state; } reports[32]; /* removals' answers (smol_spill_remove_report),
+                                                           under mu: state -1 pending, 0/1 answered */
+    int n_reports;
+    uint64_t next_ticket;
     char node[80];              /* host name, pid and a count of this process's spills: in the names
                                    of our temporary files (but a leased session's) */
 };
@@ -149,6 +160,13 @@ struct lease {
  * waits for the writer (the engine's memory stays bounded) */
 #define SPILL_QUEUE_MAX ((uint64_t)1 << 30)
 #define LEASE_NONE (-9)         /* struct lease's answer: none waiting */
+#define LEASE_ASK_WRITER 3      /* struct lease's asking: the writer thread locks it for a removal */
+
+/* a removal in a shared directory (JOB_UNLINK's rm_mode) */
+#define RM_SAME_GEN 0   /* only if nobody wrote it since this node last saw it */
+#define RM_ANY_GEN 1    /* whoever wrote it last */
+#define RM_UNUSED 2     /* the budget: as RM_SAME_GEN, or, a file indexed from the directory (an
+                           earlier process's, another node's), if unused since it was indexed */
 
 #define TMP_AGE_NS (3600ll * 1000000000) /* a temporary file this old is no write under way */
 
@@ -205,10 +223,12 @@ void smol_spill_drop_extended(struct smol_spill *sp, const char *tenant, const i
 
 struct lease *smol_spill_lease_of(struct smol_spill *sp, const char *name, int add);
 void smol_spill_lease_put_locked(struct smol_spill *sp, const char *name);
+int smol_spill_lease_release_locked(struct smol_spill *sp, const char *name);
 int smol_spill_lock_open(struct smol_spill *sp, const char *lk, int *fd_out);
 int smol_spill_lease_take(struct smol_spill *sp, const char *name);
 void *smol_spill_lease_main(void *arg);
 int smol_spill_lease_advance(struct smol_spill *sp, const struct job *j, uint64_t *gen_out);
+int smol_spill_lease_for_removal(struct smol_spill *sp, struct job *j);
 
 /* ---- spill_writer.c: the writer thread ---- */
 
@@ -222,5 +242,6 @@ struct job *smol_spill_take_ready(struct smol_spill *sp, const char *name);
 void smol_spill_drop_ready(struct smol_spill *sp, const char *name);
 void smol_spill_release(struct smol_spill *sp, struct job *j);
 void smol_spill_reap_failed(struct smol_spill *sp);
+void smol_spill_answer_locked(struct smol_spill *sp, uint64_t ticket, int found);
 
 #endif

@@ -8,8 +8,11 @@
  * read and changed only under sp->mu.  The engine thread takes and gives
  * references (smol_spill_lease_async answers at once: held here, an answer
  * parked by the lease thread, or PENDING); smol_spill_lease_take locks on
- * the caller's thread (expiry, budget, a write not leased) with sp->mu held
- * over lock_open.  The lease thread (smol_spill_lease_main) locks, reads
+ * the caller's thread with sp->mu held over lock_open (smol_spill_lease:
+ * an eviction's or a drain's write of a session not leased, the tests).
+ * The writer thread takes a removal's lease itself
+ * (smol_spill_lease_for_removal: no mutex over lock_open; the record's
+ * asking = LEASE_ASK_WRITER meanwhile).  The lease thread (smol_spill_lease_main) locks, reads
  * the generation and stats the session file with no mutex held, then
  * parks the answer in the record; a lock nobody comes for within 2 s is
  * let go.  The writer thread calls smol_spill_lease_advance just before it
@@ -78,6 +81,19 @@ static uint64_t read_gen(int fd)
 }
 
 /* under sp->mu: drops one reference; the last one unlocks. */
+/* under sp->mu: as smol_spill_lease_put_locked, but the descriptor of the
+ * last reference is handed back (>= 0; the lock goes when the caller closes
+ * it, after it releases the mutex: on a network filesystem a close is a
+ * round trip), or -1. */
+int smol_spill_lease_release_locked(struct smol_spill *sp, const char *name)
+{
+    struct lease *l = smol_spill_lease_of(sp, name, 0);
+    if (!l || l->refs <= 0 || --l->refs > 0) return -1;
+    const int fd = l->fd;
+    l->fd = -1;
+    return fd;
+}
+
 void smol_spill_lease_put_locked(struct smol_spill *sp, const char *name)
 {
     struct lease *l = smol_spill_lease_of(sp, name, 0);
@@ -130,7 +146,7 @@ int smol_spill_lease_take(struct smol_spill *sp, const char *name)
         pthread_mutex_unlock(&sp->mu);
         return SMOL_LEASE_ERROR;
     }
-    if (l->refs > 0 && l->unlinked) { /* its removal is under way: asked again after it */
+    if ((l->refs > 0 && l->unlinked) || l->asking == LEASE_ASK_WRITER) { /* its removal is under way: asked again after it */
         pthread_mutex_unlock(&sp->mu);
         return SMOL_LEASE_ELSEWHERE;
     }
@@ -179,6 +195,7 @@ int smol_spill_shared(const struct smol_spill *sp)
 void *smol_spill_lease_main(void *arg)
 {
     struct smol_spill *sp = arg;
+    pthread_setname_np(pthread_self(), "spill-lease");
     pthread_mutex_lock(&sp->mu);
     for (;;) {
         struct lease *l = NULL;
@@ -187,14 +204,20 @@ void *smol_spill_lease_main(void *arg)
         if (sp->lease_stop) break;
         if (!l) { /* let go of the locks taken for turns that went away meanwhile */
             const double now = smol_mono_s();
-            int parked = 0;
-            for (int i = 0; i < sp->n_leases; i++) {
+            int parked = 0, fds[64], n_fds = 0;
+            for (int i = 0; i < sp->n_leases && n_fds < 64; i++) {
                 struct lease *o = &sp->leases[i];
                 if (o->refs > 0 || o->answer == LEASE_NONE) continue;
                 if (now - o->answered_at <= LEASE_ANSWER_KEEP_S) { parked = 1; continue; }
-                if (o->fd >= 0) close(o->fd);
+                if (o->fd >= 0) fds[n_fds++] = o->fd;
                 o->fd = -1;
                 o->answer = LEASE_NONE;
+            }
+            if (n_fds) { /* (closed with no mutex held: a round trip each on a network filesystem) */
+                pthread_mutex_unlock(&sp->mu);
+                for (int i = 0; i < n_fds; i++) close(fds[i]);
+                pthread_mutex_lock(&sp->mu);
+                continue;
             }
             if (parked) {
                 struct timespec ts;
@@ -242,6 +265,81 @@ void *smol_spill_lease_main(void *arg)
     }
     pthread_mutex_unlock(&sp->mu);
     return NULL;
+}
+
+/* Writer thread, a removal's turn (JOB_UNLINK, rm_take): takes a
+ * reference to the file's lease for the job (j->leased; given back when it
+ * is done), locking the lock file here when this node does not hold it,
+ * with no mutex held over the filesystem (the record says asking =
+ * LEASE_ASK_WRITER meanwhile: the engine thread's asks wait, PENDING).
+ * Then j->rm_mode decides as unlink_file_gen (spill_index.c) once did on
+ * the engine thread: 0, the file is to be removed (j->unused_since set for
+ * RM_UNUSED), or 1, left in place (logged; the reference given back). */
+int smol_spill_lease_for_removal(struct smol_spill *sp, struct job *j)
+{
+    int r = SMOL_LEASE_ERROR;
+    pthread_mutex_lock(&sp->mu);
+    struct lease *l = smol_spill_lease_of(sp, j->name, 1);
+    while (l && l->asking == 2) { /* the lease thread locks it now (a turn asked): its answer, then */
+        pthread_mutex_unlock(&sp->mu);
+        usleep(1000);
+        pthread_mutex_lock(&sp->mu);
+        l = smol_spill_lease_of(sp, j->name, 1);
+    }
+    int lock_here = 0;
+    if (!l) r = SMOL_LEASE_ERROR;
+    else if (l->refs > 0 && l->unlinked) r = SMOL_LEASE_ELSEWHERE; /* its removal is under way */
+    else if (l->refs > 0) { l->refs++; r = SMOL_LEASE_HELD; }
+    else if (l->fd >= 0) { /* locked by the lease thread, its answer not taken yet: taken here */
+        r = l->answer;
+        l->answer = LEASE_NONE;
+        l->refs = 1;
+    } else { /* (an ask queued for the lease thread is taken over: the turn then shares the lease) */
+        l->asking = LEASE_ASK_WRITER;
+        lock_here = 1;
+    }
+    pthread_mutex_unlock(&sp->mu);
+    if (lock_here) {
+        char lk[NAME_LEN + 8];
+        snprintf(lk, sizeof lk, "%.32s.lock", j->name);
+        int fd = -1;
+        const int lr = smol_spill_lock_open(sp, lk, &fd);
+        const int e = errno;
+        const uint64_t gen = lr ? 0 : read_gen(fd);
+        if (lr < 0) smol_log_warn("spill: %s/%s: cannot lock: %s", sp->dir, lk, strerror(e));
+        pthread_mutex_lock(&sp->mu);
+        l = smol_spill_lease_of(sp, j->name, 0); /* (kept while asking) */
+        l->asking = 0;
+        if (lr) {
+            if (lr > 0) sp->st.lease_refused++;
+            r = lr > 0 ? SMOL_LEASE_ELSEWHERE : SMOL_LEASE_ERROR;
+        } else {
+            r = gen != l->gen ? SMOL_LEASE_CHANGED : SMOL_LEASE_HELD;
+            l->fd = fd;
+            l->unlinked = 0;
+            l->refs = 1;
+            l->gen = gen;
+        }
+        pthread_mutex_unlock(&sp->mu);
+    }
+    /* (CHANGED: the generation now on disk was read, which lease_advance
+     * checks again before the file is removed) */
+    const int held = r == SMOL_LEASE_HELD || r == SMOL_LEASE_CHANGED;
+    j->unused_since = r == SMOL_LEASE_CHANGED && j->rm_mode == RM_UNUSED && j->indexed ? j->indexed : 0;
+    if (r == SMOL_LEASE_HELD || (r == SMOL_LEASE_CHANGED && (j->rm_mode == RM_ANY_GEN || j->unused_since))) {
+        j->leased = 1;
+        return 0;
+    }
+    if (held) {
+        pthread_mutex_lock(&sp->mu);
+        const int fd = smol_spill_lease_release_locked(sp, j->name);
+        pthread_mutex_unlock(&sp->mu);
+        if (fd >= 0) close(fd);
+    }
+    smol_log_info("spill: %s/%s left in place: %s", sp->dir, j->name,
+                  r == SMOL_LEASE_CHANGED ? "another node wrote it since"
+                  : r == SMOL_LEASE_ERROR ? "its lock file cannot be locked" : "another node holds it");
+    return 1;
 }
 
 int smol_spill_lease_async(struct smol_spill *sp, const char *id)
@@ -299,8 +397,9 @@ void smol_spill_unlease(struct smol_spill *sp, const char *id)
     char name[NAME_LEN + 1];
     smol_spill_file_name(id, name);
     pthread_mutex_lock(&sp->mu);
-    smol_spill_lease_put_locked(sp, name);
+    const int fd = smol_spill_lease_release_locked(sp, name);
     pthread_mutex_unlock(&sp->mu);
+    if (fd >= 0) close(fd); /* (no mutex held over it) */
 }
 
 int smol_spill_holds(struct smol_spill *sp, const char *id)

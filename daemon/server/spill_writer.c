@@ -6,9 +6,10 @@
  * (lease lost, file replaced) for the index to forget.
  *
  * Threads.  The writer thread (smol_spill_writer_main) takes a job under
- * sp->mu, then runs its filesystem calls with the mutex released (removing
- * a session's lock file, which must happen while no reference of this node
- * is taken, is the one call made under it); it never touches the index.
+ * sp->mu, then runs its filesystem calls with the mutex released (a
+ * session's lock file, removed while no other reference of this node is
+ * taken, is first marked unlinked under it: no reference is taken
+ * meanwhile); it never touches the index.
  * The engine thread queues jobs, takes read-ahead results and reaps the
  * dropped names into the index (smol_spill_reap_failed), all under sp->mu.
  * Jobs on one name never pass each other: an append waits behind a failed
@@ -171,29 +172,80 @@ static int forget_locked(struct smol_spill *sp, const char *name)
     return 0;
 }
 
+/* A removal under the lease, fenced (spill.h, Fencing): the file is
+ * renamed to a name of this node's first (atomic: whatever file is under
+ * the name then is the one taken), and its first record's generation
+ * read.  A file made after this node advanced the generation to `gen` (a
+ * node that took the lease over when this node's lock was broken, after
+ * the check) has a later one: it is linked back under its name (unless a
+ * newer file is there already) and kept.  0: removed (or none there),
+ * 1: another node's file, left in place, -1: an error (logged). */
+static int remove_fenced(struct smol_spill *sp, const struct job *j, uint64_t gen)
+{
+    char tomb[160];
+    snprintf(tomb, sizeof tomb, ".tmp-rm-%.32s-%s", j->name, sp->node);
+    if (renameat(sp->dirfd, j->name, sp->dirfd, tomb)) {
+        if (errno == ENOENT) return 0;
+        smol_log_warn("spill: cannot remove %s/%s: %s", sp->dir, j->name, strerror(errno));
+        return -1;
+    }
+    unsigned char raw[sizeof(struct smol_spill_header)];
+    struct smol_spill_header h;
+    int fd = openat(sp->dirfd, tomb, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    const int later = fd >= 0 && pread(fd, raw, sizeof raw, 0) == (ssize_t)sizeof raw &&
+                      !smol_spill_read_header(raw, sizeof raw, &h) && h.gen > gen;
+    if (fd >= 0) close(fd);
+    if (later) { /* (EEXIST: a newer file of that node is there already; this one is stale) */
+        const int back = !linkat(sp->dirfd, tomb, sp->dirfd, j->name, 0);
+        smol_log_warn("spill: session '%s' not removed from %s/%s: another node wrote it after this node's "
+                      "lease check (generation %llu > %llu: its lock was lost)%s", j->id[0] ? j->id : j->name,
+                      sp->dir, j->name, (unsigned long long)h.gen, (unsigned long long)gen,
+                      back ? "" : "; a newer file is there");
+        pthread_mutex_lock(&sp->mu);
+        sp->st.lease_lost++;
+        pthread_mutex_unlock(&sp->mu);
+    }
+    unlinkat(sp->dirfd, tomb, 0);
+    return later;
+}
+
 /* JOB_UNLINK: the file (unless the lease was lost, or, unused_since set, it
  * was used since), then, in a shared directory, its lock file, while the
- * lock is held and no other reference of this node needs it (spill.h). */
+ * lock is held and no other reference of this node needs it (spill.h).
+ * Under a lease the removal is fenced (remove_fenced). */
 static void run_unlink(struct smol_spill *sp, struct job *j)
 {
-    if (j->leased && smol_spill_lease_advance(sp, j, NULL)) return; /* another node's now: left alone */
+    uint64_t gen = 0;
     struct stat st;
+    if (j->report) j->found = !fstatat(sp->dirfd, j->name, &st, AT_SYMLINK_NOFOLLOW); /* (answered after) */
+    if (j->rm_take && smol_spill_lease_for_removal(sp, j)) return;   /* (logged) */
+    if (j->leased && smol_spill_lease_advance(sp, j, &gen)) return; /* another node's now: left alone */
     if (j->unused_since && !fstatat(sp->dirfd, j->name, &st, AT_SYMLINK_NOFOLLOW) && smol_spill_mtime_ns(&st) > j->unused_since) {
         smol_log_info("spill: %s/%s left in place: used since it was indexed", sp->dir, j->name);
         return;
     }
-    if (unlinkat(sp->dirfd, j->name, 0) && errno != ENOENT) {
+    if (j->leased) {
+        if (remove_fenced(sp, j, gen)) return;  /* (another node's file: nor its lock file) */
+    } else if (unlinkat(sp->dirfd, j->name, 0) && errno != ENOENT) {
         smol_log_warn("spill: cannot remove %s/%s: %s", sp->dir, j->name, strerror(errno));
         return;
     }
     if (!j->leased) return;
     char lk[NAME_LEN + 8];
     snprintf(lk, sizeof lk, "%.32s.lock", j->name);
+    /* (unlinked set first, under the mutex: no new reference is taken
+     * meanwhile, and no mutex is held over the unlink) */
     pthread_mutex_lock(&sp->mu);
     struct lease *l = smol_spill_lease_of(sp, j->name, 0);
-    if (l && l->refs == 1 && l->fd >= 0 && !unlinkat(sp->dirfd, lk, 0)) {
-        l->unlinked = 1;
-        l->gen = 0; /* a new lock file starts at 0: nothing on disk, as this node knows */
+    const int go = l && l->refs == 1 && l->fd >= 0 && !l->unlinked;
+    if (go) l->unlinked = 1;
+    pthread_mutex_unlock(&sp->mu);
+    if (!go) return;
+    const int gone = !unlinkat(sp->dirfd, lk, 0);
+    pthread_mutex_lock(&sp->mu);
+    if ((l = smol_spill_lease_of(sp, j->name, 0))) {
+        if (gone) l->gen = 0;   /* a new lock file starts at 0: nothing on disk, as this node knows */
+        else l->unlinked = 0;
     }
     pthread_mutex_unlock(&sp->mu);
 }
@@ -360,6 +412,7 @@ int smol_spill_busy_locked(const struct smol_spill *sp)
 void *smol_spill_writer_main(void *arg)
 {
     struct smol_spill *sp = arg;
+    pthread_setname_np(pthread_self(), "spill-writer");
     pthread_mutex_lock(&sp->mu);
     for (;;) {
         double until = 0;
@@ -413,8 +466,15 @@ void *smol_spill_writer_main(void *arg)
                 smol_log_warn("spill: session '%s' not written to %s/%s: given up at close after %d attempts", j->id,
                               sp->dir, j->name, j->tries + 1);
         }
-        if (j->leased) smol_spill_lease_put_locked(sp, j->name);
+        const int lfd = j->leased ? smol_spill_lease_release_locked(sp, j->name) : -1;
         j->leased = 0;
+        if (lfd >= 0) { /* the lease's last reference: closed with no mutex held (the job still queued:
+                           smol_spill_flush waits for it) */
+            pthread_mutex_unlock(&sp->mu);
+            close(lfd);
+            pthread_mutex_lock(&sp->mu);
+        }
+        if (j->kind == JOB_UNLINK && j->report) smol_spill_answer_locked(sp, j->report, j->found);
         if (j->kind == JOB_WRITE) {
             if (!bad) sp->st.write_s += dt;
             if (!bad) sp->st.bytes_written += j->bytes;
@@ -496,6 +556,13 @@ void smol_spill_release(struct smol_spill *sp, struct job *j)
     pthread_mutex_unlock(&sp->mu);
 }
 
+/* under sp->mu: a removal's answer (smol_spill_remove_report) */
+void smol_spill_answer_locked(struct smol_spill *sp, uint64_t ticket, int found)
+{
+    for (int i = 0; i < sp->n_reports; i++)
+        if (sp->reports[i].ticket == ticket) sp->reports[i].state = found;
+}
+
 /* Writes the writer could not finish leave the index (engine thread). */
 void smol_spill_reap_failed(struct smol_spill *sp)
 {
@@ -523,9 +590,27 @@ int smol_spill_prefetch(struct smol_spill *sp, const char *id)
         if (!strcmp(j->name, name)) last = j;
     int ready = 0;
     for (struct job *j = sp->ready; j && !ready; j = j->next) ready = !strcmp(j->name, name);
-    int rc = 1;
-    if (last) rc = last->kind != JOB_READ; /* a queued write's image is at hand; a read is under way */
-    else if (!ready) {
+    int rc = 1, base = 0, failing = 0;
+    for (struct job *j = sp->q_head; j; j = j->next)
+        if (!strcmp(j->name, name)) {
+            base |= j->kind == JOB_WRITE && j->off < 0;
+            failing |= j->tries > 0;
+        }
+    /* a read under way: wait for it; a queued base's image is at hand; only
+     * appends queued: the file is read behind them (unless one is failing:
+     * then the load reads the file itself, with their images) */
+    if (last) rc = last->kind == JOB_READ ? 0 : last->kind != JOB_WRITE || base || failing || ready;
+    if (!rc && last && last->kind == JOB_WRITE) {
+        struct job *j = calloc(1, sizeof *j);
+        if (j) {
+            j->kind = JOB_READ;
+            snprintf(j->name, sizeof j->name, "%s", name);
+            snprintf(j->id, sizeof j->id, "%s", id);
+            enqueue_locked(sp, j);
+        } else {
+            rc = 1;
+        }
+    } else if (!last && !ready) {
         struct job *j = calloc(1, sizeof *j);
         if (j) {
             j->kind = JOB_READ;

@@ -190,8 +190,9 @@ def wait_health(host, port, secs=60):
 
 
 class Node:
-    def __init__(self, net, tmp, i, shared_dir, spill=True, port=8080, host=None):
+    def __init__(self, net, tmp, i, shared_dir, spill=True, port=8080, host=None, env=None):
         self.net, self.tmp, self.i = net, tmp, i
+        self.env = env      # the daemon's extra environment (the slowfs shim); such a node runs on 127.0.0.1
         self.host = host or net.addr(i)
         self.port = port
         self.sock = os.path.join(tmp, "d%d.sock" % i)
@@ -205,19 +206,20 @@ class Node:
         dlog = open(os.path.join(self.tmp, "d%d.%d.log" % (self.i, n)), "wb")
         glog = open(os.path.join(self.tmp, "g%d.%d.log" % (self.i, n)), "wb")
         self.logs.append(dlog.name)
-        pre = self.net.prefix(self.i) if self.spill else []
+        pre = self.net.prefix(self.i) if self.spill and not self.env else []
         cmd = [os.path.join(ARGS.build, "bin/smollm3d"), "--model", FIXTURE, "--threads", "1",
                "--kv-budget-mb", "64", "--listen", self.endpoint]
         if self.spill:
             cmd += ["--kv-spill-dir", self.shared_dir, "--kv-spill-shared"]
-        self.daemon = subprocess.Popen(pre + cmd, stdout=dlog, stderr=subprocess.STDOUT, cwd=ROOT)
+        env = dict(os.environ, **self.env) if self.env else None
+        self.daemon = subprocess.Popen(pre + cmd, stdout=dlog, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
         self.start_gateway(glog)
         return self
 
     def start_gateway(self, glog=None):
         if glog is None:
             glog = open(os.path.join(self.tmp, "g%d.%d.log" % (self.i, len(self.logs))), "ab")
-        pre = self.net.prefix(self.i) if self.spill else []
+        pre = self.net.prefix(self.i) if self.spill and not self.env else []
         self.gateway = subprocess.Popen(pre + [os.path.join(ARGS.build, "bin/smollm3-gateway"), "--listen",
                                                "%s:%d" % (self.host, self.port), "--daemon", self.endpoint],
                                         stdout=glog, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -841,6 +843,182 @@ def part_metrics(nodes):
           "node (%d targets)" % len(targets))
 
 
+# ---------------------------------------------------------------- slowfs
+
+def stream_times(host, port, sid, messages, max_tokens, out):
+    """a streamed chat turn; out gets (the arrival time of each content chunk, content, error)"""
+    body = {"model": "smollm3", "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}, "session_id": sid}
+    c = http.client.HTTPConnection(host, port, timeout=120)
+    times, content = out.setdefault("times", []), []     # (times: filled as the chunks come)
+    try:
+        c.request("POST", "/v1/chat/completions", body=json.dumps(body),
+                  headers={"Content-Type": "application/json", "X-Session-Id": sid})
+        r = c.getresponse()
+        if r.status != 200:
+            raise RuntimeError("HTTP %d" % r.status)
+        for raw in r:
+            line = raw.decode().strip()
+            if line == "data: [DONE]":
+                break
+            if line.startswith("data: "):
+                for ch in json.loads(line[6:]).get("choices", []):
+                    d = ch.get("delta", {}).get("content")
+                    if d:
+                        times.append(time.monotonic())
+                        content.append(d)
+        out.update(times=times, content="".join(content), err=None)
+    except Exception as e:  # noqa: BLE001 (reported by the caller)
+        out.update(times=times, content="".join(content), err=str(e))
+    finally:
+        c.close()
+
+
+def slowfs_rounds(tmp, tag, ms, rounds, b_tokens):
+    """Two nodes on one shared directory: W (a plain filesystem) writes
+    sessions slow-a-K; P runs with the slowfs shim (every call under the
+    directory delayed ms; ms None: no shim, a local disk's speed).  Each
+    round P streams session slow-b-K (b_tokens tokens) and, once it streams,
+    gets slow-a-K's next turn (its lease and its file read back under the
+    slow filesystem), then deletes slow-a-K (its lease taken again, its
+    file removed), and in round 0 slow-d, which only W had (only on disk).  Returns (P, the shim's log lines, B's inter-token gaps
+    in s, B's gaps that overlap A's wait, A's cached tokens per round,
+    errors)."""
+    shared = os.path.join(tmp, "slowfs-%s" % tag)
+    os.makedirs(shared)
+    logf = os.path.join(tmp, "slowfs-%s.log" % tag)
+    env = {"SMOLLM3_SLOWFS_NODE": "1"}
+    if ms is not None:
+        env.update(LD_PRELOAD=os.path.join(ARGS.build, "lib", "libslowfs.so"), SMOL_SLOWFS_DIR=shared,
+                   SMOL_SLOWFS_MS=str(ms), SMOL_SLOWFS_LOG=logf)
+    net = Net("loopback")
+    w = Node(net, tmp, 20 + len(tag), shared, port=free_port(), host="127.0.0.1", env={"SMOLLM3_SLOWFS_NODE": "0"})
+    p = Node(net, tmp, 40 + len(tag), shared, port=free_port(), host="127.0.0.1", env=env)
+    gaps, overlap, cached, errors = [], [], [], []
+    try:
+        w.start()
+        p.start()
+        if not (w.healthy(90) and p.healthy(90)):
+            errors.append("nodes not healthy: " + p.log_text()[-400:])
+            return p, [], gaps, overlap, cached, errors
+        hist = {}
+        for k in range(rounds):
+            msgs = [{"role": "user", "content": "Round %d: tell me about the sea, the wind and the %s." %
+                     (k, " ".join("w%d" % (i * 31 + k) for i in range(60)))}]
+            content, _, _ = chat(w.host, w.port, "slow-a-%d" % k, msgs, False, max_tokens=8)
+            hist[k] = msgs + [{"role": "assistant", "content": content}]
+        chat(w.host, w.port, "slow-d", [{"role": "user", "content": "A session P never has."}], False, max_tokens=4)
+        time.sleep(0.5)     # written through on W, its leases given back
+        for k in range(rounds):
+            bout = {}
+            tb = threading.Thread(target=stream_times, args=(p.host, p.port, "slow-b-%d" % k,
+                                  [{"role": "user", "content": "Count slowly, round %d." % k}], b_tokens, bout))
+            tb.start()
+            t_end = time.monotonic() + 30   # B streams (its own lease taken under the slow filesystem first)
+            while len(bout.get("times", [])) < 20 and tb.is_alive() and time.monotonic() < t_end:
+                time.sleep(0.002)
+            t0 = time.monotonic()
+            try:
+                _, u, _ = chat(p.host, p.port, "slow-a-%d" % k, hist[k] + [{"role": "user", "content": "And then?"}],
+                               False, max_tokens=2)
+                cached.append((u.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
+            except RuntimeError as e:
+                errors.append("A round %d: %s" % (k, e))
+                cached.append(0)
+            t1 = time.monotonic()
+            # and its deletion, once its turn's write is done (the file removed under its lease, taken
+            # again: P gave it back after the turn)
+            time.sleep(1.5)
+            try:
+                with pyclient.Client(p.endpoint, PB) as c:
+                    c.session_delete("slow-a-%d" % k)
+                    if k == 0:  # only on disk, for P: its stat and removal on P's writer thread
+                        c.session_delete("slow-d")
+            except Exception as e:  # noqa: BLE001
+                errors.append("delete round %d: %s" % (k, e))
+            tb.join(120)
+            if bout.get("err"):
+                errors.append("B round %d: %s" % (k, bout["err"]))
+            ts = bout.get("times", [])
+            n_over = 0
+            for a, b in zip(ts, ts[1:]):
+                gaps.append(b - a)
+                if b > t0 and a < t1:
+                    overlap.append(b - a)
+                    n_over += 1
+            if n_over < 50 and ms is not None:  # (the scenario: B decodes while A waits; a local disk's wait is short)
+                errors.append("B round %d streamed %d tokens while A's turn waited (%d in all): too few to "
+                              "tell" % (k, n_over, len(ts)))
+        # the deleted sessions' files go (the removals on P's writer thread, 100 ms a call): B's stay
+        t_end = time.monotonic() + 10
+        while time.monotonic() < t_end:
+            kv = [f for f in os.listdir(shared) if f.endswith(".kv")]
+            if len(kv) == rounds:
+                break
+            time.sleep(0.1)
+        if len(kv) != rounds:
+            errors.append("%d session files left, %d expected (the deleted sessions' removed)" % (len(kv), rounds))
+    finally:
+        for n in (w, p):
+            for pr in (n.gateway, n.daemon):
+                if pr and pr.poll() is None:
+                    pr.kill()
+                    pr.wait()
+    lines = open(logf).read().splitlines() if os.path.exists(logf) else []
+    return p, lines, gaps, overlap, cached, errors
+
+
+def bench_slowfs(tmp, rounds):
+    """make bench-spill-slowfs: B's inter-token latency while A's lease and
+    file are taken, on a local disk vs the 100 ms shim"""
+    res = {}
+    for tag, ms in (("local", None), ("slow", 100)):
+        _, lines, gaps, overlap, cached, errors = slowfs_rounds(tmp, tag, ms, rounds, 2500)
+        res[tag] = (gaps, overlap)
+        eng = sum(ln.startswith("smol-engine ") for ln in lines)
+        print("%-6s B ITL p50 %.2f ms p99 %.2f ms max %.1f ms (%d gaps); while A waited: p99 %.2f ms, %d over 80 ms; "
+              "A cached %s; delayed calls %d (engine thread %d)%s" %
+              (tag, pct(gaps, 0.5) * 1e3, pct(gaps, 0.99) * 1e3, max(gaps or [0]) * 1e3, len(gaps),
+               pct(overlap, 0.99) * 1e3, sum(g > 0.08 for g in overlap), cached, len(lines), eng,
+               "; errors %s" % errors[:2] if errors else ""), flush=True)
+    lp, sp_ = pct(res["local"][0], 0.99), pct(res["slow"][0], 0.99)
+    print("ratio   B ITL p99 slow/local = %.2fx (goal <= 1.1x); p50 %.2fx" %
+          (sp_ / lp if lp else float("nan"),
+           pct(res["slow"][0], 0.5) / pct(res["local"][0], 0.5) if pct(res["local"][0], 0.5) else float("nan")))
+
+
+def part_slowfs(tmp):
+    """issue 46 item 2: a node whose shared directory answers every call
+    100 ms late (tests/spill/slowfs.c, LD_PRELOAD); session A's lease and
+    file are taken there, then the session deleted, while session B streams.
+    Asserted: no filesystem
+    call under the directory ran on the engine thread (the shim logs each
+    call's thread: none is smol-engine), while the spill's threads made
+    them; A restored its KV; B streamed while A waited.  Reported (not
+    asserted: timing): B's gaps over 80 ms while A waited."""
+    so = os.path.join(ARGS.build, "lib", "libslowfs.so")
+    if not check(os.path.exists(so), "slowfs: %s built" % so):
+        return
+    t_start = time.monotonic()
+    p, lines, gaps, overlap, cached, errors = slowfs_rounds(tmp, "t", 100, 2, 2500)
+    by = {}
+    for ln in lines:
+        by[ln.split(" ", 1)[0]] = by.get(ln.split(" ", 1)[0], 0) + 1
+    eng = [ln for ln in lines if ln.startswith("smol-engine ")]
+    print("    slowfs: %d delayed calls by thread %s; B's gaps while A waited: %d, max %.0f ms, %d over 80 ms "
+          "(%.1f s)" % (len(lines), by, len(overlap), max(overlap or [0]) * 1e3, sum(g > 0.08 for g in overlap),
+                        time.monotonic() - t_start), flush=True)
+    check(not errors, "slowfs: every turn answered, B streamed while A waited (%s)" % errors[:3])
+    check(by.get("spill-lease", 0) > 0 and by.get("spill-writer", 0) > 0,
+          "slowfs: the shim delayed the spill threads' calls (lease %d, writer %d)" %
+          (by.get("spill-lease", 0), by.get("spill-writer", 0)))
+    check(not eng, "slowfs: no filesystem call on the engine thread (%d: %s)" % (len(eng), eng[:6]))
+    check(cached and all(c > 0 for c in cached), "slowfs: A's KV restored under the slow filesystem (cached %s)"
+          % cached)
+    if eng or errors:
+        log(p.log_text()[-1500:])
+
+
 # ---------------------------------------------------------------- main
 
 LB_LOG = None
@@ -852,11 +1030,23 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--pb2-dir", required=True)
     ap.add_argument("--net", choices=("auto", "netns", "loopback"), default="auto")
+    ap.add_argument("--only-slowfs", action="store_true", help="only the slowfs part")
+    ap.add_argument("--bench-slowfs", type=int, metavar="ROUNDS", help="make bench-spill-slowfs: no test, the figures")
     ARGS = ap.parse_args()
     ARGS.build = os.path.abspath(ARGS.build)
     PB = pyclient.load_pb2(ARGS.pb2_dir)
     mode = ARGS.net if ARGS.net != "auto" else ("netns" if netns_usable() else "loopback")
     tmp = tempfile.mkdtemp(prefix="smollm3-scaleout.")
+    if ARGS.only_slowfs or ARGS.bench_slowfs:
+        try:
+            if ARGS.bench_slowfs:
+                bench_slowfs(tmp, ARGS.bench_slowfs)
+            else:
+                part_slowfs(tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            print("%d passed, %d failed" % (PASSED, FAILED), flush=True)
+        return
     shared = os.path.join(tmp, "shared-spill")
     net = Net(mode)
     print("# network: %s (%s)" % (mode, "a namespace per node, veth to a hub: 10.77.N.2" if mode == "netns"
@@ -882,6 +1072,7 @@ def main():
         part_race(nodes, shared)
         part_restore_4k(tmp, shared, nodes, net)
         part_metrics(nodes)
+        part_slowfs(tmp)
     finally:
         if nginx:
             nginx.terminate()
