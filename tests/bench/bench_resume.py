@@ -19,10 +19,11 @@ Two daemons (BUILD/bin/smollm3d, the fixture model unless --model) behind one ga
     streams were handed over, and how long the daemon took to exit;
   * the steady-state cost of the pool machinery (--pool-runs): the same daemon A serving the same
     N streams, behind a gateway with `--daemon A` alone and behind one with the pool
-    `--daemon A --daemon B`, B up and idle (connected, heartbeats, health and stats polled, in
-    every rendezvous) and the N prompts picked (one-token probes) so that the rendezvous sends
-    each of them to A; a fresh gateway per run, the two kinds interleaved (A/B/A/B...) so drift
-    cancels; inter-token latency p50 / p99 of all runs of each kind, and pool / single;
+    `--daemon A --daemon B`, B up and idle (connected: ZeroMQ heartbeats, health every 10 s,
+    stats every 2 s, a candidate in every rendezvous) and the N prompts picked (one-token
+    probes) so that the rendezvous sends each of them to A; a fresh gateway per run, the two kinds interleaved (single, pool, pool,
+    single, ...) so drift and order cancel; inter-token latency p50 / p99 of all runs of each
+    kind, pool / single, and the median of the per-pair ratios;
   * for reference, the streams split over a pool of two daemons (the same two CPU cores): ITL
     p50 / p99 through a gateway over one daemon and over two (not the pool's own cost).
 Prints one table; nothing is checked.
@@ -122,8 +123,8 @@ def steady(tmp, endpoint, extra, n, prompts):
     """One run: a fresh gateway over endpoint (+ extra), warmed, then n streams x 256 tokens; their gaps."""
     gw = tg.Gateway(endpoint, tmp, extra=extra)
     try:
-        if len(extra):
-            wait_pool(gw, 2)
+        wait_pool(gw, 1 + extra.count("--daemon"))      # every daemon up, then the same settling time
+        time.sleep(0.5)
         run(gw, n, 32, prompts=prompts)                  # warm
         return [g for t in run(gw, n, 256, prompts=prompts) for g in gaps(t)]
     finally:
@@ -185,7 +186,7 @@ def main():
     ap.add_argument("--history", default="32,256,1024", help="history lengths for the kill -9 pause")
     ap.add_argument("--sigterm-history", default="32,256,1024", help="history lengths for the SIGTERM pause "
                     "('' = not measured)")
-    ap.add_argument("--pool-runs", type=int, default=5, help="runs of each kind (single, pool) for the pool's "
+    ap.add_argument("--pool-runs", type=int, default=10, help="runs of each kind (single, pool) for the pool's "
                     "own cost, interleaved (0 = not measured)")
     ap.add_argument("--spill-history", default="256,1024", help="conversation lengths for restore vs recompute "
                     "('' = not measured)")
@@ -205,18 +206,26 @@ def main():
             on_a = prompts_on(gw, ds, 0, a.streams)
             gw.stop()
             itl = {"single": [], "pool": []}
+            pair = []                                   # per single/pool pair: (p50 ratio, p99 ratio)
             b0 = ds[1].stats()["requests_total"]
-            for _ in range(a.pool_runs):
-                for kind, extra in (("single", []), ("pool", ["--daemon", ds[1].endpoint])):
-                    itl[kind] += steady(tmp, ds[0].endpoint, extra, a.streams, on_a)
+            for r in range(a.pool_runs):
+                g = {}
+                kinds = (("single", []), ("pool", ["--daemon", ds[1].endpoint]))
+                for kind, extra in kinds[::1 if r % 2 == 0 else -1]:     # single, pool, pool, single, ...
+                    g[kind] = steady(tmp, ds[0].endpoint, extra, a.streams, on_a)
+                    itl[kind] += g[kind]
+                pair.append(tuple(pct(g["pool"], q) / pct(g["single"], q) for q in (50, 99)))
             if ds[1].stats()["requests_total"] != b0:
                 raise RuntimeError("daemon B served requests in the pool-cost runs")
             p = {k: (pct(v, 50), pct(v, 99)) for k, v in itl.items()}
             for kind, label in (("single", "gateway --daemon A"), ("pool", "gateway --daemon A --daemon B (B up, idle)")):
                 rows.append("ITL, all streams on A, %-42s p50 %6.2f ms  p99 %6.2f ms  (%d streams x 256 tokens x %d runs)"
                             % (label + ":", 1e3 * p[kind][0], 1e3 * p[kind][1], a.streams, a.pool_runs))
-            rows.append("ITL pool / single: p50 %.3fx  p99 %.3fx  (runs interleaved single/pool)"
-                        % (p["pool"][0] / p["single"][0], p["pool"][1] / p["single"][1]))
+            rows.append("ITL pool / single: p50 %.3fx  p99 %.3fx  (all runs' gaps together); per pair of runs, "
+                        "median p50 %.3fx  p99 %.3fx  (p99 range %.2f-%.2fx)"
+                        % (p["pool"][0] / p["single"][0], p["pool"][1] / p["single"][1],
+                           statistics.median(x[0] for x in pair), statistics.median(x[1] for x in pair),
+                           min(x[1] for x in pair), max(x[1] for x in pair)))
         # for reference: the streams split over two daemons on the same cores (not the pool's own cost)
         for label, extra in (("1 daemon", []), ("2 daemons, streams split", ["--daemon", ds[1].endpoint])):
             gw = tg.Gateway(ds[0].endpoint, tmp, extra=extra)
@@ -228,7 +237,7 @@ def main():
                         % (label, 1e3 * pct(itl, 50), 1e3 * pct(itl, 99), a.streams))
             gw.stop()
         gw = tg.Gateway(ds[0].endpoint, tmp, extra=["--daemon", ds[1].endpoint])
-        for h in [int(x) for x in a.history.split(",")]:
+        for h in [int(x) for x in a.history.split(",") if x]:
             pauses = []
             for _ in range(a.reps):
                 killed = []
