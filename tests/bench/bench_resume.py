@@ -62,13 +62,13 @@ def one_stream(gw, body, out, idx, progress):
     out[idx] = times
 
 
-def prompt(i):
+def bench_prompt(i):
     return "bench %d %s" % (i, "y" * (i % 16))
 
 
 def run(gw, n, max_tokens, during=None, prompts=None):
     out, prog = [None] * n, [0] * n
-    prompts = prompts or [prompt(i) for i in range(n)]
+    prompts = prompts or [bench_prompt(i) for i in range(n)]
     th = [threading.Thread(target=one_stream, args=(gw, {
         "messages": [{"role": "user", "content": prompts[i]}], "max_tokens": max_tokens,
         "stream": True, "temperature": 0, "chat_template_kwargs": {"enable_thinking": False}}, out, i, prog))
@@ -102,18 +102,23 @@ def metric(gw, name):
     return float(m.group(1)) if m else 0.0
 
 
+def daemon_of(gw, ds, p):
+    """The index in ds of the daemon the pool gateway gw routes prompt p to: a one-token probe."""
+    before = [d.stats()["requests_total"] for d in ds]
+    st, _ = tg.post_json(gw, "/v1/chat/completions", {"messages": [{"role": "user", "content": p}],
+                                                      "max_tokens": 1, "temperature": 0})
+    if st != 200:
+        raise RuntimeError("probe status %d" % st)
+    delta = [d.stats()["requests_total"] - x for d, x in zip(ds, before)]
+    return delta.index(max(delta))
+
+
 def prompts_on(gw, ds, want, n, limit=400):
-    """n prompts the pool gateway gw routes to ds[want] (its rendezvous), found by one-token probes."""
+    """n prompts the pool gateway gw routes to ds[want] (its rendezvous)."""
     got = []
     for i in range(limit):
-        before = [d.stats()["requests_total"] for d in ds]
-        st, _ = tg.post_json(gw, "/v1/chat/completions", {"messages": [{"role": "user", "content": prompt(i)}],
-                                                          "max_tokens": 1, "temperature": 0})
-        if st != 200:
-            raise RuntimeError("probe status %d" % st)
-        delta = [d.stats()["requests_total"] - x for d, x in zip(ds, before)]
-        if delta.index(max(delta)) == want:
-            got.append(prompt(i))
+        if daemon_of(gw, ds, bench_prompt(i)) == want:
+            got.append(bench_prompt(i))
             if len(got) == n:
                 return got
     raise RuntimeError("only %d of %d prompts route to daemon %d" % (len(got), n, want))
@@ -237,52 +242,41 @@ def main():
                         % (label, 1e3 * pct(itl, 50), 1e3 * pct(itl, 99), a.streams))
             gw.stop()
         gw = tg.Gateway(ds[0].endpoint, tmp, extra=["--daemon", ds[1].endpoint])
-        for h in [int(x) for x in a.history.split(",") if x]:
-            pauses = []
-            for _ in range(a.reps):
-                killed = []
+        on = [daemon_of(gw, ds, bench_prompt(i)) for i in range(a.streams)]    # each stream's daemon
+        for how, hist in (("kill -9", a.history), ("SIGTERM", a.sigterm_history)):
+            for h in [int(x) for x in hist.split(",") if x]:
+                pauses, moved, exits, resumed = [], [], [], 0
+                for _ in range(a.reps):
+                    stopped = []
+                    wait_pool(gw, 2)
+                    r0 = metric(gw, "smollm3_gateway_streams_resumed_total")
 
-                def kill(prog):
-                    deadline = time.monotonic() + 120
-                    while time.monotonic() < deadline and min(prog) < h:
-                        time.sleep(0.002)
-                    act = [d.stats()["requests_active"] for d in ds]
-                    v = ds[0] if act[0] >= act[1] else ds[1]
-                    v.kill()
-                    killed.append(v)
-                out = run(gw, a.streams, h + 128, kill)
-                pauses += [max(gaps(t)) for t in out if len(t) > 1]
-                killed[0].start()
-                gw.wait_ready(30)
-                time.sleep(1.5)                         # both up again
-            rows.append("pause at kill -9, history %5d tokens: p50 %7.1f ms  p99 %7.1f ms  (%d streams x %d runs)"
-                        % (h, 1e3 * statistics.median(pauses), 1e3 * pct(pauses, 99), a.streams, a.reps))
-        for h in [int(x) for x in a.sigterm_history.split(",") if x]:
-            pauses, exits, resumed = [], [], 0
-            for _ in range(a.reps):
-                stopped = []
-                wait_pool(gw, 2)
-                r0 = metric(gw, "smollm3_gateway_streams_resumed_total")
-
-                def term(prog):
-                    deadline = time.monotonic() + 120
-                    while time.monotonic() < deadline and min(prog) < h:
-                        time.sleep(0.002)
-                    act = [d.stats()["requests_active"] for d in ds]
-                    v = ds[0] if act[0] >= act[1] else ds[1]
-                    t = time.monotonic()
-                    v.stop()                            # SIGTERM, and wait for its exit
-                    exits.append(time.monotonic() - t)
-                    stopped.append(v)
-                out = run(gw, a.streams, h + 128, term)
-                pauses += [max(gaps(t)) for t in out if len(t) > 1]
-                resumed += metric(gw, "smollm3_gateway_streams_resumed_total") - r0
-                stopped[0].start()
-                wait_pool(gw, 2)
-            rows.append("pause at SIGTERM, history %5d tokens: p50 %7.1f ms  p99 %7.1f ms  (%d streams x %d runs; "
-                        "%d handed over; the daemon exited after %.2f s median)"
-                        % (h, 1e3 * statistics.median(pauses), 1e3 * pct(pauses, 99), a.streams, a.reps,
-                           resumed, statistics.median(exits)))
+                    def stop(prog):
+                        deadline = time.monotonic() + 120
+                        while time.monotonic() < deadline and min(prog) < h:
+                            time.sleep(0.002)
+                        act = [d.stats()["requests_active"] for d in ds]
+                        v = 0 if act[0] >= act[1] else 1
+                        t = time.monotonic()
+                        if how == "kill -9":
+                            ds[v].kill()
+                        else:
+                            ds[v].stop()                # SIGTERM, and wait for its exit
+                        exits.append(time.monotonic() - t)
+                        stopped.append(v)
+                    out = run(gw, a.streams, h + 128, stop)
+                    pauses += [max(gaps(t)) for t in out if len(t) > 1]
+                    moved += [max(gaps(t)) for i, t in enumerate(out) if len(t) > 1 and on[i] == stopped[0]]
+                    resumed += metric(gw, "smollm3_gateway_streams_resumed_total") - r0
+                    ds[stopped[0]].start()
+                    wait_pool(gw, 2)
+                rows.append("pause at %-7s, history %5d tokens: all streams p50 %7.1f ms  p99 %7.1f ms;  the %2d on "
+                            "the stopped daemon p50 %7.1f ms  max %7.1f ms  (%d streams x %d runs; %d resumed%s)"
+                            % (how, h, 1e3 * statistics.median(pauses), 1e3 * pct(pauses, 99), len(moved),
+                               1e3 * statistics.median(moved) if moved else float("nan"),
+                               1e3 * max(moved) if moved else float("nan"), a.streams, a.reps, resumed,
+                               "" if how == "kill -9" else
+                               "; the daemon exited %.2f s after SIGTERM, median" % statistics.median(exits)))
         for h in [int(x) for x in a.spill_history.split(",") if x]:
             for mode in ("recompute", "restore"):
                 pauses, restored, prompt = [], 0, 0
