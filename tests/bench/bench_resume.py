@@ -5,33 +5,36 @@ Two daemons (BUILD/bin/smollm3d, the fixture model unless --model) behind one ga
   * the pause at a kill -9: N concurrent streams, one daemon killed once every stream has
     streamed about H tokens; each stream's longest silence, p50 / p99 over --reps runs, for each
     history length H (a resumed stream's tokens are prefilled again on the other daemon, so the
-    pause grows with H: the answer's own tokens are never in the spill);
+    pause grows with H: the answer's own tokens are never in the spill); all streams, and apart
+    the ones on the daemon stopped (each prompt's daemon found by a one-token probe: the
+    rendezvous is fixed), the ones that were resumed;
+  * the pause at a SIGTERM (systemctl stop/restart) of one of the two daemons: the same N streams and
+    history lengths (--sigterm-history); the daemon gives each of its streams back at once
+    (ERROR_SHUTTING_DOWN: they were sent with `handover`) and the gateway resends them to the
+    other daemon with their tokens so far; each stream's longest silence as above, how many
+    streams were handed over, and how long the daemon took to exit;
   * restore from spill vs recompute, by conversation history (--spill-history): N conversations
     of about C tokens (one earlier turn), their next turn streaming on one daemon when it is
     killed, all resumed on the other; with a session_id on a shared spill directory
     (kv_spill_shared: the turn's history written through) the other daemon restores the
     conversation's KV from the spill; without one (the history sent as messages) it recomputes it.
     Each resumed stream's pause, p50 / max, and the tokens the other daemon restored;
-  * the pause at a SIGTERM (systemctl stop/restart) of one of the two daemons: the same N streams and
-    history lengths (--sigterm-history); the daemon gives each of its streams back at once
-    (ERROR_SHUTTING_DOWN: they were sent with `handover`) and the gateway resends them to the
-    other daemon with their tokens so far; each stream's longest silence, p50 / p99, how many
-    streams were handed over, and how long the daemon took to exit;
   * the steady-state cost of the pool machinery (--pool-runs): the same daemon A serving the same
     N streams, behind a gateway with `--daemon A` alone and behind one with the pool
     `--daemon A --daemon B`, B up and idle (connected: ZeroMQ heartbeats, health every 10 s,
     stats every 2 s, a candidate in every rendezvous) and the N prompts picked (one-token
-    probes) so that the rendezvous sends each of them to A; a fresh gateway per run, the two kinds interleaved (single, pool, pool,
-    single, ...) so drift and order cancel; inter-token latency p50 / p99 of all runs of each
-    kind, pool / single, and the median of the per-pair ratios;
+    probes) so that the rendezvous sends each of them to A; a fresh gateway per run, the two
+    kinds interleaved (single, pool, pool, single, ...) so drift and order cancel; inter-token
+    latency p50 / p99 of all runs of each kind, pool / single, and the median of the per-pair
+    ratios;
   * for reference, the streams split over a pool of two daemons (the same two CPU cores): ITL
     p50 / p99 through a gateway over one daemon and over two (not the pool's own cost).
 Prints one table; nothing is checked.
 """
 import argparse
 import json
-import re
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -223,8 +226,10 @@ def main():
             if ds[1].stats()["requests_total"] != b0:
                 raise RuntimeError("daemon B served requests in the pool-cost runs")
             p = {k: (pct(v, 50), pct(v, 99)) for k, v in itl.items()}
-            for kind, label in (("single", "gateway --daemon A"), ("pool", "gateway --daemon A --daemon B (B up, idle)")):
-                rows.append("ITL, all streams on A, %-42s p50 %6.2f ms  p99 %6.2f ms  (%d streams x 256 tokens x %d runs)"
+            for kind, label in (("single", "gateway --daemon A"),
+                                ("pool", "gateway --daemon A --daemon B (B up, idle)")):
+                rows.append("ITL, all streams on A, %-42s p50 %6.2f ms  p99 %6.2f ms  "
+                            "(%d streams x 256 tokens x %d runs)"
                             % (label + ":", 1e3 * p[kind][0], 1e3 * p[kind][1], a.streams, a.pool_runs))
             rows.append("ITL pool / single: p50 %.3fx  p99 %.3fx  (all runs' gaps together); per pair of runs, "
                         "median p50 %.3fx  p99 %.3fx  (p99 range %.2f-%.2fx)"
@@ -242,6 +247,7 @@ def main():
                         % (label, 1e3 * pct(itl, 50), 1e3 * pct(itl, 99), a.streams))
             gw.stop()
         gw = tg.Gateway(ds[0].endpoint, tmp, extra=["--daemon", ds[1].endpoint])
+        wait_pool(gw, 2)
         on = [daemon_of(gw, ds, bench_prompt(i)) for i in range(a.streams)]    # each stream's daemon
         for how, hist in (("kill -9", a.history), ("SIGTERM", a.sigterm_history)):
             for h in [int(x) for x in hist.split(",") if x]:
