@@ -403,9 +403,11 @@ bench-kv: deps
 	@$(MAKE) --no-print-directory $(PROGS)
 	@sh tests/bench_kv.sh $(BUILD)
 
-# bench-resume: the pause a client sees when one of two daemons behind a gateway is killed, by
-# history length (the answer's tokens; a conversation's: restore from a shared spill vs recompute),
-# and inter-token latency with one daemon vs a pool of two (tests/bench/bench_resume.py).
+# bench-resume: the pause a client sees when one of two daemons behind a gateway is killed (kill -9)
+# or stopped (SIGTERM: its streams handed over), by history length (the answer's tokens; a
+# conversation's: restore from a shared spill vs recompute), the pool's own cost (inter-token
+# latency of one daemon behind a gateway over it alone vs over a pool with a second, idle daemon,
+# interleaved runs), and one daemon vs two splitting the streams (tests/bench/bench_resume.py).
 bench-resume: deps
 	@$(MAKE) --no-print-directory $(PROGS)
 	@build/venv/bin/python3 tests/bench/bench_resume.py --build $(BUILD) $(BENCH_RESUME_ARGS)
