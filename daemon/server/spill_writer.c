@@ -600,24 +600,15 @@ int smol_spill_prefetch(struct smol_spill *sp, const char *id)
      * appends queued: the file is read behind them (unless one is failing:
      * then the load reads the file itself, with their images) */
     if (last) rc = last->kind == JOB_READ ? 0 : last->kind != JOB_WRITE || base || failing || ready;
-    if (!rc && last && last->kind == JOB_WRITE) {
+    /* a read queued: behind the appends, or of the file when nothing is queued on it */
+    if ((!rc && last && last->kind == JOB_WRITE) || (!last && !ready)) {
         struct job *j = calloc(1, sizeof *j);
+        rc = !j;
         if (j) {
             j->kind = JOB_READ;
             snprintf(j->name, sizeof j->name, "%s", name);
             snprintf(j->id, sizeof j->id, "%s", id);
             enqueue_locked(sp, j);
-        } else {
-            rc = 1;
-        }
-    } else if (!last && !ready) {
-        struct job *j = calloc(1, sizeof *j);
-        if (j) {
-            j->kind = JOB_READ;
-            snprintf(j->name, sizeof j->name, "%s", name);
-            snprintf(j->id, sizeof j->id, "%s", id);
-            enqueue_locked(sp, j);
-            rc = 0;
         }
     }
     pthread_mutex_unlock(&sp->mu);
