@@ -1456,6 +1456,10 @@ struct racer {
     unsigned seed;
     struct smol_spill_stats st;
 };
+/* turns each node has finished: a node starts its turn t only once the
+ * other finished t turns (lock-step rounds, in either order within one),
+ * so the two take turns however the machine schedules them */
+static atomic_int race_done[3];
 
 static void *race_main(void *arg)
 {
@@ -1467,6 +1471,7 @@ static void *race_main(void *arg)
     ss.vocab = rc->m->cfg.vocab;
     ss.spill = sp;
     for (int t = 0; t < RACE_TURNS;) {
+        for (int i = 0; i < 20000 && atomic_load(&race_done[3 - rc->node]) < t; i++) usleep(500);
         const int lr = smol_sessions_lease(&ss, "", "race");
         if (lr == SMOL_LEASE_ELSEWHERE) { rc->waited++; usleep(200); continue; }
         ck_assert_int_eq(lr == SMOL_LEASE_HELD || lr == SMOL_LEASE_CHANGED, 1);
@@ -1488,6 +1493,7 @@ static void *race_main(void *arg)
         x->busy = 0;
         ck_assert_int_eq(smol_sessions_settle(&ss), 1);
         t++;
+        atomic_store(&race_done[rc->node], t);
         if (t % 2) smol_spill_flush(sp); /* (else the next turn may find its own write still holding the lease) */
         usleep(200 + 100 * (unsigned)(rand_r(&rc->seed) % 20)); /* let the other one in */
     }
@@ -1503,6 +1509,7 @@ START_TEST(t_shared_race)
     struct rig g;
     if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
     struct racer r[2] = {{.g = &g, .node = 1, .seed = 1}, {.g = &g, .node = 2, .seed = 2}};
+    for (int i = 0; i < 3; i++) atomic_store(&race_done[i], 0);
     for (int i = 0; i < 2; i++) r[i].m = open_model("models/fixture-t.Q8_0.gguf", 0);
     pthread_t th[2];
     for (int i = 0; i < 2; i++) ck_assert(pthread_create(&th[i], NULL, race_main, &r[i]) == 0);
