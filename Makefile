@@ -47,7 +47,7 @@ PROGS    := $(patsubst main_%.c,$(BUILD)/bin/%,$(notdir $(MAINS)))
 TESTS    := $(patsubst tests/test_%.c,$(BUILD)/tests/test_%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 
-.PHONY: all test unit asan tsan fuzz deps clean check-headers bench bench-kv bench-resume bench-long run model install bench-grammar soak bench-spec gpu-check bench-spill-slowfs
+.PHONY: all test unit asan tsan fuzz deps clean check-headers bench bench-kv bench-resume bench-long run model install bench-grammar soak bench-spec bench-itl gpu-check bench-spill-slowfs
 .PHONY: pkgs-check pkgs-fuzz pkgs-bench no-check-note
 .DEFAULT_GOAL := all
 
@@ -438,6 +438,20 @@ bench-spec: deps
 	@[ -f build/models/smollm3-3b-synth.Q4_K_M.gguf ] || nice $(BUILD)/bin/smollm3 synth -o build/models/smollm3-3b-synth.Q4_K_M.gguf --preset smollm3-3b
 	@[ -x build/venv-llama/bin/python ] || echo "bench-spec: no build/venv-llama (make bench builds llama-cpp-python): llama.cpp n/a"
 	build/venv/bin/python tests/bench/spec_bench.py --build $(BUILD)
+
+# bench-itl: issue 47's freeze, measured: smollm3d + smollm3-gateway against llama-server on the
+# synthetic 3B, 4 streams of loadgen --mix chat --no-think with arrivals (closed loop, 90 s), same
+# CPU, same prompts through HTTP; ours with --step-budget-ms auto / 0 / 200 (the TTFT vs ITL
+# trade-off), then SmolLM2-135M at 8 and 32 streams (tests/bench/itl_bench.py, tests/load/README.md).
+# The peer is llama-server built once from the llama-cpp-python sdist's vendored llama.cpp
+# (tests/bench/itl_peer.sh, cached in build/wheels/<cpu key>-native/), else llama-cpp-python's
+# own server from build/venv-llama.  BENCH_ITL_ARGS, e.g. "--duration 120 --budgets auto,0,100".
+bench-itl: deps
+	@$(MAKE) --no-print-directory $(PROGS)
+	@sh tests/get_smollm2.sh >/dev/null
+	@[ -f build/models/smollm3-3b-synth.Q4_K_M.gguf ] || nice $(BUILD)/bin/smollm3 synth -o build/models/smollm3-3b-synth.Q4_K_M.gguf --preset smollm3-3b
+	@sh tests/bench/itl_peer.sh >/dev/null || echo "bench-itl: no llama-server: llama-cpp-python's server if build/venv-llama has it"
+	build/venv/bin/python tests/bench/itl_bench.py --build $(BUILD) $(BENCH_ITL_ARGS)
 
 # bench-grammar: token-mask time on the SmolLM3 vocabulary (tests/bench/bench_grammar.c) for
 # tests/grammar/schemas/ and the bench's own tests/bench/grammar/ (long bounded strings), then

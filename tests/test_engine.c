@@ -1666,8 +1666,11 @@ END_TEST
  * (700 ms beside 4 rows: (700 - 300 - 8) / 20 = 19.6 tokens), within 10%,
  * and follows a slow-down;
  * with no decode row (nobody waits) a step takes the whole cap; a prompt
- * always advances by min_chunk; budget 0 is off. */
+ * always advances by min_chunk, or by fewer (one at least) where those
+ * would cost over a quarter of the decode rows' time (cpu3b_ms: a prompt
+ * token costs a row's time, as a 3B's on a 2-core CPU); budget 0 is off. */
 static double cpu_like_ms(int rows, int prompt) { return 300 + 2.0 * rows + 20.0 * prompt; }
+static double cpu3b_ms(int rows, int prompt) { return 20 + 90.0 * rows + 100.0 * prompt; }
 START_TEST(t_step_budget_estimator)
 {
     struct smol_step_budget b;
@@ -1692,6 +1695,23 @@ START_TEST(t_step_budget_estimator)
     /* decode rows alone over the budget: the prompt still advances */
     ck_assert_int_eq(smol_step_budget_chunk(&b, 400, 252), b.min_chunk);
     ck_assert_int_eq(smol_step_budget_chunk(&b, 4, 5), 5);
+    /* a 3B on a 2-core CPU: a prompt token costs what a decode row does (~100 ms), so 8 of them
+     * beside 3 streams' rows would double the step: the chunk is what the budget leaves (2), and
+     * where the rows alone are over it, a quarter of their time's worth (one token at least) */
+    smol_step_budget_init(&b, 500);
+    ck_assert_int_eq(smol_step_budget_chunk(&b, 3, 252), b.first_chunk);
+    for (int i = 0; i < 5; i++) smol_step_budget_observe(&b, 4, 0, cpu3b_ms(4, 0));
+    ck_assert_msg(smol_step_budget_chunk(&b, 3, 252) <= 2, "first mixed step: a prompt token priced as a row");
+    for (int i = 0; i < 30; i++) {
+        const int chunk = smol_step_budget_chunk(&b, 3, 252);
+        step = cpu3b_ms(3, chunk);
+        smol_step_budget_observe(&b, 3, chunk, step);
+        ck_assert_msg(chunk >= 1 && step <= 500 + 10, "3 rows + %d prompt tokens: %.0f ms (budget 500)", chunk, step);
+    }
+    const int c16 = smol_step_budget_chunk(&b, 16, 252);
+    ck_assert_msg(c16 >= 1 && cpu3b_ms(16, c16) <= 1.25 * cpu3b_ms(16, 0) + 10,
+                  "16 rows (over the budget) + %d prompt tokens: %.0f ms against %.0f ms of rows", c16,
+                  cpu3b_ms(16, c16), cpu3b_ms(16, 0));
     smol_step_budget_init(&b, 0);
     smol_step_budget_observe(&b, 4, 10, 1000);
     ck_assert_int_eq(smol_step_budget_chunk(&b, 4, 60), 60);

@@ -30,16 +30,33 @@ static double ewma(double old, double x)
     return old > 0 ? old + EWMA_ALPHA * (x - old) : x;
 }
 
+/* When the budget leaves less than min_chunk prompt tokens beside the decode
+ * rows, the chunk is still at least this share of the rows' own time (and
+ * one token: a prompt always advances).  min_chunk alone was 8 tokens
+ * whatever they cost: on a 2-core CPU a 3B's prompt token costs about what a
+ * decode row does (~100 ms), so 8 of them beside 3 streams' rows made every
+ * such step ~1.1 s against a 500 ms budget (bench-itl, issue 47). */
+#define FLOOR_SHARE 0.25
+
 int smol_step_budget_chunk(const struct smol_step_budget *b, int n_rows, int cap)
 {
     if (cap < 0) cap = 0;
-    const int lo = b->min_chunk < cap ? b->min_chunk : cap;
     if (b->budget_ms <= 0 || n_rows <= 0) return cap;
-    double chunk;
-    if (b->tok_ms <= 0) chunk = b->first_chunk;
-    else chunk = (b->budget_ms - b->row_ms * n_rows) / b->tok_ms;
-    if (chunk < lo) return lo;
-    if (chunk > cap) return cap;
+    /* a prompt token's cost; before it is measured, a decode row's (about the
+     * same on a CPU, less elsewhere: learned from the very step it sizes) */
+    const double tok = b->tok_ms > 0 ? b->tok_ms : b->row_ms, rows_ms = b->row_ms * n_rows;
+    double chunk, lo = b->min_chunk;
+    if (tok <= 0) chunk = b->first_chunk;   /* nothing measured yet */
+    else {
+        chunk = (b->budget_ms - rows_ms) / tok;
+        if (b->tok_ms <= 0 && chunk > b->first_chunk) chunk = b->first_chunk;
+        const double share = FLOOR_SHARE * rows_ms / tok;
+        if (share < lo) lo = share;
+        if (lo < 1) lo = 1;
+    }
+    if (lo > cap) lo = cap;
+    if (chunk < lo) chunk = lo;
+    if (chunk > cap) chunk = cap;
     return (int)chunk;
 }
 
