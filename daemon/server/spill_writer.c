@@ -619,6 +619,12 @@ void smol_spill_flush(struct smol_spill *sp)
 {
     pthread_mutex_lock(&sp->mu);
     while (smol_spill_busy_locked(sp) && !sp->paused) pthread_cond_wait(&sp->done, &sp->mu);
+    for (;;) { /* and the leases given back, closed on the lease thread */
+        int closing = 0;
+        for (int i = 0; i < sp->n_leases && !closing; i++) closing = sp->leases[i].closing;
+        if (!closing || !sp->have_lease_thread) break;
+        pthread_cond_wait(&sp->done, &sp->mu);
+    }
     pthread_mutex_unlock(&sp->mu);
 }
 
