@@ -697,6 +697,21 @@ START_TEST(t_read_ahead)
     smol_spill_flush(sp);
     smol_spill_remove(sp, "r");
     ck_assert_int_eq(load_count(&g, sp, "r"), -1);
+#if !defined(__SANITIZE_THREAD__) /* (1 GiB read under TSan: its shadow memory) */
+    /* a file over 1 GiB (SPILL_QUEUE_MAX) is read ahead too, not on the
+     * caller's thread (issue 46): here a file with a sparse tail past its
+     * records (what a load skips as a torn append) */
+    ck_assert(save(sp, &g, x, err) == SMOL_OK);
+    smol_spill_close(&sp);
+    kv_file(g.dir, path, sizeof path);
+    ck_assert(truncate(path, ((off_t)1 << 30) + 4096) == 0);
+    ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
+    ck_assert_msg(smol_spill_prefetch(sp, "r") == 0, "a file over 1 GiB not read ahead");
+    smol_spill_flush(sp);
+    ck_assert_int_eq(smol_spill_prefetch(sp, "r"), 1);       /* read */
+    ck_assert(unlink(path) == 0);                            /* behind the spill's back */
+    ck_assert(load_count(&g, sp, "r") != -1);                /* from memory */
+#endif
     smol_spill_close(&sp);
     ck_assert_int_eq(count_files(g.dir), 0);
     rig_close(&g);
