@@ -15,7 +15,11 @@
  * asking = LEASE_ASK_WRITER meanwhile).  The lease thread (smol_spill_lease_main) locks, reads
  * the generation and stats the session file with no mutex held, then
  * parks the answer in the record; a lock nobody comes for within 2 s is
- * let go.  The writer thread calls smol_spill_lease_advance just before it
+ * let go.  A lease whose last reference the engine gives back
+ * (smol_spill_unlease) is marked closing and its descriptor closed on the
+ * lease thread, first thing when it wakes (closing 2 while the close runs:
+ * a taker waits for it rather than find this node's own lock); taken again
+ * before that, the lease is reused as held (the lock never let go).  The writer thread calls smol_spill_lease_advance just before it
  * renames, appends or unlinks: no mutex over its fcntl and pwrite.
  */
 #include "daemon/server/spill_internal.h"
