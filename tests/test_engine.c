@@ -1534,7 +1534,8 @@ END_TEST
  * once the spill's writer found the file (it stats and removes it there,
  * not the engine thread): an Ack and the file gone; one of a session with
  * no file: ERROR_UNKNOWN_SESSION; while the writer cannot run, the DELETE
- * waits and other requests are answered meanwhile. */
+ * waits and other requests are answered meanwhile; a 17th waiting DELETE
+ * is refused at once (SMOL_EBUSY), not looked up on the engine thread. */
 START_TEST(t_delete_on_disk_shared)
 {
     char dir[] = "/tmp/smol-engine-deldisk-XXXXXX", err[SMOL_ERRLEN];
@@ -1559,6 +1560,17 @@ START_TEST(t_delete_on_disk_shared)
     smol_spill_pause(rig_spill, 1);
     const uint64_t q1 = send_session_query(&g, SMOLLM3__REQUEST__KIND_SESSION_DELETE, "", "dd");
     const uint64_t q2 = send_session_query(&g, SMOLLM3__REQUEST__KIND_SESSION_DELETE, "", "no-such");
+    for (int i = 0; i < 14; i++) {  /* 16 waiting: a 17th is refused (retry), not looked up here */
+        char sid[32];
+        snprintf(sid, sizeof sid, "no-such-%d", i);
+        send_session_query(&g, SMOLLM3__REQUEST__KIND_SESSION_DELETE, "", sid);
+    }
+    const uint64_t q17 = send_session_query(&g, SMOLLM3__REQUEST__KIND_SESSION_DELETE, "", "no-such-17");
+    ck_assert(recv_event(&g, &fl, &ev) == q17 && (fl & SMOL_EV_TERMINAL));
+    ck_assert_msg(ev->kind_case == SMOLLM3__EVENT__KIND_ERROR && (int)ev->error->code == (int)SMOL_EBUSY,
+                  "a 17th DELETE waiting: %d (not refused with SMOL_EBUSY)",
+                  ev->kind_case == SMOLLM3__EVENT__KIND_ERROR ? (int)ev->error->code : -1);
+    smollm3__event__free_unpacked(ev, NULL);
     id = submit_ids(&g, ids, 12, 4, NULL);    /* answered while the DELETEs wait */
     int done = 0;
     while (!done) {
@@ -1568,17 +1580,19 @@ START_TEST(t_delete_on_disk_shared)
         smollm3__event__free_unpacked(ev, NULL);
     }
     smol_spill_pause(rig_spill, 0);
-    int acked = 0, unknown = 0;
-    for (int open = 2; open > 0; open--) {
+    int acked = 0, unknown = 0, others = 0;
+    for (int open = 16; open > 0; open--) {
         const uint64_t got = recv_event(&g, &fl, &ev);
         ck_assert(fl & SMOL_EV_TERMINAL);
         if (got == q1) acked = ev->kind_case == SMOLLM3__EVENT__KIND_ACK;
         else if (got == q2) unknown = ev->kind_case == SMOLLM3__EVENT__KIND_ERROR;
+        else if (got > q2 && got < q17 && ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) others++;
         else ck_abort_msg("event of %llu", (unsigned long long)got);
         smollm3__event__free_unpacked(ev, NULL);
     }
     ck_assert_msg(acked, "the DELETE of the session on disk was not acknowledged");
     ck_assert_msg(unknown, "the DELETE of a session without a file was not refused");
+    ck_assert_int_eq(others, 14);
     ck_assert(!smol_spill_has(other, "dd"));
     rig_close(&g);
     smol_spill_close(&other);

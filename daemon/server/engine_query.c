@@ -197,18 +197,23 @@ void smol_engine_handle_query(struct smol_engine *e, uint64_t id, const uint8_t 
         struct smol_session *x = sid && sid[0] ? smol_sessions_find(&e->sessions, tenant, sid) : NULL;
         /* a shared directory: whether the file is there is found on the
          * spill's writer thread as it removes it; answered then
-         * (smol_engine_poll_deletes) */
-        if (!x && !get && sid && sid[0] && smol_sessions_shared(&e->sessions) &&
-            e->n_deletes < (int)(sizeof e->deletes / sizeof e->deletes[0])) {
-            const uint64_t t = smol_sessions_remove_file_report(&e->sessions, tenant, sid);
-            if (t) {
-                struct pending_delete *d = &e->deletes[e->n_deletes++];
-                d->id = id;
-                d->request_id = rq->request_id;
-                d->ticket = t;
-                snprintf(d->session, sizeof d->session, "%s", sid);
+         * (smol_engine_poll_deletes).  With 16 already waiting, a DELETE
+         * is refused (SMOL_EBUSY: retry), never looked up here (a stat on
+         * the engine thread: issue 46) */
+        if (!x && !get && sid && sid[0] && smol_sessions_shared(&e->sessions)) {
+            const uint64_t t = e->n_deletes < (int)(sizeof e->deletes / sizeof e->deletes[0])
+                                   ? smol_sessions_remove_file_report(&e->sessions, tenant, sid) : 0;
+            if (!t) {
+                smol_engine_send_error(e, id, rq->request_id, SMOL_EBUSY,
+                                       "too many session deletes waiting for the spill directory; retry");
                 break;
             }
+            struct pending_delete *d = &e->deletes[e->n_deletes++];
+            d->id = id;
+            d->request_id = rq->request_id;
+            d->ticket = t;
+            snprintf(d->session, sizeof d->session, "%s", sid);
+            break;
         }
         if (!x && !get && sid && sid[0] && smol_sessions_has_file(&e->sessions, tenant, sid)) {
             /* only on disk */

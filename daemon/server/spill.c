@@ -19,26 +19,25 @@
  *     - smol_spill_open: mkdir, open, faccessat, the scan (openat, readdir,
  *       fstatat, pread; a shared directory's clock probe): at start, before
  *       the engine serves;
- *     - close() of a lock file's descriptor when the engine gives back a
- *       lease's last reference (smol_spill_unlease, no mutex held; usually
- *       the turn's write holds one, and the writer closes it);
  *     - smol_spill_lease (sync: openat, fcntl(F_OFD_SETLK), fstat, fstatat,
  *       pread of the generation, fstatat of the file): only an eviction's
  *       or a drain's write of a named session not leased (sessions.c
- *       spill(), can_wait 0: a write-through that failed; a stop);
- *     - smol_spill_has of a session not held (fstatat): a DELETE of a
- *       session only on disk when smol_spill_remove_report has no room
- *       (16 DELETEs waiting in the engine, 32 answers here);
+ *       spill(), can_wait 0: a write-through that failed; a stop); it may
+ *       wait there for the lease thread's close of the session's lock;
  *     - load(): read_whole (openat, fstat, read, futimens) when the file
- *       was not read ahead: a file over SPILL_QUEUE_MAX, or appends queued
- *       behind a failing write; unlink_file_gen without memory for a job
- *       (not shared).
+ *       was not read ahead: appends queued behind a failing write, or the
+ *       read-ahead dropped (the ready list: 8 files, 1 GiB but its newest);
+ *       unlink_file_gen without memory for a job (not shared).
+ *   (a DELETE of a session only on disk with 16 already waiting is refused,
+ *   SMOL_EBUSY, not looked up; smol_spill_has stats only for other callers)
  *   lease thread: a turn's lease (smol_spill_lease_async): lock_open,
- *     the generation, the file's fstatat; closes answers nobody took.
+ *     the generation, the file's fstatat; closes answers nobody took, and
+ *     the lock file of a lease whose last reference the engine gave back
+ *     (smol_spill_unlease: the lease marked closing, woken at once).
  *   writer thread: writes (openat, write/pwrite, fsync, ftruncate, renameat,
  *     the directory's fsync, the lease's fcntl(F_OFD_GETLK), pread, pwrite,
- *     fdatasync of the generation), reads ahead (smol_spill_prefetch:
- *     openat, fstat, read, futimens), removals and their leases
+ *     fdatasync of the generation), reads ahead (smol_spill_prefetch, a
+ *     file of any size: openat, fstat, read, futimens), removals and their leases
  *     (smol_spill_lease_for_removal: lock_open; renameat aside, openat,
  *     pread, linkat, unlinkat; a DELETE's fstatat, smol_spill_remove_report),
  *     sweeps (readdir, fstatat, lock_open,
@@ -47,8 +46,7 @@
  * (engine thread, above) and the close() of a lease's descriptor when a
  * failed write is dropped for a newer job (drop_job_locked); a lease's last
  * reference is otherwise closed with the mutex released
- * (smol_spill_lease_release_locked: the writer, the lease thread and
- * smol_spill_unlease).
+ * (smol_spill_lease_release_locked: the writer and the lease thread).
  */
 #include "daemon/server/spill_internal.h"
 #include "daemon/server/log.h"

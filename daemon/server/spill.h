@@ -349,7 +349,8 @@ void smol_spill_get_stats(struct smol_spill *sp, struct smol_spill_stats *st);
  * file into memory: smol_spill_load then checks and copies it into the pool
  * without touching the disk).  1 when smol_spill_load can run now without
  * waiting for the disk (the file is read, a write of it is queued, there is
- * no file, or it is over 1 GiB: read in place), 0 while the read runs. */
+ * no file), 0 while the read runs.  A file of any size is read ahead (the
+ * ready list keeps 8 files and 1 GiB, but always its newest). */
 int smol_spill_prefetch(struct smol_spill *sp, const char *id);
 
 /* Waits until the writer has tried every queued job (returns at once when

@@ -8,9 +8,10 @@
  *
  * Engine thread only (the index has no lock).  The scan at open touches
  * the filesystem on the caller's thread, and smol_spill_has stats a file
- * whose lease this node does not hold (a DELETE of a session only on
- * disk, when smol_spill_remove_report has no room); everything else queues: a removal's lease is taken by the writer
- * thread when its turn comes (smol_spill_lease_for_removal).
+ * whose lease this node does not hold (the engine does not ask it then: a
+ * DELETE of a session only on disk goes through smol_spill_remove_report,
+ * or is refused); everything else queues: a removal's lease is taken by
+ * the writer thread when its turn comes (smol_spill_lease_for_removal).
  */
 #include "daemon/server/spill_internal.h"
 #include "daemon/server/log.h"

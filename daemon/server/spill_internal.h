@@ -143,6 +143,9 @@ struct lease {
     int refs;
     int unlinked;               /* the lock file was removed with the session's (fd is of the removed
                                    file): no new reference until the last one closes it */
+    int closing;                /* the engine gave back the last reference (smol_spill_unlease): fd,
+                                   still locked, is closed on the lease thread, not the engine's; taken
+                                   again meanwhile (not unlinked), the lease is reused as held */
     /* asked on the lease thread (smol_spill_lease_async): */
     int asking;                 /* 1 queued, 2 being asked */
     int answer;                 /* LEASE_NONE, or the answer not yet taken (HELD, CHANGED: fd is

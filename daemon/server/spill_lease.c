@@ -15,7 +15,11 @@
  * asking = LEASE_ASK_WRITER meanwhile).  The lease thread (smol_spill_lease_main) locks, reads
  * the generation and stats the session file with no mutex held, then
  * parks the answer in the record; a lock nobody comes for within 2 s is
- * let go.  The writer thread calls smol_spill_lease_advance just before it
+ * let go.  A lease whose last reference the engine gives back
+ * (smol_spill_unlease) is marked closing and its descriptor closed on the
+ * lease thread, first thing when it wakes (closing 2 while the close runs:
+ * a taker waits for it rather than find this node's own lock); taken again
+ * before that, the lease is reused as held (the lock never let go).  The writer thread calls smol_spill_lease_advance just before it
  * renames, appends or unlinks: no mutex over its fcntl and pwrite.
  */
 #include "daemon/server/spill_internal.h"
@@ -142,6 +146,12 @@ int smol_spill_lease_take(struct smol_spill *sp, const char *name)
 {
     pthread_mutex_lock(&sp->mu);
     struct lease *l = smol_spill_lease_of(sp, name, 1);
+    /* being closed on the lease thread, or given back on a removed lock
+     * file: waited for (a sync lease: an eviction's or a drain's) */
+    while (l && sp->have_lease_thread && (l->closing == 2 || (l->closing == 1 && l->unlinked))) {
+        pthread_cond_wait(&sp->done, &sp->mu);
+        l = smol_spill_lease_of(sp, name, 1);
+    }
     if (!l) {
         pthread_mutex_unlock(&sp->mu);
         return SMOL_LEASE_ERROR;
@@ -152,6 +162,12 @@ int smol_spill_lease_take(struct smol_spill *sp, const char *name)
     }
     if (l->refs > 0) {
         l->refs++;
+        pthread_mutex_unlock(&sp->mu);
+        return SMOL_LEASE_HELD;
+    }
+    if (l->closing == 1 && !l->unlinked) { /* given back, not closed yet: held all along */
+        l->closing = 0;
+        l->refs = 1;
         pthread_mutex_unlock(&sp->mu);
         return SMOL_LEASE_HELD;
     }
@@ -202,6 +218,29 @@ void *smol_spill_lease_main(void *arg)
         for (int i = 0; i < sp->n_leases && !l; i++)
             if (sp->leases[i].asking == 1) l = &sp->leases[i];
         if (sp->lease_stop) break;
+        { /* the leases the engine gave back: closed here first (before any
+             * ask); closing = 2 (fd kept) until closed, so that no taker
+             * locks anew meanwhile and finds this node's own lock */
+            int fds[64], n_fds = 0;
+            for (int i = 0; i < sp->n_leases && n_fds < 64; i++) {
+                struct lease *o = &sp->leases[i];
+                if (o->closing != 1) continue;
+                fds[n_fds++] = o->fd;
+                o->closing = 2;
+            }
+            if (n_fds) {
+                pthread_mutex_unlock(&sp->mu);
+                for (int i = 0; i < n_fds; i++) close(fds[i]);
+                pthread_mutex_lock(&sp->mu);
+                for (int i = 0; i < sp->n_leases; i++)
+                    if (sp->leases[i].closing == 2) {
+                        sp->leases[i].fd = -1;
+                        sp->leases[i].closing = 0;
+                    }
+                pthread_cond_broadcast(&sp->done); /* (smol_spill_flush, and takers waiting) */
+                continue;
+            }
+        }
         if (!l) { /* let go of the locks taken for turns that went away meanwhile */
             const double now = smol_mono_s();
             int parked = 0, fds[64], n_fds = 0;
@@ -280,14 +319,27 @@ int smol_spill_lease_for_removal(struct smol_spill *sp, struct job *j)
     int r = SMOL_LEASE_ERROR;
     pthread_mutex_lock(&sp->mu);
     struct lease *l = smol_spill_lease_of(sp, j->name, 1);
-    while (l && l->asking == 2) { /* the lease thread locks it now (a turn asked): its answer, then */
+    while (l && (l->asking == 2 || l->closing == 2)) { /* the lease thread locks it now (a turn
+                                                          asked): its answer, then; or closes it */
         pthread_mutex_unlock(&sp->mu);
         usleep(1000);
         pthread_mutex_lock(&sp->mu);
         l = smol_spill_lease_of(sp, j->name, 1);
     }
-    int lock_here = 0;
-    if (!l) r = SMOL_LEASE_ERROR;
+    int lock_here = 0, stale = -1;
+    if (l && l->closing == 1) { /* given back by the engine, not closed yet */
+        if (!l->unlinked) {
+            l->refs = 1;
+            r = SMOL_LEASE_HELD;
+        } else { /* of a removed lock file: closed here, then locked anew */
+            stale = l->fd;
+            l->fd = -1;
+            l->asking = LEASE_ASK_WRITER;
+            lock_here = 1;
+        }
+        l->closing = 0;
+    }
+    else if (!l) r = SMOL_LEASE_ERROR;
     else if (l->refs > 0 && l->unlinked) r = SMOL_LEASE_ELSEWHERE; /* its removal is under way */
     else if (l->refs > 0) { l->refs++; r = SMOL_LEASE_HELD; }
     else if (l->fd >= 0) { /* locked by the lease thread, its answer not taken yet: taken here */
@@ -299,6 +351,7 @@ int smol_spill_lease_for_removal(struct smol_spill *sp, struct job *j)
         lock_here = 1;
     }
     pthread_mutex_unlock(&sp->mu);
+    if (stale >= 0) close(stale);
     if (lock_here) {
         char lk[NAME_LEN + 8];
         snprintf(lk, sizeof lk, "%.32s.lock", j->name);
@@ -356,6 +409,14 @@ int smol_spill_lease_async(struct smol_spill *sp, const char *id)
     } else if (l->refs > 0) {
         if (l->unlinked) r = SMOL_LEASE_ELSEWHERE;
         else { l->refs++; r = SMOL_LEASE_HELD; }
+    } else if (l->closing == 1 && !l->unlinked) { /* given back, not closed yet: held all along */
+        l->closing = 0;
+        l->refs = 1;
+        r = SMOL_LEASE_HELD;
+    } else if (l->closing) { /* being closed, or of a removed lock file: asked once the lease
+                                thread closed it */
+        if (!l->asking) l->asking = 1;
+        pthread_cond_signal(&sp->lease_wake);
     } else if (l->answer != LEASE_NONE) {
         r = l->answer;
         l->answer = LEASE_NONE;
@@ -397,7 +458,18 @@ void smol_spill_unlease(struct smol_spill *sp, const char *id)
     char name[NAME_LEN + 1];
     smol_spill_file_name(id, name);
     pthread_mutex_lock(&sp->mu);
-    const int fd = smol_spill_lease_release_locked(sp, name);
+    struct lease *l = smol_spill_lease_of(sp, name, 0);
+    int fd = -1;
+    if (l && l->refs == 1 && sp->have_lease_thread) {
+        /* the last reference: the descriptor is closed on the lease thread
+         * (a round trip on a network filesystem), never on the engine's */
+        l->refs = 0;
+        l->closing = 1;
+        l->answer = LEASE_NONE;
+        pthread_cond_signal(&sp->lease_wake);
+    } else {
+        fd = smol_spill_lease_release_locked(sp, name);
+    }
     pthread_mutex_unlock(&sp->mu);
     if (fd >= 0) close(fd); /* (no mutex held over it) */
 }

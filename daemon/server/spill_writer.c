@@ -493,7 +493,12 @@ void *smol_spill_writer_main(void *arg)
         } else if (j->kind == JOB_READ) { /* kept for the turn that asked for it */
             j->next = sp->ready;
             sp->ready = j;
-            if (++sp->n_ready > SPILL_READY_MAX) {
+            ++sp->n_ready;
+            for (;;) { /* at most SPILL_READY_MAX files and SPILL_QUEUE_MAX bytes (but the newest):
+                          the oldest dropped (its turn reads the file itself) */
+                uint64_t held = 0;
+                for (struct job *k = sp->ready; k; k = k->next) held += k->bytes;
+                if (sp->n_ready <= 1 || (sp->n_ready <= SPILL_READY_MAX && held <= SPILL_QUEUE_MAX)) break;
                 struct job **pp = &sp->ready;
                 while ((*pp)->next) pp = &(*pp)->next;
                 smol_spill_job_unref(*pp);
@@ -583,7 +588,8 @@ int smol_spill_prefetch(struct smol_spill *sp, const char *id)
     char name[NAME_LEN + 1];
     smol_spill_file_name(id, name);
     struct entry *e = smol_spill_find_ent(sp, name);
-    if (!e || e->bytes > SPILL_QUEUE_MAX) return 1; /* nothing to read, or too big to hold twice */
+    if (!e) return 1; /* nothing to read (a file of any size is read here: the ready list keeps
+                         one over SPILL_QUEUE_MAX alone) */
     pthread_mutex_lock(&sp->mu);
     struct job *last = NULL;
     for (struct job *j = sp->q_head; j; j = j->next)
@@ -619,6 +625,12 @@ void smol_spill_flush(struct smol_spill *sp)
 {
     pthread_mutex_lock(&sp->mu);
     while (smol_spill_busy_locked(sp) && !sp->paused) pthread_cond_wait(&sp->done, &sp->mu);
+    for (;;) { /* and the leases given back, closed on the lease thread */
+        int closing = 0;
+        for (int i = 0; i < sp->n_leases && !closing; i++) closing = sp->leases[i].closing;
+        if (!closing || !sp->have_lease_thread) break;
+        pthread_cond_wait(&sp->done, &sp->mu);
+    }
     pthread_mutex_unlock(&sp->mu);
 }
 
