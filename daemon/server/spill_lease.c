@@ -12,15 +12,17 @@
  * an eviction's or a drain's write of a session not leased, the tests).
  * The writer thread takes a removal's lease itself
  * (smol_spill_lease_for_removal: no mutex over lock_open; the record's
- * asking = LEASE_ASK_WRITER meanwhile).  The lease thread (smol_spill_lease_main) locks, reads
+ * asking = LEASE_ASK_WRITER meanwhile).  The lease thread
+ * (smol_spill_lease_main) locks, reads
  * the generation and stats the session file with no mutex held, then
  * parks the answer in the record; a lock nobody comes for within 2 s is
  * let go.  A lease whose last reference the engine gives back
  * (smol_spill_unlease) is marked closing and its descriptor closed on the
  * lease thread, first thing when it wakes (closing 2 while the close runs:
  * a taker waits for it rather than find this node's own lock); taken again
- * before that, the lease is reused as held (the lock never let go).  The writer thread calls smol_spill_lease_advance just before it
- * renames, appends or unlinks: no mutex over its fcntl and pwrite.
+ * before that, the lease is reused as held (the lock never let go).  The
+ * writer thread calls smol_spill_lease_advance just before it renames,
+ * appends or unlinks: no mutex over its fcntl and pwrite.
  */
 #include "daemon/server/spill_internal.h"
 #include "daemon/server/log.h"
@@ -84,7 +86,6 @@ static uint64_t read_gen(int fd)
     return g;
 }
 
-/* under sp->mu: drops one reference; the last one unlocks. */
 /* under sp->mu: as smol_spill_lease_put_locked, but the descriptor of the
  * last reference is handed back (>= 0; the lock goes when the caller closes
  * it, after it releases the mutex: on a network filesystem a close is a
@@ -98,14 +99,11 @@ int smol_spill_lease_release_locked(struct smol_spill *sp, const char *name)
     return fd;
 }
 
+/* under sp->mu: drops one reference; the last one unlocks. */
 void smol_spill_lease_put_locked(struct smol_spill *sp, const char *name)
 {
-    struct lease *l = smol_spill_lease_of(sp, name, 0);
-    if (!l || l->refs <= 0) return;
-    if (--l->refs == 0) {
-        close(l->fd); /* the OFD lock goes with the last descriptor of it */
-        l->fd = -1;
-    }
+    const int fd = smol_spill_lease_release_locked(sp, name);
+    if (fd >= 0) close(fd); /* the OFD lock goes with the last descriptor of it */
 }
 
 /* Opens and locks lock file lk (an OFD write lock, never waiting; created
