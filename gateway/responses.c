@@ -817,10 +817,18 @@ int gw_responses_parse(const char *body, size_t len, void (*check)(Smollm3__Gene
                        size_t pn, char *why, size_t wn)
 {
     struct parsed p;
-    int rc = parse_request(&p, body, len, "", NULL, why, wn);
+    json_t *chain = json_pack("[{s:s,s:s},{s:s,s:s}]", "role", "user", "content", "Hi", "role", "assistant",
+                              "content", "Hello.");
+    if (!chain) {
+        snprintf(why, wn, "out of memory");
+        snprintf(param, pn, "%s", "");
+        return -1;
+    }
+    int rc = parse_request(&p, body, len, "", chain, why, wn);
     snprintf(param, pn, "%s", p.param);
     if (!rc && check) check(&p.prm.gen);
     parsed_deinit(&p);
+    json_decref(chain);
     return rc;
 }
 

@@ -21,9 +21,11 @@ void gw_responses_store_clear(void);
 /* Stored responses and the bytes they hold (the accounting of --responses-store-mb). */
 size_t gw_responses_store_count(void);
 size_t gw_responses_store_bytes(void);
-/* Parses a POST /v1/responses body without I/O (previous_response_id looks
- * in the store) and hands the GenerateRequest to check (the fuzz harness);
- * 0, or -1 with the reason in why and the field at fault in param. */
+/* Parses a POST /v1/responses body without I/O and hands the GenerateRequest
+ * to check (the fuzz harness); 0, or -1 with the reason in why and the field
+ * at fault in param.  A body naming previous_response_id gets a fixed
+ * two-message conversation (user, assistant) where the server would have the
+ * daemon's chain: the whole request is parsed, as after that fetch. */
 int gw_responses_parse(const char *body, size_t len, void (*check)(Smollm3__GenerateRequest *g), char *param,
                        size_t pn, char *why, size_t wn);
 
