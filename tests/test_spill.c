@@ -42,6 +42,25 @@
 
 static atomic_int fault_skew;   /* seconds this node's time() runs fast (t_shared_clock_skew) */
 
+/* Filesystem calls made on one watched thread, the engine thread's stand-in
+ * (issue 46: none there): the wrapped openat, fstatat, fcntl, pread,
+ * renameat, unlinkat, fsync and close of a file (Makefile: --wrap). */
+static atomic_long watch_fs_tid;
+static atomic_int fs_calls_watched;
+
+static void fs_call(void)
+{
+    const long w = atomic_load(&watch_fs_tid);
+    if (w && w == (long)syscall(SYS_gettid)) atomic_fetch_add(&fs_calls_watched, 1);
+}
+
+/* Starts watching this thread (on), or stops and says how many calls it made. */
+static int watch_fs(int on)
+{
+    atomic_store(&watch_fs_tid, on ? (long)syscall(SYS_gettid) : 0);
+    return on ? atomic_exchange(&fs_calls_watched, 0) : atomic_load(&fs_calls_watched);
+}
+
 struct rig {
     struct smol_model *m;
     struct smol_sessions ss;
@@ -1467,6 +1486,8 @@ static atomic_int lock_closes_watched;
 int __real_close(int fd);
 int __wrap_close(int fd)
 {
+    struct stat st;
+    if (atomic_load(&watch_fs_tid) && !fstat(fd, &st) && S_ISREG(st.st_mode)) fs_call();
     const long w = atomic_load(&watch_close_tid);
     if (w && w == (long)syscall(SYS_gettid)) {
         char p[64], t[PATH_MAX];
@@ -1666,6 +1687,7 @@ int __wrap_openat(int dirfd, const char *path, int flags, ...)
         mode = va_arg(ap, int);
         va_end(ap);
     }
+    fs_call();
     const size_t pl = strlen(path);     /* a write's temporary file, or a session file opened to append */
     const int tmp = !strncmp(path, ".tmp-", 5) ||
                     (pl > 3 && !strcmp(path + pl - 3, ".kv") && (flags & O_ACCMODE) == O_RDWR && !(flags & O_CREAT));
@@ -1703,6 +1725,7 @@ static atomic_int fault_fsync_delay_ms;    /* every fsync this much slower: a sl
 int __wrap_fsync(int fd)
 {
     struct stat st;
+    fs_call();
     if (atomic_load(&fault_fsync_delay_ms)) usleep(1000 * atomic_load(&fault_fsync_delay_ms));
     if (fd == atomic_load(&fault_tmp_fd) && fault_take(F_FSYNC)) return -1;
     if (!fstat(fd, &st) && S_ISDIR(st.st_mode) && fault_take(F_DIRSYNC)) return -1;
@@ -1727,6 +1750,7 @@ static int is_session_name(const char *path)
 int __real_unlinkat(int dirfd, const char *path, int flags);
 int __wrap_unlinkat(int dirfd, const char *path, int flags)
 {
+    fs_call();
     void (*hook)(void) = is_session_name(path) ? atomic_exchange(&remove_hook, NULL) : NULL;
     if (hook) hook();
     return __real_unlinkat(dirfd, path, flags);
@@ -1734,12 +1758,38 @@ int __wrap_unlinkat(int dirfd, const char *path, int flags)
 
 int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
 {
+    fs_call();
     void (*rm)(void) = is_session_name(oldpath) ? atomic_exchange(&remove_hook, NULL) : NULL;
     if (rm) rm();
     void (*hook)(void) = !strncmp(oldpath, ".tmp-", 5) ? atomic_exchange(&rename_hook, NULL) : NULL;
     if (hook) hook();
     if (!strncmp(oldpath, ".tmp-", 5) && fault_take(F_RENAME)) return -1;
     return __real_renameat(olddirfd, oldpath, newdirfd, newpath);
+}
+
+int __real_fstatat(int dirfd, const char *path, struct stat *st, int flags);
+int __wrap_fstatat(int dirfd, const char *path, struct stat *st, int flags)
+{
+    fs_call();
+    return __real_fstatat(dirfd, path, st, flags);
+}
+
+int __real_fcntl(int fd, int cmd, ...);
+int __wrap_fcntl(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    fs_call();
+    return __real_fcntl(fd, cmd, arg);
+}
+
+ssize_t __real_pread(int fd, void *buf, size_t n, off_t off);
+ssize_t __wrap_pread(int fd, void *buf, size_t n, off_t off)
+{
+    fs_call();
+    return __real_pread(fd, buf, n, off);
 }
 
 /* time(): this node's clock, `fault_skew` seconds fast (spill.c once aged
@@ -2197,6 +2247,86 @@ START_TEST(t_shared_fence)
 }
 END_TEST
 
+/* Issue 46: an eviction (or a drain) of a shared directory's named session
+ * whose lease this node does not hold (its write-through failed, then the
+ * lease went back) makes no filesystem call on the engine thread (here the
+ * test's): its whole record is queued with a job that takes the lease on
+ * the writer thread, and the session leaves memory at once.  Held there:
+ * the file is written.  Another node wrote it since (CHANGED: this copy is
+ * stale) or holds its lease: the job is dropped, the file left as it is. */
+START_TEST(t_shared_evict_unleased)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char err[SMOL_ERRLEN];
+    struct smol_spill *a = open_shared(&g, g.m), *b = open_shared(&g, g.m);
+    g.ss.spill = a;
+    struct smol_spill_stats st;
+    /* not leased, held nowhere: written */
+    struct smol_session *x = make_session(&g, "ev");
+    ck_assert(!x->leased && !x->on_disk);
+    watch_fs(1);
+    smol_sessions_evict(&g.ss, x);
+    int calls = watch_fs(0);
+    ck_assert_msg(calls == 0, "an eviction made %d filesystem calls on the engine thread", calls);
+    ck_assert_ptr_null(smol_sessions_find(&g.ss, "", "ev"));      /* out of memory at once */
+    smol_spill_flush(a);
+    ck_assert_int_eq(file_tokens(g.dir), N_HIST);
+    ck_assert_int_eq(smol_spill_lease(b, "ev"), SMOL_LEASE_CHANGED); /* (a's write advanced the generation) */
+    ck_assert_int_eq(load_count(&g, b, "ev"), N_HIST);             /* the same logits */
+    /* node B writes a turn of its own (shorter) */
+    struct smol_session *y = make_session(&g, "ev-b");
+    snprintf(y->id, sizeof y->id, "ev");
+    smol_kv_seq_truncate(&g.m->kv, &y->seq, N_HIST - 10);
+    ck_assert(smol_session_set_tokens(y, g.ids, N_HIST - 10) == 0);
+    ck_assert_msg(save(b, &g, y, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(b, "ev");
+    smol_spill_flush(b);
+    snprintf(y->id, sizeof y->id, "ev-b");
+    smol_sessions_remove(&g.ss, y);
+    ck_assert_int_eq(file_tokens(g.dir), N_HIST - 10);
+    /* A's stale copy evicted: CHANGED on the writer, dropped */
+    x = make_session(&g, "ev");
+    watch_fs(1);
+    smol_sessions_evict(&g.ss, x);
+    calls = watch_fs(0);
+    ck_assert_msg(calls == 0, "an eviction (CHANGED) made %d filesystem calls on the engine thread", calls);
+    smol_spill_flush(a);
+    ck_assert_int_eq(file_tokens(g.dir), N_HIST - 10);              /* B's turn stands */
+    /* B holds the lease (its turn runs): dropped too */
+    ck_assert_int_eq(smol_spill_lease(b, "ev"), SMOL_LEASE_HELD);
+    x = make_session(&g, "ev");
+    watch_fs(1);
+    smol_sessions_evict(&g.ss, x);
+    calls = watch_fs(0);
+    ck_assert_msg(calls == 0, "an eviction (held elsewhere) made %d filesystem calls on the engine thread", calls);
+    smol_spill_flush(a);
+    ck_assert_int_eq(file_tokens(g.dir), N_HIST - 10);
+    smol_spill_unlease(b, "ev");
+    smol_spill_flush(b);
+    smol_spill_get_stats(a, &st);
+    ck_assert_int_eq(st.written, 1);
+    ck_assert_int_eq(st.lease_lost, 0);
+    ck_assert_int_eq(st.unleased_refused, 0);
+    /* the drain's write (smol_sessions_spill_one with prefixes) goes the same way */
+    x = make_session(&g, "ev-drain");
+    watch_fs(1);
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 1), 1);
+    calls = watch_fs(0);
+    ck_assert_msg(calls == 0, "a drain's write made %d filesystem calls on the engine thread", calls);
+    ck_assert(x->on_disk);
+    smol_spill_flush(a);
+    char path[600];
+    kv_file_of(g.dir, "ev-drain", path, sizeof path);
+    ck_assert_msg(access(path, F_OK) == 0, "the drained session's file is not on disk");
+    ck_assert(!smol_spill_holds(a, "ev-drain"));                    /* (the job gave its lease back) */
+    smol_sessions_deinit(&g.ss);
+    smol_spill_close(&a);
+    smol_spill_close(&b);
+    rig_close(&g);
+}
+END_TEST
+
 /* responses_store.c: a record's write failing at each step (open, write, a short write, fsync,
  * rename, the directory's fsync) with ENOSPC, EIO, ESTALE is an error, the previous record stands
  * (after the rename, the new one), no temporary file is left, and the next write succeeds; a
@@ -2344,6 +2474,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_append_turn);
     tcase_add_test(tc, t_shared_fence);
     tcase_add_test(tc, t_shared_fence_remove);
+    tcase_add_test(tc, t_shared_evict_unleased);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -207,12 +207,16 @@ static int spill(struct smol_sessions *s, struct smol_session *x, int can_wait)
      * this node does not hold (another node's now), or whose file another
      * node wrote since (this copy is stale), is not written (nor tried
      * again until it changes).  Its lease is asked on the lease thread
-     * when the write can wait (spill_one); an eviction, which cannot, takes
-     * it here (a session whose write-through failed: rare) */
-    const int take = x->id[0] && !x->leased && smol_spill_shared(s->spill);
+     * when the write can wait (spill_one); an eviction's or a drain's,
+     * which cannot (a session whose write-through failed: rare), is queued
+     * whole with a job that takes the lease on the writer thread, and
+     * dropped there if it finds the file changed or held (the session
+     * leaves memory at once either way: the job holds its record) */
+    const int take = x->id[0] && !x->leased && smol_spill_shared(s->spill) && can_wait;
+    const int unleased = x->id[0] && !x->leased && smol_spill_shared(s->spill) && !can_wait;
     if (take) {
         smol_spill_key(x->tenant, x->id, key);
-        const int lr = can_wait ? smol_spill_lease_async(s->spill, key) : smol_spill_lease(s->spill, key);
+        const int lr = smol_spill_lease_async(s->spill, key);
         if (lr == SMOL_LEASE_PENDING) return -1;
         if (lr == SMOL_LEASE_CHANGED) {
             smol_log_info("spill: session '%s' not written: another node wrote it since", key);
@@ -225,7 +229,7 @@ static int spill(struct smol_sessions *s, struct smol_session *x, int can_wait)
     }
     /* on_disk once queued (the spill retries a write that fails until it is
      * on disk); a save refused here is tried again after a backoff */
-    if (smol_spill_save(s->spill, s->kv, &rec, err)) {
+    if (unleased ? smol_spill_save_unleased(s->spill, s->kv, &rec, err) : smol_spill_save(s->spill, s->kv, &rec, err)) {
         smol_log_warn("spill: %s", err);
         double wait = s->retry_first_s > 0 ? s->retry_first_s : 1.0;
         for (int i = 0; i < x->save_failures && wait < 60; i++) wait *= 2;

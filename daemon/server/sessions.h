@@ -99,8 +99,9 @@ void smol_sessions_evict(struct smol_sessions *s, struct smol_session *x);
  * as smol_sessions_evict would) to the spill directory; 1 if one was
  * written (or failed), 0 when there is none, or (not with_prefixes, a
  * shared directory) when its lease is being asked on the spill's lease
- * thread (written on a later call).  with_prefixes (the drain) takes a
- * lease on the caller's thread. */
+ * thread (written on a later call).  with_prefixes (the drain) queues a
+ * session not leased with a job that takes its lease on the spill's
+ * writer thread (smol_spill_save_unleased), as an eviction does. */
 int smol_sessions_spill_one(struct smol_sessions *s, int with_prefixes);
 /* tenant's session `id` read back from the spill directory as a new
  * session, most recently used, its KV in the pool (idle entries evicted to

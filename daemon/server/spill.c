@@ -184,8 +184,11 @@ static unsigned char *put(unsigned char *p, const void *src, size_t n)
     return p + n;
 }
 
-enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, const struct smol_spill_record *x,
-                              char *err)
+/* take: a shared directory's named session whose lease this node does
+ * not hold (smol_spill_save_unleased): a base, its lease taken by the
+ * writer thread */
+static enum smol_err save(struct smol_spill *sp, const struct smol_kv *kv, const struct smol_spill_record *x, int take,
+                          char *err)
 {
     smol_spill_reap_failed(sp);
     const int prefix = !x->id[0];
@@ -197,14 +200,16 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
     smol_spill_file_name(key, name);
     /* a shared directory: one writer per session, the node holding its
      * lease (a cached prefix is the same bytes whoever writes it) */
-    if (sp->shared && !prefix && !smol_spill_holds(sp, key)) {
+    take = take && sp->shared && !prefix && !smol_spill_holds(sp, key);
+    if (sp->shared && !prefix && !take && !smol_spill_holds(sp, key)) {
         pthread_mutex_lock(&sp->mu);
         sp->st.unleased_refused++;
         pthread_mutex_unlock(&sp->mu);
         return smol_errf(err, SMOL_EBUSY, "session '%s' not written: this node does not hold its lease", key);
     }
-    if (n_kv <= 0) {
-        smol_spill_unlink_file(sp, name);
+    if (n_kv <= 0) { /* (not leased: removed only if nobody wrote it since) */
+        if (take) smol_spill_expire(sp, key);
+        else smol_spill_unlink_file(sp, name);
         return SMOL_OK;
     }
     /* a cached prefix keeps its KV tokens only: no text, messages or date */
@@ -239,7 +244,7 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
     /* what the file holds already (the records this node wrote or read):
      * the turn appends the rest, unless the dead share would pass half */
     const struct entry *e = smol_spill_find_ent(sp, name);
-    const struct written *o = e && e->log.known && !prefix ? &e->log : NULL;
+    const struct written *o = e && e->log.known && !prefix && !take ? &e->log : NULL;
     uint32_t tok_from = 0, page_from = 0, hist_from = 0, msgs_from = 0;
     if (o) {
         tok_from = (uint32_t)smol_lcp(o->tokens, o->n_tokens, x->tokens, n_tok);
@@ -349,7 +354,8 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
     for (int i = (int)page_from; i < n_pages; i++, p += pb) smol_kv_page_read(kv, x->seq->pages[i], p);
     SMOL_ASSERT((uint64_t)(p - img) == total);
     smol_spill_drop_ready(sp, name);
-    if (sp->shared && !prefix) { /* the write holds the lease until it is done */
+    j->lease_take = take;
+    if (sp->shared && !prefix && !take) { /* the write holds the lease until it is done */
         pthread_mutex_lock(&sp->mu);
         struct lease *l = smol_spill_lease_of(sp, name, 0);
         SMOL_ASSERT(l && l->refs > 0);
@@ -376,6 +382,18 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
     if (prefix) smol_spill_drop_extended(sp, x->tenant, x->tokens, n_kv);
     smol_spill_trim(sp, name);
     return SMOL_OK;
+}
+
+enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, const struct smol_spill_record *x,
+                              char *err)
+{
+    return save(sp, kv, x, 0, err);
+}
+
+enum smol_err smol_spill_save_unleased(struct smol_spill *sp, const struct smol_kv *kv,
+                                       const struct smol_spill_record *x, char *err)
+{
+    return save(sp, kv, x, 1, err);
 }
 
 /* Reads the whole file `name` into *buf (*len bytes; fewer if it shrank

@@ -69,8 +69,10 @@
  * shared directory a turn's lease is asked on a lease thread of the spill's
  * own (smol_spill_lease_async: the lock, the generation and a stat of the
  * file, no mutex held over them), so a slow file server does not stall the
- * engine thread there; the other lease paths (expiry, the budget, a write
- * of a session not leased) still lock on the caller's thread.  Writing
+ * engine thread there; a removal's (expiry, the budget, a DELETE) and
+ * that of a write queued without one (smol_spill_save_unleased: an
+ * eviction's) are taken on the writer thread; smol_spill_lease locks on
+ * the caller's thread (tests, tools).  Writing
  * and removing files run on a writer thread of the spill's own:
  * smol_spill_save copies the turn's record (the KV pages the turn added
  * out of the pool, or all of them for a base) into an image in memory and
@@ -301,6 +303,19 @@ int smol_spill_holds(struct smol_spill *sp, const char *id);
  * first).  On error nothing is left behind. */
 enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, const struct smol_spill_record *rec,
                               char *err);
+
+/* A shared directory: smol_spill_save of a named session whose lease this
+ * node does not hold (an eviction's or a drain's write, which cannot wait
+ * for one), with no filesystem call on the caller's thread: the whole
+ * record is queued (a base, never an append: this node's idea of the file
+ * may be stale) with a job that takes the lease on the writer thread.
+ * Held there, it is written as any other; another node's since (CHANGED:
+ * this copy is stale), held elsewhere or not lockable, the job is dropped
+ * (logged) and the file left as it is.  An empty record removes the file
+ * only if nobody wrote it since (smol_spill_expire).  Else (not shared, a
+ * cached prefix, the lease held) smol_spill_save. */
+enum smol_err smol_spill_save_unleased(struct smol_spill *sp, const struct smol_kv *kv,
+                                       const struct smol_spill_record *rec, char *err);
 
 /* Reads the session of key `id` (smol_spill_key) into rec (zeroed, but
  * for rec->seq: an empty sequence without pages): tenant, id, history, text, messages, date, mode, and the

@@ -76,6 +76,8 @@ struct job {
     int refs;                           /* the queue's (then the ready list's) + readers' */
     int running, finished;
     int leased;                         /* holds a reference to its name's lease (shared directory) */
+    int lease_take;                     /* JOB_WRITE, shared: the writer takes the lease first, not the
+                                           engine thread (smol_spill_save_unleased: a whole image) */
     int tries;                          /* JOB_WRITE: attempts that failed (it waits for the next one) */
     int64_t unused_since;               /* JOB_UNLINK: removed only if its mtime is not later (ns; 0: any);
                                            JOB_SWEEP: the TTL (ns; 0: temporary files only) */
@@ -232,6 +234,7 @@ int smol_spill_lease_take(struct smol_spill *sp, const char *name);
 void *smol_spill_lease_main(void *arg);
 int smol_spill_lease_advance(struct smol_spill *sp, const struct job *j, uint64_t *gen_out);
 int smol_spill_lease_for_removal(struct smol_spill *sp, struct job *j);
+int smol_spill_lease_for_write(struct smol_spill *sp, struct job *j);
 
 /* ---- spill_writer.c: the writer thread ---- */
 

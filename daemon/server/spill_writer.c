@@ -122,6 +122,10 @@ static int run_write(struct smol_spill *sp, struct job *j)
     char tmp[160];
     h.payload_hash = XXH3_64bits(j->image + sizeof h, j->bytes - sizeof h);
     if (j->off >= 0) return run_append(sp, j, &h);
+    if (j->lease_take) { /* queued without the lease (an eviction's): taken here, once */
+        j->lease_take = 0;
+        if (smol_spill_lease_for_write(sp, j)) return -2;
+    }
     if (j->leased) { /* the generation this write will advance the lease to (lease_advance) */
         pthread_mutex_lock(&sp->mu);
         const struct lease *l = smol_spill_lease_of(sp, j->name, 0);
