@@ -81,9 +81,11 @@
  * waits behind a failed write of its file).  The index (has, stats, the
  * budget, what each file's records add up to) describes the directory as
  * it will be once the queue is done; smol_spill_load of a session whose
- * writes are still queued reads the file, then their images; a file read ahead by smol_spill_prefetch
- * (on the writer thread) is checked and used from memory; otherwise the
- * file is read in place (on the caller's thread).  A write that fails is
+ * writes are still queued reads the file, then their images; the file is
+ * read ahead by smol_spill_prefetch (on the writer thread), checked and
+ * used from memory; it is never read on the caller's thread: a load that
+ * finds no read-ahead asks for one and says SMOL_EBUSY (no pages needed),
+ * to be called again once smol_spill_prefetch says 1.  A write that fails is
  * logged and leaves the previous file as it was (an I/O error at any step:
  * open, write, fsync, rename, the directory's fsync); the job keeps its
  * image (and its lease) and is tried again after a backoff (0.1 s,
@@ -319,10 +321,13 @@ enum smol_err smol_spill_save_unleased(struct smol_spill *sp, const struct smol_
 
 /* Reads the session of key `id` (smol_spill_key) into rec (zeroed, but
  * for rec->seq: an empty sequence without pages): tenant, id, history, text, messages, date, mode, and the
- * KV pages, reserved from kv into rec->seq.
+ * KV pages, reserved from kv into rec->seq.  No filesystem call: the file
+ * read ahead (smol_spill_prefetch), then the images of its queued writes.
  *   SMOL_OK           rec filled (the caller's to deinit), rec->seq->n_tokens positions hold the file's KV
  *   SMOL_ENOSESSION   no file for this id
- *   SMOL_EBUSY        the pool lacks free pages for it (*pages_needed set); file kept
+ *   SMOL_EBUSY        *pages_needed > 0: the pool lacks free pages for it; file kept (and what was read)
+ *                     *pages_needed 0: the file is not read yet; its read-ahead is asked: call again
+ *                     once smol_spill_prefetch says 1
  *   other             the file was bad: logged, counted, removed; rec left empty
  * vocab bounds the token ids. */
 enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *id,

@@ -3,7 +3,8 @@
  * spill.c (the API: open, close, save, load), spill_format.c (the file
  * format: names, record headers, the replay of records), spill_index.c (the
  * index and the disk budget), spill_lease.c (the leases of a shared
- * directory and the lease thread) and spill_writer.c (the writer thread).
+ * directory and the lease thread), spill_writer.c (the writer thread) and
+ * spill_read.c (read-ahead).
  * Not a public header: only the spill's own files include it.
  *
  * Threads: the engine thread (the API's caller) owns the index; the writer
@@ -116,6 +117,8 @@ struct smol_spill {
     int n_failed;
     struct job *ready;          /* files read ahead (smol_spill_prefetch), newest first */
     int n_ready;
+    uint64_t landed;            /* writes and removals the writer finished (a read-ahead held meanwhile
+                                   may be stale: smol_spill_load puts one back only if none landed) */
     /* a shared directory (smol_spill_open_shared): the leases, under mu */
     int shared;
     struct lease *leases;
@@ -240,12 +243,20 @@ int smol_spill_lease_for_write(struct smol_spill *sp, struct job *j);
 
 void smol_spill_job_unref(struct job *j);
 void smol_spill_enqueue(struct smol_spill *sp, struct job *j);
+void smol_spill_enqueue_locked(struct smol_spill *sp, struct job *j);
 int64_t smol_spill_server_now(struct smol_spill *sp);
 int smol_spill_busy_locked(const struct smol_spill *sp);
 void *smol_spill_writer_main(void *arg);
 struct job *smol_spill_pending_for(struct smol_spill *sp, const char *name);
+
+/* ---- spill_read.c: read-ahead ---- */
+
+void smol_spill_run_read(struct smol_spill *sp, struct job *j);
+void smol_spill_ready_add_locked(struct smol_spill *sp, struct job *j, int stale);
+void smol_spill_ready_forget_locked(struct smol_spill *sp, const char *name);
 struct job *smol_spill_take_ready(struct smol_spill *sp, const char *name);
 void smol_spill_drop_ready(struct smol_spill *sp, const char *name);
+void smol_spill_put_back_ready(struct smol_spill *sp, struct job *j, uint64_t landed);
 void smol_spill_release(struct smol_spill *sp, struct job *j);
 void smol_spill_reap_failed(struct smol_spill *sp);
 void smol_spill_answer_locked(struct smol_spill *sp, uint64_t ticket, int found);
