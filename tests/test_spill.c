@@ -2335,6 +2335,30 @@ START_TEST(t_shared_evict_unleased)
     ck_assert_msg(calls == 0, "an eviction (CHANGED) made %d filesystem calls on the engine thread", calls);
     smol_spill_flush(a);
     ck_assert_int_eq(file_tokens(g.dir), N_HIST - 10);              /* B's turn stands */
+    /* B writes again; A evicts a stale copy while its writer is paused (the
+     * job queued), then a turn of A takes the lease and finds it CHANGED:
+     * the queued image is stale, dropped (not written under the turn's
+     * lease, nor read back as the session) */
+    ck_assert_int_eq(smol_spill_lease(b, "ev"), SMOL_LEASE_HELD);
+    y = make_session(&g, "ev-b");
+    snprintf(y->id, sizeof y->id, "ev");
+    smol_kv_seq_truncate(&g.m->kv, &y->seq, N_HIST - 12);
+    ck_assert(smol_session_set_tokens(y, g.ids, N_HIST - 12) == 0);
+    ck_assert_msg(save(b, &g, y, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(b, "ev");
+    smol_spill_flush(b);
+    snprintf(y->id, sizeof y->id, "ev-b");
+    smol_sessions_remove(&g.ss, y);
+    smol_spill_pause(a, 1);
+    x = make_session(&g, "ev");
+    smol_sessions_evict(&g.ss, x);
+    ck_assert_int_eq(smol_spill_lease(a, "ev"), SMOL_LEASE_CHANGED);
+    smol_spill_pause(a, 0);
+    smol_spill_flush(a);
+    ck_assert_int_eq(file_tokens(g.dir), N_HIST - 12);              /* B's second turn stands */
+    ck_assert_int_eq(load_count(&g, a, "ev"), N_HIST - 12);         /* and is what A reads */
+    smol_spill_unlease(a, "ev");
+    smol_spill_flush(a);
     /* B holds the lease (its turn runs): dropped too */
     ck_assert_int_eq(smol_spill_lease(b, "ev"), SMOL_LEASE_HELD);
     x = make_session(&g, "ev");
@@ -2343,7 +2367,7 @@ START_TEST(t_shared_evict_unleased)
     calls = watch_fs(0);
     ck_assert_msg(calls == 0, "an eviction (held elsewhere) made %d filesystem calls on the engine thread", calls);
     smol_spill_flush(a);
-    ck_assert_int_eq(file_tokens(g.dir), N_HIST - 10);
+    ck_assert_int_eq(file_tokens(g.dir), N_HIST - 12);
     smol_spill_unlease(b, "ev");
     smol_spill_flush(b);
     smol_spill_get_stats(a, &st);

@@ -428,7 +428,7 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
     int n_jobs = 0;
     pthread_mutex_lock(&sp->mu);
     for (struct job *j = sp->q_head; j; j = j->next)
-        if (j->kind == JOB_WRITE && !strcmp(j->name, name)) {
+        if (j->kind == JOB_WRITE && !j->stale && !strcmp(j->name, name)) {
             if (j->off < 0) { /* a base: what came before does not count (their references back) */
                 while (n_jobs) smol_spill_job_unref(jobs[--n_jobs]);
             }

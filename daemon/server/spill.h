@@ -313,7 +313,9 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
  * may be stale) with a job that takes the lease on the writer thread.
  * Held there, it is written as any other; another node's since (CHANGED:
  * this copy is stale), held elsewhere or not lockable, the job is dropped
- * (logged) and the file left as it is.  An empty record removes the file
+ * (logged) and the file left as it is; so it is when a turn's lease of the
+ * session finds it CHANGED before the job ran (neither written under that
+ * lease nor read back by the turn).  An empty record removes the file
  * only if nobody wrote it since (smol_spill_expire).  Else (not shared, a
  * cached prefix, the lease held) smol_spill_save. */
 enum smol_err smol_spill_save_unleased(struct smol_spill *sp, const struct smol_kv *kv,

@@ -79,6 +79,8 @@ struct job {
     int leased;                         /* holds a reference to its name's lease (shared directory) */
     int lease_take;                     /* JOB_WRITE, shared: the writer takes the lease first, not the
                                            engine thread (smol_spill_save_unleased: a whole image) */
+    int stale;                          /* lease_take: its image is of a stale copy (a turn's lease found
+                                           the file CHANGED; its own was not HELD): dropped; not loaded */
     int tries;                          /* JOB_WRITE: attempts that failed (it waits for the next one) */
     int64_t unused_since;               /* JOB_UNLINK: removed only if its mtime is not later (ns; 0: any);
                                            JOB_SWEEP: the TTL (ns; 0: temporary files only) */
@@ -226,6 +228,7 @@ void smol_spill_reject_file(struct smol_spill *sp, const char *name, const char 
 void smol_spill_scan(struct smol_spill *sp, const struct smol_kv *kv);
 int smol_spill_prefix_covered(const struct smol_spill *sp, const char *tenant, const int32_t *tokens, int n);
 void smol_spill_drop_extended(struct smol_spill *sp, const char *tenant, const int32_t *tokens, int n);
+void smol_spill_reap_failed(struct smol_spill *sp);
 
 /* ---- spill_lease.c: leases (a shared directory) ---- */
 
@@ -244,6 +247,7 @@ int smol_spill_lease_for_write(struct smol_spill *sp, struct job *j);
 void smol_spill_job_unref(struct job *j);
 void smol_spill_enqueue(struct smol_spill *sp, struct job *j);
 void smol_spill_enqueue_locked(struct smol_spill *sp, struct job *j);
+void smol_spill_drop_unleased_locked(struct smol_spill *sp, const char *name);
 int64_t smol_spill_server_now(struct smol_spill *sp);
 int smol_spill_busy_locked(const struct smol_spill *sp);
 void *smol_spill_writer_main(void *arg);
@@ -258,7 +262,6 @@ struct job *smol_spill_take_ready(struct smol_spill *sp, const char *name);
 void smol_spill_drop_ready(struct smol_spill *sp, const char *name);
 void smol_spill_put_back_ready(struct smol_spill *sp, struct job *j, uint64_t landed);
 void smol_spill_release(struct smol_spill *sp, struct job *j);
-void smol_spill_reap_failed(struct smol_spill *sp);
 void smol_spill_answer_locked(struct smol_spill *sp, uint64_t ticket, int found);
 
 #endif

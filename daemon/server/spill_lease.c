@@ -173,6 +173,7 @@ int smol_spill_lease_take(struct smol_spill *sp, const char *name)
         const int a = l->answer;
         l->answer = LEASE_NONE;
         l->refs = 1;
+        if (a == SMOL_LEASE_CHANGED) smol_spill_drop_unleased_locked(sp, name);
         pthread_mutex_unlock(&sp->mu);
         return a;
     }
@@ -193,6 +194,7 @@ int smol_spill_lease_take(struct smol_spill *sp, const char *name)
     l->unlinked = 0;
     l->refs = 1;
     l->gen = gen;
+    if (changed) smol_spill_drop_unleased_locked(sp, name);
     pthread_mutex_unlock(&sp->mu);
     return changed ? SMOL_LEASE_CHANGED : SMOL_LEASE_HELD;
 }
@@ -308,8 +310,11 @@ void *smol_spill_lease_main(void *arg)
  * lock file here when this node does not hold it, with no mutex held over
  * the filesystem (the record says asking = LEASE_ASK_WRITER meanwhile: the
  * engine thread's asks wait, PENDING).  SMOL_LEASE_HELD or CHANGED (the
- * reference taken), ELSEWHERE or ERROR. */
-static int lease_on_writer(struct smol_spill *sp, const char *name)
+ * reference taken), ELSEWHERE or ERROR.  wj, a write queued without the
+ * lease: anything but HELD marks it stale in the same critical section,
+ * so that a turn sharing the reference meanwhile (HELD at once) never
+ * loads its image (smol_spill_load skips stale jobs). */
+static int lease_on_writer(struct smol_spill *sp, const char *name, struct job *wj)
 {
     int r = SMOL_LEASE_ERROR;
     pthread_mutex_lock(&sp->mu);
@@ -345,6 +350,7 @@ static int lease_on_writer(struct smol_spill *sp, const char *name)
         l->asking = LEASE_ASK_WRITER;
         lock_here = 1;
     }
+    if (wj && !lock_here && r != SMOL_LEASE_HELD) wj->stale = 1;
     pthread_mutex_unlock(&sp->mu);
     if (stale >= 0) close(stale);
     if (lock_here) {
@@ -368,6 +374,7 @@ static int lease_on_writer(struct smol_spill *sp, const char *name)
             l->refs = 1;
             l->gen = gen;
         }
+        if (wj && r != SMOL_LEASE_HELD) wj->stale = 1;
         pthread_mutex_unlock(&sp->mu);
     }
     return r;
@@ -398,7 +405,7 @@ static int lease_refused(struct smol_spill *sp, const struct job *j, int r)
  * (logged; the reference given back). */
 int smol_spill_lease_for_removal(struct smol_spill *sp, struct job *j)
 {
-    const int r = lease_on_writer(sp, j->name);
+    const int r = lease_on_writer(sp, j->name, NULL);
     /* (CHANGED: the generation now on disk was read, which lease_advance
      * checks again before the file is removed) */
     j->unused_since = r == SMOL_LEASE_CHANGED && j->rm_mode == RM_UNUSED && j->indexed ? j->indexed : 0;
@@ -417,12 +424,17 @@ int smol_spill_lease_for_removal(struct smol_spill *sp, struct job *j)
  * copy is stale), held elsewhere, or not lockable. */
 int smol_spill_lease_for_write(struct smol_spill *sp, struct job *j)
 {
-    const int r = lease_on_writer(sp, j->name);
-    if (r == SMOL_LEASE_HELD) {
+    const int r = lease_on_writer(sp, j->name, j);
+    /* (a reference shared with a turn that found the file CHANGED: the
+     * turn marked the job stale when it took the lease, before this one) */
+    pthread_mutex_lock(&sp->mu);
+    const int stale = j->stale;
+    pthread_mutex_unlock(&sp->mu);
+    if (r == SMOL_LEASE_HELD && !stale) {
         j->leased = 1;
         return 0;
     }
-    return lease_refused(sp, j, r);
+    return lease_refused(sp, j, stale && r == SMOL_LEASE_HELD ? SMOL_LEASE_CHANGED : r);
 }
 
 int smol_spill_lease_async(struct smol_spill *sp, const char *id)
@@ -451,6 +463,7 @@ int smol_spill_lease_async(struct smol_spill *sp, const char *id)
         r = l->answer;
         l->answer = LEASE_NONE;
         if (r == SMOL_LEASE_HELD || r == SMOL_LEASE_CHANGED) l->refs = fresh = 1;
+        if (r == SMOL_LEASE_CHANGED) smol_spill_drop_unleased_locked(sp, name); /* (the turn reads the file) */
     } else if (!l->asking) {
         l->asking = 1;
         pthread_cond_signal(&sp->lease_wake);

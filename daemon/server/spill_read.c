@@ -133,12 +133,13 @@ int smol_spill_prefetch(struct smol_spill *sp, const char *id)
                          one over SPILL_QUEUE_MAX alone) */
     pthread_mutex_lock(&sp->mu);
     struct job *last = NULL;
-    for (struct job *j = sp->q_head; j; j = j->next)
-        if (!strcmp(j->name, name)) last = j;
+    for (struct job *j = sp->q_head; j; j = j->next) /* (a stale write: as if not queued) */
+        if (!strcmp(j->name, name) && !j->stale) last = j;
     int ready = 0;
     for (struct job *j = sp->ready; j && !ready; j = j->next) ready = !strcmp(j->name, name);
     int rc = 1, base = 0;
-    for (struct job *j = sp->q_head; j; j = j->next) base |= !strcmp(j->name, name) && j->kind == JOB_WRITE && j->off < 0;
+    for (struct job *j = sp->q_head; j; j = j->next)
+        base |= !strcmp(j->name, name) && j->kind == JOB_WRITE && j->off < 0 && !j->stale;
     /* a read under way: wait for it; a queued base's image is at hand; only
      * appends queued: the file is read behind them (beside them, when one
      * of them fails: next_job), the load replaying their images after it */

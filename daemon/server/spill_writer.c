@@ -11,7 +11,9 @@
  * taken, is first marked unlinked under it: no reference is taken
  * meanwhile); it never touches the index.
  * The engine thread queues jobs, takes read-ahead results and reaps the
- * dropped names into the index (smol_spill_reap_failed), all under sp->mu.
+ * dropped names into the index (smol_spill_reap_failed, spill_index.c),
+ * all under sp->mu; a turn's lease found CHANGED drops the writes queued
+ * without a lease (smol_spill_drop_unleased_locked).
  * Jobs on one name never pass each other: an append waits behind a failed
  * write of its file; a base or a removal supersedes one.
  */
@@ -122,10 +124,8 @@ static int run_write(struct smol_spill *sp, struct job *j)
     char tmp[160];
     h.payload_hash = XXH3_64bits(j->image + sizeof h, j->bytes - sizeof h);
     if (j->off >= 0) return run_append(sp, j, &h);
-    if (j->lease_take) { /* queued without the lease (an eviction's): taken here, once */
-        j->lease_take = 0;
-        if (smol_spill_lease_for_write(sp, j)) return -2;
-    }
+    /* queued without the lease (an eviction's): taken here, once */
+    if (j->lease_take && !j->leased && smol_spill_lease_for_write(sp, j)) return -2;
     if (j->leased) { /* the generation this write will advance the lease to (lease_advance) */
         pthread_mutex_lock(&sp->mu);
         const struct lease *l = smol_spill_lease_of(sp, j->name, 0);
@@ -351,6 +351,22 @@ static void drop_job_locked(struct smol_spill *sp, struct job *j)
     smol_spill_job_unref(j);
 }
 
+/* under sp->mu: a lease of name taken for a turn found the file CHANGED
+ * (another node wrote it since this node last saw it): the writes of name
+ * queued without the lease (smol_spill_save_unleased) hold images of a
+ * copy now stale; dropped (one running: marked, dropped by
+ * smol_spill_lease_for_write), so that neither the turn's load reads them
+ * nor the writer writes them under the turn's lease. */
+void smol_spill_drop_unleased_locked(struct smol_spill *sp, const char *name)
+{
+    for (struct job *j = sp->q_head, *nx; j; j = nx) {
+        nx = j->next;
+        if (j->kind != JOB_WRITE || !j->lease_take || strcmp(j->name, name)) continue;
+        if (j->running) j->stale = 1;
+        else drop_job_locked(sp, j);
+    }
+}
+
 /* under sp->mu: the first job that may run now (a failed write waits for
  * its backoff, but not once the spill is closing), or NULL; *until = the
  * earliest time a waiting one may run (0: none waits).  A failed write
@@ -508,7 +524,7 @@ struct job *smol_spill_pending_for(struct smol_spill *sp, const char *name)
     pthread_mutex_lock(&sp->mu);
     struct job *last = NULL;
     for (struct job *j = sp->q_head; j; j = j->next)
-        if (!strcmp(j->name, name)) last = j;
+        if (!strcmp(j->name, name) && !j->stale) last = j;
     if (last) last->refs++;
     pthread_mutex_unlock(&sp->mu);
     return last;
@@ -526,20 +542,6 @@ void smol_spill_answer_locked(struct smol_spill *sp, uint64_t ticket, int found)
 {
     for (int i = 0; i < sp->n_reports; i++)
         if (sp->reports[i].ticket == ticket) sp->reports[i].state = found;
-}
-
-/* Writes the writer could not finish leave the index (engine thread). */
-void smol_spill_reap_failed(struct smol_spill *sp)
-{
-    pthread_mutex_lock(&sp->mu);
-    for (int i = 0; i < sp->n_failed; i++) {
-        int later = 0; /* a newer job on the name decides */
-        for (struct job *j = sp->q_head; j; j = j->next) later |= !strcmp(j->name, sp->failed[i]);
-        struct entry *e = later ? NULL : smol_spill_find_ent(sp, sp->failed[i]);
-        if (e) smol_spill_drop_ent(sp, e);
-    }
-    sp->n_failed = 0;
-    pthread_mutex_unlock(&sp->mu);
 }
 
 void smol_spill_flush(struct smol_spill *sp)
