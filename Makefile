@@ -141,11 +141,13 @@ $(BUILD)/tests/test_%: $(BUILD)/obj/tests/test_%.o $(BUILD)/obj/tests/check_main
 FAULT_WRAP := malloc calloc realloc strdup strndup posix_memalign zmq_msg_init_size zmq_send zmq_msg_send \
               open openat write read pread fsync renameat
 $(BUILD)/tests/test_fault: LDFLAGS += $(foreach f,$(FAULT_WRAP),-Xlinker --wrap=$(f))
-# test_engine (t_lease_off_engine_thread): fcntl and fstatat slowed, as on a slow file server.
-$(BUILD)/tests/test_engine: LDFLAGS += -Xlinker --wrap=fcntl -Xlinker --wrap=fstatat
+# test_engine (t_lease_off_engine_thread): fcntl and fstatat slowed, as on a slow file server;
+# openat too, counted on the engine thread; fsync failed (t_restore_waits_alone).
+$(BUILD)/tests/test_engine: LDFLAGS += $(foreach f,fcntl fstatat openat fsync,-Xlinker --wrap=$(f))
 # test_spill (t_write_faults): each step of a spill write failing, the same way; time() skewed
-# (t_shared_clock_skew); close() watched (t_shared_giveback: which thread closes a lock file).
-$(BUILD)/tests/test_spill: LDFLAGS += $(foreach f,openat write fsync renameat unlinkat time close,-Xlinker --wrap=$(f))
+# (t_shared_clock_skew); close() watched (t_shared_giveback: which thread closes a lock file); the
+# filesystem calls of one thread counted (t_shared_evict_unleased, t_restore_not_read_ahead).
+$(BUILD)/tests/test_spill: LDFLAGS += $(foreach f,openat write fsync renameat unlinkat time close fstatat fcntl pread,-Xlinker --wrap=$(f))
 
 # Each tests/bench/NAME.c is a program $(BUILD)/bench/NAME linked with the library, bench_cuda
 # too: it reaches the GPU through the backend interface (the dlopened plugin), no CUDA headers.

@@ -5,7 +5,9 @@
  * Talks to the engine exactly as the RPC thread does: an inproc PAIR.
  */
 #include <check.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -1394,9 +1396,52 @@ END_TEST
  * or unreachable NFS server. */
 #include <stdarg.h>
 static atomic_int slow_lock_ms, slow_stat_ms;
+
+/* Filesystem calls of the spill on the engine thread ("smol-engine",
+ * engine.c): a lock (fcntl), a stat, an open under a directory descriptor
+ * (the spill's: a file read, a lock file); issue 46 wants none. */
+static atomic_int engine_fs_calls;
+
+static void fs_call(void)
+{
+    char name[16] = "";
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    if (!strcmp(name, "smol-engine")) atomic_fetch_add(&engine_fs_calls, 1);
+}
+
+int __real_openat(int dirfd, const char *path, int flags, ...);
+int __wrap_openat(int dirfd, const char *path, int flags, ...)
+{
+    int mode = 0;
+    if (flags & O_CREAT) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = va_arg(ap, int);
+        va_end(ap);
+    }
+    if (dirfd != AT_FDCWD) fs_call();
+    return __real_openat(dirfd, path, flags, mode);
+}
+
+/* with fail_fsync set, a file's fsync fails (EIO): a spill write that
+ * cannot finish, tried again (fsync_failures counts them) */
+static atomic_int fail_fsync, fsync_failures;
+int __real_fsync(int fd);
+int __wrap_fsync(int fd)
+{
+    struct stat st;
+    if (atomic_load(&fail_fsync) && !fstat(fd, &st) && S_ISREG(st.st_mode)) {
+        atomic_fetch_add(&fsync_failures, 1);
+        errno = EIO;
+        return -1;
+    }
+    return __real_fsync(fd);
+}
+
 int __real_fstatat(int dirfd, const char *path, struct stat *st, int flags);
 int __wrap_fstatat(int dirfd, const char *path, struct stat *st, int flags)
 {
+    fs_call();
     if (atomic_load(&slow_stat_ms) && strlen(path) == 35 && !strcmp(path + 32, ".kv"))
         usleep(1000 * atomic_load(&slow_stat_ms));
     return __real_fstatat(dirfd, path, st, flags);
@@ -1408,6 +1453,7 @@ int __wrap_fcntl(int fd, int cmd, ...)
     va_start(ap, cmd);
     void *arg = va_arg(ap, void *);
     va_end(ap);
+    if (cmd == F_OFD_SETLK || cmd == F_OFD_GETLK) fs_call();
     if (cmd == F_OFD_SETLK && atomic_load(&slow_lock_ms)) usleep(1000 * atomic_load(&slow_lock_ms));
     return __real_fcntl(fd, cmd, arg);
 }
@@ -1596,6 +1642,81 @@ START_TEST(t_delete_on_disk_shared)
     ck_assert(!smol_spill_has(other, "dd"));
     rig_close(&g);
     smol_spill_close(&other);
+    shared_node_close(&m, dir);
+}
+END_TEST
+
+/* Issue 46: a session whose file was not read ahead is not read on the
+ * engine thread: its turn asks for the read and waits alone while other
+ * requests run.  Here a turn's append of session S fails (fsync: EIO,
+ * retried), S leaves memory (a new engine), the spill's writer is paused:
+ * S's next turn waits (its file cannot be read), a turn of another
+ * session runs to its end meanwhile, and no filesystem call is made on
+ * the engine thread; once the writer runs, S is restored (its file, then
+ * the queued append) and answered from its KV. */
+START_TEST(t_restore_waits_alone)
+{
+    char dir[] = "/tmp/smol-engine-rdwait-XXXXXX";
+    ck_assert(mkdtemp(dir));
+    struct smol_model *m = shared_node(dir);   /* (turns written through) */
+    if (!m) return;
+    smol_spill_set_retry(rig_spill, 0.02, 0.05);
+    const double saved_timeout = rig_queue_timeout_s;
+    rig_queue_timeout_s = 20;
+    int32_t ids[100], other[12];
+    for (int i = 0; i < 100; i++) ids[i] = 100 + 3 * i;
+    for (int i = 0; i < 12; i++) other[i] = 700 + 5 * i;
+    struct rig g;
+    struct result res[1];
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    uint64_t s = submit_ids(&g, ids, 100, 4, "rw");        /* S's file: a base */
+    memset(res, 0, sizeof res);
+    collect(&g, s, 1, res);
+    ck_assert(!res[0].err);
+    int files = 0;                                          /* (written through once the turn is over) */
+    for (int i = 0; i < 5000 && !files; i++, usleep(1000)) {
+        DIR *d = opendir(dir);
+        for (struct dirent *de; d && (de = readdir(d));) files += strlen(de->d_name) == 35; /* (<hash>.kv) */
+        if (d) closedir(d);
+    }
+    ck_assert_msg(files == 1, "S's file not written");
+    smol_spill_flush(rig_spill);
+    atomic_store(&fsync_failures, 0);
+    atomic_store(&fail_fsync, 1);
+    s = submit_ids(&g, ids, 100, 4, "rw");                 /* its next turn: an append, failing */
+    memset(res, 0, sizeof res);
+    collect(&g, s, 1, res);
+    ck_assert(!res[0].err);
+    for (int i = 0; i < 5000 && atomic_load(&fsync_failures) < 2; i++) usleep(1000);
+    ck_assert_msg(atomic_load(&fsync_failures) >= 2, "the append was not tried (%d)", atomic_load(&fsync_failures));
+    rig_close(&g);                                          /* S only on disk (and in the queue) */
+    smol_spill_pause(rig_spill, 1);
+    ck_assert(rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16));
+    atomic_store(&engine_fs_calls, 0);
+    s = submit_ids(&g, ids, 100, 4, "rw");
+    const uint64_t b = submit_ids(&g, other, 12, 4, "rw-other");
+    unsigned fl;
+    Smollm3__Event *ev;
+    uint64_t got;
+    do {                                                    /* B's whole turn while S waits */
+        got = recv_event(&g, &fl, &ev);
+        ck_assert_msg(got == b, "an event of request %llu before B's end (S waits for its file)",
+                      (unsigned long long)got);
+        ck_assert(ev->kind_case != SMOLLM3__EVENT__KIND_ERROR);
+        smollm3__event__free_unpacked(ev, NULL);
+    } while (!(fl & SMOL_EV_TERMINAL));
+    ck_assert_msg(atomic_load(&engine_fs_calls) == 0, "%d filesystem calls on the engine thread",
+                  atomic_load(&engine_fs_calls));
+    atomic_store(&fail_fsync, 0);
+    smol_spill_pause(rig_spill, 0);
+    memset(res, 0, sizeof res);
+    collect(&g, s, 1, res);
+    ck_assert(!res[0].err);
+    ck_assert_msg(res[0].cached >= 96, "S restored with %d cached tokens", res[0].cached);
+    ck_assert_msg(atomic_load(&engine_fs_calls) == 0, "%d filesystem calls on the engine thread",
+                  atomic_load(&engine_fs_calls));
+    rig_close(&g);
+    rig_queue_timeout_s = saved_timeout;
     shared_node_close(&m, dir);
 }
 END_TEST
@@ -2060,6 +2181,7 @@ Suite *test_suite(void)
     tcase_add_test(tl, t_lease_off_engine_thread);
     tcase_add_test(tl, t_lease_kept_while_read);
     tcase_add_test(tl, t_delete_on_disk_shared);
+    tcase_add_test(tl, t_restore_waits_alone);
     suite_add_tcase(s, tl);
     TCase *sc = tcase_create("sched");     /* the scheduler: step budget, tenants' shares, tiers */
     tcase_set_timeout(sc, 240);

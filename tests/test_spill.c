@@ -42,6 +42,25 @@
 
 static atomic_int fault_skew;   /* seconds this node's time() runs fast (t_shared_clock_skew) */
 
+/* Filesystem calls made on one watched thread, the engine thread's stand-in
+ * (issue 46: none there): the wrapped openat, fstatat, fcntl, pread,
+ * renameat, unlinkat, fsync and close of a file (Makefile: --wrap). */
+static atomic_long watch_fs_tid;
+static atomic_int fs_calls_watched;
+
+static void fs_call(void)
+{
+    const long w = atomic_load(&watch_fs_tid);
+    if (w && w == (long)syscall(SYS_gettid)) atomic_fetch_add(&fs_calls_watched, 1);
+}
+
+/* Starts watching this thread (on), or stops and says how many calls it made. */
+static int watch_fs(int on)
+{
+    atomic_store(&watch_fs_tid, on ? (long)syscall(SYS_gettid) : 0);
+    return on ? atomic_exchange(&fs_calls_watched, 0) : atomic_load(&fs_calls_watched);
+}
+
 struct rig {
     struct smol_model *m;
     struct smol_sessions ss;
@@ -124,6 +143,48 @@ static struct smol_session *make_session(struct rig *g, const char *id)
     return make_session_of(g, "", id);
 }
 
+/* The file of key id read ahead (smol_spill_prefetch says 1), waited for
+ * (10 s at most): what the engine's turn waits for before a load. */
+static void wait_read(struct smol_spill *sp, const char *id)
+{
+    for (int i = 0; i < 10000; i++, usleep(1000))
+        if (smol_spill_prefetch(sp, id)) return;
+    ck_abort_msg("the read-ahead of '%s' not done after 10 s", id);
+}
+
+/* smol_spill_load, waiting for the file's read-ahead when it says so
+ * (SMOL_EBUSY, no pages needed: the load never reads the file itself). */
+static enum smol_err spill_load_wait(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *id,
+                                     struct smol_spill_record *rec, int *need, char *err)
+{
+    enum smol_err rc;
+    while ((rc = smol_spill_load(sp, kv, vocab, id, rec, need, err)) == SMOL_EBUSY && !*need) wait_read(sp, id);
+    return rc;
+}
+
+/* smol_sessions_restore and _restore_prefix, the same way. */
+static struct smol_session *restore_wait(struct smol_sessions *ss, const char *tenant, const char *id, int max_named,
+                                         int max_per_tenant, double now)
+{
+    struct smol_session *x;
+    int reading = 0;
+    while (!(x = smol_sessions_restore(ss, tenant, id, max_named, max_per_tenant, now, &reading)) && reading) {
+        char key[SMOL_SPILL_KEY_MAX + 1];
+        smol_spill_key(tenant, id, key);
+        wait_read(ss->spill, key);
+    }
+    return x;
+}
+
+static struct smol_session *restore_prefix_wait(struct smol_sessions *ss, const char *tenant, const char *key,
+                                                double now)
+{
+    struct smol_session *x;
+    int reading = 0;
+    while (!(x = smol_sessions_restore_prefix(ss, tenant, key, now, &reading)) && reading) wait_read(ss->spill, key);
+    return x;
+}
+
 /* The spill reads and writes neutral records (spill.h); these two stand in
  * for sessions.c, which converts: x's record (borrowing x's storage)... */
 static enum smol_err save(struct smol_spill *sp, struct rig *g, struct smol_session *x, char *err)
@@ -140,7 +201,7 @@ static enum smol_err save(struct smol_spill *sp, struct rig *g, struct smol_sess
 static enum smol_err load(struct smol_spill *sp, struct rig *g, struct smol_session *y, int *need, char *err)
 {
     struct smol_spill_record rec = {.seq = &y->seq};
-    enum smol_err rc = smol_spill_load(sp, &g->m->kv, g->m->cfg.vocab, y->id, &rec, need, err);
+    enum smol_err rc = spill_load_wait(sp, &g->m->kv, g->m->cfg.vocab, y->id, &rec, need, err);
     if (rc) {
         ck_assert(!rec.tokens && !rec.hist_text && !rec.msgs);  /* nothing kept from a failed load */
         return rc;
@@ -505,9 +566,9 @@ START_TEST(t_sessions_hooks)
     ck_assert_int_eq(g.m->kv.n_free, free0 + smol_kv_pages_for(N_HIST));
     ck_assert(smol_spill_has(sp, "e1"));
     ck_assert(!smol_sessions_find(&g.ss, "", "e1"));
-    struct smol_session *x = smol_sessions_restore(&g.ss, "", "e1", 10, 0, 5.0);
+    struct smol_session *x = restore_wait(&g.ss, "", "e1", 10, 0, 5.0);
     ck_assert(x && x->restored_kv == N_HIST && x->seq.n_tokens == N_HIST && x->on_disk);
-    ck_assert(!smol_sessions_restore(&g.ss, "", "nope", 10, 0, 5.0));
+    ck_assert(!restore_wait(&g.ss, "", "nope", 10, 0, 5.0));
     /* unchanged: evicting again writes nothing (the first eviction's write
      * is the writer thread's: counted once it is done, so wait for it) */
     struct smol_spill_stats ss;
@@ -521,7 +582,7 @@ START_TEST(t_sessions_hooks)
     smol_spill_get_stats(sp, &ss2);
     ck_assert_int_eq(ss2.written, ss.written);
     /* a changed one is written by spill_one; expiry removes the file */
-    x = smol_sessions_restore(&g.ss, "", "e1", 10, 0, 5.0);
+    x = restore_wait(&g.ss, "", "e1", 10, 0, 5.0);
     ck_assert(smol_session_set_tokens(x, g.ids, N_HIST) == 0);
     ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 1);
     ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 0);
@@ -771,7 +832,7 @@ START_TEST(t_prefixes)
     ck_assert_int_eq(smol_spill_best_prefix(sp, "", other, 3, id), 0);
     ck_assert(!smol_spill_has(sp, id));                      /* not a session */
     ck_assert_int_eq(smol_spill_best_prefix(sp, "", g.ids, N_HIST, id), N_HIST);
-    struct smol_session *x = smol_sessions_restore_prefix(&g.ss, "", id, 1.0);
+    struct smol_session *x = restore_prefix_wait(&g.ss, "", id, 1.0);
     ck_assert(x && !x->id[0] && x->restored_kv == N_HIST && x->seq.n_tokens == N_HIST && x->on_disk);
     ck_assert(x->n_tokens == N_HIST && !memcmp(x->tokens, g.ids, N_HIST * sizeof *g.ids) && !x->hist_text && !x->msgs);
     float *lg = malloc((size_t)g.m->cfg.vocab * sizeof *lg);
@@ -806,7 +867,7 @@ START_TEST(t_prefixes)
     ck_assert(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK);
     g.ss.spill = sp;
     ck_assert_int_eq(smol_spill_best_prefix(sp, "", g.ids, N_HIST + 1, id), N_HIST + 1);
-    ck_assert_ptr_null(smol_sessions_restore_prefix(&g.ss, "", id, 1.0));
+    ck_assert_ptr_null(restore_prefix_wait(&g.ss, "", id, 1.0));
     smol_spill_get_stats(sp, &ss);
     ck_assert(ss.rejected == 1 && ss.prefixes_restored == 0 && ss.files == 0);
     ck_assert_int_eq(smol_spill_best_prefix(sp, "", g.ids, N_HIST + 1, id), 0);
@@ -845,9 +906,9 @@ START_TEST(t_tenants)
     ck_assert_int_eq((int)g.ss.n_evicted, 2);
     ck_assert(smol_sessions_has_file(&g.ss, "A", "s") && smol_sessions_has_file(&g.ss, "B", "s"));
     ck_assert(!smol_sessions_has_file(&g.ss, "", "s") && !smol_sessions_has_file(&g.ss, "C", "s"));
-    ck_assert_ptr_null(smol_sessions_restore(&g.ss, "C", "s", 10, 0, 1.0));
-    ck_assert_ptr_null(smol_sessions_restore(&g.ss, "", "s", 10, 0, 1.0));
-    b = smol_sessions_restore(&g.ss, "B", "s", 10, 0, 1.0);
+    ck_assert_ptr_null(restore_wait(&g.ss, "C", "s", 10, 0, 1.0));
+    ck_assert_ptr_null(restore_wait(&g.ss, "", "s", 10, 0, 1.0));
+    b = restore_wait(&g.ss, "B", "s", 10, 0, 1.0);
     ck_assert(b && !strcmp(b->tenant, "B") && !strcmp(b->id, "s") && b->hist_text && !strcmp(b->hist_text, "text of B"));
     ck_assert(b->restored_kv == N_HIST);
     smol_sessions_remove(&g.ss, b);
@@ -890,7 +951,7 @@ START_TEST(t_tenants)
     ck_assert_ptr_null(smol_sessions_best_prefix(&g.ss, "A", g.ids, N_HIST + 1, &lcp));
     ck_assert_int_eq(lcp, 0);
     ck_assert(smol_sessions_best_prefix(&g.ss, "B", g.ids, N_HIST + 1, &lcp) == g.ss.head && lcp == N_HIST);
-    a = smol_sessions_restore(&g.ss, "A", "s", 10, 0, 1.0);
+    a = restore_wait(&g.ss, "A", "s", 10, 0, 1.0);
     ck_assert(a && a->hist_text && !strcmp(a->hist_text, "text of A"));
     smol_sessions_deinit(&g.ss);
     smol_spill_close(&sp);
@@ -1088,7 +1149,7 @@ START_TEST(t_shared_sessions)
     /* node B: the next turn there (A died, say) reads A's file */
     ck_assert_int_eq(smol_sessions_lease(&sb, "", "c2"), SMOL_LEASE_CHANGED);
     ck_assert(!smol_sessions_find(&sb, "", "c2"));
-    struct smol_session *y = smol_sessions_restore(&sb, "", "c2", 10, 0, 1.0);
+    struct smol_session *y = restore_wait(&sb, "", "c2", 10, 0, 1.0);
     ck_assert(y && y->n_tokens == N_HIST && y->seq.n_tokens == N_HIST);
     smol_sessions_attach_lease(&sb, y);
     smol_kv_seq_truncate(&g.m->kv, &y->seq, N_HIST - 5);
@@ -1099,7 +1160,7 @@ START_TEST(t_shared_sessions)
     ck_assert_int_eq(smol_sessions_lease(&g.ss, "", "c2"), SMOL_LEASE_CHANGED);
     ck_assert(!smol_sessions_find(&g.ss, "", "c2"));
     ck_assert_int_eq((int)g.ss.n_stale_dropped, 1);
-    x = smol_sessions_restore(&g.ss, "", "c2", 10, 0, 1.0);
+    x = restore_wait(&g.ss, "", "c2", 10, 0, 1.0);
     ck_assert(x && x->n_tokens == N_HIST - 5);
     smol_sessions_attach_lease(&g.ss, x);
     ck_assert_int_eq(smol_sessions_settle(&g.ss), 1);   /* unchanged: nothing written */
@@ -1148,7 +1209,7 @@ START_TEST(t_shared_failover_expiry)
     smol_spill_flush(a);
     /* turn 3 on B (A alive, its copy idle in memory) */
     ck_assert_int_eq(smol_sessions_lease(&sb, "", "fo"), SMOL_LEASE_CHANGED);
-    struct smol_session *y = smol_sessions_restore(&sb, "", "fo", 10, 0, 2.0);
+    struct smol_session *y = restore_wait(&sb, "", "fo", 10, 0, 2.0);
     ck_assert(y && y->n_tokens == N_HIST);
     smol_sessions_attach_lease(&sb, y);
     smol_kv_seq_truncate(&g.m->kv, &y->seq, N_HIST - 4);
@@ -1172,7 +1233,7 @@ START_TEST(t_shared_failover_expiry)
     const int lr = smol_sessions_lease(&g.ss, "", "fo");
     ck_assert(lr == SMOL_LEASE_HELD || lr == SMOL_LEASE_CHANGED);
     ck_assert(!smol_sessions_find(&g.ss, "", "fo"));
-    x = smol_sessions_restore(&g.ss, "", "fo", 10, 0, 3.0);
+    x = restore_wait(&g.ss, "", "fo", 10, 0, 3.0);
     ck_assert(x && x->n_tokens == N_HIST - 4);
     smol_sessions_attach_lease(&g.ss, x);
     smol_kv_seq_truncate(&g.m->kv, &x->seq, N_HIST - 8);
@@ -1249,7 +1310,7 @@ static void node_turn(struct rig *g, struct smol_sessions *ss, struct smol_spill
 {
     ck_assert(smol_sessions_lease(ss, "", id) >= SMOL_LEASE_HELD);
     struct smol_session *x = smol_sessions_find(ss, "", id);
-    if (!x) x = smol_sessions_restore(ss, "", id, 1000, 0, 1.0);
+    if (!x) x = restore_wait(ss, "", id, 1000, 0, 1.0);
     if (!x) {
         char err[SMOL_ERRLEN];
         ck_assert((x = smol_sessions_add(ss, "", id)));
@@ -1404,7 +1465,7 @@ START_TEST(t_shared_foreign_model)
     memset(&seq, 0, sizeof seq);
     struct smol_spill_record rec = {.seq = &seq};
     int need = 0;
-    ck_assert_msg(smol_spill_load(a, &am->kv, am->cfg.vocab, "up", &rec, &need, err) == SMOL_OK, "%s", err);
+    ck_assert_msg(spill_load_wait(a, &am->kv, am->cfg.vocab, "up", &rec, &need, err) == SMOL_OK, "%s", err);
     ck_assert(rec.n_tokens == 0 && !rec.tokens && seq.n_tokens == 0);
     ck_assert(rec.hist_text && rec.hist_len == x->hist_len && !memcmp(rec.hist_text, x->hist_text, x->hist_len));
     ck_assert(json_equal(rec.msgs, x->msgs));
@@ -1427,7 +1488,7 @@ START_TEST(t_shared_foreign_model)
     memset(&seq2, 0, sizeof seq2);
     rec.seq = &seq2;
     ck_assert_int_eq(smol_spill_lease(a, "up"), SMOL_LEASE_HELD);
-    ck_assert(smol_spill_load(a, &am->kv, am->cfg.vocab, "up", &rec, &need, err) == SMOL_OK);
+    ck_assert(spill_load_wait(a, &am->kv, am->cfg.vocab, "up", &rec, &need, err) == SMOL_OK);
     ck_assert(rec.n_tokens == 1 && seq2.n_tokens == 1);   /* with its KV now */
     smol_spill_record_deinit(&rec);
     smol_spill_unlease(a, "up");
@@ -1448,7 +1509,7 @@ START_TEST(t_shared_foreign_model)
     memset(&rec, 0, sizeof rec);
     rec.seq = &seq;
     memset(&seq, 0, sizeof seq);
-    ck_assert_int_eq(smol_spill_load(t, &g.m->kv, g.m->cfg.vocab, "up", &rec, &need, err), SMOL_EFORMAT);
+    ck_assert_int_eq(spill_load_wait(t, &g.m->kv, g.m->cfg.vocab, "up", &rec, &need, err), SMOL_EFORMAT);
     ck_assert_msg(strstr(err, "checksum"), "%s", err);
     smol_spill_unlease(t, "up");
     smol_spill_flush(t);
@@ -1467,6 +1528,8 @@ static atomic_int lock_closes_watched;
 int __real_close(int fd);
 int __wrap_close(int fd)
 {
+    struct stat st;
+    if (atomic_load(&watch_fs_tid) && !fstat(fd, &st) && S_ISREG(st.st_mode)) fs_call();
     const long w = atomic_load(&watch_close_tid);
     if (w && w == (long)syscall(SYS_gettid)) {
         char p[64], t[PATH_MAX];
@@ -1552,7 +1615,7 @@ static void *race_main(void *arg)
         ck_assert_int_eq(lr == SMOL_LEASE_HELD || lr == SMOL_LEASE_CHANGED, 1);
         rc->changed += lr == SMOL_LEASE_CHANGED;
         struct smol_session *x = smol_sessions_find(&ss, "", "race");
-        if (!x) x = smol_sessions_restore(&ss, "", "race", 10, 0, 1.0);
+        if (!x) x = restore_wait(&ss, "", "race", 10, 0, 1.0);
         if (!x) x = smol_sessions_add(&ss, "", "race");
         ck_assert(x);
         smol_sessions_attach_lease(&ss, x);
@@ -1666,6 +1729,7 @@ int __wrap_openat(int dirfd, const char *path, int flags, ...)
         mode = va_arg(ap, int);
         va_end(ap);
     }
+    fs_call();
     const size_t pl = strlen(path);     /* a write's temporary file, or a session file opened to append */
     const int tmp = !strncmp(path, ".tmp-", 5) ||
                     (pl > 3 && !strcmp(path + pl - 3, ".kv") && (flags & O_ACCMODE) == O_RDWR && !(flags & O_CREAT));
@@ -1703,6 +1767,7 @@ static atomic_int fault_fsync_delay_ms;    /* every fsync this much slower: a sl
 int __wrap_fsync(int fd)
 {
     struct stat st;
+    fs_call();
     if (atomic_load(&fault_fsync_delay_ms)) usleep(1000 * atomic_load(&fault_fsync_delay_ms));
     if (fd == atomic_load(&fault_tmp_fd) && fault_take(F_FSYNC)) return -1;
     if (!fstat(fd, &st) && S_ISDIR(st.st_mode) && fault_take(F_DIRSYNC)) return -1;
@@ -1727,6 +1792,7 @@ static int is_session_name(const char *path)
 int __real_unlinkat(int dirfd, const char *path, int flags);
 int __wrap_unlinkat(int dirfd, const char *path, int flags)
 {
+    fs_call();
     void (*hook)(void) = is_session_name(path) ? atomic_exchange(&remove_hook, NULL) : NULL;
     if (hook) hook();
     return __real_unlinkat(dirfd, path, flags);
@@ -1734,12 +1800,38 @@ int __wrap_unlinkat(int dirfd, const char *path, int flags)
 
 int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
 {
+    fs_call();
     void (*rm)(void) = is_session_name(oldpath) ? atomic_exchange(&remove_hook, NULL) : NULL;
     if (rm) rm();
     void (*hook)(void) = !strncmp(oldpath, ".tmp-", 5) ? atomic_exchange(&rename_hook, NULL) : NULL;
     if (hook) hook();
     if (!strncmp(oldpath, ".tmp-", 5) && fault_take(F_RENAME)) return -1;
     return __real_renameat(olddirfd, oldpath, newdirfd, newpath);
+}
+
+int __real_fstatat(int dirfd, const char *path, struct stat *st, int flags);
+int __wrap_fstatat(int dirfd, const char *path, struct stat *st, int flags)
+{
+    fs_call();
+    return __real_fstatat(dirfd, path, st, flags);
+}
+
+int __real_fcntl(int fd, int cmd, ...);
+int __wrap_fcntl(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    fs_call();
+    return __real_fcntl(fd, cmd, arg);
+}
+
+ssize_t __real_pread(int fd, void *buf, size_t n, off_t off);
+ssize_t __wrap_pread(int fd, void *buf, size_t n, off_t off)
+{
+    fs_call();
+    return __real_pread(fd, buf, n, off);
 }
 
 /* time(): this node's clock, `fault_skew` seconds fast (spill.c once aged
@@ -2056,7 +2148,7 @@ static void fence_takeover(void)
     struct smol_session *y = smol_sessions_add(&g->ss, "", "f1b");
     struct smol_spill_record rec = {.seq = &y->seq};
     int need = 0;
-    ck_assert(smol_spill_load(fence_b, &g->m->kv, g->m->cfg.vocab, "f1", &rec, &need, err) == SMOL_OK);
+    ck_assert(spill_load_wait(fence_b, &g->m->kv, g->m->cfg.vocab, "f1", &rec, &need, err) == SMOL_OK);
     ck_assert_int_eq(rec.n_tokens, fence_expect);   /* A's file without A's write */
     ck_assert(smol_model_eval(g->m, &y->seq, g->ids + fence_expect, 5, 0, NULL, err) == SMOL_OK);
     ck_assert(smol_session_set_tokens(y, g->ids, fence_expect + 5) == 0);
@@ -2166,7 +2258,7 @@ START_TEST(t_shared_fence)
     struct smol_session *z = smol_sessions_add(&g.ss, "", "f1z");
     struct smol_spill_record rec = {.seq = &z->seq};
     int need = 0;
-    ck_assert(smol_spill_load(a, &g.m->kv, g.m->cfg.vocab, "f1", &rec, &need, err) == SMOL_OK);
+    ck_assert(spill_load_wait(a, &g.m->kv, g.m->cfg.vocab, "f1", &rec, &need, err) == SMOL_OK);
     ck_assert_int_eq(rec.n_tokens, N_HIST - 15);
     ck_assert(smol_session_set_tokens(z, rec.tokens, rec.n_tokens) == 0);
     smol_spill_record_deinit(&rec);
@@ -2193,6 +2285,188 @@ START_TEST(t_shared_fence)
     smol_spill_close(&c);
     smol_spill_close(&a);
     smol_spill_close(&fence_b);
+    rig_close(&g);
+}
+END_TEST
+
+/* Issue 46: an eviction (or a drain) of a shared directory's named session
+ * whose lease this node does not hold (its write-through failed, then the
+ * lease went back) makes no filesystem call on the engine thread (here the
+ * test's): its whole record is queued with a job that takes the lease on
+ * the writer thread, and the session leaves memory at once.  Held there:
+ * the file is written.  Another node wrote it since (CHANGED: this copy is
+ * stale) or holds its lease: the job is dropped, the file left as it is. */
+START_TEST(t_shared_evict_unleased)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char err[SMOL_ERRLEN];
+    struct smol_spill *a = open_shared(&g, g.m), *b = open_shared(&g, g.m);
+    g.ss.spill = a;
+    struct smol_spill_stats st;
+    /* not leased, held nowhere: written */
+    struct smol_session *x = make_session(&g, "ev");
+    ck_assert(!x->leased && !x->on_disk);
+    watch_fs(1);
+    smol_sessions_evict(&g.ss, x);
+    int calls = watch_fs(0);
+    ck_assert_msg(calls == 0, "an eviction made %d filesystem calls on the engine thread", calls);
+    ck_assert_ptr_null(smol_sessions_find(&g.ss, "", "ev"));      /* out of memory at once */
+    smol_spill_flush(a);
+    ck_assert_int_eq(file_tokens(g.dir), N_HIST);
+    ck_assert_int_eq(smol_spill_lease(b, "ev"), SMOL_LEASE_CHANGED); /* (a's write advanced the generation) */
+    ck_assert_int_eq(load_count(&g, b, "ev"), N_HIST);             /* the same logits */
+    /* node B writes a turn of its own (shorter) */
+    struct smol_session *y = make_session(&g, "ev-b");
+    snprintf(y->id, sizeof y->id, "ev");
+    smol_kv_seq_truncate(&g.m->kv, &y->seq, N_HIST - 10);
+    ck_assert(smol_session_set_tokens(y, g.ids, N_HIST - 10) == 0);
+    ck_assert_msg(save(b, &g, y, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(b, "ev");
+    smol_spill_flush(b);
+    snprintf(y->id, sizeof y->id, "ev-b");
+    smol_sessions_remove(&g.ss, y);
+    ck_assert_int_eq(file_tokens(g.dir), N_HIST - 10);
+    /* A's stale copy evicted: CHANGED on the writer, dropped */
+    x = make_session(&g, "ev");
+    watch_fs(1);
+    smol_sessions_evict(&g.ss, x);
+    calls = watch_fs(0);
+    ck_assert_msg(calls == 0, "an eviction (CHANGED) made %d filesystem calls on the engine thread", calls);
+    smol_spill_flush(a);
+    ck_assert_int_eq(file_tokens(g.dir), N_HIST - 10);              /* B's turn stands */
+    /* B writes again; A evicts a stale copy while its writer is paused (the
+     * job queued), then a turn of A takes the lease and finds it CHANGED:
+     * the queued image is stale, dropped (not written under the turn's
+     * lease, nor read back as the session) */
+    ck_assert_int_eq(smol_spill_lease(b, "ev"), SMOL_LEASE_HELD);
+    y = make_session(&g, "ev-b");
+    snprintf(y->id, sizeof y->id, "ev");
+    smol_kv_seq_truncate(&g.m->kv, &y->seq, N_HIST - 12);
+    ck_assert(smol_session_set_tokens(y, g.ids, N_HIST - 12) == 0);
+    ck_assert_msg(save(b, &g, y, err) == SMOL_OK, "%s", err);
+    smol_spill_unlease(b, "ev");
+    smol_spill_flush(b);
+    snprintf(y->id, sizeof y->id, "ev-b");
+    smol_sessions_remove(&g.ss, y);
+    smol_spill_pause(a, 1);
+    x = make_session(&g, "ev");
+    smol_sessions_evict(&g.ss, x);
+    ck_assert_int_eq(smol_spill_lease(a, "ev"), SMOL_LEASE_CHANGED);
+    smol_spill_pause(a, 0);
+    smol_spill_flush(a);
+    ck_assert_int_eq(file_tokens(g.dir), N_HIST - 12);              /* B's second turn stands */
+    ck_assert_int_eq(load_count(&g, a, "ev"), N_HIST - 12);         /* and is what A reads */
+    smol_spill_unlease(a, "ev");
+    smol_spill_flush(a);
+    /* B holds the lease (its turn runs): dropped too */
+    ck_assert_int_eq(smol_spill_lease(b, "ev"), SMOL_LEASE_HELD);
+    x = make_session(&g, "ev");
+    watch_fs(1);
+    smol_sessions_evict(&g.ss, x);
+    calls = watch_fs(0);
+    ck_assert_msg(calls == 0, "an eviction (held elsewhere) made %d filesystem calls on the engine thread", calls);
+    smol_spill_flush(a);
+    ck_assert_int_eq(file_tokens(g.dir), N_HIST - 12);
+    smol_spill_unlease(b, "ev");
+    smol_spill_flush(b);
+    smol_spill_get_stats(a, &st);
+    ck_assert_int_eq(st.written, 1);
+    ck_assert_int_eq(st.lease_lost, 0);
+    ck_assert_int_eq(st.unleased_refused, 0);
+    /* the drain's write (smol_sessions_spill_one with prefixes) goes the same way */
+    x = make_session(&g, "ev-drain");
+    watch_fs(1);
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 1), 1);
+    calls = watch_fs(0);
+    ck_assert_msg(calls == 0, "a drain's write made %d filesystem calls on the engine thread", calls);
+    ck_assert(x->on_disk);
+    smol_spill_flush(a);
+    char path[600];
+    kv_file_of(g.dir, "ev-drain", path, sizeof path);
+    ck_assert_msg(access(path, F_OK) == 0, "the drained session's file is not on disk");
+    ck_assert(!smol_spill_holds(a, "ev-drain"));                    /* (the job gave its lease back) */
+    smol_sessions_deinit(&g.ss);
+    smol_spill_close(&a);
+    smol_spill_close(&b);
+    rig_close(&g);
+}
+END_TEST
+
+/* Issue 46: a restore never reads the file on the engine thread (here the
+ * test's).  Whose read-ahead is missing (appends of it queued behind a
+ * failing write; the ready list dropped it for newer ones) asks for it and
+ * says so (reading: the caller's turn waits, the file is read on the
+ * writer thread, beside the failing write); then it restores from what
+ * was read and the queued images. */
+START_TEST(t_restore_not_read_ahead)
+{
+    struct rig g;
+    if (!rig_open(&g)) { printf("SKIPPED: fixture model missing\n"); return; }
+    char err[SMOL_ERRLEN];
+    struct smol_spill *sp = NULL;
+    ck_assert_msg(smol_spill_open(&sp, g.dir, 0, g.m, err) == SMOL_OK, "%s", err);
+    smol_spill_set_retry(sp, 0.001, 0.004);
+    g.ss.spill = sp;
+    /* an append of "rf" failing (fsync: EIO, every time) */
+    struct smol_session *x = make_session(&g, "rf");
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 1);
+    smol_spill_flush(sp);
+    smol_kv_seq_truncate(&g.m->kv, &x->seq, N_HIST - 4);
+    ck_assert(smol_session_set_tokens(x, g.ids, N_HIST - 4) == 0);
+    fault_arm(F_FSYNC, EIO, -1);
+    ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 1);
+    wait_for(sp, 2);
+    smol_sessions_remove(&g.ss, x);
+    int reading = 0;
+    watch_fs(1);
+    x = smol_sessions_restore(&g.ss, "", "rf", 10, 0, 1.0, &reading);
+    int calls = watch_fs(0);
+    ck_assert_msg(!x && reading, "restored at once (%p): the file read on the caller's thread", (void *)x);
+    ck_assert_msg(calls == 0, "a restore made %d filesystem calls on the engine thread", calls);
+    wait_read(sp, "rf");                    /* read beside the failing append */
+    ck_assert(atomic_load(&fault_hits) >= 2 && smol_spill_pending(sp) == 1);
+    watch_fs(1);
+    x = smol_sessions_restore(&g.ss, "", "rf", 10, 0, 1.0, &reading);
+    calls = watch_fs(0);
+    ck_assert_msg(x && !reading, "not restored once read ahead");
+    ck_assert_int_eq(calls, 0);
+    ck_assert_int_eq(x->n_tokens, N_HIST - 4);                      /* the file, then the queued append */
+    ck_assert_int_eq(x->seq.n_tokens, N_HIST - 4);
+    fault_arm(F_NONE, 0, 0);
+    wait_for(sp, 0);
+    ck_assert_int_eq(file_tokens(g.dir), N_HIST - 4);
+    smol_sessions_remove(&g.ss, x);
+    smol_spill_remove(sp, "rf");
+    /* ten files read ahead: the first one's read-ahead dropped (8 kept) */
+    char ids[10][8];
+    for (int i = 0; i < 10; i++) {
+        snprintf(ids[i], sizeof ids[i], "rd%d", i);
+        x = make_session(&g, ids[i]);
+        ck_assert_int_eq(smol_sessions_spill_one(&g.ss, 0), 1);
+        smol_sessions_remove(&g.ss, x);
+    }
+    smol_spill_flush(sp);
+    for (int i = 0; i < 10; i++) {
+        ck_assert_int_eq(smol_spill_prefetch(sp, ids[i]), 0);
+        smol_spill_flush(sp);
+        ck_assert_int_eq(smol_spill_prefetch(sp, ids[i]), 1);
+    }
+    watch_fs(1);
+    x = smol_sessions_restore(&g.ss, "", "rd0", 10, 0, 1.0, &reading);
+    calls = watch_fs(0);
+    ck_assert_msg(!x && reading, "restored at once (%p): the file read on the caller's thread", (void *)x);
+    ck_assert_msg(calls == 0, "a restore made %d filesystem calls on the engine thread", calls);
+    wait_read(sp, "rd0");
+    watch_fs(1);
+    x = smol_sessions_restore(&g.ss, "", "rd0", 10, 0, 1.0, &reading);
+    calls = watch_fs(0);
+    ck_assert(x && !reading && calls == 0);
+    ck_assert_int_eq(x->n_tokens, N_HIST);
+    smol_sessions_remove(&g.ss, x);
+    ck_assert_int_eq(load_count(&g, sp, "rd9"), N_HIST);           /* still read ahead: the same logits */
+    smol_sessions_deinit(&g.ss);
+    smol_spill_close(&sp);
     rig_close(&g);
 }
 END_TEST
@@ -2344,6 +2618,8 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_append_turn);
     tcase_add_test(tc, t_shared_fence);
     tcase_add_test(tc, t_shared_fence_remove);
+    tcase_add_test(tc, t_shared_evict_unleased);
+    tcase_add_test(tc, t_restore_not_read_ahead);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -208,9 +208,15 @@ static int admit_lookup(struct smol_engine *e, struct req *q, double now, struct
         q->waits_alone = 1;
         return 0;
     }
+    int reading = 0;
     if (!a->s)
         a->s = smol_sessions_restore(&e->sessions, r->tenant, r->session, e->cfg.max_sessions,
-                                     e->cfg.max_sessions_per_key, now);
+                                     e->cfg.max_sessions_per_key, now, &reading);
+    if (!a->s && reading) { /* its read-ahead went (or never came): asked again; it waits alone */
+        e->waiting_read = 1;
+        q->waits_alone = 1;
+        return 0;
+    }
     if (!a->s && r->append && !r->create_session) {
         /* appending to a conversation the daemon does not hold (never made,
          * deleted, evicted without a file, or another tenant's: the same

@@ -207,12 +207,16 @@ static int spill(struct smol_sessions *s, struct smol_session *x, int can_wait)
      * this node does not hold (another node's now), or whose file another
      * node wrote since (this copy is stale), is not written (nor tried
      * again until it changes).  Its lease is asked on the lease thread
-     * when the write can wait (spill_one); an eviction, which cannot, takes
-     * it here (a session whose write-through failed: rare) */
-    const int take = x->id[0] && !x->leased && smol_spill_shared(s->spill);
+     * when the write can wait (spill_one); an eviction's or a drain's,
+     * which cannot (a session whose write-through failed: rare), is queued
+     * whole with a job that takes the lease on the writer thread, and
+     * dropped there if it finds the file changed or held (the session
+     * leaves memory at once either way: the job holds its record) */
+    const int take = x->id[0] && !x->leased && smol_spill_shared(s->spill) && can_wait;
+    const int unleased = x->id[0] && !x->leased && smol_spill_shared(s->spill) && !can_wait;
     if (take) {
         smol_spill_key(x->tenant, x->id, key);
-        const int lr = can_wait ? smol_spill_lease_async(s->spill, key) : smol_spill_lease(s->spill, key);
+        const int lr = smol_spill_lease_async(s->spill, key);
         if (lr == SMOL_LEASE_PENDING) return -1;
         if (lr == SMOL_LEASE_CHANGED) {
             smol_log_info("spill: session '%s' not written: another node wrote it since", key);
@@ -225,7 +229,7 @@ static int spill(struct smol_sessions *s, struct smol_session *x, int can_wait)
     }
     /* on_disk once queued (the spill retries a write that fails until it is
      * on disk); a save refused here is tried again after a backoff */
-    if (smol_spill_save(s->spill, s->kv, &rec, err)) {
+    if (unleased ? smol_spill_save_unleased(s->spill, s->kv, &rec, err) : smol_spill_save(s->spill, s->kv, &rec, err)) {
         smol_log_warn("spill: %s", err);
         double wait = s->retry_first_s > 0 ? s->retry_first_s : 1.0;
         for (int i = 0; i < x->save_failures && wait < 60; i++) wait *= 2;
@@ -267,8 +271,10 @@ int smol_sessions_spill_one(struct smol_sessions *s, int with_prefixes)
 }
 
 /* Reads the file of key `id` into x (busy meanwhile), evicting idle entries while the
- * pool lacks room; removes x when that fails. */
-static struct smol_session *load_into(struct smol_sessions *s, struct smol_session *x, const char *id, double now)
+ * pool lacks room; removes x when that fails, or when the file is not read
+ * yet (*reading = 1: its read-ahead is asked, smol_spill_load). */
+static struct smol_session *load_into(struct smol_sessions *s, struct smol_session *x, const char *id, double now,
+                                      int *reading)
 {
     x->busy = 1; /* not evicted to make room for itself */
     char err[SMOL_ERRLEN];
@@ -276,11 +282,13 @@ static struct smol_session *load_into(struct smol_sessions *s, struct smol_sessi
     enum smol_err rc;
     struct smol_spill_record rec = {.seq = &x->seq};
     while ((rc = x->id[0] ? smol_spill_load(s->spill, s->kv, s->vocab, id, &rec, &need, err)
-                          : smol_spill_load_prefix(s->spill, s->kv, s->vocab, id, &rec, &need, err)) == SMOL_EBUSY)
+                          : smol_spill_load_prefix(s->spill, s->kv, s->vocab, id, &rec, &need, err)) == SMOL_EBUSY &&
+           need > 0)
         if (!smol_sessions_evict_one(s, 1)) break;
     x->busy = 0;
+    if (reading) *reading = rc == SMOL_EBUSY && !need;
     if (rc) {
-        if (rc != SMOL_ENOSESSION && rc != SMOL_EFORMAT) smol_log_warn("spill: %s", err);
+        if (rc != SMOL_ENOSESSION && rc != SMOL_EFORMAT && !(rc == SMOL_EBUSY && !need)) smol_log_warn("spill: %s", err);
         smol_sessions_remove(s, x);
         return NULL;
     }
@@ -292,22 +300,24 @@ static struct smol_session *load_into(struct smol_sessions *s, struct smol_sessi
 }
 
 struct smol_session *smol_sessions_restore(struct smol_sessions *s, const char *tenant, const char *id,
-                                           int max_named, int max_per_tenant, double now)
+                                           int max_named, int max_per_tenant, double now, int *reading)
 {
     char key[SMOL_SPILL_KEY_MAX + 1];
     smol_spill_key(tenant, id, key);
+    if (reading) *reading = 0;
     if (!s->spill || !smol_spill_has(s->spill, key)) return NULL;
     if (smol_sessions_make_room(s, tenant, max_named, max_per_tenant)) return NULL;
     struct smol_session *x = smol_sessions_add(s, tenant, id);
-    return x ? load_into(s, x, key, now) : NULL;
+    return x ? load_into(s, x, key, now, reading) : NULL;
 }
 
 struct smol_session *smol_sessions_restore_prefix(struct smol_sessions *s, const char *tenant, const char *key,
-                                                  double now)
+                                                  double now, int *reading)
 {
+    if (reading) *reading = 0;
     if (!s->spill) return NULL;
     struct smol_session *x = smol_sessions_add(s, tenant, "");
-    return x ? load_into(s, x, key, now) : NULL;
+    return x ? load_into(s, x, key, now, reading) : NULL;
 }
 
 int smol_sessions_prefetch(struct smol_sessions *s, const char *tenant, const char *id)
@@ -326,8 +336,9 @@ int smol_sessions_read_prefix(struct smol_sessions *s, const char *tenant, const
     /* (the last prompt token is always computed: it counts in neither) */
     if ((on_disk < n - 1 ? on_disk : n - 1) < (have < n - 1 ? have : n - 1) + SMOL_KV_PAGE) return 1;
     if (!smol_spill_prefetch(s->spill, pid)) return 0;
-    smol_sessions_restore_prefix(s, tenant, pid, now);
-    return 1;
+    int reading = 0;
+    smol_sessions_restore_prefix(s, tenant, pid, now, &reading);
+    return !reading;
 }
 
 int smol_sessions_has_file(const struct smol_sessions *s, const char *tenant, const char *id)

@@ -99,19 +99,23 @@ void smol_sessions_evict(struct smol_sessions *s, struct smol_session *x);
  * as smol_sessions_evict would) to the spill directory; 1 if one was
  * written (or failed), 0 when there is none, or (not with_prefixes, a
  * shared directory) when its lease is being asked on the spill's lease
- * thread (written on a later call).  with_prefixes (the drain) takes a
- * lease on the caller's thread. */
+ * thread (written on a later call).  with_prefixes (the drain) queues a
+ * session not leased with a job that takes its lease on the spill's
+ * writer thread (smol_spill_save_unleased), as an eviction does. */
 int smol_sessions_spill_one(struct smol_sessions *s, int with_prefixes);
 /* tenant's session `id` read back from the spill directory as a new
  * session, most recently used, its KV in the pool (idle entries evicted to
  * make room; a named one first, smol_sessions_make_room).  NULL when there
- * is no usable file, or no room. */
+ * is no usable file, or no room, or (*reading set to 1; reading may be
+ * NULL) when the file is not read ahead yet: its read is asked on the
+ * spill's thread (the file is never read on the caller's), and this is
+ * called again once smol_sessions_prefetch says 1. */
 struct smol_session *smol_sessions_restore(struct smol_sessions *s, const char *tenant, const char *id,
-                                           int max_named, int max_per_tenant, double now);
+                                           int max_named, int max_per_tenant, double now, int *reading);
 /* The same for tenant's cached prefix of key `key` (smol_spill_best_prefix
  * for that tenant): a new anonymous entry. */
 struct smol_session *smol_sessions_restore_prefix(struct smol_sessions *s, const char *tenant, const char *key,
-                                                  double now);
+                                                  double now, int *reading);
 /* Has the file of tenant's session id read ahead on the spill's thread: 1
  * when it can be restored now (read, or no file, or no spill directory), 0
  * while the read runs (smol_spill_prefetch). */

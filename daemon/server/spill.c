@@ -3,50 +3,54 @@
  * rules).  Opening and closing the directory (and the spill's two
  * threads), saving a record (the turn's record image built here, on the
  * engine thread, from what the file already holds: spill_index.c keeps
- * that) and loading one (the file's records replayed, spill_format.c, then
- * the images of writes still queued).
+ * that) and loading one (the file's records, as read ahead, replayed,
+ * spill_format.c, then the images of writes still queued).
  *
  * Runs on the engine thread, the API's only caller.  It owns the index
  * (struct smol_spill's ent[]: no lock) and takes sp->mu only for what the
  * writer and lease threads share (the queue, the ready list, the lease
  * records, the counters).  A save copies only the KV pages the turn added
- * (and the partial last one) and never touches the disk; a load reads the
- * file in place unless it was read ahead (smol_spill_prefetch).
+ * (and the partial last one) and never touches the disk; nor does a load:
+ * it uses what the writer thread read ahead (spill_read.c) and the images
+ * of the writes still queued; a read-ahead missing (dropped from the ready
+ * list, or a write of the file landed since) is asked for again and the
+ * load says SMOL_EBUSY with no pages needed: the turn waits alone.
  *
  * The filesystem calls of the spill, by thread (issue 46: none on the
- * engine thread in a turn):
+ * engine thread once it serves):
  *   engine thread (the API's caller):
  *     - smol_spill_open: mkdir, open, faccessat, the scan (openat, readdir,
  *       fstatat, pread; a shared directory's clock probe): at start, before
  *       the engine serves;
- *     - smol_spill_lease (sync: openat, fcntl(F_OFD_SETLK), fstat, fstatat,
- *       pread of the generation, fstatat of the file): only an eviction's
- *       or a drain's write of a named session not leased (sessions.c
- *       spill(), can_wait 0: a write-through that failed; a stop); it may
- *       wait there for the lease thread's close of the session's lock;
- *     - load(): read_whole (openat, fstat, read, futimens) when the file
- *       was not read ahead: appends queued behind a failing write, or the
- *       read-ahead dropped (the ready list: 8 files, 1 GiB but its newest);
- *       unlink_file_gen without memory for a job (not shared).
+ *     - spill_index.c's unlink_file_gen without memory for a job (a
+ *       directory not shared: the file removed in place, after a flush);
+ *     - for other callers (tests, tools), not the engine: smol_spill_lease
+ *       (sync: openat, fcntl(F_OFD_SETLK), fstat, fstatat, pread of the
+ *       generation, refresh_ent's fstatat) and smol_spill_has of a session
+ *       whose lease is not held (fstatat).
  *   (a DELETE of a session only on disk with 16 already waiting is refused,
- *   SMOL_EBUSY, not looked up; smol_spill_has stats only for other callers)
+ *   SMOL_EBUSY, not looked up)
  *   lease thread: a turn's lease (smol_spill_lease_async): lock_open,
  *     the generation, the file's fstatat; closes answers nobody took, and
  *     the lock file of a lease whose last reference the engine gave back
  *     (smol_spill_unlease: the lease marked closing, woken at once).
  *   writer thread: writes (openat, write/pwrite, fsync, ftruncate, renameat,
  *     the directory's fsync, the lease's fcntl(F_OFD_GETLK), pread, pwrite,
- *     fdatasync of the generation), reads ahead (smol_spill_prefetch, a
- *     file of any size: openat, fstat, read, futimens), removals and their leases
- *     (smol_spill_lease_for_removal: lock_open; renameat aside, openat,
- *     pread, linkat, unlinkat; a DELETE's fstatat, smol_spill_remove_report),
- *     sweeps (readdir, fstatat, lock_open,
+ *     fdatasync of the generation), the lease of a write queued without
+ *     one (smol_spill_save_unleased: an eviction's or a drain's of a
+ *     session not leased; smol_spill_lease_for_write: lock_open, the
+ *     generation), reads ahead (smol_spill_prefetch, a file of any size:
+ *     openat, fstat, read, futimens; beside a failing write of the file),
+ *     removals and their leases (smol_spill_lease_for_removal: lock_open;
+ *     renameat aside, openat, pread, linkat, unlinkat; a DELETE's fstatat,
+ *     smol_spill_remove_report), sweeps (readdir, fstatat, lock_open,
  *     unlinkat), the clock probe.
  * No thread holds sp->mu over a filesystem call but smol_spill_lease_take
- * (engine thread, above) and the close() of a lease's descriptor when a
- * failed write is dropped for a newer job (drop_job_locked); a lease's last
- * reference is otherwise closed with the mutex released
- * (smol_spill_lease_release_locked: the writer and the lease thread).
+ * (smol_spill_lease: not the engine's) and the close() of a lease's
+ * descriptor when a failed write is dropped for a newer job
+ * (drop_job_locked); a lease's last reference is otherwise closed with the
+ * mutex released (smol_spill_lease_release_locked: the writer and the
+ * lease thread).
  */
 #include "daemon/server/spill_internal.h"
 #include "daemon/server/log.h"
@@ -184,8 +188,11 @@ static unsigned char *put(unsigned char *p, const void *src, size_t n)
     return p + n;
 }
 
-enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, const struct smol_spill_record *x,
-                              char *err)
+/* take: a shared directory's named session whose lease this node does
+ * not hold (smol_spill_save_unleased): a base, its lease taken by the
+ * writer thread */
+static enum smol_err save(struct smol_spill *sp, const struct smol_kv *kv, const struct smol_spill_record *x, int take,
+                          char *err)
 {
     smol_spill_reap_failed(sp);
     const int prefix = !x->id[0];
@@ -197,14 +204,16 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
     smol_spill_file_name(key, name);
     /* a shared directory: one writer per session, the node holding its
      * lease (a cached prefix is the same bytes whoever writes it) */
-    if (sp->shared && !prefix && !smol_spill_holds(sp, key)) {
+    take = take && sp->shared && !prefix && !smol_spill_holds(sp, key);
+    if (sp->shared && !prefix && !take && !smol_spill_holds(sp, key)) {
         pthread_mutex_lock(&sp->mu);
         sp->st.unleased_refused++;
         pthread_mutex_unlock(&sp->mu);
         return smol_errf(err, SMOL_EBUSY, "session '%s' not written: this node does not hold its lease", key);
     }
-    if (n_kv <= 0) {
-        smol_spill_unlink_file(sp, name);
+    if (n_kv <= 0) { /* (not leased: removed only if nobody wrote it since) */
+        if (take) smol_spill_expire(sp, key);
+        else smol_spill_unlink_file(sp, name);
         return SMOL_OK;
     }
     /* a cached prefix keeps its KV tokens only: no text, messages or date */
@@ -239,7 +248,7 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
     /* what the file holds already (the records this node wrote or read):
      * the turn appends the rest, unless the dead share would pass half */
     const struct entry *e = smol_spill_find_ent(sp, name);
-    const struct written *o = e && e->log.known && !prefix ? &e->log : NULL;
+    const struct written *o = e && e->log.known && !prefix && !take ? &e->log : NULL;
     uint32_t tok_from = 0, page_from = 0, hist_from = 0, msgs_from = 0;
     if (o) {
         tok_from = (uint32_t)smol_lcp(o->tokens, o->n_tokens, x->tokens, n_tok);
@@ -349,7 +358,8 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
     for (int i = (int)page_from; i < n_pages; i++, p += pb) smol_kv_page_read(kv, x->seq->pages[i], p);
     SMOL_ASSERT((uint64_t)(p - img) == total);
     smol_spill_drop_ready(sp, name);
-    if (sp->shared && !prefix) { /* the write holds the lease until it is done */
+    j->lease_take = take;
+    if (sp->shared && !prefix && !take) { /* the write holds the lease until it is done */
         pthread_mutex_lock(&sp->mu);
         struct lease *l = smol_spill_lease_of(sp, name, 0);
         SMOL_ASSERT(l && l->refs > 0);
@@ -378,29 +388,16 @@ enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, c
     return SMOL_OK;
 }
 
-/* Reads the whole file `name` into *buf (*len bytes; fewer if it shrank
- * while read): NULL, or why not. */
-static const char *read_whole(struct smol_spill *sp, const char *name, unsigned char **buf, uint64_t *len, int touch)
+enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, const struct smol_spill_record *x,
+                              char *err)
 {
-    struct stat st;
-    *buf = NULL;
-    *len = 0;
-    int fd = openat(sp->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    const char *why = NULL;
-    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) why = "cannot be read as a regular file";
-    else if (!(*buf = malloc((size_t)st.st_size + 1))) why = "out of memory for reading it";
-    while (!why && *len < (uint64_t)st.st_size) {
-        ssize_t r = read(fd, *buf + *len, (size_t)((uint64_t)st.st_size - *len));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) why = "short read";
-        if (r <= 0) break;
-        *len += (uint64_t)r;
-    }
-    if (fd >= 0) {
-        if (!why && touch) futimens(fd, NULL); /* recently used, also for the next process */
-        close(fd);
-    }
-    return why;
+    return save(sp, kv, x, 0, err);
+}
+
+enum smol_err smol_spill_save_unleased(struct smol_spill *sp, const struct smol_kv *kv,
+                                       const struct smol_spill_record *x, char *err)
+{
+    return save(sp, kv, x, 1, err);
 }
 
 /* What load() read: the file's bytes, the queued writes' images after them. */
@@ -420,23 +417,18 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
     /* writes of this file still queued: their images follow the file's
      * records (a base among them: from the last base on, the file unread) */
     struct job *pj = smol_spill_pending_for(sp, name), *rd = NULL;
-    if (pj && pj->kind == JOB_READ) { /* read ahead under way: wait for it */
-        pthread_mutex_lock(&sp->mu);
-        while (!pj->finished) pthread_cond_wait(&sp->done, &sp->mu);
-        pthread_mutex_unlock(&sp->mu);
-        smol_spill_release(sp, pj);
-        pj = NULL;
-    }
-    if (pj && pj->kind != JOB_WRITE) {
-        smol_spill_release(sp, pj);
-        return smol_errf(err, SMOL_ENOSESSION, "no spilled %s '%s'", what, key);
-    }
+    const enum job_kind pk = pj ? pj->kind : JOB_WRITE;
     if (pj) smol_spill_release(sp, pj);
+    if (pk == JOB_READ) { /* read ahead under way: not waited for here */
+        *pages_needed = 0;
+        return smol_errf(err, SMOL_EBUSY, "spilled %s '%s' is being read", what, key);
+    }
+    if (pk != JOB_WRITE) return smol_errf(err, SMOL_ENOSESSION, "no spilled %s '%s'", what, key);
     struct job *jobs[LOAD_JOBS_MAX];
     int n_jobs = 0;
     pthread_mutex_lock(&sp->mu);
     for (struct job *j = sp->q_head; j; j = j->next)
-        if (j->kind == JOB_WRITE && !strcmp(j->name, name)) {
+        if (j->kind == JOB_WRITE && !j->stale && !strcmp(j->name, name)) {
             if (j->off < 0) { /* a base: what came before does not count (their references back) */
                 while (n_jobs) smol_spill_job_unref(jobs[--n_jobs]);
             }
@@ -447,18 +439,26 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
         }
     pthread_mutex_unlock(&sp->mu);
     const int from_base = n_jobs && jobs[0]->off < 0;
-    if (!from_base) rd = smol_spill_take_ready(sp, name);
+    pthread_mutex_lock(&sp->mu);
+    const uint64_t landed = sp->landed; /* (rd, put back, is good while no write lands) */
+    pthread_mutex_unlock(&sp->mu);
+    if (!from_base && !(rd = smol_spill_take_ready(sp, name))) {
+        /* not read ahead (the ready list dropped it, or a write of the
+         * file lands or fails): the file is never read here; the read is
+         * asked, on the writer thread, and the turn waits for it */
+        while (n_jobs) smol_spill_release(sp, jobs[--n_jobs]);
+        if (smol_spill_prefetch(sp, key)) return smol_errf(err, SMOL_ENOMEM, "spill: out of memory");
+        *pages_needed = 0;
+        return smol_errf(err, SMOL_EBUSY, "spilled %s '%s' is being read", what, key);
+    }
     struct replay r = {0};
-    unsigned char *fbuf = NULL;
-    uint64_t flen = 0;
     const char *why = NULL, *tail = NULL;
     int rc_key = 0, foreign = 0;
     enum smol_err rc = SMOL_OK;
     if (!from_base) {
-        if (rd) why = rd->read_err;
-        else why = read_whole(sp, name, &fbuf, &flen, 1);
-        const unsigned char *b = rd ? rd->image : fbuf;
-        const uint64_t len = rd ? rd->bytes : flen;
+        why = rd->read_err;
+        const unsigned char *b = rd->image;
+        const uint64_t len = rd->bytes;
         struct smol_spill_header h0;
         /* a shared directory's session file of another model: its conversation without KV */
         if (!why && sp->shared && !prefix && !smol_spill_read_header(b, len, &h0) && smol_spill_check_header(sp, &h0, kv, 0) &&
@@ -574,8 +574,9 @@ static enum smol_err load(struct smol_spill *sp, struct smol_kv *kv, int vocab, 
                           r.end / 1048576.0, (smol_mono_s() - t0) * 1e3, r.n_rec);
     }
     for (int i = 0; i < n_jobs; i++) smol_spill_release(sp, jobs[i]);
-    if (rd) smol_spill_release(sp, rd);
-    free(fbuf);
+    if (rd && rc == SMOL_EBUSY && !why) smol_spill_put_back_ready(sp, rd, landed); /* (for the load again once
+                                                                                      pages are free) */
+    else if (rd) smol_spill_release(sp, rd);
     smol_spill_replay_deinit(&r);
     if (why || (rc && rc != SMOL_EBUSY)) smol_kv_seq_truncate(kv, x->seq, 0);
     if (why) {

@@ -69,8 +69,10 @@
  * shared directory a turn's lease is asked on a lease thread of the spill's
  * own (smol_spill_lease_async: the lock, the generation and a stat of the
  * file, no mutex held over them), so a slow file server does not stall the
- * engine thread there; the other lease paths (expiry, the budget, a write
- * of a session not leased) still lock on the caller's thread.  Writing
+ * engine thread there; a removal's (expiry, the budget, a DELETE) and
+ * that of a write queued without one (smol_spill_save_unleased: an
+ * eviction's) are taken on the writer thread; smol_spill_lease locks on
+ * the caller's thread (tests, tools).  Writing
  * and removing files run on a writer thread of the spill's own:
  * smol_spill_save copies the turn's record (the KV pages the turn added
  * out of the pool, or all of them for a base) into an image in memory and
@@ -79,9 +81,11 @@
  * waits behind a failed write of its file).  The index (has, stats, the
  * budget, what each file's records add up to) describes the directory as
  * it will be once the queue is done; smol_spill_load of a session whose
- * writes are still queued reads the file, then their images; a file read ahead by smol_spill_prefetch
- * (on the writer thread) is checked and used from memory; otherwise the
- * file is read in place (on the caller's thread).  A write that fails is
+ * writes are still queued reads the file, then their images; the file is
+ * read ahead by smol_spill_prefetch (on the writer thread), checked and
+ * used from memory; it is never read on the caller's thread: a load that
+ * finds no read-ahead asks for one and says SMOL_EBUSY (no pages needed),
+ * to be called again once smol_spill_prefetch says 1.  A write that fails is
  * logged and leaves the previous file as it was (an I/O error at any step:
  * open, write, fsync, rename, the directory's fsync); the job keeps its
  * image (and its lease) and is tried again after a backoff (0.1 s,
@@ -302,12 +306,30 @@ int smol_spill_holds(struct smol_spill *sp, const char *id);
 enum smol_err smol_spill_save(struct smol_spill *sp, const struct smol_kv *kv, const struct smol_spill_record *rec,
                               char *err);
 
+/* A shared directory: smol_spill_save of a named session whose lease this
+ * node does not hold (an eviction's or a drain's write, which cannot wait
+ * for one), with no filesystem call on the caller's thread: the whole
+ * record is queued (a base, never an append: this node's idea of the file
+ * may be stale) with a job that takes the lease on the writer thread.
+ * Held there, it is written as any other; another node's since (CHANGED:
+ * this copy is stale), held elsewhere or not lockable, the job is dropped
+ * (logged) and the file left as it is; so it is when a turn's lease of the
+ * session finds it CHANGED before the job ran (neither written under that
+ * lease nor read back by the turn).  An empty record removes the file
+ * only if nobody wrote it since (smol_spill_expire).  Else (not shared, a
+ * cached prefix, the lease held) smol_spill_save. */
+enum smol_err smol_spill_save_unleased(struct smol_spill *sp, const struct smol_kv *kv,
+                                       const struct smol_spill_record *rec, char *err);
+
 /* Reads the session of key `id` (smol_spill_key) into rec (zeroed, but
  * for rec->seq: an empty sequence without pages): tenant, id, history, text, messages, date, mode, and the
- * KV pages, reserved from kv into rec->seq.
+ * KV pages, reserved from kv into rec->seq.  No filesystem call: the file
+ * read ahead (smol_spill_prefetch), then the images of its queued writes.
  *   SMOL_OK           rec filled (the caller's to deinit), rec->seq->n_tokens positions hold the file's KV
  *   SMOL_ENOSESSION   no file for this id
- *   SMOL_EBUSY        the pool lacks free pages for it (*pages_needed set); file kept
+ *   SMOL_EBUSY        *pages_needed > 0: the pool lacks free pages for it; file kept (and what was read)
+ *                     *pages_needed 0: the file is not read yet; its read-ahead is asked: call again
+ *                     once smol_spill_prefetch says 1
  *   other             the file was bad: logged, counted, removed; rec left empty
  * vocab bounds the token ids. */
 enum smol_err smol_spill_load(struct smol_spill *sp, struct smol_kv *kv, int vocab, const char *id,

@@ -288,6 +288,20 @@ int smol_spill_best_prefix(struct smol_spill *sp, const char *tenant, const int3
     return best;
 }
 
+/* Writes the writer could not finish leave the index (engine thread). */
+void smol_spill_reap_failed(struct smol_spill *sp)
+{
+    pthread_mutex_lock(&sp->mu);
+    for (int i = 0; i < sp->n_failed; i++) {
+        int later = 0; /* a newer job on the name decides */
+        for (struct job *j = sp->q_head; j; j = j->next) later |= !strcmp(j->name, sp->failed[i]);
+        struct entry *e = later ? NULL : smol_spill_find_ent(sp, sp->failed[i]);
+        if (e) smol_spill_drop_ent(sp, e);
+    }
+    sp->n_failed = 0;
+    pthread_mutex_unlock(&sp->mu);
+}
+
 /* ---- lookups and removals ------------------------------------------------------------------ */
 
 void smol_spill_remove(struct smol_spill *sp, const char *id)

@@ -3,7 +3,8 @@
  * spill.c (the API: open, close, save, load), spill_format.c (the file
  * format: names, record headers, the replay of records), spill_index.c (the
  * index and the disk budget), spill_lease.c (the leases of a shared
- * directory and the lease thread) and spill_writer.c (the writer thread).
+ * directory and the lease thread), spill_writer.c (the writer thread) and
+ * spill_read.c (read-ahead).
  * Not a public header: only the spill's own files include it.
  *
  * Threads: the engine thread (the API's caller) owns the index; the writer
@@ -76,6 +77,10 @@ struct job {
     int refs;                           /* the queue's (then the ready list's) + readers' */
     int running, finished;
     int leased;                         /* holds a reference to its name's lease (shared directory) */
+    int lease_take;                     /* JOB_WRITE, shared: the writer takes the lease first, not the
+                                           engine thread (smol_spill_save_unleased: a whole image) */
+    int stale;                          /* lease_take: its image is of a stale copy (a turn's lease found
+                                           the file CHANGED; its own was not HELD): dropped; not loaded */
     int tries;                          /* JOB_WRITE: attempts that failed (it waits for the next one) */
     int64_t unused_since;               /* JOB_UNLINK: removed only if its mtime is not later (ns; 0: any);
                                            JOB_SWEEP: the TTL (ns; 0: temporary files only) */
@@ -114,6 +119,8 @@ struct smol_spill {
     int n_failed;
     struct job *ready;          /* files read ahead (smol_spill_prefetch), newest first */
     int n_ready;
+    uint64_t landed;            /* writes and removals the writer finished (a read-ahead held meanwhile
+                                   may be stale: smol_spill_load puts one back only if none landed) */
     /* a shared directory (smol_spill_open_shared): the leases, under mu */
     int shared;
     struct lease *leases;
@@ -221,6 +228,7 @@ void smol_spill_reject_file(struct smol_spill *sp, const char *name, const char 
 void smol_spill_scan(struct smol_spill *sp, const struct smol_kv *kv);
 int smol_spill_prefix_covered(const struct smol_spill *sp, const char *tenant, const int32_t *tokens, int n);
 void smol_spill_drop_extended(struct smol_spill *sp, const char *tenant, const int32_t *tokens, int n);
+void smol_spill_reap_failed(struct smol_spill *sp);
 
 /* ---- spill_lease.c: leases (a shared directory) ---- */
 
@@ -232,19 +240,28 @@ int smol_spill_lease_take(struct smol_spill *sp, const char *name);
 void *smol_spill_lease_main(void *arg);
 int smol_spill_lease_advance(struct smol_spill *sp, const struct job *j, uint64_t *gen_out);
 int smol_spill_lease_for_removal(struct smol_spill *sp, struct job *j);
+int smol_spill_lease_for_write(struct smol_spill *sp, struct job *j);
 
 /* ---- spill_writer.c: the writer thread ---- */
 
 void smol_spill_job_unref(struct job *j);
 void smol_spill_enqueue(struct smol_spill *sp, struct job *j);
+void smol_spill_enqueue_locked(struct smol_spill *sp, struct job *j);
+void smol_spill_drop_unleased_locked(struct smol_spill *sp, const char *name);
 int64_t smol_spill_server_now(struct smol_spill *sp);
 int smol_spill_busy_locked(const struct smol_spill *sp);
 void *smol_spill_writer_main(void *arg);
 struct job *smol_spill_pending_for(struct smol_spill *sp, const char *name);
+
+/* ---- spill_read.c: read-ahead ---- */
+
+void smol_spill_run_read(struct smol_spill *sp, struct job *j);
+void smol_spill_ready_add_locked(struct smol_spill *sp, struct job *j, int stale);
+void smol_spill_ready_forget_locked(struct smol_spill *sp, const char *name);
 struct job *smol_spill_take_ready(struct smol_spill *sp, const char *name);
 void smol_spill_drop_ready(struct smol_spill *sp, const char *name);
+void smol_spill_put_back_ready(struct smol_spill *sp, struct job *j, uint64_t landed);
 void smol_spill_release(struct smol_spill *sp, struct job *j);
-void smol_spill_reap_failed(struct smol_spill *sp);
 void smol_spill_answer_locked(struct smol_spill *sp, uint64_t ticket, int found);
 
 #endif

@@ -9,14 +9,13 @@
  * references (smol_spill_lease_async answers at once: held here, an answer
  * parked by the lease thread, or PENDING); smol_spill_lease_take locks on
  * the caller's thread with sp->mu held over lock_open (smol_spill_lease:
- * an eviction's or a drain's write of a session not leased, the tests).
- * The writer thread takes a removal's lease itself
- * (smol_spill_lease_for_removal: no mutex over lock_open; the record's
- * asking = LEASE_ASK_WRITER meanwhile).  The lease thread
- * (smol_spill_lease_main) locks, reads
- * the generation and stats the session file with no mutex held, then
- * parks the answer in the record; a lock nobody comes for within 2 s is
- * let go.  A lease whose last reference the engine gives back
+ * the tests and tools; the engine asks smol_spill_lease_async).  The
+ * writer thread takes a removal's lease itself, and that of a write
+ * queued without one (smol_spill_lease_for_removal, _for_write: no mutex
+ * over lock_open; the record's asking = LEASE_ASK_WRITER meanwhile).  The
+ * lease thread (smol_spill_lease_main) locks, reads the generation and
+ * stats the session file with no mutex held, then parks the answer in the
+ * record; a lock nobody comes for within 2 s is let go.  A lease whose last reference the engine gives back
  * (smol_spill_unlease) is marked closing and its descriptor closed on the
  * lease thread, first thing when it wakes (closing 2 while the close runs:
  * a taker waits for it rather than find this node's own lock); taken again
@@ -139,13 +138,14 @@ int smol_spill_lock_open(struct smol_spill *sp, const char *lk, int *fd_out)
  * does not hold it yet (never waiting).  SMOL_LEASE_HELD, SMOL_LEASE_CHANGED
  * (held; another node wrote or removed the file since this node last saw
  * it), SMOL_LEASE_ELSEWHERE (another node holds it) or SMOL_LEASE_ERROR
- * (logged).  Engine thread. */
+ * (logged).  The caller's thread, sp->mu held over the lock (smol_spill_lease:
+ * tests and tools; the engine asks smol_spill_lease_async). */
 int smol_spill_lease_take(struct smol_spill *sp, const char *name)
 {
     pthread_mutex_lock(&sp->mu);
     struct lease *l = smol_spill_lease_of(sp, name, 1);
     /* being closed on the lease thread, or given back on a removed lock
-     * file: waited for (a sync lease: an eviction's or a drain's) */
+     * file: waited for (a sync lease: the tests', not the engine's) */
     while (l && sp->have_lease_thread && (l->closing == 2 || (l->closing == 1 && l->unlinked))) {
         pthread_cond_wait(&sp->done, &sp->mu);
         l = smol_spill_lease_of(sp, name, 1);
@@ -173,6 +173,7 @@ int smol_spill_lease_take(struct smol_spill *sp, const char *name)
         const int a = l->answer;
         l->answer = LEASE_NONE;
         l->refs = 1;
+        if (a == SMOL_LEASE_CHANGED) smol_spill_drop_unleased_locked(sp, name);
         pthread_mutex_unlock(&sp->mu);
         return a;
     }
@@ -193,6 +194,7 @@ int smol_spill_lease_take(struct smol_spill *sp, const char *name)
     l->unlinked = 0;
     l->refs = 1;
     l->gen = gen;
+    if (changed) smol_spill_drop_unleased_locked(sp, name);
     pthread_mutex_unlock(&sp->mu);
     return changed ? SMOL_LEASE_CHANGED : SMOL_LEASE_HELD;
 }
@@ -304,25 +306,25 @@ void *smol_spill_lease_main(void *arg)
     return NULL;
 }
 
-/* Writer thread, a removal's turn (JOB_UNLINK, rm_take): takes a
- * reference to the file's lease for the job (j->leased; given back when it
- * is done), locking the lock file here when this node does not hold it,
- * with no mutex held over the filesystem (the record says asking =
- * LEASE_ASK_WRITER meanwhile: the engine thread's asks wait, PENDING).
- * Then j->rm_mode decides as unlink_file_gen (spill_index.c) once did on
- * the engine thread: 0, the file is to be removed (j->unused_since set for
- * RM_UNUSED), or 1, left in place (logged; the reference given back). */
-int smol_spill_lease_for_removal(struct smol_spill *sp, struct job *j)
+/* Writer thread: takes a reference to name's lease for a job, locking the
+ * lock file here when this node does not hold it, with no mutex held over
+ * the filesystem (the record says asking = LEASE_ASK_WRITER meanwhile: the
+ * engine thread's asks wait, PENDING).  SMOL_LEASE_HELD or CHANGED (the
+ * reference taken), ELSEWHERE or ERROR.  wj, a write queued without the
+ * lease: anything but HELD marks it stale in the same critical section,
+ * so that a turn sharing the reference meanwhile (HELD at once) never
+ * loads its image (smol_spill_load skips stale jobs). */
+static int lease_on_writer(struct smol_spill *sp, const char *name, struct job *wj)
 {
     int r = SMOL_LEASE_ERROR;
     pthread_mutex_lock(&sp->mu);
-    struct lease *l = smol_spill_lease_of(sp, j->name, 1);
+    struct lease *l = smol_spill_lease_of(sp, name, 1);
     while (l && (l->asking == 2 || l->closing == 2)) { /* the lease thread locks it now (a turn
                                                           asked): its answer, then; or closes it */
         pthread_mutex_unlock(&sp->mu);
         usleep(1000);
         pthread_mutex_lock(&sp->mu);
-        l = smol_spill_lease_of(sp, j->name, 1);
+        l = smol_spill_lease_of(sp, name, 1);
     }
     int lock_here = 0, stale = -1;
     if (l && l->closing == 1) { /* given back by the engine, not closed yet */
@@ -348,18 +350,19 @@ int smol_spill_lease_for_removal(struct smol_spill *sp, struct job *j)
         l->asking = LEASE_ASK_WRITER;
         lock_here = 1;
     }
+    if (wj && !lock_here && r != SMOL_LEASE_HELD) wj->stale = 1;
     pthread_mutex_unlock(&sp->mu);
     if (stale >= 0) close(stale);
     if (lock_here) {
         char lk[NAME_LEN + 8];
-        snprintf(lk, sizeof lk, "%.32s.lock", j->name);
+        snprintf(lk, sizeof lk, "%.32s.lock", name);
         int fd = -1;
         const int lr = smol_spill_lock_open(sp, lk, &fd);
         const int e = errno;
         const uint64_t gen = lr ? 0 : read_gen(fd);
         if (lr < 0) smol_log_warn("spill: %s/%s: cannot lock: %s", sp->dir, lk, strerror(e));
         pthread_mutex_lock(&sp->mu);
-        l = smol_spill_lease_of(sp, j->name, 0); /* (kept while asking) */
+        l = smol_spill_lease_of(sp, name, 0); /* (kept while asking) */
         l->asking = 0;
         if (lr) {
             if (lr > 0) sp->st.lease_refused++;
@@ -371,26 +374,67 @@ int smol_spill_lease_for_removal(struct smol_spill *sp, struct job *j)
             l->refs = 1;
             l->gen = gen;
         }
+        if (wj && r != SMOL_LEASE_HELD) wj->stale = 1;
         pthread_mutex_unlock(&sp->mu);
     }
-    /* (CHANGED: the generation now on disk was read, which lease_advance
-     * checks again before the file is removed) */
-    const int held = r == SMOL_LEASE_HELD || r == SMOL_LEASE_CHANGED;
-    j->unused_since = r == SMOL_LEASE_CHANGED && j->rm_mode == RM_UNUSED && j->indexed ? j->indexed : 0;
-    if (r == SMOL_LEASE_HELD || (r == SMOL_LEASE_CHANGED && (j->rm_mode == RM_ANY_GEN || j->unused_since))) {
-        j->leased = 1;
-        return 0;
-    }
-    if (held) {
+    return r;
+}
+
+/* Writer thread: a job refused by lease_on_writer's answer r: the
+ * reference given back (held), logged; 1. */
+static int lease_refused(struct smol_spill *sp, const struct job *j, int r)
+{
+    if (r == SMOL_LEASE_HELD || r == SMOL_LEASE_CHANGED) {
         pthread_mutex_lock(&sp->mu);
         const int fd = smol_spill_lease_release_locked(sp, j->name);
         pthread_mutex_unlock(&sp->mu);
         if (fd >= 0) close(fd);
     }
-    smol_log_info("spill: %s/%s left in place: %s", sp->dir, j->name,
-                  r == SMOL_LEASE_CHANGED ? "another node wrote it since"
-                  : r == SMOL_LEASE_ERROR ? "its lock file cannot be locked" : "another node holds it");
+    const char *why = r == SMOL_LEASE_CHANGED ? "another node wrote it since"
+                      : r == SMOL_LEASE_ERROR ? "its lock file cannot be locked" : "another node holds it";
+    if (j->kind == JOB_WRITE) smol_log_info("spill: session '%s' not written to %s/%s: %s", j->id, sp->dir, j->name, why);
+    else smol_log_info("spill: %s/%s left in place: %s", sp->dir, j->name, why);
     return 1;
+}
+
+/* Writer thread, a removal's turn (JOB_UNLINK, rm_take): takes a
+ * reference to the file's lease for the job (j->leased; given back when it
+ * is done; lease_on_writer).  Then j->rm_mode decides as unlink_file_gen
+ * (spill_index.c) once did on the engine thread: 0, the file is to be
+ * removed (j->unused_since set for RM_UNUSED), or 1, left in place
+ * (logged; the reference given back). */
+int smol_spill_lease_for_removal(struct smol_spill *sp, struct job *j)
+{
+    const int r = lease_on_writer(sp, j->name, NULL);
+    /* (CHANGED: the generation now on disk was read, which lease_advance
+     * checks again before the file is removed) */
+    j->unused_since = r == SMOL_LEASE_CHANGED && j->rm_mode == RM_UNUSED && j->indexed ? j->indexed : 0;
+    if (r == SMOL_LEASE_HELD || (r == SMOL_LEASE_CHANGED && (j->rm_mode == RM_ANY_GEN || j->unused_since))) {
+        j->leased = 1;
+        return 0;
+    }
+    return lease_refused(sp, j, r);
+}
+
+/* Writer thread, a write queued without the lease (JOB_WRITE, lease_take:
+ * smol_spill_save_unleased, an eviction's or a drain's): 0 with the lease
+ * taken for the job (j->leased), held and nobody wrote the file since this
+ * node last saw it; else 1, the write dropped (logged, as an eviction on
+ * the engine thread once did): another node's since (CHANGED: this node's
+ * copy is stale), held elsewhere, or not lockable. */
+int smol_spill_lease_for_write(struct smol_spill *sp, struct job *j)
+{
+    const int r = lease_on_writer(sp, j->name, j);
+    /* (a reference shared with a turn that found the file CHANGED: the
+     * turn marked the job stale when it took the lease, before this one) */
+    pthread_mutex_lock(&sp->mu);
+    const int stale = j->stale;
+    pthread_mutex_unlock(&sp->mu);
+    if (r == SMOL_LEASE_HELD && !stale) {
+        j->leased = 1;
+        return 0;
+    }
+    return lease_refused(sp, j, stale && r == SMOL_LEASE_HELD ? SMOL_LEASE_CHANGED : r);
 }
 
 int smol_spill_lease_async(struct smol_spill *sp, const char *id)
@@ -419,6 +463,7 @@ int smol_spill_lease_async(struct smol_spill *sp, const char *id)
         r = l->answer;
         l->answer = LEASE_NONE;
         if (r == SMOL_LEASE_HELD || r == SMOL_LEASE_CHANGED) l->refs = fresh = 1;
+        if (r == SMOL_LEASE_CHANGED) smol_spill_drop_unleased_locked(sp, name); /* (the turn reads the file) */
     } else if (!l->asking) {
         l->asking = 1;
         pthread_cond_signal(&sp->lease_wake);

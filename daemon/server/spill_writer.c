@@ -1,9 +1,9 @@
 /*
  * spill_writer.c - the writer thread: a queue of jobs (write a record,
- * remove a file, read one ahead, sweep the directory) run in order, a
- * failed write retried after a backoff where it stands in the queue, the
- * ready list of files read ahead, and the names whose write was dropped
- * (lease lost, file replaced) for the index to forget.
+ * remove a file, read one ahead: spill_read.c, sweep the directory) run
+ * in order, a failed write retried after a backoff where it stands in the
+ * queue, and the names whose write was dropped (lease lost, file replaced,
+ * a write queued without the lease refused it) for the index to forget.
  *
  * Threads.  The writer thread (smol_spill_writer_main) takes a job under
  * sp->mu, then runs its filesystem calls with the mutex released (a
@@ -11,7 +11,9 @@
  * taken, is first marked unlinked under it: no reference is taken
  * meanwhile); it never touches the index.
  * The engine thread queues jobs, takes read-ahead results and reaps the
- * dropped names into the index (smol_spill_reap_failed), all under sp->mu.
+ * dropped names into the index (smol_spill_reap_failed, spill_index.c),
+ * all under sp->mu; a turn's lease found CHANGED drops the writes queued
+ * without a lease (smol_spill_drop_unleased_locked).
  * Jobs on one name never pass each other: an append waits behind a failed
  * write of its file; a base or a removal supersedes one.
  */
@@ -44,7 +46,7 @@ void smol_spill_job_unref(struct job *j)
 }
 
 /* under sp->mu */
-static void enqueue_locked(struct smol_spill *sp, struct job *j)
+void smol_spill_enqueue_locked(struct smol_spill *sp, struct job *j)
 {
     j->refs = 1;
     if (sp->q_tail) sp->q_tail->next = j;
@@ -57,7 +59,7 @@ static void enqueue_locked(struct smol_spill *sp, struct job *j)
 void smol_spill_enqueue(struct smol_spill *sp, struct job *j)
 {
     pthread_mutex_lock(&sp->mu);
-    enqueue_locked(sp, j);
+    smol_spill_enqueue_locked(sp, j);
     pthread_mutex_unlock(&sp->mu);
 }
 
@@ -122,6 +124,8 @@ static int run_write(struct smol_spill *sp, struct job *j)
     char tmp[160];
     h.payload_hash = XXH3_64bits(j->image + sizeof h, j->bytes - sizeof h);
     if (j->off >= 0) return run_append(sp, j, &h);
+    /* queued without the lease (an eviction's): taken here, once */
+    if (j->lease_take && !j->leased && smol_spill_lease_for_write(sp, j)) return -2;
     if (j->leased) { /* the generation this write will advance the lease to (lease_advance) */
         pthread_mutex_lock(&sp->mu);
         const struct lease *l = smol_spill_lease_of(sp, j->name, 0);
@@ -324,21 +328,6 @@ static void run_sweep(struct smol_spill *sp, int64_t ttl_ns)
     if (removed) smol_log_info("spill: %s: %d files unused for %.0f s removed", sp->dir, removed, ttl_ns / 1e9);
 }
 
-/* JOB_READ: the whole file into memory (checked by smol_spill_load) */
-static void run_read(struct smol_spill *sp, struct job *j)
-{
-    struct stat st;
-    int fd = openat(sp->dirfd, j->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) j->read_err = "cannot be read as a regular file";
-    else if (!(j->image = malloc((size_t)st.st_size + 1))) j->read_err = "out of memory for reading it";
-    else if (smol_spill_read_full(fd, j->image, (size_t)st.st_size)) j->read_err = "short read";
-    else j->bytes = (uint64_t)st.st_size;
-    if (fd >= 0) {
-        if (!j->read_err) futimens(fd, NULL); /* recently used, also for the next process */
-        close(fd);
-    }
-}
-
 /* under sp->mu: takes j out of the queue */
 static void unqueue_locked(struct smol_spill *sp, struct job *j)
 {
@@ -362,6 +351,22 @@ static void drop_job_locked(struct smol_spill *sp, struct job *j)
     smol_spill_job_unref(j);
 }
 
+/* under sp->mu: a lease of name taken for a turn found the file CHANGED
+ * (another node wrote it since this node last saw it): the writes of name
+ * queued without the lease (smol_spill_save_unleased) hold images of a
+ * copy now stale; dropped (one running: marked, dropped by
+ * smol_spill_lease_for_write), so that neither the turn's load reads them
+ * nor the writer writes them under the turn's lease. */
+void smol_spill_drop_unleased_locked(struct smol_spill *sp, const char *name)
+{
+    for (struct job *j = sp->q_head, *nx; j; j = nx) {
+        nx = j->next;
+        if (j->kind != JOB_WRITE || !j->lease_take || strcmp(j->name, name)) continue;
+        if (j->running) j->stale = 1;
+        else drop_job_locked(sp, j);
+    }
+}
+
 /* under sp->mu: the first job that may run now (a failed write waits for
  * its backoff, but not once the spill is closing), or NULL; *until = the
  * earliest time a waiting one may run (0: none waits).  A failed write
@@ -376,6 +381,17 @@ static struct job *next_job(struct smol_spill *sp, double *until)
         if (j->tries && !sp->stop && j->not_before > now) {
             if (!*until || j->not_before < *until) *until = j->not_before;
             continue;
+        }
+        /* a read ahead waits for the jobs on its name before it, unless
+         * one of them failed: then it reads the file as it stands beside
+         * them (the load replays their images after it), and supersedes
+         * nothing */
+        if (j->kind == JOB_READ) {
+            int before = 0, failing = 0;
+            for (struct job *k = sp->q_head; k != j; k = k->next)
+                if (!strcmp(k->name, j->name)) before = 1, failing |= k->tries > 0;
+            if (before && !failing) continue;
+            return j;
         }
         /* jobs on one name run in order; a failed write before j waits
          * for its retry if j is an append (which follows it), else j
@@ -437,7 +453,7 @@ void *smol_spill_writer_main(void *arg)
         double t0 = smol_mono_s();
         int bad = 0;
         if (j->kind == JOB_WRITE) bad = run_write(sp, j);
-        else if (j->kind == JOB_READ) run_read(sp, j);
+        else if (j->kind == JOB_READ) smol_spill_run_read(sp, j);
         else if (j->kind == JOB_SWEEP) run_sweep(sp, j->unused_since);
         else run_unlink(sp, j);
         const double dt = smol_mono_s() - t0;
@@ -450,9 +466,10 @@ void *smol_spill_writer_main(void *arg)
         j->running = 0;
         if (j->kind == JOB_WRITE && bad == -1) {
             sp->st.write_errors++;
-            int later = 0; /* a newer job on the name supersedes it (not an append, which follows it) */
+            int later = 0; /* a newer job on the name supersedes it (not an append, which follows it,
+                              nor a read ahead, which reads beside it) */
             for (struct job *k = j->next; k && !later; k = k->next)
-                later = !strcmp(k->name, j->name) && !(k->kind == JOB_WRITE && k->off >= 0);
+                later = !strcmp(k->name, j->name) && k->kind != JOB_READ && !(k->kind == JOB_WRITE && k->off >= 0);
             if (!later && !sp->stop) { /* written again after a backoff: the image and the lease are kept */
                 double wait = sp->retry_first_s;
                 for (int i = 0; i < j->tries && wait < sp->retry_max_s; i++) wait *= 2;
@@ -484,28 +501,14 @@ void *smol_spill_writer_main(void *arg)
             else if (!bad) sp->st.written++;
             else if (bad == -2 || bad == -3) forget_locked(sp, j->name);
         }
+        int later = 0; /* a write or removal queued behind the read makes it stale */
+        for (struct job *k = j->next; k && !later; k = k->next) later = !strcmp(k->name, j->name);
         unqueue_locked(sp, j);
         j->finished = 1;
-        int later = 0; /* a write or removal queued behind the read makes it stale */
-        for (struct job *k = sp->q_head; k && !later; k = k->next) later = !strcmp(k->name, j->name);
-        if (j->kind == JOB_READ && later) {
-            smol_spill_job_unref(j);
-        } else if (j->kind == JOB_READ) { /* kept for the turn that asked for it */
-            j->next = sp->ready;
-            sp->ready = j;
-            ++sp->n_ready;
-            for (;;) { /* at most SPILL_READY_MAX files and SPILL_QUEUE_MAX bytes (but the newest):
-                          the oldest dropped (its turn reads the file itself) */
-                uint64_t held = 0;
-                for (struct job *k = sp->ready; k; k = k->next) held += k->bytes;
-                if (sp->n_ready <= 1 || (sp->n_ready <= SPILL_READY_MAX && held <= SPILL_QUEUE_MAX)) break;
-                struct job **pp = &sp->ready;
-                while ((*pp)->next) pp = &(*pp)->next;
-                smol_spill_job_unref(*pp);
-                *pp = NULL;
-                sp->n_ready--;
-            }
+        if (j->kind == JOB_READ) {
+            smol_spill_ready_add_locked(sp, j, later);
         } else {
+            smol_spill_ready_forget_locked(sp, j->name); /* the file may have changed */
             sp->q_bytes -= j->bytes;
             smol_spill_job_unref(j);
         }
@@ -521,37 +524,10 @@ struct job *smol_spill_pending_for(struct smol_spill *sp, const char *name)
     pthread_mutex_lock(&sp->mu);
     struct job *last = NULL;
     for (struct job *j = sp->q_head; j; j = j->next)
-        if (!strcmp(j->name, name)) last = j;
+        if (!strcmp(j->name, name) && !j->stale) last = j;
     if (last) last->refs++;
     pthread_mutex_unlock(&sp->mu);
     return last;
-}
-
-/* Takes name's read-ahead out of the ready list (the caller owns it), or NULL. */
-struct job *smol_spill_take_ready(struct smol_spill *sp, const char *name)
-{
-    pthread_mutex_lock(&sp->mu);
-    struct job *j = NULL;
-    for (struct job **pp = &sp->ready; *pp; pp = &(*pp)->next)
-        if (!strcmp((*pp)->name, name)) {
-            j = *pp;
-            *pp = j->next;
-            sp->n_ready--;
-            break;
-        }
-    pthread_mutex_unlock(&sp->mu);
-    return j;
-}
-
-/* The file changes: what was read ahead of it is stale. */
-void smol_spill_drop_ready(struct smol_spill *sp, const char *name)
-{
-    struct job *j = smol_spill_take_ready(sp, name);
-    if (j) {
-        pthread_mutex_lock(&sp->mu);
-        smol_spill_job_unref(j);
-        pthread_mutex_unlock(&sp->mu);
-    }
 }
 
 void smol_spill_release(struct smol_spill *sp, struct job *j)
@@ -566,59 +542,6 @@ void smol_spill_answer_locked(struct smol_spill *sp, uint64_t ticket, int found)
 {
     for (int i = 0; i < sp->n_reports; i++)
         if (sp->reports[i].ticket == ticket) sp->reports[i].state = found;
-}
-
-/* Writes the writer could not finish leave the index (engine thread). */
-void smol_spill_reap_failed(struct smol_spill *sp)
-{
-    pthread_mutex_lock(&sp->mu);
-    for (int i = 0; i < sp->n_failed; i++) {
-        int later = 0; /* a newer job on the name decides */
-        for (struct job *j = sp->q_head; j; j = j->next) later |= !strcmp(j->name, sp->failed[i]);
-        struct entry *e = later ? NULL : smol_spill_find_ent(sp, sp->failed[i]);
-        if (e) smol_spill_drop_ent(sp, e);
-    }
-    sp->n_failed = 0;
-    pthread_mutex_unlock(&sp->mu);
-}
-
-int smol_spill_prefetch(struct smol_spill *sp, const char *id)
-{
-    smol_spill_reap_failed(sp);
-    char name[NAME_LEN + 1];
-    smol_spill_file_name(id, name);
-    struct entry *e = smol_spill_find_ent(sp, name);
-    if (!e) return 1; /* nothing to read (a file of any size is read here: the ready list keeps
-                         one over SPILL_QUEUE_MAX alone) */
-    pthread_mutex_lock(&sp->mu);
-    struct job *last = NULL;
-    for (struct job *j = sp->q_head; j; j = j->next)
-        if (!strcmp(j->name, name)) last = j;
-    int ready = 0;
-    for (struct job *j = sp->ready; j && !ready; j = j->next) ready = !strcmp(j->name, name);
-    int rc = 1, base = 0, failing = 0;
-    for (struct job *j = sp->q_head; j; j = j->next)
-        if (!strcmp(j->name, name)) {
-            base |= j->kind == JOB_WRITE && j->off < 0;
-            failing |= j->tries > 0;
-        }
-    /* a read under way: wait for it; a queued base's image is at hand; only
-     * appends queued: the file is read behind them (unless one is failing:
-     * then the load reads the file itself, with their images) */
-    if (last) rc = last->kind == JOB_READ ? 0 : last->kind != JOB_WRITE || base || failing || ready;
-    /* a read queued: behind the appends, or of the file when nothing is queued on it */
-    if ((!rc && last && last->kind == JOB_WRITE) || (!last && !ready)) {
-        struct job *j = calloc(1, sizeof *j);
-        rc = !j;
-        if (j) {
-            j->kind = JOB_READ;
-            snprintf(j->name, sizeof j->name, "%s", name);
-            snprintf(j->id, sizeof j->id, "%s", id);
-            enqueue_locked(sp, j);
-        }
-    }
-    pthread_mutex_unlock(&sp->mu);
-    return rc;
 }
 
 void smol_spill_flush(struct smol_spill *sp)
@@ -644,7 +567,7 @@ void smol_spill_sweep(struct smol_spill *sp, double ttl_s)
     if (j) {
         j->kind = JOB_SWEEP;
         j->unused_since = ttl_s > 0 ? (int64_t)(ttl_s * 1e9) : 0;
-        enqueue_locked(sp, j);
+        smol_spill_enqueue_locked(sp, j);
     }
     pthread_mutex_unlock(&sp->mu);
 }
