@@ -40,18 +40,25 @@
  *
  * Make-before-break (a daemon's SIGTERM with another daemon up): the request
  * asks for it (GenerateRequest.handover_overlap), so the draining daemon sends
- * Event.handover and goes on generating.  The stream is sent again at once to
- * the pool's choice (the new run, resume_tokens as above) while the old run's
- * events still go to the client.  The new run's events are placed by token:
- * per choice, the index of the token an event belongs to (its first Token
- * segment, with token_id, begins the token; later segments, ToolCalls and
- * the Done follow it) and its index among that token's events.  An event the
- * client had (a token before the front, or an event of the front token the
- * old run already sent) is compared (a token id) and dropped; one beyond the
- * front is held.  At the old run's next token, if the new run holds every
- * unfinished choice's next token, the old run is cancelled and the held
- * events go out instead of its token: the switch falls between two tokens of
- * the old run, where each choice's events are whole.  A token that differs
+ * Event.handover and goes on generating.  The stream is started on the
+ * pool's choice while the old run's events still go to the client: with
+ * n = 1 a warm-up first (the request under another id with the tokens so
+ * far, cancelled at its first token: the prompt and those tokens prefilled
+ * there, the slow part), then the new run (the stream's id, resume_tokens as
+ * above, sent by then), which that daemon's prefix cache serves from the
+ * warm-up's KV; n > 1: the new run at once.  Two runs at the same speed never
+ * meet, so the new run cannot be awaited at the front; it starts a few tokens
+ * behind instead.  Its events are placed by token: per choice, the index of
+ * the token an event belongs to (its first Token segment, with token_id,
+ * begins the token; later segments, ToolCalls and the Done follow it) and
+ * its index among that token's events.  An event the client had (a token
+ * before the front, or an event of the front token the old run already
+ * sent) is compared (a token id) and dropped; one beyond the front is held.
+ * At the old run's next token once the new run generates every unfinished
+ * choice, the old run is cancelled, the held events go out instead of its
+ * token and the new run's events are filtered the same way until it is
+ * level with the front: the switch falls between two tokens of the old run,
+ * where each choice's events are whole.  A token that differs
  * (a backend that is not batch-invariant) abandons the new run, which is
  * tried once more once the daemon has ended it (its request id is busy there
  * until then); the old run then goes on until its grace ends and gives the
@@ -790,6 +797,7 @@ static void ho_become(struct gw_stream *s, int taken)
     s->link = h->link;
     h->link = -1;
     h->filter = 1;
+    h->tries = 0;               /* (a later hand-over of it has its own) */
     s->resumes++;
     G.n_resumed++;
     if (taken) G.n_ho_taken++;
