@@ -815,6 +815,7 @@ static int ho_switch(struct gw_stream *s, const Smollm3__Event *ev)
     const unsigned c = ev->token->choice;
     for (size_t i = 0; i < h->n_held; i++)      /* the new run's token at the same place */
         if (h->held[i].c == c && h->held[i].g == s->ch_toks[c] + 1 && h->held[i].k == 0 &&
+            h->held[i].ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN &&
             h->held[i].ev->token->token_id != ev->token->token_id) {
             ho_abandon(s, 1);
             return 0;
