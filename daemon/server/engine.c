@@ -537,17 +537,24 @@ static void drain(struct smol_engine *e, uint32_t grace_ms)
         struct req *q = e->queue;
         smol_engine_reject(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down");
     }
+    int handing = 0, given = 0;
     for (struct req *q = e->running; q; q = q->next) {     /* decided per request, before any fails */
         if (!q->r->handover || q->cancelled || q->handing || !can_hand_over(e, q)) continue;
         for (struct req *o = q; o; o = o->next)
             if (o->r == q->r) o->handing = 1;
+        handing++;
         if (smol_engine_send_handover(e, q, (uint32_t)(e->cfg.handover_grace_s * 1e3))) smol_engine_lose(q);
     }
     for (struct req *q = e->running, *nx; q; q = nx) {
         nx = q->next;           /* (n > 1: the other choices are cancelled by the first one's failure) */
-        if (q->r->handover && !q->cancelled && !q->handing)
+        if (q->r->handover && !q->cancelled && !q->handing) {
+            given++;    /* (its other choices, cancelled by this, are not counted again) */
             smol_engine_fail(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down: handed over");
+        }
     }
+    if (handing || given)
+        smol_log_notice("drain: %d requests handed over make-before-break (generated on for up to %.0f s), "
+                        "%d given back at once", handing, e->cfg.handover_grace_s, given);
 }
 
 /* Draining: what runs past drain_grace_ms is cancelled, what is handed over make-before-break
