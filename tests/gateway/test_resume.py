@@ -119,16 +119,19 @@ def answer(raw):
     return texts.get(0, ""), finish, usage
 
 
-def run_all(gw, n, during=None, which=None):
-    """n concurrent streams (body(i) for i in which, default range(n)); during(progress) runs while
-    they do.  Their answers."""
+def run_all(gw, n, during=None, which=None, max_tokens=None):
+    """n concurrent streams (body(i) for i in which, default range(n); max_tokens instead of
+    MAX_TOKENS); during(progress) runs while they do.  Their answers."""
     which = list(which) if which is not None else list(range(n))
     n = len(which)
     res, prog, errs = [None] * n, [0] * n, []
 
     def one(i):
         try:
-            res[i] = stream(gw, body(which[i]), prog, i)
+            b = body(which[i])
+            if max_tokens:
+                b["max_tokens"] = max_tokens
+            res[i] = stream(gw, b, prog, i)
         except Exception as e:  # noqa: BLE001
             errs.append("%d: %s" % (which[i], e))
     th = [threading.Thread(target=one, args=(i,)) for i in range(n)]
@@ -470,6 +473,7 @@ def handovers(gw):
 
 
 SIGTERM_MIX = list(range(N_STREAMS)) + [12, 15]     # the 12 and two n = 2 (thinking; seeded)
+SIGTERM_TOKENS = 400    # hundreds left at the signal: the streams outlast the hand-over, not racing it
 
 
 def t_sigterm_handover(st):
@@ -477,7 +481,7 @@ def t_sigterm_handover(st):
     make-before-break (it generates on while the other daemon starts them, and the gateway switches
     when the new run reaches the front: an n = 2 stream among them), each its twin byte for byte with
     its usage, and the daemon exits once they have moved, without waiting for them to end."""
-    twins = run_all(st.gw, 0, which=SIGTERM_MIX)
+    twins = run_all(st.gw, 0, which=SIGTERM_MIX, max_tokens=SIGTERM_TOKENS)
     resumed0 = metric(st.gw, "smollm3_gateway_streams_resumed_total")
     ho0 = handovers(st.gw)
     on = [0, 0]                     # the victim: the daemon of the n = 2 streams (the rendezvous is fixed)
@@ -494,7 +498,7 @@ def t_sigterm_handover(st):
         t = time.monotonic()
         victim.stop()               # SIGTERM and wait for its exit (drain_grace_ms, handover_grace: 10 s)
         took.append((time.monotonic() - t, a, victim))
-    got = run_all(st.gw, 0, term, which=SIGTERM_MIX)
+    got = run_all(st.gw, 0, term, which=SIGTERM_MIX, max_tokens=SIGTERM_TOKENS)
     resumed = metric(st.gw, "smollm3_gateway_streams_resumed_total") - resumed0
     ho = {k: v - ho0.get(k, 0) for k, v in handovers(st.gw).items()}
     check(resumed >= 1, "nothing was handed over (active per daemon at the SIGTERM: %r)" % (took[0][1],))
