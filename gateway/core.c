@@ -81,11 +81,13 @@ int gw_pack_generate(struct gw_stream *s, Smollm3__GenerateRequest *g)
         g->sampling->seed = seed;
         pinned = 1;
     }
-    g->handover = G.cfg.resume_timeout > 0;     /* a draining daemon gives it back at once */
+    g->handover = G.cfg.resume_timeout > 0;     /* a draining daemon gives it back */
+    g->handover_overlap = g->handover;          /* after generating on while it moves (daemon.c) */
     s->packed_len = smollm3__request__get_packed_size(&req);
     s->packed = malloc(s->packed_len ? s->packed_len : 1);
     if (s->packed) smollm3__request__pack(&req, s->packed);
     g->handover = 0;
+    g->handover_overlap = 0;
     if (pinned) g->sampling->seed_opt_case = SMOLLM3__SAMPLING_PARAMS__SEED_OPT__NOT_SET;
     g->sampling = was;
     return s->packed ? 0 : -1;

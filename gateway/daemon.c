@@ -37,6 +37,36 @@
  * numbers in resume_counts; a choice that had ended is replayed to its end
  * again and its second Done (and anything else of it) dropped here.
  * One-reply queries and token counts are not resumed.
+ *
+ * Make-before-break (a daemon's SIGTERM with another daemon up): the request
+ * asks for it (GenerateRequest.handover_overlap), so the draining daemon sends
+ * Event.handover and goes on generating.  The stream is started on the
+ * pool's choice while the old run's events still go to the client: with
+ * n = 1 a warm-up first (the request under another id with the tokens so
+ * far, cancelled at its first token: the prompt and those tokens prefilled
+ * there, the slow part), then the new run (the stream's id, resume_tokens as
+ * above, sent by then), which that daemon's prefix cache serves from the
+ * warm-up's KV; n > 1: the new run at once.  Two runs at the same speed never
+ * meet, so the new run cannot be awaited at the front; it starts a few tokens
+ * behind instead.  Its events are placed by token: per choice, the index of
+ * the token an event belongs to (its first Token segment, with token_id,
+ * begins the token; later segments, ToolCalls and the Done follow it) and
+ * its index among that token's events.  An event the client had (a token
+ * before the front, or an event of the front token the old run already
+ * sent) is compared (a token id) and dropped; one beyond the front is held.
+ * At the old run's next token once the new run generates every unfinished
+ * choice, the old run is cancelled, the held events go out instead of its
+ * token and the new run's events are filtered the same way until it is
+ * level with the front: the switch falls between two tokens of the old run,
+ * where each choice's events are whole.  A token that differs
+ * (a backend that is not batch-invariant) abandons the new run, which is
+ * tried once more once the daemon has ended it (its request id is busy there
+ * until then); the old run then goes on until its grace ends and gives the
+ * stream back (ERROR_SHUTTING_DOWN: the plain resume).  An old run that stops
+ * first (its grace ended, or its daemon died) is taken over by the new run,
+ * whose events are then filtered the same way until it has reached the
+ * front.  With no other daemon up the stream is given back at once
+ * (cancelled there), as without make-before-break, and held until one is.
  */
 #include "gateway/daemon.h"
 #include "gateway/auth.h"
@@ -47,6 +77,46 @@
 #include <string.h>
 
 #define GW_MAX_PENDING (8u << 20)   /* SSE bytes queued for one slow client */
+#define GW_HO_TRIES 2               /* new runs a hand-over starts before it leaves the plain resume */
+
+/* An event of a new run, placed by token (make-before-break, above). */
+struct ho_at {
+    uint32_t g;                 /* the tokens of its choice up to the one it belongs to (0: none) */
+    uint16_t k;                 /* its index among that token's events */
+    uint8_t c;                  /* its choice */
+    uint8_t keep;               /* held: goes out at the switch */
+    Smollm3__Event *ev;         /* (held events) */
+};
+
+struct gw_handover {
+    int link;                   /* the new run's daemon while the old run goes on, -1 = none */
+    int filter;                 /* the stream's own run is a new one not yet at the front: filtered */
+    int zombie;                 /* a daemon where an abandoned new run may still run, -1 = none */
+    uint64_t warm_rid;          /* n = 1: its warm-up's request id on that daemon, the new run not yet
+                                   sent (0 = none): the run follows its first token, reusing its KV */
+    uint32_t run_done;          /* the choices whose Done that new run sent */
+    unsigned tries;             /* new runs started */
+    uint32_t pos[GW_HO_CHOICES];    /* per choice: the new run's tokens (the replayed ones counted) */
+    uint16_t k[GW_HO_CHOICES];      /* per choice: events of its current token */
+    uint32_t start[GW_HO_CHOICES];  /* per choice: pos when it was sent (its own tokens come after) */
+    uint8_t cur;                /* the choice of its last Token */
+    struct ho_at *held;         /* its events beyond the front, in order */
+    size_t n_held, cap_held;
+};
+
+static void ho_drop_held(struct gw_handover *h)
+{
+    for (size_t i = 0; i < h->n_held; i++) smol_client_event_free(&h->held[i].ev);
+    h->n_held = 0;
+}
+
+/* Sends a Cancel of request rid to daemon li (no reply awaited: its Done or error is dropped). */
+static void cancel_on(int li, uint64_t rid)
+{
+    char err[SMOL_ERRLEN];
+    if (li >= 0 && smol_client_send_cancel(G.links[li].cli, rid, NULL, err) != SMOL_OK)
+        gw_log(4, "cancel of %llu on %s not sent: %s", (unsigned long long)rid, G.links[li].endpoint, err);
+}
 
 /* ---- streams ------------------------------------------------------------ */
 
@@ -125,6 +195,11 @@ void gw_stream_free(struct gw_stream *s)
     free(s->packed);
     free(s->toks);
     free(s->tok_choice);
+    if (s->ho) {
+        ho_drop_held(s->ho);
+        free(s->ho->held);
+        free(s->ho);
+    }
     free(s);
 }
 
@@ -153,6 +228,12 @@ static void mark_terminal(struct gw_stream *s)
     if (!s->terminal) {
         s->terminal = 1;
         release(s);
+        if (s->ho && s->ho->link >= 0) {        /* a new run beside it: not needed any more */
+            cancel_on(s->ho->link, s->ho->warm_rid ? s->ho->warm_rid : s->rid);
+            s->ho->link = -1;
+            s->ho->warm_rid = 0;
+            ho_drop_held(s->ho);
+        }
         if (s->kind != GW_QUERY && s->kind != GW_ANTHROPIC_COUNT) {
             struct gw_metrics_done d = {
                 .key = s->key, .n_tokens = s->n_tokens, .prompt_tokens = s->prompt_tokens,
@@ -422,8 +503,10 @@ static int resumable(const struct gw_stream *s)
     return s->n_choices <= 32;  /* (done_mask) */
 }
 
-/* s's request again, with the tokens streamed so far; 0 or -1 (out of memory). */
-static int resend(struct gw_stream *s)
+/* s's request again to daemon li, with the tokens streamed so far; 0 or -1 (out of memory,
+ * not sent).  warm_rid != 0: a hand-over's warm-up under that id instead (n = 1: it leaves the
+ * prompt's and those tokens' KV there, cancelled at its first token; not handed over itself). */
+static int resend_to(struct gw_stream *s, int li, uint64_t warm_rid)
 {
     Smollm3__Request *req = smollm3__request__unpack(NULL, s->packed_len, s->packed);
     if (!req || req->kind_case != SMOLLM3__REQUEST__KIND_GENERATE) {
@@ -455,12 +538,20 @@ static int resend(struct gw_stream *s)
     }
     req->generate->n_resume_tokens = s->n_toks;
     req->generate->resume_tokens = toks;
+    if (warm_rid) {
+        req->request_id = warm_rid;
+        req->generate->handover = req->generate->handover_overlap = 0;
+        req->generate->logprobs = 0;
+        req->generate->top_logprobs = 0;
+    }
     size_t n = smollm3__request__get_packed_size(req);
     uint8_t *buf = malloc(n ? n : 1);
     int rc = -1;
     if (buf) {
         smollm3__request__pack(req, buf);
-        rc = send_to_pool(s, buf, n);
+        char err[SMOL_ERRLEN];
+        rc = smol_client_send_raw(G.links[li].cli, buf, n, err) == SMOL_OK ? 0 : -1;
+        if (rc) gw_log(4, "send to daemon %s failed: %s", G.links[li].endpoint, err);
     }
     req->generate->n_resume_tokens = 0;     /* ours, not the unpacker's */
     req->generate->resume_tokens = NULL;
@@ -471,6 +562,18 @@ static int resend(struct gw_stream *s)
     free(by_choice);
     free(counts);
     return rc;
+}
+
+/* The plain resume: s's request again to the pool's choice, which replays the tokens sent and
+ * continues after them; 0 (s->link set) or -1.  Not where an abandoned new run of it may still be
+ * (its request id is busy there). */
+static int resend(struct gw_stream *s)
+{
+    const int li = pick(s->route);
+    if (li < 0 || (s->ho && s->ho->zombie == li) || resend_to(s, li, 0)) return -1;
+    s->link = li;
+    if (s->ho) s->ho->filter = 0;
+    return 0;
 }
 
 /* Streams waiting for a daemon: sent again to the up one the pool picks, or failed once
@@ -499,6 +602,339 @@ static void resume_waiting(double now)
     }
 }
 
+/* ---- make-before-break hand-over ------------------------------------------ */
+
+static void stream_event(struct gw_stream *s, struct gw_link *l, Smollm3__Event *ev);
+
+/* Daemon l is draining (SIGTERM): no new request goes there; health says when it is back. */
+static void link_draining(struct gw_link *l)
+{
+    if (l->ready) gw_log(5, "daemon %s: draining", l->endpoint);
+    l->ready = 0;
+    l->next_health = smol_mono_s() + 1.0;
+    aggregate();
+}
+
+static int choice_done(const struct gw_stream *s, unsigned c)
+{
+    return s->n_choices > 1 && (s->done_mask >> c & 1);
+}
+
+/* The token id the client had as choice c's token i, or -1. */
+static int32_t tok_at(const struct gw_stream *s, unsigned c, uint32_t i)
+{
+    if (s->n_choices <= 1) return i < s->n_toks ? s->toks[i] : -1;
+    for (uint32_t j = 0; j < s->n_toks; j++)
+        if (s->tok_choice[j] == c && i-- == 0) return s->toks[j];
+    return -1;
+}
+
+/* Places an event of a new run by token (h's counters advance); 0, or -1 for one that belongs
+ * to no choice's output (Started, Handover, Error). */
+static int ho_place(struct gw_handover *h, const Smollm3__Event *ev, struct ho_at *at)
+{
+    unsigned c;
+    if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) {
+        c = ev->token->choice;
+        if (c >= GW_HO_CHOICES) return -1;
+        if (ev->token->token_id >= 0) {
+            h->pos[c]++;
+            h->k[c] = 0;
+        }
+        h->cur = (uint8_t)c;
+    } else if (ev->kind_case == SMOLLM3__EVENT__KIND_TOOL_CALL) {
+        c = h->cur;
+    } else if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE) {
+        c = ev->done->usage ? ev->done->usage->choice : 0;
+        if (c >= GW_HO_CHOICES) return -1;
+        h->run_done |= 1u << c;
+    } else {
+        return -1;
+    }
+    at->c = (uint8_t)c;
+    at->g = h->pos[c];
+    at->k = h->k[c]++;
+    at->keep = 0;
+    at->ev = NULL;
+    return 0;
+}
+
+/* 1 when the client has had the event placed at `at` already (a token before the front, or an
+ * event of the front token the old run sent, or anything of a choice that ended), with *diverged
+ * set when it is a token other than the one the client had; 0 when it lies beyond the front. */
+static int ho_had(const struct gw_stream *s, const Smollm3__Event *ev, const struct ho_at *at, int *diverged)
+{
+    if (choice_done(s, at->c)) return 1;
+    const uint32_t sent = s->ch_toks[at->c];
+    if (at->g > sent || (at->g == sent && at->k >= s->ch_grp[at->c])) return 0;
+    if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN && ev->token->token_id >= 0 &&
+        ev->token->token_id != tok_at(s, at->c, at->g - 1))
+        *diverged = 1;
+    return 1;
+}
+
+/* Every unfinished choice of the new run is level with the front (has sent all the client had
+ * and nothing more), or, !level, generating: past the tokens it was sent with. */
+static int ho_past_front(const struct gw_stream *s, int level)
+{
+    const struct gw_handover *h = s->ho;
+    if (h->warm_rid) return 0;
+    for (int c = 0; c < s->n_choices; c++) {
+        if (choice_done(s, (unsigned)c)) continue;
+        if (level ? h->pos[c] != s->ch_toks[c] || h->k[c] != s->ch_grp[c] : h->pos[c] <= h->start[c]) return 0;
+    }
+    return 1;
+}
+
+/* The new run is sent to h->link with the tokens sent so far (it replays them silently): its
+ * counters start there.  0 or -1 (not sent: no new run). */
+static int ho_send_run(struct gw_stream *s)
+{
+    struct gw_handover *h = s->ho;
+    if (resend_to(s, h->link, 0)) {
+        h->link = -1;
+        return -1;
+    }
+    h->run_done = 0;
+    for (int c = 0; c < s->n_choices; c++) {
+        h->pos[c] = h->start[c] = s->ch_toks[c];
+        h->k[c] = s->ch_grp[c];
+    }
+    h->cur = s->last_choice;
+    return 0;
+}
+
+/* Starts s again on the pool's choice while its own daemon (draining) goes on generating it:
+ * 0, or -1 when no other daemon is up, a new run of it may still be in flight, or the send
+ * failed.  With n = 1 a warm-up goes first (the prompt and the tokens so far prefilled there,
+ * the slow part, while the old run streams on); the new run, sent at its first token with the
+ * tokens sent by then, prefills only those past the warm-up's and starts a few tokens behind. */
+static int ho_start(struct gw_stream *s)
+{
+    if (!s->ho && (s->ho = calloc(1, sizeof *s->ho))) s->ho->link = s->ho->zombie = -1;
+    struct gw_handover *h = s->ho;
+    if (!h || h->link >= 0 || h->zombie >= 0 || h->filter || h->tries >= GW_HO_TRIES) return -1;
+    const int li = pick(s->route);
+    if (li < 0 || li == s->link) return -1;
+    h->link = li;
+    if (s->n_choices == 1) {
+        h->warm_rid = smol_client_next_id(G.links[li].cli);
+        if (resend_to(s, li, h->warm_rid)) {
+            h->warm_rid = 0;
+            h->link = -1;
+            return -1;
+        }
+    } else if (ho_send_run(s)) {
+        return -1;
+    }
+    h->tries++;
+    G.n_ho_started++;
+    gw_log(6, "request %llu: make-before-break from %s to %s after %u tokens (n = %d)", (unsigned long long)s->rid,
+           G.links[s->link].endpoint, G.links[li].endpoint, s->n_toks, s->n_choices);
+    return 0;
+}
+
+/* An event of a hand-over's warm-up: at its first token (or its end) it is cancelled and the new
+ * run sent, where the warm-up left the KV. */
+static void ho_warm_event(struct gw_stream *s, const Smollm3__Event *ev)
+{
+    struct gw_handover *h = s->ho;
+    if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) cancel_on(h->link, h->warm_rid);
+    else if (ev->kind_case != SMOLLM3__EVENT__KIND_DONE && ev->kind_case != SMOLLM3__EVENT__KIND_ERROR) return;
+    h->warm_rid = 0;
+    ho_send_run(s);
+}
+
+/* The new run is not used (cancelled; its daemon keeps the request id busy until the run's
+ * last event: a zombie there). */
+static void ho_abandon(struct gw_stream *s, int diverged)
+{
+    struct gw_handover *h = s->ho;
+    if (diverged) {
+        G.n_ho_diverged++;
+        gw_log(4, "request %llu: the run on %s differs from what was sent: abandoned (try %u)",
+               (unsigned long long)s->rid, G.links[h->link].endpoint, h->tries);
+    }
+    cancel_on(h->link, h->warm_rid ? h->warm_rid : s->rid);
+    if (G.links[h->link].connected && !h->warm_rid) h->zombie = h->link;
+    h->link = -1;
+    h->warm_rid = 0;
+    ho_drop_held(h);
+}
+
+/* The events held of the new run (now s's own) go out, those the client had dropped. */
+static void ho_release(struct gw_stream *s)
+{
+    struct gw_handover *h = s->ho;
+    struct ho_at *held = h->held;
+    const size_t n = h->n_held;
+    h->held = NULL;             /* (delivering may start another hand-over) */
+    h->n_held = h->cap_held = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (held[i].keep && !s->terminal && s->link >= 0) stream_event(s, &G.links[s->link], held[i].ev);
+        smol_client_event_free(&held[i].ev);
+    }
+    free(held);
+    if (s->ho->filter && ho_past_front(s, 1)) s->ho->filter = 0;
+}
+
+/* Marks which held events go out; 0, or -1 when one the client had differs. */
+static int ho_mark_held(struct gw_stream *s)
+{
+    struct gw_handover *h = s->ho;
+    int diverged = 0;
+    for (size_t i = 0; i < h->n_held; i++) h->held[i].keep = !ho_had(s, h->held[i].ev, &h->held[i], &diverged);
+    return diverged ? -1 : 0;
+}
+
+/* The new run becomes s's own run, the old one cancelled (`taken`: it had stopped already). */
+static void ho_become(struct gw_stream *s, int taken)
+{
+    struct gw_handover *h = s->ho;
+    if (!taken) cancel_on(s->link, s->rid);
+    gw_log(5, "request %llu resumed on %s after %u tokens (n = %d), make-before-break: %s", (unsigned long long)s->rid,
+           G.links[h->link].endpoint, s->n_toks, s->n_choices, taken ? "taken over" : "switched");
+    s->link = h->link;
+    h->link = -1;
+    h->filter = 1;
+    h->tries = 0;               /* (a later hand-over of it has its own) */
+    s->resumes++;
+    G.n_resumed++;
+    if (taken) G.n_ho_taken++;
+    else G.n_ho_switched++;
+}
+
+/* At the old run's next token (ev, its first segment, not yet sent): switches to the new run
+ * once that one generates every unfinished choice (its own tokens come: its prefill is done);
+ * 1 (ev dropped) or 0 (ev goes out).  Where the new run holds ev's place already, the two must
+ * agree; where it is behind, the filter drops what it sends again (compared) until the front. */
+static int ho_switch(struct gw_stream *s, const Smollm3__Event *ev)
+{
+    struct gw_handover *h = s->ho;
+    if (!ho_past_front(s, 0)) return 0;
+    const unsigned c = ev->token->choice;
+    for (size_t i = 0; i < h->n_held; i++)      /* the new run's token at the same place */
+        if (h->held[i].c == c && h->held[i].g == s->ch_toks[c] + 1 && h->held[i].k == 0 &&
+            h->held[i].ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN &&
+            h->held[i].ev->token->token_id != ev->token->token_id) {
+            ho_abandon(s, 1);
+            return 0;
+        }
+    if (ho_mark_held(s)) {
+        ho_abandon(s, 1);
+        return 0;
+    }
+    ho_become(s, 0);
+    ho_release(s);
+    return 1;
+}
+
+/* The old run stopped (its grace ended, or its daemon went away) before the switch: the new run
+ * goes on alone, filtered until it reaches the front.  Where a token differs it is abandoned
+ * too and the stream waits for the plain resume. */
+static void ho_take_over(struct gw_stream *s)
+{
+    const int warming = s->ho->warm_rid != 0;  /* (the new run not sent yet: the plain resume, which
+                                                   finds the warm-up's KV where the pool sends it) */
+    if (warming || ho_mark_held(s)) {
+        ho_abandon(s, !warming);
+        s->link = -1;
+        s->resume_by = smol_mono_s() + G.cfg.resume_timeout;
+        resume_waiting(smol_mono_s());
+        return;
+    }
+    ho_become(s, 1);
+    ho_release(s);
+}
+
+/* An event of the new run while the old one goes on: held, dropped or compared; 1 when held
+ * (the caller must not free it). */
+static int ho_new_event(struct gw_stream *s, Smollm3__Event *ev)
+{
+    struct gw_handover *h = s->ho;
+    struct ho_at at;
+    if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) {  /* refused or given back: the old run goes on */
+        gw_log(5, "request %llu: the run on %s ended: %s", (unsigned long long)s->rid, G.links[h->link].endpoint,
+               ev->error && ev->error->message ? ev->error->message : "error");
+        h->link = -1;
+        ho_drop_held(h);
+        return 0;
+    }
+    if (ev->kind_case == SMOLLM3__EVENT__KIND_HANDOVER) {  /* that daemon drains too */
+        link_draining(&G.links[h->link]);
+        ho_abandon(s, 0);
+        return 0;
+    }
+    if (ho_place(h, ev, &at)) return 0;         /* its Started: the client had the first */
+    int diverged = 0;
+    if (ho_had(s, ev, &at, &diverged)) {
+        if (diverged) ho_abandon(s, 1);
+        return 0;
+    }
+    if (h->n_held == h->cap_held) {
+        size_t cap = h->cap_held ? 2 * h->cap_held : 16;
+        struct ho_at *p = realloc(h->held, cap * sizeof *p);
+        if (!p) {
+            ho_abandon(s, 0);
+            return 0;
+        }
+        h->held = p;
+        h->cap_held = cap;
+    }
+    at.ev = ev;
+    h->held[h->n_held++] = at;
+    return 1;
+}
+
+/* An event of the stream's own run while it is filtered (taken over or switched to, not yet
+ * level with the front): 1 when dropped. */
+static int ho_filtered(struct gw_stream *s, Smollm3__Event *ev)
+{
+    struct gw_handover *h = s->ho;
+    struct ho_at at;
+    if (ho_place(h, ev, &at)) return 0;
+    int diverged = 0;
+    if (ho_had(s, ev, &at, &diverged)) {
+        if (diverged) {         /* the run went elsewhere than the client: the plain resume, once it ended */
+            G.n_ho_diverged++;
+            gw_log(4, "request %llu: the run on %s differs from what was sent: resumed again",
+                   (unsigned long long)s->rid, G.links[s->link].endpoint);
+            h->link = s->link;
+            ho_abandon(s, 0);
+            h->filter = 0;
+            s->link = -1;
+            s->resume_by = smol_mono_s() + G.cfg.resume_timeout;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* An event of an abandoned new run: once it is its last (every choice's Done, or an error), its
+ * request id is free there again; a hand-over not yet done is tried again. */
+static void ho_zombie_event(struct gw_stream *s, const Smollm3__Event *ev)
+{
+    struct gw_handover *h = s->ho;
+    struct ho_at at;
+    const uint32_t all = s->n_choices >= 32 ? ~0u : (1u << s->n_choices) - 1;
+    if (ev->kind_case != SMOLLM3__EVENT__KIND_ERROR && (ho_place(h, ev, &at) || (h->run_done & all) != all)) return;
+    h->zombie = -1;
+    if (s->resume_by > 0) resume_waiting(smol_mono_s());
+    else if (s->link >= 0 && !G.links[s->link].ready) ho_start(s);     /* its daemon still draining */
+}
+
+/* Event.handover: s's daemon drains and generates on; the new run starts beside it, or, with no
+ * other daemon up, s is given back now and held until one is. */
+static void on_handover(struct gw_stream *s, struct gw_link *l)
+{
+    link_draining(l);
+    if (!resumable(s) || !ho_start(s)) return;  /* (not resumable: it runs to the grace's end) */
+    cancel_on(s->link, s->rid);
+    s->link = -1;
+    s->resume_by = smol_mono_s() + G.cfg.resume_timeout;
+    resume_waiting(smol_mono_s());
+}
+
 /* ---- receiving ---------------------------------------------------------- */
 
 /* Daemon l went away: its streams wait to be resumed (or fail, those that cannot be). */
@@ -521,7 +957,17 @@ static void daemon_lost(struct gw_link *l)
             follow_reply(s, NULL);
             continue;
         }
+        if (s->ho && s->ho->zombie == li) s->ho->zombie = -1;
+        if (s->ho && s->ho->link == li) {       /* a hand-over's new run: the old one goes on */
+            s->ho->link = -1;
+            s->ho->warm_rid = 0;
+            ho_drop_held(s->ho);
+        }
         if (!s->sent || s->terminal || s->link != li) continue;
+        if (s->ho && s->ho->link >= 0) {        /* the old run of a hand-over: the new one goes on */
+            ho_take_over(s);
+            continue;
+        }
         s->link = -1;
         if (resumable(s)) s->resume_by = now + G.cfg.resume_timeout;
         else gw_stream_fail(s, &e);
@@ -574,12 +1020,13 @@ static void on_health(struct gw_link *l, const Smollm3__HealthReply *h)
     if (l->ready && !was) resume_waiting(smol_mono_s());
 }
 
-static void on_event(struct gw_link *l, Smollm3__Event *ev)
+/* Routes a daemon's event; 1 when it was kept (held by a hand-over: not to be freed). */
+static int on_event(struct gw_link *l, Smollm3__Event *ev)
 {
     if (ev->request_id && ev->request_id == l->health_rid) {
         l->health_rid = 0;
         if (ev->kind_case == SMOLLM3__EVENT__KIND_HEALTH) on_health(l, ev->health);
-        return;
+        return 0;
     }
     if (ev->request_id && ev->request_id == l->stats_rid) {
         l->stats_rid = 0;
@@ -604,25 +1051,56 @@ static void on_event(struct gw_link *l, Smollm3__Event *ev)
             l->have_stats = 1;
             aggregate();
         }
-        return;
+        return 0;
     }
+    const int li = (int)(l - G.links);
     struct gw_stream *s = gw_stream_by_rid(ev->request_id);
-    if (!s && ev->request_id) {
+    if (!s && ev->request_id) {         /* a hand-over's warm-up, or a follow-up */
+        for (s = G.streams; s && !(s->ho && s->ho->warm_rid == ev->request_id && s->ho->link == li); s = s->next) {}
+        if (s) {
+            ho_warm_event(s, ev);
+            return 0;
+        }
         for (s = G.streams; s && !(s->follow_rid == ev->request_id && s->follow_link == (int)(l - G.links)); s = s->next) {}
         if (s) follow_reply(s, ev);
-        return;
+        return 0;
     }
-    if (!s || s->terminal || s->link != (int)(l - G.links)) return;     /* cancelled, gone, or moved */
+    if (!s || s->terminal) return 0;
+    if (s->link != li) {        /* cancelled, moved, or a hand-over's other run */
+        if (s->ho && s->ho->link == li) return ho_new_event(s, ev);
+        if (s->ho && s->ho->zombie == li) ho_zombie_event(s, ev);
+        return 0;
+    }
+    if (s->ho && s->ho->link >= 0) {            /* the old run, a new one beside it */
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN && ev->token->token_id >= 0 && ho_switch(s, ev)) return 0;
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR && ev->error && (int)ev->error->code == SMOL_ESHUTDOWN) {
+            link_draining(l);                   /* its grace ended */
+            ho_take_over(s);
+            return 0;
+        }
+    } else if (s->ho && s->ho->filter && ho_filtered(s, ev)) {
+        return 0;
+    }
+    if (ev->kind_case == SMOLLM3__EVENT__KIND_HANDOVER) {
+        on_handover(s, l);
+        return 0;
+    }
+    stream_event(s, l, ev);
+    if (s->ho && s->ho->filter && ho_past_front(s, 1)) s->ho->filter = 0;     /* level: all new from here */
+    return 0;
+}
+
+/* An event of s's own run: to the stream's encoder (the resume's and a hand-over's bookkeeping
+ * first). */
+static void stream_event(struct gw_stream *s, struct gw_link *l, Smollm3__Event *ev)
+{
     if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) {
         /* the daemon's code through the one map (rules.h), carried as it is */
         int code = ev->error ? (int)ev->error->code : SMOL_EINTERNAL;
         if (code == SMOL_ESHUTDOWN && resumable(s)) {
             /* the daemon is draining (SIGTERM) and gives the stream back: resumed on another
              * one now, or on this one when it is back */
-            if (l->ready) gw_log(5, "daemon %s: draining", l->endpoint);
-            l->ready = 0;
-            l->next_health = smol_mono_s() + 1.0;
-            aggregate();
+            link_draining(l);
             s->link = -1;
             s->resume_by = smol_mono_s() + G.cfg.resume_timeout;
             resume_waiting(smol_mono_s());
@@ -652,6 +1130,15 @@ static void on_event(struct gw_link *l, Smollm3__Event *ev)
         const uint32_t ci = ev->token->choice;
         if (s->n_choices > 1 && ci < 32 && (s->done_mask >> ci & 1)) return;   /* a choice ended already */
         s->n_tokens++;
+        if (ci < GW_HO_CHOICES) {                   /* where a hand-over's new run must take up */
+            if (ev->token->token_id >= 0 && s->packed && (int)ci < s->n_choices) {
+                s->ch_toks[ci]++;
+                s->ch_grp[ci] = 1;
+            } else {
+                s->ch_grp[ci]++;
+            }
+            s->last_choice = (uint8_t)ci;
+        }
         if (ev->token->token_id >= 0 && s->packed && (int)ci < s->n_choices) {  /* what a resume replays */
             if (s->n_toks == s->cap_toks) {
                 uint32_t cap = s->cap_toks ? 2 * s->cap_toks : 64;
@@ -673,6 +1160,8 @@ static void on_event(struct gw_link *l, Smollm3__Event *ev)
             s->t_first = smol_mono_s();
             gw_metrics_first_token(s->t_first - s->t_sent);
         }
+    } else if (ev->kind_case == SMOLLM3__EVENT__KIND_TOOL_CALL) {
+        s->ch_grp[s->last_choice]++;
     } else if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE) {
         Smollm3__Done *d = ev->done;
         if (s->n_choices > 1) {         /* a resume replays an ended choice to its end again: its Done once */
@@ -720,8 +1209,7 @@ void gw_daemon_drain(void)
             char err[SMOL_ERRLEN];
             enum smol_err e = smol_client_recv(l->cli, 0, NULL, &ev, err);
             if (e == SMOL_OK && ev) {
-                on_event(l, ev);
-                smol_client_event_free(&ev);
+                if (!on_event(l, ev)) smol_client_event_free(&ev);
                 continue;
             }
             if (strstr(err, "disconnected")) {

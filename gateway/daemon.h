@@ -56,6 +56,8 @@ static inline int gw_kind_anthropic(enum gw_kind k)
 }
 
 struct gw_resp_state;           /* responses.c's per-stream state */
+struct gw_handover;             /* daemon.c's make-before-break state */
+#define GW_HO_CHOICES 32        /* choices a resumable stream may have (done_mask's bits) */
 struct gw_req;                  /* the HTTP request serving a stream (http.h): never dereferenced here */
 struct gw_stream;
 
@@ -94,6 +96,13 @@ struct gw_stream {
     uint32_t n_toks, cap_toks;
     uint32_t done_mask;         /* n > 1: the choices whose Done came (a resume's second one is dropped) */
     unsigned resumes;           /* times it was resumed */
+    /* make-before-break hand-over (daemon.c): per choice (resumable streams have at most
+       GW_HO_CHOICES), its tokens in toks and the events sent since its last token began (that
+       token's Token segments and ToolCalls) */
+    uint32_t ch_toks[GW_HO_CHOICES];
+    uint16_t ch_grp[GW_HO_CHOICES];
+    uint8_t last_choice;        /* the choice of the last Token sent (a ToolCall is of it) */
+    struct gw_handover *ho;     /* a hand-over's state (daemon.c), allocated at the first; NULL = none */
     int started;                /* `started` seen */
     int terminal;               /* terminal event seen (or forced): no more daemon events */
     int ended;                  /* the last bytes are in `out`: end after draining it */
@@ -182,6 +191,10 @@ struct gw {
     struct gw_link links[GW_MAX_DAEMONS];
     unsigned n_links;
     uint64_t n_resumed, n_resume_failed;    /* streams resumed on a daemon; given up (/metrics) */
+    /* make-before-break hand-overs (/metrics): new runs started beside a draining daemon's; switched
+       to at one of its tokens (it still generating), taken over when it stopped first; new runs
+       abandoned because a token differed from the one sent */
+    uint64_t n_ho_started, n_ho_switched, n_ho_taken, n_ho_diverged;
     /* the pool as one daemon (what the single-daemon gateway showed): */
     int daemon_connected;       /* some daemon connected */
     int daemon_ready;           /* some daemon ready */

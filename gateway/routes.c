@@ -203,6 +203,16 @@ static enum MHD_Result metrics(struct gw_req *r)
     gw_metrics_one(&b, "smollm3_gateway_streams_resume_failed_total", "counter",
         "Streams whose daemon went away and no daemon came back within --resume-timeout.",
         (double)G.n_resume_failed);
+    gw_buf_str(&b, "# HELP smollm3_gateway_handovers_total Make-before-break hand-overs at a daemon's SIGTERM: "
+                   "new runs started beside the draining one (started), switched to while it still generated "
+                   "(switched), taken over when it stopped first (taken_over), abandoned as a token differed (diverged).\n"
+                   "# TYPE smollm3_gateway_handovers_total counter\n");
+    gw_buf_printf(&b, "smollm3_gateway_handovers_total{result=\"started\"} %llu\n"
+                      "smollm3_gateway_handovers_total{result=\"switched\"} %llu\n"
+                      "smollm3_gateway_handovers_total{result=\"taken_over\"} %llu\n"
+                      "smollm3_gateway_handovers_total{result=\"diverged\"} %llu\n",
+                  (unsigned long long)G.n_ho_started, (unsigned long long)G.n_ho_switched,
+                  (unsigned long long)G.n_ho_taken, (unsigned long long)G.n_ho_diverged);
     if (G.have_stats) {
         const Smollm3__StatsReply *s = &G.stats;
         for (size_t i = 0; i < sizeof daemon_stats / sizeof *daemon_stats; i++) {

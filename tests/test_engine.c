@@ -70,6 +70,7 @@ static struct smol_spill *rig_spill;    /* and the spill directory (NULL: none) 
 static int rig_tier;                    /* the next submitted request's service tier (then 0) */
 static double rig_step_budget_ms;       /* and the step budget (0: off) */
 static double (*rig_step_ms_fn)(int, int); /* and its fake clock (NULL: measured) */
+static double rig_handover_grace_s = 10;  /* and handover_grace_s */
 
 static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int max_running, int max_queued)
 {
@@ -102,6 +103,7 @@ static int rig_open(struct rig *g, const char *fixture, size_t kv_budget, int ma
     cfg.spill = rig_spill;
     cfg.step_budget_ms = rig_step_budget_ms;
     cfg.step_ms_fn = rig_step_ms_fn;
+    cfg.handover_grace_s = rig_handover_grace_s;
     cfg.speculative_calibrate = 0;      /* the default verify costs: draft lengths (and prediction counts)
                                            independent of this machine's speed and build */
     ck_assert_msg(smol_engine_start(&g->e, g->ctx, "inproc://engine-test", g->m, g->tok, &cfg, err) == SMOL_OK, "%s", err);
@@ -893,6 +895,103 @@ START_TEST(t_cancel)
     ck_assert_int_eq(finish, SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED);
     ck_assert_msg(after_reply == 0, "%d tokens after the engine had read the cancel", after_reply);
     ck_assert_msg(tokens < 500, "cancel took %d tokens", tokens);
+    rig_close(&g);
+}
+END_TEST
+
+/* A request sent with handover (the client resumes it elsewhere) and handover_overlap
+ * (make-before-break), decoding at the drain: Event.handover, and it generates on (not
+ * given back) until its client cancels it; one with handover alone is given back at
+ * once (ERROR_SHUTTING_DOWN); one without either runs on (drain_grace_ms).  DRAINED
+ * comes once all three ended, long before the grace.  With a short grace the handed
+ * over one is given back at its end. */
+static uint64_t submit_handover(struct rig *g, int max_tokens, int handover, int overlap)
+{
+    int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const uint64_t id = g->next_id;
+    struct smol_request *r = calloc(1, sizeof *r);
+    r->id = g->next_id++;
+    r->client_id = 1000 + r->id;
+    r->kind = SMOL_INPUT_TOKENS;
+    r->ids = malloc(sizeof ids);
+    memcpy(r->ids, ids, sizeof ids);
+    r->n_ids = 8;
+    r->sp = smol_sampler_defaults();
+    r->sp.temperature = 0;
+    r->max_tokens = max_tokens;
+    r->handover = handover;
+    r->handover_overlap = overlap;
+    r->t_received = smol_mono_s();
+    ck_assert(smol_engine_send_submit(g->sock, r) == 0);
+    return id;
+}
+
+START_TEST(t_handover_overlap)
+{
+    struct rig g;
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    const uint64_t a = submit_handover(&g, 200, 1, 1), b = submit_handover(&g, 200, 1, 0),
+                   c = submit_handover(&g, 40, 0, 0);
+    ck_assert(b == a + 1 && c == a + 2);
+    int tok[3] = {0}, after[3] = {0}, handovers[3] = {0}, err[3] = {0}, finish[3] = {-1, -1, -1}, ended = 0;
+    int drained = 0, drain_sent = 0;
+    const double t0 = smol_mono_s();
+    while (!drained) {
+        unsigned fl;
+        Smollm3__Event *ev;
+        const uint64_t id = recv_event(&g, &fl, &ev);
+        if (fl & SMOL_EV_DRAINED) {
+            ck_assert_int_eq(ended, 3);
+            drained = 1;
+        } else {
+            ck_assert(id >= a && id <= c);
+            const int i = (int)(id - a);
+            if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN && ev->token->token_id >= 0) {
+                tok[i]++;
+                after[i] += handovers[i];
+            }
+            if (ev->kind_case == SMOLLM3__EVENT__KIND_HANDOVER) {
+                ck_assert_uint_eq(ev->handover->grace_ms, 10000);
+                handovers[i]++;
+            }
+            if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) err[i] = ev->error->code;
+            if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE) finish[i] = ev->done->finish_reason;
+            if (fl & SMOL_EV_TERMINAL) ended++;
+            /* the drain once all three decode (c: after its first token, before its 40th) */
+            if (!drain_sent && tok[0] >= 3 && tok[1] >= 3 && tok[2] >= 1) {
+                ck_assert_int_eq(smol_engine_send_drain(g.sock, 10000), 0);
+                drain_sent = 1;
+            }
+            if (i == 0 && after[0] == 3) ck_assert_int_eq(smol_engine_send_id(g.sock, SMOL_CMD_CANCEL, a), 0);
+        }
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    ck_assert_msg(handovers[0] == 1 && handovers[1] == 0 && handovers[2] == 0, "Event.handover: %d %d %d",
+                  handovers[0], handovers[1], handovers[2]);
+    ck_assert_msg(after[0] >= 3 && finish[0] == SMOLLM3__FINISH_REASON__FINISH_REASON_CANCELLED,
+                  "handed over: %d tokens after Event.handover, finish %d", after[0], finish[0]);
+    ck_assert_int_eq(err[1], SMOL_ESHUTDOWN);
+    ck_assert_int_eq(finish[2], SMOLLM3__FINISH_REASON__FINISH_REASON_LENGTH);
+    ck_assert_msg(smol_mono_s() - t0 < 9, "drained after %.1f s: it waited for the grace", smol_mono_s() - t0);
+    rig_close(&g);
+
+    rig_handover_grace_s = 0.05;        /* its grace ends first: given back */
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    rig_handover_grace_s = 10;
+    const uint64_t d = submit_handover(&g, 500, 1, 1);
+    int n = 0, handed = 0, code = 0;
+    for (int done = 0; !done;) {
+        unsigned fl;
+        Smollm3__Event *ev;
+        ck_assert(recv_event(&g, &fl, &ev) == d);
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN && ++n == 3) ck_assert_int_eq(smol_engine_send_drain(g.sock, 10000), 0);
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_HANDOVER) handed = 1;
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) code = ev->error->code;
+        done = (fl & SMOL_EV_TERMINAL) != 0;
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+    ck_assert_msg(handed && code == SMOL_ESHUTDOWN, "short grace: handover %d, error %d after %d tokens", handed,
+                  code, n);
     rig_close(&g);
 }
 END_TEST
@@ -2158,6 +2257,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_prediction);
     tcase_add_test(tc, t_prefix_reuse);
     tcase_add_test(tc, t_cancel);
+    tcase_add_test(tc, t_handover_overlap);
     tcase_add_test(tc, t_waiting_prompt_built_once);
     tcase_add_test(tc, t_backend_sampling);
     tcase_add_test(tc, t_host_sample_pool);

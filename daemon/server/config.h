@@ -73,6 +73,8 @@ struct smol_daemon_config {
     int queue_timeout;          /* seconds a request may wait for KV before ERROR_BUSY */
     int max_request_bytes;      /* cap on a Request frame */
     int drain_grace_ms;         /* SIGTERM: time in-flight requests get to finish */
+    int handover_grace;         /* SIGTERM: seconds a request handed over make-before-break is
+                                   generated on while its client moves it; 0 = given back at once */
     int socket_mode;            /* ipc socket file permissions (octal in files/flags) */
     int sndhwm;                 /* ZeroMQ send high-water mark per client, messages */
     int rcvhwm;                 /* ZeroMQ receive high-water mark per client, messages */

@@ -60,6 +60,7 @@ void smol_engine_config_default(struct smol_engine_config *c)
     c->queue_timeout_s = 30;
     c->speculative = SMOL_SPEC_MAX_DRAFT;
     c->speculative_calibrate = 1;
+    c->handover_grace_s = 10;
 }
 
 /* ---- request lifecycle ------------------------------------------------------ */
@@ -511,19 +512,65 @@ static void enqueue(struct smol_engine *e, struct smol_request *r)
     smol_engine_fair_enqueue(e, q);
 }
 
+/* Make-before-break applies to q's request: asked for, a grace configured, and every choice of
+ * it decoding (its client has had Started and sees each token from here on: one still reading
+ * its prompt is as cheap to start elsewhere, and is given back at once). */
+static int can_hand_over(struct smol_engine *e, const struct req *q)
+{
+    if (!q->r->handover_overlap || e->cfg.handover_grace_s <= 0) return 0;
+    for (const struct req *o = e->running; o; o = o->next)
+        if (o->r == q->r && (o->state != RS_DECODE || o->cancelled)) return 0;
+    return q->r->n_choices <= 1 || q->spawned || q->choice > 0;
+}
+
 /* Stops admitting; the queue is refused now, what runs is cancelled after grace_ms; what its
- * client resumes elsewhere (GenerateRequest.handover) ends now, handed over. */
+ * client resumes elsewhere (GenerateRequest.handover) ends now, handed over, or, make-before-break
+ * (handover_overlap), is told so (Event.handover) and generated on until handover_deadline while
+ * its client starts it elsewhere and cancels it here. */
 static void drain(struct smol_engine *e, uint32_t grace_ms)
 {
+    const double now = smol_mono_s();
     e->draining = 1;
-    e->drain_deadline = smol_mono_s() + grace_ms / 1e3;
+    e->drain_deadline = now + grace_ms / 1e3;
+    e->handover_deadline = now + e->cfg.handover_grace_s;
     while (e->queue) {
         struct req *q = e->queue;
         smol_engine_reject(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down");
     }
+    int handing = 0, given = 0;
+    for (struct req *q = e->running; q; q = q->next) {     /* decided per request, before any fails */
+        if (!q->r->handover || q->cancelled || q->handing || !can_hand_over(e, q)) continue;
+        for (struct req *o = q; o; o = o->next)
+            if (o->r == q->r) o->handing = 1;
+        handing++;
+        if (smol_engine_send_handover(e, q, (uint32_t)(e->cfg.handover_grace_s * 1e3))) smol_engine_lose(q);
+    }
     for (struct req *q = e->running, *nx; q; q = nx) {
         nx = q->next;           /* (n > 1: the other choices are cancelled by the first one's failure) */
-        if (q->r->handover && !q->cancelled) smol_engine_fail(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down: handed over");
+        if (q->r->handover && !q->cancelled && !q->handing) {
+            given++;    /* (its other choices, cancelled by this, are not counted again) */
+            smol_engine_fail(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down: handed over");
+        }
+    }
+    if (handing || given)
+        smol_log_notice("drain: %d requests handed over make-before-break (generated on for up to %.0f s), "
+                        "%d given back at once", handing, e->cfg.handover_grace_s, given);
+}
+
+/* Draining: what runs past drain_grace_ms is cancelled, what is handed over make-before-break
+ * and still here at handover_deadline is given back (its client resumes it elsewhere). */
+static void drain_expire(struct smol_engine *e, double now)
+{
+    for (struct req *q = e->running; q; q = q->next)
+        if (now > e->drain_deadline && !q->handing) q->cancelled = 1;
+    if (now <= e->handover_deadline) return;
+    for (struct req *q = e->running, *nx; q; q = nx) {
+        nx = q->next;
+        if (q->handing && !q->cancelled) {
+            for (struct req *o = e->running; o; o = o->next)
+                if (o->r == q->r) o->handing = 0;
+            smol_engine_fail(e, q, SMOL_ESHUTDOWN, "the daemon is shutting down: handed over");
+        }
     }
 }
 
@@ -563,8 +610,7 @@ static void *engine_main(void *arg)
         while (handle_cmd(e)) {}
         if (e->n_deletes) smol_engine_poll_deletes(e);
         double now = smol_mono_s();
-        if (e->draining && now > e->drain_deadline)
-            for (struct req *q = e->running; q; q = q->next) q->cancelled = 1;
+        if (e->draining) drain_expire(e, now);
         if (now - last_expire > 1.0) {
             smol_sessions_expire(&e->sessions, now, e->cfg.session_ttl_s);
             last_expire = now;

@@ -92,6 +92,9 @@ struct smol_engine_config {
                                    seeded draws; default 0 (the host sampler) */
     int speculative_calibrate;  /* measure the verify step's cost at start (default 1); 0: the
                                    batched kernels' model, 1 + 0.06 per drafted token */
+    double handover_grace_s;    /* drain: a decoding request with handover_overlap is generated on
+                                   this long after its Event.handover, then given back
+                                   (SMOL_ESHUTDOWN); 0 = given back at once; default 10 */
 };
 
 void smol_engine_config_default(struct smol_engine_config *c);

@@ -295,25 +295,39 @@ static int admit_checks(struct smol_engine *e, struct req *q, struct admit *a)
 /* Step 4: the prefix to reuse (found before anything changes, so that the
  * request can still wait): the session's own history, else the longest
  * cached prefix, in memory or (a page or more longer) on disk, read back
- * on the spill's thread first like a session's file. */
+ * on the spill's thread first like a session's file.  A resumed request
+ * without a session (n <= 1) matches its prompt and the tokens it replays
+ * after it: a run of the same request that ended there (a gateway's
+ * make-before-break warm-up, gateway/daemon.c) leaves their KV, and only
+ * the tokens past it are prefilled. */
 static int admit_prefix(struct smol_engine *e, struct req *q, double now, struct admit *a)
 {
-    const int n = a->n_prompt;
+    int n = a->n_prompt;
     if (a->s) {
         int have = a->s->seq.n_tokens < a->s->n_tokens ? a->s->seq.n_tokens : a->s->n_tokens;
         a->lcp = smol_lcp(a->s->tokens, have, q->tok, n);
     } else {
         const char *tenant = q->r->tenant;   /* only its own prefixes */
-        a->src = smol_sessions_best_prefix(&e->sessions, tenant, q->tok, n, &a->lcp);
-        if (!smol_sessions_read_prefix(&e->sessions, tenant, q->tok, n, a->lcp, now)) {
+        const int32_t *toks = q->tok;
+        int32_t *all = q->n_resume > 0 ? malloc((size_t)(n + q->n_resume) * sizeof *all) : NULL;
+        if (all) {              /* (without memory: the prompt alone) */
+            memcpy(all, q->tok, (size_t)n * sizeof *all);
+            memcpy(all + n, q->resume, (size_t)q->n_resume * sizeof *all);
+            toks = all;
+            n += q->n_resume;
+        }
+        a->src = smol_sessions_best_prefix(&e->sessions, tenant, toks, n, &a->lcp);
+        if (!smol_sessions_read_prefix(&e->sessions, tenant, toks, n, a->lcp, now)) {
+            free(all);
             e->waiting_read = 1;
             q->waits_alone = 1;
             return 0;
         }
         /* again: what was read back, and making room for it may have evicted src */
-        a->src = smol_sessions_best_prefix(&e->sessions, tenant, q->tok, n, &a->lcp);
+        a->src = smol_sessions_best_prefix(&e->sessions, tenant, toks, n, &a->lcp);
+        free(all);
     }
-    if (a->lcp > n - 1) a->lcp = n - 1;   /* the last prompt token is computed for its logits */
+    if (a->lcp > n - 1) a->lcp = n - 1;   /* the last token prefilled is computed for its logits */
     return 1;
 }
 
@@ -412,7 +426,7 @@ static int admit_commit(struct smol_engine *e, struct req *q, double now, struct
         return -1;
     }
     q->n_prompt = a->n_prompt;
-    q->n_cached = a->lcp;
+    q->n_cached = a->lcp < a->n_prompt ? a->lcp : a->n_prompt;   /* (of the prompt; replayed ones too) */
     q->max_gen = a->max_gen;
     q->sib_pages = a->sib_pages;
     q->kv_promise = smol_kv_seq_pages_needed(kv, q->seq, a->lcp, a->n_prompt + a->max_gen) + a->sib_pages;

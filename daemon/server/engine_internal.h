@@ -46,6 +46,8 @@ struct req {
                                        (or a prefix's) file to be read: not asked again (given back
                                        when it is refused or ends queued) */
     int thinking, cancelled, paused, finished;
+    int handing;                    /* drain: Event.handover sent, generated on until the engine's
+                                       handover_deadline (make-before-break), exempt from drain's */
     int lost;                       /* an event of its stream could not be made or sent (out of
                                        memory): it stops and ends with an error, never with a Done
                                        that would vouch for a stream the client did not get whole */
@@ -123,6 +125,7 @@ struct smol_engine {
     int n_tenants;
     uint64_t n_preemptions;         /* requests preempted, all tenants */
     int draining;
+    double handover_deadline;       /* monotonic s: requests still handing then are given back */
     int waiting_read;           /* the queue head waits for its session file (smol_spill_prefetch) */
     /* DELETEs of sessions only in a shared spill directory, answered once
      * the spill's writer found whether the file was there (engine_query.c) */
@@ -209,6 +212,8 @@ int smol_engine_send_tool_call(struct smol_engine *e, const struct req *q, const
 /* Done: finish reason, usage and timings of q (terminal when q is the last
  * of its choices to end). */
 void smol_engine_send_done(struct smol_engine *e, const struct req *q);
+/* Event.handover for q's request (draining: generated on for grace_ms, then given back). */
+int smol_engine_send_handover(struct smol_engine *e, const struct req *q, uint32_t grace_ms);
 
 /* ---- commands from the RPC thread (the framing is in engine.h) ---- */
 

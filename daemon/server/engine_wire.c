@@ -230,6 +230,17 @@ int smol_engine_send_tool_call(struct smol_engine *e, const struct req *q, const
     return smol_engine_send_event(e, q->r->id, 0, &ev);
 }
 
+int smol_engine_send_handover(struct smol_engine *e, const struct req *q, uint32_t grace_ms)
+{
+    Smollm3__Event ev = SMOLLM3__EVENT__INIT;
+    Smollm3__Handover h = SMOLLM3__HANDOVER__INIT;
+    h.grace_ms = grace_ms;
+    ev.request_id = q->r->client_id;
+    ev.kind_case = SMOLLM3__EVENT__KIND_HANDOVER;
+    ev.handover = &h;
+    return smol_engine_send_event(e, q->r->id, 0, &ev);
+}
+
 void smol_engine_send_done(struct smol_engine *e, const struct req *q)
 {
     double t = smol_mono_s();

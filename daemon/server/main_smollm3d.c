@@ -14,7 +14,10 @@
  * read from a signalfd polled by the RPC loop: no work runs in a handler.
  *   SIGTERM, SIGINT: STOPPING=1, drain (new requests refused with
  *     ERROR_SHUTTING_DOWN, in-flight ones get drain_grace_ms, then are
- *     cancelled), wait for the engine's DRAINED, flush, STOP, exit 0.
+ *     cancelled; a gateway's resumable ones are handed over: at once, or
+ *     make-before-break, generated on for handover_grace while the gateway
+ *     moves them), wait for the engine's DRAINED (as soon as nothing runs),
+ *     flush, STOP, exit 0.
  *     A second SIGTERM/SIGINT ends the wait at once (still exit 0).
  *   SIGHUP: reopen the log file.
  */
@@ -268,6 +271,7 @@ int main(int argc, char **argv)
     ec.spill_when_idle = cfg.kv_spill_when_idle;
     ec.speculative = cfg.speculative;
     ec.speculative_calibrate = cfg.speculative_calibrate;
+    ec.handover_grace_s = cfg.handover_grace;
     /* auto: on where the backend samples on its own device (cuda: 4 bytes a row instead of the
      * row's logits; 64 streams 8x faster, kernels/cuda/NOTES.md run 3); the CPU's own twin saves
      * nothing, so the host sampler stays there */

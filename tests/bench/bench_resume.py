@@ -9,10 +9,12 @@ Two daemons (BUILD/bin/smollm3d, the fixture model unless --model) behind one ga
     the ones on the daemon stopped (each prompt's daemon found by a one-token probe: the
     rendezvous is fixed), the ones that were resumed;
   * the pause at a SIGTERM (systemctl stop/restart) of one of the two daemons: the same N streams and
-    history lengths (--sigterm-history); the daemon gives each of its streams back at once
-    (ERROR_SHUTTING_DOWN: they were sent with `handover`) and the gateway resends them to the
-    other daemon with their tokens so far; each stream's longest silence as above, how many
-    streams were handed over, and how long the daemon took to exit;
+    history lengths (--sigterm-history); the streams are handed over make-before-break (the daemon
+    sends Event.handover and generates on while the gateway warms the other daemon up with the
+    tokens so far, then starts the stream there and switches to it at the old run's next token:
+    gateway/daemon.c); each stream's longest silence as above, how many streams were handed over
+    (switched while the old daemon still generated / taken over when it stopped first), and how
+    long the daemon took to exit;
   * restore from spill vs recompute, by conversation history (--spill-history): N conversations
     of about C tokens (one earlier turn), their next turn streaming on one daemon when it is
     killed, all resumed on the other; with a session_id on a shared spill directory
@@ -105,6 +107,13 @@ def metric(gw, name):
     return float(m.group(1)) if m else 0.0
 
 
+def handovers(gw):
+    """smollm3_gateway_handovers_total by result."""
+    _, _, b = gw.request("GET", "/metrics")
+    return {m.group(1): float(m.group(2)) for m in
+            re.finditer(r'^smollm3_gateway_handovers_total\{result="(\w+)"\} (\S+)$', b.decode(), re.M)}
+
+
 def daemon_of(gw, ds, p):
     """The index in ds of the daemon the pool gateway gw routes prompt p to: a one-token probe."""
     before = [d.stats()["requests_total"] for d in ds]
@@ -194,6 +203,9 @@ def main():
     ap.add_argument("--history", default="32,256,1024", help="history lengths for the kill -9 pause")
     ap.add_argument("--sigterm-history", default="32,256,1024", help="history lengths for the SIGTERM pause "
                     "('' = not measured)")
+    ap.add_argument("--sigterm-tail", type=int, default=128, help="tokens each stream still has to generate at "
+                    "the SIGTERM (make-before-break: with few, the streams end on the draining daemon before "
+                    "the other one has caught up, and none is handed over)")
     ap.add_argument("--pool-runs", type=int, default=10, help="runs of each kind (single, pool) for the pool's "
                     "own cost, interleaved (0 = not measured)")
     ap.add_argument("--spill-history", default="256,1024", help="conversation lengths for restore vs recompute "
@@ -252,6 +264,7 @@ def main():
         for how, hist in (("kill -9", a.history), ("SIGTERM", a.sigterm_history)):
             for h in [int(x) for x in hist.split(",") if x]:
                 pauses, moved, exits, resumed = [], [], [], 0
+                ho0 = handovers(gw)
                 for _ in range(a.reps):
                     stopped = []
                     wait_pool(gw, 2)
@@ -270,19 +283,23 @@ def main():
                             ds[v].stop()                # SIGTERM, and wait for its exit
                         exits.append(time.monotonic() - t)
                         stopped.append(v)
-                    out = run(gw, a.streams, h + 128, stop)
+                    out = run(gw, a.streams, h + (a.sigterm_tail if how == "SIGTERM" else 128), stop)
                     pauses += [max(gaps(t)) for t in out if len(t) > 1]
                     moved += [max(gaps(t)) for i, t in enumerate(out) if len(t) > 1 and on[i] == stopped[0]]
                     resumed += metric(gw, "smollm3_gateway_streams_resumed_total") - r0
                     ds[stopped[0]].start()
                     wait_pool(gw, 2)
+                ho = {k: int(v - ho0.get(k, 0)) for k, v in handovers(gw).items()}
                 rows.append("pause at %-7s, history %5d tokens: all streams p50 %7.1f ms  p99 %7.1f ms;  the %2d on "
                             "the stopped daemon p50 %7.1f ms  max %7.1f ms  (%d streams x %d runs; %d resumed%s)"
                             % (how, h, 1e3 * statistics.median(pauses), 1e3 * pct(pauses, 99), len(moved),
                                1e3 * statistics.median(moved) if moved else float("nan"),
                                1e3 * max(moved) if moved else float("nan"), a.streams, a.reps, resumed,
                                "" if how == "kill -9" else
-                               "; the daemon exited %.2f s after SIGTERM, median" % statistics.median(exits)))
+                               "; %d tokens left at the signal; make-before-break: %d switched, %d taken over, %d "
+                               "diverged; the daemon exited %.2f s after SIGTERM, median"
+                               % (a.sigterm_tail, ho.get("switched", 0), ho.get("taken_over", 0),
+                                  ho.get("diverged", 0), statistics.median(exits))))
         for h in [int(x) for x in a.spill_history.split(",") if x]:
             for mode in ("recompute", "restore"):
                 pauses, restored, prompt = [], 0, 0

@@ -119,15 +119,21 @@ def answer(raw):
     return texts.get(0, ""), finish, usage
 
 
-def run_all(gw, n, during=None):
-    """n concurrent streams; during(progress) runs while they do.  Their answers."""
+def run_all(gw, n, during=None, which=None, max_tokens=None):
+    """n concurrent streams (body(i) for i in which, default range(n); max_tokens instead of
+    MAX_TOKENS); during(progress) runs while they do.  Their answers."""
+    which = list(which) if which is not None else list(range(n))
+    n = len(which)
     res, prog, errs = [None] * n, [0] * n, []
 
     def one(i):
         try:
-            res[i] = stream(gw, body(i), prog, i)
+            b = body(which[i])
+            if max_tokens:
+                b["max_tokens"] = max_tokens
+            res[i] = stream(gw, b, prog, i)
         except Exception as e:  # noqa: BLE001
-            errs.append("%d: %s" % (i, e))
+            errs.append("%d: %s" % (which[i], e))
     th = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     for t in th:
         t.start()
@@ -459,27 +465,61 @@ def t_nginx_kill(st):
           % (N_KILL, resumed, 1000 * g[len(g) // 2], 1000 * g[-1]), flush=True)
 
 
+def handovers(gw):
+    """smollm3_gateway_handovers_total by result (make-before-break)."""
+    _, _, b = gw.request("GET", "/metrics")
+    return {m.group(1): float(m.group(2)) for m in
+            re.finditer(r'^smollm3_gateway_handovers_total\{result="(\w+)"\} (\S+)$', b.decode(), re.M)}
+
+
+SIGTERM_MIX = list(range(N_STREAMS)) + [12, 15]     # the 12 and two n = 2 (thinking; seeded)
+SIGTERM_TOKENS = 400    # hundreds left at the signal: the streams outlast the hand-over, not racing it
+
+
 def t_sigterm_handover(st):
-    """SIGTERM to one daemon of the pool (systemctl stop/restart): its streams are handed over at once to
-    the other, each its twin byte for byte, and the daemon exits without waiting for them."""
-    twins = run_all(st.gw, N_STREAMS)
+    """SIGTERM to one daemon of the pool (systemctl stop/restart): its streams are handed over
+    make-before-break (it generates on while the other daemon starts them, and the gateway switches
+    when the new run reaches the front: an n = 2 stream among them), each its twin byte for byte with
+    its usage, and the daemon exits once they have moved, without waiting for them to end."""
+    twins = run_all(st.gw, 0, which=SIGTERM_MIX, max_tokens=SIGTERM_TOKENS)
     resumed0 = metric(st.gw, "smollm3_gateway_streams_resumed_total")
+    ho0 = handovers(st.gw)
+    on = [0, 0]                     # the victim: the daemon of the n = 2 streams (the rendezvous is fixed)
+    for i in SIGTERM_MIX:
+        if body(i).get("n", 1) > 1:
+            on[daemon_of(st, body(i))] += 1
+    victim = st.ds[0] if on[0] >= on[1] else st.ds[1]
+    log0 = os.path.getsize(st.gw.log_path)
     took = []
 
     def term(prog):
         wait_some_bytes(prog)
         a = [d.stats()["requests_active"] for d in st.ds]
-        victim = st.ds[0] if a[0] >= a[1] else st.ds[1]
         t = time.monotonic()
-        victim.stop()               # SIGTERM and wait for its exit (drain_grace_ms: 10 s)
+        victim.stop()               # SIGTERM and wait for its exit (drain_grace_ms, handover_grace: 10 s)
         took.append((time.monotonic() - t, a, victim))
-    got = run_all(st.gw, N_STREAMS, term)
+    got = run_all(st.gw, 0, term, which=SIGTERM_MIX, max_tokens=SIGTERM_TOKENS)
     resumed = metric(st.gw, "smollm3_gateway_streams_resumed_total") - resumed0
+    ho = {k: v - ho0.get(k, 0) for k, v in handovers(st.gw).items()}
     check(resumed >= 1, "nothing was handed over (active per daemon at the SIGTERM: %r)" % (took[0][1],))
     check(took[0][0] < 5, "the daemon took %.1f s to exit: it waited for its streams" % took[0][0])
     for i, (a, b) in enumerate(zip(twins, got)):
-        check(a[0] == b[0], "stream %d differs from its twin:\n twin %r\n got  %r" % (i, a[0], b[0]))
-        check(a[2]["completion_tokens"] == b[2]["completion_tokens"], "stream %d usage %r, twin %r" % (i, b[2], a[2]))
+        check(a[0] == b[0], "stream %d differs from its twin:\n twin %r\n got  %r" % (SIGTERM_MIX[i], a[0], b[0]))
+        check(a[1] == b[1], "stream %d finish %r, twin %r" % (SIGTERM_MIX[i], b[1], a[1]))
+        check(all(a[2][k] == b[2][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")),
+              "stream %d usage %r, twin %r" % (SIGTERM_MIX[i], b[2], a[2]))
+    # make-before-break: each stream moved was switched to while the old daemon still generated it
+    # (the switch happens at one of its tokens sent after its Event.handover) or, its grace over
+    # first, taken over; none diverged (the CPU backend is batch-invariant)
+    check(ho.get("started", 0) >= 1 and ho.get("switched", 0) >= 1,
+          "no make-before-break switch: %r (resumed %d)" % (ho, resumed))
+    check(ho.get("diverged", 0) == 0, "a new run differed from what the client had: %r" % ho)
+    check(ho.get("switched", 0) + ho.get("taken_over", 0) == resumed,
+          "streams resumed %d, of them make-before-break %r" % (resumed, ho))
+    with open(st.gw.log_path, "rb") as f:
+        f.seek(log0)
+        n2 = re.findall(rb"resumed on \S+ after (\d+) tokens \(n = 2\), make-before-break", f.read())
+    check(any(int(x) > 0 for x in n2), "no n = 2 stream was handed over mid-answer make-before-break (%r)" % n2)
     took[0][2].start()
     st.gw.wait_ready(30)
     deadline = time.monotonic() + 15
@@ -488,10 +528,10 @@ def t_sigterm_handover(st):
         if [d["state"] for d in json.loads(b)["daemons"]] == ["up", "up"]:
             break
         time.sleep(0.1)
-    g = sorted(GAPS[i] for i in range(N_STREAMS))
-    print("  %d streams, %d handed over; the daemon exited %.2f s after SIGTERM; the longest pause a client saw: "
-          "median %.0f ms, max %.0f ms" % (N_STREAMS, resumed, took[0][0], 1000 * g[len(g) // 2], 1000 * g[-1]),
-          flush=True)
+    g = sorted(GAPS[i] for i in range(len(SIGTERM_MIX)))
+    print("  %d streams, %d handed over (%r); the daemon exited %.2f s after SIGTERM; the longest pause a client "
+          "saw: median %.0f ms, max %.0f ms" % (len(SIGTERM_MIX), resumed, ho, took[0][0], 1000 * g[len(g) // 2],
+                                                1000 * g[-1]), flush=True)
 
 
 def t_restart_resumes(st):
@@ -650,6 +690,158 @@ def t_resend(st):
     text, finish, usage = answer(res["raw"])
     check(text == "ab+cd" and finish == "length", "the client got %r (%s)" % (text, finish))
     check(usage["prompt_tokens"] == 7 and usage["completion_tokens"] == 5, "usage %r" % usage)
+
+
+class Scripted:
+    """A daemon the test drives (pyzmq ROUTER): answers Health, records each Generate and Cancel, and
+    sends what emit() is given to the client of the last Generate (of an id: the warm-up's or the
+    run's)."""
+
+    def __init__(self, endpoint, pb):
+        import queue
+        import zmq
+        self.pb, self.gens, self.cancels, self.ident = pb, [], [], None
+        self.out = queue.Queue()
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.running = True
+        self.th = threading.Thread(target=self.loop, daemon=True)
+        self.th.start()
+
+    def emit(self, rid, **kind):
+        self.out.put(self.pb.Event(request_id=rid, **kind))
+
+    def loop(self):
+        pb = self.pb
+        while self.running:
+            while not self.out.empty():
+                self.sock.send_multipart([self.ident, self.out.get().SerializeToString()])
+            if not self.sock.poll(10):
+                continue
+            ident, frame = self.sock.recv_multipart()
+            req = pb.Request()
+            req.ParseFromString(frame)
+            kind = req.WhichOneof("kind")
+            if kind == "health":
+                self.sock.send_multipart([ident, pb.Event(request_id=req.request_id, health=pb.HealthReply(
+                    ready=True, model="fake", status="serving")).SerializeToString()])
+            elif kind == "generate":
+                self.ident = ident
+                self.gens.append(req)
+            elif kind == "cancel":
+                self.cancels.append(req.cancel.target_request_id)
+
+    def stop(self):
+        self.running = False
+        self.th.join(5)
+        self.sock.close()
+        self.ctx.term()
+
+
+def wait_for(cond, what, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        check(time.monotonic() < deadline, "timed out waiting for %s" % what)
+        time.sleep(0.01)
+
+
+def t_handover_diverged(st):
+    """Make-before-break, scripted: the draining daemon sends Event.handover and goes on; the gateway warms
+    the other daemon up (n = 1: the tokens so far, another request id), cancels the warm-up at its first
+    token and sends the run; a run whose token differs from one the client had is cancelled (the old run
+    goes on, the client sees nothing of it) and tried again once it ended; the second run is switched to
+    at the old run's next token, whose place it holds already: the client gets each byte once, the
+    first daemon's prompt numbers and the new run's completion count."""
+    import smollm3_pb2 as pb
+    eps = ["ipc://" + os.path.join(st.tmp, "ho%d.sock" % i) for i in range(2)]
+    ds = [Scripted(ep, pb) for ep in eps]
+    gw = tg.Gateway.__new__(tg.Gateway)
+    st.extra_gws.append(gw)
+    gw.__init__(eps[0], st.tmp, extra=["--daemon", eps[1]])
+    res = {"raw": b""}
+    try:
+        wait_for(lambda: [d["state"] for d in json.loads(gw.request("GET", "/health")[2])["daemons"]] == ["up"] * 2,
+                 "both daemons up")
+
+        def client():
+            c = gw.conn(60)
+            c.request("POST", "/v1/chat/completions", headers={"Content-Type": "application/json"}, body=json.dumps(
+                {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9, "stream": True, "temperature": 0,
+                 "stream_options": {"include_usage": True}}))
+            r = c.getresponse()
+            while True:
+                x = r.read1(65536)
+                if not x:
+                    break
+                res["raw"] += x
+            c.close()
+
+        def got(piece):             # the client has it
+            return lambda: ('"content":"%s"' % piece).encode() in res["raw"]
+        th = threading.Thread(target=client)
+        th.start()
+        wait_for(lambda: ds[0].gens or ds[1].gens, "the first generate")
+        old, new = (ds[0], ds[1]) if ds[0].gens else (ds[1], ds[0])
+        rid = old.gens[0].request_id
+        old.emit(rid, started=pb.Started(prompt_tokens=7))
+        for tid, text in ((1, "a"), (2, "b"), (3, "c")):
+            old.emit(rid, token=pb.Token(text=text, token_id=tid))
+        old.emit(rid, handover=pb.Handover(grace_ms=10000))
+        wait_for(lambda: len(new.gens) == 1, "the warm-up")
+        warm = new.gens[0]
+        check(warm.request_id != rid and list(warm.generate.resume_tokens) == [1, 2, 3] and
+              not warm.generate.handover and old.gens[0].generate.handover_overlap,
+              "warm-up: id %d (run %d), resume %r" % (warm.request_id, rid, list(warm.generate.resume_tokens)))
+        old.emit(rid, token=pb.Token(text="d", token_id=4))           # the old run goes on meanwhile
+        wait_for(got("d"), "d")
+        new.emit(warm.request_id, started=pb.Started(prompt_tokens=7, cached_tokens=0))
+        new.emit(warm.request_id, token=pb.Token(text="d", token_id=4))
+        wait_for(lambda: len(new.gens) == 2, "the run after the warm-up")
+        check(warm.request_id in new.cancels, "the warm-up was not cancelled at its first token")
+        run = new.gens[1]
+        check(run.request_id == rid and list(run.generate.resume_tokens) == [1, 2, 3, 4],
+              "run: id %d, resume %r" % (run.request_id, list(run.generate.resume_tokens)))
+        new.emit(warm.request_id, done=pb.Done(finish_reason=pb.FINISH_REASON_CANCELLED))
+        old.emit(rid, token=pb.Token(text="e", token_id=5))
+        wait_for(got("e"), "e")
+        new.emit(rid, started=pb.Started(prompt_tokens=7))
+        new.emit(rid, token=pb.Token(text="X", token_id=77))          # not the client's 5th token
+        wait_for(lambda: rid in new.cancels, "the diverged run's cancel")
+        check(not old.cancels, "the old run was cancelled")
+        new.emit(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_CANCELLED, usage=pb.Usage(completion_tokens=5)))
+        wait_for(lambda: len(new.gens) == 3, "the hand-over tried again (its warm-up)")
+        warm = new.gens[2]
+        check(warm.request_id != rid and list(warm.generate.resume_tokens) == [1, 2, 3, 4, 5],
+              "warm-up again: resume %r" % list(warm.generate.resume_tokens))
+        new.emit(warm.request_id, token=pb.Token(text="f", token_id=6))
+        wait_for(lambda: len(new.gens) == 4, "the second run")
+        again = new.gens[3]
+        check(again.request_id == rid and list(again.generate.resume_tokens) == [1, 2, 3, 4, 5],
+              "again: resume %r" % list(again.generate.resume_tokens))
+        new.emit(rid, started=pb.Started(prompt_tokens=7))
+        new.emit(rid, token=pb.Token(text="f", token_id=6))
+        new.emit(rid, token=pb.Token(text="g", token_id=7))
+        new.emit(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_LENGTH, usage=pb.Usage(
+            prompt_tokens=7, completion_tokens=7)))
+        time.sleep(0.3)             # the new run's tokens reached the gateway (else: taken over below)
+        old.emit(rid, token=pb.Token(text="f", token_id=6))           # the switch: the new run has it
+        try:
+            wait_for(lambda: rid in old.cancels, "the old run's cancel", 5)
+            old.emit(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_CANCELLED, usage=pb.Usage(completion_tokens=6)))
+        except AssertionError:      # f went out first: the old run's grace ends, the new one takes over
+            old.emit(rid, error=pb.Error(code=pb.ERROR_SHUTTING_DOWN, message="handed over"))
+        th.join(20)
+    finally:
+        for d in ds:
+            d.stop()
+    text, finish, usage = answer(res["raw"])
+    check(text == "abcdefg" and finish == "length", "the client got %r (%s)" % (text, finish))
+    check(usage["prompt_tokens"] == 7 and usage["completion_tokens"] == 7, "usage %r" % usage)
+    ho = handovers(gw)
+    check(ho["started"] == 2 and ho["diverged"] == 1 and ho["switched"] + ho["taken_over"] == 1, "hand-overs %r" % ho)
+    gw.stop()
 
 
 def t_session_spill(st):
@@ -863,6 +1055,8 @@ def main():
                 run_test("curve", t_curve, st)
             if want("resend"):
                 run_test("resend", t_resend, st)
+            if want("handover_diverged"):
+                run_test("handover_diverged", t_handover_diverged, st)
             if want("session_spill"):
                 run_test("session_spill", t_session_spill, st)
         finally:
