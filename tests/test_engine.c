@@ -996,6 +996,110 @@ START_TEST(t_handover_overlap)
 }
 END_TEST
 
+
+/* A seeded request of tenant with n choices, resumed (resume: each choice's k[c] tokens, one
+ * choice after the other; none when k is NULL); r belongs to the engine once sent. */
+static uint64_t submit_resumed(struct rig *g, const char *tenant, const int32_t *ids, int n, int max_tokens,
+                               int n_choices, int32_t (*toks)[64], const int *k)
+{
+    struct smol_request *r = calloc(1, sizeof *r);
+    r->id = g->next_id++;
+    r->client_id = 1000 + r->id;
+    r->kind = SMOL_INPUT_TOKENS;
+    r->ids = malloc(n * sizeof *ids);
+    memcpy(r->ids, ids, n * sizeof *ids);
+    r->n_ids = n;
+    r->sp = smol_sampler_defaults();
+    r->sp.temperature = 0.9f;
+    r->sp.seed = 77;
+    r->max_tokens = max_tokens;
+    r->n_choices = n_choices;
+    r->t_received = smol_mono_s();
+    snprintf(r->tenant, sizeof r->tenant, "%s", tenant);
+    int total = 0;
+    for (int c = 0; k && c < n_choices; c++) total += k[c];
+    if (total) {
+        r->resume = malloc(total * sizeof *r->resume);
+        if (n_choices > 1) r->resume_counts = malloc(n_choices * sizeof *r->resume_counts);
+        for (int c = 0; c < n_choices; c++) {
+            memcpy(r->resume + r->n_resume, toks[c], k[c] * sizeof *r->resume);
+            r->n_resume += k[c];
+            if (n_choices > 1) r->resume_counts[c] = k[c];
+        }
+    }
+    const uint64_t id = r->id;
+    ck_assert(smol_engine_send_submit(g->sock, r) == 0);
+    return id;
+}
+
+/* Request id's events until its last: each choice's tokens and Usage.resume_cached_tokens. */
+static void collect_choices(struct rig *g, uint64_t id, int32_t (*toks)[64], int *n, int *cached)
+{
+    for (int open = 1; open;) {
+        unsigned fl;
+        Smollm3__Event *ev;
+        ck_assert(recv_event(g, &fl, &ev) == id);
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN && ev->token->token_id >= 0) {
+            const unsigned c = ev->token->choice;
+            ck_assert(c < 2 && n[c] < 64);
+            toks[c][n[c]++] = ev->token->token_id;
+        } else if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE && ev->done->usage) {
+            ck_assert(ev->done->usage->choice < 2);
+            cached[ev->done->usage->choice] = (int)ev->done->usage->resume_cached_tokens;
+        }
+        ck_assert_msg(ev->kind_case != SMOLLM3__EVENT__KIND_ERROR, "error: %s", ev->error->message);
+        open = !(fl & SMOL_EV_TERMINAL);
+        smollm3__event__free_unpacked(ev, NULL);
+    }
+}
+
+/* A resumed n = 2 request (resume_counts) finds each choice's prompt and tokens in the cache
+ * where runs of that choice alone left them (a gateway's make-before-break warm-ups: one n = 1
+ * request a choice, gateway/daemon.c): Usage.resume_cached_tokens counts them, only those past
+ * are prefilled, and each choice goes on exactly as the uninterrupted run (seeded sampling:
+ * prefill = decode).  Without the warm-ups (another tenant: its own prefixes only) the same
+ * resume caches none of the tokens and gives the same answer. */
+START_TEST(t_resume_choices_cached)
+{
+    struct rig g;
+    if (!rig_open(&g, "models/fixture-t.Q8_0.gguf", 0, 4, 16)) { printf("SKIPPED: fixture missing\n"); return; }
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = 400 + i * 17;
+    enum { MAX = 40 };
+    int32_t twin[2][64], got[2][64], none[2][64];
+    int nt[2] = {0}, cached[2] = {-1, -1};
+    collect_choices(&g, submit_resumed(&g, "twin", ids, 40, MAX, 2, NULL, NULL), twin, nt, cached);
+    ck_assert_int_eq(nt[0], MAX);
+    ck_assert_int_eq(nt[1], MAX);
+    ck_assert_msg(memcmp(twin[0], twin[1], sizeof twin[0]), "the two choices are the same: nothing tested");
+    const int warm[2] = {21, 13}, at[2] = {24, 17};    /* the warm-ups' tokens; more sent by the resume */
+    for (int c = 0; c < 2; c++) {   /* each choice's warm-up, ended after its first token */
+        int32_t w[2][64], nw[2] = {0}, cw[2];
+        collect_choices(&g, submit_resumed(&g, "warm", ids, 40, warm[c] + 1, 1, &twin[c], &warm[c]), w, nw, cw);
+        ck_assert_int_eq(nw[0], 1);
+    }
+    int ng[2] = {0}, cg[2] = {-1, -1};
+    collect_choices(&g, submit_resumed(&g, "warm", ids, 40, MAX, 2, twin, at), got, ng, cg);
+    for (int c = 0; c < 2; c++) {
+        ck_assert_msg(cg[c] >= warm[c] && cg[c] < at[c], "choice %d: %d of its %d tokens cached (warm-up: %d)", c,
+                      cg[c], at[c], warm[c]);
+        ck_assert_int_eq(ng[c], MAX - at[c]);
+        ck_assert_msg(!memcmp(got[c], twin[c] + at[c], (size_t)ng[c] * sizeof *got[c]),
+                      "choice %d resumed differs from its uninterrupted run", c);
+    }
+    printf("stats: resumed n = 2: choice 0 %d of %d tokens cached, choice 1 %d of %d (warm-ups of %d, %d)\n", cg[0],
+           at[0], cg[1], at[1], warm[0], warm[1]);
+    int nn[2] = {0}, cn[2] = {-1, -1};
+    collect_choices(&g, submit_resumed(&g, "cold", ids, 40, MAX, 2, twin, at), none, nn, cn);
+    for (int c = 0; c < 2; c++) {
+        ck_assert_msg(cn[c] == 0, "choice %d: %d cached with no warm-up", c, cn[c]);
+        ck_assert_int_eq(nn[c], MAX - at[c]);
+        ck_assert(!memcmp(none[c], twin[c] + at[c], (size_t)nn[c] * sizeof *none[c]));
+    }
+    rig_close(&g);
+}
+END_TEST
+
 /* Issue 28: smol_engine_send_event dropped every event it could not pack
  * (out of memory), the terminal one included, so the RPC thread's route and
  * the client's stream stayed open forever.  With every packing allocation
@@ -2258,6 +2362,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, t_prefix_reuse);
     tcase_add_test(tc, t_cancel);
     tcase_add_test(tc, t_handover_overlap);
+    tcase_add_test(tc, t_resume_choices_cached);
     tcase_add_test(tc, t_waiting_prompt_built_once);
     tcase_add_test(tc, t_backend_sampling);
     tcase_add_test(tc, t_host_sample_pool);

@@ -427,6 +427,7 @@ static int admit_commit(struct smol_engine *e, struct req *q, double now, struct
     }
     q->n_prompt = a->n_prompt;
     q->n_cached = a->lcp < a->n_prompt ? a->lcp : a->n_prompt;   /* (of the prompt; replayed ones too) */
+    q->n_resume_cached = a->lcp > a->n_prompt ? a->lcp - a->n_prompt : 0;
     q->max_gen = a->max_gen;
     q->sib_pages = a->sib_pages;
     q->kv_promise = smol_kv_seq_pages_needed(kv, q->seq, a->lcp, a->n_prompt + a->max_gen) + a->sib_pages;
@@ -506,12 +507,42 @@ int smol_engine_try_admit(struct smol_engine *e, struct req *q, double now)
     return 1;
 }
 
+/* Resumed n > 1: choice c, its prompt's KV in place, takes instead the
+ * longest cached prefix of its prompt and its own tokens to replay where
+ * one covers more than the prompt (a run of that choice alone that ended
+ * there: a gateway's make-before-break warm-up, gateway/daemon.c), as
+ * admit_prefix does for n = 1: only the tokens past it are prefilled.  The
+ * KV is the same either way (prefill = decode); 0, or an error (c's KV
+ * dropped: the request fails). */
+static enum smol_err resume_from_cache(struct smol_engine *e, struct req *c, double now, char *err)
+{
+    if (c->sess || c->n_resume <= 0) return SMOL_OK;
+    const int n = c->n_prompt + c->n_resume;
+    int32_t *all = malloc((size_t)n * sizeof *all);
+    if (!all) return SMOL_OK;               /* (without memory: the prompt's KV alone) */
+    memcpy(all, c->tok, (size_t)c->n_prompt * sizeof *all);
+    memcpy(all + c->n_prompt, c->resume, (size_t)c->n_resume * sizeof *all);
+    int lcp = 0;
+    struct smol_session *src = smol_sessions_best_prefix(&e->sessions, c->r->tenant, all, n, &lcp);
+    free(all);
+    if (lcp > n - 1) lcp = n - 1;           /* the last token prefilled is computed for its logits */
+    if (!src || lcp <= c->n_prompt) return SMOL_OK;
+    smol_kv_seq_truncate(&e->m->kv, c->seq, 0);
+    enum smol_err rc = smol_kv_seq_share(&e->m->kv, c->seq, &src->seq, lcp, err);
+    if (rc) return rc;
+    smol_sessions_touch(&e->sessions, src, now);
+    c->n_resume_cached = lcp - c->n_prompt;
+    e->n_cached_tokens += (uint64_t)c->n_resume_cached;
+    return SMOL_OK;
+}
+
 /* n > 1: once choice 0 has prefilled the prompt, choices 1..n-1 start
  * from its KV (pages shared, copied on write), its logits row and their own
  * sampler (seed + i), and stream their tokens with their choice index.
  * A choice that cannot start fails the whole request.  Resumed
  * (resume_counts): a choice with tokens to replay, choice 0 included, goes
- * back to RS_PREFILL for them on the shared prompt's KV, then replays them
+ * back to RS_PREFILL for them on the shared prompt's KV (or on a cached
+ * prefix of the prompt and them: resume_from_cache), then replays them
  * (take_rows) and continues; one without starts from the logits row. */
 void smol_engine_spawn_choices(struct smol_engine *e, struct req *q, float *logits, double now)
 {
@@ -575,6 +606,7 @@ void smol_engine_spawn_choices(struct smol_engine *e, struct req *q, float *logi
             c->n_resume = counts[i];
             off += counts[i];
             c->state = RS_PREFILL;
+            rc = resume_from_cache(e, c, now, err);
             continue;
         }
         smol_engine_sample_and_emit(e, c, logits, NULL, now);
@@ -583,6 +615,7 @@ void smol_engine_spawn_choices(struct smol_engine *e, struct req *q, float *logi
         q->resume = q->r->resume;
         q->n_resume = counts[0];
         q->state = RS_PREFILL;
+        rc = resume_from_cache(e, q, now, err);
     }
     if (rc) {
         for (struct req *o = e->running, *nx; o; o = nx) {

@@ -99,6 +99,7 @@ struct req {
     int sib_pages;                  /* choice 0 until its prefill ends: pages the others will take */
     const int32_t *resume;          /* resume: its own [n_resume] tokens to replay (of r->resume) */
     int n_resume;                   /* n > 1: 0 until the choices are spawned, then each its own */
+    int n_resume_cached;            /* of them, reused from a cached prefix (Usage.resume_cached_tokens) */
     int spawned;                    /* n > 1, choice 0: its other choices are started */
     double t_admit, t_first_step, t_prefill_done, t_first_token;
     struct smol_tenant_acct *acct;  /* its tenant's share (engine_fair.c) */

@@ -253,6 +253,7 @@ void smol_engine_send_done(struct smol_engine *e, const struct req *q)
     us.completion_tokens = (uint32_t)q->n_gen;
     us.reasoning_tokens = (uint32_t)q->n_reasoning;
     us.choice = (uint32_t)q->choice;
+    us.resume_cached_tokens = (uint32_t)q->n_resume_cached;
     us.drafted_tokens = (uint32_t)q->n_drafted;
     us.accepted_tokens = (uint32_t)q->n_accepted;
     us.decode_steps = (uint32_t)q->n_steps;
