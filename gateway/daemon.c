@@ -92,8 +92,10 @@ struct gw_handover {
     int link;                   /* the new run's daemon while the old run goes on, -1 = none */
     int filter;                 /* the stream's own run is a new one not yet at the front: filtered */
     int zombie;                 /* a daemon where an abandoned new run may still run, -1 = none */
-    uint64_t warm_rid;          /* n = 1: its warm-up's request id on that daemon, the new run not yet
-                                   sent (0 = none): the run follows its first token, reusing its KV */
+    uint64_t warm_rid[GW_HO_CHOICES];   /* its warm-ups' request ids on that daemon, the new run not yet
+                                   sent (0 = none, or ended): n = 1 one, n > 1 one a choice; the run
+                                   follows once each has had its first token, reusing their KV */
+    unsigned n_warm;            /* of them, not ended */
     uint32_t run_done;          /* the choices whose Done that new run sent */
     unsigned tries;             /* new runs started */
     uint32_t pos[GW_HO_CHOICES];    /* per choice: the new run's tokens (the replayed ones counted) */
@@ -116,6 +118,26 @@ static void cancel_on(int li, uint64_t rid)
     char err[SMOL_ERRLEN];
     if (li >= 0 && smol_client_send_cancel(G.links[li].cli, rid, NULL, err) != SMOL_OK)
         gw_log(4, "cancel of %llu on %s not sent: %s", (unsigned long long)rid, G.links[li].endpoint, err);
+}
+
+/* The hand-over's warm-ups are forgotten (their events dropped from now), cancelled on h->link
+ * when `cancel`. */
+static void ho_end_warm(struct gw_handover *h, int cancel)
+{
+    for (int c = 0; c < GW_HO_CHOICES && h->n_warm; c++)
+        if (h->warm_rid[c]) {
+            if (cancel) cancel_on(h->link, h->warm_rid[c]);
+            h->warm_rid[c] = 0;
+            h->n_warm--;
+        }
+    h->n_warm = 0;
+}
+
+/* Cancels the new run beside the old one (its warm-ups, before it was sent) on h->link. */
+static void ho_cancel_new(const struct gw_stream *s, struct gw_handover *h)
+{
+    if (h->n_warm) ho_end_warm(h, 1);
+    else cancel_on(h->link, s->rid);
 }
 
 /* ---- streams ------------------------------------------------------------ */
@@ -229,9 +251,8 @@ static void mark_terminal(struct gw_stream *s)
         s->terminal = 1;
         release(s);
         if (s->ho && s->ho->link >= 0) {        /* a new run beside it: not needed any more */
-            cancel_on(s->ho->link, s->ho->warm_rid ? s->ho->warm_rid : s->rid);
+            ho_cancel_new(s, s->ho);
             s->ho->link = -1;
-            s->ho->warm_rid = 0;
             ho_drop_held(s->ho);
         }
         if (s->kind != GW_QUERY && s->kind != GW_ANTHROPIC_COUNT) {
@@ -504,9 +525,11 @@ static int resumable(const struct gw_stream *s)
 }
 
 /* s's request again to daemon li, with the tokens streamed so far; 0 or -1 (out of memory,
- * not sent).  warm_rid != 0: a hand-over's warm-up under that id instead (n = 1: it leaves the
- * prompt's and those tokens' KV there, cancelled at its first token; not handed over itself). */
-static int resend_to(struct gw_stream *s, int li, uint64_t warm_rid)
+ * not sent).  warm_rid != 0: a hand-over's warm-up under that id instead (it leaves the prompt's
+ * and those tokens' KV there, cancelled at its first token; not handed over itself); with n > 1
+ * one of choice `choice`: an n = 1 request of the prompt and that choice's tokens (the daemon
+ * matches each choice of the new run against the cache, engine_admit.c). */
+static int resend_to(struct gw_stream *s, int li, uint64_t warm_rid, int choice)
 {
     Smollm3__Request *req = smollm3__request__unpack(NULL, s->packed_len, s->packed);
     if (!req || req->kind_case != SMOLLM3__REQUEST__KIND_GENERATE) {
@@ -533,10 +556,22 @@ static int resend_to(struct gw_stream *s, int li, uint64_t warm_rid)
                     counts[c]++;
                 }
         toks = by_choice;
-        req->generate->n_resume_counts = (size_t)s->n_choices;
-        req->generate->resume_counts = counts;
+        if (!warm_rid) {
+            req->generate->n_resume_counts = (size_t)s->n_choices;
+            req->generate->resume_counts = counts;
+        }
     }
-    req->generate->n_resume_tokens = s->n_toks;
+    size_t n_toks = s->n_toks;
+    if (warm_rid && s->n_choices > 1) {     /* choice `choice` alone */
+        size_t off = 0;
+        for (int c = 0; counts && c < choice; c++) off += counts[c];
+        toks += off;
+        n_toks = counts ? counts[choice] : 0;
+        req->generate->n = 1;
+        if (req->generate->max_tokens && n_toks >= req->generate->max_tokens)   /* (an ended choice) */
+            req->generate->max_tokens = (uint32_t)n_toks + 1;
+    }
+    req->generate->n_resume_tokens = n_toks;
     req->generate->resume_tokens = toks;
     if (warm_rid) {
         req->request_id = warm_rid;
@@ -570,7 +605,7 @@ static int resend_to(struct gw_stream *s, int li, uint64_t warm_rid)
 static int resend(struct gw_stream *s)
 {
     const int li = pick(s->route);
-    if (li < 0 || (s->ho && s->ho->zombie == li) || resend_to(s, li, 0)) return -1;
+    if (li < 0 || (s->ho && s->ho->zombie == li) || resend_to(s, li, 0, -1)) return -1;
     s->link = li;
     if (s->ho) s->ho->filter = 0;
     return 0;
@@ -678,7 +713,7 @@ static int ho_had(const struct gw_stream *s, const Smollm3__Event *ev, const str
 static int ho_past_front(const struct gw_stream *s, int level)
 {
     const struct gw_handover *h = s->ho;
-    if (h->warm_rid) return 0;
+    if (h->n_warm) return 0;
     for (int c = 0; c < s->n_choices; c++) {
         if (choice_done(s, (unsigned)c)) continue;
         if (level ? h->pos[c] != s->ch_toks[c] || h->k[c] != s->ch_grp[c] : h->pos[c] <= h->start[c]) return 0;
@@ -691,7 +726,7 @@ static int ho_past_front(const struct gw_stream *s, int level)
 static int ho_send_run(struct gw_stream *s)
 {
     struct gw_handover *h = s->ho;
-    if (resend_to(s, h->link, 0)) {
+    if (resend_to(s, h->link, 0, -1)) {
         h->link = -1;
         return -1;
     }
@@ -706,9 +741,11 @@ static int ho_send_run(struct gw_stream *s)
 
 /* Starts s again on the pool's choice while its own daemon (draining) goes on generating it:
  * 0, or -1 when no other daemon is up, a new run of it may still be in flight, or the send
- * failed.  With n = 1 a warm-up goes first (the prompt and the tokens so far prefilled there,
- * the slow part, while the old run streams on); the new run, sent at its first token with the
- * tokens sent by then, prefills only those past the warm-up's and starts a few tokens behind. */
+ * failed.  Warm-ups go first (the prompt and the tokens so far prefilled there, the slow part,
+ * while the old run streams on): n = 1 one; n > 1 one a choice with tokens (choice 0 when none
+ * has), each an n = 1 request of the prompt and that choice's tokens.  The new run, sent once
+ * each has had its first token, with the tokens sent by then, prefills only those past the
+ * warm-ups' (per choice) and starts a few tokens behind. */
 static int ho_start(struct gw_stream *s)
 {
     if (!s->ho && (s->ho = calloc(1, sizeof *s->ho))) s->ho->link = s->ho->zombie = -1;
@@ -717,15 +754,17 @@ static int ho_start(struct gw_stream *s)
     const int li = pick(s->route);
     if (li < 0 || li == s->link) return -1;
     h->link = li;
-    if (s->n_choices == 1) {
-        h->warm_rid = smol_client_next_id(G.links[li].cli);
-        if (resend_to(s, li, h->warm_rid)) {
-            h->warm_rid = 0;
+    int any = 0;
+    for (int c = 0; c < s->n_choices && c < GW_HO_CHOICES; c++) any |= s->ch_toks[c] > 0;
+    for (int c = 0; c < s->n_choices && c < GW_HO_CHOICES; c++) {
+        if (any ? !s->ch_toks[c] : c > 0) continue;
+        h->warm_rid[c] = smol_client_next_id(G.links[li].cli);
+        h->n_warm++;
+        if (resend_to(s, li, h->warm_rid[c], c)) {
+            ho_end_warm(h, 1);
             h->link = -1;
             return -1;
         }
-    } else if (ho_send_run(s)) {
-        return -1;
     }
     h->tries++;
     G.n_ho_started++;
@@ -734,15 +773,15 @@ static int ho_start(struct gw_stream *s)
     return 0;
 }
 
-/* An event of a hand-over's warm-up: at its first token (or its end) it is cancelled and the new
- * run sent, where the warm-up left the KV. */
-static void ho_warm_event(struct gw_stream *s, const Smollm3__Event *ev)
+/* An event of a hand-over's warm-up of choice c: at its first token (or its end) it is cancelled;
+ * once every warm-up is, the new run is sent, where they left the KV. */
+static void ho_warm_event(struct gw_stream *s, int c, const Smollm3__Event *ev)
 {
     struct gw_handover *h = s->ho;
-    if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) cancel_on(h->link, h->warm_rid);
+    if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) cancel_on(h->link, h->warm_rid[c]);
     else if (ev->kind_case != SMOLLM3__EVENT__KIND_DONE && ev->kind_case != SMOLLM3__EVENT__KIND_ERROR) return;
-    h->warm_rid = 0;
-    ho_send_run(s);
+    h->warm_rid[c] = 0;
+    if (--h->n_warm == 0) ho_send_run(s);
 }
 
 /* The new run is not used (cancelled; its daemon keeps the request id busy until the run's
@@ -755,10 +794,9 @@ static void ho_abandon(struct gw_stream *s, int diverged)
         gw_log(4, "request %llu: the run on %s differs from what was sent: abandoned (try %u)",
                (unsigned long long)s->rid, G.links[h->link].endpoint, h->tries);
     }
-    cancel_on(h->link, h->warm_rid ? h->warm_rid : s->rid);
-    if (G.links[h->link].connected && !h->warm_rid) h->zombie = h->link;
+    if (G.links[h->link].connected && !h->n_warm) h->zombie = h->link;
+    ho_cancel_new(s, h);
     h->link = -1;
-    h->warm_rid = 0;
     ho_drop_held(h);
 }
 
@@ -834,7 +872,7 @@ static int ho_switch(struct gw_stream *s, const Smollm3__Event *ev)
  * too and the stream waits for the plain resume. */
 static void ho_take_over(struct gw_stream *s)
 {
-    const int warming = s->ho->warm_rid != 0;  /* (the new run not sent yet: the plain resume, which
+    const int warming = s->ho->n_warm != 0;    /* (the new run not sent yet: the plain resume, which
                                                    finds the warm-up's KV where the pool sends it) */
     if (warming || ho_mark_held(s)) {
         ho_abandon(s, !warming);
@@ -959,8 +997,8 @@ static void daemon_lost(struct gw_link *l)
         }
         if (s->ho && s->ho->zombie == li) s->ho->zombie = -1;
         if (s->ho && s->ho->link == li) {       /* a hand-over's new run: the old one goes on */
+            ho_end_warm(s->ho, 0);
             s->ho->link = -1;
-            s->ho->warm_rid = 0;
             ho_drop_held(s->ho);
         }
         if (!s->sent || s->terminal || s->link != li) continue;
@@ -1056,16 +1094,22 @@ static int on_event(struct gw_link *l, Smollm3__Event *ev)
     const int li = (int)(l - G.links);
     struct gw_stream *s = gw_stream_by_rid(ev->request_id);
     if (!s && ev->request_id) {         /* a hand-over's warm-up, or a follow-up */
-        for (s = G.streams; s && !(s->ho && s->ho->warm_rid == ev->request_id && s->ho->link == li); s = s->next) {}
-        if (s) {
-            ho_warm_event(s, ev);
-            return 0;
-        }
+        for (s = G.streams; s; s = s->next)
+            if (s->ho && s->ho->n_warm && s->ho->link == li)
+                for (int c = 0; c < s->n_choices && c < GW_HO_CHOICES; c++)
+                    if (s->ho->warm_rid[c] == ev->request_id) {
+                        ho_warm_event(s, c, ev);
+                        return 0;
+                    }
         for (s = G.streams; s && !(s->follow_rid == ev->request_id && s->follow_link == (int)(l - G.links)); s = s->next) {}
         if (s) follow_reply(s, ev);
         return 0;
     }
     if (!s || s->terminal) return 0;
+    if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE && ev->done->usage &&
+        ((s->ho && s->ho->link == li) || (s->resumes && s->link == li)))   /* a resumed run's: what a warm-up saved */
+        gw_log(5, "request %llu choice %u: the resumed run found %u of its replayed tokens cached (n = %d)",
+               (unsigned long long)s->rid, ev->done->usage->choice, ev->done->usage->resume_cached_tokens, s->n_choices);
     if (s->link != li) {        /* cancelled, moved, or a hand-over's other run */
         if (s->ho && s->ho->link == li) return ho_new_event(s, ev);
         if (s->ho && s->ho->zombie == li) ho_zombie_event(s, ev);

@@ -518,8 +518,27 @@ def t_sigterm_handover(st):
           "streams resumed %d, of them make-before-break %r" % (resumed, ho))
     with open(st.gw.log_path, "rb") as f:
         f.seek(log0)
-        n2 = re.findall(rb"resumed on \S+ after (\d+) tokens \(n = 2\), make-before-break", f.read())
-    check(any(int(x) > 0 for x in n2), "no n = 2 stream was handed over mid-answer make-before-break (%r)" % n2)
+        log = f.read()
+    n2 = {int(r): int(n) for r, n in
+          re.findall(rb"request (\d+) resumed on \S+ after (\d+) tokens \(n = 2\), make-before-break", log)}
+    check(any(n > 0 for n in n2.values()), "no n = 2 stream was handed over mid-answer make-before-break (%r)" % n2)
+    # each n = 2 stream was warmed up there choice by choice (one n = 1 run of the prompt and that
+    # choice's tokens, the M tokens it had at the hand-over's start): the new run found each choice's
+    # tokens in the cache (Usage.resume_cached_tokens, which the gateway logs at each choice's end),
+    # all but the last of a choice that streamed nothing meanwhile, and prefilled only those past them
+    warm = {int(r): int(m) for r, m in
+            re.findall(rb"request (\d+): make-before-break from \S+ to \S+ after (\d+) tokens \(n = 2\)", log)}
+    cached = {}
+    for r, c, k in re.findall(rb"request (\d+) choice (\d+): the resumed run found (\d+) of its replayed tokens "
+                              rb"cached \(n = 2\)", log):
+        cached.setdefault(int(r), {})[int(c)] = int(k)
+    for r, n in n2.items():
+        if n == 0:
+            continue
+        got, m = cached.get(r, {}), warm.get(r, 0)
+        check(len(got) == 2 and all(k > 0 for k in got.values()) and sum(got.values()) >= m - 2,
+              "n = 2 stream %d, warmed up with %d tokens: its choices' replayed tokens cached %r (no warm-up?)"
+              % (r, m, got))
     took[0][2].start()
     st.gw.wait_ready(30)
     deadline = time.monotonic() + 15
@@ -530,8 +549,9 @@ def t_sigterm_handover(st):
         time.sleep(0.1)
     g = sorted(GAPS[i] for i in range(len(SIGTERM_MIX)))
     print("  %d streams, %d handed over (%r); the daemon exited %.2f s after SIGTERM; the longest pause a client "
-          "saw: median %.0f ms, max %.0f ms" % (len(SIGTERM_MIX), resumed, ho, took[0][0], 1000 * g[len(g) // 2],
-                                                1000 * g[-1]), flush=True)
+          "saw: median %.0f ms, max %.0f ms; n = 2 warmed up with / switched after tokens, replayed tokens cached %r"
+          % (len(SIGTERM_MIX), resumed, ho, took[0][0], 1000 * g[len(g) // 2], 1000 * g[-1],
+             [(warm.get(r), n, cached.get(r)) for r, n in n2.items()]), flush=True)
 
 
 def t_restart_resumes(st):
