@@ -41,12 +41,14 @@
  * Make-before-break (a daemon's SIGTERM with another daemon up): the request
  * asks for it (GenerateRequest.handover_overlap), so the draining daemon sends
  * Event.handover and goes on generating.  The stream is started on the
- * pool's choice while the old run's events still go to the client: with
- * n = 1 a warm-up first (the request under another id with the tokens so
- * far, cancelled at its first token: the prompt and those tokens prefilled
- * there, the slow part), then the new run (the stream's id, resume_tokens as
- * above, sent by then), which that daemon's prefix cache serves from the
- * warm-up's KV; n > 1: the new run at once.  Two runs at the same speed never
+ * pool's choice while the old run's events still go to the client: a
+ * warm-up first (the request under another id with the tokens so far,
+ * cancelled at its first token: the prompt and those tokens prefilled
+ * there, the slow part; n > 1: one a choice, an n = 1 request of the prompt
+ * and that choice's tokens), then, once each has had its first token, the
+ * new run (the stream's id, resume_tokens as above, sent by then), which
+ * that daemon's prefix cache serves from the warm-ups' KV (n > 1: each
+ * choice from its own, engine_admit.c).  Two runs at the same speed never
  * meet, so the new run cannot be awaited at the front; it starts a few tokens
  * behind instead.  Its events are placed by token: per choice, the index of
  * the token an event belongs to (its first Token segment, with token_id,

@@ -14,7 +14,8 @@ Two daemons (BUILD/bin/smollm3d, the fixture model unless --model) behind one ga
     tokens so far, then starts the stream there and switches to it at the old run's next token:
     gateway/daemon.c); each stream's longest silence as above, how many streams were handed over
     (switched while the old daemon still generated / taken over when it stopped first), and how
-    long the daemon took to exit;
+    long the daemon took to exit; --sigterm-n 2 makes them n = 2 streams (H tokens each choice,
+    greedy: the choices are alike), warmed up choice by choice;
   * restore from spill vs recompute, by conversation history (--spill-history): N conversations
     of about C tokens (one earlier turn), their next turn streaming on one daemon when it is
     killed, all resumed on the other; with a session_id on a shared spill directory
@@ -71,11 +72,11 @@ def bench_prompt(i):
     return "bench %d %s" % (i, "y" * (i % 16))
 
 
-def run(gw, n, max_tokens, during=None, prompts=None):
+def run(gw, n, max_tokens, during=None, prompts=None, choices=1):
     out, prog = [None] * n, [0] * n
     prompts = prompts or [bench_prompt(i) for i in range(n)]
     th = [threading.Thread(target=one_stream, args=(gw, {
-        "messages": [{"role": "user", "content": prompts[i]}], "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": prompts[i]}], "max_tokens": max_tokens, "n": choices,
         "stream": True, "temperature": 0, "chat_template_kwargs": {"enable_thinking": False}}, out, i, prog))
         for i in range(n)]
     for t in th:
@@ -206,6 +207,8 @@ def main():
     ap.add_argument("--sigterm-tail", type=int, default=128, help="tokens each stream still has to generate at "
                     "the SIGTERM (make-before-break: with few, the streams end on the draining daemon before "
                     "the other one has caught up, and none is handed over)")
+    ap.add_argument("--sigterm-n", type=int, default=1, help="choices of each stream in the SIGTERM runs (n; "
+                    "the history is each choice's)")
     ap.add_argument("--pool-runs", type=int, default=10, help="runs of each kind (single, pool) for the pool's "
                     "own cost, interleaved (0 = not measured)")
     ap.add_argument("--spill-history", default="256,1024", help="conversation lengths for restore vs recompute "
@@ -264,6 +267,7 @@ def main():
         for how, hist in (("kill -9", a.history), ("SIGTERM", a.sigterm_history)):
             for h in [int(x) for x in hist.split(",") if x]:
                 pauses, moved, exits, resumed = [], [], [], 0
+                n_ch = a.sigterm_n if how == "SIGTERM" else 1
                 ho0 = handovers(gw)
                 for _ in range(a.reps):
                     stopped = []
@@ -272,7 +276,7 @@ def main():
 
                     def stop(prog):
                         deadline = time.monotonic() + 120
-                        while time.monotonic() < deadline and min(prog) < h:
+                        while time.monotonic() < deadline and min(prog) < h * n_ch:
                             time.sleep(0.002)
                         act = [d.stats()["requests_active"] for d in ds]
                         v = 0 if act[0] >= act[1] else 1
@@ -283,16 +287,16 @@ def main():
                             ds[v].stop()                # SIGTERM, and wait for its exit
                         exits.append(time.monotonic() - t)
                         stopped.append(v)
-                    out = run(gw, a.streams, h + (a.sigterm_tail if how == "SIGTERM" else 128), stop)
+                    out = run(gw, a.streams, h + (a.sigterm_tail if how == "SIGTERM" else 128), stop, choices=n_ch)
                     pauses += [max(gaps(t)) for t in out if len(t) > 1]
                     moved += [max(gaps(t)) for i, t in enumerate(out) if len(t) > 1 and on[i] == stopped[0]]
                     resumed += metric(gw, "smollm3_gateway_streams_resumed_total") - r0
                     ds[stopped[0]].start()
                     wait_pool(gw, 2)
                 ho = {k: int(v - ho0.get(k, 0)) for k, v in handovers(gw).items()}
-                rows.append("pause at %-7s, history %5d tokens: all streams p50 %7.1f ms  p99 %7.1f ms;  the %2d on "
+                rows.append("pause at %-7s, history %5d tokens%s: all streams p50 %7.1f ms  p99 %7.1f ms;  the %2d on "
                             "the stopped daemon p50 %7.1f ms  max %7.1f ms  (%d streams x %d runs; %d resumed%s)"
-                            % (how, h, 1e3 * statistics.median(pauses), 1e3 * pct(pauses, 99), len(moved),
+                            % (how, h, " (n = %d)" % n_ch if n_ch > 1 else "", 1e3 * statistics.median(pauses), 1e3 * pct(pauses, 99), len(moved),
                                1e3 * statistics.median(moved) if moved else float("nan"),
                                1e3 * max(moved) if moved else float("nan"), a.streams, a.reps, resumed,
                                "" if how == "kill -9" else
