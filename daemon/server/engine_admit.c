@@ -292,6 +292,18 @@ static int admit_checks(struct smol_engine *e, struct req *q, struct admit *a)
     return 1;
 }
 
+/* q's first n_prompt prompt tokens and then its replayed ones (q->resume), one array to match
+ * against cached prefixes; NULL without memory (or nothing to replay). */
+static int32_t *with_resume(const struct req *q, int n_prompt)
+{
+    int32_t *all = q->n_resume > 0 ? malloc((size_t)(n_prompt + q->n_resume) * sizeof *all) : NULL;
+    if (all) {
+        memcpy(all, q->tok, (size_t)n_prompt * sizeof *all);
+        memcpy(all + n_prompt, q->resume, (size_t)q->n_resume * sizeof *all);
+    }
+    return all;
+}
+
 /* Step 4: the prefix to reuse (found before anything changes, so that the
  * request can still wait): the session's own history, else the longest
  * cached prefix, in memory or (a page or more longer) on disk, read back
@@ -308,14 +320,9 @@ static int admit_prefix(struct smol_engine *e, struct req *q, double now, struct
         a->lcp = smol_lcp(a->s->tokens, have, q->tok, n);
     } else {
         const char *tenant = q->r->tenant;   /* only its own prefixes */
-        const int32_t *toks = q->tok;
-        int32_t *all = q->n_resume > 0 ? malloc((size_t)(n + q->n_resume) * sizeof *all) : NULL;
-        if (all) {              /* (without memory: the prompt alone) */
-            memcpy(all, q->tok, (size_t)n * sizeof *all);
-            memcpy(all + n, q->resume, (size_t)q->n_resume * sizeof *all);
-            toks = all;
-            n += q->n_resume;
-        }
+        int32_t *all = with_resume(q, n);      /* (without memory: the prompt alone) */
+        const int32_t *toks = all ? all : q->tok;
+        if (all) n += q->n_resume;
         a->src = smol_sessions_best_prefix(&e->sessions, tenant, toks, n, &a->lcp);
         if (!smol_sessions_read_prefix(&e->sessions, tenant, toks, n, a->lcp, now)) {
             free(all);
@@ -518,10 +525,8 @@ static enum smol_err resume_from_cache(struct smol_engine *e, struct req *c, dou
 {
     if (c->sess || c->n_resume <= 0) return SMOL_OK;
     const int n = c->n_prompt + c->n_resume;
-    int32_t *all = malloc((size_t)n * sizeof *all);
+    int32_t *all = with_resume(c, c->n_prompt);
     if (!all) return SMOL_OK;               /* (without memory: the prompt's KV alone) */
-    memcpy(all, c->tok, (size_t)c->n_prompt * sizeof *all);
-    memcpy(all + c->n_prompt, c->resume, (size_t)c->n_resume * sizeof *all);
     int lcp = 0;
     struct smol_session *src = smol_sessions_best_prefix(&e->sessions, c->r->tenant, all, n, &lcp);
     free(all);

@@ -212,8 +212,8 @@ static int spill(struct smol_sessions *s, struct smol_session *x, int can_wait)
      * whole with a job that takes the lease on the writer thread, and
      * dropped there if it finds the file changed or held (the session
      * leaves memory at once either way: the job holds its record) */
-    const int take = x->id[0] && !x->leased && smol_spill_shared(s->spill) && can_wait;
-    const int unleased = x->id[0] && !x->leased && smol_spill_shared(s->spill) && !can_wait;
+    const int no_lease = x->id[0] && !x->leased && smol_spill_shared(s->spill);
+    const int take = no_lease && can_wait, unleased = no_lease && !can_wait;
     if (take) {
         smol_spill_key(x->tenant, x->id, key);
         const int lr = smol_spill_lease_async(s->spill, key);

@@ -21,14 +21,13 @@ Printed: per configuration tokens/s, TTFT p50/p99, ITL p50/p99, requests, the 1-
 average sampled through the run (the machine may be shared: both sides see the same noise), and
 our daemon's step estimates (smollm3ctl stats: step_row_ms, step_prompt_token_ms, mixed steps);
 then each of ours against the peer (ratios); then --small-model's tokens/s at --small-streams.
---from-json FILE prints the table from a saved results file (the smoke test's path: no servers).
+--from-json FILE prints the table from a saved results file again (no servers).
 """
 import argparse
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,14 +37,8 @@ import urllib.request
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 LOADGEN = os.path.join(ROOT, "tests", "load", "loadgen.py")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+sys.path.insert(0, os.path.join(ROOT, "tests", "gateway"))
+from test_gateway import free_port  # noqa: E402
 
 
 def wait_http(url, timeout, proc=None):
