@@ -40,35 +40,33 @@
  *
  * Make-before-break (a daemon's SIGTERM with another daemon up): the request
  * asks for it (GenerateRequest.handover_overlap), so the draining daemon sends
- * Event.handover and goes on generating.  The stream is started on the
- * pool's choice while the old run's events still go to the client: a
- * warm-up first (the request under another id with the tokens so far,
- * cancelled at its first token: the prompt and those tokens prefilled
- * there, the slow part; n > 1: one a choice, an n = 1 request of the prompt
- * and that choice's tokens), then, once each has had its first token, the
- * new run (the stream's id, resume_tokens as above, sent by then), which
- * that daemon's prefix cache serves from the warm-ups' KV (n > 1: each
- * choice from its own, engine_admit.c).  Two runs at the same speed never
- * meet, so the new run cannot be awaited at the front; it starts a few tokens
- * behind instead.  Its events are placed by token: per choice, the index of
- * the token an event belongs to (its first Token segment, with token_id,
- * begins the token; later segments, ToolCalls and the Done follow it) and
- * its index among that token's events.  An event the client had (a token
- * before the front, or an event of the front token the old run already
- * sent) is compared (a token id) and dropped; one beyond the front is held.
- * At the old run's next token once the new run generates every unfinished
- * choice, the old run is cancelled, the held events go out instead of its
- * token and the new run's events are filtered the same way until it is
- * level with the front: the switch falls between two tokens of the old run,
- * where each choice's events are whole.  A token that differs
- * (a backend that is not batch-invariant) abandons the new run, which is
- * tried once more once the daemon has ended it (its request id is busy there
- * until then); the old run then goes on until its grace ends and gives the
- * stream back (ERROR_SHUTTING_DOWN: the plain resume).  An old run that stops
- * first (its grace ended, or its daemon died) is taken over by the new run,
- * whose events are then filtered the same way until it has reached the
- * front.  With no other daemon up the stream is given back at once
- * (cancelled there), as without make-before-break, and held until one is.
+ * Event.handover and goes on generating for its grace.  While the client
+ * still gets the old run's tokens, the pool's choice is warmed up: the
+ * request under another id with the tokens so far (n > 1: one a choice, an
+ * n = 1 request of the prompt and that choice's tokens), cancelled at its
+ * first token, which leaves their KV in that daemon's prefix cache.  That
+ * prefill is the slow part (a cold cache: the whole answer), and the old run
+ * streams on meanwhile; so rounds follow, each with the tokens sent by then
+ * and prefilling only what came since the last, while the last took more
+ * than GW_HO_ROUND_S with more than GW_HO_LAG tokens of a choice streamed
+ * meanwhile (up to GW_HO_ROUNDS).
+ * Then, at the old run's next token (between two tokens, where each
+ * choice's events are whole), the old run is cancelled and the stream moves:
+ * the plain resume to the warmed daemon, which finds all but the last
+ * round's few tokens cached (engine_admit.c: n > 1, each choice its own
+ * warm-up's) and continues after the client's last token.  The client's
+ * pause is one admission and a prefill of a few tokens there.  (A run sent
+ * beside the old one and switched to at the front, this file until
+ * 2026-11-29, never reaches the front: the two run at the same speed, and
+ * the new one produced every token it was behind again, one decode step
+ * each, after the switch: seconds on a busy daemon.)  No token is compared
+ * or produced twice, so a backend that is not batch-invariant moves as
+ * safely as the CPU's.  If the old run stops during the rounds (its grace
+ * ended, its daemon died), the stream takes the same plain resume at once,
+ * finding what the rounds prefilled; a warm-up refused (that daemon drains
+ * too) ends the hand-over and another is tried once.  With no other daemon
+ * up the stream is given back at once (cancelled there), as without
+ * make-before-break, and held until one is.
  */
 #include "gateway/daemon.h"
 #include "gateway/auth.h"
@@ -79,40 +77,25 @@
 #include <string.h>
 
 #define GW_MAX_PENDING (8u << 20)   /* SSE bytes queued for one slow client */
-#define GW_HO_TRIES 2               /* new runs a hand-over starts before it leaves the plain resume */
+#define GW_HO_TRIES 2               /* hand-overs a stream starts (one whose warm-up was refused: once more) */
+#define GW_HO_ROUNDS 8              /* warm-up rounds before the stream moves at the latest */
+#define GW_HO_LAG 4                 /* tokens of a choice streamed during a round few enough to move */
+#define GW_HO_ROUND_S 0.1           /* a round short enough to move (the move costs about one) */
 
-/* An event of a new run, placed by token (make-before-break, above). */
-struct ho_at {
-    uint32_t g;                 /* the tokens of its choice up to the one it belongs to (0: none) */
-    uint16_t k;                 /* its index among that token's events */
-    uint8_t c;                  /* its choice */
-    uint8_t keep;               /* held: goes out at the switch */
-    Smollm3__Event *ev;         /* (held events) */
-};
-
+/* A stream's make-before-break hand-over (below). */
 struct gw_handover {
-    int link;                   /* the new run's daemon while the old run goes on, -1 = none */
-    int filter;                 /* the stream's own run is a new one not yet at the front: filtered */
-    int zombie;                 /* a daemon where an abandoned new run may still run, -1 = none */
-    uint64_t warm_rid[GW_HO_CHOICES];   /* its warm-ups' request ids on that daemon, the new run not yet
-                                   sent (0 = none, or ended): n = 1 one, n > 1 one a choice; the run
-                                   follows once each has had its first token, reusing their KV */
+    int link;                   /* the daemon warmed up while the old run goes on, -1 = none */
+    uint64_t warm_rid[GW_HO_CHOICES];   /* its warm-ups' request ids there (0 = none, or ended): n = 1
+                                   one, n > 1 one a choice; each cancelled at its first token */
     unsigned n_warm;            /* of them, not ended */
-    uint32_t run_done;          /* the choices whose Done that new run sent */
-    unsigned tries;             /* new runs started */
-    uint32_t pos[GW_HO_CHOICES];    /* per choice: the new run's tokens (the replayed ones counted) */
-    uint16_t k[GW_HO_CHOICES];      /* per choice: events of its current token */
-    uint32_t start[GW_HO_CHOICES];  /* per choice: pos when it was sent (its own tokens come after) */
-    uint8_t cur;                /* the choice of its last Token */
-    struct ho_at *held;         /* its events beyond the front, in order */
-    size_t n_held, cap_held;
+    uint32_t warm_cancelled;    /* of them, those cancelled (their first token came), by choice */
+    uint32_t warm_at[GW_HO_CHOICES];    /* per choice: the tokens sent when its last warm-up was */
+    unsigned rounds;            /* warm-up rounds sent */
+    double round_t;             /* when the last was */
+    uint32_t lag;               /* the most tokens of a choice the old run streamed during the last round */
+    int move;                   /* the rounds done: the stream moves at the old run's next token */
+    unsigned tries;             /* hand-overs started */
 };
-
-static void ho_drop_held(struct gw_handover *h)
-{
-    for (size_t i = 0; i < h->n_held; i++) smol_client_event_free(&h->held[i].ev);
-    h->n_held = 0;
-}
 
 /* Sends a Cancel of request rid to daemon li (no reply awaited: its Done or error is dropped). */
 static void cancel_on(int li, uint64_t rid)
@@ -122,9 +105,9 @@ static void cancel_on(int li, uint64_t rid)
         gw_log(4, "cancel of %llu on %s not sent: %s", (unsigned long long)rid, G.links[li].endpoint, err);
 }
 
-/* The hand-over's warm-ups are forgotten (their events dropped from now), cancelled on h->link
- * when `cancel`. */
-static void ho_end_warm(struct gw_handover *h, int cancel)
+/* The hand-over ends without moving the stream: its warm-ups are forgotten (their events dropped
+ * from now), cancelled on h->link when `cancel`. */
+static void ho_end(struct gw_handover *h, int cancel)
 {
     for (int c = 0; c < GW_HO_CHOICES && h->n_warm; c++)
         if (h->warm_rid[c]) {
@@ -133,13 +116,9 @@ static void ho_end_warm(struct gw_handover *h, int cancel)
             h->n_warm--;
         }
     h->n_warm = 0;
-}
-
-/* Cancels the new run beside the old one (its warm-ups, before it was sent) on h->link. */
-static void ho_cancel_new(const struct gw_stream *s, struct gw_handover *h)
-{
-    if (h->n_warm) ho_end_warm(h, 1);
-    else cancel_on(h->link, s->rid);
+    h->warm_cancelled = 0;
+    h->link = -1;
+    h->move = 0;
 }
 
 /* ---- streams ------------------------------------------------------------ */
@@ -219,11 +198,7 @@ void gw_stream_free(struct gw_stream *s)
     free(s->packed);
     free(s->toks);
     free(s->tok_choice);
-    if (s->ho) {
-        ho_drop_held(s->ho);
-        free(s->ho->held);
-        free(s->ho);
-    }
+    free(s->ho);
     free(s);
 }
 
@@ -252,11 +227,7 @@ static void mark_terminal(struct gw_stream *s)
     if (!s->terminal) {
         s->terminal = 1;
         release(s);
-        if (s->ho && s->ho->link >= 0) {        /* a new run beside it: not needed any more */
-            ho_cancel_new(s, s->ho);
-            s->ho->link = -1;
-            ho_drop_held(s->ho);
-        }
+        if (s->ho && s->ho->link >= 0) ho_end(s->ho, 1);  /* its warm-ups: not needed any more */
         if (s->kind != GW_QUERY && s->kind != GW_ANTHROPIC_COUNT) {
             struct gw_metrics_done d = {
                 .key = s->key, .n_tokens = s->n_tokens, .prompt_tokens = s->prompt_tokens,
@@ -607,9 +578,8 @@ static int resend_to(struct gw_stream *s, int li, uint64_t warm_rid, int choice)
 static int resend(struct gw_stream *s)
 {
     const int li = pick(s->route);
-    if (li < 0 || (s->ho && s->ho->zombie == li) || resend_to(s, li, 0, -1)) return -1;
+    if (li < 0 || resend_to(s, li, 0, -1)) return -1;
     s->link = li;
-    if (s->ho) s->ho->filter = 0;
     return 0;
 }
 
@@ -641,8 +611,6 @@ static void resume_waiting(double now)
 
 /* ---- make-before-break hand-over ------------------------------------------ */
 
-static void stream_event(struct gw_stream *s, struct gw_link *l, Smollm3__Event *ev);
-
 /* Daemon l is draining (SIGTERM): no new request goes there; health says when it is back. */
 static void link_draining(struct gw_link *l)
 {
@@ -657,117 +625,50 @@ static int choice_done(const struct gw_stream *s, unsigned c)
     return s->n_choices > 1 && (s->done_mask >> c & 1);
 }
 
-/* The token id the client had as choice c's token i, or -1. */
-static int32_t tok_at(const struct gw_stream *s, unsigned c, uint32_t i)
-{
-    if (s->n_choices <= 1) return i < s->n_toks ? s->toks[i] : -1;
-    for (uint32_t j = 0; j < s->n_toks; j++)
-        if (s->tok_choice[j] == c && i-- == 0) return s->toks[j];
-    return -1;
-}
-
-/* Places an event of a new run by token (h's counters advance); 0, or -1 for one that belongs
- * to no choice's output (Started, Handover, Error). */
-static int ho_place(struct gw_handover *h, const Smollm3__Event *ev, struct ho_at *at)
-{
-    unsigned c;
-    if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) {
-        c = ev->token->choice;
-        if (c >= GW_HO_CHOICES) return -1;
-        if (ev->token->token_id >= 0) {
-            h->pos[c]++;
-            h->k[c] = 0;
-        }
-        h->cur = (uint8_t)c;
-    } else if (ev->kind_case == SMOLLM3__EVENT__KIND_TOOL_CALL) {
-        c = h->cur;
-    } else if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE) {
-        c = ev->done->usage ? ev->done->usage->choice : 0;
-        if (c >= GW_HO_CHOICES) return -1;
-        h->run_done |= 1u << c;
-    } else {
-        return -1;
-    }
-    at->c = (uint8_t)c;
-    at->g = h->pos[c];
-    at->k = h->k[c]++;
-    at->keep = 0;
-    at->ev = NULL;
-    return 0;
-}
-
-/* 1 when the client has had the event placed at `at` already (a token before the front, or an
- * event of the front token the old run sent, or anything of a choice that ended), with *diverged
- * set when it is a token other than the one the client had; 0 when it lies beyond the front. */
-static int ho_had(const struct gw_stream *s, const Smollm3__Event *ev, const struct ho_at *at, int *diverged)
-{
-    if (choice_done(s, at->c)) return 1;
-    const uint32_t sent = s->ch_toks[at->c];
-    if (at->g > sent || (at->g == sent && at->k >= s->ch_grp[at->c])) return 0;
-    if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN && ev->token->token_id >= 0 &&
-        ev->token->token_id != tok_at(s, at->c, at->g - 1))
-        *diverged = 1;
-    return 1;
-}
-
-/* Every unfinished choice of the new run is level with the front (has sent all the client had
- * and nothing more), or, !level, generating: past the tokens it was sent with. */
-static int ho_past_front(const struct gw_stream *s, int level)
-{
-    const struct gw_handover *h = s->ho;
-    if (h->n_warm) return 0;
-    for (int c = 0; c < s->n_choices; c++) {
-        if (choice_done(s, (unsigned)c)) continue;
-        if (level ? h->pos[c] != s->ch_toks[c] || h->k[c] != s->ch_grp[c] : h->pos[c] <= h->start[c]) return 0;
-    }
-    return 1;
-}
-
-/* The new run is sent to h->link with the tokens sent so far (it replays them silently): its
- * counters start there.  0 or -1 (not sent: no new run). */
-static int ho_send_run(struct gw_stream *s)
+/* A round of warm-ups to h->link with the tokens sent so far: the first (rounds == 0) one for
+ * each choice with tokens (choice 0 when none has), a later one for each unfinished choice that
+ * streamed since its last; each an n = 1 request of the prompt and that choice's tokens, which
+ * finds the last round's KV there and prefills only what came since.  0, or -1 (not sent; what
+ * was sent of it is cancelled and the hand-over ended). */
+static int ho_warm_round(struct gw_stream *s)
 {
     struct gw_handover *h = s->ho;
-    if (resend_to(s, h->link, 0, -1)) {
-        h->link = -1;
-        return -1;
-    }
-    h->run_done = 0;
-    for (int c = 0; c < s->n_choices; c++) {
-        h->pos[c] = h->start[c] = s->ch_toks[c];
-        h->k[c] = s->ch_grp[c];
-    }
-    h->cur = s->last_choice;
-    return 0;
-}
-
-/* Starts s again on the pool's choice while its own daemon (draining) goes on generating it:
- * 0, or -1 when no other daemon is up, a new run of it may still be in flight, or the send
- * failed.  Warm-ups go first (the prompt and the tokens so far prefilled there, the slow part,
- * while the old run streams on): n = 1 one; n > 1 one a choice with tokens (choice 0 when none
- * has), each an n = 1 request of the prompt and that choice's tokens.  The new run, sent once
- * each has had its first token, with the tokens sent by then, prefills only those past the
- * warm-ups' (per choice) and starts a few tokens behind. */
-static int ho_start(struct gw_stream *s)
-{
-    if (!s->ho && (s->ho = calloc(1, sizeof *s->ho))) s->ho->link = s->ho->zombie = -1;
-    struct gw_handover *h = s->ho;
-    if (!h || h->link >= 0 || h->zombie >= 0 || h->filter || h->tries >= GW_HO_TRIES) return -1;
-    const int li = pick(s->route);
-    if (li < 0 || li == s->link) return -1;
-    h->link = li;
+    const int li = h->link;
     int any = 0;
     for (int c = 0; c < s->n_choices && c < GW_HO_CHOICES; c++) any |= s->ch_toks[c] > 0;
     for (int c = 0; c < s->n_choices && c < GW_HO_CHOICES; c++) {
-        if (any ? !s->ch_toks[c] : c > 0) continue;
+        if (h->rounds ? choice_done(s, (unsigned)c) || s->ch_toks[c] <= h->warm_at[c] : any ? !s->ch_toks[c] : c > 0)
+            continue;
         h->warm_rid[c] = smol_client_next_id(G.links[li].cli);
+        h->warm_at[c] = s->ch_toks[c];
         h->n_warm++;
         if (resend_to(s, li, h->warm_rid[c], c)) {
-            ho_end_warm(h, 1);
-            h->link = -1;
+            ho_end(h, 1);
             return -1;
         }
     }
+    h->rounds++;
+    h->round_t = smol_mono_s();
+    G.n_ho_rounds++;
+    return 0;
+}
+
+/* Starts warming the pool's choice up for s while its own daemon (draining) goes on generating
+ * it: 0, or -1 when no other daemon is up, the stream's hand-overs are used up, or the send
+ * failed. */
+static int ho_start(struct gw_stream *s)
+{
+    if (!s->ho && (s->ho = calloc(1, sizeof *s->ho))) s->ho->link = -1;
+    struct gw_handover *h = s->ho;
+    if (!h || h->link >= 0 || h->tries >= GW_HO_TRIES) return -1;
+    const int li = pick(s->route);
+    if (li < 0 || li == s->link) return -1;
+    h->link = li;
+    h->rounds = 0;
+    h->lag = 0;
+    h->move = 0;
+    memset(h->warm_at, 0, sizeof h->warm_at);
+    if (ho_warm_round(s)) return -1;
     h->tries++;
     G.n_ho_started++;
     gw_log(6, "request %llu: make-before-break from %s to %s after %u tokens (n = %d)", (unsigned long long)s->rid,
@@ -775,196 +676,98 @@ static int ho_start(struct gw_stream *s)
     return 0;
 }
 
-/* An event of a hand-over's warm-up of choice c: at its first token (or its end) it is cancelled;
- * once every warm-up is, the new run is sent, where they left the KV. */
-static void ho_warm_event(struct gw_stream *s, int c, const Smollm3__Event *ev)
+/* The stream moves to the warmed daemon (the old run cancelled first unless `taken`: it stopped):
+ * the plain resume there, with every token the client has, which prefills only what came since
+ * the last round.  Called at a token boundary of the old run (its next token not sent), where
+ * each choice's events are whole. */
+static void ho_move(struct gw_stream *s, int taken)
 {
     struct gw_handover *h = s->ho;
-    if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) cancel_on(h->link, h->warm_rid[c]);
-    else if (ev->kind_case != SMOLLM3__EVENT__KIND_DONE && ev->kind_case != SMOLLM3__EVENT__KIND_ERROR) return;
-    h->warm_rid[c] = 0;
-    if (--h->n_warm == 0) ho_send_run(s);
-}
-
-/* The new run is not used (cancelled; its daemon keeps the request id busy until the run's
- * last event: a zombie there). */
-static void ho_abandon(struct gw_stream *s, int diverged)
-{
-    struct gw_handover *h = s->ho;
-    if (diverged) {
-        G.n_ho_diverged++;
-        gw_log(4, "request %llu: the run on %s differs from what was sent: abandoned (try %u)",
-               (unsigned long long)s->rid, G.links[h->link].endpoint, h->tries);
-    }
-    if (G.links[h->link].connected && !h->n_warm) h->zombie = h->link;
-    ho_cancel_new(s, h);
-    h->link = -1;
-    ho_drop_held(h);
-}
-
-/* The events held of the new run (now s's own) go out, those the client had dropped. */
-static void ho_release(struct gw_stream *s)
-{
-    struct gw_handover *h = s->ho;
-    struct ho_at *held = h->held;
-    const size_t n = h->n_held;
-    h->held = NULL;             /* (delivering may start another hand-over) */
-    h->n_held = h->cap_held = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (held[i].keep && !s->terminal && s->link >= 0) stream_event(s, &G.links[s->link], held[i].ev);
-        smol_client_event_free(&held[i].ev);
-    }
-    free(held);
-    if (s->ho->filter && ho_past_front(s, 1)) s->ho->filter = 0;
-}
-
-/* Marks which held events go out; 0, or -1 when one the client had differs. */
-static int ho_mark_held(struct gw_stream *s)
-{
-    struct gw_handover *h = s->ho;
-    int diverged = 0;
-    for (size_t i = 0; i < h->n_held; i++) h->held[i].keep = !ho_had(s, h->held[i].ev, &h->held[i], &diverged);
-    return diverged ? -1 : 0;
-}
-
-/* The new run becomes s's own run, the old one cancelled (`taken`: it had stopped already). */
-static void ho_become(struct gw_stream *s, int taken)
-{
-    struct gw_handover *h = s->ho;
+    const int li = h->link;
     if (!taken) cancel_on(s->link, s->rid);
-    gw_log(5, "request %llu resumed on %s after %u tokens (n = %d), make-before-break: %s", (unsigned long long)s->rid,
-           G.links[h->link].endpoint, s->n_toks, s->n_choices, taken ? "taken over" : "switched");
-    s->link = h->link;
     h->link = -1;
-    h->filter = 1;
+    h->move = 0;
     h->tries = 0;               /* (a later hand-over of it has its own) */
-    s->resumes++;
-    G.n_resumed++;
-    if (taken) G.n_ho_taken++;
-    else G.n_ho_switched++;
-}
-
-/* At the old run's next token (ev, its first segment, not yet sent): switches to the new run
- * once that one generates every unfinished choice (its own tokens come: its prefill is done);
- * 1 (ev dropped) or 0 (ev goes out).  Where the new run holds ev's place already, the two must
- * agree; where it is behind, the filter drops what it sends again (compared) until the front. */
-static int ho_switch(struct gw_stream *s, const Smollm3__Event *ev)
-{
-    struct gw_handover *h = s->ho;
-    if (!ho_past_front(s, 0)) return 0;
-    const unsigned c = ev->token->choice;
-    for (size_t i = 0; i < h->n_held; i++)      /* the new run's token at the same place */
-        if (h->held[i].c == c && h->held[i].g == s->ch_toks[c] + 1 && h->held[i].k == 0 &&
-            h->held[i].ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN &&
-            h->held[i].ev->token->token_id != ev->token->token_id) {
-            ho_abandon(s, 1);
-            return 0;
-        }
-    if (ho_mark_held(s)) {
-        ho_abandon(s, 1);
-        return 0;
-    }
-    ho_become(s, 0);
-    ho_release(s);
-    return 1;
-}
-
-/* The old run stopped (its grace ended, or its daemon went away) before the switch: the new run
- * goes on alone, filtered until it reaches the front.  Where a token differs it is abandoned
- * too and the stream waits for the plain resume. */
-static void ho_take_over(struct gw_stream *s)
-{
-    const int warming = s->ho->n_warm != 0;    /* (the new run not sent yet: the plain resume, which
-                                                   finds the warm-up's KV where the pool sends it) */
-    if (warming || ho_mark_held(s)) {
-        ho_abandon(s, !warming);
+    if (!G.links[li].ready || resend_to(s, li, 0, -1)) {     /* (that one drains too): the pool's choice */
         s->link = -1;
         s->resume_by = smol_mono_s() + G.cfg.resume_timeout;
         resume_waiting(smol_mono_s());
         return;
     }
-    ho_become(s, 1);
-    ho_release(s);
+    gw_log(5, "request %llu resumed on %s after %u tokens (n = %d), make-before-break: %s after %u warm-up "
+           "round%s, %u token%s streamed during the last", (unsigned long long)s->rid, G.links[li].endpoint, s->n_toks,
+           s->n_choices, taken ? "taken over" : "moved", h->rounds, h->rounds == 1 ? "" : "s", h->lag,
+           h->lag == 1 ? "" : "s");
+    s->link = li;
+    s->resumes++;
+    G.n_resumed++;
+    if (taken) G.n_ho_taken++;
+    else G.n_ho_moved++;
 }
 
-/* An event of the new run while the old one goes on: held, dropped or compared; 1 when held
- * (the caller must not free it). */
-static int ho_new_event(struct gw_stream *s, Smollm3__Event *ev)
+/* The old run stopped (its grace ended, or its daemon went away) during the hand-over: the stream
+ * moves to the warmed daemon now (`taken`), or, the rounds not done, its warm-ups are cancelled
+ * and it waits for the plain resume, which finds what they prefilled where the pool sends it. */
+static void ho_old_stopped(struct gw_stream *s)
+{
+    if (s->ho->move) {
+        ho_move(s, 1);
+        return;
+    }
+    ho_end(s->ho, 1);
+    s->link = -1;
+    s->resume_by = smol_mono_s() + G.cfg.resume_timeout;
+    resume_waiting(smol_mono_s());
+}
+
+/* An event of a hand-over's warm-up of choice c: at its first token it is cancelled, and it has
+ * ended at its Done, once the daemon has left its KV as a cached prefix (a request sent before
+ * would not find it: a running request's KV is not offered).  Once every warm-up of the round
+ * has ended, another round follows while the old run streamed more than
+ * GW_HO_LAG tokens of a choice meanwhile and the round took more than GW_HO_ROUND_S, up to
+ * GW_HO_ROUNDS: a cold cache's first round prefills the whole answer while hundreds of tokens may
+ * stream on, the next only those, and so on.  Then the stream moves at the old run's next token:
+ * the move is one more such round (an admission there and a prefill of what came since), the
+ * client's pause.  A warm-up refused (that daemon drains too, or
+ * has no room) ends the hand-over: the old run goes on, and another is tried once. */
+static void ho_warm_event(struct gw_stream *s, int c, const Smollm3__Event *ev)
 {
     struct gw_handover *h = s->ho;
-    struct ho_at at;
-    if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR) {  /* refused or given back: the old run goes on */
-        gw_log(5, "request %llu: the run on %s ended: %s", (unsigned long long)s->rid, G.links[h->link].endpoint,
+    if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) {   /* prefilled: cancelled, its Done follows */
+        if (!(h->warm_cancelled >> c & 1)) cancel_on(h->link, h->warm_rid[c]);
+        h->warm_cancelled |= 1u << c;
+        return;
+    }
+    if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR && !(h->warm_cancelled >> c & 1)) {
+        gw_log(5, "request %llu: a warm-up on %s failed: %s", (unsigned long long)s->rid, G.links[h->link].endpoint,
                ev->error && ev->error->message ? ev->error->message : "error");
-        h->link = -1;
-        ho_drop_held(h);
-        return 0;
+        if (ev->error && (int)ev->error->code == SMOL_ESHUTDOWN) link_draining(&G.links[h->link]);
+        h->warm_rid[c] = 0;     /* (ended there) */
+        h->n_warm--;
+        ho_end(h, 1);
+        if (s->link >= 0 && !G.links[s->link].ready) ho_start(s);
+        return;
     }
-    if (ev->kind_case == SMOLLM3__EVENT__KIND_HANDOVER) {  /* that daemon drains too */
-        link_draining(&G.links[h->link]);
-        ho_abandon(s, 0);
-        return 0;
+    if (ev->kind_case != SMOLLM3__EVENT__KIND_DONE && ev->kind_case != SMOLLM3__EVENT__KIND_ERROR) return;
+    h->warm_rid[c] = 0;         /* ended: its KV is in the prefix cache there (engine.c keep_history) */
+    h->warm_cancelled &= ~(1u << c);
+    if (--h->n_warm) return;
+    uint32_t lag = 0;
+    for (int i = 0; i < s->n_choices && i < GW_HO_CHOICES; i++)
+        if (!choice_done(s, (unsigned)i) && s->ch_toks[i] - h->warm_at[i] > lag) lag = s->ch_toks[i] - h->warm_at[i];
+    h->lag = lag;
+    const double took = smol_mono_s() - h->round_t;
+    if (lag > GW_HO_LAG && took > GW_HO_ROUND_S && h->rounds < GW_HO_ROUNDS) {
+        gw_log(6, "request %llu: warm-up round %u on %s: %u tokens streamed during the last (%.0f ms)",
+               (unsigned long long)s->rid, h->rounds + 1, G.links[h->link].endpoint, lag, 1e3 * took);
+        ho_warm_round(s);       /* (not sent: the hand-over ended, the old run goes on) */
+        return;
     }
-    if (ho_place(h, ev, &at)) return 0;         /* its Started: the client had the first */
-    int diverged = 0;
-    if (ho_had(s, ev, &at, &diverged)) {
-        if (diverged) ho_abandon(s, 1);
-        return 0;
-    }
-    if (h->n_held == h->cap_held) {
-        size_t cap = h->cap_held ? 2 * h->cap_held : 16;
-        struct ho_at *p = realloc(h->held, cap * sizeof *p);
-        if (!p) {
-            ho_abandon(s, 0);
-            return 0;
-        }
-        h->held = p;
-        h->cap_held = cap;
-    }
-    at.ev = ev;
-    h->held[h->n_held++] = at;
-    return 1;
+    h->move = 1;
 }
 
-/* An event of the stream's own run while it is filtered (taken over or switched to, not yet
- * level with the front): 1 when dropped. */
-static int ho_filtered(struct gw_stream *s, Smollm3__Event *ev)
-{
-    struct gw_handover *h = s->ho;
-    struct ho_at at;
-    if (ho_place(h, ev, &at)) return 0;
-    int diverged = 0;
-    if (ho_had(s, ev, &at, &diverged)) {
-        if (diverged) {         /* the run went elsewhere than the client: the plain resume, once it ended */
-            G.n_ho_diverged++;
-            gw_log(4, "request %llu: the run on %s differs from what was sent: resumed again",
-                   (unsigned long long)s->rid, G.links[s->link].endpoint);
-            h->link = s->link;
-            ho_abandon(s, 0);
-            h->filter = 0;
-            s->link = -1;
-            s->resume_by = smol_mono_s() + G.cfg.resume_timeout;
-        }
-        return 1;
-    }
-    return 0;
-}
-
-/* An event of an abandoned new run: once it is its last (every choice's Done, or an error), its
- * request id is free there again; a hand-over not yet done is tried again. */
-static void ho_zombie_event(struct gw_stream *s, const Smollm3__Event *ev)
-{
-    struct gw_handover *h = s->ho;
-    struct ho_at at;
-    const uint32_t all = s->n_choices >= 32 ? ~0u : (1u << s->n_choices) - 1;
-    if (ev->kind_case != SMOLLM3__EVENT__KIND_ERROR && (ho_place(h, ev, &at) || (h->run_done & all) != all)) return;
-    h->zombie = -1;
-    if (s->resume_by > 0) resume_waiting(smol_mono_s());
-    else if (s->link >= 0 && !G.links[s->link].ready) ho_start(s);     /* its daemon still draining */
-}
-
-/* Event.handover: s's daemon drains and generates on; the new run starts beside it, or, with no
- * other daemon up, s is given back now and held until one is. */
+/* Event.handover: s's daemon drains and generates on; the pool's choice is warmed up beside it,
+ * or, with no other daemon up, s is given back now and held until one is. */
 static void on_handover(struct gw_stream *s, struct gw_link *l)
 {
     link_draining(l);
@@ -997,15 +800,10 @@ static void daemon_lost(struct gw_link *l)
             follow_reply(s, NULL);
             continue;
         }
-        if (s->ho && s->ho->zombie == li) s->ho->zombie = -1;
-        if (s->ho && s->ho->link == li) {       /* a hand-over's new run: the old one goes on */
-            ho_end_warm(s->ho, 0);
-            s->ho->link = -1;
-            ho_drop_held(s->ho);
-        }
+        if (s->ho && s->ho->link == li) ho_end(s->ho, 0);  /* a hand-over's warm daemon: the old run goes on */
         if (!s->sent || s->terminal || s->link != li) continue;
-        if (s->ho && s->ho->link >= 0) {        /* the old run of a hand-over: the new one goes on */
-            ho_take_over(s);
+        if (s->ho && s->ho->link >= 0) {        /* the old run of a hand-over */
+            ho_old_stopped(s);
             continue;
         }
         s->link = -1;
@@ -1060,13 +858,15 @@ static void on_health(struct gw_link *l, const Smollm3__HealthReply *h)
     if (l->ready && !was) resume_waiting(smol_mono_s());
 }
 
-/* Routes a daemon's event; 1 when it was kept (held by a hand-over: not to be freed). */
-static int on_event(struct gw_link *l, Smollm3__Event *ev)
+static void stream_event(struct gw_stream *s, struct gw_link *l, Smollm3__Event *ev);
+
+/* Routes a daemon's event. */
+static void on_event(struct gw_link *l, Smollm3__Event *ev)
 {
     if (ev->request_id && ev->request_id == l->health_rid) {
         l->health_rid = 0;
         if (ev->kind_case == SMOLLM3__EVENT__KIND_HEALTH) on_health(l, ev->health);
-        return 0;
+        return;
     }
     if (ev->request_id && ev->request_id == l->stats_rid) {
         l->stats_rid = 0;
@@ -1091,7 +891,7 @@ static int on_event(struct gw_link *l, Smollm3__Event *ev)
             l->have_stats = 1;
             aggregate();
         }
-        return 0;
+        return;
     }
     const int li = (int)(l - G.links);
     struct gw_stream *s = gw_stream_by_rid(ev->request_id);
@@ -1101,39 +901,34 @@ static int on_event(struct gw_link *l, Smollm3__Event *ev)
                 for (int c = 0; c < s->n_choices && c < GW_HO_CHOICES; c++)
                     if (s->ho->warm_rid[c] == ev->request_id) {
                         ho_warm_event(s, c, ev);
-                        return 0;
+                        return;
                     }
         for (s = G.streams; s && !(s->follow_rid == ev->request_id && s->follow_link == (int)(l - G.links)); s = s->next) {}
         if (s) follow_reply(s, ev);
-        return 0;
+        return;
     }
-    if (!s || s->terminal) return 0;
+    if (!s || s->terminal) return;
     if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE && ev->done->usage &&
-        ((s->ho && s->ho->link == li) || (s->resumes && s->link == li)))   /* a resumed run's: what a warm-up saved */
+        s->resumes && s->link == li)      /* a resumed run's: what the warm-ups saved */
         gw_log(5, "request %llu choice %u: the resumed run found %u of its replayed tokens cached (n = %d)",
                (unsigned long long)s->rid, ev->done->usage->choice, ev->done->usage->resume_cached_tokens, s->n_choices);
-    if (s->link != li) {        /* cancelled, moved, or a hand-over's other run */
-        if (s->ho && s->ho->link == li) return ho_new_event(s, ev);
-        if (s->ho && s->ho->zombie == li) ho_zombie_event(s, ev);
-        return 0;
-    }
-    if (s->ho && s->ho->link >= 0) {            /* the old run, a new one beside it */
-        if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN && ev->token->token_id >= 0 && ho_switch(s, ev)) return 0;
+    if (s->link != li) return;  /* cancelled, or moved */
+    if (s->ho && s->ho->link >= 0) {            /* the old run of a hand-over */
+        if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN && ev->token->token_id >= 0 && s->ho->move) {
+            ho_move(s, 0);                      /* (its token not sent: the new run makes it) */
+            return;
+        }
         if (ev->kind_case == SMOLLM3__EVENT__KIND_ERROR && ev->error && (int)ev->error->code == SMOL_ESHUTDOWN) {
             link_draining(l);                   /* its grace ended */
-            ho_take_over(s);
-            return 0;
+            ho_old_stopped(s);
+            return;
         }
-    } else if (s->ho && s->ho->filter && ho_filtered(s, ev)) {
-        return 0;
     }
     if (ev->kind_case == SMOLLM3__EVENT__KIND_HANDOVER) {
         on_handover(s, l);
-        return 0;
+        return;
     }
     stream_event(s, l, ev);
-    if (s->ho && s->ho->filter && ho_past_front(s, 1)) s->ho->filter = 0;     /* level: all new from here */
-    return 0;
 }
 
 /* An event of s's own run: to the stream's encoder (the resume's and a hand-over's bookkeeping
@@ -1176,15 +971,8 @@ static void stream_event(struct gw_stream *s, struct gw_link *l, Smollm3__Event 
         const uint32_t ci = ev->token->choice;
         if (s->n_choices > 1 && ci < 32 && (s->done_mask >> ci & 1)) return;   /* a choice ended already */
         s->n_tokens++;
-        if (ci < GW_HO_CHOICES) {                   /* where a hand-over's new run must take up */
-            if (ev->token->token_id >= 0 && s->packed && (int)ci < s->n_choices) {
-                s->ch_toks[ci]++;
-                s->ch_grp[ci] = 1;
-            } else {
-                s->ch_grp[ci]++;
-            }
-            s->last_choice = (uint8_t)ci;
-        }
+        if (ci < GW_HO_CHOICES && ev->token->token_id >= 0 && s->packed && (int)ci < s->n_choices)
+            s->ch_toks[ci]++;               /* (a hand-over's rounds: what streamed since the last) */
         if (ev->token->token_id >= 0 && s->packed && (int)ci < s->n_choices) {  /* what a resume replays */
             if (s->n_toks == s->cap_toks) {
                 uint32_t cap = s->cap_toks ? 2 * s->cap_toks : 64;
@@ -1206,8 +994,6 @@ static void stream_event(struct gw_stream *s, struct gw_link *l, Smollm3__Event 
             s->t_first = smol_mono_s();
             gw_metrics_first_token(s->t_first - s->t_sent);
         }
-    } else if (ev->kind_case == SMOLLM3__EVENT__KIND_TOOL_CALL) {
-        s->ch_grp[s->last_choice]++;
     } else if (ev->kind_case == SMOLLM3__EVENT__KIND_DONE) {
         Smollm3__Done *d = ev->done;
         if (s->n_choices > 1) {         /* a resume replays an ended choice to its end again: its Done once */
@@ -1255,7 +1041,8 @@ void gw_daemon_drain(void)
             char err[SMOL_ERRLEN];
             enum smol_err e = smol_client_recv(l->cli, 0, NULL, &ev, err);
             if (e == SMOL_OK && ev) {
-                if (!on_event(l, ev)) smol_client_event_free(&ev);
+                on_event(l, ev);
+                smol_client_event_free(&ev);
                 continue;
             }
             if (strstr(err, "disconnected")) {

@@ -97,11 +97,8 @@ struct gw_stream {
     uint32_t done_mask;         /* n > 1: the choices whose Done came (a resume's second one is dropped) */
     unsigned resumes;           /* times it was resumed */
     /* make-before-break hand-over (daemon.c): per choice (resumable streams have at most
-       GW_HO_CHOICES), its tokens in toks and the events sent since its last token began (that
-       token's Token segments and ToolCalls) */
+       GW_HO_CHOICES), its tokens in toks */
     uint32_t ch_toks[GW_HO_CHOICES];
-    uint16_t ch_grp[GW_HO_CHOICES];
-    uint8_t last_choice;        /* the choice of the last Token sent (a ToolCall is of it) */
     struct gw_handover *ho;     /* a hand-over's state (daemon.c), allocated at the first; NULL = none */
     int started;                /* `started` seen */
     int terminal;               /* terminal event seen (or forced): no more daemon events */
@@ -191,10 +188,10 @@ struct gw {
     struct gw_link links[GW_MAX_DAEMONS];
     unsigned n_links;
     uint64_t n_resumed, n_resume_failed;    /* streams resumed on a daemon; given up (/metrics) */
-    /* make-before-break hand-overs (/metrics): new runs started beside a draining daemon's; switched
-       to at one of its tokens (it still generating), taken over when it stopped first; new runs
-       abandoned because a token differed from the one sent */
-    uint64_t n_ho_started, n_ho_switched, n_ho_taken, n_ho_diverged;
+    /* make-before-break hand-overs (/metrics): started beside a draining daemon's run (its first
+       warm-up round sent); streams moved at one of its tokens (it still generating), taken over
+       when it stopped first; warm-up rounds (a hand-over's first and any later ones) */
+    uint64_t n_ho_started, n_ho_moved, n_ho_taken, n_ho_rounds;
     /* the pool as one daemon (what the single-daemon gateway showed): */
     int daemon_connected;       /* some daemon connected */
     int daemon_ready;           /* some daemon ready */

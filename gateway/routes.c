@@ -204,15 +204,18 @@ static enum MHD_Result metrics(struct gw_req *r)
         "Streams whose daemon went away and no daemon came back within --resume-timeout.",
         (double)G.n_resume_failed);
     gw_buf_str(&b, "# HELP smollm3_gateway_handovers_total Make-before-break hand-overs at a daemon's SIGTERM: "
-                   "new runs started beside the draining one (started), switched to while it still generated "
-                   "(switched), taken over when it stopped first (taken_over), abandoned as a token differed (diverged).\n"
+                   "another daemon warmed up beside the draining one's run (started), the stream moved there "
+                   "at one of that run's tokens (moved) or when it stopped first (taken_over).\n"
                    "# TYPE smollm3_gateway_handovers_total counter\n");
     gw_buf_printf(&b, "smollm3_gateway_handovers_total{result=\"started\"} %llu\n"
-                      "smollm3_gateway_handovers_total{result=\"switched\"} %llu\n"
-                      "smollm3_gateway_handovers_total{result=\"taken_over\"} %llu\n"
-                      "smollm3_gateway_handovers_total{result=\"diverged\"} %llu\n",
-                  (unsigned long long)G.n_ho_started, (unsigned long long)G.n_ho_switched,
-                  (unsigned long long)G.n_ho_taken, (unsigned long long)G.n_ho_diverged);
+                      "smollm3_gateway_handovers_total{result=\"moved\"} %llu\n"
+                      "smollm3_gateway_handovers_total{result=\"taken_over\"} %llu\n",
+                  (unsigned long long)G.n_ho_started, (unsigned long long)G.n_ho_moved,
+                  (unsigned long long)G.n_ho_taken);
+    gw_metrics_one(&b, "smollm3_gateway_handover_rounds_total", "counter",
+        "Warm-up rounds of make-before-break hand-overs: a hand-over's first, and one more each time the old "
+        "daemon streamed more than a few tokens of a choice while the last round prefilled.",
+        (double)G.n_ho_rounds);
     if (G.have_stats) {
         const Smollm3__StatsReply *s = &G.stats;
         for (size_t i = 0; i < sizeof daemon_stats / sizeof *daemon_stats; i++) {

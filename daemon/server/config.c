@@ -105,7 +105,7 @@ static const struct smol_option options[] = {
     {"drain_grace_ms", SMOL_OPT_INT, OFF(drain_grace_ms), 0, 3600000, "10000",
      "on SIGTERM, time in-flight requests get to finish before they are cancelled"},
     {"handover_grace", SMOL_OPT_INT, OFF(handover_grace), 0, 3600, "10",
-     "on SIGTERM, seconds a gateway's resumable stream is generated on while the gateway starts it on another daemon (make-before-break), then given back; 0 = given back at once"},
+     "on SIGTERM, seconds a gateway's resumable stream is generated on while the gateway warms another daemon up for it (make-before-break), then given back; 0 = given back at once"},
     {"sndhwm", SMOL_OPT_INT, OFF(sndhwm), 1, 1 << 24, "1000",
      "ZeroMQ send high-water mark per client (messages)"},
     {"rcvhwm", SMOL_OPT_INT, OFF(rcvhwm), 1, 1 << 24, "1000",

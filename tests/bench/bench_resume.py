@@ -11,11 +11,13 @@ Two daemons (BUILD/bin/smollm3d, the fixture model unless --model) behind one ga
   * the pause at a SIGTERM (systemctl stop/restart) of one of the two daemons: the same N streams and
     history lengths (--sigterm-history); the streams are handed over make-before-break (the daemon
     sends Event.handover and generates on while the gateway warms the other daemon up with the
-    tokens so far, then starts the stream there and switches to it at the old run's next token:
-    gateway/daemon.c); each stream's longest silence as above, how many streams were handed over
-    (switched while the old daemon still generated / taken over when it stopped first), and how
+    tokens so far, in rounds until few came during one, then cancels the old run at its next token
+    and resumes the stream there: gateway/daemon.c); each stream's longest silence as above, how
+    many streams were handed over (moved while the old daemon still generated / taken over when it
+    stopped first), the warm-up rounds, and how
     long the daemon took to exit; --sigterm-n 2 makes them n = 2 streams (H tokens each choice,
-    greedy: the choices are alike), warmed up choice by choice;
+    greedy: the choices are alike), warmed up choice by choice; --sigterm-cold gives each run
+    prompts of its own (the other daemon's prefix cache then holds nothing of their answers);
   * restore from spill vs recompute, by conversation history (--spill-history): N conversations
     of about C tokens (one earlier turn), their next turn streaming on one daemon when it is
     killed, all resumed on the other; with a session_id on a shared spill directory
@@ -209,6 +211,9 @@ def main():
                     "the other one has caught up, and none is handed over)")
     ap.add_argument("--sigterm-n", type=int, default=1, help="choices of each stream in the SIGTERM runs (n; "
                     "the history is each choice's)")
+    ap.add_argument("--sigterm-cold", action="store_true", help="each SIGTERM run with prompts of its own, so "
+                    "that the other daemon's prefix cache holds none of its answers (greedy answers repeat: "
+                    "without it the later runs' warm-ups find the first run's KV)")
     ap.add_argument("--pool-runs", type=int, default=10, help="runs of each kind (single, pool) for the pool's "
                     "own cost, interleaved (0 = not measured)")
     ap.add_argument("--spill-history", default="256,1024", help="conversation lengths for restore vs recompute "
@@ -269,8 +274,13 @@ def main():
                 pauses, moved, exits, resumed = [], [], [], 0
                 n_ch = a.sigterm_n if how == "SIGTERM" else 1
                 ho0 = handovers(gw)
-                for _ in range(a.reps):
+                rounds0 = metric(gw, "smollm3_gateway_handover_rounds_total")
+                for rep in range(a.reps):
                     stopped = []
+                    prompts, on_rep = None, on
+                    if how == "SIGTERM" and a.sigterm_cold:
+                        prompts = ["%s cold %d %d" % (bench_prompt(i), h, rep) for i in range(a.streams)]
+                        on_rep = [daemon_of(gw, ds, p) for p in prompts]
                     wait_pool(gw, 2)
                     r0 = metric(gw, "smollm3_gateway_streams_resumed_total")
 
@@ -287,23 +297,25 @@ def main():
                             ds[v].stop()                # SIGTERM, and wait for its exit
                         exits.append(time.monotonic() - t)
                         stopped.append(v)
-                    out = run(gw, a.streams, h + (a.sigterm_tail if how == "SIGTERM" else 128), stop, choices=n_ch)
+                    out = run(gw, a.streams, h + (a.sigterm_tail if how == "SIGTERM" else 128), stop, prompts=prompts,
+                              choices=n_ch)
                     pauses += [max(gaps(t)) for t in out if len(t) > 1]
-                    moved += [max(gaps(t)) for i, t in enumerate(out) if len(t) > 1 and on[i] == stopped[0]]
+                    moved += [max(gaps(t)) for i, t in enumerate(out) if len(t) > 1 and on_rep[i] == stopped[0]]
                     resumed += metric(gw, "smollm3_gateway_streams_resumed_total") - r0
                     ds[stopped[0]].start()
                     wait_pool(gw, 2)
                 ho = {k: int(v - ho0.get(k, 0)) for k, v in handovers(gw).items()}
+                rounds = int(metric(gw, "smollm3_gateway_handover_rounds_total") - rounds0)
                 rows.append("pause at %-7s, history %5d tokens%s: all streams p50 %7.1f ms  p99 %7.1f ms;  the %2d on "
                             "the stopped daemon p50 %7.1f ms  max %7.1f ms  (%d streams x %d runs; %d resumed%s)"
-                            % (how, h, " (n = %d)" % n_ch if n_ch > 1 else "", 1e3 * statistics.median(pauses), 1e3 * pct(pauses, 99), len(moved),
+                            % (how, h, (" (n = %d)" % n_ch if n_ch > 1 else "") + (", cold" if how == "SIGTERM" and a.sigterm_cold else ""), 1e3 * statistics.median(pauses), 1e3 * pct(pauses, 99), len(moved),
                                1e3 * statistics.median(moved) if moved else float("nan"),
                                1e3 * max(moved) if moved else float("nan"), a.streams, a.reps, resumed,
                                "" if how == "kill -9" else
-                               "; %d tokens left at the signal; make-before-break: %d switched, %d taken over, %d "
-                               "diverged; the daemon exited %.2f s after SIGTERM, median"
-                               % (a.sigterm_tail, ho.get("switched", 0), ho.get("taken_over", 0),
-                                  ho.get("diverged", 0), statistics.median(exits))))
+                               "; %d tokens left at the signal; make-before-break: %d moved, %d taken over, %d "
+                               "warm-up rounds; the daemon exited %.2f s after SIGTERM, median"
+                               % (a.sigterm_tail, ho.get("moved", ho.get("switched", 0)), ho.get("taken_over", 0),
+                                  rounds, statistics.median(exits))))
         for h in [int(x) for x in a.spill_history.split(",") if x]:
             for mode in ("recompute", "restore"):
                 pauses, restored, prompt = [], 0, 0

@@ -478,9 +478,9 @@ SIGTERM_TOKENS = 400    # hundreds left at the signal: the streams outlast the h
 
 def t_sigterm_handover(st):
     """SIGTERM to one daemon of the pool (systemctl stop/restart): its streams are handed over
-    make-before-break (it generates on while the other daemon starts them, and the gateway switches
-    when the new run reaches the front: an n = 2 stream among them), each its twin byte for byte with
-    its usage, and the daemon exits once they have moved, without waiting for them to end."""
+    make-before-break (it generates on while the gateway warms the other daemon up with their tokens so
+    far, in rounds, then moves each at one of its tokens: an n = 2 stream among them), each its twin byte
+    for byte with its usage, and the daemon exits once they have moved, without waiting for them to end."""
     twins = run_all(st.gw, 0, which=SIGTERM_MIX, max_tokens=SIGTERM_TOKENS)
     resumed0 = metric(st.gw, "smollm3_gateway_streams_resumed_total")
     ho0 = handovers(st.gw)
@@ -508,37 +508,32 @@ def t_sigterm_handover(st):
         check(a[1] == b[1], "stream %d finish %r, twin %r" % (SIGTERM_MIX[i], b[1], a[1]))
         check(all(a[2][k] == b[2][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")),
               "stream %d usage %r, twin %r" % (SIGTERM_MIX[i], b[2], a[2]))
-    # make-before-break: each stream moved was switched to while the old daemon still generated it
-    # (the switch happens at one of its tokens sent after its Event.handover) or, its grace over
-    # first, taken over; none diverged (the CPU backend is batch-invariant)
-    check(ho.get("started", 0) >= 1 and ho.get("switched", 0) >= 1,
-          "no make-before-break switch: %r (resumed %d)" % (ho, resumed))
-    check(ho.get("diverged", 0) == 0, "a new run differed from what the client had: %r" % ho)
-    check(ho.get("switched", 0) + ho.get("taken_over", 0) == resumed,
+    # make-before-break: each stream was moved at one of the old daemon's tokens once the other one was
+    # warmed up (or, its grace over first, taken over)
+    check(ho.get("started", 0) >= 1 and ho.get("moved", 0) >= 1,
+          "no make-before-break move: %r (resumed %d)" % (ho, resumed))
+    check(ho.get("moved", 0) + ho.get("taken_over", 0) == resumed,
           "streams resumed %d, of them make-before-break %r" % (resumed, ho))
     with open(st.gw.log_path, "rb") as f:
         f.seek(log0)
         log = f.read()
-    n2 = {int(r): int(n) for r, n in
-          re.findall(rb"request (\d+) resumed on \S+ after (\d+) tokens \(n = 2\), make-before-break", log)}
-    check(any(n > 0 for n in n2.values()), "no n = 2 stream was handed over mid-answer make-before-break (%r)" % n2)
-    # each n = 2 stream was warmed up there choice by choice (one n = 1 run of the prompt and that
-    # choice's tokens, the M tokens it had at the hand-over's start): the new run found each choice's
-    # tokens in the cache (Usage.resume_cached_tokens, which the gateway logs at each choice's end),
-    # all but the last of a choice that streamed nothing meanwhile, and prefilled only those past them
-    warm = {int(r): int(m) for r, m in
-            re.findall(rb"request (\d+): make-before-break from \S+ to \S+ after (\d+) tokens \(n = 2\)", log)}
+    moves = {int(r): (int(n), int(k)) for r, n, k in
+             re.findall(rb"request (\d+) resumed on \S+ after (\d+) tokens \(n = 2\), make-before-break: moved "
+                        rb"after \d+ warm-up rounds?, (\d+) tokens? streamed during the last", log)}
+    check(any(n > 0 for n, _ in moves.values()), "no n = 2 stream was moved mid-answer make-before-break (%r)" % moves)
+    # each n = 2 stream was warmed up there choice by choice, in rounds (each an n = 1 run of the prompt and
+    # that choice's tokens so far): the moved run found each choice's tokens in the cache
+    # (Usage.resume_cached_tokens, which the gateway logs at each choice's end) but for the few (k a
+    # choice at most) streamed during the last round, and the last one, which is prefilled for its logits
     cached = {}
     for r, c, k in re.findall(rb"request (\d+) choice (\d+): the resumed run found (\d+) of its replayed tokens "
                               rb"cached \(n = 2\)", log):
         cached.setdefault(int(r), {})[int(c)] = int(k)
-    for r, n in n2.items():
-        if n == 0:
-            continue
-        got, m = cached.get(r, {}), warm.get(r, 0)
-        check(len(got) == 2 and all(k > 0 for k in got.values()) and sum(got.values()) >= m - 2,
-              "n = 2 stream %d, warmed up with %d tokens: its choices' replayed tokens cached %r (no warm-up?)"
-              % (r, m, got))
+    for r, (n, k) in moves.items():
+        got = cached.get(r, {})
+        check(len(got) == 2 and sum(got.values()) >= n - 2 * (k + 1),
+              "n = 2 stream %d, moved after %d tokens (%d a choice streamed during the last round): its choices' "
+              "replayed tokens cached %r" % (r, n, k, got))
     took[0][2].start()
     st.gw.wait_ready(30)
     deadline = time.monotonic() + 15
@@ -549,9 +544,9 @@ def t_sigterm_handover(st):
         time.sleep(0.1)
     g = sorted(GAPS[i] for i in range(len(SIGTERM_MIX)))
     print("  %d streams, %d handed over (%r); the daemon exited %.2f s after SIGTERM; the longest pause a client "
-          "saw: median %.0f ms, max %.0f ms; n = 2 warmed up with / switched after tokens, replayed tokens cached %r"
+          "saw: median %.0f ms, max %.0f ms; n = 2 moved after tokens, replayed tokens cached %r"
           % (len(SIGTERM_MIX), resumed, ho, took[0][0], 1000 * g[len(g) // 2], 1000 * g[-1],
-             [(warm.get(r), n, cached.get(r)) for r, n in n2.items()]), flush=True)
+             [(n, cached.get(r)) for r, (n, _) in moves.items()]), flush=True)
 
 
 def t_restart_resumes(st):
@@ -767,15 +762,12 @@ def wait_for(cond, what, timeout=20):
         time.sleep(0.01)
 
 
-def t_handover_diverged(st):
-    """Make-before-break, scripted: the draining daemon sends Event.handover and goes on; the gateway warms
-    the other daemon up (n = 1: the tokens so far, another request id), cancels the warm-up at its first
-    token and sends the run; a run whose token differs from one the client had is cancelled (the old run
-    goes on, the client sees nothing of it) and tried again once it ended; the second run is switched to
-    at the old run's next token, whose place it holds already: the client gets each byte once, the
-    first daemon's prompt numbers and the new run's completion count."""
+def scripted_pair(st, tag, max_tokens):
+    """Two scripted daemons behind a pool gateway, both up, and a client streaming one greedy chat
+    completion of max_tokens through it (its bytes in res["raw"], its thread res["th"]) once the
+    first Generate reached one of them; got(piece) waits for a content piece at the client."""
     import smollm3_pb2 as pb
-    eps = ["ipc://" + os.path.join(st.tmp, "ho%d.sock" % i) for i in range(2)]
+    eps = ["ipc://" + os.path.join(st.tmp, "%s%d.sock" % (tag, i)) for i in range(2)]
     ds = [Scripted(ep, pb) for ep in eps]
     gw = tg.Gateway.__new__(tg.Gateway)
     st.extra_gws.append(gw)
@@ -788,8 +780,8 @@ def t_handover_diverged(st):
         def client():
             c = gw.conn(60)
             c.request("POST", "/v1/chat/completions", headers={"Content-Type": "application/json"}, body=json.dumps(
-                {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9, "stream": True, "temperature": 0,
-                 "stream_options": {"include_usage": True}}))
+                {"messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens, "stream": True,
+                 "temperature": 0, "stream_options": {"include_usage": True}}))
             r = c.getresponse()
             while True:
                 x = r.read1(65536)
@@ -797,71 +789,163 @@ def t_handover_diverged(st):
                     break
                 res["raw"] += x
             c.close()
-
-        def got(piece):             # the client has it
-            return lambda: ('"content":"%s"' % piece).encode() in res["raw"]
-        th = threading.Thread(target=client)
-        th.start()
+        res["th"] = threading.Thread(target=client)
+        res["th"].start()
         wait_for(lambda: ds[0].gens or ds[1].gens, "the first generate")
+    except BaseException:
+        for d in ds:
+            d.stop()
+        raise
+
+    def got(piece):             # the client has it
+        return lambda: ('"content":"%s"' % piece).encode() in res["raw"]
+    return ds, gw, res, got
+
+
+def t_handover_rounds(st):
+    """Make-before-break, scripted: warm-up rounds, then the move.  While the first warm-up prefills (a cold
+    cache: the whole answer), the old run streams more than a few tokens (GW_HO_LAG, 4) and the round takes
+    longer than GW_HO_ROUND_S (0.1 s); so the next round is another warm-up with every token sent by then
+    (the other daemon prefills only what came since), and so on, each cancelled at its first token and
+    ended at its Done; once a round's lag is small, the old run is cancelled at its next token (not sent)
+    and the stream moves: the plain resume, its request id, every token the client had.  The client gets each byte once, the first daemon's prompt numbers and the new run's usage."""
+    import smollm3_pb2 as pb
+    ds, gw, res, got = scripted_pair(st, "hr", 24)
+    letters = "abcdefghijklmnopqrstuvwx"
+    try:
         old, new = (ds[0], ds[1]) if ds[0].gens else (ds[1], ds[0])
         rid = old.gens[0].request_id
+        check(old.gens[0].generate.handover and old.gens[0].generate.handover_overlap, "no make-before-break asked")
+        sent = [0]
+
+        def old_tokens(k):          # the old run streams k more tokens
+            for _ in range(k):
+                sent[0] += 1
+                old.emit(rid, token=pb.Token(text=letters[sent[0] - 1], token_id=sent[0]))
+            wait_for(got(letters[sent[0] - 1]), letters[sent[0] - 1])
         old.emit(rid, started=pb.Started(prompt_tokens=7))
-        for tid, text in ((1, "a"), (2, "b"), (3, "c")):
-            old.emit(rid, token=pb.Token(text=text, token_id=tid))
+        old_tokens(3)
         old.emit(rid, handover=pb.Handover(grace_ms=10000))
-        wait_for(lambda: len(new.gens) == 1, "the warm-up")
-        warm = new.gens[0]
-        check(warm.request_id != rid and list(warm.generate.resume_tokens) == [1, 2, 3] and
-              not warm.generate.handover and old.gens[0].generate.handover_overlap,
-              "warm-up: id %d (run %d), resume %r" % (warm.request_id, rid, list(warm.generate.resume_tokens)))
-        old.emit(rid, token=pb.Token(text="d", token_id=4))           # the old run goes on meanwhile
-        wait_for(got("d"), "d")
-        new.emit(warm.request_id, started=pb.Started(prompt_tokens=7, cached_tokens=0))
-        new.emit(warm.request_id, token=pb.Token(text="d", token_id=4))
-        wait_for(lambda: len(new.gens) == 2, "the run after the warm-up")
-        check(warm.request_id in new.cancels, "the warm-up was not cancelled at its first token")
-        run = new.gens[1]
-        check(run.request_id == rid and list(run.generate.resume_tokens) == [1, 2, 3, 4],
-              "run: id %d, resume %r" % (run.request_id, list(run.generate.resume_tokens)))
-        new.emit(warm.request_id, done=pb.Done(finish_reason=pb.FINISH_REASON_CANCELLED))
-        old.emit(rid, token=pb.Token(text="e", token_id=5))
-        wait_for(got("e"), "e")
-        new.emit(rid, started=pb.Started(prompt_tokens=7))
-        new.emit(rid, token=pb.Token(text="X", token_id=77))          # not the client's 5th token
-        wait_for(lambda: rid in new.cancels, "the diverged run's cancel")
-        check(not old.cancels, "the old run was cancelled")
-        new.emit(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_CANCELLED, usage=pb.Usage(completion_tokens=5)))
-        wait_for(lambda: len(new.gens) == 3, "the hand-over tried again (its warm-up)")
-        warm = new.gens[2]
-        check(warm.request_id != rid and list(warm.generate.resume_tokens) == [1, 2, 3, 4, 5],
-              "warm-up again: resume %r" % list(warm.generate.resume_tokens))
-        new.emit(warm.request_id, token=pb.Token(text="f", token_id=6))
-        wait_for(lambda: len(new.gens) == 4, "the second run")
-        again = new.gens[3]
-        check(again.request_id == rid and list(again.generate.resume_tokens) == [1, 2, 3, 4, 5],
-              "again: resume %r" % list(again.generate.resume_tokens))
-        new.emit(rid, started=pb.Started(prompt_tokens=7))
-        new.emit(rid, token=pb.Token(text="f", token_id=6))
-        new.emit(rid, token=pb.Token(text="g", token_id=7))
+        # (tokens streamed while the round prefills): 9 and 6 > 4, another round; 2, done
+        for rnd, lag in enumerate((9, 6, 2)):
+            wait_for(lambda: len(new.gens) == rnd + 1, "warm-up round %d" % (rnd + 1))
+            warm = new.gens[rnd]
+            check(warm.request_id != rid and list(warm.generate.resume_tokens) == list(range(1, sent[0] + 1)) and
+                  not warm.generate.handover, "round %d: id %d, resume %r (sent %d)"
+                  % (rnd + 1, warm.request_id, list(warm.generate.resume_tokens), sent[0]))
+            old_tokens(lag)
+            if lag > 4:
+                time.sleep(0.15)    # a round that took longer than GW_HO_ROUND_S (0.1 s): the move would cost as much
+            new.emit(warm.request_id, token=pb.Token(text="?", token_id=999))   # its first token: prefilled
+            wait_for(lambda: warm.request_id in new.cancels, "round %d's warm-up cancelled at its first token" % (rnd + 1))
+            new.emit(warm.request_id, done=pb.Done(finish_reason=pb.FINISH_REASON_CANCELLED))
+            if lag > 4:
+                wait_for(lambda: len(new.gens) == rnd + 2, "round %d after %d tokens" % (rnd + 2, lag))
+        time.sleep(0.2)
+        check(len(new.gens) == 3 and not old.cancels, "after a round of 2 tokens: %d requests there, old cancelled %r"
+              % (len(new.gens), old.cancels))
+        at = sent[0]
+        old.emit(rid, token=pb.Token(text=letters[at], token_id=at + 1))    # the move, at this token: not sent
+        wait_for(lambda: rid in old.cancels, "the old run's cancel")
+        wait_for(lambda: len(new.gens) == 4, "the stream moved")
+        run = new.gens[3]
+        check(run.request_id == rid and list(run.generate.resume_tokens) == list(range(1, at + 1)),
+              "moved: id %d (%d), resume %r (the client had %d)" % (run.request_id, rid,
+                                                                   list(run.generate.resume_tokens), at))
+        old.emit(rid, token=pb.Token(text="!", token_id=99))        # sent before the cancel: dropped
+        old.emit(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_CANCELLED))
+        new.emit(rid, started=pb.Started(prompt_tokens=7, cached_tokens=7))
+        for t in range(at + 1, 25):
+            new.emit(rid, token=pb.Token(text=letters[t - 1], token_id=t))
         new.emit(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_LENGTH, usage=pb.Usage(
-            prompt_tokens=7, completion_tokens=7)))
-        time.sleep(0.3)             # the new run's tokens reached the gateway (else: taken over below)
-        old.emit(rid, token=pb.Token(text="f", token_id=6))           # the switch: the new run has it
-        try:
-            wait_for(lambda: rid in old.cancels, "the old run's cancel", 5)
-            old.emit(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_CANCELLED, usage=pb.Usage(completion_tokens=6)))
-        except AssertionError:      # f went out first: the old run's grace ends, the new one takes over
-            old.emit(rid, error=pb.Error(code=pb.ERROR_SHUTTING_DOWN, message="handed over"))
-        th.join(20)
+            prompt_tokens=7, completion_tokens=24)))
+        res["th"].join(20)
     finally:
         for d in ds:
             d.stop()
     text, finish, usage = answer(res["raw"])
-    check(text == "abcdefg" and finish == "length", "the client got %r (%s)" % (text, finish))
-    check(usage["prompt_tokens"] == 7 and usage["completion_tokens"] == 7, "usage %r" % usage)
+    check(text == letters and finish == "length", "the client got %r (%s)" % (text, finish))
+    check(usage["prompt_tokens"] == 7 and usage["completion_tokens"] == 24, "usage %r" % usage)
     ho = handovers(gw)
-    check(ho["started"] == 2 and ho["diverged"] == 1 and ho["switched"] + ho["taken_over"] == 1, "hand-overs %r" % ho)
+    check(ho == {"started": 1, "moved": 1, "taken_over": 0}, "hand-overs %r" % ho)
+    check(metric(gw, "smollm3_gateway_handover_rounds_total") == 3,
+          "rounds %r" % metric(gw, "smollm3_gateway_handover_rounds_total"))
     gw.stop()
+
+
+def t_handover_fallbacks(st):
+    """Make-before-break, scripted, when it does not go to plan: (1) the warm-up is refused (that daemon
+    has no room): the old run goes on, the hand-over starts again (its second try), and that one moves the
+    stream; (2) the old run's grace ends (ERROR_SHUTTING_DOWN) during the rounds: the warm-up is cancelled
+    and the stream resumed there at once with every token the client had; (3) the rounds done, the old
+    run's grace ends before its next token: the stream is taken over the same way (a warm-up has ended
+    at its Done, not its first token: before, the daemon would not offer its KV).  Each client gets each
+    byte once."""
+    import smollm3_pb2 as pb
+    for case in ("refused", "stopped", "taken"):
+        ds, gw, res, got = scripted_pair(st, "hf" + case[0], 9)
+        try:
+            old, new = (ds[0], ds[1]) if ds[0].gens else (ds[1], ds[0])
+            rid = old.gens[0].request_id
+            old.emit(rid, started=pb.Started(prompt_tokens=7))
+            for tid, text in ((1, "a"), (2, "b"), (3, "c")):
+                old.emit(rid, token=pb.Token(text=text, token_id=tid))
+            old.emit(rid, handover=pb.Handover(grace_ms=10000))
+            wait_for(lambda: len(new.gens) == 1, "the warm-up")
+            warm = new.gens[0]
+            if case == "refused":
+                new.emit(warm.request_id, error=pb.Error(code=pb.ERROR_BUSY, message="no room"))
+                old.emit(rid, token=pb.Token(text="d", token_id=4))
+                wait_for(got("d"), "d")
+                wait_for(lambda: len(new.gens) == 2, "the hand-over again")
+                warm = new.gens[1]
+                check(warm.request_id != rid and list(warm.generate.resume_tokens) in ([1, 2, 3], [1, 2, 3, 4]),
+                      "second warm-up: resume %r" % list(warm.generate.resume_tokens))
+                new.emit(warm.request_id, token=pb.Token(text="?", token_id=999))
+                wait_for(lambda: warm.request_id in new.cancels, "the second warm-up's cancel")
+                new.emit(warm.request_id, done=pb.Done(finish_reason=pb.FINISH_REASON_CANCELLED))
+                time.sleep(0.1)
+                old.emit(rid, token=pb.Token(text="e", token_id=5))     # the move, at this token: not sent
+                resume = [1, 2, 3, 4]
+            elif case == "stopped":
+                old.emit(rid, token=pb.Token(text="d", token_id=4))
+                wait_for(got("d"), "d")
+                old.emit(rid, error=pb.Error(code=pb.ERROR_SHUTTING_DOWN, message="handed over"))
+                wait_for(lambda: warm.request_id in new.cancels, "the warm-up's cancel")
+                resume = [1, 2, 3, 4]
+            else:
+                new.emit(warm.request_id, token=pb.Token(text="?", token_id=999))
+                wait_for(lambda: warm.request_id in new.cancels, "the warm-up's cancel")
+                old.emit(rid, token=pb.Token(text="d", token_id=4))     # (its Done not yet come: no move)
+                wait_for(got("d"), "d")
+                new.emit(warm.request_id, done=pb.Done(finish_reason=pb.FINISH_REASON_CANCELLED))
+                time.sleep(0.1)
+                old.emit(rid, error=pb.Error(code=pb.ERROR_SHUTTING_DOWN, message="handed over"))
+                resume = [1, 2, 3, 4]
+            wait_for(lambda: any(g.request_id == rid for g in new.gens), "the stream on the other daemon")
+            run = [g for g in new.gens if g.request_id == rid][0]
+            check(list(run.generate.resume_tokens) == resume, "%s: resumed with %r" % (case, list(run.generate.resume_tokens)))
+            check((rid in old.cancels) == (case == "refused"), "%s: old run cancelled %r" % (case, old.cancels))
+            new.emit(rid, started=pb.Started(prompt_tokens=7))
+            for t in range(len(resume) + 1, 10):
+                new.emit(rid, token=pb.Token(text="abcdefghi"[t - 1], token_id=t))
+            new.emit(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_LENGTH, usage=pb.Usage(
+                prompt_tokens=7, completion_tokens=9)))
+            res["th"].join(20)
+        finally:
+            for d in ds:
+                d.stop()
+        text, finish, usage = answer(res["raw"])
+        check(text == "abcdefghi" and finish == "length", "%s: the client got %r (%s)" % (case, text, finish))
+        check(usage["completion_tokens"] == 9, "%s: usage %r" % (case, usage))
+        ho = handovers(gw)
+        want = {"refused": {"started": 2, "moved": 1, "taken_over": 0},
+                "stopped": {"started": 1, "moved": 0, "taken_over": 0},
+                "taken": {"started": 1, "moved": 0, "taken_over": 1}}[case]
+        check(ho == want, "%s: hand-overs %r" % (case, ho))
+        check(metric(gw, "smollm3_gateway_streams_resumed_total") == 1, "%s: resumed %r"
+              % (case, metric(gw, "smollm3_gateway_streams_resumed_total")))
+        gw.stop()
 
 
 def t_session_spill(st):
@@ -1075,8 +1159,10 @@ def main():
                 run_test("curve", t_curve, st)
             if want("resend"):
                 run_test("resend", t_resend, st)
-            if want("handover_diverged"):
-                run_test("handover_diverged", t_handover_diverged, st)
+            if want("handover_rounds"):
+                run_test("handover_rounds", t_handover_rounds, st)
+            if want("handover_fallbacks"):
+                run_test("handover_fallbacks", t_handover_fallbacks, st)
             if want("session_spill"):
                 run_test("session_spill", t_session_spill, st)
         finally:
