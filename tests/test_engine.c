@@ -1079,7 +1079,21 @@ START_TEST(t_resume_choices_cached)
         ck_assert_int_eq(nw[0], 1);
     }
     int ng[2] = {0}, cg[2] = {-1, -1};
+    Smollm3__Event *hold;
+    const Smollm3__StatsReply *st = query_stats(&g, &hold);
+    const uint64_t steps0 = st->prefill_steps, toks0 = st->prefill_tokens_total;
+    smollm3__event__free_unpacked(hold, NULL);
     collect_choices(&g, submit_resumed(&g, "warm", ids, 40, MAX, 2, twin, at), got, ng, cg);
+    st = query_stats(&g, &hold);
+    /* the prompt all cached and every choice replaying tokens: the choices start at admission and
+     * one step prefills what each replays past its cached tokens (before: a step for the prompt's
+     * last token, whose logits no choice samples from, then that one) */
+    ck_assert_msg(st->prefill_steps - steps0 == 1 &&
+                  st->prefill_tokens_total - toks0 == (uint64_t)(at[0] - cg[0] + at[1] - cg[1]),
+                  "resumed n = 2, both choices cached: %llu prefill steps, %llu tokens prefilled (want 1, %d)",
+                  (unsigned long long)(st->prefill_steps - steps0), (unsigned long long)(st->prefill_tokens_total - toks0),
+                  at[0] - cg[0] + at[1] - cg[1]);
+    smollm3__event__free_unpacked(hold, NULL);
     for (int c = 0; c < 2; c++) {
         ck_assert_msg(cg[c] >= warm[c] && cg[c] < at[c], "choice %d: %d of its %d tokens cached (warm-up: %d)", c,
                       cg[c], at[c], warm[c]);

@@ -304,6 +304,18 @@ static int32_t *with_resume(const struct req *q, int n_prompt)
     return all;
 }
 
+/* A resumed n > 1 request every choice of which replays tokens: no choice
+ * samples from the prompt's last logits, so its prompt may come from the
+ * cache whole and its choices start at admission (smol_engine_try_admit). */
+static int all_choices_resumed(const struct req *q)
+{
+    const int *counts = q->r->resume_counts;
+    if (!counts || q->r->n_choices <= 1) return 0;
+    for (int i = 0; i < q->r->n_choices; i++)
+        if (counts[i] <= 0) return 0;
+    return 1;
+}
+
 /* Step 4: the prefix to reuse (found before anything changes, so that the
  * request can still wait): the session's own history, else the longest
  * cached prefix, in memory or (a page or more longer) on disk, read back
@@ -311,7 +323,9 @@ static int32_t *with_resume(const struct req *q, int n_prompt)
  * without a session (n <= 1) matches its prompt and the tokens it replays
  * after it: a run of the same request that ended there (a gateway's
  * make-before-break warm-up, gateway/daemon.c) leaves their KV, and only
- * the tokens past it are prefilled. */
+ * the tokens past it are prefilled.  The last token is prefilled for its
+ * logits, but for a resumed n > 1 request whose choices all replay tokens
+ * (all_choices_resumed): its whole prompt may be cached. */
 static int admit_prefix(struct smol_engine *e, struct req *q, double now, struct admit *a)
 {
     int n = a->n_prompt;
@@ -334,7 +348,8 @@ static int admit_prefix(struct smol_engine *e, struct req *q, double now, struct
         a->src = smol_sessions_best_prefix(&e->sessions, tenant, toks, n, &a->lcp);
         free(all);
     }
-    if (a->lcp > n - 1) a->lcp = n - 1;   /* the last token prefilled is computed for its logits */
+    const int keep = !a->s && all_choices_resumed(q) ? n : n - 1;
+    if (a->lcp > keep) a->lcp = keep;     /* the last token prefilled is computed for its logits */
     return 1;
 }
 
@@ -511,6 +526,13 @@ int smol_engine_try_admit(struct smol_engine *e, struct req *q, double now)
         q->sess->restored_kv = 0;
     }
     if (smol_engine_send_started(e, q, a.restored)) smol_engine_lose(q);
+    if (all_choices_resumed(q) && q->seq->n_tokens == q->n_prompt) {
+        /* its prompt all cached (a gateway's move after its warm-ups): the choices start now, each
+         * on its own cached tokens, and the first step prefills what each replays past them: one
+         * step, where prefilling the prompt's last token for logits none samples took another */
+        q->spawned = 1;
+        smol_engine_spawn_choices(e, q, NULL, now);
+    }
     return 1;
 }
 
@@ -548,7 +570,9 @@ static enum smol_err resume_from_cache(struct smol_engine *e, struct req *c, dou
  * (resume_counts): a choice with tokens to replay, choice 0 included, goes
  * back to RS_PREFILL for them on the shared prompt's KV (or on a cached
  * prefix of the prompt and them: resume_from_cache), then replays them
- * (take_rows) and continues; one without starts from the logits row. */
+ * (take_rows) and continues; one without starts from the logits row.
+ * logits NULL: at admission, every choice replaying tokens and the prompt's
+ * KV all cached (smol_engine_try_admit): no row is needed. */
 void smol_engine_spawn_choices(struct smol_engine *e, struct req *q, float *logits, double now)
 {
     struct smol_kv *kv = &e->m->kv;

@@ -214,6 +214,8 @@ def main():
     ap.add_argument("--sigterm-cold", action="store_true", help="each SIGTERM run with prompts of its own, so "
                     "that the other daemon's prefix cache holds none of its answers (greedy answers repeat: "
                     "without it the later runs' warm-ups find the first run's KV)")
+    ap.add_argument("--daemon-arg", action="append", default=[], help="an argument for both daemons (repeat it: "
+                    "--daemon-arg=--step-budget-ms --daemon-arg=100)")
     ap.add_argument("--pool-runs", type=int, default=10, help="runs of each kind (single, pool) for the pool's "
                     "own cost, interleaved (0 = not measured)")
     ap.add_argument("--spill-history", default="256,1024", help="conversation lengths for restore vs recompute "
@@ -224,7 +226,7 @@ def main():
     spill = os.path.join(tmp, "spill")
     os.makedirs(spill)
     ds = [tg.Daemon(os.path.join(tmp, "d%d.sock" % i), model=a.model,
-                    extra=["--kv-spill-dir", spill, "--kv-spill-shared"]) for i in range(2)]
+                    extra=["--kv-spill-dir", spill, "--kv-spill-shared"] + a.daemon_arg) for i in range(2)]
     rows = []
     try:
         if a.pool_runs:
