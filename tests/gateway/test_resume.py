@@ -802,6 +802,16 @@ def scripted_pair(st, tag, max_tokens):
     return ds, gw, res, got
 
 
+def finish_run(pb, d, rid, text, at):
+    """Scripted daemon d runs request rid on from its at-th token to the end: Started, a token a letter
+    of text (token i's id is i), Done of the length with usage counting them all."""
+    d.emit(rid, started=pb.Started(prompt_tokens=7))
+    for t in range(at + 1, len(text) + 1):
+        d.emit(rid, token=pb.Token(text=text[t - 1], token_id=t))
+    d.emit(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_LENGTH, usage=pb.Usage(
+        prompt_tokens=7, completion_tokens=len(text))))
+
+
 def t_handover_rounds(st):
     """Make-before-break, scripted: warm-up rounds, then the move.  While the first warm-up prefills (a cold
     cache: the whole answer), the old run streams more than a few tokens (GW_HO_LAG, 4) and the round takes
@@ -854,11 +864,7 @@ def t_handover_rounds(st):
                                                                    list(run.generate.resume_tokens), at))
         old.emit(rid, token=pb.Token(text="!", token_id=99))        # sent before the cancel: dropped
         old.emit(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_CANCELLED))
-        new.emit(rid, started=pb.Started(prompt_tokens=7, cached_tokens=7))
-        for t in range(at + 1, 25):
-            new.emit(rid, token=pb.Token(text=letters[t - 1], token_id=t))
-        new.emit(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_LENGTH, usage=pb.Usage(
-            prompt_tokens=7, completion_tokens=24)))
+        finish_run(pb, new, rid, letters, at)
         res["th"].join(20)
     finally:
         for d in ds:
@@ -926,11 +932,7 @@ def t_handover_fallbacks(st):
             run = [g for g in new.gens if g.request_id == rid][0]
             check(list(run.generate.resume_tokens) == resume, "%s: resumed with %r" % (case, list(run.generate.resume_tokens)))
             check((rid in old.cancels) == (case == "refused"), "%s: old run cancelled %r" % (case, old.cancels))
-            new.emit(rid, started=pb.Started(prompt_tokens=7))
-            for t in range(len(resume) + 1, 10):
-                new.emit(rid, token=pb.Token(text="abcdefghi"[t - 1], token_id=t))
-            new.emit(rid, done=pb.Done(finish_reason=pb.FINISH_REASON_LENGTH, usage=pb.Usage(
-                prompt_tokens=7, completion_tokens=9)))
+            finish_run(pb, new, rid, "abcdefghi", len(resume))
             res["th"].join(20)
         finally:
             for d in ds:
