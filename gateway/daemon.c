@@ -548,6 +548,7 @@ static int resend_to(struct gw_stream *s, int li, uint64_t warm_rid, int choice)
     req->generate->resume_tokens = toks;
     if (warm_rid) {
         req->request_id = warm_rid;
+        req->generate->background = 1;      /* (no client waits on it: small chunks there) */
         req->generate->handover = req->generate->handover_overlap = 0;
         req->generate->logprobs = 0;
         req->generate->top_logprobs = 0;

@@ -68,6 +68,7 @@ static double rig_queue_timeout_s = 2; /* and queue_timeout_s */
 static int rig_max_sessions = 1024, rig_max_sessions_per_key; /* and the session caps */
 static struct smol_spill *rig_spill;    /* and the spill directory (NULL: none) */
 static int rig_tier;                    /* the next submitted request's service tier (then 0) */
+static int rig_background;  /* the next submitted request's GenerateRequest.background (one-shot) */
 static double rig_step_budget_ms;       /* and the step budget (0: off) */
 static double (*rig_step_ms_fn)(int, int); /* and its fake clock (NULL: measured) */
 static double rig_handover_grace_s = 10;  /* and handover_grace_s */
@@ -143,6 +144,8 @@ static uint64_t submit_tokens_of(struct rig *g, const char *tenant, const int32_
     r->max_tokens = max_tokens;
     r->tier = rig_tier;
     rig_tier = 0;
+    r->background = rig_background;
+    rig_background = 0;
     r->t_received = smol_mono_s();
     if (session) snprintf(r->session, sizeof r->session, "%s", session);
     snprintf(r->tenant, sizeof r->tenant, "%s", tenant);
@@ -2090,9 +2093,10 @@ static double budget_fake_ms(int rows, int prompt)
     return rows + prompt;
 }
 
-/* Runs A (two streams) then B (a long prompt) under the fake clock; the
- * tokens each A stream got between B's Started and B's first token. */
-static void budget_run(double budget_ms, int a_tokens[2])
+/* Runs A (two streams) then B (a long prompt; `background`: a warm-up's,
+ * GenerateRequest.background) under the fake clock; the tokens each A
+ * stream got between B's Started and B's first token. */
+static void budget_run(double budget_ms, int background, int a_tokens[2])
 {
     struct rig g;
     budget_steps = 0;
@@ -2119,7 +2123,10 @@ static void budget_run(double budget_ms, int a_tokens[2])
             if (ev->kind_case == SMOLLM3__EVENT__KIND_TOKEN) {
                 got[k]++;
                 if (b_started && !b_first) a_tokens[k]++;
-                if (!b && got[0] >= 2 && got[1] >= 2) b = submit_ids(&g, lp, 400, 2, NULL);   /* both decode */
+                if (!b && got[0] >= 2 && got[1] >= 2) {  /* both decode */
+                    rig_background = background;
+                    b = submit_ids(&g, lp, 400, 2, NULL);
+                }
             }
         } else {
             ck_assert(b && id == b);
@@ -2133,10 +2140,12 @@ static void budget_run(double budget_ms, int a_tokens[2])
     rig_close(&g);  /* the engine thread joined: budget_* are ours to read */
 }
 
-START_TEST(t_step_budget)
+/* The steps of budget_run that read B's prompt beside both A streams' rows
+ * stay within `within` ms of the fake clock (the first mixed one, sized
+ * before a prompt token's cost is known, excepted), and there are at least
+ * 400 / (within - 2) of them. */
+static void budget_check(int within, const int a_tokens[2])
 {
-    int budgeted[2], capped[2];
-    budget_run(20, budgeted);
     /* B's prompt is read in the last run of steps that read a prompt (A's
      * two 8-token prompts come before both A streams decode, so before B's
      * submission: when A's second request arrives a step late, its prompt
@@ -2150,20 +2159,45 @@ START_TEST(t_step_budget)
         if (!budget_rows[i]) continue;
         prefill++;
         /* the first mixed step runs before the prompt's cost is measured (first_chunk) */
-        if (budget_rows[i] + budget_prompt[i] > 20 + 1 && prefill > 1) over++;
+        if (budget_rows[i] + budget_prompt[i] > within + 1 && prefill > 1) over++;
         ck_assert_msg(budget_rows[i] == 2, "step %d: %d decode rows beside %d prompt tokens", i, budget_rows[i],
                       budget_prompt[i]);
     }
-    ck_assert_msg(over == 0, "%d of %d steps over the budget", over, prefill);
-    ck_assert_msg(prefill >= 400 / 18, "the prompt read in %d steps", prefill);
+    ck_assert_msg(over == 0, "%d of %d steps over the budget (%d ms)", over, prefill, within);
+    ck_assert_msg(prefill >= 400 / (within - 2), "the prompt read in %d steps", prefill);
     for (int k = 0; k < 2; k++)
-        ck_assert_msg(budgeted[k] >= 400 / 18 - 1, "stream %d got %d tokens while the prompt was read", k, budgeted[k]);
-    budget_run(0, capped);  /* off: the cap alone */
+        ck_assert_msg(a_tokens[k] >= 400 / (within - 2) - 1, "stream %d got %d tokens while the prompt was read", k,
+                      a_tokens[k]);
+}
+
+START_TEST(t_step_budget)
+{
+    int budgeted[2], capped[2];
+    budget_run(20, 0, budgeted);
+    budget_check(20, budgeted);
+    budget_run(0, 0, capped);  /* off: the cap alone */
     int max_chunk = 0;
     for (int i = 0; i < budget_steps; i++) if (budget_prompt[i] > max_chunk) max_chunk = budget_prompt[i];
     ck_assert_msg(max_chunk >= 60, "without a budget the largest chunk was %d", max_chunk);
     printf("stats: tokens per stream while a 400-token prompt is read: %d, %d with a 20 ms budget; %d, %d without\n",
            budgeted[0], budgeted[1], capped[0], capped[1]);
+}
+END_TEST
+
+/* The same with B a background request (GenerateRequest.background: a
+ * gateway's make-before-break warm-up, which no client waits on): its
+ * chunks beside the streams' rows are sized to a quarter of the budget, 5
+ * ms (2 rows + 3 prompt tokens), where a client's prompt took 20; so the
+ * streams get about 400 / 3 tokens while it is read, not 400 / 18.  Before
+ * GenerateRequest.background, B's steps took the whole 20 ms and this
+ * failed. */
+START_TEST(t_step_budget_background)
+{
+    int bg[2];
+    budget_run(20, 1, bg);
+    budget_check(5, bg);
+    printf("stats: tokens per stream while a 400-token background prompt is read: %d, %d (20 ms budget)\n", bg[0],
+           bg[1]);
 }
 END_TEST
 
@@ -2407,6 +2441,7 @@ Suite *test_suite(void)
     tcase_add_checked_fixture(sc, sched_setup, sched_teardown);
     tcase_add_test(sc, t_step_budget_estimator);
     tcase_add_test(sc, t_step_budget);
+    tcase_add_test(sc, t_step_budget_background);
     tcase_add_test(sc, t_fair_tenants);
     tcase_add_test(sc, t_service_tiers);
     tcase_add_test(sc, t_kv_heaviest_evicted);

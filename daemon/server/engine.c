@@ -353,19 +353,23 @@ static void add_decode_rows(struct smol_engine *e, struct step_rows *sr, int bud
     }
 }
 
-/* Prompt chunks of prefilling requests, up to the step's budget; a prompt's
- * last token comes back as a row (out_idx ascends: decode rows first). */
-static void add_prefill_rows(struct smol_engine *e, struct step_rows *sr, int budget, double now)
+/* Prompt chunks of prefilling requests, up to the step's budget (a
+ * background request's, GenerateRequest.background, up to bg_budget); a
+ * prompt's last token comes back as a row (out_idx ascends: decode rows
+ * first). */
+static void add_prefill_rows(struct smol_engine *e, struct step_rows *sr, int budget, int bg_budget, double now)
 {
     struct smol_kv *kv = &e->m->kv;
     char err[SMOL_ERRLEN];
     for (struct req *q = e->running, *nx; q && sr->n < budget; q = nx) {
         nx = q->next;
         if (q->state != RS_PREFILL || q->paused || q->preempted) continue;
+        const int lim = q->r->background && bg_budget < budget ? bg_budget : budget;
+        if (sr->n >= lim) continue;
         /* a resumed request's replayed tokens are prefilled after its prompt (smol_engine_replay) */
         const int end = q->n_prompt + q->n_resume;
         int pos0 = q->seq->n_tokens, chunk = end - pos0;
-        if (chunk > budget - sr->n) chunk = budget - sr->n;
+        if (chunk > lim - sr->n) chunk = lim - sr->n;
         if (smol_kv_seq_reserve(kv, q->seq, pos0, pos0 + chunk, err)) { smol_engine_fail(e, q, SMOL_EBUSY, err); continue; }
         if (!q->t_first_step) q->t_first_step = now;
         e->n_prefilled += (uint64_t)chunk;
@@ -456,7 +460,11 @@ static void step(struct smol_engine *e)
     struct step_rows sr = {0};
     add_decode_rows(e, &sr, cap);
     const int n_rows = sr.n;    /* the prompt's chunk: what the time budget leaves beside them */
-    add_prefill_rows(e, &sr, n_rows + smol_step_budget_chunk(&e->sb, n_rows, cap - n_rows), now);
+    /* background work (a warm-up no client waits on) within a share of it: the streams here, and
+     * one moved here from a draining daemon, wait at most about that for a step while it is read */
+    add_prefill_rows(e, &sr, n_rows + smol_step_budget_chunk(&e->sb, n_rows, cap - n_rows),
+                     n_rows + smol_step_budget_chunk_within(&e->sb, SMOL_BACKGROUND_SHARE * e->sb.budget_ms, n_rows,
+                                                            cap - n_rows), now);
     if (sr.n == 0) return;
     const double t0 = smol_mono_s();
     if (!forward(e, &sr)) return;

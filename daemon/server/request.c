@@ -426,6 +426,7 @@ enum smol_err smol_rpc_build_request(const Smollm3__GenerateRequest *g, uint64_t
     }
     r->handover = g->handover && !r->session[0];
     r->handover_overlap = r->handover && g->handover_overlap;
+    r->background = g->background;
     if ((e = smol_rule_bias_count(g->n_logit_bias, err))) goto fail;
     if (g->n_logit_bias) {
         r->bias_id = malloc(g->n_logit_bias * sizeof *r->bias_id);

@@ -70,6 +70,8 @@ struct smol_request {
     int n_resume;
     int *resume_counts;                 /* n > 1: [n_choices] resume tokens of each choice, in order (NULL: none) */
     int handover;                       /* ended at once with SMOL_ESHUTDOWN when the daemon drains */
+    int background;                     /* GenerateRequest.background: its prompt chunks sized to a
+                                           quarter of the step budget (engine.c step) */
     int handover_overlap;               /* with handover: generated on for handover_grace_s after an
                                            Event.handover first (make-before-break) */
     int refs;                           /* engine: the requests (choices) sharing this struct */

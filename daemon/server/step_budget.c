@@ -40,15 +40,20 @@ static double ewma(double old, double x)
 
 int smol_step_budget_chunk(const struct smol_step_budget *b, int n_rows, int cap)
 {
+    return smol_step_budget_chunk_within(b, b->budget_ms, n_rows, cap);
+}
+
+int smol_step_budget_chunk_within(const struct smol_step_budget *b, double budget_ms, int n_rows, int cap)
+{
     if (cap < 0) cap = 0;
-    if (b->budget_ms <= 0 || n_rows <= 0) return cap;
+    if (budget_ms <= 0 || n_rows <= 0) return cap;
     /* a prompt token's cost; before it is measured, a decode row's (about the
      * same on a CPU, less elsewhere: learned from the very step it sizes) */
     const double tok = b->tok_ms > 0 ? b->tok_ms : b->row_ms, rows_ms = b->row_ms * n_rows;
     double chunk, lo = b->min_chunk;
     if (tok <= 0) chunk = b->first_chunk;   /* nothing measured yet */
     else {
-        chunk = (b->budget_ms - rows_ms) / tok;
+        chunk = (budget_ms - rows_ms) / tok;
         if (b->tok_ms <= 0 && chunk > b->first_chunk) chunk = b->first_chunk;
         const double share = FLOOR_SHARE * rows_ms / tok;
         if (share < lo) lo = share;

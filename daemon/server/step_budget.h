@@ -28,12 +28,18 @@ struct smol_step_budget {
                            most this while only row_ms is (a prompt token priced as a row) */
 };
 
+/* Background work's share of the budget (GenerateRequest.background: a
+ * gateway's warm-up): its chunks beside decode rows are sized to it. */
+#define SMOL_BACKGROUND_SHARE 0.25
+
 /* The estimator for budget_ms (0: off), nothing measured yet. */
 void smol_step_budget_init(struct smol_step_budget *b, double budget_ms);
 /* Prompt tokens the next step may add beside its n_rows decode rows
  * (drafts included): in [min(1, cap), cap]; min(min_chunk, cap) at least
  * where min_chunk tokens cost at most a quarter of the rows' time. */
 int smol_step_budget_chunk(const struct smol_step_budget *b, int n_rows, int cap);
+/* The same within budget_ms instead of b's (a share of it: background work). */
+int smol_step_budget_chunk_within(const struct smol_step_budget *b, double budget_ms, int n_rows, int cap);
 /* A step of n_rows decode rows and n_prompt prompt tokens took ms. */
 void smol_step_budget_observe(struct smol_step_budget *b, int n_rows, int n_prompt, double ms);
 

@@ -94,7 +94,8 @@ class Suite:
             self.gw.stop()
         if self.d:
             self.d.stop()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if not os.environ.get("DBG_KEEP"):
+            shutil.rmtree(self.tmp, ignore_errors=True)
         return isinstance(e, Exception)
 
     def result(self):
