@@ -94,8 +94,7 @@ class Suite:
             self.gw.stop()
         if self.d:
             self.d.stop()
-        if not os.environ.get("DBG_KEEP"):
-            shutil.rmtree(self.tmp, ignore_errors=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
         return isinstance(e, Exception)
 
     def result(self):
