@@ -109,11 +109,10 @@ static void cancel_on(int li, uint64_t rid)
  * from now), cancelled on h->link when `cancel`. */
 static void ho_end(struct gw_handover *h, int cancel)
 {
-    for (int c = 0; c < GW_HO_CHOICES && h->n_warm; c++)
+    for (int c = 0; c < GW_HO_CHOICES; c++)
         if (h->warm_rid[c]) {
             if (cancel) cancel_on(h->link, h->warm_rid[c]);
             h->warm_rid[c] = 0;
-            h->n_warm--;
         }
     h->n_warm = 0;
     h->warm_cancelled = 0;

@@ -316,7 +316,7 @@ def main():
                                "" if how == "kill -9" else
                                "; %d tokens left at the signal; make-before-break: %d moved, %d taken over, %d "
                                "warm-up rounds; the daemon exited %.2f s after SIGTERM, median"
-                               % (a.sigterm_tail, ho.get("moved", ho.get("switched", 0)), ho.get("taken_over", 0),
+                               % (a.sigterm_tail, ho.get("moved", 0), ho.get("taken_over", 0),
                                   rounds, statistics.median(exits))))
         for h in [int(x) for x in a.spill_history.split(",") if x]:
             for mode in ("recompute", "restore"):
